@@ -1,0 +1,634 @@
+/*  za_estimator.c: the single-process Estimator: the training loop, its
+    checkpoint and summary policy, restore, evaluation and prediction.      */
+#include "za/za_estimator.h"
+#include "za/za_checkpoint.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_HOOKS 8
+#define PROGRESS_REDRAW_SECS 0.25
+#define CKPT_META_MODEL "model"
+#define CKPT_META_MODEL_FN "model_fn"
+
+struct _za_estimator_t {
+    const za_model_fn_t *model_fn;
+    const void *params;
+    za_input_shape_t input;
+    za_optim_config_t optim;
+    za_run_config_t config;
+    char *model_dir;
+    const za_backend_t *be;
+
+    void *state;                    //  the model_fn's state
+    int batch_max;                  //  what the state is planned for
+    za_vars_t vars;
+    float *values;                  //  [vars.total]
+    float *grads;
+    float *slots [ZA_OPTIM_MAX_SLOTS];
+    int64_t global_step;
+
+    za_hook_t hooks [MAX_HOOKS];
+    int hook_count;
+};
+
+za_run_config_t
+za_run_config_default (void)
+{
+    za_run_config_t config = {
+        .model_dir = NULL,
+        .save_checkpoints_steps = 0,
+        .save_checkpoints_secs = 600,
+        .keep_checkpoint_max = 5,
+        .log_step_count_steps = 100,
+        .save_summary_steps = 100,
+        .seed = 42,
+        .threads = 0,
+        .progress = -1,
+    };
+    return config;
+}
+
+//  (Re)plans the model state for batches of up to batch_max examples. The
+//  variable table comes out the same each time; values are kept.
+static int
+s_plan (za_estimator_t *self, int batch_max)
+{
+    if (self->state && batch_max <= self->batch_max)
+        return 0;
+    if (self->state)
+        self->model_fn->destroy (&self->state);
+    za_vars_t vars = {0};
+    self->state = self->model_fn->create (self->params, self->input, batch_max, self->be,
+                                          &vars);
+    if (!self->state)
+        return -1;
+    if (self->values && vars.total != self->vars.total)
+        return za_error ("model_fn '%s' declared different variables on re-planning",
+                         self->model_fn->name);
+    self->vars = vars;
+    self->batch_max = batch_max;
+    return 0;
+}
+
+za_estimator_t *
+za_estimator_new (const za_model_fn_t *model_fn, const void *params, za_input_shape_t input,
+                  const za_optim_config_t *optim, const za_run_config_t *config)
+{
+    if (!model_fn || !model_fn->create || !model_fn->model_fn || !model_fn->destroy
+        || !model_fn->init_vars) {
+        za_error ("estimator: model_fn must provide create, init_vars, model_fn, destroy");
+        return NULL;
+    }
+    if (input.height <= 0 || input.width <= 0 || input.channels <= 0) {
+        za_error ("estimator: bad input shape %dx%dx%d", input.height, input.width,
+                  input.channels);
+        return NULL;
+    }
+    if (!(optim->learning_rate > 0)) {
+        za_error ("estimator: learning rate must be positive (got %g)",
+                  (double) optim->learning_rate);
+        return NULL;
+    }
+    za_estimator_t *self = (za_estimator_t *) calloc (1, sizeof *self);
+    if (!self) {
+        za_error ("out of memory");
+        return NULL;
+    }
+    self->model_fn = model_fn;
+    self->params = params;
+    self->input = input;
+    self->optim = *optim;
+    self->config = *config;
+    self->model_dir = config->model_dir? strdup (config->model_dir): NULL;
+    self->config.model_dir = self->model_dir;
+    self->be = za_backend_cpu ();
+    if (config->threads > 0)
+        self->be->set_threads (config->threads);
+    if (s_plan (self, 1))
+        goto fail;
+    size_t bytes = self->vars.total * sizeof (float);
+    self->values = (float *) za_alloc (bytes);
+    self->grads = (float *) za_alloc (bytes);
+    if (!self->values || !self->grads)
+        goto fail;
+    int slot_count = za_optim_slot_count (optim->kind);
+    for (int s = 0; s < slot_count; s++)
+        if (!(self->slots [s] = (float *) za_alloc (bytes)))
+            goto fail;
+    model_fn->init_vars (self->state, &self->vars, self->values, config->seed);
+    za_optim_init_slots (&self->optim, self->slots, self->vars.total);
+    return self;
+fail:
+    za_estimator_destroy (&self);
+    return NULL;
+}
+
+void
+za_estimator_destroy (za_estimator_t **self_p)
+{
+    za_estimator_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->state)
+        self->model_fn->destroy (&self->state);
+    za_free (self->values);
+    za_free (self->grads);
+    for (int s = 0; s < ZA_OPTIM_MAX_SLOTS; s++)
+        za_free (self->slots [s]);
+    free (self->model_dir);
+    free (self);
+    *self_p = NULL;
+}
+
+int
+za_estimator_add_hook (za_estimator_t *self, const za_hook_t *hook)
+{
+    if (self->hook_count >= MAX_HOOKS)
+        return za_error ("estimator: at most %d hooks", MAX_HOOKS);
+    self->hooks [self->hook_count++] = *hook;
+    return 0;
+}
+
+int64_t
+za_estimator_global_step (const za_estimator_t *self)
+{
+    return self->global_step;
+}
+
+const za_vars_t *
+za_estimator_vars (const za_estimator_t *self)
+{
+    return &self->vars;
+}
+
+const float *
+za_estimator_values (const za_estimator_t *self)
+{
+    return self->values;
+}
+
+static const char *
+s_model_text (const za_estimator_t *self)
+{
+    const char *text = self->model_fn->describe? self->model_fn->describe (self->params): NULL;
+    return text? text: self->model_fn->name;
+}
+
+// ---------------------------------------------------------------------------
+//  Checkpoints
+
+static void
+s_tensor_of_var (za_ckpt_tensor_t *t, const za_var_t *var, const char *name,
+                 const float *block)
+{
+    memset (t, 0, sizeof *t);
+    t->name = name;
+    t->dtype = ZA_DTYPE_F32;
+    t->ndim = var->ndim;
+    for (int d = 0; d < var->ndim; d++)
+        t->shape [d] = var->shape [d];
+    t->data = block + var->offset;
+}
+
+static int
+s_save (za_estimator_t *self)
+{
+    int slot_count = za_optim_slot_count (self->optim.kind);
+    int count = self->vars.count * (1 + slot_count) + 1;
+    za_ckpt_tensor_t tensors [ZA_MAX_VARS * (1 + ZA_OPTIM_MAX_SLOTS) + 1];
+    char names [ZA_MAX_VARS * ZA_OPTIM_MAX_SLOTS][ZA_VAR_NAME_MAX + 16];
+    int t = 0;
+    for (int v = 0; v < self->vars.count; v++)
+        s_tensor_of_var (&tensors [t++], &self->vars.vars [v], self->vars.vars [v].name,
+                         self->values);
+    for (int s = 0; s < slot_count; s++)
+        for (int v = 0; v < self->vars.count; v++) {
+            char *name = names [s * self->vars.count + v];
+            snprintf (name, ZA_VAR_NAME_MAX + 16, "%s/%s", self->vars.vars [v].name,
+                      za_optim_slot_name (self->optim.kind, s));
+            s_tensor_of_var (&tensors [t++], &self->vars.vars [v], name, self->slots [s]);
+        }
+    int64_t step = self->global_step;
+    tensors [t] = (za_ckpt_tensor_t) {.name = "global_step", .dtype = ZA_DTYPE_I64,
+                                      .ndim = 0, .data = &step};
+    t++;
+    char lr [32];
+    snprintf (lr, sizeof lr, "%g", (double) self->optim.learning_rate);
+    za_ckpt_meta_t meta [] = {
+        {CKPT_META_MODEL, s_model_text (self)},
+        {CKPT_META_MODEL_FN, self->model_fn->name},
+        {"optimizer", za_optim_name (self->optim.kind)},
+        {"learning_rate", lr},
+    };
+    (void) count;
+    return za_checkpoint_write_atomic (self->model_dir, self->global_step, tensors, t, meta,
+                                       (int) (sizeof meta / sizeof meta [0]),
+                                       self->config.keep_checkpoint_max);
+}
+
+static int
+s_copy_tensor (const za_checkpoint_t *ckpt, const char *name, const za_var_t *var,
+               float *block)
+{
+    const za_ckpt_tensor_t *t = za_checkpoint_find (ckpt, name);
+    if (!t)
+        return 1;
+    int same = t->dtype == ZA_DTYPE_F32 && t->ndim == var->ndim;
+    for (int d = 0; same && d < var->ndim; d++)
+        same = t->shape [d] == var->shape [d];
+    if (!same)
+        return za_error ("'%s': tensor '%s' has another shape or type than the model's",
+                         za_checkpoint_filename (ckpt), name);
+    memcpy (block + var->offset, t->data, var->size * sizeof (float));
+    return 0;
+}
+
+//  Loads variables, slots and global_step from a checkpoint. Returns 0, or
+//  -1 with an error when it belongs to another model.
+static int
+s_restore_from (za_estimator_t *self, const za_checkpoint_t *ckpt)
+{
+    const char *model = za_checkpoint_meta (ckpt, CKPT_META_MODEL);
+    if (model && strcmp (model, s_model_text (self)) != 0)
+        return za_error ("'%s' holds another model:\n  checkpoint: %s\n  this run:   %s\n"
+                         "Use another --model-dir, or the same model.",
+                         za_checkpoint_filename (ckpt), model, s_model_text (self));
+    for (int v = 0; v < self->vars.count; v++) {
+        int rc = s_copy_tensor (ckpt, self->vars.vars [v].name, &self->vars.vars [v],
+                                self->values);
+        if (rc > 0)
+            return za_error ("'%s' has no variable '%s': written by another model?",
+                             za_checkpoint_filename (ckpt), self->vars.vars [v].name);
+        if (rc < 0)
+            return -1;
+    }
+    int slot_count = za_optim_slot_count (self->optim.kind);
+    int missing = 0;
+    for (int s = 0; s < slot_count; s++)
+        for (int v = 0; v < self->vars.count; v++) {
+            char name [ZA_VAR_NAME_MAX + 16];
+            snprintf (name, sizeof name, "%s/%s", self->vars.vars [v].name,
+                      za_optim_slot_name (self->optim.kind, s));
+            int rc = s_copy_tensor (ckpt, name, &self->vars.vars [v], self->slots [s]);
+            if (rc < 0)
+                return -1;
+            missing += rc;
+        }
+    if (missing) {
+        za_info ("'%s' has no %s slots: starting them fresh",
+                 za_checkpoint_filename (ckpt), za_optim_name (self->optim.kind));
+        za_optim_init_slots (&self->optim, self->slots, self->vars.total);
+    }
+    self->global_step = za_checkpoint_step (ckpt);
+    return 0;
+}
+
+//  Restores the newest intact checkpoint if there is one. *restored tells.
+static int
+s_restore_newest (za_estimator_t *self, int *restored)
+{
+    int found_any = 0;
+    *restored = 0;
+    za_checkpoint_t *ckpt = za_checkpoint_load_newest (self->model_dir, &found_any);
+    if (!ckpt) {
+        if (found_any)
+            return za_error ("no intact checkpoint in '%s' (all are corrupt; see above)",
+                             self->model_dir);
+        return 0;
+    }
+    int rc = s_restore_from (self, ckpt);
+    za_checkpoint_destroy (&ckpt);
+    *restored = rc == 0;
+    return rc;
+}
+
+// ---------------------------------------------------------------------------
+//  Logs and metrics
+
+static int
+s_mkdirs (const char *path)
+{
+    char buf [4096];
+    snprintf (buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir (buf, 0755) && errno != EEXIST)
+                return za_error ("cannot create '%s': %s", buf, strerror (errno));
+            *p = '/';
+        }
+    if (mkdir (buf, 0755) && errno != EEXIST)
+        return za_error ("cannot create '%s': %s", buf, strerror (errno));
+    return 0;
+}
+
+static int
+s_append_line (const char *dir, const char *file, const char *line)
+{
+    if (s_mkdirs (dir))
+        return -1;
+    char path [4096];
+    snprintf (path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen (path, "a");
+    if (!f)
+        return za_error ("cannot append to '%s': %s", path, strerror (errno));
+    int ok = fputs (line, f) >= 0 && fputc ('\n', f) != EOF;
+    ok &= fclose (f) == 0;
+    return ok? 0: za_error ("cannot write '%s': %s", path, strerror (errno));
+}
+
+static void
+s_format_eta (double secs, char *buf, size_t size)
+{
+    if (!(secs >= 0) || secs > 99 * 3600)
+        snprintf (buf, size, "--");
+    else
+    if (secs >= 3600)
+        snprintf (buf, size, "%dh%02dm", (int) secs / 3600, (int) secs % 3600 / 60);
+    else
+        snprintf (buf, size, "%dm%02ds", (int) secs / 60, (int) secs % 60);
+}
+
+typedef struct {
+    int bar;                        //  redraw one line on a terminal
+    int64_t start_step;
+    double start_time;
+    double last_draw;
+    int64_t log_step;               //  step and time of the last log line
+    double log_time;
+    int64_t examples_since_log;
+    int drew;
+} s_progress_t;
+
+static void
+s_progress_update (s_progress_t *p, const za_run_config_t *config,
+                   const za_run_context_t *ctx, double now, int force)
+{
+    double elapsed = now - p->start_time;
+    int64_t done = ctx->global_step - p->start_step;
+    double rate = elapsed > 0? done / elapsed: 0;
+    char eta [32];
+    s_format_eta (rate > 0? (ctx->max_steps - ctx->global_step) / rate: -1, eta, sizeof eta);
+    int log_due = config->log_step_count_steps > 0
+                  && ctx->global_step % config->log_step_count_steps == 0;
+    if (log_due || (force && !p->bar)) {
+        double span = now - p->log_time;
+        double steps_per_sec = span > 0? (ctx->global_step - p->log_step) / span: 0;
+        double examples_per_sec = span > 0? p->examples_since_log / span: 0;
+        if (!p->bar)
+            fprintf (stderr, "zactor: step %" PRId64 "/%" PRId64 " loss %.4f  "
+                     "%.1f steps/s  %.0f examples/s  ETA %s\n", ctx->global_step,
+                     ctx->max_steps, ctx->loss, steps_per_sec, examples_per_sec, eta);
+        p->log_step = ctx->global_step;
+        p->log_time = now;
+        p->examples_since_log = 0;
+    }
+    if (p->bar && (force || now - p->last_draw >= PROGRESS_REDRAW_SECS)) {
+        const int width = 24;
+        double frac = ctx->max_steps > 0? (double) ctx->global_step / ctx->max_steps: 1;
+        int filled = (int) (frac * width);
+        char bar [32];
+        for (int i = 0; i < width; i++)
+            bar [i] = i < filled? '#': '.';
+        bar [width] = 0;
+        fprintf (stderr, "\r[%s] step %" PRId64 "/%" PRId64 " loss %.4f %.0f ex/s ETA %s  ",
+                 bar, ctx->global_step, ctx->max_steps, ctx->loss,
+                 rate * ctx->batch_size, eta);
+        p->last_draw = now;
+        p->drew = 1;
+    }
+}
+
+// ---------------------------------------------------------------------------
+//  Train
+
+int
+za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
+                    int64_t max_steps)
+{
+    if (!self->model_dir)
+        return za_error ("train: RunConfig.model_dir is not set");
+    if (max_steps <= 0)
+        return za_error ("train: max_steps must be positive (got %" PRId64 ")", max_steps);
+    int restored;
+    if (s_restore_newest (self, &restored))
+        return -1;
+    if (restored)
+        za_info ("restored step %" PRId64 " from '%s'", self->global_step, self->model_dir);
+    if (self->global_step >= max_steps) {
+        za_info ("'%s' is already at step %" PRId64 " >= max_steps %" PRId64
+                 ": nothing to train", self->model_dir, self->global_step, max_steps);
+        return 0;
+    }
+    if (s_mkdirs (self->model_dir))
+        return -1;
+    za_input_t *input = input_fn (arg, ZA_MODE_TRAIN);
+    if (!input)
+        return -1;
+
+    for (int h = 0; h < self->hook_count; h++)
+        if (self->hooks [h].begin)
+            self->hooks [h].begin (self->hooks [h].arg, self->global_step);
+    double start = za_clock_mono ();
+    s_progress_t progress = {
+        .bar = self->config.progress > 0 || (self->config.progress < 0 && isatty (2)),
+        .start_step = self->global_step,
+        .start_time = start,
+        .log_step = self->global_step,
+        .log_time = start,
+    };
+    double last_save_time = start;
+    int64_t last_saved_step = restored? self->global_step: -1;
+    double summary_loss = 0;
+    int64_t summary_steps = 0, summary_examples = 0, summary_step0 = self->global_step;
+    double summary_time0 = start;
+    za_run_context_t ctx = {.global_step = self->global_step, .max_steps = max_steps};
+    int rc = 0, stop = 0;
+    while (self->global_step < max_steps && !stop) {
+        za_batch_t batch;
+        int got = za_input_next (input, &batch);
+        if (got <= 0)
+            break;
+        if (s_plan (self, batch.size)) {
+            rc = -1;
+            break;
+        }
+        ctx.global_step = self->global_step;
+        ctx.batch_size = batch.size;
+        for (int h = 0; h < self->hook_count; h++)
+            if (self->hooks [h].before_run)
+                self->hooks [h].before_run (self->hooks [h].arg, &ctx);
+        memset (self->grads, 0, self->vars.total * sizeof (float));
+        za_spec_t spec;
+        if (self->model_fn->model_fn (self->state, batch.features, batch.labels, batch.size,
+                                      ZA_MODE_TRAIN, self->values, self->grads,
+                                      self->global_step, &spec)) {
+            rc = -1;
+            break;
+        }
+        za_optim_apply (&self->optim, self->global_step + 1, self->values, self->grads,
+                        self->slots, self->vars.total);
+        self->global_step++;
+        double now = za_clock_mono ();
+        ctx.global_step = self->global_step;
+        ctx.loss = spec.loss_sum / batch.size;
+        ctx.elapsed_secs = now - start;
+        summary_loss += ctx.loss;
+        summary_steps++;
+        summary_examples += batch.size;
+        progress.examples_since_log += batch.size;
+        for (int h = 0; h < self->hook_count; h++)
+            if (self->hooks [h].after_run && self->hooks [h].after_run (self->hooks [h].arg, &ctx))
+                stop = 1;
+        s_progress_update (&progress, &self->config, &ctx, now, 0);
+        if (self->config.save_summary_steps > 0
+            && self->global_step % self->config.save_summary_steps == 0) {
+            double span = now - summary_time0;
+            char line [256];
+            snprintf (line, sizeof line,
+                      "{\"global_step\": %" PRId64 ", \"loss\": %.6f, \"steps_per_sec\": %.3f, "
+                      "\"examples_per_sec\": %.1f, \"wall_time\": %.3f}",
+                      self->global_step, summary_loss / summary_steps,
+                      span > 0? (self->global_step - summary_step0) / span: 0,
+                      span > 0? summary_examples / span: 0, za_clock_wall ());
+            if (s_append_line (self->model_dir, "metrics.jsonl", line)) {
+                rc = -1;
+                break;
+            }
+            summary_loss = 0, summary_steps = 0, summary_examples = 0;
+            summary_step0 = self->global_step, summary_time0 = now;
+        }
+        int save_due = self->config.save_checkpoints_steps > 0
+            ? self->global_step % self->config.save_checkpoints_steps == 0
+            : self->config.save_checkpoints_secs > 0
+              && now - last_save_time >= self->config.save_checkpoints_secs;
+        if (save_due && self->global_step < max_steps) {
+            if (s_save (self)) {
+                rc = -1;
+                break;
+            }
+            last_save_time = now;
+            last_saved_step = self->global_step;
+        }
+    }
+    za_input_destroy (&input);
+    if (progress.bar && progress.drew) {
+        s_progress_update (&progress, &self->config, &ctx, za_clock_mono (), 1);
+        fputc ('\n', stderr);
+    }
+    //  The final step is always saved, also when the input ended early.
+    if (rc == 0 && self->global_step != last_saved_step && self->global_step > 0)
+        rc = s_save (self);
+    for (int h = 0; h < self->hook_count; h++)
+        if (self->hooks [h].end)
+            self->hooks [h].end (self->hooks [h].arg, &ctx);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------
+//  Evaluate and predict
+
+//  Loads the newest checkpoint for evaluate / predict.
+static int
+s_load_for_inference (za_estimator_t *self, const char *what)
+{
+    if (!self->model_dir)
+        return za_error ("%s: RunConfig.model_dir is not set", what);
+    int restored;
+    if (s_restore_newest (self, &restored))
+        return -1;
+    if (!restored)
+        return za_error ("%s: no checkpoint in '%s': train first", what, self->model_dir);
+    return 0;
+}
+
+int
+za_estimator_evaluate (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
+                       int64_t steps, za_eval_result_t *result)
+{
+    memset (result, 0, sizeof *result);
+    if (s_load_for_inference (self, "evaluate"))
+        return -1;
+    za_input_t *input = input_fn (arg, ZA_MODE_EVAL);
+    if (!input)
+        return -1;
+    double start = za_clock_mono (), loss_sum = 0;
+    int64_t correct = 0, examples = 0;
+    int rc = 0;
+    for (int64_t b = 0; steps <= 0 || b < steps; b++) {
+        za_batch_t batch;
+        if (za_input_next (input, &batch) <= 0)
+            break;
+        za_spec_t spec;
+        if (s_plan (self, batch.size)
+            || self->model_fn->model_fn (self->state, batch.features, batch.labels, batch.size,
+                                         ZA_MODE_EVAL, self->values, NULL, self->global_step,
+                                         &spec)) {
+            rc = -1;
+            break;
+        }
+        loss_sum += spec.loss_sum;
+        correct += spec.correct;
+        examples += batch.size;
+    }
+    za_input_destroy (&input);
+    if (rc)
+        return -1;
+    if (examples == 0)
+        return za_error ("evaluate: the input gave no examples");
+    result->global_step = self->global_step;
+    result->loss = loss_sum / (double) examples;
+    result->accuracy = (double) correct / (double) examples;
+    result->examples = examples;
+    result->seconds = za_clock_mono () - start;
+    char dir [4096], line [256];
+    snprintf (dir, sizeof dir, "%s/eval", self->model_dir);
+    snprintf (line, sizeof line,
+              "{\"global_step\": %" PRId64 ", \"loss\": %.6f, \"accuracy\": %.6f, "
+              "\"examples\": %" PRId64 ", \"seconds\": %.3f, \"wall_time\": %.3f}",
+              result->global_step, result->loss, result->accuracy, result->examples,
+              result->seconds, za_clock_wall ());
+    return s_append_line (dir, "metrics.jsonl", line);
+}
+
+int64_t
+za_estimator_predict (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
+                      za_predict_fn_t fn, void *fn_arg)
+{
+    if (s_load_for_inference (self, "predict"))
+        return -1;
+    za_input_t *input = input_fn (arg, ZA_MODE_PREDICT);
+    if (!input)
+        return -1;
+    int64_t index = 0;
+    int rc = 0, stop = 0;
+    while (!stop) {
+        za_batch_t batch;
+        if (za_input_next (input, &batch) <= 0)
+            break;
+        za_spec_t spec;
+        if (s_plan (self, batch.size)
+            || self->model_fn->model_fn (self->state, batch.features, NULL, batch.size,
+                                         ZA_MODE_PREDICT, self->values, NULL,
+                                         self->global_step, &spec)) {
+            rc = -1;
+            break;
+        }
+        for (int r = 0; r < batch.size && !stop; r++, index++) {
+            const float *z = spec.logits + (size_t) r * spec.n_classes;
+            int best = 0;
+            for (int k = 1; k < spec.n_classes; k++)
+                if (z [k] > z [best])
+                    best = k;
+            stop = fn (fn_arg, index, z, spec.n_classes, best);
+        }
+    }
+    za_input_destroy (&input);
+    return rc? -1: index;
+}

@@ -1,0 +1,94 @@
+/*  za_dataset.h: the input pipeline. Loads MNIST-format IDX files (gzipped or
+    not) or in-memory arrays into a dataset, then streams batches through
+    shard -> shuffle -> repeat -> batch -> prefetch, the order of tf.data's
+    `ds.shard(n,i).shuffle(buf, seed).repeat(epochs).batch(b).prefetch(k)`.  */
+#ifndef ZA_DATASET_H_INCLUDED
+#define ZA_DATASET_H_INCLUDED
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//  Where Debian's dataset-fashion-mnist package puts the files.
+#define ZA_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+//  An in-memory labelled data set: `count` examples of height x width x channels
+//  float features (NHWC, pixels scaled to [0, 1]) and one int32 label each.
+typedef struct {
+    int64_t count;
+    int height, width, channels;
+    int64_t feature_size;       //  height * width * channels
+    float *features;            //  [count, feature_size], owned, 64-byte aligned
+    int32_t *labels;            //  [count], owned
+    int n_classes;              //  1 + the largest label
+} za_dataset_t;
+
+//  Loads an IDX image file (magic 0x00000803, uint8, dims count x rows x cols)
+//  and its IDX label file (magic 0x00000801, uint8, dim count). Either may be
+//  gzipped (detected by content, not name). Pixels become value / 255.
+//  Returns NULL with one error naming the file and what was wrong: missing,
+//  unreadable, wrong magic, truncated (fewer bytes than the header declares),
+//  or image and label counts that differ.
+za_dataset_t *za_dataset_load_idx (const char *images_path, const char *labels_path);
+
+//  Loads "<dir>/<split>-images-idx3-ubyte[.gz]" and
+//  "<dir>/<split>-labels-idx1-ubyte[.gz]"; split is "train" or "t10k".
+//  Prefers the .gz name when both exist.
+za_dataset_t *za_dataset_load_dir (const char *dir, const char *split);
+
+//  Builds a dataset from caller arrays (the numpy_input_fn case); copies them.
+//  Labels must be >= 0. Returns NULL with an error on bad arguments.
+za_dataset_t *za_dataset_from_arrays (const float *features, const int32_t *labels,
+                                      int64_t count, int height, int width, int channels);
+
+//  Frees the dataset and sets *self_p to NULL. Safe on NULL.
+void za_dataset_destroy (za_dataset_t **self_p);
+
+//  How to stream a dataset.
+typedef struct {
+    int num_shards;             //  shard (num_shards, shard_index): keep examples
+    int shard_index;            //  i, i + n, i + 2n, ...; default 1, 0 (all)
+    int shuffle_buffer;         //  0: no shuffle; >= count: full permutation
+    uint64_t seed;              //  shuffle seed; each epoch reshuffles
+    int epochs;                 //  repeat (epochs); -1 repeats forever
+    int batch_size;             //  > 0
+    int drop_remainder;         //  1: drop the last partial batch of the stream
+    int prefetch;               //  batches prepared ahead on a background thread;
+                                //  0: prepared on the caller's thread
+} za_input_config_t;
+
+//  Defaults: 1 shard, no shuffle, seed 0, 1 epoch, batch 32, keep remainder,
+//  prefetch 2.
+za_input_config_t za_input_config_default (void);
+
+//  One batch. Memory belongs to the iterator and stays valid until the next
+//  za_input_next or za_input_destroy.
+typedef struct {
+    const float *features;      //  [size, feature_size]
+    const int32_t *labels;      //  [size]
+    int size;                   //  examples in this batch
+} za_batch_t;
+
+typedef struct _za_input_t za_input_t;
+
+//  Creates an iterator over `dataset` (which must outlive it). Returns NULL
+//  with an error on a bad config (batch_size <= 0, shard_index out of range,
+//  epochs == 0 or < -1, negative buffer sizes).
+za_input_t *za_input_new (const za_dataset_t *dataset, const za_input_config_t *config);
+
+//  Fills *batch with the next batch. Returns 1 when a batch was produced,
+//  0 at the end of the stream.
+int za_input_next (za_input_t *self, za_batch_t *batch);
+
+//  Examples one pass (epoch) over this iterator's shard yields.
+int64_t za_input_shard_count (const za_input_t *self);
+
+//  Stops the prefetch thread, frees the iterator, sets *self_p to NULL.
+void za_input_destroy (za_input_t **self_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

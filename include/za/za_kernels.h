@@ -1,0 +1,117 @@
+/*  za_kernels.h: the numeric back end interface. Every layer is a forward /
+    backward pair over flat float buffers (NHWC activations, HWIO conv kernels,
+    [in, out] dense kernels); parameter gradients are accumulated with +=.
+
+    One interface, several back ends: za_backend_cpu () is OpenBLAS (im2col +
+    sgemm for convolutions); a CUDA back end fills the same table. Callers hold
+    a const za_backend_t * and never call a back end's functions by name.
+    Buffers passed to a back end live in its memory (host memory for the CPU).  */
+#ifndef ZA_KERNELS_H_INCLUDED
+#define ZA_KERNELS_H_INCLUDED
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "za/za_util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { ZA_PADDING_VALID = 0, ZA_PADDING_SAME = 1 } za_padding_t;
+typedef enum { ZA_ACT_NONE = 0, ZA_ACT_RELU = 1 } za_act_t;
+
+//  The geometry of a 2-D convolution over an NHWC batch, computed once by
+//  za_conv2d_dims. SAME padding follows TensorFlow: out = ceil (in / stride),
+//  the extra row/column of padding goes to the bottom/right.
+typedef struct {
+    int n, h, w, c;             //  input
+    int kh, kw;                 //  kernel size
+    int stride;
+    int pad_top, pad_left;
+    int oh, ow, oc;             //  output
+} za_conv2d_dims_t;
+
+//  Fills *dims. Returns 0, or -1 with an error when the output would be empty.
+int za_conv2d_dims (za_conv2d_dims_t *dims, int n, int h, int w, int c,
+                    int filters, int kernel, int stride, za_padding_t padding);
+//  Floats of the im2col buffer a convolution with these dims needs.
+size_t za_conv2d_cols_floats (const za_conv2d_dims_t *dims);
+
+//  The geometry of a max-pool (VALID padding, window `pool`, step `stride`).
+typedef struct {
+    int n, h, w, c;
+    int pool, stride;
+    int oh, ow;
+} za_pool2d_dims_t;
+
+int za_pool2d_dims (za_pool2d_dims_t *dims, int n, int h, int w, int c,
+                    int pool, int stride);
+
+typedef struct {
+    const char *name;
+
+    //  out[n,oh,ow,oc] = act (sum in * kernel + bias). `cols` (cols_floats)
+    //  keeps the im2col matrix for the backward pass.
+    void (*conv2d_forward) (const za_conv2d_dims_t *d, const float *in,
+                            const float *kernel, const float *bias, za_act_t act,
+                            float *cols, float *out);
+    //  dout is the gradient w.r.t. out; with act RELU it is masked in place by
+    //  out > 0 first. dkernel += , dbias += ; din (may be NULL: not needed for
+    //  the first layer) is overwritten. dcols is scratch of cols_floats.
+    void (*conv2d_backward) (const za_conv2d_dims_t *d, const float *cols,
+                             const float *kernel, const float *out, za_act_t act,
+                             float *dout, float *dkernel, float *dbias,
+                             float *dcols, float *din);
+
+    //  out[n, units] = act (in[n, in_dim] @ kernel[in_dim, units] + bias).
+    void (*dense_forward) (int n, int in_dim, int units, const float *in,
+                           const float *kernel, const float *bias, za_act_t act,
+                           float *out);
+    //  As conv2d_backward, for dense. din may be NULL.
+    void (*dense_backward) (int n, int in_dim, int units, const float *in,
+                            const float *kernel, const float *out, za_act_t act,
+                            float *dout, float *dkernel, float *dbias, float *din);
+
+    //  Max-pool; argmax[i] remembers which input fed out[i].
+    void (*maxpool_forward) (const za_pool2d_dims_t *d, const float *in,
+                             float *out, int32_t *argmax);
+    //  din is overwritten: zero except at the argmax positions.
+    void (*maxpool_backward) (const za_pool2d_dims_t *d, const float *dout,
+                              const int32_t *argmax, float *din);
+
+    void (*relu_forward) (size_t count, const float *in, float *out);
+    //  din = dout where out > 0, else 0.
+    void (*relu_backward) (size_t count, const float *out, const float *dout,
+                           float *din);
+
+    //  Inverted dropout: out = in * mask, mask 0 (probability rate) or
+    //  1 / (1 - rate). In eval, callers skip the layer.
+    void (*dropout_forward) (size_t count, float rate, za_rng_t *rng,
+                             const float *in, float *mask, float *out);
+    void (*dropout_backward) (size_t count, const float *mask, const float *dout,
+                              float *din);
+
+    //  Mean sparse softmax cross-entropy over n rows of `classes` logits.
+    //  Returns the sum of the per-row losses; *correct gets the number of rows
+    //  whose argmax equals the label. dlogits (may be NULL) = (softmax -
+    //  onehot) / n. A label outside [0, classes) counts as wrong and adds no
+    //  gradient; *invalid (may be NULL) gets how many there were.
+    double (*softmax_xent) (int n, int classes, const float *logits,
+                            const int32_t *labels, float *dlogits, int *correct,
+                            int *invalid);
+
+    //  Buffers in this back end's memory, zeroed. Free with buffer_free.
+    void *(*buffer_alloc) (size_t bytes);
+    void (*buffer_free) (void *p);
+    //  Threads the back end may use (OpenBLAS threads for the CPU).
+    void (*set_threads) (int threads);
+} za_backend_t;
+
+//  The CPU back end (OpenBLAS). Never NULL.
+const za_backend_t *za_backend_cpu (void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

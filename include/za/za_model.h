@@ -1,0 +1,163 @@
+/*  za_model.h: models. A model is a model_fn (the Estimator contract: given
+    features, labels and a mode, compute logits, the loss and in TRAIN the
+    gradients) over variables that live in one contiguous block described by a
+    (name, offset, shape) table. The layer stack, written as text such as
+    "conv2d(32,3,relu) maxpool(2) flatten dense(10)" or built from C, is the
+    model_fn most users need; dnn_classifier and linear_classifier are
+    premade stacks.                                                        */
+#ifndef ZA_MODEL_H_INCLUDED
+#define ZA_MODEL_H_INCLUDED
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "za/za_kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZA_MAX_VARS 64
+#define ZA_VAR_NAME_MAX 64
+#define ZA_MAX_DIMS 4
+#define ZA_MAX_LAYERS 32
+#define ZA_SPEC_TEXT_MAX 1024
+
+// ---------------------------------------------------------------------------
+//  Variables: one block, a table of (name, offset, shape).
+
+typedef struct {
+    char name [ZA_VAR_NAME_MAX];
+    size_t offset;                      //  in floats from the block's start
+    size_t size;                        //  floats
+    int ndim;
+    int64_t shape [ZA_MAX_DIMS];
+} za_var_t;
+
+typedef struct {
+    int count;
+    za_var_t vars [ZA_MAX_VARS];
+    size_t total;                       //  floats in the block
+} za_vars_t;
+
+//  Appends a variable; offsets are padded to 16 floats so each variable starts
+//  64-byte aligned. Returns its index, or -1 with an error (table full, name
+//  too long or taken, empty shape).
+int za_vars_add (za_vars_t *vars, const char *name, int ndim, const int64_t *shape);
+//  Index of the variable named `name`, or -1.
+int za_vars_find (const za_vars_t *vars, const char *name);
+
+// ---------------------------------------------------------------------------
+//  The Estimator contract.
+
+typedef enum { ZA_MODE_TRAIN = 0, ZA_MODE_EVAL = 1, ZA_MODE_PREDICT = 2 } za_mode_t;
+
+//  What a model_fn returns for one batch (TensorFlow's EstimatorSpec).
+typedef struct {
+    const float *logits;        //  [n, n_classes], owned by the model state
+    int n_classes;
+    double loss_sum;            //  sum of per-example losses (TRAIN, EVAL)
+    int correct;                //  examples whose argmax equals the label
+} za_spec_t;
+
+//  The shape of one input example (NHWC without N).
+typedef struct {
+    int height, width, channels;
+} za_input_shape_t;
+
+typedef struct {
+    const char *name;
+    //  Declares the model's variables in `vars` and returns its private state,
+    //  planned for batches of up to batch_max examples (every buffer a step
+    //  needs is allocated here; the step allocates nothing). NULL on error.
+    void *(*create) (const void *params, za_input_shape_t input, int batch_max,
+                     const za_backend_t *backend, za_vars_t *vars);
+    //  Writes the variables' starting values into `values` (seeded).
+    void (*init_vars) (void *state, const za_vars_t *vars, float *values,
+                       uint64_t seed);
+    //  The model_fn. features [n, H*W*C], labels [n] (NULL in PREDICT),
+    //  n <= batch_max. In TRAIN it adds d(mean loss)/d(variables) into grads;
+    //  in EVAL and PREDICT grads is NULL. `step` seeds dropout. Returns 0 or
+    //  -1 with an error.
+    int (*model_fn) (void *state, const float *features, const int32_t *labels,
+                     int n, za_mode_t mode, const float *values, float *grads,
+                     int64_t step, za_spec_t *spec);
+    //  Frees the state, sets *state_p to NULL.
+    void (*destroy) (void **state_p);
+    //  A text that names the model for checkpoint metadata (may be NULL).
+    const char *(*describe) (const void *params);
+} za_model_fn_t;
+
+// ---------------------------------------------------------------------------
+//  Layer stacks.
+
+typedef enum {
+    ZA_LAYER_CONV2D = 0,
+    ZA_LAYER_MAXPOOL,
+    ZA_LAYER_FLATTEN,
+    ZA_LAYER_DENSE,
+    ZA_LAYER_RELU,
+    ZA_LAYER_DROPOUT
+} za_layer_type_t;
+
+typedef struct {
+    za_layer_type_t type;
+    int units;                  //  conv2d filters, dense units
+    int kernel;                 //  conv2d kernel size
+    int stride;                 //  conv2d stride (1), maxpool stride (= pool)
+    za_padding_t padding;       //  conv2d (valid)
+    int pool;                   //  maxpool window
+    za_act_t act;               //  conv2d, dense (none)
+    float rate;                 //  dropout
+} za_layer_spec_t;
+
+typedef struct {
+    int count;
+    za_layer_spec_t layers [ZA_MAX_LAYERS];
+    char text [ZA_SPEC_TEXT_MAX];   //  canonical text, set by za_stack_finish
+} za_stack_spec_t;
+
+//  Parses a stack. Grammar: layers separated by spaces;
+//    conv2d(FILTERS, KERNEL [, STRIDE] [, relu] [, same|valid]
+//           [, stride=S] [, padding=same|valid] [, activation=relu|none])
+//    maxpool(POOL [, STRIDE])   flatten   relu   dropout(RATE)
+//    dense(UNITS [, relu] [, activation=relu|none])
+//  The last layer must be dense (its units are the classes). On a mistake it
+//  returns -1 with an error that quotes the text and points at the bad token.
+int za_stack_parse (const char *text, za_stack_spec_t *spec);
+
+//  C builders. Each returns 0 or -1 with an error (stack full, bad argument).
+void za_stack_init (za_stack_spec_t *spec);
+int za_stack_conv2d (za_stack_spec_t *spec, int filters, int kernel, int stride,
+                     za_padding_t padding, za_act_t act);
+int za_stack_maxpool (za_stack_spec_t *spec, int pool, int stride);
+int za_stack_flatten (za_stack_spec_t *spec);
+int za_stack_dense (za_stack_spec_t *spec, int units, za_act_t act);
+int za_stack_relu (za_stack_spec_t *spec);
+int za_stack_dropout (za_stack_spec_t *spec, float rate);
+//  Checks the stack (ends in dense) and writes its canonical text.
+int za_stack_finish (za_stack_spec_t *spec);
+
+//  Premade models (TensorFlow's DNNClassifier and LinearClassifier): a flatten,
+//  dense(h, relu) per hidden layer, dense(n_classes). n_classes >= 2.
+int za_dnn_classifier_spec (za_stack_spec_t *spec, const int *hidden_units,
+                            int hidden_count, int n_classes);
+int za_linear_classifier_spec (za_stack_spec_t *spec, int n_classes);
+
+//  The seed CNN of the TensorFlow Estimator tutorials for Fashion-MNIST.
+#define ZA_SEED_CNN "conv2d(32,3,relu) maxpool(2) conv2d(64,3,relu) maxpool(2) " \
+                    "conv2d(64,3,relu) flatten dense(64,relu) dense(10)"
+
+//  The model_fn of a layer stack; `params` is a za_stack_spec_t *. Variables
+//  are named like Keras's: conv2d/kernel, conv2d/bias, conv2d_1/kernel, ...,
+//  dense/kernel, dense_1/kernel; kernels Glorot-uniform, biases zero.
+const za_model_fn_t *za_stack_model_fn (void);
+
+//  Floating-point operations of one forward pass of one example through the
+//  stack (multiply-add = 2), for GFLOP/s figures. -1 on a bad stack.
+double za_stack_forward_flops (const za_stack_spec_t *spec, za_input_shape_t input);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

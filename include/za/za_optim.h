@@ -1,0 +1,63 @@
+/*  za_optim.h: optimizers over one contiguous parameter block. Each optimizer
+    is a short loop; its slots (momentum, Adam's m and v, Adagrad's
+    accumulator) are blocks of the same length as the parameters.          */
+#ifndef ZA_OPTIM_H_INCLUDED
+#define ZA_OPTIM_H_INCLUDED
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZA_OPTIM_MAX_SLOTS 2
+
+typedef enum {
+    ZA_OPT_SGD = 0,
+    ZA_OPT_MOMENTUM = 1,
+    ZA_OPT_ADAM = 2,
+    ZA_OPT_ADAGRAD = 3
+} za_optimizer_t;
+
+typedef struct {
+    za_optimizer_t kind;
+    float learning_rate;
+    float momentum;             //  Momentum: 0.9
+    int nesterov;               //  Momentum: 0
+    float beta1, beta2;         //  Adam: 0.9, 0.999
+    float epsilon;              //  Adam: 1e-7 (Keras), Adagrad: 1e-7
+    float initial_accumulator;  //  Adagrad: 0.1 (TensorFlow)
+} za_optim_config_t;
+
+//  The defaults above for `kind`, with learning rate 1e-3 for Adam and 0.01
+//  for the others (Keras's defaults).
+za_optim_config_t za_optim_config_default (za_optimizer_t kind);
+
+//  "sgd", "momentum", "adam", "adagrad" (case-insensitive). Returns 0, or -1
+//  with an error listing the known names.
+int za_optim_parse (const char *name, za_optimizer_t *kind);
+const char *za_optim_name (za_optimizer_t kind);
+
+//  Slots this optimizer keeps (0, 1 or 2) and their names ("momentum", "m",
+//  "v", "accumulator"), used as checkpoint tensor name suffixes.
+int za_optim_slot_count (za_optimizer_t kind);
+const char *za_optim_slot_name (za_optimizer_t kind, int slot);
+
+//  Sets the slots' starting values (zero, or Adagrad's initial accumulator).
+void za_optim_init_slots (const za_optim_config_t *config, float **slots, size_t n);
+
+//  One update of n parameters with gradients `grads`. `step` counts updates
+//  including this one (1 for the first), for Adam's bias correction.
+//    SGD:      w -= lr * g
+//    Momentum: a = mu * a + g;  w -= lr * a   (nesterov: w -= lr * (g + mu * a))
+//    Adam:     m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//              w -= lr * (m / (1 - b1^t)) / (sqrt (v / (1 - b2^t)) + eps)
+//    Adagrad:  a += g^2;  w -= lr * g / (sqrt (a) + eps)
+void za_optim_apply (const za_optim_config_t *config, int64_t step, float *params,
+                     const float *grads, float **slots, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,59 @@
+/*  za_util.h: the small things every module needs: aligned buffers, a seeded
+    random generator, monotonic time, and one error/log channel.
+
+    Errors: a function that fails calls za_error (...) once, where the reason is
+    known, and returns -1 (or NULL). The message goes to stderr and is kept in a
+    per-thread buffer that za_last_error () returns, so callers and tests can show
+    or check it without parsing stderr.                                          */
+#ifndef ZA_UTIL_H_INCLUDED
+#define ZA_UTIL_H_INCLUDED
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZA_ALIGN_BYTES 64
+#define ZA_ERROR_MAX_CHARS 512
+
+//  Allocates n bytes aligned to ZA_ALIGN_BYTES, zero-filled. Returns NULL (and
+//  sets the error) when out of memory. Free with za_free.
+void *za_alloc (size_t n);
+void za_free (void *p);
+
+//  Records an error message (printf format), writes "zactor: error: MSG" to
+//  stderr unless quiet mode is on. Always returns -1 so callers can
+//  `return za_error (...)`.
+int za_error (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
+//  The last error recorded on this thread ("" if none).
+const char *za_last_error (void);
+//  Clears the last error on this thread.
+void za_error_clear (void);
+//  1 silences the stderr copy of errors (tests that provoke errors on purpose).
+void za_error_set_quiet (int quiet);
+
+//  Informational log line to stderr: "zactor: MSG".
+void za_info (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
+
+//  Seeded pseudo-random generator (splitmix64-seeded xoshiro128+ style state).
+typedef struct {
+    uint64_t s[2];
+} za_rng_t;
+
+void za_rng_seed (za_rng_t *rng, uint64_t seed);
+uint64_t za_rng_next (za_rng_t *rng);
+//  Uniform float in [0, 1).
+float za_rng_uniform (za_rng_t *rng);
+//  Uniform integer in [0, n), n > 0.
+uint32_t za_rng_below (za_rng_t *rng, uint32_t n);
+
+//  Monotonic clock in seconds, and wall clock (Unix epoch) in seconds.
+double za_clock_mono (void);
+double za_clock_wall (void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,122 @@
+/*  za_optim.c: SGD, Momentum, Adam and Adagrad as one loop each over the
+    contiguous parameter block.                                              */
+#include "za/za_optim.h"
+#include "za/za_util.h"
+
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+
+static const char *s_names [] = {"sgd", "momentum", "adam", "adagrad"};
+
+za_optim_config_t
+za_optim_config_default (za_optimizer_t kind)
+{
+    za_optim_config_t config = {
+        .kind = kind,
+        .learning_rate = kind == ZA_OPT_ADAM? 1e-3f: 0.01f,
+        .momentum = 0.9f,
+        .nesterov = 0,
+        .beta1 = 0.9f,
+        .beta2 = 0.999f,
+        .epsilon = 1e-7f,
+        .initial_accumulator = 0.1f,
+    };
+    return config;
+}
+
+int
+za_optim_parse (const char *name, za_optimizer_t *kind)
+{
+    for (int i = 0; i < 4; i++)
+        if (strcasecmp (name, s_names [i]) == 0) {
+            *kind = (za_optimizer_t) i;
+            return 0;
+        }
+    return za_error ("unknown optimizer '%s' (known: sgd, momentum, adam, adagrad)", name);
+}
+
+const char *
+za_optim_name (za_optimizer_t kind)
+{
+    return (unsigned) kind < 4? s_names [kind]: "?";
+}
+
+int
+za_optim_slot_count (za_optimizer_t kind)
+{
+    return kind == ZA_OPT_ADAM? 2: kind == ZA_OPT_SGD? 0: 1;
+}
+
+const char *
+za_optim_slot_name (za_optimizer_t kind, int slot)
+{
+    switch (kind) {
+        case ZA_OPT_MOMENTUM: return "momentum";
+        case ZA_OPT_ADAM:     return slot == 0? "m": "v";
+        case ZA_OPT_ADAGRAD:  return "accumulator";
+        default:              return "?";
+    }
+}
+
+void
+za_optim_init_slots (const za_optim_config_t *config, float **slots, size_t n)
+{
+    int count = za_optim_slot_count (config->kind);
+    for (int s = 0; s < count; s++) {
+        if (config->kind == ZA_OPT_ADAGRAD)
+            for (size_t i = 0; i < n; i++)
+                slots [s][i] = config->initial_accumulator;
+        else
+            memset (slots [s], 0, n * sizeof (float));
+    }
+}
+
+void
+za_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float *g,
+                float **slots, size_t n)
+{
+    const float lr = c->learning_rate;
+    switch (c->kind) {
+        case ZA_OPT_SGD:
+            for (size_t i = 0; i < n; i++)
+                w [i] -= lr * g [i];
+            break;
+        case ZA_OPT_MOMENTUM: {
+            float *a = slots [0];
+            const float mu = c->momentum;
+            if (c->nesterov)
+                for (size_t i = 0; i < n; i++) {
+                    a [i] = mu * a [i] + g [i];
+                    w [i] -= lr * (g [i] + mu * a [i]);
+                }
+            else
+                for (size_t i = 0; i < n; i++) {
+                    a [i] = mu * a [i] + g [i];
+                    w [i] -= lr * a [i];
+                }
+            break;
+        }
+        case ZA_OPT_ADAM: {
+            float *m = slots [0], *v = slots [1];
+            const float b1 = c->beta1, b2 = c->beta2, eps = c->epsilon;
+            const float m_scale = (float) (1.0 / (1.0 - pow (b1, (double) step)));
+            const float v_scale = (float) (1.0 / (1.0 - pow (b2, (double) step)));
+            for (size_t i = 0; i < n; i++) {
+                m [i] = b1 * m [i] + (1 - b1) * g [i];
+                v [i] = b2 * v [i] + (1 - b2) * g [i] * g [i];
+                w [i] -= lr * (m [i] * m_scale) / (sqrtf (v [i] * v_scale) + eps);
+            }
+            break;
+        }
+        case ZA_OPT_ADAGRAD: {
+            float *a = slots [0];
+            const float eps = c->epsilon;
+            for (size_t i = 0; i < n; i++) {
+                a [i] += g [i] * g [i];
+                w [i] -= lr * g [i] / (sqrtf (a [i]) + eps);
+            }
+            break;
+        }
+    }
+}

@@ -1,0 +1,130 @@
+/*  za_util.c: aligned allocation, the error channel, the seeded RNG and clocks.
+    Kept free of ZeroMQ so kernels/ can use it.                                  */
+#include "za/za_util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char s_last_error [ZA_ERROR_MAX_CHARS];
+static int s_quiet;
+
+void *
+za_alloc (size_t n)
+{
+    size_t rounded = (n + ZA_ALIGN_BYTES - 1) / ZA_ALIGN_BYTES * ZA_ALIGN_BYTES;
+    if (rounded == 0)
+        rounded = ZA_ALIGN_BYTES;
+    void *p = aligned_alloc (ZA_ALIGN_BYTES, rounded);
+    if (!p) {
+        za_error ("out of memory allocating %zu bytes", n);
+        return NULL;
+    }
+    memset (p, 0, rounded);
+    return p;
+}
+
+void
+za_free (void *p)
+{
+    free (p);
+}
+
+int
+za_error (const char *fmt, ...)
+{
+    va_list args;
+    va_start (args, fmt);
+    vsnprintf (s_last_error, sizeof s_last_error, fmt, args);
+    va_end (args);
+    if (!s_quiet)
+        fprintf (stderr, "zactor: error: %s\n", s_last_error);
+    return -1;
+}
+
+const char *
+za_last_error (void)
+{
+    return s_last_error;
+}
+
+void
+za_error_clear (void)
+{
+    s_last_error [0] = 0;
+}
+
+void
+za_error_set_quiet (int quiet)
+{
+    s_quiet = quiet;
+}
+
+void
+za_info (const char *fmt, ...)
+{
+    char line [1024];
+    va_list args;
+    va_start (args, fmt);
+    vsnprintf (line, sizeof line, fmt, args);
+    va_end (args);
+    fprintf (stderr, "zactor: %s\n", line);
+}
+
+static uint64_t
+s_splitmix64 (uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void
+za_rng_seed (za_rng_t *rng, uint64_t seed)
+{
+    rng->s [0] = s_splitmix64 (&seed);
+    rng->s [1] = s_splitmix64 (&seed);
+}
+
+//  xorshift128+: fast, good enough for shuffles, dropout and initialisation.
+uint64_t
+za_rng_next (za_rng_t *rng)
+{
+    uint64_t s1 = rng->s [0];
+    const uint64_t s0 = rng->s [1];
+    rng->s [0] = s0;
+    s1 ^= s1 << 23;
+    rng->s [1] = s1 ^ s0 ^ (s1 >> 17) ^ (s0 >> 26);
+    return rng->s [1] + s0;
+}
+
+float
+za_rng_uniform (za_rng_t *rng)
+{
+    return (float) (za_rng_next (rng) >> 40) * (1.0f / 16777216.0f);
+}
+
+uint32_t
+za_rng_below (za_rng_t *rng, uint32_t n)
+{
+    return (uint32_t) (((za_rng_next (rng) >> 32) * (uint64_t) n) >> 32);
+}
+
+double
+za_clock_mono (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+double
+za_clock_wall (void)
+{
+    struct timespec ts;
+    clock_gettime (CLOCK_REALTIME, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}

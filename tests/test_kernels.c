@@ -1,0 +1,426 @@
+/*  test_kernels.c: every layer's backward against finite differences of its
+    forward, over several shapes, strides and paddings; plus exact checks of
+    forward values a person can compute by hand.                            */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "za/za_kernels.h"
+
+#define FD_EPS 1e-2
+#define REL_TOL 2e-2
+#define ABS_TOL 2e-3
+
+static float *
+s_random (size_t n, za_rng_t *rng)
+{
+    float *x = (float *) za_alloc (n * sizeof (float));
+    for (size_t i = 0; i < n; i++)
+        x [i] = 2.0f * za_rng_uniform (rng) - 1.0f;
+    return x;
+}
+
+static void
+s_expect_close (double analytic, double numeric, const char *what, size_t index)
+{
+    double diff = fabs (analytic - numeric);
+    double scale = fmax (fabs (analytic), fabs (numeric));
+    cr_expect (diff <= ABS_TOL || diff <= REL_TOL * scale,
+               "%s[%zu]: analytic %.6f vs numeric %.6f", what, index, analytic, numeric);
+}
+
+// ---------------------------------------------------------------------------
+//  conv2d: L = sum (out * R)
+
+typedef struct {
+    za_conv2d_dims_t d;
+    za_act_t act;
+    float *in, *kernel, *bias, *cols, *out, *r;
+} s_conv_case_t;
+
+static double
+s_conv_loss (s_conv_case_t *c)
+{
+    const za_backend_t *be = za_backend_cpu ();
+    be->conv2d_forward (&c->d, c->in, c->kernel, c->bias, c->act, c->cols, c->out);
+    size_t n = (size_t) c->d.n * c->d.oh * c->d.ow * c->d.oc;
+    double loss = 0;
+    for (size_t i = 0; i < n; i++)
+        loss += (double) c->out [i] * c->r [i];
+    return loss;
+}
+
+static void
+s_check_numeric (const char *what, float *x, const float *grad, size_t n,
+                 double (*loss) (void *), void *arg, za_rng_t *rng)
+{
+    //  Up to 40 probes per tensor keep the suite fast yet cover every region.
+    int probes = n < 40? (int) n: 40;
+    for (int p = 0; p < probes; p++) {
+        size_t i = n < 40? (size_t) p: za_rng_below (rng, (uint32_t) n);
+        float saved = x [i];
+        x [i] = saved + (float) FD_EPS;
+        double up = loss (arg);
+        x [i] = saved - (float) FD_EPS;
+        double down = loss (arg);
+        x [i] = saved;
+        s_expect_close (grad [i], (up - down) / (2 * FD_EPS), what, i);
+    }
+}
+
+static double
+s_conv_loss_thunk (void *arg)
+{
+    return s_conv_loss ((s_conv_case_t *) arg);
+}
+
+static void
+s_conv_gradcheck (int n, int h, int w, int c, int filters, int k, int stride,
+                  za_padding_t padding, za_act_t act, uint64_t seed)
+{
+    const za_backend_t *be = za_backend_cpu ();
+    za_rng_t rng;
+    za_rng_seed (&rng, seed);
+    s_conv_case_t cc = {.act = act};
+    cr_assert_eq (za_conv2d_dims (&cc.d, n, h, w, c, filters, k, stride, padding), 0);
+    size_t in_n = (size_t) n * h * w * c, k_n = (size_t) k * k * c * filters;
+    size_t out_n = (size_t) n * cc.d.oh * cc.d.ow * filters;
+    size_t cols_n = za_conv2d_cols_floats (&cc.d);
+    cc.in = s_random (in_n, &rng);
+    cc.kernel = s_random (k_n, &rng);
+    cc.bias = s_random ((size_t) filters, &rng);
+    cc.cols = (float *) za_alloc (cols_n * sizeof (float));
+    cc.out = (float *) za_alloc (out_n * sizeof (float));
+    cc.r = s_random (out_n, &rng);
+    float *dout = (float *) za_alloc (out_n * sizeof (float));
+    float *dkernel = (float *) za_alloc (k_n * sizeof (float));
+    float *dbias = (float *) za_alloc ((size_t) filters * sizeof (float));
+    float *dcols = (float *) za_alloc (cols_n * sizeof (float));
+    float *din = (float *) za_alloc (in_n * sizeof (float));
+    s_conv_loss (&cc);
+    memcpy (dout, cc.r, out_n * sizeof (float));
+    be->conv2d_backward (&cc.d, cc.cols, cc.kernel, cc.out, act, dout, dkernel, dbias,
+                         dcols, din);
+    s_check_numeric ("dkernel", cc.kernel, dkernel, k_n, s_conv_loss_thunk, &cc, &rng);
+    s_check_numeric ("dbias", cc.bias, dbias, (size_t) filters, s_conv_loss_thunk, &cc, &rng);
+    s_check_numeric ("din", cc.in, din, in_n, s_conv_loss_thunk, &cc, &rng);
+    za_free (cc.in), za_free (cc.kernel), za_free (cc.bias), za_free (cc.cols);
+    za_free (cc.out), za_free (cc.r), za_free (dout), za_free (dkernel), za_free (dbias);
+    za_free (dcols), za_free (din);
+}
+
+Test (conv2d, gradient_valid_stride1)
+{
+    s_conv_gradcheck (2, 6, 5, 3, 4, 3, 1, ZA_PADDING_VALID, ZA_ACT_NONE, 1);
+}
+
+Test (conv2d, gradient_same_stride1_relu)
+{
+    s_conv_gradcheck (2, 5, 5, 2, 3, 3, 1, ZA_PADDING_SAME, ZA_ACT_RELU, 2);
+}
+
+Test (conv2d, gradient_valid_stride2)
+{
+    s_conv_gradcheck (1, 7, 8, 2, 3, 3, 2, ZA_PADDING_VALID, ZA_ACT_NONE, 3);
+}
+
+Test (conv2d, gradient_same_stride2_even_kernel)
+{
+    s_conv_gradcheck (3, 6, 7, 1, 2, 2, 2, ZA_PADDING_SAME, ZA_ACT_NONE, 4);
+}
+
+Test (conv2d, gradient_same_kernel5_single_channel)
+{
+    s_conv_gradcheck (2, 9, 9, 1, 5, 5, 1, ZA_PADDING_SAME, ZA_ACT_NONE, 5);
+}
+
+Test (conv2d, gradient_1x1)
+{
+    s_conv_gradcheck (2, 4, 4, 6, 5, 1, 1, ZA_PADDING_VALID, ZA_ACT_NONE, 6);
+}
+
+Test (conv2d, dims_follow_tensorflow)
+{
+    za_conv2d_dims_t d;
+    cr_assert_eq (za_conv2d_dims (&d, 1, 28, 28, 1, 32, 3, 1, ZA_PADDING_VALID), 0);
+    cr_expect (d.oh == 26 && d.ow == 26 && d.pad_top == 0);
+    cr_assert_eq (za_conv2d_dims (&d, 1, 28, 28, 1, 32, 3, 2, ZA_PADDING_SAME), 0);
+    cr_expect (d.oh == 14 && d.ow == 14);
+    //  TF: total padding (14-1)*2+3-28 = 1, top 0, bottom 1.
+    cr_expect (d.pad_top == 0 && d.pad_left == 0);
+    cr_assert_eq (za_conv2d_dims (&d, 1, 5, 5, 1, 1, 3, 1, ZA_PADDING_SAME), 0);
+    cr_expect (d.oh == 5 && d.pad_top == 1 && d.pad_left == 1);
+    za_error_set_quiet (1);
+    cr_expect_eq (za_conv2d_dims (&d, 1, 2, 2, 1, 1, 3, 1, ZA_PADDING_VALID), -1);
+}
+
+Test (conv2d, forward_by_hand)
+{
+    //  A 3x3 single-channel image, a 2x2 kernel of ones: each output is the sum
+    //  of a 2x2 window, plus bias 0.5.
+    const za_backend_t *be = za_backend_cpu ();
+    float in [9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    float kernel [4] = {1, 1, 1, 1}, bias [1] = {0.5f}, cols [16], out [4];
+    za_conv2d_dims_t d;
+    za_conv2d_dims (&d, 1, 3, 3, 1, 1, 2, 1, ZA_PADDING_VALID);
+    be->conv2d_forward (&d, in, kernel, bias, ZA_ACT_NONE, cols, out);
+    cr_expect_float_eq (out [0], 12.5f, 1e-6);
+    cr_expect_float_eq (out [1], 16.5f, 1e-6);
+    cr_expect_float_eq (out [2], 24.5f, 1e-6);
+    cr_expect_float_eq (out [3], 28.5f, 1e-6);
+}
+
+// ---------------------------------------------------------------------------
+//  dense
+
+typedef struct {
+    int n, in_dim, units;
+    za_act_t act;
+    float *in, *kernel, *bias, *out, *r;
+} s_dense_case_t;
+
+static double
+s_dense_loss (void *arg)
+{
+    s_dense_case_t *c = (s_dense_case_t *) arg;
+    za_backend_cpu ()->dense_forward (c->n, c->in_dim, c->units, c->in, c->kernel, c->bias,
+                                      c->act, c->out);
+    double loss = 0;
+    for (int i = 0; i < c->n * c->units; i++)
+        loss += (double) c->out [i] * c->r [i];
+    return loss;
+}
+
+static void
+s_dense_gradcheck (int n, int in_dim, int units, za_act_t act, uint64_t seed)
+{
+    za_rng_t rng;
+    za_rng_seed (&rng, seed);
+    s_dense_case_t c = {n, in_dim, units, act, NULL, NULL, NULL, NULL, NULL};
+    c.in = s_random ((size_t) n * in_dim, &rng);
+    c.kernel = s_random ((size_t) in_dim * units, &rng);
+    c.bias = s_random ((size_t) units, &rng);
+    c.out = (float *) za_alloc ((size_t) n * units * sizeof (float));
+    c.r = s_random ((size_t) n * units, &rng);
+    float *dout = (float *) za_alloc ((size_t) n * units * sizeof (float));
+    float *dkernel = (float *) za_alloc ((size_t) in_dim * units * sizeof (float));
+    float *dbias = (float *) za_alloc ((size_t) units * sizeof (float));
+    float *din = (float *) za_alloc ((size_t) n * in_dim * sizeof (float));
+    s_dense_loss (&c);
+    memcpy (dout, c.r, (size_t) n * units * sizeof (float));
+    za_backend_cpu ()->dense_backward (n, in_dim, units, c.in, c.kernel, c.out, act, dout,
+                                       dkernel, dbias, din);
+    s_check_numeric ("dkernel", c.kernel, dkernel, (size_t) in_dim * units, s_dense_loss, &c, &rng);
+    s_check_numeric ("dbias", c.bias, dbias, (size_t) units, s_dense_loss, &c, &rng);
+    s_check_numeric ("din", c.in, din, (size_t) n * in_dim, s_dense_loss, &c, &rng);
+    za_free (c.in), za_free (c.kernel), za_free (c.bias), za_free (c.out), za_free (c.r);
+    za_free (dout), za_free (dkernel), za_free (dbias), za_free (din);
+}
+
+Test (dense, gradient_linear)
+{
+    s_dense_gradcheck (3, 7, 5, ZA_ACT_NONE, 11);
+}
+
+Test (dense, gradient_relu)
+{
+    s_dense_gradcheck (4, 10, 6, ZA_ACT_RELU, 12);
+}
+
+Test (dense, gradient_single_example_wide)
+{
+    s_dense_gradcheck (1, 33, 17, ZA_ACT_NONE, 13);
+}
+
+Test (dense, backward_accumulates)
+{
+    //  Parameter gradients are added with +=: two backward calls give twice.
+    const za_backend_t *be = za_backend_cpu ();
+    float in [2] = {1, 2}, kernel [2] = {0.5f, -1}, bias [1] = {0}, out [1];
+    float dout [1] = {1}, dkernel [2] = {0}, dbias [1] = {0};
+    be->dense_forward (1, 2, 1, in, kernel, bias, ZA_ACT_NONE, out);
+    cr_expect_float_eq (out [0], -1.5f, 1e-6);
+    be->dense_backward (1, 2, 1, in, kernel, out, ZA_ACT_NONE, dout, dkernel, dbias, NULL);
+    dout [0] = 1;
+    be->dense_backward (1, 2, 1, in, kernel, out, ZA_ACT_NONE, dout, dkernel, dbias, NULL);
+    cr_expect_float_eq (dkernel [0], 2.0f, 1e-6);
+    cr_expect_float_eq (dkernel [1], 4.0f, 1e-6);
+    cr_expect_float_eq (dbias [0], 2.0f, 1e-6);
+}
+
+// ---------------------------------------------------------------------------
+//  maxpool, relu, dropout
+
+typedef struct {
+    za_pool2d_dims_t d;
+    float *in, *out, *r;
+    int32_t *argmax;
+} s_pool_case_t;
+
+static double
+s_pool_loss (void *arg)
+{
+    s_pool_case_t *c = (s_pool_case_t *) arg;
+    za_backend_cpu ()->maxpool_forward (&c->d, c->in, c->out, c->argmax);
+    size_t n = (size_t) c->d.n * c->d.oh * c->d.ow * c->d.c;
+    double loss = 0;
+    for (size_t i = 0; i < n; i++)
+        loss += (double) c->out [i] * c->r [i];
+    return loss;
+}
+
+static void
+s_pool_gradcheck (int n, int h, int w, int c, int pool, int stride, uint64_t seed)
+{
+    za_rng_t rng;
+    za_rng_seed (&rng, seed);
+    s_pool_case_t pc;
+    cr_assert_eq (za_pool2d_dims (&pc.d, n, h, w, c, pool, stride), 0);
+    size_t in_n = (size_t) n * h * w * c, out_n = (size_t) n * pc.d.oh * pc.d.ow * c;
+    //  Distinct values spaced wider than the probe so no tie flips under it.
+    pc.in = (float *) za_alloc (in_n * sizeof (float));
+    for (size_t i = 0; i < in_n; i++)
+        pc.in [i] = (float) i * 0.05f;
+    for (size_t i = in_n - 1; i > 0; i--) {
+        size_t j = za_rng_below (&rng, (uint32_t) (i + 1));
+        float t = pc.in [i];
+        pc.in [i] = pc.in [j], pc.in [j] = t;
+    }
+    pc.out = (float *) za_alloc (out_n * sizeof (float));
+    pc.argmax = (int32_t *) za_alloc (out_n * sizeof (int32_t));
+    pc.r = s_random (out_n, &rng);
+    float *din = (float *) za_alloc (in_n * sizeof (float));
+    s_pool_loss (&pc);
+    za_backend_cpu ()->maxpool_backward (&pc.d, pc.r, pc.argmax, din);
+    s_check_numeric ("din", pc.in, din, in_n, s_pool_loss, &pc, &rng);
+    za_free (pc.in), za_free (pc.out), za_free (pc.argmax), za_free (pc.r), za_free (din);
+}
+
+Test (maxpool, gradient_2x2)
+{
+    s_pool_gradcheck (2, 6, 6, 3, 2, 2, 21);
+}
+
+Test (maxpool, gradient_odd_input_drops_edge)
+{
+    s_pool_gradcheck (1, 7, 5, 2, 2, 2, 22);
+}
+
+Test (maxpool, gradient_overlapping_3_stride_2)
+{
+    s_pool_gradcheck (2, 7, 7, 2, 3, 2, 23);
+}
+
+Test (maxpool, forward_by_hand)
+{
+    const za_backend_t *be = za_backend_cpu ();
+    float in [16] = {1, 5, 2, 0,  3, 4, 8, 1,  0, 0, 1, 1,  9, 0, 1, 2};
+    float out [4];
+    int32_t argmax [4];
+    za_pool2d_dims_t d;
+    za_pool2d_dims (&d, 1, 4, 4, 1, 2, 2);
+    be->maxpool_forward (&d, in, out, argmax);
+    cr_expect (out [0] == 5 && out [1] == 8 && out [2] == 9 && out [3] == 2);
+    cr_expect (argmax [0] == 1 && argmax [1] == 6 && argmax [2] == 12 && argmax [3] == 15);
+}
+
+Test (relu, forward_backward)
+{
+    const za_backend_t *be = za_backend_cpu ();
+    float in [4] = {-1, 0.5f, 0, 2}, out [4], dout [4] = {1, 2, 3, 4}, din [4];
+    be->relu_forward (4, in, out);
+    be->relu_backward (4, out, dout, din);
+    cr_expect (out [0] == 0 && out [1] == 0.5f && out [2] == 0 && out [3] == 2);
+    cr_expect (din [0] == 0 && din [1] == 2 && din [2] == 0 && din [3] == 4);
+}
+
+Test (dropout, keeps_expectation_and_masks_gradient)
+{
+    const za_backend_t *be = za_backend_cpu ();
+    enum { N = 100000 };
+    float *in = (float *) za_alloc (N * sizeof (float));
+    float *mask = (float *) za_alloc (N * sizeof (float));
+    float *out = (float *) za_alloc (N * sizeof (float));
+    float *din = (float *) za_alloc (N * sizeof (float));
+    for (int i = 0; i < N; i++)
+        in [i] = 1.0f;
+    za_rng_t rng;
+    za_rng_seed (&rng, 7);
+    be->dropout_forward (N, 0.4f, &rng, in, mask, out);
+    double sum = 0;
+    int zeros = 0;
+    for (int i = 0; i < N; i++) {
+        sum += out [i];
+        zeros += out [i] == 0;
+        cr_assert (out [i] == 0 || fabsf (out [i] - 1.0f / 0.6f) < 1e-6);
+    }
+    cr_expect (fabs (sum / N - 1.0) < 0.01, "mean %f", sum / N);
+    cr_expect (fabs (zeros / (double) N - 0.4) < 0.01, "dropped %d", zeros);
+    be->dropout_backward (N, mask, in, din);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq (din [i], out [i]);
+    za_free (in), za_free (mask), za_free (out), za_free (din);
+}
+
+// ---------------------------------------------------------------------------
+//  softmax cross-entropy
+
+typedef struct {
+    int n, classes;
+    float *logits;
+    int32_t *labels;
+} s_xent_case_t;
+
+static double
+s_xent_loss (void *arg)
+{
+    s_xent_case_t *c = (s_xent_case_t *) arg;
+    int correct;
+    return za_backend_cpu ()->softmax_xent (c->n, c->classes, c->logits, c->labels, NULL,
+                                            &correct, NULL) / c->n;
+}
+
+Test (softmax_xent, gradient)
+{
+    za_rng_t rng;
+    za_rng_seed (&rng, 31);
+    s_xent_case_t c = {5, 7, NULL, NULL};
+    c.logits = s_random (35, &rng);
+    for (int i = 0; i < 35; i++)
+        c.logits [i] *= 3;
+    int32_t labels [5] = {0, 6, 3, 3, 1};
+    c.labels = labels;
+    float dlogits [35];
+    int correct;
+    za_backend_cpu ()->softmax_xent (5, 7, c.logits, labels, dlogits, &correct, NULL);
+    s_check_numeric ("dlogits", c.logits, dlogits, 35, s_xent_loss, &c, &rng);
+    za_free (c.logits);
+}
+
+Test (softmax_xent, values_by_hand)
+{
+    //  Uniform logits over 4 classes: loss log 4 per row; row 2 is confident.
+    float logits [8] = {0, 0, 0, 0,  0, 0, 20, 0};
+    int32_t labels [2] = {1, 2};
+    int correct, invalid;
+    double loss = za_backend_cpu ()->softmax_xent (2, 4, logits, labels, NULL, &correct,
+                                                   &invalid);
+    cr_expect (fabs (loss - (log (4.0) + log (1 + 3 * exp (-20.0)))) < 1e-6, "loss %f", loss);
+    cr_expect_eq (correct, 1);      //  row 1 ties argmax at class 0
+    cr_expect_eq (invalid, 0);
+}
+
+Test (softmax_xent, bad_label_counted_not_crashing)
+{
+    float logits [4] = {1, 2, 3, 4}, dlogits [4];
+    int32_t labels [2] = {7, -1};
+    int correct, invalid;
+    double loss = za_backend_cpu ()->softmax_xent (2, 2, logits, labels, dlogits, &correct,
+                                                   &invalid);
+    cr_expect_eq (invalid, 2);
+    cr_expect_eq (correct, 0);
+    cr_expect_eq (loss, 0.0);
+    for (int i = 0; i < 4; i++)
+        cr_expect_eq (dlogits [i], 0.0f);
+}

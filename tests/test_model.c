@@ -1,0 +1,266 @@
+/*  test_model.c: the layer-stack text format (canonical forms, errors that
+    point at the bad token), the variable table, premade models, and a whole
+    stack's gradient against finite differences of its loss.               */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "za/za_model.h"
+
+Test (parse, seed_cnn_round_trips)
+{
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse (ZA_SEED_CNN, &spec), 0, "%s", za_last_error ());
+    cr_expect_eq (spec.count, 8);
+    cr_expect_str_eq (spec.text, ZA_SEED_CNN);
+    cr_expect_eq (spec.layers [0].type, ZA_LAYER_CONV2D);
+    cr_expect_eq (spec.layers [0].units, 32);
+    cr_expect_eq (spec.layers [0].kernel, 3);
+    cr_expect_eq (spec.layers [0].act, ZA_ACT_RELU);
+    cr_expect_eq (spec.layers [1].type, ZA_LAYER_MAXPOOL);
+    cr_expect_eq (spec.layers [1].stride, 2);
+    cr_expect_eq (spec.layers [7].units, 10);
+    cr_expect_eq (spec.layers [7].act, ZA_ACT_NONE);
+}
+
+Test (parse, options_spaces_and_canonical_text)
+{
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse ("  Conv2D( 16, 5, stride=2, padding=same, activation=relu )"
+                                  "\tmaxpool(3,1) dropout(0.25) flatten dense(10)", &spec), 0,
+                  "%s", za_last_error ());
+    cr_expect_str_eq (spec.text, "conv2d(16,5,stride=2,padding=same,relu) maxpool(3,1) "
+                      "dropout(0.25) flatten dense(10)");
+    cr_expect_eq (spec.layers [0].stride, 2);
+    cr_expect_eq (spec.layers [0].padding, ZA_PADDING_SAME);
+    cr_expect_float_eq (spec.layers [2].rate, 0.25f, 1e-7);
+    //  Positional stride and padding words mean the same.
+    za_stack_spec_t again;
+    cr_assert_eq (za_stack_parse ("conv2d(16,5,2,same,relu) maxpool(3,1) dropout(0.25) "
+                                  "flatten dense(10)", &again), 0);
+    cr_expect_str_eq (again.text, spec.text);
+}
+
+//  Parses `text`, expects failure, and checks the message and the caret column.
+static void
+s_expect_parse_error (const char *text, const char *words, int column)
+{
+    za_stack_spec_t spec;
+    za_error_set_quiet (1);
+    cr_assert_eq (za_stack_parse (text, &spec), -1, "'%s' parsed", text);
+    const char *error = za_last_error ();
+    cr_expect (strstr (error, words) != NULL, "'%s' lacks '%s'", error, words);
+    if (column > 0) {
+        char where [32];
+        snprintf (where, sizeof where, "column %d", column);
+        cr_expect (strstr (error, where) != NULL, "'%s' lacks '%s'", error, where);
+        //  The caret sits under that column on the last line.
+        const char *caret = strrchr (error, '^');
+        const char *line = caret;
+        while (line > error && line [-1] != '\n')
+            line--;
+        cr_expect_eq ((int) (caret - line), column - 1 + 2, "caret at %d", (int) (caret - line));
+    }
+}
+
+Test (parse, errors_point_at_token)
+{
+    s_expect_parse_error ("conv2d(32,3,relu) conv3d(8,3) dense(10)", "unknown layer 'conv3d'", 19);
+    s_expect_parse_error ("conv2d(32,x,relu) dense(10)", "unexpected argument 'x'", 11);
+    s_expect_parse_error ("conv2d(32,3,activation=tanh) dense(10)", "unknown activation", 13);
+    s_expect_parse_error ("conv2d(32,3,color=red) dense(10)", "unknown option 'color'", 13);
+    s_expect_parse_error ("conv2d(32) dense(10)", "needs FILTERS and KERNEL", 0);
+    s_expect_parse_error ("dense(10", "expected ',' or ')'", 9);
+    s_expect_parse_error ("flatten(3) dense(10)", "takes no arguments", 9);
+    s_expect_parse_error ("dropout(1.5) dense(10)", "dropout rate", 9);
+    s_expect_parse_error ("dense(64,relu) @ dense(10)", "unexpected '@'", 16);
+    s_expect_parse_error ("dense(0)", "unexpected argument '0'", 7);
+    s_expect_parse_error ("conv2d(32,3,relu) flatten", "last layer must be dense", 0);
+    s_expect_parse_error ("dense(1)", "at least 2 units", 0);
+    s_expect_parse_error ("", "no layers", 0);
+}
+
+Test (vars, offsets_aligned_and_names_unique)
+{
+    za_vars_t vars = {0};
+    int64_t a [2] = {3, 5}, b [1] = {7};
+    cr_assert_eq (za_vars_add (&vars, "a", 2, a), 0);
+    cr_assert_eq (za_vars_add (&vars, "b", 1, b), 1);
+    cr_expect_eq (vars.vars [0].offset, 0u);
+    cr_expect_eq (vars.vars [1].offset, 16u);       //  15 floats, padded to 16
+    cr_expect_eq (vars.total, 23u);
+    cr_expect_eq (za_vars_find (&vars, "b"), 1);
+    za_error_set_quiet (1);
+    cr_expect_eq (za_vars_add (&vars, "a", 1, b), -1);
+    int64_t bad [1] = {0};
+    cr_expect_eq (za_vars_add (&vars, "c", 1, bad), -1);
+}
+
+Test (stack, seed_cnn_variables_like_keras)
+{
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse (ZA_SEED_CNN, &spec), 0);
+    za_vars_t vars = {0};
+    za_input_shape_t input = {28, 28, 1};
+    void *state = za_stack_model_fn ()->create (&spec, input, 4, za_backend_cpu (), &vars);
+    cr_assert_not_null (state);
+    cr_expect_eq (vars.count, 10);
+    const char *names [] = {"conv2d/kernel", "conv2d/bias", "conv2d_1/kernel",
+                            "conv2d_1/bias", "conv2d_2/kernel", "conv2d_2/bias",
+                            "dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"};
+    for (int i = 0; i < 10; i++)
+        cr_expect_str_eq (vars.vars [i].name, names [i]);
+    //  conv2d_1/kernel is HWIO 3x3x32x64; dense/kernel is 576x64 (3*3*64 in).
+    cr_expect (vars.vars [2].shape [0] == 3 && vars.vars [2].shape [2] == 32
+               && vars.vars [2].shape [3] == 64);
+    cr_expect (vars.vars [6].shape [0] == 576 && vars.vars [6].shape [1] == 64);
+    size_t params = 0;
+    for (int i = 0; i < vars.count; i++) {
+        params += vars.vars [i].size;
+        cr_expect_eq (vars.vars [i].offset % 16, 0u);
+    }
+    cr_expect_eq (params, 93322u);     //  Keras's model.summary () for this CNN
+    double flops = za_stack_forward_flops (&spec, input);
+    cr_expect (fabs (flops - 5588480.0) < 1, "flops %f", flops);
+    za_stack_model_fn ()->destroy (&state);
+    cr_expect_null (state);
+}
+
+Test (stack, premade_classifiers)
+{
+    za_stack_spec_t spec;
+    int hidden [2] = {128, 64};
+    cr_assert_eq (za_dnn_classifier_spec (&spec, hidden, 2, 3), 0);
+    cr_expect_str_eq (spec.text, "flatten dense(128,relu) dense(64,relu) dense(3)");
+    cr_assert_eq (za_linear_classifier_spec (&spec, 2), 0);
+    cr_expect_str_eq (spec.text, "flatten dense(2)");
+    za_error_set_quiet (1);
+    cr_expect_eq (za_dnn_classifier_spec (&spec, hidden, 1, 1), -1);
+}
+
+Test (stack, does_not_fit_input)
+{
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse ("conv2d(4,5) conv2d(4,5) flatten dense(2)", &spec), 0);
+    za_vars_t vars = {0};
+    za_input_shape_t tiny = {6, 6, 1};
+    za_error_set_quiet (1);
+    cr_expect_null (za_stack_model_fn ()->create (&spec, tiny, 2, za_backend_cpu (), &vars));
+    cr_expect (strstr (za_last_error (), "layer 2") != NULL, "%s", za_last_error ());
+}
+
+//  The mean loss of the whole stack on a fixed batch, as a function of the
+//  variable values.
+typedef struct {
+    void *state;
+    const float *features;
+    const int32_t *labels;
+    int n;
+    float *values;
+} s_model_case_t;
+
+static double
+s_model_loss (s_model_case_t *c)
+{
+    za_spec_t spec;
+    cr_assert_eq (za_stack_model_fn ()->model_fn (c->state, c->features, c->labels, c->n,
+                                                  ZA_MODE_EVAL, c->values, NULL, 0, &spec), 0);
+    return spec.loss_sum / c->n;
+}
+
+static void
+s_stack_gradcheck (const char *text, za_input_shape_t input, int n, uint64_t seed)
+{
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse (text, &spec), 0, "%s", za_last_error ());
+    const za_model_fn_t *fn = za_stack_model_fn ();
+    za_vars_t vars = {0};
+    void *state = fn->create (&spec, input, n, za_backend_cpu (), &vars);
+    cr_assert_not_null (state);
+    float *values = (float *) za_alloc (vars.total * sizeof (float));
+    float *grads = (float *) za_alloc (vars.total * sizeof (float));
+    fn->init_vars (state, &vars, values, seed);
+    za_rng_t rng;
+    za_rng_seed (&rng, seed);
+    //  Biases start at zero; nudge them so relu kinks are not all at one place.
+    for (size_t i = 0; i < vars.total; i++)
+        values [i] += 0.05f * (2 * za_rng_uniform (&rng) - 1);
+    size_t in_size = (size_t) input.height * input.width * input.channels;
+    float *features = (float *) za_alloc ((size_t) n * in_size * sizeof (float));
+    int32_t labels [16];
+    for (size_t i = 0; i < (size_t) n * in_size; i++)
+        features [i] = za_rng_uniform (&rng);
+    int classes = spec.layers [spec.count - 1].units;
+    for (int i = 0; i < n; i++)
+        labels [i] = (int32_t) za_rng_below (&rng, (uint32_t) classes);
+    za_spec_t out;
+    cr_assert_eq (fn->model_fn (state, features, labels, n, ZA_MODE_TRAIN, values, grads, 0,
+                                &out), 0);
+    s_model_case_t c = {state, features, labels, n, values};
+    //  Small enough that no relu or max-pool choice flips under the probe.
+    const double eps = 3e-3;
+    for (int v = 0; v < vars.count; v++) {
+        const za_var_t *var = &vars.vars [v];
+        for (int p = 0; p < 6; p++) {
+            size_t i = var->offset + za_rng_below (&rng, (uint32_t) var->size);
+            float saved = values [i];
+            values [i] = saved + (float) eps;
+            double up = s_model_loss (&c);
+            values [i] = saved - (float) eps;
+            double down = s_model_loss (&c);
+            values [i] = saved;
+            double numeric = (up - down) / (2 * eps);
+            double diff = fabs (numeric - grads [i]);
+            cr_expect (diff < 2e-3 || diff < 5e-2 * fabs (numeric),
+                       "%s[%zu]: analytic %.6f numeric %.6f", var->name, i - var->offset,
+                       grads [i], numeric);
+        }
+    }
+    fn->destroy (&state);
+    za_free (values), za_free (grads), za_free (features);
+}
+
+Test (stack, whole_model_gradient_cnn)
+{
+    za_input_shape_t input = {8, 8, 2};
+    s_stack_gradcheck ("conv2d(4,3,relu) maxpool(2) conv2d(3,2,padding=same) flatten "
+                       "dense(5,relu) dense(3)", input, 3, 41);
+}
+
+Test (stack, whole_model_gradient_dnn_with_relu_layer)
+{
+    za_input_shape_t input = {3, 4, 1};
+    s_stack_gradcheck ("flatten dense(6) relu dense(4)", input, 5, 42);
+}
+
+Test (stack, dropout_is_identity_in_eval_and_masks_in_train)
+{
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse ("flatten dropout(0.5) dense(2)", &spec), 0);
+    za_vars_t vars = {0};
+    za_input_shape_t input = {1, 1, 64};
+    const za_model_fn_t *fn = za_stack_model_fn ();
+    void *state = fn->create (&spec, input, 1, za_backend_cpu (), &vars);
+    cr_assert_not_null (state);
+    float *values = (float *) za_alloc (vars.total * sizeof (float));
+    float *grads = (float *) za_alloc (vars.total * sizeof (float));
+    //  Kernel of ones on column 0: logit 0 = sum of the (dropped-out) inputs.
+    const za_var_t *kernel = &vars.vars [za_vars_find (&vars, "dense/kernel")];
+    for (int i = 0; i < 64; i++)
+        values [kernel->offset + (size_t) i * 2] = 1.0f;
+    float features [64];
+    for (int i = 0; i < 64; i++)
+        features [i] = 1.0f;
+    int32_t label = 0;
+    za_spec_t out;
+    cr_assert_eq (fn->model_fn (state, features, &label, 1, ZA_MODE_EVAL, values, NULL, 0, &out), 0);
+    cr_expect_float_eq (out.logits [0], 64.0f, 1e-4);
+    cr_assert_eq (fn->model_fn (state, features, &label, 1, ZA_MODE_TRAIN, values, grads, 3, &out), 0);
+    //  Each input is 0 or 2: the sum is even and (almost surely) not 64.
+    float logit = out.logits [0];
+    cr_expect (fmodf (logit, 2.0f) == 0.0f && logit != 64.0f, "logit %f", logit);
+    fn->destroy (&state);
+    za_free (values), za_free (grads);
+}

@@ -1,0 +1,280 @@
+/*  zactor-run: starts zactor work from the command line. For now it trains
+    and evaluates a model on MNIST-format data in one process.              */
+#include "za/za_estimator.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define EXIT_USAGE 2
+#define DEFAULT_MODEL_DIR "runs/fmnist"
+#define DEFAULT_EPOCHS 5
+#define DEFAULT_BATCH 64
+#define DEFAULT_EVAL_BATCH 500
+
+static void
+s_usage (FILE *out)
+{
+    fprintf (out,
+"Usage: zactor-run [OPTIONS]\n"
+"Train a model on MNIST-format data (Fashion-MNIST by default) and evaluate it on\n"
+"the test set, in one process. With no options it trains the seed CNN of the\n"
+"TensorFlow Estimator tutorials for %d epochs with Adam 1e-3, batch %d.\n"
+"\n"
+"Model and data:\n"
+"  --model SPEC           cnn (default), dnn, linear, or a layer stack such as\n"
+"                         \"conv2d(32,3,relu) maxpool(2) flatten dense(64,relu) dense(10)\"\n"
+"  --hidden-units LIST    hidden layers of --model dnn (default 128), e.g. 256,128\n"
+"  --dataset-dir DIR      holds {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
+"                         (default %s)\n"
+"  --batch-size N         training batch size (default %d)\n"
+"  --shuffle-buffer N     shuffle buffer in examples (default: the whole set)\n"
+"Training:\n"
+"  --optimizer NAME       sgd, momentum, adam (default), adagrad\n"
+"  --learning-rate LR     default: 1e-3 for adam, 0.01 for the others\n"
+"  --max-steps N          train until global_step N (default: --epochs worth)\n"
+"  --epochs N             epochs when --max-steps is not given (default %d)\n"
+"  --no-eval              skip the evaluation on the test set\n"
+"RunConfig (TensorFlow names):\n"
+"  --model-dir DIR        checkpoints and metrics (default %s); training\n"
+"                         continues from the newest checkpoint there\n"
+"  --save-checkpoints-steps N   checkpoint every N steps\n"
+"  --save-checkpoints-secs S    checkpoint every S seconds (default 600)\n"
+"  --keep-checkpoint-max N      checkpoints kept (default 5; 0 keeps all)\n"
+"  --log-step-count-steps N     log line every N steps (default 100)\n"
+"  --save-summary-steps N       metrics.jsonl line every N steps (default 100)\n"
+"  --seed N               random seed for initialisation, shuffling, dropout (default 42)\n"
+"  --threads N            compute threads (default: all cores)\n"
+"  -h, --help             this help\n"
+"\n"
+"Output: a progress bar on a terminal (log lines otherwise), checkpoints\n"
+"DIR/model.ckpt-STEP.safetensors, DIR/metrics.jsonl, DIR/eval/metrics.jsonl.\n"
+"Exit status: 0 done, 1 a run-time error, 2 bad arguments.\n",
+             DEFAULT_EPOCHS, DEFAULT_BATCH, ZA_FASHION_MNIST_DIR, DEFAULT_BATCH,
+             DEFAULT_EPOCHS, DEFAULT_MODEL_DIR);
+}
+
+//  Parses a whole-string integer in [min, max]; exits 2 with a message if not.
+static int64_t
+s_int_arg (const char *flag, const char *text, int64_t min, int64_t max)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll (text, &end, 10);
+    if (errno || end == text || *end || v < min || v > max) {
+        fprintf (stderr, "zactor-run: %s wants an integer in [%" PRId64 ", %" PRId64
+                 "], got '%s'\n", flag, min, max, text);
+        exit (EXIT_USAGE);
+    }
+    return v;
+}
+
+static double
+s_float_arg (const char *flag, const char *text)
+{
+    char *end;
+    double v = strtod (text, &end);
+    if (end == text || *end || !(v >= 0)) {
+        fprintf (stderr, "zactor-run: %s wants a non-negative number, got '%s'\n", flag, text);
+        exit (EXIT_USAGE);
+    }
+    return v;
+}
+
+typedef struct {
+    const za_dataset_t *train;
+    const za_dataset_t *test;
+    int batch_size;
+    int shuffle_buffer;
+    uint64_t seed;
+} s_inputs_t;
+
+static za_input_t *
+s_input_fn (void *arg, za_mode_t mode)
+{
+    s_inputs_t *inputs = (s_inputs_t *) arg;
+    za_input_config_t config = za_input_config_default ();
+    if (mode == ZA_MODE_TRAIN) {
+        config.batch_size = inputs->batch_size;
+        config.shuffle_buffer = inputs->shuffle_buffer;
+        config.seed = inputs->seed;
+        config.epochs = -1;
+        return za_input_new (inputs->train, &config);
+    }
+    config.batch_size = DEFAULT_EVAL_BATCH;
+    return za_input_new (inputs->test, &config);
+}
+
+enum {
+    OPT_MODEL = 256, OPT_HIDDEN, OPT_DATASET_DIR, OPT_BATCH, OPT_SHUFFLE, OPT_OPTIMIZER,
+    OPT_LR, OPT_MAX_STEPS, OPT_EPOCHS, OPT_NO_EVAL, OPT_MODEL_DIR, OPT_CKPT_STEPS,
+    OPT_CKPT_SECS, OPT_KEEP, OPT_LOG_STEPS, OPT_SUMMARY_STEPS, OPT_SEED, OPT_THREADS
+};
+
+int
+main (int argc, char **argv)
+{
+    static const struct option options [] = {
+        {"model", required_argument, NULL, OPT_MODEL},
+        {"hidden-units", required_argument, NULL, OPT_HIDDEN},
+        {"dataset-dir", required_argument, NULL, OPT_DATASET_DIR},
+        {"batch-size", required_argument, NULL, OPT_BATCH},
+        {"shuffle-buffer", required_argument, NULL, OPT_SHUFFLE},
+        {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+        {"learning-rate", required_argument, NULL, OPT_LR},
+        {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
+        {"epochs", required_argument, NULL, OPT_EPOCHS},
+        {"no-eval", no_argument, NULL, OPT_NO_EVAL},
+        {"model-dir", required_argument, NULL, OPT_MODEL_DIR},
+        {"save-checkpoints-steps", required_argument, NULL, OPT_CKPT_STEPS},
+        {"save-checkpoints-secs", required_argument, NULL, OPT_CKPT_SECS},
+        {"keep-checkpoint-max", required_argument, NULL, OPT_KEEP},
+        {"log-step-count-steps", required_argument, NULL, OPT_LOG_STEPS},
+        {"save-summary-steps", required_argument, NULL, OPT_SUMMARY_STEPS},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *model = "cnn", *hidden = "128", *dataset_dir = ZA_FASHION_MNIST_DIR;
+    const char *optimizer = "adam";
+    int batch_size = DEFAULT_BATCH, shuffle_buffer = 0, eval = 1;
+    double learning_rate = 0;
+    int64_t max_steps = 0, epochs = DEFAULT_EPOCHS;
+    za_run_config_t config = za_run_config_default ();
+    config.model_dir = DEFAULT_MODEL_DIR;
+    config.threads = (int) sysconf (_SC_NPROCESSORS_ONLN);
+
+    int opt;
+    while ((opt = getopt_long (argc, argv, "h", options, NULL)) != -1) {
+        switch (opt) {
+            case OPT_MODEL: model = optarg; break;
+            case OPT_HIDDEN: hidden = optarg; break;
+            case OPT_DATASET_DIR: dataset_dir = optarg; break;
+            case OPT_BATCH: batch_size = (int) s_int_arg ("--batch-size", optarg, 1, 65536); break;
+            case OPT_SHUFFLE:
+                shuffle_buffer = (int) s_int_arg ("--shuffle-buffer", optarg, 0, INT32_MAX);
+                break;
+            case OPT_OPTIMIZER: optimizer = optarg; break;
+            case OPT_LR: learning_rate = s_float_arg ("--learning-rate", optarg); break;
+            case OPT_MAX_STEPS: max_steps = s_int_arg ("--max-steps", optarg, 1, INT64_MAX); break;
+            case OPT_EPOCHS: epochs = s_int_arg ("--epochs", optarg, 1, 100000); break;
+            case OPT_NO_EVAL: eval = 0; break;
+            case OPT_MODEL_DIR: config.model_dir = optarg; break;
+            case OPT_CKPT_STEPS:
+                config.save_checkpoints_steps = s_int_arg ("--save-checkpoints-steps", optarg,
+                                                           0, INT64_MAX);
+                break;
+            case OPT_CKPT_SECS:
+                config.save_checkpoints_secs = s_float_arg ("--save-checkpoints-secs", optarg);
+                break;
+            case OPT_KEEP:
+                config.keep_checkpoint_max = (int) s_int_arg ("--keep-checkpoint-max", optarg,
+                                                              0, 1000000);
+                break;
+            case OPT_LOG_STEPS:
+                config.log_step_count_steps = s_int_arg ("--log-step-count-steps", optarg,
+                                                         0, INT64_MAX);
+                break;
+            case OPT_SUMMARY_STEPS:
+                config.save_summary_steps = s_int_arg ("--save-summary-steps", optarg, 0,
+                                                       INT64_MAX);
+                break;
+            case OPT_SEED: config.seed = (uint64_t) s_int_arg ("--seed", optarg, 0, INT64_MAX); break;
+            case OPT_THREADS: config.threads = (int) s_int_arg ("--threads", optarg, 1, 1024); break;
+            case 'h': s_usage (stdout); return 0;
+            default:
+                fprintf (stderr, "Try 'zactor-run --help'.\n");
+                return EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf (stderr, "zactor-run: unexpected argument '%s'\nTry 'zactor-run --help'.\n",
+                 argv [optind]);
+        return EXIT_USAGE;
+    }
+
+    //  Everything that can be wrong with the arguments is found before any work.
+    za_optimizer_t kind;
+    if (za_optim_parse (optimizer, &kind))
+        return EXIT_USAGE;
+    za_optim_config_t optim = za_optim_config_default (kind);
+    if (learning_rate > 0)
+        optim.learning_rate = (float) learning_rate;
+
+    za_dataset_t *train = za_dataset_load_dir (dataset_dir, "train");
+    za_dataset_t *test = train && eval? za_dataset_load_dir (dataset_dir, "t10k"): NULL;
+    if (!train || (eval && !test)) {
+        fprintf (stderr, "zactor-run: cannot read the data set in '%s' (on Debian: "
+                 "apt-get install dataset-fashion-mnist, or give --dataset-dir)\n", dataset_dir);
+        za_dataset_destroy (&train);
+        return 1;
+    }
+    int n_classes = train->n_classes > 2? train->n_classes: 2;
+    za_stack_spec_t spec;
+    int bad_model;
+    if (strcmp (model, "cnn") == 0)
+        bad_model = za_stack_parse (ZA_SEED_CNN, &spec);
+    else
+    if (strcmp (model, "dnn") == 0) {
+        int units [ZA_MAX_LAYERS], count = 0;
+        char list [256];
+        snprintf (list, sizeof list, "%s", hidden);
+        for (char *tok = strtok (list, ","); tok; tok = strtok (NULL, ","))
+            if (count < ZA_MAX_LAYERS - 2)
+                units [count++] = (int) s_int_arg ("--hidden-units", tok, 1, 1 << 20);
+        bad_model = za_dnn_classifier_spec (&spec, units, count, n_classes);
+    }
+    else
+    if (strcmp (model, "linear") == 0)
+        bad_model = za_linear_classifier_spec (&spec, n_classes);
+    else
+        bad_model = za_stack_parse (model, &spec);
+    if (bad_model) {
+        za_dataset_destroy (&train);
+        za_dataset_destroy (&test);
+        return EXIT_USAGE;
+    }
+    if (max_steps == 0)
+        max_steps = (epochs * train->count + batch_size - 1) / batch_size;
+    s_inputs_t inputs = {
+        .train = train,
+        .test = test,
+        .batch_size = batch_size,
+        .shuffle_buffer = shuffle_buffer? shuffle_buffer: (int) train->count,
+        .seed = config.seed,
+    };
+    za_input_shape_t shape = {train->height, train->width, train->channels};
+    za_estimator_t *estimator = za_estimator_new (za_stack_model_fn (), &spec, shape, &optim,
+                                                  &config);
+    int rc = estimator? 0: 1;
+    if (!rc) {
+        za_info ("model %s", spec.text);
+        za_info ("%s lr %g, batch %d, %" PRId64 " steps (%.2f epochs of %" PRId64
+                 " examples), %d threads, model_dir %s", za_optim_name (kind),
+                 (double) optim.learning_rate, batch_size, max_steps,
+                 (double) max_steps * batch_size / (double) train->count, train->count,
+                 config.threads, config.model_dir);
+        double start = za_clock_mono ();
+        rc = za_estimator_train (estimator, s_input_fn, &inputs, max_steps)? 1: 0;
+        if (!rc)
+            za_info ("trained to step %" PRId64 " in %.1f s",
+                     za_estimator_global_step (estimator), za_clock_mono () - start);
+    }
+    if (!rc && eval) {
+        za_eval_result_t result;
+        rc = za_estimator_evaluate (estimator, s_input_fn, &inputs, 0, &result)? 1: 0;
+        if (!rc)
+            printf ("test accuracy %.4f  loss %.4f  on %" PRId64 " examples at step %"
+                    PRId64 " (%s/eval/metrics.jsonl)\n", result.accuracy, result.loss,
+                    result.examples, result.global_step, config.model_dir);
+    }
+    za_estimator_destroy (&estimator);
+    za_dataset_destroy (&train);
+    za_dataset_destroy (&test);
+    return rc;
+}
