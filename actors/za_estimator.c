@@ -2,6 +2,7 @@
     checkpoint and summary policy, restore, evaluation and prediction.      */
 #include "za/za_estimator.h"
 #include "za/za_checkpoint.h"
+#include "za/za_parallel.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #define MAX_HOOKS 8
+#define MAX_WORKERS 64
 #define PROGRESS_REDRAW_SECS 0.25
 #define CKPT_META_MODEL "model"
 #define CKPT_META_MODEL_FN "model_fn"
@@ -25,11 +27,18 @@ struct _za_estimator_t {
     char *model_dir;
     const za_backend_t *be;
 
-    void *state;                    //  the model_fn's state
-    int batch_max;                  //  what the state is planned for
+    //  Data parallelism inside the process: each batch is split over
+    //  `workers` threads, each with its own model state and gradient buffer
+    //  (worker 0's is `grads`); OpenBLAS runs single-threaded under them.
+    int workers;
+    za_parallel_t *pool;
+    void *states [MAX_WORKERS];     //  the model_fn's state per worker
+    float *worker_grads [MAX_WORKERS];
+    int batch_max;                  //  what the states are planned for
+    size_t feature_size;
     za_vars_t vars;
     float *values;                  //  [vars.total]
-    float *grads;
+    float *grads;                   //  = worker_grads [0]
     float *slots [ZA_OPTIM_MAX_SLOTS];
     int64_t global_step;
 
@@ -54,24 +63,27 @@ za_run_config_default (void)
     return config;
 }
 
-//  (Re)plans the model state for batches of up to batch_max examples. The
-//  variable table comes out the same each time; values are kept.
+//  (Re)plans the workers' model states for batches of up to batch_max
+//  examples. The variable table comes out the same each time; values are kept.
 static int
 s_plan (za_estimator_t *self, int batch_max)
 {
-    if (self->state && batch_max <= self->batch_max)
+    if (self->states [0] && batch_max <= self->batch_max)
         return 0;
-    if (self->state)
-        self->model_fn->destroy (&self->state);
-    za_vars_t vars = {0};
-    self->state = self->model_fn->create (self->params, self->input, batch_max, self->be,
-                                          &vars);
-    if (!self->state)
-        return -1;
-    if (self->values && vars.total != self->vars.total)
-        return za_error ("model_fn '%s' declared different variables on re-planning",
-                         self->model_fn->name);
-    self->vars = vars;
+    int per_worker = (batch_max + self->workers - 1) / self->workers;
+    for (int w = 0; w < self->workers; w++) {
+        if (self->states [w])
+            self->model_fn->destroy (&self->states [w]);
+        za_vars_t vars = {0};
+        self->states [w] = self->model_fn->create (self->params, self->input, per_worker,
+                                                   self->be, &vars);
+        if (!self->states [w])
+            return -1;
+        if (self->values && vars.total != self->vars.total)
+            return za_error ("model_fn '%s' declared different variables on re-planning",
+                             self->model_fn->name);
+        self->vars = vars;
+    }
     self->batch_max = batch_max;
     return 0;
 }
@@ -108,20 +120,31 @@ za_estimator_new (const za_model_fn_t *model_fn, const void *params, za_input_sh
     self->model_dir = config->model_dir? strdup (config->model_dir): NULL;
     self->config.model_dir = self->model_dir;
     self->be = za_backend_cpu ();
-    if (config->threads > 0)
-        self->be->set_threads (config->threads);
+    //  Our workers own the cores: one OpenBLAS thread under each.
+    self->be->set_threads (1);
+    self->workers = config->threads > 0? config->threads: (int) sysconf (_SC_NPROCESSORS_ONLN);
+    if (self->workers < 1)
+        self->workers = 1;
+    if (self->workers > MAX_WORKERS)
+        self->workers = MAX_WORKERS;
+    self->feature_size = (size_t) input.height * input.width * input.channels;
+    if (!(self->pool = za_parallel_new (self->workers)))
+        goto fail;
     if (s_plan (self, 1))
         goto fail;
     size_t bytes = self->vars.total * sizeof (float);
     self->values = (float *) za_alloc (bytes);
-    self->grads = (float *) za_alloc (bytes);
-    if (!self->values || !self->grads)
+    if (!self->values)
         goto fail;
+    for (int w = 0; w < self->workers; w++)
+        if (!(self->worker_grads [w] = (float *) za_alloc (bytes)))
+            goto fail;
+    self->grads = self->worker_grads [0];
     int slot_count = za_optim_slot_count (optim->kind);
     for (int s = 0; s < slot_count; s++)
         if (!(self->slots [s] = (float *) za_alloc (bytes)))
             goto fail;
-    model_fn->init_vars (self->state, &self->vars, self->values, config->seed);
+    model_fn->init_vars (self->states [0], &self->vars, self->values, config->seed);
     za_optim_init_slots (&self->optim, self->slots, self->vars.total);
     return self;
 fail:
@@ -135,10 +158,13 @@ za_estimator_destroy (za_estimator_t **self_p)
     za_estimator_t *self = *self_p;
     if (!self)
         return;
-    if (self->state)
-        self->model_fn->destroy (&self->state);
+    for (int w = 0; w < MAX_WORKERS; w++) {
+        if (self->states [w])
+            self->model_fn->destroy (&self->states [w]);
+        za_free (self->worker_grads [w]);
+    }
+    za_parallel_destroy (&self->pool);
     za_free (self->values);
-    za_free (self->grads);
     for (int s = 0; s < ZA_OPTIM_MAX_SLOTS; s++)
         za_free (self->slots [s]);
     free (self->model_dir);
@@ -406,6 +432,79 @@ s_progress_update (s_progress_t *p, const za_run_config_t *config,
 }
 
 // ---------------------------------------------------------------------------
+//  One batch over the workers
+
+typedef struct {
+    za_estimator_t *self;
+    const za_batch_t *batch;
+    za_mode_t mode;
+    int64_t step;
+    int first [MAX_WORKERS];            //  each worker's slice of the batch
+    int count [MAX_WORKERS];
+    za_spec_t specs [MAX_WORKERS];
+    int rc [MAX_WORKERS];
+    char error [MAX_WORKERS][ZA_ERROR_MAX_CHARS];
+} s_batch_run_t;
+
+static void
+s_batch_slice (void *arg, int w)
+{
+    s_batch_run_t *run = (s_batch_run_t *) arg;
+    za_estimator_t *self = run->self;
+    const za_batch_t *batch = run->batch;
+    int n = batch->size, workers = self->workers;
+    int first = (int) ((int64_t) n * w / workers);
+    int last = (int) ((int64_t) n * (w + 1) / workers);
+    run->first [w] = first;
+    run->count [w] = last - first;
+    memset (&run->specs [w], 0, sizeof run->specs [w]);
+    run->rc [w] = 0;
+    float *grads = run->mode == ZA_MODE_TRAIN? self->worker_grads [w]: NULL;
+    if (grads)
+        memset (grads, 0, self->vars.total * sizeof (float));
+    if (last <= first)
+        return;
+    //  Each worker's randomness (dropout) differs and is fixed by the step.
+    run->rc [w] = self->model_fn->model_fn (
+        self->states [w], batch->features + (size_t) first * self->feature_size,
+        run->mode == ZA_MODE_PREDICT? NULL: batch->labels + first, last - first, run->mode,
+        self->values, grads, run->step * MAX_WORKERS + w, &run->specs [w]);
+    if (run->rc [w])
+        snprintf (run->error [w], ZA_ERROR_MAX_CHARS, "%s", za_last_error ());
+}
+
+//  Runs the model_fn over a batch split across the workers; in TRAIN leaves
+//  the summed gradients in self->grads. *loss_sum and *correct add up the
+//  slices. Returns 0, or -1 with the first worker's error.
+static int
+s_batch_run (za_estimator_t *self, const za_batch_t *batch, za_mode_t mode,
+             s_batch_run_t *run, double *loss_sum, int *correct)
+{
+    if (s_plan (self, batch->size))
+        return -1;
+    run->self = self;
+    run->batch = batch;
+    run->mode = mode;
+    run->step = self->global_step;
+    za_parallel_run (self->pool, s_batch_slice, run);
+    *loss_sum = 0;
+    *correct = 0;
+    for (int w = 0; w < self->workers; w++) {
+        if (run->rc [w])
+            return za_error_adopt (run->error [w]);
+        *loss_sum += run->specs [w].loss_sum;
+        *correct += run->specs [w].correct;
+    }
+    if (mode == ZA_MODE_TRAIN)
+        for (int w = 1; w < self->workers; w++) {
+            const float *g = self->worker_grads [w];
+            for (size_t i = 0; i < self->vars.total; i++)
+                self->grads [i] += g [i];
+        }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
 //  Train
 
 int
@@ -449,26 +548,21 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
     int64_t summary_steps = 0, summary_examples = 0, summary_step0 = self->global_step;
     double summary_time0 = start;
     za_run_context_t ctx = {.global_step = self->global_step, .max_steps = max_steps};
+    s_batch_run_t run;
     int rc = 0, stop = 0;
     while (self->global_step < max_steps && !stop) {
         za_batch_t batch;
         int got = za_input_next (input, &batch);
         if (got <= 0)
             break;
-        if (s_plan (self, batch.size)) {
-            rc = -1;
-            break;
-        }
         ctx.global_step = self->global_step;
         ctx.batch_size = batch.size;
         for (int h = 0; h < self->hook_count; h++)
             if (self->hooks [h].before_run)
                 self->hooks [h].before_run (self->hooks [h].arg, &ctx);
-        memset (self->grads, 0, self->vars.total * sizeof (float));
-        za_spec_t spec;
-        if (self->model_fn->model_fn (self->state, batch.features, batch.labels, batch.size,
-                                      ZA_MODE_TRAIN, self->values, self->grads,
-                                      self->global_step, &spec)) {
+        double loss_sum;
+        int correct;
+        if (s_batch_run (self, &batch, ZA_MODE_TRAIN, &run, &loss_sum, &correct)) {
             rc = -1;
             break;
         }
@@ -477,7 +571,7 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
         self->global_step++;
         double now = za_clock_mono ();
         ctx.global_step = self->global_step;
-        ctx.loss = spec.loss_sum / batch.size;
+        ctx.loss = loss_sum / batch.size;
         ctx.elapsed_secs = now - start;
         summary_loss += ctx.loss;
         summary_steps++;
@@ -560,21 +654,20 @@ za_estimator_evaluate (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
         return -1;
     double start = za_clock_mono (), loss_sum = 0;
     int64_t correct = 0, examples = 0;
+    s_batch_run_t run;
     int rc = 0;
     for (int64_t b = 0; steps <= 0 || b < steps; b++) {
         za_batch_t batch;
         if (za_input_next (input, &batch) <= 0)
             break;
-        za_spec_t spec;
-        if (s_plan (self, batch.size)
-            || self->model_fn->model_fn (self->state, batch.features, batch.labels, batch.size,
-                                         ZA_MODE_EVAL, self->values, NULL, self->global_step,
-                                         &spec)) {
+        double batch_loss;
+        int batch_correct;
+        if (s_batch_run (self, &batch, ZA_MODE_EVAL, &run, &batch_loss, &batch_correct)) {
             rc = -1;
             break;
         }
-        loss_sum += spec.loss_sum;
-        correct += spec.correct;
+        loss_sum += batch_loss;
+        correct += batch_correct;
         examples += batch.size;
     }
     za_input_destroy (&input);
@@ -607,26 +700,28 @@ za_estimator_predict (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
     if (!input)
         return -1;
     int64_t index = 0;
+    s_batch_run_t run;
     int rc = 0, stop = 0;
     while (!stop) {
         za_batch_t batch;
         if (za_input_next (input, &batch) <= 0)
             break;
-        za_spec_t spec;
-        if (s_plan (self, batch.size)
-            || self->model_fn->model_fn (self->state, batch.features, NULL, batch.size,
-                                         ZA_MODE_PREDICT, self->values, NULL,
-                                         self->global_step, &spec)) {
+        double unused_loss;
+        int unused_correct;
+        if (s_batch_run (self, &batch, ZA_MODE_PREDICT, &run, &unused_loss, &unused_correct)) {
             rc = -1;
             break;
         }
-        for (int r = 0; r < batch.size && !stop; r++, index++) {
-            const float *z = spec.logits + (size_t) r * spec.n_classes;
-            int best = 0;
-            for (int k = 1; k < spec.n_classes; k++)
-                if (z [k] > z [best])
-                    best = k;
-            stop = fn (fn_arg, index, z, spec.n_classes, best);
+        for (int w = 0; w < self->workers && !stop; w++) {
+            const za_spec_t *spec = &run.specs [w];
+            for (int r = 0; r < run.count [w] && !stop; r++, index++) {
+                const float *z = spec->logits + (size_t) r * spec->n_classes;
+                int best = 0;
+                for (int k = 1; k < spec->n_classes; k++)
+                    if (z [k] > z [best])
+                        best = k;
+                stop = fn (fn_arg, index, z, spec->n_classes, best);
+            }
         }
     }
     za_input_destroy (&input);

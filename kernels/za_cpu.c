@@ -165,6 +165,103 @@ s_act_bias_backward (size_t rows, int units, const float *out, za_act_t act,
     }
 }
 
+//  Convolutions whose patch is short (the first layer: K = 3*3*1) make a
+//  GEMM with K = 9 that is bound by writing its output three times (zero,
+//  multiply, bias). These direct loops write it once; LANES output channels
+//  at a time live in one vector register.
+#define SMALL_K_MAX 32
+#define LANES 8
+#define TILE_PIXELS 128
+
+//  Eight floats in one AVX register (GCC/Clang vector extension); aligned (4)
+//  lets it load from any float address.
+typedef float v8f __attribute__ ((vector_size (32), aligned (4)));
+typedef int v8i __attribute__ ((vector_size (32), aligned (4)));
+#define SMALL_K_MAX_VECS 8          //  output channels up to 64
+
+static int
+s_small_k (int K, int oc)
+{
+    return K <= SMALL_K_MAX && oc % LANES == 0 && oc / LANES <= SMALL_K_MAX_VECS;
+}
+
+//  V (the output channels / 8) is a constant in each instantiation, so the
+//  accumulators stay in registers.
+static inline __attribute__ ((always_inline)) void
+s_small_k_forward_v (const int V, int P, int K, const float *restrict cols,
+                     const float *restrict kernel, const float *restrict bias, za_act_t act,
+                     float *restrict out)
+{
+    const int OC = V * LANES;
+    const v8f zero = {0};
+    for (int p = 0; p < P; p++) {
+        const float *restrict x = cols + (size_t) p * K;
+        v8f acc [SMALL_K_MAX_VECS];
+        for (int v = 0; v < V; v++)
+            acc [v] = *(const v8f *) (bias + v * LANES);
+        for (int k = 0; k < K; k++) {
+            const float *restrict w = kernel + (size_t) k * OC;
+            for (int v = 0; v < V; v++)
+                acc [v] += x [k] * *(const v8f *) (w + v * LANES);
+        }
+        float *restrict o = out + (size_t) p * OC;
+        for (int v = 0; v < V; v++) {
+            v8f a = acc [v];
+            if (act == ZA_ACT_RELU)
+                a = (v8f) ((v8i) a & (a > zero));
+            *(v8f *) (o + v * LANES) = a;
+        }
+    }
+}
+
+static void
+s_small_k_forward (int P, int K, int OC, const float *cols, const float *kernel,
+                   const float *bias, za_act_t act, float *out)
+{
+    switch (OC / LANES) {
+#define CASE(V) case V: s_small_k_forward_v (V, P, K, cols, kernel, bias, act, out); break;
+        CASE (1) CASE (2) CASE (3) CASE (4) CASE (5) CASE (6) CASE (7) CASE (8)
+#undef CASE
+    }
+}
+
+//  dkernel[k, oc] += sum_p cols[p, k] * dout[p, oc], a tile of pixels at a
+//  time so the tile's gradients stay in cache across the K passes.
+static inline __attribute__ ((always_inline)) void
+s_small_k_dkernel_v (const int V, int P, int K, const float *restrict cols,
+                     const float *restrict dout, float *restrict dkernel)
+{
+    const int OC = V * LANES;
+    for (int p0 = 0; p0 < P; p0 += TILE_PIXELS) {
+        int p1 = p0 + TILE_PIXELS < P? p0 + TILE_PIXELS: P;
+        for (int k = 0; k < K; k++) {
+            v8f acc [SMALL_K_MAX_VECS];
+            for (int v = 0; v < V; v++)
+                acc [v] = (v8f) {0};
+            for (int p = p0; p < p1; p++) {
+                const float xk = cols [(size_t) p * K + k];
+                const float *restrict g = dout + (size_t) p * OC;
+                for (int v = 0; v < V; v++)
+                    acc [v] += xk * *(const v8f *) (g + v * LANES);
+            }
+            float *restrict dk = dkernel + (size_t) k * OC;
+            for (int v = 0; v < V; v++)
+                *(v8f *) (dk + v * LANES) += acc [v];
+        }
+    }
+}
+
+static void
+s_small_k_dkernel (int P, int K, int OC, const float *cols, const float *dout,
+                   float *dkernel)
+{
+    switch (OC / LANES) {
+#define CASE(V) case V: s_small_k_dkernel_v (V, P, K, cols, dout, dkernel); break;
+        CASE (1) CASE (2) CASE (3) CASE (4) CASE (5) CASE (6) CASE (7) CASE (8)
+#undef CASE
+    }
+}
+
 static void
 s_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
                   const float *bias, za_act_t act, float *cols, float *out)
@@ -172,6 +269,10 @@ s_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *kerne
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
     s_im2col (d, in, cols);
+    if (s_small_k (K, d->oc)) {
+        s_small_k_forward (P, K, d->oc, cols, kernel, bias, act, out);
+        return;
+    }
     cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, P, d->oc, K,
                  1.0f, cols, K, kernel, d->oc, 0.0f, out, d->oc);
     s_bias_act ((size_t) P, d->oc, bias, act, out);
@@ -185,8 +286,11 @@ s_conv2d_backward (const za_conv2d_dims_t *d, const float *cols, const float *ke
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
     s_act_bias_backward ((size_t) P, d->oc, out, act, dout, dbias);
-    cblas_sgemm (CblasRowMajor, CblasTrans, CblasNoTrans, K, d->oc, P,
-                 1.0f, cols, K, dout, d->oc, 1.0f, dkernel, d->oc);
+    if (s_small_k (K, d->oc))
+        s_small_k_dkernel (P, K, d->oc, cols, dout, dkernel);
+    else
+        cblas_sgemm (CblasRowMajor, CblasTrans, CblasNoTrans, K, d->oc, P,
+                     1.0f, cols, K, dout, d->oc, 1.0f, dkernel, d->oc);
     if (din) {
         cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, P, K, d->oc,
                      1.0f, dout, d->oc, kernel, d->oc, 0.0f, dcols, K);
@@ -216,43 +320,78 @@ s_dense_backward (int n, int in_dim, int units, const float *in, const float *ke
                      1.0f, dout, units, kernel, units, 0.0f, din, in_dim);
 }
 
+//  Branch-free running max over the window, one channel vector at a time, so
+//  the compiler vectorises it; argmax remembers the input index that won.
 static void
 s_maxpool_forward (const za_pool2d_dims_t *d, const float *in, float *out,
                    int32_t *argmax)
 {
-    size_t o = 0;
+    const int C = d->c;
     for (int n = 0; n < d->n; n++)
         for (int oh = 0; oh < d->oh; oh++)
-            for (int ow = 0; ow < d->ow; ow++, o += d->c) {
-                //  The window's first pixel seeds the running max per channel.
+            for (int ow = 0; ow < d->ow; ow++) {
+                size_t o = (((size_t) n * d->oh + oh) * d->ow + ow) * C;
+                float *restrict best = out + o;
+                int32_t *restrict where = argmax + o;
                 int32_t first = (int32_t) ((((size_t) n * d->h + oh * d->stride) * d->w
-                                            + ow * d->stride) * d->c);
-                for (int c = 0; c < d->c; c++) {
-                    out [o + c] = in [first + c];
-                    argmax [o + c] = first + c;
+                                            + ow * d->stride) * C);
+                const float *restrict v0 = in + first;
+                for (int c = 0; c < C; c++) {
+                    best [c] = v0 [c];
+                    where [c] = first + c;
                 }
                 for (int ph = 0; ph < d->pool; ph++)
                     for (int pw = 0; pw < d->pool; pw++) {
                         if (ph == 0 && pw == 0)
                             continue;
-                        int32_t base = first + (int32_t) (((size_t) ph * d->w + pw) * d->c);
-                        for (int c = 0; c < d->c; c++)
-                            if (in [base + c] > out [o + c]) {
-                                out [o + c] = in [base + c];
-                                argmax [o + c] = base + c;
-                            }
+                        int32_t base = first + (int32_t) (((size_t) ph * d->w + pw) * C);
+                        const float *restrict v = in + base;
+                        for (int c = 0; c < C; c++) {
+                            int gt = v [c] > best [c];
+                            best [c] = gt? v [c]: best [c];
+                            where [c] = gt? base + c: where [c];
+                        }
                     }
             }
 }
 
+//  With windows that tile the input (stride == pool) every input element
+//  belongs to at most one window: each is written once, no clearing pass.
 static void
 s_maxpool_backward (const za_pool2d_dims_t *d, const float *dout,
                     const int32_t *argmax, float *din)
 {
-    memset (din, 0, sizeof (float) * (size_t) d->n * d->h * d->w * d->c);
-    size_t count = (size_t) d->n * d->oh * d->ow * d->c;
-    for (size_t i = 0; i < count; i++)
-        din [argmax [i]] += dout [i];
+    const int C = d->c;
+    if (d->stride != d->pool) {
+        memset (din, 0, sizeof (float) * (size_t) d->n * d->h * d->w * d->c);
+        size_t count = (size_t) d->n * d->oh * d->ow * C;
+        for (size_t i = 0; i < count; i++)
+            din [argmax [i]] += dout [i];
+        return;
+    }
+    const int covered_h = d->oh * d->pool, covered_w = d->ow * d->pool;
+    for (int n = 0; n < d->n; n++)
+        for (int ih = 0; ih < d->h; ih++) {
+            float *restrict row = din + ((size_t) n * d->h + ih) * d->w * C;
+            if (ih >= covered_h) {
+                memset (row, 0, sizeof (float) * (size_t) d->w * C);
+                continue;
+            }
+            int oh = ih / d->pool;
+            for (int iw = 0; iw < d->w; iw++) {
+                float *restrict dst = row + (size_t) iw * C;
+                if (iw >= covered_w) {
+                    memset (dst, 0, sizeof (float) * C);
+                    continue;
+                }
+                size_t o = (((size_t) n * d->oh + oh) * d->ow + iw / d->pool) * C;
+                const float *restrict g = dout + o;
+                const int32_t *restrict where = argmax + o;
+                int32_t self_index = (int32_t) (dst - din);
+                for (int c = 0; c < C; c++)
+                    dst [c] = where [c] == self_index + c? g [c]: 0.0f;
+            }
+        }
 }
 
 static void

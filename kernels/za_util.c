@@ -44,6 +44,13 @@ za_error (const char *fmt, ...)
     return -1;
 }
 
+int
+za_error_adopt (const char *message)
+{
+    snprintf (s_last_error, sizeof s_last_error, "%s", message);
+    return -1;
+}
+
 const char *
 za_last_error (void)
 {

@@ -135,6 +135,23 @@ Test (conv2d, gradient_same_kernel5_single_channel)
     s_conv_gradcheck (2, 9, 9, 1, 5, 5, 1, ZA_PADDING_SAME, ZA_ACT_NONE, 5);
 }
 
+//  K = kh*kw*c <= 32 and filters a multiple of 8 take the direct (non-GEMM)
+//  path of the CPU back end, as the first layer of the seed CNN does.
+Test (conv2d, gradient_direct_path_first_layer)
+{
+    s_conv_gradcheck (2, 8, 7, 1, 32, 3, 1, ZA_PADDING_VALID, ZA_ACT_NONE, 7);
+}
+
+Test (conv2d, gradient_direct_path_same_stride2_relu)
+{
+    s_conv_gradcheck (2, 6, 6, 3, 16, 3, 2, ZA_PADDING_SAME, ZA_ACT_RELU, 8);
+}
+
+Test (conv2d, gradient_direct_path_64_filters)
+{
+    s_conv_gradcheck (1, 5, 5, 2, 64, 2, 1, ZA_PADDING_VALID, ZA_ACT_NONE, 9);
+}
+
 Test (conv2d, gradient_1x1)
 {
     s_conv_gradcheck (2, 4, 4, 6, 5, 1, 1, ZA_PADDING_VALID, ZA_ACT_NONE, 6);

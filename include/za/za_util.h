@@ -27,6 +27,9 @@ void za_free (void *p);
 //  stderr unless quiet mode is on. Always returns -1 so callers can
 //  `return za_error (...)`.
 int za_error (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
+//  Records `message` as this thread's last error without printing it (an
+//  error already reported on another thread, handed over). Returns -1.
+int za_error_adopt (const char *message);
 //  The last error recorded on this thread ("" if none).
 const char *za_last_error (void);
 //  Clears the last error on this thread.

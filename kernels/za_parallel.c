@@ -1,0 +1,133 @@
+/*  za_parallel.c: the fork-join pool. A generation counter under one mutex
+    wakes the workers; a count of finished workers wakes the caller.      */
+#include "za/za_parallel.h"
+#include "za/za_util.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct _za_parallel_t {
+    int threads;
+    pthread_t workers [ZA_PARALLEL_MAX_THREADS];
+    int started;
+    pthread_mutex_t lock;
+    pthread_cond_t work_ready;
+    pthread_cond_t work_done;
+    unsigned long generation;       //  bumped for each run
+    int pending;                    //  workers still busy with this run
+    int stopping;
+    za_parallel_fn *fn;
+    void *arg;
+};
+
+typedef struct {
+    za_parallel_t *pool;
+    int index;
+} s_worker_arg_t;
+
+static void *
+s_worker (void *p)
+{
+    s_worker_arg_t *wa = (s_worker_arg_t *) p;
+    za_parallel_t *self = wa->pool;
+    int index = wa->index;
+    free (wa);
+    unsigned long seen = 0;
+    pthread_mutex_lock (&self->lock);
+    while (1) {
+        while (self->generation == seen && !self->stopping)
+            pthread_cond_wait (&self->work_ready, &self->lock);
+        if (self->stopping)
+            break;
+        seen = self->generation;
+        za_parallel_fn *fn = self->fn;
+        void *arg = self->arg;
+        pthread_mutex_unlock (&self->lock);
+        fn (arg, index);
+        pthread_mutex_lock (&self->lock);
+        if (--self->pending == 0)
+            pthread_cond_signal (&self->work_done);
+    }
+    pthread_mutex_unlock (&self->lock);
+    return NULL;
+}
+
+za_parallel_t *
+za_parallel_new (int threads)
+{
+    if (threads < 1 || threads > ZA_PARALLEL_MAX_THREADS) {
+        za_error ("parallel: %d threads (1 to %d)", threads, ZA_PARALLEL_MAX_THREADS);
+        return NULL;
+    }
+    za_parallel_t *self = (za_parallel_t *) calloc (1, sizeof *self);
+    if (!self) {
+        za_error ("out of memory");
+        return NULL;
+    }
+    self->threads = threads;
+    pthread_mutex_init (&self->lock, NULL);
+    pthread_cond_init (&self->work_ready, NULL);
+    pthread_cond_init (&self->work_done, NULL);
+    for (int i = 1; i < threads; i++) {
+        s_worker_arg_t *wa = (s_worker_arg_t *) malloc (sizeof *wa);
+        if (wa) {
+            wa->pool = self;
+            wa->index = i;
+        }
+        if (!wa || pthread_create (&self->workers [i], NULL, s_worker, wa)) {
+            free (wa);
+            za_error ("parallel: cannot start worker thread %d", i);
+            za_parallel_destroy (&self);
+            return NULL;
+        }
+        self->started = i;
+    }
+    return self;
+}
+
+void
+za_parallel_run (za_parallel_t *self, za_parallel_fn *fn, void *arg)
+{
+    if (self->threads == 1) {
+        fn (arg, 0);
+        return;
+    }
+    pthread_mutex_lock (&self->lock);
+    self->fn = fn;
+    self->arg = arg;
+    self->pending = self->threads - 1;
+    self->generation++;
+    pthread_cond_broadcast (&self->work_ready);
+    pthread_mutex_unlock (&self->lock);
+    fn (arg, 0);
+    pthread_mutex_lock (&self->lock);
+    while (self->pending > 0)
+        pthread_cond_wait (&self->work_done, &self->lock);
+    pthread_mutex_unlock (&self->lock);
+}
+
+int
+za_parallel_threads (const za_parallel_t *self)
+{
+    return self->threads;
+}
+
+void
+za_parallel_destroy (za_parallel_t **self_p)
+{
+    za_parallel_t *self = *self_p;
+    if (!self)
+        return;
+    pthread_mutex_lock (&self->lock);
+    self->stopping = 1;
+    pthread_cond_broadcast (&self->work_ready);
+    pthread_mutex_unlock (&self->lock);
+    for (int i = 1; i <= self->started; i++)
+        pthread_join (self->workers [i], NULL);
+    pthread_mutex_destroy (&self->lock);
+    pthread_cond_destroy (&self->work_ready);
+    pthread_cond_destroy (&self->work_done);
+    free (self);
+    *self_p = NULL;
+}
