@@ -206,6 +206,20 @@ main (int argc, char **argv)
     if (learning_rate > 0)
         optim.learning_rate = (float) learning_rate;
 
+    //  A layer stack given as text is checked before any data is read.
+    int premade = !strcmp (model, "cnn") || !strcmp (model, "dnn") || !strcmp (model, "linear");
+    za_stack_spec_t spec;
+    if (!premade && za_stack_parse (model, &spec))
+        return EXIT_USAGE;
+    int units [ZA_MAX_LAYERS], unit_count = 0;
+    if (strcmp (model, "dnn") == 0) {
+        char list [256];
+        snprintf (list, sizeof list, "%s", hidden);
+        for (char *tok = strtok (list, ","); tok; tok = strtok (NULL, ","))
+            if (unit_count < ZA_MAX_LAYERS - 2)
+                units [unit_count++] = (int) s_int_arg ("--hidden-units", tok, 1, 1 << 20);
+    }
+
     za_dataset_t *train = za_dataset_load_dir (dataset_dir, "train");
     za_dataset_t *test = train && eval? za_dataset_load_dir (dataset_dir, "t10k"): NULL;
     if (!train || (eval && !test)) {
@@ -214,26 +228,17 @@ main (int argc, char **argv)
         za_dataset_destroy (&train);
         return 1;
     }
+    //  The premade classifiers take their class count from the data.
     int n_classes = train->n_classes > 2? train->n_classes: 2;
-    za_stack_spec_t spec;
-    int bad_model;
+    int bad_model = 0;
     if (strcmp (model, "cnn") == 0)
         bad_model = za_stack_parse (ZA_SEED_CNN, &spec);
     else
-    if (strcmp (model, "dnn") == 0) {
-        int units [ZA_MAX_LAYERS], count = 0;
-        char list [256];
-        snprintf (list, sizeof list, "%s", hidden);
-        for (char *tok = strtok (list, ","); tok; tok = strtok (NULL, ","))
-            if (count < ZA_MAX_LAYERS - 2)
-                units [count++] = (int) s_int_arg ("--hidden-units", tok, 1, 1 << 20);
-        bad_model = za_dnn_classifier_spec (&spec, units, count, n_classes);
-    }
+    if (strcmp (model, "dnn") == 0)
+        bad_model = za_dnn_classifier_spec (&spec, units, unit_count, n_classes);
     else
     if (strcmp (model, "linear") == 0)
         bad_model = za_linear_classifier_spec (&spec, n_classes);
-    else
-        bad_model = za_stack_parse (model, &spec);
     if (bad_model) {
         za_dataset_destroy (&train);
         za_dataset_destroy (&test);

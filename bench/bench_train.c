@@ -1,0 +1,137 @@
+/*  bench_train: trains the seed CNN on the real Fashion-MNIST through the
+    Estimator (input pipeline included) and prints images/sec, or measures
+    cblas_sgemm's peak. bench/train_vs_torch.sh runs it against PyTorch.
+
+    bench_train speed BATCH THREADS STEPS WARMUP
+      -> zactor images_per_sec=F batch=B threads=T steps=S seconds=F gflops=F
+    bench_train peak THREADS
+      -> sgemm_peak gflops=F threads=T n=N                                  */
+#include "za/za_estimator.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PEAK_N 1536
+#define PEAK_REPEATS 10
+
+typedef struct {
+    int64_t warmup;
+    double t_start;
+    double t_end;
+} s_timer_t;
+
+static int
+s_after_run (void *arg, const za_run_context_t *ctx)
+{
+    s_timer_t *timer = (s_timer_t *) arg;
+    if (ctx->global_step == timer->warmup)
+        timer->t_start = za_clock_mono ();
+    timer->t_end = za_clock_mono ();
+    return 0;
+}
+
+typedef struct {
+    const za_dataset_t *train;
+    int batch;
+} s_input_t;
+
+static za_input_t *
+s_input_fn (void *arg, za_mode_t mode)
+{
+    (void) mode;
+    s_input_t *input = (s_input_t *) arg;
+    za_input_config_t config = za_input_config_default ();
+    config.batch_size = input->batch;
+    config.shuffle_buffer = (int) input->train->count;
+    config.seed = 1;
+    config.epochs = -1;
+    return za_input_new (input->train, &config);
+}
+
+static int
+s_speed (int batch, int threads, int steps, int warmup)
+{
+    za_dataset_t *train = za_dataset_load_dir (ZA_FASHION_MNIST_DIR, "train");
+    if (!train)
+        return 1;
+    za_stack_spec_t spec;
+    if (za_stack_parse (ZA_SEED_CNN, &spec))
+        return 1;
+    char dir [] = "/tmp/zactor-bench-XXXXXX";
+    if (!mkdtemp (dir))
+        return 1;
+    za_run_config_t config = za_run_config_default ();
+    config.model_dir = dir;
+    config.threads = threads;
+    config.save_checkpoints_secs = 0;
+    config.save_checkpoints_steps = 1000000000;
+    config.log_step_count_steps = 0;
+    config.save_summary_steps = 0;
+    config.progress = 0;
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_ADAM);
+    za_input_shape_t shape = {28, 28, 1};
+    za_estimator_t *estimator = za_estimator_new (za_stack_model_fn (), &spec, shape, &optim,
+                                                  &config);
+    s_timer_t timer = {.warmup = warmup};
+    za_hook_t hook = {.arg = &timer, .after_run = s_after_run};
+    za_estimator_add_hook (estimator, &hook);
+    s_input_t input = {train, batch};
+    int rc = za_estimator_train (estimator, s_input_fn, &input, warmup + steps);
+    double seconds = timer.t_end - timer.t_start;
+    double images = (double) steps * batch;
+    //  Training costs about three forward passes (forward, and backward's two
+    //  products per layer).
+    double flops = 3 * za_stack_forward_flops (&spec, shape) * images;
+    if (rc == 0)
+        printf ("zactor images_per_sec=%.1f batch=%d threads=%d steps=%d seconds=%.4f "
+                "gflops=%.1f\n", images / seconds, batch, threads, steps, seconds,
+                flops / seconds / 1e9);
+    za_estimator_destroy (&estimator);
+    za_dataset_destroy (&train);
+    char command [256];
+    snprintf (command, sizeof command, "rm -rf '%s'", dir);
+    if (system (command) != 0)
+        fprintf (stderr, "bench_train: could not remove %s\n", dir);
+    return rc? 1: 0;
+}
+
+static int
+s_peak (int threads)
+{
+    openblas_set_num_threads (threads);
+    size_t n = PEAK_N;
+    float *a = (float *) za_alloc (n * n * sizeof (float));
+    float *b = (float *) za_alloc (n * n * sizeof (float));
+    float *c = (float *) za_alloc (n * n * sizeof (float));
+    for (size_t i = 0; i < n * n; i++)
+        a [i] = (float) (i % 7) * 0.1f, b [i] = (float) (i % 5) * 0.1f;
+    cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, (int) n, (int) n, (int) n, 1.0f,
+                 a, (int) n, b, (int) n, 0.0f, c, (int) n);
+    double best = 1e9;
+    for (int r = 0; r < PEAK_REPEATS; r++) {
+        double t0 = za_clock_mono ();
+        cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, (int) n, (int) n, (int) n,
+                     1.0f, a, (int) n, b, (int) n, 0.0f, c, (int) n);
+        double t = za_clock_mono () - t0;
+        if (t < best)
+            best = t;
+    }
+    printf ("sgemm_peak gflops=%.1f threads=%d n=%zu\n", 2.0 * n * n * n / best / 1e9,
+            threads, n);
+    za_free (a), za_free (b), za_free (c);
+    return 0;
+}
+
+int
+main (int argc, char **argv)
+{
+    if (argc >= 6 && strcmp (argv [1], "speed") == 0)
+        return s_speed (atoi (argv [2]), atoi (argv [3]), atoi (argv [4]), atoi (argv [5]));
+    if (argc >= 3 && strcmp (argv [1], "peak") == 0)
+        return s_peak (atoi (argv [2]));
+    fprintf (stderr, "usage: bench_train speed BATCH THREADS STEPS WARMUP | peak THREADS\n");
+    return 2;
+}
