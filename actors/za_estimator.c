@@ -387,41 +387,43 @@ s_format_eta (double secs, char *buf, size_t size)
         snprintf (buf, size, "%dm%02ds", (int) secs / 60, (int) secs % 60);
 }
 
-typedef struct {
-    int bar;                        //  redraw one line on a terminal
-    int64_t start_step;
-    double start_time;
-    double last_draw;
-    int64_t log_step;               //  step and time of the last log line
-    double log_time;
-    int64_t examples_since_log;
-    int drew;
-} s_progress_t;
+//  The built-in hook (TensorFlow's StepCounterHook): a log line every
+//  `every_steps` steps with global_step/sec and examples/sec, or on a terminal
+//  one progress line redrawn in place.
 
 static void
-s_progress_update (s_progress_t *p, const za_run_config_t *config,
-                   const za_run_context_t *ctx, double now, int force)
+s_counter_begin (void *arg, int64_t global_step)
 {
-    double elapsed = now - p->start_time;
-    int64_t done = ctx->global_step - p->start_step;
-    double rate = elapsed > 0? done / elapsed: 0;
+    za_step_counter_t *c = (za_step_counter_t *) arg;
+    c->start_step = c->log_step = global_step;
+    c->start_time = c->log_time = za_clock_mono ();
+    c->last_draw = 0;
+    c->examples_since_log = 0;
+    c->drew = 0;
+}
+
+static void
+s_counter_report (za_step_counter_t *c, const za_run_context_t *ctx, int final)
+{
+    double now = za_clock_mono ();
+    double elapsed = now - c->start_time;
+    double rate = elapsed > 0? (ctx->global_step - c->start_step) / elapsed: 0;
     char eta [32];
     s_format_eta (rate > 0? (ctx->max_steps - ctx->global_step) / rate: -1, eta, sizeof eta);
-    int log_due = config->log_step_count_steps > 0
-                  && ctx->global_step % config->log_step_count_steps == 0;
-    if (log_due || (force && !p->bar)) {
-        double span = now - p->log_time;
-        double steps_per_sec = span > 0? (ctx->global_step - p->log_step) / span: 0;
-        double examples_per_sec = span > 0? p->examples_since_log / span: 0;
-        if (!p->bar)
-            fprintf (stderr, "zactor: step %" PRId64 "/%" PRId64 " loss %.4f  "
-                     "%.1f steps/s  %.0f examples/s  ETA %s\n", ctx->global_step,
-                     ctx->max_steps, ctx->loss, steps_per_sec, examples_per_sec, eta);
-        p->log_step = ctx->global_step;
-        p->log_time = now;
-        p->examples_since_log = 0;
+    int log_due = c->every_steps > 0 && ctx->global_step % c->every_steps == 0;
+    if (log_due && !c->bar) {
+        double span = now - c->log_time;
+        fprintf (stderr, "zactor: step %" PRId64 "/%" PRId64 "  loss %.4f  global_step/sec %.1f"
+                 "  examples/sec %.0f  ETA %s\n", ctx->global_step, ctx->max_steps, ctx->loss,
+                 span > 0? (ctx->global_step - c->log_step) / span: 0,
+                 span > 0? c->examples_since_log / span: 0, eta);
     }
-    if (p->bar && (force || now - p->last_draw >= PROGRESS_REDRAW_SECS)) {
+    if (log_due) {
+        c->log_step = ctx->global_step;
+        c->log_time = now;
+        c->examples_since_log = 0;
+    }
+    if (c->bar && (final || now - c->last_draw >= PROGRESS_REDRAW_SECS)) {
         const int width = 24;
         double frac = ctx->max_steps > 0? (double) ctx->global_step / ctx->max_steps: 1;
         int filled = (int) (frac * width);
@@ -429,12 +431,42 @@ s_progress_update (s_progress_t *p, const za_run_config_t *config,
         for (int i = 0; i < width; i++)
             bar [i] = i < filled? '#': '.';
         bar [width] = 0;
-        fprintf (stderr, "\r[%s] step %" PRId64 "/%" PRId64 " loss %.4f %.0f ex/s ETA %s  ",
-                 bar, ctx->global_step, ctx->max_steps, ctx->loss,
-                 rate * ctx->batch_size, eta);
-        p->last_draw = now;
-        p->drew = 1;
+        fprintf (stderr, "\r[%s] step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f examples/sec"
+                 "  ETA %s  ", bar, ctx->global_step, ctx->max_steps, ctx->loss,
+                 rate * ctx->batch_size, final? "0m00s": eta);
+        c->last_draw = now;
+        c->drew = 1;
     }
+}
+
+static int
+s_counter_after_run (void *arg, const za_run_context_t *ctx)
+{
+    za_step_counter_t *c = (za_step_counter_t *) arg;
+    c->examples_since_log += ctx->batch_size;
+    s_counter_report (c, ctx, 0);
+    return 0;
+}
+
+static void
+s_counter_end (void *arg, const za_run_context_t *ctx)
+{
+    za_step_counter_t *c = (za_step_counter_t *) arg;
+    if (c->bar && c->drew) {
+        s_counter_report (c, ctx, 1);
+        fputc ('\n', stderr);
+    }
+}
+
+za_hook_t
+za_step_counter_hook (za_step_counter_t *state, int64_t every_steps, int bar)
+{
+    memset (state, 0, sizeof *state);
+    state->every_steps = every_steps;
+    state->bar = bar;
+    za_hook_t hook = {.arg = state, .begin = s_counter_begin,
+                      .after_run = s_counter_after_run, .end = s_counter_end};
+    return hook;
 }
 
 // ---------------------------------------------------------------------------
@@ -543,17 +575,19 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
     if (!input)
         return -1;
 
+    //  The built-in step counter runs first, then the caller's hooks.
+    za_step_counter_t counter;
+    za_hook_t hooks [MAX_HOOKS + 1];
+    int hook_count = 0;
+    hooks [hook_count++] = za_step_counter_hook (
+        &counter, self->config.log_step_count_steps,
+        self->config.progress > 0 || (self->config.progress < 0 && isatty (2)));
     for (int h = 0; h < self->hook_count; h++)
-        if (self->hooks [h].begin)
-            self->hooks [h].begin (self->hooks [h].arg, self->global_step);
+        hooks [hook_count++] = self->hooks [h];
+    for (int h = 0; h < hook_count; h++)
+        if (hooks [h].begin)
+            hooks [h].begin (hooks [h].arg, self->global_step);
     double start = za_clock_mono ();
-    s_progress_t progress = {
-        .bar = self->config.progress > 0 || (self->config.progress < 0 && isatty (2)),
-        .start_step = self->global_step,
-        .start_time = start,
-        .log_step = self->global_step,
-        .log_time = start,
-    };
     double last_save_time = start;
     int64_t last_saved_step = restored? self->global_step: -1;
     double summary_loss = 0;
@@ -569,9 +603,9 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
             break;
         ctx.global_step = self->global_step;
         ctx.batch_size = batch.size;
-        for (int h = 0; h < self->hook_count; h++)
-            if (self->hooks [h].before_run)
-                self->hooks [h].before_run (self->hooks [h].arg, &ctx);
+        for (int h = 0; h < hook_count; h++)
+            if (hooks [h].before_run)
+                hooks [h].before_run (hooks [h].arg, &ctx);
         double loss_sum;
         int correct;
         if (s_batch_run (self, &batch, ZA_MODE_TRAIN, &run, &loss_sum, &correct)) {
@@ -588,11 +622,9 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
         summary_loss += ctx.loss;
         summary_steps++;
         summary_examples += batch.size;
-        progress.examples_since_log += batch.size;
-        for (int h = 0; h < self->hook_count; h++)
-            if (self->hooks [h].after_run && self->hooks [h].after_run (self->hooks [h].arg, &ctx))
+        for (int h = 0; h < hook_count; h++)
+            if (hooks [h].after_run && hooks [h].after_run (hooks [h].arg, &ctx))
                 stop = 1;
-        s_progress_update (&progress, &self->config, &ctx, now, 0);
         if (self->config.save_summary_steps > 0
             && self->global_step % self->config.save_summary_steps == 0) {
             double span = now - summary_time0;
@@ -624,16 +656,12 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
         }
     }
     za_input_destroy (&input);
-    if (progress.bar && progress.drew) {
-        s_progress_update (&progress, &self->config, &ctx, za_clock_mono (), 1);
-        fputc ('\n', stderr);
-    }
     //  The final step is always saved, also when the input ended early.
     if (rc == 0 && self->global_step != last_saved_step && self->global_step > 0)
         rc = s_save (self);
-    for (int h = 0; h < self->hook_count; h++)
-        if (self->hooks [h].end)
-            self->hooks [h].end (self->hooks [h].arg, &ctx);
+    for (int h = 0; h < hook_count; h++)
+        if (hooks [h].end)
+            hooks [h].end (hooks [h].arg, &ctx);
     return rc;
 }
 

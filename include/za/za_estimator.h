@@ -50,6 +50,23 @@ typedef struct {
     void (*end) (void *arg, const za_run_context_t *context);
 } za_hook_t;
 
+//  The built-in hook, TensorFlow's StepCounterHook: every `every_steps` steps
+//  a log line "step S/MAX  loss L  global_step/sec R  examples/sec E  ETA T";
+//  with `bar`, one progress line redrawn in place instead (for a terminal).
+//  train installs one ahead of the caller's hooks from RunConfig
+//  (log_step_count_steps, progress); add another for other settings.
+typedef struct {
+    int64_t every_steps;
+    int bar;
+    int64_t start_step, log_step;   //  (private from here on)
+    double start_time, log_time, last_draw;
+    int64_t examples_since_log;
+    int drew;
+} za_step_counter_t;
+
+//  Returns a hook whose state is *state (which must outlive the training).
+za_hook_t za_step_counter_hook (za_step_counter_t *state, int64_t every_steps, int bar);
+
 //  An input_fn: builds the batch iterator for `mode`. The estimator destroys
 //  the iterator when done. Return NULL (with an error) on failure.
 typedef za_input_t *(*za_input_fn_t) (void *arg, za_mode_t mode);
