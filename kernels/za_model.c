@@ -688,6 +688,25 @@ s_stack_init_vars (void *state, const za_vars_t *vars, float *values, uint64_t s
     }
 }
 
+//  A layer's geometry for a batch of n (the layer was checked at create).
+static za_conv2d_dims_t
+s_conv_dims (const s_layer_t *l, int n)
+{
+    za_conv2d_dims_t d;
+    za_conv2d_dims (&d, n, l->in_shape.h, l->in_shape.w, l->in_shape.c, l->spec.units,
+                    l->spec.kernel, l->spec.stride, l->spec.padding);
+    return d;
+}
+
+static za_pool2d_dims_t
+s_pool_dims (const s_layer_t *l, int n)
+{
+    za_pool2d_dims_t d;
+    za_pool2d_dims (&d, n, l->in_shape.h, l->in_shape.w, l->in_shape.c, l->spec.pool,
+                    l->spec.stride);
+    return d;
+}
+
 static int
 s_stack_model_fn (void *state, const float *features, const int32_t *labels, int n,
                   za_mode_t mode, const float *values, float *grads, int64_t step,
@@ -712,10 +731,7 @@ s_stack_model_fn (void *state, const float *features, const int32_t *labels, int
         size_t out_count = l->out_size * (size_t) n;
         switch (l->spec.type) {
             case ZA_LAYER_CONV2D: {
-                za_conv2d_dims_t d;
-                za_conv2d_dims (&d, n, l->in_shape.h, l->in_shape.w, l->in_shape.c,
-                                l->spec.units, l->spec.kernel, l->spec.stride,
-                                l->spec.padding);
+                za_conv2d_dims_t d = s_conv_dims (l, n);
                 be->conv2d_forward (&d, in, kernel, bias, l->spec.act, l->cols, l->out);
                 break;
             }
@@ -724,9 +740,7 @@ s_stack_model_fn (void *state, const float *features, const int32_t *labels, int
                                    l->spec.act, l->out);
                 break;
             case ZA_LAYER_MAXPOOL: {
-                za_pool2d_dims_t d;
-                za_pool2d_dims (&d, n, l->in_shape.h, l->in_shape.w, l->in_shape.c,
-                                l->spec.pool, l->spec.stride);
+                za_pool2d_dims_t d = s_pool_dims (l, n);
                 be->maxpool_forward (&d, in, l->out, l->argmax);
                 break;
             }
@@ -774,10 +788,7 @@ s_stack_model_fn (void *state, const float *features, const int32_t *labels, int
         size_t out_count = l->out_size * (size_t) n;
         switch (l->spec.type) {
             case ZA_LAYER_CONV2D: {
-                za_conv2d_dims_t d;
-                za_conv2d_dims (&d, n, l->in_shape.h, l->in_shape.w, l->in_shape.c,
-                                l->spec.units, l->spec.kernel, l->spec.stride,
-                                l->spec.padding);
+                za_conv2d_dims_t d = s_conv_dims (l, n);
                 be->conv2d_backward (&d, l->cols, kernel, l->out, l->spec.act, l->dout,
                                      dkernel, dbias, self->dcols, din);
                 break;
@@ -788,9 +799,7 @@ s_stack_model_fn (void *state, const float *features, const int32_t *labels, int
                 break;
             case ZA_LAYER_MAXPOOL:
                 if (din) {
-                    za_pool2d_dims_t d;
-                    za_pool2d_dims (&d, n, l->in_shape.h, l->in_shape.w, l->in_shape.c,
-                                    l->spec.pool, l->spec.stride);
+                    za_pool2d_dims_t d = s_pool_dims (l, n);
                     be->maxpool_backward (&d, l->dout, l->argmax, din);
                 }
                 break;

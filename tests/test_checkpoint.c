@@ -3,12 +3,11 @@
 #define _GNU_SOURCE
 #include "za/za_checkpoint.h"
 #include "za/za_util.h"
+#include "za_test.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
-#include <ftw.h>
 #include <jansson.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,27 +18,17 @@
 #define SAMPLE_TENSOR_COUNT 6
 #define W1_VALUE(i) (0.25f * (float) (i) - 1.0f)
 
-static char s_dir [PATH_MAX];
-
-static int
-s_remove_entry (const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void) st; (void) flag; (void) ftw;
-    return remove (path);
-}
-
 static void
 s_setup (void)
 {
-    strcpy (s_dir, "/tmp/za_ckpt_test_XXXXXX");
-    cr_assert_not_null (mkdtemp (s_dir));
+    za_test_dir_create ("za_ckpt_test");
     za_error_clear ();
 }
 
 static void
 s_teardown (void)
 {
-    nftw (s_dir, s_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    za_test_dir_remove ();
 }
 
 TestSuite (checkpoint, .init = s_setup, .fini = s_teardown);
@@ -47,30 +36,6 @@ TestSuite (checkpoint, .init = s_setup, .fini = s_teardown);
 
 //  --------------------------------------------------------------------------
 //  Helpers
-
-static char *
-s_join (const char *dir, const char *name)
-{
-    char *path = NULL;
-    cr_assert (asprintf (&path, "%s/%s", dir, name) > 0);
-    return path;
-}
-
-static uint8_t *
-s_read_all (const char *path, size_t *size_p)
-{
-    FILE *file = fopen (path, "rb");
-    cr_assert_not_null (file, "cannot open %s", path);
-    fseek (file, 0, SEEK_END);
-    long size = ftell (file);
-    fseek (file, 0, SEEK_SET);
-    uint8_t *bytes = malloc ((size_t) size + 1);
-    cr_assert_not_null (bytes);
-    cr_assert_eq (fread (bytes, 1, (size_t) size, file), (size_t) size);
-    fclose (file);
-    *size_p = (size_t) size;
-    return bytes;
-}
 
 static void
 s_write_all (const char *path, const void *bytes, size_t size)
@@ -85,7 +50,7 @@ s_write_all (const char *path, const void *bytes, size_t size)
 static bool
 s_exists (const char *dir, const char *name)
 {
-    char *path = s_join (dir, name);
+    char *path = za_test_join (dir, name);
     struct stat st;
     bool exists = stat (path, &st) == 0;
     free (path);
@@ -205,19 +170,6 @@ s_expect_load_fails (const char *path, const char *defect)
     cr_assert (strstr (error, defect), "error does not say '%s': %s", defect, error);
 }
 
-static void
-s_expect_steps (const char *dir, const int64_t *expected, int expected_count)
-{
-    int64_t *steps = NULL;
-    int count = za_checkpoint_list (dir, &steps);
-    cr_assert_eq (count, expected_count, "listed %d checkpoints, expected %d", count,
-                  expected_count);
-    for (int i = 0; i < count; i++)
-        cr_assert_eq (steps [i], expected [i], "step %d is %lld, expected %lld", i,
-                      (long long) steps [i], (long long) expected [i]);
-    free (steps);
-}
-
 static int
 s_count_tmp_files (const char *dir)
 {
@@ -254,9 +206,9 @@ s_count_entries (const char *dir)
 
 Test (checkpoint, roundtrip_values_shapes_names_metadata)
 {
-    s_write_sample (s_dir, 42, 0);
-    char *path = za_checkpoint_path (s_dir, 42);
-    char *expected_path = s_join (s_dir, "model.ckpt-42.safetensors");
+    s_write_sample (za_test_dir (), 42, 0);
+    char *path = za_checkpoint_path (za_test_dir (), 42);
+    char *expected_path = za_test_path ("model.ckpt-42.safetensors");
     cr_assert_str_eq (path, expected_path);
 
     za_checkpoint_t *ckpt = za_checkpoint_load (path);
@@ -305,17 +257,17 @@ Test (checkpoint, roundtrip_values_shapes_names_metadata)
     za_checkpoint_destroy (&ckpt);
     cr_assert_null (ckpt);
     za_checkpoint_destroy (&ckpt);      //  safe twice
-    cr_assert_eq (s_count_tmp_files (s_dir), 0);
+    cr_assert_eq (s_count_tmp_files (za_test_dir ()), 0);
     free (expected_path);
     free (path);
 }
 
 Test (checkpoint, file_is_valid_safetensors_byte_by_byte)
 {
-    s_write_sample (s_dir, 7, 0);
-    char *path = za_checkpoint_path (s_dir, 7);
+    s_write_sample (za_test_dir (), 7, 0);
+    char *path = za_checkpoint_path (za_test_dir (), 7);
     size_t size;
-    uint8_t *bytes = s_read_all (path, &size);
+    uint8_t *bytes = za_test_read_file (path, &size);
     cr_assert_geq (size, 8);
 
     //  Length prefix, header padded with spaces to a multiple of 8.
@@ -399,7 +351,7 @@ Test (checkpoint, file_is_valid_safetensors_byte_by_byte)
 
 Test (checkpoint, write_creates_missing_directories)
 {
-    char *nested = s_join (s_dir, "runs/a/b/");
+    char *nested = za_test_path ("runs/a/b/");
     s_write_sample (nested, 3, 0);
     char *path = za_checkpoint_path (nested, 3);
     za_checkpoint_t *ckpt = za_checkpoint_load (path);
@@ -412,13 +364,13 @@ Test (checkpoint, write_creates_missing_directories)
 
 Test (checkpoint, rewriting_a_step_replaces_it)
 {
-    s_write_sample (s_dir, 5, 0);
+    s_write_sample (za_test_dir (), 5, 0);
     float value = 123.5f;
     za_ckpt_tensor_t tensor = { "only", ZA_DTYPE_F32, 1, { 1 }, &value };
-    cr_assert_eq (za_checkpoint_write_atomic (s_dir, 5, &tensor, 1, NULL, 0, 0), 0);
+    cr_assert_eq (za_checkpoint_write_atomic (za_test_dir (), 5, &tensor, 1, NULL, 0, 0), 0);
     int64_t expected [] = { 5 };
-    s_expect_steps (s_dir, expected, 1);
-    char *path = za_checkpoint_path (s_dir, 5);
+    za_test_expect_checkpoints (za_test_dir (), expected, 1);
+    char *path = za_checkpoint_path (za_test_dir (), 5);
     za_checkpoint_t *ckpt = za_checkpoint_load (path);
     cr_assert_not_null (ckpt, "%s", za_last_error ());
     cr_assert_eq (za_checkpoint_tensor_count (ckpt), 1);
@@ -431,43 +383,44 @@ Test (checkpoint, rewriting_a_step_replaces_it)
 Test (checkpoint, write_rejects_bad_arguments_and_leaves_nothing)
 {
     za_error_set_quiet (1);
+    const char *dir = za_test_dir ();
     float value = 1.0f;
     za_ckpt_tensor_t dup [2] = {
         { "x", ZA_DTYPE_F32, 1, { 1 }, &value },
         { "x", ZA_DTYPE_F32, 1, { 1 }, &value },
     };
-    cr_assert_eq (za_checkpoint_write_atomic (s_dir, 1, dup, 2, NULL, 0, 0), -1);
+    cr_assert_eq (za_checkpoint_write_atomic (dir, 1, dup, 2, NULL, 0, 0), -1);
     cr_assert (strstr (za_last_error (), "duplicate"), "%s", za_last_error ());
 
     za_ckpt_meta_t reserved = { "crc32", "00000000" };
-    cr_assert_eq (za_checkpoint_write_atomic (s_dir, 1, dup, 1, &reserved, 1, 0), -1);
+    cr_assert_eq (za_checkpoint_write_atomic (dir, 1, dup, 1, &reserved, 1, 0), -1);
     cr_assert (strstr (za_last_error (), "reserved"), "%s", za_last_error ());
 
-    cr_assert_eq (za_checkpoint_write_atomic (s_dir, -1, dup, 1, NULL, 0, 0), -1);
+    cr_assert_eq (za_checkpoint_write_atomic (dir, -1, dup, 1, NULL, 0, 0), -1);
     cr_assert (strstr (za_last_error (), "negative"), "%s", za_last_error ());
 
     za_ckpt_tensor_t bad_name = { "__metadata__", ZA_DTYPE_F32, 1, { 1 }, &value };
-    cr_assert_eq (za_checkpoint_write_atomic (s_dir, 1, &bad_name, 1, NULL, 0, 0), -1);
+    cr_assert_eq (za_checkpoint_write_atomic (dir, 1, &bad_name, 1, NULL, 0, 0), -1);
 
     za_ckpt_tensor_t bad_dtype = { "y", (za_dtype_t) 9, 1, { 1 }, &value };
-    cr_assert_eq (za_checkpoint_write_atomic (s_dir, 1, &bad_dtype, 1, NULL, 0, 0), -1);
+    cr_assert_eq (za_checkpoint_write_atomic (dir, 1, &bad_dtype, 1, NULL, 0, 0), -1);
     cr_assert (strstr (za_last_error (), "dtype"), "%s", za_last_error ());
 
     za_ckpt_tensor_t bad_shape = { "z", ZA_DTYPE_F32, 2, { 2, -1 }, &value };
-    cr_assert_eq (za_checkpoint_write_atomic (s_dir, 1, &bad_shape, 1, NULL, 0, 0), -1);
+    cr_assert_eq (za_checkpoint_write_atomic (dir, 1, &bad_shape, 1, NULL, 0, 0), -1);
 
     za_ckpt_tensor_t no_data = { "n", ZA_DTYPE_F32, 1, { 4 }, NULL };
-    cr_assert_eq (za_checkpoint_write_atomic (s_dir, 1, &no_data, 1, NULL, 0, 0), -1);
+    cr_assert_eq (za_checkpoint_write_atomic (dir, 1, &no_data, 1, NULL, 0, 0), -1);
 
-    cr_assert_eq (s_count_entries (s_dir), 0, "a failed write left files behind");
+    cr_assert_eq (s_count_entries (dir), 0, "a failed write left files behind");
 
     //  model_dir below a regular file cannot be created.
-    char *file = s_join (s_dir, "plain");
+    char *file = za_test_path ("plain");
     s_write_all (file, "x", 1);
-    char *below = s_join (file, "run");
+    char *below = za_test_join (file, "run");
     cr_assert_eq (za_checkpoint_write_atomic (below, 1, dup, 1, NULL, 0, 0), -1);
     cr_assert (strstr (za_last_error (), file), "%s", za_last_error ());
-    cr_assert_eq (s_count_entries (s_dir), 1);
+    cr_assert_eq (s_count_entries (dir), 1);
     free (below);
     free (file);
 }
@@ -479,17 +432,15 @@ Test (checkpoint, write_rejects_bad_arguments_and_leaves_nothing)
 Test (checkpoint, retention_keeps_newest_three_and_index_names_them)
 {
     for (int64_t step = 1; step <= 5; step++)
-        s_write_sample (s_dir, step, 3);
+        s_write_sample (za_test_dir (), step, 3);
     int64_t expected [] = { 3, 4, 5 };
-    s_expect_steps (s_dir, expected, 3);
-    cr_assert (!s_exists (s_dir, "model.ckpt-1.safetensors"));
-    cr_assert (!s_exists (s_dir, "model.ckpt-2.safetensors"));
-    cr_assert_eq (s_count_tmp_files (s_dir), 0);
+    za_test_expect_checkpoints (za_test_dir (), expected, 3);
+    cr_assert (!s_exists (za_test_dir (), "model.ckpt-1.safetensors"));
+    cr_assert (!s_exists (za_test_dir (), "model.ckpt-2.safetensors"));
+    cr_assert_eq (s_count_tmp_files (za_test_dir ()), 0);
 
-    char *index_path = s_join (s_dir, "checkpoint");
-    size_t size;
-    char *index = (char *) s_read_all (index_path, &size);
-    index [size] = 0;
+    char *index_path = za_test_path ("checkpoint");
+    char *index = za_test_read_file (index_path, NULL);
     cr_assert_str_eq (index,
         "model_checkpoint_path: \"model.ckpt-5.safetensors\"\n"
         "all_model_checkpoint_paths: \"model.ckpt-3.safetensors\"\n"
@@ -502,23 +453,21 @@ Test (checkpoint, retention_keeps_newest_three_and_index_names_them)
 Test (checkpoint, keep_max_zero_keeps_all)
 {
     for (int64_t step = 1; step <= 5; step++)
-        s_write_sample (s_dir, step * 100, 0);
+        s_write_sample (za_test_dir (), step * 100, 0);
     int64_t expected [] = { 100, 200, 300, 400, 500 };
-    s_expect_steps (s_dir, expected, 5);
+    za_test_expect_checkpoints (za_test_dir (), expected, 5);
 }
 
 Test (checkpoint, retention_never_deletes_the_file_just_written)
 {
-    s_write_sample (s_dir, 10, 2);
-    s_write_sample (s_dir, 20, 2);
-    s_write_sample (s_dir, 5, 2);       //  older than both: 10 goes, 5 stays
+    s_write_sample (za_test_dir (), 10, 2);
+    s_write_sample (za_test_dir (), 20, 2);
+    s_write_sample (za_test_dir (), 5, 2);       //  older than both: 10 goes, 5 stays
     int64_t expected [] = { 5, 20 };
-    s_expect_steps (s_dir, expected, 2);
+    za_test_expect_checkpoints (za_test_dir (), expected, 2);
 
-    char *index_path = s_join (s_dir, "checkpoint");
-    size_t size;
-    char *index = (char *) s_read_all (index_path, &size);
-    index [size] = 0;
+    char *index_path = za_test_path ("checkpoint");
+    char *index = za_test_read_file (index_path, NULL);
     cr_assert_str_eq (index,
         "model_checkpoint_path: \"model.ckpt-20.safetensors\"\n"
         "all_model_checkpoint_paths: \"model.ckpt-5.safetensors\"\n"
@@ -537,36 +486,36 @@ Test (checkpoint, list_is_ascending_and_ignores_stray_files)
                              "model.ckpt-3.safetensors.bak", "xmodel.ckpt-4.safetensors",
                              "model.ckpt-99999999999999999999.safetensors" };
     for (size_t i = 0; i < sizeof valid / sizeof valid [0]; i++) {
-        char *path = s_join (s_dir, valid [i]);
+        char *path = za_test_path (valid [i]);
         s_write_all (path, "", 0);
         free (path);
     }
     for (size_t i = 0; i < sizeof stray / sizeof stray [0]; i++) {
-        char *path = s_join (s_dir, stray [i]);
+        char *path = za_test_path (stray [i]);
         s_write_all (path, "junk", 4);
         free (path);
     }
-    char *subdir = s_join (s_dir, "model.ckpt-77.safetensors");
+    char *subdir = za_test_path ("model.ckpt-77.safetensors");
     cr_assert_eq (mkdir (subdir, 0755), 0);
     free (subdir);
 
     int64_t expected [] = { 0, 2, 10, 9000000000LL };
-    s_expect_steps (s_dir, expected, 4);
+    za_test_expect_checkpoints (za_test_dir (), expected, 4);
 }
 
 Test (checkpoint, list_of_missing_or_empty_dir_is_empty)
 {
     int64_t *steps = (int64_t *) 1;
-    cr_assert_eq (za_checkpoint_list (s_dir, &steps), 0);
+    cr_assert_eq (za_checkpoint_list (za_test_dir (), &steps), 0);
     cr_assert_null (steps);
-    char *missing = s_join (s_dir, "does/not/exist");
+    char *missing = za_test_path ("does/not/exist");
     steps = (int64_t *) 1;
     cr_assert_eq (za_checkpoint_list (missing, &steps), 0);
     cr_assert_null (steps);
     free (missing);
 
     za_error_set_quiet (1);
-    char *file = s_join (s_dir, "plain");
+    char *file = za_test_path ("plain");
     s_write_all (file, "x", 1);
     cr_assert_eq (za_checkpoint_list (file, &steps), -1);
     cr_assert (strstr (za_last_error (), file), "%s", za_last_error ());
@@ -580,10 +529,10 @@ Test (checkpoint, list_of_missing_or_empty_dir_is_empty)
 Test (checkpoint, truncated_file_is_refused_at_every_cut)
 {
     za_error_set_quiet (1);
-    s_write_sample (s_dir, 9, 0);
-    char *path = za_checkpoint_path (s_dir, 9);
+    s_write_sample (za_test_dir (), 9, 0);
+    char *path = za_checkpoint_path (za_test_dir (), 9);
     size_t size;
-    uint8_t *bytes = s_read_all (path, &size);
+    uint8_t *bytes = za_test_read_file (path, &size);
     size_t header_end = 8 + (size_t) s_get_le64 (bytes);
     size_t cuts [] = { 1, 4, 7, 8, 12, header_end / 2, header_end - 1, header_end,
                        header_end + 1, header_end + 4, size - 8, size - 1 };
@@ -604,7 +553,7 @@ Test (checkpoint, truncated_file_is_refused_at_every_cut)
 Test (checkpoint, zero_length_file_is_refused)
 {
     za_error_set_quiet (1);
-    char *path = za_checkpoint_path (s_dir, 1);
+    char *path = za_checkpoint_path (za_test_dir (), 1);
     s_write_all (path, "", 0);
     s_expect_load_fails (path, "truncated");
     cr_assert (strstr (za_last_error (), "0 bytes"), "%s", za_last_error ());
@@ -614,7 +563,7 @@ Test (checkpoint, zero_length_file_is_refused)
 Test (checkpoint, missing_file_is_refused)
 {
     za_error_set_quiet (1);
-    char *path = za_checkpoint_path (s_dir, 1);
+    char *path = za_checkpoint_path (za_test_dir (), 1);
     s_expect_load_fails (path, "cannot open");
     free (path);
 }
@@ -622,10 +571,10 @@ Test (checkpoint, missing_file_is_refused)
 Test (checkpoint, flipped_data_byte_fails_crc)
 {
     za_error_set_quiet (1);
-    s_write_sample (s_dir, 9, 0);
-    char *path = za_checkpoint_path (s_dir, 9);
+    s_write_sample (za_test_dir (), 9, 0);
+    char *path = za_checkpoint_path (za_test_dir (), 9);
     size_t size;
-    uint8_t *bytes = s_read_all (path, &size);
+    uint8_t *bytes = za_test_read_file (path, &size);
     size_t header_end = 8 + (size_t) s_get_le64 (bytes);
     size_t positions [] = { header_end, (header_end + size) / 2, size - 1 };
     for (size_t i = 0; i < sizeof positions / sizeof positions [0]; i++) {
@@ -641,10 +590,10 @@ Test (checkpoint, flipped_data_byte_fails_crc)
 Test (checkpoint, bad_header_length_is_refused)
 {
     za_error_set_quiet (1);
-    s_write_sample (s_dir, 9, 0);
-    char *path = za_checkpoint_path (s_dir, 9);
+    s_write_sample (za_test_dir (), 9, 0);
+    char *path = za_checkpoint_path (za_test_dir (), 9);
     size_t size;
-    uint8_t *bytes = s_read_all (path, &size);
+    uint8_t *bytes = za_test_read_file (path, &size);
 
     s_put_le64 (bytes, UINT64_MAX);
     s_write_all (path, bytes, size);
@@ -668,7 +617,7 @@ Test (checkpoint, bad_header_length_is_refused)
 Test (checkpoint, garbage_json_header_is_refused)
 {
     za_error_set_quiet (1);
-    char *path = za_checkpoint_path (s_dir, 1);
+    char *path = za_checkpoint_path (za_test_dir (), 1);
     s_write_raw (path, "{\"__metadata__\": {\"format\": zactor}", NULL, 0);
     s_expect_load_fails (path, "header is not valid JSON (line 1 column");
 
@@ -703,7 +652,7 @@ s_write_raw_tensors (const char *path, const char *format, const char *tensors_j
 Test (checkpoint, offsets_not_matching_the_tensors_are_refused)
 {
     za_error_set_quiet (1);
-    char *path = za_checkpoint_path (s_dir, 1);
+    char *path = za_checkpoint_path (za_test_dir (), 1);
     uint8_t data [32] = { 0 };
 
     //  The control: a correct hand-made file loads.
@@ -766,7 +715,7 @@ Test (checkpoint, offsets_not_matching_the_tensors_are_refused)
 Test (checkpoint, bad_metadata_is_refused)
 {
     za_error_set_quiet (1);
-    char *path = za_checkpoint_path (s_dir, 1);
+    char *path = za_checkpoint_path (za_test_dir (), 1);
     uint8_t data [8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
     const char *tensor = "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}";
 
@@ -815,15 +764,15 @@ Test (checkpoint, load_newest_skips_a_corrupt_newest)
 {
     za_error_set_quiet (1);
     for (int64_t step = 1; step <= 3; step++)
-        s_write_sample (s_dir, step, 0);
-    char *newest = za_checkpoint_path (s_dir, 3);
+        s_write_sample (za_test_dir (), step, 0);
+    char *newest = za_checkpoint_path (za_test_dir (), 3);
     size_t size;
-    uint8_t *bytes = s_read_all (newest, &size);
+    uint8_t *bytes = za_test_read_file (newest, &size);
     bytes [size - 2] ^= 0xff;
     s_write_all (newest, bytes, size);
 
     int found_any = -1;
-    za_checkpoint_t *ckpt = za_checkpoint_load_newest (s_dir, &found_any);
+    za_checkpoint_t *ckpt = za_checkpoint_load_newest (za_test_dir (), &found_any);
     cr_assert_not_null (ckpt, "%s", za_last_error ());
     cr_assert_eq (found_any, 1);
     cr_assert_eq (za_checkpoint_step (ckpt), 2);
@@ -834,9 +783,9 @@ Test (checkpoint, load_newest_skips_a_corrupt_newest)
 
     //  Truncate 3 and garble 2: step 1 is the newest intact one.
     s_write_all (newest, bytes, size / 2);
-    char *second = za_checkpoint_path (s_dir, 2);
+    char *second = za_checkpoint_path (za_test_dir (), 2);
     s_write_raw (second, "{{{", NULL, 0);
-    ckpt = za_checkpoint_load_newest (s_dir, &found_any);
+    ckpt = za_checkpoint_load_newest (za_test_dir (), &found_any);
     cr_assert_not_null (ckpt, "%s", za_last_error ());
     cr_assert_eq (za_checkpoint_step (ckpt), 1);
     za_checkpoint_destroy (&ckpt);
@@ -848,10 +797,10 @@ Test (checkpoint, load_newest_skips_a_corrupt_newest)
 Test (checkpoint, load_newest_with_all_corrupt_reports_it)
 {
     za_error_set_quiet (1);
-    char *path = za_checkpoint_path (s_dir, 4);
+    char *path = za_checkpoint_path (za_test_dir (), 4);
     s_write_all (path, "short", 5);
     int found_any = 0;
-    za_checkpoint_t *ckpt = za_checkpoint_load_newest (s_dir, &found_any);
+    za_checkpoint_t *ckpt = za_checkpoint_load_newest (za_test_dir (), &found_any);
     cr_assert_null (ckpt);
     cr_assert_eq (found_any, 1);
     cr_assert (strstr (za_last_error (), "none of the 1 checkpoints is intact"), "%s",
@@ -862,14 +811,14 @@ Test (checkpoint, load_newest_with_all_corrupt_reports_it)
 Test (checkpoint, load_newest_refuses_a_file_named_for_another_step)
 {
     za_error_set_quiet (1);
-    s_write_sample (s_dir, 1, 0);
-    char *one = za_checkpoint_path (s_dir, 1);
-    char *seven = za_checkpoint_path (s_dir, 7);
+    s_write_sample (za_test_dir (), 1, 0);
+    char *one = za_checkpoint_path (za_test_dir (), 1);
+    char *seven = za_checkpoint_path (za_test_dir (), 7);
     size_t size;
-    uint8_t *bytes = s_read_all (one, &size);
+    uint8_t *bytes = za_test_read_file (one, &size);
     s_write_all (seven, bytes, size);
     int found_any = 0;
-    za_checkpoint_t *ckpt = za_checkpoint_load_newest (s_dir, &found_any);
+    za_checkpoint_t *ckpt = za_checkpoint_load_newest (za_test_dir (), &found_any);
     cr_assert_not_null (ckpt, "%s", za_last_error ());
     cr_assert_eq (za_checkpoint_step (ckpt), 1);
     cr_assert (strstr (za_last_error (), seven), "%s", za_last_error ());
@@ -883,11 +832,11 @@ Test (checkpoint, load_newest_on_empty_or_missing_dir_finds_none)
 {
     za_error_set_quiet (1);
     int found_any = -1;
-    cr_assert_null (za_checkpoint_load_newest (s_dir, &found_any));
+    cr_assert_null (za_checkpoint_load_newest (za_test_dir (), &found_any));
     cr_assert_eq (found_any, 0);
     cr_assert_str_eq (za_last_error (), "");
 
-    char *missing = s_join (s_dir, "nope");
+    char *missing = za_test_path ("nope");
     found_any = -1;
     cr_assert_null (za_checkpoint_load_newest (missing, &found_any));
     cr_assert_eq (found_any, 0);
@@ -899,27 +848,27 @@ Test (checkpoint, load_newest_on_empty_or_missing_dir_finds_none)
 Test (checkpoint, leftover_tmp_file_is_ignored)
 {
     za_error_set_quiet (1);
-    s_write_sample (s_dir, 1, 0);
+    s_write_sample (za_test_dir (), 1, 0);
     //  What a crash between create and rename leaves.
-    char *tmp = s_join (s_dir, "model.ckpt-2.safetensors.tmp");
+    char *tmp = za_test_path ("model.ckpt-2.safetensors.tmp");
     s_write_all (tmp, "\x10\0\0\0\0\0\0\0{\"__meta", 16);
-    char *index_tmp = s_join (s_dir, "checkpoint.tmp");
+    char *index_tmp = za_test_path ("checkpoint.tmp");
     s_write_all (index_tmp, "model_checkpoint_path: \"mod", 27);
 
     int64_t expected [] = { 1 };
-    s_expect_steps (s_dir, expected, 1);
+    za_test_expect_checkpoints (za_test_dir (), expected, 1);
     int found_any = 0;
-    za_checkpoint_t *ckpt = za_checkpoint_load_newest (s_dir, &found_any);
+    za_checkpoint_t *ckpt = za_checkpoint_load_newest (za_test_dir (), &found_any);
     cr_assert_not_null (ckpt, "%s", za_last_error ());
     cr_assert_eq (za_checkpoint_step (ckpt), 1);
     cr_assert_str_eq (za_last_error (), "");
     za_checkpoint_destroy (&ckpt);
 
     //  The next write of that step replaces the leftover.
-    s_write_sample (s_dir, 2, 0);
-    cr_assert (!s_exists (s_dir, "model.ckpt-2.safetensors.tmp"));
-    cr_assert (!s_exists (s_dir, "checkpoint.tmp"));
-    ckpt = za_checkpoint_load_newest (s_dir, &found_any);
+    s_write_sample (za_test_dir (), 2, 0);
+    cr_assert (!s_exists (za_test_dir (), "model.ckpt-2.safetensors.tmp"));
+    cr_assert (!s_exists (za_test_dir (), "checkpoint.tmp"));
+    ckpt = za_checkpoint_load_newest (za_test_dir (), &found_any);
     cr_assert_not_null (ckpt, "%s", za_last_error ());
     cr_assert_eq (za_checkpoint_step (ckpt), 2);
     za_checkpoint_destroy (&ckpt);
@@ -937,8 +886,8 @@ Test (checkpoint, python_safetensors_reads_the_file)
         s_teardown ();                  //  a skipped test does not run .fini
         cr_skip_test ("python3 safetensors (with numpy) is not installed");
     }
-    s_write_sample (s_dir, 42, 0);
-    char *path = za_checkpoint_path (s_dir, 42);
+    s_write_sample (za_test_dir (), 42, 0);
+    char *path = za_checkpoint_path (za_test_dir (), 42);
     char *command = NULL;
     cr_assert (asprintf (&command,
         "/usr/bin/python3 -c '"

@@ -2,7 +2,6 @@
     hand-made good and broken IDX files, and in-memory arrays.                */
 #include <criterion/criterion.h>
 
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,50 +11,27 @@
 
 #include "za/za_dataset.h"
 #include "za/za_util.h"
+#include "za_test.h"
 
 #define TEST_MAX_EXAMPLES 4096
 #define FOREVER_DESTROY_MAX_S 1.0
+#define TMP_PATH_SLOTS 4
 
 
 //  --------------------------------------------------------------------------
 //  Hand-made IDX files in a temporary directory
 
-static char s_tmpdir [256];
-
-static void
-s_tmpdir_create (void)
-{
-    snprintf (s_tmpdir, sizeof s_tmpdir, "/tmp/za_test_dataset_XXXXXX");
-    cr_assert_not_null (mkdtemp (s_tmpdir));
-}
-
-static void
-s_tmpdir_remove (void)
-{
-    DIR *dir = opendir (s_tmpdir);
-    if (!dir)
-        return;
-    struct dirent *entry;
-    char path [512];
-    while ((entry = readdir (dir)) != NULL) {
-        if (strcmp (entry->d_name, ".") == 0 || strcmp (entry->d_name, "..") == 0)
-            continue;
-        snprintf (path, sizeof path, "%s/%s", s_tmpdir, entry->d_name);
-        unlink (path);
-    }
-    closedir (dir);
-    rmdir (s_tmpdir);
-}
-
-//  A path inside the temp dir; returns a static buffer (one of four, rotating).
+//  A path in the temp dir that the caller does not free: the last four made
+//  stay valid, so a test can name its few files inline.
 static const char *
 s_tmp_path (const char *name)
 {
-    static char paths [4][512];
+    static char *paths [TMP_PATH_SLOTS];
     static int next;
-    char *path = paths [next++ % 4];
-    snprintf (path, 512, "%s/%s", s_tmpdir, name);
-    return path;
+    char **slot = &paths [next++ % TMP_PATH_SLOTS];
+    free (*slot);
+    *slot = za_test_path (name);
+    return *slot;
 }
 
 static void
@@ -142,13 +118,13 @@ static void
 s_idx_setup (void)
 {
     za_error_set_quiet (1);
-    s_tmpdir_create ();
+    za_test_dir_create ("za_test_dataset");
 }
 
 static void
 s_idx_teardown (void)
 {
-    s_tmpdir_remove ();
+    za_test_dir_remove ();
 }
 
 
@@ -356,8 +332,8 @@ Test (idx, directory_is_not_a_file)
     const char *labels = s_tmp_path ("lbl");
     s_write_pair (s_tmp_path ("img"), labels, 5, 2, 3, 4, 0);
     za_error_clear ();
-    cr_assert_null (za_dataset_load_idx (s_tmpdir, labels));
-    cr_assert (strstr (za_last_error (), s_tmpdir));
+    cr_assert_null (za_dataset_load_idx (za_test_dir (), labels));
+    cr_assert (strstr (za_last_error (), za_test_dir ()));
 }
 
 Test (idx, wrong_magic_images)
@@ -507,19 +483,16 @@ Test (idx, count_mismatch)
 Test (idx, load_dir_prefers_gz)
 {
     //  Plain files of 3 examples, gzipped files of 4: the .gz ones win.
-    char images [512], labels [512];
-    snprintf (images, sizeof images, "%s/train-images-idx3-ubyte", s_tmpdir);
-    snprintf (labels, sizeof labels, "%s/train-labels-idx1-ubyte", s_tmpdir);
-    s_write_pair (images, labels, 3, 2, 2, 3, 0);
-    za_dataset_t *dataset = za_dataset_load_dir (s_tmpdir, "train");
+    s_write_pair (s_tmp_path ("train-images-idx3-ubyte"),
+                  s_tmp_path ("train-labels-idx1-ubyte"), 3, 2, 2, 3, 0);
+    za_dataset_t *dataset = za_dataset_load_dir (za_test_dir (), "train");
     cr_assert_not_null (dataset);
     cr_assert_eq (dataset->count, 3);
     za_dataset_destroy (&dataset);
 
-    strcat (images, ".gz");
-    strcat (labels, ".gz");
-    s_write_pair (images, labels, 4, 2, 2, 3, 1);
-    dataset = za_dataset_load_dir (s_tmpdir, "train");
+    s_write_pair (s_tmp_path ("train-images-idx3-ubyte.gz"),
+                  s_tmp_path ("train-labels-idx1-ubyte.gz"), 4, 2, 2, 3, 1);
+    dataset = za_dataset_load_dir (za_test_dir (), "train");
     cr_assert_not_null (dataset);
     cr_assert_eq (dataset->count, 4);
     za_dataset_destroy (&dataset);
@@ -528,10 +501,10 @@ Test (idx, load_dir_prefers_gz)
 Test (idx, load_dir_errors)
 {
     za_error_clear ();
-    cr_assert_null (za_dataset_load_dir (s_tmpdir, "t10k"));
+    cr_assert_null (za_dataset_load_dir (za_test_dir (), "t10k"));
     cr_assert (strstr (za_last_error (), "t10k-images-idx3-ubyte.gz"), "%s",
                za_last_error ());
-    cr_assert (strstr (za_last_error (), s_tmpdir));
+    cr_assert (strstr (za_last_error (), za_test_dir ()));
     za_error_clear ();
     cr_assert_null (za_dataset_load_dir (ZA_FASHION_MNIST_DIR, "validation"));
     cr_assert (strstr (za_last_error (), "validation"));

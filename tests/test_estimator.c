@@ -4,9 +4,7 @@
 #include <criterion/criterion.h>
 
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +15,7 @@
 #include "za/za_checkpoint.h"
 #include "za/za_estimator.h"
 #include "za/za_util.h"
+#include "za_test.h"
 
 #define TRAIN_SUBSET_EXAMPLES 4000
 #define PREDICT_EXAMPLES 1000
@@ -26,27 +25,17 @@
 #define FMNIST_CLASSES 10
 #define INPUT_SEED 1234
 
-static char s_dir [PATH_MAX];
-
-static int
-s_remove_entry (const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void) st; (void) flag; (void) ftw;
-    return remove (path);
-}
-
 static void
 s_setup (void)
 {
-    strcpy (s_dir, "/tmp/za_estimator_test_XXXXXX");
-    cr_assert_not_null (mkdtemp (s_dir));
+    za_test_dir_create ("za_estimator_test");
     za_error_clear ();
 }
 
 static void
 s_teardown (void)
 {
-    nftw (s_dir, s_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    za_test_dir_remove ();
 }
 
 TestSuite (estimator, .init = s_setup, .fini = s_teardown);
@@ -54,30 +43,6 @@ TestSuite (estimator, .init = s_setup, .fini = s_teardown);
 
 //  --------------------------------------------------------------------------
 //  Helpers
-
-//  A path under the test directory; caller frees.
-static char *
-s_path (const char *name)
-{
-    char *path = NULL;
-    cr_assert (asprintf (&path, "%s/%s", s_dir, name) > 0);
-    return path;
-}
-
-//  The first `count` examples of a real Fashion-MNIST split, copied.
-static za_dataset_t *
-s_fashion (const char *split, int64_t count)
-{
-    za_dataset_t *full = za_dataset_load_dir (ZA_FASHION_MNIST_DIR, split);
-    cr_assert_not_null (full, "cannot load Fashion-MNIST %s: %s", split, za_last_error ());
-    if (count <= 0 || count >= full->count)
-        return full;
-    za_dataset_t *part = za_dataset_from_arrays (full->features, full->labels, count,
-                                                 full->height, full->width, full->channels);
-    cr_assert_not_null (part, "%s", za_last_error ());
-    za_dataset_destroy (&full);
-    return part;
-}
 
 //  What the input_fn streams: train shuffled and repeated, eval/predict once.
 typedef struct {
@@ -138,38 +103,6 @@ s_new_estimator (const za_stack_spec_t *spec, const za_dataset_t *dataset,
                                                   s_shape_of (dataset), &optim, config);
     cr_assert_not_null (estimator, "%s", za_last_error ());
     return estimator;
-}
-
-static void
-s_expect_steps (const char *dir, const int64_t *expected, int expected_count)
-{
-    int64_t *steps = NULL;
-    int count = za_checkpoint_list (dir, &steps);
-    cr_assert_eq (count, expected_count, "%d checkpoints in %s, expected %d", count, dir,
-                  expected_count);
-    for (int i = 0; i < count; i++)
-        cr_assert_eq (steps [i], expected [i], "checkpoint %d is step %lld, expected %lld",
-                      i, (long long) steps [i], (long long) expected [i]);
-    free (steps);
-}
-
-//  Every checkpoint file in dir loads and verifies; returns how many.
-static int
-s_expect_all_load (const char *dir)
-{
-    int64_t *steps = NULL;
-    int count = za_checkpoint_list (dir, &steps);
-    cr_assert_geq (count, 0);
-    for (int i = 0; i < count; i++) {
-        char *path = za_checkpoint_path (dir, steps [i]);
-        za_checkpoint_t *ckpt = za_checkpoint_load (path);
-        cr_assert_not_null (ckpt, "'%s' does not load: %s", path, za_last_error ());
-        cr_assert_eq (za_checkpoint_step (ckpt), steps [i]);
-        za_checkpoint_destroy (&ckpt);
-        free (path);
-    }
-    free (steps);
-    return count;
 }
 
 //  Reads a JSON-lines file; *count_p gets the number of lines. Caller decrefs
@@ -315,14 +248,7 @@ s_capture_end (int saved, const char *path)
     fflush (stderr);
     dup2 (saved, 2);
     close (saved);
-    FILE *file = fopen (path, "r");
-    cr_assert_not_null (file);
-    char *text = calloc (1, 65536);
-    cr_assert_not_null (text);
-    size_t got = fread (text, 1, 65535, file);
-    text [got] = 0;
-    fclose (file);
-    return text;
+    return za_test_read_file (path, NULL);
 }
 
 
@@ -331,12 +257,12 @@ s_capture_end (int saved, const char *path)
 
 Test (estimator, training_reduces_loss_and_beats_070_on_t10k)
 {
-    za_dataset_t *train = s_fashion ("train", TRAIN_SUBSET_EXAMPLES);
-    za_dataset_t *test = s_fashion ("t10k", 0);
+    za_dataset_t *train = za_test_fashion ("train", TRAIN_SUBSET_EXAMPLES);
+    za_dataset_t *test = za_test_fashion ("t10k", 0);
     cr_assert_eq (test->count, 10000);
     za_stack_spec_t spec;
     s_dnn_spec (&spec);
-    za_run_config_t config = s_config (s_dir);
+    za_run_config_t config = s_config (za_test_dir ());
     config.save_summary_steps = 20;
     za_estimator_t *estimator = s_new_estimator (&spec, train, &config);
     s_inputs_t inputs = {train, test, TRAIN_BATCH, INPUT_SEED};
@@ -345,7 +271,7 @@ Test (estimator, training_reduces_loss_and_beats_070_on_t10k)
                   za_last_error ());
     cr_assert_eq (za_estimator_global_step (estimator), 300);
 
-    char *metrics = s_path ("metrics.jsonl");
+    char *metrics = za_test_path ("metrics.jsonl");
     int count;
     json_t **lines = s_read_jsonl (metrics, &count);
     cr_assert_eq (count, 300 / 20, "%d summary lines", count);
@@ -374,10 +300,10 @@ Test (estimator, training_reduces_loss_and_beats_070_on_t10k)
 
 Test (estimator, resume_continues_from_the_newest_checkpoint)
 {
-    za_dataset_t *train = s_fashion ("train", TRAIN_SUBSET_EXAMPLES);
+    za_dataset_t *train = za_test_fashion ("train", TRAIN_SUBSET_EXAMPLES);
     za_stack_spec_t spec;
     s_dnn_spec (&spec);
-    za_run_config_t config = s_config (s_dir);
+    za_run_config_t config = s_config (za_test_dir ());
     config.save_checkpoints_steps = 20;
     s_inputs_t inputs = {train, train, TRAIN_BATCH, INPUT_SEED};
 
@@ -385,7 +311,7 @@ Test (estimator, resume_continues_from_the_newest_checkpoint)
     cr_assert_eq (za_estimator_train (estimator, s_input_fn, &inputs, 60), 0, "%s",
                   za_last_error ());
     za_estimator_destroy (&estimator);
-    s_expect_steps (s_dir, (int64_t []) {20, 40, 60}, 3);
+    za_test_expect_checkpoints (za_test_dir (), (int64_t []) {20, 40, 60}, 3);
 
     estimator = s_new_estimator (&spec, train, &config);
     cr_assert_eq (za_estimator_global_step (estimator), 0, "nothing is read before train");
@@ -402,7 +328,7 @@ Test (estimator, resume_continues_from_the_newest_checkpoint)
     cr_assert (counter.in_order);
     cr_assert_eq (counter.last_after_step, 100);
     cr_assert_eq (za_estimator_global_step (estimator), 100);
-    s_expect_steps (s_dir, (int64_t []) {20, 40, 60, 80, 100}, 5);
+    za_test_expect_checkpoints (za_test_dir (), (int64_t []) {20, 40, 60, 80, 100}, 5);
 
     //  Already at max_steps: nothing runs, and that is not an error, whether
     //  asked of the same estimator or of a new one.
@@ -419,7 +345,7 @@ Test (estimator, resume_continues_from_the_newest_checkpoint)
     cr_assert_eq (counter.after_calls, 0);
     cr_assert_eq (counter.before_calls, 0);
     cr_assert_eq (za_estimator_global_step (estimator), 100);
-    s_expect_steps (s_dir, (int64_t []) {20, 40, 60, 80, 100}, 5);
+    za_test_expect_checkpoints (za_test_dir (), (int64_t []) {20, 40, 60, 80, 100}, 5);
 
     za_estimator_destroy (&estimator);
     za_dataset_destroy (&train);
@@ -427,10 +353,10 @@ Test (estimator, resume_continues_from_the_newest_checkpoint)
 
 Test (estimator, corrupt_newest_checkpoint_falls_back_to_the_previous)
 {
-    za_dataset_t *train = s_fashion ("train", TRAIN_SUBSET_EXAMPLES);
+    za_dataset_t *train = za_test_fashion ("train", TRAIN_SUBSET_EXAMPLES);
     za_stack_spec_t spec;
     s_dnn_spec (&spec);
-    za_run_config_t config = s_config (s_dir);
+    za_run_config_t config = s_config (za_test_dir ());
     config.save_checkpoints_steps = 20;
     s_inputs_t inputs = {train, train, TRAIN_BATCH, INPUT_SEED};
 
@@ -440,7 +366,7 @@ Test (estimator, corrupt_newest_checkpoint_falls_back_to_the_previous)
     za_estimator_destroy (&estimator);
 
     //  Cut the newest file in half, as a crash of a non-atomic writer would.
-    char *newest = za_checkpoint_path (s_dir, 60);
+    char *newest = za_checkpoint_path (za_test_dir (), 60);
     struct stat st;
     cr_assert_eq (stat (newest, &st), 0);
     cr_assert_eq (truncate (newest, st.st_size / 2), 0);
@@ -452,7 +378,7 @@ Test (estimator, corrupt_newest_checkpoint_falls_back_to_the_previous)
     s_counter_t counter;
     s_counter_init (&counter, TRAIN_BATCH);
     s_add_counter (estimator, &counter);
-    char *log = s_path ("stderr.txt");
+    char *log = za_test_path ("stderr.txt");
     int saved = s_capture_begin (log);
     int rc = za_estimator_train (estimator, s_input_fn, &inputs, 80);
     char *text = s_capture_end (saved, log);
@@ -466,8 +392,10 @@ Test (estimator, corrupt_newest_checkpoint_falls_back_to_the_previous)
     unlink (log);
 
     //  Everything kept afterwards is intact, the rewritten step 60 included.
-    s_expect_steps (s_dir, (int64_t []) {20, 40, 60, 80}, 4);
-    cr_assert_eq (s_expect_all_load (s_dir), 4);
+    za_test_expect_checkpoints (za_test_dir (), (int64_t []) {20, 40, 60, 80}, 4);
+    int loaded;
+    za_test_expect_all_load (za_test_dir (), &loaded);
+    cr_assert_eq (loaded, 4);
 
     free (text);
     free (log);
@@ -478,9 +406,9 @@ Test (estimator, corrupt_newest_checkpoint_falls_back_to_the_previous)
 
 Test (estimator, checkpoint_of_another_model_is_refused)
 {
-    za_dataset_t *train = s_fashion ("train", TRAIN_SUBSET_EXAMPLES);
+    za_dataset_t *train = za_test_fashion ("train", TRAIN_SUBSET_EXAMPLES);
     s_inputs_t inputs = {train, train, TRAIN_BATCH, INPUT_SEED};
-    za_run_config_t config = s_config (s_dir);
+    za_run_config_t config = s_config (za_test_dir ());
     za_stack_spec_t linear;
     cr_assert_eq (za_linear_classifier_spec (&linear, FMNIST_CLASSES), 0);
     za_estimator_t *estimator = s_new_estimator (&linear, train, &config);
@@ -502,7 +430,7 @@ Test (estimator, checkpoint_of_another_model_is_refused)
     cr_assert (strstr (za_last_error (), "model.ckpt-10.safetensors"), "error: %s",
                za_last_error ());
     cr_assert_eq (counter.after_calls, 0, "trained over a foreign checkpoint");
-    s_expect_steps (s_dir, (int64_t []) {10}, 1);
+    za_test_expect_checkpoints (za_test_dir (), (int64_t []) {10}, 1);
 
     za_estimator_destroy (&estimator);
     za_dataset_destroy (&train);
@@ -510,32 +438,30 @@ Test (estimator, checkpoint_of_another_model_is_refused)
 
 Test (estimator, keep_checkpoint_max_keeps_the_newest)
 {
-    za_dataset_t *train = s_fashion ("train", TRAIN_SUBSET_EXAMPLES);
+    za_dataset_t *train = za_test_fashion ("train", TRAIN_SUBSET_EXAMPLES);
     s_inputs_t inputs = {train, train, TRAIN_BATCH, INPUT_SEED};
     za_stack_spec_t spec;
     s_dnn_spec (&spec);
-    za_run_config_t config = s_config (s_dir);
+    za_run_config_t config = s_config (za_test_dir ());
     config.save_checkpoints_steps = 10;
     config.keep_checkpoint_max = 2;
     za_estimator_t *estimator = s_new_estimator (&spec, train, &config);
     cr_assert_eq (za_estimator_train (estimator, s_input_fn, &inputs, 50), 0, "%s",
                   za_last_error ());
-    s_expect_steps (s_dir, (int64_t []) {40, 50}, 2);
-    cr_assert_eq (s_expect_all_load (s_dir), 2);
+    za_test_expect_checkpoints (za_test_dir (), (int64_t []) {40, 50}, 2);
+    int loaded;
+    za_test_expect_all_load (za_test_dir (), &loaded);
+    cr_assert_eq (loaded, 2);
 
     //  The index names the same two, the newest as model_checkpoint_path.
-    char *index_path = s_path ("checkpoint");
-    FILE *file = fopen (index_path, "r");
-    cr_assert_not_null (file);
-    char index [4096];
-    size_t got = fread (index, 1, sizeof index - 1, file);
-    index [got] = 0;
-    fclose (file);
+    char *index_path = za_test_path ("checkpoint");
+    char *index = za_test_read_file (index_path, NULL);
     cr_assert (strstr (index, "model_checkpoint_path: \"model.ckpt-50.safetensors\""), "%s",
                index);
     cr_assert (strstr (index, "model.ckpt-40.safetensors"), "%s", index);
     cr_assert_null (strstr (index, "model.ckpt-30.safetensors"), "%s", index);
 
+    free (index);
     free (index_path);
     za_estimator_destroy (&estimator);
     za_dataset_destroy (&train);
@@ -547,11 +473,11 @@ Test (estimator, keep_checkpoint_max_keeps_the_newest)
 
 Test (estimator, hooks_see_every_step_in_order)
 {
-    za_dataset_t *train = s_fashion ("train", TRAIN_SUBSET_EXAMPLES);
+    za_dataset_t *train = za_test_fashion ("train", TRAIN_SUBSET_EXAMPLES);
     s_inputs_t inputs = {train, train, TRAIN_BATCH, INPUT_SEED};
     za_stack_spec_t spec;
     s_dnn_spec (&spec);
-    za_run_config_t config = s_config (s_dir);
+    za_run_config_t config = s_config (za_test_dir ());
     za_estimator_t *estimator = s_new_estimator (&spec, train, &config);
     s_counter_t first, second;
     s_counter_init (&first, TRAIN_BATCH);
@@ -590,11 +516,11 @@ Test (estimator, hooks_see_every_step_in_order)
 
 Test (estimator, after_run_stops_training_and_the_last_step_is_saved)
 {
-    za_dataset_t *train = s_fashion ("train", TRAIN_SUBSET_EXAMPLES);
+    za_dataset_t *train = za_test_fashion ("train", TRAIN_SUBSET_EXAMPLES);
     s_inputs_t inputs = {train, train, TRAIN_BATCH, INPUT_SEED};
     za_stack_spec_t spec;
     s_dnn_spec (&spec);
-    za_run_config_t config = s_config (s_dir);      //  by seconds: no save before the end
+    za_run_config_t config = s_config (za_test_dir ()); //  by seconds: no save before the end
     za_estimator_t *estimator = s_new_estimator (&spec, train, &config);
     s_counter_t counter;
     s_counter_init (&counter, TRAIN_BATCH);
@@ -609,8 +535,10 @@ Test (estimator, after_run_stops_training_and_the_last_step_is_saved)
     cr_assert_eq (counter.before_calls, 7);
     cr_assert_eq (counter.end_calls, 1);
     cr_assert_eq (counter.end_step, 7);
-    s_expect_steps (s_dir, (int64_t []) {7}, 1);
-    cr_assert_eq (s_expect_all_load (s_dir), 1);
+    za_test_expect_checkpoints (za_test_dir (), (int64_t []) {7}, 1);
+    int loaded;
+    za_test_expect_all_load (za_test_dir (), &loaded);
+    cr_assert_eq (loaded, 1);
 
     za_estimator_destroy (&estimator);
     za_dataset_destroy (&train);
@@ -622,12 +550,12 @@ Test (estimator, after_run_stops_training_and_the_last_step_is_saved)
 
 Test (estimator, evaluate_needs_a_checkpoint_and_logs_each_call)
 {
-    za_dataset_t *train = s_fashion ("train", TRAIN_SUBSET_EXAMPLES);
-    za_dataset_t *test = s_fashion ("t10k", PREDICT_EXAMPLES);
+    za_dataset_t *train = za_test_fashion ("train", TRAIN_SUBSET_EXAMPLES);
+    za_dataset_t *test = za_test_fashion ("t10k", PREDICT_EXAMPLES);
     s_inputs_t inputs = {train, test, TRAIN_BATCH, INPUT_SEED};
     za_stack_spec_t spec;
     s_dnn_spec (&spec);
-    za_run_config_t config = s_config (s_dir);
+    za_run_config_t config = s_config (za_test_dir ());
     za_estimator_t *estimator = s_new_estimator (&spec, train, &config);
 
     za_eval_result_t result;
@@ -636,7 +564,7 @@ Test (estimator, evaluate_needs_a_checkpoint_and_logs_each_call)
     za_error_set_quiet (0);
     cr_assert_eq (rc, -1);
     cr_assert (strstr (za_last_error (), "train first"), "error: %s", za_last_error ());
-    char *eval_log = s_path ("eval/metrics.jsonl");
+    char *eval_log = za_test_path ("eval/metrics.jsonl");
     cr_assert_neq (access (eval_log, F_OK), 0, "a failed evaluate wrote %s", eval_log);
 
     cr_assert_eq (za_estimator_train (estimator, s_input_fn, &inputs, 20), 0, "%s",
@@ -704,13 +632,13 @@ s_on_prediction (void *arg, int64_t index, const float *logits, int n_classes, i
 
 Test (estimator, predict_agrees_with_evaluate)
 {
-    za_dataset_t *train = s_fashion ("train", TRAIN_SUBSET_EXAMPLES);
-    za_dataset_t *test = s_fashion ("t10k", PREDICT_EXAMPLES);
+    za_dataset_t *train = za_test_fashion ("train", TRAIN_SUBSET_EXAMPLES);
+    za_dataset_t *test = za_test_fashion ("t10k", PREDICT_EXAMPLES);
     cr_assert_eq (test->count, PREDICT_EXAMPLES);
     s_inputs_t inputs = {train, test, TRAIN_BATCH, INPUT_SEED};
     za_stack_spec_t spec;
     s_dnn_spec (&spec);
-    za_run_config_t config = s_config (s_dir);
+    za_run_config_t config = s_config (za_test_dir ());
     za_estimator_t *estimator = s_new_estimator (&spec, train, &config);
 
     s_predictions_t predictions = {
@@ -910,7 +838,7 @@ Test (estimator, custom_model_fn_learns_a_separable_problem)
 
     za_optim_config_t optim = za_optim_config_default (ZA_OPT_SGD);
     optim.learning_rate = 0.5f;
-    za_run_config_t config = s_config (s_dir);
+    za_run_config_t config = s_config (za_test_dir ());
     za_estimator_t *estimator = za_estimator_new (&s_logreg_model, NULL, s_shape_of (data),
                                                   &optim, &config);
     cr_assert_not_null (estimator, "%s", za_last_error ());
@@ -934,7 +862,7 @@ Test (estimator, custom_model_fn_learns_a_separable_problem)
     cr_assert_lt (after.loss, before.loss, "loss %.4f -> %.4f", before.loss, after.loss);
 
     //  The checkpoint names the model_fn's variables and holds their values.
-    char *path = za_checkpoint_path (s_dir, 200);
+    char *path = za_checkpoint_path (za_test_dir (), 200);
     za_checkpoint_t *ckpt = za_checkpoint_load (path);
     cr_assert_not_null (ckpt, "%s", za_last_error ());
     cr_assert_str_eq (za_checkpoint_meta (ckpt, "model_fn"), LOGREG_NAME);
@@ -966,7 +894,7 @@ Test (estimator, custom_model_fn_learns_a_separable_problem)
 static float *
 s_values_after (const char *subdir, uint64_t seed, const za_dataset_t *train, size_t *count_p)
 {
-    char *dir = s_path (subdir);
+    char *dir = za_test_path (subdir);
     za_stack_spec_t spec;
     s_dnn_spec (&spec);
     za_run_config_t config = s_config (dir);
@@ -987,7 +915,7 @@ s_values_after (const char *subdir, uint64_t seed, const za_dataset_t *train, si
 
 Test (estimator, same_seed_same_values_other_seed_other_values)
 {
-    za_dataset_t *train = s_fashion ("train", TRAIN_SUBSET_EXAMPLES);
+    za_dataset_t *train = za_test_fashion ("train", TRAIN_SUBSET_EXAMPLES);
     size_t count_a, count_b, count_c;
     float *a = s_values_after ("a", 7, train, &count_a);
     float *b = s_values_after ("b", 7, train, &count_b);

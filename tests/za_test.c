@@ -1,0 +1,253 @@
+/*  za_test.c: the helpers the Criterion suites share (see za_test.h), kept in one
+    place so that each suite holds only its own tests.                           */
+#define _GNU_SOURCE                     //  asprintf
+#include "za_test.h"
+
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "za/za_checkpoint.h"
+#include "za/za_util.h"
+
+#define WAIT_POLL_US 10000
+#define REMOVE_MAX_FDS 16
+#define READ_CHUNK_BYTES 4096
+#define SPAWN_MAX_ARGS 64
+#define OUTPUT_FILE_MODE 0644
+
+extern char **environ;
+
+static char s_dir [PATH_MAX];
+static char s_binary [PATH_MAX];
+
+
+//  --------------------------------------------------------------------------
+//  The temp dir of the running test
+
+const char *
+za_test_dir_create (const char *prefix)
+{
+    int len = snprintf (s_dir, sizeof s_dir, "/tmp/%s_XXXXXX", prefix);
+    cr_assert (len > 0 && (size_t) len < sizeof s_dir, "prefix too long: %s", prefix);
+    cr_assert_not_null (mkdtemp (s_dir), "mkdtemp %s: %s", s_dir, strerror (errno));
+    return s_dir;
+}
+
+const char *
+za_test_dir (void)
+{
+    return s_dir;
+}
+
+static int
+s_remove_entry (const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void) st;
+    (void) flag;
+    (void) ftw;
+    return remove (path);
+}
+
+void
+za_test_dir_remove (void)
+{
+    if (s_dir [0])
+        nftw (s_dir, s_remove_entry, REMOVE_MAX_FDS, FTW_DEPTH | FTW_PHYS);
+    s_dir [0] = 0;
+}
+
+char *
+za_test_join (const char *dir, const char *name)
+{
+    char *path = NULL;
+    cr_assert (asprintf (&path, "%s/%s", dir, name) > 0);
+    return path;
+}
+
+char *
+za_test_path (const char *name)
+{
+    cr_assert (s_dir [0], "no temp dir for '%s': call za_test_dir_create first", name);
+    return za_test_join (s_dir, name);
+}
+
+
+//  --------------------------------------------------------------------------
+//  Files
+
+void *
+za_test_read_file (const char *path, size_t *size_p)
+{
+    FILE *file = fopen (path, "rb");
+    cr_assert_not_null (file, "cannot open %s", path);
+    size_t size = 0, capacity = READ_CHUNK_BYTES;
+    char *bytes = malloc (capacity);
+    cr_assert_not_null (bytes);
+    size_t got;
+    while ((got = fread (bytes + size, 1, capacity - size - 1, file)) > 0) {
+        size += got;
+        if (capacity - size < 2) {
+            capacity *= 2;
+            bytes = realloc (bytes, capacity);
+            cr_assert_not_null (bytes);
+        }
+    }
+    cr_assert_not (ferror (file), "cannot read %s", path);
+    bytes [size] = 0;
+    fclose (file);
+    if (size_p)
+        *size_p = size;
+    return bytes;
+}
+
+
+//  --------------------------------------------------------------------------
+//  zactor-run as a real process
+
+const char *
+za_test_binary (void)
+{
+    const char *bin_dir = getenv ("ZA_BINARY_DIR");
+    if (!bin_dir || !*bin_dir)
+        bin_dir = ZA_BINARY_DIR;
+    snprintf (s_binary, sizeof s_binary, "%s/zactor-run", bin_dir);
+    cr_assert_eq (access (s_binary, X_OK), 0, "no zactor-run at %s", s_binary);
+    return s_binary;
+}
+
+pid_t
+za_test_spawn (const char *const *args, const char *out_path, const char *err_path)
+{
+    const char *binary = za_test_binary ();
+    const char *argv [SPAWN_MAX_ARGS];
+    int argc = 0;
+    argv [argc++] = binary;
+    while (*args && argc < SPAWN_MAX_ARGS - 1)
+        argv [argc++] = *args++;
+    cr_assert_null (*args, "more than %d arguments", SPAWN_MAX_ARGS - 2);
+    argv [argc] = NULL;
+    posix_spawn_file_actions_t actions;
+    cr_assert_eq (posix_spawn_file_actions_init (&actions), 0);
+    posix_spawn_file_actions_addopen (&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen (&actions, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC,
+                                      OUTPUT_FILE_MODE);
+    posix_spawn_file_actions_addopen (&actions, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC,
+                                      OUTPUT_FILE_MODE);
+    pid_t pid;
+    int rc = posix_spawn (&pid, binary, &actions, NULL, (char *const *) argv, environ);
+    posix_spawn_file_actions_destroy (&actions);
+    cr_assert_eq (rc, 0, "posix_spawn %s: %s", binary, strerror (rc));
+    return pid;
+}
+
+int
+za_test_wait (pid_t pid, double timeout_s)
+{
+    double deadline = za_clock_mono () + timeout_s;
+    while (true) {
+        int status;
+        pid_t got = waitpid (pid, &status, WNOHANG);
+        if (got == pid)
+            return status;
+        cr_assert_eq (got, 0, "waitpid: %s", strerror (errno));
+        if (za_clock_mono () > deadline) {
+            kill (pid, SIGKILL);
+            waitpid (pid, &status, 0);
+            cr_assert_fail ("zactor-run (pid %d) still running after %.0f s", (int) pid,
+                            timeout_s);
+        }
+        usleep (WAIT_POLL_US);
+    }
+}
+
+za_test_result_t
+za_test_run (const char *const *args, double timeout_s)
+{
+    char *out_path = za_test_path ("stdout.txt");
+    char *err_path = za_test_path ("stderr.txt");
+    pid_t pid = za_test_spawn (args, out_path, err_path);
+    int status = za_test_wait (pid, timeout_s);
+    za_test_result_t result = {
+        .exit_code = WIFEXITED (status)? WEXITSTATUS (status): -1,
+        .out = za_test_read_file (out_path, NULL),
+        .err = za_test_read_file (err_path, NULL),
+    };
+    unlink (out_path);
+    unlink (err_path);
+    free (out_path);
+    free (err_path);
+    return result;
+}
+
+void
+za_test_result_free (za_test_result_t *result)
+{
+    free (result->out);
+    free (result->err);
+    result->out = NULL;
+    result->err = NULL;
+}
+
+
+//  --------------------------------------------------------------------------
+//  Checkpoints and data
+
+void
+za_test_expect_checkpoints (const char *dir, const int64_t *expected, int expected_count)
+{
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (dir, &steps);
+    cr_assert_eq (count, expected_count, "%d checkpoints in %s, expected %d", count, dir,
+                  expected_count);
+    for (int i = 0; i < count; i++)
+        cr_assert_eq (steps [i], expected [i], "checkpoint %d is step %lld, expected %lld",
+                      i, (long long) steps [i], (long long) expected [i]);
+    free (steps);
+}
+
+int64_t
+za_test_expect_all_load (const char *dir, int *count_p)
+{
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (dir, &steps);
+    cr_assert_geq (count, 0, "cannot list %s", dir);
+    for (int i = 0; i < count; i++) {
+        char *path = za_checkpoint_path (dir, steps [i]);
+        za_checkpoint_t *ckpt = za_checkpoint_load (path);
+        cr_assert_not_null (ckpt, "'%s' does not load: %s", path, za_last_error ());
+        cr_assert_eq (za_checkpoint_step (ckpt), steps [i]);
+        za_checkpoint_destroy (&ckpt);
+        free (path);
+    }
+    int64_t newest = count > 0? steps [count - 1]: -1;
+    free (steps);
+    if (count_p)
+        *count_p = count;
+    return newest;
+}
+
+za_dataset_t *
+za_test_fashion (const char *split, int64_t count)
+{
+    za_dataset_t *full = za_dataset_load_dir (ZA_FASHION_MNIST_DIR, split);
+    cr_assert_not_null (full, "cannot load Fashion-MNIST %s: %s", split, za_last_error ());
+    if (count <= 0 || count >= full->count)
+        return full;
+    za_dataset_t *part = za_dataset_from_arrays (full->features, full->labels, count,
+                                                 full->height, full->width, full->channels);
+    cr_assert_not_null (part, "%s", za_last_error ());
+    za_dataset_destroy (&full);
+    return part;
+}

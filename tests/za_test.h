@@ -1,0 +1,97 @@
+/*  za_test.h: what the Criterion suites under tests/ share: a temp dir per test, paths
+    in it, zactor-run as a child process, whole files, checkpoints and Fashion-MNIST.
+
+    Every function here checks with cr_assert and fails the running test on an error
+    (it never returns one), so a suite's code reads as the steps of the test. The
+    temp dir is state of the test process: Criterion runs each test in its own
+    process, so each test gets its own.                                            */
+#ifndef ZA_TEST_H_INCLUDED
+#define ZA_TEST_H_INCLUDED
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "za/za_dataset.h"
+
+//  --------------------------------------------------------------------------
+//  The temp dir of the running test
+
+//  Makes a fresh directory "/tmp/<prefix>_XXXXXX" and makes it the test's temp dir.
+//  Returns its path, owned by this module and valid until za_test_dir_remove.
+const char *za_test_dir_create (const char *prefix);
+
+//  The test's temp dir, or "" when none was made (owned by this module).
+const char *za_test_dir (void);
+
+//  Removes the temp dir and everything below it (links are removed, not
+//  followed). Does nothing when there is none, so it is safe to call twice.
+void za_test_dir_remove (void);
+
+//  "<dir>/<name>". Caller frees.
+char *za_test_join (const char *dir, const char *name);
+
+//  "<temp dir>/<name>". Caller frees.
+char *za_test_path (const char *name);
+
+
+//  --------------------------------------------------------------------------
+//  Files
+
+//  The whole content of a file, with a NUL after the last byte so that a text
+//  file can be used as a string; *size_p (when not NULL) gets the size without
+//  the NUL. Caller frees.
+void *za_test_read_file (const char *path, size_t *size_p);
+
+
+//  --------------------------------------------------------------------------
+//  zactor-run as a real process
+
+//  The zactor-run to test: in $ZA_BINARY_DIR (what CTest sets), else in the
+//  build directory the suite was compiled for. Fails the test when it is not
+//  there or not executable. Returns a buffer owned by this module.
+const char *za_test_binary (void);
+
+//  Starts zactor-run with args (NULL-terminated, without argv[0]; 62 at most),
+//  stdin from /dev/null, stdout and stderr to the files named (created or
+//  truncated). Returns its pid; the caller waits for it (za_test_wait).
+pid_t za_test_spawn (const char *const *args, const char *out_path, const char *err_path);
+
+//  Waits at most timeout_s for pid; on a hang kills it and fails the test.
+//  Returns the wait status.
+int za_test_wait (pid_t pid, double timeout_s);
+
+//  What one run of zactor-run gave.
+typedef struct {
+    int exit_code;                      //  -1 when killed by a signal
+    char *out;                          //  all it wrote to stdout, owned
+    char *err;                          //  all it wrote to stderr, owned
+} za_test_result_t;
+
+//  Runs zactor-run with args (as za_test_spawn) to completion, at most
+//  timeout_s, with its output in temp-dir files that it deletes afterwards.
+//  Free the result with za_test_result_free.
+za_test_result_t za_test_run (const char *const *args, double timeout_s);
+
+//  Frees the output in a result and sets it to NULL; safe to call twice.
+void za_test_result_free (za_test_result_t *result);
+
+
+//  --------------------------------------------------------------------------
+//  Checkpoints and data
+
+//  Checks that dir holds exactly the checkpoints of the expected steps, ascending.
+void za_test_expect_checkpoints (const char *dir, const int64_t *expected,
+                                 int expected_count);
+
+//  Checks that every checkpoint file in dir loads and verifies, and that its
+//  global step is the one in its name. Returns the newest step (-1 when there is
+//  none) and, when count_p is not NULL, how many there are in *count_p.
+int64_t za_test_expect_all_load (const char *dir, int *count_p);
+
+//  The first `count` examples of the real Fashion-MNIST split "train" or "t10k",
+//  copied (count <= 0 or beyond the split: all of it). Fails the test when the
+//  files cannot be loaded. Caller destroys with za_dataset_destroy.
+za_dataset_t *za_test_fashion (const char *split, int64_t count);
+
+#endif
