@@ -47,7 +47,8 @@ s_usage (FILE *out)
 "  --keep-checkpoint-max N      checkpoints kept (default 5; 0 keeps all)\n"
 "  --log-step-count-steps N     log line every N steps (default 100)\n"
 "  --save-summary-steps N       metrics.jsonl line every N steps (default 100)\n"
-"  --seed N               random seed for initialisation, shuffling, dropout (default 42)\n"
+"  --seed N               random seed for initialisation, shuffling, dropout (default 42);\n"
+"                         a resumed run mixes its starting step into the shuffle seed\n"
 "  --threads N            compute threads (default: all cores)\n"
 "  -h, --help             this help\n"
 "\n"
@@ -91,7 +92,13 @@ typedef struct {
     int batch_size;
     int shuffle_buffer;
     uint64_t seed;
+    const za_estimator_t *estimator;
 } s_inputs_t;
+
+//  Mixes the step training starts from into the shuffle seed, so a run that
+//  resumes from a checkpoint goes on with a new order instead of replaying
+//  the examples it began with.
+#define SEED_STEP_MIX 0x9e3779b97f4a7c15ULL
 
 static za_input_t *
 s_input_fn (void *arg, za_mode_t mode)
@@ -101,7 +108,8 @@ s_input_fn (void *arg, za_mode_t mode)
     if (mode == ZA_MODE_TRAIN) {
         config.batch_size = inputs->batch_size;
         config.shuffle_buffer = inputs->shuffle_buffer;
-        config.seed = inputs->seed;
+        config.seed = inputs->seed
+                      + SEED_STEP_MIX * (uint64_t) za_estimator_global_step (inputs->estimator);
         config.epochs = -1;
         return za_input_new (inputs->train, &config);
     }
@@ -256,6 +264,7 @@ main (int argc, char **argv)
     za_input_shape_t shape = {train->height, train->width, train->channels};
     za_estimator_t *estimator = za_estimator_new (za_stack_model_fn (), &spec, shape, &optim,
                                                   &config);
+    inputs.estimator = estimator;
     int rc = estimator? 0: 1;
     if (!rc) {
         za_info ("model %s", spec.text);
