@@ -637,6 +637,7 @@ za_input_next (za_input_t *self, za_batch_t *batch)
     batch->features = slot->features;
     batch->labels = slot->labels;
     batch->size = slot->size;
+    batch->feature_size = self->dataset->feature_size;
     return 1;
 }
 

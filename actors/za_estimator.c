@@ -38,7 +38,7 @@ struct _za_estimator_t {
     za_parallel_t *pool;
     void *states [MAX_WORKERS];     //  the model_fn's state per worker
     float *worker_grads [MAX_WORKERS];
-    int batch_max;                  //  what the states are planned for
+    int per_worker;                 //  examples each state is planned for
     size_t feature_size;
     za_vars_t vars;
     float *values;                  //  [vars.total]
@@ -67,30 +67,42 @@ za_run_config_default (void)
     return config;
 }
 
+static void
+s_destroy_states (za_estimator_t *self)
+{
+    for (int w = 0; w < MAX_WORKERS; w++)
+        if (self->states [w])
+            self->model_fn->destroy (&self->states [w]);
+    self->per_worker = 0;
+}
+
 //  (Re)plans the workers' model states for batches of up to batch_max
-//  examples. The variable table comes out the same each time; values are kept.
+//  examples (each state holds one micro-batch at most). The variable table
+//  comes out the same each time; values are kept. On failure no state is
+//  left, so the next call plans again.
 static int
 s_plan (za_estimator_t *self, int batch_max)
 {
-    if (self->states [0] && batch_max <= self->batch_max)
-        return 0;
     int per_worker = (batch_max + self->workers - 1) / self->workers;
     if (per_worker > MICRO_BATCH_MAX)
         per_worker = MICRO_BATCH_MAX;
+    if (self->states [0] && per_worker <= self->per_worker)
+        return 0;
+    s_destroy_states (self);
     for (int w = 0; w < self->workers; w++) {
-        if (self->states [w])
-            self->model_fn->destroy (&self->states [w]);
         za_vars_t vars = {0};
         self->states [w] = self->model_fn->create (self->params, self->input, per_worker,
                                                    self->be, &vars);
-        if (!self->states [w])
+        if (!self->states [w] || (self->values && vars.total != self->vars.total)) {
+            if (self->states [w])
+                za_error ("model_fn '%s' declared different variables on re-planning",
+                          self->model_fn->name);
+            s_destroy_states (self);
             return -1;
-        if (self->values && vars.total != self->vars.total)
-            return za_error ("model_fn '%s' declared different variables on re-planning",
-                             self->model_fn->name);
+        }
         self->vars = vars;
     }
-    self->batch_max = batch_max;
+    self->per_worker = per_worker;
     return 0;
 }
 
@@ -164,11 +176,9 @@ za_estimator_destroy (za_estimator_t **self_p)
     za_estimator_t *self = *self_p;
     if (!self)
         return;
-    for (int w = 0; w < MAX_WORKERS; w++) {
-        if (self->states [w])
-            self->model_fn->destroy (&self->states [w]);
+    s_destroy_states (self);
+    for (int w = 0; w < MAX_WORKERS; w++)
         za_free (self->worker_grads [w]);
-    }
     za_parallel_destroy (&self->pool);
     za_free (self->values);
     for (int s = 0; s < ZA_OPTIM_MAX_SLOTS; s++)
@@ -264,6 +274,9 @@ s_save (za_estimator_t *self)
                                        self->config.keep_checkpoint_max);
 }
 
+//  Finds `name` in the checkpoint and checks it has var's shape; copies it
+//  into block (when block is not NULL). Returns 0, 1 when the checkpoint
+//  lacks it, or -1 with an error on another shape or type.
 static int
 s_copy_tensor (const za_checkpoint_t *ckpt, const char *name, const za_var_t *var,
                float *block)
@@ -277,12 +290,14 @@ s_copy_tensor (const za_checkpoint_t *ckpt, const char *name, const za_var_t *va
     if (!same)
         return za_error ("'%s': tensor '%s' has another shape or type than the model's",
                          za_checkpoint_filename (ckpt), name);
-    memcpy (block + var->offset, t->data, var->size * sizeof (float));
+    if (block)
+        memcpy (block + var->offset, t->data, var->size * sizeof (float));
     return 0;
 }
 
-//  Loads variables, slots and global_step from a checkpoint. Returns 0, or
-//  -1 with an error when it belongs to another model.
+//  Loads variables, slots and global_step from a checkpoint. Everything is
+//  checked before anything is copied, so a refused checkpoint changes nothing.
+//  Returns 0, or -1 with an error when it belongs to another model.
 static int
 s_restore_from (za_estimator_t *self, const za_checkpoint_t *ckpt)
 {
@@ -291,28 +306,31 @@ s_restore_from (za_estimator_t *self, const za_checkpoint_t *ckpt)
         return za_error ("'%s' holds another model:\n  checkpoint: %s\n  this run:   %s\n"
                          "Use another --model-dir, or the same model.",
                          za_checkpoint_filename (ckpt), model, s_model_text (self));
-    for (int v = 0; v < self->vars.count; v++) {
-        int rc = s_copy_tensor (ckpt, self->vars.vars [v].name, &self->vars.vars [v],
-                                self->values);
-        if (rc > 0)
-            return za_error ("'%s' has no variable '%s': written by another model?",
-                             za_checkpoint_filename (ckpt), self->vars.vars [v].name);
-        if (rc < 0)
-            return -1;
-    }
     int slot_count = za_optim_slot_count (self->optim.kind);
-    int missing = 0;
-    for (int s = 0; s < slot_count; s++)
+    int missing_slots = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int copy = pass == 1;
         for (int v = 0; v < self->vars.count; v++) {
-            char name [ZA_VAR_NAME_MAX + 16];
-            snprintf (name, sizeof name, "%s/%s", self->vars.vars [v].name,
-                      za_optim_slot_name (self->optim.kind, s));
-            int rc = s_copy_tensor (ckpt, name, &self->vars.vars [v], self->slots [s]);
+            const za_var_t *var = &self->vars.vars [v];
+            int rc = s_copy_tensor (ckpt, var->name, var, copy? self->values: NULL);
+            if (rc > 0)
+                return za_error ("'%s' has no variable '%s': written by another model?",
+                                 za_checkpoint_filename (ckpt), var->name);
             if (rc < 0)
                 return -1;
-            missing += rc;
+            for (int s = 0; s < slot_count; s++) {
+                char name [ZA_VAR_NAME_MAX + 16];
+                snprintf (name, sizeof name, "%s/%s", var->name,
+                          za_optim_slot_name (self->optim.kind, s));
+                rc = s_copy_tensor (ckpt, name, var, copy && !missing_slots? self->slots [s]: NULL);
+                if (rc < 0)
+                    return -1;
+                if (!copy)
+                    missing_slots += rc;
+            }
         }
-    if (missing) {
+    }
+    if (missing_slots) {
         za_info ("'%s' has no %s slots: starting them fresh",
                  za_checkpoint_filename (ckpt), za_optim_name (self->optim.kind));
         za_optim_init_slots (&self->optim, self->slots, self->vars.total);
@@ -344,6 +362,14 @@ s_restore_newest (za_estimator_t *self, int *restored)
 //  Logs and metrics
 
 static int
+s_is_dir (const char *path)
+{
+    struct stat st;
+    return stat (path, &st) == 0 && S_ISDIR (st.st_mode);
+}
+
+//  mkdir -p; a path that exists but is no directory is an error.
+static int
 s_mkdirs (const char *path)
 {
     char buf [4096];
@@ -357,6 +383,8 @@ s_mkdirs (const char *path)
         }
     if (mkdir (buf, 0755) && errno != EEXIST)
         return za_error ("cannot create '%s': %s", buf, strerror (errno));
+    if (!s_is_dir (buf))
+        return za_error ("'%s' exists and is not a directory", buf);
     return 0;
 }
 
@@ -479,6 +507,7 @@ typedef struct {
     int64_t step;
     int first [MAX_WORKERS];            //  each worker's slice of the batch
     int count [MAX_WORKERS];
+    int last_micro [MAX_WORKERS];       //  examples in each worker's last micro-batch
     za_spec_t specs [MAX_WORKERS];
     int rc [MAX_WORKERS];
     char error [MAX_WORKERS][ZA_ERROR_MAX_CHARS];
@@ -500,19 +529,34 @@ s_batch_slice (void *arg, int w)
     float *grads = run->mode == ZA_MODE_TRAIN? self->worker_grads [w]: NULL;
     if (grads)
         memset (grads, 0, self->vars.total * sizeof (float));
-    //  Each worker's randomness (dropout) differs and is fixed by the step.
+    //  A model_fn adds the gradient of its call's MEAN loss. The buffer is kept
+    //  as (gradient of the summed loss so far) / (this micro-batch's count):
+    //  when the count changes it is rescaled once, and s_batch_run weighs each
+    //  worker by last_micro / batch size, so the step's gradient is the mean
+    //  over the whole batch whatever the split.
+    int previous = 0;
     for (int lo = first; lo < last && run->rc [w] == 0; lo += MICRO_BATCH_MAX) {
         int count = last - lo < MICRO_BATCH_MAX? last - lo: MICRO_BATCH_MAX;
+        if (grads && previous && count != previous) {
+            float scale = (float) previous / (float) count;
+            for (size_t i = 0; i < self->vars.total; i++)
+                grads [i] *= scale;
+        }
+        previous = count;
+        //  Randomness (dropout) differs per worker and micro-batch, fixed by the step.
+        uint64_t seed = (uint64_t) run->step * 0x9e3779b97f4a7c15ULL
+                      ^ ((uint64_t) w << 40) ^ (uint64_t) (lo - first);
         za_spec_t spec;
         run->rc [w] = self->model_fn->model_fn (
             self->states [w], batch->features + (size_t) lo * self->feature_size,
             run->mode == ZA_MODE_PREDICT? NULL: batch->labels + lo, count, run->mode,
-            self->values, grads, (run->step * MAX_WORKERS + w) * 1024 + (lo - first), &spec);
+            self->values, grads, (int64_t) seed, &spec);
         run->specs [w].logits = spec.logits;
         run->specs [w].n_classes = spec.n_classes;
         run->specs [w].loss_sum += spec.loss_sum;
         run->specs [w].correct += spec.correct;
     }
+    run->last_micro [w] = previous;
     if (run->rc [w])
         snprintf (run->error [w], ZA_ERROR_MAX_CHARS, "%s", za_last_error ());
 }
@@ -524,6 +568,12 @@ static int
 s_batch_run (za_estimator_t *self, const za_batch_t *batch, za_mode_t mode,
              s_batch_run_t *run, double *loss_sum, int *correct)
 {
+    *loss_sum = 0;
+    *correct = 0;
+    if (batch->feature_size != (int64_t) self->feature_size)
+        return za_error ("input_fn gives examples of %lld values; the model expects %dx%dx%d"
+                         " = %zu", (long long) batch->feature_size, self->input.height,
+                         self->input.width, self->input.channels, self->feature_size);
     if (s_plan (self, batch->size))
         return -1;
     run->self = self;
@@ -531,20 +581,27 @@ s_batch_run (za_estimator_t *self, const za_batch_t *batch, za_mode_t mode,
     run->mode = mode;
     run->step = self->global_step;
     za_parallel_run (self->pool, s_batch_slice, run);
-    *loss_sum = 0;
-    *correct = 0;
     for (int w = 0; w < self->workers; w++) {
         if (run->rc [w])
             return za_error_adopt (run->error [w]);
         *loss_sum += run->specs [w].loss_sum;
         *correct += run->specs [w].correct;
     }
-    if (mode == ZA_MODE_TRAIN)
+    if (mode == ZA_MODE_TRAIN) {
+        //  grads = sum over workers of (last_micro / n) * worker buffer.
+        const float inv_n = 1.0f / (float) batch->size;
+        const float scale0 = (float) run->last_micro [0] * inv_n;
+        for (size_t i = 0; i < self->vars.total; i++)
+            self->grads [i] *= scale0;
         for (int w = 1; w < self->workers; w++) {
+            if (run->count [w] == 0)
+                continue;
             const float *g = self->worker_grads [w];
+            const float scale = (float) run->last_micro [w] * inv_n;
             for (size_t i = 0; i < self->vars.total; i++)
-                self->grads [i] += g [i];
+                self->grads [i] += scale * g [i];
         }
+    }
     return 0;
 }
 
@@ -559,6 +616,8 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
         return za_error ("train: RunConfig.model_dir is not set");
     if (max_steps <= 0)
         return za_error ("train: max_steps must be positive (got %" PRId64 ")", max_steps);
+    if (s_mkdirs (self->model_dir))
+        return -1;
     int restored;
     if (s_restore_newest (self, &restored))
         return -1;
@@ -569,8 +628,6 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
                  ": nothing to train", self->model_dir, self->global_step, max_steps);
         return 0;
     }
-    if (s_mkdirs (self->model_dir))
-        return -1;
     za_input_t *input = input_fn (arg, ZA_MODE_TRAIN);
     if (!input)
         return -1;
@@ -674,6 +731,9 @@ s_load_for_inference (za_estimator_t *self, const char *what)
 {
     if (!self->model_dir)
         return za_error ("%s: RunConfig.model_dir is not set", what);
+    if (!s_is_dir (self->model_dir))
+        return za_error ("%s: model_dir '%s' is not a directory: train first", what,
+                         self->model_dir);
     int restored;
     if (s_restore_newest (self, &restored))
         return -1;
@@ -751,7 +811,8 @@ za_estimator_predict (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
         int view_max = self->workers * MICRO_BATCH_MAX;
         for (int lo = 0; lo < batch.size && !stop && rc == 0; lo += view_max) {
             za_batch_t view = {batch.features + (size_t) lo * self->feature_size, NULL,
-                               batch.size - lo < view_max? batch.size - lo: view_max};
+                               batch.size - lo < view_max? batch.size - lo: view_max,
+                               batch.feature_size};
             double unused_loss;
             int unused_correct;
             if (s_batch_run (self, &view, ZA_MODE_PREDICT, &run, &unused_loss,

@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 int
@@ -35,6 +36,12 @@ za_conv2d_dims (za_conv2d_dims_t *d, int n, int h, int w, int c, int filters,
     if (d->oh <= 0 || d->ow <= 0)
         return za_error ("conv2d: kernel %d does not fit a %dx%d input with "
                          "VALID padding", kernel, h, w);
+    //  BLAS takes int sizes: input, output and im2col counts must fit.
+    double rows = (double) n * d->oh * d->ow;
+    if ((double) n * h * w * c > INT32_MAX || rows * filters > INT32_MAX
+        || rows * kernel * kernel * c > INT32_MAX)
+        return za_error ("conv2d: a batch of %d at %dx%dx%d is too large (over 2^31 "
+                         "values in one buffer); use smaller batches", n, h, w, c);
     return 0;
 }
 
@@ -55,6 +62,10 @@ za_pool2d_dims (za_pool2d_dims_t *d, int n, int h, int w, int c, int pool, int s
     d->pool = pool, d->stride = stride;
     d->oh = (h - pool) / stride + 1;
     d->ow = (w - pool) / stride + 1;
+    //  argmax holds int32 input indexes.
+    if ((double) n * h * w * c > INT32_MAX)
+        return za_error ("maxpool: a batch of %d at %dx%dx%d is too large (over 2^31 "
+                         "values); use smaller batches", n, h, w, c);
     return 0;
 }
 

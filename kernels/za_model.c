@@ -261,6 +261,8 @@ s_apply_args (const char *text, const char *name_at, const char *name, s_args_t 
     za_padding_t padding = ZA_PADDING_VALID;
     int stride = 0;
     float rate = -1;
+    //  Where each option was given, to refuse one the layer does not take.
+    const char *stride_at = NULL, *padding_at = NULL, *act_at = NULL;
     for (int i = 0; i < args->count; i++) {
         char *arg = args->text [i];
         char *eq = strchr (arg, '=');
@@ -273,10 +275,12 @@ s_apply_args (const char *text, const char *name_at, const char *name, s_args_t 
         if (key && strcmp (key, "stride") == 0) {
             if (s_parse_int (value, &stride))
                 return s_parse_error (text, args->at [i], "bad stride '%s'", value);
+            stride_at = args->at [i];
         }
         else
         if ((key && strcmp (key, "padding") == 0) || (!key && (!strcmp (value, "same")
                                                            || !strcmp (value, "valid")))) {
+            padding_at = args->at [i];
             if (strcmp (value, "same") == 0)
                 padding = ZA_PADDING_SAME;
             else
@@ -290,6 +294,7 @@ s_apply_args (const char *text, const char *name_at, const char *name, s_args_t 
         if ((key && strcmp (key, "activation") == 0) || (!key && (!strcmp (value, "relu")
                                                               || !strcmp (value, "none")
                                                               || !strcmp (value, "linear")))) {
+            act_at = args->at [i];
             if (strcmp (value, "relu") == 0)
                 act = ZA_ACT_RELU;
             else
@@ -318,7 +323,19 @@ s_apply_args (const char *text, const char *name_at, const char *name, s_args_t 
         }
     }
     const char *end_at = args->count? args->at [args->count - 1]: name_at;
-    if (strcmp (name, "conv2d") == 0) {
+    int is_conv = strcmp (name, "conv2d") == 0;
+    int is_pool = strcmp (name, "maxpool") == 0 || strcmp (name, "maxpool2d") == 0;
+    int is_dense = strcmp (name, "dense") == 0;
+    if (stride_at && !is_conv && !is_pool)
+        return s_parse_error (text, stride_at, "%s takes no stride", name);
+    if (padding_at && !is_conv)
+        return s_parse_error (text, padding_at, "%s takes no padding (conv2d does)", name);
+    if (act_at && !is_conv && !is_dense)
+        return s_parse_error (text, act_at, "%s takes no activation (add a relu layer)",
+                              name);
+    if (stride_at && ((is_conv && int_count == 3) || (is_pool && int_count == 2)))
+        return s_parse_error (text, stride_at, "stride given twice in %s", name);
+    if (is_conv) {
         if (int_count < 2)
             return s_parse_error (text, end_at, "%s needs FILTERS and KERNEL, "
                                   "e.g. conv2d(32,3,relu)", name);
@@ -326,12 +343,12 @@ s_apply_args (const char *text, const char *name_at, const char *name, s_args_t 
             stride = ints [2];
         return za_stack_conv2d (spec, ints [0], ints [1], stride? stride: 1, padding, act);
     }
-    if (strcmp (name, "dense") == 0) {
+    if (is_dense) {
         if (int_count != 1)
             return s_parse_error (text, end_at, "%s needs UNITS, e.g. dense(64,relu)", name);
         return za_stack_dense (spec, ints [0], act);
     }
-    if (strcmp (name, "maxpool") == 0 || strcmp (name, "maxpool2d") == 0) {
+    if (is_pool) {
         if (int_count < 1 || int_count > 2)
             return s_parse_error (text, end_at, "%s needs POOL [, STRIDE], e.g. maxpool(2)",
                                   name);
@@ -611,8 +628,9 @@ s_stack_create (const void *params, za_input_shape_t input, int batch_max,
             l->bias_var = s_declare (self, vars, "conv2d", conv_seen, "bias", 1, bshape);
             conv_seen++;
             za_conv2d_dims_t d;
-            za_conv2d_dims (&d, batch_max, in.h, in.w, in.c, l->spec.units,
-                            l->spec.kernel, l->spec.stride, l->spec.padding);
+            if (za_conv2d_dims (&d, batch_max, in.h, in.w, in.c, l->spec.units,
+                                l->spec.kernel, l->spec.stride, l->spec.padding))
+                goto fail;
             size_t cols = za_conv2d_cols_floats (&d);
             l->cols = (float *) be->buffer_alloc (cols * sizeof (float));
             if (!l->cols)
@@ -630,6 +648,9 @@ s_stack_create (const void *params, za_input_shape_t input, int batch_max,
         }
         else
         if (l->spec.type == ZA_LAYER_MAXPOOL) {
+            za_pool2d_dims_t d;
+            if (za_pool2d_dims (&d, batch_max, in.h, in.w, in.c, l->spec.pool, l->spec.stride))
+                goto fail;
             l->argmax = (int32_t *) be->buffer_alloc (out_floats * sizeof (int32_t));
             if (!l->argmax)
                 goto fail;

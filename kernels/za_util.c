@@ -3,6 +3,7 @@
 #include "za/za_util.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,10 @@ static int s_quiet;
 void *
 za_alloc (size_t n)
 {
+    if (n > SIZE_MAX - ZA_ALIGN_BYTES) {
+        za_error ("out of memory: %zu bytes asked for", n);
+        return NULL;
+    }
     size_t rounded = (n + ZA_ALIGN_BYTES - 1) / ZA_ALIGN_BYTES * ZA_ALIGN_BYTES;
     if (rounded == 0)
         rounded = ZA_ALIGN_BYTES;

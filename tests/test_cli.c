@@ -201,3 +201,30 @@ Test (cli, sigkill_then_resume_from_the_newest_intact_checkpoint)
     free (err_path);
     free (model_dir);
 }
+
+//  Each of these is refused with exit 2 and a message naming what is wrong,
+//  before any training.
+Test (cli, bad_values_exit_2_before_training)
+{
+    struct {
+        const char *args [8];
+        const char *says;
+    } cases [] = {
+        {{"--learning-rate", "0", NULL}, "--learning-rate"},
+        {{"--learning-rate", "inf", NULL}, "--learning-rate"},
+        {{"--threads", "65", NULL}, "--threads"},
+        {{"--hidden-units", "64", NULL}, "--model dnn only"},
+        {{"--model", "dnn", "--hidden-units", "64,x", NULL}, "--hidden-units"},
+        {{"--model", "flatten dense(5)", NULL}, "dense(10)"},
+        {{"--model", "maxpool(2,same) flatten dense(10)", NULL}, "no padding"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases [0]; i++) {
+        za_test_result_t result = za_test_run (cases [i].args, PROCESS_TIMEOUT_S);
+        cr_expect_eq (result.exit_code, EXIT_USAGE, "case %zu (%s): exit %d", i,
+                      cases [i].says, result.exit_code);
+        cr_expect (strstr (result.err, cases [i].says) != NULL, "case %zu: stderr: %s", i,
+                   result.err);
+        cr_expect (strstr (result.err, "step ") == NULL, "case %zu trained", i);
+        za_test_result_free (&result);
+    }
+}

@@ -929,3 +929,183 @@ Test (estimator, same_seed_same_values_other_seed_other_values)
     free (c);
     za_dataset_destroy (&train);
 }
+
+
+//  --------------------------------------------------------------------------
+//  The step's gradient is the mean over the whole batch, however the batch is
+//  split over workers and micro-batches.
+
+typedef struct {
+    const za_dataset_t *data;
+    int batch;
+} s_whole_input_t;
+
+static za_input_t *
+s_whole_input_fn (void *arg, za_mode_t mode)
+{
+    (void) mode;
+    s_whole_input_t *in = (s_whole_input_t *) arg;
+    za_input_config_t config = za_input_config_default ();
+    config.batch_size = in->batch;
+    config.epochs = -1;
+    config.prefetch = 0;
+    return za_input_new (in->data, &config);
+}
+
+//  One SGD step (lr 1) through the estimator with `threads` workers must move
+//  the variables by exactly the full-batch mean gradient computed directly.
+static void
+s_check_one_sgd_step (int batch, int threads)
+{
+    za_dataset_t *train = za_test_fashion ("train", batch);
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse ("conv2d(8,3,relu) maxpool(2) flatten dense(16,relu) "
+                                  "dense(10)", &spec), 0);
+    za_input_shape_t shape = {28, 28, 1};
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_SGD);
+    optim.learning_rate = 1.0f;
+    za_run_config_t config = za_run_config_default ();
+    config.model_dir = za_test_dir ();
+    config.threads = threads;
+    config.progress = 0;
+    config.log_step_count_steps = 0;
+    za_estimator_t *estimator = za_estimator_new (za_stack_model_fn (), &spec, shape, &optim,
+                                                  &config);
+    cr_assert_not_null (estimator);
+    const za_vars_t *vars = za_estimator_vars (estimator);
+    size_t total = vars->total;
+    float *before = malloc (total * sizeof (float));
+    memcpy (before, za_estimator_values (estimator), total * sizeof (float));
+
+    //  The reference: one model_fn call over the whole batch.
+    za_vars_t ref_vars = {0};
+    void *state = za_stack_model_fn ()->create (&spec, shape, batch, za_backend_cpu (),
+                                                &ref_vars);
+    cr_assert_not_null (state);
+    float *grads = za_alloc (total * sizeof (float));
+    za_spec_t out;
+    cr_assert_eq (za_stack_model_fn ()->model_fn (state, train->features, train->labels, batch,
+                                                  ZA_MODE_TRAIN, before, grads, 0, &out), 0);
+
+    s_whole_input_t input = {train, batch};
+    cr_assert_eq (za_estimator_train (estimator, s_whole_input_fn, &input, 1), 0, "%s",
+                  za_last_error ());
+    const float *after = za_estimator_values (estimator);
+    double worst = 0;
+    size_t worst_at = 0;
+    for (size_t i = 0; i < total; i++) {
+        double moved = (double) before [i] - after [i];
+        double diff = fabs (moved - grads [i]);
+        if (diff > worst)
+            worst = diff, worst_at = i;
+    }
+    cr_expect (worst < 1e-5, "batch %d, %d threads: update differs from the full-batch "
+               "gradient by %g at %zu (gradient %g)", batch, threads, worst, worst_at,
+               (double) grads [worst_at]);
+    za_stack_model_fn ()->destroy (&state);
+    za_free (grads);
+    free (before);
+    za_estimator_destroy (&estimator);
+    za_dataset_destroy (&train);
+}
+
+Test (estimator, step_gradient_is_the_batch_mean_two_threads_uneven)
+{
+    s_check_one_sgd_step (40, 2);       //  workers of 20: micro-batches 16 + 4
+}
+
+Test (estimator, step_gradient_is_the_batch_mean_one_thread)
+{
+    s_check_one_sgd_step (33, 1);       //  micro-batches 16 + 16 + 1
+}
+
+Test (estimator, step_gradient_is_the_batch_mean_three_threads)
+{
+    s_check_one_sgd_step (64, 3);       //  slices 21, 21, 22
+}
+
+
+//  --------------------------------------------------------------------------
+//  Bad inputs get one error and change nothing.
+
+static za_estimator_t *
+s_small_cnn (za_stack_spec_t *spec, za_input_shape_t shape, const char *model_dir)
+{
+    cr_assert_eq (za_stack_parse ("conv2d(4,3,relu) maxpool(2) flatten dense(10)", spec), 0);
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_ADAM);
+    za_run_config_t config = za_run_config_default ();
+    config.model_dir = model_dir;
+    config.threads = 1;
+    config.progress = 0;
+    config.log_step_count_steps = 0;
+    za_estimator_t *estimator = za_estimator_new (za_stack_model_fn (), spec, shape, &optim,
+                                                  &config);
+    cr_assert_not_null (estimator);
+    return estimator;
+}
+
+Test (estimator, input_of_the_wrong_shape_is_an_error)
+{
+    za_dataset_t *train = za_test_fashion ("train", 200);
+    za_stack_spec_t spec;
+    za_input_shape_t shape = {14, 14, 1};       //  the data is 28x28
+    za_estimator_t *estimator = s_small_cnn (&spec, shape, za_test_dir ());
+    s_whole_input_t input = {train, 32};
+    za_error_set_quiet (1);
+    cr_expect_eq (za_estimator_train (estimator, s_whole_input_fn, &input, 5), -1);
+    cr_expect (strstr (za_last_error (), "784") && strstr (za_last_error (), "14x14x1"),
+               "%s", za_last_error ());
+    cr_expect_eq (za_estimator_global_step (estimator), 0);
+    za_estimator_destroy (&estimator);
+    za_dataset_destroy (&train);
+}
+
+Test (estimator, model_dir_that_is_a_file_is_an_error)
+{
+    char *file = za_test_path ("plain_file");
+    FILE *f = fopen (file, "w");
+    cr_assert_not_null (f);
+    fputs ("not a directory\n", f);
+    fclose (f);
+    za_dataset_t *train = za_test_fashion ("train", 200);
+    za_stack_spec_t spec;
+    za_input_shape_t shape = {28, 28, 1};
+    za_estimator_t *estimator = s_small_cnn (&spec, shape, file);
+    s_whole_input_t input = {train, 32};
+    za_error_set_quiet (1);
+    cr_expect_eq (za_estimator_train (estimator, s_whole_input_fn, &input, 5), -1);
+    cr_expect (strstr (za_last_error (), "not a directory") != NULL, "%s", za_last_error ());
+    za_eval_result_t result;
+    cr_expect_eq (za_estimator_evaluate (estimator, s_whole_input_fn, &input, 1, &result), -1);
+    za_estimator_destroy (&estimator);
+    za_dataset_destroy (&train);
+    free (file);
+}
+
+Test (estimator, refused_restore_changes_no_variable)
+{
+    //  Same stack text, other input size: the conv kernel fits, the dense one
+    //  does not. The refusal must leave every value as it was.
+    za_dataset_t *train = za_test_fashion ("train", 200);
+    za_stack_spec_t spec_a, spec_b;
+    za_input_shape_t big = {28, 28, 1}, small = {20, 20, 1};
+    za_estimator_t *a = s_small_cnn (&spec_a, big, za_test_dir ());
+    s_whole_input_t input = {train, 32};
+    cr_assert_eq (za_estimator_train (a, s_whole_input_fn, &input, 3), 0, "%s",
+                  za_last_error ());
+    za_estimator_t *b = s_small_cnn (&spec_b, small, za_test_dir ());
+    size_t bytes = za_estimator_vars (b)->total * sizeof (float);
+    float *before = malloc (bytes);
+    memcpy (before, za_estimator_values (b), bytes);
+    za_eval_result_t result;
+    za_error_set_quiet (1);
+    cr_expect_eq (za_estimator_evaluate (b, s_whole_input_fn, &input, 1, &result), -1);
+    cr_expect (strstr (za_last_error (), "another shape") != NULL, "%s", za_last_error ());
+    cr_expect_eq (memcmp (before, za_estimator_values (b), bytes), 0,
+                  "a refused checkpoint changed variables");
+    cr_expect_eq (za_estimator_global_step (b), 0);
+    free (before);
+    za_estimator_destroy (&a);
+    za_estimator_destroy (&b);
+    za_dataset_destroy (&train);
+}

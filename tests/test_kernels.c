@@ -3,6 +3,7 @@
     forward values a person can compute by hand.                            */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,6 +171,12 @@ Test (conv2d, dims_follow_tensorflow)
     cr_expect (d.oh == 5 && d.pad_top == 1 && d.pad_left == 1);
     za_error_set_quiet (1);
     cr_expect_eq (za_conv2d_dims (&d, 1, 2, 2, 1, 1, 3, 1, ZA_PADDING_VALID), -1);
+    //  Sizes past what BLAS's int arguments and int32 indexes hold are refused.
+    cr_expect_eq (za_conv2d_dims (&d, 100000, 28, 28, 1, 32, 3, 1, ZA_PADDING_VALID), -1);
+    cr_expect (strstr (za_last_error (), "too large") != NULL, "%s", za_last_error ());
+    za_pool2d_dims_t p;
+    cr_expect_eq (za_pool2d_dims (&p, 100000, 26, 26, 32, 2, 2), -1);
+    cr_expect_null (za_alloc (SIZE_MAX - 10));
 }
 
 Test (conv2d, forward_by_hand)

@@ -80,6 +80,11 @@ Test (parse, errors_point_at_token)
     s_expect_parse_error ("conv2d(32,3,relu) flatten", "last layer must be dense", 0);
     s_expect_parse_error ("dense(1)", "at least 2 units", 0);
     s_expect_parse_error ("", "no layers", 0);
+    //  Options a layer does not take are refused, not ignored.
+    s_expect_parse_error ("maxpool(2,same) flatten dense(10)", "maxpool takes no padding", 11);
+    s_expect_parse_error ("flatten dense(10,stride=2)", "dense takes no stride", 18);
+    s_expect_parse_error ("dropout(0.5,relu) dense(10)", "dropout takes no activation", 13);
+    s_expect_parse_error ("conv2d(8,3,2,stride=3) flatten dense(10)", "stride given twice", 14);
 }
 
 Test (vars, offsets_aligned_and_names_unique)
@@ -138,6 +143,18 @@ Test (stack, premade_classifiers)
     cr_expect_str_eq (spec.text, "flatten dense(2)");
     za_error_set_quiet (1);
     cr_expect_eq (za_dnn_classifier_spec (&spec, hidden, 1, 1), -1);
+}
+
+Test (stack, batch_too_large_for_int_sizes_is_refused)
+{
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse (ZA_SEED_CNN, &spec), 0);
+    za_vars_t vars = {0};
+    za_input_shape_t input = {28, 28, 1};
+    za_error_set_quiet (1);
+    cr_expect_null (za_stack_model_fn ()->create (&spec, input, 100000, za_backend_cpu (),
+                                                  &vars));
+    cr_expect (strstr (za_last_error (), "too large") != NULL, "%s", za_last_error ());
 }
 
 Test (stack, does_not_fit_input)

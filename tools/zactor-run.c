@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,7 @@ s_usage (FILE *out)
 "  --dataset-dir DIR      holds {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
 "                         (default %s)\n"
 "  --batch-size N         training batch size (default %d)\n"
-"  --shuffle-buffer N     shuffle buffer in examples (default: the whole set)\n"
+"  --shuffle-buffer N     shuffle buffer in examples (default: the whole set; 0: none)\n"
 "Training:\n"
 "  --optimizer NAME       sgd, momentum, adam (default), adagrad\n"
 "  --learning-rate LR     default: 1e-3 for adam, 0.01 for the others\n"
@@ -49,7 +50,7 @@ s_usage (FILE *out)
 "  --save-summary-steps N       metrics.jsonl line every N steps (default 100)\n"
 "  --seed N               random seed for initialisation, shuffling, dropout (default 42);\n"
 "                         a resumed run mixes its starting step into the shuffle seed\n"
-"  --threads N            compute threads (default: all cores)\n"
+"  --threads N            compute threads, 1 to 64 (default: all cores)\n"
 "  -h, --help             this help\n"
 "\n"
 "Output: a progress bar on a terminal (log lines otherwise), checkpoints\n"
@@ -74,13 +75,16 @@ s_int_arg (const char *flag, const char *text, int64_t min, int64_t max)
     return v;
 }
 
+//  Parses a whole-string finite number > min (or >= min when inclusive);
+//  exits 2 with a message if not.
 static double
-s_float_arg (const char *flag, const char *text)
+s_float_arg (const char *flag, const char *text, double min, int inclusive)
 {
     char *end;
     double v = strtod (text, &end);
-    if (end == text || *end || !(v >= 0)) {
-        fprintf (stderr, "zactor-run: %s wants a non-negative number, got '%s'\n", flag, text);
+    if (end == text || *end || !isfinite (v) || v < min || (!inclusive && v == min)) {
+        fprintf (stderr, "zactor-run: %s wants a number %s %g, got '%s'\n", flag,
+                 inclusive? ">=": ">", min, text);
         exit (EXIT_USAGE);
     }
     return v;
@@ -150,7 +154,8 @@ main (int argc, char **argv)
     };
     const char *model = "cnn", *hidden = "128", *dataset_dir = ZA_FASHION_MNIST_DIR;
     const char *optimizer = "adam";
-    int batch_size = DEFAULT_BATCH, shuffle_buffer = 0, eval = 1;
+    int batch_size = DEFAULT_BATCH, shuffle_buffer = -1, eval = 1;
+    int hidden_given = 0;
     double learning_rate = 0;
     int64_t max_steps = 0, epochs = DEFAULT_EPOCHS;
     za_run_config_t config = za_run_config_default ();
@@ -161,14 +166,14 @@ main (int argc, char **argv)
     while ((opt = getopt_long (argc, argv, "h", options, NULL)) != -1) {
         switch (opt) {
             case OPT_MODEL: model = optarg; break;
-            case OPT_HIDDEN: hidden = optarg; break;
+            case OPT_HIDDEN: hidden = optarg, hidden_given = 1; break;
             case OPT_DATASET_DIR: dataset_dir = optarg; break;
             case OPT_BATCH: batch_size = (int) s_int_arg ("--batch-size", optarg, 1, 65536); break;
             case OPT_SHUFFLE:
                 shuffle_buffer = (int) s_int_arg ("--shuffle-buffer", optarg, 0, INT32_MAX);
                 break;
             case OPT_OPTIMIZER: optimizer = optarg; break;
-            case OPT_LR: learning_rate = s_float_arg ("--learning-rate", optarg); break;
+            case OPT_LR: learning_rate = s_float_arg ("--learning-rate", optarg, 0, 0); break;
             case OPT_MAX_STEPS: max_steps = s_int_arg ("--max-steps", optarg, 1, INT64_MAX); break;
             case OPT_EPOCHS: epochs = s_int_arg ("--epochs", optarg, 1, 100000); break;
             case OPT_NO_EVAL: eval = 0; break;
@@ -178,7 +183,7 @@ main (int argc, char **argv)
                                                            0, INT64_MAX);
                 break;
             case OPT_CKPT_SECS:
-                config.save_checkpoints_secs = s_float_arg ("--save-checkpoints-secs", optarg);
+                config.save_checkpoints_secs = s_float_arg ("--save-checkpoints-secs", optarg, 0, 1);
                 break;
             case OPT_KEEP:
                 config.keep_checkpoint_max = (int) s_int_arg ("--keep-checkpoint-max", optarg,
@@ -193,7 +198,7 @@ main (int argc, char **argv)
                                                        INT64_MAX);
                 break;
             case OPT_SEED: config.seed = (uint64_t) s_int_arg ("--seed", optarg, 0, INT64_MAX); break;
-            case OPT_THREADS: config.threads = (int) s_int_arg ("--threads", optarg, 1, 1024); break;
+            case OPT_THREADS: config.threads = (int) s_int_arg ("--threads", optarg, 1, 64); break;
             case 'h': s_usage (stdout); return 0;
             default:
                 fprintf (stderr, "Try 'zactor-run --help'.\n");
@@ -219,13 +224,26 @@ main (int argc, char **argv)
     za_stack_spec_t spec;
     if (!premade && za_stack_parse (model, &spec))
         return EXIT_USAGE;
+    if (hidden_given && strcmp (model, "dnn") != 0) {
+        fprintf (stderr, "zactor-run: --hidden-units applies to --model dnn only\n");
+        return EXIT_USAGE;
+    }
     int units [ZA_MAX_LAYERS], unit_count = 0;
     if (strcmp (model, "dnn") == 0) {
         char list [256];
+        if (strlen (hidden) >= sizeof list) {
+            fprintf (stderr, "zactor-run: --hidden-units list is too long\n");
+            return EXIT_USAGE;
+        }
         snprintf (list, sizeof list, "%s", hidden);
-        for (char *tok = strtok (list, ","); tok; tok = strtok (NULL, ","))
-            if (unit_count < ZA_MAX_LAYERS - 2)
-                units [unit_count++] = (int) s_int_arg ("--hidden-units", tok, 1, 1 << 20);
+        for (char *tok = strtok (list, ","); tok; tok = strtok (NULL, ",")) {
+            if (unit_count >= ZA_MAX_LAYERS - 2) {
+                fprintf (stderr, "zactor-run: --hidden-units: at most %d layers\n",
+                         ZA_MAX_LAYERS - 2);
+                return EXIT_USAGE;
+            }
+            units [unit_count++] = (int) s_int_arg ("--hidden-units", tok, 1, 1 << 20);
+        }
     }
 
     za_dataset_t *train = za_dataset_load_dir (dataset_dir, "train");
@@ -252,13 +270,24 @@ main (int argc, char **argv)
         za_dataset_destroy (&test);
         return EXIT_USAGE;
     }
+    int model_classes = spec.layers [spec.count - 1].units;
+    if (train->n_classes > model_classes || (test && test->n_classes > model_classes)) {
+        fprintf (stderr, "zactor-run: the data has labels up to %d but the model's last "
+                 "layer has %d units: give a model ending in dense(%d)\n",
+                 (train->n_classes > (test? test->n_classes: 0)? train->n_classes
+                                                                : test->n_classes) - 1,
+                 model_classes, train->n_classes);
+        za_dataset_destroy (&train);
+        za_dataset_destroy (&test);
+        return EXIT_USAGE;
+    }
     if (max_steps == 0)
         max_steps = (epochs * train->count + batch_size - 1) / batch_size;
     s_inputs_t inputs = {
         .train = train,
         .test = test,
         .batch_size = batch_size,
-        .shuffle_buffer = shuffle_buffer? shuffle_buffer: (int) train->count,
+        .shuffle_buffer = shuffle_buffer < 0? (int) train->count: shuffle_buffer,
         .seed = config.seed,
     };
     za_input_shape_t shape = {train->height, train->width, train->channels};

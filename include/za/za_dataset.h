@@ -69,6 +69,7 @@ typedef struct {
     const float *features;      //  [size, feature_size]
     const int32_t *labels;      //  [size]
     int size;                   //  examples in this batch
+    int64_t feature_size;       //  values per example (height * width * channels)
 } za_batch_t;
 
 typedef struct _za_input_t za_input_t;

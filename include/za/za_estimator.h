@@ -24,7 +24,9 @@ typedef struct {
     int64_t log_step_count_steps;   //  100: a log line with step/sec, ex/sec
     int64_t save_summary_steps;     //  100: a metrics.jsonl line in model_dir
     uint64_t seed;                  //  initialisation and dropout
-    int threads;                    //  compute threads; 0: the back end's default
+    int threads;                    //  worker threads a batch is split over (each
+                                    //  runs single-threaded OpenBLAS); 0: all
+                                    //  online cores; at most 64
     int progress;                   //  -1: a progress bar when stderr is a
                                     //  terminal; 0: log lines only; 1: bar
 } za_run_config_t;

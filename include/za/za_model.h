@@ -122,8 +122,12 @@ typedef struct {
 //           [, stride=S] [, padding=same|valid] [, activation=relu|none])
 //    maxpool(POOL [, STRIDE])   flatten   relu   dropout(RATE)
 //    dense(UNITS [, relu] [, activation=relu|none])
-//  The last layer must be dense (its units are the classes). On a mistake it
-//  returns -1 with an error that quotes the text and points at the bad token.
+//  ("linear" means none.) An option a layer does not take (a padding on
+//  maxpool, a stride on dense, an activation on dropout) is an error. A dense
+//  layer on a non-flat input flattens it first (Keras's Dense would act on the
+//  last axis). The last layer must be dense (its units are the classes). On a
+//  mistake it returns -1 with an error that quotes the text and points at the
+//  bad token.
 int za_stack_parse (const char *text, za_stack_spec_t *spec);
 
 //  C builders. Each returns 0 or -1 with an error (stack full, bad argument).

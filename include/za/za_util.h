@@ -40,7 +40,7 @@ void za_error_set_quiet (int quiet);
 //  Informational log line to stderr: "zactor: MSG".
 void za_info (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
 
-//  Seeded pseudo-random generator (splitmix64-seeded xoshiro128+ style state).
+//  Seeded pseudo-random generator: xorshift128+, state seeded by splitmix64.
 typedef struct {
     uint64_t s[2];
 } za_rng_t;
