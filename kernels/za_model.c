@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -588,6 +589,25 @@ s_stack_create (const void *params, za_input_shape_t input, int batch_max,
     s_shape_t shapes [ZA_MAX_LAYERS];
     if (s_infer_shapes (spec, input, shapes))
         return NULL;
+    //  Every layer's geometry at batch_max is checked before anything is
+    //  allocated (a batch too large for BLAS's int sizes is refused here).
+    s_shape_t at = {input.height, input.width, input.channels};
+    for (int i = 0; i < spec->count; i++) {
+        const za_layer_spec_t *l = &spec->layers [i];
+        za_conv2d_dims_t cd;
+        za_pool2d_dims_t pd;
+        if ((l->type == ZA_LAYER_CONV2D
+             && za_conv2d_dims (&cd, batch_max, at.h, at.w, at.c, l->units, l->kernel,
+                                l->stride, l->padding))
+            || (l->type == ZA_LAYER_MAXPOOL
+                && za_pool2d_dims (&pd, batch_max, at.h, at.w, at.c, l->pool, l->stride)))
+            return NULL;
+        if ((double) batch_max * shapes [i].h * shapes [i].w * shapes [i].c > INT32_MAX) {
+            za_error ("model: a batch of %d is too large for layer %d", batch_max, i + 1);
+            return NULL;
+        }
+        at = shapes [i];
+    }
     s_stack_t *self = (s_stack_t *) calloc (1, sizeof *self);
     if (!self) {
         za_error ("out of memory");
