@@ -838,3 +838,81 @@ za_estimator_predict (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
     za_input_destroy (&input);
     return rc? -1: index;
 }
+
+// ---------------------------------------------------------------------------
+//  For the distributed roles: the same machinery, the update applied elsewhere
+
+int
+za_estimator_compute_gradients (za_estimator_t *self, const za_batch_t *batch,
+                                double *loss_mean)
+{
+    s_batch_run_t run;
+    double loss_sum;
+    int correct;
+    if (s_batch_run (self, batch, ZA_MODE_TRAIN, &run, &loss_sum, &correct))
+        return -1;
+    *loss_mean = loss_sum / batch->size;
+    return 0;
+}
+
+float *
+za_estimator_values_mut (za_estimator_t *self)
+{
+    return self->values;
+}
+
+const float *
+za_estimator_gradients (const za_estimator_t *self)
+{
+    return self->grads;
+}
+
+float *
+za_estimator_slot (za_estimator_t *self, int slot)
+{
+    return slot >= 0 && slot < za_optim_slot_count (self->optim.kind)? self->slots [slot]: NULL;
+}
+
+const za_optim_config_t *
+za_estimator_optim (const za_estimator_t *self)
+{
+    return &self->optim;
+}
+
+void
+za_estimator_set_global_step (za_estimator_t *self, int64_t step)
+{
+    self->global_step = step;
+}
+
+int
+za_estimator_save (za_estimator_t *self)
+{
+    if (!self->model_dir)
+        return za_error ("save: RunConfig.model_dir is not set");
+    if (s_mkdirs (self->model_dir))
+        return -1;
+    return s_save (self);
+}
+
+int
+za_estimator_restore (za_estimator_t *self, int *restored)
+{
+    *restored = 0;
+    if (!self->model_dir)
+        return za_error ("restore: RunConfig.model_dir is not set");
+    if (s_mkdirs (self->model_dir))
+        return -1;
+    return s_restore_newest (self, restored);
+}
+
+int
+za_estimator_append_metrics (za_estimator_t *self, const char *subdir, const char *json_line)
+{
+    char dir [4096];
+    if (subdir)
+        snprintf (dir, sizeof dir, "%s/%s", self->model_dir, subdir);
+    else
+        snprintf (dir, sizeof dir, "%s", self->model_dir);
+    return s_append_line (dir, "metrics.jsonl", json_line);
+}

@@ -76,11 +76,18 @@ void
 za_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float *g,
                 float **slots, size_t n)
 {
+    za_optim_apply_into (c, step, w, w, g, slots, n);
+}
+
+void
+za_optim_apply_into (const za_optim_config_t *c, int64_t step, const float *in, float *w,
+                     const float *g, float **slots, size_t n)
+{
     const float lr = c->learning_rate;
     switch (c->kind) {
         case ZA_OPT_SGD:
             for (size_t i = 0; i < n; i++)
-                w [i] -= lr * g [i];
+                w [i] = in [i] - lr * g [i];
             break;
         case ZA_OPT_MOMENTUM: {
             float *a = slots [0];
@@ -88,12 +95,12 @@ za_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float 
             if (c->nesterov)
                 for (size_t i = 0; i < n; i++) {
                     a [i] = mu * a [i] + g [i];
-                    w [i] -= lr * (g [i] + mu * a [i]);
+                    w [i] = in [i] - lr * (g [i] + mu * a [i]);
                 }
             else
                 for (size_t i = 0; i < n; i++) {
                     a [i] = mu * a [i] + g [i];
-                    w [i] -= lr * a [i];
+                    w [i] = in [i] - lr * a [i];
                 }
             break;
         }
@@ -105,7 +112,7 @@ za_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float 
             for (size_t i = 0; i < n; i++) {
                 m [i] = b1 * m [i] + (1 - b1) * g [i];
                 v [i] = b2 * v [i] + (1 - b2) * g [i] * g [i];
-                w [i] -= lr * (m [i] * m_scale) / (sqrtf (v [i] * v_scale) + eps);
+                w [i] = in [i] - lr * (m [i] * m_scale) / (sqrtf (v [i] * v_scale) + eps);
             }
             break;
         }
@@ -114,7 +121,7 @@ za_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float 
             const float eps = c->epsilon;
             for (size_t i = 0; i < n; i++) {
                 a [i] += g [i] * g [i];
-                w [i] -= lr * g [i] / (sqrtf (a [i]) + eps);
+                w [i] = in [i] - lr * g [i] / (sqrtf (a [i]) + eps);
             }
             break;
         }

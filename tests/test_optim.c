@@ -110,3 +110,29 @@ Test (optim, names_and_slots)
     cr_expect (strstr (za_last_error (), "rmsprop") != NULL);
     cr_expect (strstr (za_last_error (), "adagrad") != NULL);
 }
+
+Test (optim, apply_into_matches_in_place)
+{
+    //  Out of place gives the same values and slots as in place, and leaves
+    //  the input block untouched.
+    for (int kind = 0; kind < 4; kind++) {
+        za_optim_config_t c = za_optim_config_default ((za_optimizer_t) kind);
+        float w1 [5] = {1, -2, 3, 0.5f, 0}, w2 [5], in [5], g [5] = {0.1f, -1, 2, 0, 3};
+        float s1 [2][5], s2 [2][5];
+        float *slots1 [2] = {s1 [0], s1 [1]}, *slots2 [2] = {s2 [0], s2 [1]};
+        za_optim_init_slots (&c, slots1, 5);
+        za_optim_init_slots (&c, slots2, 5);
+        memcpy (in, w1, sizeof in);
+        for (int step = 1; step <= 3; step++) {
+            za_optim_apply (&c, step, w1, g, slots1, 5);
+            za_optim_apply_into (&c, step, in, w2, g, slots2, 5);
+            memcpy (in, w2, sizeof in);
+        }
+        for (int i = 0; i < 5; i++)
+            cr_expect_float_eq (w1 [i], w2 [i], 1e-7, "%s [%d]", za_optim_name (c.kind), i);
+        int slot_count = za_optim_slot_count (c.kind);
+        for (int s = 0; s < slot_count; s++)
+            for (int i = 0; i < 5; i++)
+                cr_expect_float_eq (s1 [s][i], s2 [s][i], 1e-7);
+    }
+}

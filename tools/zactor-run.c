@@ -1,6 +1,10 @@
 /*  zactor-run: starts zactor work from the command line. For now it trains
     and evaluates a model on MNIST-format data in one process.              */
+#include "za/za_cluster.h"
 #include "za/za_estimator.h"
+#include "za/za_role.h"
+
+#include <jansson.h>
 
 #include <errno.h>
 #include <getopt.h>
@@ -51,6 +55,12 @@ s_usage (FILE *out)
 "  --seed N               random seed for initialisation, shuffling, dropout (default 42);\n"
 "                         a resumed run mixes its starting step into the shuffle seed\n"
 "  --threads N            compute threads, 1 to 64 (default: all cores)\n"
+"Distributed (asynchronous parameter-server training, like TF_CONFIG):\n"
+"  --role ROLE            chief, worker or ps (default: the task in TF_CONFIG)\n"
+"  --index N              this task's index in its job (default 0)\n"
+"  --cluster FILE         the cluster as TF_CONFIG JSON (default: $TF_CONFIG);\n"
+"                         every role gets the same model and training flags\n"
+"  --timeout-secs S       a peer silent this long is unreachable: exit 1 (default 60)\n"
 "  -h, --help             this help\n"
 "\n"
 "Output: a progress bar on a terminal (log lines otherwise), checkpoints\n"
@@ -124,8 +134,69 @@ s_input_fn (void *arg, za_mode_t mode)
 enum {
     OPT_MODEL = 256, OPT_HIDDEN, OPT_DATASET_DIR, OPT_BATCH, OPT_SHUFFLE, OPT_OPTIMIZER,
     OPT_LR, OPT_MAX_STEPS, OPT_EPOCHS, OPT_NO_EVAL, OPT_MODEL_DIR, OPT_CKPT_STEPS,
-    OPT_CKPT_SECS, OPT_KEEP, OPT_LOG_STEPS, OPT_SUMMARY_STEPS, OPT_SEED, OPT_THREADS
+    OPT_CKPT_SECS, OPT_KEEP, OPT_LOG_STEPS, OPT_SUMMARY_STEPS, OPT_SEED, OPT_THREADS,
+    OPT_ROLE, OPT_INDEX, OPT_CLUSTER, OPT_TIMEOUT
 };
+
+//  The cluster, freed at exit whichever way main returns.
+static za_cluster_t *s_cluster;
+
+static void
+s_free_cluster (void)
+{
+    za_cluster_destroy (&s_cluster);
+}
+
+//  The cluster from --cluster FILE or TF_CONFIG, with --role / --index (when
+//  given) as this task. NULL with one error when anything is wrong.
+static za_cluster_t *
+s_load_cluster (const char *file, const char *role, int index)
+{
+    if (!role)
+        return za_cluster_load (file);
+    json_error_t error;
+    const char *env = getenv ("TF_CONFIG");
+    json_t *root = file? json_load_file (file, 0, &error)
+                       : env? json_loads (env, 0, &error): json_object ();
+    if (!root) {
+        za_error ("%s: line %d column %d: %s", file? file: "TF_CONFIG", error.line,
+                  error.column, error.text);
+        return NULL;
+    }
+    if (!json_is_object (root)) {
+        json_decref (root);
+        za_error ("%s: not a JSON object", file? file: "TF_CONFIG");
+        return NULL;
+    }
+    json_object_set_new (root, "task", json_pack ("{s:s, s:i}", "type", role, "index", index));
+    char *text = json_dumps (root, 0);
+    json_decref (root);
+    za_cluster_t *cluster = text? za_cluster_parse (text, file? file: "TF_CONFIG"): NULL;
+    free (text);
+    return cluster;
+}
+
+//  Runs this process's role of the cluster. Returns the exit status.
+static int
+s_run_role (const za_cluster_t *cluster, za_role_config_t *role)
+{
+    char *endpoints [ZA_ROLE_MAX_PS] = {NULL};
+    role->ps_count = cluster->ps_count;
+    role->num_workers = cluster->num_workers;
+    for (int p = 0; p < cluster->ps_count && p < ZA_ROLE_MAX_PS; p++)
+        role->ps_endpoints [p] = endpoints [p] = za_cluster_ps_endpoint (cluster, p);
+    role->is_chief = cluster->is_chief;
+    role->worker_index = cluster->worker_index;
+    role->ps_index = cluster->task_type == ZA_TASK_PS? cluster->task_index: -1;
+    role->bind_endpoint = cluster->bind_endpoint;
+    zactor_t *actor = zactor_new (cluster->task_type == ZA_TASK_PS? za_ps_actor
+                                                                   : za_worker_actor, role);
+    int rc = actor? za_role_wait (actor, 0, NULL, NULL, NULL): -1;
+    zactor_destroy (&actor);
+    for (int p = 0; p < ZA_ROLE_MAX_PS; p++)
+        free (endpoints [p]);
+    return rc == 0? 0: 1;
+}
 
 int
 main (int argc, char **argv)
@@ -149,13 +220,20 @@ main (int argc, char **argv)
         {"save-summary-steps", required_argument, NULL, OPT_SUMMARY_STEPS},
         {"seed", required_argument, NULL, OPT_SEED},
         {"threads", required_argument, NULL, OPT_THREADS},
+        {"role", required_argument, NULL, OPT_ROLE},
+        {"index", required_argument, NULL, OPT_INDEX},
+        {"cluster", required_argument, NULL, OPT_CLUSTER},
+        {"timeout-secs", required_argument, NULL, OPT_TIMEOUT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *model = "cnn", *hidden = "128", *dataset_dir = ZA_FASHION_MNIST_DIR;
     const char *optimizer = "adam";
     int batch_size = DEFAULT_BATCH, shuffle_buffer = -1, eval = 1;
-    int hidden_given = 0;
+    int hidden_given = 0, threads_given = 0;
+    const char *role = NULL, *cluster_file = NULL;
+    int task_index = 0;
+    double timeout_secs = ZA_ROLE_TIMEOUT_SECS;
     double learning_rate = 0;
     int64_t max_steps = 0, epochs = DEFAULT_EPOCHS;
     za_run_config_t config = za_run_config_default ();
@@ -198,7 +276,14 @@ main (int argc, char **argv)
                                                        INT64_MAX);
                 break;
             case OPT_SEED: config.seed = (uint64_t) s_int_arg ("--seed", optarg, 0, INT64_MAX); break;
-            case OPT_THREADS: config.threads = (int) s_int_arg ("--threads", optarg, 1, 64); break;
+            case OPT_THREADS:
+                config.threads = (int) s_int_arg ("--threads", optarg, 1, 64);
+                threads_given = 1;
+                break;
+            case OPT_ROLE: role = optarg; break;
+            case OPT_INDEX: task_index = (int) s_int_arg ("--index", optarg, 0, 1 << 20); break;
+            case OPT_CLUSTER: cluster_file = optarg; break;
+            case OPT_TIMEOUT: timeout_secs = s_float_arg ("--timeout-secs", optarg, 0, 0); break;
             case 'h': s_usage (stdout); return 0;
             default:
                 fprintf (stderr, "Try 'zactor-run --help'.\n");
@@ -212,6 +297,28 @@ main (int argc, char **argv)
     }
 
     //  Everything that can be wrong with the arguments is found before any work.
+    za_cluster_t *cluster = NULL;
+    atexit (s_free_cluster);
+    if (role || cluster_file || getenv ("TF_CONFIG")) {
+        if (role && strcmp (role, "chief") && strcmp (role, "worker") && strcmp (role, "ps")) {
+            fprintf (stderr, "zactor-run: --role %s: chief, worker or ps%s\n", role,
+                     strcmp (role, "evaluator")? "": " (the evaluator role is not built yet)");
+            return EXIT_USAGE;
+        }
+        cluster = s_cluster = s_load_cluster (cluster_file, role, task_index);
+        if (!cluster)
+            return EXIT_USAGE;
+        if (cluster->task_type == ZA_TASK_EVALUATOR) {
+            fprintf (stderr, "zactor-run: the evaluator role is not built yet\n");
+            return EXIT_USAGE;
+        }
+        if (!threads_given) {
+            int share = config.threads / za_cluster_tasks_on_my_host (cluster);
+            config.threads = share > 0? share: 1;
+        }
+        //  Only the chief evaluates, once training is over.
+        eval = eval && cluster->is_chief;
+    }
     za_optimizer_t kind;
     if (za_optim_parse (optimizer, &kind))
         return EXIT_USAGE;
@@ -291,11 +398,36 @@ main (int argc, char **argv)
         .seed = config.seed,
     };
     za_input_shape_t shape = {train->height, train->width, train->channels};
+    int distributed_done = 0;
+    if (cluster) {
+        za_role_config_t role_config;
+        za_role_config_init (&role_config);
+        role_config.model_fn = za_stack_model_fn ();
+        role_config.params = &spec;
+        role_config.input = shape;
+        role_config.optim = optim;
+        role_config.run = config;
+        role_config.max_steps = max_steps;
+        role_config.batch_size = batch_size;
+        role_config.shuffle_buffer = inputs.shuffle_buffer;
+        role_config.timeout_secs = timeout_secs;
+        role_config.train = train;
+        za_info ("%s %d of the cluster (%d workers, %d ps), model %s, %d threads",
+                 za_task_type_name (cluster->task_type), cluster->task_index,
+                 cluster->num_workers, cluster->ps_count, spec.text, config.threads);
+        int role_rc = s_run_role (cluster, &role_config);
+        distributed_done = 1;
+        if (role_rc || !eval) {
+            za_dataset_destroy (&train);
+            za_dataset_destroy (&test);
+            return role_rc;
+        }
+    }
     za_estimator_t *estimator = za_estimator_new (za_stack_model_fn (), &spec, shape, &optim,
                                                   &config);
     inputs.estimator = estimator;
     int rc = estimator? 0: 1;
-    if (!rc) {
+    if (!rc && !distributed_done) {
         za_info ("model %s", spec.text);
         za_info ("%s lr %g, batch %d, %" PRId64 " steps (%.2f epochs of %" PRId64
                  " examples), %d threads, model_dir %s", za_optim_name (kind),

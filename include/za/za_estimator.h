@@ -124,6 +124,35 @@ int64_t za_estimator_global_step (const za_estimator_t *self);
 const za_vars_t *za_estimator_vars (const za_estimator_t *self);
 const float *za_estimator_values (const za_estimator_t *self);
 
+// ---------------------------------------------------------------------------
+//  For the distributed roles (a worker computes gradients here and the ps
+//  applies them): the Estimator's threads, micro-batches and checkpoints
+//  without its training loop.
+
+//  Computes the gradient of the batch's mean loss at the current values into
+//  the gradient block (za_estimator_gradients) without applying it.
+//  *loss_mean gets the batch's mean loss. Returns 0 or -1 with an error.
+int za_estimator_compute_gradients (za_estimator_t *self, const za_batch_t *batch,
+                                    double *loss_mean);
+//  The variable block for writing (values received from the ps), the
+//  gradient block (same layout) and the optimizer's slot blocks (NULL past
+//  the optimizer's slot count).
+float *za_estimator_values_mut (za_estimator_t *self);
+const float *za_estimator_gradients (const za_estimator_t *self);
+float *za_estimator_slot (za_estimator_t *self, int slot);
+const za_optim_config_t *za_estimator_optim (const za_estimator_t *self);
+void za_estimator_set_global_step (za_estimator_t *self, int64_t step);
+//  Writes a checkpoint of the current values, slots and global step to
+//  model_dir (atomic, with retention). Returns 0 or -1 with an error.
+int za_estimator_save (za_estimator_t *self);
+//  Loads the newest intact checkpoint of model_dir into values, slots and
+//  global step; *restored says whether there was one. -1 with an error when
+//  they are all corrupt or belong to another model.
+int za_estimator_restore (za_estimator_t *self, int *restored);
+//  Appends one JSON line to model_dir[/subdir]/metrics.jsonl.
+int za_estimator_append_metrics (za_estimator_t *self, const char *subdir,
+                                 const char *json_line);
+
 #ifdef __cplusplus
 }
 #endif

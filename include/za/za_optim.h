@@ -56,6 +56,11 @@ void za_optim_init_slots (const za_optim_config_t *config, float **slots, size_t
 //    Adagrad:  a += g^2;  w -= lr * g / (sqrt (a) + eps)
 void za_optim_apply (const za_optim_config_t *config, int64_t step, float *params,
                      const float *grads, float **slots, size_t n);
+//  The same update written to `out` from `in` (they may be the same block;
+//  slots are updated in place). A ps uses it to keep two value blocks, one
+//  being sent while the other is updated.
+void za_optim_apply_into (const za_optim_config_t *config, int64_t step, const float *in,
+                          float *out, const float *grads, float **slots, size_t n);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,609 @@
+/*  za_ps.c: the parameter server actor. It holds its shard of the variables
+    (two value blocks, see below) and their optimizer slots, applies each push
+    at once and answers with the fresh values, serves consistent snapshots
+    (hold / snapshot / release) and leaves when the chief says training is done.
+
+    Replies carry the values zero-copy: libzmq may still be reading a block
+    after the reply is sent. So there are two blocks; an update reads the
+    current one and writes the other, after waiting until libzmq has let go of
+    it (its lease). Slots are updated in place, after any snapshot that sent
+    them has been let go.
+
+    State table (state, op -> action, next state):
+      WAIT_INIT  init     -> load shard, init_ok                 READY
+      WAIT_INIT  pull/push-> error not_ready                     WAIT_INIT
+      READY      push     -> apply, values                       READY
+      READY      pull     -> values                              READY
+      READY      hold     -> held                                HELD
+      READY      init     -> reload shard (chief restarted)      READY
+      HELD       push     -> queue                               HELD
+      HELD       pull     -> values                              HELD
+      HELD       snapshot -> snapshot_data                       HELD
+      HELD       release  -> released, apply queued pushes       READY
+      READY/HELD stop     -> stopping, queued pushes: error done STOPPING
+      STOPPING   push/pull-> error done                          STOPPING
+      any        bye      -> bye_ok; all workers gone & STOPPING -> exit 0
+      any        ping     -> pong
+    An undecodable message is dropped, logged and counted; nothing changes.  */
+#include "za_role_private.h"
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#define POLL_MS 100
+#define MAX_LOGGED_DROPS 20
+//  A hold lapses when its holder is silent this long (heartbeat interval 1 s x
+//  liveness 3): a chief that died mid-checkpoint must not stall training.
+#define HOLD_LAPSE_SECS 3.0
+
+typedef enum { S_WAIT_INIT, S_READY, S_HELD, S_STOPPING } s_state_t;
+
+typedef struct {
+    const za_role_config_t *config;
+    zsock_t *pipe;
+    zsock_t *router;
+    za_vars_t vars;
+    za_placement_t placement;
+    int parts [ZA_PLACEMENT_MAX_PARTS];     //  placement indexes of our parts
+    size_t part_at [ZA_PLACEMENT_MAX_PARTS];//  each part's offset in our blocks
+    int part_count;
+    size_t floats;                          //  in our blocks
+    float *values [2];
+    int current;
+    za_wire_lease_t lease [2];
+    float *slots [ZA_OPTIM_MAX_SLOTS];
+    za_wire_lease_t slot_lease;
+    float *scratch;                         //  an unaligned gradient, copied
+    za_optim_config_t optim;
+    s_state_t state;
+    int64_t updates;                        //  pushes applied since step 0
+    int64_t snapshot_step;                  //  sent as global_step in snapshots
+    zlist_t *queued;                        //  pushes held back while HELD
+    int byes;
+    uint64_t dropped;
+    double last_heard;
+    double stop_time;
+    zframe_t *holder;                       //  who sent hold, while HELD
+    double holder_heard;
+    za_wire_msg_t *in, *out;
+    char slot_names [ZA_PLACEMENT_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
+} s_ps_t;
+
+static void
+s_ps_destroy (s_ps_t **self_p)
+{
+    s_ps_t *self = *self_p;
+    if (!self)
+        return;
+    //  libzmq may still hold frames that point into our blocks.
+    za_wire_lease_wait (&self->lease [0]);
+    za_wire_lease_wait (&self->lease [1]);
+    za_wire_lease_wait (&self->slot_lease);
+    zsock_destroy (&self->router);
+    zframe_destroy (&self->holder);
+    if (self->queued) {
+        zmsg_t *msg;
+        while ((msg = (zmsg_t *) zlist_pop (self->queued)))
+            zmsg_destroy (&msg);
+        zlist_destroy (&self->queued);
+    }
+    za_free (self->values [0]);
+    za_free (self->values [1]);
+    for (int s = 0; s < ZA_OPTIM_MAX_SLOTS; s++)
+        za_free (self->slots [s]);
+    za_free (self->scratch);
+    free (self->in);
+    free (self->out);
+    free (self);
+    *self_p = NULL;
+}
+
+static s_ps_t *
+s_ps_new (const za_role_config_t *config, zsock_t *pipe)
+{
+    s_ps_t *self = (s_ps_t *) calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->config = config;
+    self->pipe = pipe;
+    self->in = (za_wire_msg_t *) malloc (sizeof *self->in);
+    self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
+    self->queued = zlist_new ();
+    za_wire_lease_init (&self->lease [0]);
+    za_wire_lease_init (&self->lease [1]);
+    za_wire_lease_init (&self->slot_lease);
+    if (!self->in || !self->out || !self->queued
+        || za_role_model_vars (config, &self->vars)
+        || za_placement_compute (&self->vars, config->ps_count, config->partition_floats,
+                                 &self->placement))
+        goto fail;
+    self->part_count = za_placement_parts_of (&self->placement, config->ps_index,
+                                              self->parts, ZA_PLACEMENT_MAX_PARTS);
+    size_t largest = 0;
+    for (int i = 0; i < self->part_count; i++) {
+        const za_part_t *part = &self->placement.parts [self->parts [i]];
+        self->part_at [i] = self->floats;
+        self->floats += part->size;
+        if (part->size > largest)
+            largest = part->size;
+    }
+    size_t bytes = (self->floats? self->floats: 1) * sizeof (float);
+    self->values [0] = (float *) za_alloc (bytes);
+    self->values [1] = (float *) za_alloc (bytes);
+    self->scratch = (float *) za_alloc ((largest? largest: 1) * sizeof (float));
+    if (!self->values [0] || !self->values [1] || !self->scratch)
+        goto fail;
+    self->router = zsock_new (ZMQ_ROUTER);
+    if (!self->router)
+        goto fail;
+    zsock_set_maxmsgsize (self->router, ZA_WIRE_MAX_FRAME_BYTES);
+    zsock_set_router_mandatory (self->router, 1);
+    if (zsock_bind (self->router, "%s", config->bind_endpoint) < 0) {
+        za_error ("ps %d: cannot bind %s: %s", config->ps_index, config->bind_endpoint,
+                  zmq_strerror (zmq_errno ()));
+        goto fail;
+    }
+    self->last_heard = za_clock_mono ();
+    return self;
+fail:
+    s_ps_destroy (&self);
+    return NULL;
+}
+
+static const char *
+s_part_name (s_ps_t *self, int i)
+{
+    return self->placement.parts [self->parts [i]].name;
+}
+
+static int64_t
+s_global_step (s_ps_t *self)
+{
+    return self->updates;
+}
+
+//  Replies to `routing_id` with self->out. A peer that is gone is not an
+//  error worth more than a line.
+static void
+s_reply (s_ps_t *self, zframe_t *routing_id, za_wire_lease_t *lease)
+{
+    self->out->ps = self->config->ps_index;
+    if (za_wire_send (self->router, routing_id, self->out, lease))
+        za_info ("ps %d: reply to a departed peer dropped", self->config->ps_index);
+}
+
+static void
+s_reply_error (s_ps_t *self, zframe_t *routing_id, uint64_t seq, const char *code,
+               const char *message)
+{
+    za_wire_msg_init (self->out, ZA_OP_ERROR);
+    self->out->seq = seq;
+    self->out->step = s_global_step (self);
+    snprintf (self->out->code, sizeof self->out->code, "%s", code);
+    snprintf (self->out->error, sizeof self->out->error, "%s", message);
+    s_reply (self, routing_id, NULL);
+}
+
+//  Puts our parts (from block) into self->out as tensors.
+static void
+s_add_parts (s_ps_t *self, const float *block)
+{
+    for (int i = 0; i < self->part_count; i++) {
+        const za_part_t *part = &self->placement.parts [self->parts [i]];
+        int64_t shape [ZA_MAX_DIMS];
+        int ndim = za_role_part_shape (&self->vars, part, shape);
+        za_wire_msg_add (self->out, part->name, ZA_DTYPE_F32, ndim, shape,
+                         block + self->part_at [i]);
+    }
+}
+
+static void
+s_reply_values (s_ps_t *self, zframe_t *routing_id, uint64_t seq)
+{
+    za_wire_msg_init (self->out, ZA_OP_VALUES);
+    self->out->seq = seq;
+    self->out->step = s_global_step (self);
+    s_add_parts (self, self->values [self->current]);
+    s_reply (self, routing_id, &self->lease [self->current]);
+}
+
+//  Checks that the message's first part_count tensors are our parts, in
+//  order, with the right sizes. Returns 0, or -1 with a message in `why`.
+static int
+s_check_parts (s_ps_t *self, const za_wire_msg_t *msg, int exact, char *why, size_t size)
+{
+    if (msg->tensor_count < self->part_count
+        || (exact && msg->tensor_count != self->part_count)) {
+        snprintf (why, size, "%d tensors for %d parts", msg->tensor_count, self->part_count);
+        return -1;
+    }
+    for (int i = 0; i < self->part_count; i++) {
+        const za_wire_tensor_t *t = &msg->tensors [i];
+        const za_part_t *part = &self->placement.parts [self->parts [i]];
+        if (strcmp (t->name, part->name) != 0 || t->dtype != ZA_DTYPE_F32
+            || t->bytes != part->size * sizeof (float)) {
+            snprintf (why, size, "tensor %d is '%s' (%zu bytes); ps %d holds '%s' "
+                      "(%zu floats) there", i, t->name, t->bytes, self->config->ps_index,
+                      part->name, part->size);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+//  A received float tensor, aligned for the loops (frames of a few bytes
+//  live inside libzmq's message and need not be 4-byte aligned).
+static const float *
+s_floats_of (s_ps_t *self, const za_wire_tensor_t *t)
+{
+    if (((uintptr_t) t->data & (sizeof (float) - 1)) == 0)
+        return (const float *) t->data;
+    memcpy (self->scratch, t->data, t->bytes);
+    return self->scratch;
+}
+
+static void
+s_apply_push (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
+{
+    char why [256];
+    if (s_check_parts (self, msg, 1, why, sizeof why)) {
+        s_reply_error (self, routing_id, msg->seq, "bad_request", why);
+        return;
+    }
+    int next = 1 - self->current;
+    za_wire_lease_wait (&self->lease [next]);
+    za_wire_lease_wait (&self->slot_lease);
+    const float *in = self->values [self->current];
+    float *out = self->values [next];
+    int slot_count = za_optim_slot_count (self->optim.kind);
+    for (int i = 0; i < self->part_count; i++) {
+        size_t at = self->part_at [i];
+        size_t n = self->placement.parts [self->parts [i]].size;
+        float *slots [ZA_OPTIM_MAX_SLOTS];
+        for (int s = 0; s < slot_count; s++)
+            slots [s] = self->slots [s] + at;
+        za_optim_apply_into (&self->optim, self->updates + 1, in + at, out + at,
+                             s_floats_of (self, &msg->tensors [i]), slots, n);
+    }
+    self->current = next;
+    self->updates++;
+    s_reply_values (self, routing_id, msg->seq);
+}
+
+static int
+s_optim_from (const za_wire_msg_t *msg, za_optim_config_t *optim)
+{
+    za_optimizer_t kind;
+    if (!msg->has_optim || za_optim_parse (msg->optimizer, &kind))
+        return -1;
+    *optim = za_optim_config_default (kind);
+    optim->learning_rate = (float) msg->learning_rate;
+    optim->momentum = (float) msg->momentum;
+    optim->beta1 = (float) msg->beta1;
+    optim->beta2 = (float) msg->beta2;
+    optim->epsilon = (float) msg->epsilon;
+    optim->initial_accumulator = (float) msg->initial_accumulator;
+    optim->nesterov = msg->nesterov;
+    return optim->learning_rate > 0? 0: -1;
+}
+
+//  init: our parts, then each part's slots "<part>/<slot>", then (ps 0)
+//  "global_step". Everything is checked before anything changes.
+static void
+s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
+{
+    char why [256];
+    za_optim_config_t optim;
+    if (s_optim_from (msg, &optim)) {
+        s_reply_error (self, routing_id, msg->seq, "bad_request", "init without a valid optimizer");
+        return;
+    }
+    if (s_check_parts (self, msg, 0, why, sizeof why)) {
+        s_reply_error (self, routing_id, msg->seq, "bad_request", why);
+        return;
+    }
+    int slot_count = za_optim_slot_count (optim.kind);
+    int is_ps0 = self->config->ps_index == 0;
+    int expected = self->part_count * (1 + slot_count) + is_ps0;
+    if (msg->tensor_count != expected) {
+        snprintf (why, sizeof why, "init carries %d tensors, ps %d expects %d",
+                  msg->tensor_count, self->config->ps_index, expected);
+        s_reply_error (self, routing_id, msg->seq, "bad_request", why);
+        return;
+    }
+    for (int s = 0; s < slot_count; s++)
+        for (int i = 0; i < self->part_count; i++) {
+            const za_wire_tensor_t *t = &msg->tensors [self->part_count * (1 + s) + i];
+            char name [ZA_WIRE_NAME_MAX];
+            snprintf (name, sizeof name, "%s/%s", s_part_name (self, i),
+                      za_optim_slot_name (optim.kind, s));
+            if (strcmp (t->name, name) || t->dtype != ZA_DTYPE_F32
+                || t->bytes != self->placement.parts [self->parts [i]].size * sizeof (float)) {
+                snprintf (why, sizeof why, "init: slot tensor '%s' where '%s' belongs",
+                          t->name, name);
+                s_reply_error (self, routing_id, msg->seq, "bad_request", why);
+                return;
+            }
+        }
+    if (msg->step < 0) {
+        s_reply_error (self, routing_id, msg->seq, "bad_request", "init without a step");
+        return;
+    }
+    if (is_ps0) {
+        //  ps 0 also gets global_step, which must agree with step.
+        const za_wire_tensor_t *t = &msg->tensors [expected - 1];
+        int64_t step = -1;
+        if (t->dtype == ZA_DTYPE_I64 && t->ndim == 0 && t->bytes == sizeof step)
+            memcpy (&step, t->data, sizeof step);
+        if (strcmp (t->name, "global_step") || step != msg->step) {
+            s_reply_error (self, routing_id, msg->seq, "bad_request",
+                           "init: ps 0 needs an i64 scalar global_step equal to step");
+            return;
+        }
+    }
+    //  Checked: load it.
+    za_wire_lease_wait (&self->lease [0]);
+    za_wire_lease_wait (&self->lease [1]);
+    za_wire_lease_wait (&self->slot_lease);
+    self->optim = optim;
+    for (int s = 0; s < ZA_OPTIM_MAX_SLOTS; s++)
+        if (s < slot_count && !self->slots [s])
+            self->slots [s] = (float *) za_alloc ((self->floats? self->floats: 1) * sizeof (float));
+    self->current = 0;
+    for (int i = 0; i < self->part_count; i++) {
+        memcpy (self->values [0] + self->part_at [i], msg->tensors [i].data,
+                msg->tensors [i].bytes);
+        for (int s = 0; s < slot_count; s++) {
+            const za_wire_tensor_t *t = &msg->tensors [self->part_count * (1 + s) + i];
+            memcpy (self->slots [s] + self->part_at [i], t->data, t->bytes);
+        }
+    }
+    self->updates = msg->step;
+    self->state = S_READY;
+    za_info ("ps %d: initialised at step %" PRId64 " (%d parts, %zu floats, %s)",
+             self->config->ps_index, msg->step, self->part_count, self->floats,
+             za_optim_name (optim.kind));
+    za_wire_msg_init (self->out, ZA_OP_INIT_OK);
+    self->out->seq = msg->seq;
+    self->out->step = s_global_step (self);
+    s_reply (self, routing_id, NULL);
+}
+
+static void
+s_snapshot (s_ps_t *self, zframe_t *routing_id, uint64_t seq)
+{
+    za_wire_msg_init (self->out, ZA_OP_SNAPSHOT_DATA);
+    self->out->seq = seq;
+    self->out->step = s_global_step (self);
+    //  Nothing changes while HELD.
+    s_add_parts (self, self->values [self->current]);
+    za_wire_msg_t *out = self->out;
+    int slot_count = za_optim_slot_count (self->optim.kind);
+    for (int s = 0; s < slot_count; s++)
+        for (int i = 0; i < self->part_count; i++) {
+            const za_part_t *part = &self->placement.parts [self->parts [i]];
+            char *name = self->slot_names [s * self->part_count + i];
+            char formatted [ZA_WIRE_NAME_MAX];
+            snprintf (formatted, sizeof formatted, "%s/%s", part->name,
+                      za_optim_slot_name (self->optim.kind, s));
+            memcpy (name, formatted, sizeof formatted);
+            int64_t shape [ZA_MAX_DIMS];
+            int ndim = za_role_part_shape (&self->vars, part, shape);
+            za_wire_msg_add (out, name, ZA_DTYPE_F32, ndim, shape,
+                             self->slots [s] + self->part_at [i]);
+        }
+    self->snapshot_step = s_global_step (self);
+    if (self->config->ps_index == 0)
+        za_wire_msg_add (out, "global_step", ZA_DTYPE_I64, 0, NULL, &self->snapshot_step);
+    //  The whole reply, value frames included, travels under the slot lease:
+    //  every update waits for it before writing a value block or a slot.
+    s_reply (self, routing_id, &self->slot_lease);
+}
+
+//  Leaves HELD: queued pushes are applied in order, or refused when stopping.
+static void
+s_end_hold (s_ps_t *self, int stop)
+{
+    self->state = stop? S_STOPPING: S_READY;
+    zframe_destroy (&self->holder);
+    if (stop)
+        self->stop_time = za_clock_mono ();
+    zmsg_t *queued;
+    while ((queued = (zmsg_t *) zlist_pop (self->queued))) {
+        zframe_t *id = zmsg_pop (queued);
+        if (za_wire_decode (queued, self->in) == 0) {
+            if (stop)
+                s_reply_error (self, id, self->in->seq, "done", "training is over");
+            else
+                s_apply_push (self, id, self->in);
+        }
+        zframe_destroy (&id);
+        zmsg_destroy (&queued);
+    }
+}
+
+static void
+s_lapse_hold (s_ps_t *self)
+{
+    za_info ("ps %d: the holder went silent for %.0f s: hold released", self->config->ps_index,
+             HOLD_LAPSE_SECS);
+    s_end_hold (self, 0);
+}
+
+//  Handles one decoded request. `raw` is the whole message (for queueing).
+static void
+s_handle (s_ps_t *self, zframe_t *routing_id, zmsg_t **raw_p)
+{
+    za_wire_msg_t *msg = self->in;
+    uint64_t seq = msg->seq;
+    switch (msg->op) {
+        case ZA_OP_PING:
+            za_wire_msg_init (self->out, ZA_OP_PONG);
+            self->out->seq = seq;
+            self->out->step = s_global_step (self);
+            s_reply (self, routing_id, NULL);
+            return;
+        case ZA_OP_BYE:
+            self->byes++;
+            za_wire_msg_init (self->out, ZA_OP_BYE_OK);
+            self->out->seq = seq;
+            s_reply (self, routing_id, NULL);
+            return;
+        case ZA_OP_INIT:
+            if (self->state == S_STOPPING)
+                s_reply_error (self, routing_id, seq, "done", "training is over");
+            else
+            if (self->state == S_HELD)
+                s_reply_error (self, routing_id, seq, "busy", "held for a snapshot");
+            else
+                s_init (self, routing_id, msg);
+            return;
+        default:
+            break;
+    }
+    if (self->state == S_STOPPING) {
+        s_reply_error (self, routing_id, seq, "done", "training is over");
+        return;
+    }
+    if (self->state == S_WAIT_INIT) {
+        s_reply_error (self, routing_id, seq, "not_ready", "waiting for the chief's init");
+        return;
+    }
+    switch (msg->op) {
+        case ZA_OP_PULL:
+            s_reply_values (self, routing_id, seq);
+            break;
+        case ZA_OP_PUSH:
+            if (self->state == S_HELD) {
+                //  Keep the whole message (routing id first) for release.
+                zmsg_pushmem (*raw_p, zframe_data (routing_id), zframe_size (routing_id));
+                zlist_append (self->queued, *raw_p);
+                *raw_p = NULL;
+            }
+            else
+                s_apply_push (self, routing_id, msg);
+            break;
+        case ZA_OP_HOLD:
+            self->state = S_HELD;
+            zframe_destroy (&self->holder);
+            self->holder = zframe_dup (routing_id);
+            self->holder_heard = za_clock_mono ();
+            za_wire_msg_init (self->out, ZA_OP_HELD);
+            self->out->seq = seq;
+            self->out->step = s_global_step (self);
+            s_reply (self, routing_id, NULL);
+            break;
+        case ZA_OP_SNAPSHOT:
+            if (self->state != S_HELD)
+                s_reply_error (self, routing_id, seq, "bad_request", "snapshot needs hold first");
+            else
+                s_snapshot (self, routing_id, seq);
+            break;
+        case ZA_OP_RELEASE:
+        case ZA_OP_STOP: {
+            int stop = msg->op == ZA_OP_STOP;
+            za_wire_msg_init (self->out, stop? ZA_OP_STOPPING: ZA_OP_RELEASED);
+            self->out->seq = seq;
+            self->out->step = s_global_step (self);
+            s_reply (self, routing_id, NULL);
+            s_end_hold (self, stop);
+            break;
+        }
+        default:
+            s_reply_error (self, routing_id, seq, "bad_request", "a ps does not serve this op");
+            break;
+    }
+}
+
+static uint32_t
+s_crc (s_ps_t *self)
+{
+    uLong crc = crc32 (0L, Z_NULL, 0);
+    if (self->floats)
+        crc = crc32 (crc, (const Bytef *) self->values [self->current],
+                     (uInt) (self->floats * sizeof (float)));
+    return (uint32_t) crc;
+}
+
+void
+za_ps_actor (zsock_t *pipe, void *args)
+{
+    const za_role_config_t *config = (const za_role_config_t *) args;
+    s_ps_t *self = s_ps_new (config, pipe);
+    zsock_signal (pipe, 0);
+    if (!self) {
+        za_role_report_done (pipe, 1, 0, 0, 0);
+        return;
+    }
+    za_info ("ps %d: serving %d parts (%zu floats) on %s", config->ps_index, self->part_count,
+             self->floats, config->bind_endpoint);
+    zpoller_t *poller = zpoller_new (pipe, self->router, NULL);
+    int rc = 0, running = 1;
+    while (running && !zsys_interrupted) {
+        void *which = zpoller_wait (poller, POLL_MS);
+        double now = za_clock_mono ();
+        if (which == pipe) {
+            char *command = zstr_recv (pipe);
+            running = !(command && streq (command, "$TERM"));
+            zstr_free (&command);
+            if (!running) {
+                zpoller_destroy (&poller);
+                s_ps_destroy (&self);
+                return;
+            }
+        }
+        else
+        if (which == self->router) {
+            zmsg_t *msg = zmsg_recv (self->router);
+            if (!msg)
+                break;
+            zframe_t *routing_id = zmsg_pop (msg);
+            if (routing_id && za_wire_decode (msg, self->in) == 0) {
+                self->last_heard = now;
+                if (self->holder && zframe_eq (self->holder, routing_id))
+                    self->holder_heard = now;
+                s_handle (self, routing_id, &msg);
+            }
+            else {
+                self->dropped++;
+                if (self->dropped <= MAX_LOGGED_DROPS)
+                    za_info ("ps %d: dropped a bad message (%" PRIu64 " so far): %s",
+                             config->ps_index, self->dropped, za_last_error ());
+            }
+            zframe_destroy (&routing_id);
+            zmsg_destroy (&msg);
+        }
+        if (self->state == S_HELD && now - self->holder_heard > HOLD_LAPSE_SECS)
+            s_lapse_hold (self);
+        if (self->state == S_STOPPING && self->byes >= config->num_workers) {
+            running = 0;
+            break;
+        }
+        if (now - (self->state == S_STOPPING? self->stop_time: self->last_heard)
+            > config->timeout_secs) {
+            if (self->state == S_STOPPING) {
+                za_info ("ps %d: %d of %d workers said bye; leaving after %.0f s",
+                         config->ps_index, self->byes, config->num_workers,
+                         config->timeout_secs);
+                break;
+            }
+            za_error ("ps %d: %s within %.0f s; giving up", config->ps_index,
+                      self->state == S_WAIT_INIT? "no chief initialised this ps"
+                                                : "no worker was heard from",
+                      config->timeout_secs);
+            rc = 1;
+            break;
+        }
+    }
+    zpoller_destroy (&poller);
+    uint32_t crc = s_crc (self);
+    za_info ("ps %d: done at step %" PRId64 ", %zu floats, crc32 %08x, %" PRIu64
+             " bad messages dropped", config->ps_index, s_global_step (self), self->floats,
+             crc, self->dropped);
+    int64_t step = s_global_step (self), floats = (int64_t) self->floats;
+    s_ps_destroy (&self);
+    za_role_report_done (pipe, rc, step, crc, floats);
+}

@@ -1,0 +1,107 @@
+/*  za_role.c: role configuration defaults, the DONE report both roles send
+    when they end, and waiting for it.                                      */
+#include "za_role_private.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_PARTITION_FLOATS (1u << 20)
+
+void
+za_role_config_init (za_role_config_t *config)
+{
+    memset (config, 0, sizeof *config);
+    config->run = za_run_config_default ();
+    config->optim = za_optim_config_default (ZA_OPT_ADAM);
+    config->batch_size = 64;
+    config->partition_floats = DEFAULT_PARTITION_FLOATS;
+    config->timeout_secs = ZA_ROLE_TIMEOUT_SECS;
+    config->num_workers = 1;
+}
+
+int
+za_role_model_vars (const za_role_config_t *config, za_vars_t *vars)
+{
+    memset (vars, 0, sizeof *vars);
+    void *state = config->model_fn->create (config->params, config->input, 1,
+                                            za_backend_cpu (), vars);
+    if (!state)
+        return -1;
+    config->model_fn->destroy (&state);
+    return 0;
+}
+
+int
+za_role_part_shape (const za_vars_t *vars, const za_part_t *part, int64_t *shape)
+{
+    const za_var_t *var = &vars->vars [part->var];
+    if (part->size == var->size) {
+        for (int d = 0; d < var->ndim; d++)
+            shape [d] = var->shape [d];
+        return var->ndim;
+    }
+    shape [0] = (int64_t) part->size;
+    return 1;
+}
+
+void
+za_role_report_done (zsock_t *pipe, int rc, int64_t step, uint32_t crc, int64_t floats)
+{
+    char rc_text [16], step_text [32], crc_text [16], floats_text [32];
+    snprintf (rc_text, sizeof rc_text, "%d", rc);
+    snprintf (step_text, sizeof step_text, "%" PRId64, step);
+    snprintf (crc_text, sizeof crc_text, "%08x", crc);
+    snprintf (floats_text, sizeof floats_text, "%" PRId64, floats);
+    zstr_sendx (pipe, "DONE", rc_text, step_text, crc_text, floats_text, NULL);
+    //  The caller ends us with $TERM (zactor_destroy).
+    while (!zsys_interrupted) {
+        char *command = zstr_recv (pipe);
+        if (!command)
+            break;
+        int term = streq (command, "$TERM");
+        zstr_free (&command);
+        if (term)
+            break;
+    }
+}
+
+int
+za_role_wait (zactor_t *actor, double timeout_secs, int64_t *step, uint32_t *crc,
+              int64_t *floats)
+{
+    zsock_t *pipe = zactor_sock (actor);
+    zpoller_t *poller = zpoller_new (pipe, NULL);
+    double deadline = za_clock_mono () + timeout_secs;
+    int rc = -1;
+    while (1) {
+        int wait_ms = 200;
+        if (timeout_secs > 0 && za_clock_mono () > deadline)
+            break;
+        if (!zpoller_wait (poller, wait_ms)) {
+            if (zpoller_terminated (poller))
+                break;
+            continue;
+        }
+        char *command = NULL, *rc_text = NULL, *step_text = NULL, *crc_text = NULL;
+        char *floats_text = NULL;
+        if (zstr_recvx (pipe, &command, &rc_text, &step_text, &crc_text, &floats_text,
+                        NULL) >= 2 && streq (command, "DONE")) {
+            rc = atoi (rc_text);
+            if (step)
+                *step = step_text? strtoll (step_text, NULL, 10): -1;
+            if (crc)
+                *crc = crc_text? (uint32_t) strtoul (crc_text, NULL, 16): 0;
+            if (floats)
+                *floats = floats_text? strtoll (floats_text, NULL, 10): 0;
+        }
+        zstr_free (&command);
+        zstr_free (&rc_text);
+        zstr_free (&step_text);
+        zstr_free (&crc_text);
+        zstr_free (&floats_text);
+        break;
+    }
+    zpoller_destroy (&poller);
+    return rc;
+}

