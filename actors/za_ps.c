@@ -78,11 +78,12 @@ s_ps_destroy (s_ps_t **self_p)
     s_ps_t *self = *self_p;
     if (!self)
         return;
-    //  libzmq may still hold frames that point into our blocks.
+    //  libzmq may still hold frames that point into our blocks: closing the
+    //  socket drops what it could not send, then they all come back.
+    zsock_destroy (&self->router);
     za_wire_lease_wait (&self->lease [0]);
     za_wire_lease_wait (&self->lease [1]);
     za_wire_lease_wait (&self->slot_lease);
-    zsock_destroy (&self->router);
     zframe_destroy (&self->holder);
     if (self->queued) {
         zmsg_t *msg;

@@ -39,6 +39,9 @@ typedef struct {
     int64_t log_step, summary_step, ckpt_step, start_step;
     double loss_sum;
     int64_t loss_count;
+    //  Where a step's time goes: the gradient computation, the push and its
+    //  replies, and everything else (input, copying values in, logs).
+    double compute_secs, transfer_secs, step_secs;
 } s_worker_t;
 
 static void
@@ -47,12 +50,14 @@ s_worker_destroy (s_worker_t **self_p)
     s_worker_t *self = *self_p;
     if (!self)
         return;
-    za_wire_lease_wait (&self->lease);
+    //  Closing the sockets lets libzmq drop what it could not send; only then
+    //  can the frames lent from our blocks all come back.
     for (int p = 0; p < self->ps_count; p++) {
         zsock_destroy (&self->dealers [p]);
         zmsg_destroy (&self->reply_msgs [p]);
         free (self->replies [p]);
     }
+    za_wire_lease_wait (&self->lease);
     za_input_destroy (&self->input);
     za_estimator_destroy (&self->est);
     free (self->out);
@@ -433,15 +438,19 @@ s_train (s_worker_t *self)
     self->start_step = self->log_step = self->summary_step = self->global_step;
     int finished = pulled > 0;
     while (!finished && self->global_step < config->max_steps && !zsys_interrupted) {
+        double step_start = za_clock_mono ();
         za_batch_t batch;
         if (za_input_next (self->input, &batch) <= 0)
             return za_error ("%s: the input ended", s_who (self));
         //  The last push's gradient frames must be let go before we overwrite.
         za_wire_lease_wait (&self->lease);
-        double loss;
-        if (za_estimator_compute_gradients (self->est, &batch, &loss)
-            || s_call_all (self, ZA_OP_PUSH))
+        double loss, t0 = za_clock_mono ();
+        if (za_estimator_compute_gradients (self->est, &batch, &loss))
             return -1;
+        double t1 = za_clock_mono ();
+        if (s_call_all (self, ZA_OP_PUSH))
+            return -1;
+        double t2 = za_clock_mono ();
         if (s_any_error (self, "done"))
             break;
         if (s_expect (self, ZA_OP_VALUES) || s_take_parts (self, 0))
@@ -449,6 +458,9 @@ s_train (s_worker_t *self)
         self->global_step = self->replies [0]->step;
         self->own_steps++;
         now = za_clock_mono ();
+        self->compute_secs += t1 - t0;
+        self->transfer_secs += t2 - t1;
+        self->step_secs += now - step_start;
         s_log (self, loss, now);
         if (config->is_chief && s_chief_after_step (self, loss, batch.size, now))
             return -1;
@@ -481,6 +493,14 @@ za_worker_actor (zsock_t *pipe, void *args)
     za_info ("%s %d: %s at step %" PRId64 " after %" PRId64 " own steps in %.1f s",
              s_who (self), config->worker_index, rc? "failed": "done", self->global_step,
              self->own_steps, secs);
+    if (self->own_steps > 0) {
+        double n = (double) self->own_steps;
+        double other = self->step_secs - self->compute_secs - self->transfer_secs;
+        za_info ("%s %d: per step %.3f ms: compute %.3f ms, push+reply %.3f ms, other %.3f ms "
+                 "(%.1f%%)", s_who (self), config->worker_index, 1e3 * self->step_secs / n,
+                 1e3 * self->compute_secs / n, 1e3 * self->transfer_secs / n, 1e3 * other / n,
+                 self->step_secs > 0? 100 * other / self->step_secs: 0);
+    }
     const za_vars_t *vars = za_estimator_vars (self->est);
     uint32_t crc = (uint32_t) crc32 (crc32 (0L, Z_NULL, 0),
                                      (const Bytef *) za_estimator_values (self->est),

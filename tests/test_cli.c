@@ -228,3 +228,97 @@ Test (cli, bad_values_exit_2_before_training)
         za_test_result_free (&result);
     }
 }
+
+//  --------------------------------------------------------------------------
+//  Distributed roles: mistakes in the cluster exit 2 before any socket opens;
+//  a peer that never answers makes a role exit 1 after --timeout-secs.
+
+static char *
+s_write_cluster (const char *name, const char *json)
+{
+    char *path = za_test_path (name);
+    FILE *f = fopen (path, "w");
+    cr_assert_not_null (f);
+    fputs (json, f);
+    fclose (f);
+    return path;
+}
+
+Test (cli, cluster_mistakes_exit_2)
+{
+    struct {
+        const char *json;
+        const char *role;
+        const char *says;
+    } cases [] = {
+        {"{\"cluster\": {\"chief\": [\"127.0.0.1:1\", \"127.0.0.1:2\"], \"ps\": [\"127.0.0.1:3\"]}}",
+         "chief", "chief"},
+        {"{\"cluster\": {\"worker\": [\"127.0.0.1:1\"], \"ps\": [\"127.0.0.1:3\"]}}",
+         "worker", "chief"},
+        {"{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"ps\": [\"127.0.0.1:1\"]}}",
+         "ps", "127.0.0.1:1"},
+        {"{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"ps\": [\"127.0.0.1:3\"]}}",
+         "worker", "no worker job"},
+        {"{\"cluster\": {\"chief\": [\"127.0.0.1:1\"],\n \"ps\": [\"127.0.0.1:3\"],}}",
+         "chief", "line 2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases [0]; i++) {
+        char name [32];
+        snprintf (name, sizeof name, "cluster%zu.json", i);
+        char *path = s_write_cluster (name, cases [i].json);
+        const char *args [] = {"--cluster", path, "--role", cases [i].role, "--timeout-secs",
+                               "5", NULL};
+        za_test_result_t result = za_test_run (args, PROCESS_TIMEOUT_S);
+        cr_expect_eq (result.exit_code, EXIT_USAGE, "case %zu: exit %d: %s", i,
+                      result.exit_code, result.err);
+        cr_expect (strstr (result.err, cases [i].says) != NULL, "case %zu: %s", i, result.err);
+        //  Nothing was started: no role announced itself.
+        cr_expect (strstr (result.err, "serving") == NULL && strstr (result.err, "of the cluster") == NULL,
+                   "case %zu started a role", i);
+        za_test_result_free (&result);
+        free (path);
+    }
+}
+
+Test (cli, unreachable_peers_exit_1_after_the_timeout)
+{
+    //  Nothing listens on the ps port: the chief gives up on it.
+    char *path = s_write_cluster ("alone.json",
+        "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"ps\": [\"127.0.0.1:9\"]}}");
+    char *model_dir = za_test_path ("run");
+    const char *chief [] = {"--cluster", path, "--role", "chief", "--timeout-secs", "2",
+                            "--model", "linear", "--model-dir", model_dir, NULL};
+    double start = za_clock_mono ();
+    za_test_result_t result = za_test_run (chief, PROCESS_TIMEOUT_S);
+    double took = za_clock_mono () - start;
+    cr_expect_eq (result.exit_code, 1, "chief: exit %d: %s", result.exit_code, result.err);
+    cr_expect (strstr (result.err, "ps 0 at tcp://127.0.0.1:9 did not answer") != NULL, "%s",
+               result.err);
+    cr_expect (took < 30, "took %.1f s", took);
+    za_test_result_free (&result);
+    //  A ps that no chief ever initialises gives up too.
+    const char *ps [] = {"--cluster", path, "--role", "ps", "--timeout-secs", "2", "--model",
+                         "linear", NULL};
+    result = za_test_run (ps, PROCESS_TIMEOUT_S);
+    cr_expect_eq (result.exit_code, 1, "ps: exit %d: %s", result.exit_code, result.err);
+    cr_expect (strstr (result.err, "no chief initialised this ps") != NULL
+               || strstr (result.err, "cannot bind") != NULL, "%s", result.err);
+    za_test_result_free (&result);
+    free (model_dir);
+    free (path);
+}
+
+Test (cli, tf_config_selects_the_role)
+{
+    //  TF_CONFIG alone (no --role): the task comes from it, here a worker
+    //  whose ps never answers.
+    setenv ("TF_CONFIG", "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"worker\": "
+            "[\"127.0.0.1:2\"], \"ps\": [\"127.0.0.1:9\"]}, \"task\": {\"type\": \"worker\", "
+            "\"index\": 0}, \"environment\": \"cloud\", \"rpc_layer\": \"grpc\"}", 1);
+    const char *args [] = {"--timeout-secs", "2", "--model", "linear", NULL};
+    za_test_result_t result = za_test_run (args, PROCESS_TIMEOUT_S);
+    unsetenv ("TF_CONFIG");
+    cr_expect_eq (result.exit_code, 1, "exit %d: %s", result.exit_code, result.err);
+    cr_expect (strstr (result.err, "worker 0 of the cluster") != NULL, "%s", result.err);
+    za_test_result_free (&result);
+}

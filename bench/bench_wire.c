@@ -1,0 +1,550 @@
+/*  bench_wire: push+reply throughput of a zactor ps against raw ZeroMQ, over
+    tcp loopback, for the same message sizes.
+
+    zactor: a za_ps_actor in this process (SGD, lr 1e-9, so the apply costs
+    little); this program is the chief: a DEALER sends `init`, then times round
+    trips of `push` (one gradient tensor per part of the ps, zero-copy through
+    za_wire_send), each answered by `values` (received, decoded, checked).
+    raw: a ROUTER that sends every frame it receives straight back (the
+    zmq_msg_t is forwarded, never copied), and a DEALER that sends the same
+    frames as the push (a header frame of the push's header size, then the
+    payload frames, zero-copy with zmq_msg_init_data) and receives the echo.
+
+    Sizes: the seed CNN on 1 ps (10 tensors, 93,322 floats), one 4 KiB tensor
+    and one 16 MiB tensor (a one-variable model). After a warm-up the two sides
+    alternate, ROUNDS rounds each of the same number of round trips (chosen so a
+    raw round takes about SECONDS); medians are reported. MB/s counts the
+    payload bytes of both directions (headers, under 1 KB, left out).
+
+    bench_wire [ROUNDS] [SECONDS]       (defaults 5, 0.6)
+      -> wire size=B zactor_mb_s=F raw_mb_s=F ratio=F zactor_rt_s=F raw_rt_s=F  */
+#include "za/za_model.h"
+#include "za/za_optim.h"
+#include "za/za_placement.h"
+#include "za/za_role.h"
+#include "za/za_wire.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MAX_ROUNDS 101
+#define WARMUP_SECS 0.4
+#define PARTITION_NEVER ((size_t) 1 << 40)
+
+// ---------------------------------------------------------------------------
+//  A model of one variable "w" of n floats: the synthetic sizes. The ps only
+//  asks a model for its variable table (create, then destroy).
+
+typedef struct {
+    int64_t floats;
+} s_one_params_t;
+
+static void *
+s_one_create (const void *params, za_input_shape_t input, int batch_max,
+              const za_backend_t *backend, za_vars_t *vars)
+{
+    (void) input, (void) batch_max, (void) backend;
+    const s_one_params_t *one = (const s_one_params_t *) params;
+    if (za_vars_add (vars, "w", 1, &one->floats) < 0)
+        return NULL;
+    static int state;
+    return &state;
+}
+
+static void
+s_one_destroy (void **state_p)
+{
+    *state_p = NULL;
+}
+
+static const za_model_fn_t s_one_model = {
+    .name = "one_tensor",
+    .create = s_one_create,
+    .destroy = s_one_destroy,
+};
+
+// ---------------------------------------------------------------------------
+//  The raw echo: a ROUTER that sends back whatever it receives.
+
+static void
+s_echo_actor (zsock_t *pipe, void *args)
+{
+    (void) args;
+    zsock_t *router = zsock_new (ZMQ_ROUTER);
+    zsock_set_maxmsgsize (router, ZA_WIRE_MAX_FRAME_BYTES);
+    int bound = router && zsock_bind (router, "tcp://127.0.0.1:*") >= 0;
+    zsock_signal (pipe, 0);
+    zstr_send (pipe, bound? zsock_last_endpoint (router): "");
+    void *r = bound? zsock_resolve (router): NULL;
+    zmq_pollitem_t items [2] = {
+        {zsock_resolve (pipe), 0, ZMQ_POLLIN, 0},
+        {r, 0, ZMQ_POLLIN, 0},
+    };
+    while (bound && !zsys_interrupted) {
+        if (zmq_poll (items, 2, -1) < 0)
+            break;
+        if (items [0].revents & ZMQ_POLLIN) {
+            char *command = zstr_recv (pipe);
+            int term = !command || streq (command, "$TERM");
+            zstr_free (&command);
+            if (term)
+                break;
+        }
+        if (items [1].revents & ZMQ_POLLIN) {
+            //  Routing id, header, payloads: each frame goes back as received.
+            int more = 1;
+            while (more) {
+                zmq_msg_t frame;
+                zmq_msg_init (&frame);
+                if (zmq_msg_recv (&frame, r, 0) < 0) {
+                    zmq_msg_close (&frame);
+                    goto done;
+                }
+                more = zmq_msg_more (&frame);
+                if (zmq_msg_send (&frame, r, more? ZMQ_SNDMORE: 0) < 0)
+                    zmq_msg_close (&frame);
+            }
+        }
+    }
+done:
+    zsock_destroy (&router);
+}
+
+// ---------------------------------------------------------------------------
+//  One size: a ps, the echo, a DEALER to each.
+
+typedef struct {
+    const char *label;
+    za_role_config_t config;
+    za_vars_t vars;
+    za_placement_t placement;
+    int parts [ZA_PLACEMENT_MAX_PARTS];
+    int part_count;
+    size_t payload;                     //  bytes of one push (= one reply)
+    float *grads;                       //  pushed
+    float *zeros;                       //  the init values
+    zactor_t *ps;
+    zactor_t *echo;
+    zsock_t *to_ps;
+    zsock_t *to_echo;
+    za_wire_msg_t *out, *in;
+    za_wire_lease_t lease;
+    uint64_t seq;
+    size_t header_bytes;                //  the push's header frame
+    char *header;                       //  raw side: that many bytes
+    char endpoint [64];
+} s_bench_t;
+
+static int
+s_free_port (void)
+{
+    int fd = socket (AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET};
+    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    int port = -1;
+    if (fd >= 0 && bind (fd, (struct sockaddr *) &addr, sizeof addr) == 0
+        && getsockname (fd, (struct sockaddr *) &addr, &len) == 0)
+        port = ntohs (addr.sin_port);
+    if (fd >= 0)
+        close (fd);
+    return port;
+}
+
+//  Starts self->out as a request `op` with the next seq.
+static void
+s_begin (s_bench_t *self, za_op_t op)
+{
+    za_wire_msg_init (self->out, op);
+    self->out->seq = ++self->seq;
+    self->out->task = 0;
+}
+
+//  Adds one tensor per part of the ps, from `block` (as a worker does).
+static void
+s_add_parts (s_bench_t *self, const float *block)
+{
+    for (int i = 0; i < self->part_count; i++) {
+        const za_part_t *part = &self->placement.parts [self->parts [i]];
+        const za_var_t *var = &self->vars.vars [part->var];
+        int64_t shape [ZA_MAX_DIMS];
+        int ndim = var->ndim;
+        if (part->size == var->size)
+            memcpy (shape, var->shape, sizeof shape);
+        else
+            ndim = 1, shape [0] = (int64_t) part->size;
+        za_wire_msg_add (self->out, part->name, ZA_DTYPE_F32, ndim, shape,
+                         block + var->offset + part->offset);
+    }
+}
+
+//  The push: the gradients of the ps's parts.
+static void
+s_build_push (s_bench_t *self)
+{
+    s_begin (self, ZA_OP_PUSH);
+    s_add_parts (self, self->grads);
+}
+
+//  Sends self->out to the ps and waits for the reply `expect`.
+static int
+s_call (s_bench_t *self, za_op_t expect)
+{
+    if (za_wire_send (self->to_ps, NULL, self->out, &self->lease))
+        return -1;
+    zmsg_t *reply = zmsg_recv (self->to_ps);
+    if (!reply)
+        return za_error ("no reply from the ps");
+    int rc = 0;
+    if (za_wire_decode (reply, self->in))
+        rc = -1;
+    else
+    if (self->in->op != expect || self->in->seq != self->out->seq)
+        rc = za_error ("ps answered %s (%s %s) seq %llu to seq %llu, expected %s",
+                       za_op_name (self->in->op), self->in->code, self->in->error,
+                       (unsigned long long) self->in->seq,
+                       (unsigned long long) self->out->seq, za_op_name (expect));
+    else
+    if (expect == ZA_OP_VALUES && self->in->tensor_count != self->part_count)
+        rc = za_error ("values carries %d tensors, expected %d", self->in->tensor_count,
+                       self->part_count);
+    zmsg_destroy (&reply);
+    return rc;
+}
+
+static int
+s_zactor_rt (s_bench_t *self)
+{
+    //  A worker waits here before it overwrites its gradients.
+    za_wire_lease_wait (&self->lease);
+    s_build_push (self);
+    return s_call (self, ZA_OP_VALUES);
+}
+
+static void
+s_nop_free (void *data, void *hint)
+{
+    (void) data, (void) hint;
+}
+
+static int
+s_raw_rt (s_bench_t *self)
+{
+    void *s = zsock_resolve (self->to_echo);
+    zmq_msg_t frame;
+    zmq_msg_init_data (&frame, self->header, self->header_bytes, s_nop_free, NULL);
+    if (zmq_msg_send (&frame, s, ZMQ_SNDMORE) < 0)
+        return za_error ("raw: send failed: %s", zmq_strerror (zmq_errno ()));
+    for (int i = 0; i < self->part_count; i++) {
+        const za_part_t *part = &self->placement.parts [self->parts [i]];
+        float *data = self->grads + self->vars.vars [part->var].offset + part->offset;
+        zmq_msg_init_data (&frame, data, part->size * sizeof (float), s_nop_free, NULL);
+        if (zmq_msg_send (&frame, s, i + 1 < self->part_count? ZMQ_SNDMORE: 0) < 0)
+            return za_error ("raw: send failed: %s", zmq_strerror (zmq_errno ()));
+    }
+    int more = 1, frames = 0;
+    while (more) {
+        zmq_msg_init (&frame);
+        if (zmq_msg_recv (&frame, s, 0) < 0) {
+            zmq_msg_close (&frame);
+            return za_error ("raw: receive failed: %s", zmq_strerror (zmq_errno ()));
+        }
+        more = zmq_msg_more (&frame);
+        zmq_msg_close (&frame);
+        frames++;
+    }
+    return frames == 1 + self->part_count? 0: za_error ("raw: %d frames came back", frames);
+}
+
+typedef int (s_rt_fn_t) (s_bench_t *self);
+
+//  Runs n round trips (or, with n 0, for `secs`); returns round trips/sec.
+static double
+s_time (s_bench_t *self, s_rt_fn_t *fn, int64_t n, double secs)
+{
+    double start = za_clock_mono (), now = start;
+    int64_t done = 0;
+    while (n > 0? done < n: now - start < secs) {
+        if (fn (self))
+            return -1;
+        done++;
+        if (n == 0)
+            now = za_clock_mono ();
+    }
+    now = za_clock_mono ();
+    return done / (now - start);
+}
+
+//  The size of the push's header frame, as za_wire_send packs it.
+static size_t
+s_push_header_bytes (s_bench_t *self)
+{
+    zsock_t *a = zsock_new_pair ("@inproc://bench-wire-header");
+    zsock_t *b = zsock_new_pair (">inproc://bench-wire-header");
+    size_t bytes = 0;
+    za_wire_lease_t lease;
+    za_wire_lease_init (&lease);
+    s_build_push (self);
+    self->seq--;
+    if (a && b && za_wire_send (a, NULL, self->out, &lease) == 0) {
+        zmsg_t *msg = zmsg_recv (b);
+        if (msg)
+            bytes = zframe_size (zmsg_first (msg));
+        zmsg_destroy (&msg);
+        za_wire_lease_wait (&lease);
+    }
+    zsock_destroy (&a);
+    zsock_destroy (&b);
+    return bytes;
+}
+
+static void
+s_bench_destroy (s_bench_t *self)
+{
+    za_wire_lease_wait (&self->lease);
+    zsock_destroy (&self->to_ps);
+    zsock_destroy (&self->to_echo);
+    zactor_destroy (&self->ps);
+    zactor_destroy (&self->echo);
+    za_free (self->grads);
+    za_free (self->zeros);
+    free (self->header);
+    free (self->in);
+    free (self->out);
+}
+
+static int
+s_bench_start (s_bench_t *self, const za_model_fn_t *model_fn, const void *params,
+               za_input_shape_t input)
+{
+    za_role_config_t *config = &self->config;
+    za_role_config_init (config);
+    config->model_fn = model_fn;
+    config->params = params;
+    config->input = input;
+    config->optim = za_optim_config_default (ZA_OPT_SGD);
+    config->optim.learning_rate = 1e-9f;
+    config->partition_floats = PARTITION_NEVER;
+    config->timeout_secs = 600;
+    config->ps_count = 1;
+    config->ps_index = 0;
+    config->num_workers = 1;
+    config->is_chief = 1;
+    za_wire_lease_init (&self->lease);
+    self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
+    self->in = (za_wire_msg_t *) malloc (sizeof *self->in);
+    if (!self->out || !self->in)
+        return za_error ("out of memory");
+    void *state = model_fn->create (params, input, 1, za_backend_cpu (), &self->vars);
+    if (!state)
+        return -1;
+    model_fn->destroy (&state);
+    if (za_placement_compute (&self->vars, 1, config->partition_floats, &self->placement))
+        return -1;
+    self->part_count = za_placement_parts_of (&self->placement, 0, self->parts,
+                                              ZA_PLACEMENT_MAX_PARTS);
+    for (int i = 0; i < self->part_count; i++)
+        self->payload += self->placement.parts [self->parts [i]].size * sizeof (float);
+    size_t block = (self->vars.total? self->vars.total: 1) * sizeof (float);
+    self->grads = (float *) za_alloc (block);
+    self->zeros = (float *) za_alloc (block);
+    if (!self->grads || !self->zeros)
+        return -1;
+    for (size_t i = 0; i < self->vars.total; i++)
+        self->grads [i] = 1e-3f;
+    self->header_bytes = s_push_header_bytes (self);
+    self->header = (char *) calloc (1, self->header_bytes? self->header_bytes: 1);
+    if (!self->header_bytes || !self->header)
+        return za_error ("cannot measure the push header");
+    memset (self->header, 0x5a, self->header_bytes);
+
+    //  The ps, on a port that was free a moment ago.
+    int port = s_free_port ();
+    if (port < 0)
+        return za_error ("no free port");
+    snprintf (self->endpoint, sizeof self->endpoint, "tcp://127.0.0.1:%d", port);
+    config->bind_endpoint = self->endpoint;
+    self->ps = zactor_new (za_ps_actor, config);
+    self->to_ps = zsock_new (ZMQ_DEALER);
+    if (!self->ps || !self->to_ps)
+        return za_error ("cannot start the ps");
+    zsock_set_maxmsgsize (self->to_ps, ZA_WIRE_MAX_FRAME_BYTES);
+    if (zsock_connect (self->to_ps, "%s", self->endpoint) < 0)
+        return za_error ("cannot connect to %s", self->endpoint);
+
+    //  init: the values (zeros), no slots for SGD, global_step 0 on ps 0.
+    static const int64_t step0 = 0;
+    s_begin (self, ZA_OP_INIT);
+    self->out->step = 0;
+    s_add_parts (self, self->zeros);
+    za_wire_msg_add (self->out, "global_step", ZA_DTYPE_I64, 0, NULL, &step0);
+    self->out->has_optim = 1;
+    snprintf (self->out->optimizer, sizeof self->out->optimizer, "%s",
+              za_optim_name (config->optim.kind));
+    self->out->learning_rate = config->optim.learning_rate;
+    self->out->momentum = config->optim.momentum;
+    self->out->beta1 = config->optim.beta1;
+    self->out->beta2 = config->optim.beta2;
+    self->out->epsilon = config->optim.epsilon;
+    self->out->initial_accumulator = config->optim.initial_accumulator;
+    self->out->nesterov = config->optim.nesterov;
+    if (s_call (self, ZA_OP_INIT_OK))
+        return za_error ("init failed: %s", za_last_error ());
+
+    //  The echo.
+    self->echo = zactor_new (s_echo_actor, NULL);
+    char *endpoint = self->echo? zstr_recv (self->echo): NULL;
+    self->to_echo = zsock_new (ZMQ_DEALER);
+    int ok = endpoint && *endpoint && self->to_echo;
+    if (ok) {
+        zsock_set_maxmsgsize (self->to_echo, ZA_WIRE_MAX_FRAME_BYTES);
+        ok = zsock_connect (self->to_echo, "%s", endpoint) >= 0;
+    }
+    zstr_free (&endpoint);
+    return ok? 0: za_error ("cannot start the echo");
+}
+
+//  stop, then bye: the ps leaves; its DONE report must say 0.
+static int
+s_bench_stop (s_bench_t *self)
+{
+    za_wire_lease_wait (&self->lease);
+    s_begin (self, ZA_OP_STOP);
+    if (s_call (self, ZA_OP_STOPPING))
+        return -1;
+    s_begin (self, ZA_OP_BYE);
+    if (s_call (self, ZA_OP_BYE_OK))
+        return -1;
+    int64_t step = -1;
+    int rc = za_role_wait (self->ps, 30, &step, NULL, NULL);
+    if (rc != 0)
+        return za_error ("the ps ended with %d", rc);
+    return 0;
+}
+
+static int
+s_cmp_double (const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return x < y? -1: x > y;
+}
+
+static double
+s_median (double *v, int n)
+{
+    qsort (v, (size_t) n, sizeof *v, s_cmp_double);
+    return n % 2? v [n / 2]: (v [n / 2 - 1] + v [n / 2]) / 2;
+}
+
+//  The ps's own work per push, measured alone: the SGD apply over its floats.
+static double
+s_apply_usecs (s_bench_t *self)
+{
+    size_t n = self->vars.total;
+    float *in = (float *) za_alloc (n * sizeof (float));
+    float *out = (float *) za_alloc (n * sizeof (float));
+    double usecs = -1;
+    if (in && out) {
+        int reps = n > (1u << 20)? 20: 2000;
+        double start = za_clock_mono ();
+        for (int r = 0; r < reps; r++)
+            za_optim_apply_into (&self->config.optim, r + 1, r % 2? out: in, r % 2? in: out,
+                                 self->grads, NULL, n);
+        usecs = 1e6 * (za_clock_mono () - start) / reps;
+    }
+    za_free (in);
+    za_free (out);
+    return usecs;
+}
+
+static int
+s_run_size (const char *label, const za_model_fn_t *model_fn, const void *params,
+            za_input_shape_t input, int rounds, double secs)
+{
+    s_bench_t self;
+    memset (&self, 0, sizeof self);
+    self.label = label;
+    int rc = s_bench_start (&self, model_fn, params, input);
+    double z [MAX_ROUNDS], r [MAX_ROUNDS];
+    int64_t n = 0;
+    if (rc == 0) {
+        //  Warm up both, then size the rounds on the raw rate.
+        rc = s_time (&self, s_zactor_rt, 0, WARMUP_SECS) < 0? -1: 0;
+        double raw = rc? -1: s_time (&self, s_raw_rt, 0, WARMUP_SECS);
+        rc = raw < 0? -1: rc;
+        n = (int64_t) (raw * secs);
+        if (n < 10)
+            n = 10;
+    }
+    for (int k = 0; rc == 0 && k < rounds; k++) {
+        z [k] = s_time (&self, s_zactor_rt, n, 0);
+        r [k] = s_time (&self, s_raw_rt, n, 0);
+        if (z [k] < 0 || r [k] < 0)
+            rc = -1;
+    }
+    if (rc == 0) {
+        double apply = s_apply_usecs (&self);
+        double zm = s_median (z, rounds), rm = s_median (r, rounds);
+        double mb = 2.0 * (double) self.payload / 1e6;
+        printf ("# %s: %d tensors, %zu payload bytes each way, push header %zu bytes; "
+                "%d rounds x %lld round trips each side; ps SGD apply alone %.1f us "
+                "(%.1f%% of a zactor round trip)\n",
+                label, self.part_count, self.payload, self.header_bytes, rounds,
+                (long long) n, apply, 100 * apply * 1e-6 * zm);
+        printf ("wire size=%zu zactor_mb_s=%.1f raw_mb_s=%.1f ratio=%.3f zactor_rt_s=%.1f "
+                "raw_rt_s=%.1f\n", self.payload, zm * mb, rm * mb, zm / rm, zm, rm);
+        fflush (stdout);
+    }
+    if (self.ps && rc == 0)
+        rc = s_bench_stop (&self);
+    s_bench_destroy (&self);
+    if (rc)
+        fprintf (stderr, "bench_wire: %s: %s\n", label, za_last_error ());
+    return rc;
+}
+
+int
+main (int argc, char **argv)
+{
+    int rounds = argc > 1? atoi (argv [1]): 5;
+    double secs = argc > 2? atof (argv [2]): 0.6;
+    if (rounds < 3 || rounds > MAX_ROUNDS || secs <= 0) {
+        fprintf (stderr, "usage: bench_wire [ROUNDS 3..%d] [SECONDS per round]\n", MAX_ROUNDS);
+        return 2;
+    }
+    //  The ps logs a few lines per size: keep stdout for the results.
+    char cpu [512] = "unknown";
+    FILE *info = fopen ("/proc/cpuinfo", "r");
+    char line [512];
+    while (info && fgets (line, sizeof line, info))
+        if (strncmp (line, "model name", 10) == 0) {
+            const char *colon = strchr (line, ':');
+            snprintf (cpu, sizeof cpu, "%s", colon? colon + 2: line);
+            cpu [strcspn (cpu, "\n")] = 0;
+            break;
+        }
+    if (info)
+        fclose (info);
+    int major, minor, patch;
+    zmq_version (&major, &minor, &patch);
+    printf ("# host: %ld cores, %s; libzmq %d.%d.%d, CZMQ %d.%d.%d; tcp://127.0.0.1, "
+            "the ps and the echo in this process (1 ZeroMQ I/O thread)\n",
+            sysconf (_SC_NPROCESSORS_ONLN), cpu, major, minor, patch, CZMQ_VERSION_MAJOR,
+            CZMQ_VERSION_MINOR, CZMQ_VERSION_PATCH);
+
+    za_stack_spec_t cnn;
+    if (za_stack_parse (ZA_SEED_CNN, &cnn))
+        return 1;
+    za_input_shape_t mnist = {28, 28, 1}, none = {1, 1, 1};
+    s_one_params_t small = {.floats = 1024}, large = {.floats = 4 << 20};
+    int rc = 0;
+    rc |= s_run_size ("one 4 KiB tensor", &s_one_model, &small, none, rounds, secs);
+    rc |= s_run_size ("seed CNN, 1 ps", za_stack_model_fn (), &cnn, mnist, rounds, secs);
+    rc |= s_run_size ("one 16 MiB tensor", &s_one_model, &large, none, rounds, secs);
+    return rc? 1: 0;
+}
