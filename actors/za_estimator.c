@@ -742,13 +742,12 @@ s_load_for_inference (za_estimator_t *self, const char *what)
     return 0;
 }
 
-int
-za_estimator_evaluate (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
-                       int64_t steps, za_eval_result_t *result)
+//  Evaluates the variables now loaded (from checkpoint `ckpt_name`), appends
+//  a line to model_dir/<subdir>/metrics.jsonl and fills *result.
+static int
+s_evaluate_loaded (za_estimator_t *self, za_input_fn_t input_fn, void *arg, int64_t steps,
+                   const char *subdir, const char *ckpt_name, za_eval_result_t *result)
 {
-    memset (result, 0, sizeof *result);
-    if (s_load_for_inference (self, "evaluate"))
-        return -1;
     za_input_t *input = input_fn (arg, ZA_MODE_EVAL);
     if (!input)
         return -1;
@@ -780,14 +779,45 @@ za_estimator_evaluate (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
     result->accuracy = (double) correct / (double) examples;
     result->examples = examples;
     result->seconds = za_clock_mono () - start;
-    char dir [4096], line [256];
-    snprintf (dir, sizeof dir, "%s/eval", self->model_dir);
+    char dir [4096], line [512];
+    snprintf (dir, sizeof dir, "%s/%s", self->model_dir, subdir);
     snprintf (line, sizeof line,
-              "{\"global_step\": %" PRId64 ", \"loss\": %.6f, \"accuracy\": %.6f, "
-              "\"examples\": %" PRId64 ", \"seconds\": %.3f, \"wall_time\": %.3f}",
-              result->global_step, result->loss, result->accuracy, result->examples,
-              result->seconds, za_clock_wall ());
+              "{\"global_step\": %" PRId64 ", \"checkpoint\": \"%s\", \"loss\": %.6f, "
+              "\"accuracy\": %.6f, \"examples\": %" PRId64 ", \"seconds\": %.3f, "
+              "\"wall_time\": %.3f}", result->global_step, ckpt_name, result->loss,
+              result->accuracy, result->examples, result->seconds, za_clock_wall ());
     return s_append_line (dir, "metrics.jsonl", line);
+}
+
+int
+za_estimator_evaluate (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
+                       int64_t steps, za_eval_result_t *result)
+{
+    memset (result, 0, sizeof *result);
+    if (s_load_for_inference (self, "evaluate"))
+        return -1;
+    char name [64];
+    snprintf (name, sizeof name, "model.ckpt-%" PRId64 ".safetensors", self->global_step);
+    return s_evaluate_loaded (self, input_fn, arg, steps, "eval", name, result);
+}
+
+int
+za_estimator_evaluate_checkpoint (za_estimator_t *self, const char *path,
+                                  za_input_fn_t input_fn, void *arg, int64_t steps,
+                                  const char *subdir, za_eval_result_t *result)
+{
+    memset (result, 0, sizeof *result);
+    if (!self->model_dir)
+        return za_error ("evaluate: RunConfig.model_dir is not set");
+    za_checkpoint_t *ckpt = za_checkpoint_load (path);
+    if (!ckpt)
+        return -1;
+    int rc = s_restore_from (self, ckpt);
+    za_checkpoint_destroy (&ckpt);
+    if (rc)
+        return -1;
+    const char *name = strrchr (path, '/');
+    return s_evaluate_loaded (self, input_fn, arg, steps, subdir, name? name + 1: path, result);
 }
 
 int64_t

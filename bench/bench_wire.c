@@ -16,7 +16,7 @@
     raw round takes about SECONDS); medians are reported. MB/s counts the
     payload bytes of both directions (headers, under 1 KB, left out).
 
-    bench_wire [ROUNDS] [SECONDS]       (defaults 5, 0.6)
+    bench_wire [ROUNDS] [SECONDS] [SIZES]  (defaults 5, 0.6, "4k,cnn,16m")
       -> wire size=B zactor_mb_s=F raw_mb_s=F ratio=F zactor_rt_s=F raw_rt_s=F  */
 #include "za/za_model.h"
 #include "za/za_optim.h"
@@ -513,8 +513,10 @@ main (int argc, char **argv)
 {
     int rounds = argc > 1? atoi (argv [1]): 5;
     double secs = argc > 2? atof (argv [2]): 0.6;
+    const char *sizes = argc > 3? argv [3]: "4k,cnn,16m";
     if (rounds < 3 || rounds > MAX_ROUNDS || secs <= 0) {
-        fprintf (stderr, "usage: bench_wire [ROUNDS 3..%d] [SECONDS per round]\n", MAX_ROUNDS);
+        fprintf (stderr, "usage: bench_wire [ROUNDS 3..%d] [SECONDS per round] "
+                 "[SIZES: any of 4k,cnn,16m]\n", MAX_ROUNDS);
         return 2;
     }
     //  The ps logs a few lines per size: keep stdout for the results.
@@ -543,8 +545,11 @@ main (int argc, char **argv)
     za_input_shape_t mnist = {28, 28, 1}, none = {1, 1, 1};
     s_one_params_t small = {.floats = 1024}, large = {.floats = 4 << 20};
     int rc = 0;
-    rc |= s_run_size ("one 4 KiB tensor", &s_one_model, &small, none, rounds, secs);
-    rc |= s_run_size ("seed CNN, 1 ps", za_stack_model_fn (), &cnn, mnist, rounds, secs);
-    rc |= s_run_size ("one 16 MiB tensor", &s_one_model, &large, none, rounds, secs);
+    if (strstr (sizes, "4k"))
+        rc |= s_run_size ("one 4 KiB tensor", &s_one_model, &small, none, rounds, secs);
+    if (strstr (sizes, "cnn"))
+        rc |= s_run_size ("seed CNN, 1 ps", za_stack_model_fn (), &cnn, mnist, rounds, secs);
+    if (strstr (sizes, "16m"))
+        rc |= s_run_size ("one 16 MiB tensor", &s_one_model, &large, none, rounds, secs);
     return rc? 1: 0;
 }

@@ -14,6 +14,7 @@
 #                         other (input, copying values in, logs) and other's share.
 #  Usage: bench/ps_vs_workers.sh [BUILD_DIR] [MAX_STEPS] [ROUNDS]
 set -euo pipefail
+shopt -s nullglob
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
 max_steps=${2:-400}
@@ -98,7 +99,6 @@ for c in "${configs[@]}"; do
     for task in "${tasks[@]}"; do
         logs=()
         for d in "${dirs[@]}"; do logs+=("$d"/chief.log "$d"/worker*.log); done
-        logs=($(ls "${logs[@]}" 2>/dev/null))
         if [ "$task" = "chief 0" ]; then m=$metrics; w=$wall; else m=""; w=""; fi
         printf '%-7s %-3s %-9s %14s %11s %9.3f %9.3f %11.3f %9.3f %6.2f%%\n' "$workers" "$ps" \
             "$task" "${m:+$(printf '%.1f' "$m")}" "${w:+$(printf '%.1f' "$w")}" \

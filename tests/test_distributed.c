@@ -230,3 +230,63 @@ Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300)
     free (cluster);
     za_test_dir_remove ();
 }
+
+//  train_and_evaluate, distributed: chief, worker, ps and an evaluator task as
+//  processes; all four exit 0 and the evaluator has results for the final step.
+Test (distributed, with_an_evaluator_task, .timeout = 300)
+{
+    za_test_dir_create ("za_distributed_eval");
+    int ports [4];
+    for (int i = 0; i < 4; i++)
+        ports [i] = s_free_port ();
+    char *cluster = za_test_path ("cluster.json");
+    FILE *f = fopen (cluster, "w");
+    cr_assert_not_null (f);
+    fprintf (f, "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"],"
+             " \"ps\": [\"127.0.0.1:%d\"], \"evaluator\": [\"127.0.0.1:%d\"]}}\n", ports [0],
+             ports [1], ports [2], ports [3]);
+    fclose (f);
+    char *model_dir = za_test_path ("run");
+    const char *roles [4][2] = {{"ps", "0"}, {"evaluator", "0"}, {"chief", "0"}, {"worker", "0"}};
+    pid_t pids [4];
+    char *errs [4];
+    for (int t = 0; t < 4; t++) {
+        const char *args [] = {"--cluster", cluster, "--role", roles [t][0], "--index",
+                               roles [t][1], "--model", "dnn", "--batch-size", "32",
+                               "--max-steps", "600", "--save-checkpoints-steps", "100",
+                               "--model-dir", model_dir, "--threads", "1", "--no-eval",
+                               "--start-delay-secs", "0", "--throttle-secs", "0.5",
+                               "--timeout-secs", "60", "--log-step-count-steps", "0", NULL};
+        char name [32];
+        snprintf (name, sizeof name, "task%d.err", t);
+        errs [t] = za_test_path (name);
+        char *out = za_test_path ("task.out");
+        pids [t] = za_test_spawn (args, out, errs [t]);
+        free (out);
+    }
+    for (int t = 0; t < 4; t++) {
+        int status = za_test_wait (pids [t], TIMEOUT_S);
+        cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s exited %d: %s",
+                   roles [t][0], WIFEXITED (status)? WEXITSTATUS (status): -1,
+                   (char *) za_test_read_file (errs [t], NULL));
+        free (errs [t]);
+    }
+    int64_t newest = za_test_expect_all_load (model_dir, NULL);
+    cr_expect_geq (newest, 600);
+    char *metrics = za_test_path ("run/eval/metrics.jsonl");
+    char *text = za_test_read_file (metrics, NULL);
+    char *last = text;
+    for (char *p = text; *p; p++)
+        if (*p == '\n' && p [1])
+            last = p + 1;
+    json_t *json = json_loads (last, JSON_DISABLE_EOF_CHECK, NULL);
+    cr_assert_not_null (json, "%s", text);
+    cr_expect_eq (json_integer_value (json_object_get (json, "global_step")), newest);
+    cr_expect_gt (json_number_value (json_object_get (json, "accuracy")), 0.6);
+    json_decref (json);
+    free (text);
+    free (metrics);
+    free (model_dir);
+    free (cluster);
+    za_test_dir_remove ();
+}

@@ -2,6 +2,7 @@
     and evaluates a model on MNIST-format data in one process.              */
 #include "za/za_cluster.h"
 #include "za/za_estimator.h"
+#include "za/za_evaluator.h"
 #include "za/za_role.h"
 
 #include <jansson.h>
@@ -55,8 +56,17 @@ s_usage (FILE *out)
 "  --seed N               random seed for initialisation, shuffling, dropout (default 42);\n"
 "                         a resumed run mixes its starting step into the shuffle seed\n"
 "  --threads N            compute threads, 1 to 64 (default: all cores)\n"
+"Evaluation (EvalSpec):\n"
+"  --train-and-evaluate   train and run the evaluator together in this process\n"
+"  --eval-data DIR        evaluate on DIR/t10k-* instead of --dataset-dir's\n"
+"  --eval-name NAME       results in MODEL_DIR/eval_NAME (default MODEL_DIR/eval)\n"
+"  --eval-steps N         batches per evaluation (default: the whole set)\n"
+"  --start-delay-secs S   the evaluator starts after S seconds (default 120)\n"
+"  --throttle-secs S      at most one evaluation per S seconds (default 600)\n"
+"  --replay               with --role evaluator: evaluate every checkpoint in\n"
+"                         --model-dir in step order, then exit\n"
 "Distributed (asynchronous parameter-server training, like TF_CONFIG):\n"
-"  --role ROLE            chief, worker or ps (default: the task in TF_CONFIG)\n"
+"  --role ROLE            chief, worker, ps or evaluator (default: the task in TF_CONFIG)\n"
 "  --index N              this task's index in its job (default 0)\n"
 "  --cluster FILE         the cluster as TF_CONFIG JSON (default: $TF_CONFIG);\n"
 "                         every role gets the same model and training flags\n"
@@ -131,11 +141,41 @@ s_input_fn (void *arg, za_mode_t mode)
     return za_input_new (inputs->test, &config);
 }
 
+//  Prints the newest line of the evaluator's metrics.jsonl as the result.
+static int
+s_print_last_eval (const char *model_dir, const char *name, int64_t evaluations)
+{
+    char path [4096];
+    snprintf (path, sizeof path, "%s/eval%s%s/metrics.jsonl", model_dir,
+              name && *name? "_": "", name && *name? name: "");
+    FILE *f = fopen (path, "r");
+    char line [1024], last [1024] = "";
+    while (f && fgets (line, sizeof line, f))
+        snprintf (last, sizeof last, "%s", line);
+    if (f)
+        fclose (f);
+    json_t *json = json_loads (last, JSON_DISABLE_EOF_CHECK, NULL);
+    if (!json) {
+        fprintf (stderr, "zactor-run: no evaluation in %s\n", path);
+        return 1;
+    }
+    printf ("test accuracy %.4f  loss %.4f  on %" PRId64 " examples at step %" PRId64
+            " (%s; %" PRId64 " evaluations)\n",
+            json_number_value (json_object_get (json, "accuracy")),
+            json_number_value (json_object_get (json, "loss")),
+            (int64_t) json_integer_value (json_object_get (json, "examples")),
+            (int64_t) json_integer_value (json_object_get (json, "global_step")), path,
+            evaluations);
+    json_decref (json);
+    return 0;
+}
+
 enum {
     OPT_MODEL = 256, OPT_HIDDEN, OPT_DATASET_DIR, OPT_BATCH, OPT_SHUFFLE, OPT_OPTIMIZER,
     OPT_LR, OPT_MAX_STEPS, OPT_EPOCHS, OPT_NO_EVAL, OPT_MODEL_DIR, OPT_CKPT_STEPS,
     OPT_CKPT_SECS, OPT_KEEP, OPT_LOG_STEPS, OPT_SUMMARY_STEPS, OPT_SEED, OPT_THREADS,
-    OPT_ROLE, OPT_INDEX, OPT_CLUSTER, OPT_TIMEOUT
+    OPT_ROLE, OPT_INDEX, OPT_CLUSTER, OPT_TIMEOUT, OPT_TRAIN_AND_EVAL, OPT_EVAL_DATA,
+    OPT_EVAL_NAME, OPT_EVAL_STEPS, OPT_START_DELAY, OPT_THROTTLE, OPT_REPLAY
 };
 
 //  The cluster, freed at exit whichever way main returns.
@@ -224,6 +264,13 @@ main (int argc, char **argv)
         {"index", required_argument, NULL, OPT_INDEX},
         {"cluster", required_argument, NULL, OPT_CLUSTER},
         {"timeout-secs", required_argument, NULL, OPT_TIMEOUT},
+        {"train-and-evaluate", no_argument, NULL, OPT_TRAIN_AND_EVAL},
+        {"eval-data", required_argument, NULL, OPT_EVAL_DATA},
+        {"eval-name", required_argument, NULL, OPT_EVAL_NAME},
+        {"eval-steps", required_argument, NULL, OPT_EVAL_STEPS},
+        {"start-delay-secs", required_argument, NULL, OPT_START_DELAY},
+        {"throttle-secs", required_argument, NULL, OPT_THROTTLE},
+        {"replay", no_argument, NULL, OPT_REPLAY},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -234,6 +281,10 @@ main (int argc, char **argv)
     const char *role = NULL, *cluster_file = NULL;
     int task_index = 0;
     double timeout_secs = ZA_ROLE_TIMEOUT_SECS;
+    za_evaluator_config_t eval_spec;
+    za_evaluator_config_init (&eval_spec);
+    const char *eval_data = NULL;
+    int train_and_evaluate = 0;
     double learning_rate = 0;
     int64_t max_steps = 0, epochs = DEFAULT_EPOCHS;
     za_run_config_t config = za_run_config_default ();
@@ -284,6 +335,19 @@ main (int argc, char **argv)
             case OPT_INDEX: task_index = (int) s_int_arg ("--index", optarg, 0, 1 << 20); break;
             case OPT_CLUSTER: cluster_file = optarg; break;
             case OPT_TIMEOUT: timeout_secs = s_float_arg ("--timeout-secs", optarg, 0, 0); break;
+            case OPT_TRAIN_AND_EVAL: train_and_evaluate = 1; break;
+            case OPT_EVAL_DATA: eval_data = optarg; break;
+            case OPT_EVAL_NAME: eval_spec.name = optarg; break;
+            case OPT_EVAL_STEPS:
+                eval_spec.steps = s_int_arg ("--eval-steps", optarg, 1, INT64_MAX);
+                break;
+            case OPT_START_DELAY:
+                eval_spec.start_delay_secs = s_float_arg ("--start-delay-secs", optarg, 0, 1);
+                break;
+            case OPT_THROTTLE:
+                eval_spec.throttle_secs = s_float_arg ("--throttle-secs", optarg, 0, 1);
+                break;
+            case OPT_REPLAY: eval_spec.replay = 1; break;
             case 'h': s_usage (stdout); return 0;
             default:
                 fprintf (stderr, "Try 'zactor-run --help'.\n");
@@ -299,19 +363,27 @@ main (int argc, char **argv)
     //  Everything that can be wrong with the arguments is found before any work.
     za_cluster_t *cluster = NULL;
     atexit (s_free_cluster);
-    if (role || cluster_file || getenv ("TF_CONFIG")) {
+    int is_evaluator = role && strcmp (role, "evaluator") == 0;
+    if (eval_spec.replay && !is_evaluator) {
+        fprintf (stderr, "zactor-run: --replay goes with --role evaluator\n");
+        return EXIT_USAGE;
+    }
+    if (train_and_evaluate && (role || cluster_file)) {
+        fprintf (stderr, "zactor-run: --train-and-evaluate is the local case; in a cluster "
+                 "run an evaluator task (--role evaluator)\n");
+        return EXIT_USAGE;
+    }
+    //  An evaluator needs no cluster (it follows model_dir); one given is checked.
+    if (!is_evaluator && (role || cluster_file || getenv ("TF_CONFIG"))) {
         if (role && strcmp (role, "chief") && strcmp (role, "worker") && strcmp (role, "ps")) {
-            fprintf (stderr, "zactor-run: --role %s: chief, worker or ps%s\n", role,
-                     strcmp (role, "evaluator")? "": " (the evaluator role is not built yet)");
+            fprintf (stderr, "zactor-run: --role %s: chief, worker, ps or evaluator\n", role);
             return EXIT_USAGE;
         }
         cluster = s_cluster = s_load_cluster (cluster_file, role, task_index);
         if (!cluster)
             return EXIT_USAGE;
-        if (cluster->task_type == ZA_TASK_EVALUATOR) {
-            fprintf (stderr, "zactor-run: the evaluator role is not built yet\n");
-            return EXIT_USAGE;
-        }
+        if (cluster->task_type == ZA_TASK_EVALUATOR)
+            is_evaluator = 1;
         if (!threads_given) {
             int share = config.threads / za_cluster_tasks_on_my_host (cluster);
             config.threads = share > 0? share: 1;
@@ -319,6 +391,14 @@ main (int argc, char **argv)
         //  Only the chief evaluates, once training is over.
         eval = eval && cluster->is_chief;
     }
+    else
+    if (is_evaluator && (cluster_file || getenv ("TF_CONFIG"))) {
+        cluster = s_cluster = s_load_cluster (cluster_file, role, task_index);
+        if (!cluster)
+            return EXIT_USAGE;
+    }
+    if (is_evaluator)
+        eval = 1;
     za_optimizer_t kind;
     if (za_optim_parse (optimizer, &kind))
         return EXIT_USAGE;
@@ -354,8 +434,9 @@ main (int argc, char **argv)
     }
 
     za_dataset_t *train = za_dataset_load_dir (dataset_dir, "train");
-    za_dataset_t *test = train && eval? za_dataset_load_dir (dataset_dir, "t10k"): NULL;
-    if (!train || (eval && !test)) {
+    za_dataset_t *test = train && (eval || train_and_evaluate)
+                       ? za_dataset_load_dir (eval_data? eval_data: dataset_dir, "t10k"): NULL;
+    if (!train || ((eval || train_and_evaluate) && !test)) {
         fprintf (stderr, "zactor-run: cannot read the data set in '%s' (on Debian: "
                  "apt-get install dataset-fashion-mnist, or give --dataset-dir)\n", dataset_dir);
         za_dataset_destroy (&train);
@@ -398,6 +479,23 @@ main (int argc, char **argv)
         .seed = config.seed,
     };
     za_input_shape_t shape = {train->height, train->width, train->channels};
+    eval_spec.model_fn = za_stack_model_fn ();
+    eval_spec.params = &spec;
+    eval_spec.input = shape;
+    eval_spec.model_dir = config.model_dir;
+    eval_spec.data = test;
+    eval_spec.max_steps = max_steps;
+    eval_spec.threads = config.threads;
+    if (is_evaluator) {
+        za_info ("evaluator: %s '%s' (start delay %g s, throttle %g s, until step %" PRId64
+                 "), model %s", eval_spec.replay? "replaying": "following", config.model_dir,
+                 eval_spec.start_delay_secs, eval_spec.throttle_secs, max_steps, spec.text);
+        int evaluations = 0;
+        int eval_rc = za_evaluator_run (&eval_spec, NULL, &evaluations);
+        za_dataset_destroy (&train);
+        za_dataset_destroy (&test);
+        return eval_rc == 0? 0: 1;
+    }
     int distributed_done = 0;
     if (cluster) {
         za_role_config_t role_config;
@@ -435,7 +533,20 @@ main (int argc, char **argv)
                  (double) max_steps * batch_size / (double) train->count, train->count,
                  config.threads, config.model_dir);
         double start = za_clock_mono ();
+        zactor_t *evaluator = train_and_evaluate? zactor_new (za_evaluator_actor, &eval_spec)
+                                                : NULL;
         rc = za_estimator_train (estimator, s_input_fn, &inputs, max_steps)? 1: 0;
+        if (evaluator) {
+            //  The evaluator ends after the final checkpoint (or is stopped on an error).
+            int64_t evaluations = 0;
+            int eval_rc = rc? 0: za_role_wait (evaluator, 0, NULL, NULL, &evaluations);
+            zactor_destroy (&evaluator);
+            if (!rc && eval_rc)
+                rc = 1;
+            if (!rc)
+                rc = s_print_last_eval (config.model_dir, eval_spec.name, evaluations);
+            eval = 0;       //  the evaluator did the final one
+        }
         if (!rc)
             za_info ("trained to step %" PRId64 " in %.1f s",
                      za_estimator_global_step (estimator), za_clock_mono () - start);

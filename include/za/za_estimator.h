@@ -114,6 +114,14 @@ int za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
 int za_estimator_evaluate (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
                            int64_t steps, za_eval_result_t *result);
 
+//  Evaluates the checkpoint file at `path` (verified, never a half-written
+//  one) like za_estimator_evaluate, appending the line (with its file name)
+//  to model_dir/<subdir>/metrics.jsonl. Returns 0, or -1 with an error (a
+//  missing, corrupt or other-model checkpoint changes nothing).
+int za_estimator_evaluate_checkpoint (za_estimator_t *self, const char *path,
+                                      za_input_fn_t input_fn, void *arg, int64_t steps,
+                                      const char *subdir, za_eval_result_t *result);
+
 //  Runs PREDICT over the input with the newest checkpoint, calling fn per
 //  example. Returns the number of examples predicted, or -1 with an error.
 int64_t za_estimator_predict (za_estimator_t *self, za_input_fn_t input_fn, void *arg,

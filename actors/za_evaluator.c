@@ -1,0 +1,312 @@
+/*  za_evaluator.c: the evaluator's schedule (start delay, throttle, final
+    checkpoint), checkpoint discovery by watching model_dir, replay, and the
+    best-checkpoint exporter.                                                */
+#include "za/za_evaluator.h"
+#include "za/za_checkpoint.h"
+#include "za_role_private.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEFAULT_BATCH 500
+#define DEFAULT_POLL_SECS 0.2
+
+void
+za_evaluator_config_init (za_evaluator_config_t *config)
+{
+    memset (config, 0, sizeof *config);
+    config->batch_size = DEFAULT_BATCH;
+    config->start_delay_secs = 120;
+    config->throttle_secs = 600;
+    config->export_best = 1;
+    config->poll_secs = DEFAULT_POLL_SECS;
+}
+
+typedef struct {
+    const za_evaluator_config_t *config;
+    za_estimator_t *est;
+    char subdir [256];
+    double best_accuracy;
+} s_eval_t;
+
+static za_input_t *
+s_input_fn (void *arg, za_mode_t mode)
+{
+    (void) mode;
+    const za_evaluator_config_t *config = (const za_evaluator_config_t *) arg;
+    za_input_config_t input = za_input_config_default ();
+    input.batch_size = config->batch_size > 0? config->batch_size: DEFAULT_BATCH;
+    return za_input_new (config->data, &input);
+}
+
+//  The largest global_step in <eval dir>/metrics.jsonl (-1 if none): what a
+//  restarted evaluator has done already. Also the best accuracy there.
+static int64_t
+s_already_evaluated (s_eval_t *self)
+{
+    char path [4096];
+    snprintf (path, sizeof path, "%s/%s/metrics.jsonl", self->config->model_dir, self->subdir);
+    FILE *f = fopen (path, "r");
+    if (!f)
+        return -1;
+    int64_t last = -1;
+    char line [1024];
+    while (fgets (line, sizeof line, f)) {
+        json_t *json = json_loads (line, JSON_DISABLE_EOF_CHECK, NULL);
+        if (!json)
+            continue;
+        json_t *step = json_object_get (json, "global_step");
+        if (json_is_integer (step) && json_integer_value (step) > last)
+            last = json_integer_value (step);
+        double accuracy = json_number_value (json_object_get (json, "accuracy"));
+        if (accuracy > self->best_accuracy)
+            self->best_accuracy = accuracy;
+        json_decref (json);
+    }
+    fclose (f);
+    return last;
+}
+
+//  Copies `src` to `dst` atomically (temp file, fsync, rename).
+static int
+s_copy_atomic (const char *src, const char *dst)
+{
+    char tmp [4700];
+    snprintf (tmp, sizeof tmp, "%s.tmp", dst);
+    FILE *in = fopen (src, "rb");
+    if (!in)
+        return za_error ("export: cannot read '%s': %s", src, strerror (errno));
+    FILE *out = fopen (tmp, "wb");
+    if (!out) {
+        fclose (in);
+        return za_error ("export: cannot write '%s': %s", tmp, strerror (errno));
+    }
+    char buf [65536];
+    size_t n;
+    int ok = 1;
+    while (ok && (n = fread (buf, 1, sizeof buf, in)) > 0)
+        ok = fwrite (buf, 1, n, out) == n;
+    ok = ok && !ferror (in) && fflush (out) == 0 && fsync (fileno (out)) == 0;
+    fclose (in);
+    ok = fclose (out) == 0 && ok;
+    if (!ok || rename (tmp, dst)) {
+        unlink (tmp);
+        return za_error ("export: cannot write '%s': %s", dst, strerror (errno));
+    }
+    return 0;
+}
+
+//  Keeps a copy of the best checkpoint so far (by accuracy) in
+//  model_dir/export/best, with best.json naming it.
+static int
+s_export_best (s_eval_t *self, const char *path, const za_eval_result_t *result)
+{
+    if (!self->config->export_best || result->accuracy <= self->best_accuracy)
+        return 0;
+    self->best_accuracy = result->accuracy;
+    char dir [4096], dst [4600], json [4700], previous [4600] = "";
+    snprintf (dir, sizeof dir, "%s/export", self->config->model_dir);
+    mkdir (dir, 0755);
+    snprintf (dir, sizeof dir, "%s/export/best", self->config->model_dir);
+    mkdir (dir, 0755);
+    snprintf (json, sizeof json, "%s/best.json", dir);
+    FILE *f = fopen (json, "r");
+    if (f) {
+        json_t *old = json_loadf (f, 0, NULL);
+        fclose (f);
+        const char *name = json_string_value (json_object_get (old, "checkpoint"));
+        if (name)
+            snprintf (previous, sizeof previous, "%s/%s", dir, name);
+        json_decref (old);
+    }
+    const char *name = strrchr (path, '/');
+    name = name? name + 1: path;
+    snprintf (dst, sizeof dst, "%s/%s", dir, name);
+    if (s_copy_atomic (path, dst))
+        return -1;
+    json_t *best = json_pack ("{s:I, s:s, s:f, s:f}", "global_step",
+                              (json_int_t) result->global_step, "checkpoint", name, "accuracy",
+                              result->accuracy, "loss", result->loss);
+    char tmp [4800];
+    snprintf (tmp, sizeof tmp, "%s.tmp", json);
+    int rc = json_dump_file (best, tmp, JSON_INDENT (2)) == 0 && rename (tmp, json) == 0? 0: -1;
+    json_decref (best);
+    if (rc)
+        return za_error ("export: cannot write '%s'", json);
+    if (*previous && strcmp (previous, dst) != 0)
+        unlink (previous);
+    za_info ("evaluator: step %" PRId64 " is the best so far (accuracy %.4f): exported to %s",
+             result->global_step, result->accuracy, dir);
+    return 0;
+}
+
+//  Evaluates the checkpoint of `step`. Returns 0 when evaluated, 1 when it
+//  was skipped (deleted before it was opened, corrupt, another model), -1 on
+//  an error that should end the evaluator.
+static int
+s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
+{
+    char *path = za_checkpoint_path (self->config->model_dir, step);
+    if (!path)
+        return -1;
+    int rc = za_estimator_evaluate_checkpoint (self->est, path, s_input_fn,
+                                               (void *) self->config, self->config->steps,
+                                               self->subdir, result);
+    if (rc == 0) {
+        za_info ("evaluator: step %" PRId64 ": accuracy %.4f, loss %.4f on %" PRId64
+                 " examples (%.1f s)", result->global_step, result->accuracy, result->loss,
+                 result->examples, result->seconds);
+        rc = s_export_best (self, path, result)? -1: 0;
+    }
+    else {
+        za_info ("evaluator: skipped the checkpoint of step %" PRId64 ": %s", step,
+                 za_last_error ());
+        rc = 1;
+    }
+    free (path);
+    return rc;
+}
+
+//  Sleeps up to secs watching the pipe; returns 1 on $TERM.
+static int
+s_sleep (zsock_t *pipe, double secs)
+{
+    if (!pipe) {
+        zclock_sleep ((int) (secs * 1000));
+        return zsys_interrupted;
+    }
+    zpoller_t *poller = zpoller_new (pipe, NULL);
+    void *which = zpoller_wait (poller, (int) (secs * 1000));
+    int term = zsys_interrupted || zpoller_terminated (poller);
+    if (which == pipe) {
+        char *command = zstr_recv (pipe);
+        term = !command || streq (command, "$TERM");
+        zstr_free (&command);
+    }
+    zpoller_destroy (&poller);
+    return term;
+}
+
+int
+za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evaluations)
+{
+    int done_count = 0;
+    if (evaluations)
+        *evaluations = 0;
+    if (!config->model_dir || !config->data)
+        return za_error ("evaluator: needs a model_dir and evaluation data");
+    s_eval_t self = {.config = config};
+    if (config->name && *config->name)
+        snprintf (self.subdir, sizeof self.subdir, "eval_%s", config->name);
+    else
+        snprintf (self.subdir, sizeof self.subdir, "eval");
+    za_run_config_t run = za_run_config_default ();
+    run.model_dir = config->model_dir;
+    run.threads = config->threads;
+    run.progress = 0;
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_SGD);
+    self.est = za_estimator_new (config->model_fn, config->params, config->input, &optim, &run);
+    if (!self.est)
+        return -1;
+    int rc = 0;
+    if (config->replay) {
+        int64_t *steps = NULL;
+        int count = za_checkpoint_list (config->model_dir, &steps);
+        if (count < 0)
+            rc = -1;
+        else
+        if (count == 0)
+            rc = za_error ("evaluator: no checkpoint in '%s' to replay", config->model_dir);
+        for (int i = 0; i < count && rc == 0; i++) {
+            za_eval_result_t result;
+            int one = s_evaluate (&self, steps [i], &result);
+            if (one < 0)
+                rc = -1;
+            done_count += one == 0;
+        }
+        free (steps);
+        za_info ("evaluator: replayed %d of the checkpoints in '%s' into %s/%s", done_count,
+                 config->model_dir, config->model_dir, self.subdir);
+    }
+    else {
+        int64_t last = s_already_evaluated (&self);
+        if (last >= 0)
+            za_info ("evaluator: %s/metrics.jsonl says step %" PRId64 " was evaluated: "
+                     "going on after it", self.subdir, last);
+        double now = za_clock_mono (), started = now;
+        double next_allowed = now + config->start_delay_secs;
+        double last_new = now;
+        int finished = config->max_steps > 0 && last >= config->max_steps;
+        while (!finished) {
+            now = za_clock_mono ();
+            if (now < next_allowed) {
+                if (s_sleep (pipe, next_allowed - now < config->poll_secs
+                                   ? next_allowed - now: config->poll_secs)) {
+                    rc = ZA_EVALUATOR_STOPPED;
+                    break;
+                }
+                continue;
+            }
+            int64_t *steps = NULL;
+            int count = za_checkpoint_list (config->model_dir, &steps);
+            int64_t newest = count > 0? steps [count - 1]: -1;
+            free (steps);
+            if (newest > last) {
+                za_eval_result_t result;
+                double eval_start = za_clock_mono ();
+                int one = s_evaluate (&self, newest, &result);
+                if (one < 0) {
+                    rc = -1;
+                    break;
+                }
+                last = newest;
+                last_new = za_clock_mono ();
+                if (one == 0) {
+                    done_count++;
+                    next_allowed = eval_start + config->throttle_secs;
+                    finished = config->max_steps > 0 && result.global_step >= config->max_steps;
+                }
+                continue;
+            }
+            if (config->idle_timeout_secs > 0 && now - last_new > config->idle_timeout_secs) {
+                za_error ("evaluator: no new checkpoint in '%s' for %.0f s; giving up",
+                          config->model_dir, config->idle_timeout_secs);
+                rc = ZA_EVALUATOR_IDLE;
+                break;
+            }
+            if (s_sleep (pipe, config->poll_secs)) {
+                rc = ZA_EVALUATOR_STOPPED;
+                break;
+            }
+        }
+        if (finished && done_count == 0)
+            za_info ("evaluator: the final checkpoint (step >= %" PRId64 ") was evaluated "
+                     "before: nothing left to do", config->max_steps);
+        else
+        if (finished)
+            za_info ("evaluator: evaluated the final checkpoint (step >= %" PRId64 ") after "
+                     "%.1f s; done", config->max_steps, za_clock_mono () - started);
+    }
+    za_estimator_destroy (&self.est);
+    if (evaluations)
+        *evaluations = done_count;
+    return rc;
+}
+
+void
+za_evaluator_actor (zsock_t *pipe, void *args)
+{
+    const za_evaluator_config_t *config = (const za_evaluator_config_t *) args;
+    zsock_signal (pipe, 0);
+    int evaluations = 0;
+    int rc = za_evaluator_run (config, pipe, &evaluations);
+    //  Stopped by $TERM: the caller is already waiting for us to end.
+    if (rc != ZA_EVALUATOR_STOPPED)
+        za_role_report_done (pipe, rc == 0? 0: 1, 0, 0, evaluations);
+}

@@ -1,0 +1,62 @@
+/*  za_evaluator.h: the evaluator task of train_and_evaluate. It follows the
+    checkpoints in model_dir (never live ps state): waits start_delay_secs,
+    then evaluates the newest checkpoint it has not evaluated, at most once
+    per throttle_secs (those in between are skipped), always evaluates the
+    final one, and ends once it has evaluated a checkpoint with global_step
+    >= max_steps. Replay mode evaluates every checkpoint in step order.    */
+#ifndef ZA_EVALUATOR_H_INCLUDED
+#define ZA_EVALUATOR_H_INCLUDED
+
+#include <czmq.h>
+
+#include "za/za_estimator.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const za_model_fn_t *model_fn;
+    const void *params;
+    za_input_shape_t input;
+    const char *model_dir;
+    const char *name;               //  EvalSpec.name: results in model_dir/eval_<name>
+                                    //  ("" or NULL: model_dir/eval)
+    const za_dataset_t *data;       //  what to evaluate on
+    int batch_size;                 //  500
+    int64_t steps;                  //  batches per evaluation; <= 0: the whole set
+    double start_delay_secs;        //  120 (EvalSpec)
+    double throttle_secs;           //  600 (EvalSpec)
+    int64_t max_steps;              //  the training's: the end (<= 0: never ends)
+    int replay;                     //  evaluate every checkpoint once, in step order
+    int export_best;                //  1: keep the best checkpoint in export/best
+    int threads;                    //  0: all cores
+    double poll_secs;               //  how often model_dir is looked at (0.2)
+    double idle_timeout_secs;       //  > 0: give up (exit 1) when no new
+                                    //  checkpoint came for this long; 0: wait
+} za_evaluator_config_t;
+
+void za_evaluator_config_init (za_evaluator_config_t *config);
+
+//  Runs the evaluator until its end (see above). `pipe` (may be NULL) is
+//  watched for $TERM between evaluations. Each evaluation appends to
+//  <eval dir>/metrics.jsonl: global_step, checkpoint, loss, accuracy,
+//  examples, seconds. A checkpoint that is corrupt, of another model, or
+//  deleted by retention before it was opened is reported and skipped. A
+//  restarted evaluator skips what its metrics.jsonl says it evaluated.
+//  Returns 0 at the end, ZA_EVALUATOR_IDLE on an idle timeout,
+//  ZA_EVALUATOR_STOPPED on $TERM, -1 on an error; *evaluations (may be NULL)
+//  counts the evaluations done.
+#define ZA_EVALUATOR_IDLE 1
+#define ZA_EVALUATOR_STOPPED 2
+int za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evaluations);
+
+//  The same as a CZMQ actor (args: za_evaluator_config_t *, outliving it):
+//  sends "DONE" RC STEP 0 EVALUATIONS on the pipe at the end, as the roles
+//  do (za_role_wait reads it), then waits for $TERM.
+void za_evaluator_actor (zsock_t *pipe, void *args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,226 @@
+/*  test_evaluator.c: the evaluator's schedule with small start delays and
+    throttles and a trainer the test controls (it writes the checkpoints at
+    chosen steps and times): nothing before start_delay_secs, no two
+    evaluations closer than throttle_secs, the final checkpoint exactly once
+    and then exit 0; retention and corrupt files do not hurt it; replay.   */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "za/za_checkpoint.h"
+#include "za/za_evaluator.h"
+#include "za/za_role.h"
+#include "za_test.h"
+
+#define TIMEOUT_S 60.0
+
+typedef struct {
+    za_stack_spec_t spec;
+    za_dataset_t *data;
+    za_estimator_t *trainer;        //  writes the checkpoints
+    za_evaluator_config_t config;
+} s_case_t;
+
+static void
+s_case_setup (s_case_t *c, int keep)
+{
+    za_test_dir_create ("za_evaluator_test");
+    c->data = za_test_fashion ("t10k", 500);
+    cr_assert_eq (za_stack_parse ("flatten dense(10)", &c->spec), 0);
+    za_run_config_t run = za_run_config_default ();
+    run.model_dir = za_test_dir ();
+    run.keep_checkpoint_max = keep;
+    run.threads = 1;
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_SGD);
+    za_input_shape_t shape = {28, 28, 1};
+    c->trainer = za_estimator_new (za_stack_model_fn (), &c->spec, shape, &optim, &run);
+    cr_assert_not_null (c->trainer);
+    za_evaluator_config_init (&c->config);
+    c->config.model_fn = za_stack_model_fn ();
+    c->config.params = &c->spec;
+    c->config.input = shape;
+    c->config.model_dir = za_test_dir ();
+    c->config.data = c->data;
+    c->config.threads = 1;
+    c->config.poll_secs = 0.02;
+    c->config.idle_timeout_secs = 20;
+}
+
+static void
+s_case_teardown (s_case_t *c)
+{
+    za_estimator_destroy (&c->trainer);
+    za_dataset_destroy (&c->data);
+    za_test_dir_remove ();
+}
+
+static void
+s_save (s_case_t *c, int64_t step)
+{
+    za_estimator_set_global_step (c->trainer, step);
+    cr_assert_eq (za_estimator_save (c->trainer), 0, "%s", za_last_error ());
+}
+
+//  Evaluations recorded in <dir>/metrics.jsonl: steps and start times (wall).
+static int
+s_evaluations (const char *subdir, int64_t *steps, double *starts, int max)
+{
+    char *name = za_test_join (subdir, "metrics.jsonl");
+    char *path = za_test_path (name);
+    free (name);
+    if (access (path, F_OK) != 0) {
+        free (path);
+        return 0;
+    }
+    char *text = za_test_read_file (path, NULL);
+    int count = 0;
+    for (char *line = text; line && *line && count < max;) {
+        json_t *json = json_loads (line, JSON_DISABLE_EOF_CHECK, NULL);
+        if (json) {
+            steps [count] = json_integer_value (json_object_get (json, "global_step"));
+            starts [count] = json_number_value (json_object_get (json, "wall_time"))
+                           - json_number_value (json_object_get (json, "seconds"));
+            count++;
+            json_decref (json);
+        }
+        char *next = strchr (line, '\n');
+        line = next? next + 1: NULL;
+    }
+    free (text);
+    free (path);
+    return count;
+}
+
+Test (evaluator, start_delay_throttle_and_the_final_checkpoint)
+{
+    s_case_t c;
+    s_case_setup (&c, 0);
+    c.config.start_delay_secs = 1.0;
+    c.config.throttle_secs = 1.5;
+    c.config.max_steps = 100;
+    double t0 = za_clock_wall ();
+    zactor_t *evaluator = zactor_new (za_evaluator_actor, &c.config);
+    //  A checkpoint every 0.25 s, steps 10..100: ten in 2.5 s.
+    for (int64_t step = 10; step <= 100; step += 10) {
+        s_save (&c, step);
+        zclock_sleep (250);
+    }
+    int64_t evaluations = 0;
+    int rc = za_role_wait (evaluator, TIMEOUT_S, NULL, NULL, &evaluations);
+    zactor_destroy (&evaluator);
+    cr_expect_eq (rc, 0, "evaluator ended with %d", rc);
+    int64_t steps [32];
+    double starts [32];
+    int count = s_evaluations ("eval", steps, starts, 32);
+    cr_expect_eq (count, evaluations);
+    cr_assert_geq (count, 2, "%d evaluations", count);
+    cr_expect_lt (count, 10, "every checkpoint was evaluated: throttle ignored");
+    cr_expect_geq (starts [0] - t0, 1.0 - 0.02, "first evaluation %.3f s after start",
+                   starts [0] - t0);
+    for (int i = 1; i < count; i++) {
+        cr_expect_geq (starts [i] - starts [i - 1], 1.5 - 0.02, "evaluations %d and %d are "
+                       "%.3f s apart", i - 1, i, starts [i] - starts [i - 1]);
+        cr_expect_gt (steps [i], steps [i - 1]);
+    }
+    //  The final checkpoint, exactly once, last.
+    int finals = 0;
+    for (int i = 0; i < count; i++)
+        finals += steps [i] == 100;
+    cr_expect_eq (finals, 1);
+    cr_expect_eq (steps [count - 1], 100);
+    s_case_teardown (&c);
+}
+
+Test (evaluator, no_new_checkpoint_means_no_evaluation)
+{
+    s_case_t c;
+    s_case_setup (&c, 0);
+    c.config.start_delay_secs = 0;
+    c.config.throttle_secs = 0.2;
+    c.config.max_steps = 50;
+    s_save (&c, 10);
+    zactor_t *evaluator = zactor_new (za_evaluator_actor, &c.config);
+    zclock_sleep (1200);            //  six throttle periods, one checkpoint
+    int64_t steps [8];
+    double starts [8];
+    cr_expect_eq (s_evaluations ("eval", steps, starts, 8), 1);
+    s_save (&c, 50);
+    int64_t evaluations = 0;
+    cr_expect_eq (za_role_wait (evaluator, TIMEOUT_S, NULL, NULL, &evaluations), 0);
+    zactor_destroy (&evaluator);
+    cr_expect_eq (evaluations, 2);
+    s_case_teardown (&c);
+}
+
+Test (evaluator, retention_and_corrupt_checkpoints_are_skipped)
+{
+    s_case_t c;
+    s_case_setup (&c, 1);           //  retention keeps one: the others vanish
+    c.config.start_delay_secs = 0;
+    c.config.throttle_secs = 0;
+    c.config.max_steps = 60;
+    zactor_t *evaluator = zactor_new (za_evaluator_actor, &c.config);
+    for (int64_t step = 1; step <= 40; step++)
+        s_save (&c, step);          //  faster than the evaluator can follow
+    //  A corrupt newest checkpoint (garbage under a checkpoint's name).
+    char *bad = za_checkpoint_path (za_test_dir (), 50);
+    FILE *f = fopen (bad, "w");
+    cr_assert_not_null (f);
+    fputs ("this is not a safetensors file", f);
+    fclose (f);
+    zclock_sleep (300);
+    unlink (bad);
+    free (bad);
+    s_save (&c, 60);
+    int64_t evaluations = 0;
+    cr_expect_eq (za_role_wait (evaluator, TIMEOUT_S, NULL, NULL, &evaluations), 0);
+    zactor_destroy (&evaluator);
+    int64_t steps [64];
+    double starts [64];
+    int count = s_evaluations ("eval", steps, starts, 64);
+    cr_expect_geq (count, 1);
+    for (int i = 0; i < count; i++)
+        cr_expect_neq (steps [i], 50, "the corrupt checkpoint was evaluated");
+    cr_expect_eq (steps [count - 1], 60);
+    s_case_teardown (&c);
+}
+
+Test (evaluator, replay_evaluates_every_checkpoint_in_order)
+{
+    s_case_t c;
+    s_case_setup (&c, 0);
+    for (int64_t step = 30; step >= 10; step -= 10)
+        s_save (&c, step);          //  written out of order on purpose
+    c.config.replay = 1;
+    c.config.name = "replay";
+    int evaluations = 0;
+    cr_assert_eq (za_evaluator_run (&c.config, NULL, &evaluations), 0, "%s", za_last_error ());
+    cr_expect_eq (evaluations, 3);
+    int64_t steps [8];
+    double starts [8];
+    cr_assert_eq (s_evaluations ("eval_replay", steps, starts, 8), 3);
+    cr_expect (steps [0] == 10 && steps [1] == 20 && steps [2] == 30);
+    //  The best one is exported.
+    char *best = za_test_path ("export/best/best.json");
+    cr_expect_eq (access (best, F_OK), 0);
+    free (best);
+    s_case_teardown (&c);
+}
+
+Test (evaluator, a_restarted_evaluator_skips_what_it_did)
+{
+    s_case_t c;
+    s_case_setup (&c, 0);
+    c.config.start_delay_secs = 0;
+    c.config.throttle_secs = 0;
+    c.config.max_steps = 20;
+    s_save (&c, 20);
+    int evaluations = 0;
+    cr_assert_eq (za_evaluator_run (&c.config, NULL, &evaluations), 0);
+    cr_expect_eq (evaluations, 1);
+    cr_assert_eq (za_evaluator_run (&c.config, NULL, &evaluations), 0);
+    cr_expect_eq (evaluations, 0, "evaluated the final checkpoint again");
+    s_case_teardown (&c);
+}
