@@ -1,0 +1,149 @@
+/*  zactor-ckpt: inspects checkpoints. `ls DIR` lists every checkpoint with its
+    step, time, size, tensor count and whether it is intact; `show FILE|DIR`
+    prints one checkpoint's metadata and tensors.                           */
+#include "za/za_checkpoint.h"
+#include "za/za_util.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define EXIT_USAGE 2
+
+static void
+s_usage (FILE *out)
+{
+    fprintf (out,
+"Usage: zactor-ckpt ls DIR          list the checkpoints in a model directory\n"
+"       zactor-ckpt show FILE|DIR   one checkpoint (DIR: its newest intact one):\n"
+"                                   metadata, and each tensor's shape and values\n"
+"A checkpoint is intact when its size, header and CRC32 check out; one that is not\n"
+"is listed with the reason and never used for training or evaluation.\n"
+"Exit status: 0 all listed checkpoints intact, 1 some are not or none found, 2 usage.\n");
+}
+
+static int
+s_ls (const char *dir)
+{
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (dir, &steps);
+    if (count < 0)
+        return 1;
+    if (count == 0) {
+        fprintf (stderr, "zactor-ckpt: no checkpoint in '%s'\n", dir);
+        return 1;
+    }
+    printf ("%-10s %-19s %10s %8s  %s\n", "step", "written", "bytes", "tensors", "state");
+    int bad = 0;
+    za_error_set_quiet (1);
+    for (int i = 0; i < count; i++) {
+        char *path = za_checkpoint_path (dir, steps [i]);
+        struct stat st;
+        char when [32] = "?";
+        long long bytes = -1;
+        if (stat (path, &st) == 0) {
+            struct tm tm;
+            localtime_r (&st.st_mtime, &tm);
+            strftime (when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+            bytes = (long long) st.st_size;
+        }
+        za_checkpoint_t *ckpt = za_checkpoint_load (path);
+        if (ckpt)
+            printf ("%-10" PRId64 " %-19s %10lld %8d  intact\n", steps [i], when, bytes,
+                    za_checkpoint_tensor_count (ckpt));
+        else {
+            printf ("%-10" PRId64 " %-19s %10lld %8s  CORRUPT: %s\n", steps [i], when, bytes,
+                    "-", za_last_error ());
+            bad++;
+        }
+        za_checkpoint_destroy (&ckpt);
+        free (path);
+    }
+    za_error_set_quiet (0);
+    free (steps);
+    return bad? 1: 0;
+}
+
+static int
+s_show (const char *target)
+{
+    struct stat st;
+    za_checkpoint_t *ckpt = NULL;
+    if (stat (target, &st) == 0 && S_ISDIR (st.st_mode)) {
+        int found = 0;
+        ckpt = za_checkpoint_load_newest (target, &found);
+        if (!ckpt && !found)
+            fprintf (stderr, "zactor-ckpt: no checkpoint in '%s'\n", target);
+    }
+    else
+        ckpt = za_checkpoint_load (target);
+    if (!ckpt)
+        return 1;
+    printf ("%s: step %" PRId64 ", intact\n", za_checkpoint_filename (ckpt),
+            za_checkpoint_step (ckpt));
+    const char *keys [] = {"model", "model_fn", "optimizer", "learning_rate", "format", "crc32"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys [0]; k++) {
+        const char *value = za_checkpoint_meta (ckpt, keys [k]);
+        if (value)
+            printf ("  %-14s %s\n", keys [k], value);
+    }
+    printf ("  %-28s %-5s %-18s %12s %12s %12s\n", "tensor", "dtype", "shape", "min", "max",
+            "mean");
+    int count = za_checkpoint_tensor_count (ckpt);
+    for (int i = 0; i < count; i++) {
+        const za_ckpt_tensor_t *t = za_checkpoint_tensor (ckpt, i);
+        char shape [64] = "[";
+        size_t n = 1;
+        for (int d = 0; d < t->ndim; d++) {
+            char dim [24];
+            snprintf (dim, sizeof dim, "%s%" PRId64, d? ",": "", t->shape [d]);
+            strncat (shape, dim, sizeof shape - strlen (shape) - 2);
+            n *= (size_t) t->shape [d];
+        }
+        strcat (shape, "]");
+        double lo = INFINITY, hi = -INFINITY, sum = 0;
+        for (size_t j = 0; j < n; j++) {
+            double v;
+            if (t->dtype == ZA_DTYPE_F32) {
+                float f;
+                memcpy (&f, (const char *) t->data + j * sizeof f, sizeof f);
+                v = f;
+            }
+            else {
+                int64_t x;
+                memcpy (&x, (const char *) t->data + j * sizeof x, sizeof x);
+                v = (double) x;
+            }
+            lo = v < lo? v: lo;
+            hi = v > hi? v: hi;
+            sum += v;
+        }
+        printf ("  %-28s %-5s %-18s %12.5g %12.5g %12.5g\n", t->name,
+                t->dtype == ZA_DTYPE_F32? "f32": "i64", shape, lo, hi, n? sum / (double) n: 0.0);
+    }
+    za_checkpoint_destroy (&ckpt);
+    return 0;
+}
+
+int
+main (int argc, char **argv)
+{
+    if (argc == 2 && (!strcmp (argv [1], "-h") || !strcmp (argv [1], "--help"))) {
+        s_usage (stdout);
+        return 0;
+    }
+    if (argc != 3) {
+        s_usage (stderr);
+        return EXIT_USAGE;
+    }
+    if (strcmp (argv [1], "ls") == 0)
+        return s_ls (argv [2]);
+    if (strcmp (argv [1], "show") == 0)
+        return s_show (argv [2]);
+    fprintf (stderr, "zactor-ckpt: unknown command '%s' (ls or show)\n", argv [1]);
+    return EXIT_USAGE;
+}
