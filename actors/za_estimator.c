@@ -3,6 +3,7 @@
 #include "za/za_estimator.h"
 #include "za/za_checkpoint.h"
 #include "za/za_parallel.h"
+#include "za/za_summary.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -645,6 +646,9 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
         if (hooks [h].begin)
             hooks [h].begin (hooks [h].arg, self->global_step);
     double start = za_clock_mono ();
+    //  TensorBoard scalars beside metrics.jsonl, every save_summary_steps.
+    za_summary_writer_t *summary = self->config.save_summary_steps > 0
+                                 ? za_summary_writer_new (self->model_dir): NULL;
     double last_save_time = start;
     int64_t last_saved_step = restored? self->global_step: -1;
     double summary_loss = 0;
@@ -692,7 +696,12 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
                       self->global_step, summary_loss / summary_steps,
                       span > 0? (self->global_step - summary_step0) / span: 0,
                       span > 0? summary_examples / span: 0, za_clock_wall ());
-            if (s_append_line (self->model_dir, "metrics.jsonl", line)) {
+            const char *tags [] = {"loss", "global_step/sec", "examples/sec"};
+            double values [] = {summary_loss / summary_steps,
+                                span > 0? (self->global_step - summary_step0) / span: 0,
+                                span > 0? summary_examples / span: 0};
+            if (s_append_line (self->model_dir, "metrics.jsonl", line)
+                || (summary && za_summary_scalars (summary, self->global_step, tags, values, 3))) {
                 rc = -1;
                 break;
             }
@@ -713,6 +722,7 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
         }
     }
     za_input_destroy (&input);
+    za_summary_writer_destroy (&summary);
     //  The final step is always saved, also when the input ended early.
     if (rc == 0 && self->global_step != last_saved_step && self->global_step > 0)
         rc = s_save (self);

@@ -3,6 +3,7 @@
     best-checkpoint exporter.                                                */
 #include "za/za_evaluator.h"
 #include "za/za_checkpoint.h"
+#include "za/za_summary.h"
 #include "za_role_private.h"
 
 #include <errno.h>
@@ -33,6 +34,7 @@ typedef struct {
     za_estimator_t *est;
     char subdir [256];
     double best_accuracy;
+    za_summary_writer_t *summary;           //  TensorBoard scalars in the eval dir
 } s_eval_t;
 
 static za_input_t *
@@ -162,7 +164,16 @@ s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
         za_info ("evaluator: step %" PRId64 ": accuracy %.4f, loss %.4f on %" PRId64
                  " examples (%.1f s)", result->global_step, result->accuracy, result->loss,
                  result->examples, result->seconds);
-        rc = s_export_best (self, path, result)? -1: 0;
+        if (!self->summary) {
+            char dir [4096];
+            snprintf (dir, sizeof dir, "%s/%s", self->config->model_dir, self->subdir);
+            self->summary = za_summary_writer_new (dir);
+        }
+        const char *tags [] = {"loss", "accuracy"};
+        double values [] = {result->loss, result->accuracy};
+        rc = !self->summary
+          || za_summary_scalars (self->summary, result->global_step, tags, values, 2)
+          || s_export_best (self, path, result)? -1: 0;
     }
     else {
         za_info ("evaluator: skipped the checkpoint of step %" PRId64 ": %s", step,
@@ -294,6 +305,7 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
                      "%.1f s; done", config->max_steps, za_clock_mono () - started);
     }
     za_estimator_destroy (&self.est);
+    za_summary_writer_destroy (&self.summary);
     if (evaluations)
         *evaluations = done_count;
     return rc;

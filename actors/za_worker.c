@@ -5,6 +5,7 @@
     a consistent snapshot (hold all, snapshot all, release all), writes
     metrics, and at max_steps saves the final snapshot and stops the ps.     */
 #include "za_role_private.h"
+#include "za/za_summary.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@ typedef struct {
     int64_t log_step, summary_step, ckpt_step, start_step;
     double loss_sum;
     int64_t loss_count;
+    za_summary_writer_t *summary;               //  the chief's TensorBoard scalars
     //  Where a step's time goes: the gradient computation, the push and its
     //  replies, and everything else (input, copying values in, logs).
     double compute_secs, transfer_secs, step_secs;
@@ -59,6 +61,7 @@ s_worker_destroy (s_worker_t **self_p)
     }
     za_wire_lease_wait (&self->lease);
     za_input_destroy (&self->input);
+    za_summary_writer_destroy (&self->summary);
     za_estimator_destroy (&self->est);
     free (self->out);
     free (self);
@@ -370,6 +373,14 @@ s_chief_after_step (s_worker_t *self, double loss, int batch, double now)
                   span > 0? (self->global_step - self->summary_step) * batch / span: 0,
                   za_clock_wall ());
         if (za_estimator_append_metrics (self->est, NULL, line))
+            return -1;
+        if (!self->summary && !(self->summary = za_summary_writer_new (run->model_dir)))
+            return -1;
+        const char *tags [] = {"loss", "global_step/sec", "examples/sec"};
+        double values [] = {self->loss_sum / self->loss_count,
+                            span > 0? (self->global_step - self->summary_step) / span: 0,
+                            span > 0? (self->global_step - self->summary_step) * batch / span: 0};
+        if (za_summary_scalars (self->summary, self->global_step, tags, values, 3))
             return -1;
         self->loss_sum = 0, self->loss_count = 0;
         self->summary_step = self->global_step, self->summary_time = now;

@@ -135,13 +135,13 @@ def main():
     if len(sys.argv) != 2:
         fail("usage: read_events.py EVENT_FILE")
     path = sys.argv[1]
-    records = read_records(path)
-    if not records:
-        fail("%s: no records" % path)
-
     tmp_dir = tempfile.mkdtemp(prefix="za_read_events_")
     try:
+        # First, so that a machine without protobuf or protoc always says so.
         event_pb2 = load_event_pb2(tmp_dir)
+        records = read_records(path)
+        if not records:
+            fail("%s: no records" % path)
         lines = []
         for index, data in enumerate(records):
             event = event_pb2.Event()

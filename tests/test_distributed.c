@@ -284,6 +284,29 @@ Test (distributed, with_an_evaluator_task, .timeout = 300)
     cr_expect_eq (json_integer_value (json_object_get (json, "global_step")), newest);
     cr_expect_gt (json_number_value (json_object_get (json, "accuracy")), 0.6);
     json_decref (json);
+    //  TensorBoard: the chief's and the evaluator's event files pass the
+    //  independent reader (CRCs, protobuf decode) and hold the expected tags.
+    char reader [4096], line [8192];
+    snprintf (reader, sizeof reader, "%s/tests/read_events.py", ZA_SOURCE_DIR);
+    const char *dirs [2] = {"run", "run/eval"};
+    const char *tags [2] = {" global_step/sec ", " accuracy "};
+    for (int d = 0; d < 2; d++) {
+        char *dir = za_test_path (dirs [d]);
+        snprintf (line, sizeof line, "/usr/bin/python3 '%s' \"$(ls '%s'/events.out.tfevents.* "
+                  "| head -1)\" 2>&1", reader, dir);
+        FILE *p = popen (line, "r");
+        cr_assert_not_null (p);
+        size_t n = fread (line, 1, sizeof line - 1, p);
+        line [n] = 0;
+        int status = pclose (p);
+        cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s: %s", dirs [d], line);
+        cr_expect (strstr (line, tags [d]) != NULL, "%s: %s", dirs [d], line);
+        cr_expect (strstr (line, " loss ") != NULL, "%s: %s", dirs [d], line);
+        free (dir);
+    }
+    char final [64];
+    snprintf (final, sizeof final, "%lld accuracy ", (long long) newest);
+    cr_expect (strstr (line, final) != NULL, "no accuracy for the final step: %s", line);
     free (text);
     free (metrics);
     free (model_dir);
