@@ -322,3 +322,25 @@ za_evaluator_actor (zsock_t *pipe, void *args)
     if (rc != ZA_EVALUATOR_STOPPED)
         za_role_report_done (pipe, rc == 0? 0: 1, 0, 0, evaluations);
 }
+
+int
+za_train_and_evaluate (za_estimator_t *estimator, za_input_fn_t input_fn, void *arg,
+                       int64_t max_steps, za_evaluator_config_t *eval, int *evaluations)
+{
+    if (evaluations)
+        *evaluations = 0;
+    eval->max_steps = max_steps;
+    zactor_t *evaluator = zactor_new (za_evaluator_actor, eval);
+    if (!evaluator)
+        return za_error ("train_and_evaluate: cannot start the evaluator");
+    int rc = za_estimator_train (estimator, input_fn, arg, max_steps);
+    int64_t count = 0;
+    //  After a training error the evaluator is stopped ($TERM), not awaited.
+    int eval_rc = rc? 0: za_role_wait (evaluator, 0, NULL, NULL, &count);
+    zactor_destroy (&evaluator);
+    if (evaluations)
+        *evaluations = (int) count;
+    if (rc)
+        return -1;
+    return eval_rc? za_error ("train_and_evaluate: the evaluator failed (see above)"): 0;
+}

@@ -224,3 +224,52 @@ Test (evaluator, a_restarted_evaluator_skips_what_it_did)
     cr_expect_eq (evaluations, 0, "evaluated the final checkpoint again");
     s_case_teardown (&c);
 }
+
+
+typedef struct {
+    za_dataset_t *train;
+} s_train_input_t;
+
+static za_input_t *
+s_train_input_fn (void *arg, za_mode_t mode)
+{
+    (void) mode;
+    s_train_input_t *in = (s_train_input_t *) arg;
+    za_input_config_t config = za_input_config_default ();
+    config.batch_size = 32;
+    config.epochs = -1;
+    config.shuffle_buffer = 1000;
+    return za_input_new (in->train, &config);
+}
+
+Test (evaluator, train_and_evaluate_in_one_call)
+{
+    s_case_t c;
+    s_case_setup (&c, 0);
+    //  The trainer's own estimator, with checkpoints every 50 steps.
+    za_estimator_destroy (&c.trainer);
+    za_run_config_t run = za_run_config_default ();
+    run.model_dir = za_test_dir ();
+    run.save_checkpoints_steps = 50;
+    run.keep_checkpoint_max = 0;
+    run.threads = 1;
+    run.progress = 0;
+    run.log_step_count_steps = 0;
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_ADAM);
+    za_input_shape_t shape = {28, 28, 1};
+    c.trainer = za_estimator_new (za_stack_model_fn (), &c.spec, shape, &optim, &run);
+    s_train_input_t input = {za_test_fashion ("train", 2000)};
+    c.config.start_delay_secs = 0;
+    c.config.throttle_secs = 0;
+    int evaluations = 0;
+    cr_assert_eq (za_train_and_evaluate (c.trainer, s_train_input_fn, &input, 200, &c.config,
+                                         &evaluations), 0, "%s", za_last_error ());
+    cr_expect_geq (evaluations, 1);
+    int64_t steps [16];
+    double starts [16];
+    int count = s_evaluations ("eval", steps, starts, 16);
+    cr_expect_eq (count, evaluations);
+    cr_expect_eq (steps [count - 1], 200, "the final checkpoint was not evaluated last");
+    za_dataset_destroy (&input.train);
+    s_case_teardown (&c);
+}

@@ -533,20 +533,16 @@ main (int argc, char **argv)
                  (double) max_steps * batch_size / (double) train->count, train->count,
                  config.threads, config.model_dir);
         double start = za_clock_mono ();
-        zactor_t *evaluator = train_and_evaluate? zactor_new (za_evaluator_actor, &eval_spec)
-                                                : NULL;
-        rc = za_estimator_train (estimator, s_input_fn, &inputs, max_steps)? 1: 0;
-        if (evaluator) {
-            //  The evaluator ends after the final checkpoint (or is stopped on an error).
-            int64_t evaluations = 0;
-            int eval_rc = rc? 0: za_role_wait (evaluator, 0, NULL, NULL, &evaluations);
-            zactor_destroy (&evaluator);
-            if (!rc && eval_rc)
-                rc = 1;
+        if (train_and_evaluate) {
+            int evaluations = 0;
+            rc = za_train_and_evaluate (estimator, s_input_fn, &inputs, max_steps, &eval_spec,
+                                        &evaluations)? 1: 0;
             if (!rc)
                 rc = s_print_last_eval (config.model_dir, eval_spec.name, evaluations);
             eval = 0;       //  the evaluator did the final one
         }
+        else
+            rc = za_estimator_train (estimator, s_input_fn, &inputs, max_steps)? 1: 0;
         if (!rc)
             za_info ("trained to step %" PRId64 " in %.1f s",
                      za_estimator_global_step (estimator), za_clock_mono () - start);
