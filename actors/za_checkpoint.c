@@ -26,7 +26,6 @@
 #define CKPT_CRC_HEX_DIGITS 8
 #define CKPT_MAX_STEP_DIGITS 19         //  INT64_MAX has 19 digits
 #define CKPT_CRC_CHUNK_BYTES (1u << 30) //  zlib's crc32 takes a uInt length
-#define CKPT_DIR_MODE 0755
 
 struct _za_checkpoint_t {
     char *filename;
@@ -57,12 +56,6 @@ typedef struct {
 //  --------------------------------------------------------------------------
 //  Small helpers
 
-static size_t
-s_dtype_size (za_dtype_t dtype)
-{
-    return dtype == ZA_DTYPE_F32 ? 4 : 8;
-}
-
 static const char *
 s_dtype_name (za_dtype_t dtype)
 {
@@ -92,7 +85,7 @@ s_tensor_bytes (za_dtype_t dtype, int ndim, const int64_t *shape, uint64_t *byte
         if (__builtin_mul_overflow (count, (uint64_t) shape [dim], &count))
             return -1;
     }
-    if (__builtin_mul_overflow (count, (uint64_t) s_dtype_size (dtype), &count))
+    if (__builtin_mul_overflow (count, (uint64_t) za_dtype_size (dtype), &count))
         return -1;
     if (count > (uint64_t) INT64_MAX)
         return -1;
@@ -211,38 +204,6 @@ s_read_at (int fd, void *buffer, size_t size, uint64_t offset)
 
 //  --------------------------------------------------------------------------
 //  Directories and atomic files
-
-//  mkdir -p: creates dir and its missing parents.
-static int
-s_mkdir_p (const char *dir)
-{
-    char *path = strdup (dir);
-    if (!path)
-        return za_error ("out of memory creating directory '%s'", dir);
-    int rc = 0;
-    size_t len = strlen (path);
-    for (size_t i = 1; i <= len && rc == 0; i++) {
-        if (path [i] != '/' && path [i] != 0)
-            continue;
-        if (path [i - 1] == '/')
-            continue;               //  "a//b" or a trailing slash
-        char saved = path [i];
-        path [i] = 0;
-        if (mkdir (path, CKPT_DIR_MODE) != 0 && errno != EEXIST)
-            rc = za_error ("'%s': cannot create directory: %s", path, strerror (errno));
-        else {
-            struct stat st;
-            if (stat (path, &st) != 0)
-                rc = za_error ("'%s': cannot stat directory: %s", path, strerror (errno));
-            else
-            if (!S_ISDIR (st.st_mode))
-                rc = za_error ("'%s': exists and is not a directory", path);
-        }
-        path [i] = saved;
-    }
-    free (path);
-    return rc;
-}
 
 //  Makes renames and unlinks in dir durable.
 static int
@@ -611,7 +572,7 @@ za_checkpoint_write_atomic (const char *model_dir, int64_t global_step,
         chunks [i + 2] = (s_chunk_t) { tensors [i].data, (size_t) bytes };
     }
 
-    if (s_mkdir_p (model_dir))
+    if (za_mkdirs (model_dir))
         goto done;
     if (s_write_atomic (model_dir, path, chunks, tensor_count + 2))
         goto done;

@@ -369,30 +369,11 @@ s_is_dir (const char *path)
     return stat (path, &st) == 0 && S_ISDIR (st.st_mode);
 }
 
-//  mkdir -p; a path that exists but is no directory is an error.
-static int
-s_mkdirs (const char *path)
-{
-    char buf [4096];
-    snprintf (buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir (buf, 0755) && errno != EEXIST)
-                return za_error ("cannot create '%s': %s", buf, strerror (errno));
-            *p = '/';
-        }
-    if (mkdir (buf, 0755) && errno != EEXIST)
-        return za_error ("cannot create '%s': %s", buf, strerror (errno));
-    if (!s_is_dir (buf))
-        return za_error ("'%s' exists and is not a directory", buf);
-    return 0;
-}
 
 static int
 s_append_line (const char *dir, const char *file, const char *line)
 {
-    if (s_mkdirs (dir))
+    if (za_mkdirs (dir))
         return -1;
     char path [4096];
     snprintf (path, sizeof path, "%s/%s", dir, file);
@@ -617,7 +598,7 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
         return za_error ("train: RunConfig.model_dir is not set");
     if (max_steps <= 0)
         return za_error ("train: max_steps must be positive (got %" PRId64 ")", max_steps);
-    if (s_mkdirs (self->model_dir))
+    if (za_mkdirs (self->model_dir))
         return -1;
     int restored;
     if (s_restore_newest (self, &restored))
@@ -930,7 +911,7 @@ za_estimator_save (za_estimator_t *self)
 {
     if (!self->model_dir)
         return za_error ("save: RunConfig.model_dir is not set");
-    if (s_mkdirs (self->model_dir))
+    if (za_mkdirs (self->model_dir))
         return -1;
     return s_save (self);
 }
@@ -941,7 +922,7 @@ za_estimator_restore (za_estimator_t *self, int *restored)
     *restored = 0;
     if (!self->model_dir)
         return za_error ("restore: RunConfig.model_dir is not set");
-    if (s_mkdirs (self->model_dir))
+    if (za_mkdirs (self->model_dir))
         return -1;
     return s_restore_newest (self, restored);
 }

@@ -111,12 +111,10 @@ s_export_best (s_eval_t *self, const char *path, const za_eval_result_t *result)
 {
     if (!self->config->export_best || result->accuracy <= self->best_accuracy)
         return 0;
-    self->best_accuracy = result->accuracy;
     char dir [4096], dst [4600], json [4700], previous [4600] = "";
-    snprintf (dir, sizeof dir, "%s/export", self->config->model_dir);
-    mkdir (dir, 0755);
     snprintf (dir, sizeof dir, "%s/export/best", self->config->model_dir);
-    mkdir (dir, 0755);
+    if (za_mkdirs (dir))
+        return -1;
     snprintf (json, sizeof json, "%s/best.json", dir);
     FILE *f = fopen (json, "r");
     if (f) {
@@ -130,8 +128,18 @@ s_export_best (s_eval_t *self, const char *path, const za_eval_result_t *result)
     const char *name = strrchr (path, '/');
     name = name? name + 1: path;
     snprintf (dst, sizeof dst, "%s/%s", dir, name);
-    if (s_copy_atomic (path, dst))
+    if (access (path, F_OK) != 0) {
+        //  Retention deleted it after we evaluated it: nothing to export.
+        za_info ("evaluator: step %" PRId64 " is the best so far but was deleted before it "
+                 "could be exported", result->global_step);
+        return 0;
+    }
+    if (s_copy_atomic (path, dst)) {
+        if (access (path, F_OK) != 0)
+            return 0;       //  deleted while we copied
         return -1;
+    }
+    self->best_accuracy = result->accuracy;
     json_t *best = json_pack ("{s:I, s:s, s:f, s:f}", "global_step",
                               (json_int_t) result->global_step, "checkpoint", name, "accuracy",
                               result->accuracy, "loss", result->loss);

@@ -15,7 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SUMMARY_DIR_MODE 0755
 #define SUMMARY_FILE_MODE 0644
 #define SUMMARY_MAX_NAME_SUFFIX 9999    //  ".1" ... ".9999" for one second's name
 #define SUMMARY_HOSTNAME_MAX_CHARS 256
@@ -282,37 +281,6 @@ s_write_file_version (za_summary_writer_t *self, double wall_time)
 //  --------------------------------------------------------------------------
 //  Files
 
-//  mkdir -p: creates dir and its missing parents.
-static int
-s_mkdir_p (const char *dir)
-{
-    char *path = strdup (dir);
-    if (!path)
-        return za_error ("out of memory creating directory '%s'", dir);
-    int rc = 0;
-    size_t len = strlen (path);
-    for (size_t i = 1; i <= len && rc == 0; i++) {
-        if (path [i] != '/' && path [i] != 0)
-            continue;
-        if (path [i - 1] == '/')
-            continue;                   //  "a//b" or a trailing slash
-        char saved = path [i];
-        path [i] = 0;
-        struct stat st;
-        if (mkdir (path, SUMMARY_DIR_MODE) != 0 && errno != EEXIST)
-            rc = za_error ("'%s': cannot create directory: %s", path, strerror (errno));
-        else
-        if (stat (path, &st) != 0)
-            rc = za_error ("'%s': cannot stat directory: %s", path, strerror (errno));
-        else
-        if (!S_ISDIR (st.st_mode))
-            rc = za_error ("'%s': exists and is not a directory", path);
-        path [i] = saved;
-    }
-    free (path);
-    return rc;
-}
-
 //  Creates a file that did not exist: <dir>/events.out.tfevents.<seconds>.<host>,
 //  else the same with ".1", ".2", ... O_EXCL makes the check and the creation
 //  one step, so two writers in one second (or two processes) never share a file.
@@ -361,7 +329,7 @@ za_summary_writer_new (const char *dir)
         za_error ("summary writer: no directory given");
         return NULL;
     }
-    if (s_mkdir_p (dir))
+    if (za_mkdirs (dir))
         return NULL;
     za_summary_writer_t *self = (za_summary_writer_t *) calloc (1, sizeof *self);
     if (!self) {

@@ -53,12 +53,6 @@ static const char *s_tensor_names [TENSOR_COUNT] = { "name", "dtype", "shape", "
 //  --------------------------------------------------------------------------
 //  Small helpers
 
-static size_t
-s_dtype_size (za_dtype_t dtype)
-{
-    return dtype == ZA_DTYPE_F32 ? 4 : 8;
-}
-
 static const char *
 s_dtype_name (za_dtype_t dtype)
 {
@@ -83,7 +77,7 @@ s_tensor_bytes (za_dtype_t dtype, int ndim, const int64_t *shape, uint64_t *byte
         if (__builtin_mul_overflow (count, (uint64_t) shape [dim], &count))
             return -1;
     }
-    if (__builtin_mul_overflow (count, (uint64_t) s_dtype_size (dtype), &count)
+    if (__builtin_mul_overflow (count, (uint64_t) za_dtype_size (dtype), &count)
     ||  count > (uint64_t) INT64_MAX)
         return -1;
     *bytes_p = count;

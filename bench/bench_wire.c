@@ -11,12 +11,20 @@
     payload frames, zero-copy with zmq_msg_init_data) and receives the echo.
 
     Sizes: the seed CNN on 1 ps (10 tensors, 93,322 floats), one 4 KiB tensor
-    and one 16 MiB tensor (a one-variable model). After a warm-up the two sides
+    and one 16 MiB tensor (a one-variable model). After a warm-up the sides
     alternate, ROUNDS rounds each of the same number of round trips (chosen so a
     raw round takes about SECONDS); medians are reported. MB/s counts the
     payload bytes of both directions (headers, under 1 KB, left out).
 
-    bench_wire [ROUNDS] [SECONDS] [SIZES]  (defaults 5, 0.6, "4k,cnn,16m")
+    For the reading, each size also gets a "#" line: a third side, raw_touch,
+    the same echo but reading and rewriting every payload float once before
+    sending it back (the least work a ps does with a push: its thread, not the
+    I/O thread, touches the bytes); and zactor's own costs measured alone in
+    one thread: the codec (build + za_wire_send + zmsg_recv + za_wire_decode
+    of one push over inproc; a round trip has two such messages) and the ps's
+    SGD apply over its floats.
+
+    bench_wire [ROUNDS] [SECONDS] [SIZES]  (defaults 7, 0.4, "4k,cnn,16m")
       -> wire size=B zactor_mb_s=F raw_mb_s=F ratio=F zactor_rt_s=F raw_rt_s=F  */
 #include "za/za_model.h"
 #include "za/za_optim.h"
@@ -26,6 +34,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +44,8 @@
 #define MAX_ROUNDS 101
 #define WARMUP_SECS 0.4
 #define PARTITION_NEVER ((size_t) 1 << 40)
+//  A peer that does not answer within this fails the run instead of hanging it.
+#define RECV_TIMEOUT_MS 30000
 
 // ---------------------------------------------------------------------------
 //  A model of one variable "w" of n floats: the synthetic sizes. The ps only
@@ -69,17 +80,32 @@ static const za_model_fn_t s_one_model = {
 };
 
 // ---------------------------------------------------------------------------
-//  The raw echo: a ROUTER that sends back whatever it receives.
+//  The raw echo: a ROUTER that sends back whatever it receives. With args
+//  non-NULL (raw_touch) it first rewrites each payload float in place, x -=
+//  1e-9 x, as an SGD apply reads and writes (frames libzmq left unaligned,
+//  all under 8 KiB, are skipped).
+
+static void
+s_touch (zmq_msg_t *frame)
+{
+    float *x = (float *) zmq_msg_data (frame);
+    size_t n = zmq_msg_size (frame) / sizeof (float);
+    if (((uintptr_t) x & (sizeof (float) - 1)) == 0)
+        for (size_t i = 0; i < n; i++)
+            x [i] -= 1e-9f * x [i];
+}
 
 static void
 s_echo_actor (zsock_t *pipe, void *args)
 {
-    (void) args;
+    int touch = args != NULL;
     zsock_t *router = zsock_new (ZMQ_ROUTER);
     zsock_set_maxmsgsize (router, ZA_WIRE_MAX_FRAME_BYTES);
     int bound = router && zsock_bind (router, "tcp://127.0.0.1:*") >= 0;
     zsock_signal (pipe, 0);
-    zstr_send (pipe, bound? zsock_last_endpoint (router): "");
+    char *endpoint = bound? zsock_last_endpoint (router): NULL;     //  ours to free
+    zstr_send (pipe, endpoint? endpoint: "");
+    zstr_free (&endpoint);
     void *r = bound? zsock_resolve (router): NULL;
     zmq_pollitem_t items [2] = {
         {zsock_resolve (pipe), 0, ZMQ_POLLIN, 0},
@@ -98,7 +124,7 @@ s_echo_actor (zsock_t *pipe, void *args)
         if (items [1].revents & ZMQ_POLLIN) {
             //  Routing id, header, payloads: each frame goes back as received.
             int more = 1;
-            while (more) {
+            for (int index = 0; more; index++) {
                 zmq_msg_t frame;
                 zmq_msg_init (&frame);
                 if (zmq_msg_recv (&frame, r, 0) < 0) {
@@ -106,6 +132,8 @@ s_echo_actor (zsock_t *pipe, void *args)
                     goto done;
                 }
                 more = zmq_msg_more (&frame);
+                if (touch && index >= 2)
+                    s_touch (&frame);
                 if (zmq_msg_send (&frame, r, more? ZMQ_SNDMORE: 0) < 0)
                     zmq_msg_close (&frame);
             }
@@ -129,9 +157,9 @@ typedef struct {
     float *grads;                       //  pushed
     float *zeros;                       //  the init values
     zactor_t *ps;
-    zactor_t *echo;
+    zactor_t *echo, *touch;
     zsock_t *to_ps;
-    zsock_t *to_echo;
+    zsock_t *to_echo, *to_touch;
     za_wire_msg_t *out, *in;
     za_wire_lease_t lease;
     uint64_t seq;
@@ -233,9 +261,9 @@ s_nop_free (void *data, void *hint)
 }
 
 static int
-s_raw_rt (s_bench_t *self)
+s_raw_call (s_bench_t *self, zsock_t *sock)
 {
-    void *s = zsock_resolve (self->to_echo);
+    void *s = zsock_resolve (sock);
     zmq_msg_t frame;
     zmq_msg_init_data (&frame, self->header, self->header_bytes, s_nop_free, NULL);
     if (zmq_msg_send (&frame, s, ZMQ_SNDMORE) < 0)
@@ -261,6 +289,18 @@ s_raw_rt (s_bench_t *self)
     return frames == 1 + self->part_count? 0: za_error ("raw: %d frames came back", frames);
 }
 
+static int
+s_raw_rt (s_bench_t *self)
+{
+    return s_raw_call (self, self->to_echo);
+}
+
+static int
+s_touch_rt (s_bench_t *self)
+{
+    return s_raw_call (self, self->to_touch);
+}
+
 typedef int (s_rt_fn_t) (s_bench_t *self);
 
 //  Runs n round trips (or, with n 0, for `secs`); returns round trips/sec.
@@ -280,27 +320,55 @@ s_time (s_bench_t *self, s_rt_fn_t *fn, int64_t n, double secs)
     return done / (now - start);
 }
 
-//  The size of the push's header frame, as za_wire_send packs it.
-static size_t
-s_push_header_bytes (s_bench_t *self)
+//  Builds, sends, receives and decodes `reps` pushes over inproc in this
+//  thread: zactor's codec cost per message, in us (-1 on a failure). Sets
+//  *header_bytes to the size of the push's header frame.
+static double
+s_codec_usecs (s_bench_t *self, int reps, size_t *header_bytes)
 {
-    zsock_t *a = zsock_new_pair ("@inproc://bench-wire-header");
-    zsock_t *b = zsock_new_pair (">inproc://bench-wire-header");
-    size_t bytes = 0;
-    za_wire_lease_t lease;
-    za_wire_lease_init (&lease);
-    s_build_push (self);
-    self->seq--;
-    if (a && b && za_wire_send (a, NULL, self->out, &lease) == 0) {
+    zsock_t *a = zsock_new_pair ("@inproc://bench-wire-codec");
+    zsock_t *b = zsock_new_pair (">inproc://bench-wire-codec");
+    uint64_t seq = self->seq;
+    double usecs = -1, start = za_clock_mono ();
+    int k = 0;
+    while (a && b && k < reps) {
+        s_build_push (self);
+        if (za_wire_send (a, NULL, self->out, &self->lease))
+            break;
         zmsg_t *msg = zmsg_recv (b);
-        if (msg)
-            bytes = zframe_size (zmsg_first (msg));
+        int bad = !msg || za_wire_decode (msg, self->in);
+        if (!bad)
+            *header_bytes = zframe_size (zmsg_first (msg));
         zmsg_destroy (&msg);
-        za_wire_lease_wait (&lease);
+        if (bad)
+            break;
+        k++;
     }
+    if (k == reps)
+        usecs = 1e6 * (za_clock_mono () - start) / reps;
+    //  inproc hands over the very buffers: destroyed above, so this is quick.
+    za_wire_lease_wait (&self->lease);
+    self->seq = seq;
     zsock_destroy (&a);
     zsock_destroy (&b);
-    return bytes;
+    return usecs;
+}
+
+//  Starts an echo actor and connects a DEALER to it.
+static int
+s_echo_start (zactor_t **echo_p, zsock_t **dealer_p, void *args)
+{
+    *echo_p = zactor_new (s_echo_actor, args);
+    char *endpoint = *echo_p? zstr_recv (*echo_p): NULL;
+    *dealer_p = zsock_new (ZMQ_DEALER);
+    int ok = endpoint && *endpoint && *dealer_p;
+    if (ok) {
+        zsock_set_maxmsgsize (*dealer_p, ZA_WIRE_MAX_FRAME_BYTES);
+        zsock_set_rcvtimeo (*dealer_p, RECV_TIMEOUT_MS);
+        ok = zsock_connect (*dealer_p, "%s", endpoint) >= 0;
+    }
+    zstr_free (&endpoint);
+    return ok? 0: -1;
 }
 
 static void
@@ -309,8 +377,10 @@ s_bench_destroy (s_bench_t *self)
     za_wire_lease_wait (&self->lease);
     zsock_destroy (&self->to_ps);
     zsock_destroy (&self->to_echo);
+    zsock_destroy (&self->to_touch);
     zactor_destroy (&self->ps);
     zactor_destroy (&self->echo);
+    zactor_destroy (&self->touch);
     za_free (self->grads);
     za_free (self->zeros);
     free (self->header);
@@ -357,7 +427,7 @@ s_bench_start (s_bench_t *self, const za_model_fn_t *model_fn, const void *param
         return -1;
     for (size_t i = 0; i < self->vars.total; i++)
         self->grads [i] = 1e-3f;
-    self->header_bytes = s_push_header_bytes (self);
+    s_codec_usecs (self, 1, &self->header_bytes);
     self->header = (char *) calloc (1, self->header_bytes? self->header_bytes: 1);
     if (!self->header_bytes || !self->header)
         return za_error ("cannot measure the push header");
@@ -374,6 +444,7 @@ s_bench_start (s_bench_t *self, const za_model_fn_t *model_fn, const void *param
     if (!self->ps || !self->to_ps)
         return za_error ("cannot start the ps");
     zsock_set_maxmsgsize (self->to_ps, ZA_WIRE_MAX_FRAME_BYTES);
+    zsock_set_rcvtimeo (self->to_ps, RECV_TIMEOUT_MS);
     if (zsock_connect (self->to_ps, "%s", self->endpoint) < 0)
         return za_error ("cannot connect to %s", self->endpoint);
 
@@ -396,17 +467,12 @@ s_bench_start (s_bench_t *self, const za_model_fn_t *model_fn, const void *param
     if (s_call (self, ZA_OP_INIT_OK))
         return za_error ("init failed: %s", za_last_error ());
 
-    //  The echo.
-    self->echo = zactor_new (s_echo_actor, NULL);
-    char *endpoint = self->echo? zstr_recv (self->echo): NULL;
-    self->to_echo = zsock_new (ZMQ_DEALER);
-    int ok = endpoint && *endpoint && self->to_echo;
-    if (ok) {
-        zsock_set_maxmsgsize (self->to_echo, ZA_WIRE_MAX_FRAME_BYTES);
-        ok = zsock_connect (self->to_echo, "%s", endpoint) >= 0;
-    }
-    zstr_free (&endpoint);
-    return ok? 0: za_error ("cannot start the echo");
+    //  The echoes, plain and touching.
+    static int touch_flag = 1;
+    if (s_echo_start (&self->echo, &self->to_echo, NULL)
+        || s_echo_start (&self->touch, &self->to_touch, &touch_flag))
+        return za_error ("cannot start the echo");
+    return 0;
 }
 
 //  stop, then bye: the ps leaves; its DONE report must say 0.
@@ -470,11 +536,12 @@ s_run_size (const char *label, const za_model_fn_t *model_fn, const void *params
     memset (&self, 0, sizeof self);
     self.label = label;
     int rc = s_bench_start (&self, model_fn, params, input);
-    double z [MAX_ROUNDS], r [MAX_ROUNDS];
+    double z [MAX_ROUNDS], r [MAX_ROUNDS], t [MAX_ROUNDS];
     int64_t n = 0;
     if (rc == 0) {
-        //  Warm up both, then size the rounds on the raw rate.
-        rc = s_time (&self, s_zactor_rt, 0, WARMUP_SECS) < 0? -1: 0;
+        //  Warm up all three, then size the rounds on the raw rate.
+        rc = s_time (&self, s_zactor_rt, 0, WARMUP_SECS) < 0
+          || s_time (&self, s_touch_rt, 0, WARMUP_SECS) < 0? -1: 0;
         double raw = rc? -1: s_time (&self, s_raw_rt, 0, WARMUP_SECS);
         rc = raw < 0? -1: rc;
         n = (int64_t) (raw * secs);
@@ -484,18 +551,27 @@ s_run_size (const char *label, const za_model_fn_t *model_fn, const void *params
     for (int k = 0; rc == 0 && k < rounds; k++) {
         z [k] = s_time (&self, s_zactor_rt, n, 0);
         r [k] = s_time (&self, s_raw_rt, n, 0);
-        if (z [k] < 0 || r [k] < 0)
+        t [k] = s_time (&self, s_touch_rt, n, 0);
+        if (z [k] < 0 || r [k] < 0 || t [k] < 0)
             rc = -1;
     }
     if (rc == 0) {
-        double apply = s_apply_usecs (&self);
-        double zm = s_median (z, rounds), rm = s_median (r, rounds);
+        double zm = s_median (z, rounds), rm = s_median (r, rounds), tm = s_median (t, rounds);
         double mb = 2.0 * (double) self.payload / 1e6;
+        size_t header;
+        double codec = s_codec_usecs (&self, self.payload > (1u << 20)? 50: 2000, &header);
+        double apply = s_apply_usecs (&self);
         printf ("# %s: %d tensors, %zu payload bytes each way, push header %zu bytes; "
-                "%d rounds x %lld round trips each side; ps SGD apply alone %.1f us "
-                "(%.1f%% of a zactor round trip)\n",
-                label, self.part_count, self.payload, self.header_bytes, rounds,
-                (long long) n, apply, 100 * apply * 1e-6 * zm);
+                "%d rounds x %lld round trips per side\n", label, self.part_count,
+                self.payload, self.header_bytes, rounds, (long long) n);
+        //  s_median sorted them: [0] is the slowest round, [rounds - 1] the fastest.
+        printf ("#   round trip (median, fastest..slowest round): zactor %.1f us (%.1f..%.1f), "
+                "raw %.1f us (%.1f..%.1f), raw_touch %.1f us (%.1f..%.1f); zactor/raw_touch "
+                "%.3f\n", 1e6 / zm, 1e6 / z [rounds - 1], 1e6 / z [0], 1e6 / rm,
+                1e6 / r [rounds - 1], 1e6 / r [0], 1e6 / tm, 1e6 / t [rounds - 1], 1e6 / t [0],
+                zm / tm);
+        printf ("#   alone in one thread: zactor codec %.1f us per message (2 messages per "
+                "round trip), ps SGD apply %.1f us\n", codec, apply);
         printf ("wire size=%zu zactor_mb_s=%.1f raw_mb_s=%.1f ratio=%.3f zactor_rt_s=%.1f "
                 "raw_rt_s=%.1f\n", self.payload, zm * mb, rm * mb, zm / rm, zm, rm);
         fflush (stdout);
@@ -511,8 +587,8 @@ s_run_size (const char *label, const za_model_fn_t *model_fn, const void *params
 int
 main (int argc, char **argv)
 {
-    int rounds = argc > 1? atoi (argv [1]): 5;
-    double secs = argc > 2? atof (argv [2]): 0.6;
+    int rounds = argc > 1? atoi (argv [1]): 7;
+    double secs = argc > 2? atof (argv [2]): 0.4;
     const char *sizes = argc > 3? argv [3]: "4k,cnn,16m";
     if (rounds < 3 || rounds > MAX_ROUNDS || secs <= 0) {
         fprintf (stderr, "usage: bench_wire [ROUNDS 3..%d] [SECONDS per round] "

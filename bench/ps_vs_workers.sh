@@ -18,7 +18,7 @@ shopt -s nullglob
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
 max_steps=${2:-400}
-rounds=${3:-3}
+rounds=${3:-5}
 run="$build/zactor-run"
 [ -x "$run" ] || { echo "build first: $run is missing" >&2; exit 1; }
 work=$(mktemp -d /tmp/zactor-ps-vs-workers-XXXXXX)
@@ -108,5 +108,8 @@ for c in "${configs[@]}"; do
     done
 done
 echo
+echo "steps/s(metr): median of the chief's metrics.jsonl steps_per_sec (every 100 global steps,"
+echo "  all runs); steps/s(wall): median of $max_steps / (chief start .. chief exit), which also"
+echo "  counts process start, data loading, init and the final checkpoint"
 echo "per step: medians over $rounds runs of each process's exit line; other% = other / step"
-echo "(goal: other < 5% of a step). logs and metrics: $work"
+echo "  (goal: other < 5% of a step). logs and metrics: $work"

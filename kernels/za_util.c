@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static _Thread_local char s_last_error [ZA_ERROR_MAX_CHARS];
@@ -139,4 +141,34 @@ za_clock_wall (void)
     struct timespec ts;
     clock_gettime (CLOCK_REALTIME, &ts);
     return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+int
+za_mkdirs (const char *dir)
+{
+    char *path = strdup (dir);
+    if (!path)
+        return za_error ("out of memory creating directory '%s'", dir);
+    int rc = 0;
+    size_t len = strlen (path);
+    for (size_t i = 1; i <= len && rc == 0; i++) {
+        if (path [i] != '/' && path [i] != 0)
+            continue;
+        if (path [i - 1] == '/')
+            continue;                   //  "a//b" or a trailing slash
+        char saved = path [i];
+        path [i] = 0;
+        struct stat st;
+        if (mkdir (path, 0755) != 0 && errno != EEXIST)
+            rc = za_error ("'%s': cannot create directory: %s", path, strerror (errno));
+        else
+        if (stat (path, &st) != 0)
+            rc = za_error ("'%s': cannot stat directory: %s", path, strerror (errno));
+        else
+        if (!S_ISDIR (st.st_mode))
+            rc = za_error ("'%s' exists and is not a directory", path);
+        path [i] = saved;
+    }
+    free (path);
+    return rc;
 }

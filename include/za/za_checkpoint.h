@@ -17,6 +17,7 @@
 #ifndef ZA_CHECKPOINT_H_INCLUDED
 #define ZA_CHECKPOINT_H_INCLUDED
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -29,6 +30,13 @@ extern "C" {
 #define ZA_CKPT_MAX_HEADER_BYTES (100u * 1024u * 1024u)
 
 typedef enum { ZA_DTYPE_F32 = 0, ZA_DTYPE_I64 = 1 } za_dtype_t;
+
+//  Bytes of one element: 4 for F32, 8 for I64.
+static inline size_t
+za_dtype_size (za_dtype_t dtype)
+{
+    return dtype == ZA_DTYPE_F32? 4: 8;
+}
 
 typedef struct {
     const char *name;

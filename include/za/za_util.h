@@ -37,6 +37,10 @@ void za_error_clear (void);
 //  1 silences the stderr copy of errors (tests that provoke errors on purpose).
 void za_error_set_quiet (int quiet);
 
+//  mkdir -p: creates dir and its missing parents (mode 0755). A path that
+//  exists but is not a directory is an error. Returns 0 or -1 with an error.
+int za_mkdirs (const char *dir);
+
 //  Informational log line to stderr: "zactor: MSG".
 void za_info (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
 
