@@ -164,7 +164,8 @@ s_op_parse_bytes (const char *bytes, size_t size, za_op_t *op)
 void
 za_wire_msg_init (za_wire_msg_t *msg, za_op_t op)
 {
-    memset (msg, 0, sizeof *msg);
+    //  The tensor table (most of the struct) is read only up to tensor_count.
+    memset (msg, 0, offsetof (za_wire_msg_t, tensors));
     msg->op = op;
     msg->step = -1;
     msg->task = -1;
@@ -848,6 +849,12 @@ s_decode_tensor (const msgpack_object *obj, int index, za_wire_msg_t *out, s_pay
         if (value->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
             return za_error ("wire: tensor '%s': dim %d is %" PRId64 ", negative", name, dim,
                              value->via.i64);
+        //  The common case without formatting anything; the message text is
+        //  built only when the value is wrong.
+        if (value->type == MSGPACK_OBJECT_POSITIVE_INTEGER && value->via.u64 <= INT64_MAX) {
+            tensor->shape [dim] = (int64_t) value->via.u64;
+            continue;
+        }
         snprintf (what, sizeof what, "tensor '%.20s' dim %d", name, dim);
         int64_t size = 0;
         if (s_get_int (value, what, 0, INT64_MAX, &size))
@@ -855,15 +862,18 @@ s_decode_tensor (const msgpack_object *obj, int index, za_wire_msg_t *out, s_pay
         tensor->shape [dim] = size;
     }
     char shape_text [WIRE_SHAPE_TEXT_CHARS];
-    s_shape_text (tensor->ndim, tensor->shape, shape_text, sizeof shape_text);
     uint64_t bytes;
-    if (s_tensor_bytes (tensor->dtype, tensor->ndim, tensor->shape, &bytes))
+    if (s_tensor_bytes (tensor->dtype, tensor->ndim, tensor->shape, &bytes)) {
+        s_shape_text (tensor->ndim, tensor->shape, shape_text, sizeof shape_text);
         return za_error ("wire: tensor '%s': shape %s %s overflows", name, shape_text,
                          s_dtype_name (tensor->dtype));
-    if (bytes > ZA_WIRE_MAX_FRAME_BYTES)
+    }
+    if (bytes > ZA_WIRE_MAX_FRAME_BYTES) {
+        s_shape_text (tensor->ndim, tensor->shape, shape_text, sizeof shape_text);
         return za_error ("wire: tensor '%s' declares %s %s (%" PRIu64 " bytes), more than "
                          "the frame limit of %u", name, shape_text,
                          s_dtype_name (tensor->dtype), bytes, ZA_WIRE_MAX_FRAME_BYTES);
+    }
 
     const msgpack_object *frame = values [TENSOR_FRAME];
     if (frame->type == MSGPACK_OBJECT_NEGATIVE_INTEGER
@@ -890,10 +900,12 @@ s_decode_tensor (const msgpack_object *obj, int index, za_wire_msg_t *out, s_pay
     payload->user [frame_index] = (int16_t) (index + 1);
 
     size_t frame_bytes = zframe_size (payload->frames [frame_index]);
-    if (frame_bytes != bytes)
+    if (frame_bytes != bytes) {
+        s_shape_text (tensor->ndim, tensor->shape, shape_text, sizeof shape_text);
         return za_error ("wire: tensor '%s' declares %s %s (%" PRIu64 " bytes) but frame %d "
                          "has %zu bytes", name, shape_text, s_dtype_name (tensor->dtype),
                          bytes, frame_index, frame_bytes);
+    }
     tensor->bytes = frame_bytes;
     tensor->data = zframe_data (payload->frames [frame_index]);
     return 0;

@@ -6,6 +6,7 @@
 #include "za/za_role.h"
 
 #include <jansson.h>
+#include <malloc.h>
 
 #include <errno.h>
 #include <getopt.h>
@@ -21,6 +22,7 @@
 #define DEFAULT_EPOCHS 5
 #define DEFAULT_BATCH 64
 #define DEFAULT_EVAL_BATCH 500
+#define MALLOC_KEEP_BYTES (256 * 1024 * 1024)
 
 static void
 s_usage (FILE *out)
@@ -220,6 +222,10 @@ s_load_cluster (const char *file, const char *role, int index)
 static int
 s_run_role (const za_cluster_t *cluster, za_role_config_t *role)
 {
+    //  Received frames of a few hundred KB are freed every step: keep that
+    //  memory in the heap instead of mapping and faulting it in each time.
+    mallopt (M_MMAP_THRESHOLD, MALLOC_KEEP_BYTES);
+    mallopt (M_TRIM_THRESHOLD, MALLOC_KEEP_BYTES);
     char *endpoints [ZA_ROLE_MAX_PS] = {NULL};
     role->ps_count = cluster->ps_count;
     role->num_workers = cluster->num_workers;
