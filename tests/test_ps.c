@@ -1,0 +1,198 @@
+/*  test_ps.c: one ps actor driven at the protocol level through a DEALER:
+    every request before init is refused, malformed inits and pushes are
+    refused with bad_request and change nothing, a push applies the optimizer
+    exactly, a hold queues pushes and lapses when its holder goes silent,
+    stop answers done, and the ps leaves after every worker's bye.          */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "za/za_placement.h"
+#include "za/za_role.h"
+#include "za/za_wire.h"
+
+#define REPLY_MS 2000
+
+typedef struct {
+    za_stack_spec_t spec;
+    za_role_config_t config;
+    zactor_t *ps;
+    zsock_t *client;
+    za_wire_msg_t *out, *in;
+    zmsg_t *reply;
+    za_wire_lease_t lease;
+    uint64_t seq;
+    float kernel [12], bias [3];        //  dense/kernel 4x3, dense/bias 3
+} s_ps_case_t;
+
+static void
+s_setup (s_ps_case_t *c)
+{
+    memset (c, 0, sizeof *c);
+    cr_assert_eq (za_stack_parse ("flatten dense(3)", &c->spec), 0);
+    za_role_config_init (&c->config);
+    c->config.model_fn = za_stack_model_fn ();
+    c->config.params = &c->spec;
+    c->config.input = (za_input_shape_t) {2, 2, 1};
+    c->config.ps_count = 1;
+    c->config.num_workers = 1;
+    c->config.ps_index = 0;
+    c->config.bind_endpoint = "inproc://test-ps";
+    c->config.timeout_secs = 30;
+    c->ps = zactor_new (za_ps_actor, &c->config);
+    c->client = zsock_new_dealer (">inproc://test-ps");
+    c->out = malloc (sizeof *c->out);
+    c->in = malloc (sizeof *c->in);
+    za_wire_lease_init (&c->lease);
+}
+
+static void
+s_teardown (s_ps_case_t *c)
+{
+    zmsg_destroy (&c->reply);
+    zsock_destroy (&c->client);
+    zactor_destroy (&c->ps);
+    za_wire_lease_wait (&c->lease);
+    free (c->out);
+    free (c->in);
+}
+
+//  Sends c->out; returns the reply's op, or -1 when none came in time.
+static int
+s_call (s_ps_case_t *c, int wait_ms)
+{
+    c->out->seq = ++c->seq;
+    //  Over inproc our frames may be the ps's: let the last reply go first.
+    zmsg_destroy (&c->reply);
+    cr_assert_eq (za_wire_send (c->client, NULL, c->out, &c->lease), 0);
+    zsock_set_rcvtimeo (c->client, wait_ms);
+    c->reply = zmsg_recv (c->client);
+    if (!c->reply)
+        return -1;
+    cr_assert_eq (za_wire_decode (c->reply, c->in), 0, "%s", za_last_error ());
+    return (int) c->in->op;
+}
+
+static void
+s_add_params (s_ps_case_t *c, const float *kernel, const float *bias)
+{
+    int64_t kshape [2] = {4, 3}, bshape [1] = {3};
+    //  Placement puts the larger variable first.
+    za_wire_msg_add (c->out, "dense/kernel", ZA_DTYPE_F32, 2, kshape, kernel);
+    za_wire_msg_add (c->out, "dense/bias", ZA_DTYPE_F32, 1, bshape, bias);
+}
+
+static void
+s_init_sgd (s_ps_case_t *c, float lr, int64_t *step)
+{
+    za_wire_msg_init (c->out, ZA_OP_INIT);
+    c->out->step = 0;
+    c->out->has_optim = 1;
+    strcpy (c->out->optimizer, "sgd");
+    c->out->learning_rate = lr;
+    s_add_params (c, c->kernel, c->bias);
+    za_wire_msg_add (c->out, "global_step", ZA_DTYPE_I64, 0, NULL, step);
+}
+
+//  Pulls and checks every value equals `expected`.
+static void
+s_expect_values (s_ps_case_t *c, float expected)
+{
+    za_wire_msg_init (c->out, ZA_OP_PULL);
+    cr_assert_eq (s_call (c, REPLY_MS), ZA_OP_VALUES);
+    cr_assert_eq (c->in->tensor_count, 2);
+    for (int t = 0; t < 2; t++) {
+        size_t n = c->in->tensors [t].bytes / sizeof (float);
+        for (size_t i = 0; i < n; i++) {
+            float v;
+            memcpy (&v, (const char *) c->in->tensors [t].data + i * sizeof v, sizeof v);
+            cr_assert_float_eq (v, expected, 1e-6, "%s [%zu] = %f", c->in->tensors [t].name,
+                                i, v);
+        }
+    }
+}
+
+Test (ps, protocol_rules)
+{
+    s_ps_case_t c;
+    s_setup (&c);
+    float grads_k [12], grads_b [3];
+    for (int i = 0; i < 12; i++)
+        grads_k [i] = 1, c.kernel [i] = 1;
+    for (int i = 0; i < 3; i++)
+        grads_b [i] = 1, c.bias [i] = 1;
+    //  Before init: not_ready.
+    za_wire_msg_init (c.out, ZA_OP_PULL);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "not_ready");
+    //  An init without global_step is refused; still not ready.
+    za_wire_msg_init (c.out, ZA_OP_INIT);
+    c.out->step = 0;
+    c.out->has_optim = 1;
+    strcpy (c.out->optimizer, "sgd");
+    c.out->learning_rate = 0.5;
+    s_add_params (&c, c.kernel, c.bias);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "bad_request");
+    za_wire_msg_init (c.out, ZA_OP_PULL);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "not_ready");
+    //  A good init.
+    int64_t zero = 0;
+    s_init_sgd (&c, 0.5f, &zero);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
+    s_expect_values (&c, 1.0f);
+    //  A push with a wrong name, and one with an extra tensor: refused, no change.
+    za_wire_msg_init (c.out, ZA_OP_PUSH);
+    int64_t kshape [2] = {4, 3}, bshape [1] = {3};
+    za_wire_msg_add (c.out, "dense/kernel", ZA_DTYPE_F32, 2, kshape, grads_k);
+    za_wire_msg_add (c.out, "dense/biass", ZA_DTYPE_F32, 1, bshape, grads_b);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "bad_request");
+    za_wire_msg_init (c.out, ZA_OP_PUSH);
+    s_add_params (&c, grads_k, grads_b);
+    za_wire_msg_add (c.out, "extra", ZA_DTYPE_F32, 1, bshape, grads_b);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "bad_request");
+    s_expect_values (&c, 1.0f);
+    //  A good push: w = 1 - 0.5 * 1, global step 1, fresh values in the reply.
+    za_wire_msg_init (c.out, ZA_OP_PUSH);
+    c.out->task = 0;
+    s_add_params (&c, grads_k, grads_b);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_VALUES);
+    cr_expect_eq (c.in->step, 1);
+    s_expect_values (&c, 0.5f);
+    //  Held: a push gets no answer, pulls see the held values; the holder
+    //  (this client) stays silent past the lapse, then the push is applied.
+    za_wire_msg_init (c.out, ZA_OP_HOLD);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_HELD);
+    za_wire_msg_init (c.out, ZA_OP_PUSH);
+    s_add_params (&c, grads_k, grads_b);
+    double start = za_clock_mono ();
+    cr_expect_eq (s_call (&c, 500), -1, "a push was applied while held");
+    zsock_set_rcvtimeo (c.client, 6000);
+    zmsg_t *late = zmsg_recv (c.client);
+    double waited = za_clock_mono () - start;
+    cr_assert_not_null (late, "the hold never lapsed");
+    cr_assert_eq (za_wire_decode (late, c.in), 0);
+    cr_expect_eq (c.in->op, ZA_OP_VALUES);
+    cr_expect_eq (c.in->step, 2);
+    cr_expect_geq (waited, 2.9, "lapsed after %.2f s", waited);
+    zmsg_destroy (&late);
+    s_expect_values (&c, 0.0f);
+    //  Stop: pushes get done; after our bye the ps reports and exits 0.
+    za_wire_msg_init (c.out, ZA_OP_STOP);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_STOPPING);
+    za_wire_msg_init (c.out, ZA_OP_PUSH);
+    s_add_params (&c, grads_k, grads_b);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "done");
+    za_wire_msg_init (c.out, ZA_OP_BYE);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_BYE_OK);
+    zmsg_destroy (&c.reply);
+    int64_t step = 0;
+    cr_expect_eq (za_role_wait (c.ps, 10, &step, NULL, NULL), 0);
+    cr_expect_eq (step, 2);
+    s_teardown (&c);
+}
