@@ -74,25 +74,6 @@ s_crc32_update (uint32_t crc, const uint8_t *data, size_t size)
     return crc;
 }
 
-//  Bytes of a tensor of this shape and dtype; -1 (no error set) on overflow.
-static int
-s_tensor_bytes (za_dtype_t dtype, int ndim, const int64_t *shape, uint64_t *bytes_p)
-{
-    uint64_t count = 1;
-    for (int dim = 0; dim < ndim; dim++) {
-        if (shape [dim] < 0)
-            return -1;
-        if (__builtin_mul_overflow (count, (uint64_t) shape [dim], &count))
-            return -1;
-    }
-    if (__builtin_mul_overflow (count, (uint64_t) za_dtype_size (dtype), &count))
-        return -1;
-    if (count > (uint64_t) INT64_MAX)
-        return -1;
-    *bytes_p = count;
-    return 0;
-}
-
 //  Parses "model.ckpt-<digits>.safetensors" (canonical decimal, no leading
 //  zeros, so the name round-trips through za_checkpoint_path). Returns 0 or -1.
 static int
@@ -306,7 +287,7 @@ s_check_write_args (const char *model_dir, int64_t global_step,
             return za_error ("'%s': tensor '%s': ndim %d outside 0..%d",
                              model_dir, tensor->name, tensor->ndim, ZA_CKPT_MAX_DIMS);
         uint64_t bytes;
-        if (s_tensor_bytes (tensor->dtype, tensor->ndim, tensor->shape, &bytes) != 0)
+        if (za_tensor_bytes (tensor->dtype, tensor->ndim, tensor->shape, &bytes) != 0)
             return za_error ("'%s': tensor '%s': shape has a negative dimension or is too large",
                              model_dir, tensor->name);
         if (bytes > 0 && !tensor->data)
@@ -382,7 +363,7 @@ s_header_build (const char *model_dir, int64_t global_step, uint32_t crc,
     for (int i = 0; i < tensor_count; i++) {
         const za_ckpt_tensor_t *tensor = &tensors [i];
         uint64_t bytes = 0;
-        s_tensor_bytes (tensor->dtype, tensor->ndim, tensor->shape, &bytes);
+        za_tensor_bytes (tensor->dtype, tensor->ndim, tensor->shape, &bytes);
         json_t *entry = json_object ();
         json_t *shape = json_array ();
         json_t *offsets = json_array ();
@@ -542,7 +523,7 @@ za_checkpoint_write_atomic (const char *model_dir, int64_t global_step,
     uint32_t crc = (uint32_t) crc32 (0L, Z_NULL, 0);
     for (int i = 0; i < tensor_count; i++) {
         uint64_t bytes = 0;
-        s_tensor_bytes (tensors [i].dtype, tensors [i].ndim, tensors [i].shape, &bytes);
+        za_tensor_bytes (tensors [i].dtype, tensors [i].ndim, tensors [i].shape, &bytes);
         if (bytes > 0)
             crc = s_crc32_update (crc, tensors [i].data, (size_t) bytes);
     }
@@ -568,7 +549,7 @@ za_checkpoint_write_atomic (const char *model_dir, int64_t global_step,
     chunks [1] = (s_chunk_t) { header, header_size };
     for (int i = 0; i < tensor_count; i++) {
         uint64_t bytes = 0;
-        s_tensor_bytes (tensors [i].dtype, tensors [i].ndim, tensors [i].shape, &bytes);
+        za_tensor_bytes (tensors [i].dtype, tensors [i].ndim, tensors [i].shape, &bytes);
         chunks [i + 2] = (s_chunk_t) { tensors [i].data, (size_t) bytes };
     }
 
@@ -772,7 +753,7 @@ s_entry_parse (const char *path, const char *name, json_t *value, s_entry_t *ent
     entry->end = (uint64_t) end;
 
     uint64_t bytes;
-    if (s_tensor_bytes (entry->tensor.dtype, entry->tensor.ndim, entry->tensor.shape, &bytes))
+    if (za_tensor_bytes (entry->tensor.dtype, entry->tensor.ndim, entry->tensor.shape, &bytes))
         return za_error ("'%s': tensor '%s': shape is too large", path, name);
     if (entry->end - entry->begin != bytes)
         return za_error ("'%s': tensor '%s': data_offsets [%lld, %lld] hold %" PRIu64
@@ -1051,4 +1032,22 @@ za_checkpoint_destroy (za_checkpoint_t **self_p)
     free (self->filename);
     free (self);
     *self_p = NULL;
+}
+
+int
+za_tensor_bytes (za_dtype_t dtype, int ndim, const int64_t *shape, uint64_t *bytes_p)
+{
+    uint64_t count = 1;
+    for (int dim = 0; dim < ndim; dim++) {
+        if (shape [dim] < 0)
+            return -1;
+        if (__builtin_mul_overflow (count, (uint64_t) shape [dim], &count))
+            return -1;
+    }
+    if (__builtin_mul_overflow (count, (uint64_t) za_dtype_size (dtype), &count))
+        return -1;
+    if (count > (uint64_t) INT64_MAX)
+        return -1;
+    *bytes_p = count;
+    return 0;
 }

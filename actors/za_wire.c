@@ -65,25 +65,6 @@ s_dtype_valid (za_dtype_t dtype)
     return dtype == ZA_DTYPE_F32 || dtype == ZA_DTYPE_I64;
 }
 
-//  Bytes of a tensor: product (shape) * dtype size. Returns -1 (no error set)
-//  when a dim is negative or the product overflows int64.
-static int
-s_tensor_bytes (za_dtype_t dtype, int ndim, const int64_t *shape, uint64_t *bytes_p)
-{
-    uint64_t count = 1;
-    for (int dim = 0; dim < ndim; dim++) {
-        if (shape [dim] < 0)
-            return -1;
-        if (__builtin_mul_overflow (count, (uint64_t) shape [dim], &count))
-            return -1;
-    }
-    if (__builtin_mul_overflow (count, (uint64_t) za_dtype_size (dtype), &count)
-    ||  count > (uint64_t) INT64_MAX)
-        return -1;
-    *bytes_p = count;
-    return 0;
-}
-
 //  "4x3", "0", or "scalar", for error messages.
 static const char *
 s_shape_text (int ndim, const int64_t *shape, char *text, size_t size)
@@ -191,7 +172,7 @@ s_check_tensor (const za_wire_tensor_t *tensor, const char *what)
                          tensor->name, tensor->ndim, ZA_WIRE_MAX_DIMS);
     char shape_text [WIRE_SHAPE_TEXT_CHARS];
     uint64_t bytes;
-    if (s_tensor_bytes (tensor->dtype, tensor->ndim, tensor->shape, &bytes))
+    if (za_tensor_bytes (tensor->dtype, tensor->ndim, tensor->shape, &bytes))
         return za_error ("wire: %s: tensor '%s' has shape %s: a dim is negative or its "
                          "size overflows", what, tensor->name,
                          s_shape_text (tensor->ndim, tensor->shape, shape_text,
@@ -241,7 +222,7 @@ za_wire_msg_add (za_wire_msg_t *msg, const char *name, za_dtype_t dtype, int ndi
         tensor.shape [dim] = shape [dim];
     tensor.data = data;
     uint64_t bytes = 0;
-    if (s_dtype_valid (dtype) && s_tensor_bytes (dtype, ndim, tensor.shape, &bytes) == 0)
+    if (s_dtype_valid (dtype) && za_tensor_bytes (dtype, ndim, tensor.shape, &bytes) == 0)
         tensor.bytes = (size_t) bytes;
     if (s_check_tensor (&tensor, "cannot add"))
         return -1;
@@ -863,7 +844,7 @@ s_decode_tensor (const msgpack_object *obj, int index, za_wire_msg_t *out, s_pay
     }
     char shape_text [WIRE_SHAPE_TEXT_CHARS];
     uint64_t bytes;
-    if (s_tensor_bytes (tensor->dtype, tensor->ndim, tensor->shape, &bytes)) {
+    if (za_tensor_bytes (tensor->dtype, tensor->ndim, tensor->shape, &bytes)) {
         s_shape_text (tensor->ndim, tensor->shape, shape_text, sizeof shape_text);
         return za_error ("wire: tensor '%s': shape %s %s overflows", name, shape_text,
                          s_dtype_name (tensor->dtype));

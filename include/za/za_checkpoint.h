@@ -38,6 +38,10 @@ za_dtype_size (za_dtype_t dtype)
     return dtype == ZA_DTYPE_F32? 4: 8;
 }
 
+//  Bytes of a tensor: product (shape) * dtype size into *bytes_p. Returns 0,
+//  or -1 (no error recorded) when a dim is negative or the product overflows.
+int za_tensor_bytes (za_dtype_t dtype, int ndim, const int64_t *shape, uint64_t *bytes_p);
+
 typedef struct {
     const char *name;
     za_dtype_t dtype;
