@@ -17,6 +17,8 @@ za_role_config_init (za_role_config_t *config)
     config->batch_size = 64;
     config->partition_floats = DEFAULT_PARTITION_FLOATS;
     config->timeout_secs = ZA_ROLE_TIMEOUT_SECS;
+    config->heartbeat_ivl_secs = 1.0;
+    config->heartbeat_liveness = 3;
     config->num_workers = 1;
 }
 

@@ -30,6 +30,11 @@ typedef struct {
     za_wire_msg_t *replies [ZA_ROLE_MAX_PS];
     zmsg_t *reply_msgs [ZA_ROLE_MAX_PS];
     za_wire_lease_t lease;                      //  pushed gradients, init values
+    //  Heartbeats: any message from a ps counts as one. A ps that answered
+    //  once and then stays silent for ivl x liveness is stopped or hung.
+    double last_heard [ZA_ROLE_MAX_PS];
+    double last_ping [ZA_ROLE_MAX_PS];
+    int heard_once [ZA_ROLE_MAX_PS];
     int64_t global_step;
     int64_t own_steps;
     int terminated;                             //  $TERM came on the pipe
@@ -210,9 +215,15 @@ s_call_all (s_worker_t *self, za_op_t op)
     for (int p = 0; p < self->ps_count; p++)
         zpoller_add (poller, self->dealers [p]);
     int missing = self->ps_count, rc = 0;
-    double deadline = za_clock_mono () + self->config->timeout_secs;
+    double now = za_clock_mono ();
+    double deadline = now + self->config->timeout_secs;
+    double ivl = self->config->heartbeat_ivl_secs;
+    double silent_max = ivl * self->config->heartbeat_liveness;
+    for (int p = 0; p < self->ps_count; p++)
+        self->last_heard [p] = self->last_ping [p] = now;
     while (missing > 0) {
-        double left = deadline - za_clock_mono ();
+        now = za_clock_mono ();
+        double left = deadline - now;
         if (left <= 0 || zsys_interrupted) {
             int p = 0;
             while (p < self->ps_count && self->reply_msgs [p])
@@ -222,7 +233,33 @@ s_call_all (s_worker_t *self, za_op_t op)
                            self->config->timeout_secs);
             break;
         }
-        void *which = zpoller_wait (poller, (int) (left * 1000) + 1);
+        //  Heartbeats to every ps we still wait for.
+        int dead = -1;
+        for (int p = 0; p < self->ps_count && ivl > 0; p++) {
+            if (self->reply_msgs [p])
+                continue;
+            if (self->heard_once [p] && now - self->last_heard [p] > silent_max) {
+                dead = p;
+                break;
+            }
+            if (now - self->last_ping [p] >= ivl) {
+                za_wire_msg_t *ping = self->replies [p];
+                za_wire_msg_init (ping, ZA_OP_PING);
+                ping->seq = 0;          //  requests count from 1: a pong is never a reply
+                ping->task = self->config->worker_index;
+                za_wire_send (self->dealers [p], NULL, ping, NULL);
+                self->last_ping [p] = now;
+            }
+        }
+        if (dead >= 0) {
+            rc = za_error ("%s: ps %d at %s missed %d heartbeats (silent %.1f s while we waited "
+                           "for %s): stopped or hung", s_who (self), dead,
+                           self->config->ps_endpoints [dead], self->config->heartbeat_liveness,
+                           now - self->last_heard [dead], za_op_name (op));
+            break;
+        }
+        double wait = ivl > 0 && ivl < left? ivl: left;
+        void *which = zpoller_wait (poller, (int) (wait * 1000) + 1);
         if (!which)
             continue;
         if (which == self->pipe) {
@@ -242,9 +279,11 @@ s_call_all (s_worker_t *self, za_op_t op)
         zmsg_t *msg = zmsg_recv (self->dealers [p]);
         if (!msg)
             continue;
+        self->last_heard [p] = za_clock_mono ();
+        self->heard_once [p] = 1;
         if (za_wire_decode (msg, self->replies [p]) || self->replies [p]->seq != self->seq
             || self->reply_msgs [p]) {
-            //  Undecodable, stale or duplicate: dropped.
+            //  Undecodable, stale, a pong or a duplicate: a sign of life only.
             zmsg_destroy (&msg);
             continue;
         }

@@ -313,3 +313,55 @@ Test (distributed, with_an_evaluator_task, .timeout = 300)
     free (cluster);
     za_test_dir_remove ();
 }
+
+//  Heartbeats: a ps that is stopped (SIGSTOP) mid-run is found within
+//  interval x liveness, not after --timeout-secs: the chief exits 1 naming it.
+Test (distributed, a_stopped_ps_is_detected_by_heartbeats, .timeout = 120)
+{
+    za_test_dir_create ("za_distributed_hb");
+    int ports [2] = {s_free_port (), s_free_port ()};
+    char *cluster = za_test_path ("cluster.json");
+    FILE *f = fopen (cluster, "w");
+    cr_assert_not_null (f);
+    fprintf (f, "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"ps\": [\"127.0.0.1:%d\"]}}\n",
+             ports [0], ports [1]);
+    fclose (f);
+    char *model_dir = za_test_path ("run");
+    const char *roles [2] = {"ps", "chief"};
+    pid_t pids [2];
+    char *errs [2];
+    for (int t = 0; t < 2; t++) {
+        const char *args [] = {"--cluster", cluster, "--role", roles [t], "--model", "dnn",
+                               "--max-steps", "10000000", "--save-summary-steps", "10",
+                               "--model-dir", model_dir, "--threads", "1", "--no-eval",
+                               "--timeout-secs", "60", "--heartbeat-ivl-ms", "200",
+                               "--heartbeat-liveness", "3", "--log-step-count-steps", "0", NULL};
+        errs [t] = za_test_path (t? "chief.err": "ps.err");
+        char *out = za_test_path ("task.out");
+        pids [t] = za_test_spawn (args, out, errs [t]);
+        free (out);
+    }
+    char *metrics = za_test_path ("run/metrics.jsonl");
+    double waited = 0;
+    while (access (metrics, F_OK) != 0 && waited < 60)
+        usleep (20000), waited += 0.02;
+    cr_assert_lt (waited, 60, "no training within 60 s");
+    kill (pids [0], SIGSTOP);
+    double stopped = za_clock_mono ();
+    int status = za_test_wait (pids [1], 60);
+    double took = za_clock_mono () - stopped;
+    kill (pids [0], SIGKILL);
+    za_test_wait (pids [0], 10);
+    char *err = za_test_read_file (errs [1], NULL);
+    cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 1, "chief exited %d: %s",
+               WIFEXITED (status)? WEXITSTATUS (status): -1, err);
+    cr_expect (strstr (err, "missed 3 heartbeats") != NULL, "%s", err);
+    cr_expect_lt (took, 10.0, "found after %.1f s (the timeout is 60 s)", took);
+    free (err);
+    for (int t = 0; t < 2; t++)
+        free (errs [t]);
+    free (metrics);
+    free (model_dir);
+    free (cluster);
+    za_test_dir_remove ();
+}

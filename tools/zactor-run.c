@@ -72,7 +72,11 @@ s_usage (FILE *out)
 "  --index N              this task's index in its job (default 0)\n"
 "  --cluster FILE         the cluster as TF_CONFIG JSON (default: $TF_CONFIG);\n"
 "                         every role gets the same model and training flags\n"
-"  --timeout-secs S       a peer silent this long is unreachable: exit 1 (default 60)\n"
+"  --timeout-secs S       a peer never heard from this long is unreachable: exit 1\n"
+"                         (default 60)\n"
+"  --heartbeat-ivl-ms N   a worker waiting on a ps pings it every N ms (default 1000)\n"
+"  --heartbeat-liveness N ...and gives up on it, as stopped or hung, after N silent\n"
+"                         intervals (default 3): exit 1\n"
 "  -h, --help             this help\n"
 "\n"
 "Output: a progress bar on a terminal (log lines otherwise), checkpoints\n"
@@ -177,7 +181,8 @@ enum {
     OPT_LR, OPT_MAX_STEPS, OPT_EPOCHS, OPT_NO_EVAL, OPT_MODEL_DIR, OPT_CKPT_STEPS,
     OPT_CKPT_SECS, OPT_KEEP, OPT_LOG_STEPS, OPT_SUMMARY_STEPS, OPT_SEED, OPT_THREADS,
     OPT_ROLE, OPT_INDEX, OPT_CLUSTER, OPT_TIMEOUT, OPT_TRAIN_AND_EVAL, OPT_EVAL_DATA,
-    OPT_EVAL_NAME, OPT_EVAL_STEPS, OPT_START_DELAY, OPT_THROTTLE, OPT_REPLAY
+    OPT_EVAL_NAME, OPT_EVAL_STEPS, OPT_START_DELAY, OPT_THROTTLE, OPT_REPLAY,
+    OPT_HEARTBEAT_IVL, OPT_HEARTBEAT_LIVENESS
 };
 
 //  The cluster, freed at exit whichever way main returns.
@@ -277,6 +282,8 @@ main (int argc, char **argv)
         {"start-delay-secs", required_argument, NULL, OPT_START_DELAY},
         {"throttle-secs", required_argument, NULL, OPT_THROTTLE},
         {"replay", no_argument, NULL, OPT_REPLAY},
+        {"heartbeat-ivl-ms", required_argument, NULL, OPT_HEARTBEAT_IVL},
+        {"heartbeat-liveness", required_argument, NULL, OPT_HEARTBEAT_LIVENESS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -291,6 +298,7 @@ main (int argc, char **argv)
     za_evaluator_config_init (&eval_spec);
     const char *eval_data = NULL;
     int train_and_evaluate = 0;
+    int64_t heartbeat_ivl_ms = 1000, heartbeat_liveness = 3;
     double learning_rate = 0;
     int64_t max_steps = 0, epochs = DEFAULT_EPOCHS;
     za_run_config_t config = za_run_config_default ();
@@ -354,6 +362,12 @@ main (int argc, char **argv)
                 eval_spec.throttle_secs = s_float_arg ("--throttle-secs", optarg, 0, 1);
                 break;
             case OPT_REPLAY: eval_spec.replay = 1; break;
+            case OPT_HEARTBEAT_IVL:
+                heartbeat_ivl_ms = s_int_arg ("--heartbeat-ivl-ms", optarg, 10, 3600000);
+                break;
+            case OPT_HEARTBEAT_LIVENESS:
+                heartbeat_liveness = s_int_arg ("--heartbeat-liveness", optarg, 1, 1000);
+                break;
             case 'h': s_usage (stdout); return 0;
             default:
                 fprintf (stderr, "Try 'zactor-run --help'.\n");
@@ -515,6 +529,8 @@ main (int argc, char **argv)
         role_config.batch_size = batch_size;
         role_config.shuffle_buffer = inputs.shuffle_buffer;
         role_config.timeout_secs = timeout_secs;
+        role_config.heartbeat_ivl_secs = (double) heartbeat_ivl_ms / 1000.0;
+        role_config.heartbeat_liveness = (int) heartbeat_liveness;
         role_config.train = train;
         za_info ("%s %d of the cluster (%d workers, %d ps), model %s, %d threads",
                  za_task_type_name (cluster->task_type), cluster->task_index,

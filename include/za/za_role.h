@@ -33,7 +33,10 @@ typedef struct {
     int batch_size;
     int shuffle_buffer;             //  0: none
     size_t partition_floats;        //  split variables above this over the ps (0: never)
-    double timeout_secs;            //  a peer silent this long is unreachable
+    double timeout_secs;            //  a peer never heard from this long is unreachable
+    double heartbeat_ivl_secs;      //  a worker waiting on a ps pings it this often (1 s)
+    int heartbeat_liveness;         //  and gives it up after this many silent intervals
+                                    //  (3): a stopped or hung ps, not only a closed one
     //  The cluster, resolved to endpoints.
     int ps_count;
     const char *ps_endpoints [ZA_ROLE_MAX_PS];
@@ -46,7 +49,8 @@ typedef struct {
     const za_dataset_t *train;      //  worker / chief: the training set
 } za_role_config_t;
 
-//  Defaults: timeout ZA_ROLE_TIMEOUT_SECS, partition at 1 Mi floats, batch 64.
+//  Defaults: timeout ZA_ROLE_TIMEOUT_SECS, heartbeats every 1 s with liveness
+//  3, partition at 1 Mi floats, batch 64.
 void za_role_config_init (za_role_config_t *config);
 
 //  A parameter server: holds its shard of the variables and their optimizer
