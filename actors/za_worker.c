@@ -380,6 +380,21 @@ s_checkpoint (s_worker_t *self, int final)
 static int
 s_chief_init (s_worker_t *self)
 {
+    //  A restarted chief finds every ps holding the training state: it goes on
+    //  from their step instead of rewinding them to its newest checkpoint.
+    if (s_call_all (self, ZA_OP_PULL))
+        return -1;
+    int all_ready = 1;
+    for (int p = 0; p < self->ps_count; p++)
+        all_ready &= self->replies [p]->op == ZA_OP_VALUES;
+    if (all_ready && s_take_parts (self, 0) == 0) {
+        self->init_step = self->ckpt_step = self->replies [0]->step;
+        za_info ("chief: the ps are at step %" PRId64 ": going on from there",
+                 self->init_step);
+        return 0;
+    }
+    //  Fresh ps, or some restarted: every ps gets the newest checkpoint (or the
+    //  initial values), one consistent state.
     int restored;
     if (za_estimator_restore (self->est, &restored))
         return -1;

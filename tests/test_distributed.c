@@ -365,3 +365,79 @@ Test (distributed, a_stopped_ps_is_detected_by_heartbeats, .timeout = 120)
     free (cluster);
     za_test_dir_remove ();
 }
+
+//  Starts one role of the restart test; its stderr goes to err_path.
+static pid_t
+s_start_role (const char *cluster, const char *role, const char *model_dir,
+              const char *err_path)
+{
+    const char *args [] = {"--cluster", cluster, "--role", role, "--model", "dnn",
+                           "--batch-size", "32", "--max-steps", "12000",
+                           "--save-checkpoints-steps", "500", "--save-summary-steps", "100",
+                           "--model-dir", model_dir, "--threads", "1", "--no-eval",
+                           "--timeout-secs", "60", "--log-step-count-steps", "0", NULL};
+    char *out = za_test_path ("task.out");
+    pid_t pid = za_test_spawn (args, out, err_path);
+    free (out);
+    return pid;
+}
+
+//  Recovery without a supervisor (it is started again by hand here): a worker
+//  killed with SIGKILL and started again rejoins; a chief killed and started
+//  again goes on from the ps's step. The run reaches max_steps, every process
+//  exits 0, every checkpoint loads.
+Test (distributed, killed_worker_and_chief_come_back, .timeout = 300)
+{
+    za_test_dir_create ("za_distributed_restart");
+    int ports [3] = {s_free_port (), s_free_port (), s_free_port ()};
+    char *cluster = za_test_path ("cluster.json");
+    FILE *f = fopen (cluster, "w");
+    cr_assert_not_null (f);
+    fprintf (f, "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"],"
+             " \"ps\": [\"127.0.0.1:%d\"]}}\n", ports [0], ports [1], ports [2]);
+    fclose (f);
+    char *model_dir = za_test_path ("run");
+    const char *roles [3] = {"ps", "worker", "chief"};
+    char *errs [5];
+    pid_t pids [3];
+    for (int i = 0; i < 5; i++) {
+        char name [32];
+        snprintf (name, sizeof name, "task%d.err", i);
+        errs [i] = za_test_path (name);
+    }
+    for (int t = 0; t < 3; t++)
+        pids [t] = s_start_role (cluster, roles [t], model_dir, errs [t]);
+    char *index = za_test_path ("run/checkpoint");
+    double waited = 0;
+    while (access (index, F_OK) != 0 && waited < 60)
+        usleep (20000), waited += 0.02;
+    cr_assert_lt (waited, 60, "no checkpoint within 60 s");
+    //  The worker, then the chief: killed, and started again.
+    cr_assert_eq (kill (pids [1], SIGKILL), 0);
+    za_test_wait (pids [1], 10);
+    pids [1] = s_start_role (cluster, roles [1], model_dir, errs [3]);
+    usleep (500000);
+    cr_assert_eq (kill (pids [2], 0), 0, "the chief finished before it could be killed");
+    cr_assert_eq (kill (pids [2], SIGKILL), 0);
+    za_test_wait (pids [2], 10);
+    pids [2] = s_start_role (cluster, roles [2], model_dir, errs [4]);
+    for (int t = 0; t < 3; t++) {
+        int status = za_test_wait (pids [t], 240);
+        cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s exited %d", roles [t],
+                   WIFEXITED (status)? WEXITSTATUS (status): -1);
+    }
+    char *chief_err = za_test_read_file (errs [4], NULL);
+    cr_expect (strstr (chief_err, "going on from there") != NULL, "%s", chief_err);
+    cr_expect (strstr (chief_err, "restored step") == NULL, "the ps were rewound: %s",
+               chief_err);
+    int count = 0;
+    int64_t newest = za_test_expect_all_load (model_dir, &count);
+    cr_expect_geq (newest, 12000);
+    free (chief_err);
+    for (int i = 0; i < 5; i++)
+        free (errs [i]);
+    free (index);
+    free (model_dir);
+    free (cluster);
+    za_test_dir_remove ();
+}
