@@ -465,8 +465,11 @@ s_pull_when_ready (s_worker_t *self)
                              "running?)", s_who (self), self->config->timeout_secs);
         zclock_sleep (NOT_READY_RETRY_MS);
     }
-    if (s_any_error (self, "done"))
+    if (s_any_error (self, "done")) {
+        //  We came after the end: the refusal still says where training ended.
+        self->global_step = self->replies [0]->step;
         return 1;
+    }
     if (s_expect (self, ZA_OP_VALUES) || s_take_parts (self, 0))
         return -1;
     self->global_step = self->replies [0]->step;
@@ -516,8 +519,11 @@ s_train (s_worker_t *self)
         if (s_call_all (self, ZA_OP_PUSH))
             return -1;
         double t2 = za_clock_mono ();
-        if (s_any_error (self, "done"))
+        if (s_any_error (self, "done")) {
+            if (self->replies [0]->step > self->global_step)
+                self->global_step = self->replies [0]->step;
             break;
+        }
         if (s_expect (self, ZA_OP_VALUES) || s_take_parts (self, 0))
             return -1;
         self->global_step = self->replies [0]->step;
