@@ -42,6 +42,37 @@ s_free_port (void)
     return ntohs (addr.sin_port);
 }
 
+//  A cluster file on loopback with free ports: one chief, `workers` workers,
+//  `ps` ps and (when `evaluator`) an evaluator. *ps0_port (may be NULL) gets
+//  ps 0's port. Caller frees the path.
+static char *
+s_cluster_file (int workers, int ps, int evaluator, int *ps0_port)
+{
+    char jobs [1024];
+    int used = snprintf (jobs, sizeof jobs, "\"chief\": [\"127.0.0.1:%d\"]", s_free_port ());
+    const char *names [3] = {"worker", "ps", "evaluator"};
+    int counts [3] = {workers, ps, evaluator};
+    for (int j = 0; j < 3; j++) {
+        if (counts [j] == 0)
+            continue;
+        used += snprintf (jobs + used, sizeof jobs - used, ", \"%s\": [", names [j]);
+        for (int i = 0; i < counts [j]; i++) {
+            int port = s_free_port ();
+            if (j == 1 && i == 0 && ps0_port)
+                *ps0_port = port;
+            used += snprintf (jobs + used, sizeof jobs - used, "%s\"127.0.0.1:%d\"",
+                              i? ", ": "", port);
+        }
+        used += snprintf (jobs + used, sizeof jobs - used, "]");
+    }
+    char *path = za_test_path ("cluster.json");
+    FILE *f = fopen (path, "w");
+    cr_assert_not_null (f);
+    fprintf (f, "{\"cluster\": {%s}}\n", jobs);
+    fclose (f);
+    return path;
+}
+
 //  "ps N: done at step S, F floats, crc32 X" from a ps's stderr.
 static void
 s_ps_report (const char *err, int ps, long long *step, unsigned *crc, unsigned long long *dropped)
@@ -55,29 +86,6 @@ s_ps_report (const char *err, int ps, long long *step, unsigned *crc, unsigned l
                           &floats, crc, dropped), 4, "%s", line);
 }
 
-static uint32_t
-s_ckpt_crc_of_ps (const za_checkpoint_t *ckpt, int ps, int ps_count)
-{
-    za_stack_spec_t spec;
-    cr_assert_eq (za_stack_parse (ZA_SEED_CNN, &spec), 0);
-    za_vars_t vars = {0};
-    za_input_shape_t shape = {28, 28, 1};
-    void *state = za_stack_model_fn ()->create (&spec, shape, 1, za_backend_cpu (), &vars);
-    za_stack_model_fn ()->destroy (&state);
-    za_placement_t placement;
-    cr_assert_eq (za_placement_compute (&vars, ps_count, 1u << 20, &placement), 0);
-    int parts [ZA_PLACEMENT_MAX_PARTS];
-    int n = za_placement_parts_of (&placement, ps, parts, ZA_PLACEMENT_MAX_PARTS);
-    uLong crc = crc32 (0L, Z_NULL, 0);
-    for (int i = 0; i < n; i++) {
-        const za_part_t *part = &placement.parts [parts [i]];
-        const za_ckpt_tensor_t *t = za_checkpoint_find (ckpt, vars.vars [part->var].name);
-        cr_assert_not_null (t);
-        crc = crc32 (crc, (const Bytef *) ((const float *) t->data + part->offset),
-                     (uInt) (part->size * sizeof (float)));
-    }
-    return (uint32_t) crc;
-}
 
 //  Sends bad messages to a ps: random bytes, a truncated header, a wrong
 //  version, an unknown op, a push whose frame sizes lie. Returns how many.
@@ -136,16 +144,8 @@ s_send_garbage (int port)
 Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300)
 {
     za_test_dir_create ("za_distributed_test");
-    int ports [TASKS];
-    for (int i = 0; i < TASKS; i++)
-        ports [i] = s_free_port ();
-    char *cluster = za_test_path ("cluster.json");
-    FILE *f = fopen (cluster, "w");
-    cr_assert_not_null (f);
-    fprintf (f, "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"],"
-             " \"ps\": [\"127.0.0.1:%d\", \"127.0.0.1:%d\"]}}\n", ports [0], ports [1],
-             ports [2], ports [3]);
-    fclose (f);
+    int ps0_port = 0;
+    char *cluster = s_cluster_file (1, 2, 0, &ps0_port);
     char *model_dir = za_test_path ("run");
     char max_steps [16];
     snprintf (max_steps, sizeof max_steps, "%d", MAX_STEPS);
@@ -172,7 +172,7 @@ Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300)
     while (access (metrics, F_OK) != 0 && waited < 60)
         usleep (20000), waited += 0.02;
     cr_assert_lt (waited, 60, "the chief wrote no metrics within 60 s");
-    int garbage = s_send_garbage (ports [2]);
+    int garbage = s_send_garbage (ps0_port);
     for (int t = 0; t < TASKS; t++) {
         int status = za_test_wait (pids [t], TIMEOUT_S);
         cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s %s exited %d: %s",
@@ -190,7 +190,11 @@ Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300)
         unsigned crc;
         unsigned long long dropped;
         s_ps_report (err, p, &step, &crc, &dropped);
-        cr_expect_eq (crc, s_ckpt_crc_of_ps (ckpt, p, 2), "ps %d holds %08x", p, crc);
+        za_stack_spec_t cnn;
+        cr_assert_eq (za_stack_parse (ZA_SEED_CNN, &cnn), 0);
+        za_input_shape_t shape = {28, 28, 1};
+        cr_expect_eq (crc, za_test_ckpt_crc_of_ps (ckpt, &cnn, shape, 2, 1u << 20, p),
+                      "ps %d holds %08x", p, crc);
         cr_expect_eq (step, za_checkpoint_step (ckpt));
         if (p == 0) {
             cr_expect_eq (dropped, (unsigned long long) garbage, "ps 0 dropped %llu of %d",
@@ -236,16 +240,7 @@ Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300)
 Test (distributed, with_an_evaluator_task, .timeout = 300)
 {
     za_test_dir_create ("za_distributed_eval");
-    int ports [4];
-    for (int i = 0; i < 4; i++)
-        ports [i] = s_free_port ();
-    char *cluster = za_test_path ("cluster.json");
-    FILE *f = fopen (cluster, "w");
-    cr_assert_not_null (f);
-    fprintf (f, "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"],"
-             " \"ps\": [\"127.0.0.1:%d\"], \"evaluator\": [\"127.0.0.1:%d\"]}}\n", ports [0],
-             ports [1], ports [2], ports [3]);
-    fclose (f);
+    char *cluster = s_cluster_file (1, 1, 1, NULL);
     char *model_dir = za_test_path ("run");
     const char *roles [4][2] = {{"ps", "0"}, {"evaluator", "0"}, {"chief", "0"}, {"worker", "0"}};
     pid_t pids [4];
@@ -319,13 +314,7 @@ Test (distributed, with_an_evaluator_task, .timeout = 300)
 Test (distributed, a_stopped_ps_is_detected_by_heartbeats, .timeout = 120)
 {
     za_test_dir_create ("za_distributed_hb");
-    int ports [2] = {s_free_port (), s_free_port ()};
-    char *cluster = za_test_path ("cluster.json");
-    FILE *f = fopen (cluster, "w");
-    cr_assert_not_null (f);
-    fprintf (f, "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"ps\": [\"127.0.0.1:%d\"]}}\n",
-             ports [0], ports [1]);
-    fclose (f);
+    char *cluster = s_cluster_file (0, 1, 0, NULL);
     char *model_dir = za_test_path ("run");
     const char *roles [2] = {"ps", "chief"};
     pid_t pids [2];
@@ -389,13 +378,7 @@ s_start_role (const char *cluster, const char *role, const char *model_dir,
 Test (distributed, killed_worker_and_chief_come_back, .timeout = 300)
 {
     za_test_dir_create ("za_distributed_restart");
-    int ports [3] = {s_free_port (), s_free_port (), s_free_port ()};
-    char *cluster = za_test_path ("cluster.json");
-    FILE *f = fopen (cluster, "w");
-    cr_assert_not_null (f);
-    fprintf (f, "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"],"
-             " \"ps\": [\"127.0.0.1:%d\"]}}\n", ports [0], ports [1], ports [2]);
-    fclose (f);
+    char *cluster = s_cluster_file (1, 1, 0, NULL);
     char *model_dir = za_test_path ("run");
     const char *roles [3] = {"ps", "worker", "chief"};
     char *errs [5];

@@ -65,30 +65,6 @@ s_cluster_setup (s_cluster_t *c, int ps_count, int num_workers, const char *tag,
     }
 }
 
-//  The CRC32 of what ps p should hold, rebuilt from the checkpoint's tensors
-//  in the placement's order.
-static uint32_t
-s_ckpt_crc_of_ps (const za_checkpoint_t *ckpt, const s_cluster_t *c, int p)
-{
-    za_vars_t vars = {0};
-    void *state = za_stack_model_fn ()->create (&c->spec, c->ps [0].input, 1,
-                                                za_backend_cpu (), &vars);
-    za_stack_model_fn ()->destroy (&state);
-    za_placement_t placement;
-    cr_assert_eq (za_placement_compute (&vars, c->ps [0].ps_count, c->ps [0].partition_floats,
-                                        &placement), 0);
-    int parts [ZA_PLACEMENT_MAX_PARTS];
-    int n = za_placement_parts_of (&placement, p, parts, ZA_PLACEMENT_MAX_PARTS);
-    uLong crc = crc32 (0L, Z_NULL, 0);
-    for (int i = 0; i < n; i++) {
-        const za_part_t *part = &placement.parts [parts [i]];
-        const za_ckpt_tensor_t *t = za_checkpoint_find (ckpt, vars.vars [part->var].name);
-        cr_assert_not_null (t, "checkpoint lacks %s", vars.vars [part->var].name);
-        crc = crc32 (crc, (const Bytef *) ((const float *) t->data + part->offset),
-                     (uInt) (part->size * sizeof (float)));
-    }
-    return (uint32_t) crc;
-}
 
 static double
 s_first_or_last_loss (int last)
@@ -163,9 +139,9 @@ Test (roles, chief_worker_two_ps_train_and_checkpoint_matches_ps)
     cr_expect_geq (za_checkpoint_step (ckpt), 400);
     cr_expect_eq (za_checkpoint_step (ckpt), ps_step [0]);
     for (int p = 0; p < 2; p++)
-        cr_expect_eq (s_ckpt_crc_of_ps (ckpt, &c, p), ps_crc [p],
+        cr_expect_eq (za_test_ckpt_crc_of_ps (ckpt, &c.spec, c.ps [0].input, 2, 10000, p), ps_crc [p],
                       "ps %d holds %08x, the checkpoint %08x", p, ps_crc [p],
-                      s_ckpt_crc_of_ps (ckpt, &c, p));
+                      za_test_ckpt_crc_of_ps (ckpt, &c.spec, c.ps [0].input, 2, 10000, p));
     za_checkpoint_destroy (&ckpt);
     //  Checkpoints on the way (every 20 steps) and the loss fell.
     int64_t *steps = NULL;

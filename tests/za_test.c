@@ -1,6 +1,9 @@
 /*  za_test.c: the helpers the Criterion suites share (see za_test.h), kept in one
     place so that each suite holds only its own tests.                           */
 #define _GNU_SOURCE                     //  asprintf
+#include <zlib.h>
+
+#include "za/za_placement.h"
 #include "za_test.h"
 
 #include <criterion/criterion.h>
@@ -250,4 +253,27 @@ za_test_fashion (const char *split, int64_t count)
     cr_assert_not_null (part, "%s", za_last_error ());
     za_dataset_destroy (&full);
     return part;
+}
+
+uint32_t
+za_test_ckpt_crc_of_ps (const za_checkpoint_t *ckpt, const za_stack_spec_t *spec,
+                        za_input_shape_t input, int ps_count, size_t partition_floats, int ps)
+{
+    za_vars_t vars = {0};
+    void *state = za_stack_model_fn ()->create (spec, input, 1, za_backend_cpu (), &vars);
+    cr_assert_not_null (state, "%s", za_last_error ());
+    za_stack_model_fn ()->destroy (&state);
+    za_placement_t placement;
+    cr_assert_eq (za_placement_compute (&vars, ps_count, partition_floats, &placement), 0);
+    int parts [ZA_PLACEMENT_MAX_PARTS];
+    int n = za_placement_parts_of (&placement, ps, parts, ZA_PLACEMENT_MAX_PARTS);
+    uLong crc = crc32 (0L, Z_NULL, 0);
+    for (int i = 0; i < n; i++) {
+        const za_part_t *part = &placement.parts [parts [i]];
+        const za_ckpt_tensor_t *t = za_checkpoint_find (ckpt, vars.vars [part->var].name);
+        cr_assert_not_null (t, "checkpoint lacks %s", vars.vars [part->var].name);
+        crc = crc32 (crc, (const Bytef *) ((const float *) t->data + part->offset),
+                     (uInt) (part->size * sizeof (float)));
+    }
+    return (uint32_t) crc;
 }

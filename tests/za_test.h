@@ -12,7 +12,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "za/za_checkpoint.h"
 #include "za/za_dataset.h"
+#include "za/za_model.h"
 
 //  --------------------------------------------------------------------------
 //  The temp dir of the running test
@@ -88,6 +90,14 @@ void za_test_expect_checkpoints (const char *dir, const int64_t *expected,
 //  global step is the one in its name. Returns the newest step (-1 when there is
 //  none) and, when count_p is not NULL, how many there are in *count_p.
 int64_t za_test_expect_all_load (const char *dir, int *count_p);
+
+//  The CRC32 of what ps `ps` holds at the end of a run, rebuilt from a
+//  checkpoint: the layer stack's variables placed over ps_count ps (as every
+//  role places them), ps's parts in placement order. A ps reports the same
+//  CRC of its own block, so the two can be compared.
+uint32_t za_test_ckpt_crc_of_ps (const za_checkpoint_t *ckpt, const za_stack_spec_t *spec,
+                                 za_input_shape_t input, int ps_count,
+                                 size_t partition_floats, int ps);
 
 //  The first `count` examples of the real Fashion-MNIST split "train" or "t10k",
 //  copied (count <= 0 or beyond the split: all of it). Fails the test when the
