@@ -21,17 +21,17 @@
 static const char *s_op_names [] = {
     NULL, "init", "init_ok", "pull", "push", "values", "hold", "held", "snapshot",
     "snapshot_data", "release", "released", "stop", "stopping", "bye", "bye_ok",
-    "error", "ping", "pong"
+    "error", "ping", "pong", "register", "welcome", "report", "view", "watch", "state"
 };
-#define WIRE_OP_LAST ZA_OP_PONG
+#define WIRE_OP_LAST ZA_OP_STATE
 
 //  Header keys, in the order they are written.
 typedef enum {
     KEY_V, KEY_OP, KEY_SEQ, KEY_STEP, KEY_TASK, KEY_PS, KEY_CODE, KEY_ERROR, KEY_OPT,
-    KEY_TENSORS, KEY_COUNT
+    KEY_BODY, KEY_TENSORS, KEY_COUNT
 } s_key_t;
 static const char *s_key_names [KEY_COUNT] = {
-    "v", "op", "seq", "step", "task", "ps", "code", "error", "opt", "tensors"
+    "v", "op", "seq", "step", "task", "ps", "code", "error", "opt", "body", "tensors"
 };
 
 //  Keys of the "opt" map; all are required.
@@ -328,7 +328,7 @@ s_pack_header (msgpack_packer *pk, const za_wire_msg_t *msg)
         [KEY_V] = true, [KEY_OP] = true, [KEY_SEQ] = true,
         [KEY_STEP] = msg->step != -1, [KEY_TASK] = msg->task != -1, [KEY_PS] = msg->ps != -1,
         [KEY_CODE] = msg->code [0] != 0, [KEY_ERROR] = msg->error [0] != 0,
-        [KEY_OPT] = msg->has_optim != 0, [KEY_TENSORS] = msg->tensor_count > 0
+        [KEY_OPT] = msg->has_optim != 0, [KEY_BODY] = msg->body != NULL, [KEY_TENSORS] = msg->tensor_count > 0
     };
     size_t count = 0;
     for (int key = 0; key < KEY_COUNT; key++)
@@ -351,6 +351,9 @@ s_pack_header (msgpack_packer *pk, const za_wire_msg_t *msg)
             case KEY_CODE:    rc = s_pack_str (pk, msg->code); break;
             case KEY_ERROR:   rc = s_pack_str (pk, msg->error); break;
             case KEY_OPT:     rc = s_pack_optim (pk, msg); break;
+            case KEY_BODY:    rc = msgpack_pack_str (pk, msg->body_len)
+                                || msgpack_pack_str_body (pk, msg->body, msg->body_len);
+                              break;
             case KEY_TENSORS: rc = s_pack_tensors (pk, msg); break;
             case KEY_COUNT:   break;
         }
@@ -380,6 +383,11 @@ s_check_outgoing (const za_wire_msg_t *msg, const za_wire_lease_t *lease)
     ||  strnlen (msg->error, WIRE_ERROR_BYTES) == WIRE_ERROR_BYTES
     ||  strnlen (msg->optimizer, WIRE_OPTIMIZER_BYTES) == WIRE_OPTIMIZER_BYTES)
         return za_error ("wire: cannot send: code, error or optimizer is not NUL-terminated");
+    if (msg->body && msg->body_len > ZA_WIRE_MAX_BODY_BYTES)
+        return za_error ("wire: cannot send: a body of %zu bytes (at most %d)", msg->body_len,
+                         ZA_WIRE_MAX_BODY_BYTES);
+    if (msg->body && memchr (msg->body, 0, msg->body_len))
+        return za_error ("wire: cannot send: the body contains a NUL byte");
     if (msg->has_optim) {
         if (msg->optimizer [0] == 0)
             return za_error ("wire: cannot send: has_optim but no optimizer name");
@@ -994,6 +1002,18 @@ s_decode_header (const msgpack_object *map, za_wire_msg_t *out, s_payload_t *pay
             case KEY_OPT:
                 if (s_decode_optim (value, out))
                     return -1;
+                break;
+            case KEY_BODY:
+                if (value->type != MSGPACK_OBJECT_STR)
+                    return za_error ("wire: 'body' must be a str, got %s",
+                                     s_type_name (value->type));
+                if (value->via.str.size > ZA_WIRE_MAX_BODY_BYTES)
+                    return za_error ("wire: 'body' is %u bytes, more than %d",
+                                     value->via.str.size, ZA_WIRE_MAX_BODY_BYTES);
+                if (memchr (value->via.str.ptr, 0, value->via.str.size))
+                    return za_error ("wire: 'body' contains a NUL byte");
+                out->body = value->via.str.ptr;
+                out->body_len = value->via.str.size;
                 break;
             case KEY_TENSORS:
                 if (s_decode_tensors (value, out, payload, count_p))

@@ -307,7 +307,8 @@ Test (wire, op_names_round_trip)
 {
     const char *names [] = { "init", "init_ok", "pull", "push", "values", "hold", "held",
                              "snapshot", "snapshot_data", "release", "released", "stop",
-                             "stopping", "bye", "bye_ok", "error", "ping", "pong" };
+                             "stopping", "bye", "bye_ok", "error", "ping", "pong",
+                             "register", "welcome", "report", "view", "watch", "state" };
     for (int i = 0; i < (int) (sizeof names / sizeof names [0]); i++) {
         za_op_t op = (za_op_t) (ZA_OP_INIT + i);
         cr_assert_str_eq (za_op_name (op), names [i]);
@@ -316,7 +317,7 @@ Test (wire, op_names_round_trip)
         cr_assert_eq (parsed, op);
     }
     cr_assert_null (za_op_name ((za_op_t) 0));
-    cr_assert_null (za_op_name ((za_op_t) (ZA_OP_PONG + 1)));
+    cr_assert_null (za_op_name ((za_op_t) (ZA_OP_STATE + 1)));
     za_op_t op;
     cr_assert_eq (za_op_parse ("PUSH", &op), -1);
     cr_assert_eq (za_op_parse ("", &op), -1);
@@ -1009,6 +1010,67 @@ Test (wire, decode_rejects_wrong_key_types)
     s_str (&header, "lr");
     msgpack_pack_double (&header.packer, 0.5);
     REJECT (header, 0, NULL, "'opt' has no 'momentum'");
+    s_header_destroy (&header);
+}
+
+//  The control plane's JSON body travels inside the header, over tcp, whole.
+Test (wire, body_round_trip_and_limits)
+{
+    s_pair_t pair = s_pair_new ("tcp");
+    za_wire_msg_t *msg = s_msg_new (ZA_OP_REGISTER);
+    const char *json = "{\"role\": \"worker\", \"index\": -1, \"pid\": 4242}";
+    msg->body = json;
+    msg->body_len = strlen (json);
+    cr_assert_eq (za_wire_send (pair.dealer, NULL, msg, NULL), 0, "%s", za_last_error ());
+    zmsg_t *got = s_recv (pair.router);
+    zframe_t *id = zmsg_pop (got);
+    cr_assert_eq (za_wire_decode (got, &s_out), 0, "%s", za_last_error ());
+    cr_assert_eq (s_out.op, ZA_OP_REGISTER);
+    cr_assert_eq (s_out.body_len, strlen (json));
+    cr_assert_eq (memcmp (s_out.body, json, s_out.body_len), 0);
+    zframe_destroy (&id);
+    zmsg_destroy (&got);
+
+    //  A message without a body decodes with body NULL.
+    za_wire_msg_init (msg, ZA_OP_WATCH);
+    cr_assert_eq (za_wire_send (pair.dealer, NULL, msg, NULL), 0);
+    got = s_recv (pair.router);
+    id = zmsg_pop (got);
+    cr_assert_eq (za_wire_decode (got, &s_out), 0);
+    cr_assert_null (s_out.body);
+    zframe_destroy (&id);
+    zmsg_destroy (&got);
+
+    //  Too long, or with a NUL inside: refused before anything is sent.
+    size_t big = ZA_WIRE_MAX_BODY_BYTES + 1;
+    char *text = (char *) malloc (big);
+    memset (text, 'x', big);
+    msg->body = text;
+    msg->body_len = big;
+    cr_assert_eq (za_wire_send (pair.dealer, NULL, msg, NULL), -1);
+    cr_assert (strstr (za_last_error (), "body"), "%s", za_last_error ());
+    text [3] = 0;
+    msg->body_len = 10;
+    cr_assert_eq (za_wire_send (pair.dealer, NULL, msg, NULL), -1);
+    cr_assert (strstr (za_last_error (), "NUL"), "%s", za_last_error ());
+    free (text);
+    free (msg);
+    s_pair_destroy (&pair);
+
+    //  Received: a body of the wrong type, or with a NUL, is one clear error.
+    s_header_t header;
+    s_header_init (&header);
+    s_begin (&header, 4, ZA_WIRE_VERSION, "report");
+    s_str (&header, "body");
+    msgpack_pack_int (&header.packer, 7);
+    REJECT (header, 0, NULL, "'body' must be a str, got int");
+    s_header_destroy (&header);
+    s_header_init (&header);
+    s_begin (&header, 4, ZA_WIRE_VERSION, "report");
+    s_str (&header, "body");
+    msgpack_pack_str (&header.packer, 3);
+    msgpack_pack_str_body (&header.packer, "a\0b", 3);
+    REJECT (header, 0, NULL, "'body' contains a NUL byte");
     s_header_destroy (&header);
 }
 

@@ -10,6 +10,7 @@
 #include <czmq.h>
 
 #include "za/za_estimator.h"
+#include "za/za_role.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,6 +35,8 @@ typedef struct {
     double poll_secs;               //  how often model_dir is looked at (0.2)
     double idle_timeout_secs;       //  > 0: give up (exit 1) when no new
                                     //  checkpoint came for this long; 0: wait
+    za_role_stats_t *stats;         //  NULL, or where progress is published (the
+                                    //  newest evaluation's step and accuracy)
 } za_evaluator_config_t;
 
 void za_evaluator_config_init (za_evaluator_config_t *config);

@@ -11,6 +11,7 @@
 #define ZA_ROLE_H_INCLUDED
 
 #include <czmq.h>
+#include <stdatomic.h>
 
 #include "za/za_estimator.h"
 
@@ -20,6 +21,38 @@ extern "C" {
 
 #define ZA_ROLE_MAX_PS 64
 #define ZA_ROLE_TIMEOUT_SECS 60.0
+
+//  What a role is doing, for the broker and zactor-top.
+typedef enum {
+    ZA_ROLE_STARTING = 0,       //  loading data, waiting for the cluster view
+    ZA_ROLE_WAITING,            //  waiting for the ps to be initialised (or restored)
+    ZA_ROLE_RUNNING,            //  training, serving, evaluating
+    ZA_ROLE_RECOVERING,         //  a ps lost its state: reloading / re-pulling
+    ZA_ROLE_DONE,               //  finished; exiting 0
+    ZA_ROLE_FAILED              //  finished with an error; exiting 1
+} za_role_state_t;
+
+//  "starting", "waiting", "running", "recovering", "done", "failed".
+const char *za_role_state_name (za_role_state_t state);
+
+//  Statistics a role shares with whoever watches it (zactor-run's broker
+//  client): written by the role's thread, read by another, all relaxed
+//  atomics, so watching never slows training. Zero-initialise; eval_step
+//  and eval_accuracy are -1 until an evaluation exists.
+typedef struct {
+    _Atomic int64_t global_step;
+    _Atomic double loss;                //  recent mean training loss
+    _Atomic double steps_per_sec;       //  global steps per second, recently
+    _Atomic double examples_per_sec;    //  this task's examples per second
+    _Atomic int64_t eval_step;          //  the newest evaluation's global step
+    _Atomic double eval_accuracy;
+    _Atomic double alive;               //  za_clock_mono () at the role loop's last turn
+                                        //  (0: the role does not keep it)
+    _Atomic int state;                  //  za_role_state_t
+} za_role_stats_t;
+
+//  Zeroes stats and sets eval_step and eval_accuracy to -1.
+void za_role_stats_init (za_role_stats_t *stats);
 
 typedef struct {
     //  The job: the same for every role.
@@ -47,6 +80,7 @@ typedef struct {
     int worker_index;               //  worker / chief: its data shard; the chief is 0
     int is_chief;
     const za_dataset_t *train;      //  worker / chief: the training set
+    za_role_stats_t *stats;         //  NULL, or where the role publishes its progress
 } za_role_config_t;
 
 //  Defaults: timeout ZA_ROLE_TIMEOUT_SECS, heartbeats every 1 s with liveness

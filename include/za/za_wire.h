@@ -41,6 +41,8 @@ extern "C" {
 //  every socket that receives wire messages, so libzmq drops a peer that
 //  announces a bigger frame before allocating it (the option is per frame).
 #define ZA_WIRE_MAX_FRAME_BYTES (1u << 30)
+//  A control message's JSON body, in bytes (it lives in the header frame).
+#define ZA_WIRE_MAX_BODY_BYTES (60 * 1024)
 
 typedef enum {
     ZA_OP_INIT = 1,
@@ -60,12 +62,20 @@ typedef enum {
     ZA_OP_BYE_OK,
     ZA_OP_ERROR,
     ZA_OP_PING,
-    ZA_OP_PONG
+    ZA_OP_PONG,
+    //  The broker's control plane (docs/PROTOCOL.md section 10): a JSON body.
+    ZA_OP_REGISTER,
+    ZA_OP_WELCOME,
+    ZA_OP_REPORT,
+    ZA_OP_VIEW,
+    ZA_OP_WATCH,
+    ZA_OP_STATE
 } za_op_t;
 
 //  The op's wire name: "init", "init_ok", "pull", "push", "values", "hold",
 //  "held", "snapshot", "snapshot_data", "release", "released", "stop",
-//  "stopping", "bye", "bye_ok", "error", "ping", "pong". Returns a static
+//  "stopping", "bye", "bye_ok", "error", "ping", "pong", "register", "welcome",
+//  "report", "view", "watch", "state". Returns a static
 //  string, or NULL when op is not one of za_op_t's values.
 const char *za_op_name (za_op_t op);
 
@@ -104,6 +114,11 @@ typedef struct {
     char optimizer [16];                //  "sgd", "momentum", "adam", "adagrad"
     double learning_rate, momentum, beta1, beta2, epsilon, initial_accumulator;
     int nesterov;
+    //  The control plane's JSON document ("body"), not NUL-terminated; NULL
+    //  when absent. Decode: points into the header frame (keep the zmsg).
+    //  Encode: the caller's bytes, copied into the header.
+    const char *body;
+    size_t body_len;
     int tensor_count;
     za_wire_tensor_t tensors [ZA_WIRE_MAX_TENSORS];
 } za_wire_msg_t;
