@@ -1,0 +1,875 @@
+/*  za_broker.c: the broker actor: registry, cluster view, heartbeats,
+    supervision with backoff, events, and the state zactor-top shows.
+
+    A task (role kind, index) goes through these states:
+      EMPTY     declared, nobody has it yet (supervise: about to be started)
+      STARTED   supervise: its process was started, it has not registered
+      LIVE      registered, reporting every interval
+      LOST      not supervised: it went silent; it may come back
+      KILLED    supervise: we killed it (missed heartbeats); waiting to reap it
+      BACKOFF   supervise: failed; started again at restart_at
+      DONE      finished with exit 0 (or training was over when it failed)
+    The job is done when every task is DONE; it fails when a task would be
+    restarted more than max_restarts times.                                  */
+#define _GNU_SOURCE                     //  sigabbrev_np
+#include "za/za_broker.h"
+#include "za/za_checkpoint.h"
+#include "za/za_cluster.h"
+#include "za/za_util.h"
+#include "za/za_wire.h"
+
+#include <jansson.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define POLL_MS 100
+#define REGISTER_GRACE_SECS 60.0        //  a started process has this long to register
+#define STABLE_SECS 30.0                //  running this long resets the backoff
+#define STOP_GRACE_SECS 5.0             //  SIGTERM, then SIGKILL after this
+#define MAX_LOGGED_DROPS 20
+#define TEXT_MAX 256
+
+typedef enum {
+    T_EMPTY, T_STARTED, T_LIVE, T_LOST, T_KILLED, T_BACKOFF, T_DONE
+} s_task_state_t;
+
+static const char *s_task_state_names [] = {
+    "empty", "started", "live", "lost", "killed", "backoff", "done"
+};
+
+typedef struct {
+    int kind, index;
+    s_task_state_t state;
+    pid_t pid;                  //  as registered, or as started
+    int own;                    //  1: our child (we reap it)
+    char host [TEXT_MAX];
+    char endpoint [ZA_CLUSTER_ENDPOINT_MAX];
+    zframe_t *identity;
+    double last_heard;
+    double since;               //  when it was started or registered
+    int restarts;
+    int failures;               //  in a row, for the backoff
+    double restart_at;
+    char cause [TEXT_MAX];      //  why we killed it, until it is reaped
+    //  Its last report.
+    char role_state [16];
+    int64_t step;
+    double loss, steps_per_sec, examples_per_sec;
+    int64_t eval_step;
+    double eval_accuracy;
+} s_task_t;
+
+typedef struct {
+    double time;
+    char text [512];            //  one JSON object
+} s_event_t;
+
+typedef struct {
+    const za_broker_config_t *config;
+    zsock_t *pipe;
+    zsock_t *router;
+    json_t *job;
+    s_task_t tasks [ZA_BROKER_ROLE_KINDS][ZA_BROKER_MAX_TASKS];
+    s_event_t events [ZA_BROKER_EVENTS];
+    int event_count;            //  ever; the ring holds the last ZA_BROKER_EVENTS
+    double start;
+    char host [TEXT_MAX];
+    uint64_t dropped;
+    za_wire_msg_t *in, *out;
+    int failed;
+} s_broker_t;
+
+void
+za_broker_config_init (za_broker_config_t *config)
+{
+    memset (config, 0, sizeof *config);
+    config->heartbeat_ivl_secs = 1.0;
+    config->heartbeat_liveness = 3;
+    config->max_restarts = 10;
+    config->backoff_secs = 0.5;
+    config->backoff_max_secs = 10.0;
+}
+
+static double
+s_silent_max (s_broker_t *self)
+{
+    return self->config->heartbeat_ivl_secs * self->config->heartbeat_liveness;
+}
+
+static const char *
+s_kind_name (int kind)
+{
+    return za_task_type_name ((za_task_type_t) kind);
+}
+
+static int
+s_kind_parse (const char *name)
+{
+    for (int kind = 0; kind < ZA_BROKER_ROLE_KINDS; kind++)
+        if (name && streq (name, s_kind_name (kind)))
+            return kind;
+    return -1;
+}
+
+// ---------------------------------------------------------------------------
+//  Events: kept in a ring, appended to MODEL_DIR/events.jsonl, logged.
+
+static void
+s_event (s_broker_t *self, const s_task_t *task, const char *event, const char *fmt, ...)
+    __attribute__ ((format (printf, 4, 5)));
+
+static void
+s_event (s_broker_t *self, const s_task_t *task, const char *event, const char *fmt, ...)
+{
+    char cause [TEXT_MAX] = "";
+    if (fmt) {
+        va_list args;
+        va_start (args, fmt);
+        vsnprintf (cause, sizeof cause, fmt, args);
+        va_end (args);
+    }
+    double now = za_clock_wall ();
+    json_t *json = json_pack ("{s:f, s:s, s:s, s:i, s:i, s:s, s:i}", "time", now,
+                              "event", event,
+                              "role", task? s_kind_name (task->kind): "broker",
+                              "index", task? task->index: 0,
+                              "pid", task? (int) task->pid: (int) getpid (), "cause", cause,
+                              "restarts", task? task->restarts: self->config->restarts);
+    char *text = json? json_dumps (json, JSON_COMPACT): NULL;
+    json_decref (json);
+    if (!text)
+        return;
+    s_event_t *slot = &self->events [self->event_count++ % ZA_BROKER_EVENTS];
+    slot->time = now;
+    snprintf (slot->text, sizeof slot->text, "%s", text);
+    if (self->config->model_dir) {
+        char path [4096];
+        snprintf (path, sizeof path, "%s/events.jsonl", self->config->model_dir);
+        FILE *file = fopen (path, "a");
+        if (file) {
+            fprintf (file, "%s\n", text);
+            fclose (file);
+        }
+    }
+    free (text);
+    if (task)
+        za_info ("broker: %s %d (pid %d): %s%s%s", s_kind_name (task->kind), task->index,
+                 (int) task->pid, event, *cause? ": ": "", cause);
+    else
+        za_info ("broker: %s%s%s", event, *cause? ": ": "", cause);
+}
+
+//  A restarted broker shows the events of the one before it.
+static void
+s_events_reload (s_broker_t *self)
+{
+    if (!self->config->model_dir)
+        return;
+    char path [4096];
+    snprintf (path, sizeof path, "%s/events.jsonl", self->config->model_dir);
+    FILE *file = fopen (path, "r");
+    if (!file)
+        return;
+    char line [sizeof self->events [0].text];
+    while (fgets (line, sizeof line, file)) {
+        json_t *json = json_loads (line, JSON_DISABLE_EOF_CHECK, NULL);
+        if (json && json_is_object (json)) {
+            s_event_t *slot = &self->events [self->event_count++ % ZA_BROKER_EVENTS];
+            slot->time = json_number_value (json_object_get (json, "time"));
+            line [strcspn (line, "\n")] = 0;
+            snprintf (slot->text, sizeof slot->text, "%s", line);
+        }
+        json_decref (json);
+    }
+    fclose (file);
+}
+
+// ---------------------------------------------------------------------------
+//  Processes
+
+//  "exit code 1", "killed by signal 9 (SIGKILL)".
+static void
+s_describe_status (int status, char *text, size_t size)
+{
+    if (WIFEXITED (status))
+        snprintf (text, size, "exit code %d", WEXITSTATUS (status));
+    else
+    if (WIFSIGNALED (status))
+        snprintf (text, size, "killed by signal %d (SIG%s)", WTERMSIG (status),
+                  sigabbrev_np (WTERMSIG (status))? sigabbrev_np (WTERMSIG (status)): "?");
+    else
+        snprintf (text, size, "status %d", status);
+}
+
+//  1 if pid is a zactor role process of ours on this host: never signal a
+//  process that merely reuses an old pid.
+static int
+s_is_role_process (pid_t pid)
+{
+    if (pid <= 0)
+        return 0;
+    char path [64], args [4096];
+    snprintf (path, sizeof path, "/proc/%d/cmdline", (int) pid);
+    FILE *file = fopen (path, "r");
+    if (!file)
+        return 0;
+    size_t n = fread (args, 1, sizeof args - 1, file);
+    fclose (file);
+    for (size_t i = 0; i < n; i++)
+        if (args [i] == 0)
+            args [i] = ' ';
+    args [n] = 0;
+    return strstr (args, "--broker") != NULL;
+}
+
+static int
+s_is_local (s_broker_t *self, const s_task_t *task)
+{
+    return task->own || streq (task->host, self->host);
+}
+
+static int
+s_spawn (s_broker_t *self, s_task_t *task)
+{
+    const za_broker_config_t *config = self->config;
+    char index [16], restarts [32], log [4096];
+    snprintf (index, sizeof index, "%d", task->index);
+    snprintf (restarts, sizeof restarts, "ZA_RESTARTS=%d", task->restarts);
+    snprintf (log, sizeof log, "%s/%s-%d.log", config->log_dir? config->log_dir: ".",
+              s_kind_name (task->kind), task->index);
+    if (task->own && task->pid > 0) {
+        //  The process before: make sure it is gone, and reap it.
+        if (s_is_role_process (task->pid))
+            kill (task->pid, SIGKILL);
+        waitpid (task->pid, NULL, 0);
+        task->own = 0;
+    }
+    char *argv [] = {(char *) config->exe, "--broker", (char *) config->connect, "--role",
+                     (char *) s_kind_name (task->kind), "--index", index, NULL};
+    int env_count = 0;
+    while (environ [env_count])
+        env_count++;
+    char **envp = (char **) calloc ((size_t) env_count + 2, sizeof (char *));
+    if (!envp)
+        return za_error ("broker: out of memory");
+    int at = 0;
+    for (int i = 0; i < env_count; i++)
+        if (strncmp (environ [i], "ZA_RESTARTS=", 12) != 0)
+            envp [at++] = environ [i];
+    envp [at++] = restarts;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init (&actions);
+    posix_spawn_file_actions_addopen (&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen (&actions, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2 (&actions, 1, 2);
+    pid_t pid;
+    int rc = posix_spawn (&pid, config->exe, &actions, NULL, argv, envp);
+    posix_spawn_file_actions_destroy (&actions);
+    free (envp);
+    if (rc != 0)
+        return za_error ("broker: cannot start %s: %s", config->exe, strerror (rc));
+    task->pid = pid;
+    task->own = 1;
+    task->state = T_STARTED;
+    task->since = za_clock_mono ();
+    task->cause [0] = 0;
+    zframe_destroy (&task->identity);
+    s_event (self, task, task->restarts? "restarted": "started", "log %s", log);
+    return 0;
+}
+
+//  The training is over for a chief, worker or ps when the final checkpoint
+//  exists: one that fails then is not started again.
+static int
+s_training_over (s_broker_t *self, const s_task_t *task)
+{
+    if (task->kind == ZA_TASK_EVALUATOR || !self->config->model_dir)
+        return 0;
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (self->config->model_dir, &steps);
+    int over = count > 0 && steps [count - 1] >= self->config->max_steps;
+    free (steps);
+    return over;
+}
+
+//  A task that failed (cause says how): started again after the backoff, or
+//  the job fails when it has had its restarts.
+static void
+s_failed (s_broker_t *self, s_task_t *task, const char *cause)
+{
+    const za_broker_config_t *config = self->config;
+    zframe_destroy (&task->identity);
+    if (s_training_over (self, task)) {
+        task->state = T_DONE;
+        s_event (self, task, "done", "%s after the final checkpoint: not restarted", cause);
+        return;
+    }
+    if (!config->supervise) {
+        task->state = T_LOST;
+        s_event (self, task, "lost", "%s", cause);
+        return;
+    }
+    if (task->restarts >= config->max_restarts) {
+        s_event (self, task, "gave_up", "%s, after %d restarts (--max-restarts %d)", cause,
+                 task->restarts, config->max_restarts);
+        self->failed = 1;
+        return;
+    }
+    if (za_clock_mono () - task->since > STABLE_SECS)
+        task->failures = 0;
+    double delay = config->backoff_secs;
+    for (int i = 0; i < task->failures && delay < config->backoff_max_secs; i++)
+        delay *= 2;
+    if (delay > config->backoff_max_secs)
+        delay = config->backoff_max_secs;
+    task->failures++;
+    task->restarts++;
+    task->state = T_BACKOFF;
+    task->restart_at = za_clock_mono () + delay;
+    s_event (self, task, "failed", "%s; restart %d in %.1f s", cause, task->restarts, delay);
+}
+
+//  Reaps our children, kills the silent, starts what is due.
+static void
+s_supervise (s_broker_t *self)
+{
+    const za_broker_config_t *config = self->config;
+    double now = za_clock_mono ();
+    int grace = config->restarts > 0 && now - self->start < 2 * s_silent_max (self);
+    for (int kind = 0; kind < ZA_BROKER_ROLE_KINDS; kind++)
+        for (int i = 0; i < config->counts [kind]; i++) {
+            s_task_t *task = &self->tasks [kind][i];
+            if (task->own && task->pid > 0) {
+                int status = 0;
+                pid_t got = waitpid (task->pid, &status, WNOHANG);
+                if (got == task->pid || (got < 0 && errno == ECHILD)) {
+                    task->own = 0;
+                    int active = task->state == T_STARTED || task->state == T_LIVE
+                              || task->state == T_KILLED || task->state == T_LOST;
+                    char how [TEXT_MAX];
+                    if (got < 0)
+                        snprintf (how, sizeof how, "gone");
+                    else
+                        s_describe_status (status, how, sizeof how);
+                    if (!active)
+                        ;       //  already counted (it said done, or failed silent)
+                    else
+                    if (got == task->pid && WIFEXITED (status) && WEXITSTATUS (status) == 0) {
+                        task->state = T_DONE;
+                        s_event (self, task, "done", "exit code 0");
+                    }
+                    else {
+                        char cause [TEXT_MAX * 2];
+                        snprintf (cause, sizeof cause, "%s%s%s", task->cause,
+                                  *task->cause? ", then ": "", how);
+                        s_failed (self, task, cause);
+                    }
+                    continue;
+                }
+            }
+            double silent = now - task->last_heard;
+            if (task->state == T_LIVE && silent > s_silent_max (self)) {
+                char cause [TEXT_MAX];
+                snprintf (cause, sizeof cause, "missed %d heartbeats (silent %.1f s)",
+                          config->heartbeat_liveness, silent);
+                if (config->supervise && s_is_local (self, task)
+                    && s_is_role_process (task->pid)) {
+                    kill (task->pid, SIGKILL);
+                    if (task->own) {
+                        //  Reaped on a later turn, with this as the cause.
+                        snprintf (task->cause, sizeof task->cause, "%s", cause);
+                        task->state = T_KILLED;
+                        s_event (self, task, "killed", "%s", cause);
+                        continue;
+                    }
+                }
+                s_failed (self, task, cause);
+                continue;
+            }
+            if (!config->supervise)
+                continue;
+            if (task->state == T_STARTED && now - task->since > REGISTER_GRACE_SECS
+                && s_is_role_process (task->pid)) {
+                snprintf (task->cause, sizeof task->cause, "did not register within %.0f s",
+                          REGISTER_GRACE_SECS);
+                kill (task->pid, SIGKILL);
+                task->state = T_KILLED;
+            }
+            if ((task->state == T_EMPTY && !grace)
+                || (task->state == T_BACKOFF && now >= task->restart_at)) {
+                if (task->state == T_EMPTY && config->restarts > 0 && s_training_over (self, task)) {
+                    task->state = T_DONE;
+                    s_event (self, task, "done", "training was over before this broker began");
+                    continue;
+                }
+                if (s_spawn (self, task)) {
+                    za_info ("%s", za_last_error ());
+                    s_failed (self, task, "could not be started");
+                }
+            }
+        }
+}
+
+//  Stops every task we can reach: SIGTERM, then SIGKILL after a grace.
+static void
+s_stop_all (s_broker_t *self)
+{
+    const za_broker_config_t *config = self->config;
+    for (int pass = 0; pass < 2; pass++) {
+        int left = 0;
+        double deadline = za_clock_mono () + STOP_GRACE_SECS;
+        for (int kind = 0; kind < ZA_BROKER_ROLE_KINDS; kind++)
+            for (int i = 0; i < config->counts [kind]; i++) {
+                s_task_t *task = &self->tasks [kind][i];
+                if (task->state != T_DONE && task->pid > 0 && s_is_local (self, task)
+                    && s_is_role_process (task->pid)) {
+                    kill (task->pid, pass? SIGKILL: SIGTERM);
+                    left++;
+                }
+            }
+        while (left && za_clock_mono () < deadline) {
+            left = 0;
+            for (int kind = 0; kind < ZA_BROKER_ROLE_KINDS; kind++)
+                for (int i = 0; i < config->counts [kind]; i++) {
+                    s_task_t *task = &self->tasks [kind][i];
+                    if (task->own && task->pid > 0) {
+                        if (waitpid (task->pid, NULL, WNOHANG) == 0)
+                            left++;
+                        else
+                            task->own = 0;
+                    }
+                }
+            if (left)
+                zclock_sleep (50);
+        }
+        if (!left)
+            break;
+    }
+}
+
+// ---------------------------------------------------------------------------
+//  Messages
+
+static void
+s_reply (s_broker_t *self, zframe_t *identity, za_op_t op, json_t *body)
+{
+    char *text = body? json_dumps (body, JSON_COMPACT): NULL;
+    za_wire_msg_init (self->out, op);
+    if (text) {
+        self->out->body = text;
+        self->out->body_len = strlen (text);
+    }
+    if (za_wire_send (self->router, identity, self->out, NULL))
+        za_info ("broker: reply %s not sent: %s", za_op_name (op), za_last_error ());
+    free (text);
+    json_decref (body);
+}
+
+static void
+s_reply_error (s_broker_t *self, zframe_t *identity, const char *code, const char *fmt, ...)
+    __attribute__ ((format (printf, 4, 5)));
+
+static void
+s_reply_error (s_broker_t *self, zframe_t *identity, const char *code, const char *fmt, ...)
+{
+    za_wire_msg_init (self->out, ZA_OP_ERROR);
+    snprintf (self->out->code, sizeof self->out->code, "%s", code);
+    va_list args;
+    va_start (args, fmt);
+    vsnprintf (self->out->error, sizeof self->out->error, fmt, args);
+    va_end (args);
+    za_info ("broker: refused: %s", self->out->error);
+    za_wire_send (self->router, identity, self->out, NULL);
+}
+
+//  The view: complete once every ps has an endpoint and every task has been
+//  registered at least once (the job's declared counts are met).
+static json_t *
+s_view (s_broker_t *self)
+{
+    const za_broker_config_t *config = self->config;
+    int ready = 1;
+    for (int kind = 0; kind < ZA_BROKER_ROLE_KINDS; kind++)
+        for (int i = 0; i < config->counts [kind]; i++) {
+            const s_task_t *task = &self->tasks [kind][i];
+            if (task->state == T_EMPTY || task->state == T_STARTED)
+                ready = 0;
+        }
+    json_t *ps = json_array ();
+    for (int i = 0; i < config->counts [ZA_TASK_PS]; i++) {
+        const s_task_t *task = &self->tasks [ZA_TASK_PS][i];
+        if (!*task->endpoint)
+            ready = 0;
+        json_array_append_new (ps, json_string (task->endpoint));
+    }
+    return json_pack ("{s:b, s:o, s:i}", "ready", ready, "ps", ps, "num_workers",
+                      config->counts [ZA_TASK_CHIEF] + config->counts [ZA_TASK_WORKER]);
+}
+
+//  Parses a body; NULL (and a refusal sent) if it is not a JSON object.
+static json_t *
+s_body (s_broker_t *self, zframe_t *identity)
+{
+    json_error_t error;
+    json_t *body = self->in->body
+                 ? json_loadb (self->in->body, self->in->body_len, 0, &error): NULL;
+    if (!body || !json_is_object (body)) {
+        s_reply_error (self, identity, "bad_request", "%s without a JSON object body",
+                       za_op_name (self->in->op));
+        json_decref (body);
+        return NULL;
+    }
+    return body;
+}
+
+//  The task a register or report names, or NULL (and a refusal sent).
+static s_task_t *
+s_task_of (s_broker_t *self, zframe_t *identity, json_t *body, int any_free)
+{
+    const char *role = json_string_value (json_object_get (body, "role"));
+    json_t *index_json = json_object_get (body, "index");
+    int kind = s_kind_parse (role);
+    if (kind < 0 || !json_is_integer (index_json)) {
+        s_reply_error (self, identity, "bad_request", "a role (chief, worker, ps, evaluator) "
+                       "and an integer index are needed");
+        return NULL;
+    }
+    json_int_t index = json_integer_value (index_json);
+    int count = self->config->counts [kind];
+    pid_t pid = (pid_t) json_integer_value (json_object_get (body, "pid"));
+    if (index < 0 && any_free) {
+        for (int i = 0; i < count && index < 0; i++) {
+            s_task_t *task = &self->tasks [kind][i];
+            if (task->state == T_EMPTY || task->state == T_LOST || task->state == T_BACKOFF)
+                index = i;
+        }
+        if (index < 0) {
+            s_reply_error (self, identity, "full", "the job has %d %s task%s and none is "
+                           "free", count, role, count == 1? "": "s");
+            return NULL;
+        }
+    }
+    if (index < 0 || index >= count) {
+        s_reply_error (self, identity, "bad_request", "%s %" JSON_INTEGER_FORMAT
+                       " does not exist: the job has %d", role, index, count);
+        return NULL;
+    }
+    s_task_t *task = &self->tasks [kind][index];
+    if (task->state == T_LIVE && task->pid != pid
+        && za_clock_mono () - task->last_heard <= s_silent_max (self)) {
+        s_reply_error (self, identity, "busy", "%s %d is taken by pid %d on %s", role,
+                       (int) index, (int) task->pid, task->host);
+        return NULL;
+    }
+    return task;
+}
+
+//  Takes the registration fields every register and report carries.
+static void
+s_take_registration (s_broker_t *self, s_task_t *task, zframe_t *identity, json_t *body)
+{
+    pid_t pid = (pid_t) json_integer_value (json_object_get (body, "pid"));
+    const char *host = json_string_value (json_object_get (body, "host"));
+    const char *endpoint = json_string_value (json_object_get (body, "endpoint"));
+    int restarts = (int) json_integer_value (json_object_get (body, "restarts"));
+    int was = task->state;
+    if (task->pid != pid) {
+        task->own = task->own && task->pid == pid;
+        task->pid = pid;
+    }
+    snprintf (task->host, sizeof task->host, "%s", host? host: "?");
+    if (endpoint && *endpoint && task->kind == ZA_TASK_PS)
+        snprintf (task->endpoint, sizeof task->endpoint, "%s", endpoint);
+    if (restarts > task->restarts)
+        task->restarts = restarts;
+    zframe_destroy (&task->identity);
+    task->identity = zframe_dup (identity);
+    task->last_heard = za_clock_mono ();
+    if (was != T_LIVE && was != T_DONE) {
+        task->state = T_LIVE;
+        task->since = task->last_heard;
+        s_event (self, task, "registered", "on %s%s", task->host,
+                 was == T_LOST? ", back after going silent"
+                 : was == T_EMPTY && self->config->restarts > 0? ", again after a broker restart"
+                 : "");
+    }
+}
+
+static void
+s_on_register (s_broker_t *self, zframe_t *identity)
+{
+    json_t *body = s_body (self, identity);
+    s_task_t *task = body? s_task_of (self, identity, body, 1): NULL;
+    if (task && task->state == T_DONE) {
+        s_reply_error (self, identity, "done", "%s %d has finished", s_kind_name (task->kind),
+                       task->index);
+        task = NULL;
+    }
+    if (task) {
+        s_take_registration (self, task, identity, body);
+        json_t *job = json_deep_copy (self->job);
+        s_reply (self, identity, ZA_OP_WELCOME,
+                 json_pack ("{s:i, s:s, s:o}", "index", task->index, "endpoint",
+                            task->endpoint, "job", job));
+    }
+    json_decref (body);
+}
+
+static void
+s_on_report (s_broker_t *self, zframe_t *identity)
+{
+    json_t *body = s_body (self, identity);
+    s_task_t *task = body? s_task_of (self, identity, body, 0): NULL;
+    if (!task) {
+        json_decref (body);
+        return;
+    }
+    s_take_registration (self, task, identity, body);
+    const char *state = json_string_value (json_object_get (body, "state"));
+    snprintf (task->role_state, sizeof task->role_state, "%s", state? state: "?");
+    task->step = json_integer_value (json_object_get (body, "global_step"));
+    task->loss = json_number_value (json_object_get (body, "loss"));
+    task->steps_per_sec = json_number_value (json_object_get (body, "steps_per_sec"));
+    task->examples_per_sec = json_number_value (json_object_get (body, "examples_per_sec"));
+    json_t *eval_step = json_object_get (body, "eval_step");
+    task->eval_step = json_is_integer (eval_step)? json_integer_value (eval_step): -1;
+    task->eval_accuracy = json_number_value (json_object_get (body, "eval_accuracy"));
+    if (state && streq (state, "done") && task->state != T_DONE) {
+        task->state = T_DONE;
+        s_event (self, task, "done", "finished");
+    }
+    else
+    if (state && streq (state, "failed") && !task->own && task->state == T_LIVE)
+        s_failed (self, task, "it reported a failure");
+    json_decref (body);
+    s_reply (self, identity, ZA_OP_VIEW, s_view (self));
+}
+
+static json_t *
+s_state (s_broker_t *self)
+{
+    const za_broker_config_t *config = self->config;
+    double now = za_clock_mono ();
+    json_t *roles = json_array ();
+    int64_t step = 0;
+    int done = 1;
+    for (int kind = 0; kind < ZA_BROKER_ROLE_KINDS; kind++)
+        for (int i = 0; i < config->counts [kind]; i++) {
+            const s_task_t *task = &self->tasks [kind][i];
+            int heard = task->state == T_LIVE || task->state == T_DONE;
+            if (task->step > step && kind != ZA_TASK_EVALUATOR)
+                step = task->step;
+            done &= task->state == T_DONE;
+            const char *state = task->state == T_LIVE && *task->role_state? task->role_state
+                              : s_task_state_names [task->state];
+            json_t *row = json_pack ("{s:s, s:i, s:s, s:i, s:s, s:I, s:f, s:f, s:f, s:i}",
+                                     "role", s_kind_name (kind), "index", i,
+                                     "host", *task->host? task->host: "", "pid", (int) task->pid,
+                                     "state", state, "global_step", (json_int_t) task->step,
+                                     "steps_per_sec", task->steps_per_sec,
+                                     "examples_per_sec", task->examples_per_sec,
+                                     "loss", task->loss, "restarts", task->restarts);
+            json_object_set_new (row, "eval_step", task->eval_step >= 0
+                                 ? json_integer (task->eval_step): json_null ());
+            json_object_set_new (row, "eval_accuracy", task->eval_step >= 0
+                                 ? json_real (task->eval_accuracy): json_null ());
+            json_object_set_new (row, "heartbeat_age_secs", heard && task->last_heard > 0
+                                 ? json_real (now - task->last_heard): json_null ());
+            if (*task->endpoint)
+                json_object_set_new (row, "endpoint", json_string (task->endpoint));
+            json_array_append_new (roles, row);
+        }
+    json_t *events = json_array ();
+    int first = self->event_count > ZA_BROKER_EVENTS? self->event_count - ZA_BROKER_EVENTS: 0;
+    for (int e = first; e < self->event_count; e++) {
+        json_t *event = json_loads (self->events [e % ZA_BROKER_EVENTS].text, 0, NULL);
+        if (event)
+            json_array_append_new (events, event);
+    }
+    return json_pack ("{s:{s:I, s:s}, s:{s:i, s:s, s:i, s:f, s:s, s:b}, s:I, s:b, s:o, s:o}",
+                      "job", "max_steps", (json_int_t) config->max_steps,
+                      "model_dir", config->model_dir? config->model_dir: "",
+                      "broker", "pid", (int) getpid (), "host", self->host,
+                      "restarts", config->restarts, "uptime_secs", now - self->start,
+                      "endpoint", config->bind, "supervise", config->supervise,
+                      "global_step", (json_int_t) step, "done", done,
+                      "roles", roles, "events", events);
+}
+
+static void
+s_on_message (s_broker_t *self)
+{
+    zmsg_t *msg = zmsg_recv (self->router);
+    if (!msg)
+        return;
+    zframe_t *identity = zmsg_pop (msg);
+    if (!identity || za_wire_decode (msg, self->in)) {
+        self->dropped++;
+        if (self->dropped <= MAX_LOGGED_DROPS)
+            za_info ("broker: dropped a bad message (%" PRIu64 " so far): %s", self->dropped,
+                     za_last_error ());
+    }
+    else
+    switch (self->in->op) {
+        case ZA_OP_REGISTER: s_on_register (self, identity); break;
+        case ZA_OP_REPORT: s_on_report (self, identity); break;
+        case ZA_OP_WATCH: s_reply (self, identity, ZA_OP_STATE, s_state (self)); break;
+        case ZA_OP_PING:
+            za_wire_msg_init (self->out, ZA_OP_PONG);
+            self->out->seq = self->in->seq;
+            za_wire_send (self->router, identity, self->out, NULL);
+            break;
+        default:
+            s_reply_error (self, identity, "bad_request", "the broker does not serve %s",
+                           za_op_name (self->in->op));
+            break;
+    }
+    zframe_destroy (&identity);
+    zmsg_destroy (&msg);
+}
+
+// ---------------------------------------------------------------------------
+
+static void
+s_broker_destroy (s_broker_t **self_p)
+{
+    s_broker_t *self = *self_p;
+    if (!self)
+        return;
+    for (int kind = 0; kind < ZA_BROKER_ROLE_KINDS; kind++)
+        for (int i = 0; i < ZA_BROKER_MAX_TASKS; i++)
+            zframe_destroy (&self->tasks [kind][i].identity);
+    zsock_destroy (&self->router);
+    json_decref (self->job);
+    free (self->in);
+    free (self->out);
+    free (self);
+    *self_p = NULL;
+}
+
+static s_broker_t *
+s_broker_new (const za_broker_config_t *config, zsock_t *pipe)
+{
+    s_broker_t *self = (s_broker_t *) calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->config = config;
+    self->pipe = pipe;
+    self->start = za_clock_mono ();
+    if (gethostname (self->host, sizeof self->host - 1))
+        snprintf (self->host, sizeof self->host, "localhost");
+    self->in = (za_wire_msg_t *) malloc (sizeof *self->in);
+    self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
+    json_error_t error;
+    self->job = config->job_text? json_loads (config->job_text, 0, &error): json_object ();
+    if (!self->in || !self->out || !self->job) {
+        za_error ("broker: the job is not JSON");
+        goto fail;
+    }
+    for (int kind = 0; kind < ZA_BROKER_ROLE_KINDS; kind++) {
+        if (config->counts [kind] < 0 || config->counts [kind] > ZA_BROKER_MAX_TASKS) {
+            za_error ("broker: %d %s tasks (0 to %d)", config->counts [kind],
+                      s_kind_name (kind), ZA_BROKER_MAX_TASKS);
+            goto fail;
+        }
+        for (int i = 0; i < config->counts [kind]; i++) {
+            s_task_t *task = &self->tasks [kind][i];
+            task->kind = kind;
+            task->index = i;
+            task->eval_step = -1;
+        }
+    }
+    if (config->supervise && (!config->exe || !config->connect)) {
+        za_error ("broker: supervising needs the program and the address to give roles");
+        goto fail;
+    }
+    self->router = zsock_new (ZMQ_ROUTER);
+    if (!self->router)
+        goto fail;
+    zsock_set_maxmsgsize (self->router, ZA_WIRE_MAX_HEADER_BYTES + 1024);
+    zsock_set_sndtimeo (self->router, 0);
+    if (zsock_bind (self->router, "%s", config->bind) < 0) {
+        za_error ("broker: cannot bind %s: %s", config->bind, zmq_strerror (zmq_errno ()));
+        goto fail;
+    }
+    return self;
+fail:
+    s_broker_destroy (&self);
+    return NULL;
+}
+
+void
+za_broker_actor (zsock_t *pipe, void *args)
+{
+    const za_broker_config_t *config = (const za_broker_config_t *) args;
+    s_broker_t *self = s_broker_new (config, pipe);
+    zsock_signal (pipe, 0);
+    if (!self) {
+        zstr_sendx (pipe, "DONE", "1", NULL);
+        return;
+    }
+    if (config->restarts > 0) {
+        s_events_reload (self);
+        s_event (self, NULL, "restarted", "%s; restart %d, waiting %.0f s for the roles to "
+                 "re-register", config->restart_cause? config->restart_cause: "",
+                 config->restarts, 2 * s_silent_max (self));
+    }
+    else
+        s_event (self, NULL, "started", "on %s, %s", config->bind,
+                 config->supervise? "supervising": "not supervising");
+    zpoller_t *poller = zpoller_new (pipe, self->router, NULL);
+    int rc = -1, terminated = 0;
+    while (rc < 0 && !zsys_interrupted) {
+        void *which = zpoller_wait (poller, POLL_MS);
+        if (which == pipe) {
+            char *command = zstr_recv (pipe);
+            terminated = !command || streq (command, "$TERM");
+            zstr_free (&command);
+            if (terminated)
+                break;
+        }
+        else
+        if (which == self->router)
+            s_on_message (self);
+        s_supervise (self);
+        if (self->failed)
+            rc = 1;
+        else {
+            int done = 1;
+            for (int kind = 0; kind < ZA_BROKER_ROLE_KINDS; kind++)
+                for (int i = 0; i < config->counts [kind]; i++)
+                    done &= self->tasks [kind][i].state == T_DONE;
+            if (done)
+                rc = 0;
+        }
+    }
+    if (rc != 0)
+        s_stop_all (self);
+    s_event (self, NULL, rc == 0? "done": "stopped",
+             rc == 0? "every task finished": rc > 0? "the job failed": "interrupted");
+    zpoller_destroy (&poller);
+    s_broker_destroy (&self);
+    if (terminated)
+        return;
+    zstr_sendx (pipe, "DONE", rc == 0? "0": "1", NULL);
+    while (1) {
+        char *command = zstr_recv (pipe);
+        int term = !command || streq (command, "$TERM");
+        zstr_free (&command);
+        if (term)
+            break;
+    }
+}

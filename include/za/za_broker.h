@@ -1,0 +1,98 @@
+/*  za_broker.h: the broker, which lets a cluster form with no address list,
+    and its client inside every role process.
+
+    The broker is a ROUTER (za_broker_actor). A role started with only
+    `--broker ADDR` runs a client actor (za_broker_client_actor) that
+    registers (role, wanted index or -1, host, pid, restarts), gets an index
+    and the job (the JSON job file) back, reports its endpoint (a ps) and its
+    statistics every heartbeat interval, and gets the cluster view (every
+    ps's endpoint) once the job's declared counts are met. Every report
+    carries the whole registration, so a restarted broker rebuilds its
+    registry from the reports alone, and roles keep training while it is
+    gone. In supervise mode the broker starts the role processes itself and
+    restarts any that exit with an error, are killed, or miss heartbeats,
+    with exponential backoff up to max_restarts each. It keeps the recent
+    events (start, register, restart and why, done) in memory and appends
+    them to MODEL_DIR/events.jsonl, and answers `watch` with the whole
+    state as JSON (zactor-top). docs/PROTOCOL.md section 10 is the protocol. */
+#ifndef ZA_BROKER_H_INCLUDED
+#define ZA_BROKER_H_INCLUDED
+
+#include <czmq.h>
+
+#include "za/za_role.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZA_BROKER_MAX_TASKS 64          //  per role kind
+#define ZA_BROKER_ROLE_KINDS 4          //  chief, worker, ps, evaluator (za_task_type_t)
+#define ZA_BROKER_EVENTS 64             //  recent events kept in memory
+
+typedef struct {
+    const char *bind;               //  where the ROUTER binds: "tcp://*:5555"
+    const char *connect;            //  how roles it starts reach it ("tcp://127.0.0.1:5555")
+    const char *job_text;           //  the job file's JSON, checked by the caller
+    int counts [ZA_BROKER_ROLE_KINDS];   //  declared tasks per za_task_type_t
+    const char *model_dir;          //  for events.jsonl and "is training over?"
+    int64_t max_steps;
+    double heartbeat_ivl_secs;      //  1
+    int heartbeat_liveness;         //  3
+    //  Supervision (supervise != 0): starts `exe --broker CONNECT --role R
+    //  --index I` for every declared task, with stdout and stderr appended to
+    //  LOG_DIR/R-I.log, and restarts it when it fails.
+    int supervise;
+    const char *exe;
+    const char *log_dir;
+    int max_restarts;               //  per task (10); one more failure fails the job
+    double backoff_secs;            //  first restart delay (0.5), doubled each time
+    double backoff_max_secs;        //  up to this (10)
+    //  A restarted broker (restarts > 0) first waits for the running roles to
+    //  re-register (a grace of 2 x ivl x liveness) before starting any.
+    int restarts;
+    const char *restart_cause;      //  why this broker was restarted, or NULL
+} za_broker_config_t;
+
+//  Defaults: heartbeats 1 s x 3, max_restarts 10, backoff 0.5 s .. 10 s.
+void za_broker_config_init (za_broker_config_t *config);
+
+//  The broker as a CZMQ actor (args: za_broker_config_t *, outliving it).
+//  Sends "DONE" RC on the pipe when every declared task has finished (RC
+//  "0"), or when the job failed (RC "1": a bind error, or a task beyond its
+//  restarts, after stopping every task it started); then waits for $TERM.
+//  On $TERM before that, it stops (SIGTERM) the tasks it started.
+void za_broker_actor (zsock_t *pipe, void *args);
+
+typedef struct {
+    const char *broker;             //  the broker's endpoint
+    const char *role;               //  "chief", "worker", "ps" or "evaluator"
+    int index;                      //  wanted index, or -1 for any free one
+    const char *host;               //  this host's name, as others reach it
+    int restarts;                   //  how often this task was restarted before
+    za_role_stats_t *stats;         //  reported every interval; outlives the actor
+    double heartbeat_ivl_secs;      //  1
+    int heartbeat_liveness;         //  3: a role loop quiet this long is hung:
+                                    //  reports stop, so the broker sees it
+    double timeout_secs;            //  no welcome within this: "FAILED"
+} za_broker_client_config_t;
+
+//  A role's client as a CZMQ actor (args: za_broker_client_config_t *).
+//  Registers, re-sending every interval until welcomed, then reports every
+//  interval. On its pipe it sends:
+//    "WELCOME" INDEX JOB ENDPOINT  the index given, the job file's JSON, and
+//                                  (a ps) the endpoint this index had before
+//                                  ("" when none: bind any port)
+//    "VIEW" JSON                   the cluster view, once: {"ps": [endpoints],
+//                                  "num_workers": N}
+//    "FAILED" WHY                  no welcome within timeout_secs, or refused
+//  and it takes:
+//    "ENDPOINT" EP                 where this ps serves (reported from now on)
+//    "DONE" RC                     the role ended: a last report, then the
+//                                  actor waits for $TERM
+void za_broker_client_actor (zsock_t *pipe, void *args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
