@@ -637,8 +637,10 @@ s_on_report (s_broker_t *self, zframe_t *identity)
         json_decref (body);
         return;
     }
-    s_take_registration (self, task, identity, body);
     const char *state = json_string_value (json_object_get (body, "state"));
+    int ended = state && (streq (state, "done") || streq (state, "failed"));
+    if (!ended)
+        s_take_registration (self, task, identity, body);
     snprintf (task->role_state, sizeof task->role_state, "%s", state? state: "?");
     task->step = json_integer_value (json_object_get (body, "global_step"));
     task->loss = json_number_value (json_object_get (body, "loss"));
@@ -647,13 +649,16 @@ s_on_report (s_broker_t *self, zframe_t *identity)
     json_t *eval_step = json_object_get (body, "eval_step");
     task->eval_step = json_is_integer (eval_step)? json_integer_value (eval_step): -1;
     task->eval_accuracy = json_number_value (json_object_get (body, "eval_accuracy"));
-    if (state && streq (state, "done") && task->state != T_DONE) {
-        task->state = T_DONE;
-        s_event (self, task, "done", "finished");
+    pid_t pid = (pid_t) json_integer_value (json_object_get (body, "pid"));
+    if (ended && task->pid == pid && task->state != T_DONE) {
+        if (streq (state, "done")) {
+            task->state = T_DONE;
+            s_event (self, task, "done", "finished");
+        }
+        else
+        if (!task->own && task->state == T_LIVE)
+            s_failed (self, task, "it reported a failure");
     }
-    else
-    if (state && streq (state, "failed") && !task->own && task->state == T_LIVE)
-        s_failed (self, task, "it reported a failure");
     json_decref (body);
     s_reply (self, identity, ZA_OP_VIEW, s_view (self));
 }

@@ -790,17 +790,24 @@ s_my_host (char *host, size_t size)
         snprintf (host, size, "localhost");
 }
 
-//  A port nobody uses now, for a ps that had none: bind, read, let go.
+//  A port nobody uses now, for a ps that had none: the kernel picks one
+//  (libzmq's own "*", not CZMQ's, whose "!" repeats in processes started in
+//  the same second), we read it and let it go.
 static int
 s_free_endpoint (const char *host, char *endpoint, size_t size)
 {
     zsock_t *probe = zsock_new (ZMQ_ROUTER);
     int local = streq (host, "127.0.0.1");
-    int port = probe? zsock_bind (probe, local? "tcp://127.0.0.1:!": "tcp://*:!"): -1;
+    char bound [ZA_CLUSTER_ENDPOINT_MAX] = "";
+    size_t bound_size = sizeof bound;
+    int rc = probe? zmq_bind (zsock_resolve (probe), local? "tcp://127.0.0.1:*": "tcp://*:*"): -1;
+    if (rc == 0)
+        rc = zmq_getsockopt (zsock_resolve (probe), ZMQ_LAST_ENDPOINT, bound, &bound_size);
     zsock_destroy (&probe);
-    if (port <= 0)
+    const char *port = strrchr (bound, ':');
+    if (rc || !port)
         return za_error ("cannot find a free tcp port on %s", host);
-    snprintf (endpoint, size, "tcp://%s:%d", host, port);
+    snprintf (endpoint, size, "tcp://%s%s", host, port);
     return 0;
 }
 

@@ -1,0 +1,401 @@
+/*  test_broker.c: a cluster formed through the broker alone, as real
+    processes on loopback; what the broker refuses; and `zactor-run --local`
+    surviving kill -9 of a worker, the ps, the chief and the broker in one
+    run, seen through `zactor-top --once --json`.                          */
+#include "za_test.h"
+
+#include "za/za_util.h"
+#include "za/za_wire.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <czmq.h>
+
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define RUN_TIMEOUT_S 240
+#define PHASE_TIMEOUT_S 120
+
+static void
+s_setup (void)
+{
+    za_test_dir_create ("za_broker");
+}
+
+static void
+s_teardown (void)
+{
+    za_test_dir_remove ();
+}
+
+TestSuite (broker, .init = s_setup, .fini = s_teardown, .timeout = 600);
+
+//  A loopback endpoint nobody uses now.
+static char *
+s_free_endpoint (void)
+{
+    zsock_t *probe = zsock_new (ZMQ_ROUTER);
+    cr_assert_eq (zmq_bind (zsock_resolve (probe), "tcp://127.0.0.1:*"), 0);
+    char bound [256] = "";
+    size_t size = sizeof bound;
+    cr_assert_eq (zmq_getsockopt (zsock_resolve (probe), ZMQ_LAST_ENDPOINT, bound, &size), 0);
+    zsock_destroy (&probe);
+    return strdup (bound);
+}
+
+static char *
+s_write_job (const char *text)
+{
+    char *path = za_test_path ("job.json");
+    FILE *file = fopen (path, "w");
+    cr_assert_not_null (file);
+    fputs (text, file);
+    fclose (file);
+    return path;
+}
+
+static int
+s_exit_code (int status)
+{
+    return WIFEXITED (status)? WEXITSTATUS (status): -1;
+}
+
+//  `zactor-top --broker ADDR --once --json`, parsed; NULL when it fails.
+static json_t *
+s_top (const char *broker)
+{
+    char *dir = strdup (za_test_binary ());
+    char command [4096];
+    snprintf (command, sizeof command, "%s/zactor-top --broker %s --once --json --timeout 3",
+              dirname (dir), broker);
+    free (dir);
+    FILE *pipe = popen (command, "r");
+    cr_assert_not_null (pipe);
+    static char text [1 << 20];
+    size_t n = fread (text, 1, sizeof text - 1, pipe);
+    text [n] = 0;
+    int status = pclose (pipe);
+    if (s_exit_code (status) != 0)
+        return NULL;
+    return json_loads (text, 0, NULL);
+}
+
+//  The row of role/index in a state.
+static json_t *
+s_row (json_t *state, const char *role, int index)
+{
+    size_t i;
+    json_t *row;
+    json_array_foreach (json_object_get (state, "roles"), i, row)
+        if (streq (json_string_value (json_object_get (row, "role")), role)
+            && json_integer_value (json_object_get (row, "index")) == index)
+            return row;
+    return NULL;
+}
+
+static int64_t
+s_int (json_t *object, const char *key)
+{
+    return json_integer_value (json_object_get (object, key));
+}
+
+static const char *
+s_text (json_t *object, const char *key)
+{
+    const char *text = json_string_value (json_object_get (object, key));
+    return text? text: "";
+}
+
+Test (broker, a_cluster_forms_through_the_broker_alone)
+{
+    char *broker = s_free_endpoint ();
+    char *model_dir = za_test_path ("run");
+    char job [2048];
+    snprintf (job, sizeof job,
+              "{\"model\": \"cnn\", \"strategy\": \"ps-async\",\n"
+              " \"train_spec\": {\"max_steps\": 240},\n"
+              " \"run_config\": {\"model_dir\": \"%s\", \"save_checkpoints_steps\": 80,\n"
+              "                \"log_step_count_steps\": 0, \"threads\": 1},\n"
+              " \"eval_spec\": {\"start_delay_secs\": 0, \"throttle_secs\": 1},\n"
+              " \"roles\": {\"chief\": 1, \"worker\": 1, \"ps\": 2, \"evaluator\": 1}}\n",
+              model_dir);
+    char *job_path = s_write_job (job);
+    const char *roles [] = {"ps", "ps", "worker", "chief", "evaluator"};
+    pid_t pids [6];
+    char *logs [6];
+    logs [0] = za_test_path ("broker.log");
+    const char *broker_args [] = {"--role", "broker", "--bind", broker, "--job", job_path, NULL};
+    pids [0] = za_test_spawn (broker_args, logs [0], logs [0]);
+    for (int r = 0; r < 5; r++) {
+        char name [64];
+        snprintf (name, sizeof name, "%s-%d.log", roles [r], r);
+        logs [r + 1] = za_test_path (name);
+        //  Nothing but the role and the broker's address.
+        const char *args [] = {"--role", roles [r], "--broker", broker, NULL};
+        pids [r + 1] = za_test_spawn (args, logs [r + 1], logs [r + 1]);
+    }
+    for (int p = 0; p < 6; p++) {
+        int status = za_test_wait (pids [p], RUN_TIMEOUT_S);
+        char *log = (char *) za_test_read_file (logs [p], NULL);
+        cr_expect_eq (s_exit_code (status), 0, "%s exited %d:\n%s", p? roles [p - 1]: "broker",
+                      s_exit_code (status), log);
+        free (log);
+    }
+    //  Asynchronous workers may overshoot max_steps by one push each.
+    int count = 0;
+    int64_t newest = za_test_expect_all_load (model_dir, &count);
+    cr_expect (newest >= 240 && newest <= 241, "final step %ld", (long) newest);
+    cr_expect_geq (count, 3);
+    //  Every task registered, each got its own index, the evaluator saw the end.
+    char *events_path = za_test_join (model_dir, "events.jsonl");
+    char *events = (char *) za_test_read_file (events_path, NULL);
+    int registered = 0;
+    for (char *at = events; (at = strstr (at, "\"registered\"")); at++)
+        registered++;
+    cr_expect_eq (registered, 5, "%s", events);
+    cr_expect (strstr (events, "\"role\":\"ps\",\"index\":1"), "%s", events);
+    cr_expect (strstr (events, "every task finished"), "%s", events);
+    char *eval_path = za_test_join (model_dir, "eval/metrics.jsonl");
+    char *evals = (char *) za_test_read_file (eval_path, NULL);
+    char final [64];
+    snprintf (final, sizeof final, "\"global_step\": %ld", (long) newest);
+    cr_expect (strstr (evals, final), "no evaluation of the final step %ld: %s", (long) newest,
+               evals);
+    free (evals);
+    free (eval_path);
+    free (events);
+    free (events_path);
+    for (int p = 0; p < 6; p++)
+        free (logs [p]);
+    free (job_path);
+    free (model_dir);
+    free (broker);
+}
+
+Test (broker, mistakes_get_one_clear_error)
+{
+    //  A job file with an unknown key, or impossible counts: exit 2 at once.
+    char *job_path = s_write_job ("{\"run_config\": {\"save_checkpoint_steps\": 10}}");
+    const char *bad_key [] = {"--role", "broker", "--bind", "tcp://127.0.0.1:1", "--job",
+                              job_path, NULL};
+    za_test_result_t result = za_test_run (bad_key, 30);
+    cr_expect_eq (result.exit_code, 2);
+    cr_expect (strstr (result.err, "run_config.save_checkpoint_steps: not a job key"), "%s",
+               result.err);
+    za_test_result_free (&result);
+    free (job_path);
+    job_path = s_write_job ("{\"roles\": {\"chief\": 2}}");
+    const char *bad_roles [] = {"--role", "broker", "--bind", "tcp://127.0.0.1:1", "--job",
+                                job_path, NULL};
+    result = za_test_run (bad_roles, 30);
+    cr_expect_eq (result.exit_code, 2);
+    cr_expect (strstr (result.err, "roles.chief is 2: 1 to 1"), "%s", result.err);
+    za_test_result_free (&result);
+    free (job_path);
+
+    //  A broker that serves one worker.
+    char *broker = s_free_endpoint ();
+    char *model_dir = za_test_path ("run");
+    char job [1024];
+    snprintf (job, sizeof job, "{\"max_steps\": 50, \"model_dir\": \"%s\", \"roles\": "
+              "{\"chief\": 1, \"worker\": 1, \"ps\": 1, \"evaluator\": 0}}", model_dir);
+    job_path = s_write_job (job);
+    char *log = za_test_path ("broker.log");
+    const char *broker_args [] = {"--role", "broker", "--bind", broker, "--job", job_path, NULL};
+    pid_t pid = za_test_spawn (broker_args, log, log);
+
+    //  Garbage, a wrong protocol version and an unknown op: dropped or refused,
+    //  and the broker still answers.
+    zsock_t *dealer = zsock_new (ZMQ_DEALER);
+    cr_assert_eq (zsock_connect (dealer, "%s", broker), 0);
+    zstr_send (dealer, "this is not msgpack");
+    static const unsigned char version_2 [] = {0x82, 0xa1, 'v', 0x02, 0xa2, 'o', 'p', 0xa5,
+                                               'w', 'a', 't', 'c', 'h'};
+    zframe_t *frame = zframe_new (version_2, sizeof version_2);
+    zframe_send (&frame, dealer, 0);
+    za_wire_msg_t *msg = (za_wire_msg_t *) malloc (sizeof *msg);
+    za_wire_msg_init (msg, ZA_OP_PUSH);
+    cr_assert_eq (za_wire_send (dealer, NULL, msg, NULL), 0);
+    zsock_set_rcvtimeo (dealer, 10000);
+    zmsg_t *reply = zmsg_recv (dealer);
+    cr_assert_not_null (reply, "the broker did not answer an unknown op");
+    cr_assert_eq (za_wire_decode (reply, msg), 0);
+    cr_expect_eq (msg->op, ZA_OP_ERROR);
+    cr_expect (strstr (msg->error, "does not serve push"), "%s", msg->error);
+    zmsg_destroy (&reply);
+    //  A register without a body, and one for a task the job does not have.
+    za_wire_msg_init (msg, ZA_OP_REGISTER);
+    cr_assert_eq (za_wire_send (dealer, NULL, msg, NULL), 0);
+    reply = zmsg_recv (dealer);
+    cr_assert_not_null (reply);
+    cr_assert_eq (za_wire_decode (reply, msg), 0);
+    cr_expect_eq (msg->op, ZA_OP_ERROR);
+    cr_expect (strstr (msg->error, "without a JSON object body"), "%s", msg->error);
+    zmsg_destroy (&reply);
+    free (msg);
+    zsock_destroy (&dealer);
+
+    const char *too_far [] = {"--role", "worker", "--index", "5", "--broker", broker, NULL};
+    result = za_test_run (too_far, 60);
+    cr_expect_eq (result.exit_code, 1);
+    cr_expect (strstr (result.err, "worker 5 does not exist: the job has 1"), "%s", result.err);
+    za_test_result_free (&result);
+
+    json_t *state = s_top (broker);
+    cr_assert_not_null (state, "zactor-top got no state from the broker");
+    cr_expect_eq (json_array_size (json_object_get (state, "roles")), 3);
+    cr_expect_str_eq (s_text (s_row (state, "worker", 0), "state"), "empty");
+    json_decref (state);
+    kill (pid, SIGTERM);
+    za_test_wait (pid, 30);
+    char *text = (char *) za_test_read_file (log, NULL);
+    cr_expect (strstr (text, "dropped a bad message"), "%s", text);
+    cr_expect (strstr (text, "unsupported protocol version 2"), "%s", text);
+    free (text);
+
+    //  zactor-top with nobody there: exit 1 and say so.
+    char *dir = strdup (za_test_binary ());
+    char command [4096];
+    snprintf (command, sizeof command, "%s/zactor-top --broker %s --once --timeout 1 2>&1",
+              dirname (dir), broker);
+    free (dir);
+    FILE *pipe = popen (command, "r");
+    char out [1024] = "";
+    size_t n = fread (out, 1, sizeof out - 1, pipe);
+    out [n] = 0;
+    cr_expect_eq (s_exit_code (pclose (pipe)), 1);
+    cr_expect (strstr (out, "no answer from the broker"), "%s", out);
+
+    free (log);
+    free (job_path);
+    free (model_dir);
+    free (broker);
+}
+
+//  Waits until `ready` says the state is what we want; returns that state.
+typedef int (*s_ready_fn) (json_t *state, void *arg);
+
+static json_t *
+s_wait_for (const char *broker, s_ready_fn ready, void *arg, const char *what)
+{
+    double deadline = za_clock_mono () + PHASE_TIMEOUT_S;
+    json_t *last = NULL;
+    while (za_clock_mono () < deadline) {
+        json_t *state = s_top (broker);
+        if (state && ready (state, arg)) {
+            json_decref (last);
+            return state;
+        }
+        if (state) {
+            json_decref (last);
+            last = state;
+        }
+        zclock_sleep (300);
+    }
+    char *text = last? json_dumps (last, JSON_INDENT (1)): NULL;
+    cr_assert_fail ("waited %d s for %s; last state:\n%s", PHASE_TIMEOUT_S, what,
+                    text? text: "(none)");
+    return NULL;
+}
+
+typedef struct {
+    const char *role;
+    int restarts;
+    int64_t step;
+} s_want_t;
+
+//  role's row: restarted `restarts` times, running, and past `step`.
+static int
+s_role_back (json_t *state, void *arg)
+{
+    s_want_t *want = (s_want_t *) arg;
+    json_t *row = streq (want->role, "broker")? json_object_get (state, "broker")
+                                              : s_row (state, want->role, 0);
+    if (!row)
+        return 0;
+    int64_t step = s_int (state, "global_step");
+    int all_live = 1;
+    size_t i;
+    json_t *each;
+    json_array_foreach (json_object_get (state, "roles"), i, each)
+        all_live &= streq (s_text (each, "role"), "evaluator")
+                 || streq (s_text (each, "state"), "running");
+    return s_int (row, "restarts") >= want->restarts && all_live && step >= want->step;
+}
+
+static int64_t
+s_newest_checkpoint (const char *model_dir)
+{
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (model_dir, &steps);
+    int64_t newest = count > 0? steps [count - 1]: 0;
+    free (steps);
+    return newest;
+}
+
+Test (broker, local_run_survives_kill_9_of_each_role, .timeout = 900)
+{
+    char *model_dir = za_test_path ("run");
+    char *out = za_test_path ("local.out");
+    const char *args [] = {"--local", "--model-dir", model_dir, "--max-steps", "4000",
+                           "--save-checkpoints-steps", "200", "--log-step-count-steps", "0",
+                           "--start-delay-secs", "0", "--throttle-secs", "2", NULL};
+    pid_t local = za_test_spawn (args, out, out);
+    //  The launcher prints the broker's address first.
+    char broker [128] = "";
+    for (int tries = 0; tries < 300 && !*broker; tries++) {
+        char *text = (char *) za_test_read_file (out, NULL);
+        char *at = strstr (text, "--broker ");
+        if (at && strchr (at, '\n'))
+            sscanf (at + 9, "%127s", broker);
+        free (text);
+        if (!*broker)
+            zclock_sleep (100);
+    }
+    cr_assert (*broker, "the launcher printed no broker address");
+
+    //  Training runs; then each role in turn is killed and comes back.
+    const char *victims [] = {"worker", "ps", "chief", "broker"};
+    s_want_t want = {"chief", 0, 200};
+    json_t *state = s_wait_for (broker, s_role_back, &want, "training to reach step 200");
+    for (int v = 0; v < 4; v++) {
+        json_t *row = streq (victims [v], "broker")? json_object_get (state, "broker")
+                                                   : s_row (state, victims [v], 0);
+        pid_t pid = (pid_t) s_int (row, "pid");
+        cr_assert_gt (pid, 1);
+        int64_t step = s_int (state, "global_step");
+        //  A restarted ps rewinds the cluster to the newest checkpoint.
+        int64_t resume = streq (victims [v], "ps")? s_newest_checkpoint (model_dir): step;
+        json_decref (state);
+        cr_assert_eq (kill (pid, SIGKILL), 0, "kill -9 %s pid %d", victims [v], (int) pid);
+        want = (s_want_t) {victims [v], 1, resume + 100};
+        char what [128];
+        snprintf (what, sizeof what, "the %s (pid %d) to come back", victims [v], (int) pid);
+        state = s_wait_for (broker, s_role_back, &want, what);
+    }
+    //  After all four, zactor-top shows every restart.
+    cr_expect_geq (s_int (s_row (state, "worker", 0), "restarts"), 1);
+    cr_expect_geq (s_int (s_row (state, "ps", 0), "restarts"), 1);
+    cr_expect_geq (s_int (s_row (state, "chief", 0), "restarts"), 1);
+    cr_expect_geq (s_int (json_object_get (state, "broker"), "restarts"), 1);
+    char *text = json_dumps (state, 0);
+    cr_expect (strstr (text, "killed by signal 9"), "%s", text);
+    free (text);
+    json_decref (state);
+
+    int status = za_test_wait (local, RUN_TIMEOUT_S * 2);
+    char *log = (char *) za_test_read_file (out, NULL);
+    cr_expect_eq (s_exit_code (status), 0, "%s", log);
+    cr_expect (strstr (log, "test accuracy"), "%s", log);
+    free (log);
+    int64_t newest = za_test_expect_all_load (model_dir, NULL);
+    cr_expect (newest >= 4000 && newest <= 4002, "final step %ld", (long) newest);
+    free (out);
+    free (model_dir);
+}
