@@ -41,8 +41,10 @@ s_usage (FILE *out)
     fprintf (out,
 "Usage: zactor-run [OPTIONS]\n"
 "Train a model on MNIST-format data (Fashion-MNIST by default) and evaluate it on\n"
-"the test set, in one process. With no options it trains the seed CNN of the\n"
-"TensorFlow Estimator tutorials for %d epochs with Adam 1e-3, batch %d.\n"
+"the test set: in one process, as a whole supervised cluster on this machine\n"
+"(--local), or as one task of a cluster (--role). With no options it trains the\n"
+"seed CNN of the TensorFlow Estimator tutorials for %d epochs with Adam 1e-3,\n"
+"batch %d, in this process.\n"
 "\n"
 "Model and data:\n"
 "  --model SPEC           cnn (default), dnn, linear, or a layer stack such as\n"
@@ -79,22 +81,52 @@ s_usage (FILE *out)
 "  --replay               with --role evaluator: evaluate every checkpoint in\n"
 "                         --model-dir in step order, then exit\n"
 "Distributed (asynchronous parameter-server training, like TF_CONFIG):\n"
-"  --role ROLE            chief, worker, ps or evaluator (default: the task in TF_CONFIG)\n"
+"  --role ROLE            chief, worker, ps, evaluator or broker (default: the task in\n"
+"                         TF_CONFIG)\n"
 "  --index N              this task's index in its job (default 0)\n"
 "  --cluster FILE         the cluster as TF_CONFIG JSON (default: $TF_CONFIG);\n"
 "                         every role gets the same model and training flags\n"
 "  --timeout-secs S       a peer never heard from this long is unreachable: exit 1\n"
 "                         (default 60)\n"
-"  --heartbeat-ivl-ms N   a worker waiting on a ps pings it every N ms (default 1000)\n"
-"  --heartbeat-liveness N ...and gives up on it, as stopped or hung, after N silent\n"
-"                         intervals (default 3): exit 1\n"
+"  --heartbeat-ivl-ms N   a worker waiting on a ps pings it every N ms, and every task\n"
+"                         reports to the broker as often (default 1000)\n"
+"  --heartbeat-liveness N a ps silent for N intervals is logged as stopped, hung or\n"
+"                         restarting (the worker waits on, up to --timeout-secs); a\n"
+"                         supervising broker kills and restarts a task that silent\n"
+"                         (default 3)\n"
+"The whole cluster on this machine, and the broker:\n"
+"  --local                a broker supervising a chief, --workers workers, --ps ps and\n"
+"                         an evaluator on this machine, one progress bar, the final test\n"
+"                         accuracy at the end. Its defaults: 10 epochs, a checkpoint\n"
+"                         every 1000 steps, evaluations every 10 s. Watch it with\n"
+"                         zactor-top; logs in MODEL_DIR/logs, events in events.jsonl\n"
+"  --workers N            workers besides the chief (default %d)\n"
+"  --ps N                 parameter servers (default 1)\n"
+"  --evaluators N         0 or 1 (default 1)\n"
+"  --job FILE             the job as JSON. Keys are these flags' names with '_' for '-'\n"
+"                         (max_steps, model_dir, ...), at the top or in sections\n"
+"                         (run_config, train_spec, eval_spec, ...), plus \"roles\":\n"
+"                         {\"chief\": 1, \"worker\": 2, \"ps\": 1, \"evaluator\": 1} and\n"
+"                         \"strategy\": \"ps-async\". Flags given as well win\n"
+"  --role broker --bind EP  run the broker on EP (e.g. tcp://*:5555): registry, task\n"
+"                         indexes, the cluster view, heartbeats, events; it ends when\n"
+"                         every task of the job has finished\n"
+"  --supervise            with --role broker: start every task of the job and restart\n"
+"                         any that exits with an error, is killed or misses heartbeats,\n"
+"                         with backoff from 0.5 s to 10 s\n"
+"  --max-restarts N       restarts per task before the job fails (default %d)\n"
+"  --broker ADDR          with --role ROLE [--index N]: join the cluster of the broker at\n"
+"                         ADDR; the job comes from the broker, so nothing else is needed\n"
+"  --host NAME            how other machines reach this one (default: the host name;\n"
+"                         127.0.0.1 with a broker on loopback)\n"
+"  --strategy NAME        ps-async (the only strategy built so far)\n"
 "  -h, --help             this help\n"
 "\n"
 "Output: a progress bar on a terminal (log lines otherwise), checkpoints\n"
 "DIR/model.ckpt-STEP.safetensors, DIR/metrics.jsonl, DIR/eval/metrics.jsonl.\n"
 "Exit status: 0 done, 1 a run-time error, 2 bad arguments.\n",
              DEFAULT_EPOCHS, DEFAULT_BATCH, ZA_FASHION_MNIST_DIR, DEFAULT_BATCH,
-             DEFAULT_EPOCHS, DEFAULT_MODEL_DIR);
+             DEFAULT_EPOCHS, DEFAULT_MODEL_DIR, DEFAULT_WORKERS, DEFAULT_MAX_RESTARTS);
 }
 
 //  Parses a whole-string integer in [min, max]; exits 2 with a message if not.
@@ -506,6 +538,29 @@ s_job_roles (json_t *roles, const char *source)
     }
 }
 
+//  The index in s_options of a job key (its flag's name with '_' for '-'),
+//  or -1 when no job key has that name.
+static int
+s_option_index_of_key (const char *key)
+{
+    char name [64];
+    snprintf (name, sizeof name, "%s", key);
+    for (char *c = name; *c; c++)
+        if (*c == '_')
+            *c = '-';
+    for (int i = 0; s_options [i].name; i++)
+        if (streq (s_options [i].name, name) && s_is_job_key (s_options [i].val))
+            return i;
+    return -1;
+}
+
+static int
+s_option_of_key (const char *key)
+{
+    int i = s_option_index_of_key (key);
+    return i < 0? 0: s_options [i].val;
+}
+
 //  Applies a job object: keys are flag names with '_'; an object value is a
 //  section (run_config, train_spec, eval_spec, data...) of more keys, except
 //  "roles", the counts. Exits 2 naming the key on any mistake.
@@ -526,24 +581,15 @@ s_apply_job_object (json_t *object, const char *section, const char *source)
             s_apply_job_object (value, key, source);
             continue;
         }
-        char name [64];
-        snprintf (name, sizeof name, "%s", key);
-        for (char *c = name; *c; c++)
-            if (*c == '_')
-                *c = '-';
-        int found = -1;
-        for (int i = 0; s_options [i].name; i++)
-            if (streq (s_options [i].name, name) && s_is_job_key (s_options [i].val))
-                found = i;
+        int found = s_option_index_of_key (key);
         if (found < 0) {
             fprintf (stderr, "zactor-run: %s: not a job key (job keys are the flags of "
                      "'zactor-run --help' with '_' for '-')\n", what);
             exit (EXIT_USAGE);
         }
         const char *text = s_job_value (value, s_options [found].has_arg != no_argument, what);
-        if (text || s_options [found].has_arg == no_argument)
-            if (text)
-                s_option (s_options [found].val, text, what);
+        if (text)
+            s_option (s_options [found].val, text, what);
     }
 }
 
@@ -1119,9 +1165,12 @@ s_run_with_broker (int argc, char **argv)
 }
 
 //  --local: the defaults that make sense on one machine, unless the job or
-//  the flags say otherwise: checkpoints every 1000 steps (what a restarted ps
-//  can lose), and an evaluator that starts at once and runs every 10 s.
+//  the flags say otherwise: 10 epochs (asynchronous training needs more steps
+//  than one process for the same accuracy), checkpoints every 1000 steps
+//  (what a restarted ps can lose), and an evaluator that starts soon and
+//  runs every 10 s.
 static const char *s_local_defaults [][2] = {
+    {"epochs", "10"},
     {"save_checkpoints_steps", "1000"},
     {"start_delay_secs", "5"},
     {"throttle_secs", "10"},
@@ -1249,10 +1298,24 @@ s_progress_line (json_t *state, char *line, size_t size, int bar)
 static int
 s_run_local (const char *argv0)
 {
+    json_t *job = S.job_file? json_load_file (S.job_file, 0, NULL): json_object ();
+    for (size_t d = 0; d < LOCAL_DEFAULTS; d++) {
+        const char *key = s_local_defaults [d][0];
+        int said = s_job_has_key (job, key) || json_object_get (S.given, key)
+                || ((streq (key, "epochs") || streq (key, "max_steps"))
+                    && (s_job_has_key (job, "max_steps") || json_object_get (S.given, "max_steps")
+                        || s_job_has_key (job, "epochs") || json_object_get (S.given, "epochs")));
+        if (said)
+            continue;
+        json_object_set_new (job, key, json_string (s_local_defaults [d][1]));
+        s_option (s_option_of_key (key), s_local_defaults [d][1], key);
+    }
     s_work_t work;
     int rc = s_prepare (&work, 1);
-    if (rc)
+    if (rc) {
+        json_decref (job);
         return rc;
+    }
     s_work_free (&work);
     const char *model_dir = S.config.model_dir;
     char logs [4096], job_path [4200], log [4200], exe [4096], bind [ZA_CLUSTER_ENDPOINT_MAX];
@@ -1265,12 +1328,6 @@ s_run_local (const char *argv0)
     }
     //  The job every process runs: the file's, the local defaults where it
     //  is silent, the flags on top, the counts, and max_steps worked out.
-    json_t *job = S.job_file? json_load_file (S.job_file, 0, NULL): json_object ();
-    for (size_t d = 0; d < LOCAL_DEFAULTS; d++)
-        if (!s_job_has_key (job, s_local_defaults [d][0])
-            && !json_object_get (S.given, s_local_defaults [d][0]))
-            json_object_set_new (job, s_local_defaults [d][0],
-                                 json_string (s_local_defaults [d][1]));
     json_object_update (job, S.given);
     json_object_del (job, "max_restarts");
     json_object_del (job, "workers");
