@@ -192,6 +192,26 @@ s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
     return rc;
 }
 
+//  What watchers see (config->stats, NULL: nothing): relaxed stores.
+static void
+s_publish (const za_evaluator_config_t *config, za_role_state_t state)
+{
+    za_role_stats_publish (config->stats, state, za_clock_mono ());
+}
+
+static void
+s_publish_result (const za_evaluator_config_t *config, const za_eval_result_t *result)
+{
+    if (!config->stats)
+        return;
+    atomic_store_explicit (&config->stats->eval_step, result->global_step,
+                           memory_order_relaxed);
+    atomic_store_explicit (&config->stats->eval_accuracy, result->accuracy,
+                           memory_order_relaxed);
+    atomic_store_explicit (&config->stats->global_step, result->global_step,
+                           memory_order_relaxed);
+}
+
 //  Sleeps up to secs watching the pipe; returns 1 on $TERM.
 static int
 s_sleep (zsock_t *pipe, double secs)
@@ -218,8 +238,10 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
     int done_count = 0;
     if (evaluations)
         *evaluations = 0;
-    if (!config->model_dir || !config->data)
+    if (!config->model_dir || !config->data) {
+        s_publish (config, ZA_ROLE_FAILED);
         return za_error ("evaluator: needs a model_dir and evaluation data");
+    }
     s_eval_t self = {.config = config};
     if (config->name && *config->name)
         snprintf (self.subdir, sizeof self.subdir, "eval_%s", config->name);
@@ -231,8 +253,11 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
     run.progress = 0;
     za_optim_config_t optim = za_optim_config_default (ZA_OPT_SGD);
     self.est = za_estimator_new (config->model_fn, config->params, config->input, &optim, &run);
-    if (!self.est)
+    if (!self.est) {
+        s_publish (config, ZA_ROLE_FAILED);
         return -1;
+    }
+    s_publish (config, config->replay? ZA_ROLE_RUNNING: ZA_ROLE_WAITING);
     int rc = 0;
     if (config->replay) {
         int64_t *steps = NULL;
@@ -244,9 +269,12 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
             rc = za_error ("evaluator: no checkpoint in '%s' to replay", config->model_dir);
         for (int i = 0; i < count && rc == 0; i++) {
             za_eval_result_t result;
+            s_publish (config, ZA_ROLE_RUNNING);
             int one = s_evaluate (&self, steps [i], &result);
             if (one < 0)
                 rc = -1;
+            if (one == 0)
+                s_publish_result (config, &result);
             done_count += one == 0;
         }
         free (steps);
@@ -264,6 +292,7 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
         int finished = config->max_steps > 0 && last >= config->max_steps;
         while (!finished) {
             now = za_clock_mono ();
+            s_publish (config, done_count? ZA_ROLE_RUNNING: ZA_ROLE_WAITING);
             if (now < next_allowed) {
                 if (s_sleep (pipe, next_allowed - now < config->poll_secs
                                    ? next_allowed - now: config->poll_secs)) {
@@ -279,6 +308,7 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
             if (newest > last) {
                 za_eval_result_t result;
                 double eval_start = za_clock_mono ();
+                s_publish (config, ZA_ROLE_RUNNING);
                 int one = s_evaluate (&self, newest, &result);
                 if (one < 0) {
                     rc = -1;
@@ -287,6 +317,7 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
                 last = newest;
                 last_new = za_clock_mono ();
                 if (one == 0) {
+                    s_publish_result (config, &result);
                     done_count++;
                     next_allowed = eval_start + config->throttle_secs;
                     finished = config->max_steps > 0 && result.global_step >= config->max_steps;
@@ -316,6 +347,7 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
     za_summary_writer_destroy (&self.summary);
     if (evaluations)
         *evaluations = done_count;
+    s_publish (config, rc == 0 || rc == ZA_EVALUATOR_STOPPED? ZA_ROLE_DONE: ZA_ROLE_FAILED);
     return rc;
 }
 

@@ -9,13 +9,25 @@
     it (its lease). Slots are updated in place, after any snapshot that sent
     them has been let go.
 
+    A ps (re)started after training ended must not wait for an init that
+    never comes: when model_dir holds a checkpoint at or past max_steps it
+    loads its values and starts in STOPPING; while waiting for init it looks
+    again once a second (the chief may save the final checkpoint only then).
+
     State table (state, op -> action, next state):
+      start      final checkpoint in model_dir -> load it        STOPPING
+      start      otherwise                                       WAIT_INIT
       WAIT_INIT  init     -> load shard, init_ok                 READY
       WAIT_INIT  pull/push-> error not_ready                     WAIT_INIT
+      WAIT_INIT  ping     -> pong code not_ready (restarted: a
+                             worker must not wait for its lost
+                             request; it recovers)               WAIT_INIT
+      WAIT_INIT  final checkpoint appears -> load it             STOPPING
       READY      push     -> apply, values                       READY
       READY      pull     -> values                              READY
       READY      hold     -> held                                HELD
-      READY      init     -> reload shard (chief restarted)      READY
+      READY      init     -> reload shard (chief or a ps
+                             restarted: one consistent state)    READY
       HELD       push     -> queue                               HELD
       HELD       pull     -> values                              HELD
       HELD       snapshot -> snapshot_data                       HELD
@@ -23,9 +35,16 @@
       READY/HELD stop     -> stopping, queued pushes: error done STOPPING
       STOPPING   push/pull-> error done                          STOPPING
       any        bye      -> bye_ok; all workers gone & STOPPING -> exit 0
-      any        ping     -> pong
+      other      ping     -> pong; code not_ready when it is the
+                             first message on its connection     same
+    A ping only follows a request. So a ping that opens a connection means
+    its sender's request went to a process (or connection) that is gone and
+    will never be answered: we say not_ready, and it recovers as from a
+    restart. (A ps restarted and already reloaded by the chief is the case:
+    a worker whose push died with the old process would wait forever.)
     An undecodable message is dropped, logged and counted; nothing changes.  */
 #include "za_role_private.h"
+#include "za/za_checkpoint.h"
 
 #include <inttypes.h>
 #include <stdint.h>
@@ -38,6 +57,8 @@
 //  A hold lapses when its holder is silent this long (heartbeat interval 1 s x
 //  liveness 3): a chief that died mid-checkpoint must not stall training.
 #define HOLD_LAPSE_SECS 3.0
+//  How often a ps waiting for init looks for a final checkpoint in model_dir.
+#define FINAL_CHECK_SECS 1.0
 
 typedef enum { S_WAIT_INIT, S_READY, S_HELD, S_STOPPING } s_state_t;
 
@@ -62,12 +83,15 @@ typedef struct {
     int64_t updates;                        //  pushes applied since step 0
     int64_t snapshot_step;                  //  sent as global_step in snapshots
     zlist_t *queued;                        //  pushes held back while HELD
+    zhashx_t *peers;                        //  routing ids (hex) of the peers heard from
     int byes;
     uint64_t dropped;
     double last_heard;
     double stop_time;
     zframe_t *holder;                       //  who sent hold, while HELD
     double holder_heard;
+    double final_checked;                   //  when model_dir was last looked at
+    int64_t final_tried;                    //  a final checkpoint that would not load
     za_wire_msg_t *in, *out;
     char slot_names [ZA_PLACEMENT_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
 } s_ps_t;
@@ -85,6 +109,7 @@ s_ps_destroy (s_ps_t **self_p)
     za_wire_lease_wait (&self->lease [1]);
     za_wire_lease_wait (&self->slot_lease);
     zframe_destroy (&self->holder);
+    zhashx_destroy (&self->peers);
     if (self->queued) {
         zmsg_t *msg;
         while ((msg = (zmsg_t *) zlist_pop (self->queued)))
@@ -113,10 +138,11 @@ s_ps_new (const za_role_config_t *config, zsock_t *pipe)
     self->in = (za_wire_msg_t *) malloc (sizeof *self->in);
     self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
     self->queued = zlist_new ();
+    self->peers = zhashx_new ();
     za_wire_lease_init (&self->lease [0]);
     za_wire_lease_init (&self->lease [1]);
     za_wire_lease_init (&self->slot_lease);
-    if (!self->in || !self->out || !self->queued
+    if (!self->in || !self->out || !self->queued || !self->peers
         || za_role_model_vars (config, &self->vars)
         || za_placement_compute (&self->vars, config->ps_count, config->partition_floats,
                                  &self->placement))
@@ -148,6 +174,7 @@ s_ps_new (const za_role_config_t *config, zsock_t *pipe)
         goto fail;
     }
     self->last_heard = za_clock_mono ();
+    self->final_tried = -1;
     return self;
 fail:
     s_ps_destroy (&self);
@@ -434,21 +461,44 @@ s_lapse_hold (s_ps_t *self)
     s_end_hold (self, 0);
 }
 
+//  The peer's routing id as a key for self->peers.
+static void
+s_peer_key (zframe_t *routing_id, char *key, size_t size)
+{
+    const byte *id = zframe_data (routing_id);
+    size_t n = zframe_size (routing_id);
+    if (n > (size - 1) / 2)
+        n = (size - 1) / 2;
+    for (size_t i = 0; i < n; i++)
+        snprintf (key + 2 * i, 3, "%02x", id [i]);
+    key [2 * n] = 0;
+}
+
 //  Handles one decoded request. `raw` is the whole message (for queueing).
 static void
 s_handle (s_ps_t *self, zframe_t *routing_id, zmsg_t **raw_p)
 {
     za_wire_msg_t *msg = self->in;
     uint64_t seq = msg->seq;
+    char peer [2 * 255 + 1];
+    s_peer_key (routing_id, peer, sizeof peer);
+    int known = zhashx_lookup (self->peers, peer) != NULL;
+    if (!known && msg->op != ZA_OP_BYE)
+        zhashx_insert (self->peers, peer, self);
     switch (msg->op) {
         case ZA_OP_PING:
             za_wire_msg_init (self->out, ZA_OP_PONG);
             self->out->seq = seq;
             self->out->step = s_global_step (self);
+            //  We have nothing to answer the request its sender waits for
+            //  (see the top of this file): it learns so here.
+            if (self->state == S_WAIT_INIT || !known)
+                snprintf (self->out->code, sizeof self->out->code, "not_ready");
             s_reply (self, routing_id, NULL);
             return;
         case ZA_OP_BYE:
             self->byes++;
+            zhashx_delete (self->peers, peer);
             za_wire_msg_init (self->out, ZA_OP_BYE_OK);
             self->out->seq = seq;
             s_reply (self, routing_id, NULL);
@@ -519,6 +569,76 @@ s_handle (s_ps_t *self, zframe_t *routing_id, zmsg_t **raw_p)
     }
 }
 
+//  Loads our parts' values from a checkpoint (names are the variables').
+//  Returns 0, or -1 with an error when it does not hold this model.
+static int
+s_load_values (s_ps_t *self, const za_checkpoint_t *ckpt)
+{
+    for (int i = 0; i < self->part_count; i++) {
+        const za_part_t *part = &self->placement.parts [self->parts [i]];
+        const za_var_t *var = &self->vars.vars [part->var];
+        const za_ckpt_tensor_t *t = za_checkpoint_find (ckpt, var->name);
+        uint64_t bytes = 0;
+        if (!t || t->dtype != ZA_DTYPE_F32
+            || za_tensor_bytes (t->dtype, t->ndim, t->shape, &bytes)
+            || bytes != var->size * sizeof (float))
+            return za_error ("ps %d: '%s' holds no %zu floats of '%s'",
+                             self->config->ps_index, za_checkpoint_filename (ckpt),
+                             var->size, var->name);
+        memcpy (self->values [0] + self->part_at [i], (const float *) t->data + part->offset,
+                part->size * sizeof (float));
+    }
+    return 0;
+}
+
+//  Looks in model_dir for a checkpoint at or past max_steps (training is
+//  over). When there is one, loads its values and moves to STOPPING at its
+//  step: pushes and pulls get `done`, and we leave after every bye.
+static void
+s_look_for_final (s_ps_t *self, double now)
+{
+    const za_role_config_t *config = self->config;
+    self->final_checked = now;
+    if (!config->run.model_dir || config->max_steps <= 0)
+        return;
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (config->run.model_dir, &steps);
+    int64_t newest = count > 0? steps [count - 1]: -1;
+    free (steps);
+    if (newest < config->max_steps || newest == self->final_tried)
+        return;
+    char *path = za_checkpoint_path (config->run.model_dir, newest);
+    za_checkpoint_t *ckpt = path? za_checkpoint_load (path): NULL;
+    free (path);
+    if (!ckpt || s_load_values (self, ckpt)) {
+        za_info ("ps %d: cannot use the final checkpoint (step %" PRId64 "): %s; waiting "
+                 "for the chief's init", config->ps_index, newest, za_last_error ());
+        self->final_tried = newest;
+        za_checkpoint_destroy (&ckpt);
+        return;
+    }
+    self->current = 0;
+    self->updates = za_checkpoint_step (ckpt);
+    self->state = S_STOPPING;
+    self->stop_time = now;
+    za_info ("ps %d: '%s' holds the final checkpoint (step %" PRId64 " >= max_steps %" PRId64
+             "): training is over; answering done", config->ps_index, config->run.model_dir,
+             self->updates, config->max_steps);
+    za_checkpoint_destroy (&ckpt);
+}
+
+//  What watchers see: relaxed stores, once per poll turn.
+static void
+s_publish (s_ps_t *self, double now)
+{
+    za_role_stats_t *stats = self->config->stats;
+    if (!stats)
+        return;
+    za_role_stats_publish (stats, self->state == S_WAIT_INIT? ZA_ROLE_WAITING
+                                                              : ZA_ROLE_RUNNING, now);
+    atomic_store_explicit (&stats->global_step, s_global_step (self), memory_order_relaxed);
+}
+
 static uint32_t
 s_crc (s_ps_t *self)
 {
@@ -536,11 +656,13 @@ za_ps_actor (zsock_t *pipe, void *args)
     s_ps_t *self = s_ps_new (config, pipe);
     zsock_signal (pipe, 0);
     if (!self) {
+        za_role_stats_publish (config->stats, ZA_ROLE_FAILED, za_clock_mono ());
         za_role_report_done (pipe, 1, 0, 0, 0);
         return;
     }
     za_info ("ps %d: serving %d parts (%zu floats) on %s", config->ps_index, self->part_count,
              self->floats, config->bind_endpoint);
+    s_look_for_final (self, za_clock_mono ());
     zpoller_t *poller = zpoller_new (pipe, self->router, NULL);
     int rc = 0, running = 1;
     while (running && !zsys_interrupted) {
@@ -553,6 +675,7 @@ za_ps_actor (zsock_t *pipe, void *args)
             if (!running) {
                 zpoller_destroy (&poller);
                 s_ps_destroy (&self);
+                za_role_stats_publish (config->stats, ZA_ROLE_DONE, za_clock_mono ());
                 return;
             }
         }
@@ -577,8 +700,11 @@ za_ps_actor (zsock_t *pipe, void *args)
             zframe_destroy (&routing_id);
             zmsg_destroy (&msg);
         }
+        s_publish (self, now);
         if (self->state == S_HELD && now - self->holder_heard > HOLD_LAPSE_SECS)
             s_lapse_hold (self);
+        if (self->state == S_WAIT_INIT && now - self->final_checked >= FINAL_CHECK_SECS)
+            s_look_for_final (self, now);
         if (self->state == S_STOPPING && self->byes >= config->num_workers) {
             running = 0;
             break;
@@ -606,5 +732,6 @@ za_ps_actor (zsock_t *pipe, void *args)
              crc, self->dropped);
     int64_t step = s_global_step (self), floats = (int64_t) self->floats;
     s_ps_destroy (&self);
+    za_role_stats_publish (config->stats, rc? ZA_ROLE_FAILED: ZA_ROLE_DONE, za_clock_mono ());
     za_role_report_done (pipe, rc, step, crc, floats);
 }

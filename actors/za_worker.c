@@ -3,7 +3,11 @@
     every ps and take the fresh values from the replies (one round trip per
     ps per step). The chief initialises or restores the ps, checkpoints from
     a consistent snapshot (hold all, snapshot all, release all), writes
-    metrics, and at max_steps saves the final snapshot and stops the ps.     */
+    metrics, and at max_steps saves the final snapshot and stops the ps.
+
+    A ps restarted at the same endpoint comes back without state and says
+    not_ready: the chief reloads the newest checkpoint into every ps, a
+    worker waits for that, and both go on from there (s_recover).         */
 #include "za_role_private.h"
 #include "za/za_summary.h"
 
@@ -13,6 +17,18 @@
 #include <zlib.h>
 
 #define NOT_READY_RETRY_MS 100
+//  After a failure a ps may be gone: the bye does not wait longer than this.
+#define BYE_AFTER_FAILURE_SECS 2.0
+//  Published rates cover the last one to two windows of this length; the
+//  published loss is a moving average giving the newest step this weight.
+#define RATE_WINDOW_SECS 2.0
+#define LOSS_AVERAGE_WEIGHT 0.05
+
+//  What a phase of training may end with besides 0 and -1: the ps say
+//  training is over (done); or a ps answered not_ready, so it was restarted
+//  and lost its state, and the caller recovers.
+#define S_OVER 1
+#define S_PS_LOST 2
 
 typedef struct {
     const za_role_config_t *config;
@@ -35,6 +51,7 @@ typedef struct {
     double last_heard [ZA_ROLE_MAX_PS];
     double last_ping [ZA_ROLE_MAX_PS];
     int heard_once [ZA_ROLE_MAX_PS];
+    int silence_told [ZA_ROLE_MAX_PS];          //  its silence is logged, until heard again
     int64_t global_step;
     int64_t own_steps;
     int terminated;                             //  $TERM came on the pipe
@@ -49,6 +66,12 @@ typedef struct {
     //  Where a step's time goes: the gradient computation, the push and its
     //  replies, and everything else (input, copying values in, logs).
     double compute_secs, transfer_secs, step_secs;
+    //  What config->stats gets (NULL: nothing). Rates are measured from the
+    //  start of the previous window ("since"), the current one began at "window".
+    za_role_stats_t *stats;
+    double loss_average;
+    double since_time, window_time;
+    int64_t since_step, window_step, since_own_steps, window_own_steps;
 } s_worker_t;
 
 static void
@@ -88,6 +111,7 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
     self->config = config;
     self->pipe = pipe;
     self->ps_count = config->ps_count;
+    self->stats = config->stats;
     za_wire_lease_init (&self->lease);
     self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
     if (!self->out || config->ps_count < 1 || config->ps_count > ZA_ROLE_MAX_PS) {
@@ -199,10 +223,40 @@ s_build (s_worker_t *self, za_op_t op, int p)
     }
 }
 
+//  The loop turned: watchers see we are alive (relaxed stores only).
+static void
+s_alive (s_worker_t *self, double now)
+{
+    if (self->stats)
+        atomic_store_explicit (&self->stats->alive, now, memory_order_relaxed);
+}
+
+static void
+s_set_state (s_worker_t *self, za_role_state_t state)
+{
+    za_role_stats_publish (self->stats, state, za_clock_mono ());
+}
+
+//  A pong that says not_ready comes from a ps that has nothing to answer
+//  the request we wait for: it was restarted without state, or our request
+//  went down with its old process (PROTOCOL.md 7.5). Makes the pong in
+//  `reply` that ps's `error not_ready`.
+static void
+s_lost_state_reply (s_worker_t *self, za_wire_msg_t *reply)
+{
+    reply->op = ZA_OP_ERROR;
+    reply->seq = self->seq;
+    reply->tensor_count = 0;
+    snprintf (reply->error, sizeof reply->error, "the ps has no state (restarted?)");
+}
+
 //  Sends `op` to every ps and waits for every answer (with our seq) into
-//  self->replies. Returns 0, or -1 with an error on a timeout or $TERM.
+//  self->replies, at most timeout_secs. A ps silent for a heartbeat interval
+//  x liveness is stopped, hung or being restarted (a supervisor restarts a
+//  hung ps): we say so once and wait on. Returns 0, or -1 with an error on
+//  the timeout or $TERM.
 static int
-s_call_all (s_worker_t *self, za_op_t op)
+s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
 {
     self->seq++;
     for (int p = 0; p < self->ps_count; p++) {
@@ -216,31 +270,35 @@ s_call_all (s_worker_t *self, za_op_t op)
         zpoller_add (poller, self->dealers [p]);
     int missing = self->ps_count, rc = 0;
     double now = za_clock_mono ();
-    double deadline = now + self->config->timeout_secs;
+    double deadline = now + timeout_secs;
     double ivl = self->config->heartbeat_ivl_secs;
     double silent_max = ivl * self->config->heartbeat_liveness;
     for (int p = 0; p < self->ps_count; p++)
         self->last_heard [p] = self->last_ping [p] = now;
     while (missing > 0) {
         now = za_clock_mono ();
+        s_alive (self, now);
         double left = deadline - now;
         if (left <= 0 || zsys_interrupted) {
             int p = 0;
             while (p < self->ps_count && self->reply_msgs [p])
                 p++;
             rc = za_error ("%s: ps %d at %s did not answer %s within %.0f s", s_who (self), p,
-                           self->config->ps_endpoints [p], za_op_name (op),
-                           self->config->timeout_secs);
+                           self->config->ps_endpoints [p], za_op_name (op), timeout_secs);
             break;
         }
         //  Heartbeats to every ps we still wait for.
-        int dead = -1;
         for (int p = 0; p < self->ps_count && ivl > 0; p++) {
             if (self->reply_msgs [p])
                 continue;
-            if (self->heard_once [p] && now - self->last_heard [p] > silent_max) {
-                dead = p;
-                break;
+            if (self->heard_once [p] && !self->silence_told [p]
+                && now - self->last_heard [p] > silent_max) {
+                za_info ("%s: ps %d at %s missed %d heartbeats (silent %.1f s while we waited "
+                         "for %s): stopped, hung or restarting; waiting up to --timeout-secs "
+                         "(%.0f s more)", s_who (self), p, self->config->ps_endpoints [p],
+                         self->config->heartbeat_liveness, now - self->last_heard [p],
+                         za_op_name (op), left);
+                self->silence_told [p] = 1;
             }
             if (now - self->last_ping [p] >= ivl) {
                 za_wire_msg_t *ping = self->replies [p];
@@ -250,13 +308,6 @@ s_call_all (s_worker_t *self, za_op_t op)
                 za_wire_send (self->dealers [p], NULL, ping, NULL);
                 self->last_ping [p] = now;
             }
-        }
-        if (dead >= 0) {
-            rc = za_error ("%s: ps %d at %s missed %d heartbeats (silent %.1f s while we waited "
-                           "for %s): stopped or hung", s_who (self), dead,
-                           self->config->ps_endpoints [dead], self->config->heartbeat_liveness,
-                           now - self->last_heard [dead], za_op_name (op));
-            break;
         }
         double wait = ivl > 0 && ivl < left? ivl: left;
         void *which = zpoller_wait (poller, (int) (wait * 1000) + 1);
@@ -281,11 +332,24 @@ s_call_all (s_worker_t *self, za_op_t op)
             continue;
         self->last_heard [p] = za_clock_mono ();
         self->heard_once [p] = 1;
-        if (za_wire_decode (msg, self->replies [p]) || self->replies [p]->seq != self->seq
-            || self->reply_msgs [p]) {
-            //  Undecodable, stale, a pong or a duplicate: a sign of life only.
+        self->silence_told [p] = 0;
+        za_wire_msg_t *reply = self->replies [p];
+        //  After p's reply (decoded in place) anything more from p is only a
+        //  sign of life, and must not be decoded over it; so is what fails
+        //  to decode.
+        if (self->reply_msgs [p] || za_wire_decode (msg, reply)) {
             zmsg_destroy (&msg);
             continue;
+        }
+        if (reply->seq != self->seq) {
+            //  A stale reply or a pong: a sign of life, unless the pong says
+            //  the ps has no state (an init is answered in any case).
+            if (reply->op != ZA_OP_PONG || !streq (reply->code, "not_ready")
+                || op == ZA_OP_INIT) {
+                zmsg_destroy (&msg);
+                continue;
+            }
+            s_lost_state_reply (self, reply);
         }
         self->reply_msgs [p] = msg;
         missing--;
@@ -294,22 +358,38 @@ s_call_all (s_worker_t *self, za_op_t op)
     return rc;
 }
 
+static int
+s_call_all (s_worker_t *self, za_op_t op)
+{
+    return s_call_all_within (self, op, self->config->timeout_secs);
+}
+
+//  The first ps whose reply is an error with `code`, or -1.
+static int
+s_error_from (s_worker_t *self, const char *code)
+{
+    for (int p = 0; p < self->ps_count; p++)
+        if (self->replies [p]->op == ZA_OP_ERROR && streq (self->replies [p]->code, code))
+            return p;
+    return -1;
+}
+
 //  1 if any reply is an error with `code`.
 static int
 s_any_error (s_worker_t *self, const char *code)
 {
-    for (int p = 0; p < self->ps_count; p++)
-        if (self->replies [p]->op == ZA_OP_ERROR && streq (self->replies [p]->code, code))
-            return 1;
-    return 0;
+    return s_error_from (self, code) >= 0;
 }
 
-//  Every reply must be `op`; an error reply becomes our error.
+//  Every reply must be `op`, or an error with code `also` (when not NULL);
+//  any other error reply becomes our error.
 static int
-s_expect (s_worker_t *self, za_op_t op)
+s_expect_or (s_worker_t *self, za_op_t op, const char *also)
 {
     for (int p = 0; p < self->ps_count; p++) {
         const za_wire_msg_t *r = self->replies [p];
+        if (r->op == ZA_OP_ERROR && also && streq (r->code, also))
+            continue;
         if (r->op == ZA_OP_ERROR)
             return za_error ("%s: ps %d refused: %s (%s)", s_who (self), p, r->error, r->code);
         if (r->op != op)
@@ -317,6 +397,21 @@ s_expect (s_worker_t *self, za_op_t op)
                              za_op_name (r->op), za_op_name (op));
     }
     return 0;
+}
+
+//  Every reply must be `op`; an error reply becomes our error.
+static int
+s_expect (s_worker_t *self, za_op_t op)
+{
+    return s_expect_or (self, op, NULL);
+}
+
+//  As s_expect, except that a not_ready from any ps gives S_PS_LOST (no
+//  error): that ps was restarted and lost its state.
+static int
+s_outcome (s_worker_t *self, za_op_t op)
+{
+    return s_any_error (self, "not_ready")? S_PS_LOST: s_expect (self, op);
 }
 
 //  Copies the tensors of each reply (the ps's parts, then optionally their
@@ -353,20 +448,59 @@ s_take_parts (s_worker_t *self, int with_slots)
 // ---------------------------------------------------------------------------
 //  The chief's duties
 
+//  Initialises every ps with the estimator's values and slots at `step`.
+static int
+s_init_all (s_worker_t *self, int64_t step)
+{
+    self->init_step = step;
+    if (s_call_all (self, ZA_OP_INIT) || s_expect (self, ZA_OP_INIT_OK))
+        return -1;
+    self->ckpt_step = step;
+    self->ckpt_time = za_clock_mono ();
+    return 0;
+}
+
+//  Ends the final checkpoint: stops every ps at the snapshot the estimator
+//  holds. A ps restarted since its snapshot answers not_ready: it gets the
+//  snapshot back and is stopped in turn (the others, stopped already,
+//  answer done to both).
+static int
+s_stop_all (s_worker_t *self, int64_t step)
+{
+    if (s_call_all (self, ZA_OP_STOP))
+        return -1;
+    int lost;
+    while ((lost = s_error_from (self, "not_ready")) >= 0) {
+        za_info ("chief: ps %d lost its state during the final stop (restarted?): giving it "
+                 "the final snapshot (step %" PRId64 ")", lost, step);
+        self->init_step = step;
+        if (s_call_all (self, ZA_OP_INIT) || s_expect_or (self, ZA_OP_INIT_OK, "done")
+            || s_call_all (self, ZA_OP_STOP))
+            return -1;
+    }
+    return s_expect_or (self, ZA_OP_STOPPING, "done");
+}
+
 //  A consistent snapshot into the estimator's blocks, then a checkpoint.
 //  final: the ps are stopped instead of released, so nothing changes after.
+//  Returns 0, -1 with an error, or S_PS_LOST when a ps lost its state on the
+//  way: the caller recovers (a snapshot complete by then is saved first, so
+//  that is what the recovery reloads).
 static int
 s_checkpoint (s_worker_t *self, int final)
 {
-    if (s_call_all (self, ZA_OP_HOLD) || s_expect (self, ZA_OP_HELD))
-        return -1;
-    int rc = s_call_all (self, ZA_OP_SNAPSHOT) || s_expect (self, ZA_OP_SNAPSHOT_DATA)
-          || s_take_parts (self, 1)? -1: 0;
-    int64_t step = self->replies [0]->step;
-    if (s_call_all (self, final? ZA_OP_STOP: ZA_OP_RELEASE)
-        || s_expect (self, final? ZA_OP_STOPPING: ZA_OP_RELEASED))
-        return -1;
+    int rc = s_call_all (self, ZA_OP_HOLD)? -1: s_outcome (self, ZA_OP_HELD);
     if (rc)
+        return rc;              //  the holds lapse, or the recovery releases them
+    rc = s_call_all (self, ZA_OP_SNAPSHOT)? -1: s_outcome (self, ZA_OP_SNAPSHOT_DATA);
+    if (rc == 0)
+        rc = s_take_parts (self, 1);
+    if (rc == S_PS_LOST)
+        return rc;
+    int64_t step = self->replies [0]->step;
+    int ended = final? s_stop_all (self, step)
+              : s_call_all (self, ZA_OP_RELEASE)? -1: s_outcome (self, ZA_OP_RELEASED);
+    if (rc || ended < 0)
         return -1;
     za_estimator_set_global_step (self->est, step);
     if (za_estimator_save (self->est))
@@ -374,9 +508,11 @@ s_checkpoint (s_worker_t *self, int final)
     self->ckpt_step = step;
     self->ckpt_time = za_clock_mono ();
     za_info ("chief: checkpoint at step %" PRId64 "%s", step, final? " (final)": "");
-    return 0;
+    return ended;
 }
 
+//  Returns 0 when the ps hold a state to train from, S_OVER when they say
+//  training is over already, -1 on an error.
 static int
 s_chief_init (s_worker_t *self)
 {
@@ -384,6 +520,12 @@ s_chief_init (s_worker_t *self)
     //  from their step instead of rewinding them to its newest checkpoint.
     if (s_call_all (self, ZA_OP_PULL))
         return -1;
+    if (s_any_error (self, "done")) {
+        self->global_step = self->replies [0]->step;
+        za_info ("chief: the ps say training is over (step %" PRId64 "): nothing to do",
+                 self->global_step);
+        return S_OVER;
+    }
     int all_ready = 1;
     for (int p = 0; p < self->ps_count; p++)
         all_ready &= self->replies [p]->op == ZA_OP_VALUES;
@@ -398,14 +540,13 @@ s_chief_init (s_worker_t *self)
     int restored;
     if (za_estimator_restore (self->est, &restored))
         return -1;
-    self->init_step = restored? za_estimator_global_step (self->est): 0;
+    int64_t step = restored? za_estimator_global_step (self->est): 0;
     if (restored)
-        za_info ("chief: restored step %" PRId64 " from '%s'", self->init_step,
+        za_info ("chief: restored step %" PRId64 " from '%s'", step,
                  self->config->run.model_dir);
-    if (s_call_all (self, ZA_OP_INIT) || s_expect (self, ZA_OP_INIT_OK))
+    if (s_init_all (self, step))
         return -1;
-    za_info ("chief: %d ps initialised at step %" PRId64, self->ps_count, self->init_step);
-    self->ckpt_step = self->init_step;
+    za_info ("chief: %d ps initialised at step %" PRId64, self->ps_count, step);
     return 0;
 }
 
@@ -451,6 +592,9 @@ s_chief_after_step (s_worker_t *self, double loss, int batch, double now)
 //  The loop
 
 //  Pulls the values, waiting while the chief has not initialised the ps.
+//  The chief, who has, does not wait: a ps that says not_ready to it lost
+//  its state. Returns 0, S_OVER when the ps say training is over, S_PS_LOST
+//  (the chief), or -1 with an error.
 static int
 s_pull_when_ready (s_worker_t *self)
 {
@@ -460,20 +604,75 @@ s_pull_when_ready (s_worker_t *self)
             return -1;
         if (!s_any_error (self, "not_ready"))
             break;
-        if (za_clock_mono () > deadline)
+        if (self->config->is_chief)
+            return S_PS_LOST;
+        double now = za_clock_mono ();
+        if (now > deadline)
             return za_error ("%s: the ps were not initialised within %.0f s (is the chief "
                              "running?)", s_who (self), self->config->timeout_secs);
+        s_alive (self, now);
         zclock_sleep (NOT_READY_RETRY_MS);
     }
     if (s_any_error (self, "done")) {
         //  We came after the end: the refusal still says where training ended.
         self->global_step = self->replies [0]->step;
-        return 1;
+        return S_OVER;
     }
     if (s_expect (self, ZA_OP_VALUES) || s_take_parts (self, 0))
         return -1;
     self->global_step = self->replies [0]->step;
     return 0;
+}
+
+//  Logs, summaries and published rates measure from here: the start, or a
+//  reload that moved global_step back.
+static void
+s_restart_clocks (s_worker_t *self)
+{
+    double now = za_clock_mono ();
+    self->log_time = self->summary_time = self->since_time = self->window_time = now;
+    self->log_step = self->summary_step = self->global_step;
+    self->since_step = self->window_step = self->global_step;
+    self->since_own_steps = self->window_own_steps = self->own_steps;
+    self->loss_sum = 0, self->loss_count = 0;
+}
+
+//  A ps lost its state: it answered not_ready, so it was restarted (by a
+//  supervisor or by hand, at the same endpoint). The chief brings every ps
+//  back to one consistent state: it releases them all (a held ps refuses
+//  init; what they answer does not matter), restores the newest checkpoint
+//  and initialises every ps with it (a ps that kept its state is reloaded
+//  too). A worker waits for that. Both then pull the values and go on from
+//  there. Returns as s_pull_when_ready (S_PS_LOST: a ps was lost again).
+static int
+s_recover (s_worker_t *self)
+{
+    int lost = s_error_from (self, "not_ready");
+    s_set_state (self, ZA_ROLE_RECOVERING);
+    if (self->config->is_chief) {
+        int restored;
+        if (s_call_all (self, ZA_OP_RELEASE) || za_estimator_restore (self->est, &restored))
+            return -1;
+        //  Before the first checkpoint there is only what we pulled last.
+        int64_t step = restored? za_estimator_global_step (self->est): self->global_step;
+        za_info ("chief: ps %d lost its state (restarted?): reloading step %" PRId64
+                 " from %s into all %d ps", lost, step,
+                 restored? self->config->run.model_dir: "the chief's newest values",
+                 self->ps_count);
+        if (s_init_all (self, step))
+            return -1;
+    }
+    else
+        za_info ("worker %d: ps %d lost its state (restarted?): waiting for the chief to "
+                 "reload it", self->config->worker_index, lost);
+    int pulled = s_pull_when_ready (self);
+    if (pulled == 0) {
+        za_info ("%s %d: going on from step %" PRId64, s_who (self),
+                 self->config->worker_index, self->global_step);
+        s_restart_clocks (self);
+        s_set_state (self, ZA_ROLE_RUNNING);
+    }
+    return pulled;
 }
 
 static void
@@ -492,21 +691,46 @@ s_log (s_worker_t *self, double loss, double now)
     self->log_step = self->global_step;
 }
 
+//  Publishes a step to the stats block: relaxed stores, nothing allocated.
+static void
+s_publish_step (s_worker_t *self, double loss, int batch, double now)
+{
+    za_role_stats_t *stats = self->stats;
+    if (!stats)
+        return;
+    self->loss_average = self->own_steps == 1? loss
+        : self->loss_average + LOSS_AVERAGE_WEIGHT * (loss - self->loss_average);
+    if (now - self->window_time >= RATE_WINDOW_SECS) {
+        self->since_time = self->window_time;
+        self->since_step = self->window_step;
+        self->since_own_steps = self->window_own_steps;
+        self->window_time = now;
+        self->window_step = self->global_step;
+        self->window_own_steps = self->own_steps;
+    }
+    double span = now - self->since_time;
+    if (span > 0) {
+        atomic_store_explicit (&stats->steps_per_sec,
+                               (double) (self->global_step - self->since_step) / span,
+                               memory_order_relaxed);
+        atomic_store_explicit (&stats->examples_per_sec,
+                               (double) (self->own_steps - self->since_own_steps) * batch / span,
+                               memory_order_relaxed);
+    }
+    atomic_store_explicit (&stats->global_step, self->global_step, memory_order_relaxed);
+    atomic_store_explicit (&stats->loss, self->loss_average, memory_order_relaxed);
+    atomic_store_explicit (&stats->alive, now, memory_order_relaxed);
+}
+
+//  Trains until max_steps, or until the ps say training is over. Returns 0,
+//  -1 with an error, or S_PS_LOST.
 static int
-s_train (s_worker_t *self)
+s_run_steps (s_worker_t *self)
 {
     const za_role_config_t *config = self->config;
-    if (config->is_chief && s_chief_init (self))
-        return -1;
-    int pulled = s_pull_when_ready (self);
-    if (pulled < 0)
-        return -1;
-    double now = za_clock_mono ();
-    self->start_time = self->log_time = self->summary_time = self->ckpt_time = now;
-    self->start_step = self->log_step = self->summary_step = self->global_step;
-    int finished = pulled > 0;
-    while (!finished && self->global_step < config->max_steps && !zsys_interrupted) {
+    while (self->global_step < config->max_steps && !zsys_interrupted) {
         double step_start = za_clock_mono ();
+        s_alive (self, step_start);
         za_batch_t batch;
         if (za_input_next (self->input, &batch) <= 0)
             return za_error ("%s: the input ended", s_who (self));
@@ -522,23 +746,52 @@ s_train (s_worker_t *self)
         if (s_any_error (self, "done")) {
             if (self->replies [0]->step > self->global_step)
                 self->global_step = self->replies [0]->step;
-            break;
+            return 0;
         }
-        if (s_expect (self, ZA_OP_VALUES) || s_take_parts (self, 0))
-            return -1;
+        int rc = s_outcome (self, ZA_OP_VALUES);
+        if (rc == 0)
+            rc = s_take_parts (self, 0);
+        if (rc)
+            return rc;
         self->global_step = self->replies [0]->step;
         self->own_steps++;
-        now = za_clock_mono ();
+        double now = za_clock_mono ();
         self->compute_secs += t1 - t0;
         self->transfer_secs += t2 - t1;
         self->step_secs += now - step_start;
         s_log (self, loss, now);
-        if (config->is_chief && s_chief_after_step (self, loss, batch.size, now))
-            return -1;
+        s_publish_step (self, loss, batch.size, now);
+        if (config->is_chief && (rc = s_chief_after_step (self, loss, batch.size, now)))
+            return rc;
     }
-    if (config->is_chief && s_checkpoint (self, 1))
-        return -1;
     return 0;
+}
+
+static int
+s_train (s_worker_t *self)
+{
+    const za_role_config_t *config = self->config;
+    s_set_state (self, ZA_ROLE_WAITING);
+    int rc = config->is_chief? s_chief_init (self): 0;
+    if (rc == 0)
+        rc = s_pull_when_ready (self);
+    self->start_time = self->ckpt_time = za_clock_mono ();
+    self->start_step = self->global_step;
+    s_restart_clocks (self);
+    if (rc == 0)
+        s_set_state (self, ZA_ROLE_RUNNING);
+    while (rc == 0 || rc == S_PS_LOST) {
+        if (rc == S_PS_LOST) {
+            rc = s_recover (self);
+            continue;
+        }
+        rc = s_run_steps (self);
+        if (rc == 0 && config->is_chief)
+            rc = s_checkpoint (self, 1);
+        if (rc == 0)
+            return 0;
+    }
+    return rc == S_OVER? 0: -1;
 }
 
 void
@@ -548,6 +801,7 @@ za_worker_actor (zsock_t *pipe, void *args)
     s_worker_t *self = s_worker_new (config, pipe);
     zsock_signal (pipe, 0);
     if (!self) {
+        za_role_stats_publish (config->stats, ZA_ROLE_FAILED, za_clock_mono ());
         za_role_report_done (pipe, 1, 0, 0, 0);
         return;
     }
@@ -556,10 +810,19 @@ za_worker_actor (zsock_t *pipe, void *args)
              config->max_steps);
     int rc = s_train (self) == 0? 0: 1;
     if (!self->terminated) {
-        //  Leave: every ps counts our bye before it exits.
-        if (s_call_all (self, ZA_OP_BYE) == 0)
-            s_expect (self, ZA_OP_BYE_OK);
+        //  Leave: every ps counts our bye before it exits. After a failure a ps
+        //  may be gone, so we do not wait long; one that lost its state has
+        //  nothing to leave.
+        double wait = config->timeout_secs;
+        if (rc && wait > BYE_AFTER_FAILURE_SECS)
+            wait = BYE_AFTER_FAILURE_SECS;
+        if (s_call_all_within (self, ZA_OP_BYE, wait) == 0)
+            s_expect_or (self, ZA_OP_BYE_OK, "not_ready");
     }
+    if (self->stats)
+        atomic_store_explicit (&self->stats->global_step, self->global_step,
+                               memory_order_relaxed);
+    s_set_state (self, rc? ZA_ROLE_FAILED: ZA_ROLE_DONE);
     double secs = za_clock_mono () - self->start_time;
     za_info ("%s %d: %s at step %" PRId64 " after %" PRId64 " own steps in %.1f s",
              s_who (self), config->worker_index, rc? "failed": "done", self->global_step,

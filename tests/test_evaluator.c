@@ -21,6 +21,7 @@ typedef struct {
     za_dataset_t *data;
     za_estimator_t *trainer;        //  writes the checkpoints
     za_evaluator_config_t config;
+    za_role_stats_t stats;
 } s_case_t;
 
 static void
@@ -46,6 +47,8 @@ s_case_setup (s_case_t *c, int keep)
     c->config.threads = 1;
     c->config.poll_secs = 0.02;
     c->config.idle_timeout_secs = 20;
+    za_role_stats_init (&c->stats);
+    c->config.stats = &c->stats;
 }
 
 static void
@@ -102,6 +105,11 @@ Test (evaluator, start_delay_throttle_and_the_final_checkpoint)
     c.config.max_steps = 100;
     double t0 = za_clock_wall ();
     zactor_t *evaluator = zactor_new (za_evaluator_actor, &c.config);
+    //  Within its start delay it waits, and says so.
+    zclock_sleep (300);
+    cr_expect_eq (atomic_load (&c.stats.state), ZA_ROLE_WAITING);
+    cr_expect_gt (atomic_load (&c.stats.alive), 0.0);
+    cr_expect_eq (atomic_load (&c.stats.eval_step), -1);
     //  A checkpoint every 0.25 s, steps 10..100: ten in 2.5 s.
     for (int64_t step = 10; step <= 100; step += 10) {
         s_save (&c, step);
@@ -130,6 +138,11 @@ Test (evaluator, start_delay_throttle_and_the_final_checkpoint)
         finals += steps [i] == 100;
     cr_expect_eq (finals, 1);
     cr_expect_eq (steps [count - 1], 100);
+    //  It published the newest evaluation.
+    cr_expect_eq (atomic_load (&c.stats.state), ZA_ROLE_DONE);
+    cr_expect_eq (atomic_load (&c.stats.eval_step), 100);
+    double accuracy = atomic_load (&c.stats.eval_accuracy);
+    cr_expect (accuracy > 0 && accuracy <= 1, "accuracy %f", accuracy);
     s_case_teardown (&c);
 }
 

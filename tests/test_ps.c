@@ -2,15 +2,21 @@
     every request before init is refused, malformed inits and pushes are
     refused with bad_request and change nothing, a push applies the optimizer
     exactly, a hold queues pushes and lapses when its holder goes silent,
-    stop answers done, and the ps leaves after every worker's bye.          */
+    stop answers done, and the ps leaves after every worker's bye. A ps
+    waiting for init says not_ready in its pongs (a restarted ps has lost
+    what workers think it has); one whose model_dir holds the final
+    checkpoint starts with its values and answers done.                     */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
+#include "za/za_checkpoint.h"
 #include "za/za_placement.h"
 #include "za/za_role.h"
 #include "za/za_wire.h"
+#include "za_test.h"
 
 #define REPLY_MS 2000
 
@@ -24,10 +30,12 @@ typedef struct {
     za_wire_lease_t lease;
     uint64_t seq;
     float kernel [12], bias [3];        //  dense/kernel 4x3, dense/bias 3
+    za_role_stats_t stats;
 } s_ps_case_t;
 
+//  model_dir and max_steps: the run the ps belongs to (NULL, 0: none).
 static void
-s_setup (s_ps_case_t *c)
+s_setup_run (s_ps_case_t *c, const char *model_dir, int64_t max_steps)
 {
     memset (c, 0, sizeof *c);
     cr_assert_eq (za_stack_parse ("flatten dense(3)", &c->spec), 0);
@@ -40,11 +48,21 @@ s_setup (s_ps_case_t *c)
     c->config.ps_index = 0;
     c->config.bind_endpoint = "inproc://test-ps";
     c->config.timeout_secs = 30;
+    c->config.run.model_dir = model_dir;
+    c->config.max_steps = max_steps;
+    za_role_stats_init (&c->stats);
+    c->config.stats = &c->stats;
     c->ps = zactor_new (za_ps_actor, &c->config);
     c->client = zsock_new_dealer (">inproc://test-ps");
     c->out = malloc (sizeof *c->out);
     c->in = malloc (sizeof *c->in);
     za_wire_lease_init (&c->lease);
+}
+
+static void
+s_setup (s_ps_case_t *c)
+{
+    s_setup_run (c, NULL, 0);
 }
 
 static void
@@ -122,10 +140,15 @@ Test (ps, protocol_rules)
         grads_k [i] = 1, c.kernel [i] = 1;
     for (int i = 0; i < 3; i++)
         grads_b [i] = 1, c.bias [i] = 1;
-    //  Before init: not_ready.
+    //  Before init: not_ready, in pongs too.
     za_wire_msg_init (c.out, ZA_OP_PULL);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
     cr_expect_str_eq (c.in->code, "not_ready");
+    za_wire_msg_init (c.out, ZA_OP_PING);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_PONG);
+    cr_expect_str_eq (c.in->code, "not_ready");
+    cr_expect_eq (atomic_load (&c.stats.state), ZA_ROLE_WAITING);
+    cr_expect_gt (atomic_load (&c.stats.alive), 0.0);
     //  An init without global_step is refused; still not ready.
     za_wire_msg_init (c.out, ZA_OP_INIT);
     c.out->step = 0;
@@ -143,6 +166,23 @@ Test (ps, protocol_rules)
     s_init_sgd (&c, 0.5f, &zero);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
     s_expect_values (&c, 1.0f);
+    za_wire_msg_init (c.out, ZA_OP_PING);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_PONG);
+    cr_expect_str_eq (c.in->code, "");
+    //  A ping that opens a connection follows a request sent to a ps (or a
+    //  connection) that is gone: not_ready, though this ps is ready.
+    zsock_t *other = zsock_new_dealer (">inproc://test-ps");
+    za_wire_msg_init (c.out, ZA_OP_PING);
+    c.out->seq = 0;
+    cr_assert_eq (za_wire_send (other, NULL, c.out, NULL), 0);
+    zsock_set_rcvtimeo (other, REPLY_MS);
+    zmsg_t *pong = zmsg_recv (other);
+    cr_assert_not_null (pong);
+    cr_assert_eq (za_wire_decode (pong, c.in), 0);
+    cr_expect_eq (c.in->op, ZA_OP_PONG);
+    cr_expect_str_eq (c.in->code, "not_ready");
+    zmsg_destroy (&pong);
+    zsock_destroy (&other);
     //  A push with a wrong name, and one with an extra tensor: refused, no change.
     za_wire_msg_init (c.out, ZA_OP_PUSH);
     int64_t kshape [2] = {4, 3}, bshape [1] = {3};
@@ -163,6 +203,10 @@ Test (ps, protocol_rules)
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_VALUES);
     cr_expect_eq (c.in->step, 1);
     s_expect_values (&c, 0.5f);
+    //  The ps publishes once per loop turn: the pull's turn is over by now.
+    zclock_sleep (200);
+    cr_expect_eq (atomic_load (&c.stats.state), ZA_ROLE_RUNNING);
+    cr_expect_eq (atomic_load (&c.stats.global_step), 1);
     //  Held: a push gets no answer, pulls see the held values; the holder
     //  (this client) stays silent past the lapse, then the push is applied.
     za_wire_msg_init (c.out, ZA_OP_HOLD);
@@ -194,5 +238,75 @@ Test (ps, protocol_rules)
     int64_t step = 0;
     cr_expect_eq (za_role_wait (c.ps, 10, &step, NULL, NULL), 0);
     cr_expect_eq (step, 2);
+    cr_expect_eq (atomic_load (&c.stats.state), ZA_ROLE_DONE);
     s_teardown (&c);
+}
+
+//  A ps started after the end (model_dir holds a checkpoint at max_steps)
+//  must not wait for an init that never comes: it answers done at that step,
+//  holds the checkpoint's values and leaves after the workers' byes.
+Test (ps, a_ps_started_after_the_end_answers_done)
+{
+    za_test_dir_create ("za_ps_final");
+    float kernel [12], bias [3];
+    for (int i = 0; i < 12; i++)
+        kernel [i] = 0.25f * (float) i;
+    for (int i = 0; i < 3; i++)
+        bias [i] = -1.0f - (float) i;
+    int64_t step = 10;
+    za_ckpt_tensor_t tensors [] = {
+        {.name = "global_step", .dtype = ZA_DTYPE_I64, .ndim = 0, .data = &step},
+        {.name = "dense/kernel", .dtype = ZA_DTYPE_F32, .ndim = 2, .shape = {4, 3},
+         .data = kernel},
+        {.name = "dense/bias", .dtype = ZA_DTYPE_F32, .ndim = 1, .shape = {3}, .data = bias}};
+    cr_assert_eq (za_checkpoint_write_atomic (za_test_dir (), step, tensors, 3, NULL, 0, 0), 0,
+                  "%s", za_last_error ());
+    s_ps_case_t c;
+    s_setup_run (&c, za_test_dir (), step);
+    za_wire_msg_init (c.out, ZA_OP_PULL);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "done");
+    cr_expect_eq (c.in->step, step);
+    za_wire_msg_init (c.out, ZA_OP_PING);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_PONG);
+    cr_expect_str_eq (c.in->code, "");
+    za_wire_msg_init (c.out, ZA_OP_BYE);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_BYE_OK);
+    zmsg_destroy (&c.reply);
+    //  It reports the checkpoint's step and values (kernel first: placement
+    //  puts the larger variable first).
+    int64_t done_step = 0;
+    uint32_t crc = 0;
+    cr_expect_eq (za_role_wait (c.ps, 10, &done_step, &crc, NULL), 0);
+    cr_expect_eq (done_step, step);
+    uLong expected = crc32 (0L, Z_NULL, 0);
+    expected = crc32 (expected, (const Bytef *) kernel, sizeof kernel);
+    expected = crc32 (expected, (const Bytef *) bias, sizeof bias);
+    cr_expect_eq (crc, (uint32_t) expected, "crc %08x, expected %08x", crc,
+                  (uint32_t) expected);
+    s_teardown (&c);
+    za_test_dir_remove ();
+}
+
+//  Not before the end: a checkpoint short of max_steps leaves the ps waiting
+//  for the chief's init.
+Test (ps, a_checkpoint_before_the_end_changes_nothing)
+{
+    za_test_dir_create ("za_ps_not_final");
+    float kernel [12] = {0}, bias [3] = {0};
+    int64_t step = 5;
+    za_ckpt_tensor_t tensors [] = {
+        {.name = "global_step", .dtype = ZA_DTYPE_I64, .ndim = 0, .data = &step},
+        {.name = "dense/kernel", .dtype = ZA_DTYPE_F32, .ndim = 2, .shape = {4, 3},
+         .data = kernel},
+        {.name = "dense/bias", .dtype = ZA_DTYPE_F32, .ndim = 1, .shape = {3}, .data = bias}};
+    cr_assert_eq (za_checkpoint_write_atomic (za_test_dir (), step, tensors, 3, NULL, 0, 0), 0,
+                  "%s", za_last_error ());
+    s_ps_case_t c;
+    s_setup_run (&c, za_test_dir (), 10);
+    za_wire_msg_init (c.out, ZA_OP_PULL);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "not_ready");
+    s_teardown (&c);
+    za_test_dir_remove ();
 }

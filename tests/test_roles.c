@@ -1,7 +1,8 @@
 /*  test_roles.c: a whole cluster in one process: ps, chief and workers as
     CZMQ actors over inproc://, training on real Fashion-MNIST. Checks every
     role ends with rc 0, the loss fell, and the final checkpoint holds exactly
-    what each ps holds; bad messages sent to a ps are dropped and counted.  */
+    what each ps holds; bad messages sent to a ps are dropped and counted.
+    Every role publishes its progress to a stats block.                      */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@ typedef struct {
     char endpoints [4][64];
     za_stack_spec_t spec;
     za_dataset_t *train;
+    za_role_stats_t ps_stats [4], worker_stats [4];
 } s_cluster_t;
 
 static void
@@ -57,11 +59,15 @@ s_cluster_setup (s_cluster_t *c, int ps_count, int num_workers, const char *tag,
         c->ps [p] = base;
         c->ps [p].ps_index = p;
         c->ps [p].bind_endpoint = c->endpoints [p];
+        za_role_stats_init (&c->ps_stats [p]);
+        c->ps [p].stats = &c->ps_stats [p];
     }
     for (int w = 0; w < num_workers; w++) {
         c->workers [w] = base;
         c->workers [w].worker_index = w;
         c->workers [w].is_chief = w == 0;
+        za_role_stats_init (&c->worker_stats [w]);
+        c->workers [w].stats = &c->worker_stats [w];
     }
 }
 
@@ -132,6 +138,23 @@ Test (roles, chief_worker_two_ps_train_and_checkpoint_matches_ps)
     }
     cr_expect_gt (ps_floats [0], 0);
     cr_expect_gt (ps_floats [1], 0);
+    //  What the roles published.
+    for (int p = 0; p < 2; p++) {
+        cr_expect_eq (atomic_load (&c.ps_stats [p].state), ZA_ROLE_DONE);
+        cr_expect_eq (atomic_load (&c.ps_stats [p].global_step), ps_step [p]);
+        cr_expect_gt (atomic_load (&c.ps_stats [p].alive), 0.0);
+    }
+    for (int w = 0; w < 2; w++) {
+        za_role_stats_t *stats = &c.worker_stats [w];
+        cr_expect_eq (atomic_load (&stats->state), ZA_ROLE_DONE, "worker %d", w);
+        cr_expect_geq (atomic_load (&stats->global_step), 390, "worker %d", w);
+        double loss = atomic_load (&stats->loss);
+        cr_expect (loss > 0 && loss < 2.3, "worker %d: loss %f", w, loss);
+        cr_expect_gt (atomic_load (&stats->steps_per_sec), 0.0, "worker %d", w);
+        cr_expect_gt (atomic_load (&stats->examples_per_sec), 0.0, "worker %d", w);
+        cr_expect_gt (atomic_load (&stats->alive), 0.0, "worker %d", w);
+        cr_expect_eq (atomic_load (&stats->eval_step), -1);
+    }
     //  The final checkpoint is the snapshot the ps were stopped at.
     int found = 0;
     za_checkpoint_t *ckpt = za_checkpoint_load_newest (za_test_dir (), &found);

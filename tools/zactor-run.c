@@ -1473,8 +1473,8 @@ s_run_local (const char *argv0)
             last_watch = now;
         }
     }
-    if (tty && *line)
-        printf ("\n");
+    if (*line)
+        printf (tty? "\n": "%s\n", line);      //  the bar's last state ends its line
     zsock_destroy (&watch);
     free (msg);
     if (rc == 130) {

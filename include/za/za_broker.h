@@ -14,7 +14,7 @@
     with exponential backoff up to max_restarts each. It keeps the recent
     events (start, register, restart and why, done) in memory and appends
     them to MODEL_DIR/events.jsonl, and answers `watch` with the whole
-    state as JSON (zactor-top). docs/PROTOCOL.md section 10 is the protocol. */
+    state as JSON (zactor-top). docs/PROTOCOL.md section 13 is the protocol. */
 #ifndef ZA_BROKER_H_INCLUDED
 #define ZA_BROKER_H_INCLUDED
 

@@ -68,8 +68,9 @@ typedef struct {
     size_t partition_floats;        //  split variables above this over the ps (0: never)
     double timeout_secs;            //  a peer never heard from this long is unreachable
     double heartbeat_ivl_secs;      //  a worker waiting on a ps pings it this often (1 s)
-    int heartbeat_liveness;         //  and gives it up after this many silent intervals
-                                    //  (3): a stopped or hung ps, not only a closed one
+    int heartbeat_liveness;         //  and logs it as stopped, hung or restarting after
+                                    //  this many silent intervals (3); it waits on
+                                    //  until timeout_secs (a supervisor may restart it)
     //  The cluster, resolved to endpoints.
     int ps_count;
     const char *ps_endpoints [ZA_ROLE_MAX_PS];
@@ -89,12 +90,19 @@ void za_role_config_init (za_role_config_t *config);
 
 //  A parameter server: holds its shard of the variables and their optimizer
 //  slots, applies pushes at once, answers pulls; ps 0 holds global_step.
+//  Started when run.model_dir already holds a checkpoint at or past
+//  max_steps, it serves that checkpoint's values as over (answers done).
+//  Publishes global_step, state and alive to stats (when set).
 void za_ps_actor (zsock_t *pipe, void *args);
 
 //  A worker (or the chief, when is_chief): pulls, computes gradients on its
 //  shard of the data, pushes to every ps, until global_step >= max_steps.
 //  The chief also initialises (or restores) the ps, writes checkpoints from
 //  a consistent snapshot and metrics, and tells the ps when training ends.
+//  A ps that was restarted and lost its state (not_ready): the chief reloads
+//  the newest checkpoint into every ps, a worker waits for that and pulls;
+//  both go on (docs/PROTOCOL.md 7.5). Publishes global_step, loss, rates,
+//  state and alive to stats (when set) after every step, allocating nothing.
 void za_worker_actor (zsock_t *pipe, void *args);
 
 //  Waits for a role's DONE report (up to timeout_secs; <= 0 waits forever).

@@ -63,7 +63,7 @@ typedef enum {
     ZA_OP_ERROR,
     ZA_OP_PING,
     ZA_OP_PONG,
-    //  The broker's control plane (docs/PROTOCOL.md section 10): a JSON body.
+    //  The broker's control plane (docs/PROTOCOL.md section 13): a JSON body.
     ZA_OP_REGISTER,
     ZA_OP_WELCOME,
     ZA_OP_REPORT,
@@ -106,7 +106,8 @@ typedef struct {
     int64_t step;                       //  global step where meaningful; -1 when absent
     int32_t task;                       //  sender's worker index (chief = 0); -1 when absent
     int32_t ps;                         //  ps index (in ps replies); -1 when absent
-    //  ERROR: "not_ready", "bad_request", "done", "busy" ...; "" otherwise
+    //  ERROR: "not_ready", "bad_request", "done", "busy" ...; PONG: "not_ready"
+    //  from a ps without state for the pinger (PROTOCOL.md 7.5); "" otherwise
     char code [32];
     char error [256];                   //  ERROR: human message; "" otherwise
     //  INIT only: the optimizer the ps applies (see za_optim.h: kind name and fields)
