@@ -17,6 +17,7 @@
 #include <zlib.h>
 
 #define NOT_READY_RETRY_MS 100
+#define SEED_STEP_MIX 0x9e3779b97f4a7c15ULL    //  as zactor-run's single process
 //  After a failure a ps may be gone: the bye does not wait longer than this.
 #define BYE_AFTER_FAILURE_SECS 2.0
 //  Published rates cover the last one to two windows of this length; the
@@ -41,6 +42,7 @@ typedef struct {
     int parts [ZA_ROLE_MAX_PS][ZA_PLACEMENT_MAX_PARTS];
     int part_count [ZA_ROLE_MAX_PS];
     za_input_t *input;
+    za_input_config_t input_config;
     uint64_t seq;
     za_wire_msg_t *out;
     za_wire_msg_t *replies [ZA_ROLE_MAX_PS];
@@ -156,9 +158,7 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
         za_error ("%s: no training data", s_who (self));
         goto fail;
     }
-    self->input = za_input_new (config->train, &input);
-    if (!self->input)
-        goto fail;
+    self->input_config = input;         //  the input starts once the step is known
     return self;
 fail:
     s_worker_destroy (&self);
@@ -775,6 +775,14 @@ s_train (s_worker_t *self)
     int rc = config->is_chief? s_chief_init (self): 0;
     if (rc == 0)
         rc = s_pull_when_ready (self);
+    if (rc == 0) {
+        //  A restarted worker goes on with a new order of its shard, not the
+        //  examples it began with: the starting step is mixed into the seed.
+        self->input_config.seed += SEED_STEP_MIX * (uint64_t) self->global_step;
+        self->input = za_input_new (config->train, &self->input_config);
+        if (!self->input)
+            rc = -1;
+    }
     self->start_time = self->ckpt_time = za_clock_mono ();
     self->start_step = self->global_step;
     s_restart_clocks (self);

@@ -74,7 +74,7 @@ typedef struct {
 
 typedef struct {
     double time;
-    char text [512];            //  one JSON object
+    char text [1024];           //  one JSON object
 } s_event_t;
 
 typedef struct {
@@ -214,15 +214,16 @@ s_describe_status (int status, char *text, size_t size)
         snprintf (text, size, "status %d", status);
 }
 
-//  1 if pid is a zactor role process of ours on this host: never signal a
-//  process that merely reuses an old pid.
+//  1 if pid is the zactor role process of this task on this host, as the
+//  supervisor starts them (--broker ... --role R --index I): never signal a
+//  process that merely reuses an old pid, or that a report named falsely.
 static int
-s_is_role_process (pid_t pid)
+s_is_role_process (const s_task_t *task)
 {
-    if (pid <= 0)
+    if (task->pid <= 0)
         return 0;
-    char path [64], args [4096];
-    snprintf (path, sizeof path, "/proc/%d/cmdline", (int) pid);
+    char path [64], args [4096], role [64], index [32];
+    snprintf (path, sizeof path, "/proc/%d/cmdline", (int) task->pid);
     FILE *file = fopen (path, "r");
     if (!file)
         return 0;
@@ -232,13 +233,16 @@ s_is_role_process (pid_t pid)
         if (args [i] == 0)
             args [i] = ' ';
     args [n] = 0;
-    return strstr (args, "--broker") != NULL;
+    snprintf (role, sizeof role, " --role %s ", s_kind_name (task->kind));
+    snprintf (index, sizeof index, " --index %d", task->index);
+    return strstr (args, " --broker ") && strstr (args, role) && strstr (args, index);
 }
 
 static int
 s_is_local (s_broker_t *self, const s_task_t *task)
 {
-    return task->own || streq (task->host, self->host);
+    return task->own || streq (task->host, self->host) || streq (task->host, "127.0.0.1")
+        || streq (task->host, "localhost");
 }
 
 static int
@@ -252,9 +256,10 @@ s_spawn (s_broker_t *self, s_task_t *task)
               s_kind_name (task->kind), task->index);
     if (task->own && task->pid > 0) {
         //  The process before: make sure it is gone, and reap it.
-        if (s_is_role_process (task->pid))
+        if (s_is_role_process (task))
             kill (task->pid, SIGKILL);
-        waitpid (task->pid, NULL, 0);
+        for (int tries = 0; tries < 100 && waitpid (task->pid, NULL, WNOHANG) == 0; tries++)
+            zclock_sleep (10);
         task->own = 0;
     }
     char *argv [] = {(char *) config->exe, "--broker", (char *) config->connect, "--role",
@@ -386,7 +391,7 @@ s_supervise (s_broker_t *self)
                 snprintf (cause, sizeof cause, "missed %d heartbeats (silent %.1f s)",
                           config->heartbeat_liveness, silent);
                 if (config->supervise && s_is_local (self, task)
-                    && s_is_role_process (task->pid)) {
+                    && s_is_role_process (task)) {
                     kill (task->pid, SIGKILL);
                     if (task->own) {
                         //  Reaped on a later turn, with this as the cause.
@@ -402,7 +407,7 @@ s_supervise (s_broker_t *self)
             if (!config->supervise)
                 continue;
             if (task->state == T_STARTED && now - task->since > REGISTER_GRACE_SECS
-                && s_is_role_process (task->pid)) {
+                && s_is_role_process (task)) {
                 snprintf (task->cause, sizeof task->cause, "did not register within %.0f s",
                           REGISTER_GRACE_SECS);
                 kill (task->pid, SIGKILL);
@@ -435,7 +440,7 @@ s_stop_all (s_broker_t *self)
             for (int i = 0; i < config->counts [kind]; i++) {
                 s_task_t *task = &self->tasks [kind][i];
                 if (task->state != T_DONE && task->pid > 0 && s_is_local (self, task)
-                    && s_is_role_process (task->pid)) {
+                    && s_is_role_process (task)) {
                     kill (task->pid, pass? SIGKILL: SIGTERM);
                     left++;
                 }
@@ -568,8 +573,10 @@ s_task_of (s_broker_t *self, zframe_t *identity, json_t *body, int any_free)
         return NULL;
     }
     s_task_t *task = &self->tasks [kind][index];
-    if (task->state == T_LIVE && task->pid != pid
-        && za_clock_mono () - task->last_heard <= s_silent_max (self)) {
+    int in_use = task->own && (task->state == T_STARTED || task->state == T_LIVE
+                               || task->state == T_KILLED);
+    if (task->pid != pid && pid > 0 && (in_use || (task->state == T_LIVE
+        && za_clock_mono () - task->last_heard <= s_silent_max (self)))) {
         s_reply_error (self, identity, "busy", "%s %d is taken by pid %d on %s", role,
                        (int) index, (int) task->pid, task->host);
         return NULL;
@@ -639,6 +646,14 @@ s_on_report (s_broker_t *self, zframe_t *identity)
     }
     const char *state = json_string_value (json_object_get (body, "state"));
     int ended = state && (streq (state, "done") || streq (state, "failed"));
+    pid_t pid = (pid_t) json_integer_value (json_object_get (body, "pid"));
+    if (pid == task->pid && (task->state == T_BACKOFF || task->state == T_KILLED
+                             || task->state == T_DONE)) {
+        //  A report sent before the process ended, read after: old news.
+        json_decref (body);
+        s_reply (self, identity, ZA_OP_VIEW, s_view (self));
+        return;
+    }
     if (!ended)
         s_take_registration (self, task, identity, body);
     snprintf (task->role_state, sizeof task->role_state, "%s", state? state: "?");
@@ -649,7 +664,6 @@ s_on_report (s_broker_t *self, zframe_t *identity)
     json_t *eval_step = json_object_get (body, "eval_step");
     task->eval_step = json_is_integer (eval_step)? json_integer_value (eval_step): -1;
     task->eval_accuracy = json_number_value (json_object_get (body, "eval_accuracy"));
-    pid_t pid = (pid_t) json_integer_value (json_object_get (body, "pid"));
     if (ended && task->pid == pid && task->state != T_DONE) {
         if (streq (state, "done")) {
             task->state = T_DONE;

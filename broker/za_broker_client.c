@@ -67,6 +67,10 @@ s_report (s_client_t *self)
     za_role_stats_t *stats = self->config->stats;
     int state = self->finished? (self->finished == 1? ZA_ROLE_DONE: ZA_ROLE_FAILED)
               : stats? atomic_load (&stats->state): ZA_ROLE_STARTING;
+    //  Only the process's own end is an end: after training the chief may
+    //  still evaluate, and a role may still fail.
+    if (!self->finished && (state == ZA_ROLE_DONE || state == ZA_ROLE_FAILED))
+        state = ZA_ROLE_RUNNING;
     json_object_set_new (body, "state", json_string (za_role_state_name ((za_role_state_t) state)));
     if (stats) {
         json_object_set_new (body, "global_step", json_integer (atomic_load (&stats->global_step)));

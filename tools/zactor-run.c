@@ -285,7 +285,7 @@ typedef struct {
     const char *model, *hidden, *dataset_dir, *optimizer;
     int batch_size, shuffle_buffer, eval, hidden_given, threads_given;
     const char *role, *cluster_file;
-    int task_index;
+    int task_index, index_given;
     double timeout_secs;
     za_evaluator_config_t eval_spec;
     const char *eval_data;
@@ -387,7 +387,10 @@ s_option (int opt, const char *arg, const char *what)
             S.threads_given = 1;
             break;
         case OPT_ROLE: S.role = arg; break;
-        case OPT_INDEX: S.task_index = (int) s_int_arg (what, arg, 0, 1 << 20); break;
+        case OPT_INDEX:
+            S.task_index = (int) s_int_arg (what, arg, 0, 1 << 20);
+            S.index_given = 1;
+            break;
         case OPT_CLUSTER: S.cluster_file = arg; break;
         case OPT_TIMEOUT: S.timeout_secs = s_float_arg (what, arg, 0, 0); break;
         case OPT_TRAIN_AND_EVAL: S.train_and_evaluate = 1; break;
@@ -501,6 +504,11 @@ s_job_value (json_t *value, int has_arg, const char *what)
     }
     else
         goto bad;
+    if (strlen (text) >= sizeof text - 1) {
+        fprintf (stderr, "zactor-run: %s: the value is longer than %zu bytes\n", what,
+                 sizeof text - 2);
+        exit (EXIT_USAGE);
+    }
     zlist_append (S.strings, text);
     return (const char *) zlist_tail (S.strings);
 bad:
@@ -1059,10 +1067,7 @@ s_run_with_broker (int argc, char **argv)
         fprintf (stderr, "zactor-run: --broker needs --role chief, worker, ps or evaluator\n");
         return EXIT_USAGE;
     }
-    int index_given = 0;
-    for (int i = 1; i < argc; i++)
-        if (strncmp (argv [i], "--index", 7) == 0)
-            index_given = 1;
+    int index_given = S.index_given;
     char host [256];
     s_my_host (host, sizeof host);
     static za_role_stats_t stats;
@@ -1136,10 +1141,18 @@ s_run_with_broker (int argc, char **argv)
             json_t *json = json_loads (view, 0, NULL);
             json_t *ps = json_object_get (json, "ps");
             if (json_is_array (ps) && (int) json_array_size (ps) == place.ps_count) {
-                for (int p = 0; p < place.ps_count; p++)
-                    place.ps_endpoints [p] = strdup (json_string_value (json_array_get (ps, p)));
                 rc = 0;
+                for (int p = 0; p < place.ps_count; p++) {
+                    const char *endpoint = json_string_value (json_array_get (ps, p));
+                    if (!endpoint || !*endpoint)
+                        rc = 1;
+                    else
+                        place.ps_endpoints [p] = strdup (endpoint);
+                }
             }
+            if (rc)
+                za_error ("%s: the broker's view is not a list of %d ps endpoints", role,
+                          place.ps_count);
             json_decref (json);
         }
         else
@@ -1180,6 +1193,9 @@ static const char *s_local_defaults [][2] = {
 #define LOCAL_WATCH_SECS 1.0
 #define LOCAL_LOG_SECS 10.0
 #define LOCAL_BROKER_FIRST_SECS 30.0    //  a new broker has this long to first answer
+#define LOCAL_BROKER_SILENT_SECS 10.0   //  at least this silence before a broker is hung
+#define LOCAL_STOP_GRACE_SECS 10.0
+#define LOCAL_MAX_GROUPS 1024
 
 static int
 s_job_has_key (json_t *job, const char *key)
@@ -1221,11 +1237,45 @@ s_spawn_broker (const char *exe, const char *bind, const char *job_path, const c
     posix_spawn_file_actions_addopen (&actions, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_addopen (&actions, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_adddup2 (&actions, 1, 2);
+    //  The broker leads a process group of its own, with the roles it starts:
+    //  Ctrl-C reaches us alone, and we can stop every process of the job.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init (&attr);
+    posix_spawnattr_setflags (&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup (&attr, 0);
     pid_t pid;
-    int rc = posix_spawn (&pid, exe, &actions, NULL, argv, envp);
+    int rc = posix_spawn (&pid, exe, &actions, &attr, argv, envp);
+    posix_spawnattr_destroy (&attr);
     posix_spawn_file_actions_destroy (&actions);
     free (envp);
     return rc? -1: pid;
+}
+
+//  Stops every process of the job: each broker's process group (its roles
+//  are in it), SIGTERM, then SIGKILL after a grace; reaps them all.
+static void
+s_stop_groups (const pid_t *groups, int count)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        int alive = 0;
+        for (int g = 0; g < count; g++)
+            if (killpg (groups [g], pass? SIGKILL: SIGTERM) == 0)
+                alive++;
+        double deadline = za_clock_mono () + LOCAL_STOP_GRACE_SECS;
+        while (alive && za_clock_mono () < deadline) {
+            while (waitpid (-1, NULL, WNOHANG) > 0)
+                ;
+            alive = 0;
+            for (int g = 0; g < count; g++)
+                alive += killpg (groups [g], 0) == 0;
+            if (alive)
+                zclock_sleep (50);
+        }
+        if (!alive)
+            break;
+    }
+    while (waitpid (-1, NULL, WNOHANG) > 0)
+        ;
 }
 
 //  "1:02:03" or "4:05".
@@ -1350,8 +1400,11 @@ s_run_local (const char *argv0)
     s_self_exe (exe, sizeof exe, argv0);
     //  Orphans (roles whose broker died) come to us: we reap them.
     prctl (PR_SET_CHILD_SUBREAPER, 1);
-    int restarts = 0;
+    int restarts = 0, group_count = 0;
+    static pid_t groups [LOCAL_MAX_GROUPS];
     pid_t broker = s_spawn_broker (exe, bind, job_path, log, 0, NULL);
+    if (broker > 0)
+        groups [group_count++] = broker;
     if (broker < 0) {
         fprintf (stderr, "zactor-run: cannot start the broker (%s)\n", exe);
         return 1;
@@ -1368,7 +1421,10 @@ s_run_local (const char *argv0)
     zsock_set_maxmsgsize (watch, ZA_WIRE_MAX_HEADER_BYTES + 1024);
     zsock_connect (watch, "%s", bind);
     za_wire_msg_t *msg = (za_wire_msg_t *) malloc (sizeof *msg);
+    //  The broker answers a watch at once; one that misses several is hung.
     double silent_max = (double) S.heartbeat_ivl_ms / 1000.0 * (double) S.heartbeat_liveness;
+    if (silent_max < LOCAL_BROKER_SILENT_SECS)
+        silent_max = LOCAL_BROKER_SILENT_SECS;
     double now = za_clock_mono (), broker_since = now, last_state = 0, last_watch = 0;
     double last_log = now, restart_at = 0;
     int done = 0, failures = 0;
@@ -1376,8 +1432,6 @@ s_run_local (const char *argv0)
     rc = 1;
     while (!done && msg) {
         if (zsys_interrupted) {
-            if (broker > 0)
-                kill (broker, SIGTERM);
             rc = 130;
             break;
         }
@@ -1427,7 +1481,7 @@ s_run_local (const char *argv0)
                 snprintf (cause + strlen (cause), sizeof cause - strlen (cause), ", %s", how);
             else
                 snprintf (cause, sizeof cause, "%s", how);
-            if (WIFEXITED (status) && WEXITSTATUS (status) == 1 && !strstr (cause, "heartbeat")) {
+            if (WIFEXITED (status) && WEXITSTATUS (status) == 1) {
                 //  The broker gave up on the job (a task beyond its restarts).
                 done = 1;
                 break;
@@ -1453,6 +1507,8 @@ s_run_local (const char *argv0)
             printf ("zactor: the broker stopped (%s); restart %d\n", cause, restarts);
             fflush (stdout);
             broker = s_spawn_broker (exe, bind, job_path, log, restarts, cause);
+            if (broker > 0 && group_count < LOCAL_MAX_GROUPS)
+                groups [group_count++] = broker;
             cause [0] = 0;
             broker_since = now;
             if (broker < 0) {
@@ -1462,8 +1518,7 @@ s_run_local (const char *argv0)
         }
         if (broker > 0 && now - (last_state > broker_since? last_state: broker_since)
                           > (last_state > broker_since? silent_max: LOCAL_BROKER_FIRST_SECS)) {
-            snprintf (cause, sizeof cause, "missed %" PRId64 " heartbeats",
-                      S.heartbeat_liveness);
+            snprintf (cause, sizeof cause, "silent for %.0f s", silent_max);
             kill (broker, SIGKILL);
             last_state = broker_since = now;
         }
@@ -1477,10 +1532,10 @@ s_run_local (const char *argv0)
         printf (tty? "\n": "%s\n", line);      //  the bar's last state ends its line
     zsock_destroy (&watch);
     free (msg);
+    //  Whatever is left (nothing, after a job that ended well) is stopped.
+    s_stop_groups (groups, group_count);
     if (rc == 130) {
-        //  Give the broker the time to stop what it started.
-        if (broker > 0)
-            waitpid (broker, NULL, 0);
+        fprintf (stderr, "zactor-run: interrupted; every process of the job is stopped\n");
         return rc;
     }
     if (rc == 0) {
