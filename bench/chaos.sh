@@ -4,7 +4,8 @@
 #  The chaos run of issue 5, not in CI. Trains the default `zactor-run --local`
 #  job (seed CNN on Fashion-MNIST, chief + 2 workers + 1 ps + evaluator,
 #  10 epochs) twice with the same seed: once undisturbed, once with FAULTS
-#  (10) random faults across every role and the broker: SIGKILL, or SIGSTOP
+#  (10) random faults across every role and the broker (each is hit in turn,
+#  in a shuffled order): SIGKILL, or SIGSTOP
 #  for 1-8 s then SIGCONT (a stop longer than ivl x liveness = 3 s is seen as
 #  a hang: the supervisor kills and restarts the task). Prints each fault,
 #  both final test accuracies and the difference, and the restarts the
@@ -47,12 +48,15 @@ done
 #  Let training start before the first fault.
 until [ "$(field 's["global_step"] > 300')" = "True" ]; do sleep 1; done
 RANDOM=$seed
-targets=(chief:0 worker:0 worker:1 ps:0 evaluator:0 broker:0)
+#  Every role is hit: the targets go round in a shuffled order.
+targets=($(printf '%s\n' chief:0 worker:0 worker:1 ps:0 evaluator:0 broker:0 \
+           | awk -v seed="$seed" 'BEGIN {srand(seed)} {print rand() "\t" $0}' | sort \
+           | cut -f2))
 injected=0
 for (( f = 1; f <= faults; f++ )); do
-    sleep $(( 4 + RANDOM % 6 ))
+    sleep $(( 4 + RANDOM % 5 ))
     kill -0 $launcher 2>/dev/null || break
-    target=${targets[$(( RANDOM % ${#targets[@]} ))]}
+    target=${targets[$(( (f - 1) % ${#targets[@]} ))]}
     role=${target%:*}; index=${target#*:}
     if [ "$role" = broker ]; then
         pid=$(field 's["broker"]["pid"]')

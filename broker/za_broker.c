@@ -40,6 +40,7 @@ extern char **environ;
 #define STABLE_SECS 30.0                //  running this long resets the backoff
 #define STOP_GRACE_SECS 5.0             //  SIGTERM, then SIGKILL after this
 #define MAX_LOGGED_DROPS 20
+#define PAUSE_SECS 1.0                  //  a loop turn this late means we were paused
 #define TEXT_MAX 256
 
 typedef enum {
@@ -90,6 +91,7 @@ typedef struct {
     uint64_t dropped;
     za_wire_msg_t *in, *out;
     int failed;
+    double last_turn;           //  when the loop last ran
 } s_broker_t;
 
 void
@@ -760,6 +762,24 @@ s_on_message (s_broker_t *self)
     zmsg_destroy (&msg);
 }
 
+//  A broker that was itself stopped (SIGSTOP) or starved hears nobody for a
+//  while: that is no sign the tasks went silent. Every task gets a fresh
+//  heartbeat window, and their queued reports arrive next.
+static void
+s_check_pause (s_broker_t *self)
+{
+    double now = za_clock_mono ();
+    double gap = now - self->last_turn;
+    if (self->last_turn > 0 && gap > PAUSE_SECS) {
+        za_info ("broker: paused for %.1f s (stopped or starved): every task gets a fresh "
+                 "heartbeat window", gap);
+        for (int kind = 0; kind < ZA_BROKER_ROLE_KINDS; kind++)
+            for (int i = 0; i < self->config->counts [kind]; i++)
+                self->tasks [kind][i].last_heard += gap;
+    }
+    self->last_turn = now;
+}
+
 // ---------------------------------------------------------------------------
 
 static void
@@ -853,6 +873,7 @@ za_broker_actor (zsock_t *pipe, void *args)
     int rc = -1, terminated = 0;
     while (rc < 0 && !zsys_interrupted) {
         void *which = zpoller_wait (poller, POLL_MS);
+        s_check_pause (self);
         if (which == pipe) {
             char *command = zstr_recv (pipe);
             terminated = !command || streq (command, "$TERM");
