@@ -200,6 +200,20 @@ s_publish (const za_evaluator_config_t *config, za_role_state_t state)
 }
 
 static void
+s_publish_result (const za_evaluator_config_t *config, const za_eval_result_t *result);
+
+//  An evaluation runs without a turn of our loop for as long as it takes
+//  (seconds, more on a slow or instrumented build): while it runs nobody
+//  should take the quiet for a hang, so alive reads 0, "not kept".
+static void
+s_publish_evaluating (const za_evaluator_config_t *config)
+{
+    s_publish (config, ZA_ROLE_RUNNING);
+    if (config->stats)
+        atomic_store_explicit (&config->stats->alive, 0.0, memory_order_relaxed);
+}
+
+static void
 s_publish_result (const za_evaluator_config_t *config, const za_eval_result_t *result)
 {
     if (!config->stats)
@@ -269,7 +283,7 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
             rc = za_error ("evaluator: no checkpoint in '%s' to replay", config->model_dir);
         for (int i = 0; i < count && rc == 0; i++) {
             za_eval_result_t result;
-            s_publish (config, ZA_ROLE_RUNNING);
+            s_publish_evaluating (config);
             int one = s_evaluate (&self, steps [i], &result);
             if (one < 0)
                 rc = -1;
@@ -308,7 +322,7 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
             if (newest > last) {
                 za_eval_result_t result;
                 double eval_start = za_clock_mono ();
-                s_publish (config, ZA_ROLE_RUNNING);
+                s_publish_evaluating (config);
                 int one = s_evaluate (&self, newest, &result);
                 if (one < 0) {
                     rc = -1;

@@ -266,28 +266,10 @@ s_spawn (s_broker_t *self, s_task_t *task)
     }
     char *argv [] = {(char *) config->exe, "--broker", (char *) config->connect, "--role",
                      (char *) s_kind_name (task->kind), "--index", index, NULL};
-    int env_count = 0;
-    while (environ [env_count])
-        env_count++;
-    char **envp = (char **) calloc ((size_t) env_count + 2, sizeof (char *));
-    if (!envp)
-        return za_error ("broker: out of memory");
-    int at = 0;
-    for (int i = 0; i < env_count; i++)
-        if (strncmp (environ [i], "ZA_RESTARTS=", 12) != 0)
-            envp [at++] = environ [i];
-    envp [at++] = restarts;
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init (&actions);
-    posix_spawn_file_actions_addopen (&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen (&actions, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2 (&actions, 1, 2);
-    pid_t pid;
-    int rc = posix_spawn (&pid, config->exe, &actions, NULL, argv, envp);
-    posix_spawn_file_actions_destroy (&actions);
-    free (envp);
-    if (rc != 0)
-        return za_error ("broker: cannot start %s: %s", config->exe, strerror (rc));
+    const char *env [] = {restarts, NULL};
+    pid_t pid = za_broker_spawn (config->exe, argv, env, log, 0);
+    if (pid < 0)
+        return -1;
     task->pid = pid;
     task->own = 1;
     task->state = T_STARTED;
@@ -296,6 +278,52 @@ s_spawn (s_broker_t *self, s_task_t *task)
     zframe_destroy (&task->identity);
     s_event (self, task, task->restarts? "restarted": "started", "log %s", log);
     return 0;
+}
+
+pid_t
+za_broker_spawn (const char *exe, char *const *argv, const char *const *env, const char *log,
+                 int own_group)
+{
+    int count = 0, extra = 0;
+    while (environ [count])
+        count++;
+    while (env && env [extra])
+        extra++;
+    char **envp = (char **) calloc ((size_t) (count + extra + 1), sizeof (char *));
+    if (!envp)
+        return za_error ("cannot start %s: out of memory", exe);
+    int at = 0;
+    for (int i = 0; i < count; i++) {
+        //  A variable given replaces the inherited one of that name.
+        int replaced = 0;
+        for (int e = 0; e < extra && !replaced; e++) {
+            size_t name = strcspn (env [e], "=");
+            replaced = strncmp (environ [i], env [e], name + 1) == 0;
+        }
+        if (!replaced)
+            envp [at++] = environ [i];
+    }
+    for (int e = 0; e < extra; e++)
+        envp [at++] = (char *) env [e];
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init (&actions);
+    posix_spawn_file_actions_addopen (&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen (&actions, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2 (&actions, 1, 2);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init (&attr);
+    if (own_group) {
+        posix_spawnattr_setflags (&attr, POSIX_SPAWN_SETPGROUP);
+        posix_spawnattr_setpgroup (&attr, 0);
+    }
+    pid_t pid;
+    int rc = posix_spawn (&pid, exe, &actions, &attr, argv, envp);
+    posix_spawnattr_destroy (&attr);
+    posix_spawn_file_actions_destroy (&actions);
+    free (envp);
+    if (rc != 0)
+        return za_error ("cannot start %s: %s", exe, strerror (rc));
+    return pid;
 }
 
 //  The training is over for a chief, worker or ps when the final checkpoint

@@ -1220,35 +1220,10 @@ s_spawn_broker (const char *exe, const char *bind, const char *job_path, const c
     snprintf (cause_env, sizeof cause_env, "ZA_RESTART_CAUSE=%s", cause? cause: "");
     char *argv [] = {(char *) exe, "--role", "broker", "--bind", (char *) bind, "--job",
                      (char *) job_path, "--supervise", "--max-restarts", max_restarts, NULL};
-    int count = 0;
-    while (environ [count])
-        count++;
-    char **envp = (char **) calloc ((size_t) count + 3, sizeof (char *));
-    if (!envp)
-        return -1;
-    int at = 0;
-    for (int i = 0; i < count; i++)
-        if (strncmp (environ [i], "ZA_RESTART", 10) != 0)
-            envp [at++] = environ [i];
-    envp [at++] = restarts_env;
-    envp [at++] = cause_env;
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init (&actions);
-    posix_spawn_file_actions_addopen (&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen (&actions, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2 (&actions, 1, 2);
     //  The broker leads a process group of its own, with the roles it starts:
     //  Ctrl-C reaches us alone, and we can stop every process of the job.
-    posix_spawnattr_t attr;
-    posix_spawnattr_init (&attr);
-    posix_spawnattr_setflags (&attr, POSIX_SPAWN_SETPGROUP);
-    posix_spawnattr_setpgroup (&attr, 0);
-    pid_t pid;
-    int rc = posix_spawn (&pid, exe, &actions, &attr, argv, envp);
-    posix_spawnattr_destroy (&attr);
-    posix_spawn_file_actions_destroy (&actions);
-    free (envp);
-    return rc? -1: pid;
+    const char *env [] = {restarts_env, cause_env, NULL};
+    return za_broker_spawn (exe, argv, env, log, 1);
 }
 
 //  Stops every process of the job: each broker's process group (its roles

@@ -19,6 +19,7 @@
 #define ZA_BROKER_H_INCLUDED
 
 #include <czmq.h>
+#include <sys/types.h>
 
 #include "za/za_role.h"
 
@@ -56,6 +57,14 @@ typedef struct {
 
 //  Defaults: heartbeats 1 s x 3, max_restarts 10, backoff 0.5 s .. 10 s.
 void za_broker_config_init (za_broker_config_t *config);
+
+//  Starts exe with argv (argv [0] included, NULL-terminated), this process's
+//  environment with the NAME=VALUE strings of env (NULL-terminated, may be
+//  NULL) replacing or adding variables, stdin from /dev/null and stdout and
+//  stderr appended to log; with own_group, in a new process group that it
+//  leads. Returns the pid, or -1 with an error.
+pid_t za_broker_spawn (const char *exe, char *const *argv, const char *const *env,
+                       const char *log, int own_group);
 
 //  The broker as a CZMQ actor (args: za_broker_config_t *, outliving it).
 //  Sends "DONE" RC on the pipe when every declared task has finished (RC
