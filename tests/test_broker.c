@@ -1,7 +1,7 @@
 /*  test_broker.c: a cluster formed through the broker alone, as real
     processes on loopback; what the broker refuses; and `zactor-run --local`
     surviving kill -9 of a worker, the ps, the chief and the broker in one
-    run, seen through `zactor-top --once --json`.                          */
+    run, and SIGSTOP of a worker, seen through `zactor-top --once --json`. */
 #include "za_test.h"
 
 #include "za/za_util.h"
@@ -329,6 +329,14 @@ s_role_back (json_t *state, void *arg)
     return s_int (row, "restarts") >= want->restarts && all_live && step >= want->step;
 }
 
+static int
+s_worker_1_back (json_t *state, void *arg)
+{
+    json_t *row = s_row (state, "worker", 1);
+    return row && s_int (row, "restarts") >= 1 && streq (s_text (row, "state"), "running")
+        && s_int (state, "global_step") >= *(int64_t *) arg + 100;
+}
+
 static int64_t
 s_newest_checkpoint (const char *model_dir)
 {
@@ -379,7 +387,19 @@ Test (broker, local_run_survives_kill_9_of_each_role, .timeout = 900)
         snprintf (what, sizeof what, "the %s (pid %d) to come back", victims [v], (int) pid);
         state = s_wait_for (broker, s_role_back, &want, what);
     }
-    //  After all four, zactor-top shows every restart.
+    //  A stopped process is not a dead one: only missed heartbeats find it.
+    json_t *worker_1 = s_row (state, "worker", 1);
+    pid_t stopped = (pid_t) s_int (worker_1, "pid");
+    int64_t step = s_int (state, "global_step");
+    json_decref (state);
+    cr_assert_eq (kill (stopped, SIGSTOP), 0);
+    state = s_wait_for (broker, s_worker_1_back, &step, "the stopped worker 1 to be replaced");
+    char *events = json_dumps (json_object_get (state, "events"), 0);
+    cr_expect (strstr (events, "missed 3 heartbeats"), "%s", events);
+    free (events);
+    kill (stopped, SIGCONT);            //  it was killed; this is a no-op then
+
+    //  After all five, zactor-top shows every restart.
     cr_expect_geq (s_int (s_row (state, "worker", 0), "restarts"), 1);
     cr_expect_geq (s_int (s_row (state, "ps", 0), "restarts"), 1);
     cr_expect_geq (s_int (s_row (state, "chief", 0), "restarts"), 1);
