@@ -1515,6 +1515,15 @@ s_run_local (const char *argv0)
     }
     if (rc == 0) {
         rc = s_print_last_eval (model_dir, S.eval_spec.name, -1);
+        char best_path [4200];
+        snprintf (best_path, sizeof best_path, "%s/export/best/best.json", model_dir);
+        json_t *best = json_load_file (best_path, 0, NULL);
+        if (best)
+            printf ("best evaluation %.4f at step %" JSON_INTEGER_FORMAT
+                    ", kept in %s/export/best\n",
+                    json_number_value (json_object_get (best, "accuracy")),
+                    json_integer_value (json_object_get (best, "global_step")), model_dir);
+        json_decref (best);
         printf ("checkpoints and TensorBoard events in %s, evaluations in %s/eval%s%s, "
                 "events in %s/events.jsonl, logs in %s\n", model_dir, model_dir,
                 S.eval_spec.name && *S.eval_spec.name? "_": "",
