@@ -419,3 +419,56 @@ Test (broker, local_run_survives_kill_9_of_each_role, .timeout = 900)
     free (out);
     free (model_dir);
 }
+
+static int
+s_training (json_t *state, void *arg)
+{
+    (void) arg;
+    size_t i;
+    json_t *row;
+    int running = 0;
+    json_array_foreach (json_object_get (state, "roles"), i, row)
+        running += streq (s_text (row, "state"), "running");
+    return running >= 3 && s_int (state, "global_step") > 50;
+}
+
+//  Ctrl-C on --local stops every process of the job, and says so.
+Test (broker, ctrl_c_stops_the_whole_local_job)
+{
+    char *model_dir = za_test_path ("run");
+    char *out = za_test_path ("local.out");
+    const char *args [] = {"--local", "--model-dir", model_dir, "--max-steps", "100000", NULL};
+    pid_t local = za_test_spawn (args, out, out);
+    char broker [128] = "";
+    for (int tries = 0; tries < 300 && !*broker; tries++) {
+        char *text = (char *) za_test_read_file (out, NULL);
+        char *at = strstr (text, "--broker ");
+        if (at && strchr (at, '\n'))
+            sscanf (at + 9, "%127s", broker);
+        free (text);
+        if (!*broker)
+            zclock_sleep (100);
+    }
+    cr_assert (*broker, "the launcher printed no broker address");
+    json_t *state = s_wait_for (broker, s_training, NULL, "training to start");
+    pid_t pids [8];
+    int count = 0;
+    pids [count++] = (pid_t) s_int (json_object_get (state, "broker"), "pid");
+    size_t i;
+    json_t *row;
+    json_array_foreach (json_object_get (state, "roles"), i, row)
+        if (count < 8)
+            pids [count++] = (pid_t) s_int (row, "pid");
+    json_decref (state);
+    cr_assert_eq (kill (local, SIGINT), 0);
+    int status = za_test_wait (local, 60);
+    char *log = (char *) za_test_read_file (out, NULL);
+    cr_expect_eq (s_exit_code (status), 130, "%s", log);
+    cr_expect (strstr (log, "interrupted; every process of the job is stopped"), "%s", log);
+    free (log);
+    for (int p = 0; p < count; p++)
+        cr_expect (pids [p] > 1 && kill (pids [p], 0) != 0, "pid %d outlived Ctrl-C",
+                   (int) pids [p]);
+    free (out);
+    free (model_dir);
+}
