@@ -465,12 +465,15 @@ s_lapse_hold (s_ps_t *self)
 static void
 s_peer_key (zframe_t *routing_id, char *key, size_t size)
 {
+    static const char digits [] = "0123456789abcdef";
     const byte *id = zframe_data (routing_id);
     size_t n = zframe_size (routing_id);
     if (n > (size - 1) / 2)
         n = (size - 1) / 2;
-    for (size_t i = 0; i < n; i++)
-        snprintf (key + 2 * i, 3, "%02x", id [i]);
+    for (size_t i = 0; i < n; i++) {
+        key [2 * i] = digits [id [i] >> 4];
+        key [2 * i + 1] = digits [id [i] & 15];
+    }
     key [2 * n] = 0;
 }
 

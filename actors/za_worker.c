@@ -17,7 +17,6 @@
 #include <zlib.h>
 
 #define NOT_READY_RETRY_MS 100
-#define SEED_STEP_MIX 0x9e3779b97f4a7c15ULL    //  as zactor-run's single process
 //  After a failure a ps may be gone: the bye does not wait longer than this.
 #define BYE_AFTER_FAILURE_SECS 2.0
 //  Published rates cover the last one to two windows of this length; the
@@ -777,8 +776,9 @@ s_train (s_worker_t *self)
         rc = s_pull_when_ready (self);
     if (rc == 0) {
         //  A restarted worker goes on with a new order of its shard, not the
-        //  examples it began with: the starting step is mixed into the seed.
-        self->input_config.seed += SEED_STEP_MIX * (uint64_t) self->global_step;
+        //  examples it began with.
+        self->input_config.seed = za_input_seed_at (self->input_config.seed,
+                                                    self->global_step);
         self->input = za_input_new (config->train, &self->input_config);
         if (!self->input)
             rc = -1;

@@ -105,6 +105,15 @@ za_broker_config_init (za_broker_config_t *config)
     config->backoff_max_secs = 10.0;
 }
 
+double
+za_broker_backoff (const za_broker_config_t *config, int failures)
+{
+    double delay = config->backoff_secs;
+    for (int i = 0; i < failures && delay < config->backoff_max_secs; i++)
+        delay *= 2;
+    return delay < config->backoff_max_secs? delay: config->backoff_max_secs;
+}
+
 static double
 s_silent_max (s_broker_t *self)
 {
@@ -365,11 +374,7 @@ s_failed (s_broker_t *self, s_task_t *task, const char *cause)
     }
     if (za_clock_mono () - task->since > STABLE_SECS)
         task->failures = 0;
-    double delay = config->backoff_secs;
-    for (int i = 0; i < task->failures && delay < config->backoff_max_secs; i++)
-        delay *= 2;
-    if (delay > config->backoff_max_secs)
-        delay = config->backoff_max_secs;
+    double delay = za_broker_backoff (config, task->failures);
     task->failures++;
     task->restarts++;
     task->state = T_BACKOFF;

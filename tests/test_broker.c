@@ -66,16 +66,25 @@ s_exit_code (int status)
     return WIFEXITED (status)? WEXITSTATUS (status): -1;
 }
 
+//  `zactor-top --broker ADDR --once FLAGS` (the build's), its output to read.
+static FILE *
+s_popen_top (const char *broker, const char *flags)
+{
+    char *dir = strdup (za_test_binary ());
+    char command [4096];
+    snprintf (command, sizeof command, "%s/zactor-top --broker %s --once %s", dirname (dir),
+              broker, flags);
+    free (dir);
+    FILE *pipe = popen (command, "r");
+    cr_assert_not_null (pipe);
+    return pipe;
+}
+
 //  `zactor-top --broker ADDR --once --json`, parsed; NULL when it fails.
 static json_t *
 s_top (const char *broker)
 {
-    char *dir = strdup (za_test_binary ());
-    char command [4096];
-    snprintf (command, sizeof command, "%s/zactor-top --broker %s --once --json --timeout 3",
-              dirname (dir), broker);
-    free (dir);
-    FILE *pipe = popen (command, "r");
+    FILE *pipe = s_popen_top (broker, "--json --timeout 3");
     cr_assert_not_null (pipe);
     static char text [1 << 20];
     size_t n = fread (text, 1, sizeof text - 1, pipe);
@@ -260,12 +269,7 @@ Test (broker, mistakes_get_one_clear_error)
     free (text);
 
     //  zactor-top with nobody there: exit 1 and say so.
-    char *dir = strdup (za_test_binary ());
-    char command [4096];
-    snprintf (command, sizeof command, "%s/zactor-top --broker %s --once --timeout 1 2>&1",
-              dirname (dir), broker);
-    free (dir);
-    FILE *pipe = popen (command, "r");
+    FILE *pipe = s_popen_top (broker, "--timeout 1 2>&1");
     char out [1024] = "";
     size_t n = fread (out, 1, sizeof out - 1, pipe);
     out [n] = 0;
@@ -337,6 +341,26 @@ s_worker_1_back (json_t *state, void *arg)
         && s_int (state, "global_step") >= *(int64_t *) arg + 100;
 }
 
+//  Starts `zactor-run --local ...` (args) with its output in `out`; the
+//  launcher prints the broker's address first: into broker [128].
+static pid_t
+s_start_local (const char *const *args, const char *out, char *broker)
+{
+    pid_t local = za_test_spawn (args, out, out);
+    *broker = 0;
+    for (int tries = 0; tries < 300 && !*broker; tries++) {
+        char *text = (char *) za_test_read_file (out, NULL);
+        char *at = strstr (text, "--broker ");
+        if (at && strchr (at, '\n'))
+            sscanf (at + 9, "%127s", broker);
+        free (text);
+        if (!*broker)
+            zclock_sleep (100);
+    }
+    cr_assert (*broker, "the launcher printed no broker address");
+    return local;
+}
+
 static int64_t
 s_newest_checkpoint (const char *model_dir)
 {
@@ -354,19 +378,8 @@ Test (broker, local_run_survives_kill_9_of_each_role, .timeout = 900)
     const char *args [] = {"--local", "--model-dir", model_dir, "--max-steps", "4000",
                            "--save-checkpoints-steps", "200", "--log-step-count-steps", "0",
                            "--start-delay-secs", "0", "--throttle-secs", "2", NULL};
-    pid_t local = za_test_spawn (args, out, out);
-    //  The launcher prints the broker's address first.
-    char broker [128] = "";
-    for (int tries = 0; tries < 300 && !*broker; tries++) {
-        char *text = (char *) za_test_read_file (out, NULL);
-        char *at = strstr (text, "--broker ");
-        if (at && strchr (at, '\n'))
-            sscanf (at + 9, "%127s", broker);
-        free (text);
-        if (!*broker)
-            zclock_sleep (100);
-    }
-    cr_assert (*broker, "the launcher printed no broker address");
+    char broker [128];
+    pid_t local = s_start_local (args, out, broker);
 
     //  Training runs; then each role in turn is killed and comes back.
     const char *victims [] = {"worker", "ps", "chief", "broker"};
@@ -438,18 +451,8 @@ Test (broker, ctrl_c_stops_the_whole_local_job)
     char *model_dir = za_test_path ("run");
     char *out = za_test_path ("local.out");
     const char *args [] = {"--local", "--model-dir", model_dir, "--max-steps", "100000", NULL};
-    pid_t local = za_test_spawn (args, out, out);
-    char broker [128] = "";
-    for (int tries = 0; tries < 300 && !*broker; tries++) {
-        char *text = (char *) za_test_read_file (out, NULL);
-        char *at = strstr (text, "--broker ");
-        if (at && strchr (at, '\n'))
-            sscanf (at + 9, "%127s", broker);
-        free (text);
-        if (!*broker)
-            zclock_sleep (100);
-    }
-    cr_assert (*broker, "the launcher printed no broker address");
+    char broker [128];
+    pid_t local = s_start_local (args, out, broker);
     json_t *state = s_wait_for (broker, s_training, NULL, "training to start");
     pid_t pids [8];
     int count = 0;

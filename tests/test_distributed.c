@@ -365,20 +365,45 @@ Test (distributed, a_stopped_ps_is_detected_by_heartbeats, .timeout = 120)
     za_test_dir_remove ();
 }
 
-//  Starts one role of the restart test; its stderr goes to err_path.
+//  A restart test's run: the model, its length and checkpoint interval.
+typedef struct {
+    const char *model;
+    const char *max_steps;
+    const char *ckpt_steps;
+} s_restart_run_t;
+
+#define RESTART_MAX_STEPS 1500          //  the ps restart test's (s_cnn_run)
+#define RESTART_CKPT_STEPS 50
+static const s_restart_run_t s_dnn_run = {"dnn", "12000", "500"};
+static const s_restart_run_t s_cnn_run = {"cnn", "1500", "50"};
+
+//  Starts one role of a restart test; its stderr goes to err_path.
 static pid_t
-s_start_role (const char *cluster, const char *role, const char *model_dir,
-              const char *err_path)
+s_start_role (const s_restart_run_t *run, const char *cluster, const char *role,
+              const char *model_dir, const char *err_path)
 {
-    const char *args [] = {"--cluster", cluster, "--role", role, "--model", "dnn",
-                           "--batch-size", "32", "--max-steps", "12000",
-                           "--save-checkpoints-steps", "500", "--save-summary-steps", "100",
+    const char *args [] = {"--cluster", cluster, "--role", role, "--model", run->model,
+                           "--batch-size", "32", "--max-steps", run->max_steps,
+                           "--save-checkpoints-steps", run->ckpt_steps,
+                           "--save-summary-steps", "50",
                            "--model-dir", model_dir, "--threads", "1", "--no-eval",
                            "--timeout-secs", "60", "--log-step-count-steps", "0", NULL};
     char *out = za_test_path ("task.out");
     pid_t pid = za_test_spawn (args, out, err_path);
     free (out);
     return pid;
+}
+
+//  Waits up to 60 s for the first checkpoint in the test's run/ dir.
+static void
+s_wait_first_checkpoint (void)
+{
+    char *index = za_test_path ("run/checkpoint");
+    double waited = 0;
+    while (access (index, F_OK) != 0 && waited < 60)
+        usleep (20000), waited += 0.02;
+    free (index);
+    cr_assert_lt (waited, 60, "no checkpoint within 60 s");
 }
 
 //  Recovery without a supervisor (it is started again by hand here): a worker
@@ -399,21 +424,17 @@ Test (distributed, killed_worker_and_chief_come_back, .timeout = 300)
         errs [i] = za_test_path (name);
     }
     for (int t = 0; t < 3; t++)
-        pids [t] = s_start_role (cluster, roles [t], model_dir, errs [t]);
-    char *index = za_test_path ("run/checkpoint");
-    double waited = 0;
-    while (access (index, F_OK) != 0 && waited < 60)
-        usleep (20000), waited += 0.02;
-    cr_assert_lt (waited, 60, "no checkpoint within 60 s");
+        pids [t] = s_start_role (&s_dnn_run, cluster, roles [t], model_dir, errs [t]);
+    s_wait_first_checkpoint ();
     //  The worker, then the chief: killed, and started again.
     cr_assert_eq (kill (pids [1], SIGKILL), 0);
     za_test_wait (pids [1], 10);
-    pids [1] = s_start_role (cluster, roles [1], model_dir, errs [3]);
+    pids [1] = s_start_role (&s_dnn_run, cluster, roles [1], model_dir, errs [3]);
     usleep (500000);
     cr_assert_eq (kill (pids [2], 0), 0, "the chief finished before it could be killed");
     cr_assert_eq (kill (pids [2], SIGKILL), 0);
     za_test_wait (pids [2], 10);
-    pids [2] = s_start_role (cluster, roles [2], model_dir, errs [4]);
+    pids [2] = s_start_role (&s_dnn_run, cluster, roles [2], model_dir, errs [4]);
     for (int t = 0; t < 3; t++) {
         int status = za_test_wait (pids [t], 240);
         cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s exited %d", roles [t],
@@ -429,33 +450,9 @@ Test (distributed, killed_worker_and_chief_come_back, .timeout = 300)
     free (chief_err);
     for (int i = 0; i < 5; i++)
         free (errs [i]);
-    free (index);
     free (model_dir);
     free (cluster);
     za_test_dir_remove ();
-}
-
-//  Starts one role of the ps restart test (the CNN, a checkpoint every
-//  RESTART_CKPT_STEPS); its stderr goes to err_path.
-#define RESTART_MAX_STEPS 1500
-#define RESTART_CKPT_STEPS 50
-
-static pid_t
-s_start_cnn_role (const char *cluster, const char *role, const char *model_dir,
-                  const char *err_path)
-{
-    char max_steps [16], ckpt_steps [16];
-    snprintf (max_steps, sizeof max_steps, "%d", RESTART_MAX_STEPS);
-    snprintf (ckpt_steps, sizeof ckpt_steps, "%d", RESTART_CKPT_STEPS);
-    const char *args [] = {"--cluster", cluster, "--role", role, "--model", "cnn",
-                           "--batch-size", "32", "--max-steps", max_steps,
-                           "--save-checkpoints-steps", ckpt_steps, "--save-summary-steps", "50",
-                           "--model-dir", model_dir, "--threads", "1", "--no-eval",
-                           "--timeout-secs", "60", "--log-step-count-steps", "0", NULL};
-    char *out = za_test_path ("task.out");
-    pid_t pid = za_test_spawn (args, out, err_path);
-    free (out);
-    return pid;
 }
 
 //  A ps killed (SIGKILL) mid-run and started again at the same endpoint, as
@@ -477,16 +474,12 @@ Test (distributed, a_restarted_ps_is_reloaded_from_the_newest_checkpoint, .timeo
     }
     pid_t pids [3];
     for (int t = 0; t < 3; t++)
-        pids [t] = s_start_cnn_role (cluster, roles [t], model_dir, errs [t]);
-    char *index = za_test_path ("run/checkpoint");
-    double waited = 0;
-    while (access (index, F_OK) != 0 && waited < 60)
-        usleep (20000), waited += 0.02;
-    cr_assert_lt (waited, 60, "no checkpoint within 60 s");
+        pids [t] = s_start_role (&s_cnn_run, cluster, roles [t], model_dir, errs [t]);
+    s_wait_first_checkpoint ();
     cr_assert_eq (kill (pids [0], SIGKILL), 0);
     za_test_wait (pids [0], 10);
     cr_assert_eq (kill (pids [1], 0), 0, "the chief finished before the ps could be killed");
-    pids [0] = s_start_cnn_role (cluster, roles [0], model_dir, errs [3]);
+    pids [0] = s_start_role (&s_cnn_run, cluster, roles [0], model_dir, errs [3]);
     const char *names [3] = {"the restarted ps", "the chief", "the worker"};
     for (int t = 0; t < 3; t++) {
         int status = za_test_wait (pids [t], 120);
@@ -529,7 +522,6 @@ Test (distributed, a_restarted_ps_is_reloaded_from_the_newest_checkpoint, .timeo
     free (chief_err);
     for (int i = 0; i < 4; i++)
         free (errs [i]);
-    free (index);
     free (model_dir);
     free (cluster);
     za_test_dir_remove ();

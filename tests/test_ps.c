@@ -242,6 +242,19 @@ Test (ps, protocol_rules)
     s_teardown (&c);
 }
 
+//  A checkpoint of the test model (dense 4x3) at `step` in the test's dir.
+static void
+s_write_checkpoint (int64_t step, const float *kernel, const float *bias)
+{
+    za_ckpt_tensor_t tensors [] = {
+        {.name = "global_step", .dtype = ZA_DTYPE_I64, .ndim = 0, .data = &step},
+        {.name = "dense/kernel", .dtype = ZA_DTYPE_F32, .ndim = 2, .shape = {4, 3},
+         .data = kernel},
+        {.name = "dense/bias", .dtype = ZA_DTYPE_F32, .ndim = 1, .shape = {3}, .data = bias}};
+    cr_assert_eq (za_checkpoint_write_atomic (za_test_dir (), step, tensors, 3, NULL, 0, 0), 0,
+                  "%s", za_last_error ());
+}
+
 //  A ps started after the end (model_dir holds a checkpoint at max_steps)
 //  must not wait for an init that never comes: it answers done at that step,
 //  holds the checkpoint's values and leaves after the workers' byes.
@@ -254,13 +267,7 @@ Test (ps, a_ps_started_after_the_end_answers_done)
     for (int i = 0; i < 3; i++)
         bias [i] = -1.0f - (float) i;
     int64_t step = 10;
-    za_ckpt_tensor_t tensors [] = {
-        {.name = "global_step", .dtype = ZA_DTYPE_I64, .ndim = 0, .data = &step},
-        {.name = "dense/kernel", .dtype = ZA_DTYPE_F32, .ndim = 2, .shape = {4, 3},
-         .data = kernel},
-        {.name = "dense/bias", .dtype = ZA_DTYPE_F32, .ndim = 1, .shape = {3}, .data = bias}};
-    cr_assert_eq (za_checkpoint_write_atomic (za_test_dir (), step, tensors, 3, NULL, 0, 0), 0,
-                  "%s", za_last_error ());
+    s_write_checkpoint (step, kernel, bias);
     s_ps_case_t c;
     s_setup_run (&c, za_test_dir (), step);
     za_wire_msg_init (c.out, ZA_OP_PULL);
@@ -295,13 +302,7 @@ Test (ps, a_checkpoint_before_the_end_changes_nothing)
     za_test_dir_create ("za_ps_not_final");
     float kernel [12] = {0}, bias [3] = {0};
     int64_t step = 5;
-    za_ckpt_tensor_t tensors [] = {
-        {.name = "global_step", .dtype = ZA_DTYPE_I64, .ndim = 0, .data = &step},
-        {.name = "dense/kernel", .dtype = ZA_DTYPE_F32, .ndim = 2, .shape = {4, 3},
-         .data = kernel},
-        {.name = "dense/bias", .dtype = ZA_DTYPE_F32, .ndim = 1, .shape = {3}, .data = bias}};
-    cr_assert_eq (za_checkpoint_write_atomic (za_test_dir (), step, tensors, 3, NULL, 0, 0), 0,
-                  "%s", za_last_error ());
+    s_write_checkpoint (step, kernel, bias);
     s_ps_case_t c;
     s_setup_run (&c, za_test_dir (), 10);
     za_wire_msg_init (c.out, ZA_OP_PULL);

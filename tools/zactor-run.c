@@ -168,11 +168,6 @@ typedef struct {
     const za_estimator_t *estimator;
 } s_inputs_t;
 
-//  Mixes the step training starts from into the shuffle seed, so a run that
-//  resumes from a checkpoint goes on with a new order instead of replaying
-//  the examples it began with.
-#define SEED_STEP_MIX 0x9e3779b97f4a7c15ULL
-
 static za_input_t *
 s_input_fn (void *arg, za_mode_t mode)
 {
@@ -181,8 +176,8 @@ s_input_fn (void *arg, za_mode_t mode)
     if (mode == ZA_MODE_TRAIN) {
         config.batch_size = inputs->batch_size;
         config.shuffle_buffer = inputs->shuffle_buffer;
-        config.seed = inputs->seed
-                      + SEED_STEP_MIX * (uint64_t) za_estimator_global_step (inputs->estimator);
+        config.seed = za_input_seed_at (inputs->seed,
+                                        za_estimator_global_step (inputs->estimator));
         config.epochs = -1;
         return za_input_new (inputs->train, &config);
     }
@@ -298,7 +293,8 @@ typedef struct {
     const char *broker, *bind, *job_file, *host;
     int local, supervise, max_restarts;
     int counts [ZA_BROKER_ROLE_KINDS];
-    json_t *given;                      //  the flags given, as job keys (for --local)
+    json_t *job;                        //  the job file, or an empty object
+    json_t *given;                      //  the flags given, as job keys
     zlist_t *strings;                   //  job values as text, freed at exit
 } s_settings_t;
 
@@ -322,6 +318,7 @@ s_settings_init (void)
     S.counts [ZA_TASK_WORKER] = DEFAULT_WORKERS;
     S.counts [ZA_TASK_PS] = 1;
     S.counts [ZA_TASK_EVALUATOR] = 1;
+    S.job = json_object ();
     S.given = json_object ();
     S.strings = zlist_new ();
     zlist_autofree (S.strings);
@@ -330,8 +327,15 @@ s_settings_init (void)
 static void
 s_settings_free (void)
 {
+    json_decref (S.job);
     json_decref (S.given);
     zlist_destroy (&S.strings);
+}
+
+static double
+s_heartbeat_ivl_secs (void)
+{
+    return (double) S.heartbeat_ivl_ms / 1000.0;
 }
 
 //  Flags that say how this process runs, not what the job is.
@@ -340,7 +344,8 @@ s_is_job_key (int opt)
 {
     return opt != OPT_ROLE && opt != OPT_INDEX && opt != OPT_CLUSTER && opt != OPT_BROKER
         && opt != OPT_BIND && opt != OPT_JOB && opt != OPT_LOCAL && opt != OPT_SUPERVISE
-        && opt != OPT_HOST && opt != 'h' && opt != OPT_REPLAY && opt != OPT_TRAIN_AND_EVAL;
+        && opt != OPT_HOST && opt != 'h' && opt != OPT_REPLAY && opt != OPT_TRAIN_AND_EVAL
+        && opt != OPT_WORKERS && opt != OPT_PS && opt != OPT_EVALUATORS;   //  job: "roles"
 }
 
 //  Sets one option; `what` names it in errors ("--batch-size" or "job.json:
@@ -601,37 +606,51 @@ s_apply_job_object (json_t *object, const char *section, const char *source)
     }
 }
 
-//  Applies a job from JSON text; exits 2 on a mistake.
-static void
-s_apply_job_text (const char *text, const char *source)
+//  Applies a parsed job (NULL: it did not parse, `error` says why) and
+//  returns it; exits 2 on a mistake. `source` names it in messages.
+static json_t *
+s_apply_job (json_t *job, const json_error_t *error, const char *source)
 {
-    json_error_t error;
-    json_t *job = json_loads (text, 0, &error);
     if (!job || !json_is_object (job)) {
         if (job)
             fprintf (stderr, "zactor-run: %s: the job is not a JSON object\n", source);
         else
-            fprintf (stderr, "zactor-run: %s: line %d column %d: %s\n", source, error.line,
-                     error.column, error.text);
+        if (error->line > 0)
+            fprintf (stderr, "zactor-run: %s: line %d column %d: %s\n", source, error->line,
+                     error->column, error->text);
+        else
+            fprintf (stderr, "zactor-run: %s: %s\n", source, error->text);
         json_decref (job);
         exit (EXIT_USAGE);
     }
     s_apply_job_object (job, NULL, source);
-    json_decref (job);
+    return job;
 }
 
-//  The job file's text (malloc'd), or exits 2.
-static char *
+//  Reads and applies the job file into S.job; exits 2 on a mistake.
+static void
 s_read_job_file (const char *path)
 {
     json_error_t error;
-    json_t *job = json_load_file (path, 0, &error);
-    if (!job) {
-        fprintf (stderr, "zactor-run: --job %s: %s%s line %d column %d\n", path, error.text,
-                 error.line > 0? " at": "", error.line, error.column);
-        exit (EXIT_USAGE);
-    }
-    char *text = json_dumps (job, JSON_COMPACT);
+    json_t *job = s_apply_job (json_load_file (path, 0, &error), &error, path);
+    json_decref (S.job);
+    S.job = job;
+}
+
+//  The job every task of a cluster runs, as JSON text (caller frees): the
+//  job file, `defaults` where it is silent (may be NULL), the flags given on
+//  top, the counts as "roles" and max_steps as worked out.
+static char *
+s_cluster_job (json_t *defaults)
+{
+    json_t *job = defaults? json_deep_copy (defaults): json_object ();
+    json_object_update (job, S.job);
+    json_object_update (job, S.given);
+    json_object_set_new (job, "max_steps", json_integer (S.max_steps));
+    json_object_set_new (job, "roles", json_pack ("{s:i, s:i, s:i, s:i}",
+                         "chief", S.counts [ZA_TASK_CHIEF], "worker", S.counts [ZA_TASK_WORKER],
+                         "ps", S.counts [ZA_TASK_PS], "evaluator", S.counts [ZA_TASK_EVALUATOR]));
+    char *text = json_dumps (job, JSON_INDENT (2));
     json_decref (job);
     return text;
 }
@@ -921,7 +940,7 @@ s_run_task (const s_place_t *place, int is_evaluator, za_role_stats_t *stats,
         role_config.batch_size = S.batch_size;
         role_config.shuffle_buffer = inputs.shuffle_buffer;
         role_config.timeout_secs = S.timeout_secs;
-        role_config.heartbeat_ivl_secs = (double) S.heartbeat_ivl_ms / 1000.0;
+        role_config.heartbeat_ivl_secs = s_heartbeat_ivl_secs ();
         role_config.heartbeat_liveness = (int) S.heartbeat_liveness;
         role_config.train = train;
         role_config.stats = stats;
@@ -999,11 +1018,7 @@ s_run_broker (const char *argv0)
     if (rc)
         return rc;
     s_work_free (&work);
-    //  The job the roles get: the job file with the flags given on top.
-    json_t *job = S.job_file? json_load_file (S.job_file, 0, NULL): json_object ();
-    json_object_update (job, S.given);
-    char *job_text = json_dumps (job, JSON_COMPACT);
-    json_decref (job);
+    char *job_text = s_cluster_job (NULL);
     char exe [4096], connect [ZA_CLUSTER_ENDPOINT_MAX];
     s_self_exe (exe, sizeof exe, argv0);
     //  Roles it starts reach it on loopback when it binds every interface.
@@ -1027,7 +1042,7 @@ s_run_broker (const char *argv0)
     memcpy (config.counts, S.counts, sizeof config.counts);
     config.model_dir = S.config.model_dir;
     config.max_steps = S.max_steps;
-    config.heartbeat_ivl_secs = (double) S.heartbeat_ivl_ms / 1000.0;
+    config.heartbeat_ivl_secs = s_heartbeat_ivl_secs ();
     config.heartbeat_liveness = (int) S.heartbeat_liveness;
     config.supervise = S.supervise;
     config.exe = exe;
@@ -1075,7 +1090,7 @@ s_run_with_broker (int argc, char **argv)
     za_broker_client_config_t client_config = {
         .broker = S.broker, .role = role, .index = index_given? S.task_index: -1,
         .host = host, .stats = &stats,
-        .heartbeat_ivl_secs = (double) S.heartbeat_ivl_ms / 1000.0,
+        .heartbeat_ivl_secs = s_heartbeat_ivl_secs (),
         .heartbeat_liveness = (int) S.heartbeat_liveness,
         .timeout_secs = S.timeout_secs,
     };
@@ -1093,7 +1108,8 @@ s_run_with_broker (int argc, char **argv)
         za_error ("%s: %s", role, index? index: "the broker failed");
     else
     if (streq (what, "WELCOME") && job) {
-        s_apply_job_text (job, "the broker's job");
+        json_error_t error;
+        json_decref (s_apply_job (json_loads (job, 0, &error), &error, "the broker's job"));
         s_parse_cli (argc, argv, 0);
         S.task_index = atoi (index);
         rc = 0;
@@ -1320,51 +1336,42 @@ s_progress_line (json_t *state, char *line, size_t size, int bar)
               examples_per_sec, eval, eta, restarts);
 }
 
+//  1 when the job file or the flags say `key`.
+static int
+s_said (const char *key)
+{
+    return s_job_has_key (S.job, key) || json_object_get (S.given, key) != NULL;
+}
+
 static int
 s_run_local (const char *argv0)
 {
-    json_t *job = S.job_file? json_load_file (S.job_file, 0, NULL): json_object ();
+    json_t *defaults = json_object ();
     for (size_t d = 0; d < LOCAL_DEFAULTS; d++) {
         const char *key = s_local_defaults [d][0];
-        int said = s_job_has_key (job, key) || json_object_get (S.given, key)
-                || ((streq (key, "epochs") || streq (key, "max_steps"))
-                    && (s_job_has_key (job, "max_steps") || json_object_get (S.given, "max_steps")
-                        || s_job_has_key (job, "epochs") || json_object_get (S.given, "epochs")));
-        if (said)
+        if (s_said (key) || (streq (key, "epochs") && s_said ("max_steps")))
             continue;
-        json_object_set_new (job, key, json_string (s_local_defaults [d][1]));
+        json_object_set_new (defaults, key, json_string (s_local_defaults [d][1]));
         s_option (s_option_of_key (key), s_local_defaults [d][1], key);
     }
     s_work_t work;
     int rc = s_prepare (&work, 1);
-    if (rc) {
-        json_decref (job);
+    char *job = rc? NULL: s_cluster_job (defaults);
+    json_decref (defaults);
+    if (rc)
         return rc;
-    }
     s_work_free (&work);
     const char *model_dir = S.config.model_dir;
     char logs [4096], job_path [4200], log [4200], exe [4096], bind [ZA_CLUSTER_ENDPOINT_MAX];
     snprintf (logs, sizeof logs, "%s/logs", model_dir);
     snprintf (job_path, sizeof job_path, "%s/job.json", model_dir);
     snprintf (log, sizeof log, "%s/broker.log", logs);
-    if (za_mkdirs (logs)) {
-        fprintf (stderr, "zactor-run: cannot create %s\n", logs);
-        return 1;
-    }
-    //  The job every process runs: the file's, the local defaults where it
-    //  is silent, the flags on top, the counts, and max_steps worked out.
-    json_object_update (job, S.given);
-    json_object_del (job, "max_restarts");
-    json_object_del (job, "workers");
-    json_object_del (job, "ps");
-    json_object_del (job, "evaluators");
-    json_object_set_new (job, "max_steps", json_integer (S.max_steps));
-    json_object_set_new (job, "roles", json_pack ("{s:i, s:i, s:i, s:i}",
-                         "chief", S.counts [ZA_TASK_CHIEF], "worker", S.counts [ZA_TASK_WORKER],
-                         "ps", S.counts [ZA_TASK_PS], "evaluator", S.counts [ZA_TASK_EVALUATOR]));
-    int written = json_dump_file (job, job_path, JSON_INDENT (2));
-    json_decref (job);
-    if (written) {
+    FILE *file = za_mkdirs (logs) == 0? fopen (job_path, "w"): NULL;
+    int written = file && fputs (job, file) >= 0;
+    if (file && fclose (file))
+        written = 0;
+    free (job);
+    if (!written) {
         fprintf (stderr, "zactor-run: cannot write %s\n", job_path);
         return 1;
     }
@@ -1375,6 +1382,8 @@ s_run_local (const char *argv0)
     s_self_exe (exe, sizeof exe, argv0);
     //  Orphans (roles whose broker died) come to us: we reap them.
     prctl (PR_SET_CHILD_SUBREAPER, 1);
+    za_broker_config_t backoff;         //  the broker restarts as it restarts tasks
+    za_broker_config_init (&backoff);
     int restarts = 0, group_count = 0;
     static pid_t groups [LOCAL_MAX_GROUPS];
     pid_t broker = s_spawn_broker (exe, bind, job_path, log, 0, NULL);
@@ -1397,7 +1406,7 @@ s_run_local (const char *argv0)
     zsock_connect (watch, "%s", bind);
     za_wire_msg_t *msg = (za_wire_msg_t *) malloc (sizeof *msg);
     //  The broker answers a watch at once; one that misses several is hung.
-    double silent_max = (double) S.heartbeat_ivl_ms / 1000.0 * (double) S.heartbeat_liveness;
+    double silent_max = s_heartbeat_ivl_secs () * (double) S.heartbeat_liveness;
     if (silent_max < LOCAL_BROKER_SILENT_SECS)
         silent_max = LOCAL_BROKER_SILENT_SECS;
     double now = za_clock_mono (), broker_since = now, last_state = 0, last_watch = 0;
@@ -1467,11 +1476,7 @@ s_run_local (const char *argv0)
                 done = 1;
                 break;
             }
-            double delay = 0.5;
-            for (int i = 0; i < failures && delay < 10; i++)
-                delay *= 2;
-            failures++;
-            restart_at = now + delay;
+            restart_at = now + za_broker_backoff (&backoff, failures++);
         }
         if (done)
             break;
@@ -1544,9 +1549,7 @@ main (int argc, char **argv)
     s_parse_cli (argc, argv, 1);
     //  Defaults, then the job file, then the flags again: the flags win.
     if (S.job_file) {
-        char *text = s_read_job_file (S.job_file);
-        s_apply_job_text (text, S.job_file);
-        free (text);
+        s_read_job_file (S.job_file);
         s_parse_cli (argc, argv, 0);
     }
     const char *role = S.role;

@@ -66,6 +66,10 @@ void za_broker_config_init (za_broker_config_t *config);
 pid_t za_broker_spawn (const char *exe, char *const *argv, const char *const *env,
                        const char *log, int own_group);
 
+//  How long to wait before restarting after `failures` failures in a row:
+//  backoff_secs, doubled each time, at most backoff_max_secs.
+double za_broker_backoff (const za_broker_config_t *config, int failures);
+
 //  The broker as a CZMQ actor (args: za_broker_config_t *, outliving it).
 //  Sends "DONE" RC on the pipe when every declared task has finished (RC
 //  "0"), or when the job failed (RC "1": a bind error, or a task beyond its

@@ -63,6 +63,11 @@ typedef struct {
 //  prefetch 2.
 za_input_config_t za_input_config_default (void);
 
+//  The shuffle seed for training that starts (or resumes) at `step`: the
+//  step is mixed in, so a resumed or restarted trainer goes on with a new
+//  order instead of replaying the examples it began with. Step 0 keeps seed.
+uint64_t za_input_seed_at (uint64_t seed, int64_t step);
+
 //  One batch. Memory belongs to the iterator and stays valid until the next
 //  za_input_next or za_input_destroy.
 typedef struct {
