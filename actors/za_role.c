@@ -22,27 +22,6 @@ za_role_config_init (za_role_config_t *config)
     config->num_workers = 1;
 }
 
-const char *
-za_role_state_name (za_role_state_t state)
-{
-    static const char *names [] = {"starting", "waiting", "running", "recovering", "done",
-                                   "failed"};
-    return (int) state >= 0 && state <= ZA_ROLE_FAILED? names [state]: "unknown";
-}
-
-void
-za_role_stats_init (za_role_stats_t *stats)
-{
-    atomic_store (&stats->global_step, 0);
-    atomic_store (&stats->loss, 0.0);
-    atomic_store (&stats->steps_per_sec, 0.0);
-    atomic_store (&stats->examples_per_sec, 0.0);
-    atomic_store (&stats->eval_step, -1);
-    atomic_store (&stats->eval_accuracy, -1.0);
-    atomic_store (&stats->alive, 0.0);
-    atomic_store (&stats->state, ZA_ROLE_STARTING);
-}
-
 int
 za_role_model_vars (const za_role_config_t *config, za_vars_t *vars)
 {

@@ -17,15 +17,4 @@ int za_role_part_shape (const za_vars_t *vars, const za_part_t *part, int64_t *s
 //  Sends the DONE report on the pipe and waits for $TERM.
 void za_role_report_done (zsock_t *pipe, int rc, int64_t step, uint32_t crc, int64_t floats);
 
-//  Publishes a role's state and that its loop turned at `now` (za_clock_mono)
-//  into stats (NULL: nothing). Relaxed stores: no lock, no allocation.
-static inline void
-za_role_stats_publish (za_role_stats_t *stats, za_role_state_t state, double now)
-{
-    if (!stats)
-        return;
-    atomic_store_explicit (&stats->state, (int) state, memory_order_relaxed);
-    atomic_store_explicit (&stats->alive, now, memory_order_relaxed);
-}
-
 #endif

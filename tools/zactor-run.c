@@ -1,6 +1,7 @@
 /*  zactor-run: starts zactor work from the command line. For now it trains
     and evaluates a model on MNIST-format data in one process.              */
 #include "za/za_broker.h"
+#include "za/za_broker_client.h"
 #include "za/za_cluster.h"
 #include "za/za_estimator.h"
 #include "za/za_evaluator.h"

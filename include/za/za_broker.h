@@ -1,5 +1,5 @@
-/*  za_broker.h: the broker, which lets a cluster form with no address list,
-    and its client inside every role process.
+/*  za_broker.h: the broker, which lets a cluster form with no address list.
+    Its client, inside every role process, is za_broker_client.h.
 
     The broker is a ROUTER (za_broker_actor). A role started with only
     `--broker ADDR` runs a client actor (za_broker_client_actor) that
@@ -21,7 +21,7 @@
 #include <czmq.h>
 #include <sys/types.h>
 
-#include "za/za_role.h"
+#include "za/za_role_stats.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -77,33 +77,6 @@ double za_broker_backoff (const za_broker_config_t *config, int failures);
 //  On $TERM before that, it stops (SIGTERM) the tasks it started.
 void za_broker_actor (zsock_t *pipe, void *args);
 
-typedef struct {
-    const char *broker;             //  the broker's endpoint
-    const char *role;               //  "chief", "worker", "ps" or "evaluator"
-    int index;                      //  wanted index, or -1 for any free one
-    const char *host;               //  this host's name, as others reach it
-    int restarts;                   //  how often this task was restarted before
-    za_role_stats_t *stats;         //  reported every interval; outlives the actor
-    double heartbeat_ivl_secs;      //  1
-    int heartbeat_liveness;         //  3: a role loop quiet this long is hung:
-                                    //  reports stop, so the broker sees it
-    double timeout_secs;            //  no welcome within this: "FAILED"
-} za_broker_client_config_t;
-
-//  A role's client as a CZMQ actor (args: za_broker_client_config_t *).
-//  Registers, re-sending every interval until welcomed, then reports every
-//  interval. On its pipe it sends:
-//    "WELCOME" INDEX JOB ENDPOINT  the index given, the job file's JSON, and
-//                                  (a ps) the endpoint this index had before
-//                                  ("" when none: bind any port)
-//    "VIEW" JSON                   the cluster view, once: {"ps": [endpoints],
-//                                  "num_workers": N}
-//    "FAILED" WHY                  no welcome within timeout_secs, or refused
-//  and it takes:
-//    "ENDPOINT" EP                 where this ps serves (reported from now on)
-//    "DONE" RC                     the role ended: a last report, then the
-//                                  actor waits for $TERM
-void za_broker_client_actor (zsock_t *pipe, void *args);
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "za/za_tensor.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -28,19 +30,6 @@ extern "C" {
 #define ZA_CKPT_FORMAT "zactor-ckpt-1"
 //  A header larger than this is refused as corrupt (safetensors uses 100 MB).
 #define ZA_CKPT_MAX_HEADER_BYTES (100u * 1024u * 1024u)
-
-typedef enum { ZA_DTYPE_F32 = 0, ZA_DTYPE_I64 = 1 } za_dtype_t;
-
-//  Bytes of one element: 4 for F32, 8 for I64.
-static inline size_t
-za_dtype_size (za_dtype_t dtype)
-{
-    return dtype == ZA_DTYPE_F32? 4: 8;
-}
-
-//  Bytes of a tensor: product (shape) * dtype size into *bytes_p. Returns 0,
-//  or -1 (no error recorded) when a dim is negative or the product overflows.
-int za_tensor_bytes (za_dtype_t dtype, int ndim, const int64_t *shape, uint64_t *bytes_p);
 
 typedef struct {
     const char *name;

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "za/za_checkpoint.h"           //  za_dtype_t
+#include "za/za_tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

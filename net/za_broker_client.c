@@ -2,7 +2,7 @@
     report the whole registration and the role's statistics every interval.
     The broker may go away and come back at any time: the DEALER reconnects,
     the next report re-registers us, and the role never waits on it.       */
-#include "za/za_broker.h"
+#include "za/za_broker_client.h"
 #include "za/za_util.h"
 #include "za/za_wire.h"
 

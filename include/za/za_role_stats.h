@@ -1,0 +1,61 @@
+/*  za_role_stats.h: what a task shows whoever watches it (its broker client,
+    and through the broker zactor-top): its state and its statistics, shared
+    between the task's threads through relaxed atomics, so that watching never
+    slows training. Knows nothing of models or of the wire.               */
+#ifndef ZA_ROLE_STATS_H_INCLUDED
+#define ZA_ROLE_STATS_H_INCLUDED
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//  What a role is doing, for the broker and zactor-top.
+typedef enum {
+    ZA_ROLE_STARTING = 0,       //  loading data, waiting for the cluster view
+    ZA_ROLE_WAITING,            //  waiting for the ps to be initialised (or restored)
+    ZA_ROLE_RUNNING,            //  training, serving, evaluating
+    ZA_ROLE_RECOVERING,         //  a ps lost its state: reloading / re-pulling
+    ZA_ROLE_DONE,               //  finished; exiting 0
+    ZA_ROLE_FAILED              //  finished with an error; exiting 1
+} za_role_state_t;
+
+//  "starting", "waiting", "running", "recovering", "done", "failed".
+const char *za_role_state_name (za_role_state_t state);
+
+//  Statistics a role shares with whoever watches it (zactor-run's broker
+//  client): written by the role's thread, read by another, all relaxed
+//  atomics, so watching never slows training. Zero-initialise; eval_step
+//  and eval_accuracy are -1 until an evaluation exists.
+typedef struct {
+    _Atomic int64_t global_step;
+    _Atomic double loss;                //  recent mean training loss
+    _Atomic double steps_per_sec;       //  global steps per second, recently
+    _Atomic double examples_per_sec;    //  this task's examples per second
+    _Atomic int64_t eval_step;          //  the newest evaluation's global step
+    _Atomic double eval_accuracy;
+    _Atomic double alive;               //  za_clock_mono () at the role loop's last turn
+                                        //  (0: the role does not keep it)
+    _Atomic int state;                  //  za_role_state_t
+} za_role_stats_t;
+
+//  Zeroes stats and sets eval_step and eval_accuracy to -1.
+void za_role_stats_init (za_role_stats_t *stats);
+
+//  Publishes a role's state and that its loop turned at `now` (za_clock_mono)
+//  into stats (NULL: nothing). Relaxed stores: no lock, no allocation.
+static inline void
+za_role_stats_publish (za_role_stats_t *stats, za_role_state_t state, double now)
+{
+    if (!stats)
+        return;
+    atomic_store_explicit (&stats->state, (int) state, memory_order_relaxed);
+    atomic_store_explicit (&stats->alive, now, memory_order_relaxed);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
