@@ -83,9 +83,11 @@ s_be32 (const uint8_t *p)
          | (uint32_t) p [2] << 8 | (uint32_t) p [3];
 }
 
-//  Checks the header of an open IDX file and reads its payload.
+//  Reads and checks the header of an open IDX file of `kind`: idx->dims;
+//  *total_p gets the payload's size in bytes.
 static int
-s_idx_read_open (gzFile gz, const char *path, const s_idx_kind_t *kind, s_idx_t *idx)
+s_idx_read_header (gzFile gz, const char *path, const s_idx_kind_t *kind, s_idx_t *idx,
+                   uint64_t *total_p)
 {
     uint8_t header [4 + 4 * IDX_MAX_DIMS];
     int64_t got = s_gz_read (gz, path, header, 4);
@@ -125,7 +127,32 @@ s_idx_read_open (gzFile gz, const char *path, const s_idx_kind_t *kind, s_idx_t 
     if (total > PTRDIFF_MAX / sizeof (float))
         return za_error ("'%s': header declares %llu bytes of data, too large",
                          path, (unsigned long long) total);
+    *total_p = total;
+    return 0;
+}
 
+//  The error for a payload that ends after `size` of `total` bytes.
+static int
+s_idx_truncated (const char *path, const s_idx_kind_t *kind, const s_idx_t *idx,
+                 uint64_t total, size_t size)
+{
+    if (kind->magic == IDX_MAGIC_IMAGES)
+        return za_error ("'%s': truncated: header declares %u images of %ux%u "
+                         "(%llu bytes) but only %zu bytes follow",
+                         path, idx->dims [0], idx->dims [1], idx->dims [2],
+                         (unsigned long long) total, size);
+    return za_error ("'%s': truncated: header declares %u labels "
+                     "(%llu bytes) but only %zu bytes follow",
+                     path, idx->dims [0], (unsigned long long) total, size);
+}
+
+//  Checks the header of an open IDX file and reads its payload.
+static int
+s_idx_read_open (gzFile gz, const char *path, const s_idx_kind_t *kind, s_idx_t *idx)
+{
+    uint64_t total;
+    if (s_idx_read_header (gz, path, kind, idx, &total))
+        return -1;
     size_t capacity = total < IDX_READ_START_BYTES? (size_t) total: IDX_READ_START_BYTES;
     size_t size = 0;
     uint8_t *data = malloc (capacity);
@@ -142,7 +169,7 @@ s_idx_read_open (gzFile gz, const char *path, const s_idx_kind_t *kind, s_idx_t 
             data = bigger;
             capacity = grown;
         }
-        got = s_gz_read (gz, path, data + size, capacity - size);
+        int64_t got = s_gz_read (gz, path, data + size, capacity - size);
         if (got < 0) {
             free (data);
             return -1;
@@ -152,15 +179,7 @@ s_idx_read_open (gzFile gz, const char *path, const s_idx_kind_t *kind, s_idx_t 
             break;              //  end of file
     }
     if (size < total) {
-        if (kind->magic == IDX_MAGIC_IMAGES)
-            za_error ("'%s': truncated: header declares %u images of %ux%u "
-                      "(%llu bytes) but only %zu bytes follow",
-                      path, idx->dims [0], idx->dims [1], idx->dims [2],
-                      (unsigned long long) total, size);
-        else
-            za_error ("'%s': truncated: header declares %u labels "
-                      "(%llu bytes) but only %zu bytes follow",
-                      path, idx->dims [0], (unsigned long long) total, size);
+        s_idx_truncated (path, kind, idx, total, size);
         free (data);
         return -1;
     }
@@ -169,20 +188,67 @@ s_idx_read_open (gzFile gz, const char *path, const s_idx_kind_t *kind, s_idx_t 
     return 0;
 }
 
-//  Opens `path` (gzipped or plain, detected by content) and reads it as an IDX
-//  file of `kind`. On success idx->data is the caller's to free.
+//  Streams the rows of an open IDX image file whose header is read: keeps
+//  rows shard_index, shard_index + num_shards, ... into dst (row_bytes each),
+//  reading a chunk of rows at a time, so a shard costs its own size only.
+static int
+s_idx_read_shard (gzFile gz, const char *path, const s_idx_t *idx, uint64_t total,
+                  size_t row_bytes, int num_shards, int shard_index, uint8_t *dst)
+{
+    size_t chunk_rows = IDX_READ_START_BYTES / row_bytes + 1;
+    uint8_t *chunk = malloc (chunk_rows * row_bytes);
+    if (!chunk)
+        return za_error ("'%s': out of memory for %zu bytes", path, chunk_rows * row_bytes);
+    int64_t rows = (int64_t) idx->dims [0], row = 0;
+    size_t size = 0;
+    while (row < rows) {
+        size_t want = (size_t) (rows - row) < chunk_rows? (size_t) (rows - row): chunk_rows;
+        int64_t got = s_gz_read (gz, path, chunk, want * row_bytes);
+        if (got < 0) {
+            free (chunk);
+            return -1;
+        }
+        size += (size_t) got;
+        if ((size_t) got < want * row_bytes) {
+            free (chunk);
+            return s_idx_truncated (path, &s_idx_images, idx, total, size);
+        }
+        for (size_t r = 0; r < want; r++, row++)
+            if (row % num_shards == shard_index) {
+                memcpy (dst, chunk + r * row_bytes, row_bytes);
+                dst += row_bytes;
+            }
+    }
+    free (chunk);
+    return 0;
+}
+
+//  Opens `path`, gzipped or plain (detected by content). NULL with an error.
+static gzFile
+s_idx_open (const char *path)
+{
+    int fd = open (path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        za_error ("cannot open '%s': %s", path, strerror (errno));
+        return NULL;
+    }
+    gzFile gz = gzdopen (fd, "rb");
+    if (!gz) {
+        close (fd);
+        za_error ("cannot open '%s': out of memory for the zlib stream", path);
+    }
+    return gz;
+}
+
+//  Opens `path` and reads it as an IDX file of `kind`. On success idx->data
+//  is the caller's to free.
 static int
 s_idx_read (const char *path, const s_idx_kind_t *kind, s_idx_t *idx)
 {
     memset (idx, 0, sizeof *idx);
-    int fd = open (path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return za_error ("cannot open '%s': %s", path, strerror (errno));
-    gzFile gz = gzdopen (fd, "rb");
-    if (!gz) {
-        close (fd);
-        return za_error ("cannot open '%s': out of memory for the zlib stream", path);
-    }
+    gzFile gz = s_idx_open (path);
+    if (!gz)
+        return -1;
     int rc = s_idx_read_open (gz, path, kind, idx);
     gzclose (gz);
     return rc;
@@ -192,10 +258,11 @@ s_idx_read (const char *path, const s_idx_kind_t *kind, s_idx_t *idx)
 //  --------------------------------------------------------------------------
 //  Datasets
 
-//  Allocates an empty dataset of the given shape; NULL (with an error) when the
-//  sizes overflow or memory runs out.
+//  Allocates an empty dataset of the given shape, its examples as floats, or
+//  as bytes when `as_bytes`; NULL (with an error) when the sizes overflow or
+//  memory runs out.
 static za_dataset_t *
-s_dataset_alloc (int64_t count, int height, int width, int channels)
+s_dataset_alloc (int64_t count, int height, int width, int channels, int as_bytes)
 {
     int64_t feature_size, features;
     if (__builtin_mul_overflow ((int64_t) height, (int64_t) width, &feature_size)
@@ -216,9 +283,12 @@ s_dataset_alloc (int64_t count, int height, int width, int channels)
     self->width = width;
     self->channels = channels;
     self->feature_size = feature_size;
-    self->features = za_alloc ((size_t) features * sizeof (float));
-    self->labels = za_alloc ((size_t) count * sizeof (int32_t));
-    if (!self->features || !self->labels) {
+    if (as_bytes)
+        self->pixels = za_alloc ((size_t) (features > 0? features: 1));
+    else
+        self->features = za_alloc ((size_t) features * sizeof (float));
+    self->labels = za_alloc ((size_t) (count > 0? count: 1) * sizeof (int32_t));
+    if ((!self->features && !self->pixels) || !self->labels) {
         za_dataset_destroy (&self);
         return NULL;
     }
@@ -255,7 +325,7 @@ za_dataset_load_idx (const char *images_path, const char *labels_path)
                   labels_path, labels.dims [0], images_path, images.dims [0]);
     else
         self = s_dataset_alloc (images.dims [0], (int) images.dims [1],
-                                (int) images.dims [2], 1);
+                                (int) images.dims [2], 1, 0);
     if (self) {
         for (size_t i = 0; i < images.size; i++)
             self->features [i] = (float) images.data [i] / IDX_PIXEL_MAX;
@@ -286,23 +356,126 @@ s_dataset_path (char *path, size_t size, const char *dir, const char *split,
     return 0;
 }
 
+//  The image and label paths of a split; -1 with an error.
+static int
+s_split_paths (const char *dir, const char *split, char *images_path, char *labels_path,
+               size_t size)
+{
+    if (!dir || !split)
+        return za_error ("dataset: a directory and a split are required");
+    if (strcmp (split, "train") != 0 && strcmp (split, "t10k") != 0)
+        return za_error ("unknown split '%s' for '%s' (expected 'train' or 't10k')", split,
+                         dir);
+    if (s_dataset_path (images_path, size, dir, split, "images-idx3-ubyte")
+    ||  s_dataset_path (labels_path, size, dir, split, "labels-idx1-ubyte"))
+        return -1;
+    return 0;
+}
+
 za_dataset_t *
 za_dataset_load_dir (const char *dir, const char *split)
 {
-    if (!dir || !split) {
-        za_error ("za_dataset_load_dir: dir and split are required");
+    char images_path [DATASET_PATH_MAX_CHARS];
+    char labels_path [DATASET_PATH_MAX_CHARS];
+    if (s_split_paths (dir, split, images_path, labels_path, sizeof images_path))
         return NULL;
+    return za_dataset_load_idx (images_path, labels_path);
+}
+
+//  Reads the labels of a split whole and the header of its images; checks
+//  that they agree. On success labels->data is the caller's to free and the
+//  image file is open at its first pixel in *gz_p (NULL: not wanted).
+static int
+s_split_open (const char *images_path, const char *labels_path, s_idx_t *images,
+              uint64_t *image_bytes, s_idx_t *labels, gzFile *gz_p)
+{
+    memset (images, 0, sizeof *images);
+    if (s_idx_read (labels_path, &s_idx_labels, labels))
+        return -1;
+    gzFile gz = s_idx_open (images_path);
+    if (!gz || s_idx_read_header (gz, images_path, &s_idx_images, images, image_bytes)) {
+        if (gz)
+            gzclose (gz);
+        free (labels->data);
+        return -1;
     }
-    if (strcmp (split, "train") != 0 && strcmp (split, "t10k") != 0) {
-        za_error ("unknown split '%s' for '%s' (expected 'train' or 't10k')", split, dir);
+    if (images->dims [0] != labels->dims [0]) {
+        za_error ("'%s' holds %u labels but '%s' holds %u images", labels_path,
+                  labels->dims [0], images_path, images->dims [0]);
+        gzclose (gz);
+        free (labels->data);
+        return -1;
+    }
+    if (gz_p)
+        *gz_p = gz;
+    else
+        gzclose (gz);
+    return 0;
+}
+
+static int
+s_max_label (const s_idx_t *labels)
+{
+    int max_label = 0;
+    for (size_t i = 0; i < labels->size; i++)
+        if (labels->data [i] > max_label)
+            max_label = labels->data [i];
+    return max_label;
+}
+
+int
+za_dataset_info_dir (const char *dir, const char *split, za_dataset_info_t *info)
+{
+    memset (info, 0, sizeof *info);
+    char images_path [DATASET_PATH_MAX_CHARS];
+    char labels_path [DATASET_PATH_MAX_CHARS];
+    s_idx_t images, labels;
+    uint64_t image_bytes;
+    if (s_split_paths (dir, split, images_path, labels_path, sizeof images_path)
+    ||  s_split_open (images_path, labels_path, &images, &image_bytes, &labels, NULL))
+        return -1;
+    info->count = images.dims [0];
+    info->height = (int) images.dims [1];
+    info->width = (int) images.dims [2];
+    info->channels = 1;
+    info->n_classes = s_max_label (&labels) + 1;
+    free (labels.data);
+    return 0;
+}
+
+za_dataset_t *
+za_dataset_load_dir_shard (const char *dir, const char *split, int num_shards,
+                           int shard_index)
+{
+    if (num_shards < 1 || shard_index < 0 || shard_index >= num_shards) {
+        za_error ("dataset: shard %d of %d does not exist", shard_index, num_shards);
         return NULL;
     }
     char images_path [DATASET_PATH_MAX_CHARS];
     char labels_path [DATASET_PATH_MAX_CHARS];
-    if (s_dataset_path (images_path, sizeof images_path, dir, split, "images-idx3-ubyte")
-    ||  s_dataset_path (labels_path, sizeof labels_path, dir, split, "labels-idx1-ubyte"))
+    s_idx_t images, labels;
+    uint64_t image_bytes;
+    gzFile gz = NULL;
+    if (s_split_paths (dir, split, images_path, labels_path, sizeof images_path)
+    ||  s_split_open (images_path, labels_path, &images, &image_bytes, &labels, &gz))
         return NULL;
-    return za_dataset_load_idx (images_path, labels_path);
+    int64_t total = images.dims [0];
+    int64_t count = total > shard_index? (total - shard_index + num_shards - 1) / num_shards: 0;
+    za_dataset_t *self = s_dataset_alloc (count, (int) images.dims [1], (int) images.dims [2],
+                                          1, 1);
+    if (self && s_idx_read_shard (gz, images_path, &images, image_bytes,
+                                  (size_t) self->feature_size, num_shards, shard_index,
+                                  self->pixels))
+        za_dataset_destroy (&self);
+    gzclose (gz);
+    if (self) {
+        for (int64_t i = 0; i < count; i++)
+            self->labels [i] = labels.data [shard_index + i * num_shards];
+        //  The classes of the whole split: a shard may miss the largest label.
+        self->n_classes = s_max_label (&labels) + 1;
+    }
+    free (labels.data);
+    return self;
 }
 
 za_dataset_t *
@@ -324,7 +497,7 @@ za_dataset_from_arrays (const float *features, const int32_t *labels,
                       (long long) i, labels [i]);
             return NULL;
         }
-    za_dataset_t *self = s_dataset_alloc (count, height, width, channels);
+    za_dataset_t *self = s_dataset_alloc (count, height, width, channels, 0);
     if (!self)
         return NULL;
     memcpy (self->features, features,
@@ -341,6 +514,7 @@ za_dataset_destroy (za_dataset_t **self_p)
         return;
     za_dataset_t *self = *self_p;
     za_free (self->features);
+    za_free (self->pixels);
     za_free (self->labels);
     free (self);
     *self_p = NULL;
@@ -468,13 +642,19 @@ static int
 s_input_produce (za_input_t *self, s_slot_t *slot)
 {
     const za_dataset_t *dataset = self->dataset;
-    size_t row_bytes = (size_t) dataset->feature_size * sizeof (float);
+    size_t row = (size_t) dataset->feature_size;
     int size = 0;
     int64_t index;
     while (size < self->config.batch_size && s_input_example_next (self, &index)) {
-        memcpy (slot->features + (size_t) size * (size_t) dataset->feature_size,
-                dataset->features + (size_t) index * (size_t) dataset->feature_size,
-                row_bytes);
+        float *out = slot->features + (size_t) size * row;
+        if (dataset->features)
+            memcpy (out, dataset->features + (size_t) index * row, row * sizeof (float));
+        else {
+            //  The same value the float loader stores, made here per batch.
+            const uint8_t *in = dataset->pixels + (size_t) index * row;
+            for (size_t k = 0; k < row; k++)
+                out [k] = (float) in [k] / IDX_PIXEL_MAX;
+        }
         slot->labels [size] = dataset->labels [index];
         size++;
     }
@@ -520,7 +700,7 @@ za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
         return NULL;
     }
     if (dataset->count <= 0 || dataset->feature_size <= 0
-    ||  !dataset->features || !dataset->labels) {
+    ||  (!dataset->features && !dataset->pixels) || !dataset->labels) {
         za_error ("za_input_new: dataset is empty or malformed");
         return NULL;
     }

@@ -514,6 +514,154 @@ Test (idx, load_dir_errors)
 
 
 //  --------------------------------------------------------------------------
+//  One shard as bytes, and a split described from its headers
+
+TestSuite (shard, .init = s_idx_setup, .fini = s_idx_teardown);
+
+//  The batches of two iterators are the same, value for value.
+static void
+s_expect_same_stream (za_input_t *a, za_input_t *b, int batches)
+{
+    for (int n = 0; n < batches; n++) {
+        za_batch_t x, y;
+        cr_assert_eq (za_input_next (a, &x), 1);
+        cr_assert_eq (za_input_next (b, &y), 1);
+        cr_assert_eq (x.size, y.size);
+        cr_assert_eq (memcmp (x.labels, y.labels, (size_t) x.size * sizeof (int32_t)), 0,
+                      "batch %d: other labels", n);
+        cr_assert_eq (memcmp (x.features, y.features,
+                              (size_t) x.size * (size_t) x.feature_size * sizeof (float)), 0,
+                      "batch %d: other features", n);
+    }
+}
+
+Test (shard, a_worker_shard_streams_what_the_whole_set_streams)
+{
+    //  Worker 1 of 3 (the chief is 0): its shard alone, held as bytes, gives
+    //  the very batches that sharding the whole float set gives.
+    za_dataset_t *whole = za_dataset_load_dir (ZA_FASHION_MNIST_DIR, "train");
+    za_dataset_t *shard = za_dataset_load_dir_shard (ZA_FASHION_MNIST_DIR, "train", 3, 1);
+    cr_assert (whole && shard, "%s", za_last_error ());
+    cr_assert_eq (shard->count, 20000);
+    cr_assert_null (shard->features);
+    cr_assert_not_null (shard->pixels);
+    cr_assert_eq (shard->n_classes, 10);
+    cr_assert_eq (shard->feature_size, 784);
+    for (int64_t i = 0; i < shard->count; i += 997)
+        cr_assert_eq (shard->labels [i], whole->labels [1 + 3 * i]);
+    za_input_config_t config = za_input_config_default ();
+    config.batch_size = 64;
+    config.shuffle_buffer = 60000;
+    config.seed = 1234;
+    config.epochs = -1;
+    za_input_config_t sharded = config;
+    sharded.num_shards = 3;
+    sharded.shard_index = 1;
+    za_input_t *a = za_input_new (whole, &sharded);
+    za_input_t *b = za_input_new (shard, &config);
+    cr_assert (a && b);
+    cr_assert_eq (za_input_shard_count (a), za_input_shard_count (b));
+    s_expect_same_stream (a, b, 320);       //  past the end of an epoch (312.5 batches)
+    za_input_destroy (&a);
+    za_input_destroy (&b);
+    za_dataset_destroy (&whole);
+    za_dataset_destroy (&shard);
+}
+
+Test (shard, the_whole_split_as_bytes_equals_the_floats)
+{
+    za_dataset_t *floats = za_dataset_load_dir (ZA_FASHION_MNIST_DIR, "t10k");
+    za_dataset_t *bytes = za_dataset_load_dir_shard (ZA_FASHION_MNIST_DIR, "t10k", 1, 0);
+    cr_assert (floats && bytes);
+    cr_assert_eq (bytes->count, floats->count);
+    za_input_config_t config = za_input_config_default ();
+    config.batch_size = 500;
+    za_input_t *a = za_input_new (floats, &config);
+    za_input_t *b = za_input_new (bytes, &config);
+    s_expect_same_stream (a, b, 20);
+    za_batch_t batch;
+    cr_assert_eq (za_input_next (b, &batch), 0, "the set has 20 batches of 500");
+    za_input_destroy (&a);
+    za_input_destroy (&b);
+    za_dataset_destroy (&floats);
+    za_dataset_destroy (&bytes);
+}
+
+Test (shard, uneven_shards_and_small_files)
+{
+    //  7 examples in 3 shards: 3, 2, 2; each keeps its own labels and pixels.
+    s_write_pair (s_tmp_path ("train-images-idx3-ubyte.gz"),
+                  s_tmp_path ("train-labels-idx1-ubyte.gz"), 7, 2, 3, 5, 1);
+    za_dataset_t *whole = za_dataset_load_dir (za_test_dir (), "train");
+    cr_assert_not_null (whole);
+    int64_t expected [3] = {3, 2, 2};
+    for (int k = 0; k < 3; k++) {
+        za_dataset_t *shard = za_dataset_load_dir_shard (za_test_dir (), "train", 3, k);
+        cr_assert_not_null (shard, "%s", za_last_error ());
+        cr_assert_eq (shard->count, expected [k]);
+        cr_assert_eq (shard->n_classes, 5);
+        for (int64_t i = 0; i < shard->count; i++) {
+            cr_assert_eq (shard->labels [i], whole->labels [k + 3 * i]);
+            for (int f = 0; f < 6; f++)
+                cr_assert_eq ((float) shard->pixels [i * 6 + f] / 255.0f,
+                              whole->features [(k + 3 * i) * 6 + f]);
+        }
+        za_dataset_destroy (&shard);
+    }
+    za_dataset_destroy (&whole);
+}
+
+Test (shard, errors_name_the_file)
+{
+    //  Truncated pixels, a shard that does not exist, no files.
+    s_write_pair (s_tmp_path ("train-images-idx3-ubyte"),
+                  s_tmp_path ("train-labels-idx1-ubyte"), 5, 2, 3, 4, 0);
+    uint32_t dims [3] = { 5, 2, 3 };
+    uint8_t payload [20] = { 0 };
+    s_write_idx (s_tmp_path ("train-images-idx3-ubyte"), 0x803, dims, 3, payload,
+                 sizeof payload, 0);
+    za_error_clear ();
+    cr_assert_null (za_dataset_load_dir_shard (za_test_dir (), "train", 2, 1));
+    cr_assert (strstr (za_last_error (), "truncated") && strstr (za_last_error (), "20 bytes"),
+               "%s", za_last_error ());
+    za_error_clear ();
+    cr_assert_null (za_dataset_load_dir_shard (za_test_dir (), "train", 2, 2));
+    cr_assert (strstr (za_last_error (), "shard 2 of 2"), "%s", za_last_error ());
+    za_error_clear ();
+    cr_assert_null (za_dataset_load_dir_shard (za_test_dir (), "t10k", 1, 0));
+    cr_assert (strstr (za_last_error (), "t10k-"), "%s", za_last_error ());
+}
+
+Test (shard, info_reads_no_pixel)
+{
+    za_dataset_info_t info;
+    cr_assert_eq (za_dataset_info_dir (ZA_FASHION_MNIST_DIR, "train", &info), 0);
+    cr_assert_eq (info.count, 60000);
+    cr_assert_eq (info.height, 28);
+    cr_assert_eq (info.width, 28);
+    cr_assert_eq (info.channels, 1);
+    cr_assert_eq (info.n_classes, 10);
+    //  A file whose pixels are cut short still has a readable header.
+    s_write_pair (s_tmp_path ("t10k-images-idx3-ubyte"),
+                  s_tmp_path ("t10k-labels-idx1-ubyte"), 9, 4, 5, 3, 0);
+    uint32_t dims [3] = { 9, 4, 5 };
+    s_write_idx (s_tmp_path ("t10k-images-idx3-ubyte"), 0x803, dims, 3, NULL, 0, 0);
+    cr_assert_eq (za_dataset_info_dir (za_test_dir (), "t10k", &info), 0);
+    cr_assert_eq (info.count, 9);
+    cr_assert_eq (info.height, 4);
+    cr_assert_eq (info.width, 5);
+    cr_assert_eq (info.n_classes, 3);
+    //  Labels that disagree with the images are an error.
+    uint32_t seven = 7;
+    uint8_t labels [7] = { 0 };
+    s_write_idx (s_tmp_path ("t10k-labels-idx1-ubyte"), 0x801, &seven, 1, labels, 7, 0);
+    za_error_clear ();
+    cr_assert_eq (za_dataset_info_dir (za_test_dir (), "t10k", &info), -1);
+    cr_assert (strstr (za_last_error (), "7 labels"), "%s", za_last_error ());
+}
+
+
+//  --------------------------------------------------------------------------
 //  Datasets from arrays
 
 Test (arrays, copies_and_counts_classes)

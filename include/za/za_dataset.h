@@ -15,12 +15,15 @@ extern "C" {
 #define ZA_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 
 //  An in-memory labelled data set: `count` examples of height x width x channels
-//  float features (NHWC, pixels scaled to [0, 1]) and one int32 label each.
+//  features (NHWC, pixels scaled to [0, 1]) and one int32 label each. The
+//  features are held as floats, or (za_dataset_load_dir_shard) as the files'
+//  bytes, a quarter of the memory, turned into floats as batches are made.
 typedef struct {
     int64_t count;
     int height, width, channels;
     int64_t feature_size;       //  height * width * channels
-    float *features;            //  [count, feature_size], owned, 64-byte aligned
+    float *features;            //  [count, feature_size], owned, 64-byte aligned; or NULL
+    uint8_t *pixels;            //  [count, feature_size] bytes (value / 255), owned; or NULL
     int32_t *labels;            //  [count], owned
     int n_classes;              //  1 + the largest label
 } za_dataset_t;
@@ -37,6 +40,28 @@ za_dataset_t *za_dataset_load_idx (const char *images_path, const char *labels_p
 //  "<dir>/<split>-labels-idx1-ubyte[.gz]"; split is "train" or "t10k".
 //  Prefers the .gz name when both exist.
 za_dataset_t *za_dataset_load_dir (const char *dir, const char *split);
+
+//  Loads only shard `shard_index` of `num_shards` of a split (examples i,
+//  i + n, i + 2n, ... in file order, as tf.data's shard) with its pixels kept
+//  as bytes. The image file is streamed: loading costs the shard's size, not
+//  the file's. n_classes is the whole split's. A shard of the whole split
+//  (1, 0) gives the same batches as za_dataset_load_dir. NULL with an error
+//  as za_dataset_load_idx, or for a shard that does not exist.
+za_dataset_t *za_dataset_load_dir_shard (const char *dir, const char *split, int num_shards,
+                                         int shard_index);
+
+//  What a split holds, from the image file's header and the label file alone
+//  (no pixel is read): for the processes that need a model's input shape, an
+//  epoch's length or the class count, but no data.
+typedef struct {
+    int64_t count;
+    int height, width, channels;
+    int n_classes;              //  1 + the largest label
+} za_dataset_info_t;
+
+//  Fills *info for "<dir>/<split>-..." (as za_dataset_load_dir names the
+//  files). Returns 0, or -1 with an error as za_dataset_load_idx.
+int za_dataset_info_dir (const char *dir, const char *split, za_dataset_info_t *info);
 
 //  Builds a dataset from caller arrays (the numpy_input_fn case); copies them.
 //  Labels must be >= 0. Returns NULL with an error on bad arguments.
