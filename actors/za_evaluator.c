@@ -37,13 +37,17 @@ typedef struct {
     za_summary_writer_t *summary;           //  TensorBoard scalars in the eval dir
 } s_eval_t;
 
+//  The evaluation data: the config's input_fn, or its data set in batches.
 static za_input_t *
-s_input_fn (void *arg, za_mode_t mode)
+s_input_fn (void *arg, const za_input_context_t *context)
 {
-    (void) mode;
     const za_evaluator_config_t *config = (const za_evaluator_config_t *) arg;
+    za_input_context_t eval = *context;
+    eval.batch_size = config->batch_size > 0? config->batch_size: DEFAULT_BATCH;
+    if (config->input_fn)
+        return config->input_fn (config->input_arg, &eval);
     za_input_config_t input = za_input_config_default ();
-    input.batch_size = config->batch_size > 0? config->batch_size: DEFAULT_BATCH;
+    input.batch_size = eval.batch_size;
     return za_input_new (config->data, &input);
 }
 
@@ -252,7 +256,7 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
     int done_count = 0;
     if (evaluations)
         *evaluations = 0;
-    if (!config->model_dir || !config->data) {
+    if (!config->model_dir || (!config->data && !config->input_fn)) {
         s_publish (config, ZA_ROLE_FAILED);
         return za_error ("evaluator: needs a model_dir and evaluation data");
     }
@@ -265,8 +269,8 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
     run.model_dir = config->model_dir;
     run.threads = config->threads;
     run.progress = 0;
-    za_optim_config_t optim = za_optim_config_default (ZA_OPT_SGD);
-    self.est = za_estimator_new (config->model_fn, config->params, config->input, &optim, &run);
+    //  An evaluator runs no optimizer: no gradient, no slot is allocated.
+    self.est = za_estimator_new (config->model_fn, config->params, config->input, NULL, &run);
     if (!self.est) {
         s_publish (config, ZA_ROLE_FAILED);
         return -1;

@@ -14,29 +14,13 @@
     loads its values and starts in STOPPING; while waiting for init it looks
     again once a second (the chief may save the final checkpoint only then).
 
-    State table (state, op -> action, next state):
-      start      final checkpoint in model_dir -> load it        STOPPING
-      start      otherwise                                       WAIT_INIT
-      WAIT_INIT  init     -> load shard, init_ok                 READY
-      WAIT_INIT  pull/push-> error not_ready                     WAIT_INIT
-      WAIT_INIT  ping     -> pong code not_ready (restarted: a
-                             worker must not wait for its lost
-                             request; it recovers)               WAIT_INIT
-      WAIT_INIT  final checkpoint appears -> load it             STOPPING
-      READY      push     -> apply, values                       READY
-      READY      pull     -> values                              READY
-      READY      hold     -> held                                HELD
-      READY      init     -> reload shard (chief or a ps
-                             restarted: one consistent state)    READY
-      HELD       push     -> queue                               HELD
-      HELD       pull     -> values                              HELD
-      HELD       snapshot -> snapshot_data                       HELD
-      HELD       release  -> released, apply queued pushes       READY
-      READY/HELD stop     -> stopping, queued pushes: error done STOPPING
-      STOPPING   push/pull-> error done                          STOPPING
-      any        bye      -> bye_ok; all workers gone & STOPPING -> exit 0
-      other      ping     -> pong; code not_ready when it is the
-                             first message on its connection     same
+    The state table is s_transitions below (docs/PROTOCOL.md section 8):
+    one row per (state, event), its action and the next state; the first
+    matching row wins. An action that refuses (a bad init, say) keeps the
+    state. Besides the requests, two events come from our own loop: a final
+    checkpoint appeared in model_dir (while waiting for init), and the
+    holder of a hold went silent for heartbeat interval x liveness.
+
     A ping only follows a request. So a ping that opens a connection means
     its sender's request went to a process (or connection) that is gone and
     will never be answered: we say not_ready, and it recovers as from a
@@ -45,6 +29,7 @@
     An undecodable message is dropped, logged and counted; nothing changes.  */
 #include "za_role_private.h"
 #include "za/za_checkpoint.h"
+#include "za/za_peer.h"
 
 #include <inttypes.h>
 #include <stdint.h>
@@ -54,13 +39,18 @@
 
 #define POLL_MS 100
 #define MAX_LOGGED_DROPS 20
-//  A hold lapses when its holder is silent this long (heartbeat interval 1 s x
-//  liveness 3): a chief that died mid-checkpoint must not stall training.
-#define HOLD_LAPSE_SECS 3.0
 //  How often a ps waiting for init looks for a final checkpoint in model_dir.
 #define FINAL_CHECK_SECS 1.0
 
-typedef enum { S_WAIT_INIT, S_READY, S_HELD, S_STOPPING } s_state_t;
+typedef enum { S_WAIT_INIT, S_READY, S_HELD, S_STOPPING, S_ANY, S_SAME } s_state_t;
+
+
+//  Events: every op (za_op_t), and two of our own loop's.
+enum {
+    E_ANY = 0,                  //  matches any event
+    E_FINAL_FOUND = 100,        //  model_dir holds a checkpoint at or past max_steps
+    E_HOLDER_SILENT             //  the holder of a hold missed interval x liveness
+};
 
 typedef struct {
     const za_role_config_t *config;
@@ -89,9 +79,10 @@ typedef struct {
     double last_heard;
     double stop_time;
     zframe_t *holder;                       //  who sent hold, while HELD
-    double holder_heard;
+    za_peer_t holder_peer;                  //  its liveness: a silent one lapses the hold
     double final_checked;                   //  when model_dir was last looked at
     int64_t final_tried;                    //  a final checkpoint that would not load
+    int64_t final_step;                     //  the one found, for s_load_final
     za_wire_msg_t *in, *out;
     char slot_names [ZA_PLACEMENT_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
 } s_ps_t;
@@ -301,37 +292,20 @@ s_apply_push (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
     s_reply_values (self, routing_id, msg->seq);
 }
 
-static int
-s_optim_from (const za_wire_msg_t *msg, za_optim_config_t *optim)
-{
-    za_optimizer_t kind;
-    if (!msg->has_optim || za_optim_parse (msg->optimizer, &kind))
-        return -1;
-    *optim = za_optim_config_default (kind);
-    optim->learning_rate = (float) msg->learning_rate;
-    optim->momentum = (float) msg->momentum;
-    optim->beta1 = (float) msg->beta1;
-    optim->beta2 = (float) msg->beta2;
-    optim->epsilon = (float) msg->epsilon;
-    optim->initial_accumulator = (float) msg->initial_accumulator;
-    optim->nesterov = msg->nesterov;
-    return optim->learning_rate > 0? 0: -1;
-}
-
 //  init: our parts, then each part's slots "<part>/<slot>", then (ps 0)
 //  "global_step". Everything is checked before anything changes.
-static void
+static int
 s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
 {
     char why [256];
     za_optim_config_t optim;
-    if (s_optim_from (msg, &optim)) {
-        s_reply_error (self, routing_id, msg->seq, "bad_request", "init without a valid optimizer");
-        return;
+    if (za_role_optim_from_wire (msg, &optim, why, sizeof why)) {
+        s_reply_error (self, routing_id, msg->seq, "bad_request", why);
+        return -1;
     }
     if (s_check_parts (self, msg, 0, why, sizeof why)) {
         s_reply_error (self, routing_id, msg->seq, "bad_request", why);
-        return;
+        return -1;
     }
     int slot_count = za_optim_slot_count (optim.kind);
     int is_ps0 = self->config->ps_index == 0;
@@ -340,7 +314,7 @@ s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
         snprintf (why, sizeof why, "init carries %d tensors, ps %d expects %d",
                   msg->tensor_count, self->config->ps_index, expected);
         s_reply_error (self, routing_id, msg->seq, "bad_request", why);
-        return;
+        return -1;
     }
     for (int s = 0; s < slot_count; s++)
         for (int i = 0; i < self->part_count; i++) {
@@ -353,12 +327,12 @@ s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
                 snprintf (why, sizeof why, "init: slot tensor '%s' where '%s' belongs",
                           t->name, name);
                 s_reply_error (self, routing_id, msg->seq, "bad_request", why);
-                return;
+                return -1;
             }
         }
     if (msg->step < 0) {
         s_reply_error (self, routing_id, msg->seq, "bad_request", "init without a step");
-        return;
+        return -1;
     }
     if (is_ps0) {
         //  ps 0 also gets global_step, which must agree with step.
@@ -369,7 +343,7 @@ s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
         if (strcmp (t->name, "global_step") || step != msg->step) {
             s_reply_error (self, routing_id, msg->seq, "bad_request",
                            "init: ps 0 needs an i64 scalar global_step equal to step");
-            return;
+            return -1;
         }
     }
     //  Checked: load it.
@@ -390,7 +364,6 @@ s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
         }
     }
     self->updates = msg->step;
-    self->state = S_READY;
     za_info ("ps %d: initialised at step %" PRId64 " (%d parts, %zu floats, %s)",
              self->config->ps_index, msg->step, self->part_count, self->floats,
              za_optim_name (optim.kind));
@@ -398,6 +371,7 @@ s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
     self->out->seq = msg->seq;
     self->out->step = s_global_step (self);
     s_reply (self, routing_id, NULL);
+    return 0;
 }
 
 static void
@@ -431,11 +405,159 @@ s_snapshot (s_ps_t *self, zframe_t *routing_id, uint64_t seq)
     s_reply (self, routing_id, &self->slot_lease);
 }
 
-//  Leaves HELD: queued pushes are applied in order, or refused when stopping.
+//  The peer's routing id as a key for self->peers.
+static void
+s_peer_key (zframe_t *routing_id, char *key, size_t size)
+{
+    static const char digits [] = "0123456789abcdef";
+    const byte *id = zframe_data (routing_id);
+    size_t n = zframe_size (routing_id);
+    if (n > (size - 1) / 2)
+        n = (size - 1) / 2;
+    for (size_t i = 0; i < n; i++) {
+        key [2 * i] = digits [id [i] >> 4];
+        key [2 * i + 1] = digits [id [i] & 15];
+    }
+    key [2 * n] = 0;
+}
+
+// ---------------------------------------------------------------------------
+//  The actions of the state table. Each answers its request (when there is
+//  one) and returns 0 to take the row's next state, or -1 to stay.
+
+//  What an action works on: a request (routing id, decoded message, the raw
+//  message for queueing) or one of our loop's events (all NULL).
+typedef struct {
+    zframe_t *routing_id;
+    const za_wire_msg_t *msg;
+    zmsg_t **raw_p;
+    int known;                  //  its connection has sent us requests before
+} s_request_t;
+
+typedef int (s_action_fn) (s_ps_t *self, s_request_t *request);
+
+static int
+s_refuse (s_ps_t *self, s_request_t *request, const char *code, const char *message)
+{
+    s_reply_error (self, request->routing_id, request->msg->seq, code, message);
+    return -1;
+}
+
+//  A ping: pong. We have nothing to answer the request its sender waits for
+//  when we wait for init, or when this connection never sent us one (see
+//  the top of this file): it learns so here.
+static int
+s_pong (s_ps_t *self, s_request_t *request)
+{
+    za_wire_msg_init (self->out, ZA_OP_PONG);
+    self->out->seq = request->msg->seq;
+    self->out->step = s_global_step (self);
+    if (self->state == S_WAIT_INIT || !request->known)
+        snprintf (self->out->code, sizeof self->out->code, "not_ready");
+    s_reply (self, request->routing_id, NULL);
+    return 0;
+}
+
+static int
+s_bye (s_ps_t *self, s_request_t *request)
+{
+    char peer [2 * 255 + 1];
+    s_peer_key (request->routing_id, peer, sizeof peer);
+    self->byes++;
+    zhashx_delete (self->peers, peer);
+    za_wire_msg_init (self->out, ZA_OP_BYE_OK);
+    self->out->seq = request->msg->seq;
+    s_reply (self, request->routing_id, NULL);
+    return 0;
+}
+
+static int
+s_init_action (s_ps_t *self, s_request_t *request)
+{
+    return s_init (self, request->routing_id, request->msg);
+}
+
+static int
+s_refuse_busy (s_ps_t *self, s_request_t *request)
+{
+    return s_refuse (self, request, "busy", "held for a snapshot");
+}
+
+static int
+s_refuse_done (s_ps_t *self, s_request_t *request)
+{
+    return s_refuse (self, request, "done", "training is over");
+}
+
+static int
+s_refuse_not_ready (s_ps_t *self, s_request_t *request)
+{
+    return s_refuse (self, request, "not_ready", "waiting for the chief's init");
+}
+
+static int
+s_refuse_not_held (s_ps_t *self, s_request_t *request)
+{
+    return s_refuse (self, request, "bad_request", "snapshot needs hold first");
+}
+
+static int
+s_refuse_op (s_ps_t *self, s_request_t *request)
+{
+    return s_refuse (self, request, "bad_request", "a ps does not serve this op");
+}
+
+static int
+s_values (s_ps_t *self, s_request_t *request)
+{
+    s_reply_values (self, request->routing_id, request->msg->seq);
+    return 0;
+}
+
+static int
+s_push (s_ps_t *self, s_request_t *request)
+{
+    s_apply_push (self, request->routing_id, request->msg);
+    return 0;
+}
+
+//  A push while held: the whole message (routing id first) waits for release.
+static int
+s_queue (s_ps_t *self, s_request_t *request)
+{
+    zmsg_t *raw = *request->raw_p;
+    zmsg_pushmem (raw, zframe_data (request->routing_id), zframe_size (request->routing_id));
+    zlist_append (self->queued, raw);
+    *request->raw_p = NULL;
+    return 0;
+}
+
+static int
+s_hold (s_ps_t *self, s_request_t *request)
+{
+    zframe_destroy (&self->holder);
+    self->holder = zframe_dup (request->routing_id);
+    za_peer_init (&self->holder_peer, self->config->heartbeat_ivl_secs,
+                  self->config->heartbeat_liveness, za_clock_mono ());
+    za_wire_msg_init (self->out, ZA_OP_HELD);
+    self->out->seq = request->msg->seq;
+    self->out->step = s_global_step (self);
+    s_reply (self, request->routing_id, NULL);
+    return 0;
+}
+
+static int
+s_snapshot_action (s_ps_t *self, s_request_t *request)
+{
+    s_snapshot (self, request->routing_id, request->msg->seq);
+    return 0;
+}
+
+//  Leaves HELD: queued pushes are applied in arrival order, or refused when
+//  stopping.
 static void
 s_end_hold (s_ps_t *self, int stop)
 {
-    self->state = stop? S_STOPPING: S_READY;
     zframe_destroy (&self->holder);
     if (stop)
         self->stop_time = za_clock_mono ();
@@ -453,123 +575,108 @@ s_end_hold (s_ps_t *self, int stop)
     }
 }
 
-static void
-s_lapse_hold (s_ps_t *self)
+//  release and stop: the answer first, then the queued pushes.
+static int
+s_release_or_stop (s_ps_t *self, s_request_t *request, za_op_t reply)
 {
-    za_info ("ps %d: the holder went silent for %.0f s: hold released", self->config->ps_index,
-             HOLD_LAPSE_SECS);
-    s_end_hold (self, 0);
+    za_wire_msg_init (self->out, reply);
+    self->out->seq = request->msg->seq;
+    self->out->step = s_global_step (self);
+    s_reply (self, request->routing_id, NULL);
+    s_end_hold (self, reply == ZA_OP_STOPPING);
+    return 0;
 }
 
-//  The peer's routing id as a key for self->peers.
-static void
-s_peer_key (zframe_t *routing_id, char *key, size_t size)
+static int
+s_release (s_ps_t *self, s_request_t *request)
 {
-    static const char digits [] = "0123456789abcdef";
-    const byte *id = zframe_data (routing_id);
-    size_t n = zframe_size (routing_id);
-    if (n > (size - 1) / 2)
-        n = (size - 1) / 2;
-    for (size_t i = 0; i < n; i++) {
-        key [2 * i] = digits [id [i] >> 4];
-        key [2 * i + 1] = digits [id [i] & 15];
+    return s_release_or_stop (self, request, ZA_OP_RELEASED);
+}
+
+static int
+s_stop (s_ps_t *self, s_request_t *request)
+{
+    return s_release_or_stop (self, request, ZA_OP_STOPPING);
+}
+
+static int
+s_lapse (s_ps_t *self, s_request_t *request)
+{
+    (void) request;
+    za_info ("ps %d: the holder went silent for %.1f s (%d heartbeats): hold released",
+             self->config->ps_index, za_peer_silence (&self->holder_peer, za_clock_mono ()),
+             self->holder_peer.liveness);
+    s_end_hold (self, 0);
+    return 0;
+}
+
+static int s_load_final (s_ps_t *self, s_request_t *request);
+
+//  The ps as a state table (docs/PROTOCOL.md section 8). The first row that
+//  matches the state and the event wins.
+static const struct {
+    s_state_t state;
+    int event;
+    s_action_fn *action;
+    s_state_t next;
+} s_transitions [] = {
+    //  state         event              action               next
+    {S_ANY,         ZA_OP_PING,        s_pong,              S_SAME},
+    {S_ANY,         ZA_OP_BYE,         s_bye,               S_SAME},
+    {S_WAIT_INIT,   ZA_OP_INIT,        s_init_action,       S_READY},
+    {S_READY,       ZA_OP_INIT,        s_init_action,       S_READY},
+    {S_HELD,        ZA_OP_INIT,        s_refuse_busy,       S_HELD},
+    {S_WAIT_INIT,   E_FINAL_FOUND,     s_load_final,        S_STOPPING},
+    {S_WAIT_INIT,   E_ANY,             s_refuse_not_ready,  S_WAIT_INIT},
+    {S_STOPPING,    E_ANY,             s_refuse_done,       S_STOPPING},
+    {S_READY,       ZA_OP_PULL,        s_values,            S_READY},
+    {S_HELD,        ZA_OP_PULL,        s_values,            S_HELD},
+    {S_READY,       ZA_OP_PUSH,        s_push,              S_READY},
+    {S_HELD,        ZA_OP_PUSH,        s_queue,             S_HELD},
+    {S_READY,       ZA_OP_HOLD,        s_hold,              S_HELD},
+    {S_HELD,        ZA_OP_HOLD,        s_hold,              S_HELD},
+    {S_READY,       ZA_OP_SNAPSHOT,    s_refuse_not_held,   S_READY},
+    {S_HELD,        ZA_OP_SNAPSHOT,    s_snapshot_action,   S_HELD},
+    {S_READY,       ZA_OP_RELEASE,     s_release,           S_READY},
+    {S_HELD,        ZA_OP_RELEASE,     s_release,           S_READY},
+    {S_HELD,        E_HOLDER_SILENT,   s_lapse,             S_READY},
+    {S_READY,       ZA_OP_STOP,        s_stop,              S_STOPPING},
+    {S_HELD,        ZA_OP_STOP,        s_stop,              S_STOPPING},
+    {S_ANY,         E_ANY,             s_refuse_op,         S_SAME},
+};
+
+//  Runs the row of (state, event). Loop events carry no request: a row
+//  that would answer one is never taken for them.
+static void
+s_dispatch (s_ps_t *self, int event, s_request_t *request)
+{
+    size_t rows = sizeof s_transitions / sizeof s_transitions [0];
+    for (size_t r = 0; r < rows; r++) {
+        if ((s_transitions [r].state != S_ANY && s_transitions [r].state != self->state)
+            || (s_transitions [r].event != E_ANY && s_transitions [r].event != event))
+            continue;
+        if (!request->msg && s_transitions [r].event == E_ANY)
+            return;             //  a loop event this state does not take
+        s_state_t was = self->state;
+        if (s_transitions [r].action (self, request) == 0 && s_transitions [r].next != S_SAME)
+            self->state = s_transitions [r].next;
+        if (self->state != was && self->state == S_STOPPING && !self->stop_time)
+            self->stop_time = za_clock_mono ();
+        return;
     }
-    key [2 * n] = 0;
 }
 
 //  Handles one decoded request. `raw` is the whole message (for queueing).
 static void
 s_handle (s_ps_t *self, zframe_t *routing_id, zmsg_t **raw_p)
 {
-    za_wire_msg_t *msg = self->in;
-    uint64_t seq = msg->seq;
     char peer [2 * 255 + 1];
     s_peer_key (routing_id, peer, sizeof peer);
-    int known = zhashx_lookup (self->peers, peer) != NULL;
-    if (!known && msg->op != ZA_OP_BYE)
+    s_request_t request = {.routing_id = routing_id, .msg = self->in, .raw_p = raw_p,
+                           .known = zhashx_lookup (self->peers, peer) != NULL};
+    if (!request.known && self->in->op != ZA_OP_BYE)
         zhashx_insert (self->peers, peer, self);
-    switch (msg->op) {
-        case ZA_OP_PING:
-            za_wire_msg_init (self->out, ZA_OP_PONG);
-            self->out->seq = seq;
-            self->out->step = s_global_step (self);
-            //  We have nothing to answer the request its sender waits for
-            //  (see the top of this file): it learns so here.
-            if (self->state == S_WAIT_INIT || !known)
-                snprintf (self->out->code, sizeof self->out->code, "not_ready");
-            s_reply (self, routing_id, NULL);
-            return;
-        case ZA_OP_BYE:
-            self->byes++;
-            zhashx_delete (self->peers, peer);
-            za_wire_msg_init (self->out, ZA_OP_BYE_OK);
-            self->out->seq = seq;
-            s_reply (self, routing_id, NULL);
-            return;
-        case ZA_OP_INIT:
-            if (self->state == S_STOPPING)
-                s_reply_error (self, routing_id, seq, "done", "training is over");
-            else
-            if (self->state == S_HELD)
-                s_reply_error (self, routing_id, seq, "busy", "held for a snapshot");
-            else
-                s_init (self, routing_id, msg);
-            return;
-        default:
-            break;
-    }
-    if (self->state == S_STOPPING) {
-        s_reply_error (self, routing_id, seq, "done", "training is over");
-        return;
-    }
-    if (self->state == S_WAIT_INIT) {
-        s_reply_error (self, routing_id, seq, "not_ready", "waiting for the chief's init");
-        return;
-    }
-    switch (msg->op) {
-        case ZA_OP_PULL:
-            s_reply_values (self, routing_id, seq);
-            break;
-        case ZA_OP_PUSH:
-            if (self->state == S_HELD) {
-                //  Keep the whole message (routing id first) for release.
-                zmsg_pushmem (*raw_p, zframe_data (routing_id), zframe_size (routing_id));
-                zlist_append (self->queued, *raw_p);
-                *raw_p = NULL;
-            }
-            else
-                s_apply_push (self, routing_id, msg);
-            break;
-        case ZA_OP_HOLD:
-            self->state = S_HELD;
-            zframe_destroy (&self->holder);
-            self->holder = zframe_dup (routing_id);
-            self->holder_heard = za_clock_mono ();
-            za_wire_msg_init (self->out, ZA_OP_HELD);
-            self->out->seq = seq;
-            self->out->step = s_global_step (self);
-            s_reply (self, routing_id, NULL);
-            break;
-        case ZA_OP_SNAPSHOT:
-            if (self->state != S_HELD)
-                s_reply_error (self, routing_id, seq, "bad_request", "snapshot needs hold first");
-            else
-                s_snapshot (self, routing_id, seq);
-            break;
-        case ZA_OP_RELEASE:
-        case ZA_OP_STOP: {
-            int stop = msg->op == ZA_OP_STOP;
-            za_wire_msg_init (self->out, stop? ZA_OP_STOPPING: ZA_OP_RELEASED);
-            self->out->seq = seq;
-            self->out->step = s_global_step (self);
-            s_reply (self, routing_id, NULL);
-            s_end_hold (self, stop);
-            break;
-        }
-        default:
-            s_reply_error (self, routing_id, seq, "bad_request", "a ps does not serve this op");
-            break;
-    }
+    s_dispatch (self, (int) self->in->op, &request);
 }
 
 //  Loads our parts' values from a checkpoint (names are the variables').
@@ -595,8 +702,8 @@ s_load_values (s_ps_t *self, const za_checkpoint_t *ckpt)
 }
 
 //  Looks in model_dir for a checkpoint at or past max_steps (training is
-//  over). When there is one, loads its values and moves to STOPPING at its
-//  step: pushes and pulls get `done`, and we leave after every bye.
+//  over) that was not tried before. When there is one, it is an event of
+//  the state table: in WAIT_INIT we load it and answer done from then on.
 static void
 s_look_for_final (s_ps_t *self, double now)
 {
@@ -610,24 +717,34 @@ s_look_for_final (s_ps_t *self, double now)
     free (steps);
     if (newest < config->max_steps || newest == self->final_tried)
         return;
-    char *path = za_checkpoint_path (config->run.model_dir, newest);
+    self->final_step = newest;
+    s_request_t none = {NULL, NULL, NULL, 0};
+    s_dispatch (self, E_FINAL_FOUND, &none);
+}
+
+//  The final checkpoint found: our parts' values from it, at its step.
+static int
+s_load_final (s_ps_t *self, s_request_t *request)
+{
+    (void) request;
+    const za_role_config_t *config = self->config;
+    char *path = za_checkpoint_path (config->run.model_dir, self->final_step);
     za_checkpoint_t *ckpt = path? za_checkpoint_load (path): NULL;
     free (path);
     if (!ckpt || s_load_values (self, ckpt)) {
         za_info ("ps %d: cannot use the final checkpoint (step %" PRId64 "): %s; waiting "
-                 "for the chief's init", config->ps_index, newest, za_last_error ());
-        self->final_tried = newest;
+                 "for the chief's init", config->ps_index, self->final_step, za_last_error ());
+        self->final_tried = self->final_step;
         za_checkpoint_destroy (&ckpt);
-        return;
+        return -1;
     }
     self->current = 0;
     self->updates = za_checkpoint_step (ckpt);
-    self->state = S_STOPPING;
-    self->stop_time = now;
     za_info ("ps %d: '%s' holds the final checkpoint (step %" PRId64 " >= max_steps %" PRId64
              "): training is over; answering done", config->ps_index, config->run.model_dir,
              self->updates, config->max_steps);
     za_checkpoint_destroy (&ckpt);
+    return 0;
 }
 
 //  What watchers see: relaxed stores, once per poll turn.
@@ -691,7 +808,7 @@ za_ps_actor (zsock_t *pipe, void *args)
             if (routing_id && za_wire_decode (msg, self->in) == 0) {
                 self->last_heard = now;
                 if (self->holder && zframe_eq (self->holder, routing_id))
-                    self->holder_heard = now;
+                    za_peer_heard (&self->holder_peer, now);
                 s_handle (self, routing_id, &msg);
             }
             else {
@@ -704,8 +821,10 @@ za_ps_actor (zsock_t *pipe, void *args)
             zmsg_destroy (&msg);
         }
         s_publish (self, now);
-        if (self->state == S_HELD && now - self->holder_heard > HOLD_LAPSE_SECS)
-            s_lapse_hold (self);
+        if (self->state == S_HELD && za_peer_expired (&self->holder_peer, now)) {
+            s_request_t none = {NULL, NULL, NULL, 0};
+            s_dispatch (self, E_HOLDER_SILENT, &none);
+        }
         if (self->state == S_WAIT_INIT && now - self->final_checked >= FINAL_CHECK_SECS)
             s_look_for_final (self, now);
         if (self->state == S_STOPPING && self->byes >= config->num_workers) {

@@ -48,6 +48,45 @@ za_role_part_shape (const za_vars_t *vars, const za_part_t *part, int64_t *shape
 }
 
 void
+za_role_optim_to_wire (const za_optim_config_t *optim, za_wire_msg_t *msg)
+{
+    msg->has_optim = 1;
+    snprintf (msg->optimizer, sizeof msg->optimizer, "%s", za_optim_name (optim->kind));
+    msg->learning_rate = optim->learning_rate;
+    msg->momentum = optim->momentum;
+    msg->beta1 = optim->beta1;
+    msg->beta2 = optim->beta2;
+    msg->epsilon = optim->epsilon;
+    msg->initial_accumulator = optim->initial_accumulator;
+    msg->nesterov = optim->nesterov;
+}
+
+int
+za_role_optim_from_wire (const za_wire_msg_t *msg, za_optim_config_t *optim, char *why,
+                         size_t size)
+{
+    za_optimizer_t kind;
+    if (!msg->has_optim || za_optim_parse (msg->optimizer, &kind)) {
+        snprintf (why, size, "init without a valid optimizer");
+        return -1;
+    }
+    *optim = za_optim_config_default (kind);
+    optim->learning_rate = (float) msg->learning_rate;
+    optim->momentum = (float) msg->momentum;
+    optim->beta1 = (float) msg->beta1;
+    optim->beta2 = (float) msg->beta2;
+    optim->epsilon = (float) msg->epsilon;
+    optim->initial_accumulator = (float) msg->initial_accumulator;
+    optim->nesterov = msg->nesterov;
+    if (!(optim->learning_rate > 0)) {
+        snprintf (why, size, "init without a valid optimizer (learning rate %g)",
+                  msg->learning_rate);
+        return -1;
+    }
+    return 0;
+}
+
+void
 za_role_report_done (zsock_t *pipe, int rc, int64_t step, uint32_t crc, int64_t floats)
 {
     char rc_text [16], step_text [32], crc_text [16], floats_text [32];

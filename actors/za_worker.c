@@ -9,7 +9,7 @@
     not_ready: the chief reloads the newest checkpoint into every ps, a
     worker waits for that, and both go on from there (s_recover).         */
 #include "za_role_private.h"
-#include "za/za_summary.h"
+#include "za/za_peer.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -33,10 +33,11 @@
 typedef struct {
     const za_role_config_t *config;
     zsock_t *pipe;
+    char who [32];                              //  "chief 0", "worker 2"
     int ps_count;
     zsock_t *dealers [ZA_ROLE_MAX_PS];
-    za_estimator_t *est;
-    za_vars_t vars;
+    za_replica_t *replica;                      //  gradients; slots for the chief only
+    const za_vars_t *vars;
     za_placement_t placement;
     int parts [ZA_ROLE_MAX_PS][ZA_PLACEMENT_MAX_PARTS];
     int part_count [ZA_ROLE_MAX_PS];
@@ -49,21 +50,21 @@ typedef struct {
     za_wire_lease_t lease;                      //  pushed gradients, init values
     //  Heartbeats: any message from a ps counts as one. A ps that answered
     //  once and then stays silent for ivl x liveness is stopped or hung.
-    double last_heard [ZA_ROLE_MAX_PS];
-    double last_ping [ZA_ROLE_MAX_PS];
-    int heard_once [ZA_ROLE_MAX_PS];
-    int silence_told [ZA_ROLE_MAX_PS];          //  its silence is logged, until heard again
+    za_peer_t peers [ZA_ROLE_MAX_PS];
     int64_t global_step;
     int64_t own_steps;
     int terminated;                             //  $TERM came on the pipe
     char names [ZA_PLACEMENT_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
     int64_t init_step;
-    //  Logs and the chief's duties.
-    double start_time, log_time, summary_time, ckpt_time;
-    int64_t log_step, summary_step, ckpt_step, start_step;
-    double loss_sum;
-    int64_t loss_count;
-    za_summary_writer_t *summary;               //  the chief's TensorBoard scalars
+    //  The hooks every training loop runs: the step counter, and for the
+    //  chief the summary saver and the checkpoint saver (za_hooks.h).
+    za_hooks_t hooks;
+    za_step_counter_t counter;
+    za_summary_hook_t summary;
+    za_saver_hook_t saver;
+    za_run_context_t context;
+    double start_time;
+    int64_t start_step;
     //  Where a step's time goes: the gradient computation, the push and its
     //  replies, and everything else (input, copying values in, logs).
     double compute_secs, transfer_secs, step_secs;
@@ -74,6 +75,8 @@ typedef struct {
     double since_time, window_time;
     int64_t since_step, window_step, since_own_steps, window_own_steps;
 } s_worker_t;
+
+static int s_save_checkpoint (void *arg, int64_t step);
 
 static void
 s_worker_destroy (s_worker_t **self_p)
@@ -90,8 +93,8 @@ s_worker_destroy (s_worker_t **self_p)
     }
     za_wire_lease_wait (&self->lease);
     za_input_destroy (&self->input);
-    za_summary_writer_destroy (&self->summary);
-    za_estimator_destroy (&self->est);
+    za_hooks_end (&self->hooks, &self->context);
+    za_replica_destroy (&self->replica);
     free (self->out);
     free (self);
     *self_p = NULL;
@@ -100,7 +103,28 @@ s_worker_destroy (s_worker_t **self_p)
 static const char *
 s_who (const s_worker_t *self)
 {
-    return self->config->is_chief? "chief": "worker";
+    return self->who;
+}
+
+//  The step counter for everyone; summaries and checkpoints for the chief.
+static void
+s_add_hooks (s_worker_t *self)
+{
+    const za_role_config_t *config = self->config;
+    const za_run_config_t *run = &config->run;
+    za_hook_t hooks [3];
+    int count = 0;
+    self->counter.who = self->who;
+    hooks [count++] = za_step_counter_hook (&self->counter, run->log_step_count_steps, 0);
+    if (config->is_chief) {
+        hooks [count++] = za_summary_hook (&self->summary, run->model_dir,
+                                           run->save_summary_steps);
+        hooks [count++] = za_saver_hook (&self->saver, run->save_checkpoints_steps,
+                                         run->save_checkpoints_secs, -1, s_save_checkpoint,
+                                         self);
+    }
+    for (int h = 0; h < count; h++)
+        za_hooks_add (&self->hooks, &hooks [h]);
 }
 
 static s_worker_t *
@@ -113,25 +137,30 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
     self->pipe = pipe;
     self->ps_count = config->ps_count;
     self->stats = config->stats;
+    snprintf (self->who, sizeof self->who, "%s %d", config->is_chief? "chief": "worker",
+              config->is_chief? 0: config->worker_index - 1);
     za_wire_lease_init (&self->lease);
     self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
     if (!self->out || config->ps_count < 1 || config->ps_count > ZA_ROLE_MAX_PS) {
-        za_error ("%s: needs 1 to %d ps (got %d)", config->is_chief? "chief": "worker",
-                  ZA_ROLE_MAX_PS, config->ps_count);
+        za_error ("%s: needs 1 to %d ps (got %d)", s_who (self), ZA_ROLE_MAX_PS,
+                  config->ps_count);
         goto fail;
     }
-    za_run_config_t run = config->run;
-    if (!config->is_chief)
-        run.model_dir = NULL;
-    run.progress = 0;
-    self->est = za_estimator_new (config->model_fn, config->params, config->input,
-                                  &config->optim, &run);
-    if (!self->est)
+    //  The ps apply the updates: only the chief, who initialises them and
+    //  checkpoints their snapshots, holds optimizer slots.
+    za_replica_config_t replica = {
+        .model_fn = config->model_fn, .params = config->params, .input = config->input,
+        .threads = config->run.threads, .train = 1,
+        .optim = config->is_chief? &config->optim: NULL,
+    };
+    self->replica = za_replica_new (&replica, config->run.seed);
+    if (!self->replica)
         goto fail;
-    self->vars = *za_estimator_vars (self->est);
-    if (za_placement_compute (&self->vars, config->ps_count, config->partition_floats,
+    self->vars = za_replica_vars (self->replica);
+    if (za_placement_compute (self->vars, config->ps_count, config->partition_floats,
                               &self->placement))
         goto fail;
+    double now = za_clock_mono ();
     for (int p = 0; p < self->ps_count; p++) {
         self->part_count [p] = za_placement_parts_of (&self->placement, p, self->parts [p],
                                                       ZA_PLACEMENT_MAX_PARTS);
@@ -139,12 +168,16 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
         self->dealers [p] = zsock_new (ZMQ_DEALER);
         if (!self->replies [p] || !self->dealers [p])
             goto fail;
+        //  No ZMTP heartbeats here: they would drop the connection, and the
+        //  request in flight, of a ps that is only paused; our pings judge it.
         zsock_set_maxmsgsize (self->dealers [p], ZA_WIRE_MAX_FRAME_BYTES);
         if (zsock_connect (self->dealers [p], "%s", config->ps_endpoints [p]) < 0) {
             za_error ("%s: cannot connect to ps %d at %s", s_who (self), p,
                       config->ps_endpoints [p]);
             goto fail;
         }
+        za_peer_init (&self->peers [p], config->heartbeat_ivl_secs,
+                      config->heartbeat_liveness, now);
     }
     za_input_config_t input = za_input_config_default ();
     input.num_shards = config->num_workers;
@@ -153,11 +186,12 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
     input.seed = config->run.seed + 7919 * (uint64_t) config->worker_index;
     input.epochs = -1;
     input.batch_size = config->batch_size;
-    if (!config->train) {
+    if (!config->train && !config->input_fn) {
         za_error ("%s: no training data", s_who (self));
         goto fail;
     }
     self->input_config = input;         //  the input starts once the step is known
+    s_add_hooks (self);
     return self;
 fail:
     s_worker_destroy (&self);
@@ -174,13 +208,14 @@ s_add_parts (s_worker_t *self, int p, const float *block, const char *suffix, in
 {
     for (int i = 0; i < self->part_count [p]; i++) {
         const za_part_t *part = &self->placement.parts [self->parts [p][i]];
-        const za_var_t *var = &self->vars.vars [part->var];
+        const za_var_t *var = &self->vars->vars [part->var];
         int64_t shape [ZA_MAX_DIMS];
-        int ndim = za_role_part_shape (&self->vars, part, shape);
+        int ndim = za_role_part_shape (self->vars, part, shape);
         const char *name = part->name;
         if (suffix) {
-            char *buf = self->names [(*name_at)++];
-            snprintf (buf, ZA_WIRE_NAME_MAX, "%s/%s", part->name, suffix);
+            char *buf = self->names [(*name_at)++], formatted [ZA_WIRE_NAME_MAX];
+            snprintf (formatted, sizeof formatted, "%s/%s", part->name, suffix);
+            memcpy (buf, formatted, sizeof formatted);
             name = buf;
         }
         za_wire_msg_add (self->out, name, ZA_DTYPE_F32, ndim, shape,
@@ -196,29 +231,20 @@ s_build (s_worker_t *self, za_op_t op, int p)
     self->out->seq = self->seq;
     self->out->task = self->config->worker_index;
     if (op == ZA_OP_PUSH)
-        s_add_parts (self, p, za_estimator_gradients (self->est), NULL, NULL);
+        s_add_parts (self, p, za_replica_gradients (self->replica), NULL, NULL);
     else
     if (op == ZA_OP_INIT) {
-        const za_optim_config_t *optim = za_estimator_optim (self->est);
+        const za_optim_config_t *optim = za_replica_optim (self->replica);
         int name_at = 0;
-        s_add_parts (self, p, za_estimator_values (self->est), NULL, NULL);
+        s_add_parts (self, p, za_replica_values (self->replica), NULL, NULL);
         int slot_count = za_optim_slot_count (optim->kind);
         for (int s = 0; s < slot_count; s++)
-            s_add_parts (self, p, za_estimator_slot (self->est, s),
+            s_add_parts (self, p, za_replica_slot (self->replica, s),
                          za_optim_slot_name (optim->kind, s), &name_at);
         self->out->step = self->init_step;
         if (p == 0)
             za_wire_msg_add (self->out, "global_step", ZA_DTYPE_I64, 0, NULL, &self->init_step);
-        self->out->has_optim = 1;
-        snprintf (self->out->optimizer, sizeof self->out->optimizer, "%s",
-                  za_optim_name (optim->kind));
-        self->out->learning_rate = optim->learning_rate;
-        self->out->momentum = optim->momentum;
-        self->out->beta1 = optim->beta1;
-        self->out->beta2 = optim->beta2;
-        self->out->epsilon = optim->epsilon;
-        self->out->initial_accumulator = optim->initial_accumulator;
-        self->out->nesterov = optim->nesterov;
+        za_role_optim_to_wire (optim, self->out);
     }
 }
 
@@ -249,6 +275,30 @@ s_lost_state_reply (s_worker_t *self, za_wire_msg_t *reply)
     snprintf (reply->error, sizeof reply->error, "the ps has no state (restarted?)");
 }
 
+//  Pings every ps we still wait for whose ping is due, and says once that a
+//  ps which answered before has gone silent.
+static void
+s_heartbeats (s_worker_t *self, za_op_t op, double now, double left)
+{
+    for (int p = 0; p < self->ps_count; p++) {
+        za_peer_t *peer = &self->peers [p];
+        if (self->reply_msgs [p])
+            continue;
+        if (peer->heard && za_peer_went_silent (peer, now))
+            za_info ("%s: ps %d at %s missed %d heartbeats (silent %.1f s while we waited "
+                     "for %s): stopped, hung or restarting; waiting up to --timeout-secs "
+                     "(%.0f s more)", s_who (self), p, self->config->ps_endpoints [p],
+                     peer->liveness, za_peer_silence (peer, now), za_op_name (op), left);
+        if (za_peer_ping_due (peer, now)) {
+            za_wire_msg_t *ping = self->replies [p];
+            za_wire_msg_init (ping, ZA_OP_PING);
+            ping->seq = 0;          //  requests count from 1: a pong is never a reply
+            ping->task = self->config->worker_index;
+            za_wire_send (self->dealers [p], NULL, ping, NULL);
+        }
+    }
+}
+
 //  Sends `op` to every ps and waits for every answer (with our seq) into
 //  self->replies, at most timeout_secs. A ps silent for a heartbeat interval
 //  x liveness is stopped, hung or being restarted (a supervisor restarts a
@@ -270,10 +320,9 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
     int missing = self->ps_count, rc = 0;
     double now = za_clock_mono ();
     double deadline = now + timeout_secs;
-    double ivl = self->config->heartbeat_ivl_secs;
-    double silent_max = ivl * self->config->heartbeat_liveness;
+    //  Between two requests we do not listen: each ps's silence counts from here.
     for (int p = 0; p < self->ps_count; p++)
-        self->last_heard [p] = self->last_ping [p] = now;
+        za_peer_expect (&self->peers [p], now);
     while (missing > 0) {
         now = za_clock_mono ();
         s_alive (self, now);
@@ -286,29 +335,11 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
                            self->config->ps_endpoints [p], za_op_name (op), timeout_secs);
             break;
         }
-        //  Heartbeats to every ps we still wait for.
-        for (int p = 0; p < self->ps_count && ivl > 0; p++) {
-            if (self->reply_msgs [p])
-                continue;
-            if (self->heard_once [p] && !self->silence_told [p]
-                && now - self->last_heard [p] > silent_max) {
-                za_info ("%s: ps %d at %s missed %d heartbeats (silent %.1f s while we waited "
-                         "for %s): stopped, hung or restarting; waiting up to --timeout-secs "
-                         "(%.0f s more)", s_who (self), p, self->config->ps_endpoints [p],
-                         self->config->heartbeat_liveness, now - self->last_heard [p],
-                         za_op_name (op), left);
-                self->silence_told [p] = 1;
-            }
-            if (now - self->last_ping [p] >= ivl) {
-                za_wire_msg_t *ping = self->replies [p];
-                za_wire_msg_init (ping, ZA_OP_PING);
-                ping->seq = 0;          //  requests count from 1: a pong is never a reply
-                ping->task = self->config->worker_index;
-                za_wire_send (self->dealers [p], NULL, ping, NULL);
-                self->last_ping [p] = now;
-            }
-        }
-        double wait = ivl > 0 && ivl < left? ivl: left;
+        s_heartbeats (self, op, now, left);
+        double wait = left;
+        for (int p = 0; p < self->ps_count; p++)
+            if (!self->reply_msgs [p] && za_peer_next_due (&self->peers [p], now) < wait)
+                wait = za_peer_next_due (&self->peers [p], now);
         void *which = zpoller_wait (poller, (int) (wait * 1000) + 1);
         if (!which)
             continue;
@@ -329,9 +360,11 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
         zmsg_t *msg = zmsg_recv (self->dealers [p]);
         if (!msg)
             continue;
-        self->last_heard [p] = za_clock_mono ();
-        self->heard_once [p] = 1;
-        self->silence_told [p] = 0;
+        now = za_clock_mono ();
+        double silence = za_peer_silence (&self->peers [p], now);
+        if (za_peer_heard (&self->peers [p], now))
+            za_info ("%s: ps %d at %s answers again after %.1f s of silence", s_who (self), p,
+                     self->config->ps_endpoints [p], silence);
         za_wire_msg_t *reply = self->replies [p];
         //  After p's reply (decoded in place) anything more from p is only a
         //  sign of life, and must not be decoded over it; so is what fails
@@ -418,8 +451,8 @@ s_outcome (s_worker_t *self, za_op_t op)
 static int
 s_take_parts (s_worker_t *self, int with_slots)
 {
-    const za_optim_config_t *optim = za_estimator_optim (self->est);
-    int slot_count = with_slots? za_optim_slot_count (optim->kind): 0;
+    const za_optim_config_t *optim = za_replica_optim (self->replica);
+    int slot_count = with_slots && optim? za_optim_slot_count (optim->kind): 0;
     for (int p = 0; p < self->ps_count; p++) {
         const za_wire_msg_t *r = self->replies [p];
         int n = self->part_count [p];
@@ -427,8 +460,8 @@ s_take_parts (s_worker_t *self, int with_slots)
             return za_error ("%s: ps %d sent %d tensors, expected %d", s_who (self), p,
                              r->tensor_count, n * (1 + slot_count));
         for (int s = -1; s < slot_count; s++) {
-            float *block = s < 0? za_estimator_values_mut (self->est)
-                                : za_estimator_slot (self->est, s);
+            float *block = s < 0? za_replica_values (self->replica)
+                                : za_replica_slot (self->replica, s);
             for (int i = 0; i < n; i++) {
                 const za_wire_tensor_t *t = &r->tensors [(s + 1) * n + i];
                 const za_part_t *part = &self->placement.parts [self->parts [p][i]];
@@ -436,7 +469,7 @@ s_take_parts (s_worker_t *self, int with_slots)
                     return za_error ("%s: ps %d sent '%s' of %zu bytes for '%s' (%zu floats)",
                                      s_who (self), p, t->name, t->bytes, part->name,
                                      part->size);
-                memcpy (block + self->vars.vars [part->var].offset + part->offset, t->data,
+                memcpy (block + self->vars->vars [part->var].offset + part->offset, t->data,
                         t->bytes);
             }
         }
@@ -447,19 +480,17 @@ s_take_parts (s_worker_t *self, int with_slots)
 // ---------------------------------------------------------------------------
 //  The chief's duties
 
-//  Initialises every ps with the estimator's values and slots at `step`.
+//  Initialises every ps with the replica's values and slots at `step`.
 static int
 s_init_all (s_worker_t *self, int64_t step)
 {
     self->init_step = step;
     if (s_call_all (self, ZA_OP_INIT) || s_expect (self, ZA_OP_INIT_OK))
         return -1;
-    self->ckpt_step = step;
-    self->ckpt_time = za_clock_mono ();
     return 0;
 }
 
-//  Ends the final checkpoint: stops every ps at the snapshot the estimator
+//  Ends the final checkpoint: stops every ps at the snapshot the replica
 //  holds. A ps restarted since its snapshot answers not_ready: it gets the
 //  snapshot back and is stopped in turn (the others, stopped already,
 //  answer done to both).
@@ -480,7 +511,7 @@ s_stop_all (s_worker_t *self, int64_t step)
     return s_expect_or (self, ZA_OP_STOPPING, "done");
 }
 
-//  A consistent snapshot into the estimator's blocks, then a checkpoint.
+//  A consistent snapshot into the replica's blocks, then a checkpoint.
 //  final: the ps are stopped instead of released, so nothing changes after.
 //  Returns 0, -1 with an error, or S_PS_LOST when a ps lost its state on the
 //  way: the caller recovers (a snapshot complete by then is saved first, so
@@ -501,13 +532,21 @@ s_checkpoint (s_worker_t *self, int final)
               : s_call_all (self, ZA_OP_RELEASE)? -1: s_outcome (self, ZA_OP_RELEASED);
     if (rc || ended < 0)
         return -1;
-    za_estimator_set_global_step (self->est, step);
-    if (za_estimator_save (self->est))
+    const za_run_config_t *run = &self->config->run;
+    if (za_replica_save (self->replica, run->model_dir, step, run->keep_checkpoint_max))
         return -1;
-    self->ckpt_step = step;
-    self->ckpt_time = za_clock_mono ();
+    if (final)
+        self->global_step = step;
     za_info ("chief: checkpoint at step %" PRId64 "%s", step, final? " (final)": "");
     return ended;
+}
+
+//  The checkpoint saver's save (za_hooks.h): 0, -1, or S_PS_LOST.
+static int
+s_save_checkpoint (void *arg, int64_t step)
+{
+    (void) step;
+    return s_checkpoint ((s_worker_t *) arg, 0);
 }
 
 //  Returns 0 when the ps hold a state to train from, S_OVER when they say
@@ -517,6 +556,8 @@ s_chief_init (s_worker_t *self)
 {
     //  A restarted chief finds every ps holding the training state: it goes on
     //  from their step instead of rewinding them to its newest checkpoint.
+    //  Its checkpoints keep the grid of save_checkpoints_steps, so the next
+    //  one comes as soon as the step passes the next multiple.
     if (s_call_all (self, ZA_OP_PULL))
         return -1;
     if (s_any_error (self, "done")) {
@@ -529,7 +570,7 @@ s_chief_init (s_worker_t *self)
     for (int p = 0; p < self->ps_count; p++)
         all_ready &= self->replies [p]->op == ZA_OP_VALUES;
     if (all_ready && s_take_parts (self, 0) == 0) {
-        self->init_step = self->ckpt_step = self->replies [0]->step;
+        self->init_step = self->replies [0]->step;
         za_info ("chief: the ps are at step %" PRId64 ": going on from there",
                  self->init_step);
         return 0;
@@ -537,53 +578,16 @@ s_chief_init (s_worker_t *self)
     //  Fresh ps, or some restarted: every ps gets the newest checkpoint (or the
     //  initial values), one consistent state.
     int restored;
-    if (za_estimator_restore (self->est, &restored))
+    int64_t step = 0;
+    if (za_replica_restore_newest (self->replica, self->config->run.model_dir, &restored,
+                                   &step))
         return -1;
-    int64_t step = restored? za_estimator_global_step (self->est): 0;
     if (restored)
         za_info ("chief: restored step %" PRId64 " from '%s'", step,
                  self->config->run.model_dir);
     if (s_init_all (self, step))
         return -1;
     za_info ("chief: %d ps initialised at step %" PRId64, self->ps_count, step);
-    return 0;
-}
-
-static int
-s_chief_after_step (s_worker_t *self, double loss, int batch, double now)
-{
-    const za_run_config_t *run = &self->config->run;
-    self->loss_sum += loss;
-    self->loss_count++;
-    if (run->save_summary_steps > 0
-        && self->global_step - self->summary_step >= run->save_summary_steps) {
-        double span = now - self->summary_time;
-        char line [256];
-        snprintf (line, sizeof line,
-                  "{\"global_step\": %" PRId64 ", \"loss\": %.6f, \"steps_per_sec\": %.3f, "
-                  "\"examples_per_sec\": %.1f, \"wall_time\": %.3f}",
-                  self->global_step, self->loss_sum / self->loss_count,
-                  span > 0? (self->global_step - self->summary_step) / span: 0,
-                  span > 0? (self->global_step - self->summary_step) * batch / span: 0,
-                  za_clock_wall ());
-        if (za_estimator_append_metrics (self->est, NULL, line))
-            return -1;
-        if (!self->summary && !(self->summary = za_summary_writer_new (run->model_dir)))
-            return -1;
-        const char *tags [] = {"loss", "global_step/sec", "examples/sec"};
-        double values [] = {self->loss_sum / self->loss_count,
-                            span > 0? (self->global_step - self->summary_step) / span: 0,
-                            span > 0? (self->global_step - self->summary_step) * batch / span: 0};
-        if (za_summary_scalars (self->summary, self->global_step, tags, values, 3))
-            return -1;
-        self->loss_sum = 0, self->loss_count = 0;
-        self->summary_step = self->global_step, self->summary_time = now;
-    }
-    int due = run->save_checkpoints_steps > 0
-        ? self->global_step - self->ckpt_step >= run->save_checkpoints_steps
-        : run->save_checkpoints_secs > 0 && now - self->ckpt_time >= run->save_checkpoints_secs;
-    if (due && self->global_step < self->config->max_steps)
-        return s_checkpoint (self, 0);
     return 0;
 }
 
@@ -623,17 +627,16 @@ s_pull_when_ready (s_worker_t *self)
     return 0;
 }
 
-//  Logs, summaries and published rates measure from here: the start, or a
-//  reload that moved global_step back.
+//  Logs, summaries, checkpoints and published rates measure from here: the
+//  start, or a reload that moved global_step back.
 static void
 s_restart_clocks (s_worker_t *self)
 {
     double now = za_clock_mono ();
-    self->log_time = self->summary_time = self->since_time = self->window_time = now;
-    self->log_step = self->summary_step = self->global_step;
+    self->since_time = self->window_time = now;
     self->since_step = self->window_step = self->global_step;
     self->since_own_steps = self->window_own_steps = self->own_steps;
-    self->loss_sum = 0, self->loss_count = 0;
+    za_hooks_begin (&self->hooks, self->global_step);
 }
 
 //  A ps lost its state: it answered not_ready, so it was restarted (by a
@@ -650,10 +653,14 @@ s_recover (s_worker_t *self)
     s_set_state (self, ZA_ROLE_RECOVERING);
     if (self->config->is_chief) {
         int restored;
-        if (s_call_all (self, ZA_OP_RELEASE) || za_estimator_restore (self->est, &restored))
+        int64_t step = 0;
+        if (s_call_all (self, ZA_OP_RELEASE)
+            || za_replica_restore_newest (self->replica, self->config->run.model_dir,
+                                          &restored, &step))
             return -1;
         //  Before the first checkpoint there is only what we pulled last.
-        int64_t step = restored? za_estimator_global_step (self->est): self->global_step;
+        if (!restored)
+            step = self->global_step;
         za_info ("chief: ps %d lost its state (restarted?): reloading step %" PRId64
                  " from %s into all %d ps", lost, step,
                  restored? self->config->run.model_dir: "the chief's newest values",
@@ -662,32 +669,15 @@ s_recover (s_worker_t *self)
             return -1;
     }
     else
-        za_info ("worker %d: ps %d lost its state (restarted?): waiting for the chief to "
-                 "reload it", self->config->worker_index, lost);
+        za_info ("%s: ps %d lost its state (restarted?): waiting for the chief to "
+                 "reload it", s_who (self), lost);
     int pulled = s_pull_when_ready (self);
     if (pulled == 0) {
-        za_info ("%s %d: going on from step %" PRId64, s_who (self),
-                 self->config->worker_index, self->global_step);
+        za_info ("%s: going on from step %" PRId64, s_who (self), self->global_step);
         s_restart_clocks (self);
         s_set_state (self, ZA_ROLE_RUNNING);
     }
     return pulled;
-}
-
-static void
-s_log (s_worker_t *self, double loss, double now)
-{
-    int64_t every = self->config->run.log_step_count_steps;
-    if (every <= 0 || self->own_steps % every != 0)
-        return;
-    double span = now - self->log_time;
-    za_info ("%s %d: step %" PRId64 "/%" PRId64 "  loss %.4f  global_step/sec %.1f  "
-             "examples/sec %.0f (this task)", s_who (self), self->config->worker_index,
-             self->global_step, self->config->max_steps, loss,
-             span > 0? (self->global_step - self->log_step) / span: 0,
-             span > 0? every * self->config->batch_size / span: 0);
-    self->log_time = now;
-    self->log_step = self->global_step;
 }
 
 //  Publishes a step to the stats block: relaxed stores, nothing allocated.
@@ -721,6 +711,23 @@ s_publish_step (s_worker_t *self, double loss, int batch, double now)
     atomic_store_explicit (&stats->alive, now, memory_order_relaxed);
 }
 
+//  The hooks after a step: 0, -1 with an error, or what the checkpoint
+//  saver's save said (S_PS_LOST).
+static int
+s_after_step (s_worker_t *self, double loss, int batch, double now)
+{
+    za_run_context_t *ctx = &self->context;
+    ctx->global_step = self->global_step;
+    ctx->max_steps = self->config->max_steps;
+    ctx->loss = loss;
+    ctx->batch_size = batch;
+    ctx->elapsed_secs = now - self->start_time;
+    int rc = za_hooks_after_run (&self->hooks, ctx);
+    if (rc < 0)
+        return -1;
+    return rc > 0 && self->config->is_chief? self->saver.rc: 0;
+}
+
 //  Trains until max_steps, or until the ps say training is over. Returns 0,
 //  -1 with an error, or S_PS_LOST.
 static int
@@ -736,7 +743,7 @@ s_run_steps (s_worker_t *self)
         //  The last push's gradient frames must be let go before we overwrite.
         za_wire_lease_wait (&self->lease);
         double loss, t0 = za_clock_mono ();
-        if (za_estimator_compute_gradients (self->est, &batch, &loss))
+        if (za_replica_compute_gradients (self->replica, &batch, self->global_step, &loss))
             return -1;
         double t1 = za_clock_mono ();
         if (s_call_all (self, ZA_OP_PUSH))
@@ -758,12 +765,32 @@ s_run_steps (s_worker_t *self)
         self->compute_secs += t1 - t0;
         self->transfer_secs += t2 - t1;
         self->step_secs += now - step_start;
-        s_log (self, loss, now);
         s_publish_step (self, loss, batch.size, now);
-        if (config->is_chief && (rc = s_chief_after_step (self, loss, batch.size, now)))
+        if ((rc = s_after_step (self, loss, batch.size, now)))
             return rc;
     }
     return 0;
+}
+
+//  The training input of this task's shard, once the starting step is known.
+static int
+s_start_input (s_worker_t *self)
+{
+    const za_role_config_t *config = self->config;
+    //  A restarted worker goes on with a new order of its shard, not the
+    //  examples it began with.
+    self->input_config.seed = za_input_seed_at (self->input_config.seed, self->global_step);
+    if (config->input_fn) {
+        za_input_context_t context = {
+            .mode = ZA_MODE_TRAIN, .num_shards = config->num_workers,
+            .shard_index = config->worker_index, .seed = self->input_config.seed,
+            .global_step = self->global_step, .batch_size = config->batch_size,
+        };
+        self->input = config->input_fn (config->input_arg, &context);
+    }
+    else
+        self->input = za_input_new (config->train, &self->input_config);
+    return self->input? 0: -1;
 }
 
 static int
@@ -774,16 +801,9 @@ s_train (s_worker_t *self)
     int rc = config->is_chief? s_chief_init (self): 0;
     if (rc == 0)
         rc = s_pull_when_ready (self);
-    if (rc == 0) {
-        //  A restarted worker goes on with a new order of its shard, not the
-        //  examples it began with.
-        self->input_config.seed = za_input_seed_at (self->input_config.seed,
-                                                    self->global_step);
-        self->input = za_input_new (config->train, &self->input_config);
-        if (!self->input)
-            rc = -1;
-    }
-    self->start_time = self->ckpt_time = za_clock_mono ();
+    if (rc == 0)
+        rc = s_start_input (self);
+    self->start_time = za_clock_mono ();
     self->start_step = self->global_step;
     s_restart_clocks (self);
     if (rc == 0)
@@ -813,7 +833,7 @@ za_worker_actor (zsock_t *pipe, void *args)
         za_role_report_done (pipe, 1, 0, 0, 0);
         return;
     }
-    za_info ("%s %d of %d: %d ps, batch %d, up to step %" PRId64, s_who (self),
+    za_info ("%s (shard %d of %d): %d ps, batch %d, up to step %" PRId64, s_who (self),
              config->worker_index, config->num_workers, config->ps_count, config->batch_size,
              config->max_steps);
     int rc = s_train (self) == 0? 0: 1;
@@ -832,22 +852,20 @@ za_worker_actor (zsock_t *pipe, void *args)
                                memory_order_relaxed);
     s_set_state (self, rc? ZA_ROLE_FAILED: ZA_ROLE_DONE);
     double secs = za_clock_mono () - self->start_time;
-    za_info ("%s %d: %s at step %" PRId64 " after %" PRId64 " own steps in %.1f s",
-             s_who (self), config->worker_index, rc? "failed": "done", self->global_step,
-             self->own_steps, secs);
+    za_info ("%s: %s at step %" PRId64 " after %" PRId64 " own steps in %.1f s",
+             s_who (self), rc? "failed": "done", self->global_step, self->own_steps, secs);
     if (self->own_steps > 0) {
         double n = (double) self->own_steps;
         double other = self->step_secs - self->compute_secs - self->transfer_secs;
-        za_info ("%s %d: per step %.3f ms: compute %.3f ms, push+reply %.3f ms, other %.3f ms "
-                 "(%.1f%%)", s_who (self), config->worker_index, 1e3 * self->step_secs / n,
+        za_info ("%s: per step %.3f ms: compute %.3f ms, push+reply %.3f ms, other %.3f ms "
+                 "(%.1f%%)", s_who (self), 1e3 * self->step_secs / n,
                  1e3 * self->compute_secs / n, 1e3 * self->transfer_secs / n, 1e3 * other / n,
                  self->step_secs > 0? 100 * other / self->step_secs: 0);
     }
-    const za_vars_t *vars = za_estimator_vars (self->est);
     uint32_t crc = (uint32_t) crc32 (crc32 (0L, Z_NULL, 0),
-                                     (const Bytef *) za_estimator_values (self->est),
-                                     (uInt) (vars->total * sizeof (float)));
-    int64_t step = self->global_step, floats = (int64_t) vars->total;
+                                     (const Bytef *) za_replica_values (self->replica),
+                                     (uInt) (self->vars->total * sizeof (float)));
+    int64_t step = self->global_step, floats = (int64_t) self->vars->total;
     int terminated = self->terminated;
     s_worker_destroy (&self);
     if (!terminated)

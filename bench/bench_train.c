@@ -39,8 +39,9 @@ typedef struct {
 } s_input_t;
 
 static za_input_t *
-s_input_fn (void *arg, za_mode_t mode)
+s_input_fn (void *arg, const za_input_context_t *context)
 {
+    za_mode_t mode = context->mode;
     (void) mode;
     s_input_t *input = (s_input_t *) arg;
     za_input_config_t config = za_input_config_default ();

@@ -97,8 +97,9 @@ typedef struct {
 } data_t;
 
 static za_input_t *
-input_fn (void *arg, za_mode_t mode)
+input_fn (void *arg, const za_input_context_t *context)
 {
+    za_mode_t mode = context->mode;
     data_t *data = arg;
     za_input_config_t config = za_input_config_default ();
     config.batch_size = BATCH;

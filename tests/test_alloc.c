@@ -65,8 +65,9 @@ s_after_run (void *arg, const za_run_context_t *ctx)
 static za_dataset_t *s_train;
 
 static za_input_t *
-s_input_fn (void *arg, za_mode_t mode)
+s_input_fn (void *arg, const za_input_context_t *context)
 {
+    za_mode_t mode = context->mode;
     (void) arg, (void) mode;
     za_input_config_t config = za_input_config_default ();
     config.batch_size = 64;

@@ -197,7 +197,15 @@ Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300)
         za_input_shape_t shape = {28, 28, 1};
         cr_expect_eq (crc, za_test_ckpt_crc_of_ps (ckpt, &cnn, shape, 2, 1u << 20, p),
                       "ps %d holds %08x", p, crc);
-        cr_expect_eq (step, za_checkpoint_step (ckpt));
+        //  ps 0 counts the global step. Another ps counts its own updates: a
+        //  worker's push may reach ps 0 before the final hold and ps 1 after it
+        //  (then it is answered done, not applied), or the other way round,
+        //  so it may be off by one push per worker.
+        if (p == 0)
+            cr_expect_eq (step, za_checkpoint_step (ckpt));
+        else
+            cr_expect (llabs (step - za_checkpoint_step (ckpt)) <= 2, "ps %d at step %lld, "
+                       "the checkpoint at %lld", p, step, (long long) za_checkpoint_step (ckpt));
         if (p == 0) {
             cr_expect_eq (dropped, (unsigned long long) garbage, "ps 0 dropped %llu of %d",
                           dropped, garbage);

@@ -53,8 +53,9 @@ typedef struct {
 } s_inputs_t;
 
 static za_input_t *
-s_input_fn (void *arg, za_mode_t mode)
+s_input_fn (void *arg, const za_input_context_t *context)
 {
+    za_mode_t mode = context->mode;
     s_inputs_t *inputs = (s_inputs_t *) arg;
     za_input_config_t config = za_input_config_default ();
     if (mode == ZA_MODE_TRAIN) {
@@ -941,8 +942,9 @@ typedef struct {
 } s_whole_input_t;
 
 static za_input_t *
-s_whole_input_fn (void *arg, za_mode_t mode)
+s_whole_input_fn (void *arg, const za_input_context_t *context)
 {
+    za_mode_t mode = context->mode;
     (void) mode;
     s_whole_input_t *in = (s_whole_input_t *) arg;
     za_input_config_t config = za_input_config_default ();

@@ -244,8 +244,9 @@ typedef struct {
 } s_train_input_t;
 
 static za_input_t *
-s_train_input_fn (void *arg, za_mode_t mode)
+s_train_input_fn (void *arg, const za_input_context_t *context)
 {
+    za_mode_t mode = context->mode;
     (void) mode;
     s_train_input_t *in = (s_train_input_t *) arg;
     za_input_config_t config = za_input_config_default ();

@@ -33,9 +33,10 @@ typedef struct {
     za_role_stats_t stats;
 } s_ps_case_t;
 
-//  model_dir and max_steps: the run the ps belongs to (NULL, 0: none).
+//  model_dir and max_steps: the run the ps belongs to (NULL, 0: none);
+//  heartbeats every ivl_secs, liveness 3.
 static void
-s_setup_run (s_ps_case_t *c, const char *model_dir, int64_t max_steps)
+s_setup_beat (s_ps_case_t *c, const char *model_dir, int64_t max_steps, double ivl_secs)
 {
     memset (c, 0, sizeof *c);
     cr_assert_eq (za_stack_parse ("flatten dense(3)", &c->spec), 0);
@@ -50,6 +51,8 @@ s_setup_run (s_ps_case_t *c, const char *model_dir, int64_t max_steps)
     c->config.timeout_secs = 30;
     c->config.run.model_dir = model_dir;
     c->config.max_steps = max_steps;
+    c->config.heartbeat_ivl_secs = ivl_secs;
+    c->config.heartbeat_liveness = 3;
     za_role_stats_init (&c->stats);
     c->config.stats = &c->stats;
     c->ps = zactor_new (za_ps_actor, &c->config);
@@ -57,6 +60,12 @@ s_setup_run (s_ps_case_t *c, const char *model_dir, int64_t max_steps)
     c->out = malloc (sizeof *c->out);
     c->in = malloc (sizeof *c->in);
     za_wire_lease_init (&c->lease);
+}
+
+static void
+s_setup_run (s_ps_case_t *c, const char *model_dir, int64_t max_steps)
+{
+    s_setup_beat (c, model_dir, max_steps, 1.0);
 }
 
 static void
@@ -310,4 +319,59 @@ Test (ps, a_checkpoint_before_the_end_changes_nothing)
     cr_expect_str_eq (c.in->code, "not_ready");
     s_teardown (&c);
     za_test_dir_remove ();
+}
+
+Test (ps, the_hold_lapse_follows_the_heartbeat_settings)
+{
+    //  Heartbeats every 200 ms, liveness 3: a silent holder loses its hold
+    //  after about 0.6 s (not the 3 s of the defaults); a holder that keeps
+    //  pinging keeps it.
+    s_ps_case_t c;
+    s_setup_beat (&c, NULL, 0, 0.2);
+    float grads_k [12], grads_b [3];
+    for (int i = 0; i < 12; i++)
+        grads_k [i] = 1.0f;
+    for (int i = 0; i < 3; i++)
+        grads_b [i] = 1.0f;
+    int64_t zero = 0;
+    s_init_sgd (&c, 0.5f, &zero);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
+    //  Held by a holder that pings every 100 ms for 1.5 s: still held.
+    za_wire_msg_init (c.out, ZA_OP_HOLD);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_HELD);
+    zsock_t *worker = zsock_new_dealer (">inproc://test-ps");
+    za_wire_msg_t *push = malloc (sizeof *push);
+    za_wire_msg_init (push, ZA_OP_PUSH);
+    push->seq = 1;
+    push->task = 1;
+    int64_t kshape [2] = {4, 3}, bshape [1] = {3};
+    za_wire_msg_add (push, "dense/kernel", ZA_DTYPE_F32, 2, kshape, grads_k);
+    za_wire_msg_add (push, "dense/bias", ZA_DTYPE_F32, 1, bshape, grads_b);
+    za_wire_lease_t lease;
+    za_wire_lease_init (&lease);
+    cr_assert_eq (za_wire_send (worker, NULL, push, &lease), 0);
+    zsock_set_rcvtimeo (worker, 100);
+    double start = za_clock_mono ();
+    while (za_clock_mono () - start < 1.5) {
+        za_wire_msg_init (c.out, ZA_OP_PING);
+        cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_PONG);
+        zmsg_t *early = zmsg_recv (worker);
+        cr_assert_null (early, "the hold lapsed while its holder pinged");
+    }
+    //  The holder falls silent: the queued push is applied within ~0.6 s.
+    start = za_clock_mono ();
+    zsock_set_rcvtimeo (worker, 3000);
+    zmsg_t *late = zmsg_recv (worker);
+    double waited = za_clock_mono () - start;
+    cr_assert_not_null (late, "the hold never lapsed");
+    cr_assert_eq (za_wire_decode (late, c.in), 0);
+    cr_expect_eq (c.in->op, ZA_OP_VALUES);
+    cr_expect_eq (c.in->step, 1);
+    cr_expect (waited > 0.45 && waited < 1.2, "lapsed after %.2f s (heartbeats 0.2 s x 3)",
+               waited);
+    zmsg_destroy (&late);
+    zsock_destroy (&worker);
+    za_wire_lease_wait (&lease);
+    free (push);
+    s_teardown (&c);
 }

@@ -170,15 +170,14 @@ typedef struct {
 } s_inputs_t;
 
 static za_input_t *
-s_input_fn (void *arg, za_mode_t mode)
+s_input_fn (void *arg, const za_input_context_t *context)
 {
     s_inputs_t *inputs = (s_inputs_t *) arg;
     za_input_config_t config = za_input_config_default ();
-    if (mode == ZA_MODE_TRAIN) {
+    if (context->mode == ZA_MODE_TRAIN) {
         config.batch_size = inputs->batch_size;
         config.shuffle_buffer = inputs->shuffle_buffer;
-        config.seed = za_input_seed_at (inputs->seed,
-                                        za_estimator_global_step (inputs->estimator));
+        config.seed = context->seed;
         config.epochs = -1;
         return za_input_new (inputs->train, &config);
     }

@@ -23,7 +23,9 @@ typedef struct {
     const char *model_dir;
     const char *name;               //  EvalSpec.name: results in model_dir/eval_<name>
                                     //  ("" or NULL: model_dir/eval)
-    const za_dataset_t *data;       //  what to evaluate on
+    const za_dataset_t *data;       //  what to evaluate on, in batches of batch_size;
+    za_input_fn_t input_fn;         //  or (when set) what this gives in EVAL mode,
+    void *input_arg;                //  asked for batches of batch_size
     int batch_size;                 //  500
     int64_t steps;                  //  batches per evaluation; <= 0: the whole set
     double start_delay_secs;        //  120 (EvalSpec)

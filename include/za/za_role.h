@@ -29,7 +29,7 @@ typedef struct {
     const za_model_fn_t *model_fn;
     const void *params;
     za_input_shape_t input;
-    za_optim_config_t optim;
+    za_optim_config_t optim;        //  the chief's: it initialises the ps with it
     za_run_config_t run;            //  model_dir (the chief writes it), checkpoint
                                     //  policy, seed, threads, logging
     int64_t max_steps;
@@ -50,7 +50,10 @@ typedef struct {
     const char *bind_endpoint;      //  ps: where its ROUTER binds
     int worker_index;               //  worker / chief: its data shard; the chief is 0
     int is_chief;
-    const za_dataset_t *train;      //  worker / chief: the training set
+    const za_dataset_t *train;      //  worker / chief: the whole training set, of
+                                    //  which it reads shard worker_index of num_workers;
+    za_input_fn_t input_fn;         //  or (when set) what this gives in TRAIN mode
+    void *input_arg;                //  for that shard (za_input_context_t)
     za_role_stats_t *stats;         //  NULL, or where the role publishes its progress
 } za_role_config_t;
 

@@ -1,0 +1,141 @@
+/*  za_hooks.h: session hooks (tf.train.SessionRunHook) and the built-in ones
+    that every training loop runs, the single process's and the chief's
+    alike: the step counter (log lines or a progress bar), the summary saver
+    (metrics.jsonl and TensorBoard scalars) and the checkpoint saver. They
+    share one rule for "due" (za_every_t), so a setting such as
+    save_summary_steps means the same steps wherever training runs.        */
+#ifndef ZA_HOOKS_H_INCLUDED
+#define ZA_HOOKS_H_INCLUDED
+
+#include <stdint.h>
+
+#include "za/za_summary.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZA_HOOKS_MAX 12
+
+//  What a hook sees around each step.
+typedef struct {
+    int64_t global_step;            //  after the step (after_run) or before it
+    int64_t max_steps;              //  of this train call
+    double loss;                    //  mean loss of this step's batch (after_run)
+    int batch_size;
+    double elapsed_secs;            //  since this train call began
+} za_run_context_t;
+
+//  A session hook. Any callback may be NULL. after_run returns 0 to go on,
+//  > 0 to ask training to stop after this step, < 0 when the hook failed
+//  (with an error recorded): training stops with that error.
+typedef struct {
+    void *arg;
+    void (*begin) (void *arg, int64_t global_step);
+    void (*before_run) (void *arg, const za_run_context_t *context);
+    int (*after_run) (void *arg, const za_run_context_t *context);
+    void (*end) (void *arg, const za_run_context_t *context);
+} za_hook_t;
+
+//  Hooks run in the order they were added.
+typedef struct {
+    za_hook_t hooks [ZA_HOOKS_MAX];
+    int count;
+} za_hooks_t;
+
+//  Adds a hook (copied). Returns 0, or -1 with an error past ZA_HOOKS_MAX.
+int za_hooks_add (za_hooks_t *self, const za_hook_t *hook);
+void za_hooks_begin (za_hooks_t *self, int64_t global_step);
+void za_hooks_before_run (za_hooks_t *self, const za_run_context_t *context);
+//  Runs every after_run; returns the first negative result, else 1 when any
+//  hook asked to stop, else 0.
+int za_hooks_after_run (za_hooks_t *self, const za_run_context_t *context);
+void za_hooks_end (za_hooks_t *self, const za_run_context_t *context);
+
+// ---------------------------------------------------------------------------
+//  When something is due: every N steps, or else every S seconds.
+
+typedef struct {
+    int64_t steps;                  //  > 0: due when global_step reaches the next
+                                    //  multiple of steps (it may jump past it when
+                                    //  other workers push too)
+    double secs;                    //  > 0 (and steps <= 0): due secs after the last
+    int64_t last_step;              //  when it was last done (or started)
+    double last_time;
+} za_every_t;
+
+//  Nothing is due before `step` and `now` (za_clock_mono).
+void za_every_init (za_every_t *self, int64_t steps, double secs, int64_t step, double now);
+//  1 when due at global_step `step` and time `now`; never when both
+//  steps and secs are <= 0.
+int za_every_due (const za_every_t *self, int64_t step, double now);
+//  Counts from here for the next time.
+void za_every_done (za_every_t *self, int64_t step, double now);
+
+// ---------------------------------------------------------------------------
+//  The step counter (TensorFlow's StepCounterHook): when due, a log line
+//  "WHO step S/MAX  loss L  global_step/sec R  examples/sec E  ETA T"; with
+//  `bar`, one progress line redrawn in place instead (for a terminal).
+//  examples/sec counts this loop's own batches.
+
+typedef struct {
+    const char *who;                //  "" or a prefix such as "worker 2: "
+    int bar;
+    za_every_t every;               //  (private from here on)
+    int64_t start_step;
+    double start_time, last_draw;
+    int64_t examples_since_log;
+    int drew;
+} za_step_counter_t;
+
+//  A hook whose state is *state (which must outlive the training).
+za_hook_t za_step_counter_hook (za_step_counter_t *state, int64_t every_steps, int bar);
+
+// ---------------------------------------------------------------------------
+//  The summary saver: when due (every save_summary_steps), one line
+//  {"global_step", "loss", "steps_per_sec", "examples_per_sec", "wall_time"}
+//  appended to model_dir/metrics.jsonl and the same scalars ("loss",
+//  "global_step/sec", "examples/sec") to a TensorBoard event file in
+//  model_dir (opened at the first line). loss is the mean of the steps since
+//  the last line; examples/sec is global steps/sec x batch size.
+
+typedef struct {
+    const char *model_dir;
+    za_every_t every;               //  (private from here on)
+    double loss_sum;
+    int64_t loss_count;
+    za_summary_writer_t *writer;
+} za_summary_hook_t;
+
+//  A hook whose state is *state (which must outlive the training); every_steps
+//  <= 0 writes nothing. Its end closes the event file.
+za_hook_t za_summary_hook (za_summary_hook_t *state, const char *model_dir,
+                           int64_t every_steps);
+
+// ---------------------------------------------------------------------------
+//  The checkpoint saver: when due (every save_checkpoints_steps, or else
+//  save_checkpoints_secs) and before max_steps, calls save (arg, step). The
+//  final checkpoint is the training loop's own business (za_saver_hook's
+//  last_saved tells whether that step was saved already).
+
+//  Saves a checkpoint at `step`. Returns 0; -1 with an error; or > 0, a
+//  result of the caller's own (kept in the hook's rc; training stops).
+typedef int (za_save_fn) (void *arg, int64_t step);
+
+typedef struct {
+    za_save_fn *save;
+    void *arg;
+    za_every_t every;
+    int64_t last_saved;             //  the step last saved (-1: none yet)
+    int rc;                         //  the last result of save
+} za_saver_hook_t;
+
+//  A hook whose state is *state; `start_saved` is the step of a checkpoint
+//  that holds the starting state (-1 when there is none).
+za_hook_t za_saver_hook (za_saver_hook_t *state, int64_t every_steps, double every_secs,
+                         int64_t start_saved, za_save_fn *save, void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

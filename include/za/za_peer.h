@@ -1,0 +1,65 @@
+/*  za_peer.h: a peer's liveness as heartbeats judge it (docs/PROTOCOL.md
+    7.4): any message from the peer counts as one; a ping goes out every
+    interval while we wait for it; silent for interval x liveness it is
+    stopped, hung or gone, and that is news once, until it is heard again.
+    The worker (its ps), the ps (the holder of a hold), the broker (its
+    tasks), the broker client (its broker) and the --local launcher (its
+    broker) all judge their peers with this one class. A plain value: no
+    allocation, no clock of its own (callers pass za_clock_mono ()).      */
+#ifndef ZA_PEER_H_INCLUDED
+#define ZA_PEER_H_INCLUDED
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    double ivl_secs;                //  a ping every interval while we wait
+    int liveness;                   //  silent after this many intervals
+    double last_heard;              //  the last sign of life (or when we began to wait)
+    double next_ping;
+    int heard;                      //  1 once anything came from it
+    int silent;                     //  its silence was told, until it is heard again
+} za_peer_t;
+
+//  A peer judged by `ivl_secs` x `liveness`, waited for from `now`.
+void za_peer_init (za_peer_t *self, double ivl_secs, int liveness, double now);
+
+//  We start waiting for the peer at `now` (a worker does not listen between
+//  two requests): its silence counts from here, the next ping is due in one
+//  interval. What was told of it stays told.
+void za_peer_expect (za_peer_t *self, double now);
+
+//  Something came from the peer at `now`. Returns 1 when its silence had
+//  been told (it is back: say so), else 0.
+int za_peer_heard (za_peer_t *self, double now);
+
+//  1 when a ping is due at `now` (an interval after the last one, or after
+//  we began to wait); the next is then due an interval later.
+int za_peer_ping_due (za_peer_t *self, double now);
+
+//  Seconds since the peer was last heard (or since we began to wait).
+double za_peer_silence (const za_peer_t *self, double now);
+
+//  interval x liveness: the silence after which the peer is lost.
+double za_peer_silent_max (const za_peer_t *self);
+
+//  1 when the peer has been silent longer than interval x liveness.
+int za_peer_expired (const za_peer_t *self, double now);
+
+//  1 once per silence: the peer expired and that was not told yet (it is
+//  now). A caller that only cares for peers it has heard from checks heard.
+int za_peer_went_silent (za_peer_t *self, double now);
+
+//  Seconds until the next ping or expiry is due (0 when one is), for poll
+//  timeouts.
+double za_peer_next_due (const za_peer_t *self, double now);
+
+//  Moves the peer's clocks by `secs`: our own pause (SIGSTOP, starvation)
+//  is no silence of the peer, which gets a fresh window.
+void za_peer_postpone (za_peer_t *self, double secs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

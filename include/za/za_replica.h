@@ -1,0 +1,105 @@
+/*  za_replica.h: one copy of a model and what it takes to run batches through
+    it: a model state per thread (each planned for micro-batches, so that
+    activations stay in cache), the value block, the gradient blocks and, when
+    it applies updates itself, the optimizer's slots. How a batch is split
+    over threads and micro-batches lives here alone. The Estimator, the
+    worker and chief, and the evaluator each hold one: a worker whose ps
+    applies the updates has no slots, an evaluator no gradients either.
+
+    Checkpoints of a replica hold every variable, each slot
+    ("<variable>/<slot>") and global_step, with metadata naming the model.  */
+#ifndef ZA_REPLICA_H_INCLUDED
+#define ZA_REPLICA_H_INCLUDED
+
+#include <stdint.h>
+
+#include "za/za_checkpoint.h"
+#include "za/za_dataset.h"
+#include "za/za_model.h"
+#include "za/za_optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//  Threads one replica may split a batch over.
+#define ZA_REPLICA_MAX_THREADS 64
+
+typedef struct {
+    const za_model_fn_t *model_fn;
+    const void *params;             //  the model_fn's (must outlive the replica)
+    za_input_shape_t input;
+    int threads;                    //  0: all online cores; at most 64. Each runs
+                                    //  single-threaded OpenBLAS under it
+    int train;                      //  1: gradient blocks (compute_gradients)
+    const za_optim_config_t *optim; //  NULL: no optimizer, no slots
+} za_replica_config_t;
+
+typedef struct _za_replica_t za_replica_t;
+
+//  Builds the model states, the value block (initialised from `seed`), the
+//  gradient and slot blocks the config asks for. Returns NULL with an error
+//  (a model_fn without create / init_vars / model_fn / destroy, a bad input
+//  shape, a learning rate <= 0, out of memory).
+za_replica_t *za_replica_new (const za_replica_config_t *config, uint64_t seed);
+void za_replica_destroy (za_replica_t **self_p);
+
+//  The variable table; the value block for reading and writing; the
+//  gradient block (same layout; NULL without train); slot `slot` (NULL past
+//  the optimizer's slot count, or without one); the optimizer (NULL without).
+const za_vars_t *za_replica_vars (const za_replica_t *self);
+float *za_replica_values (za_replica_t *self);
+const float *za_replica_gradients (const za_replica_t *self);
+float *za_replica_slot (za_replica_t *self, int slot);
+const za_optim_config_t *za_replica_optim (const za_replica_t *self);
+//  The text that names the model in checkpoints (describe, else the name).
+const char *za_replica_model_text (const za_replica_t *self);
+
+//  Puts every slot back to its starting value.
+void za_replica_reset_slots (za_replica_t *self);
+
+//  The gradient of the batch's mean loss at the current values, into the
+//  gradient block, whatever the split over threads and micro-batches. `step`
+//  seeds dropout. *loss_mean gets the batch's mean loss. Returns 0, or -1
+//  with an error (a batch of another example size, a model_fn failure).
+int za_replica_compute_gradients (za_replica_t *self, const za_batch_t *batch, int64_t step,
+                                  double *loss_mean);
+
+//  One optimizer update of the values with the gradient block; `step`
+//  counts updates including this one (1 for the first).
+void za_replica_apply (za_replica_t *self, int64_t step);
+
+//  The batch's summed loss and its correctly classified examples (EVAL).
+int za_replica_evaluate_batch (za_replica_t *self, const za_batch_t *batch, double *loss_sum,
+                               int *correct);
+
+//  Called for each predicted example; return non-zero to stop.
+typedef int (*za_predict_fn_t) (void *arg, int64_t index, const float *logits,
+                                int n_classes, int class_id);
+
+//  Predicts every example of the batch in order, numbering them from
+//  *index (which is advanced). Returns 0, 1 when fn asked to stop, or -1
+//  with an error.
+int za_replica_predict_batch (za_replica_t *self, const za_batch_t *batch, za_predict_fn_t fn,
+                              void *arg, int64_t *index);
+
+//  Writes the values, the slots and `step` as model_dir's checkpoint of
+//  `step` (atomic, keeping keep_max; <= 0 keeps all). Returns 0 or -1.
+int za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, int keep_max);
+
+//  Loads the values (and the slots, when the checkpoint has them; else they
+//  start fresh) from a checkpoint; *step gets its global step. Everything is
+//  checked before anything is copied: a checkpoint of another model, or
+//  with another shape, changes nothing and is -1 with an error.
+int za_replica_restore (za_replica_t *self, const za_checkpoint_t *ckpt, int64_t *step);
+
+//  Restores the newest intact checkpoint of model_dir, if there is one
+//  (*restored says so). -1 with an error when they are all corrupt or of
+//  another model.
+int za_replica_restore_newest (za_replica_t *self, const char *model_dir, int *restored,
+                               int64_t *step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,309 @@
+/*  za_hooks.c: running a list of session hooks, the one rule for "due", and
+    the built-in hooks: step counter, summary saver, checkpoint saver.      */
+#include "za/za_hooks.h"
+#include "za/za_util.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define PROGRESS_REDRAW_SECS 0.25
+#define PROGRESS_BAR_CHARS 24
+#define SUMMARY_LINE_MAX 256
+
+int
+za_hooks_add (za_hooks_t *self, const za_hook_t *hook)
+{
+    if (self->count >= ZA_HOOKS_MAX)
+        return za_error ("at most %d hooks", ZA_HOOKS_MAX);
+    self->hooks [self->count++] = *hook;
+    return 0;
+}
+
+void
+za_hooks_begin (za_hooks_t *self, int64_t global_step)
+{
+    for (int h = 0; h < self->count; h++)
+        if (self->hooks [h].begin)
+            self->hooks [h].begin (self->hooks [h].arg, global_step);
+}
+
+void
+za_hooks_before_run (za_hooks_t *self, const za_run_context_t *context)
+{
+    for (int h = 0; h < self->count; h++)
+        if (self->hooks [h].before_run)
+            self->hooks [h].before_run (self->hooks [h].arg, context);
+}
+
+int
+za_hooks_after_run (za_hooks_t *self, const za_run_context_t *context)
+{
+    int stop = 0;
+    for (int h = 0; h < self->count; h++) {
+        if (!self->hooks [h].after_run)
+            continue;
+        int rc = self->hooks [h].after_run (self->hooks [h].arg, context);
+        if (rc < 0)
+            return rc;
+        stop |= rc > 0;
+    }
+    return stop;
+}
+
+void
+za_hooks_end (za_hooks_t *self, const za_run_context_t *context)
+{
+    for (int h = 0; h < self->count; h++)
+        if (self->hooks [h].end)
+            self->hooks [h].end (self->hooks [h].arg, context);
+}
+
+// ---------------------------------------------------------------------------
+//  Due
+
+void
+za_every_init (za_every_t *self, int64_t steps, double secs, int64_t step, double now)
+{
+    self->steps = steps;
+    self->secs = secs;
+    self->last_step = step;
+    self->last_time = now;
+}
+
+int
+za_every_due (const za_every_t *self, int64_t step, double now)
+{
+    //  Multiples of `steps`, not `steps` after the last: a loop that started
+    //  (or was restarted) anywhere keeps the same grid, and one whose global
+    //  step jumps (other workers push too) does not drift.
+    if (self->steps > 0)
+        return step / self->steps > self->last_step / self->steps;
+    return self->secs > 0 && now - self->last_time >= self->secs;
+}
+
+void
+za_every_done (za_every_t *self, int64_t step, double now)
+{
+    self->last_step = step;
+    self->last_time = now;
+}
+
+// ---------------------------------------------------------------------------
+//  The step counter
+
+static void
+s_format_eta (double secs, char *buf, size_t size)
+{
+    if (!(secs >= 0) || secs > 99 * 3600)
+        snprintf (buf, size, "--");
+    else
+    if (secs >= 3600)
+        snprintf (buf, size, "%dh%02dm", (int) secs / 3600, (int) secs % 3600 / 60);
+    else
+        snprintf (buf, size, "%dm%02ds", (int) secs / 60, (int) secs % 60);
+}
+
+static void
+s_counter_begin (void *arg, int64_t global_step)
+{
+    za_step_counter_t *c = (za_step_counter_t *) arg;
+    double now = za_clock_mono ();
+    za_every_init (&c->every, c->every.steps, 0, global_step, now);
+    c->start_step = global_step;
+    c->start_time = now;
+    c->last_draw = 0;
+    c->examples_since_log = 0;
+    c->drew = 0;
+}
+
+static void
+s_counter_report (za_step_counter_t *c, const za_run_context_t *ctx, int final)
+{
+    double now = za_clock_mono ();
+    double elapsed = now - c->start_time;
+    double rate = elapsed > 0? (ctx->global_step - c->start_step) / elapsed: 0;
+    char eta [32];
+    s_format_eta (rate > 0? (ctx->max_steps - ctx->global_step) / rate: -1, eta, sizeof eta);
+    int log_due = za_every_due (&c->every, ctx->global_step, now);
+    if (log_due && !c->bar) {
+        double span = now - c->every.last_time;
+        fprintf (stderr, "zactor: %sstep %" PRId64 "/%" PRId64 "  loss %.4f  "
+                 "global_step/sec %.1f  examples/sec %.0f  ETA %s\n", c->who? c->who: "",
+                 ctx->global_step, ctx->max_steps, ctx->loss,
+                 span > 0? (ctx->global_step - c->every.last_step) / span: 0,
+                 span > 0? c->examples_since_log / span: 0, eta);
+    }
+    if (log_due) {
+        za_every_done (&c->every, ctx->global_step, now);
+        c->examples_since_log = 0;
+    }
+    if (c->bar && (final || now - c->last_draw >= PROGRESS_REDRAW_SECS)) {
+        double frac = ctx->max_steps > 0? (double) ctx->global_step / ctx->max_steps: 1;
+        int filled = (int) (frac * PROGRESS_BAR_CHARS);
+        char bar [PROGRESS_BAR_CHARS + 1];
+        for (int i = 0; i < PROGRESS_BAR_CHARS; i++)
+            bar [i] = i < filled? '#': '.';
+        bar [PROGRESS_BAR_CHARS] = 0;
+        fprintf (stderr, "\r[%s] step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f examples/sec"
+                 "  ETA %s  ", bar, ctx->global_step, ctx->max_steps, ctx->loss,
+                 rate * ctx->batch_size, final? "0m00s": eta);
+        c->last_draw = now;
+        c->drew = 1;
+    }
+}
+
+static int
+s_counter_after_run (void *arg, const za_run_context_t *ctx)
+{
+    za_step_counter_t *c = (za_step_counter_t *) arg;
+    c->examples_since_log += ctx->batch_size;
+    s_counter_report (c, ctx, 0);
+    return 0;
+}
+
+static void
+s_counter_end (void *arg, const za_run_context_t *ctx)
+{
+    za_step_counter_t *c = (za_step_counter_t *) arg;
+    if (c->bar && c->drew) {
+        s_counter_report (c, ctx, 1);
+        fputc ('\n', stderr);
+    }
+}
+
+za_hook_t
+za_step_counter_hook (za_step_counter_t *state, int64_t every_steps, int bar)
+{
+    const char *who = state->who;
+    memset (state, 0, sizeof *state);
+    state->who = who;
+    state->every.steps = every_steps;
+    state->bar = bar;
+    za_hook_t hook = {.arg = state, .begin = s_counter_begin,
+                      .after_run = s_counter_after_run, .end = s_counter_end};
+    return hook;
+}
+
+// ---------------------------------------------------------------------------
+//  The summary saver
+
+static void
+s_summary_begin (void *arg, int64_t global_step)
+{
+    za_summary_hook_t *s = (za_summary_hook_t *) arg;
+    za_every_init (&s->every, s->every.steps, 0, global_step, za_clock_mono ());
+    s->loss_sum = 0;
+    s->loss_count = 0;
+}
+
+//  Appends one line to dir/metrics.jsonl. Returns 0 or -1 with an error.
+static int
+s_append_line (const char *dir, const char *line)
+{
+    char path [4096];
+    snprintf (path, sizeof path, "%s/metrics.jsonl", dir);
+    FILE *f = fopen (path, "a");
+    if (!f)
+        return za_error ("cannot append to '%s': %s", path, strerror (errno));
+    int ok = fputs (line, f) >= 0 && fputc ('\n', f) != EOF;
+    ok &= fclose (f) == 0;
+    return ok? 0: za_error ("cannot write '%s': %s", path, strerror (errno));
+}
+
+static int
+s_summary_after_run (void *arg, const za_run_context_t *ctx)
+{
+    za_summary_hook_t *s = (za_summary_hook_t *) arg;
+    s->loss_sum += ctx->loss;
+    s->loss_count++;
+    double now = za_clock_mono ();
+    if (!za_every_due (&s->every, ctx->global_step, now))
+        return 0;
+    double span = now - s->every.last_time;
+    double steps_per_sec = span > 0? (ctx->global_step - s->every.last_step) / span: 0;
+    double values [] = {s->loss_sum / (double) s->loss_count, steps_per_sec,
+                        steps_per_sec * ctx->batch_size};
+    char line [SUMMARY_LINE_MAX];
+    snprintf (line, sizeof line,
+              "{\"global_step\": %" PRId64 ", \"loss\": %.6f, \"steps_per_sec\": %.3f, "
+              "\"examples_per_sec\": %.1f, \"wall_time\": %.3f}", ctx->global_step,
+              values [0], values [1], values [2], za_clock_wall ());
+    static const char *const tags [] = {"loss", "global_step/sec", "examples/sec"};
+    if (za_mkdirs (s->model_dir) || s_append_line (s->model_dir, line))
+        return -1;
+    if (!s->writer && !(s->writer = za_summary_writer_new (s->model_dir)))
+        return -1;
+    if (za_summary_scalars (s->writer, ctx->global_step, tags, values, 3))
+        return -1;
+    s->loss_sum = 0;
+    s->loss_count = 0;
+    za_every_done (&s->every, ctx->global_step, now);
+    return 0;
+}
+
+static void
+s_summary_end (void *arg, const za_run_context_t *ctx)
+{
+    (void) ctx;
+    za_summary_hook_t *s = (za_summary_hook_t *) arg;
+    za_summary_writer_destroy (&s->writer);
+}
+
+za_hook_t
+za_summary_hook (za_summary_hook_t *state, const char *model_dir, int64_t every_steps)
+{
+    memset (state, 0, sizeof *state);
+    state->model_dir = model_dir;
+    state->every.steps = every_steps;
+    za_hook_t hook = {.arg = state};
+    if (every_steps > 0 && model_dir) {
+        hook.begin = s_summary_begin;
+        hook.after_run = s_summary_after_run;
+        hook.end = s_summary_end;
+    }
+    return hook;
+}
+
+// ---------------------------------------------------------------------------
+//  The checkpoint saver
+
+static void
+s_saver_begin (void *arg, int64_t global_step)
+{
+    za_saver_hook_t *s = (za_saver_hook_t *) arg;
+    za_every_init (&s->every, s->every.steps, s->every.secs, global_step, za_clock_mono ());
+    s->rc = 0;
+}
+
+static int
+s_saver_after_run (void *arg, const za_run_context_t *ctx)
+{
+    za_saver_hook_t *s = (za_saver_hook_t *) arg;
+    double now = za_clock_mono ();
+    if (ctx->global_step >= ctx->max_steps || !za_every_due (&s->every, ctx->global_step, now))
+        return 0;
+    s->rc = s->save (s->arg, ctx->global_step);
+    if (s->rc < 0)
+        return -1;
+    if (s->rc > 0)
+        return 1;
+    s->last_saved = ctx->global_step;
+    za_every_done (&s->every, ctx->global_step, za_clock_mono ());
+    return 0;
+}
+
+za_hook_t
+za_saver_hook (za_saver_hook_t *state, int64_t every_steps, double every_secs,
+               int64_t start_saved, za_save_fn *save, void *arg)
+{
+    memset (state, 0, sizeof *state);
+    state->save = save;
+    state->arg = arg;
+    state->every.steps = every_steps;
+    state->every.secs = every_secs;
+    state->last_saved = start_saved;
+    za_hook_t hook = {.arg = state, .begin = s_saver_begin, .after_run = s_saver_after_run};
+    return hook;
+}
