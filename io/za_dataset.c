@@ -390,13 +390,14 @@ s_split_open (const char *images_path, const char *labels_path, s_idx_t *images,
               uint64_t *image_bytes, s_idx_t *labels, gzFile *gz_p)
 {
     memset (images, 0, sizeof *images);
-    if (s_idx_read (labels_path, &s_idx_labels, labels))
-        return -1;
     gzFile gz = s_idx_open (images_path);
     if (!gz || s_idx_read_header (gz, images_path, &s_idx_images, images, image_bytes)) {
         if (gz)
             gzclose (gz);
-        free (labels->data);
+        return -1;
+    }
+    if (s_idx_read (labels_path, &s_idx_labels, labels)) {
+        gzclose (gz);
         return -1;
     }
     if (images->dims [0] != labels->dims [0]) {

@@ -1,10 +1,11 @@
-/*  za_broker_client.c: a role process's side of the broker: register, then
-    report the whole registration and the role's statistics every interval.
-    The broker may go away and come back at any time: the DEALER reconnects,
-    the next report re-registers us, and the role never waits on it.       */
+/*  za_broker_client.c: the outside of the broker's control plane: requests
+    built and replies decoded in one place, and the role's client actor that
+    registers, then reports the whole registration and the role's statistics
+    every interval. The broker may go away and come back at any time: the
+    DEALER reconnects, the next report re-registers us, and the role never
+    waits on it.                                                             */
 #include "za/za_broker_client.h"
 #include "za/za_util.h"
-#include "za/za_wire.h"
 
 #include <jansson.h>
 
@@ -19,51 +20,424 @@
 //  The role loop quiet this many heartbeat periods (ivl x liveness) is hung:
 //  we stop reporting, and the broker sees a silent task.
 #define HUNG_PERIODS 3
+//  A control message fits in one header frame (docs/PROTOCOL.md 4).
+#define CONTROL_MAX_BYTES (ZA_WIRE_MAX_HEADER_BYTES + 1024)
+
+struct _za_broker_client_t {
+    char endpoint [ZA_CLUSTER_ENDPOINT_MAX];
+    zsock_t *dealer;
+    za_wire_msg_t *in, *out;
+    za_peer_t peer;
+    uint64_t seq;
+};
+
+za_broker_client_t *
+za_broker_client_new (const char *endpoint, double ivl_secs, int liveness)
+{
+    za_broker_client_t *self = (za_broker_client_t *) calloc (1, sizeof *self);
+    if (!self) {
+        za_error ("out of memory");
+        return NULL;
+    }
+    snprintf (self->endpoint, sizeof self->endpoint, "%s", endpoint? endpoint: "");
+    self->in = (za_wire_msg_t *) malloc (sizeof *self->in);
+    self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
+    self->dealer = zsock_new (ZMQ_DEALER);
+    if (!self->in || !self->out || !self->dealer) {
+        za_error ("out of memory");
+        za_broker_client_destroy (&self);
+        return NULL;
+    }
+    //  Reports are dropped, not queued, while the broker is away (the next
+    //  one says it all again); a reply is one header frame.
+    zsock_set_sndhwm (self->dealer, SEND_HWM);
+    zsock_set_sndtimeo (self->dealer, 0);
+    zsock_set_maxmsgsize (self->dealer, CONTROL_MAX_BYTES);
+    //  ZMTP heartbeats find a broker host that vanished without closing the
+    //  connection; the broker's replies judge a broker that is merely hung.
+    int ivl_ms = (int) (ivl_secs * 1000);
+    if (ivl_ms > 0) {
+        zsock_set_heartbeat_ivl (self->dealer, ivl_ms);
+        zsock_set_heartbeat_timeout (self->dealer, ivl_ms * liveness);
+    }
+    if (!endpoint || zsock_connect (self->dealer, "%s", endpoint) < 0) {
+        za_error ("cannot connect to the broker at '%s' (an endpoint such as "
+                  "tcp://HOST:PORT)", endpoint? endpoint: "");
+        za_broker_client_destroy (&self);
+        return NULL;
+    }
+    za_peer_init (&self->peer, ivl_secs, liveness, za_clock_mono ());
+    return self;
+}
+
+void
+za_broker_client_destroy (za_broker_client_t **self_p)
+{
+    za_broker_client_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->dealer)
+        zsock_set_linger (self->dealer, LAST_REPORT_LINGER_MS);
+    zsock_destroy (&self->dealer);
+    free (self->in);
+    free (self->out);
+    free (self);
+    *self_p = NULL;
+}
+
+zsock_t *
+za_broker_client_sock (za_broker_client_t *self)
+{
+    return self->dealer;
+}
+
+za_peer_t *
+za_broker_client_peer (za_broker_client_t *self)
+{
+    return &self->peer;
+}
+
+const char *
+za_broker_client_endpoint (const za_broker_client_t *self)
+{
+    return self->endpoint;
+}
+
+// ---------------------------------------------------------------------------
+//  Requests
+
+//  Sends op with `body` (taken; NULL: none). 0, or -1 when not queued.
+static int
+s_send (za_broker_client_t *self, za_op_t op, json_t *body)
+{
+    char *text = body? json_dumps (body, JSON_COMPACT): NULL;
+    json_decref (body);
+    if (body && !text)
+        return za_error ("broker client: cannot write the %s body", za_op_name (op));
+    za_wire_msg_init (self->out, op);
+    self->out->seq = ++self->seq;
+    if (text) {
+        self->out->body = text;
+        self->out->body_len = strlen (text);
+    }
+    int rc = za_wire_send (self->dealer, NULL, self->out, NULL);
+    free (text);
+    return rc;
+}
+
+static json_t *
+s_registration (const za_task_registration_t *task)
+{
+    return json_pack ("{s:s, s:i, s:s, s:i, s:i, s:s}", "role", za_task_type_name (task->type),
+                      "index", task->index, "host", task->host? task->host: "",
+                      "pid", task->pid, "restarts", task->restarts,
+                      "endpoint", task->endpoint? task->endpoint: "");
+}
+
+int
+za_broker_client_register (za_broker_client_t *self, const za_task_registration_t *task)
+{
+    return s_send (self, ZA_OP_REGISTER, s_registration (task));
+}
+
+int
+za_broker_client_report (za_broker_client_t *self, const za_task_registration_t *task,
+                         za_role_state_t state, const za_role_stats_t *stats)
+{
+    json_t *body = s_registration (task);
+    if (!body)
+        return za_error ("broker client: cannot write a report");
+    json_object_set_new (body, "state", json_string (za_role_state_name (state)));
+    if (stats) {
+        za_role_stats_t *s = (za_role_stats_t *) stats;
+        json_object_set_new (body, "global_step", json_integer (atomic_load (&s->global_step)));
+        json_object_set_new (body, "loss", json_real (atomic_load (&s->loss)));
+        json_object_set_new (body, "steps_per_sec", json_real (atomic_load (&s->steps_per_sec)));
+        json_object_set_new (body, "examples_per_sec",
+                             json_real (atomic_load (&s->examples_per_sec)));
+        int64_t eval_step = atomic_load (&s->eval_step);
+        if (eval_step >= 0) {
+            json_object_set_new (body, "eval_step", json_integer (eval_step));
+            json_object_set_new (body, "eval_accuracy",
+                                 json_real (atomic_load (&s->eval_accuracy)));
+        }
+    }
+    return s_send (self, ZA_OP_REPORT, body);
+}
+
+int
+za_broker_client_watch (za_broker_client_t *self)
+{
+    return s_send (self, ZA_OP_WATCH, NULL);
+}
+
+// ---------------------------------------------------------------------------
+//  Replies
+
+void
+za_broker_reply_clear (za_broker_reply_t *reply)
+{
+    free (reply->job);
+    free (reply->state);
+    free (reply->state_text);
+    memset (reply, 0, sizeof *reply);
+}
+
+//  Copies a JSON string member into buf; "" when absent. -1 when present but
+//  not a string or too long.
+static int
+s_text (json_t *object, const char *key, char *buf, size_t size)
+{
+    json_t *value = json_object_get (object, key);
+    buf [0] = 0;
+    if (!value)
+        return 0;
+    const char *text = json_string_value (value);
+    if (!text || strlen (text) >= size)
+        return -1;
+    memcpy (buf, text, strlen (text) + 1);
+    return 0;
+}
+
+static double
+s_number (json_t *object, const char *key, double otherwise)
+{
+    json_t *value = json_object_get (object, key);
+    return json_is_number (value)? json_number_value (value): otherwise;
+}
+
+static int
+s_decode_welcome (json_t *body, za_broker_reply_t *reply)
+{
+    json_t *index = json_object_get (body, "index");
+    json_t *job = json_object_get (body, "job");
+    if (!json_is_integer (index) || json_integer_value (index) < 0
+        || json_integer_value (index) >= ZA_CLUSTER_MAX_TASKS || !json_is_object (job)
+        || s_text (body, "endpoint", reply->endpoint, sizeof reply->endpoint))
+        return za_error ("broker client: a welcome without an index, a job object or a "
+                         "valid endpoint");
+    reply->index = (int) json_integer_value (index);
+    reply->job = json_dumps (job, JSON_COMPACT);
+    return reply->job? 0: za_error ("broker client: cannot copy the job");
+}
+
+static int
+s_decode_view (json_t *body, za_broker_reply_t *reply)
+{
+    json_t *ps = json_object_get (body, "ps");
+    json_t *workers = json_object_get (body, "num_workers");
+    if (!json_is_array (ps) || json_array_size (ps) > ZA_CLUSTER_MAX_TASKS
+        || !json_is_integer (workers))
+        return za_error ("broker client: a view without a ps list or num_workers");
+    reply->ready = json_is_true (json_object_get (body, "ready"));
+    reply->num_workers = (int) json_integer_value (workers);
+    reply->ps_count = (int) json_array_size (ps);
+    for (int p = 0; p < reply->ps_count; p++) {
+        const char *endpoint = json_string_value (json_array_get (ps, (size_t) p));
+        if (!endpoint || strlen (endpoint) >= sizeof reply->ps [p]
+            || (reply->ready && !*endpoint))
+            return za_error ("broker client: the view's ps %d is not an endpoint", p);
+        memcpy (reply->ps [p], endpoint, strlen (endpoint) + 1);
+    }
+    return 0;
+}
+
+static int
+s_decode_task_row (json_t *row, za_broker_task_row_t *task)
+{
+    char role [16];
+    memset (task, 0, sizeof *task);
+    if (!json_is_object (row) || s_text (row, "role", role, sizeof role)
+        || s_text (row, "host", task->host, sizeof task->host)
+        || s_text (row, "state", task->state, sizeof task->state)
+        || s_text (row, "endpoint", task->endpoint, sizeof task->endpoint))
+        return -1;
+    task->type = (za_task_type_t) -1;
+    for (int k = ZA_TASK_CHIEF; k <= ZA_TASK_EVALUATOR; k++)
+        if (streq (role, za_task_type_name ((za_task_type_t) k)))
+            task->type = (za_task_type_t) k;
+    if ((int) task->type < 0)
+        return -1;
+    task->index = (int) s_number (row, "index", 0);
+    task->pid = (int) s_number (row, "pid", 0);
+    task->global_step = (int64_t) s_number (row, "global_step", 0);
+    task->steps_per_sec = s_number (row, "steps_per_sec", 0);
+    task->examples_per_sec = s_number (row, "examples_per_sec", 0);
+    task->loss = s_number (row, "loss", 0);
+    task->eval_step = (int64_t) s_number (row, "eval_step", -1);
+    task->eval_accuracy = s_number (row, "eval_accuracy", 0);
+    task->restarts = (int) s_number (row, "restarts", 0);
+    task->heartbeat_age_secs = s_number (row, "heartbeat_age_secs", -1);
+    return 0;
+}
+
+static int
+s_decode_event_row (json_t *row, za_broker_event_row_t *event)
+{
+    memset (event, 0, sizeof *event);
+    if (!json_is_object (row) || s_text (row, "event", event->event, sizeof event->event)
+        || s_text (row, "role", event->role, sizeof event->role))
+        return -1;
+    //  A cause may be longer than we show: cut at a character's start.
+    const char *cause = json_string_value (json_object_get (row, "cause"));
+    if (cause) {
+        size_t n = strlen (cause);
+        if (n >= sizeof event->cause) {
+            n = sizeof event->cause - 1;
+            while (n > 0 && ((unsigned char) cause [n] & 0xc0) == 0x80)
+                n--;
+        }
+        memcpy (event->cause, cause, n);
+        event->cause [n] = 0;
+    }
+    event->time = s_number (row, "time", 0);
+    event->index = (int) s_number (row, "index", 0);
+    event->pid = (int) s_number (row, "pid", 0);
+    event->restarts = (int) s_number (row, "restarts", 0);
+    return 0;
+}
+
+static int
+s_decode_state (json_t *body, za_broker_reply_t *reply)
+{
+    json_t *job = json_object_get (body, "job");
+    json_t *broker = json_object_get (body, "broker");
+    json_t *roles = json_object_get (body, "roles");
+    json_t *events = json_object_get (body, "events");
+    if (!json_is_object (job) || !json_is_object (broker) || !json_is_array (roles)
+        || json_array_size (roles) > ZA_BROKER_STATE_TASKS)
+        return za_error ("broker client: a state without job, broker or roles");
+    za_broker_state_t *state = (za_broker_state_t *) calloc (1, sizeof *state);
+    if (!state)
+        return za_error ("out of memory");
+    reply->state = state;
+    state->max_steps = (int64_t) s_number (job, "max_steps", 0);
+    state->broker_pid = (int) s_number (broker, "pid", 0);
+    state->broker_restarts = (int) s_number (broker, "restarts", 0);
+    state->broker_uptime_secs = s_number (broker, "uptime_secs", 0);
+    state->supervise = json_is_true (json_object_get (broker, "supervise"));
+    state->global_step = (int64_t) s_number (body, "global_step", 0);
+    state->done = json_is_true (json_object_get (body, "done"));
+    if (s_text (job, "model_dir", state->model_dir, sizeof state->model_dir)
+        || s_text (broker, "host", state->broker_host, sizeof state->broker_host)
+        || s_text (broker, "endpoint", state->broker_endpoint, sizeof state->broker_endpoint))
+        return za_error ("broker client: a state with a bad model_dir, host or endpoint");
+    size_t i;
+    json_t *row;
+    json_array_foreach (roles, i, row)
+        if (s_decode_task_row (row, &state->tasks [state->task_count++]))
+            return za_error ("broker client: the state's task row %zu is malformed", i);
+    size_t count = json_array_size (events);
+    size_t first = count > ZA_BROKER_STATE_EVENTS? count - ZA_BROKER_STATE_EVENTS: 0;
+    for (i = first; i < count; i++)
+        if (s_decode_event_row (json_array_get (events, i),
+                                &state->events [state->event_count++]))
+            return za_error ("broker client: the state's event %zu is malformed", i);
+    return 0;
+}
+
+int
+za_broker_client_recv (za_broker_client_t *self, za_broker_reply_t *reply)
+{
+    za_broker_reply_clear (reply);
+    zmsg_t *msg = zmsg_recv (self->dealer);
+    if (!msg)
+        return za_error ("broker client: nothing received");
+    za_wire_msg_t *in = self->in;
+    int rc = za_wire_decode (msg, in);
+    json_t *body = NULL;
+    if (rc == 0 && in->body) {
+        json_error_t error;
+        body = json_loadb (in->body, in->body_len, 0, &error);
+        if (!json_is_object (body))
+            rc = za_error ("broker client: a %s whose body is not a JSON object",
+                           za_op_name (in->op));
+    }
+    if (rc == 0) {
+        reply->op = in->op;
+        reply->seq = in->seq;
+        snprintf (reply->code, sizeof reply->code, "%s", in->code);
+        snprintf (reply->error, sizeof reply->error, "%s", in->error);
+        switch (in->op) {
+            case ZA_OP_WELCOME: rc = body? s_decode_welcome (body, reply): -1; break;
+            case ZA_OP_VIEW: rc = body? s_decode_view (body, reply): -1; break;
+            case ZA_OP_STATE:
+                rc = body? s_decode_state (body, reply): -1;
+                if (rc == 0 && !(reply->state_text = strndup (in->body, in->body_len)))
+                    rc = za_error ("out of memory");
+                break;
+            case ZA_OP_ERROR:
+            case ZA_OP_PONG:
+                break;
+            default:
+                rc = za_error ("broker client: the broker sent %s", za_op_name (in->op));
+                break;
+        }
+        if (rc && (in->op == ZA_OP_WELCOME || in->op == ZA_OP_VIEW || in->op == ZA_OP_STATE)
+            && !*za_last_error ())
+            za_error ("broker client: a %s without a body", za_op_name (in->op));
+    }
+    json_decref (body);
+    zmsg_destroy (&msg);
+    //  Anything from the broker is a sign of life, even what we drop.
+    za_peer_heard (&self->peer, za_clock_mono ());
+    if (rc)
+        za_broker_reply_clear (reply);
+    return rc? -1: 0;
+}
+
+int
+za_broker_client_state (za_broker_client_t *self, double timeout_secs,
+                        za_broker_state_t **state_p, char **text_p)
+{
+    *state_p = NULL;
+    if (text_p)
+        *text_p = NULL;
+    if (za_broker_client_watch (self))
+        return -1;
+    zpoller_t *poller = zpoller_new (self->dealer, NULL);
+    double deadline = za_clock_mono () + timeout_secs;
+    za_broker_reply_t reply;
+    memset (&reply, 0, sizeof reply);
+    int rc = -1;
+    while (rc && !zsys_interrupted && za_clock_mono () < deadline) {
+        if (!zpoller_wait (poller, POLL_MS))
+            continue;
+        if (za_broker_client_recv (self, &reply) == 0 && reply.op == ZA_OP_STATE) {
+            *state_p = reply.state;
+            reply.state = NULL;
+            if (text_p) {
+                *text_p = reply.state_text;
+                reply.state_text = NULL;
+            }
+            rc = 0;
+        }
+        za_broker_reply_clear (&reply);
+    }
+    zpoller_destroy (&poller);
+    if (rc)
+        za_error ("no answer from the broker at %s within %g s", self->endpoint, timeout_secs);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------
+//  The role's client actor
 
 typedef struct {
     const za_broker_client_config_t *config;
     zsock_t *pipe;
-    zsock_t *dealer;
-    za_wire_msg_t *in, *out;
-    int index;
+    za_broker_client_t *client;
+    za_task_registration_t task;
+    char endpoint [ZA_CLUSTER_ENDPOINT_MAX];
     int welcomed, viewed;
-    char endpoint [300];
-    int finished;                   //  DONE came: 1 + rc
-    double last_sent, last_heard, started;
-    int broker_silent, hung;
-    uint64_t seq;
-} s_client_t;
+    int finished;                   //  DONE came: 1 + rc; 3: nothing more to do
+    double last_sent, started;
+    int hung;
+} s_actor_t;
 
 static void
-s_send (s_client_t *self, za_op_t op, json_t *body)
+s_report (s_actor_t *self)
 {
-    char *text = json_dumps (body, JSON_COMPACT);
-    json_decref (body);
-    if (!text)
-        return;
-    za_wire_msg_init (self->out, op);
-    self->out->seq = ++self->seq;
-    self->out->body = text;
-    self->out->body_len = strlen (text);
-    za_wire_send (self->dealer, NULL, self->out, NULL);      //  dropped when the queue is full
-    free (text);
-    self->last_sent = za_clock_mono ();
-}
-
-static json_t *
-s_registration (s_client_t *self)
-{
-    const za_broker_client_config_t *config = self->config;
-    return json_pack ("{s:s, s:i, s:s, s:i, s:i, s:s}", "role", config->role,
-                      "index", self->welcomed? self->index: config->index,
-                      "host", config->host, "pid", (int) getpid (),
-                      "restarts", config->restarts, "endpoint", self->endpoint);
-}
-
-static void
-s_report (s_client_t *self)
-{
-    json_t *body = s_registration (self);
     za_role_stats_t *stats = self->config->stats;
     int state = self->finished? (self->finished == 1? ZA_ROLE_DONE: ZA_ROLE_FAILED)
               : stats? atomic_load (&stats->state): ZA_ROLE_STARTING;
@@ -71,26 +445,13 @@ s_report (s_client_t *self)
     //  still evaluate, and a role may still fail.
     if (!self->finished && (state == ZA_ROLE_DONE || state == ZA_ROLE_FAILED))
         state = ZA_ROLE_RUNNING;
-    json_object_set_new (body, "state", json_string (za_role_state_name ((za_role_state_t) state)));
-    if (stats) {
-        json_object_set_new (body, "global_step", json_integer (atomic_load (&stats->global_step)));
-        json_object_set_new (body, "loss", json_real (atomic_load (&stats->loss)));
-        json_object_set_new (body, "steps_per_sec", json_real (atomic_load (&stats->steps_per_sec)));
-        json_object_set_new (body, "examples_per_sec",
-                             json_real (atomic_load (&stats->examples_per_sec)));
-        int64_t eval_step = atomic_load (&stats->eval_step);
-        if (eval_step >= 0) {
-            json_object_set_new (body, "eval_step", json_integer (eval_step));
-            json_object_set_new (body, "eval_accuracy",
-                                 json_real (atomic_load (&stats->eval_accuracy)));
-        }
-    }
-    s_send (self, ZA_OP_REPORT, body);
+    za_broker_client_report (self->client, &self->task, (za_role_state_t) state, stats);
+    self->last_sent = za_clock_mono ();
 }
 
 //  1 when the role's loop has been quiet too long (it keeps `alive`).
 static int
-s_role_hung (s_client_t *self, double now)
+s_role_hung (s_actor_t *self, double now)
 {
     za_role_stats_t *stats = self->config->stats;
     double alive = stats? atomic_load (&stats->alive): 0;
@@ -100,65 +461,62 @@ s_role_hung (s_client_t *self, double now)
 }
 
 static void
-s_on_reply (s_client_t *self)
+s_fail (s_actor_t *self, const char *why)
 {
-    zmsg_t *msg = zmsg_recv (self->dealer);
-    if (!msg)
-        return;
-    self->last_heard = za_clock_mono ();
-    if (self->broker_silent) {
+    zstr_sendx (self->pipe, "FAILED", why, NULL);
+    self->finished = 3;             //  nothing more to do but wait for $TERM
+}
+
+static void
+s_on_reply (s_actor_t *self)
+{
+    za_peer_t *peer = za_broker_client_peer (self->client);
+    int was_silent = peer->silent;
+    za_broker_reply_t reply;
+    memset (&reply, 0, sizeof reply);
+    int rc = za_broker_client_recv (self->client, &reply);
+    if (was_silent && !peer->silent)
         za_info ("%s: the broker at %s is back", self->config->role, self->config->broker);
-        self->broker_silent = 0;
+    if (rc) {
+        za_info ("%s: dropped a message from the broker: %s", self->config->role,
+                 za_last_error ());
+        return;
     }
-    json_t *body = NULL;
-    if (za_wire_decode (msg, self->in) == 0 && self->in->body)
-        body = json_loadb (self->in->body, self->in->body_len, 0, NULL);
-    za_wire_msg_t *in = self->in;
-    if (in->op == ZA_OP_WELCOME && !self->welcomed && json_is_object (body)) {
-        json_t *index = json_object_get (body, "index");
-        json_t *job = json_object_get (body, "job");
-        const char *endpoint = json_string_value (json_object_get (body, "endpoint"));
-        char *job_text = job? json_dumps (job, JSON_COMPACT): NULL;
-        if (json_is_integer (index) && job_text) {
-            self->welcomed = 1;
-            self->index = (int) json_integer_value (index);
-            char index_text [16];
-            snprintf (index_text, sizeof index_text, "%d", self->index);
-            zstr_sendx (self->pipe, "WELCOME", index_text, job_text, endpoint? endpoint: "",
-                        NULL);
-            s_report (self);
-        }
-        free (job_text);
+    if (reply.op == ZA_OP_WELCOME && !self->welcomed) {
+        self->welcomed = 1;
+        self->task.index = reply.index;
+        char index_text [16];
+        snprintf (index_text, sizeof index_text, "%d", reply.index);
+        zstr_sendx (self->pipe, "WELCOME", index_text, reply.job, reply.endpoint, NULL);
+        s_report (self);
     }
     else
-    if (in->op == ZA_OP_VIEW && self->welcomed && !self->viewed && json_is_object (body)
-        && json_is_true (json_object_get (body, "ready"))) {
-        char *view = json_dumps (body, JSON_COMPACT);
-        if (view) {
-            self->viewed = 1;
-            zstr_sendx (self->pipe, "VIEW", view, NULL);
-            free (view);
-        }
+    if (reply.op == ZA_OP_VIEW && self->welcomed && !self->viewed && reply.ready) {
+        self->viewed = 1;
+        zmsg_t *view = zmsg_new ();
+        zmsg_addstr (view, "VIEW");
+        zmsg_addstrf (view, "%d", reply.ps_count);
+        for (int p = 0; p < reply.ps_count; p++)
+            zmsg_addstr (view, reply.ps [p]);
+        zmsg_send (&view, self->pipe);
     }
     else
-    if (in->op == ZA_OP_ERROR) {
+    if (reply.op == ZA_OP_ERROR) {
         if (!self->welcomed) {
             char why [512];
             snprintf (why, sizeof why, "the broker at %s refused us: %s", self->config->broker,
-                      in->error);
-            zstr_sendx (self->pipe, "FAILED", why, NULL);
-            self->finished = 3;         //  nothing more to do but wait for $TERM
+                      reply.error);
+            s_fail (self, why);
         }
         else
-            za_info ("%s %d: the broker says: %s (%s)", self->config->role, self->index,
-                     in->error, in->code);
+            za_info ("%s %d: the broker says: %s (%s)", self->config->role, self->task.index,
+                     reply.error, reply.code);
     }
-    json_decref (body);
-    zmsg_destroy (&msg);
+    za_broker_reply_clear (&reply);
 }
 
 static int
-s_on_pipe (s_client_t *self)
+s_on_pipe (s_actor_t *self)
 {
     char *command = NULL, *arg = NULL;
     if (zstr_recvx (self->pipe, &command, &arg, NULL) < 1 || streq (command, "$TERM")) {
@@ -180,77 +538,77 @@ s_on_pipe (s_client_t *self)
     return 0;
 }
 
-void
-za_broker_client_actor (zsock_t *pipe, void *args)
+//  What an interval brings: a register until welcomed, then a report (none
+//  while the role's loop is hung), and news of a silent broker.
+static void
+s_on_interval (s_actor_t *self, double now)
 {
-    const za_broker_client_config_t *config = (const za_broker_client_config_t *) args;
-    s_client_t self_data, *self = &self_data;
-    memset (self, 0, sizeof *self);
-    self->config = config;
-    self->pipe = pipe;
-    self->in = (za_wire_msg_t *) malloc (sizeof *self->in);
-    self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
-    self->dealer = zsock_new (ZMQ_DEALER);
-    zsock_signal (pipe, 0);
-    if (!self->in || !self->out || !self->dealer
-        || zsock_connect (self->dealer, "%s", config->broker) < 0) {
-        zstr_sendx (pipe, "FAILED", "cannot connect to the broker (is the address "
-                    "tcp://HOST:PORT?)", NULL);
-        self->finished = 3;
-    }
-    else {
-        zsock_set_sndhwm (self->dealer, SEND_HWM);
-        zsock_set_sndtimeo (self->dealer, 0);
-        zsock_set_maxmsgsize (self->dealer, ZA_WIRE_MAX_HEADER_BYTES + 1024);
-    }
-    self->started = self->last_heard = za_clock_mono ();
-    double silent_max = config->heartbeat_ivl_secs * config->heartbeat_liveness;
-    zpoller_t *poller = zpoller_new (pipe, self->dealer, NULL);
-    while (!zsys_interrupted) {
-        void *which = zpoller_wait (poller, POLL_MS);
-        if (which == pipe && s_on_pipe (self))
-            break;
-        if (which == self->dealer)
-            s_on_reply (self);
-        if (self->finished > 2)
-            continue;
-        double now = za_clock_mono ();
-        if (!self->welcomed && now - self->started > config->timeout_secs) {
+    const za_broker_client_config_t *config = self->config;
+    if (!self->welcomed) {
+        if (now - self->started > config->timeout_secs) {
             char why [512];
             snprintf (why, sizeof why, "no broker answered at %s within %.0f s (is it "
                       "running, and the same zactor version?)", config->broker,
                       config->timeout_secs);
-            zstr_sendx (pipe, "FAILED", why, NULL);
-            self->finished = 3;
-            continue;
+            s_fail (self, why);
+            return;
         }
-        if (now - self->last_sent < config->heartbeat_ivl_secs)
-            continue;
-        if (!self->welcomed) {
-            s_send (self, ZA_OP_REGISTER, s_registration (self));
-            continue;
-        }
-        int hung = s_role_hung (self, now);
-        if (hung != self->hung) {
-            self->hung = hung;
-            za_info ("%s %d: %s", config->role, self->index, hung
-                     ? "the role's loop is quiet (hung?): reports stop so the broker sees it"
-                     : "the role's loop goes on again");
-        }
-        if (!hung)
-            s_report (self);
-        else
-            self->last_sent = now;
-        if (!self->broker_silent && now - self->last_heard > silent_max) {
-            za_info ("%s %d: the broker at %s is silent; training goes on", config->role,
-                     self->index, config->broker);
-            self->broker_silent = 1;
-        }
+        za_broker_client_register (self->client, &self->task);
+        self->last_sent = now;
+        return;
+    }
+    int hung = s_role_hung (self, now);
+    if (hung != self->hung) {
+        self->hung = hung;
+        za_info ("%s %d: %s", config->role, self->task.index, hung
+                 ? "the role's loop is quiet (hung?): reports stop so the broker sees it"
+                 : "the role's loop goes on again");
+    }
+    if (!hung)
+        s_report (self);
+    else
+        self->last_sent = now;
+    if (za_peer_went_silent (za_broker_client_peer (self->client), now))
+        za_info ("%s %d: the broker at %s is silent; training goes on", config->role,
+                 self->task.index, config->broker);
+}
+
+void
+za_broker_client_actor (zsock_t *pipe, void *args)
+{
+    const za_broker_client_config_t *config = (const za_broker_client_config_t *) args;
+    s_actor_t self_data, *self = &self_data;
+    memset (self, 0, sizeof *self);
+    self->config = config;
+    self->pipe = pipe;
+    self->task.type = ZA_TASK_CHIEF;
+    for (int k = ZA_TASK_CHIEF; k <= ZA_TASK_EVALUATOR; k++)
+        if (config->role && streq (config->role, za_task_type_name ((za_task_type_t) k)))
+            self->task.type = (za_task_type_t) k;
+    self->task.index = config->index;
+    self->task.host = config->host;
+    self->task.pid = (int) getpid ();
+    self->task.restarts = config->restarts;
+    self->task.endpoint = self->endpoint;
+    self->client = za_broker_client_new (config->broker, config->heartbeat_ivl_secs,
+                                         config->heartbeat_liveness);
+    zsock_signal (pipe, 0);
+    if (!self->client)
+        s_fail (self, "cannot connect to the broker (is the address tcp://HOST:PORT?)");
+    self->started = za_clock_mono ();
+    zpoller_t *poller = zpoller_new (pipe, NULL);
+    if (self->client)
+        zpoller_add (poller, za_broker_client_sock (self->client));
+    while (!zsys_interrupted) {
+        void *which = zpoller_wait (poller, POLL_MS);
+        if (which == pipe && s_on_pipe (self))
+            break;
+        if (self->client && which == za_broker_client_sock (self->client))
+            s_on_reply (self);
+        double now = za_clock_mono ();
+        if (self->finished <= 2 && now - self->last_sent >= config->heartbeat_ivl_secs)
+            s_on_interval (self, now);
     }
     zpoller_destroy (&poller);
-    if (self->dealer)
-        zsock_set_linger (self->dealer, LAST_REPORT_LINGER_MS);
-    zsock_destroy (&self->dealer);
-    free (self->in);
-    free (self->out);
+    za_broker_client_destroy (&self->client);
 }

@@ -1,16 +1,150 @@
-/*  za_broker_client.h: a role process's side of the broker (za_broker.h):
-    register, take the index and the job, report every heartbeat interval,
-    and get the cluster view. docs/PROTOCOL.md section 13 is the protocol.  */
+/*  za_broker_client.h: the only code that speaks the broker's control plane
+    from the outside (docs/PROTOCOL.md section 13). A role process registers,
+    takes its index and the job, reports every heartbeat interval and gets the
+    cluster view; the --local launcher and zactor-top watch the cluster's
+    state. Each holds a za_broker_client_t, a DEALER to the broker whose
+    replies come back decoded into C structures: nobody else builds or parses
+    a control-plane body. The broker's liveness is judged by a za_peer_t.
+
+    A role runs the class inside za_broker_client_actor, so that reporting
+    never waits on training and training never waits on the broker.       */
 #ifndef ZA_BROKER_CLIENT_H_INCLUDED
 #define ZA_BROKER_CLIENT_H_INCLUDED
 
 #include <czmq.h>
+#include <stdint.h>
 
+#include "za/za_cluster.h"
+#include "za/za_peer.h"
 #include "za/za_role_stats.h"
+#include "za/za_wire.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#define ZA_BROKER_TEXT_MAX 256          //  host names, causes, states as the broker keeps them
+#define ZA_BROKER_STATE_TASKS 256       //  rows of a state (4 role kinds x 64)
+#define ZA_BROKER_STATE_EVENTS 64       //  recent events in a state
+
+typedef struct _za_broker_client_t za_broker_client_t;
+
+//  A DEALER connected to the broker at `endpoint`, whose liveness is judged
+//  every ivl_secs with `liveness` (za_peer.h). Returns NULL with an error
+//  (an endpoint libzmq does not take).
+za_broker_client_t *za_broker_client_new (const char *endpoint, double ivl_secs,
+                                          int liveness);
+void za_broker_client_destroy (za_broker_client_t **self_p);
+
+//  The socket, for a zpoller; and the broker's liveness (heard at every
+//  reply that decodes).
+zsock_t *za_broker_client_sock (za_broker_client_t *self);
+za_peer_t *za_broker_client_peer (za_broker_client_t *self);
+const char *za_broker_client_endpoint (const za_broker_client_t *self);
+
+//  What a task tells the broker about itself, in every register and report.
+typedef struct {
+    za_task_type_t type;
+    int index;                      //  wanted index, or -1 for any free one
+    const char *host;               //  as others reach this machine
+    int pid;
+    int restarts;                   //  how often this task was restarted before
+    const char *endpoint;           //  a ps: where it serves ("" until known)
+} za_task_registration_t;
+
+//  Requests; each returns 0, or -1 when it could not be queued (the broker is
+//  gone and the queue full: it is dropped, the next interval sends anew).
+int za_broker_client_register (za_broker_client_t *self, const za_task_registration_t *task);
+//  A report: the registration, the state, and the statistics (NULL: none).
+int za_broker_client_report (za_broker_client_t *self, const za_task_registration_t *task,
+                             za_role_state_t state, const za_role_stats_t *stats);
+int za_broker_client_watch (za_broker_client_t *self);
+
+//  One row of the broker's state: a task.
+typedef struct {
+    za_task_type_t type;
+    int index;
+    char host [ZA_BROKER_TEXT_MAX];
+    int pid;
+    char state [32];                //  a role state (za_role_state_name) or the
+                                    //  broker's own: empty, started, lost, killed,
+                                    //  backoff, done
+    int64_t global_step;
+    double steps_per_sec, examples_per_sec, loss;
+    int64_t eval_step;              //  -1: no evaluation yet
+    double eval_accuracy;
+    int restarts;
+    double heartbeat_age_secs;      //  -1: never heard
+    char endpoint [ZA_CLUSTER_ENDPOINT_MAX];
+} za_broker_task_row_t;
+
+//  One event: a start, registration, failure, restart, end.
+typedef struct {
+    double time;                    //  Unix seconds
+    char event [32];
+    char role [16];                 //  a task type, or "broker"
+    int index;
+    int pid;
+    char cause [2 * ZA_BROKER_TEXT_MAX];
+    int restarts;
+} za_broker_event_row_t;
+
+//  The whole state, as `watch` returns it.
+typedef struct {
+    int64_t max_steps;
+    char model_dir [4096];
+    int broker_pid;
+    char broker_host [ZA_BROKER_TEXT_MAX];
+    int broker_restarts;
+    double broker_uptime_secs;
+    char broker_endpoint [ZA_CLUSTER_ENDPOINT_MAX];
+    int supervise;
+    int64_t global_step;            //  the largest any trainer reported
+    int done;                       //  every task finished
+    int task_count;
+    za_broker_task_row_t tasks [ZA_BROKER_STATE_TASKS];
+    int event_count;
+    za_broker_event_row_t events [ZA_BROKER_STATE_EVENTS];
+} za_broker_state_t;
+
+//  A reply from the broker, decoded.
+typedef struct {
+    za_op_t op;                     //  WELCOME, VIEW, STATE, ERROR or PONG
+    uint64_t seq;
+    //  WELCOME: the index given, the job (JSON text, owned), and the endpoint
+    //  this ps index had before ("" when none: bind any port).
+    int index;
+    char *job;
+    char endpoint [ZA_CLUSTER_ENDPOINT_MAX];
+    //  VIEW: ready once every task registered and every ps has an endpoint.
+    int ready;
+    int num_workers;                //  the chief included
+    int ps_count;
+    char ps [ZA_CLUSTER_MAX_TASKS][ZA_CLUSTER_ENDPOINT_MAX];
+    //  STATE: owned; and its JSON text (owned), for whoever prints it whole.
+    za_broker_state_t *state;
+    char *state_text;
+    //  ERROR
+    char code [32];
+    char error [256];
+} za_broker_reply_t;
+
+//  Receives one message and decodes it into *reply (cleared first). Returns
+//  0, or -1 when it is dropped: nothing came, it did not decode, its body
+//  does not say what its op must say (the reason is the last error). Never
+//  acts on a message it could not decode.
+int za_broker_client_recv (za_broker_client_t *self, za_broker_reply_t *reply);
+//  Frees what a reply owns and zeroes it; safe twice.
+void za_broker_reply_clear (za_broker_reply_t *reply);
+
+//  watch, then waits up to timeout_secs for the state. Returns 0 with
+//  *state_p (caller frees) and, when text_p is not NULL, the JSON text
+//  (caller frees); or -1 with an error (no answer, or interrupted).
+int za_broker_client_state (za_broker_client_t *self, double timeout_secs,
+                            za_broker_state_t **state_p, char **text_p);
+
+// ---------------------------------------------------------------------------
+//  A role's client, as a CZMQ actor
 
 typedef struct {
     const char *broker;             //  the broker's endpoint
@@ -31,8 +165,8 @@ typedef struct {
 //    "WELCOME" INDEX JOB ENDPOINT  the index given, the job file's JSON, and
 //                                  (a ps) the endpoint this index had before
 //                                  ("" when none: bind any port)
-//    "VIEW" JSON                   the cluster view, once: {"ps": [endpoints],
-//                                  "num_workers": N}
+//    "VIEW" N PS0 PS1 ...          the cluster view, once it is ready: the
+//                                  number of ps and each one's endpoint
 //    "FAILED" WHY                  no welcome within timeout_secs, or refused
 //  and it takes:
 //    "ENDPOINT" EP                 where this ps serves (reported from now on)

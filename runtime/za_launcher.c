@@ -1,0 +1,465 @@
+/*  za_launcher.c: the processes on the broker's side: the broker itself
+    (--role broker [--supervise]) and --local, the launcher that runs a
+    supervising broker of this very program on this machine, restarts it
+    when it dies or hangs, draws one progress line from the broker's state
+    and prints the result. It watches the broker through the broker client
+    and judges it with the peer class, like every role.                    */
+#include "za_run_private.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define LOCAL_TICK_MS 100
+#define LOCAL_WATCH_SECS 1.0
+#define LOCAL_LOG_SECS 10.0
+#define LOCAL_BROKER_FIRST_SECS 30.0    //  a new broker has this long to first answer
+#define LOCAL_BROKER_SILENT_SECS 10.0   //  at least this silence before a broker is hung
+#define LOCAL_STOP_GRACE_SECS 10.0
+#define LOCAL_MAX_GROUPS 1024
+#define PROGRESS_BAR_CHARS 20
+
+void
+za_run_self_exe (char *path, size_t size)
+{
+    ssize_t n = readlink ("/proc/self/exe", path, size - 1);
+    path [n > 0? n: 0] = 0;
+}
+
+int
+za_run_free_endpoint (const char *host, char *endpoint, size_t size)
+{
+    //  libzmq's own "*" port, not CZMQ's "!" (which repeats in processes
+    //  started in the same second): the kernel picks, we read it, let it go.
+    zsock_t *probe = zsock_new (ZMQ_ROUTER);
+    int local = streq (host, "127.0.0.1");
+    char bound [ZA_CLUSTER_ENDPOINT_MAX] = "";
+    size_t bound_size = sizeof bound;
+    int rc = probe? zmq_bind (zsock_resolve (probe), local? "tcp://127.0.0.1:*": "tcp://*:*"): -1;
+    if (rc == 0)
+        rc = zmq_getsockopt (zsock_resolve (probe), ZMQ_LAST_ENDPOINT, bound, &bound_size);
+    zsock_destroy (&probe);
+    const char *port = strrchr (bound, ':');
+    if (rc || !port)
+        return za_error ("cannot find a free tcp port on %s", host);
+    snprintf (endpoint, size, "tcp://%s%s", host, port);
+    return 0;
+}
+
+//  The job every task of the cluster runs (caller frees): the options
+//  given, the task counts, and max_steps as worked out.
+static char *
+s_job_text (za_options_t *options, const za_settings_t *s)
+{
+    json_t *extra = json_pack ("{s:I}", "max_steps", (json_int_t) s->max_steps);
+    char *text = za_options_job_text (options, extra);
+    json_decref (extra);
+    return text;
+}
+
+// ---------------------------------------------------------------------------
+//  The broker process
+
+int
+za_run_broker (const za_program_t *program, za_options_t *options, za_settings_t *s)
+{
+    if (!s->bind) {
+        za_error ("--role broker needs --bind ENDPOINT (e.g. tcp://*:5555)");
+        return ZA_EXIT_USAGE;
+    }
+    za_task_t task;
+    int rc = za_task_prepare (&task, program, options, s, 0);
+    za_task_release (&task);
+    if (rc)
+        return rc;
+    char *job_text = s_job_text (options, s);
+    char exe [4096], connect [ZA_CLUSTER_ENDPOINT_MAX], log_dir [4096];
+    za_run_self_exe (exe, sizeof exe);
+    //  Roles it starts reach it on loopback when it binds every interface.
+    snprintf (connect, sizeof connect, "%s", s->bind);
+    char *star = strstr (connect, "://*:");
+    if (star)
+        snprintf (star, sizeof connect - (size_t) (star - connect), "://127.0.0.1:%s",
+                  strstr (s->bind, "://*:") + 5);
+    snprintf (log_dir, sizeof log_dir, "%s/logs", s->model_dir);
+    if (s->supervise && za_mkdirs (log_dir)) {
+        free (job_text);
+        return 1;
+    }
+    za_broker_config_t config;
+    za_broker_config_init (&config);
+    config.bind = s->bind;
+    config.connect = connect;
+    config.job_text = job_text;
+    config.counts [ZA_TASK_CHIEF] = 1;
+    config.counts [ZA_TASK_WORKER] = (int) s->workers;
+    config.counts [ZA_TASK_PS] = (int) s->ps;
+    config.counts [ZA_TASK_EVALUATOR] = (int) s->evaluators;
+    config.model_dir = s->model_dir;
+    config.max_steps = s->max_steps;
+    config.heartbeat_ivl_secs = za_settings_heartbeat_ivl_secs (s);
+    config.heartbeat_liveness = (int) s->heartbeat_liveness;
+    config.supervise = s->supervise;
+    config.exe = exe;
+    config.log_dir = log_dir;
+    config.max_restarts = (int) s->max_restarts;
+    const char *restarts = getenv ("ZA_RESTARTS");
+    config.restarts = restarts? atoi (restarts): 0;
+    config.restart_cause = getenv ("ZA_RESTART_CAUSE");
+    za_mkdirs (s->model_dir);
+    za_info ("broker: on %s for 1 chief, %" PRId64 " workers, %" PRId64 " ps, %" PRId64
+             " evaluator, until step %" PRId64 "%s", s->bind, s->workers, s->ps,
+             s->evaluators, s->max_steps, s->supervise? ", supervising": "");
+    zactor_t *broker = zactor_new (za_broker_actor, &config);
+    char *done = NULL, *code = NULL;
+    rc = 1;
+    if (broker && zstr_recvx (broker, &done, &code, NULL) == 2 && streq (done, "DONE"))
+        rc = atoi (code);
+    zstr_free (&done);
+    zstr_free (&code);
+    zactor_destroy (&broker);
+    free (job_text);
+    return zsys_interrupted? ZA_EXIT_INTERRUPTED: rc;
+}
+
+// ---------------------------------------------------------------------------
+//  --local
+
+//  What the launcher keeps: the broker it runs, its restarts, the progress.
+typedef struct {
+    const za_settings_t *settings;
+    char exe [4096];
+    char bind [ZA_CLUSTER_ENDPOINT_MAX];
+    char job_path [4200];
+    char log [4300];
+    char logs [4200];
+    pid_t broker;
+    pid_t groups [LOCAL_MAX_GROUPS];    //  every broker's process group, with its roles
+    int group_count;
+    int restarts, failures;
+    double restart_at, broker_since;
+    char cause [256];
+    za_broker_config_t backoff;         //  the broker restarts as it restarts tasks
+    za_broker_client_t *client;
+    int tty;
+    char line [512];
+} s_local_t;
+
+//  Starts a supervising broker of this program in a process group of its own
+//  (with the roles it starts): Ctrl-C reaches us alone, and we can stop
+//  every process of the job.
+static int
+s_spawn_broker (s_local_t *self)
+{
+    char max_restarts [32], restarts_env [32], cause_env [300];
+    snprintf (max_restarts, sizeof max_restarts, "%" PRId64, self->settings->max_restarts);
+    snprintf (restarts_env, sizeof restarts_env, "ZA_RESTARTS=%d", self->restarts);
+    snprintf (cause_env, sizeof cause_env, "ZA_RESTART_CAUSE=%s", self->cause);
+    char *argv [] = {self->exe, "--role", "broker", "--bind", self->bind, "--job",
+                     self->job_path, "--supervise", "--max-restarts", max_restarts, NULL};
+    const char *env [] = {restarts_env, cause_env, NULL};
+    self->broker = za_broker_spawn (self->exe, argv, env, self->log, 1);
+    if (self->broker < 0)
+        return -1;
+    if (self->group_count < LOCAL_MAX_GROUPS)
+        self->groups [self->group_count++] = self->broker;
+    self->broker_since = za_clock_mono ();
+    za_peer_init (za_broker_client_peer (self->client), LOCAL_WATCH_SECS,
+                  za_broker_client_peer (self->client)->liveness, self->broker_since);
+    return 0;
+}
+
+//  Stops every process of the job: each broker's process group (its roles
+//  are in it), SIGTERM, then SIGKILL after a grace; reaps them all.
+static void
+s_stop_groups (s_local_t *self)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        int alive = 0;
+        for (int g = 0; g < self->group_count; g++)
+            if (killpg (self->groups [g], pass? SIGKILL: SIGTERM) == 0)
+                alive++;
+        double deadline = za_clock_mono () + LOCAL_STOP_GRACE_SECS;
+        while (alive && za_clock_mono () < deadline) {
+            while (waitpid (-1, NULL, WNOHANG) > 0)
+                ;
+            alive = 0;
+            for (int g = 0; g < self->group_count; g++)
+                alive += killpg (self->groups [g], 0) == 0;
+            if (alive)
+                zclock_sleep (50);
+        }
+        if (!alive)
+            break;
+    }
+    while (waitpid (-1, NULL, WNOHANG) > 0)
+        ;
+}
+
+//  "1:02:03" or "4:05".
+static void
+s_duration (double secs, char *text, size_t size)
+{
+    if (!(secs >= 0) || secs > 99 * 3600) {
+        snprintf (text, size, "?");
+        return;
+    }
+    int s = (int) (secs + 0.5);
+    if (s >= 3600)
+        snprintf (text, size, "%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60);
+    else
+        snprintf (text, size, "%d:%02d", s / 60, s % 60);
+}
+
+//  One line of progress from the broker's state.
+static void
+s_progress_line (const za_broker_state_t *state, char *line, size_t size, int bar)
+{
+    double loss = 0, steps_per_sec = 0, examples_per_sec = 0, eval_accuracy = -1;
+    int64_t eval_step = -1;
+    int restarts = state->broker_restarts;
+    for (int t = 0; t < state->task_count; t++) {
+        const za_broker_task_row_t *row = &state->tasks [t];
+        restarts += row->restarts;
+        if (row->type == ZA_TASK_CHIEF) {
+            loss = row->loss;
+            steps_per_sec = row->steps_per_sec;
+        }
+        if (row->type == ZA_TASK_CHIEF || row->type == ZA_TASK_WORKER)
+            examples_per_sec += row->examples_per_sec;
+        if (row->type == ZA_TASK_EVALUATOR && row->eval_step >= 0) {
+            eval_step = row->eval_step;
+            eval_accuracy = row->eval_accuracy;
+        }
+    }
+    int64_t max_steps = state->max_steps, step = state->global_step;
+    double fraction = max_steps > 0? (double) step / (double) max_steps: 0;
+    if (fraction > 1)
+        fraction = 1;
+    char eta [32], eval [64] = "eval -", meter [PROGRESS_BAR_CHARS + 4] = "";
+    s_duration (steps_per_sec > 0? (double) (max_steps - step) / steps_per_sec: -1, eta,
+                sizeof eta);
+    if (eval_step >= 0)
+        snprintf (eval, sizeof eval, "eval %.4f@%" PRId64, eval_accuracy, eval_step);
+    if (bar) {
+        int filled = (int) (fraction * PROGRESS_BAR_CHARS);
+        meter [0] = '[';
+        for (int c = 0; c < PROGRESS_BAR_CHARS; c++)
+            meter [1 + c] = c < filled? '#': '.';
+        meter [PROGRESS_BAR_CHARS + 1] = ']';
+        meter [PROGRESS_BAR_CHARS + 2] = ' ';
+        meter [PROGRESS_BAR_CHARS + 3] = 0;
+    }
+    snprintf (line, size, "%s%3.0f%% step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f ex/s  %s  "
+              "ETA %s  restarts %d", meter, 100 * fraction, step, max_steps, loss,
+              examples_per_sec, eval, eta, restarts);
+}
+
+//  Reaps what ended. Returns 1 when the job is over (rc set), else 0; a
+//  broker that died is started again after the backoff.
+static int
+s_reap (s_local_t *self, double now, int *rc)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid (-1, &status, WNOHANG)) > 0) {
+        if (pid != self->broker)
+            continue;               //  an orphaned role, reaped
+        self->broker = -1;
+        if (WIFEXITED (status) && WEXITSTATUS (status) == 0) {
+            *rc = 0;
+            return 1;
+        }
+        char how [128];
+        if (WIFEXITED (status))
+            snprintf (how, sizeof how, "exit code %d", WEXITSTATUS (status));
+        else
+            snprintf (how, sizeof how, "killed by signal %d", WTERMSIG (status));
+        size_t used = strlen (self->cause);
+        snprintf (self->cause + used, sizeof self->cause - used, "%s%s", used? ", ": "", how);
+        if (WIFEXITED (status) && WEXITSTATUS (status) == 1)
+            return 1;               //  the broker gave up on the job
+        if (self->restarts >= self->settings->max_restarts) {
+            fprintf (stderr, "\nzactor: the broker failed (%s) after %d restarts\n",
+                     self->cause, self->restarts);
+            return 1;
+        }
+        self->restart_at = now + za_broker_backoff (&self->backoff, self->failures++);
+    }
+    return 0;
+}
+
+//  A dead broker is started again when its backoff is over; one silent too
+//  long (hung) is killed, and reaped on a later turn.
+static int
+s_tend_broker (s_local_t *self, double now)
+{
+    if (self->broker < 0 && now >= self->restart_at) {
+        self->restarts++;
+        if (self->tty)
+            printf ("\n");
+        printf ("zactor: the broker stopped (%s); restart %d\n", self->cause, self->restarts);
+        fflush (stdout);
+        int failed = s_spawn_broker (self);
+        self->cause [0] = 0;
+        if (failed) {
+            fprintf (stderr, "zactor: cannot start the broker again\n");
+            return -1;
+        }
+    }
+    za_peer_t *peer = za_broker_client_peer (self->client);
+    int hung = peer->heard? za_peer_expired (peer, now)
+                          : now - self->broker_since > LOCAL_BROKER_FIRST_SECS;
+    if (self->broker > 0 && hung) {
+        snprintf (self->cause, sizeof self->cause, "silent for %.0f s",
+                  za_peer_silence (peer, now));
+        kill (self->broker, SIGKILL);
+        za_peer_init (peer, peer->ivl_secs, peer->liveness, now);
+        self->broker_since = now;
+    }
+    return 0;
+}
+
+//  The broker's state, when a reply came: the progress line.
+static void
+s_on_state (s_local_t *self, double *last_log)
+{
+    za_broker_reply_t reply;
+    memset (&reply, 0, sizeof reply);
+    if (za_broker_client_recv (self->client, &reply) == 0 && reply.op == ZA_OP_STATE) {
+        double now = za_clock_mono ();
+        s_progress_line (reply.state, self->line, sizeof self->line, self->tty);
+        if (self->tty) {
+            printf ("\r\033[K%s", self->line);
+            fflush (stdout);
+        }
+        else
+        if (now - *last_log >= LOCAL_LOG_SECS) {
+            printf ("%s\n", self->line);
+            fflush (stdout);
+            *last_log = now;
+        }
+    }
+    za_broker_reply_clear (&reply);
+}
+
+//  Supervises the broker until the job ends. Returns the job's status.
+static int
+s_supervise (s_local_t *self)
+{
+    zpoller_t *poller = zpoller_new (za_broker_client_sock (self->client), NULL);
+    double now = za_clock_mono (), last_log = now, last_watch = 0;
+    int rc = 1;
+    while (1) {
+        if (zsys_interrupted) {
+            rc = ZA_EXIT_INTERRUPTED;
+            break;
+        }
+        if (zpoller_wait (poller, LOCAL_TICK_MS))
+            s_on_state (self, &last_log);
+        now = za_clock_mono ();
+        if (s_reap (self, now, &rc) || s_tend_broker (self, now))
+            break;
+        if (now - last_watch >= LOCAL_WATCH_SECS) {
+            za_broker_client_watch (self->client);
+            last_watch = now;
+        }
+    }
+    zpoller_destroy (&poller);
+    if (*self->line)
+        printf (self->tty? "\n": "%s\n", self->line);     //  the bar's last state ends its line
+    return rc;
+}
+
+//  What the job left: the final evaluation, the best one, where things are.
+static int
+s_report (const za_settings_t *s, const char *logs)
+{
+    int rc = za_task_print_last_eval (s, -1);
+    char best_path [4200];
+    snprintf (best_path, sizeof best_path, "%s/export/best/best.json", s->model_dir);
+    json_t *best = json_load_file (best_path, 0, NULL);
+    if (best)
+        printf ("best evaluation %.4f at step %" JSON_INTEGER_FORMAT ", kept in %s/export/best\n",
+                json_number_value (json_object_get (best, "accuracy")),
+                json_integer_value (json_object_get (best, "global_step")), s->model_dir);
+    json_decref (best);
+    printf ("checkpoints and TensorBoard events in %s, evaluations in %s/eval%s%s, events in "
+            "%s/events.jsonl, logs in %s\n", s->model_dir, s->model_dir,
+            s->eval_name && *s->eval_name? "_": "", s->eval_name? s->eval_name: "",
+            s->model_dir, logs);
+    return rc;
+}
+
+//  Writes the job for the broker to MODEL_DIR/job.json. 0, or -1.
+static int
+s_write_job (s_local_t *self, za_options_t *options)
+{
+    char *job = s_job_text (options, self->settings);
+    FILE *file = job && za_mkdirs (self->logs) == 0? fopen (self->job_path, "w"): NULL;
+    int written = file && fputs (job, file) >= 0;
+    if (file && fclose (file))
+        written = 0;
+    free (job);
+    return written? 0: za_error ("cannot write %s", self->job_path);
+}
+
+int
+za_run_local (const za_program_t *program, za_options_t *options, za_settings_t *s)
+{
+    za_task_t task;
+    int rc = za_task_prepare (&task, program, options, s, 1);
+    za_task_release (&task);
+    if (rc)
+        return rc;
+    s_local_t self_data, *self = &self_data;
+    memset (self, 0, sizeof *self);
+    self->settings = s;
+    self->tty = isatty (STDOUT_FILENO);
+    za_broker_config_init (&self->backoff);
+    snprintf (self->logs, sizeof self->logs, "%.4095s/logs", s->model_dir);
+    snprintf (self->job_path, sizeof self->job_path, "%.4095s/job.json", s->model_dir);
+    snprintf (self->log, sizeof self->log, "%.4095s/logs/broker.log", s->model_dir);
+    if (s_write_job (self, options) || za_run_free_endpoint ("127.0.0.1", self->bind,
+                                                             sizeof self->bind))
+        return 1;
+    za_run_self_exe (self->exe, sizeof self->exe);
+    //  The broker answers a watch at once; one that misses several is hung.
+    double ivl = za_settings_heartbeat_ivl_secs (s);
+    double silent_max = ivl * (double) s->heartbeat_liveness;
+    if (silent_max < LOCAL_BROKER_SILENT_SECS)
+        silent_max = LOCAL_BROKER_SILENT_SECS;
+    self->client = za_broker_client_new (self->bind, LOCAL_WATCH_SECS,
+                                         (int) (silent_max / LOCAL_WATCH_SECS + 0.5));
+    //  Orphans (roles whose broker died) come to us: we reap them.
+    prctl (PR_SET_CHILD_SUBREAPER, 1);
+    if (!self->client || s_spawn_broker (self)) {
+        za_error ("cannot start the broker (%s)", self->exe);
+        za_broker_client_destroy (&self->client);
+        return 1;
+    }
+    printf ("zactor: 1 chief, %" PRId64 " workers, %" PRId64 " ps, %" PRId64 " evaluator on "
+            "this machine, until step %" PRId64 "\n  watch:  zactor-top --broker %s\n"
+            "  logs:   %s\n", s->workers, s->ps, s->evaluators, s->max_steps, self->bind,
+            self->logs);
+    fflush (stdout);
+    rc = s_supervise (self);
+    za_broker_client_destroy (&self->client);
+    //  Whatever is left (nothing, after a job that ended well) is stopped.
+    s_stop_groups (self);
+    if (rc == ZA_EXIT_INTERRUPTED)
+        fprintf (stderr, "zactor: interrupted; every process of the job is stopped\n");
+    else
+    if (rc == 0)
+        rc = s_report (s, self->logs);
+    else
+        fprintf (stderr, "zactor: the job failed: see %s/events.jsonl and %s\n",
+                 s->model_dir, self->logs);
+    return rc;
+}

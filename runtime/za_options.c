@@ -1,0 +1,630 @@
+/*  za_options.c: one table of settings turned into a command line, job files,
+    the job handed to every task, --help and validation.                     */
+#include "za/za_options.h"
+#include "za/za_util.h"
+
+#include <czmq.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define OPTIONS_MAX 128
+#define NAME_MAX_CHARS 64
+#define TEXT_MAX_CHARS 1024
+#define HELP_COLUMN 25
+#define HELP_WIDTH 92
+//  The task counts a job may give as "roles".
+#define ROLES_KEY "roles"
+
+struct _za_options_t {
+    const char *program;
+    za_settings_t *settings;
+    int stack_model;
+    int count;
+    za_option_t options [OPTIONS_MAX];
+    za_option_source_t from [OPTIONS_MAX];
+    const char *program_default [OPTIONS_MAX];
+    zlist_t *strings;               //  every string value, owned
+};
+
+void
+za_option_key (const za_option_t *option, char *key, size_t size)
+{
+    snprintf (key, size, "%s", option->flag);
+    for (char *c = key; *c; c++)
+        if (*c == '-')
+            *c = '_';
+}
+
+//  The option named `name` (a flag, or its job key), or -1.
+static int
+s_index_of (const za_options_t *self, const char *name)
+{
+    char flag [NAME_MAX_CHARS];
+    snprintf (flag, sizeof flag, "%s", name);
+    for (char *c = flag; *c; c++)
+        if (*c == '_')
+            *c = '-';
+    for (int i = 0; i < self->count; i++)
+        if (streq (self->options [i].flag, flag))
+            return i;
+    return -1;
+}
+
+const za_option_t *
+za_options_find (const za_options_t *self, const char *name)
+{
+    int i = s_index_of (self, name);
+    return i < 0? NULL: &self->options [i];
+}
+
+int
+za_options_count (const za_options_t *self)
+{
+    return self->count;
+}
+
+const za_option_t *
+za_options_at (const za_options_t *self, int index)
+{
+    return index >= 0 && index < self->count? &self->options [index]: NULL;
+}
+
+static void *
+s_field (const za_options_t *self, const za_option_t *option)
+{
+    char *base = option->flags & ZA_OPTION_PARAM? (char *) self->settings->params
+                                                : (char *) self->settings;
+    return base + option->offset;
+}
+
+static int
+s_hidden (const za_options_t *self, const za_option_t *option)
+{
+    return !self->stack_model && (option->flags & ZA_OPTION_STACK);
+}
+
+//  A copy of text that lives as long as the options.
+static const char *
+s_keep (za_options_t *self, const char *text)
+{
+    zlist_append (self->strings, (void *) text);
+    return (const char *) zlist_tail (self->strings);
+}
+
+// ---------------------------------------------------------------------------
+//  Values
+
+static int
+s_parse_int (const char *what, const char *text, double min, double max, int64_t *value)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll (text, &end, 10);
+    if (errno || end == text || *end || (double) v < min || (double) v > max)
+        return za_error ("%s wants an integer in [%.0f, %.0f], got '%s'", what, min, max, text);
+    *value = v;
+    return 0;
+}
+
+static int
+s_parse_number (const char *what, const za_option_t *option, const char *text, double *value)
+{
+    char *end;
+    double v = strtod (text, &end);
+    int above = option->flags & ZA_OPTION_ABOVE_MIN;
+    if (end == text || *end || !isfinite (v) || v < option->min || v > option->max
+        || (above && v == option->min)) {
+        if (option->max < HUGE_VAL)
+            return za_error ("%s wants a number %s %g and <= %g, got '%s'", what,
+                             above? ">": ">=", option->min, option->max, text);
+        return za_error ("%s wants a number %s %g, got '%s'", what, above? ">": ">=",
+                         option->min, text);
+    }
+    *value = v;
+    return 0;
+}
+
+//  The choice `text` names (case aside), or NULL.
+static const char *
+s_choice (const char *choices, const char *text, char *buf, size_t size)
+{
+    const char *at = choices;
+    while (at && *at) {
+        size_t n = strcspn (at, "|");
+        if (n == strlen (text) && strncasecmp (at, text, n) == 0 && n < size) {
+            memcpy (buf, at, n);
+            buf [n] = 0;
+            return buf;
+        }
+        at += n + (at [n] == '|');
+    }
+    return NULL;
+}
+
+static int
+s_parse_list (const char *what, const za_option_t *option, const char *text)
+{
+    char list [TEXT_MAX_CHARS];
+    if (strlen (text) >= sizeof list || !*text)
+        return za_error ("%s wants a list of integers such as 256,128, got '%s'", what, text);
+    snprintf (list, sizeof list, "%s", text);
+    char *save = NULL;
+    for (char *item = strtok_r (list, ",", &save); item; item = strtok_r (NULL, ",", &save)) {
+        int64_t unused;
+        if (s_parse_int (what, item, option->min, option->max, &unused))
+            return -1;
+    }
+    return 0;
+}
+
+//  Checks text for the option and writes it to its field. `what` names it.
+static int
+s_store (za_options_t *self, const za_option_t *option, const char *text, const char *what)
+{
+    void *field = s_field (self, option);
+    char choice [NAME_MAX_CHARS];
+    switch (option->type) {
+        case ZA_OPTION_FLAG:
+            if (!text || !*text || streq (text, "true") || streq (text, "1"))
+                *(int *) field = 1;
+            else
+            if (streq (text, "false") || streq (text, "0"))
+                *(int *) field = 0;
+            else
+                return za_error ("%s wants true or false, got '%s'", what, text);
+            return 0;
+        case ZA_OPTION_INT: {
+            int64_t value = 0;
+            if (s_parse_int (what, text, option->min, option->max, &value))
+                return -1;
+            *(int64_t *) field = value;
+            return 0;
+        }
+        case ZA_OPTION_NUMBER: {
+            double value = 0;
+            if (s_parse_number (what, option, text, &value))
+                return -1;
+            *(double *) field = value;
+            return 0;
+        }
+        case ZA_OPTION_CHOICE:
+            if (!s_choice (option->choices, text, choice, sizeof choice)) {
+                char known [TEXT_MAX_CHARS];
+                snprintf (known, sizeof known, "%s", option->choices);
+                for (char *c = known; *c; c++)
+                    if (*c == '|')
+                        *c = ',';
+                return za_error ("%s: '%s' is not one of %s", what, text, known);
+            }
+            *(const char **) field = s_keep (self, choice);
+            return 0;
+        case ZA_OPTION_LIST:
+            if (s_parse_list (what, option, text))
+                return -1;
+            *(const char **) field = s_keep (self, text);
+            return 0;
+        case ZA_OPTION_STRING:
+            if (strlen (text) >= TEXT_MAX_CHARS)
+                return za_error ("%s: the value is longer than %d bytes", what,
+                                 TEXT_MAX_CHARS - 1);
+            *(const char **) field = s_keep (self, text);
+            return 0;
+    }
+    return za_error ("%s: unknown option type", what);
+}
+
+int
+za_options_set (za_options_t *self, const char *name, const char *text,
+                za_option_source_t source, const char *what)
+{
+    int i = s_index_of (self, name);
+    if (i < 0 || s_hidden (self, &self->options [i]))
+        return za_error ("%s: no such option", what);
+    if (source < self->from [i])
+        return 0;               //  a stronger source said otherwise
+    if (s_store (self, &self->options [i], text, what))
+        return -1;
+    self->from [i] = source;
+    return 0;
+}
+
+int
+za_options_given (const za_options_t *self, const char *name, za_option_source_t than)
+{
+    int i = s_index_of (self, name);
+    return i >= 0 && self->from [i] > than;
+}
+
+void
+za_options_value_text (const za_options_t *self, const za_option_t *option, char *text,
+                       size_t size)
+{
+    const void *field = s_field ((za_options_t *) self, option);
+    switch (option->type) {
+        case ZA_OPTION_FLAG:
+            snprintf (text, size, "%s", *(const int *) field? "true": "false");
+            break;
+        case ZA_OPTION_INT:
+            snprintf (text, size, "%" PRId64, *(const int64_t *) field);
+            break;
+        case ZA_OPTION_NUMBER:
+            snprintf (text, size, "%.17g", *(const double *) field);
+            break;
+        default: {
+            const char *value = *(const char *const *) field;
+            snprintf (text, size, "%s", value? value: "");
+            break;
+        }
+    }
+}
+
+const char *
+za_options_default_text (const za_options_t *self, const za_option_t *option)
+{
+    int i = (int) (option - self->options);
+    if (i < 0 || i >= self->count)
+        return NULL;
+    return self->program_default [i]? self->program_default [i]: option->fallback;
+}
+
+// ---------------------------------------------------------------------------
+//  The table
+
+za_options_t *
+za_options_new (const char *program, const za_option_t *extra, za_settings_t *settings,
+                int stack_model)
+{
+    za_options_t *self = (za_options_t *) calloc (1, sizeof *self);
+    if (!self) {
+        za_error ("out of memory");
+        return NULL;
+    }
+    self->program = program;
+    self->settings = settings;
+    self->stack_model = stack_model;
+    self->strings = zlist_new ();
+    zlist_autofree (self->strings);
+    const za_option_t *tables [2] = {za_settings_options (), extra};
+    for (int t = 0; t < 2; t++)
+        for (const za_option_t *option = tables [t]; option && option->flag; option++) {
+            if (self->count >= OPTIONS_MAX || s_index_of (self, option->flag) >= 0
+                || ((option->flags & ZA_OPTION_PARAM) && !settings->params)) {
+                za_error ("%s: option --%s is declared twice, has no params to write to, "
+                          "or is one too many", program, option->flag);
+                za_options_destroy (&self);
+                return NULL;
+            }
+            self->options [self->count++] = *option;
+        }
+    for (int i = 0; i < self->count; i++) {
+        const za_option_t *option = &self->options [i];
+        char what [NAME_MAX_CHARS + 16];
+        snprintf (what, sizeof what, "default of --%s", option->flag);
+        if (option->fallback && s_store (self, option, option->fallback, what)) {
+            za_options_destroy (&self);
+            return NULL;
+        }
+    }
+    return self;
+}
+
+void
+za_options_destroy (za_options_t **self_p)
+{
+    za_options_t *self = *self_p;
+    if (!self)
+        return;
+    zlist_destroy (&self->strings);
+    free (self);
+    *self_p = NULL;
+}
+
+int
+za_options_default (za_options_t *self, const char *name, const char *text)
+{
+    int i = s_index_of (self, name);
+    char what [NAME_MAX_CHARS + 32];
+    snprintf (what, sizeof what, "%s's default of --%s", self->program, name);
+    if (i < 0)
+        return za_error ("%s: no such option", what);
+    if (za_options_set (self, name, text, ZA_FROM_PROGRAM, what))
+        return -1;
+    self->program_default [i] = s_keep (self, text);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+//  The command line
+
+int
+za_options_parse_args (za_options_t *self, int argc, char **argv)
+{
+    for (int a = 1; a < argc; a++) {
+        const char *arg = argv [a];
+        if (streq (arg, "-h") || streq (arg, "--help"))
+            return 1;
+        if (strncmp (arg, "--", 2) != 0 || !arg [2])
+            return za_error ("unexpected argument '%s'", arg);
+        char name [NAME_MAX_CHARS];
+        const char *equals = strchr (arg + 2, '=');
+        size_t length = equals? (size_t) (equals - arg - 2): strlen (arg + 2);
+        if (length >= sizeof name)
+            return za_error ("unrecognized option '%s'", arg);
+        memcpy (name, arg + 2, length);
+        name [length] = 0;
+        int i = -1;
+        for (int o = 0; o < self->count && i < 0; o++)
+            if (streq (self->options [o].flag, name))
+                i = o;
+        if (i < 0 || s_hidden (self, &self->options [i])) {
+            if (i >= 0)
+                return za_error ("--%s: %s trains its own model, not a layer stack", name,
+                                 self->program);
+            return za_error ("unrecognized option '--%s'", name);
+        }
+        const za_option_t *option = &self->options [i];
+        const char *text = NULL;
+        if (option->type == ZA_OPTION_FLAG) {
+            if (equals)
+                return za_error ("option '--%s' doesn't allow an argument", name);
+        }
+        else
+        if (equals)
+            text = equals + 1;
+        else
+        if (a + 1 < argc)
+            text = argv [++a];
+        else
+            return za_error ("option '--%s' requires an argument", name);
+        char what [NAME_MAX_CHARS + 2];
+        snprintf (what, sizeof what, "--%s", name);
+        if (za_options_set (self, name, text, ZA_FROM_FLAG, what))
+            return -1;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+//  Jobs
+
+//  A job value as the text its flag would take, into text. -1 with an error
+//  when no flag takes it.
+static int
+s_job_text (const za_option_t *option, json_t *value, const char *what, char *text,
+            size_t size)
+{
+    text [0] = 0;
+    if (json_is_string (value))
+        snprintf (text, size, "%s", json_string_value (value));
+    else
+    if (json_is_integer (value))
+        snprintf (text, size, "%" JSON_INTEGER_FORMAT, json_integer_value (value));
+    else
+    if (json_is_real (value))
+        snprintf (text, size, "%.17g", json_real_value (value));
+    else
+    if (json_is_boolean (value) && option->type == ZA_OPTION_FLAG)
+        snprintf (text, size, "%s", json_is_true (value)? "true": "false");
+    else
+    if (json_is_array (value) && option->type == ZA_OPTION_LIST) {
+        size_t i;
+        json_t *item;
+        json_array_foreach (value, i, item) {
+            if (!json_is_integer (item))
+                return za_error ("%s: wants a list of integers", what);
+            size_t used = strlen (text);
+            snprintf (text + used, size - used, "%s%" JSON_INTEGER_FORMAT, i? ",": "",
+                      json_integer_value (item));
+        }
+    }
+    else
+        return za_error ("%s: %s", what, option->type == ZA_OPTION_FLAG
+                         ? "wants true or false" : "wants a string, a number or a list of integers");
+    if (strlen (text) >= size - 1)
+        return za_error ("%s: the value is longer than %zu bytes", what, size - 2);
+    return 0;
+}
+
+//  "roles": {"chief": 1, "worker": 2, "ps": 1, "evaluator": 1}.
+static int
+s_apply_roles (za_options_t *self, json_t *roles, const char *source, za_option_source_t from)
+{
+    static const char *const kinds [][2] = {
+        {"chief", NULL}, {"worker", "workers"}, {"ps", "ps"}, {"evaluator", "evaluators"}
+    };
+    const char *kind;
+    json_t *count;
+    json_object_foreach (roles, kind, count) {
+        char what [300];
+        snprintf (what, sizeof what, "%s: roles.%s", source, kind);
+        int found = -1;
+        for (int k = 0; k < 4; k++)
+            if (streq (kind, kinds [k][0]))
+                found = k;
+        if (found < 0 || !json_is_integer (count))
+            return za_error ("%s: roles are chief, worker, ps and evaluator, each an integer "
+                             "count", what);
+        json_int_t n = json_integer_value (count);
+        if (found == 0) {
+            if (n != 1)
+                return za_error ("%s is %" JSON_INTEGER_FORMAT ": 1 to 1", what, n);
+            continue;
+        }
+        const za_option_t *option = za_options_find (self, kinds [found][1]);
+        if (n < option->min || n > option->max)
+            return za_error ("%s is %" JSON_INTEGER_FORMAT ": %.0f to %.0f", what, n,
+                             option->min, option->max);
+        char text [32];
+        snprintf (text, sizeof text, "%" JSON_INTEGER_FORMAT, n);
+        if (za_options_set (self, kinds [found][1], text, from, what))
+            return -1;
+    }
+    return 0;
+}
+
+static int
+s_apply_object (za_options_t *self, json_t *object, const char *section, const char *source,
+                za_option_source_t from)
+{
+    const char *key;
+    json_t *value;
+    json_object_foreach (object, key, value) {
+        char what [300];
+        snprintf (what, sizeof what, "%s: %s%s%s", source, section? section: "",
+                  section? ".": "", key);
+        if (!section && streq (key, ROLES_KEY) && json_is_object (value)) {
+            if (s_apply_roles (self, value, source, from))
+                return -1;
+            continue;
+        }
+        if (!section && json_is_object (value)) {
+            if (s_apply_object (self, value, key, source, from))
+                return -1;
+            continue;
+        }
+        int i = s_index_of (self, key);
+        if (i < 0 || s_hidden (self, &self->options [i]) || strchr (key, '-'))
+            return za_error ("%s: not a job key (job keys are the flags of '%s --help' with "
+                             "'_' for '-')", what, self->program);
+        const za_option_t *option = &self->options [i];
+        if (option->scope == ZA_SCOPE_COMMAND)
+            return za_error ("%s: goes on the command line, not in a job", what);
+        char text [TEXT_MAX_CHARS];
+        if (s_job_text (option, value, what, text, sizeof text)
+            || za_options_set (self, key, text, from, what))
+            return -1;
+    }
+    return 0;
+}
+
+int
+za_options_apply_job (za_options_t *self, json_t *job, const char *source,
+                      za_option_source_t from)
+{
+    if (!json_is_object (job))
+        return za_error ("%s: the job is not a JSON object", source);
+    return s_apply_object (self, job, NULL, source, from);
+}
+
+int
+za_options_apply_job_file (za_options_t *self, const char *path)
+{
+    json_error_t error;
+    json_t *job = json_load_file (path, 0, &error);
+    if (!job) {
+        if (error.line > 0)
+            return za_error ("%s: line %d column %d: %s", path, error.line, error.column,
+                             error.text);
+        return za_error ("%s: %s", path, error.text);
+    }
+    int rc = za_options_apply_job (self, job, path, ZA_FROM_JOB);
+    json_decref (job);
+    return rc;
+}
+
+static json_t *
+s_job_value (const za_options_t *self, const za_option_t *option)
+{
+    const void *field = s_field ((za_options_t *) self, option);
+    switch (option->type) {
+        case ZA_OPTION_FLAG: return json_boolean (*(const int *) field);
+        case ZA_OPTION_INT: return json_integer (*(const int64_t *) field);
+        case ZA_OPTION_NUMBER: return json_real (*(const double *) field);
+        case ZA_OPTION_LIST: {
+            json_t *list = json_array ();
+            char copy [TEXT_MAX_CHARS], *save = NULL;
+            snprintf (copy, sizeof copy, "%s", *(const char *const *) field);
+            for (char *item = strtok_r (copy, ",", &save); item;
+                 item = strtok_r (NULL, ",", &save))
+                json_array_append_new (list, json_integer (strtoll (item, NULL, 10)));
+            return list;
+        }
+        default: {
+            const char *text = *(const char *const *) field;
+            return text? json_string (text): json_null ();
+        }
+    }
+}
+
+char *
+za_options_job_text (const za_options_t *self, json_t *extra)
+{
+    json_t *job = json_object ();
+    for (int i = 0; i < self->count; i++) {
+        const za_option_t *option = &self->options [i];
+        if (option->scope != ZA_SCOPE_JOB || self->from [i] == ZA_FROM_DEFAULT
+            || streq (option->flag, "workers") || streq (option->flag, "ps")
+            || streq (option->flag, "evaluators"))
+            continue;
+        char key [NAME_MAX_CHARS];
+        za_option_key (option, key, sizeof key);
+        json_t *value = s_job_value (self, option);
+        if (!json_is_null (value))
+            json_object_set_new (job, key, value);
+        else
+            json_decref (value);
+    }
+    const za_settings_t *s = self->settings;
+    json_object_set_new (job, ROLES_KEY, json_pack ("{s:i, s:I, s:I, s:I}", "chief", 1,
+                                                    "worker", (json_int_t) s->workers,
+                                                    "ps", (json_int_t) s->ps,
+                                                    "evaluator", (json_int_t) s->evaluators));
+    if (extra)
+        json_object_update (job, extra);
+    char *text = json_dumps (job, JSON_INDENT (2) | JSON_SORT_KEYS);
+    json_decref (job);
+    return text;
+}
+
+// ---------------------------------------------------------------------------
+//  Help
+
+void
+za_options_usage (const za_options_t *self, FILE *out, const char *about, unsigned readers)
+{
+    fprintf (out, "Usage: %s [OPTIONS]\n%s\n", self->program, about? about: "");
+    const char *section = NULL;
+    for (int i = 0; i < self->count; i++) {
+        const za_option_t *option = &self->options [i];
+        if (option->section)
+            section = option->section;
+        if (s_hidden (self, option) || (readers && !(option->readers & readers)))
+            continue;
+        if (section) {
+            fprintf (out, "\n%s:\n", section);
+            section = NULL;
+        }
+        char head [NAME_MAX_CHARS * 2];
+        snprintf (head, sizeof head, "  --%s%s%s", option->flag,
+                  option->value_name? " ": "", option->value_name? option->value_name: "");
+        fprintf (out, "%s", head);
+        int column = (int) strlen (head);
+        if (column >= HELP_COLUMN - 1) {
+            fputc ('\n', out);
+            column = 0;
+        }
+        fprintf (out, "%*s", HELP_COLUMN - column, "");
+        for (const char *c = option->help; *c; c++) {
+            fputc (*c, out);
+            if (*c == '\n')
+                fprintf (out, "%*s", HELP_COLUMN, "");
+        }
+        const char *fallback = za_options_default_text (self, option);
+        if (fallback && option->type != ZA_OPTION_FLAG) {
+            //  On the help's last line, or on one of its own when that is full.
+            const char *last = strrchr (option->help, '\n');
+            size_t width = strlen (last? last + 1: option->help) + strlen (fallback) + 11;
+            if (HELP_COLUMN + width > HELP_WIDTH)
+                fprintf (out, "\n%*s(default %s)", HELP_COLUMN, "", *fallback? fallback: "\"\"");
+            else
+                fprintf (out, " (default %s)", *fallback? fallback: "\"\"");
+        }
+        fputc ('\n', out);
+    }
+    fprintf (out, "  -h, --help%*sthis help; with --role ROLE, only what that role reads\n",
+             HELP_COLUMN - 12, "");
+}

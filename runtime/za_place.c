@@ -1,0 +1,255 @@
+/*  za_place.c: placing this task in its cluster, from TF_CONFIG (or
+    --cluster, --role, --index) or from a broker that hands out indexes, the
+    job and the ps endpoints; then running it there.                        */
+#include "za_run_private.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+//  Processes on one machine share its cores, unless --threads says.
+static void
+s_share_cores (za_options_t *options, za_settings_t *settings, int tasks)
+{
+    if (za_options_given (options, "threads", ZA_FROM_DEFAULT) || tasks < 1)
+        return;
+    int share = (int) sysconf (_SC_NPROCESSORS_ONLN) / tasks;
+    settings->threads = share > 0? share: 1;
+}
+
+//  The cluster from --cluster FILE or TF_CONFIG, with --role / --index (when
+//  given) as this task. NULL with one error when anything is wrong.
+static za_cluster_t *
+s_load_cluster (const za_settings_t *s)
+{
+    if (!s->role)
+        return za_cluster_load (s->cluster);
+    json_error_t error;
+    const char *env = getenv ("TF_CONFIG");
+    const char *source = s->cluster? s->cluster: "TF_CONFIG";
+    json_t *root = s->cluster? json_load_file (s->cluster, 0, &error)
+                 : env? json_loads (env, 0, &error): json_object ();
+    if (!root) {
+        za_error ("%s: line %d column %d: %s", source, error.line, error.column, error.text);
+        return NULL;
+    }
+    if (!json_is_object (root)) {
+        json_decref (root);
+        za_error ("%s: not a JSON object", source);
+        return NULL;
+    }
+    json_object_set_new (root, "task", json_pack ("{s:s, s:I}", "type", s->role, "index",
+                                                  (json_int_t) (s->index < 0? 0: s->index)));
+    char *text = json_dumps (root, 0);
+    json_decref (root);
+    za_cluster_t *cluster = text? za_cluster_parse (text, source): NULL;
+    free (text);
+    return cluster;
+}
+
+static void
+s_place_from_cluster (za_place_t *place, const za_cluster_t *cluster)
+{
+    memset (place, 0, sizeof *place);
+    place->type = cluster->task_type;
+    place->index = cluster->task_index;
+    place->is_chief = cluster->is_chief;
+    place->worker_index = cluster->worker_index;
+    place->num_workers = cluster->num_workers;
+    place->ps_count = cluster->ps_count;
+    place->evaluators = cluster->evaluator_count;
+    for (int p = 0; p < cluster->ps_count && p < ZA_ROLE_MAX_PS; p++) {
+        char *endpoint = za_cluster_ps_endpoint (cluster, p);
+        snprintf (place->ps_endpoints [p], sizeof place->ps_endpoints [p], "%s",
+                  endpoint? endpoint: "");
+        free (endpoint);
+    }
+    snprintf (place->bind, sizeof place->bind, "%s", cluster->bind_endpoint);
+}
+
+int
+za_run_in_cluster (const za_program_t *program, za_options_t *options, za_settings_t *s)
+{
+    int is_evaluator = s->role && streq (s->role, "evaluator");
+    za_cluster_t *cluster = NULL;
+    //  An evaluator needs no cluster (it follows model_dir); one given is checked.
+    if (!is_evaluator || s->cluster || getenv ("TF_CONFIG")) {
+        if (!(cluster = s_load_cluster (s)))
+            return ZA_EXIT_USAGE;
+        is_evaluator = cluster->task_type == ZA_TASK_EVALUATOR;
+    }
+    za_place_t place;
+    memset (&place, 0, sizeof place);
+    if (cluster && !is_evaluator) {
+        s_place_from_cluster (&place, cluster);
+        s_share_cores (options, s, za_cluster_tasks_on_my_host (cluster));
+    }
+    za_cluster_destroy (&cluster);
+    za_task_t task;
+    int need_eval = is_evaluator || (place.is_chief && !s->no_eval && !place.evaluators);
+    int rc = za_task_prepare (&task, program, options, s, need_eval);
+    if (!rc)
+        rc = is_evaluator? za_task_run_evaluator (&task): za_task_run_role (&task, &place, NULL);
+    za_task_release (&task);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------
+//  Joining a broker
+
+//  This machine's name as other hosts reach it; 127.0.0.1 when the broker
+//  is on loopback (everything is on this machine).
+static void
+s_my_host (const za_settings_t *s, char *host, size_t size)
+{
+    if (s->host)
+        snprintf (host, size, "%s", s->host);
+    else
+    if (strstr (s->broker, "127.0.0.1") || strstr (s->broker, "localhost")
+        || strncmp (s->broker, "ipc://", 6) == 0 || strncmp (s->broker, "inproc://", 9) == 0)
+        snprintf (host, size, "127.0.0.1");
+    else
+    if (gethostname (host, size - 1))
+        snprintf (host, size, "localhost");
+}
+
+//  Waits for the client's WELCOME and applies the broker's job. Returns 0
+//  with the index and the endpoint this ps index had before, or 1.
+static int
+s_welcome (zactor_t *client, const char *role, za_options_t *options, int *index,
+           char *endpoint, size_t size)
+{
+    char *what = NULL, *index_text = NULL, *job = NULL, *old_endpoint = NULL;
+    int rc = 1;
+    if (zstr_recvx (client, &what, &index_text, &job, &old_endpoint, NULL) < 1
+        || zsys_interrupted)
+        ;
+    else
+    if (streq (what, "FAILED"))
+        za_error ("%s: %s", role, index_text? index_text: "the broker failed");
+    else
+    if (streq (what, "WELCOME") && job && index_text) {
+        json_error_t error;
+        json_t *json = json_loads (job, 0, &error);
+        rc = json && za_options_apply_job (options, json, "the broker's job", ZA_FROM_JOB) == 0
+           ? 0: 1;
+        json_decref (json);
+        *index = atoi (index_text);
+        snprintf (endpoint, size, "%s", old_endpoint? old_endpoint: "");
+    }
+    zstr_free (&what);
+    zstr_free (&index_text);
+    zstr_free (&job);
+    zstr_free (&old_endpoint);
+    return rc;
+}
+
+//  Waits for the cluster view: every ps's endpoint. Returns 0, or 1.
+static int
+s_view (zactor_t *client, const char *role, za_place_t *place)
+{
+    zmsg_t *view = zmsg_recv (client);
+    char *what = view? zmsg_popstr (view): NULL;
+    int rc = 1;
+    if (what && streq (what, "VIEW")) {
+        char *count = zmsg_popstr (view);
+        if (count && atoi (count) == place->ps_count) {
+            rc = 0;
+            for (int p = 0; p < place->ps_count; p++) {
+                char *endpoint = zmsg_popstr (view);
+                if (!endpoint || !*endpoint)
+                    rc = 1;
+                else
+                    snprintf (place->ps_endpoints [p], sizeof place->ps_endpoints [p], "%s",
+                              endpoint);
+                zstr_free (&endpoint);
+            }
+        }
+        zstr_free (&count);
+        if (rc)
+            za_error ("%s: the broker's view is not a list of %d ps endpoints", role,
+                      place->ps_count);
+    }
+    else
+    if (what && streq (what, "FAILED")) {
+        char *why = zmsg_popstr (view);
+        za_error ("%s: %s", role, why? why: "the broker failed");
+        zstr_free (&why);
+    }
+    zstr_free (&what);
+    zmsg_destroy (&view);
+    return rc;
+}
+
+int
+za_run_with_broker (const za_program_t *program, za_options_t *options, za_settings_t *s)
+{
+    const char *role = s->role;
+    za_task_type_t type = ZA_TASK_CHIEF;
+    int known = 0;
+    for (int k = ZA_TASK_CHIEF; k <= ZA_TASK_EVALUATOR; k++)
+        if (role && streq (role, za_task_type_name ((za_task_type_t) k)))
+            type = (za_task_type_t) k, known = 1;
+    if (!known) {
+        za_error ("--broker needs --role chief, worker, ps or evaluator");
+        return ZA_EXIT_USAGE;
+    }
+    char host [256];
+    s_my_host (s, host, sizeof host);
+    static za_role_stats_t stats;
+    za_role_stats_init (&stats);
+    const char *restarts = getenv ("ZA_RESTARTS");
+    za_broker_client_config_t client_config = {
+        .broker = s->broker, .role = role, .index = (int) s->index, .host = host,
+        .restarts = restarts? atoi (restarts): 0, .stats = &stats,
+        .heartbeat_ivl_secs = za_settings_heartbeat_ivl_secs (s),
+        .heartbeat_liveness = (int) s->heartbeat_liveness, .timeout_secs = s->timeout_secs,
+    };
+    zactor_t *client = zactor_new (za_broker_client_actor, &client_config);
+    if (!client)
+        return 1;
+    za_place_t place;
+    memset (&place, 0, sizeof place);
+    char old_endpoint [ZA_CLUSTER_ENDPOINT_MAX];
+    int rc = s_welcome (client, role, options, &place.index, old_endpoint,
+                        sizeof old_endpoint);
+    za_task_t task;
+    memset (&task, 0, sizeof task);
+    if (!rc) {
+        za_info ("%s %d: registered with the broker at %s", role, place.index, s->broker);
+        if (streq (host, "127.0.0.1"))
+            s_share_cores (options, s, (int) (1 + s->workers + s->ps + s->evaluators));
+        place.type = type;
+        place.is_chief = type == ZA_TASK_CHIEF;
+        place.worker_index = type == ZA_TASK_CHIEF? 0
+                           : type == ZA_TASK_WORKER? place.index + 1: -1;
+        place.num_workers = (int) (1 + s->workers);
+        place.ps_count = (int) s->ps;
+        place.evaluators = (int) s->evaluators;
+        if (type == ZA_TASK_PS) {
+            if (*old_endpoint)
+                snprintf (place.bind, sizeof place.bind, "%s", old_endpoint);
+            else
+            if (za_run_free_endpoint (host, place.bind, sizeof place.bind))
+                rc = 1;
+        }
+        int need_eval = type == ZA_TASK_EVALUATOR
+                     || (place.is_chief && !s->no_eval && !place.evaluators);
+        if (!rc)
+            rc = za_task_prepare (&task, program, options, s, need_eval);
+        task.stats = &stats;
+    }
+    if (!rc && (type == ZA_TASK_CHIEF || type == ZA_TASK_WORKER))
+        rc = s_view (client, role, &place);
+    if (!rc)
+        rc = type == ZA_TASK_EVALUATOR? za_task_run_evaluator (&task)
+                                      : za_task_run_role (&task, &place, client);
+    za_task_release (&task);
+    char code [16];
+    snprintf (code, sizeof code, "%d", rc);
+    zstr_sendx (client, "DONE", code, NULL);
+    zactor_destroy (&client);
+    return rc;
+}

@@ -1,0 +1,155 @@
+/*  za_run.c: za_run_main: the options in, everything that can be wrong with
+    them found before any work, then the one mode the command line asks for:
+    the whole cluster here (--local), the broker, a task that joins a broker,
+    a task of a static cluster, or training in this process.               */
+#include "za_run_private.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+//  --local's defaults, unless the job or the flags say otherwise: 10 epochs
+//  (asynchronous training needs more steps than one process for the same
+//  accuracy), checkpoints every 1000 steps (what a restarted ps can lose),
+//  and an evaluator that starts soon and runs every 10 s.
+static const char *const s_local_defaults [][2] = {
+    {"epochs", "10"},
+    {"save_checkpoints_steps", "1000"},
+    {"start_delay_secs", "5"},
+    {"throttle_secs", "10"},
+};
+
+static const char *s_about =
+    "Trains a model on MNIST-format data (Fashion-MNIST by default) and evaluates it on\n"
+    "the test set: in one process, as a whole supervised cluster on this machine\n"
+    "(--local), or as one task of a cluster (--role, TF_CONFIG, --broker). The same\n"
+    "program serves every role.";
+
+static const char *s_epilogue =
+    "\nOutput: a progress bar on a terminal (log lines otherwise), checkpoints\n"
+    "MODEL_DIR/model.ckpt-STEP.safetensors, MODEL_DIR/metrics.jsonl, MODEL_DIR/eval/metrics.jsonl.\n"
+    "Exit status: 0 done, 1 a run-time error, 2 bad arguments.\n";
+
+//  The readers of --help for `role` (0: everyone).
+static unsigned
+s_readers_of (const za_settings_t *s)
+{
+    if (s->local)
+        return ZA_READ_LAUNCHER;
+    if (!s->role)
+        return 0;
+    static const struct {
+        const char *role;
+        unsigned readers;
+    } roles [] = {
+        {"chief", ZA_READ_CHIEF}, {"worker", ZA_READ_WORKER}, {"ps", ZA_READ_PS},
+        {"evaluator", ZA_READ_EVALUATOR}, {"broker", ZA_READ_BROKER},
+    };
+    for (size_t r = 0; r < sizeof roles / sizeof roles [0]; r++)
+        if (streq (s->role, roles [r].role))
+            return roles [r].readers;
+    return 0;
+}
+
+static void
+s_usage (const za_program_t *program, za_options_t *options, const za_settings_t *s)
+{
+    char about [2048];
+    snprintf (about, sizeof about, "%s%s%s", program->about? program->about: s_about,
+              program->about? "": "",
+              program->model_fn? "": "\nWith no options it trains the seed CNN of the "
+              "TensorFlow Estimator tutorials\nin this process.");
+    za_options_usage (options, stdout, about, s_readers_of (s));
+    printf ("%s", s_epilogue);
+}
+
+//  What can be wrong between options, found before any work. Returns 0, or
+//  an exit status after one message.
+static int
+s_check (const za_program_t *program, za_settings_t *s)
+{
+    if (!streq (s->strategy, "ps-async")) {
+        za_error ("--strategy '%s': only ps-async is built so far (ps-sync and allreduce are "
+                  "planned)", s->strategy);
+        return ZA_EXIT_USAGE;
+    }
+    int is_evaluator = s->role && streq (s->role, "evaluator");
+    if (s->replay && !is_evaluator) {
+        za_error ("--replay goes with --role evaluator");
+        return ZA_EXIT_USAGE;
+    }
+    if (s->train_and_evaluate && (s->role || s->cluster || s->broker || s->local)) {
+        za_error ("--train-and-evaluate is the local case; in a cluster run an evaluator "
+                  "task (--role evaluator)");
+        return ZA_EXIT_USAGE;
+    }
+    if (s->broker && s->local) {
+        za_error ("--local starts its own broker: give --local or --broker, not both");
+        return ZA_EXIT_USAGE;
+    }
+    if (program->check && program->check (program->params, s))
+        return ZA_EXIT_USAGE;
+    return 0;
+}
+
+static int
+s_run (const za_program_t *program, za_options_t *options, za_settings_t *s)
+{
+    if (s->local)
+        return za_run_local (program, options, s);
+    if (s->role && streq (s->role, "broker"))
+        return za_run_broker (program, options, s);
+    if (s->broker)
+        return za_run_with_broker (program, options, s);
+    if (s->role || s->cluster || getenv ("TF_CONFIG"))
+        return za_run_in_cluster (program, options, s);
+    za_task_t task;
+    int rc = za_task_prepare (&task, program, options, s,
+                              !s->no_eval || s->train_and_evaluate);
+    if (!rc)
+        rc = za_task_run_single (&task);
+    za_task_release (&task);
+    return rc;
+}
+
+int
+za_run_main (int argc, char **argv, const za_program_t *program)
+{
+    za_settings_t settings;
+    memset (&settings, 0, sizeof settings);
+    settings.params = program->params;
+    za_options_t *options = za_options_new (program->name, program->options, &settings,
+                                            program->model_fn == NULL);
+    if (!options)
+        return ZA_EXIT_USAGE;
+    int rc = 0;
+    for (int d = 0; program->defaults && program->defaults [d][0] && !rc; d++)
+        rc = za_options_default (options, program->defaults [d][0], program->defaults [d][1]);
+    int parsed = rc? -1: za_options_parse_args (options, argc, argv);
+    if (parsed == 1)
+        s_usage (program, options, &settings);
+    else
+    if (parsed < 0) {
+        fprintf (stderr, "Try '%s --help'.\n", program->name);
+        rc = ZA_EXIT_USAGE;
+    }
+    else
+    if (settings.job && za_options_apply_job_file (options, settings.job))
+        rc = ZA_EXIT_USAGE;
+    else {
+        //  --local's defaults are weaker than the job's and the flags'.
+        size_t count = sizeof s_local_defaults / sizeof s_local_defaults [0];
+        for (size_t d = 0; settings.local && d < count && !rc; d++)
+            if (!streq (s_local_defaults [d][0], "epochs")
+                || !za_options_given (options, "max_steps", ZA_FROM_DEFAULT))
+                rc = za_options_set (options, s_local_defaults [d][0], s_local_defaults [d][1],
+                                     ZA_FROM_LOCAL, s_local_defaults [d][0])? ZA_EXIT_USAGE: 0;
+        if (!rc)
+            rc = s_check (program, &settings);
+        if (!rc)
+            rc = s_run (program, options, &settings);
+    }
+    za_options_destroy (&options);
+    if (zsys_interrupted && rc != 0)
+        rc = ZA_EXIT_INTERRUPTED;
+    return rc;
+}

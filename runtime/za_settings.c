@@ -1,0 +1,203 @@
+/*  za_settings.c: the built-in option table (every setting of the runtime,
+    declared once) and the one place each group of settings becomes what a
+    layer below takes: a RunConfig, an optimizer, heartbeat timings.        */
+#include "za_run_private.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#define INT_MAX_D 9.2e18            //  as large as an int64 parses to exactly enough
+#define NO_MAX HUGE_VAL
+
+//  Shorthands for the table below.
+#define R_ALL ZA_READ_ALL
+#define R_TRAIN (ZA_READ_TRAINERS)
+#define R_SUMMARY (ZA_READ_SINGLE | ZA_READ_CHIEF)
+#define R_EVAL (ZA_READ_SINGLE | ZA_READ_CHIEF | ZA_READ_EVALUATOR | ZA_READ_LAUNCHER)
+#define R_CLUSTER (ZA_READ_TASKS)
+#define R_BEAT (ZA_READ_TASKS | ZA_READ_BROKER | ZA_READ_LAUNCHER)
+#define R_LOCAL (ZA_READ_BROKER | ZA_READ_LAUNCHER)
+#define JOB ZA_SCOPE_JOB
+#define PROC ZA_SCOPE_PROCESS
+#define T_FLAG ZA_OPTION_FLAG
+#define T_INT ZA_OPTION_INT
+#define T_NUM ZA_OPTION_NUMBER
+#define T_STR ZA_OPTION_STRING
+#define T_CHOICE ZA_OPTION_CHOICE
+#define T_LIST ZA_OPTION_LIST
+
+static const za_option_t s_options [] = {
+    //  flag, type, field, value name, default, min, max, choices, readers, scope, flags,
+    //  section, help
+    ZA_OPTION ("model", T_STR, model, "SPEC", "cnn", 0, 0, NULL, R_ALL, JOB, ZA_OPTION_STACK,
+               "Model and data",
+               "cnn (the seed CNN), dnn, linear, or a layer stack such as\n"
+               "\"conv2d(32,3,relu) maxpool(2) flatten dense(64,relu) dense(10)\""),
+    ZA_OPTION ("hidden-units", T_LIST, hidden_units, "LIST", "128", 1, 1 << 20, NULL, R_ALL,
+               JOB, ZA_OPTION_STACK, NULL, "hidden layers of --model dnn, e.g. 256,128"),
+    ZA_OPTION ("dataset-dir", T_STR, dataset_dir, "DIR", ZA_FASHION_MNIST_DIR, 0, 0, NULL,
+               R_ALL, JOB, 0, NULL, "holds {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"),
+    ZA_OPTION ("batch-size", T_INT, batch_size, "N", "64", 1, 65536, NULL,
+               R_TRAIN | R_LOCAL, JOB, 0, NULL, "training batch size, per worker"),
+    ZA_OPTION ("shuffle-buffer", T_INT, shuffle_buffer, "N", "-1", -1, INT32_MAX, NULL,
+               R_TRAIN, JOB, 0, NULL, "examples in the shuffle buffer; -1: the whole set, 0: none"),
+    ZA_OPTION ("optimizer", T_CHOICE, optimizer, "NAME", "adam", 0, 0,
+               "sgd|momentum|adam|adagrad", R_SUMMARY, JOB, 0, "Training",
+               "sgd, momentum, adam or adagrad"),
+    ZA_OPTION ("learning-rate", T_NUM, learning_rate, "LR", NULL, 0, NO_MAX, NULL, R_SUMMARY,
+               JOB, ZA_OPTION_ABOVE_MIN, NULL,
+               "default: 0.001 for adam, 0.01 for the others (Keras's)"),
+    ZA_OPTION ("max-steps", T_INT, max_steps, "N", NULL, 1, INT_MAX_D, NULL, R_ALL, JOB, 0,
+               NULL, "train until global_step N (default: --epochs worth)"),
+    ZA_OPTION ("epochs", T_INT, epochs, "N", "5", 1, 100000, NULL, R_ALL, JOB, 0, NULL,
+               "epochs of the training set when --max-steps is not given"),
+    ZA_OPTION ("no-eval", T_FLAG, no_eval, NULL, NULL, 0, 0, NULL, R_SUMMARY, JOB, 0, NULL,
+               "skip the evaluation on the test set at the end"),
+    ZA_OPTION ("strategy", T_CHOICE, strategy, "NAME", "ps-async", 0, 0,
+               "ps-async|ps-sync|allreduce", R_ALL, JOB, 0, NULL,
+               "ps-async (parameter servers apply each push at once: the only\n"
+               "strategy built so far)"),
+    ZA_OPTION ("model-dir", T_STR, model_dir, "DIR", "runs/fmnist", 0, 0, NULL, R_ALL, JOB, 0,
+               "RunConfig (TensorFlow's names)",
+               "checkpoints and metrics; training continues from the newest\n"
+               "checkpoint there"),
+    ZA_OPTION ("save-checkpoints-steps", T_INT, save_checkpoints_steps, "N", "0", 0,
+               INT_MAX_D, NULL, R_SUMMARY, JOB, 0, NULL,
+               "a checkpoint each time global_step reaches a multiple of N\n"
+               "(0: by --save-checkpoints-secs)"),
+    ZA_OPTION ("save-checkpoints-secs", T_NUM, save_checkpoints_secs, "S", "600", 0, NO_MAX,
+               NULL, R_SUMMARY, JOB, 0, NULL, "a checkpoint every S seconds (0: only the last)"),
+    ZA_OPTION ("keep-checkpoint-max", T_INT, keep_checkpoint_max, "N", "5", 0, 1000000, NULL,
+               R_SUMMARY, JOB, 0, NULL, "checkpoints kept (0 keeps all)"),
+    ZA_OPTION ("log-step-count-steps", T_INT, log_step_count_steps, "N", "100", 0, INT_MAX_D,
+               NULL, R_TRAIN, JOB, 0, NULL,
+               "a log line each time global_step reaches a multiple of N (0: none)"),
+    ZA_OPTION ("save-summary-steps", T_INT, save_summary_steps, "N", "100", 0, INT_MAX_D,
+               NULL, R_SUMMARY, JOB, 0, NULL,
+               "a metrics.jsonl line and TensorBoard scalars each time global_step\n"
+               "reaches a multiple of N (0: none)"),
+    ZA_OPTION ("seed", T_INT, seed, "N", "42", 0, INT_MAX_D, NULL, R_TRAIN, JOB, 0, NULL,
+               "random seed for initialisation, shuffling, dropout; a resumed\n"
+               "run mixes its starting step into the shuffle seed"),
+    ZA_OPTION ("threads", T_INT, threads, "N", "0", 0, 64, NULL,
+               R_TRAIN | ZA_READ_EVALUATOR, JOB, 0, NULL,
+               "compute threads; 0: the cores, shared by the tasks of this machine"),
+    ZA_OPTION ("train-and-evaluate", T_FLAG, train_and_evaluate, NULL, NULL, 0, 0, NULL,
+               ZA_READ_SINGLE, PROC, 0, "Evaluation (EvalSpec)",
+               "train and run the evaluator together in this process"),
+    ZA_OPTION ("eval-data", T_STR, eval_data, "DIR", NULL, 0, 0, NULL, R_EVAL, JOB, 0, NULL,
+               "evaluate on DIR/t10k-* (default: --dataset-dir's)"),
+    ZA_OPTION ("eval-name", T_STR, eval_name, "NAME", NULL, 0, 0, NULL, R_EVAL, JOB, 0, NULL,
+               "results in MODEL_DIR/eval_NAME (default: MODEL_DIR/eval)"),
+    ZA_OPTION ("eval-steps", T_INT, eval_steps, "N", NULL, 1, INT_MAX_D, NULL, R_EVAL, JOB, 0,
+               NULL, "batches per evaluation (default: the whole set)"),
+    ZA_OPTION ("start-delay-secs", T_NUM, start_delay_secs, "S", "120", 0, NO_MAX, NULL,
+               ZA_READ_SINGLE | ZA_READ_EVALUATOR, JOB, 0, NULL,
+               "the evaluator starts after S seconds"),
+    ZA_OPTION ("throttle-secs", T_NUM, throttle_secs, "S", "600", 0, NO_MAX, NULL,
+               ZA_READ_SINGLE | ZA_READ_EVALUATOR, JOB, 0, NULL,
+               "at most one evaluation per S seconds"),
+    ZA_OPTION ("replay", T_FLAG, replay, NULL, NULL, 0, 0, NULL, ZA_READ_EVALUATOR, PROC, 0,
+               NULL, "with --role evaluator: evaluate every checkpoint in --model-dir\n"
+               "in step order, then exit"),
+    ZA_OPTION ("role", T_CHOICE, role, "ROLE", NULL, 0, 0, "chief|worker|ps|evaluator|broker",
+               R_CLUSTER | ZA_READ_BROKER, PROC, 0,
+               "Distributed (asynchronous parameter-server training, like TF_CONFIG)",
+               "chief, worker, ps, evaluator or broker (default: the task in\nTF_CONFIG)"),
+    ZA_OPTION ("index", T_INT, index, "N", "-1", -1, 1 << 20, NULL, R_CLUSTER, PROC, 0, NULL,
+               "this task's index in its job (-1: 0, or any free one with --broker)"),
+    ZA_OPTION ("cluster", T_STR, cluster, "FILE", NULL, 0, 0, NULL, R_CLUSTER, PROC, 0, NULL,
+               "the cluster as TF_CONFIG JSON (default: $TF_CONFIG); every task\n"
+               "gets the same model and training settings"),
+    ZA_OPTION ("timeout-secs", T_NUM, timeout_secs, "S", "60", 0, NO_MAX, NULL, R_CLUSTER, JOB,
+               ZA_OPTION_ABOVE_MIN, NULL,
+               "a peer never heard from this long is unreachable: exit 1; a\n"
+               "stopped ps is waited for this long"),
+    ZA_OPTION ("heartbeat-ivl-ms", T_INT, heartbeat_ivl_ms, "N", "1000", 10, 3600000, NULL,
+               R_BEAT, JOB, 0, NULL,
+               "heartbeat interval: a worker waiting on a ps pings it, every task\n"
+               "reports to the broker, this often"),
+    ZA_OPTION ("heartbeat-liveness", T_INT, heartbeat_liveness, "N", "3", 1, 1000, NULL,
+               R_BEAT, JOB, 0, NULL,
+               "a peer silent N intervals is stopped, hung or gone: a worker logs\n"
+               "its ps so (and waits on, up to --timeout-secs), a ps lets a hold\n"
+               "lapse, a supervising broker kills and restarts the task"),
+    ZA_OPTION ("broker", T_STR, broker, "ADDR", NULL, 0, 0, NULL, R_CLUSTER, PROC, 0, NULL,
+               "with --role ROLE [--index N]: join the cluster of the broker at\n"
+               "ADDR; the job comes from the broker, so nothing else is needed"),
+    ZA_OPTION ("host", T_STR, host, "NAME", NULL, 0, 0, NULL, R_CLUSTER, PROC, 0, NULL,
+               "how other machines reach this one (default: the host name;\n"
+               "127.0.0.1 with a broker on loopback)"),
+    ZA_OPTION ("local", T_FLAG, local, NULL, NULL, 0, 0, NULL, ZA_READ_LAUNCHER, PROC, 0,
+               "The whole cluster on this machine, and the broker",
+               "a broker supervising a chief, --workers workers, --ps ps and\n"
+               "an evaluator on this machine, one progress bar, the final test\n"
+               "accuracy at the end. Its defaults: 10 epochs, a checkpoint\n"
+               "every 1000 steps, evaluations every 10 s. Watch it with\n"
+               "zactor-top; logs in MODEL_DIR/logs, events in events.jsonl"),
+    ZA_OPTION ("workers", T_INT, workers, "N", "2", 0, ZA_BROKER_MAX_TASKS - 1, NULL, R_LOCAL,
+               JOB, 0, NULL, "workers besides the chief (a job says \"roles\": {\"worker\": N})"),
+    ZA_OPTION ("ps", T_INT, ps, "N", "1", 1, ZA_ROLE_MAX_PS, NULL, R_LOCAL, JOB, 0, NULL,
+               "parameter servers"),
+    ZA_OPTION ("evaluators", T_INT, evaluators, "N", "1", 0, 1, NULL, R_LOCAL, JOB, 0, NULL,
+               "0 or 1"),
+    ZA_OPTION ("job", T_STR, job, "FILE", NULL, 0, 0, NULL, R_ALL, ZA_SCOPE_COMMAND, 0, NULL,
+               "the job as JSON. Keys are these flags' names with '_' for '-'\n"
+               "(max_steps, model_dir, ...), at the top or in sections\n"
+               "(run_config, train_spec, eval_spec, ...), plus \"roles\":\n"
+               "{\"chief\": 1, \"worker\": 2, \"ps\": 1, \"evaluator\": 1}. Flags win"),
+    ZA_OPTION ("bind", T_STR, bind, "EP", NULL, 0, 0, NULL, ZA_READ_BROKER, PROC, 0, NULL,
+               "with --role broker: bind EP (e.g. tcp://*:5555); the broker keeps\n"
+               "the registry, task indexes, the cluster view, heartbeats and\n"
+               "events, and ends when every task of the job has finished"),
+    ZA_OPTION ("supervise", T_FLAG, supervise, NULL, NULL, 0, 0, NULL, ZA_READ_BROKER, PROC, 0,
+               NULL, "with --role broker: start every task of the job (this program)\n"
+               "and restart any that exits with an error, is killed or misses\n"
+               "heartbeats, with backoff from 0.5 s to 10 s"),
+    ZA_OPTION ("max-restarts", T_INT, max_restarts, "N", "10", 0, 1000000, NULL, R_LOCAL, JOB,
+               0, NULL, "restarts per task before the job fails"),
+    {NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, 0, 0, NULL, NULL},
+};
+
+const za_option_t *
+za_settings_options (void)
+{
+    return s_options;
+}
+
+za_run_config_t
+za_settings_run_config (const za_settings_t *s)
+{
+    za_run_config_t config = za_run_config_default ();
+    config.model_dir = s->model_dir;
+    config.save_checkpoints_steps = s->save_checkpoints_steps;
+    config.save_checkpoints_secs = s->save_checkpoints_secs;
+    config.keep_checkpoint_max = (int) s->keep_checkpoint_max;
+    config.log_step_count_steps = s->log_step_count_steps;
+    config.save_summary_steps = s->save_summary_steps;
+    config.seed = (uint64_t) s->seed;
+    config.threads = (int) s->threads;     //  0: every core (za_replica.h)
+    return config;
+}
+
+int
+za_settings_optim (const za_settings_t *s, za_optim_config_t *optim)
+{
+    za_optimizer_t kind;
+    if (za_optim_parse (s->optimizer, &kind))
+        return -1;
+    *optim = za_optim_config_default (kind);
+    if (s->learning_rate > 0) {
+        if (s->learning_rate > FLT_MAX)
+            return za_error ("--learning-rate %g does not fit a float", s->learning_rate);
+        optim->learning_rate = (float) s->learning_rate;
+    }
+    return 0;
+}
+
+double
+za_settings_heartbeat_ivl_secs (const za_settings_t *s)
+{
+    return (double) s->heartbeat_ivl_ms / 1000.0;
+}

@@ -1,0 +1,366 @@
+/*  za_task.c: the model and the data of one process, and the runs that use
+    them: training in one process (and train_and_evaluate), a training role
+    of a cluster, the evaluator. Each role loads only what it reads: a worker
+    its shard (as bytes), the evaluator the evaluation set, the ps nothing.  */
+#include "za_run_private.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+//  Received frames of a few hundred KB are freed every step: a role keeps
+//  that memory in the heap instead of mapping and faulting it in each time.
+#define MALLOC_KEEP_BYTES (256 * 1024 * 1024)
+#define HIDDEN_LIST_MAX 256
+
+static const char *s_no_data =
+    "cannot read the data set in '%s' (on Debian: apt-get install dataset-fashion-mnist, "
+    "or give --dataset-dir)";
+
+//  The layer stack of --model (and --hidden-units), for `classes` classes.
+//  Returns 0, or an exit status after one message.
+static int
+s_stack_model (za_task_t *task, int classes)
+{
+    const za_settings_t *s = task->settings;
+    const char *model = s->model;
+    int units [ZA_MAX_LAYERS], unit_count = 0;
+    if (za_options_given (task->options, "hidden_units", ZA_FROM_DEFAULT)
+        && strcmp (model, "dnn") != 0) {
+        za_error ("--hidden-units applies to --model dnn only");
+        return ZA_EXIT_USAGE;
+    }
+    char list [HIDDEN_LIST_MAX];
+    snprintf (list, sizeof list, "%s", s->hidden_units);
+    char *save = NULL;
+    for (char *item = strtok_r (list, ",", &save); item; item = strtok_r (NULL, ",", &save)) {
+        if (unit_count >= ZA_MAX_LAYERS - 2) {
+            za_error ("--hidden-units: at most %d layers", ZA_MAX_LAYERS - 2);
+            return ZA_EXIT_USAGE;
+        }
+        units [unit_count++] = atoi (item);
+    }
+    int bad;
+    if (streq (model, "cnn"))
+        bad = za_stack_parse (ZA_SEED_CNN, &task->spec);
+    else
+    if (streq (model, "dnn"))
+        bad = za_dnn_classifier_spec (&task->spec, units, unit_count, classes);
+    else
+    if (streq (model, "linear"))
+        bad = za_linear_classifier_spec (&task->spec, classes);
+    else
+        bad = za_stack_parse (model, &task->spec);
+    return bad? ZA_EXIT_USAGE: 0;
+}
+
+int
+za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *options,
+                 za_settings_t *settings, int need_eval)
+{
+    memset (task, 0, sizeof *task);
+    task->program = program;
+    task->options = options;
+    task->settings = settings;
+    za_optim_config_t optim;
+    if (za_settings_optim (settings, &optim))
+        return ZA_EXIT_USAGE;
+    //  A layer stack given as text is checked before any data is read.
+    int stack = !program->model_fn;
+    const char *model = settings->model;
+    int premade = streq (model, "cnn") || streq (model, "dnn") || streq (model, "linear");
+    if (stack && !premade && za_stack_parse (model, &task->spec))
+        return ZA_EXIT_USAGE;
+    //  What the data holds: the model's input, an epoch, the classes.
+    za_dataset_info_t train = {0}, eval = {0};
+    int own_input = program->input_fn != NULL;
+    int need_train = !own_input || !program->examples_per_epoch || !program->input.height;
+    const char *eval_dir = settings->eval_data? settings->eval_data: settings->dataset_dir;
+    if (need_train && za_dataset_info_dir (settings->dataset_dir, "train", &train)) {
+        za_info (s_no_data, settings->dataset_dir);
+        return 1;
+    }
+    if (need_eval && !own_input && za_dataset_info_dir (eval_dir, "t10k", &eval)) {
+        za_info (s_no_data, eval_dir);
+        return 1;
+    }
+    task->input = program->input.height > 0? program->input
+                : (za_input_shape_t) {train.height, train.width, train.channels};
+    task->epoch_examples = program->examples_per_epoch > 0? program->examples_per_epoch
+                                                          : train.count;
+    if (stack) {
+        int rc = s_stack_model (task, train.n_classes > 2? train.n_classes: 2);
+        if (rc)
+            return rc;
+        int model_classes = task->spec.layers [task->spec.count - 1].units;
+        int data_classes = train.n_classes > eval.n_classes? train.n_classes: eval.n_classes;
+        if (data_classes > model_classes) {
+            za_error ("the data has labels up to %d but the model's last layer has %d units: "
+                      "give a model ending in dense(%d)", data_classes - 1, model_classes,
+                      data_classes);
+            return ZA_EXIT_USAGE;
+        }
+        task->model_fn = za_stack_model_fn ();
+        task->params = &task->spec;
+    }
+    else {
+        task->model_fn = program->model_fn;
+        task->params = program->params;
+    }
+    if (settings->max_steps == 0) {
+        if (task->epoch_examples <= 0) {
+            za_error ("give --max-steps: %s does not say how many examples an epoch has",
+                      program->name);
+            return ZA_EXIT_USAGE;
+        }
+        settings->max_steps = (settings->epochs * task->epoch_examples
+                               + settings->batch_size - 1) / settings->batch_size;
+    }
+    return 0;
+}
+
+void
+za_task_release (za_task_t *task)
+{
+    za_dataset_destroy (&task->train);
+    za_dataset_destroy (&task->eval);
+}
+
+static const char *
+s_model_text (const za_task_t *task)
+{
+    const char *text = task->model_fn->describe? task->model_fn->describe (task->params): NULL;
+    return text? text: task->model_fn->name;
+}
+
+za_input_t *
+za_task_input (void *arg, const za_input_context_t *context)
+{
+    za_task_t *task = (za_task_t *) arg;
+    const za_settings_t *s = task->settings;
+    za_input_context_t asked = *context;
+    int train = context->mode == ZA_MODE_TRAIN;
+    if (!asked.batch_size)
+        asked.batch_size = train? (int) s->batch_size: ZA_EVAL_BATCH;
+    asked.data_dir = train || !s->eval_data? s->dataset_dir: s->eval_data;
+    const za_program_t *program = task->program;
+    if (program->input_fn)
+        return program->input_fn (program->input_arg? program->input_arg: program->params,
+                                  &asked);
+    za_input_config_t config = za_input_config_default ();
+    config.batch_size = asked.batch_size;
+    if (train) {
+        if (task->train && (task->train_shards != asked.num_shards
+                            || task->train_shard != asked.shard_index))
+            za_dataset_destroy (&task->train);
+        if (!task->train) {
+            task->train = za_dataset_load_dir_shard (asked.data_dir, "train", asked.num_shards,
+                                                     asked.shard_index);
+            task->train_shards = asked.num_shards;
+            task->train_shard = asked.shard_index;
+        }
+        if (!task->train)
+            return NULL;
+        config.shuffle_buffer = s->shuffle_buffer < 0? (int) task->train->count
+                                                     : (int) s->shuffle_buffer;
+        config.seed = asked.seed;
+        config.epochs = -1;
+        return za_input_new (task->train, &config);
+    }
+    if (!task->eval && !(task->eval = za_dataset_load_dir_shard (asked.data_dir, "t10k", 1, 0)))
+        return NULL;
+    return za_input_new (task->eval, &config);
+}
+
+// ---------------------------------------------------------------------------
+//  Runs
+
+//  "eval" or "eval_NAME".
+static void
+s_eval_subdir (const za_settings_t *s, char *subdir, size_t size)
+{
+    snprintf (subdir, size, "eval%s%s", s->eval_name && *s->eval_name? "_": "",
+              s->eval_name && *s->eval_name? s->eval_name: "");
+}
+
+int
+za_task_print_last_eval (const za_settings_t *s, int64_t evaluations)
+{
+    char subdir [300], path [4400];
+    s_eval_subdir (s, subdir, sizeof subdir);
+    snprintf (path, sizeof path, "%s/%s/metrics.jsonl", s->model_dir, subdir);
+    FILE *f = fopen (path, "r");
+    char line [1024], last [1024] = "";
+    while (f && fgets (line, sizeof line, f))
+        snprintf (last, sizeof last, "%s", line);
+    if (f)
+        fclose (f);
+    json_t *json = json_loads (last, JSON_DISABLE_EOF_CHECK, NULL);
+    if (!json) {
+        za_error ("no evaluation in %s", path);
+        return 1;
+    }
+    char count [48] = "";
+    if (evaluations >= 0)
+        snprintf (count, sizeof count, "; %" PRId64 " evaluations", evaluations);
+    printf ("test accuracy %.4f  loss %.4f  on %" PRId64 " examples at step %" PRId64
+            " (%s%s)\n",
+            json_number_value (json_object_get (json, "accuracy")),
+            json_number_value (json_object_get (json, "loss")),
+            (int64_t) json_integer_value (json_object_get (json, "examples")),
+            (int64_t) json_integer_value (json_object_get (json, "global_step")), path, count);
+    json_decref (json);
+    return 0;
+}
+
+static void
+s_evaluator_config (za_task_t *task, za_evaluator_config_t *config)
+{
+    const za_settings_t *s = task->settings;
+    za_evaluator_config_init (config);
+    config->model_fn = task->model_fn;
+    config->params = task->params;
+    config->input = task->input;
+    config->model_dir = s->model_dir;
+    config->name = s->eval_name;
+    config->input_fn = za_task_input;
+    config->input_arg = task;
+    config->steps = s->eval_steps;
+    config->start_delay_secs = s->start_delay_secs;
+    config->throttle_secs = s->throttle_secs;
+    config->max_steps = s->max_steps;
+    config->replay = s->replay;
+    config->threads = (int) s->threads;
+    config->stats = task->stats;
+}
+
+//  Evaluates the newest checkpoint on the evaluation set and prints it.
+static int
+s_evaluate_final (za_task_t *task)
+{
+    za_run_config_t run = za_settings_run_config (task->settings);
+    run.progress = 0;
+    za_estimator_t *estimator = za_estimator_new (task->model_fn, task->params, task->input,
+                                                  NULL, &run);
+    za_eval_result_t result;
+    int rc = !estimator || za_estimator_evaluate (estimator, za_task_input, task,
+                                                  task->settings->eval_steps, &result);
+    if (!rc)
+        printf ("test accuracy %.4f  loss %.4f  on %" PRId64 " examples at step %" PRId64
+                " (%s/eval/metrics.jsonl)\n", result.accuracy, result.loss, result.examples,
+                result.global_step, task->settings->model_dir);
+    fflush (stdout);
+    za_estimator_destroy (&estimator);
+    return rc? 1: 0;
+}
+
+int
+za_task_run_single (za_task_t *task)
+{
+    const za_settings_t *s = task->settings;
+    za_run_config_t run = za_settings_run_config (s);
+    za_optim_config_t optim;
+    za_settings_optim (s, &optim);
+    za_estimator_t *estimator = za_estimator_new (task->model_fn, task->params, task->input,
+                                                  &optim, &run);
+    if (!estimator)
+        return 1;
+    za_info ("model %s", s_model_text (task));
+    za_info ("%s lr %g, batch %" PRId64 ", %" PRId64 " steps (%.2f epochs of %" PRId64
+             " examples), %d threads, model_dir %s", za_optim_name (optim.kind),
+             (double) optim.learning_rate, s->batch_size, s->max_steps,
+             task->epoch_examples > 0? (double) s->max_steps * s->batch_size
+                                       / (double) task->epoch_examples: 0,
+             task->epoch_examples, run.threads > 0? run.threads: (int) sysconf (_SC_NPROCESSORS_ONLN),
+             s->model_dir);
+    double start = za_clock_mono ();
+    int rc;
+    if (s->train_and_evaluate) {
+        za_evaluator_config_t eval;
+        s_evaluator_config (task, &eval);
+        int evaluations = 0;
+        rc = za_train_and_evaluate (estimator, za_task_input, task, s->max_steps, &eval,
+                                    &evaluations)? 1: 0;
+        if (!rc)
+            rc = za_task_print_last_eval (s, evaluations);
+    }
+    else
+        rc = za_estimator_train (estimator, za_task_input, task, s->max_steps)? 1: 0;
+    if (!rc)
+        za_info ("trained to step %" PRId64 " in %.1f s", za_estimator_global_step (estimator),
+                 za_clock_mono () - start);
+    za_estimator_destroy (&estimator);
+    if (!rc && !s->no_eval && !s->train_and_evaluate)
+        rc = s_evaluate_final (task);
+    return rc;
+}
+
+int
+za_task_run_evaluator (za_task_t *task)
+{
+    const za_settings_t *s = task->settings;
+    za_evaluator_config_t config;
+    s_evaluator_config (task, &config);
+    za_info ("evaluator: %s '%s' (start delay %g s, throttle %g s, until step %" PRId64
+             "), model %s", config.replay? "replaying": "following", s->model_dir,
+             config.start_delay_secs, config.throttle_secs, s->max_steps, s_model_text (task));
+    int evaluations = 0;
+    return za_evaluator_run (&config, NULL, &evaluations) == 0? 0: 1;
+}
+
+//  The role's config: the job's settings, and this task's place.
+static void
+s_role_config (za_task_t *task, const za_place_t *place, za_role_config_t *role)
+{
+    const za_settings_t *s = task->settings;
+    za_role_config_init (role);
+    role->model_fn = task->model_fn;
+    role->params = task->params;
+    role->input = task->input;
+    za_settings_optim (s, &role->optim);
+    role->run = za_settings_run_config (s);
+    role->max_steps = s->max_steps;
+    role->batch_size = (int) s->batch_size;
+    role->timeout_secs = s->timeout_secs;
+    role->heartbeat_ivl_secs = za_settings_heartbeat_ivl_secs (s);
+    role->heartbeat_liveness = (int) s->heartbeat_liveness;
+    role->input_fn = za_task_input;
+    role->input_arg = task;
+    role->stats = task->stats;
+    role->ps_count = place->ps_count;
+    role->num_workers = place->num_workers;
+    for (int p = 0; p < place->ps_count && p < ZA_ROLE_MAX_PS; p++)
+        role->ps_endpoints [p] = place->ps_endpoints [p];
+    role->is_chief = place->is_chief;
+    role->worker_index = place->worker_index;
+    role->ps_index = place->type == ZA_TASK_PS? place->index: -1;
+    role->bind_endpoint = place->bind;
+}
+
+int
+za_task_run_role (za_task_t *task, const za_place_t *place, zactor_t *client)
+{
+    mallopt (M_MMAP_THRESHOLD, MALLOC_KEEP_BYTES);
+    mallopt (M_TRIM_THRESHOLD, MALLOC_KEEP_BYTES);
+    za_role_config_t role;
+    s_role_config (task, place, &role);
+    za_info ("%s %d of the cluster (%d workers, %d ps), model %s, %d threads",
+             za_task_type_name (place->type), place->index, place->num_workers,
+             place->ps_count, s_model_text (task), role.run.threads);
+    zactor_t *actor = zactor_new (place->type == ZA_TASK_PS? za_ps_actor: za_worker_actor,
+                                  &role);
+    if (actor && client && place->type == ZA_TASK_PS)
+        zstr_sendx (client, "ENDPOINT", place->bind, NULL);
+    int rc = actor? za_role_wait (actor, 0, NULL, NULL, NULL): -1;
+    zactor_destroy (&actor);
+    if (rc)
+        return 1;
+    //  Only the chief evaluates at the end, and only when no evaluator does.
+    if (place->is_chief && !task->settings->no_eval && place->evaluators == 0)
+        return s_evaluate_final (task);
+    return 0;
+}
