@@ -34,6 +34,7 @@ typedef struct {
     const za_role_config_t *config;
     zsock_t *pipe;
     char who [32];                              //  "chief 0", "worker 2"
+    char prefix [40];                           //  "chief 0: ", for the step counter
     int ps_count;
     zsock_t *dealers [ZA_ROLE_MAX_PS];
     za_replica_t *replica;                      //  gradients; slots for the chief only
@@ -114,7 +115,8 @@ s_add_hooks (s_worker_t *self)
     const za_run_config_t *run = &config->run;
     za_hook_t hooks [3];
     int count = 0;
-    self->counter.who = self->who;
+    snprintf (self->prefix, sizeof self->prefix, "%s: ", self->who);
+    self->counter.who = self->prefix;
     hooks [count++] = za_step_counter_hook (&self->counter, run->log_step_count_steps, 0);
     if (config->is_chief) {
         hooks [count++] = za_summary_hook (&self->summary, run->model_dir,

@@ -1,43 +1,70 @@
-/*  custom_model_fn: the Estimator contract from C. A hand-written model_fn
-    (softmax regression over the pixels) trained on Fashion-MNIST, evaluated,
-    and asked for predictions: what a user writes when a layer stack won't do.
+/*  custom_model_fn: the Estimator contract from C, and the runtime around it.
+    A hand-written model_fn (softmax regression over the pixels, with an L2
+    penalty of its own) and a hand-written input_fn, handed to za_run_main:
+    this one binary trains in one process, runs a whole supervised cluster
+    on this machine, or serves as any task of a cluster.
 
-    build/custom_model_fn [MODEL_DIR]                                         */
-#include "za/za_estimator.h"
+      build/custom_model_fn                         # one process
+      build/custom_model_fn --local --max-steps 3000  # chief, 2 workers, ps, evaluator
+      build/custom_model_fn --role ps --cluster cluster.json ...
+      build/custom_model_fn --help                  # its own --l2 among the rest   */
+#include "za/za_run.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
 #define CLASSES 10
-#define STEPS 600
-#define BATCH 100
+#define SHUFFLE_EXAMPLES 10000
+
+//  The program's own settings (TensorFlow's params): --l2 on the command
+//  line, "l2" in a job file, handed to every task of a cluster.
+typedef struct {
+    double l2;
+} params_t;
 
 //  The model's state: buffers for one batch, planned once in create.
 typedef struct {
     const za_backend_t *be;
+    float l2;
     int inputs;                 //  pixels per image
-    int batch_max;
-    int kernel, bias;           //  variable indexes
     float *logits, *dlogits;    //  [batch_max, CLASSES]
-    za_var_t vars [2];
+    za_var_t kernel, bias;
 } model_t;
+
+static void
+model_destroy (void **state_p)
+{
+    model_t *self = *state_p;
+    if (self) {
+        self->be->buffer_free (self->logits);
+        self->be->buffer_free (self->dlogits);
+        free (self);
+        *state_p = NULL;
+    }
+}
 
 static void *
 model_create (const void *params, za_input_shape_t input, int batch_max,
               const za_backend_t *be, za_vars_t *vars)
 {
-    (void) params;
     model_t *self = calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
     self->be = be;
+    self->l2 = (float) ((const params_t *) params)->l2;
     self->inputs = input.height * input.width * input.channels;
-    self->batch_max = batch_max;
     int64_t kshape [2] = {self->inputs, CLASSES}, bshape [1] = {CLASSES};
-    self->kernel = za_vars_add (vars, "logits/kernel", 2, kshape);
-    self->bias = za_vars_add (vars, "logits/bias", 1, bshape);
-    self->vars [0] = vars->vars [self->kernel];
-    self->vars [1] = vars->vars [self->bias];
+    int kernel = za_vars_add (vars, "logits/kernel", 2, kshape);
+    int bias = za_vars_add (vars, "logits/bias", 1, bshape);
     self->logits = be->buffer_alloc ((size_t) batch_max * CLASSES * sizeof (float));
     self->dlogits = be->buffer_alloc ((size_t) batch_max * CLASSES * sizeof (float));
+    if (kernel < 0 || bias < 0 || !self->logits || !self->dlogits) {
+        void *state = self;
+        model_destroy (&state);
+        return NULL;
+    }
+    self->kernel = vars->vars [kernel];
+    self->bias = vars->vars [bias];
     return self;
 }
 
@@ -53,8 +80,8 @@ model_fn (void *state, const float *features, const int32_t *labels, int n, za_m
 {
     (void) step;
     model_t *self = state;
-    const float *kernel = values + self->vars [0].offset;
-    const float *bias = values + self->vars [1].offset;
+    const float *kernel = values + self->kernel.offset;
+    const float *bias = values + self->bias.offset;
     self->be->dense_forward (n, self->inputs, CLASSES, features, kernel, bias, ZA_ACT_NONE,
                              self->logits);
     spec->logits = self->logits;
@@ -64,24 +91,24 @@ model_fn (void *state, const float *features, const int32_t *labels, int n, za_m
     spec->loss_sum = self->be->softmax_xent (n, CLASSES, self->logits, labels,
                                              mode == ZA_MODE_TRAIN? self->dlogits: NULL,
                                              &spec->correct, NULL);
-    if (mode == ZA_MODE_TRAIN)
-        self->be->dense_backward (n, self->inputs, CLASSES, features, kernel, self->logits,
-                                  ZA_ACT_NONE, self->dlogits,
-                                  grads + self->vars [0].offset,
-                                  grads + self->vars [1].offset, NULL);
+    if (mode != ZA_MODE_TRAIN)
+        return 0;
+    float *dkernel = grads + self->kernel.offset;
+    self->be->dense_backward (n, self->inputs, CLASSES, features, kernel, self->logits,
+                              ZA_ACT_NONE, self->dlogits, dkernel, grads + self->bias.offset,
+                              NULL);
+    //  d/dw of (l2 / 2) |w|^2, once per call, as the mean loss's own term.
+    for (size_t i = 0; i < self->kernel.size && self->l2 > 0; i++)
+        dkernel [i] += self->l2 * kernel [i];
     return 0;
 }
 
-static void
-model_destroy (void **state_p)
+static const char *
+model_describe (const void *params)
 {
-    model_t *self = *state_p;
-    if (self) {
-        self->be->buffer_free (self->logits);
-        self->be->buffer_free (self->dlogits);
-        free (self);
-        *state_p = NULL;
-    }
+    static char text [64];
+    snprintf (text, sizeof text, "softmax_regression(l2=%g)", ((const params_t *) params)->l2);
+    return text;
 }
 
 static const za_model_fn_t softmax_regression = {
@@ -90,62 +117,61 @@ static const za_model_fn_t softmax_regression = {
     .init_vars = model_init_vars,
     .model_fn = model_fn,
     .destroy = model_destroy,
+    .describe = model_describe,
 };
 
-typedef struct {
-    za_dataset_t *train, *test;
-} data_t;
-
+//  The input_fn: this task's shard of the training files (the runtime says
+//  which, and where the files are), or the test files; loaded once each.
 static za_input_t *
 input_fn (void *arg, const za_input_context_t *context)
 {
-    za_mode_t mode = context->mode;
-    data_t *data = arg;
+    (void) arg;
+    static za_dataset_t *train, *test;
     za_input_config_t config = za_input_config_default ();
-    config.batch_size = BATCH;
-    if (mode == ZA_MODE_TRAIN) {
-        config.shuffle_buffer = 10000;
+    config.batch_size = context->batch_size;
+    if (context->mode == ZA_MODE_TRAIN) {
+        if (!train && !(train = za_dataset_load_dir_shard (context->data_dir, "train",
+                                                           context->num_shards,
+                                                           context->shard_index)))
+            return NULL;
+        config.shuffle_buffer = SHUFFLE_EXAMPLES;
+        config.seed = context->seed;
         config.epochs = -1;
-        return za_input_new (data->train, &config);
+        return za_input_new (train, &config);
     }
-    return za_input_new (data->test, &config);
+    if (!test && !(test = za_dataset_load_dir_shard (context->data_dir, "t10k", 1, 0)))
+        return NULL;
+    return za_input_new (test, &config);
 }
 
-static int
-print_prediction (void *arg, int64_t index, const float *logits, int n_classes, int class_id)
-{
-    (void) logits, (void) n_classes;
-    const za_dataset_t *test = arg;
-    printf ("  test image %lld: predicted %d, label %d\n", (long long) index, class_id,
-            test->labels [index]);
-    return index + 1 >= 5;      //  stop after five
-}
+static params_t params = {0};
+
+static const za_option_t options [] = {
+    ZA_PARAM ("l2", ZA_OPTION_NUMBER, params_t, l2, "RATE", "0", 0, 1, NULL,
+              ZA_READ_ALL, "The model (softmax regression over the pixels)",
+              "L2 penalty on the kernel: RATE / 2 * |w|^2 added to the loss"),
+    {NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, 0, 0, NULL, NULL},
+};
+
+//  Its own defaults: plain SGD at 0.1 on batches of 100.
+static const char *const defaults [][2] = {
+    {"optimizer", "sgd"}, {"learning_rate", "0.1"}, {"batch_size", "100"},
+    {"model_dir", "runs/custom_model_fn"}, {NULL, NULL},
+};
 
 int
 main (int argc, char **argv)
 {
-    data_t data = {za_dataset_load_dir (ZA_FASHION_MNIST_DIR, "train"),
-                   za_dataset_load_dir (ZA_FASHION_MNIST_DIR, "t10k")};
-    if (!data.train || !data.test)
-        return 1;
-    za_run_config_t config = za_run_config_default ();
-    config.model_dir = argc > 1? argv [1]: "runs/custom_model_fn";
-    za_optim_config_t optim = za_optim_config_default (ZA_OPT_SGD);
-    optim.learning_rate = 0.1f;
-    za_input_shape_t shape = {28, 28, 1};
-    za_estimator_t *estimator = za_estimator_new (&softmax_regression, NULL, shape, &optim,
-                                                  &config);
-    za_eval_result_t result;
-    int rc = !estimator
-          || za_estimator_train (estimator, input_fn, &data, STEPS)
-          || za_estimator_evaluate (estimator, input_fn, &data, 0, &result);
-    if (!rc) {
-        printf ("softmax regression: test accuracy %.4f at step %lld\n", result.accuracy,
-                (long long) result.global_step);
-        rc = za_estimator_predict (estimator, input_fn, &data, print_prediction, data.test) < 0;
-    }
-    za_estimator_destroy (&estimator);
-    za_dataset_destroy (&data.train);
-    za_dataset_destroy (&data.test);
-    return rc;
+    static const za_program_t program = {
+        .name = "custom_model_fn",
+        .about = "Trains softmax regression, a model_fn written by hand, on Fashion-MNIST: "
+                 "in one process,\nas a whole supervised cluster on this machine (--local), "
+                 "or as one task of a cluster.",
+        .model_fn = &softmax_regression,
+        .params = &params,
+        .options = options,
+        .defaults = defaults,
+        .input_fn = input_fn,
+    };
+    return za_run_main (argc, argv, &program);
 }

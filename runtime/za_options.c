@@ -22,7 +22,8 @@
 struct _za_options_t {
     const char *program;
     za_settings_t *settings;
-    int stack_model;
+    unsigned hide;
+    int print_asked;                //  --print-settings
     int count;
     za_option_t options [OPTIONS_MAX];
     za_option_source_t from [OPTIONS_MAX];
@@ -84,7 +85,7 @@ s_field (const za_options_t *self, const za_option_t *option)
 static int
 s_hidden (const za_options_t *self, const za_option_t *option)
 {
-    return !self->stack_model && (option->flags & ZA_OPTION_STACK);
+    return (option->flags & self->hide) != 0;
 }
 
 //  A copy of text that lives as long as the options.
@@ -276,7 +277,7 @@ za_options_default_text (const za_options_t *self, const za_option_t *option)
 
 za_options_t *
 za_options_new (const char *program, const za_option_t *extra, za_settings_t *settings,
-                int stack_model)
+                unsigned hide)
 {
     za_options_t *self = (za_options_t *) calloc (1, sizeof *self);
     if (!self) {
@@ -285,7 +286,7 @@ za_options_new (const char *program, const za_option_t *extra, za_settings_t *se
     }
     self->program = program;
     self->settings = settings;
-    self->stack_model = stack_model;
+    self->hide = hide;
     self->strings = zlist_new ();
     zlist_autofree (self->strings);
     const za_option_t *tables [2] = {za_settings_options (), extra};
@@ -347,6 +348,10 @@ za_options_parse_args (za_options_t *self, int argc, char **argv)
         const char *arg = argv [a];
         if (streq (arg, "-h") || streq (arg, "--help"))
             return 1;
+        if (streq (arg, "--print-settings")) {
+            self->print_asked = 1;
+            continue;
+        }
         if (strncmp (arg, "--", 2) != 0 || !arg [2])
             return za_error ("unexpected argument '%s'", arg);
         char name [NAME_MAX_CHARS];
@@ -362,8 +367,9 @@ za_options_parse_args (za_options_t *self, int argc, char **argv)
                 i = o;
         if (i < 0 || s_hidden (self, &self->options [i])) {
             if (i >= 0)
-                return za_error ("--%s: %s trains its own model, not a layer stack", name,
-                                 self->program);
+                return za_error ("--%s: %s has its own %s", name, self->program,
+                                 self->options [i].flags & ZA_OPTION_STACK? "model_fn"
+                                                                          : "input_fn");
             return za_error ("unrecognized option '--%s'", name);
         }
         const za_option_t *option = &self->options [i];
@@ -580,6 +586,29 @@ za_options_job_text (const za_options_t *self, json_t *extra)
     return text;
 }
 
+int
+za_options_print_asked (const za_options_t *self)
+{
+    return self->print_asked;
+}
+
+char *
+za_options_settings_text (const za_options_t *self)
+{
+    json_t *settings = json_object ();
+    for (int i = 0; i < self->count; i++) {
+        const za_option_t *option = &self->options [i];
+        if (s_hidden (self, option) || option->scope == ZA_SCOPE_COMMAND)
+            continue;
+        char key [NAME_MAX_CHARS];
+        za_option_key (option, key, sizeof key);
+        json_object_set_new (settings, key, s_job_value (self, option));
+    }
+    char *text = json_dumps (settings, JSON_INDENT (2));
+    json_decref (settings);
+    return text;
+}
+
 // ---------------------------------------------------------------------------
 //  Help
 
@@ -625,6 +654,9 @@ za_options_usage (const za_options_t *self, FILE *out, const char *about, unsign
         }
         fputc ('\n', out);
     }
+    fprintf (out, "  --print-settings%*severy setting as this command line, its job and its\n"
+             "%*sdefaults make it, as JSON; nothing runs\n", HELP_COLUMN - 18, "",
+             HELP_COLUMN, "");
     fprintf (out, "  -h, --help%*sthis help; with --role ROLE, only what that role reads\n",
              HELP_COLUMN - 12, "");
 }

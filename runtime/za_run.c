@@ -117,8 +117,9 @@ za_run_main (int argc, char **argv, const za_program_t *program)
     za_settings_t settings;
     memset (&settings, 0, sizeof settings);
     settings.params = program->params;
-    za_options_t *options = za_options_new (program->name, program->options, &settings,
-                                            program->model_fn == NULL);
+    unsigned hide = (program->model_fn? ZA_OPTION_STACK: 0)
+                  | (program->input_fn? ZA_OPTION_IDX_INPUT: 0);
+    za_options_t *options = za_options_new (program->name, program->options, &settings, hide);
     if (!options)
         return ZA_EXIT_USAGE;
     int rc = 0;
@@ -145,6 +146,12 @@ za_run_main (int argc, char **argv, const za_program_t *program)
                                      ZA_FROM_LOCAL, s_local_defaults [d][0])? ZA_EXIT_USAGE: 0;
         if (!rc)
             rc = s_check (program, &settings);
+        if (!rc && za_options_print_asked (options)) {
+            char *text = za_options_settings_text (options);
+            printf ("%s\n", text? text: "{}");
+            free (text);
+        }
+        else
         if (!rc)
             rc = s_run (program, options, &settings);
     }

@@ -41,13 +41,14 @@ static const za_option_t s_options [] = {
     ZA_OPTION ("batch-size", T_INT, batch_size, "N", "64", 1, 65536, NULL,
                R_TRAIN | R_LOCAL, JOB, 0, NULL, "training batch size, per worker"),
     ZA_OPTION ("shuffle-buffer", T_INT, shuffle_buffer, "N", "-1", -1, INT32_MAX, NULL,
-               R_TRAIN, JOB, 0, NULL, "examples in the shuffle buffer; -1: the whole set, 0: none"),
+               R_TRAIN, JOB, ZA_OPTION_IDX_INPUT, NULL, "examples in the shuffle buffer; -1: the whole set, 0: none"),
     ZA_OPTION ("optimizer", T_CHOICE, optimizer, "NAME", "adam", 0, 0,
                "sgd|momentum|adam|adagrad", R_SUMMARY, JOB, 0, "Training",
                "sgd, momentum, adam or adagrad"),
     ZA_OPTION ("learning-rate", T_NUM, learning_rate, "LR", NULL, 0, NO_MAX, NULL, R_SUMMARY,
                JOB, ZA_OPTION_ABOVE_MIN, NULL,
-               "default: 0.001 for adam, 0.01 for the others (Keras's)"),
+               "the step size (by default the optimizer's own, as Keras's:\n"
+               "0.001 for adam, 0.01 for the others)"),
     ZA_OPTION ("max-steps", T_INT, max_steps, "N", NULL, 1, INT_MAX_D, NULL, R_ALL, JOB, 0,
                NULL, "train until global_step N (default: --epochs worth)"),
     ZA_OPTION ("epochs", T_INT, epochs, "N", "5", 1, 100000, NULL, R_ALL, JOB, 0, NULL,
@@ -141,7 +142,7 @@ static const za_option_t s_options [] = {
     ZA_OPTION ("ps", T_INT, ps, "N", "1", 1, ZA_ROLE_MAX_PS, NULL, R_LOCAL, JOB, 0, NULL,
                "parameter servers"),
     ZA_OPTION ("evaluators", T_INT, evaluators, "N", "1", 0, 1, NULL, R_LOCAL, JOB, 0, NULL,
-               "0 or 1"),
+               "evaluator tasks, 0 or 1"),
     ZA_OPTION ("job", T_STR, job, "FILE", NULL, 0, 0, NULL, R_ALL, ZA_SCOPE_COMMAND, 0, NULL,
                "the job as JSON. Keys are these flags' names with '_' for '-'\n"
                "(max_steps, model_dir, ...), at the top or in sections\n"

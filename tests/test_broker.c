@@ -11,7 +11,6 @@
 #include <jansson.h>
 #include <czmq.h>
 
-#include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,76 +35,11 @@ s_teardown (void)
 
 TestSuite (broker, .init = s_setup, .fini = s_teardown, .timeout = 600);
 
-//  A loopback endpoint nobody uses now.
-static char *
-s_free_endpoint (void)
-{
-    zsock_t *probe = zsock_new (ZMQ_ROUTER);
-    cr_assert_eq (zmq_bind (zsock_resolve (probe), "tcp://127.0.0.1:*"), 0);
-    char bound [256] = "";
-    size_t size = sizeof bound;
-    cr_assert_eq (zmq_getsockopt (zsock_resolve (probe), ZMQ_LAST_ENDPOINT, bound, &size), 0);
-    zsock_destroy (&probe);
-    return strdup (bound);
-}
-
-static char *
-s_write_job (const char *text)
-{
-    char *path = za_test_path ("job.json");
-    FILE *file = fopen (path, "w");
-    cr_assert_not_null (file);
-    fputs (text, file);
-    fclose (file);
-    return path;
-}
 
 static int
 s_exit_code (int status)
 {
     return WIFEXITED (status)? WEXITSTATUS (status): -1;
-}
-
-//  `zactor-top --broker ADDR --once FLAGS` (the build's), its output to read.
-static FILE *
-s_popen_top (const char *broker, const char *flags)
-{
-    char *dir = strdup (za_test_binary ());
-    char command [4096];
-    snprintf (command, sizeof command, "%s/zactor-top --broker %s --once %s", dirname (dir),
-              broker, flags);
-    free (dir);
-    FILE *pipe = popen (command, "r");
-    cr_assert_not_null (pipe);
-    return pipe;
-}
-
-//  `zactor-top --broker ADDR --once --json`, parsed; NULL when it fails.
-static json_t *
-s_top (const char *broker)
-{
-    FILE *pipe = s_popen_top (broker, "--json --timeout 3");
-    cr_assert_not_null (pipe);
-    static char text [1 << 20];
-    size_t n = fread (text, 1, sizeof text - 1, pipe);
-    text [n] = 0;
-    int status = pclose (pipe);
-    if (s_exit_code (status) != 0)
-        return NULL;
-    return json_loads (text, 0, NULL);
-}
-
-//  The row of role/index in a state.
-static json_t *
-s_row (json_t *state, const char *role, int index)
-{
-    size_t i;
-    json_t *row;
-    json_array_foreach (json_object_get (state, "roles"), i, row)
-        if (streq (json_string_value (json_object_get (row, "role")), role)
-            && json_integer_value (json_object_get (row, "index")) == index)
-            return row;
-    return NULL;
 }
 
 static int64_t
@@ -123,7 +57,7 @@ s_text (json_t *object, const char *key)
 
 Test (broker, a_cluster_forms_through_the_broker_alone)
 {
-    char *broker = s_free_endpoint ();
+    char *broker = za_test_free_endpoint ();
     char *model_dir = za_test_path ("run");
     char job [2048];
     snprintf (job, sizeof job,
@@ -134,7 +68,7 @@ Test (broker, a_cluster_forms_through_the_broker_alone)
               " \"eval_spec\": {\"start_delay_secs\": 0, \"throttle_secs\": 1},\n"
               " \"roles\": {\"chief\": 1, \"worker\": 1, \"ps\": 2, \"evaluator\": 1}}\n",
               model_dir);
-    char *job_path = s_write_job (job);
+    char *job_path = za_test_write ("job.json", job);
     const char *roles [] = {"ps", "ps", "worker", "chief", "evaluator"};
     pid_t pids [6];
     char *logs [6];
@@ -190,7 +124,7 @@ Test (broker, a_cluster_forms_through_the_broker_alone)
 Test (broker, mistakes_get_one_clear_error)
 {
     //  A job file with an unknown key, or impossible counts: exit 2 at once.
-    char *job_path = s_write_job ("{\"run_config\": {\"save_checkpoint_steps\": 10}}");
+    char *job_path = za_test_write ("job.json", "{\"run_config\": {\"save_checkpoint_steps\": 10}}");
     const char *bad_key [] = {"--role", "broker", "--bind", "tcp://127.0.0.1:1", "--job",
                               job_path, NULL};
     za_test_result_t result = za_test_run (bad_key, 30);
@@ -199,7 +133,7 @@ Test (broker, mistakes_get_one_clear_error)
                result.err);
     za_test_result_free (&result);
     free (job_path);
-    job_path = s_write_job ("{\"roles\": {\"chief\": 2}}");
+    job_path = za_test_write ("job.json", "{\"roles\": {\"chief\": 2}}");
     const char *bad_roles [] = {"--role", "broker", "--bind", "tcp://127.0.0.1:1", "--job",
                                 job_path, NULL};
     result = za_test_run (bad_roles, 30);
@@ -209,12 +143,12 @@ Test (broker, mistakes_get_one_clear_error)
     free (job_path);
 
     //  A broker that serves one worker.
-    char *broker = s_free_endpoint ();
+    char *broker = za_test_free_endpoint ();
     char *model_dir = za_test_path ("run");
     char job [1024];
     snprintf (job, sizeof job, "{\"max_steps\": 50, \"model_dir\": \"%s\", \"roles\": "
               "{\"chief\": 1, \"worker\": 1, \"ps\": 1, \"evaluator\": 0}}", model_dir);
-    job_path = s_write_job (job);
+    job_path = za_test_write ("job.json", job);
     char *log = za_test_path ("broker.log");
     const char *broker_args [] = {"--role", "broker", "--bind", broker, "--job", job_path, NULL};
     pid_t pid = za_test_spawn (broker_args, log, log);
@@ -256,10 +190,10 @@ Test (broker, mistakes_get_one_clear_error)
     cr_expect (strstr (result.err, "worker 5 does not exist: the job has 1"), "%s", result.err);
     za_test_result_free (&result);
 
-    json_t *state = s_top (broker);
+    json_t *state = za_test_top (broker);
     cr_assert_not_null (state, "zactor-top got no state from the broker");
     cr_expect_eq (json_array_size (json_object_get (state, "roles")), 3);
-    cr_expect_str_eq (s_text (s_row (state, "worker", 0), "state"), "empty");
+    cr_expect_str_eq (s_text (za_test_row (state, "worker", 0), "state"), "empty");
     json_decref (state);
     kill (pid, SIGTERM);
     za_test_wait (pid, 30);
@@ -269,7 +203,7 @@ Test (broker, mistakes_get_one_clear_error)
     free (text);
 
     //  zactor-top with nobody there: exit 1 and say so.
-    FILE *pipe = s_popen_top (broker, "--timeout 1 2>&1");
+    FILE *pipe = za_test_popen_top (broker, "--timeout 1 2>&1");
     char out [1024] = "";
     size_t n = fread (out, 1, sizeof out - 1, pipe);
     out [n] = 0;
@@ -280,32 +214,6 @@ Test (broker, mistakes_get_one_clear_error)
     free (job_path);
     free (model_dir);
     free (broker);
-}
-
-//  Waits until `ready` says the state is what we want; returns that state.
-typedef int (*s_ready_fn) (json_t *state, void *arg);
-
-static json_t *
-s_wait_for (const char *broker, s_ready_fn ready, void *arg, const char *what)
-{
-    double deadline = za_clock_mono () + PHASE_TIMEOUT_S;
-    json_t *last = NULL;
-    while (za_clock_mono () < deadline) {
-        json_t *state = s_top (broker);
-        if (state && ready (state, arg)) {
-            json_decref (last);
-            return state;
-        }
-        if (state) {
-            json_decref (last);
-            last = state;
-        }
-        zclock_sleep (300);
-    }
-    char *text = last? json_dumps (last, JSON_INDENT (1)): NULL;
-    cr_assert_fail ("waited %d s for %s; last state:\n%s", PHASE_TIMEOUT_S, what,
-                    text? text: "(none)");
-    return NULL;
 }
 
 typedef struct {
@@ -320,7 +228,7 @@ s_role_back (json_t *state, void *arg)
 {
     s_want_t *want = (s_want_t *) arg;
     json_t *row = streq (want->role, "broker")? json_object_get (state, "broker")
-                                              : s_row (state, want->role, 0);
+                                              : za_test_row (state, want->role, 0);
     if (!row)
         return 0;
     int64_t step = s_int (state, "global_step");
@@ -336,29 +244,9 @@ s_role_back (json_t *state, void *arg)
 static int
 s_worker_1_back (json_t *state, void *arg)
 {
-    json_t *row = s_row (state, "worker", 1);
+    json_t *row = za_test_row (state, "worker", 1);
     return row && s_int (row, "restarts") >= 1 && streq (s_text (row, "state"), "running")
         && s_int (state, "global_step") >= *(int64_t *) arg + 100;
-}
-
-//  Starts `zactor-run --local ...` (args) with its output in `out`; the
-//  launcher prints the broker's address first: into broker [128].
-static pid_t
-s_start_local (const char *const *args, const char *out, char *broker)
-{
-    pid_t local = za_test_spawn (args, out, out);
-    *broker = 0;
-    for (int tries = 0; tries < 300 && !*broker; tries++) {
-        char *text = (char *) za_test_read_file (out, NULL);
-        char *at = strstr (text, "--broker ");
-        if (at && strchr (at, '\n'))
-            sscanf (at + 9, "%127s", broker);
-        free (text);
-        if (!*broker)
-            zclock_sleep (100);
-    }
-    cr_assert (*broker, "the launcher printed no broker address");
-    return local;
 }
 
 static int64_t
@@ -379,15 +267,16 @@ Test (broker, local_run_survives_kill_9_of_each_role, .timeout = 900)
                            "--save-checkpoints-steps", "200", "--log-step-count-steps", "0",
                            "--start-delay-secs", "0", "--throttle-secs", "2", NULL};
     char broker [128];
-    pid_t local = s_start_local (args, out, broker);
+    pid_t local = za_test_start_local ("zactor-run", args, out, broker);
 
     //  Training runs; then each role in turn is killed and comes back.
     const char *victims [] = {"worker", "ps", "chief", "broker"};
     s_want_t want = {"chief", 0, 200};
-    json_t *state = s_wait_for (broker, s_role_back, &want, "training to reach step 200");
+    json_t *state = za_test_wait_for (broker, s_role_back, &want, "training to reach step 200",
+                                      PHASE_TIMEOUT_S);
     for (int v = 0; v < 4; v++) {
         json_t *row = streq (victims [v], "broker")? json_object_get (state, "broker")
-                                                   : s_row (state, victims [v], 0);
+                                                   : za_test_row (state, victims [v], 0);
         pid_t pid = (pid_t) s_int (row, "pid");
         cr_assert_gt (pid, 1);
         int64_t step = s_int (state, "global_step");
@@ -398,24 +287,25 @@ Test (broker, local_run_survives_kill_9_of_each_role, .timeout = 900)
         want = (s_want_t) {victims [v], 1, resume + 100};
         char what [128];
         snprintf (what, sizeof what, "the %s (pid %d) to come back", victims [v], (int) pid);
-        state = s_wait_for (broker, s_role_back, &want, what);
+        state = za_test_wait_for (broker, s_role_back, &want, what, PHASE_TIMEOUT_S);
     }
     //  A stopped process is not a dead one: only missed heartbeats find it.
-    json_t *worker_1 = s_row (state, "worker", 1);
+    json_t *worker_1 = za_test_row (state, "worker", 1);
     pid_t stopped = (pid_t) s_int (worker_1, "pid");
     int64_t step = s_int (state, "global_step");
     json_decref (state);
     cr_assert_eq (kill (stopped, SIGSTOP), 0);
-    state = s_wait_for (broker, s_worker_1_back, &step, "the stopped worker 1 to be replaced");
+    state = za_test_wait_for (broker, s_worker_1_back, &step,
+                              "the stopped worker 1 to be replaced", PHASE_TIMEOUT_S);
     char *events = json_dumps (json_object_get (state, "events"), 0);
     cr_expect (strstr (events, "missed 3 heartbeats"), "%s", events);
     free (events);
     kill (stopped, SIGCONT);            //  it was killed; this is a no-op then
 
     //  After all five, zactor-top shows every restart.
-    cr_expect_geq (s_int (s_row (state, "worker", 0), "restarts"), 1);
-    cr_expect_geq (s_int (s_row (state, "ps", 0), "restarts"), 1);
-    cr_expect_geq (s_int (s_row (state, "chief", 0), "restarts"), 1);
+    cr_expect_geq (s_int (za_test_row (state, "worker", 0), "restarts"), 1);
+    cr_expect_geq (s_int (za_test_row (state, "ps", 0), "restarts"), 1);
+    cr_expect_geq (s_int (za_test_row (state, "chief", 0), "restarts"), 1);
     cr_expect_geq (s_int (json_object_get (state, "broker"), "restarts"), 1);
     char *text = json_dumps (state, 0);
     cr_expect (strstr (text, "killed by signal 9"), "%s", text);
@@ -452,8 +342,9 @@ Test (broker, ctrl_c_stops_the_whole_local_job)
     char *out = za_test_path ("local.out");
     const char *args [] = {"--local", "--model-dir", model_dir, "--max-steps", "100000", NULL};
     char broker [128];
-    pid_t local = s_start_local (args, out, broker);
-    json_t *state = s_wait_for (broker, s_training, NULL, "training to start");
+    pid_t local = za_test_start_local ("zactor-run", args, out, broker);
+    json_t *state = za_test_wait_for (broker, s_training, NULL, "training to start",
+                                      PHASE_TIMEOUT_S);
     pid_t pids [8];
     int count = 0;
     pids [count++] = (pid_t) s_int (json_object_get (state, "broker"), "pid");

@@ -233,16 +233,6 @@ Test (cli, bad_values_exit_2_before_training)
 //  Distributed roles: mistakes in the cluster exit 2 before any socket opens;
 //  a peer that never answers makes a role exit 1 after --timeout-secs.
 
-static char *
-s_write_cluster (const char *name, const char *json)
-{
-    char *path = za_test_path (name);
-    FILE *f = fopen (path, "w");
-    cr_assert_not_null (f);
-    fputs (json, f);
-    fclose (f);
-    return path;
-}
 
 Test (cli, cluster_mistakes_exit_2)
 {
@@ -265,7 +255,7 @@ Test (cli, cluster_mistakes_exit_2)
     for (size_t i = 0; i < sizeof cases / sizeof cases [0]; i++) {
         char name [32];
         snprintf (name, sizeof name, "cluster%zu.json", i);
-        char *path = s_write_cluster (name, cases [i].json);
+        char *path = za_test_write (name, cases [i].json);
         const char *args [] = {"--cluster", path, "--role", cases [i].role, "--timeout-secs",
                                "5", NULL};
         za_test_result_t result = za_test_run (args, PROCESS_TIMEOUT_S);
@@ -283,7 +273,7 @@ Test (cli, cluster_mistakes_exit_2)
 Test (cli, unreachable_peers_exit_1_after_the_timeout)
 {
     //  Nothing listens on the ps port: the chief gives up on it.
-    char *path = s_write_cluster ("alone.json",
+    char *path = za_test_write ("alone.json",
         "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"ps\": [\"127.0.0.1:9\"]}}");
     char *model_dir = za_test_path ("run");
     const char *chief [] = {"--cluster", path, "--role", "chief", "--timeout-secs", "2",

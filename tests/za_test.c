@@ -24,6 +24,8 @@
 #include "za/za_checkpoint.h"
 #include "za/za_util.h"
 
+#include <czmq.h>
+
 #define WAIT_POLL_US 10000
 #define REMOVE_MAX_FDS 16
 #define READ_CHUNK_BYTES 4096
@@ -116,24 +118,49 @@ za_test_read_file (const char *path, size_t *size_p)
 }
 
 
+char *
+za_test_write (const char *name, const char *text)
+{
+    char *path = za_test_path (name);
+    FILE *file = fopen (path, "w");
+    cr_assert_not_null (file, "cannot write %s", path);
+    fputs (text, file);
+    cr_assert_eq (fclose (file), 0);
+    return path;
+}
+
+
 //  --------------------------------------------------------------------------
 //  zactor-run as a real process
 
 const char *
-za_test_binary (void)
+za_test_program (const char *name)
 {
     const char *bin_dir = getenv ("ZA_BINARY_DIR");
     if (!bin_dir || !*bin_dir)
         bin_dir = ZA_BINARY_DIR;
-    snprintf (s_binary, sizeof s_binary, "%s/zactor-run", bin_dir);
-    cr_assert_eq (access (s_binary, X_OK), 0, "no zactor-run at %s", s_binary);
+    snprintf (s_binary, sizeof s_binary, "%s/%s", bin_dir, name);
+    cr_assert_eq (access (s_binary, X_OK), 0, "no %s at %s", name, s_binary);
     return s_binary;
+}
+
+const char *
+za_test_binary (void)
+{
+    return za_test_program ("zactor-run");
 }
 
 pid_t
 za_test_spawn (const char *const *args, const char *out_path, const char *err_path)
 {
-    const char *binary = za_test_binary ();
+    return za_test_spawn_program ("zactor-run", args, out_path, err_path);
+}
+
+pid_t
+za_test_spawn_program (const char *name, const char *const *args, const char *out_path,
+                       const char *err_path)
+{
+    const char *binary = za_test_program (name);
     const char *argv [SPAWN_MAX_ARGS];
     int argc = 0;
     argv [argc++] = binary;
@@ -178,9 +205,15 @@ za_test_wait (pid_t pid, double timeout_s)
 za_test_result_t
 za_test_run (const char *const *args, double timeout_s)
 {
+    return za_test_run_program ("zactor-run", args, timeout_s);
+}
+
+za_test_result_t
+za_test_run_program (const char *name, const char *const *args, double timeout_s)
+{
     char *out_path = za_test_path ("stdout.txt");
     char *err_path = za_test_path ("stderr.txt");
-    pid_t pid = za_test_spawn (args, out_path, err_path);
+    pid_t pid = za_test_spawn_program (name, args, out_path, err_path);
     int status = za_test_wait (pid, timeout_s);
     za_test_result_t result = {
         .exit_code = WIFEXITED (status)? WEXITSTATUS (status): -1,
@@ -201,6 +234,101 @@ za_test_result_free (za_test_result_t *result)
     free (result->err);
     result->out = NULL;
     result->err = NULL;
+}
+
+
+//  --------------------------------------------------------------------------
+//  A cluster, watched through its broker
+
+char *
+za_test_free_endpoint (void)
+{
+    zsock_t *probe = zsock_new (ZMQ_ROUTER);
+    cr_assert_eq (zmq_bind (zsock_resolve (probe), "tcp://127.0.0.1:*"), 0);
+    char bound [256] = "";
+    size_t size = sizeof bound;
+    cr_assert_eq (zmq_getsockopt (zsock_resolve (probe), ZMQ_LAST_ENDPOINT, bound, &size), 0);
+    zsock_destroy (&probe);
+    return strdup (bound);
+}
+
+FILE *
+za_test_popen_top (const char *broker, const char *flags)
+{
+    char command [4096];
+    snprintf (command, sizeof command, "%s --broker %s --once %s",
+              za_test_program ("zactor-top"), broker, flags);
+    FILE *pipe = popen (command, "r");
+    cr_assert_not_null (pipe);
+    return pipe;
+}
+
+json_t *
+za_test_top (const char *broker)
+{
+    FILE *pipe = za_test_popen_top (broker, "--json --timeout 3");
+    static char text [1 << 20];
+    size_t n = fread (text, 1, sizeof text - 1, pipe);
+    text [n] = 0;
+    int status = pclose (pipe);
+    if (!WIFEXITED (status) || WEXITSTATUS (status) != 0)
+        return NULL;
+    return json_loads (text, 0, NULL);
+}
+
+json_t *
+za_test_row (json_t *state, const char *role, int index)
+{
+    size_t i;
+    json_t *row;
+    json_array_foreach (json_object_get (state, "roles"), i, row)
+        if (streq (json_string_value (json_object_get (row, "role")), role)
+            && json_integer_value (json_object_get (row, "index")) == index)
+            return row;
+    return NULL;
+}
+
+json_t *
+za_test_wait_for (const char *broker, za_test_ready_fn ready, void *arg, const char *what,
+                  double timeout_s)
+{
+    double deadline = za_clock_mono () + timeout_s;
+    json_t *last = NULL;
+    while (za_clock_mono () < deadline) {
+        json_t *state = za_test_top (broker);
+        if (state && ready (state, arg)) {
+            json_decref (last);
+            return state;
+        }
+        if (state) {
+            json_decref (last);
+            last = state;
+        }
+        zclock_sleep (100);
+    }
+    char *text = last? json_dumps (last, JSON_INDENT (1)): NULL;
+    cr_assert_fail ("waited %.0f s for %s; last state:\n%s", timeout_s, what,
+                    text? text: "(none)");
+    return NULL;
+}
+
+pid_t
+za_test_start_local (const char *program, const char *const *args, const char *out,
+                     char *broker)
+{
+    pid_t local = za_test_spawn_program (program, args, out, out);
+    *broker = 0;
+    for (int tries = 0; tries < 300 && !*broker; tries++) {
+        char *text = (char *) za_test_read_file (out, NULL);
+        char *at = strstr (text, "--broker ");
+        if (at && strchr (at, '\n'))
+            sscanf (at + 9, "%127s", broker);
+        free (text);
+        if (!*broker)
+            zclock_sleep (100);
+    }
+    cr_assert (*broker, "the launcher printed no broker address");
+    return local;
 }
 
 

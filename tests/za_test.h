@@ -8,6 +8,7 @@
 #ifndef ZA_TEST_H_INCLUDED
 #define ZA_TEST_H_INCLUDED
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -46,6 +47,10 @@ char *za_test_path (const char *name);
 void *za_test_read_file (const char *path, size_t *size_p);
 
 
+//  Writes text to "<temp dir>/<name>" and returns that path. Caller frees.
+char *za_test_write (const char *name, const char *text);
+
+
 //  --------------------------------------------------------------------------
 //  zactor-run as a real process
 
@@ -75,8 +80,49 @@ typedef struct {
 //  Free the result with za_test_result_free.
 za_test_result_t za_test_run (const char *const *args, double timeout_s);
 
+//  As za_test_run, for another program of the build (za_test_program).
+za_test_result_t za_test_run_program (const char *name, const char *const *args,
+                                      double timeout_s);
+
 //  Frees the output in a result and sets it to NULL; safe to call twice.
 void za_test_result_free (za_test_result_t *result);
+
+//  Another program of the build (custom_model_fn, zactor-top): its path,
+//  owned by this module until the next call. Fails the test when it is not
+//  there.
+const char *za_test_program (const char *name);
+
+//  As za_test_spawn, for that program.
+pid_t za_test_spawn_program (const char *name, const char *const *args, const char *out_path,
+                             const char *err_path);
+
+
+//  --------------------------------------------------------------------------
+//  A cluster, watched through its broker
+
+//  A loopback endpoint nobody uses now ("tcp://127.0.0.1:PORT"). Caller frees.
+char *za_test_free_endpoint (void);
+
+//  `zactor-top --broker ADDR --once FLAGS`, its output to read (pclose it).
+FILE *za_test_popen_top (const char *broker, const char *flags);
+
+//  `zactor-top --broker ADDR --once --json`, parsed; NULL when it fails.
+json_t *za_test_top (const char *broker);
+
+//  The row of role/index in a state, or NULL.
+json_t *za_test_row (json_t *state, const char *role, int index);
+
+//  Asks the broker for its state until `ready` says it is what the test
+//  waits for (at most `timeout_s`); returns that state (caller decrefs).
+//  Fails the test, showing the last state, when it never comes.
+typedef int (*za_test_ready_fn) (json_t *state, void *arg);
+json_t *za_test_wait_for (const char *broker, za_test_ready_fn ready, void *arg,
+                          const char *what, double timeout_s);
+
+//  Starts `PROGRAM --local ...` (args) with its output in `out`; returns its
+//  pid, and the broker's address the launcher prints first in broker [128].
+pid_t za_test_start_local (const char *program, const char *const *args, const char *out,
+                           char *broker);
 
 
 //  --------------------------------------------------------------------------

@@ -56,6 +56,8 @@ typedef enum {
 #define ZA_OPTION_ABOVE_MIN (1u << 1)   //  NUMBER: strictly greater than min
 #define ZA_OPTION_STACK     (1u << 2)   //  about the layer stack: hidden, and refused,
                                         //  in a program with a model_fn of its own
+#define ZA_OPTION_IDX_INPUT (1u << 3)   //  about the built-in input: hidden, and refused,
+                                        //  in a program with an input_fn of its own
 
 typedef struct {
     const char *flag;               //  "batch-size": --batch-size; job key "batch_size"
@@ -157,12 +159,13 @@ typedef struct _za_options_t za_options_t;
 //  The options of a program: the built-in table plus `extra` (its own, with
 //  ZA_OPTION_PARAM, NULL-flag-terminated; may be NULL) writing into
 //  settings and settings->params. `program` names it in messages and help;
-//  stack_model says whether its model is the layer stack of --model (else
-//  the ZA_OPTION_STACK options are hidden and refused). Every default is
-//  applied. NULL with an error when a declaration is wrong (two options of
-//  one name, a default out of range): a bug of the program.
+//  options with a flag in `hide` (ZA_OPTION_STACK for a program with its own
+//  model_fn, ZA_OPTION_IDX_INPUT for one with its own input_fn) are hidden
+//  and refused. Every default is applied. NULL with an error when a
+//  declaration is wrong (two options of one name, a default out of range):
+//  a bug of the program.
 za_options_t *za_options_new (const char *program, const za_option_t *extra,
-                              za_settings_t *settings, int stack_model);
+                              za_settings_t *settings, unsigned hide);
 void za_options_destroy (za_options_t **self_p);
 
 //  The program's own default for an option (stronger than the table's).
@@ -177,7 +180,16 @@ int za_options_set (za_options_t *self, const char *name, const char *text,
 
 //  Parses the command line. Returns 0, 1 when it asked for --help (the
 //  caller prints za_options_usage and exits 0), or -1 with an error (exit 2).
+//  --print-settings is noted (za_options_print_asked), not an option.
 int za_options_parse_args (za_options_t *self, int argc, char **argv);
+
+//  1 when the command line said --print-settings: the caller prints
+//  za_options_settings_text once everything is in, and runs nothing.
+int za_options_print_asked (const za_options_t *self);
+
+//  Every option the program shows, job key -> value (null when unset), as
+//  JSON text (caller frees): what this process would run with.
+char *za_options_settings_text (const za_options_t *self);
 
 //  Applies a job: keys at the top or in sections (run_config, train_spec,
 //  eval_spec, ...: any object of keys), "roles" as the task counts

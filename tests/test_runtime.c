@@ -1,0 +1,542 @@
+/*  test_runtime.c: the runtime layer (za_run_main) from the outside and the
+    inside: the option table walked whole (every flag has a job key and a
+    help line, every default --help prints is the one used, mistakes exit 2
+    naming them); a program's own model_fn and input_fn (examples/
+    custom_model_fn) as a supervised cluster that survives a killed worker,
+    and as TF_CONFIG tasks; the single process and the chief writing
+    metrics.jsonl at the same steps; heartbeats of 200 ms finding a stopped
+    ps in about 0.6 s.                                                      */
+#include "za_test.h"
+
+#include "za/za_options.h"
+#include "za/za_util.h"
+
+#include <criterion/criterion.h>
+#include <czmq.h>
+#include <jansson.h>
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define RUN_TIMEOUT_S 300
+#define PHASE_TIMEOUT_S 120
+
+static void
+s_setup (void)
+{
+    za_test_dir_create ("za_runtime");
+}
+
+static void
+s_teardown (void)
+{
+    za_test_dir_remove ();
+}
+
+TestSuite (options, .init = s_setup, .fini = s_teardown);
+TestSuite (runtime, .init = s_setup, .fini = s_teardown, .timeout = 600);
+
+static int
+s_exit_code (int status)
+{
+    return WIFEXITED (status)? WEXITSTATUS (status): -1;
+}
+
+// ---------------------------------------------------------------------------
+//  The option table
+
+//  The "(default X)" that --help prints for --flag, into value; 0 when the
+//  help line of the flag shows none. Fails when the flag is not there.
+static int
+s_help_default (const char *help, const char *flag, char *value, size_t size)
+{
+    char head [96];
+    snprintf (head, sizeof head, "\n  --%s ", flag);
+    const char *line = strstr (help, head);
+    if (!line) {
+        snprintf (head, sizeof head, "\n  --%s\n", flag);
+        line = strstr (help, head);
+    }
+    cr_assert_not_null (line, "--help does not show --%s", flag);
+    //  Its text runs until the next option or section.
+    const char *end = line + 1;
+    while ((end = strchr (end, '\n')) && strncmp (end, "\n   ", 4) == 0 && end [4] == ' ')
+        end++;
+    const char *found = strstr (line, "(default ");
+    if (!found || (end && found > end))
+        return 0;
+    found += strlen ("(default ");
+    size_t n = strcspn (found, ")");
+    cr_assert_lt (n, size);
+    memcpy (value, found, n);
+    value [n] = 0;
+    return 1;
+}
+
+//  The help's default and the setting are the same value.
+static int
+s_same_value (const char *printed, json_t *value)
+{
+    if (json_is_number (value))
+        return fabs (strtod (printed, NULL) - json_number_value (value))
+               <= 1e-9 * fabs (json_number_value (value));
+    if (json_is_string (value))
+        return streq (printed, json_string_value (value));
+    if (json_is_array (value)) {
+        char text [256] = "";
+        size_t i;
+        json_t *item;
+        json_array_foreach (value, i, item)
+            snprintf (text + strlen (text), sizeof text - strlen (text), "%s%lld", i? ",": "",
+                      (long long) json_integer_value (item));
+        return streq (printed, text);
+    }
+    return 0;
+}
+
+//  Walks every option `program` has, from outside: --print-settings names
+//  each by its job key; --help shows each flag with a help line, and the
+//  default it prints is the value the program runs with when nothing else
+//  is said. Returns how many options it has.
+static int
+s_walk (const char *program)
+{
+    const char *help_args [] = {"--help", NULL}, *print_args [] = {"--print-settings", NULL};
+    za_test_result_t help = za_test_run_program (program, help_args, 30);
+    za_test_result_t print = za_test_run_program (program, print_args, 30);
+    cr_assert_eq (help.exit_code, 0, "%s --help: %s", program, help.err);
+    cr_assert_eq (print.exit_code, 0, "%s --print-settings: %s", program, print.err);
+    json_error_t error;
+    json_t *settings = json_loads (print.out, 0, &error);
+    cr_assert_not_null (settings, "%s --print-settings: %s", program, print.out);
+    const char *key;
+    json_t *value;
+    int count = 0;
+    json_object_foreach (settings, key, value) {
+        count++;
+        char flag [80], printed [1024], head [96];
+        snprintf (flag, sizeof flag, "%s", key);
+        for (char *c = flag; *c; c++)
+            *c = *c == '_'? '-': *c;
+        cr_expect (!strchr (key, '-'), "job key %s has a '-'", key);
+        //  The help line: the flag, then words on what it does.
+        snprintf (head, sizeof head, "\n  --%s", flag);
+        const char *line = strstr (help.out, head);
+        cr_expect (line && strlen (line) > strlen (head) + 20, "%s --help: no line for --%s",
+                   program, flag);
+        if (!line || !s_help_default (help.out, flag, printed, sizeof printed))
+            continue;
+        cr_expect (s_same_value (printed, value), "%s --%s: --help prints default '%s', the "
+                   "setting is %s", program, flag, printed, json_dumps (value, JSON_ENCODE_ANY));
+    }
+    json_decref (settings);
+    za_test_result_free (&help);
+    za_test_result_free (&print);
+    return count;
+}
+
+Test (options, every_flag_has_a_key_a_help_line_and_the_default_it_prints)
+{
+    //  The table itself: one key per option, a help line, somebody reads it.
+    za_settings_t settings;
+    memset (&settings, 0, sizeof settings);
+    za_options_t *options = za_options_new ("zactor-run", NULL, &settings, 0);
+    cr_assert_not_null (options, "%s", za_last_error ());
+    for (int i = 0; i < za_options_count (options); i++) {
+        const za_option_t *option = za_options_at (options, i);
+        char key [80];
+        za_option_key (option, key, sizeof key);
+        cr_expect (za_options_find (options, key) == option, "job key %s finds another option",
+                   key);
+        cr_expect (option->help && strlen (option->help) > 10, "--%s has no help line",
+                   option->flag);
+        cr_expect (option->readers != 0, "--%s is read by nobody", option->flag);
+    }
+    //  From outside: every one of them in --help, with the default it uses.
+    cr_expect_eq (s_walk ("zactor-run"), za_options_count (options) - 1,
+                  "--print-settings shows another set of options (--job is the command "
+                  "line's alone)");
+    za_options_destroy (&options);
+}
+
+Test (options, a_program_adds_its_own_options_and_defaults)
+{
+    //  custom_model_fn: its own --l2, its defaults (sgd 0.1, batch 100), no
+    //  --model or --shuffle-buffer (it has its own model_fn and input_fn).
+    int count = s_walk ("custom_model_fn");
+    const char *args [] = {"--print-settings", NULL};
+    za_test_result_t result = za_test_run_program ("custom_model_fn", args, 30);
+    json_t *settings = json_loads (result.out, 0, NULL);
+    cr_assert_not_null (settings);
+    cr_expect_eq (json_number_value (json_object_get (settings, "l2")), 0);
+    cr_expect_str_eq (json_string_value (json_object_get (settings, "optimizer")), "sgd");
+    cr_expect_eq (json_integer_value (json_object_get (settings, "batch_size")), 100);
+    cr_expect_null (json_object_get (settings, "model"));
+    cr_expect_null (json_object_get (settings, "shuffle_buffer"));
+    cr_expect_geq (count, 35, "custom_model_fn shows %d options", count);
+    json_decref (settings);
+    za_test_result_free (&result);
+}
+
+Test (options, the_job_travels_and_the_flags_win)
+{
+    za_settings_t settings;
+    memset (&settings, 0, sizeof settings);
+    za_options_t *options = za_options_new ("test", NULL, &settings, 0);
+    cr_assert_not_null (options);
+    //  Defaults are not "given": the cluster job leaves them out.
+    cr_expect_eq (settings.batch_size, 64);
+    cr_expect_not (za_options_given (options, "batch_size", ZA_FROM_DEFAULT));
+    char *argv [] = {"test", "--batch-size", "32", "--learning-rate=0.5", "--local", NULL};
+    cr_assert_eq (za_options_parse_args (options, 5, argv), 0, "%s", za_last_error ());
+    json_error_t error;
+    json_t *job = json_loads ("{\"batch_size\": 128, \"run_config\": {\"save_checkpoints_steps\":"
+                              " 250}, \"roles\": {\"worker\": 3}, \"hidden_units\": [256, 64]}",
+                              0, &error);
+    cr_assert_eq (za_options_apply_job (options, job, "job", ZA_FROM_JOB), 0, "%s",
+                  za_last_error ());
+    json_decref (job);
+    cr_expect_eq (settings.batch_size, 32, "the flag lost to the job");
+    cr_expect_eq (settings.save_checkpoints_steps, 250);
+    cr_expect_eq (settings.workers, 3);
+    cr_expect_str_eq (settings.hidden_units, "256,64");
+    cr_expect_eq (settings.learning_rate, 0.5);
+    //  --local's defaults are weaker than the job.
+    cr_assert_eq (za_options_set (options, "save_checkpoints_steps", "1000", ZA_FROM_LOCAL,
+                                  "local"), 0);
+    cr_expect_eq (settings.save_checkpoints_steps, 250);
+    char *text = za_options_job_text (options, NULL);
+    json_t *sent = json_loads (text, 0, &error);
+    cr_assert_not_null (sent, "%s", text);
+    cr_expect_eq (json_integer_value (json_object_get (sent, "batch_size")), 32);
+    cr_expect_eq (json_integer_value (json_object_get (sent, "save_checkpoints_steps")), 250);
+    cr_expect_eq (json_integer_value (json_object_get (json_object_get (sent, "roles"),
+                                                       "worker")), 3);
+    cr_expect_eq (json_array_size (json_object_get (sent, "hidden_units")), 2);
+    //  What belongs to this process alone stays here.
+    cr_expect_null (json_object_get (sent, "local"));
+    cr_expect_null (json_object_get (sent, "seed"), "a default travelled: %s", text);
+    json_decref (sent);
+    free (text);
+    za_options_destroy (&options);
+}
+
+Test (options, mistakes_exit_2_naming_them_before_any_work)
+{
+    char *unknown = za_test_write ("unknown.json", "{\"train_spec\": {\"max_stepz\": 10}}");
+    char *range = za_test_write ("range.json", "{\"batch_size\": 0}");
+    char *kind = za_test_write ("kind.json", "{\"save_summary_steps\": \"often\"}");
+    char *roles = za_test_write ("roles.json", "{\"roles\": {\"worker\": 99}}");
+    char *param = za_test_write ("param.json", "{\"l2\": -1}");
+    struct {
+        const char *program;
+        const char *args [6];
+        const char *says;
+    } cases [] = {
+        {"zactor-run", {"--job", unknown, NULL}, "train_spec.max_stepz: not a job key"},
+        {"zactor-run", {"--job", range, NULL}, "batch_size wants an integer in [1, 65536]"},
+        {"zactor-run", {"--job", kind, NULL}, "save_summary_steps wants an integer"},
+        {"zactor-run", {"--job", roles, NULL}, "roles.worker is 99"},
+        {"zactor-run", {"--epochs", "0", NULL}, "--epochs wants an integer in [1, 100000]"},
+        {"zactor-run", {"--heartbeat-ivl-ms", "5", NULL}, "--heartbeat-ivl-ms"},
+        {"zactor-run", {"--optimizer", "rmsprop", NULL}, "'rmsprop' is not one of sgd"},
+        {"zactor-run", {"--learning-rate", "1e39", NULL}, "does not fit a float"},
+        {"zactor-run", {"--no-such-flag", NULL}, "unrecognized option '--no-such-flag'"},
+        {"custom_model_fn", {"--l2", "2", NULL}, "--l2 wants a number >= 0 and <= 1"},
+        {"custom_model_fn", {"--job", param, NULL}, "l2 wants a number >= 0"},
+        {"custom_model_fn", {"--model", "cnn", NULL}, "--model: custom_model_fn has its own model_fn"},
+        {"custom_model_fn", {"--shuffle-buffer", "9", NULL}, "has its own input_fn"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases [0]; i++) {
+        za_test_result_t result = za_test_run_program (cases [i].program, cases [i].args, 30);
+        cr_expect_eq (result.exit_code, 2, "case %zu (%s): exit %d: %s", i, cases [i].says,
+                      result.exit_code, result.err);
+        cr_expect (strstr (result.err, cases [i].says) != NULL, "case %zu: wanted '%s' in: %s",
+                   i, cases [i].says, result.err);
+        cr_expect (strstr (result.err, "step ") == NULL, "case %zu trained", i);
+        za_test_result_free (&result);
+    }
+    free (unknown);
+    free (range);
+    free (kind);
+    free (roles);
+    free (param);
+}
+
+// ---------------------------------------------------------------------------
+//  A program's own model_fn as a supervised cluster
+
+//  The chief has trained past *arg and every trainer is running.
+static int
+s_trained_past (json_t *state, void *arg)
+{
+    int running = 0;
+    size_t i;
+    json_t *row;
+    json_array_foreach (json_object_get (state, "roles"), i, row) {
+        const char *role = json_string_value (json_object_get (row, "role"));
+        const char *run = json_string_value (json_object_get (row, "state"));
+        running += role && run && !streq (role, "evaluator") && streq (run, "running");
+    }
+    return running >= 4 && json_integer_value (json_object_get (state, "global_step"))
+                           >= *(int64_t *) arg;
+}
+
+Test (runtime, custom_model_fn_runs_a_supervised_cluster_and_survives_a_killed_worker)
+{
+    char *model_dir = za_test_path ("run");
+    char *out = za_test_path ("local.out");
+    //  Batches of 2000 keep the run going long enough to kill a worker in it.
+    const char *args [] = {"--local", "--max-steps", "3000", "--model-dir", model_dir,
+                           "--batch-size", "2000", "--l2", "0.0001", "--log-step-count-steps",
+                           "0", NULL};
+    char broker [128];
+    pid_t local = za_test_start_local ("custom_model_fn", args, out, broker);
+    int64_t past = 300;
+    json_t *state = za_test_wait_for (broker, s_trained_past, &past, "training past step 300",
+                                      PHASE_TIMEOUT_S);
+    json_t *worker = za_test_row (state, "worker", 0);
+    pid_t pid = (pid_t) json_integer_value (json_object_get (worker, "pid"));
+    int64_t killed_at = json_integer_value (json_object_get (state, "global_step"));
+    json_decref (state);
+    cr_assert_gt (pid, 1);
+    cr_assert_eq (kill (pid, SIGKILL), 0);
+    int status = za_test_wait (local, RUN_TIMEOUT_S);
+    char *text = (char *) za_test_read_file (out, NULL);
+    cr_expect_eq (s_exit_code (status), 0, "%s", text);
+    cr_expect (strstr (text, "test accuracy "), "no accuracy printed: %s", text);
+    double accuracy = 0;
+    const char *at = strstr (text, "test accuracy ");
+    if (at)
+        accuracy = strtod (at + strlen ("test accuracy "), NULL);
+    cr_expect (accuracy > 0.70, "softmax regression reached %.4f", accuracy);
+    cr_expect_lt (killed_at, 3000, "the worker was killed after the run (%lld)",
+                  (long long) killed_at);
+    free (text);
+    //  The broker saw it die and started it again; the model is the program's.
+    char *events_path = za_test_join (model_dir, "events.jsonl");
+    char *events = (char *) za_test_read_file (events_path, NULL);
+    cr_expect (strstr (events, "killed by signal 9"), "%s", events);
+    const char *restarted = strstr (events, "\"event\":\"restarted\",\"role\":\"worker\"");
+    cr_expect (restarted, "worker 0 was not restarted: %s", events);
+    int found = 0;
+    za_checkpoint_t *ckpt = za_checkpoint_load_newest (model_dir, &found);
+    cr_assert_not_null (ckpt, "%s", za_last_error ());
+    cr_expect_geq (za_checkpoint_step (ckpt), 3000);
+    cr_expect_str_eq (za_checkpoint_meta (ckpt, "model"), "softmax_regression(l2=0.0001)");
+    za_checkpoint_destroy (&ckpt);
+    //  The job every task ran carries the program's own option.
+    char *job_path = za_test_join (model_dir, "job.json");
+    char *job = (char *) za_test_read_file (job_path, NULL);
+    cr_expect (strstr (job, "\"l2\""), "%s", job);
+    free (job);
+    free (job_path);
+    free (events);
+    free (events_path);
+    free (out);
+    free (model_dir);
+}
+
+Test (runtime, custom_model_fn_serves_every_role_from_tf_config)
+{
+    char *ports [3];
+    for (int p = 0; p < 3; p++) {
+        char *endpoint = za_test_free_endpoint ();
+        ports [p] = strdup (strrchr (endpoint, ':') + 1);
+        free (endpoint);
+    }
+    char cluster [512];
+    snprintf (cluster, sizeof cluster, "{\"cluster\": {\"chief\": [\"127.0.0.1:%s\"], "
+              "\"worker\": [\"127.0.0.1:%s\"], \"ps\": [\"127.0.0.1:%s\"]}", ports [0],
+              ports [1], ports [2]);
+    char *model_dir = za_test_path ("run");
+    const char *tasks [][2] = {{"ps", "0"}, {"worker", "0"}, {"chief", "0"}};
+    pid_t pids [3];
+    char *outs [3], *errs [3];
+    for (int t = 0; t < 3; t++) {
+        char config [700], name [32];
+        snprintf (config, sizeof config, "%s, \"task\": {\"type\": \"%s\", \"index\": %s}}",
+                  cluster, tasks [t][0], tasks [t][1]);
+        setenv ("TF_CONFIG", config, 1);
+        snprintf (name, sizeof name, "%s.out", tasks [t][0]);
+        outs [t] = za_test_path (name);
+        snprintf (name, sizeof name, "%s.err", tasks [t][0]);
+        errs [t] = za_test_path (name);
+        const char *args [] = {"--max-steps", "400", "--model-dir", model_dir, "--l2", "0.001",
+                               "--save-checkpoints-steps", "100", "--threads", "1", NULL};
+        pids [t] = za_test_spawn_program ("custom_model_fn", args, outs [t], errs [t]);
+    }
+    unsetenv ("TF_CONFIG");
+    for (int t = 0; t < 3; t++) {
+        int status = za_test_wait (pids [t], RUN_TIMEOUT_S);
+        char *out = (char *) za_test_read_file (outs [t], NULL);
+        char *err = (char *) za_test_read_file (errs [t], NULL);
+        cr_expect_eq (s_exit_code (status), 0, "%s: %s", tasks [t][0], err);
+        char role [64];
+        snprintf (role, sizeof role, "%s 0 of the cluster", tasks [t][0]);
+        cr_expect (strstr (err, role), "%s: %s", tasks [t][0], err);
+        if (t == 2)
+            cr_expect (strstr (out, "test accuracy "), "the chief printed no accuracy: %s",
+                       out);
+        free (out);
+        free (err);
+        free (outs [t]);
+        free (errs [t]);
+    }
+    int found = 0;
+    za_checkpoint_t *ckpt = za_checkpoint_load_newest (model_dir, &found);
+    cr_assert_not_null (ckpt);
+    cr_expect_geq (za_checkpoint_step (ckpt), 400);
+    cr_expect_str_eq (za_checkpoint_meta (ckpt, "model"), "softmax_regression(l2=0.001)");
+    za_checkpoint_destroy (&ckpt);
+    for (int p = 0; p < 3; p++)
+        free (ports [p]);
+    free (model_dir);
+}
+
+// ---------------------------------------------------------------------------
+//  One rule for summaries; heartbeats that reach every role
+
+//  The global steps of the lines of DIR/metrics.jsonl, into steps; how many.
+static int
+s_metric_steps (const char *dir, int64_t *steps, int max)
+{
+    char *path = za_test_join (dir, "metrics.jsonl");
+    char *text = (char *) za_test_read_file (path, NULL);
+    int count = 0;
+    for (char *line = text; line && *line && count < max; ) {
+        json_t *json = json_loads (line, JSON_DISABLE_EOF_CHECK, NULL);
+        cr_assert_not_null (json, "a bad line in %s: %s", path, line);
+        steps [count++] = json_integer_value (json_object_get (json, "global_step"));
+        json_decref (json);
+        line = strchr (line, '\n');
+        line = line? line + 1: NULL;
+    }
+    free (text);
+    free (path);
+    return count;
+}
+
+Test (runtime, the_single_process_and_the_chief_write_metrics_at_the_same_steps)
+{
+    char *single_dir = za_test_path ("single");
+    char *cluster_dir = za_test_path ("cluster");
+    const char *common [] = {"--model", "linear", "--max-steps", "330", "--no-eval",
+                             "--save-summary-steps", "40", "--threads", "1",
+                             "--save-checkpoints-steps", "100"};
+    const char *single [24], *chief [24], *ps [24];
+    int n = (int) (sizeof common / sizeof common [0]);
+    for (int i = 0; i < n; i++)
+        single [i] = chief [i] = ps [i] = common [i];
+    single [n] = "--model-dir", single [n + 1] = single_dir, single [n + 2] = NULL;
+    za_test_result_t result = za_test_run_program ("zactor-run", single, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    //  A cluster of the chief and one ps: the chief alone moves global_step.
+    char *endpoint = za_test_free_endpoint ();
+    char config [256];
+    snprintf (config, sizeof config, "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"ps\": "
+              "[\"127.0.0.1:%s\"]}}", strrchr (endpoint, ':') + 1);
+    char *cluster = za_test_write ("cluster.json", config);
+    chief [n] = ps [n] = "--model-dir", chief [n + 1] = ps [n + 1] = cluster_dir;
+    chief [n + 2] = ps [n + 2] = "--cluster", chief [n + 3] = ps [n + 3] = cluster;
+    chief [n + 4] = ps [n + 4] = "--role";
+    chief [n + 5] = "chief", ps [n + 5] = "ps";
+    chief [n + 6] = ps [n + 6] = NULL;
+    char *ps_out = za_test_path ("ps.out"), *chief_out = za_test_path ("chief.out");
+    char *out = za_test_path ("roles.out");
+    pid_t ps_pid = za_test_spawn (ps, out, ps_out);
+    pid_t chief_pid = za_test_spawn (chief, out, chief_out);
+    free (out);
+    cr_expect_eq (s_exit_code (za_test_wait (chief_pid, RUN_TIMEOUT_S)), 0);
+    cr_expect_eq (s_exit_code (za_test_wait (ps_pid, RUN_TIMEOUT_S)), 0);
+    int64_t a [32], b [32];
+    int count_a = s_metric_steps (single_dir, a, 32);
+    int count_b = s_metric_steps (cluster_dir, b, 32);
+    cr_expect_eq (count_a, 8, "the single process wrote %d lines", count_a);
+    cr_expect_eq (count_a, count_b, "single process %d lines, chief %d", count_a, count_b);
+    for (int i = 0; i < count_a && i < count_b; i++) {
+        cr_expect_eq (a [i], 40 * (i + 1));
+        cr_expect_eq (a [i], b [i], "line %d: single process step %lld, chief step %lld", i,
+                      (long long) a [i], (long long) b [i]);
+    }
+    free (ps_out);
+    free (chief_out);
+    free (cluster);
+    free (endpoint);
+    free (single_dir);
+    free (cluster_dir);
+}
+
+//  The seconds from `since` until `text` appears in the file at path (0.02 s
+//  polls), or -1 after timeout_s.
+static double
+s_seconds_until (const char *path, const char *text, double since, double timeout_s)
+{
+    while (za_clock_mono () < since + timeout_s) {
+        char *log = (char *) za_test_read_file (path, NULL);
+        int found = strstr (log, text) != NULL;
+        free (log);
+        if (found)
+            return za_clock_mono () - since;
+        usleep (20000);
+    }
+    return -1;
+}
+
+Test (runtime, heartbeats_of_200_ms_find_a_stopped_ps_in_about_0_6_s)
+{
+    char *endpoint = za_test_free_endpoint ();
+    char config [256];
+    snprintf (config, sizeof config, "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"ps\": "
+              "[\"127.0.0.1:%s\"]}}", strrchr (endpoint, ':') + 1);
+    char *cluster = za_test_write ("cluster.json", config);
+    char *model_dir = za_test_path ("run");
+    const char *roles [] = {"ps", "chief"};
+    char *outs [2];
+    pid_t pids [2];
+    for (int r = 0; r < 2; r++) {
+        const char *args [] = {"--cluster", cluster, "--role", roles [r], "--model", "linear",
+                               "--max-steps", "100000000", "--model-dir", model_dir,
+                               "--heartbeat-ivl-ms", "200", "--heartbeat-liveness", "3",
+                               "--threads", "1", "--save-summary-steps", "10", NULL};
+        char name [32];
+        snprintf (name, sizeof name, "%s.err", roles [r]);
+        outs [r] = za_test_path (name);
+        char *out = za_test_path ("roles.out");
+        pids [r] = za_test_spawn (args, out, outs [r]);
+        free (out);
+    }
+    //  Training runs (the chief writes metrics), then the ps stops.
+    char *metrics = za_test_join (model_dir, "metrics.jsonl");
+    double waited = 0;
+    while (access (metrics, F_OK) != 0 && waited < 60)
+        usleep (20000), waited += 0.02;
+    cr_assert_lt (waited, 60, "the chief did not train");
+    cr_assert_eq (kill (pids [0], SIGSTOP), 0);
+    double stopped = za_clock_mono ();
+    double noticed = s_seconds_until (outs [1], "missed 3 heartbeats", stopped, 10);
+    //  Back again: the chief says so and trains on.
+    kill (pids [0], SIGCONT);
+    double back = s_seconds_until (outs [1], "answers again", za_clock_mono (), 10);
+    for (int r = 1; r >= 0; r--) {
+        kill (pids [r], SIGKILL);
+        za_test_wait (pids [r], 30);
+    }
+    char *log = (char *) za_test_read_file (outs [1], NULL);
+    cr_expect (noticed > 0.4 && noticed < 1.2, "the stopped ps was noticed after %.2f s "
+               "(heartbeats 0.2 s x 3): %s", noticed, log);
+    cr_expect (back >= 0, "the chief did not see the ps answer again: %s", log);
+    free (log);
+    for (int r = 0; r < 2; r++)
+        free (outs [r]);
+    free (metrics);
+    free (model_dir);
+    free (cluster);
+    free (endpoint);
+}
