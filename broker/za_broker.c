@@ -9,12 +9,17 @@
       KILLED    supervise: we killed it (missed heartbeats); waiting to reap it
       BACKOFF   supervise: failed; started again at restart_at
       DONE      finished with exit 0 (or training was over when it failed)
-    The job is done when every task is DONE; it fails when a task would be
-    restarted more than max_restarts times.                                  */
+    on the events of s_transitions below, one table of (state, event) ->
+    (action, next state); a failure's next state is its action's choice
+    (backoff, lost, done, or the job fails). The job is done when every task
+    is DONE; it fails when a task would be restarted more than max_restarts
+    times. A task's liveness is a za_peer_t: any register or report is a
+    heartbeat.                                                               */
 #define _GNU_SOURCE                     //  sigabbrev_np
 #include "za/za_broker.h"
 #include "za/za_checkpoint.h"
 #include "za/za_cluster.h"
+#include "za/za_peer.h"
 #include "za/za_util.h"
 #include "za/za_wire.h"
 
@@ -59,7 +64,7 @@ typedef struct {
     char host [TEXT_MAX];
     char endpoint [ZA_CLUSTER_ENDPOINT_MAX];
     zframe_t *identity;
-    double last_heard;
+    za_peer_t peer;             //  its heartbeats: every register and report
     double since;               //  when it was started or registered
     int restarts;
     int failures;               //  in a row, for the backoff
@@ -349,28 +354,52 @@ s_training_over (s_broker_t *self, const s_task_t *task)
     return over;
 }
 
-//  A task that failed (cause says how): started again after the backoff, or
-//  the job fails when it has had its restarts.
-static void
-s_failed (s_broker_t *self, s_task_t *task, const char *cause)
+// ---------------------------------------------------------------------------
+//  A task's life, as a state table
+
+typedef enum {
+    E_START_DUE,                //  supervise: its start (or restart) is due
+    E_REGISTERED,               //  a register or report named it (a heartbeat)
+    E_REPORTED_DONE,            //  its report says it finished
+    E_REPORTED_FAILED,          //  its report says it failed
+    E_EXITED_OK,                //  our child exited 0
+    E_EXITED_FAILED,            //  our child failed (exit code, signal, gone)
+    E_SILENT,                   //  it missed interval x liveness of heartbeats
+    E_NOT_REGISTERED            //  started, and no register came in time
+} s_task_event_t;
+
+//  What came with an event.
+typedef struct {
+    const char *cause;          //  how it failed, for the events
+    zframe_t *identity;         //  E_REGISTERED: who sent it
+    json_t *body;               //  E_REGISTERED: the registration
+} s_happening_t;
+
+typedef int (s_action_fn) (s_broker_t *self, s_task_t *task, const s_happening_t *what);
+
+//  The job fails, or the task waits out its backoff: the next state is
+//  chosen here (BACKOFF, LOST, DONE when training is over).
+static int
+s_fail (s_broker_t *self, s_task_t *task, const s_happening_t *what)
 {
     const za_broker_config_t *config = self->config;
     zframe_destroy (&task->identity);
     if (s_training_over (self, task)) {
         task->state = T_DONE;
-        s_event (self, task, "done", "%s after the final checkpoint: not restarted", cause);
-        return;
+        s_event (self, task, "done", "%s after the final checkpoint: not restarted",
+                 what->cause);
+        return 0;
     }
     if (!config->supervise) {
         task->state = T_LOST;
-        s_event (self, task, "lost", "%s", cause);
-        return;
+        s_event (self, task, "lost", "%s", what->cause);
+        return 0;
     }
     if (task->restarts >= config->max_restarts) {
-        s_event (self, task, "gave_up", "%s, after %d restarts (--max-restarts %d)", cause,
-                 task->restarts, config->max_restarts);
+        s_event (self, task, "gave_up", "%s, after %d restarts (--max-restarts %d)",
+                 what->cause, task->restarts, config->max_restarts);
         self->failed = 1;
-        return;
+        return 0;
     }
     if (za_clock_mono () - task->since > STABLE_SECS)
         task->failures = 0;
@@ -379,10 +408,155 @@ s_failed (s_broker_t *self, s_task_t *task, const char *cause)
     task->restarts++;
     task->state = T_BACKOFF;
     task->restart_at = za_clock_mono () + delay;
-    s_event (self, task, "failed", "%s; restart %d in %.1f s", cause, task->restarts, delay);
+    s_event (self, task, "failed", "%s; restart %d in %.1f s", what->cause, task->restarts,
+             delay);
+    return 0;
 }
 
-//  Reaps our children, kills the silent, starts what is due.
+//  Starts the task's process (STARTED); DONE instead when a restarted broker
+//  finds training over before it began; a failure's choice when it cannot.
+static int
+s_start (s_broker_t *self, s_task_t *task, const s_happening_t *what)
+{
+    (void) what;
+    if (task->state == T_EMPTY && self->config->restarts > 0 && s_training_over (self, task)) {
+        task->state = T_DONE;
+        s_event (self, task, "done", "training was over before this broker began");
+        return 0;
+    }
+    if (s_spawn (self, task) == 0)
+        return 0;
+    za_info ("%s", za_last_error ());
+    s_happening_t failure = {.cause = "could not be started"};
+    return s_fail (self, task, &failure);
+}
+
+//  Takes the registration fields every register and report carries.
+static int
+s_take (s_broker_t *self, s_task_t *task, const s_happening_t *what)
+{
+    json_t *body = what->body;
+    pid_t pid = (pid_t) json_integer_value (json_object_get (body, "pid"));
+    const char *host = json_string_value (json_object_get (body, "host"));
+    const char *endpoint = json_string_value (json_object_get (body, "endpoint"));
+    int restarts = (int) json_integer_value (json_object_get (body, "restarts"));
+    int was = task->state;
+    if (task->pid != pid) {
+        task->own = task->own && task->pid == pid;
+        task->pid = pid;
+    }
+    snprintf (task->host, sizeof task->host, "%s", host? host: "?");
+    if (endpoint && *endpoint && task->kind == ZA_TASK_PS)
+        snprintf (task->endpoint, sizeof task->endpoint, "%s", endpoint);
+    if (restarts > task->restarts)
+        task->restarts = restarts;
+    zframe_destroy (&task->identity);
+    task->identity = zframe_dup (what->identity);
+    double now = za_clock_mono ();
+    za_peer_heard (&task->peer, now);
+    if (was != T_LIVE) {
+        task->since = now;
+        s_event (self, task, "registered", "on %s%s", task->host,
+                 was == T_LOST? ", back after going silent"
+                 : was == T_EMPTY && self->config->restarts > 0? ", again after a broker restart"
+                 : "");
+    }
+    return 0;
+}
+
+static int
+s_finished (s_broker_t *self, s_task_t *task, const s_happening_t *what)
+{
+    s_event (self, task, "done", "%s", what->cause);
+    return 0;
+}
+
+//  A report of failure counts from a process we did not start; ours are
+//  judged by their exit.
+static int
+s_reported_failure (s_broker_t *self, s_task_t *task, const s_happening_t *what)
+{
+    if (task->own)
+        return -1;
+    return s_fail (self, task, what);
+}
+
+//  Missed heartbeats: a process of ours on this machine is killed (and reaped
+//  on a later turn, with this as the cause); any other has failed.
+static int
+s_silent (s_broker_t *self, s_task_t *task, const s_happening_t *what)
+{
+    if (self->config->supervise && s_is_local (self, task) && s_is_role_process (task)) {
+        kill (task->pid, SIGKILL);
+        if (task->own) {
+            snprintf (task->cause, sizeof task->cause, "%s", what->cause);
+            task->state = T_KILLED;
+            s_event (self, task, "killed", "%s", what->cause);
+            return 0;
+        }
+    }
+    return s_fail (self, task, what);
+}
+
+static int
+s_kill_unregistered (s_broker_t *self, s_task_t *task, const s_happening_t *what)
+{
+    (void) self;
+    if (!s_is_role_process (task))
+        return -1;
+    snprintf (task->cause, sizeof task->cause, "%s", what->cause);
+    kill (task->pid, SIGKILL);
+    return 0;
+}
+
+#define T_ANY (-1)
+#define T_SAME (-2)
+#define T_CHOSEN (-3)           //  the action chose the next state
+
+//  A task's life (docs/PROTOCOL.md 13). The first row that matches the
+//  state and the event wins; an event no row takes changes nothing.
+static const struct {
+    int state;
+    s_task_event_t event;
+    s_action_fn *action;
+    int next;
+} s_transitions [] = {
+    //  state       event                action                next
+    {T_EMPTY,     E_START_DUE,         s_start,              T_CHOSEN},
+    {T_BACKOFF,   E_START_DUE,         s_start,              T_CHOSEN},
+    {T_DONE,      E_REGISTERED,        NULL,                 T_SAME},
+    {T_ANY,       E_REGISTERED,        s_take,               T_LIVE},
+    {T_ANY,       E_REPORTED_DONE,     s_finished,           T_DONE},
+    {T_LIVE,      E_REPORTED_FAILED,   s_reported_failure,   T_CHOSEN},
+    {T_STARTED,   E_EXITED_OK,         s_finished,           T_DONE},
+    {T_LIVE,      E_EXITED_OK,         s_finished,           T_DONE},
+    {T_KILLED,    E_EXITED_OK,         s_finished,           T_DONE},
+    {T_LOST,      E_EXITED_OK,         s_finished,           T_DONE},
+    {T_STARTED,   E_EXITED_FAILED,     s_fail,               T_CHOSEN},
+    {T_LIVE,      E_EXITED_FAILED,     s_fail,               T_CHOSEN},
+    {T_KILLED,    E_EXITED_FAILED,     s_fail,               T_CHOSEN},
+    {T_LOST,      E_EXITED_FAILED,     s_fail,               T_CHOSEN},
+    {T_LIVE,      E_SILENT,            s_silent,             T_CHOSEN},
+    {T_STARTED,   E_NOT_REGISTERED,    s_kill_unregistered,  T_KILLED},
+};
+
+//  Runs the row of (task's state, event). A failing action keeps the state.
+static void
+s_happen (s_broker_t *self, s_task_t *task, s_task_event_t event, const s_happening_t *what)
+{
+    size_t rows = sizeof s_transitions / sizeof s_transitions [0];
+    for (size_t r = 0; r < rows; r++) {
+        if ((s_transitions [r].state != T_ANY && s_transitions [r].state != (int) task->state)
+            || s_transitions [r].event != event)
+            continue;
+        int rc = s_transitions [r].action? s_transitions [r].action (self, task, what): 0;
+        if (rc == 0 && s_transitions [r].next >= 0)
+            task->state = (s_task_state_t) s_transitions [r].next;
+        return;
+    }
+}
+
+//  Reaps our children, finds the silent, starts what is due.
 static void
 s_supervise (s_broker_t *self)
 {
@@ -397,69 +571,39 @@ s_supervise (s_broker_t *self)
                 pid_t got = waitpid (task->pid, &status, WNOHANG);
                 if (got == task->pid || (got < 0 && errno == ECHILD)) {
                     task->own = 0;
-                    int active = task->state == T_STARTED || task->state == T_LIVE
-                              || task->state == T_KILLED || task->state == T_LOST;
-                    char how [TEXT_MAX];
+                    char how [TEXT_MAX], cause [TEXT_MAX * 2];
                     if (got < 0)
                         snprintf (how, sizeof how, "gone");
                     else
                         s_describe_status (status, how, sizeof how);
-                    if (!active)
-                        ;       //  already counted (it said done, or failed silent)
-                    else
-                    if (got == task->pid && WIFEXITED (status) && WEXITSTATUS (status) == 0) {
-                        task->state = T_DONE;
-                        s_event (self, task, "done", "exit code 0");
-                    }
-                    else {
-                        char cause [TEXT_MAX * 2];
-                        snprintf (cause, sizeof cause, "%s%s%s", task->cause,
-                                  *task->cause? ", then ": "", how);
-                        s_failed (self, task, cause);
-                    }
+                    int ok = got == task->pid && WIFEXITED (status) && WEXITSTATUS (status) == 0;
+                    snprintf (cause, sizeof cause, "%s%s%s", ok? "": task->cause,
+                              !ok && *task->cause? ", then ": "", how);
+                    s_happening_t exited = {.cause = cause};
+                    s_happen (self, task, ok? E_EXITED_OK: E_EXITED_FAILED, &exited);
                     continue;
                 }
             }
-            double silent = now - task->last_heard;
-            if (task->state == T_LIVE && silent > s_silent_max (self)) {
+            if (task->state == T_LIVE && za_peer_expired (&task->peer, now)) {
                 char cause [TEXT_MAX];
                 snprintf (cause, sizeof cause, "missed %d heartbeats (silent %.1f s)",
-                          config->heartbeat_liveness, silent);
-                if (config->supervise && s_is_local (self, task)
-                    && s_is_role_process (task)) {
-                    kill (task->pid, SIGKILL);
-                    if (task->own) {
-                        //  Reaped on a later turn, with this as the cause.
-                        snprintf (task->cause, sizeof task->cause, "%s", cause);
-                        task->state = T_KILLED;
-                        s_event (self, task, "killed", "%s", cause);
-                        continue;
-                    }
-                }
-                s_failed (self, task, cause);
+                          config->heartbeat_liveness, za_peer_silence (&task->peer, now));
+                s_happening_t silent = {.cause = cause};
+                s_happen (self, task, E_SILENT, &silent);
                 continue;
             }
             if (!config->supervise)
                 continue;
-            if (task->state == T_STARTED && now - task->since > REGISTER_GRACE_SECS
-                && s_is_role_process (task)) {
-                snprintf (task->cause, sizeof task->cause, "did not register within %.0f s",
+            if (task->state == T_STARTED && now - task->since > REGISTER_GRACE_SECS) {
+                char cause [TEXT_MAX];
+                snprintf (cause, sizeof cause, "did not register within %.0f s",
                           REGISTER_GRACE_SECS);
-                kill (task->pid, SIGKILL);
-                task->state = T_KILLED;
+                s_happening_t late = {.cause = cause};
+                s_happen (self, task, E_NOT_REGISTERED, &late);
             }
             if ((task->state == T_EMPTY && !grace)
-                || (task->state == T_BACKOFF && now >= task->restart_at)) {
-                if (task->state == T_EMPTY && config->restarts > 0 && s_training_over (self, task)) {
-                    task->state = T_DONE;
-                    s_event (self, task, "done", "training was over before this broker began");
-                    continue;
-                }
-                if (s_spawn (self, task)) {
-                    za_info ("%s", za_last_error ());
-                    s_failed (self, task, "could not be started");
-                }
-            }
+                || (task->state == T_BACKOFF && now >= task->restart_at))
+                s_happen (self, task, E_START_DUE, &(s_happening_t) {.cause = NULL});
         }
 }
 
@@ -611,43 +755,12 @@ s_task_of (s_broker_t *self, zframe_t *identity, json_t *body, int any_free)
     int in_use = task->own && (task->state == T_STARTED || task->state == T_LIVE
                                || task->state == T_KILLED);
     if (task->pid != pid && pid > 0 && (in_use || (task->state == T_LIVE
-        && za_clock_mono () - task->last_heard <= s_silent_max (self)))) {
+        && !za_peer_expired (&task->peer, za_clock_mono ())))) {
         s_reply_error (self, identity, "busy", "%s %d is taken by pid %d on %s", role,
                        (int) index, (int) task->pid, task->host);
         return NULL;
     }
     return task;
-}
-
-//  Takes the registration fields every register and report carries.
-static void
-s_take_registration (s_broker_t *self, s_task_t *task, zframe_t *identity, json_t *body)
-{
-    pid_t pid = (pid_t) json_integer_value (json_object_get (body, "pid"));
-    const char *host = json_string_value (json_object_get (body, "host"));
-    const char *endpoint = json_string_value (json_object_get (body, "endpoint"));
-    int restarts = (int) json_integer_value (json_object_get (body, "restarts"));
-    int was = task->state;
-    if (task->pid != pid) {
-        task->own = task->own && task->pid == pid;
-        task->pid = pid;
-    }
-    snprintf (task->host, sizeof task->host, "%s", host? host: "?");
-    if (endpoint && *endpoint && task->kind == ZA_TASK_PS)
-        snprintf (task->endpoint, sizeof task->endpoint, "%s", endpoint);
-    if (restarts > task->restarts)
-        task->restarts = restarts;
-    zframe_destroy (&task->identity);
-    task->identity = zframe_dup (identity);
-    task->last_heard = za_clock_mono ();
-    if (was != T_LIVE && was != T_DONE) {
-        task->state = T_LIVE;
-        task->since = task->last_heard;
-        s_event (self, task, "registered", "on %s%s", task->host,
-                 was == T_LOST? ", back after going silent"
-                 : was == T_EMPTY && self->config->restarts > 0? ", again after a broker restart"
-                 : "");
-    }
 }
 
 static void
@@ -661,7 +774,8 @@ s_on_register (s_broker_t *self, zframe_t *identity)
         task = NULL;
     }
     if (task) {
-        s_take_registration (self, task, identity, body);
+        s_happening_t registered = {.identity = identity, .body = body};
+        s_happen (self, task, E_REGISTERED, &registered);
         json_t *job = json_deep_copy (self->job);
         s_reply (self, identity, ZA_OP_WELCOME,
                  json_pack ("{s:i, s:s, s:o}", "index", task->index, "endpoint",
@@ -689,8 +803,10 @@ s_on_report (s_broker_t *self, zframe_t *identity)
         s_reply (self, identity, ZA_OP_VIEW, s_view (self));
         return;
     }
-    if (!ended)
-        s_take_registration (self, task, identity, body);
+    if (!ended) {
+        s_happening_t registered = {.identity = identity, .body = body};
+        s_happen (self, task, E_REGISTERED, &registered);
+    }
     snprintf (task->role_state, sizeof task->role_state, "%s", state? state: "?");
     task->step = json_integer_value (json_object_get (body, "global_step"));
     task->loss = json_number_value (json_object_get (body, "loss"));
@@ -700,13 +816,9 @@ s_on_report (s_broker_t *self, zframe_t *identity)
     task->eval_step = json_is_integer (eval_step)? json_integer_value (eval_step): -1;
     task->eval_accuracy = json_number_value (json_object_get (body, "eval_accuracy"));
     if (ended && task->pid == pid && task->state != T_DONE) {
-        if (streq (state, "done")) {
-            task->state = T_DONE;
-            s_event (self, task, "done", "finished");
-        }
-        else
-        if (!task->own && task->state == T_LIVE)
-            s_failed (self, task, "it reported a failure");
+        int done = streq (state, "done");
+        s_happening_t end = {.cause = done? "finished": "it reported a failure"};
+        s_happen (self, task, done? E_REPORTED_DONE: E_REPORTED_FAILED, &end);
     }
     json_decref (body);
     s_reply (self, identity, ZA_OP_VIEW, s_view (self));
@@ -740,8 +852,8 @@ s_state (s_broker_t *self)
                                  ? json_integer (task->eval_step): json_null ());
             json_object_set_new (row, "eval_accuracy", task->eval_step >= 0
                                  ? json_real (task->eval_accuracy): json_null ());
-            json_object_set_new (row, "heartbeat_age_secs", heard && task->last_heard > 0
-                                 ? json_real (now - task->last_heard): json_null ());
+            json_object_set_new (row, "heartbeat_age_secs", heard && task->peer.heard
+                                 ? json_real (za_peer_silence (&task->peer, now)): json_null ());
             if (*task->endpoint)
                 json_object_set_new (row, "endpoint", json_string (task->endpoint));
             json_array_append_new (roles, row);
@@ -808,7 +920,7 @@ s_check_pause (s_broker_t *self)
                  "heartbeat window", gap);
         for (int kind = 0; kind < ZA_BROKER_ROLE_KINDS; kind++)
             for (int i = 0; i < self->config->counts [kind]; i++)
-                self->tasks [kind][i].last_heard += gap;
+                za_peer_postpone (&self->tasks [kind][i].peer, gap);
     }
     self->last_turn = now;
 }
@@ -862,6 +974,8 @@ s_broker_new (const za_broker_config_t *config, zsock_t *pipe)
             task->kind = kind;
             task->index = i;
             task->eval_step = -1;
+            za_peer_init (&task->peer, config->heartbeat_ivl_secs, config->heartbeat_liveness,
+                          za_clock_mono ());
         }
     }
     if (config->supervise && (!config->exe || !config->connect)) {
@@ -873,6 +987,13 @@ s_broker_new (const za_broker_config_t *config, zsock_t *pipe)
         goto fail;
     zsock_set_maxmsgsize (self->router, ZA_WIRE_MAX_HEADER_BYTES + 1024);
     zsock_set_sndtimeo (self->router, 0);
+    //  ZMTP heartbeats close the connections of peers that vanished without
+    //  a word (a machine gone), so their pipes do not pile up.
+    int ivl_ms = (int) (config->heartbeat_ivl_secs * 1000);
+    if (ivl_ms > 0) {
+        zsock_set_heartbeat_ivl (self->router, ivl_ms);
+        zsock_set_heartbeat_timeout (self->router, ivl_ms * config->heartbeat_liveness);
+    }
     if (zsock_bind (self->router, "%s", config->bind) < 0) {
         za_error ("broker: cannot bind %s: %s", config->bind, zmq_strerror (zmq_errno ()));
         goto fail;

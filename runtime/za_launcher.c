@@ -6,13 +6,17 @@
     and judges it with the peer class, like every role.                    */
 #include "za_run_private.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,20 +39,24 @@ za_run_self_exe (char *path, size_t size)
 int
 za_run_free_endpoint (const char *host, char *endpoint, size_t size)
 {
-    //  libzmq's own "*" port, not CZMQ's "!" (which repeats in processes
-    //  started in the same second): the kernel picks, we read it, let it go.
-    zsock_t *probe = zsock_new (ZMQ_ROUTER);
+    //  The kernel picks a port for a plain socket, we read it and close it.
+    //  Not a ZeroMQ socket: libzmq closes its listeners later, in its I/O
+    //  thread, and a ps that binds the port at once would find it in use.
     int local = streq (host, "127.0.0.1");
-    char bound [ZA_CLUSTER_ENDPOINT_MAX] = "";
-    size_t bound_size = sizeof bound;
-    int rc = probe? zmq_bind (zsock_resolve (probe), local? "tcp://127.0.0.1:*": "tcp://*:*"): -1;
+    struct sockaddr_in address;
+    memset (&address, 0, sizeof address);
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl (local? INADDR_LOOPBACK: INADDR_ANY);
+    socklen_t length = sizeof address;
+    int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int rc = fd < 0? -1: bind (fd, (struct sockaddr *) &address, sizeof address);
     if (rc == 0)
-        rc = zmq_getsockopt (zsock_resolve (probe), ZMQ_LAST_ENDPOINT, bound, &bound_size);
-    zsock_destroy (&probe);
-    const char *port = strrchr (bound, ':');
-    if (rc || !port)
-        return za_error ("cannot find a free tcp port on %s", host);
-    snprintf (endpoint, size, "tcp://%s%s", host, port);
+        rc = getsockname (fd, (struct sockaddr *) &address, &length);
+    if (fd >= 0)
+        close (fd);
+    if (rc)
+        return za_error ("cannot find a free tcp port on %s: %s", host, strerror (errno));
+    snprintf (endpoint, size, "tcp://%s:%d", host, ntohs (address.sin_port));
     return 0;
 }
 
