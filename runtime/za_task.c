@@ -321,7 +321,9 @@ s_role_config (za_task_t *task, const za_place_t *place, za_role_config_t *role)
     role->model_fn = task->model_fn;
     role->params = task->params;
     role->input = task->input;
-    za_settings_optim (s, &role->optim);
+    //  The chief initialises the ps with the job's optimizer: the one source.
+    if (place->is_chief)
+        za_settings_optim (s, &role->optim);
     role->run = za_settings_run_config (s);
     role->max_steps = s->max_steps;
     role->batch_size = (int) s->batch_size;

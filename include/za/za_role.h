@@ -29,7 +29,8 @@ typedef struct {
     const za_model_fn_t *model_fn;
     const void *params;
     za_input_shape_t input;
-    za_optim_config_t optim;        //  the chief's: it initialises the ps with it
+    za_optim_config_t optim;        //  the chief's: it initialises the ps with it (a
+                                    //  ps applies what that init says; others ignore it)
     za_run_config_t run;            //  model_dir (the chief writes it), checkpoint
                                     //  policy, seed, threads, logging
     int64_t max_steps;
