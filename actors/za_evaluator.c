@@ -250,10 +250,105 @@ s_sleep (zsock_t *pipe, double secs)
     return term;
 }
 
+//  --replay: every checkpoint in step order. Returns 0 or -1; *done counts.
+static int
+s_replay (s_eval_t *self, int *done)
+{
+    const za_evaluator_config_t *config = self->config;
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (config->model_dir, &steps);
+    int rc = count < 0? -1: 0;
+    if (count == 0)
+        rc = za_error ("evaluator: no checkpoint in '%s' to replay", config->model_dir);
+    for (int i = 0; i < count && rc == 0; i++) {
+        za_eval_result_t result;
+        s_publish_evaluating (config);
+        int one = s_evaluate (self, steps [i], &result);
+        if (one < 0)
+            rc = -1;
+        if (one == 0)
+            s_publish_result (config, &result);
+        *done += one == 0;
+    }
+    free (steps);
+    za_info ("evaluator: replayed %d of the checkpoints in '%s' into %s/%s", *done,
+             config->model_dir, config->model_dir, self->subdir);
+    return rc;
+}
+
+//  The newest checkpoint's step in model_dir, or -1.
+static int64_t
+s_newest (const char *model_dir)
+{
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (model_dir, &steps);
+    int64_t newest = count > 0? steps [count - 1]: -1;
+    free (steps);
+    return newest;
+}
+
+//  EvalSpec's schedule: after the start delay, the newest checkpoint not
+//  evaluated yet, at most once per throttle_secs, until one at or past
+//  max_steps. Returns 0, ZA_EVALUATOR_STOPPED, ZA_EVALUATOR_IDLE or -1;
+//  *done counts.
+static int
+s_follow (s_eval_t *self, zsock_t *pipe, int *done)
+{
+    const za_evaluator_config_t *config = self->config;
+    int64_t last = s_already_evaluated (self);
+    if (last >= 0)
+        za_info ("evaluator: %s/metrics.jsonl says step %" PRId64 " was evaluated: going on "
+                 "after it", self->subdir, last);
+    double now = za_clock_mono (), started = now, last_new = now;
+    double next_allowed = now + config->start_delay_secs;
+    int finished = config->max_steps > 0 && last >= config->max_steps;
+    int rc = 0;
+    while (!finished && rc == 0) {
+        now = za_clock_mono ();
+        s_publish (config, *done? ZA_ROLE_RUNNING: ZA_ROLE_WAITING);
+        int64_t newest = now < next_allowed? -1: s_newest (config->model_dir);
+        if (newest > last) {
+            za_eval_result_t result;
+            double eval_start = za_clock_mono ();
+            s_publish_evaluating (config);
+            int one = s_evaluate (self, newest, &result);
+            last = newest;
+            last_new = za_clock_mono ();
+            if (one == 0) {
+                s_publish_result (config, &result);
+                (*done)++;
+                next_allowed = eval_start + config->throttle_secs;
+                finished = config->max_steps > 0 && result.global_step >= config->max_steps;
+            }
+            rc = one < 0? -1: 0;
+            continue;
+        }
+        if (now >= next_allowed && config->idle_timeout_secs > 0
+            && now - last_new > config->idle_timeout_secs) {
+            za_error ("evaluator: no new checkpoint in '%s' for %.0f s; giving up",
+                      config->model_dir, config->idle_timeout_secs);
+            rc = ZA_EVALUATOR_IDLE;
+            break;
+        }
+        double nap = now < next_allowed && next_allowed - now < config->poll_secs
+                   ? next_allowed - now: config->poll_secs;
+        if (s_sleep (pipe, nap))
+            rc = ZA_EVALUATOR_STOPPED;
+    }
+    if (finished && *done == 0)
+        za_info ("evaluator: the final checkpoint (step >= %" PRId64 ") was evaluated before: "
+                 "nothing left to do", config->max_steps);
+    else
+    if (finished)
+        za_info ("evaluator: evaluated the final checkpoint (step >= %" PRId64 ") after %.1f s;"
+                 " done", config->max_steps, za_clock_mono () - started);
+    return rc;
+}
+
 int
 za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evaluations)
 {
-    int done_count = 0;
+    int done = 0;
     if (evaluations)
         *evaluations = 0;
     if (!config->model_dir || (!config->data && !config->input_fn)) {
@@ -276,95 +371,11 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
         return -1;
     }
     s_publish (config, config->replay? ZA_ROLE_RUNNING: ZA_ROLE_WAITING);
-    int rc = 0;
-    if (config->replay) {
-        int64_t *steps = NULL;
-        int count = za_checkpoint_list (config->model_dir, &steps);
-        if (count < 0)
-            rc = -1;
-        else
-        if (count == 0)
-            rc = za_error ("evaluator: no checkpoint in '%s' to replay", config->model_dir);
-        for (int i = 0; i < count && rc == 0; i++) {
-            za_eval_result_t result;
-            s_publish_evaluating (config);
-            int one = s_evaluate (&self, steps [i], &result);
-            if (one < 0)
-                rc = -1;
-            if (one == 0)
-                s_publish_result (config, &result);
-            done_count += one == 0;
-        }
-        free (steps);
-        za_info ("evaluator: replayed %d of the checkpoints in '%s' into %s/%s", done_count,
-                 config->model_dir, config->model_dir, self.subdir);
-    }
-    else {
-        int64_t last = s_already_evaluated (&self);
-        if (last >= 0)
-            za_info ("evaluator: %s/metrics.jsonl says step %" PRId64 " was evaluated: "
-                     "going on after it", self.subdir, last);
-        double now = za_clock_mono (), started = now;
-        double next_allowed = now + config->start_delay_secs;
-        double last_new = now;
-        int finished = config->max_steps > 0 && last >= config->max_steps;
-        while (!finished) {
-            now = za_clock_mono ();
-            s_publish (config, done_count? ZA_ROLE_RUNNING: ZA_ROLE_WAITING);
-            if (now < next_allowed) {
-                if (s_sleep (pipe, next_allowed - now < config->poll_secs
-                                   ? next_allowed - now: config->poll_secs)) {
-                    rc = ZA_EVALUATOR_STOPPED;
-                    break;
-                }
-                continue;
-            }
-            int64_t *steps = NULL;
-            int count = za_checkpoint_list (config->model_dir, &steps);
-            int64_t newest = count > 0? steps [count - 1]: -1;
-            free (steps);
-            if (newest > last) {
-                za_eval_result_t result;
-                double eval_start = za_clock_mono ();
-                s_publish_evaluating (config);
-                int one = s_evaluate (&self, newest, &result);
-                if (one < 0) {
-                    rc = -1;
-                    break;
-                }
-                last = newest;
-                last_new = za_clock_mono ();
-                if (one == 0) {
-                    s_publish_result (config, &result);
-                    done_count++;
-                    next_allowed = eval_start + config->throttle_secs;
-                    finished = config->max_steps > 0 && result.global_step >= config->max_steps;
-                }
-                continue;
-            }
-            if (config->idle_timeout_secs > 0 && now - last_new > config->idle_timeout_secs) {
-                za_error ("evaluator: no new checkpoint in '%s' for %.0f s; giving up",
-                          config->model_dir, config->idle_timeout_secs);
-                rc = ZA_EVALUATOR_IDLE;
-                break;
-            }
-            if (s_sleep (pipe, config->poll_secs)) {
-                rc = ZA_EVALUATOR_STOPPED;
-                break;
-            }
-        }
-        if (finished && done_count == 0)
-            za_info ("evaluator: the final checkpoint (step >= %" PRId64 ") was evaluated "
-                     "before: nothing left to do", config->max_steps);
-        else
-        if (finished)
-            za_info ("evaluator: evaluated the final checkpoint (step >= %" PRId64 ") after "
-                     "%.1f s; done", config->max_steps, za_clock_mono () - started);
-    }
+    int rc = config->replay? s_replay (&self, &done): s_follow (&self, pipe, &done);
     za_estimator_destroy (&self.est);
     za_summary_writer_destroy (&self.summary);
     if (evaluations)
-        *evaluations = done_count;
+        *evaluations = done;
     s_publish (config, rc == 0 || rc == ZA_EVALUATOR_STOPPED? ZA_ROLE_DONE: ZA_ROLE_FAILED);
     return rc;
 }

@@ -33,7 +33,7 @@ s_teardown (void)
     za_test_dir_remove ();
 }
 
-TestSuite (broker, .init = s_setup, .fini = s_teardown, .timeout = 600);
+TestSuite (broker, .init = s_setup, .fini = s_teardown, .timeout = 600 * ZA_TEST_SLOWDOWN);
 
 
 static int
@@ -259,7 +259,7 @@ s_newest_checkpoint (const char *model_dir)
     return newest;
 }
 
-Test (broker, local_run_survives_kill_9_of_each_role, .timeout = 900)
+Test (broker, local_run_survives_kill_9_of_each_role, .timeout = 900 * ZA_TEST_SLOWDOWN)
 {
     char *model_dir = za_test_path ("run");
     char *out = za_test_path ("local.out");

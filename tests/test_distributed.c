@@ -143,7 +143,7 @@ s_send_garbage (int port)
     return sent;
 }
 
-Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300)
+Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300 * ZA_TEST_SLOWDOWN)
 {
     za_test_dir_create ("za_distributed_test");
     int ps0_port = 0;
@@ -247,7 +247,7 @@ Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300)
 
 //  train_and_evaluate, distributed: chief, worker, ps and an evaluator task as
 //  processes; all four exit 0 and the evaluator has results for the final step.
-Test (distributed, with_an_evaluator_task, .timeout = 300)
+Test (distributed, with_an_evaluator_task, .timeout = 300 * ZA_TEST_SLOWDOWN)
 {
     za_test_dir_create ("za_distributed_eval");
     char *cluster = s_cluster_file (1, 1, 1, NULL);
@@ -322,7 +322,7 @@ Test (distributed, with_an_evaluator_task, .timeout = 300)
 //  Heartbeats: a ps that is stopped (SIGSTOP) mid-run is named within
 //  interval x liveness; the chief waits on (a supervisor may be restarting
 //  it) until --timeout-secs, then exits 1.
-Test (distributed, a_stopped_ps_is_detected_by_heartbeats, .timeout = 120)
+Test (distributed, a_stopped_ps_is_detected_by_heartbeats, .timeout = 120 * ZA_TEST_SLOWDOWN)
 {
     za_test_dir_create ("za_distributed_hb");
     char *cluster = s_cluster_file (0, 1, 0, NULL);
@@ -418,7 +418,7 @@ s_wait_first_checkpoint (void)
 //  killed with SIGKILL and started again rejoins; a chief killed and started
 //  again goes on from the ps's step. The run reaches max_steps, every process
 //  exits 0, every checkpoint loads.
-Test (distributed, killed_worker_and_chief_come_back, .timeout = 300)
+Test (distributed, killed_worker_and_chief_come_back, .timeout = 300 * ZA_TEST_SLOWDOWN)
 {
     za_test_dir_create ("za_distributed_restart");
     char *cluster = s_cluster_file (1, 1, 0, NULL);
@@ -468,7 +468,7 @@ Test (distributed, killed_worker_and_chief_come_back, .timeout = 300)
 //  newest checkpoint into it and training goes on. Every process exits 0,
 //  the run reaches max_steps, every checkpoint loads and the ps ends holding
 //  exactly the final checkpoint.
-Test (distributed, a_restarted_ps_is_reloaded_from_the_newest_checkpoint, .timeout = 180)
+Test (distributed, a_restarted_ps_is_reloaded_from_the_newest_checkpoint, .timeout = 180 * ZA_TEST_SLOWDOWN)
 {
     za_test_dir_create ("za_distributed_ps_restart");
     char *cluster = s_cluster_file (1, 1, 0, NULL);

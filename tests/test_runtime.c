@@ -39,7 +39,7 @@ s_teardown (void)
 }
 
 TestSuite (options, .init = s_setup, .fini = s_teardown);
-TestSuite (runtime, .init = s_setup, .fini = s_teardown, .timeout = 600);
+TestSuite (runtime, .init = s_setup, .fini = s_teardown, .timeout = 600 * ZA_TEST_SLOWDOWN);
 
 static int
 s_exit_code (int status)

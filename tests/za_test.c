@@ -185,6 +185,7 @@ za_test_spawn_program (const char *name, const char *const *args, const char *ou
 int
 za_test_wait (pid_t pid, double timeout_s)
 {
+    timeout_s *= ZA_TEST_SLOWDOWN;
     double deadline = za_clock_mono () + timeout_s;
     while (true) {
         int status;

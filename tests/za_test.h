@@ -17,6 +17,15 @@
 #include "za/za_dataset.h"
 #include "za/za_model.h"
 
+//  How much slower a sanitizer makes the code (AddressSanitizer at -O0 runs the
+//  CNN some 10x slower): every time limit of the suites is multiplied by it.
+#if defined (__SANITIZE_ADDRESS__)
+#define ZA_TEST_SLOWDOWN 4
+#else
+#define ZA_TEST_SLOWDOWN 1
+#endif
+
+
 //  --------------------------------------------------------------------------
 //  The temp dir of the running test
 
@@ -64,7 +73,8 @@ const char *za_test_binary (void);
 //  truncated). Returns its pid; the caller waits for it (za_test_wait).
 pid_t za_test_spawn (const char *const *args, const char *out_path, const char *err_path);
 
-//  Waits at most timeout_s for pid; on a hang kills it and fails the test.
+//  Waits at most timeout_s (x ZA_TEST_SLOWDOWN) for pid; on a hang kills it and
+//  fails the test.
 //  Returns the wait status.
 int za_test_wait (pid_t pid, double timeout_s);
 
@@ -113,7 +123,7 @@ json_t *za_test_top (const char *broker);
 json_t *za_test_row (json_t *state, const char *role, int index);
 
 //  Asks the broker for its state until `ready` says it is what the test
-//  waits for (at most `timeout_s`); returns that state (caller decrefs).
+//  waits for (at most `timeout_s` x ZA_TEST_SLOWDOWN); returns that state (caller decrefs).
 //  Fails the test, showing the last state, when it never comes.
 typedef int (*za_test_ready_fn) (json_t *state, void *arg);
 json_t *za_test_wait_for (const char *broker, za_test_ready_fn ready, void *arg,
