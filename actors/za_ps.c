@@ -39,6 +39,8 @@
 
 #define POLL_MS 100
 #define MAX_LOGGED_DROPS 20
+//  Workers (the chief included) a ps serves at most.
+#define ZA_PS_MAX_WORKERS 256
 //  How often a ps waiting for init looks for a final checkpoint in model_dir.
 #define FINAL_CHECK_SECS 1.0
 
@@ -74,7 +76,8 @@ typedef struct {
     int64_t snapshot_step;                  //  sent as global_step in snapshots
     zlist_t *queued;                        //  pushes held back while HELD
     zhashx_t *peers;                        //  routing ids (hex) of the peers heard from
-    int byes;
+    int byes;                               //  tasks that said bye, each once
+    uint8_t gone [ZA_PS_MAX_WORKERS];       //  which
     uint64_t dropped;
     double last_heard;
     double stop_time;
@@ -133,6 +136,11 @@ s_ps_new (const za_role_config_t *config, zsock_t *pipe)
     za_wire_lease_init (&self->lease [0]);
     za_wire_lease_init (&self->lease [1]);
     za_wire_lease_init (&self->slot_lease);
+    if (config->num_workers < 1 || config->num_workers > ZA_PS_MAX_WORKERS) {
+        za_error ("ps %d: %d workers (1 to %d)", config->ps_index, config->num_workers,
+                  ZA_PS_MAX_WORKERS);
+        goto fail;
+    }
     if (!self->in || !self->out || !self->queued || !self->peers
         || za_role_model_vars (config, &self->vars)
         || za_placement_compute (&self->vars, config->ps_count, config->partition_floats,
@@ -229,8 +237,35 @@ s_reply_values (s_ps_t *self, zframe_t *routing_id, uint64_t seq)
     s_reply (self, routing_id, &self->lease [self->current]);
 }
 
+//  1 when tensor t is part `part`'s: f32 of its shape (its variable's, or
+//  [size] when the variable is split). A wrong shape of the right byte
+//  count is as wrong as a wrong count (docs/PROTOCOL.md 9).
+static int
+s_is_part (s_ps_t *self, const za_wire_tensor_t *t, const za_part_t *part)
+{
+    int64_t shape [ZA_MAX_DIMS];
+    int ndim = za_role_part_shape (&self->vars, part, shape);
+    int same = t->dtype == ZA_DTYPE_F32 && t->ndim == ndim
+            && t->bytes == part->size * sizeof (float);
+    for (int d = 0; same && d < ndim; d++)
+        same = t->shape [d] == shape [d];
+    return same;
+}
+
+//  "4x3", for messages.
+static void
+s_shape_text (int ndim, const int64_t *shape, char *text, size_t size)
+{
+    text [0] = 0;
+    for (int d = 0; d < ndim; d++)
+        snprintf (text + strlen (text), size - strlen (text), "%s%" PRId64, d? "x": "",
+                  shape [d]);
+    if (ndim == 0)
+        snprintf (text, size, "scalar");
+}
+
 //  Checks that the message's first part_count tensors are our parts, in
-//  order, with the right sizes. Returns 0, or -1 with a message in `why`.
+//  order, of the right shapes. Returns 0, or -1 with a message in `why`.
 static int
 s_check_parts (s_ps_t *self, const za_wire_msg_t *msg, int exact, char *why, size_t size)
 {
@@ -242,15 +277,26 @@ s_check_parts (s_ps_t *self, const za_wire_msg_t *msg, int exact, char *why, siz
     for (int i = 0; i < self->part_count; i++) {
         const za_wire_tensor_t *t = &msg->tensors [i];
         const za_part_t *part = &self->placement.parts [self->parts [i]];
-        if (strcmp (t->name, part->name) != 0 || t->dtype != ZA_DTYPE_F32
-            || t->bytes != part->size * sizeof (float)) {
-            snprintf (why, size, "tensor %d is '%s' (%zu bytes); ps %d holds '%s' "
-                      "(%zu floats) there", i, t->name, t->bytes, self->config->ps_index,
-                      part->name, part->size);
+        if (strcmp (t->name, part->name) != 0 || !s_is_part (self, t, part)) {
+            int64_t shape [ZA_MAX_DIMS];
+            int ndim = za_role_part_shape (&self->vars, part, shape);
+            char got [64], want [64];
+            s_shape_text (t->ndim, t->shape, got, sizeof got);
+            s_shape_text (ndim, shape, want, sizeof want);
+            snprintf (why, size, "tensor %d is '%s' (%s %s); ps %d holds '%s' (f32 %s) there",
+                      i, t->name, t->dtype == ZA_DTYPE_F32? "f32": "i64", got,
+                      self->config->ps_index, part->name, want);
             return -1;
         }
     }
     return 0;
+}
+
+//  A request's task: the requester's worker index, 0 .. num_workers - 1.
+static int
+s_task_ok (s_ps_t *self, const za_wire_msg_t *msg)
+{
+    return msg->task >= 0 && msg->task < self->config->num_workers;
 }
 
 //  A received float tensor, aligned for the loops (frames of a few bytes
@@ -322,8 +368,8 @@ s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
             char name [ZA_WIRE_NAME_MAX];
             snprintf (name, sizeof name, "%s/%s", s_part_name (self, i),
                       za_optim_slot_name (optim.kind, s));
-            if (strcmp (t->name, name) || t->dtype != ZA_DTYPE_F32
-                || t->bytes != self->placement.parts [self->parts [i]].size * sizeof (float)) {
+            if (strcmp (t->name, name)
+                || !s_is_part (self, t, &self->placement.parts [self->parts [i]])) {
                 snprintf (why, sizeof why, "init: slot tensor '%s' where '%s' belongs",
                           t->name, name);
                 s_reply_error (self, routing_id, msg->seq, "bad_request", why);
@@ -458,13 +504,21 @@ s_pong (s_ps_t *self, s_request_t *request)
     return 0;
 }
 
+//  bye: a task leaving. Counted once per task of the cluster, however often
+//  it says so; one that names no task of the cluster is refused.
 static int
 s_bye (s_ps_t *self, s_request_t *request)
 {
+    if (!s_task_ok (self, request->msg))
+        return s_refuse (self, request, "bad_request", "bye needs its task, a worker index "
+                         "of this cluster");
     char peer [2 * 255 + 1];
     s_peer_key (request->routing_id, peer, sizeof peer);
-    self->byes++;
     zhashx_delete (self->peers, peer);
+    if (!self->gone [request->msg->task]) {
+        self->gone [request->msg->task] = 1;
+        self->byes++;
+    }
     za_wire_msg_init (self->out, ZA_OP_BYE_OK);
     self->out->seq = request->msg->seq;
     s_reply (self, request->routing_id, NULL);
@@ -517,6 +571,9 @@ s_values (s_ps_t *self, s_request_t *request)
 static int
 s_push (s_ps_t *self, s_request_t *request)
 {
+    if (!s_task_ok (self, request->msg))
+        return s_refuse (self, request, "bad_request", "push needs its task, a worker index "
+                         "of this cluster");
     s_apply_push (self, request->routing_id, request->msg);
     return 0;
 }
@@ -525,6 +582,9 @@ s_push (s_ps_t *self, s_request_t *request)
 static int
 s_queue (s_ps_t *self, s_request_t *request)
 {
+    if (!s_task_ok (self, request->msg))
+        return s_refuse (self, request, "bad_request", "push needs its task, a worker index "
+                         "of this cluster");
     zmsg_t *raw = *request->raw_p;
     zmsg_pushmem (raw, zframe_data (request->routing_id), zframe_size (request->routing_id));
     zlist_append (self->queued, raw);

@@ -2,7 +2,9 @@
     when they end, and waiting for it.                                      */
 #include "za_role_private.h"
 
+#include <float.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +72,18 @@ za_role_optim_from_wire (const za_wire_msg_t *msg, za_optim_config_t *optim, cha
         snprintf (why, size, "init without a valid optimizer");
         return -1;
     }
+    //  The values are stored as float32: one beyond its range would become
+    //  inf there, and the first update would ruin every value.
+    const double values [] = {msg->learning_rate, msg->momentum, msg->beta1, msg->beta2,
+                              msg->epsilon, msg->initial_accumulator};
+    static const char *const names [] = {"lr", "momentum", "beta1", "beta2", "epsilon",
+                                         "acc0"};
+    for (size_t v = 0; v < sizeof values / sizeof values [0]; v++)
+        if (!(fabs (values [v]) <= FLT_MAX)) {
+            snprintf (why, size, "init: opt.%s %g does not fit a float32", names [v],
+                      values [v]);
+            return -1;
+        }
     *optim = za_optim_config_default (kind);
     optim->learning_rate = (float) msg->learning_rate;
     optim->momentum = (float) msg->momentum;

@@ -194,12 +194,14 @@ Test (ps, protocol_rules)
     zsock_destroy (&other);
     //  A push with a wrong name, and one with an extra tensor: refused, no change.
     za_wire_msg_init (c.out, ZA_OP_PUSH);
+    c.out->task = 0;
     int64_t kshape [2] = {4, 3}, bshape [1] = {3};
     za_wire_msg_add (c.out, "dense/kernel", ZA_DTYPE_F32, 2, kshape, grads_k);
     za_wire_msg_add (c.out, "dense/biass", ZA_DTYPE_F32, 1, bshape, grads_b);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
     cr_expect_str_eq (c.in->code, "bad_request");
     za_wire_msg_init (c.out, ZA_OP_PUSH);
+    c.out->task = 0;
     s_add_params (&c, grads_k, grads_b);
     za_wire_msg_add (c.out, "extra", ZA_DTYPE_F32, 1, bshape, grads_b);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
@@ -221,6 +223,7 @@ Test (ps, protocol_rules)
     za_wire_msg_init (c.out, ZA_OP_HOLD);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_HELD);
     za_wire_msg_init (c.out, ZA_OP_PUSH);
+    c.out->task = 0;
     s_add_params (&c, grads_k, grads_b);
     double start = za_clock_mono ();
     cr_expect_eq (s_call (&c, 500), -1, "a push was applied while held");
@@ -238,10 +241,12 @@ Test (ps, protocol_rules)
     za_wire_msg_init (c.out, ZA_OP_STOP);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_STOPPING);
     za_wire_msg_init (c.out, ZA_OP_PUSH);
+    c.out->task = 0;
     s_add_params (&c, grads_k, grads_b);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
     cr_expect_str_eq (c.in->code, "done");
     za_wire_msg_init (c.out, ZA_OP_BYE);
+    c.out->task = 0;
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_BYE_OK);
     zmsg_destroy (&c.reply);
     int64_t step = 0;
@@ -287,6 +292,7 @@ Test (ps, a_ps_started_after_the_end_answers_done)
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_PONG);
     cr_expect_str_eq (c.in->code, "");
     za_wire_msg_init (c.out, ZA_OP_BYE);
+    c.out->task = 0;
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_BYE_OK);
     zmsg_destroy (&c.reply);
     //  It reports the checkpoint's step and values (kernel first: placement
@@ -343,7 +349,7 @@ Test (ps, the_hold_lapse_follows_the_heartbeat_settings)
     za_wire_msg_t *push = malloc (sizeof *push);
     za_wire_msg_init (push, ZA_OP_PUSH);
     push->seq = 1;
-    push->task = 1;
+    push->task = 0;
     int64_t kshape [2] = {4, 3}, bshape [1] = {3};
     za_wire_msg_add (push, "dense/kernel", ZA_DTYPE_F32, 2, kshape, grads_k);
     za_wire_msg_add (push, "dense/bias", ZA_DTYPE_F32, 1, bshape, grads_b);
