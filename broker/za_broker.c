@@ -26,6 +26,7 @@
 #include <jansson.h>
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -78,9 +79,25 @@ typedef struct {
     double eval_accuracy;
 } s_task_t;
 
+//  A register or report, every field checked (s_parse_registration).
+typedef struct {
+    int kind;
+    int index;                  //  -1: any free one (a register)
+    char host [TEXT_MAX];
+    pid_t pid;
+    int restarts;
+    char endpoint [ZA_CLUSTER_ENDPOINT_MAX];
+    //  A report's statistics.
+    char state [16];
+    int64_t global_step;
+    double loss, steps_per_sec, examples_per_sec;
+    int64_t eval_step;          //  -1: none
+    double eval_accuracy;
+} s_registration_t;
+
 typedef struct {
     double time;
-    char text [1024];           //  one JSON object
+    char *text;                 //  one JSON object, owned
 } s_event_t;
 
 typedef struct {
@@ -93,7 +110,9 @@ typedef struct {
     int event_count;            //  ever; the ring holds the last ZA_BROKER_EVENTS
     double start;
     char host [TEXT_MAX];
-    uint64_t dropped;
+    uint64_t dropped;           //  messages that did not decode
+    uint64_t refused;           //  requests answered with an error
+    uint64_t json_failures;     //  replies or rows that could not be built
     za_wire_msg_t *in, *out;
     int failed;
     double last_turn;           //  when the loop last ran
@@ -140,6 +159,8 @@ s_kind_parse (const char *name)
     return -1;
 }
 
+static void s_json_failed (s_broker_t *self, const char *what);
+
 // ---------------------------------------------------------------------------
 //  Events: kept in a ring, appended to MODEL_DIR/events.jsonl, logged.
 
@@ -150,7 +171,7 @@ s_event (s_broker_t *self, const s_task_t *task, const char *event, const char *
 static void
 s_event (s_broker_t *self, const s_task_t *task, const char *event, const char *fmt, ...)
 {
-    char cause [TEXT_MAX] = "";
+    char cause [4 * TEXT_MAX] = "";
     if (fmt) {
         va_list args;
         va_start (args, fmt);
@@ -166,11 +187,14 @@ s_event (s_broker_t *self, const s_task_t *task, const char *event, const char *
                               "restarts", task? task->restarts: self->config->restarts);
     char *text = json? json_dumps (json, JSON_COMPACT): NULL;
     json_decref (json);
-    if (!text)
+    if (!text) {
+        s_json_failed (self, "an event");
         return;
+    }
     s_event_t *slot = &self->events [self->event_count++ % ZA_BROKER_EVENTS];
     slot->time = now;
-    snprintf (slot->text, sizeof slot->text, "%s", text);
+    free (slot->text);
+    slot->text = strdup (text);
     if (self->config->model_dir) {
         char path [4096];
         snprintf (path, sizeof path, "%s/events.jsonl", self->config->model_dir);
@@ -199,17 +223,20 @@ s_events_reload (s_broker_t *self)
     FILE *file = fopen (path, "r");
     if (!file)
         return;
-    char line [sizeof self->events [0].text];
-    while (fgets (line, sizeof line, file)) {
+    char *line = NULL;
+    size_t capacity = 0;
+    while (getline (&line, &capacity, file) > 0) {
         json_t *json = json_loads (line, JSON_DISABLE_EOF_CHECK, NULL);
         if (json && json_is_object (json)) {
             s_event_t *slot = &self->events [self->event_count++ % ZA_BROKER_EVENTS];
             slot->time = json_number_value (json_object_get (json, "time"));
             line [strcspn (line, "\n")] = 0;
-            snprintf (slot->text, sizeof slot->text, "%s", line);
+            free (slot->text);
+            slot->text = strdup (line);
         }
         json_decref (json);
     }
+    free (line);
     fclose (file);
 }
 
@@ -372,7 +399,7 @@ typedef enum {
 typedef struct {
     const char *cause;          //  how it failed, for the events
     zframe_t *identity;         //  E_REGISTERED: who sent it
-    json_t *body;               //  E_REGISTERED: the registration
+    const s_registration_t *reg;    //  E_REGISTERED: what it says of itself
 } s_happening_t;
 
 typedef int (s_action_fn) (s_broker_t *self, s_task_t *task, const s_happening_t *what);
@@ -435,21 +462,17 @@ s_start (s_broker_t *self, s_task_t *task, const s_happening_t *what)
 static int
 s_take (s_broker_t *self, s_task_t *task, const s_happening_t *what)
 {
-    json_t *body = what->body;
-    pid_t pid = (pid_t) json_integer_value (json_object_get (body, "pid"));
-    const char *host = json_string_value (json_object_get (body, "host"));
-    const char *endpoint = json_string_value (json_object_get (body, "endpoint"));
-    int restarts = (int) json_integer_value (json_object_get (body, "restarts"));
+    const s_registration_t *reg = what->reg;
     int was = task->state;
-    if (task->pid != pid) {
-        task->own = task->own && task->pid == pid;
-        task->pid = pid;
+    if (task->pid != reg->pid) {
+        task->own = task->own && task->pid == reg->pid;
+        task->pid = reg->pid;
     }
-    snprintf (task->host, sizeof task->host, "%s", host? host: "?");
-    if (endpoint && *endpoint && task->kind == ZA_TASK_PS)
-        snprintf (task->endpoint, sizeof task->endpoint, "%s", endpoint);
-    if (restarts > task->restarts)
-        task->restarts = restarts;
+    memcpy (task->host, reg->host, sizeof task->host);
+    if (*reg->endpoint && task->kind == ZA_TASK_PS)
+        memcpy (task->endpoint, reg->endpoint, sizeof task->endpoint);
+    if (reg->restarts > task->restarts)
+        task->restarts = reg->restarts;
     zframe_destroy (&task->identity);
     task->identity = zframe_dup (what->identity);
     double now = za_clock_mono ();
@@ -647,19 +670,40 @@ s_stop_all (s_broker_t *self)
 // ---------------------------------------------------------------------------
 //  Messages
 
+//  Counts a reply or row that could not be built, and says so (the first
+//  few times): never a silent skip.
+static void
+s_json_failed (s_broker_t *self, const char *what)
+{
+    self->json_failures++;
+    if (self->json_failures <= MAX_LOGGED_DROPS)
+        za_info ("broker: could not build %s (%" PRIu64 " so far)", what, self->json_failures);
+}
+
+//  Sends op with body (taken; NULL: none) to identity, echoing the seq of the
+//  request being answered.
 static void
 s_reply (s_broker_t *self, zframe_t *identity, za_op_t op, json_t *body)
 {
     char *text = body? json_dumps (body, JSON_COMPACT): NULL;
+    json_decref (body);
     za_wire_msg_init (self->out, op);
-    if (text) {
+    self->out->seq = self->in->seq;
+    if (!text) {
+        s_json_failed (self, za_op_name (op));
+        za_wire_msg_init (self->out, ZA_OP_ERROR);
+        self->out->seq = self->in->seq;
+        snprintf (self->out->code, sizeof self->out->code, "internal");
+        snprintf (self->out->error, sizeof self->out->error, "the broker could not build "
+                  "its %s", za_op_name (op));
+    }
+    else {
         self->out->body = text;
         self->out->body_len = strlen (text);
     }
     if (za_wire_send (self->router, identity, self->out, NULL))
         za_info ("broker: reply %s not sent: %s", za_op_name (op), za_last_error ());
     free (text);
-    json_decref (body);
 }
 
 static void
@@ -670,12 +714,15 @@ static void
 s_reply_error (s_broker_t *self, zframe_t *identity, const char *code, const char *fmt, ...)
 {
     za_wire_msg_init (self->out, ZA_OP_ERROR);
+    self->out->seq = self->in->seq;
     snprintf (self->out->code, sizeof self->out->code, "%s", code);
     va_list args;
     va_start (args, fmt);
     vsnprintf (self->out->error, sizeof self->out->error, fmt, args);
     va_end (args);
-    za_info ("broker: refused: %s", self->out->error);
+    self->refused++;
+    if (self->refused <= MAX_LOGGED_DROPS)
+        za_info ("broker: refused (%" PRIu64 " so far): %s", self->refused, self->out->error);
     za_wire_send (self->router, identity, self->out, NULL);
 }
 
@@ -719,24 +766,167 @@ s_body (s_broker_t *self, zframe_t *identity)
     return body;
 }
 
+// ---------------------------------------------------------------------------
+//  Registrations and reports, checked field by field (docs/PROTOCOL.md 13)
+
+//  1 when text is a host as a role names itself: 1..255 bytes of letters,
+//  digits, '.', '-', '_', ':' (IPv6) and '[' ']' around an IPv6 address.
+static int
+s_valid_host (const char *text)
+{
+    size_t n = strlen (text);
+    if (n == 0 || n >= TEXT_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = text [i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+              || c == '.' || c == '-' || c == '_' || c == ':' || c == '[' || c == ']'))
+            return 0;
+    }
+    return 1;
+}
+
+//  1 when text is "tcp://HOST:PORT" with a valid host and a port 1..65535.
+static int
+s_valid_endpoint (const char *text)
+{
+    if (strncmp (text, "tcp://", 6) != 0 || strlen (text) >= ZA_CLUSTER_ENDPOINT_MAX)
+        return 0;
+    const char *colon = strrchr (text + 6, ':');
+    if (!colon || colon == text + 6)
+        return 0;
+    char host [ZA_CLUSTER_ENDPOINT_MAX];
+    snprintf (host, sizeof host, "%.*s", (int) (colon - text - 6), text + 6);
+    char *end;
+    long port = strtol (colon + 1, &end, 10);
+    return s_valid_host (host) && colon [1] && !*end && port >= 1 && port <= 65535;
+}
+
+//  An integer member in [min, max] into *value; -1 when absent or not one.
+static int
+s_integer (json_t *body, const char *key, json_int_t min, json_int_t max, json_int_t *value)
+{
+    json_t *member = json_object_get (body, key);
+    if (!json_is_integer (member) || json_integer_value (member) < min
+        || json_integer_value (member) > max)
+        return -1;
+    *value = json_integer_value (member);
+    return 0;
+}
+
+//  A finite number member in [min, max] into *value; -1 when absent or not one.
+static int
+s_number (json_t *body, const char *key, double min, double max, double *value)
+{
+    json_t *member = json_object_get (body, key);
+    double v = json_number_value (member);
+    if (!json_is_number (member) || !isfinite (v) || v < min || v > max)
+        return -1;
+    *value = v;
+    return 0;
+}
+
+//  A string member of 0..size-1 bytes into buf; -1 when absent, not one, or
+//  too long (it is refused, never cut: a cut may split a character).
+static int
+s_string (json_t *body, const char *key, char *buf, size_t size)
+{
+    const char *text = json_string_value (json_object_get (body, key));
+    if (!text || strlen (text) >= size)
+        return -1;
+    memcpy (buf, text, strlen (text) + 1);
+    return 0;
+}
+
+//  Checks every field of a register (report 0) or report (1) into *reg.
+//  Returns 0, or -1 with what is wrong in `why`.
+static int
+s_parse_registration (s_broker_t *self, json_t *body, int report, s_registration_t *reg,
+                      char *why, size_t size)
+{
+    memset (reg, 0, sizeof *reg);
+    char role [16];
+    json_int_t value;
+    reg->kind = s_string (body, "role", role, sizeof role)? -1: s_kind_parse (role);
+    if (reg->kind < 0) {
+        snprintf (why, size, "role: chief, worker, ps or evaluator is needed");
+        return -1;
+    }
+    int count = self->config->counts [reg->kind];
+    if (s_integer (body, "index", report? 0: -1, count - 1, &value)) {
+        json_t *index = json_object_get (body, "index");
+        if (json_is_integer (index) && json_integer_value (index) >= count)
+            snprintf (why, size, "%s %" JSON_INTEGER_FORMAT " does not exist: the job has %d",
+                      role, json_integer_value (index), count);
+        else
+            snprintf (why, size, "index: %s 0 .. %d%s is needed", role, count - 1,
+                      report? "": ", or -1 for any free one");
+        return -1;
+    }
+    reg->index = (int) value;
+    if (s_string (body, "host", reg->host, sizeof reg->host) || !s_valid_host (reg->host)) {
+        snprintf (why, size, "host: a host name or address of 1 to %d bytes is needed",
+                  TEXT_MAX - 1);
+        return -1;
+    }
+    if (s_integer (body, "pid", 1, INT32_MAX, &value)) {
+        snprintf (why, size, "pid: a process id > 0 is needed");
+        return -1;
+    }
+    reg->pid = (pid_t) value;
+    if (s_integer (body, "restarts", 0, INT32_MAX, &value)) {
+        snprintf (why, size, "restarts: a count >= 0 is needed");
+        return -1;
+    }
+    reg->restarts = (int) value;
+    if (s_string (body, "endpoint", reg->endpoint, sizeof reg->endpoint)
+        || (*reg->endpoint && !s_valid_endpoint (reg->endpoint))) {
+        snprintf (why, size, "endpoint: \"\" or tcp://HOST:PORT is needed");
+        return -1;
+    }
+    if (!report)
+        return 0;
+    reg->eval_step = -1;
+    int state_known = 0;
+    if (s_string (body, "state", reg->state, sizeof reg->state) == 0)
+        for (int st = ZA_ROLE_STARTING; st <= ZA_ROLE_FAILED; st++)
+            state_known |= streq (reg->state, za_role_state_name ((za_role_state_t) st));
+    if (!state_known) {
+        snprintf (why, size, "state: one of starting, waiting, running, recovering, done, "
+                  "failed is needed");
+        return -1;
+    }
+    if (s_integer (body, "global_step", 0, INT64_MAX, &value)
+        || s_number (body, "loss", -HUGE_VAL, HUGE_VAL, &reg->loss)
+        || s_number (body, "steps_per_sec", 0, HUGE_VAL, &reg->steps_per_sec)
+        || s_number (body, "examples_per_sec", 0, HUGE_VAL, &reg->examples_per_sec)) {
+        snprintf (why, size, "global_step (an integer >= 0), loss, steps_per_sec and "
+                  "examples_per_sec (finite numbers, the rates >= 0) are needed");
+        return -1;
+    }
+    reg->global_step = value;
+    if (json_object_get (body, "eval_step")
+        && (s_integer (body, "eval_step", 0, INT64_MAX, &value)
+            || s_number (body, "eval_accuracy", 0, 1, &reg->eval_accuracy))) {
+        snprintf (why, size, "eval_step (an integer >= 0) goes with eval_accuracy "
+                  "(0 .. 1)");
+        return -1;
+    }
+    if (json_object_get (body, "eval_step"))
+        reg->eval_step = value;
+    return 0;
+}
+
 //  The task a register or report names, or NULL (and a refusal sent).
 static s_task_t *
-s_task_of (s_broker_t *self, zframe_t *identity, json_t *body, int any_free)
+s_task_of (s_broker_t *self, zframe_t *identity, const s_registration_t *reg)
 {
-    const char *role = json_string_value (json_object_get (body, "role"));
-    json_t *index_json = json_object_get (body, "index");
-    int kind = s_kind_parse (role);
-    if (kind < 0 || !json_is_integer (index_json)) {
-        s_reply_error (self, identity, "bad_request", "a role (chief, worker, ps, evaluator) "
-                       "and an integer index are needed");
-        return NULL;
-    }
-    json_int_t index = json_integer_value (index_json);
-    int count = self->config->counts [kind];
-    pid_t pid = (pid_t) json_integer_value (json_object_get (body, "pid"));
-    if (index < 0 && any_free) {
+    int index = reg->index;
+    const char *role = s_kind_name (reg->kind);
+    int count = self->config->counts [reg->kind];
+    if (index < 0) {
         for (int i = 0; i < count && index < 0; i++) {
-            s_task_t *task = &self->tasks [kind][i];
+            s_task_t *task = &self->tasks [reg->kind][i];
             if (task->state == T_EMPTY || task->state == T_LOST || task->state == T_BACKOFF)
                 index = i;
         }
@@ -746,35 +936,49 @@ s_task_of (s_broker_t *self, zframe_t *identity, json_t *body, int any_free)
             return NULL;
         }
     }
-    if (index < 0 || index >= count) {
-        s_reply_error (self, identity, "bad_request", "%s %" JSON_INTEGER_FORMAT
-                       " does not exist: the job has %d", role, index, count);
-        return NULL;
-    }
-    s_task_t *task = &self->tasks [kind][index];
-    int in_use = task->own && (task->state == T_STARTED || task->state == T_LIVE
-                               || task->state == T_KILLED);
-    if (task->pid != pid && pid > 0 && (in_use || (task->state == T_LIVE
-        && !za_peer_expired (&task->peer, za_clock_mono ())))) {
-        s_reply_error (self, identity, "busy", "%s %d is taken by pid %d on %s", role,
-                       (int) index, (int) task->pid, task->host);
+    //  A task in use is taken only by itself (its connection, or its process
+    //  on its host), never by whoever names its index.
+    s_task_t *task = &self->tasks [reg->kind][index];
+    int in_use = (task->own && (task->state == T_STARTED || task->state == T_LIVE
+                                || task->state == T_KILLED))
+              || (task->state == T_LIVE && !za_peer_expired (&task->peer, za_clock_mono ()));
+    int itself = (task->identity && zframe_eq (task->identity, identity))
+              || (task->pid == reg->pid && (!*task->host || streq (task->host, reg->host)));
+    if (in_use && !itself) {
+        s_reply_error (self, identity, "busy", "%s %d is taken by pid %d on %s", role, index,
+                       (int) task->pid, task->host);
         return NULL;
     }
     return task;
 }
 
+//  The body of a register or report, checked; NULL (and a refusal sent).
+static json_t *
+s_registration (s_broker_t *self, zframe_t *identity, int report, s_registration_t *reg)
+{
+    json_t *body = s_body (self, identity);
+    char why [300];
+    if (body && s_parse_registration (self, body, report, reg, why, sizeof why)) {
+        s_reply_error (self, identity, "bad_request", "%s: %s", za_op_name (self->in->op), why);
+        json_decref (body);
+        body = NULL;
+    }
+    return body;
+}
+
 static void
 s_on_register (s_broker_t *self, zframe_t *identity)
 {
-    json_t *body = s_body (self, identity);
-    s_task_t *task = body? s_task_of (self, identity, body, 1): NULL;
+    s_registration_t reg;
+    json_t *body = s_registration (self, identity, 0, &reg);
+    s_task_t *task = body? s_task_of (self, identity, &reg): NULL;
     if (task && task->state == T_DONE) {
         s_reply_error (self, identity, "done", "%s %d has finished", s_kind_name (task->kind),
                        task->index);
         task = NULL;
     }
     if (task) {
-        s_happening_t registered = {.identity = identity, .body = body};
+        s_happening_t registered = {.identity = identity, .reg = &reg};
         s_happen (self, task, E_REGISTERED, &registered);
         json_t *job = json_deep_copy (self->job);
         s_reply (self, identity, ZA_OP_WELCOME,
@@ -787,40 +991,35 @@ s_on_register (s_broker_t *self, zframe_t *identity)
 static void
 s_on_report (s_broker_t *self, zframe_t *identity)
 {
-    json_t *body = s_body (self, identity);
-    s_task_t *task = body? s_task_of (self, identity, body, 0): NULL;
-    if (!task) {
-        json_decref (body);
+    s_registration_t reg;
+    json_t *body = s_registration (self, identity, 1, &reg);
+    s_task_t *task = body? s_task_of (self, identity, &reg): NULL;
+    json_decref (body);
+    if (!task)
         return;
-    }
-    const char *state = json_string_value (json_object_get (body, "state"));
-    int ended = state && (streq (state, "done") || streq (state, "failed"));
-    pid_t pid = (pid_t) json_integer_value (json_object_get (body, "pid"));
-    if (pid == task->pid && (task->state == T_BACKOFF || task->state == T_KILLED
-                             || task->state == T_DONE)) {
+    int ended = streq (reg.state, "done") || streq (reg.state, "failed");
+    if (reg.pid == task->pid && (task->state == T_BACKOFF || task->state == T_KILLED
+                                 || task->state == T_DONE)) {
         //  A report sent before the process ended, read after: old news.
-        json_decref (body);
         s_reply (self, identity, ZA_OP_VIEW, s_view (self));
         return;
     }
     if (!ended) {
-        s_happening_t registered = {.identity = identity, .body = body};
+        s_happening_t registered = {.identity = identity, .reg = &reg};
         s_happen (self, task, E_REGISTERED, &registered);
     }
-    snprintf (task->role_state, sizeof task->role_state, "%s", state? state: "?");
-    task->step = json_integer_value (json_object_get (body, "global_step"));
-    task->loss = json_number_value (json_object_get (body, "loss"));
-    task->steps_per_sec = json_number_value (json_object_get (body, "steps_per_sec"));
-    task->examples_per_sec = json_number_value (json_object_get (body, "examples_per_sec"));
-    json_t *eval_step = json_object_get (body, "eval_step");
-    task->eval_step = json_is_integer (eval_step)? json_integer_value (eval_step): -1;
-    task->eval_accuracy = json_number_value (json_object_get (body, "eval_accuracy"));
-    if (ended && task->pid == pid && task->state != T_DONE) {
-        int done = streq (state, "done");
+    memcpy (task->role_state, reg.state, sizeof task->role_state);
+    task->step = reg.global_step;
+    task->loss = reg.loss;
+    task->steps_per_sec = reg.steps_per_sec;
+    task->examples_per_sec = reg.examples_per_sec;
+    task->eval_step = reg.eval_step;
+    task->eval_accuracy = reg.eval_accuracy;
+    if (ended && task->pid == reg.pid && task->state != T_DONE) {
+        int done = streq (reg.state, "done");
         s_happening_t end = {.cause = done? "finished": "it reported a failure"};
         s_happen (self, task, done? E_REPORTED_DONE: E_REPORTED_FAILED, &end);
     }
-    json_decref (body);
     s_reply (self, identity, ZA_OP_VIEW, s_view (self));
 }
 
@@ -854,6 +1053,10 @@ s_state (s_broker_t *self)
                                  ? json_real (task->eval_accuracy): json_null ());
             json_object_set_new (row, "heartbeat_age_secs", heard && task->peer.heard
                                  ? json_real (za_peer_silence (&task->peer, now)): json_null ());
+            if (!row) {
+                s_json_failed (self, "a row of the state");
+                continue;
+            }
             if (*task->endpoint)
                 json_object_set_new (row, "endpoint", json_string (task->endpoint));
             json_array_append_new (roles, row);
@@ -861,16 +1064,23 @@ s_state (s_broker_t *self)
     json_t *events = json_array ();
     int first = self->event_count > ZA_BROKER_EVENTS? self->event_count - ZA_BROKER_EVENTS: 0;
     for (int e = first; e < self->event_count; e++) {
-        json_t *event = json_loads (self->events [e % ZA_BROKER_EVENTS].text, 0, NULL);
+        const char *text = self->events [e % ZA_BROKER_EVENTS].text;
+        json_t *event = text? json_loads (text, 0, NULL): NULL;
         if (event)
             json_array_append_new (events, event);
+        else
+            s_json_failed (self, "an event of the state");
     }
-    return json_pack ("{s:{s:I, s:s}, s:{s:i, s:s, s:i, s:f, s:s, s:b}, s:I, s:b, s:o, s:o}",
+    return json_pack ("{s:{s:I, s:s}, s:{s:i, s:s, s:i, s:f, s:s, s:b, s:I, s:I, s:I}, s:I, "
+                      "s:b, s:o, s:o}",
                       "job", "max_steps", (json_int_t) config->max_steps,
                       "model_dir", config->model_dir? config->model_dir: "",
                       "broker", "pid", (int) getpid (), "host", self->host,
                       "restarts", config->restarts, "uptime_secs", now - self->start,
                       "endpoint", config->bind, "supervise", config->supervise,
+                      "dropped", (json_int_t) self->dropped,
+                      "refused", (json_int_t) self->refused,
+                      "json_failures", (json_int_t) self->json_failures,
                       "global_step", (json_int_t) step, "done", done,
                       "roles", roles, "events", events);
 }
@@ -936,6 +1146,8 @@ s_broker_destroy (s_broker_t **self_p)
     for (int kind = 0; kind < ZA_BROKER_ROLE_KINDS; kind++)
         for (int i = 0; i < ZA_BROKER_MAX_TASKS; i++)
             zframe_destroy (&self->tasks [kind][i].identity);
+    for (int e = 0; e < ZA_BROKER_EVENTS; e++)
+        free (self->events [e].text);
     zsock_destroy (&self->router);
     json_decref (self->job);
     free (self->in);
@@ -985,7 +1197,11 @@ s_broker_new (const za_broker_config_t *config, zsock_t *pipe)
     self->router = zsock_new (ZMQ_ROUTER);
     if (!self->router)
         goto fail;
-    zsock_set_maxmsgsize (self->router, ZA_WIRE_MAX_HEADER_BYTES + 1024);
+    //  A control message is one header frame of at most 64 KiB. Frames up to
+    //  ZA_BROKER_MAX_FRAME_BYTES are read and, when too large, dropped like
+    //  any bad message (logged, counted, the connection kept); only a larger
+    //  one makes libzmq close the connection before allocating it.
+    zsock_set_maxmsgsize (self->router, ZA_BROKER_MAX_FRAME_BYTES);
     zsock_set_sndtimeo (self->router, 0);
     //  ZMTP heartbeats close the connections of peers that vanished without
     //  a word (a machine gone), so their pipes do not pile up.

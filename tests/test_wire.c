@@ -1,9 +1,12 @@
 /*  test_wire.c: the wire codec over real ROUTER/DEALER sockets (inproc and tcp),
     zero-copy leases, every kind of malformed message, and a seeded fuzz run.  */
+#include "za/za_broker.h"
+#include "za/za_broker_client.h"
 #include "za/za_util.h"
 #include "za/za_wire.h"
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <msgpack.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -1434,4 +1437,182 @@ Test (wire, fuzz_mutations_of_a_valid_header)
     cr_log_info ("fuzz_mutations: %d of %d still decode", accepted, FUZZ_ROUNDS);
     free (mutated);
     free (valid);
+}
+
+
+//  --------------------------------------------------------------------------
+//  Fuzz: the broker's control-plane bodies (docs/PROTOCOL.md 13)
+
+#define CONTROL_FUZZ_ROUNDS 4000
+#define CONTROL_BROKER "inproc://wire-fuzz-broker"
+#define CONTROL_REPLY_MS 2000
+
+//  A copy of body with a few bytes changed (never to a NUL: the encoder
+//  refuses those, and the decoder is fuzzed with them above).
+static char *
+s_mutate (const char *body, za_rng_t *rng)
+{
+    size_t size = strlen (body);
+    char *text = strdup (body);
+    int flips = 1 + (int) za_rng_below (rng, 4);
+    for (int f = 0; f < flips; f++) {
+        size_t at = za_rng_below (rng, (uint32_t) size);
+        char c = (char) (text [at] ^ (1 + za_rng_below (rng, 255)));
+        text [at] = c? c: '0';
+    }
+    return text;
+}
+
+//  Sends op with body; the reply (NULL: none in time), decoded into s_out.
+static zmsg_t *
+s_control_call (zsock_t *dealer, za_wire_msg_t *msg, za_op_t op, uint64_t seq,
+                const char *body)
+{
+    za_wire_msg_init (msg, op);
+    msg->seq = seq;
+    msg->body = body;
+    msg->body_len = strlen (body);
+    cr_assert_eq (za_wire_send (dealer, NULL, msg, NULL), 0, "%s", za_last_error ());
+    zpoller_t *poller = zpoller_new (dealer, NULL);
+    zmsg_t *reply = zpoller_wait (poller, CONTROL_REPLY_MS)? zmsg_recv (dealer): NULL;
+    zpoller_destroy (&poller);
+    if (reply)
+        cr_assert_eq (za_wire_decode (reply, &s_out), 0, "%s", za_last_error ());
+    return reply;
+}
+
+Test (wire, fuzz_control_plane_bodies_at_a_live_broker)
+{
+    //  Mutated registers and reports at a broker of 1 chief, 2 workers, 1 ps:
+    //  each gets exactly one answer with its seq; afterwards the broker still
+    //  answers a ping and its state lists every task.
+    char dir [] = "/tmp/za_wire_fuzz_XXXXXX";
+    cr_assert_not_null (mkdtemp (dir));
+    za_broker_config_t config;
+    za_broker_config_init (&config);
+    config.bind = CONTROL_BROKER;
+    config.job_text = "{\"model\": \"linear\", \"max_steps\": 100}";
+    config.counts [ZA_TASK_CHIEF] = 1;
+    config.counts [ZA_TASK_WORKER] = 2;
+    config.counts [ZA_TASK_PS] = 1;
+    config.model_dir = dir;
+    config.max_steps = 100;
+    config.heartbeat_ivl_secs = 3600;
+    za_error_set_quiet (1);
+    zactor_t *broker = zactor_new (za_broker_actor, &config);
+    zsock_t *dealer = zsock_new_dealer (CONTROL_BROKER);
+    za_wire_msg_t *msg = malloc (sizeof *msg);
+    const char *valid [2] = {
+        "{\"role\": \"worker\", \"index\": -1, \"host\": \"127.0.0.1\", \"pid\": 4321, "
+        "\"restarts\": 0, \"endpoint\": \"\"}",
+        "{\"role\": \"ps\", \"index\": 0, \"host\": \"127.0.0.1\", \"pid\": 4322, \"restarts\": "
+        "1, \"endpoint\": \"tcp://127.0.0.1:5000\", \"state\": \"running\", \"global_step\": 7, "
+        "\"loss\": 0.5, \"steps_per_sec\": 2.5, \"examples_per_sec\": 160, \"eval_step\": 5, "
+        "\"eval_accuracy\": 0.8}"
+    };
+    za_rng_t rng;
+    za_rng_seed (&rng, FUZZ_SEED + 2);
+    int answered [2] = {0, 0}, refused = 0;
+    for (int round = 0; round < CONTROL_FUZZ_ROUNDS; round++) {
+        int kind = round % 2;
+        char *body = s_mutate (valid [kind], &rng);
+        zmsg_t *reply = s_control_call (dealer, msg, kind? ZA_OP_REPORT: ZA_OP_REGISTER,
+                                        (uint64_t) round + 1, body);
+        cr_assert_not_null (reply, "round %d: no answer to %s", round, body);
+        cr_assert_eq (s_out.seq, (uint64_t) round + 1, "round %d: the reply's seq", round);
+        answered [kind]++;
+        refused += s_out.op == ZA_OP_ERROR;
+        zmsg_destroy (&reply);
+        free (body);
+    }
+    zmsg_t *reply = s_control_call (dealer, msg, ZA_OP_PING, 999999, "{}");
+    cr_assert_not_null (reply);
+    cr_expect_eq (s_out.op, ZA_OP_PONG);
+    zmsg_destroy (&reply);
+    reply = s_control_call (dealer, msg, ZA_OP_WATCH, 1000000, "{}");
+    cr_assert_not_null (reply);
+    cr_assert_eq (s_out.op, ZA_OP_STATE);
+    json_t *state = json_loadb (s_out.body, s_out.body_len, 0, NULL);
+    cr_assert_not_null (state);
+    cr_expect_eq (json_array_size (json_object_get (state, "roles")), 4);
+    json_decref (state);
+    zmsg_destroy (&reply);
+    cr_log_info ("fuzz_control_plane: %d registers, %d reports, %d refused", answered [0],
+                 answered [1], refused);
+    free (msg);
+    zsock_destroy (&dealer);
+    zactor_destroy (&broker);
+}
+
+Test (wire, fuzz_control_plane_replies_at_the_client)
+{
+    //  Mutated welcome, view and state bodies at a broker client: each is
+    //  decoded into what it says, or dropped; what decodes keeps its promises.
+    zsock_t *router = zsock_new (ZMQ_ROUTER);
+    cr_assert_eq (zsock_bind (router, "inproc://wire-fuzz-client"), 0);
+    za_broker_client_t *client = za_broker_client_new ("inproc://wire-fuzz-client", 1, 3);
+    cr_assert_not_null (client);
+    cr_assert_eq (za_broker_client_watch (client), 0);
+    zmsg_t *hello = zmsg_recv (router);
+    zframe_t *identity = zmsg_pop (hello);
+    zmsg_destroy (&hello);
+    static const struct {
+        za_op_t op;
+        const char *body;
+    } valid [3] = {
+        {ZA_OP_WELCOME, "{\"index\": 1, \"endpoint\": \"tcp://127.0.0.1:5000\", \"job\": "
+                        "{\"max_steps\": 100, \"roles\": {\"worker\": 2}}}"},
+        {ZA_OP_VIEW, "{\"ready\": true, \"ps\": [\"tcp://127.0.0.1:5000\", "
+                     "\"tcp://127.0.0.1:5001\"], \"num_workers\": 3}"},
+        {ZA_OP_STATE, "{\"job\": {\"max_steps\": 100, \"model_dir\": \"runs/a\"}, \"broker\": "
+                      "{\"pid\": 9, \"host\": \"h\", \"restarts\": 0, \"uptime_secs\": 1.5, "
+                      "\"endpoint\": \"tcp://*:5555\", \"supervise\": true}, \"global_step\": 7, "
+                      "\"done\": false, \"roles\": [{\"role\": \"chief\", \"index\": 0, "
+                      "\"host\": \"h\", \"pid\": 10, \"state\": \"running\", \"global_step\": 7, "
+                      "\"steps_per_sec\": 1, \"examples_per_sec\": 64, \"loss\": 0.5, "
+                      "\"eval_step\": null, \"eval_accuracy\": null, \"restarts\": 0, "
+                      "\"heartbeat_age_secs\": 0.1}], \"events\": [{\"time\": 1.0, \"event\": "
+                      "\"started\", \"role\": \"broker\", \"index\": 0, \"pid\": 9, \"cause\": "
+                      "\"\", \"restarts\": 0}]}"},
+    };
+    za_wire_msg_t *msg = malloc (sizeof *msg);
+    za_broker_reply_t reply;
+    memset (&reply, 0, sizeof reply);
+    za_rng_t rng;
+    za_rng_seed (&rng, FUZZ_SEED + 3);
+    int decoded = 0;
+    zpoller_t *poller = zpoller_new (za_broker_client_sock (client), NULL);
+    for (int round = 0; round < CONTROL_FUZZ_ROUNDS; round++) {
+        int kind = round % 3;
+        char *body = round < 3? strdup (valid [kind].body): s_mutate (valid [kind].body, &rng);
+        za_wire_msg_init (msg, valid [kind].op);
+        msg->seq = (uint64_t) round;
+        msg->body = body;
+        msg->body_len = strlen (body);
+        cr_assert_eq (za_wire_send (router, identity, msg, NULL), 0);
+        cr_assert_not_null (zpoller_wait (poller, CONTROL_REPLY_MS));
+        if (za_broker_client_recv (client, &reply) == 0) {
+            decoded++;
+            cr_assert_eq (reply.op, valid [kind].op);
+            if (reply.op == ZA_OP_WELCOME)
+                cr_assert (reply.index >= 0 && reply.job && *reply.job == '{');
+            if (reply.op == ZA_OP_VIEW)
+                for (int p = 0; p < reply.ps_count && reply.ready; p++)
+                    cr_assert (*reply.ps [p], "round %d: an empty endpoint in a ready view",
+                               round);
+            if (reply.op == ZA_OP_STATE)
+                cr_assert (reply.state && reply.state->task_count <= ZA_BROKER_STATE_TASKS);
+        }
+        else
+            cr_assert_eq (round < 3, 0, "a valid %s was dropped: %s",
+                          za_op_name (valid [kind].op), za_last_error ());
+        za_broker_reply_clear (&reply);
+        free (body);
+    }
+    cr_log_info ("fuzz_control_plane_replies: %d of %d decoded", decoded, CONTROL_FUZZ_ROUNDS);
+    zpoller_destroy (&poller);
+    free (msg);
+    zframe_destroy (&identity);
+    za_broker_client_destroy (&client);
+    zsock_destroy (&router);
 }

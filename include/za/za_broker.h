@@ -21,6 +21,7 @@
 #include <czmq.h>
 #include <sys/types.h>
 
+#include "za/za_cluster.h"              //  za_task_type_t indexes the counts
 #include "za/za_role_stats.h"
 
 #ifdef __cplusplus
@@ -30,6 +31,9 @@ extern "C" {
 #define ZA_BROKER_MAX_TASKS 64          //  per role kind
 #define ZA_BROKER_ROLE_KINDS 4          //  chief, worker, ps, evaluator (za_task_type_t)
 #define ZA_BROKER_EVENTS 64             //  recent events kept in memory
+//  The largest frame the broker reads (docs/PROTOCOL.md 13): a larger one closes
+//  the sender's connection unread (libzmq's ZMQ_MAXMSGSIZE).
+#define ZA_BROKER_MAX_FRAME_BYTES (16u << 20)
 
 typedef struct {
     const char *bind;               //  where the ROUTER binds: "tcp://*:5555"
