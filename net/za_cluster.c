@@ -270,8 +270,7 @@ s_parse_task (za_cluster_t *self, const char *source, json_t *task)
 
     const char *address = s_my_address (self);
     if (address)
-        snprintf (self->bind_endpoint, sizeof self->bind_endpoint, "tcp://*:%s",
-                  strrchr (address, ':') + 1);
+        snprintf (self->bind_endpoint, sizeof self->bind_endpoint, "tcp://%s", address);
     else
         self->bind_endpoint [0] = '\0';
     return 0;

@@ -3,8 +3,12 @@
     job and the ps endpoints; then running it there.                        */
 #include "za_run_private.h"
 
+#include <arpa/inet.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -49,6 +53,52 @@ s_load_cluster (const za_settings_t *s)
     return cluster;
 }
 
+//  Where this task binds: --bind when given, else the address its cluster
+//  names, a host name resolved to this machine's own address (libzmq binds
+//  numeric addresses only). Never every interface unless told. Returns 0, or
+//  -1 with an error.
+static int
+s_bind_endpoint (const za_settings_t *s, const char *named, char *endpoint, size_t size)
+{
+    if (s->bind) {
+        snprintf (endpoint, size, "%s", s->bind);
+        return 0;
+    }
+    const char *colon = strrchr (named, ':');
+    if (strncmp (named, "tcp://", 6) != 0 || !colon)
+        return za_error ("cannot bind '%s': not tcp://HOST:PORT", named);
+    char host [ZA_CLUSTER_ENDPOINT_MAX];
+    snprintf (host, sizeof host, "%.*s", (int) (colon - named - 6), named + 6);
+    struct in_addr literal;
+    if (inet_pton (AF_INET, host, &literal) == 1) {
+        snprintf (endpoint, size, "%s", named);
+        return 0;
+    }
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *found = NULL;
+    if (getaddrinfo (host, NULL, &hints, &found) || !found)
+        return za_error ("cannot bind '%s': the host name '%s' does not resolve", named, host);
+    //  The first of its addresses this machine can bind.
+    int local = 0;
+    char address [INET_ADDRSTRLEN] = "";
+    for (struct addrinfo *a = found; a && !local; a = a->ai_next) {
+        int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in probe = *(struct sockaddr_in *) a->ai_addr;
+        probe.sin_port = 0;
+        local = fd >= 0 && bind (fd, (struct sockaddr *) &probe, sizeof probe) == 0;
+        if (fd >= 0)
+            close (fd);
+        inet_ntop (AF_INET, &probe.sin_addr, address, sizeof address);
+    }
+    freeaddrinfo (found);
+    if (!local)
+        return za_error ("cannot bind '%s': '%s' is %s, not an address of this machine; give "
+                         "this machine's own address in the cluster, or --bind tcp://*:PORT "
+                         "to listen on every interface", named, host, address);
+    snprintf (endpoint, size, "tcp://%s%s", address, colon);
+    return 0;
+}
+
 static void
 s_place_from_cluster (za_place_t *place, const za_cluster_t *cluster)
 {
@@ -85,6 +135,11 @@ za_run_in_cluster (const za_program_t *program, za_options_t *options, za_settin
     if (cluster && !is_evaluator) {
         s_place_from_cluster (&place, cluster);
         s_share_cores (options, s, za_cluster_tasks_on_my_host (cluster));
+        if (place.type == ZA_TASK_PS
+            && s_bind_endpoint (s, cluster->bind_endpoint, place.bind, sizeof place.bind)) {
+            za_cluster_destroy (&cluster);
+            return ZA_EXIT_USAGE;
+        }
     }
     za_cluster_destroy (&cluster);
     za_task_t task;
@@ -146,10 +201,19 @@ s_welcome (zactor_t *client, const char *role, za_options_t *options, int *index
     return rc;
 }
 
-//  Waits for the cluster view: every ps's endpoint. Returns 0, or 1.
+//  Waits for the cluster view (every ps's endpoint), at most timeout_secs.
+//  Returns 0, or 1 with an error.
 static int
-s_view (zactor_t *client, const char *role, za_place_t *place)
+s_view (zactor_t *client, const char *role, za_place_t *place, double timeout_secs)
 {
+    zpoller_t *poller = zpoller_new (zactor_sock (client), NULL);
+    void *which = zpoller_wait (poller, (int) (timeout_secs * 1000));
+    zpoller_destroy (&poller);
+    if (!which) {
+        za_error ("%s: the cluster was not complete within %.0f s (the broker's view lacks a "
+                  "task or a ps endpoint: see zactor-top)", role, timeout_secs);
+        return 1;
+    }
     zmsg_t *view = zmsg_recv (client);
     char *what = view? zmsg_popstr (view): NULL;
     int rc = 1;
@@ -242,7 +306,7 @@ za_run_with_broker (const za_program_t *program, za_options_t *options, za_setti
         task.stats = &stats;
     }
     if (!rc && (type == ZA_TASK_CHIEF || type == ZA_TASK_WORKER))
-        rc = s_view (client, role, &place);
+        rc = s_view (client, role, &place, s->timeout_secs);
     if (!rc)
         rc = type == ZA_TASK_EVALUATOR? za_task_run_evaluator (&task)
                                       : za_task_run_role (&task, &place, client);

@@ -148,10 +148,12 @@ static const za_option_t s_options [] = {
                "(max_steps, model_dir, ...), at the top or in sections\n"
                "(run_config, train_spec, eval_spec, ...), plus \"roles\":\n"
                "{\"chief\": 1, \"worker\": 2, \"ps\": 1, \"evaluator\": 1}. Flags win"),
-    ZA_OPTION ("bind", T_STR, bind, "EP", NULL, 0, 0, NULL, ZA_READ_BROKER, PROC, 0, NULL,
+    ZA_OPTION ("bind", T_STR, bind, "EP", NULL, 0, 0, NULL, ZA_READ_BROKER | ZA_READ_PS, PROC,
+               0, NULL,
                "with --role broker: bind EP (e.g. tcp://*:5555); the broker keeps\n"
                "the registry, task indexes, the cluster view, heartbeats and\n"
-               "events, and ends when every task of the job has finished"),
+               "events, and ends when every task of the job has finished. With\n"
+               "--role ps: bind EP instead of the address the cluster names"),
     ZA_OPTION ("supervise", T_FLAG, supervise, NULL, NULL, 0, 0, NULL, ZA_READ_BROKER, PROC, 0,
                NULL, "with --role broker: start every task of the job (this program)\n"
                "and restart any that exits with an error, is killed or misses\n"

@@ -114,7 +114,7 @@ Test (cluster, chief_only_and_ps)
     cr_expect_eq (cluster->num_workers, 1);
     cr_expect_eq (cluster->is_chief, 1);
     cr_expect_eq (cluster->worker_index, 0);
-    cr_expect_str_eq (cluster->bind_endpoint, "tcp://*:2222");
+    cr_expect (strncmp (cluster->bind_endpoint, "tcp://", 6) == 0 && strstr (cluster->bind_endpoint, ":2222") && !strstr (cluster->bind_endpoint, "*"), "%s", cluster->bind_endpoint);
     char *endpoint = za_cluster_ps_endpoint (cluster, 0);
     cr_expect_str_eq (endpoint, "tcp://localhost:2223");
     free (endpoint);
@@ -138,7 +138,7 @@ Test (cluster, chief_workers_and_ps)
     cr_expect_eq (cluster->num_workers, 3);
     cr_expect_eq (cluster->is_chief, 0);
     cr_expect_eq (cluster->worker_index, 2);
-    cr_expect_str_eq (cluster->bind_endpoint, "tcp://*:2222");
+    cr_expect (strncmp (cluster->bind_endpoint, "tcp://", 6) == 0 && strstr (cluster->bind_endpoint, ":2222") && !strstr (cluster->bind_endpoint, "*"), "%s", cluster->bind_endpoint);
     cr_expect_eq (za_cluster_tasks_on_my_host (cluster), 1);
     char *endpoint = za_cluster_ps_endpoint (cluster, 1);
     cr_expect_str_eq (endpoint, "tcp://p1:2222");
@@ -165,7 +165,7 @@ Test (cluster, ps_task)
     cr_expect_eq (cluster->num_workers, 2);
     cr_expect_eq (cluster->is_chief, 0);
     cr_expect_eq (cluster->worker_index, -1);
-    cr_expect_str_eq (cluster->bind_endpoint, "tcp://*:1003");
+    cr_expect (strncmp (cluster->bind_endpoint, "tcp://", 6) == 0 && strstr (cluster->bind_endpoint, ":1003") && !strstr (cluster->bind_endpoint, "*"), "%s", cluster->bind_endpoint);
     cr_expect_eq (za_cluster_tasks_on_my_host (cluster), 4);
     za_cluster_destroy (&cluster);
 }
@@ -182,7 +182,7 @@ Test (cluster, evaluator_inside_cluster)
     cr_expect_eq (cluster->num_workers, 1);
     cr_expect_eq (cluster->is_chief, 0);
     cr_expect_eq (cluster->worker_index, -1);
-    cr_expect_str_eq (cluster->bind_endpoint, "tcp://*:2224");
+    cr_expect (strncmp (cluster->bind_endpoint, "tcp://", 6) == 0 && strstr (cluster->bind_endpoint, ":2224") && !strstr (cluster->bind_endpoint, "*"), "%s", cluster->bind_endpoint);
     cr_expect_eq (za_cluster_tasks_on_my_host (cluster), 1);
     za_cluster_destroy (&cluster);
 }
@@ -226,7 +226,7 @@ Test (cluster, tasks_on_one_host_share_it)
     za_cluster_t *cluster = s_parse_ok (spec);
     //  Hosts compare as written, case aside: 5 tasks on "localhost".
     cr_expect_eq (za_cluster_tasks_on_my_host (cluster), 5);
-    cr_expect_str_eq (cluster->bind_endpoint, "tcp://*:2224");
+    cr_expect (strncmp (cluster->bind_endpoint, "tcp://", 6) == 0 && strstr (cluster->bind_endpoint, ":2224") && !strstr (cluster->bind_endpoint, "*"), "%s", cluster->bind_endpoint);
     za_cluster_destroy (&cluster);
 
     cluster = s_parse_ok ("{'cluster': {'chief': ['localhost:2222'],"
@@ -261,7 +261,7 @@ Test (cluster, largest_job_and_ports_at_the_limits)
     cr_expect_eq (cluster->worker_count, ZA_CLUSTER_MAX_TASKS);
     cr_expect_eq (cluster->num_workers, ZA_CLUSTER_MAX_TASKS + 1);
     cr_expect_eq (cluster->worker_index, ZA_CLUSTER_MAX_TASKS);
-    cr_expect_str_eq (cluster->bind_endpoint, "tcp://*:3063");
+    cr_expect (strncmp (cluster->bind_endpoint, "tcp://", 6) == 0 && strstr (cluster->bind_endpoint, ":3063") && !strstr (cluster->bind_endpoint, "*"), "%s", cluster->bind_endpoint);
     cr_expect_str_eq (cluster->chief [0], "c:1");
     cr_expect_str_eq (cluster->ps [0], "p:65535");
     za_cluster_destroy (&cluster);
@@ -490,7 +490,7 @@ Test (cluster, load_from_file)
     cr_assert_not_null (cluster, "%s", za_last_error ());
     cr_expect_eq (cluster->task_type, ZA_TASK_PS);
     cr_expect_eq (cluster->worker_index, -1);
-    cr_expect_str_eq (cluster->bind_endpoint, "tcp://*:2222");
+    cr_expect (strncmp (cluster->bind_endpoint, "tcp://", 6) == 0 && strstr (cluster->bind_endpoint, ":2222") && !strstr (cluster->bind_endpoint, "*"), "%s", cluster->bind_endpoint);
     za_cluster_destroy (&cluster);
 
     //  A mistake in the file is reported with its path, line and column.

@@ -48,8 +48,9 @@ typedef struct {
     int is_chief;                       //  1 for the chief task, else 0
     //  This task's data shard: chief 0, worker i -> i + 1; -1 for ps and evaluator.
     int worker_index;
-    //  "tcp://*:PORT" with this task's own port; "" for an evaluator outside
-    //  the cluster (it has no address of its own).
+    //  "tcp://HOST:PORT": this task's address as the cluster writes it (never
+    //  every interface: a host name is for whoever binds to resolve to this
+    //  machine's own address); "" for an evaluator outside the cluster.
     char bind_endpoint [ZA_CLUSTER_ENDPOINT_MAX];
 } za_cluster_t;
 
