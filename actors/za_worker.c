@@ -9,6 +9,7 @@
     not_ready: the chief reloads the newest checkpoint into every ps, a
     worker waits for that, and both go on from there (s_recover).         */
 #include "za_role_private.h"
+#include "za/za_checkpoint.h"
 #include "za/za_peer.h"
 
 #include <inttypes.h>
@@ -575,6 +576,11 @@ s_chief_init (s_worker_t *self)
         self->init_step = self->replies [0]->step;
         za_info ("chief: the ps are at step %" PRId64 ": going on from there",
                  self->init_step);
+        //  The next checkpoint counts from the newest on disk, not from here.
+        int64_t *steps = NULL;
+        int count = za_checkpoint_list (self->config->run.model_dir, &steps);
+        self->saver.last_saved = count > 0? steps [count - 1]: -1;
+        free (steps);
         return 0;
     }
     //  Fresh ps, or some restarted: every ps gets the newest checkpoint (or the
@@ -589,6 +595,7 @@ s_chief_init (s_worker_t *self)
                  self->config->run.model_dir);
     if (s_init_all (self, step))
         return -1;
+    self->saver.last_saved = restored? step: -1;
     za_info ("chief: %d ps initialised at step %" PRId64, self->ps_count, step);
     return 0;
 }
@@ -669,6 +676,7 @@ s_recover (s_worker_t *self)
                  self->ps_count);
         if (s_init_all (self, step))
             return -1;
+        self->saver.last_saved = restored? step: -1;
     }
     else
         za_info ("%s: ps %d lost its state (restarted?): waiting for the chief to "

@@ -216,17 +216,11 @@ Test (broker, mistakes_get_one_clear_error)
     free (broker);
 }
 
-typedef struct {
-    const char *role;
-    int restarts;
-    int64_t step;
-} s_want_t;
-
 //  role's row: restarted `restarts` times, running, and past `step`.
 static int
 s_role_back (json_t *state, void *arg)
 {
-    s_want_t *want = (s_want_t *) arg;
+    za_test_want_t *want = (za_test_want_t *) arg;
     json_t *row = streq (want->role, "broker")? json_object_get (state, "broker")
                                               : za_test_row (state, want->role, 0);
     if (!row)
@@ -239,14 +233,6 @@ s_role_back (json_t *state, void *arg)
         all_live &= streq (s_text (each, "role"), "evaluator")
                  || streq (s_text (each, "state"), "running");
     return s_int (row, "restarts") >= want->restarts && all_live && step >= want->step;
-}
-
-static int
-s_worker_1_back (json_t *state, void *arg)
-{
-    json_t *row = za_test_row (state, "worker", 1);
-    return row && s_int (row, "restarts") >= 1 && streq (s_text (row, "state"), "running")
-        && s_int (state, "global_step") >= *(int64_t *) arg + 100;
 }
 
 static int64_t
@@ -271,7 +257,7 @@ Test (broker, local_run_survives_kill_9_of_each_role, .timeout = 900 * ZA_TEST_S
 
     //  Training runs; then each role in turn is killed and comes back.
     const char *victims [] = {"worker", "ps", "chief", "broker"};
-    s_want_t want = {"chief", 0, 200};
+    za_test_want_t want = {"chief", 0, 0, 200};
     json_t *state = za_test_wait_for (broker, s_role_back, &want, "training to reach step 200",
                                       PHASE_TIMEOUT_S);
     for (int v = 0; v < 4; v++) {
@@ -284,7 +270,7 @@ Test (broker, local_run_survives_kill_9_of_each_role, .timeout = 900 * ZA_TEST_S
         int64_t resume = streq (victims [v], "ps")? s_newest_checkpoint (model_dir): step;
         json_decref (state);
         cr_assert_eq (kill (pid, SIGKILL), 0, "kill -9 %s pid %d", victims [v], (int) pid);
-        want = (s_want_t) {victims [v], 1, resume + 100};
+        want = (za_test_want_t) {victims [v], 0, 1, resume + 100};
         char what [128];
         snprintf (what, sizeof what, "the %s (pid %d) to come back", victims [v], (int) pid);
         state = za_test_wait_for (broker, s_role_back, &want, what, PHASE_TIMEOUT_S);
@@ -295,7 +281,8 @@ Test (broker, local_run_survives_kill_9_of_each_role, .timeout = 900 * ZA_TEST_S
     int64_t step = s_int (state, "global_step");
     json_decref (state);
     cr_assert_eq (kill (stopped, SIGSTOP), 0);
-    state = za_test_wait_for (broker, s_worker_1_back, &step,
+    want = (za_test_want_t) {"worker", 1, 1, step + 100};
+    state = za_test_wait_for (broker, za_test_task_back, &want,
                               "the stopped worker 1 to be replaced", PHASE_TIMEOUT_S);
     char *events = json_dumps (json_object_get (state, "events"), 0);
     cr_expect (strstr (events, "missed 3 heartbeats"), "%s", events);

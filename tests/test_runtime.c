@@ -357,7 +357,7 @@ Test (runtime, custom_model_fn_serves_every_role_from_tf_config)
     char *model_dir = za_test_path ("run");
     const char *tasks [][2] = {{"ps", "0"}, {"worker", "0"}, {"chief", "0"}};
     pid_t pids [3];
-    char *outs [3], *errs [3];
+    char *outs [3], *errs [3], *chief_err = NULL;
     for (int t = 0; t < 3; t++) {
         char config [700], name [32];
         snprintf (config, sizeof config, "%s, \"task\": {\"type\": \"%s\", \"index\": %s}}",
@@ -383,8 +383,11 @@ Test (runtime, custom_model_fn_serves_every_role_from_tf_config)
         if (t == 2)
             cr_expect (strstr (out, "test accuracy "), "the chief printed no accuracy: %s",
                        out);
+        if (t == 2)
+            chief_err = err;
+        else
+            free (err);
         free (out);
-        free (err);
         free (outs [t]);
         free (errs [t]);
     }
@@ -393,6 +396,12 @@ Test (runtime, custom_model_fn_serves_every_role_from_tf_config)
     cr_assert_not_null (ckpt);
     cr_expect_geq (za_checkpoint_step (ckpt), 400);
     cr_expect_str_eq (za_checkpoint_meta (ckpt, "model"), "softmax_regression(l2=0.001)");
+    //  The chief says it is done at the step of its final checkpoint.
+    char done [64];
+    snprintf (done, sizeof done, "chief 0: done at step %lld ",
+              (long long) za_checkpoint_step (ckpt));
+    cr_expect (strstr (chief_err, done), "no '%s' in: %s", done, chief_err);
+    free (chief_err);
     za_checkpoint_destroy (&ckpt);
     for (int p = 0; p < 3; p++)
         free (ports [p]);
@@ -531,6 +540,9 @@ Test (runtime, heartbeats_of_200_ms_find_a_stopped_ps_in_about_0_6_s)
     char *log = (char *) za_test_read_file (outs [1], NULL);
     cr_expect (noticed > 0.4 && noticed < 1.2, "the stopped ps was noticed after %.2f s "
                "(heartbeats 0.2 s x 3): %s", noticed, log);
+    //  The lines name the task with its index.
+    cr_expect (strstr (log, "chief 0: ps 0 at ") && strstr (log, "missed 3 heartbeats"), "%s",
+               log);
     cr_expect (back >= 0, "the chief did not see the ps answer again: %s", log);
     free (log);
     for (int r = 0; r < 2; r++)
@@ -539,4 +551,62 @@ Test (runtime, heartbeats_of_200_ms_find_a_stopped_ps_in_about_0_6_s)
     free (model_dir);
     free (cluster);
     free (endpoint);
+}
+
+//  Kills `role` 0 of the state with SIGKILL; returns the global step then.
+static int64_t
+s_kill (json_t *state, const char *role)
+{
+    pid_t pid = (pid_t) json_integer_value (json_object_get (za_test_row (state, role, 0),
+                                                             "pid"));
+    int64_t step = json_integer_value (json_object_get (state, "global_step"));
+    cr_assert_gt (pid, 1);
+    cr_assert_eq (kill (pid, SIGKILL), 0);
+    return step;
+}
+
+Test (runtime, a_restarted_chief_keeps_checkpointing_so_a_lost_ps_loses_little)
+{
+    //  The chief killed twice, then the ps: the ps reloads a checkpoint at most
+    //  one interval (plus the steps in flight) behind, as the help promises.
+    char *model_dir = za_test_path ("run");
+    char *out = za_test_path ("local.out");
+    const char *args [] = {"--local", "--max-steps", "100000", "--model-dir", model_dir,
+                           "--save-checkpoints-steps", "200", "--evaluators", "0",
+                           "--log-step-count-steps", "0", "--save-summary-steps", "0", NULL};
+    char broker [128];
+    pid_t local = za_test_start_local ("zactor-run", args, out, broker);
+    za_test_want_t want = {"chief", 0, 0, 360};
+    json_t *state = za_test_wait_for (broker, za_test_task_back, &want, "step 360",
+                                      PHASE_TIMEOUT_S);
+    s_kill (state, "chief");
+    json_decref (state);
+    want = (za_test_want_t) {"chief", 0, 1, 540};
+    state = za_test_wait_for (broker, za_test_task_back, &want, "the chief back, step 540",
+                              PHASE_TIMEOUT_S);
+    s_kill (state, "chief");
+    json_decref (state);
+    want = (za_test_want_t) {"chief", 0, 2, 720};
+    state = za_test_wait_for (broker, za_test_task_back, &want,
+                              "the chief back again, step 720",
+                              PHASE_TIMEOUT_S);
+    int64_t lost_at = s_kill (state, "ps");
+    json_decref (state);
+    want = (za_test_want_t) {"ps", 0, 1, 0};
+    state = za_test_wait_for (broker, za_test_task_back, &want, "the ps back", PHASE_TIMEOUT_S);
+    json_decref (state);
+    kill (local, SIGINT);
+    za_test_wait (local, 60);
+    char *log_path = za_test_join (model_dir, "logs/chief-0.log");
+    char *log = (char *) za_test_read_file (log_path, NULL);
+    const char *reload = strstr (log, "lost its state (restarted?): reloading step ");
+    cr_assert_not_null (reload, "the chief did not reload the ps: %s", log);
+    long long reloaded = atoll (reload + strlen ("lost its state (restarted?): reloading step "));
+    cr_expect (reloaded >= lost_at - 200 - 20, "the ps was lost at step %lld and reloaded "
+               "step %lld: more than one checkpoint interval (200) lost", (long long) lost_at,
+               reloaded);
+    free (log);
+    free (log_path);
+    free (out);
+    free (model_dir);
 }

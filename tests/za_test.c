@@ -289,6 +289,17 @@ za_test_row (json_t *state, const char *role, int index)
     return NULL;
 }
 
+int
+za_test_task_back (json_t *state, void *arg)
+{
+    za_test_want_t *want = (za_test_want_t *) arg;
+    json_t *row = za_test_row (state, want->role, want->index);
+    const char *run = json_string_value (json_object_get (row, "state"));
+    return row && run && streq (run, "running")
+        && json_integer_value (json_object_get (row, "restarts")) >= want->restarts
+        && json_integer_value (json_object_get (state, "global_step")) >= want->step;
+}
+
 json_t *
 za_test_wait_for (const char *broker, za_test_ready_fn ready, void *arg, const char *what,
                   double timeout_s)

@@ -122,6 +122,18 @@ json_t *za_test_top (const char *broker);
 //  The row of role/index in a state, or NULL.
 json_t *za_test_row (json_t *state, const char *role, int index);
 
+//  What a test waits for after a fault: role/index running again, restarted
+//  at least `restarts` times, and the job's global_step at least `step`.
+typedef struct {
+    const char *role;
+    int index;
+    int restarts;
+    int64_t step;
+} za_test_want_t;
+
+//  A za_test_ready_fn for a za_test_want_t.
+int za_test_task_back (json_t *state, void *arg);
+
 //  Asks the broker for its state until `ready` says it is what the test
 //  waits for (at most `timeout_s` x ZA_TEST_SLOWDOWN); returns that state (caller decrefs).
 //  Fails the test, showing the last state, when it never comes.

@@ -273,7 +273,12 @@ static void
 s_saver_begin (void *arg, int64_t global_step)
 {
     za_saver_hook_t *s = (za_saver_hook_t *) arg;
-    za_every_init (&s->every, s->every.steps, s->every.secs, global_step, za_clock_mono ());
+    //  Counting from the newest checkpoint, not from where this loop began: a
+    //  restarted chief that missed a multiple of steps saves at once.
+    za_every_init (&s->every, s->every.steps, s->every.secs,
+                   s->last_saved >= 0 && s->last_saved < global_step? s->last_saved
+                                                                     : global_step,
+                   za_clock_mono ());
     s->rc = 0;
 }
 

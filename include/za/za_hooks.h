@@ -130,8 +130,10 @@ typedef struct {
     int rc;                         //  the last result of save
 } za_saver_hook_t;
 
-//  A hook whose state is *state; `start_saved` is the step of a checkpoint
-//  that holds the starting state (-1 when there is none).
+//  A hook whose state is *state; `start_saved` is the step of the newest
+//  checkpoint (-1 when there is none). Steps count from it: a loop that
+//  starts past a multiple of every_steps that no checkpoint holds (a
+//  restarted chief) saves at its first step.
 za_hook_t za_saver_hook (za_saver_hook_t *state, int64_t every_steps, double every_secs,
                          int64_t start_saved, za_save_fn *save, void *arg);
 
