@@ -1,0 +1,656 @@
+/*  test_conformance.c: what independent checks of docs/PROTOCOL.md found in
+    the ps and the broker, each pinned by a test that failed before its fix:
+    a ps checks shapes, a push's and a bye's task, counts byes per task and
+    refuses an optimizer beyond float32; the broker checks every field of a
+    register and a report (types, ranges, lengths, addresses), lets a live
+    task be taken only by itself, echoes each request's seq, drops an
+    oversized message as any bad one (the connection stays), never cuts a
+    string into invalid UTF-8; a broker client acts on nothing it could not
+    decode; a ps binds the address its cluster names, not every interface. */
+#include "za_test.h"
+
+#include "za/za_broker.h"
+#include "za/za_broker_client.h"
+#include "za/za_placement.h"
+#include "za/za_role.h"
+#include "za/za_util.h"
+#include "za/za_wire.h"
+
+#include <criterion/criterion.h>
+#include <czmq.h>
+#include <jansson.h>
+#include <msgpack.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define REPLY_MS 2000
+
+static void
+s_setup (void)
+{
+    za_test_dir_create ("za_conformance");
+    za_error_set_quiet (1);
+}
+
+static void
+s_teardown (void)
+{
+    za_test_dir_remove ();
+}
+
+TestSuite (ps, .init = s_setup, .fini = s_teardown, .timeout = 60);
+TestSuite (broker, .init = s_setup, .fini = s_teardown, .timeout = 60);
+TestSuite (client, .init = s_setup, .fini = s_teardown, .timeout = 60);
+
+//  A peer speaking the wire: its socket and a message in and out.
+typedef struct {
+    zsock_t *sock;
+    za_wire_msg_t *out, *in;
+    zmsg_t *reply;
+    za_wire_lease_t lease;
+} s_peer_t;
+
+static void
+s_peer_open (s_peer_t *peer, const char *endpoint)
+{
+    memset (peer, 0, sizeof *peer);
+    peer->sock = zsock_new (ZMQ_DEALER);
+    cr_assert_not_null (peer->sock);
+    //  A peer that is gone fails the call, it does not hang the test.
+    zsock_set_sndtimeo (peer->sock, REPLY_MS);
+    cr_assert_eq (zsock_connect (peer->sock, "%s", endpoint), 0);
+    peer->out = malloc (sizeof *peer->out);
+    peer->in = malloc (sizeof *peer->in);
+    za_wire_lease_init (&peer->lease);
+}
+
+static void
+s_peer_close (s_peer_t *peer)
+{
+    zmsg_destroy (&peer->reply);
+    zsock_destroy (&peer->sock);
+    za_wire_lease_wait (&peer->lease);
+    free (peer->out);
+    free (peer->in);
+}
+
+//  Waits for a message into peer->in; returns its op, or -1 when none came.
+static int
+s_receive (s_peer_t *peer, int timeout_ms)
+{
+    zmsg_destroy (&peer->reply);
+    zpoller_t *poller = zpoller_new (peer->sock, NULL);
+    void *which = zpoller_wait (poller, timeout_ms);
+    zpoller_destroy (&poller);
+    if (!which)
+        return -1;
+    peer->reply = zmsg_recv (peer->sock);
+    cr_assert_not_null (peer->reply);
+    cr_assert_eq (za_wire_decode (peer->reply, peer->in), 0, "%s", za_last_error ());
+    return (int) peer->in->op;
+}
+
+//  Sends peer->out; returns the reply's op, or -1 when it could not be sent
+//  or none came.
+static int
+s_call (s_peer_t *peer)
+{
+    if (za_wire_send (peer->sock, NULL, peer->out, &peer->lease))
+        return -1;
+    return s_receive (peer, REPLY_MS);
+}
+
+// ---------------------------------------------------------------------------
+//  The ps
+
+typedef struct {
+    za_stack_spec_t spec;
+    za_role_config_t config;
+    zactor_t *ps;
+    s_peer_t peer;
+    float kernel [12], bias [3];            //  dense/kernel 4x3, dense/bias 3
+} s_ps_case_t;
+
+static void
+s_ps_start (s_ps_case_t *c, int num_workers)
+{
+    memset (c, 0, sizeof *c);
+    cr_assert_eq (za_stack_parse ("flatten dense(3)", &c->spec), 0);
+    za_role_config_init (&c->config);
+    c->config.model_fn = za_stack_model_fn ();
+    c->config.params = &c->spec;
+    c->config.input = (za_input_shape_t) {2, 2, 1};
+    c->config.ps_count = 1;
+    c->config.num_workers = num_workers;
+    c->config.ps_index = 0;
+    c->config.bind_endpoint = "inproc://conformance-ps";
+    c->config.timeout_secs = 30;
+    c->ps = zactor_new (za_ps_actor, &c->config);
+    s_peer_open (&c->peer, "inproc://conformance-ps");
+    for (int i = 0; i < 12; i++)
+        c->kernel [i] = 1.0f;
+    for (int i = 0; i < 3; i++)
+        c->bias [i] = 1.0f;
+}
+
+static void
+s_ps_stop (s_ps_case_t *c)
+{
+    s_peer_close (&c->peer);
+    zactor_destroy (&c->ps);
+}
+
+//  The two tensors, with shapes that may be wrong.
+static void
+s_add (s_ps_case_t *c, const int64_t *kshape, int kdims, const int64_t *bshape, int bdims)
+{
+    cr_assert_eq (za_wire_msg_add (c->peer.out, "dense/kernel", ZA_DTYPE_F32, kdims, kshape,
+                                   c->kernel), 0);
+    cr_assert_eq (za_wire_msg_add (c->peer.out, "dense/bias", ZA_DTYPE_F32, bdims, bshape,
+                                   c->bias), 0);
+}
+
+static const int64_t s_kernel [2] = {4, 3}, s_bias [1] = {3};
+
+//  An init with SGD at lr, global step 0: values, then ps 0's global_step.
+static int
+s_init (s_ps_case_t *c, double lr, double beta2, const int64_t *kshape, int64_t *zero)
+{
+    za_wire_msg_init (c->peer.out, ZA_OP_INIT);
+    c->peer.out->seq = 1;
+    c->peer.out->task = 0;
+    c->peer.out->step = 0;
+    c->peer.out->has_optim = 1;
+    strcpy (c->peer.out->optimizer, "sgd");
+    c->peer.out->learning_rate = lr;
+    c->peer.out->beta1 = 0.9;
+    c->peer.out->beta2 = beta2;
+    c->peer.out->epsilon = 1e-7;
+    s_add (c, kshape, 2, s_bias, 1);
+    za_wire_msg_add (c->peer.out, "global_step", ZA_DTYPE_I64, 0, NULL, zero);
+    return s_call (&c->peer);
+}
+
+//  The ps's values: a pull.
+static float
+s_pulled_kernel (s_ps_case_t *c)
+{
+    za_wire_msg_init (c->peer.out, ZA_OP_PULL);
+    c->peer.out->seq = 9;
+    c->peer.out->task = 0;
+    cr_assert_eq (s_call (&c->peer), ZA_OP_VALUES);
+    float value;
+    memcpy (&value, c->peer.in->tensors [0].data, sizeof value);
+    return value;
+}
+
+Test (ps, a_wrong_shape_of_the_right_size_is_a_bad_request)
+{
+    s_ps_case_t c;
+    s_ps_start (&c, 1);
+    int64_t zero = 0;
+    //  dense/kernel declared [3,4] instead of [4,3]: 12 floats either way.
+    const int64_t transposed [2] = {3, 4};
+    cr_assert_eq (s_init (&c, 0.5, 0.999, transposed, &zero), ZA_OP_ERROR);
+    cr_expect_str_eq (c.peer.in->code, "bad_request");
+    cr_expect (strstr (c.peer.in->error, "3x4"), "%s", c.peer.in->error);
+    cr_assert_eq (s_init (&c, 0.5, 0.999, s_kernel, &zero), ZA_OP_INIT_OK, "%s",
+                  c.peer.in->error);
+    //  A push whose bias is [3,1]: refused, the values unchanged.
+    za_wire_msg_init (c.peer.out, ZA_OP_PUSH);
+    c.peer.out->seq = 2;
+    c.peer.out->task = 0;
+    const int64_t column [2] = {3, 1};
+    s_add (&c, s_kernel, 2, column, 2);
+    cr_assert_eq (s_call (&c.peer), ZA_OP_ERROR);
+    cr_expect_str_eq (c.peer.in->code, "bad_request");
+    cr_expect_eq (s_pulled_kernel (&c), 1.0f);
+    s_ps_stop (&c);
+}
+
+Test (ps, a_push_without_its_task_is_a_bad_request)
+{
+    s_ps_case_t c;
+    s_ps_start (&c, 2);
+    int64_t zero = 0;
+    cr_assert_eq (s_init (&c, 0.5, 0.999, s_kernel, &zero), ZA_OP_INIT_OK);
+    int tasks [] = {-1, 2, 7};          //  none, and two beyond the 2 workers
+    for (int t = 0; t < 3; t++) {
+        za_wire_msg_init (c.peer.out, ZA_OP_PUSH);
+        c.peer.out->seq = 3 + t;
+        c.peer.out->task = tasks [t];
+        s_add (&c, s_kernel, 2, s_bias, 1);
+        cr_assert_eq (s_call (&c.peer), ZA_OP_ERROR, "task %d", tasks [t]);
+        cr_expect_str_eq (c.peer.in->code, "bad_request");
+    }
+    cr_expect_eq (s_pulled_kernel (&c), 1.0f, "a push without a task was applied");
+    //  With its task it is applied: 1 - 0.5 * 1.
+    za_wire_msg_init (c.peer.out, ZA_OP_PUSH);
+    c.peer.out->seq = 10;
+    c.peer.out->task = 1;
+    s_add (&c, s_kernel, 2, s_bias, 1);
+    cr_assert_eq (s_call (&c.peer), ZA_OP_VALUES);
+    cr_expect_eq (s_pulled_kernel (&c), 0.5f);
+    s_ps_stop (&c);
+}
+
+//  Says bye as `task`; returns the reply's op.
+static int
+s_bye (s_ps_case_t *c, int task)
+{
+    za_wire_msg_init (c->peer.out, ZA_OP_BYE);
+    c->peer.out->seq = 20 + task;
+    c->peer.out->task = task;
+    return s_call (&c->peer);
+}
+
+Test (ps, a_bye_counts_once_per_task_of_the_cluster)
+{
+    s_ps_case_t c;
+    s_ps_start (&c, 2);
+    int64_t zero = 0;
+    cr_assert_eq (s_init (&c, 0.5, 0.999, s_kernel, &zero), ZA_OP_INIT_OK);
+    za_wire_msg_init (c.peer.out, ZA_OP_STOP);
+    c.peer.out->seq = 30;
+    c.peer.out->task = 0;
+    cr_assert_eq (s_call (&c.peer), ZA_OP_STOPPING);
+    //  Worker 1 twice, and a task that is not in the cluster: the ps stays.
+    cr_expect_eq (s_bye (&c, 1), ZA_OP_BYE_OK);
+    cr_expect_eq (s_bye (&c, 1), ZA_OP_BYE_OK);
+    cr_expect_eq (s_bye (&c, 5), ZA_OP_ERROR);
+    cr_expect_str_eq (c.peer.in->code, "bad_request");
+    cr_expect_eq (za_role_wait (c.ps, 1.0, NULL, NULL, NULL), -1,
+                  "the ps left before the chief said bye");
+    //  The chief's bye: now every task has left, and so does the ps.
+    cr_expect_eq (s_bye (&c, 0), ZA_OP_BYE_OK);
+    cr_expect_eq (za_role_wait (c.ps, 10, NULL, NULL, NULL), 0);
+    s_ps_stop (&c);
+}
+
+Test (ps, an_optimizer_value_beyond_float32_is_refused)
+{
+    s_ps_case_t c;
+    s_ps_start (&c, 1);
+    int64_t zero = 0;
+    cr_assert_eq (s_init (&c, 1e39, 0.999, s_kernel, &zero), ZA_OP_ERROR);
+    cr_expect_str_eq (c.peer.in->code, "bad_request");
+    cr_expect (strstr (c.peer.in->error, "lr"), "%s", c.peer.in->error);
+    cr_assert_eq (s_init (&c, 0.5, -1e300, s_kernel, &zero), ZA_OP_ERROR);
+    cr_expect (strstr (c.peer.in->error, "beta2"), "%s", c.peer.in->error);
+    //  Still waiting for a good init: nothing was loaded.
+    za_wire_msg_init (c.peer.out, ZA_OP_PULL);
+    c.peer.out->seq = 40;
+    c.peer.out->task = 0;
+    cr_assert_eq (s_call (&c.peer), ZA_OP_ERROR);
+    cr_expect_str_eq (c.peer.in->code, "not_ready");
+    s_ps_stop (&c);
+}
+
+// ---------------------------------------------------------------------------
+//  The broker
+
+#define BROKER_ENDPOINT "inproc://conformance-broker"
+
+typedef struct {
+    za_broker_config_t config;
+    char job [256];
+    zactor_t *broker;
+} s_broker_case_t;
+
+//  A broker (not supervising) for 1 chief, 1 worker, 1 ps.
+static void
+s_broker_start (s_broker_case_t *c)
+{
+    memset (c, 0, sizeof *c);
+    snprintf (c->job, sizeof c->job, "{\"model\": \"linear\", \"max_steps\": 100}");
+    za_broker_config_init (&c->config);
+    c->config.bind = BROKER_ENDPOINT;
+    c->config.job_text = c->job;
+    c->config.counts [ZA_TASK_CHIEF] = 1;
+    c->config.counts [ZA_TASK_WORKER] = 1;
+    c->config.counts [ZA_TASK_PS] = 1;
+    c->config.model_dir = za_test_dir ();
+    c->config.max_steps = 100;
+    c->broker = zactor_new (za_broker_actor, &c->config);
+    cr_assert_not_null (c->broker);
+}
+
+static void
+s_broker_stop (s_broker_case_t *c)
+{
+    zactor_destroy (&c->broker);
+}
+
+//  Sends op with body (may be NULL) and seq; returns the reply's op.
+static int
+s_ask (s_peer_t *peer, za_op_t op, uint64_t seq, const char *body)
+{
+    za_wire_msg_init (peer->out, op);
+    peer->out->seq = seq;
+    if (body) {
+        peer->out->body = body;
+        peer->out->body_len = strlen (body);
+    }
+    return s_call (peer);
+}
+
+//  A registration body (text, caller frees).
+static char *
+s_registration (const char *role, int index, const char *host, int pid, const char *endpoint)
+{
+    json_t *body = json_pack ("{s:s, s:i, s:s, s:i, s:i, s:s}", "role", role, "index", index,
+                              "host", host, "pid", pid, "restarts", 0, "endpoint", endpoint);
+    char *text = json_dumps (body, JSON_COMPACT);
+    json_decref (body);
+    return text;
+}
+
+//  The broker's state, parsed (caller decrefs).
+static json_t *
+s_state (s_peer_t *peer)
+{
+    cr_assert_eq (s_ask (peer, ZA_OP_WATCH, 99, NULL), ZA_OP_STATE);
+    json_t *state = json_loadb (peer->in->body, peer->in->body_len, 0, NULL);
+    cr_assert_not_null (state);
+    return state;
+}
+
+//  A string of n copies of `unit`, e.g. 400 x "é" (caller frees).
+static char *
+s_repeat (const char *unit, int n)
+{
+    size_t len = strlen (unit);
+    char *text = malloc (len * (size_t) n + 1);
+    for (int i = 0; i < n; i++)
+        memcpy (text + len * (size_t) i, unit, len);
+    text [len * (size_t) n] = 0;
+    return text;
+}
+
+Test (broker, every_field_of_a_register_and_a_report_is_checked)
+{
+    s_broker_case_t c;
+    s_broker_start (&c);
+    s_peer_t peer;
+    s_peer_open (&peer, BROKER_ENDPOINT);
+    char *long_host = s_repeat ("h", 5000), *e_host = s_repeat ("\xc3\xa9", 400);
+    char *e_endpoint_tail = s_repeat ("\xc3\xa9", 200), e_endpoint [1024];
+    snprintf (e_endpoint, sizeof e_endpoint, "tcp://%s", e_endpoint_tail);
+    char bodies [16][12000];
+    int n = 0;
+    snprintf (bodies [n++], 12000, "{\"role\": \"worker\", \"index\": 0, \"host\": \"h\", "
+              "\"pid\": \"x\", \"restarts\": 0, \"endpoint\": \"\"}");
+    snprintf (bodies [n++], 12000, "{\"role\": \"worker\", \"index\": 0, \"pid\": 7, "
+              "\"restarts\": 0, \"endpoint\": \"\"}");
+    snprintf (bodies [n++], 12000, "{\"role\": \"worker\", \"index\": 0, \"host\": \"h\", "
+              "\"pid\": 7, \"restarts\": \"0\", \"endpoint\": \"\"}");
+    snprintf (bodies [n++], 12000, "{\"role\": \"worker\", \"index\": 0, \"host\": \"%s\", "
+              "\"pid\": 7, \"restarts\": 0, \"endpoint\": \"\"}", long_host);
+    snprintf (bodies [n++], 12000, "{\"role\": \"worker\", \"index\": 0, \"host\": \"%s\", "
+              "\"pid\": 7, \"restarts\": 0, \"endpoint\": \"\"}", e_host);
+    snprintf (bodies [n++], 12000, "{\"role\": \"worker\", \"index\": 0, \"host\": "
+              "\"a\\u0001b\", \"pid\": 7, \"restarts\": 0, \"endpoint\": \"\"}");
+    snprintf (bodies [n++], 12000, "{\"role\": \"ps\", \"index\": 0, \"host\": \"h\", "
+              "\"pid\": 7, \"restarts\": 0, \"endpoint\": \"%s\"}", e_endpoint);
+    snprintf (bodies [n++], 12000, "{\"role\": \"ps\", \"index\": 0, \"host\": \"h\", "
+              "\"pid\": 7, \"restarts\": 0, \"endpoint\": \"tcp://h:0\"}");
+    snprintf (bodies [n++], 12000, "{\"role\": \"worker\", \"index\": -2, \"host\": \"h\", "
+              "\"pid\": 7, \"restarts\": 0, \"endpoint\": \"\"}");
+    snprintf (bodies [n++], 12000, "{\"role\": \"worker\", \"index\": 0, \"host\": \"h\", "
+              "\"pid\": 0, \"restarts\": 0, \"endpoint\": \"\"}");
+    for (int b = 0; b < n; b++) {
+        cr_assert_eq (s_ask (&peer, ZA_OP_REGISTER, 100 + b, bodies [b]), ZA_OP_ERROR,
+                      "register %d was welcomed: %.200s", b, bodies [b]);
+        cr_expect_str_eq (peer.in->code, "bad_request", "register %d: %s", b, peer.in->error);
+    }
+    //  A good register, then reports with a bad field.
+    char *good = s_registration ("worker", 0, "127.0.0.1", 4242, "");
+    cr_assert_eq (s_ask (&peer, ZA_OP_REGISTER, 200, good), ZA_OP_WELCOME);
+    const char *fields [] = {
+        "\"state\": \"running\", \"global_step\": \"x\", \"loss\": 1, \"steps_per_sec\": 1, "
+        "\"examples_per_sec\": 1",
+        "\"state\": \"running\", \"global_step\": 1, \"loss\": \"nan\", \"steps_per_sec\": 1, "
+        "\"examples_per_sec\": 1",
+        "\"state\": 5, \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
+        "\"examples_per_sec\": 1",
+        "\"state\": \"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\", "
+        "\"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, \"examples_per_sec\": 1",
+        "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": -1, "
+        "\"examples_per_sec\": 1",
+        "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
+        "\"examples_per_sec\": 1, \"eval_step\": 5",
+    };
+    for (size_t f = 0; f < sizeof fields / sizeof fields [0]; f++) {
+        char report [1024];
+        snprintf (report, sizeof report, "{\"role\": \"worker\", \"index\": 0, \"host\": "
+                  "\"127.0.0.1\", \"pid\": 4242, \"restarts\": 0, \"endpoint\": \"\", %s}",
+                  fields [f]);
+        cr_assert_eq (s_ask (&peer, ZA_OP_REPORT, 300 + f, report), ZA_OP_ERROR,
+                      "report %zu was taken: %s", f, report);
+        cr_expect_str_eq (peer.in->code, "bad_request", "report %zu: %s", f, peer.in->error);
+    }
+    //  Nothing of it got in: every task is listed, the worker as registered.
+    json_t *state = s_state (&peer);
+    json_t *roles = json_object_get (state, "roles");
+    cr_expect_eq (json_array_size (roles), 3);
+    json_t *worker = za_test_row (state, "worker", 0);
+    cr_expect_str_eq (json_string_value (json_object_get (worker, "host")), "127.0.0.1");
+    cr_expect_eq (json_integer_value (json_object_get (worker, "global_step")), 0);
+    cr_expect_geq (json_integer_value (json_object_get (json_object_get (state, "broker"),
+                                                        "refused")), n + 6);
+    json_decref (state);
+    free (good);
+    free (long_host);
+    free (e_host);
+    free (e_endpoint_tail);
+    s_peer_close (&peer);
+    s_broker_stop (&c);
+}
+
+Test (broker, a_live_task_is_taken_only_by_itself)
+{
+    s_broker_case_t c;
+    s_broker_start (&c);
+    s_peer_t real, other;
+    s_peer_open (&real, BROKER_ENDPOINT);
+    s_peer_open (&other, BROKER_ENDPOINT);
+    char *ps = s_registration ("ps", 0, "127.0.0.1", 5001, "tcp://127.0.0.1:5001");
+    cr_assert_eq (s_ask (&real, ZA_OP_REGISTER, 1, ps), ZA_OP_WELCOME);
+    //  Another process naming ps 0: busy; without a pid: not even that.
+    char *impostor = s_registration ("ps", 0, "127.0.0.1", 6002, "tcp://127.0.0.1:6002");
+    cr_assert_eq (s_ask (&other, ZA_OP_REGISTER, 1, impostor), ZA_OP_ERROR);
+    cr_expect_str_eq (other.in->code, "busy");
+    cr_assert_eq (s_ask (&other, ZA_OP_REGISTER, 2, "{\"role\": \"ps\", \"index\": 0, "
+                         "\"host\": \"127.0.0.1\", \"restarts\": 0, \"endpoint\": "
+                         "\"tcp://127.0.0.1:6003\"}"), ZA_OP_ERROR);
+    cr_expect_str_eq (other.in->code, "bad_request");
+    //  The view still sends every worker to the real ps, which may register again.
+    json_t *state = s_state (&other);
+    cr_expect_str_eq (json_string_value (json_object_get (za_test_row (state, "ps", 0),
+                                                          "endpoint")), "tcp://127.0.0.1:5001");
+    cr_expect_eq (json_integer_value (json_object_get (za_test_row (state, "ps", 0), "pid")),
+                  5001);
+    json_decref (state);
+    cr_assert_eq (s_ask (&real, ZA_OP_REGISTER, 3, ps), ZA_OP_WELCOME);
+    free (ps);
+    free (impostor);
+    s_peer_close (&real);
+    s_peer_close (&other);
+    s_broker_stop (&c);
+}
+
+Test (broker, every_reply_echoes_its_request_seq)
+{
+    s_broker_case_t c;
+    s_broker_start (&c);
+    s_peer_t peer;
+    s_peer_open (&peer, BROKER_ENDPOINT);
+    char *chief = s_registration ("chief", 0, "127.0.0.1", 77, "");
+    cr_assert_eq (s_ask (&peer, ZA_OP_REGISTER, 77, chief), ZA_OP_WELCOME);
+    cr_expect_eq (peer.in->seq, 77);
+    cr_assert_eq (s_ask (&peer, ZA_OP_REGISTER, 78, "{\"role\": \"dog\"}"), ZA_OP_ERROR);
+    cr_expect_eq (peer.in->seq, 78);
+    cr_assert_eq (s_ask (&peer, ZA_OP_WATCH, 79, NULL), ZA_OP_STATE);
+    cr_expect_eq (peer.in->seq, 79);
+    cr_assert_eq (s_ask (&peer, ZA_OP_REPORT, 80, "{\"role\": \"chief\", \"index\": 0, "
+                         "\"host\": \"127.0.0.1\", \"pid\": 77, \"restarts\": 0, \"endpoint\": "
+                         "\"\", \"state\": \"running\", \"global_step\": 3, \"loss\": 0.5, "
+                         "\"steps_per_sec\": 1, \"examples_per_sec\": 64}"), ZA_OP_VIEW);
+    cr_expect_eq (peer.in->seq, 80);
+    cr_assert_eq (s_ask (&peer, ZA_OP_PING, 81, NULL), ZA_OP_PONG);
+    cr_expect_eq (peer.in->seq, 81);
+    free (chief);
+    s_peer_close (&peer);
+    s_broker_stop (&c);
+}
+
+Test (broker, an_oversized_message_is_a_counted_drop_and_the_connection_stays)
+{
+    s_broker_case_t c;
+    s_broker_start (&c);
+    s_peer_t peer;
+    s_peer_open (&peer, BROKER_ENDPOINT);
+    //  A header frame of 100 KiB, then at once a ping on the same connection.
+    size_t size = 100 * 1024;
+    char *big = calloc (1, size);
+    zframe_t *frame = zframe_new (big, size);
+    cr_assert_eq (zframe_send (&frame, peer.sock, 0), 0);
+    free (big);
+    cr_assert_eq (s_ask (&peer, ZA_OP_PING, 5, NULL), ZA_OP_PONG,
+                  "the ping after a large frame got no answer");
+    json_t *state = s_state (&peer);
+    json_t *broker = json_object_get (state, "broker");
+    cr_expect_geq (json_integer_value (json_object_get (broker, "dropped")), 1,
+                   "the large frame was not counted");
+    json_decref (state);
+    s_peer_close (&peer);
+    s_broker_stop (&c);
+}
+
+// ---------------------------------------------------------------------------
+//  The broker client
+
+//  msgpack of {v: 1, op: "error", seq: 1, task: -5, code: "bad_request",
+//  error: "x"}: a header the decoder refuses (task below -1).
+static zframe_t *
+s_bad_error_header (void)
+{
+    msgpack_sbuffer buffer;
+    msgpack_sbuffer_init (&buffer);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &buffer, msgpack_sbuffer_write);
+    const char *keys [] = {"v", "op", "seq", "task", "code", "error"};
+    msgpack_pack_map (&pk, 6);
+    for (int k = 0; k < 6; k++) {
+        msgpack_pack_str (&pk, strlen (keys [k]));
+        msgpack_pack_str_body (&pk, keys [k], strlen (keys [k]));
+        switch (k) {
+            case 0: msgpack_pack_int (&pk, 1); break;
+            case 1: msgpack_pack_str (&pk, 5); msgpack_pack_str_body (&pk, "error", 5); break;
+            case 2: msgpack_pack_int (&pk, 1); break;
+            case 3: msgpack_pack_int (&pk, -5); break;
+            case 4: msgpack_pack_str (&pk, 11); msgpack_pack_str_body (&pk, "bad_request", 11);
+                    break;
+            default: msgpack_pack_str (&pk, 1); msgpack_pack_str_body (&pk, "x", 1); break;
+        }
+    }
+    zframe_t *frame = zframe_new (buffer.data, buffer.size);
+    msgpack_sbuffer_destroy (&buffer);
+    return frame;
+}
+
+Test (client, a_message_it_cannot_decode_changes_nothing)
+{
+    zsock_t *router = zsock_new (ZMQ_ROUTER);
+    cr_assert_eq (zsock_bind (router, "inproc://conformance-fake-broker"), 0);
+    static za_role_stats_t stats;
+    za_role_stats_init (&stats);
+    za_broker_client_config_t config = {
+        .broker = "inproc://conformance-fake-broker", .role = "worker", .index = -1,
+        .host = "127.0.0.1", .stats = &stats, .heartbeat_ivl_secs = 0.1,
+        .heartbeat_liveness = 3, .timeout_secs = 10,
+    };
+    zactor_t *client = zactor_new (za_broker_client_actor, &config);
+    //  Its first register: answered with an error it cannot decode, then a
+    //  welcome. It must act on the welcome only.
+    zmsg_t *request = zmsg_recv (router);
+    cr_assert_not_null (request);
+    zframe_t *identity = zmsg_pop (request);
+    zmsg_destroy (&request);
+    zmsg_t *bad = zmsg_new ();
+    zmsg_append (bad, &(zframe_t *) {zframe_dup (identity)});
+    zmsg_append (bad, &(zframe_t *) {s_bad_error_header ()});
+    cr_assert_eq (zmsg_send (&bad, router), 0);
+    za_wire_msg_t *out = malloc (sizeof *out);
+    za_wire_msg_init (out, ZA_OP_WELCOME);
+    out->seq = 2;
+    const char *body = "{\"index\": 0, \"endpoint\": \"\", \"job\": {\"max_steps\": 10}}";
+    out->body = body;
+    out->body_len = strlen (body);
+    cr_assert_eq (za_wire_send (router, identity, out, NULL), 0);
+    char *what = NULL, *index = NULL;
+    zsock_set_rcvtimeo (zactor_sock (client), 3000);
+    cr_assert_geq (zstr_recvx (client, &what, &index, NULL), 1);
+    cr_expect_str_eq (what, "WELCOME", "the client acted on what it could not decode: %s %s",
+                      what, index? index: "");
+    zstr_free (&what);
+    zstr_free (&index);
+    free (out);
+    zframe_destroy (&identity);
+    zactor_destroy (&client);
+    zsock_destroy (&router);
+}
+
+// ---------------------------------------------------------------------------
+//  A ps binds the address its cluster names
+
+//  The local address, in /proc/net/tcp's hex, of the socket listening on
+//  port; "" when none listens.
+static void
+s_listener (int port, char *address, size_t size)
+{
+    address [0] = 0;
+    FILE *file = fopen ("/proc/net/tcp", "r");
+    cr_assert_not_null (file);
+    char line [512];
+    char local [32], state [8];
+    unsigned local_port;
+    while (fgets (line, sizeof line, file))
+        if (sscanf (line, " %*d: %31[0-9A-F]:%x %*s %7s", local, &local_port, state) == 3
+            && (int) local_port == port && streq (state, "0A"))
+            snprintf (address, size, "%s", local);
+    fclose (file);
+}
+
+Test (ps, it_binds_the_address_its_cluster_names)
+{
+    char *endpoint = za_test_free_endpoint ();
+    int port = atoi (strrchr (endpoint, ':') + 1);
+    char config [256];
+    snprintf (config, sizeof config, "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"ps\": "
+              "[\"127.0.0.1:%d\"]}}", port);
+    char *cluster = za_test_write ("cluster.json", config);
+    char *out = za_test_path ("ps.out"), *err = za_test_path ("ps.err");
+    const char *args [] = {"--cluster", cluster, "--role", "ps", "--model", "linear",
+                           "--timeout-secs", "30", NULL};
+    pid_t pid = za_test_spawn (args, out, err);
+    char address [32] = "";
+    for (int tries = 0; tries < 300 && !*address; tries++) {
+        s_listener (port, address, sizeof address);
+        if (!*address)
+            usleep (20000);
+    }
+    kill (pid, SIGKILL);
+    za_test_wait (pid, 10);
+    cr_expect_str_eq (address, "0100007F", "the ps listens on %s (hex), not 127.0.0.1: %s",
+                      address, (char *) za_test_read_file (err, NULL));
+    free (out);
+    free (err);
+    free (cluster);
+    free (endpoint);
+}
