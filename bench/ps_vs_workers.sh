@@ -95,7 +95,7 @@ for c in "${configs[@]}"; do
               done | median)
     wall=$(cat "${dirs[@]/%//wall_steps_per_sec}" | median)
     tasks=("chief 0")
-    for ((i = 1; i < workers; i++)); do tasks+=("worker $i"); done
+    for ((i = 0; i < workers - 1; i++)); do tasks+=("worker $i"); done
     for task in "${tasks[@]}"; do
         logs=()
         for d in "${dirs[@]}"; do logs+=("$d"/chief.log "$d"/worker*.log); done
