@@ -5,14 +5,11 @@
     wrong-version messages sent to a ps mid-run are counted and dropped.   */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
-#include <arpa/inet.h>
 #include <czmq.h>
 #include <jansson.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -28,22 +25,6 @@
 #define MAX_STEPS 300
 #define TASKS 4
 
-//  A free TCP port on 127.0.0.1 (the kernel picks; a race with another
-//  process taking it in between is unlikely enough for a test).
-static int
-s_free_port (void)
-{
-    int fd = socket (AF_INET, SOCK_STREAM, 0);
-    cr_assert_geq (fd, 0);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
-    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
-    cr_assert_eq (bind (fd, (struct sockaddr *) &addr, sizeof addr), 0);
-    socklen_t len = sizeof addr;
-    cr_assert_eq (getsockname (fd, (struct sockaddr *) &addr, &len), 0);
-    close (fd);
-    return ntohs (addr.sin_port);
-}
-
 //  A cluster file on loopback with free ports: one chief, `workers` workers,
 //  `ps` ps and (when `evaluator`) an evaluator. *ps0_port (may be NULL) gets
 //  ps 0's port. Caller frees the path.
@@ -51,7 +32,8 @@ static char *
 s_cluster_file (int workers, int ps, int evaluator, int *ps0_port)
 {
     char jobs [1024];
-    int used = snprintf (jobs, sizeof jobs, "\"chief\": [\"127.0.0.1:%d\"]", s_free_port ());
+    int used = snprintf (jobs, sizeof jobs, "\"chief\": [\"127.0.0.1:%d\"]",
+                         za_test_free_port ());
     const char *names [3] = {"worker", "ps", "evaluator"};
     int counts [3] = {workers, ps, evaluator};
     for (int j = 0; j < 3; j++) {
@@ -59,7 +41,7 @@ s_cluster_file (int workers, int ps, int evaluator, int *ps0_port)
             continue;
         used += snprintf (jobs + used, sizeof jobs - used, ", \"%s\": [", names [j]);
         for (int i = 0; i < counts [j]; i++) {
-            int port = s_free_port ();
+            int port = za_test_free_port ();
             if (j == 1 && i == 0 && ps0_port)
                 *ps0_port = port;
             used += snprintf (jobs + used, sizeof jobs - used, "%s\"127.0.0.1:%d\"",

@@ -110,7 +110,11 @@ pid_t za_test_spawn_program (const char *name, const char *const *args, const ch
 //  --------------------------------------------------------------------------
 //  A cluster, watched through its broker
 
-//  A loopback endpoint nobody uses now ("tcp://127.0.0.1:PORT"). Caller frees.
+//  A TCP port on 127.0.0.1 nobody uses now (the kernel picks; closed again,
+//  so a race with another process taking it in between is possible but rare).
+int za_test_free_port (void);
+
+//  The same as an endpoint ("tcp://127.0.0.1:PORT"). Caller frees.
 char *za_test_free_endpoint (void);
 
 //  `zactor-top --broker ADDR --once FLAGS`, its output to read (pclose it).
