@@ -21,9 +21,10 @@
 static const char *s_op_names [] = {
     NULL, "init", "init_ok", "pull", "push", "values", "hold", "held", "snapshot",
     "snapshot_data", "release", "released", "stop", "stopping", "bye", "bye_ok",
-    "error", "ping", "pong", "register", "welcome", "report", "view", "watch", "state"
+    "error", "ping", "pong", "register", "welcome", "report", "view", "watch", "state",
+    "ring", "broadcast"
 };
-#define WIRE_OP_LAST ZA_OP_STATE
+#define WIRE_OP_LAST ZA_OP_BROADCAST
 
 //  Header keys, in the order they are written.
 typedef enum {

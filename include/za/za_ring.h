@@ -1,0 +1,70 @@
+/*  za_ring.h: N processes (ranks 0..N-1) in a ring over ZeroMQ, for the
+    synchronous all-reduce strategy (TensorFlow's MultiWorkerMirrored with
+    its RING collective). Each rank binds a ROUTER where its left neighbour
+    (rank - 1) sends, and connects a DEALER to its right neighbour's.
+
+    All-reduce is reduce-scatter then all-gather: the block is cut into N
+    segments and each segment into chunks; a chunk is added and passed on as
+    soon as it arrives, so the links stay busy. The rank that completes a
+    segment's sum divides it by N before it goes around again: every rank
+    ends with the same bits, and the order of the additions is fixed by the
+    ranks, so the same inputs give the same mean on every run.
+
+    Every message is a wire message (docs/PROTOCOL.md section 14): op "ring"
+    or "broadcast", seq its number on this link, step the caller's round,
+    task the sender's rank, one f32 tensor. Anything else - garbage, another
+    round, another sender, a number out of turn, a wrong size - is dropped
+    and counted, never used; a round whose next message does not come
+    within timeout_secs fails with an error naming the left neighbour.   */
+#ifndef ZA_RING_H_INCLUDED
+#define ZA_RING_H_INCLUDED
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZA_RING_MAX_RANKS 128
+//  Chunk size when the config says 0: a quarter MiB of floats keeps the
+//  pipeline full at the seed CNN's 365 KiB and costs few messages at 16 MiB.
+#define ZA_RING_DEFAULT_CHUNK_FLOATS 65536
+
+typedef struct {
+    int rank, size;                 //  0 <= rank < size <= ZA_RING_MAX_RANKS
+    const char *bind;               //  where this rank's ROUTER binds
+    const char *right;              //  the right neighbour's endpoint (rank + 1 mod size)
+    size_t chunk_floats;            //  0: ZA_RING_DEFAULT_CHUNK_FLOATS
+    double timeout_secs;            //  a round waits at most this long for each message
+    void *interrupt;                //  NULL, or a socket (an actor's pipe) whose message
+                                    //  ends a wait: the call fails, the message stays
+} za_ring_config_t;
+
+typedef struct _za_ring_t za_ring_t;
+
+//  Binds and connects. Returns NULL with an error (a rank out of range, an
+//  endpoint that cannot be bound or connected).
+za_ring_t *za_ring_new (const za_ring_config_t *config);
+void za_ring_destroy (za_ring_t **self_p);
+
+//  Replaces data [0..n) on every rank by the mean of all ranks' data, the
+//  same bits everywhere. Every rank calls it with the same n and round.
+//  Returns 0, or -1 with an error (the left neighbour silent for
+//  timeout_secs, a message on `interrupt`, SIGINT). data may be changed then.
+int za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round);
+
+//  Copies root's data [0..n) to every other rank. Returns 0, or -1 with an
+//  error, as above.
+int za_ring_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t round);
+
+//  Messages dropped since the ring was made (garbage, out of turn, wrong).
+uint64_t za_ring_dropped (const za_ring_t *self);
+
+//  Seconds this ring spent waiting for its left neighbour (in all calls).
+double za_ring_wait_secs (const za_ring_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

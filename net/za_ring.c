@@ -1,0 +1,329 @@
+/*  za_ring.c: the ring all-reduce and broadcast over ZeroMQ (za_ring.h).
+
+    Rank r, N ranks, the block cut into N segments. Reduce-scatter: at hop
+    h (0..N-2) r sends segment (r - h) mod N and receives (r - h - 1) mod N,
+    which it adds to its own; after hop N-2 it holds the whole sum of segment
+    (r + 1) mod N and divides it by N. All-gather: at hop N-1+g r sends
+    segment (r + 1 - g) mod N and receives (r - g) mod N, which it copies.
+    What r receives at one hop is what it sends at the next, so each chunk
+    is passed on the moment it is done: one schedule, 2(N-1) hops.      */
+#include "za/za_ring.h"
+#include "za/za_util.h"
+#include "za/za_wire.h"
+
+#include <czmq.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+//  Messages may queue on a link: a round's worth, and then some.
+#define RING_MIN_HWM 1000
+//  Dropped messages are logged the first time and then every this many.
+#define RING_DROP_LOG_EVERY 100
+
+struct _za_ring_t {
+    za_ring_config_t config;
+    size_t chunk_floats;
+    zsock_t *left;                  //  ROUTER: the left neighbour sends here
+    zsock_t *right;                 //  DEALER to the right neighbour's ROUTER
+    zpoller_t *poller;
+    za_wire_msg_t *out, *in;
+    za_wire_lease_t lease;          //  chunks lent to libzmq from the caller's block
+    uint64_t sent, received;        //  messages on each link so far (their seq)
+    uint64_t dropped;
+    double wait_secs;
+    char right_endpoint [256];
+};
+
+za_ring_t *
+za_ring_new (const za_ring_config_t *config)
+{
+    if (config->size < 1 || config->size > ZA_RING_MAX_RANKS || config->rank < 0
+        || config->rank >= config->size) {
+        za_error ("ring: rank %d of %d is out of range (1 to %d ranks)", config->rank,
+                  config->size, ZA_RING_MAX_RANKS);
+        return NULL;
+    }
+    za_ring_t *self = (za_ring_t *) calloc (1, sizeof *self);
+    if (!self) {
+        za_error ("ring: out of memory");
+        return NULL;
+    }
+    self->config = *config;
+    self->chunk_floats = config->chunk_floats? config->chunk_floats
+                                             : ZA_RING_DEFAULT_CHUNK_FLOATS;
+    za_wire_lease_init (&self->lease);
+    self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
+    self->in = (za_wire_msg_t *) malloc (sizeof *self->in);
+    if (!self->out || !self->in) {
+        za_error ("ring: out of memory");
+        goto fail;
+    }
+    if (config->size == 1)
+        return self;                //  nobody to talk to
+    self->left = zsock_new (ZMQ_ROUTER);
+    self->right = zsock_new (ZMQ_DEALER);
+    if (!self->left || !self->right) {
+        za_error ("ring: cannot make sockets");
+        goto fail;
+    }
+    //  A chunk is at most chunk_floats; anything larger is no ring message.
+    size_t max_frame = self->chunk_floats * sizeof (float) + ZA_WIRE_MAX_HEADER_BYTES;
+    zsock_set_maxmsgsize (self->left, (int64_t) max_frame);
+    zsock_set_rcvhwm (self->left, RING_MIN_HWM);
+    zsock_set_sndhwm (self->right, RING_MIN_HWM);
+    zsock_set_linger (self->right, 0);
+    if (zsock_bind (self->left, "%s", config->bind) < 0) {
+        za_error ("ring: rank %d cannot bind %s: %s", config->rank, config->bind,
+                  zmq_strerror (zmq_errno ()));
+        goto fail;
+    }
+    if (zsock_connect (self->right, "%s", config->right) < 0) {
+        za_error ("ring: rank %d cannot connect to %s: %s", config->rank, config->right,
+                  zmq_strerror (zmq_errno ()));
+        goto fail;
+    }
+    snprintf (self->right_endpoint, sizeof self->right_endpoint, "%s", config->right);
+    self->poller = zpoller_new (self->left, config->interrupt, NULL);
+    if (!self->poller) {
+        za_error ("ring: cannot make a poller");
+        goto fail;
+    }
+    return self;
+fail:
+    za_ring_destroy (&self);
+    return NULL;
+}
+
+void
+za_ring_destroy (za_ring_t **self_p)
+{
+    za_ring_t *self = *self_p;
+    if (!self)
+        return;
+    zpoller_destroy (&self->poller);
+    //  linger 0: what the right neighbour never took is dropped, and the
+    //  chunks lent from the caller's block all come back.
+    zsock_destroy (&self->right);
+    zsock_destroy (&self->left);
+    za_wire_lease_wait (&self->lease);
+    free (self->out);
+    free (self->in);
+    free (self);
+    *self_p = NULL;
+}
+
+uint64_t
+za_ring_dropped (const za_ring_t *self)
+{
+    return self->dropped;
+}
+
+double
+za_ring_wait_secs (const za_ring_t *self)
+{
+    return self->wait_secs;
+}
+
+// ---------------------------------------------------------------------------
+//  One link's messages
+
+//  Sends data [0..n) to the right neighbour as message number self->sent.
+static int
+s_send (za_ring_t *self, za_op_t op, int64_t round, const float *data, size_t n)
+{
+    za_wire_msg_init (self->out, op);
+    self->out->seq = self->sent;
+    self->out->step = round;
+    self->out->task = self->config.rank;
+    int64_t shape [1] = {(int64_t) n};
+    if (za_wire_msg_add (self->out, "chunk", ZA_DTYPE_F32, 1, shape, data)
+        || za_wire_send (self->right, NULL, self->out, &self->lease))
+        return za_error ("ring: rank %d cannot send to %s: %s", self->config.rank,
+                         self->right_endpoint, za_last_error ());
+    self->sent++;
+    return 0;
+}
+
+//  Why a decoded message is not the one expected next; NULL when it is.
+static const char *
+s_unexpected (za_ring_t *self, zmsg_t *msg, za_op_t op, int64_t round, size_t n)
+{
+    const za_wire_msg_t *in = self->in;
+    int left = (self->config.rank + self->config.size - 1) % self->config.size;
+    if (za_wire_decode (msg, self->in))
+        return za_last_error ();
+    if (in->op != op)
+        return "another op";
+    if (in->task != left)
+        return "not from the left neighbour";
+    if (in->step != round)
+        return "another round";
+    if (in->seq != self->received)
+        return "out of turn";
+    if (in->tensor_count != 1 || in->tensors [0].dtype != ZA_DTYPE_F32
+        || in->tensors [0].bytes != n * sizeof (float))
+        return "not the chunk expected";
+    return NULL;
+}
+
+//  Counts a dropped message, and says so now and then.
+static void
+s_drop (za_ring_t *self, const char *why)
+{
+    if (self->dropped++ % RING_DROP_LOG_EVERY == 0)
+        za_info ("ring: rank %d dropped a message (%s); %" PRIu64 " dropped so far",
+                 self->config.rank, why, self->dropped);
+}
+
+//  Waits for the next message from the left: a chunk of n floats of `op`
+//  and `round`. Returns it (the caller destroys it; the chunk is
+//  self->in->tensors [0]), or NULL with an error.
+static zmsg_t *
+s_receive (za_ring_t *self, za_op_t op, int64_t round, size_t n)
+{
+    double start = za_clock_mono (), timeout = self->config.timeout_secs;
+    while (!zsys_interrupted) {
+        double left = timeout - (za_clock_mono () - start);
+        if (left <= 0)
+            break;
+        void *which = zpoller_wait (self->poller, (int) (left * 1000) + 1);
+        if (which && which != self->left)
+            break;                  //  the caller's interrupt
+        if (!which) {
+            if (zpoller_terminated (self->poller))
+                break;
+            continue;
+        }
+        zmsg_t *msg = zmsg_recv (self->left);
+        zframe_t *identity = msg? zmsg_pop (msg): NULL;
+        zframe_destroy (&identity);
+        const char *why = msg? s_unexpected (self, msg, op, round, n): "nothing";
+        if (!why) {
+            self->received++;
+            self->wait_secs += za_clock_mono () - start;
+            return msg;
+        }
+        s_drop (self, why);
+        zmsg_destroy (&msg);
+    }
+    self->wait_secs += za_clock_mono () - start;
+    int left = (self->config.rank + self->config.size - 1) % self->config.size;
+    if (zsys_interrupted || za_clock_mono () - start < timeout)
+        za_error ("ring: rank %d interrupted while waiting for rank %d", self->config.rank,
+                  left);
+    else
+        za_error ("ring: rank %d heard nothing from rank %d for %.1f s (round %" PRId64 ")",
+                  self->config.rank, left, timeout, round);
+    return NULL;
+}
+
+//  Waits until libzmq has let go of every chunk lent from the caller's
+//  block (it may change it once we return), at most timeout_secs: a right
+//  neighbour that is gone keeps them queued. Returns 0, or -1 with an error.
+static int
+s_drain (za_ring_t *self)
+{
+    double start = za_clock_mono ();
+    while (za_wire_lease_busy (&self->lease)) {
+        if (za_clock_mono () - start > self->config.timeout_secs || zsys_interrupted)
+            return za_error ("ring: rank %d: %s took nothing for %.1f s", self->config.rank,
+                             self->right_endpoint, self->config.timeout_secs);
+        zclock_sleep (0);
+        usleep (20);
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+//  The collectives
+
+//  Segment s of n floats over `size` ranks: [*begin, *begin + *count).
+static void
+s_segment (size_t n, int size, int s, size_t *begin, size_t *count)
+{
+    size_t each = (n + (size_t) size - 1) / (size_t) size;
+    size_t from = each * (size_t) s;
+    *begin = from < n? from: n;
+    *count = from < n? (n - from < each? n - from: each): 0;
+}
+
+static int
+s_mod (int a, int n)
+{
+    return ((a % n) + n) % n;
+}
+
+int
+za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
+{
+    int rank = self->config.rank, size = self->config.size;
+    if (size == 1)
+        return 0;
+    size_t chunk = self->chunk_floats, begin, count;
+    //  Hop 0: this rank's own segment, every chunk of it.
+    s_segment (n, size, rank, &begin, &count);
+    for (size_t at = 0; at < count; at += chunk)
+        if (s_send (self, ZA_OP_RING, round, data + begin + at,
+                    count - at < chunk? count - at: chunk))
+            return -1;
+    int hops = 2 * (size - 1);
+    for (int hop = 0; hop < hops; hop++) {
+        int reduce = hop < size - 1;
+        int segment = reduce? s_mod (rank - hop - 1, size): s_mod (rank - (hop - size + 1), size);
+        s_segment (n, size, segment, &begin, &count);
+        for (size_t at = 0; at < count; at += chunk) {
+            size_t len = count - at < chunk? count - at: chunk;
+            zmsg_t *msg = s_receive (self, ZA_OP_RING, round, len);
+            if (!msg)
+                return -1;
+            //  Received frames are not always aligned: read them bytewise.
+            const unsigned char *from = (const unsigned char *) self->in->tensors [0].data;
+            float *to = data + begin + at;
+            if (reduce) {
+                for (size_t i = 0; i < len; i++) {
+                    float v;
+                    memcpy (&v, from + i * sizeof v, sizeof v);
+                    to [i] += v;
+                }
+                //  The last reduce hop completes this segment's sum: the mean,
+                //  computed here once, is what every rank gets.
+                if (hop == size - 2)
+                    for (size_t i = 0; i < len; i++)
+                        to [i] /= (float) size;
+            }
+            else
+                memcpy (to, from, len * sizeof (float));
+            zmsg_destroy (&msg);
+            if (hop < hops - 1 && s_send (self, ZA_OP_RING, round, to, len))
+                return -1;
+        }
+    }
+    return s_drain (self);
+}
+
+int
+za_ring_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t round)
+{
+    int rank = self->config.rank, size = self->config.size;
+    if (size == 1)
+        return 0;
+    if (root < 0 || root >= size)
+        return za_error ("ring: broadcast from rank %d of %d", root, size);
+    size_t chunk = self->chunk_floats;
+    int last = rank == s_mod (root - 1, size);      //  nobody to pass it on to
+    for (size_t at = 0; at < n; at += chunk) {
+        size_t len = n - at < chunk? n - at: chunk;
+        if (rank != root) {
+            zmsg_t *msg = s_receive (self, ZA_OP_BROADCAST, round, len);
+            if (!msg)
+                return -1;
+            memcpy (data + at, self->in->tensors [0].data, len * sizeof (float));
+            zmsg_destroy (&msg);
+        }
+        if (!last && s_send (self, ZA_OP_BROADCAST, round, data + at, len))
+            return -1;
+    }
+    return s_drain (self);
+}

@@ -1,0 +1,302 @@
+/*  test_ring.c: the all-reduce ring (za_ring.h), ranks as threads of one
+    process over inproc and tcp: the mean is right and the same bits on
+    every rank, whatever the size and the chunking; a broadcast copies; what
+    is not the message expected is dropped and counted; a silent neighbour
+    is an error after the timeout, not a hang.                            */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "za/za_ring.h"
+#include "za/za_util.h"
+#include "za/za_wire.h"
+#include "za_test.h"
+
+#define MAX_RANKS 5
+
+typedef struct {
+    za_ring_t *ring;
+    float *data;
+    size_t n;
+    int rc;
+    int broadcast_root;             //  >= 0: broadcast instead of all-reduce
+    int rounds;
+    char error [256];
+} s_rank_t;
+
+static void *
+s_rank_run (void *arg)
+{
+    s_rank_t *rank = (s_rank_t *) arg;
+    rank->rc = 0;
+    for (int r = 0; r < rank->rounds && rank->rc == 0; r++)
+        rank->rc = rank->broadcast_root >= 0
+                 ? za_ring_broadcast (rank->ring, rank->data, rank->n, rank->broadcast_root, r)
+                 : za_ring_allreduce_mean (rank->ring, rank->data, rank->n, r + 1);
+    if (rank->rc)
+        snprintf (rank->error, sizeof rank->error, "%s", za_last_error ());
+    return NULL;
+}
+
+typedef struct {
+    int size;
+    char endpoints [MAX_RANKS][64];
+    s_rank_t ranks [MAX_RANKS];
+} s_ring_case_t;
+
+//  `size` rings on endpoints PREFIX-0.. (inproc) or free tcp ports.
+static void
+s_make (s_ring_case_t *c, int size, int tcp, size_t chunk_floats, double timeout_secs)
+{
+    static int made;
+    memset (c, 0, sizeof *c);
+    c->size = size;
+    for (int r = 0; r < size; r++) {
+        if (tcp)
+            snprintf (c->endpoints [r], sizeof c->endpoints [r], "tcp://127.0.0.1:%d",
+                      za_test_free_port ());
+        else
+            snprintf (c->endpoints [r], sizeof c->endpoints [r], "inproc://ring-%d-%d", made,
+                      r);
+    }
+    made++;
+    for (int r = 0; r < size; r++) {
+        za_ring_config_t config = {
+            .rank = r, .size = size, .bind = c->endpoints [r],
+            .right = c->endpoints [(r + 1) % size], .chunk_floats = chunk_floats,
+            .timeout_secs = timeout_secs,
+        };
+        c->ranks [r].ring = za_ring_new (&config);
+        cr_assert_not_null (c->ranks [r].ring, "%s", za_last_error ());
+        c->ranks [r].broadcast_root = -1;
+        c->ranks [r].rounds = 1;
+    }
+}
+
+static void
+s_run_all (s_ring_case_t *c)
+{
+    pthread_t threads [MAX_RANKS];
+    for (int r = 0; r < c->size; r++)
+        pthread_create (&threads [r], NULL, s_rank_run, &c->ranks [r]);
+    for (int r = 0; r < c->size; r++)
+        pthread_join (threads [r], NULL);
+}
+
+//  Highest rank first: over inproc a rank's unread chunks are lent from its
+//  left neighbour, who can only let go once they are dropped.
+static void
+s_destroy (s_ring_case_t *c)
+{
+    for (int r = c->size - 1; r >= 0; r--) {
+        za_ring_destroy (&c->ranks [r].ring);
+        free (c->ranks [r].data);
+    }
+}
+
+//  Rank r's value i: different on every rank, not exactly representable sums.
+static float
+s_value (int r, size_t i)
+{
+    return (float) sin ((double) (i * 7 + (size_t) r * 13 + 1)) * (float) (r + 1) * 0.37f;
+}
+
+//  All-reduces n floats over `size` ranks; checks every rank holds the same
+//  bits, each close to the mean.
+static void
+s_check_mean (int size, size_t n, size_t chunk, int tcp)
+{
+    s_ring_case_t c;
+    s_make (&c, size, tcp, chunk, 10);
+    for (int r = 0; r < size; r++) {
+        c.ranks [r].n = n;
+        c.ranks [r].data = malloc ((n + 1) * sizeof (float));
+        for (size_t i = 0; i < n; i++)
+            c.ranks [r].data [i] = s_value (r, i);
+    }
+    s_run_all (&c);
+    for (int r = 0; r < size; r++)
+        cr_assert_eq (c.ranks [r].rc, 0, "rank %d: %s", r, c.ranks [r].error);
+    for (size_t i = 0; i < n; i++) {
+        double mean = 0;
+        for (int r = 0; r < size; r++)
+            mean += s_value (r, i);
+        mean /= size;
+        cr_assert_float_eq (c.ranks [0].data [i], mean, 1e-5, "n %zu, size %d: [%zu] %g != %g",
+                            n, size, i, (double) c.ranks [0].data [i], mean);
+        for (int r = 1; r < size; r++)
+            cr_assert (memcmp (&c.ranks [r].data [i], &c.ranks [0].data [i], sizeof (float))
+                       == 0, "n %zu, size %d: rank %d's [%zu] differs from rank 0's", n, size,
+                       r, i);
+    }
+    for (int r = 0; r < size; r++)
+        cr_expect_eq (za_ring_dropped (c.ranks [r].ring), 0);
+    s_destroy (&c);
+}
+
+Test (ring, the_mean_is_the_same_bits_on_every_rank_whatever_the_split)
+{
+    //  Sizes around the segment and chunk edges, fewer floats than ranks, none.
+    const size_t sizes [] = {0, 1, 2, 3, 7, 64, 100, 1000, 4097};
+    for (int size = 1; size <= 4; size++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes [0]; s++)
+            s_check_mean (size, sizes [s], 16, 0);
+    s_check_mean (5, 91350, 0, 0);          //  the seed CNN's gradient block size
+}
+
+Test (ring, the_same_inputs_give_the_same_bits_every_run)
+{
+    float first [3][1000];
+    for (int run = 0; run < 2; run++) {
+        s_ring_case_t c;
+        s_make (&c, 3, 0, 64, 10);
+        for (int r = 0; r < 3; r++) {
+            c.ranks [r].n = 1000;
+            c.ranks [r].data = malloc (1000 * sizeof (float));
+            for (size_t i = 0; i < 1000; i++)
+                c.ranks [r].data [i] = s_value (r, i);
+        }
+        s_run_all (&c);
+        for (int r = 0; r < 3; r++) {
+            cr_assert_eq (c.ranks [r].rc, 0);
+            if (run == 0)
+                memcpy (first [r], c.ranks [r].data, sizeof first [r]);
+            else
+                cr_expect (memcmp (first [r], c.ranks [r].data, sizeof first [r]) == 0);
+        }
+        s_destroy (&c);
+    }
+}
+
+Test (ring, over_tcp_many_rounds)
+{
+    s_ring_case_t c;
+    s_make (&c, 2, 1, 1000, 10);
+    for (int r = 0; r < 2; r++) {
+        c.ranks [r].n = 91350;
+        c.ranks [r].rounds = 20;
+        c.ranks [r].data = malloc (91350 * sizeof (float));
+        for (size_t i = 0; i < 91350; i++)
+            c.ranks [r].data [i] = (float) r;
+    }
+    s_run_all (&c);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq (c.ranks [r].rc, 0, "%s", c.ranks [r].error);
+        //  The mean of 0 and 1, then of 0.5 and 0.5, ...
+        cr_expect_eq (c.ranks [r].data [91349], 0.5f);
+    }
+    s_destroy (&c);
+}
+
+Test (ring, a_broadcast_copies_the_roots_bits)
+{
+    s_ring_case_t c;
+    s_make (&c, 4, 0, 7, 10);
+    for (int r = 0; r < 4; r++) {
+        c.ranks [r].n = 50;
+        c.ranks [r].broadcast_root = 2;
+        c.ranks [r].data = malloc (50 * sizeof (float));
+        for (size_t i = 0; i < 50; i++)
+            c.ranks [r].data [i] = s_value (r, i);
+    }
+    //  Bits, not values: a NaN with a payload arrives as it left.
+    uint32_t nan_bits = 0x7fc01234u;
+    memcpy (&c.ranks [2].data [3], &nan_bits, sizeof nan_bits);
+    s_run_all (&c);
+    for (int r = 0; r < 4; r++) {
+        cr_assert_eq (c.ranks [r].rc, 0, "%s", c.ranks [r].error);
+        cr_expect (memcmp (c.ranks [r].data, c.ranks [2].data, 50 * sizeof (float)) == 0,
+                   "rank %d", r);
+    }
+    s_destroy (&c);
+}
+
+//  Sends one raw message of `frames` to endpoint.
+static void
+s_send_raw (const char *endpoint, const za_wire_msg_t *msg, const char *garbage)
+{
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    cr_assert_eq (zsock_connect (sock, "%s", endpoint), 0);
+    if (garbage)
+        zstr_send (sock, garbage);
+    else {
+        za_wire_lease_t lease;
+        za_wire_lease_init (&lease);
+        cr_assert_eq (za_wire_send (sock, NULL, msg, &lease), 0, "%s", za_last_error ());
+        za_wire_lease_wait (&lease);
+    }
+    zclock_sleep (50);                  //  on its way before the socket goes
+    zsock_destroy (&sock);
+}
+
+Test (ring, garbage_and_messages_out_of_turn_are_dropped_and_counted)
+{
+    s_ring_case_t c;
+    s_make (&c, 2, 1, 100, 10);
+    //  Before the round: garbage, a chunk from the wrong rank, one of another
+    //  round, one of the wrong size, one out of turn.
+    za_wire_msg_t *msg = malloc (sizeof *msg);
+    float chunk [100] = {0};
+    int64_t shape [1] = {100}, short_shape [1] = {3};
+    s_send_raw (c.endpoints [1], NULL, "not a wire message");
+    struct {
+        int task;
+        int64_t step;
+        uint64_t seq;
+        const int64_t *shape;
+    } bad [] = {{1, 1, 0, shape}, {0, 9, 0, shape}, {0, 1, 0, short_shape}, {0, 1, 5, shape}};
+    for (size_t b = 0; b < sizeof bad / sizeof bad [0]; b++) {
+        za_wire_msg_init (msg, ZA_OP_RING);
+        msg->task = bad [b].task;
+        msg->step = bad [b].step;
+        msg->seq = bad [b].seq;
+        za_wire_msg_add (msg, "chunk", ZA_DTYPE_F32, 1, bad [b].shape, chunk);
+        s_send_raw (c.endpoints [1], msg, NULL);
+    }
+    free (msg);
+    for (int r = 0; r < 2; r++) {
+        c.ranks [r].n = 150;
+        c.ranks [r].data = malloc (150 * sizeof (float));
+        for (size_t i = 0; i < 150; i++)
+            c.ranks [r].data [i] = (float) (r * 2);
+    }
+    s_run_all (&c);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq (c.ranks [r].rc, 0, "%s", c.ranks [r].error);
+        for (size_t i = 0; i < 150; i++)
+            cr_assert_eq (c.ranks [r].data [i], 1.0f);
+    }
+    cr_expect_eq (za_ring_dropped (c.ranks [1].ring), 5);
+    cr_expect_eq (za_ring_dropped (c.ranks [0].ring), 0);
+    s_destroy (&c);
+}
+
+Test (ring, a_silent_neighbour_is_an_error_after_the_timeout)
+{
+    s_ring_case_t c;
+    s_make (&c, 2, 0, 0, 0.3);
+    c.ranks [0].n = 10;
+    c.ranks [0].data = calloc (10, sizeof (float));
+    double start = za_clock_mono ();
+    s_rank_run (&c.ranks [0]);              //  rank 1 never calls
+    double waited = za_clock_mono () - start;
+    cr_expect_eq (c.ranks [0].rc, -1);
+    cr_expect (strstr (c.ranks [0].error, "heard nothing from rank 1"), "%s",
+               c.ranks [0].error);
+    cr_expect (waited >= 0.3 && waited < 3, "waited %.2f s", waited);
+    s_destroy (&c);
+}
+
+Test (ring, bad_configs_are_refused)
+{
+    za_ring_config_t config = {.rank = 2, .size = 2, .bind = "inproc://x", .right = "inproc://y"};
+    cr_expect_null (za_ring_new (&config));
+    config.rank = 0;
+    config.size = ZA_RING_MAX_RANKS + 1;
+    cr_expect_null (za_ring_new (&config));
+    config.size = 2;
+    config.bind = "tcp://300.1.1.1:1";
+    cr_expect_null (za_ring_new (&config));
+}
