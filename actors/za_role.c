@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #define DEFAULT_PARTITION_FLOATS (1u << 20)
 
@@ -159,4 +160,74 @@ za_role_wait (zactor_t *actor, double timeout_secs, int64_t *step, uint32_t *crc
     }
     zpoller_destroy (&poller);
     return rc;
+}
+
+// ---------------------------------------------------------------------------
+//  Rates
+
+//  The published loss is a moving average giving the newest step this weight.
+#define LOSS_AVERAGE_WEIGHT 0.05
+
+void
+za_role_rates_restart (za_role_rates_t *self, int64_t global_step, int64_t own_steps,
+                       double now)
+{
+    self->since_time = self->window_time = now;
+    self->since_step = self->window_step = global_step;
+    self->since_own_steps = self->window_own_steps = own_steps;
+}
+
+void
+za_role_rates_publish (za_role_rates_t *self, za_role_stats_t *stats, int64_t global_step,
+                       int64_t own_steps, double loss, int batch, double now)
+{
+    if (!stats)
+        return;
+    self->loss_average = own_steps == 1? loss
+        : self->loss_average + LOSS_AVERAGE_WEIGHT * (loss - self->loss_average);
+    if (now - self->window_time >= ZA_ROLE_RATE_WINDOW_SECS) {
+        self->since_time = self->window_time;
+        self->since_step = self->window_step;
+        self->since_own_steps = self->window_own_steps;
+        self->window_time = now;
+        self->window_step = global_step;
+        self->window_own_steps = own_steps;
+    }
+    double span = now - self->since_time;
+    if (span > 0) {
+        atomic_store_explicit (&stats->steps_per_sec,
+                               (double) (global_step - self->since_step) / span,
+                               memory_order_relaxed);
+        atomic_store_explicit (&stats->examples_per_sec,
+                               (double) (own_steps - self->since_own_steps) * batch / span,
+                               memory_order_relaxed);
+    }
+    atomic_store_explicit (&stats->global_step, global_step, memory_order_relaxed);
+    atomic_store_explicit (&stats->loss, self->loss_average, memory_order_relaxed);
+    atomic_store_explicit (&stats->alive, now, memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------
+//  A role's end
+
+void
+za_role_failed_start (zsock_t *pipe, za_role_stats_t *stats)
+{
+    za_role_stats_publish (stats, ZA_ROLE_FAILED, za_clock_mono ());
+    za_role_report_done (pipe, 1, 0, 0, 0);
+}
+
+void
+za_role_publish_end (za_role_stats_t *stats, int rc, int64_t global_step)
+{
+    if (stats)
+        atomic_store_explicit (&stats->global_step, global_step, memory_order_relaxed);
+    za_role_stats_publish (stats, rc? ZA_ROLE_FAILED: ZA_ROLE_DONE, za_clock_mono ());
+}
+
+uint32_t
+za_role_values_crc (const float *values, size_t floats)
+{
+    return (uint32_t) crc32 (crc32 (0L, Z_NULL, 0), (const Bytef *) values,
+                             (uInt) (floats * sizeof (float)));
 }

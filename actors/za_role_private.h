@@ -21,6 +21,35 @@ void za_role_optim_to_wire (const za_optim_config_t *optim, za_wire_msg_t *msg);
 int za_role_optim_from_wire (const za_wire_msg_t *msg, za_optim_config_t *optim, char *why,
                              size_t size);
 
+//  What a training loop publishes after each step (za_role_stats_t): rates
+//  over the last one to two windows of ZA_ROLE_RATE_WINDOW_SECS, and a
+//  moving average of the loss. Nothing allocated, relaxed stores only.
+#define ZA_ROLE_RATE_WINDOW_SECS 2.0
+typedef struct {
+    double loss_average;
+    double since_time, window_time;
+    int64_t since_step, window_step, since_own_steps, window_own_steps;
+} za_role_rates_t;
+
+//  Counts rates from here (a start, or going on after a pause).
+void za_role_rates_restart (za_role_rates_t *self, int64_t global_step, int64_t own_steps,
+                            double now);
+//  A step is done: own_steps of this task (1 for the first), its loss and
+//  batch. stats may be NULL.
+void za_role_rates_publish (za_role_rates_t *self, za_role_stats_t *stats,
+                            int64_t global_step, int64_t own_steps, double loss, int batch,
+                            double now);
+
+//  A role that could not start: FAILED to its watchers, DONE 1 on the pipe.
+void za_role_failed_start (zsock_t *pipe, za_role_stats_t *stats);
+
+//  A role's end for its watchers: its last global_step, and DONE or FAILED
+//  (rc 0 or not). stats may be NULL.
+void za_role_publish_end (za_role_stats_t *stats, int rc, int64_t global_step);
+
+//  CRC32 of a value block, as DONE reports it.
+uint32_t za_role_values_crc (const float *values, size_t floats);
+
 //  Sends the DONE report on the pipe and waits for $TERM.
 void za_role_report_done (zsock_t *pipe, int rc, int64_t step, uint32_t crc, int64_t floats);
 

@@ -15,15 +15,10 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #define NOT_READY_RETRY_MS 100
 //  After a failure a ps may be gone: the bye does not wait longer than this.
 #define BYE_AFTER_FAILURE_SECS 2.0
-//  Published rates cover the last one to two windows of this length; the
-//  published loss is a moving average giving the newest step this weight.
-#define RATE_WINDOW_SECS 2.0
-#define LOSS_AVERAGE_WEIGHT 0.05
 
 //  What a phase of training may end with besides 0 and -1: the ps say
 //  training is over (done); or a ps answered not_ready, so it was restarted
@@ -70,12 +65,9 @@ typedef struct {
     //  Where a step's time goes: the gradient computation, the push and its
     //  replies, and everything else (input, copying values in, logs).
     double compute_secs, transfer_secs, step_secs;
-    //  What config->stats gets (NULL: nothing). Rates are measured from the
-    //  start of the previous window ("since"), the current one began at "window".
+    //  What config->stats gets (NULL: nothing).
     za_role_stats_t *stats;
-    double loss_average;
-    double since_time, window_time;
-    int64_t since_step, window_step, since_own_steps, window_own_steps;
+    za_role_rates_t rates;
 } s_worker_t;
 
 static int s_save_checkpoint (void *arg, int64_t step);
@@ -641,10 +633,7 @@ s_pull_when_ready (s_worker_t *self)
 static void
 s_restart_clocks (s_worker_t *self)
 {
-    double now = za_clock_mono ();
-    self->since_time = self->window_time = now;
-    self->since_step = self->window_step = self->global_step;
-    self->since_own_steps = self->window_own_steps = self->own_steps;
+    za_role_rates_restart (&self->rates, self->global_step, self->own_steps, za_clock_mono ());
     za_hooks_begin (&self->hooks, self->global_step);
 }
 
@@ -688,37 +677,6 @@ s_recover (s_worker_t *self)
         s_set_state (self, ZA_ROLE_RUNNING);
     }
     return pulled;
-}
-
-//  Publishes a step to the stats block: relaxed stores, nothing allocated.
-static void
-s_publish_step (s_worker_t *self, double loss, int batch, double now)
-{
-    za_role_stats_t *stats = self->stats;
-    if (!stats)
-        return;
-    self->loss_average = self->own_steps == 1? loss
-        : self->loss_average + LOSS_AVERAGE_WEIGHT * (loss - self->loss_average);
-    if (now - self->window_time >= RATE_WINDOW_SECS) {
-        self->since_time = self->window_time;
-        self->since_step = self->window_step;
-        self->since_own_steps = self->window_own_steps;
-        self->window_time = now;
-        self->window_step = self->global_step;
-        self->window_own_steps = self->own_steps;
-    }
-    double span = now - self->since_time;
-    if (span > 0) {
-        atomic_store_explicit (&stats->steps_per_sec,
-                               (double) (self->global_step - self->since_step) / span,
-                               memory_order_relaxed);
-        atomic_store_explicit (&stats->examples_per_sec,
-                               (double) (self->own_steps - self->since_own_steps) * batch / span,
-                               memory_order_relaxed);
-    }
-    atomic_store_explicit (&stats->global_step, self->global_step, memory_order_relaxed);
-    atomic_store_explicit (&stats->loss, self->loss_average, memory_order_relaxed);
-    atomic_store_explicit (&stats->alive, now, memory_order_relaxed);
 }
 
 //  The hooks after a step: 0, -1 with an error, or what the checkpoint
@@ -775,7 +733,8 @@ s_run_steps (s_worker_t *self)
         self->compute_secs += t1 - t0;
         self->transfer_secs += t2 - t1;
         self->step_secs += now - step_start;
-        s_publish_step (self, loss, batch.size, now);
+        za_role_rates_publish (&self->rates, self->stats, self->global_step, self->own_steps,
+                               loss, batch.size, now);
         if ((rc = s_after_step (self, loss, batch.size, now)))
             return rc;
     }
@@ -839,8 +798,7 @@ za_worker_actor (zsock_t *pipe, void *args)
     s_worker_t *self = s_worker_new (config, pipe);
     zsock_signal (pipe, 0);
     if (!self) {
-        za_role_stats_publish (config->stats, ZA_ROLE_FAILED, za_clock_mono ());
-        za_role_report_done (pipe, 1, 0, 0, 0);
+        za_role_failed_start (pipe, config->stats);
         return;
     }
     za_info ("%s (shard %d of %d): %d ps, batch %d, up to step %" PRId64, s_who (self),
@@ -857,10 +815,7 @@ za_worker_actor (zsock_t *pipe, void *args)
         if (s_call_all_within (self, ZA_OP_BYE, wait) == 0)
             s_expect_or (self, ZA_OP_BYE_OK, "not_ready");
     }
-    if (self->stats)
-        atomic_store_explicit (&self->stats->global_step, self->global_step,
-                               memory_order_relaxed);
-    s_set_state (self, rc? ZA_ROLE_FAILED: ZA_ROLE_DONE);
+    za_role_publish_end (self->stats, rc, self->global_step);
     double secs = za_clock_mono () - self->start_time;
     za_info ("%s: %s at step %" PRId64 " after %" PRId64 " own steps in %.1f s",
              s_who (self), rc? "failed": "done", self->global_step, self->own_steps, secs);
@@ -872,9 +827,7 @@ za_worker_actor (zsock_t *pipe, void *args)
                  1e3 * self->compute_secs / n, 1e3 * self->transfer_secs / n, 1e3 * other / n,
                  self->step_secs > 0? 100 * other / self->step_secs: 0);
     }
-    uint32_t crc = (uint32_t) crc32 (crc32 (0L, Z_NULL, 0),
-                                     (const Bytef *) za_replica_values (self->replica),
-                                     (uInt) (self->vars->total * sizeof (float)));
+    uint32_t crc = za_role_values_crc (za_replica_values (self->replica), self->vars->total);
     int64_t step = self->global_step, floats = (int64_t) self->vars->total;
     int terminated = self->terminated;
     s_worker_destroy (&self);

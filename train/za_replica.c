@@ -185,8 +185,8 @@ za_replica_values (za_replica_t *self)
     return self->values;
 }
 
-const float *
-za_replica_gradients (const za_replica_t *self)
+float *
+za_replica_gradients (za_replica_t *self)
 {
     return self->grads;
 }

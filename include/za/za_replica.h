@@ -45,11 +45,12 @@ za_replica_t *za_replica_new (const za_replica_config_t *config, uint64_t seed);
 void za_replica_destroy (za_replica_t **self_p);
 
 //  The variable table; the value block for reading and writing; the
-//  gradient block (same layout; NULL without train); slot `slot` (NULL past
+//  gradient block (same layout; NULL without train: a strategy may combine
+//  it across replicas between compute_gradients and apply); slot `slot` (NULL past
 //  the optimizer's slot count, or without one); the optimizer (NULL without).
 const za_vars_t *za_replica_vars (const za_replica_t *self);
 float *za_replica_values (za_replica_t *self);
-const float *za_replica_gradients (const za_replica_t *self);
+float *za_replica_gradients (za_replica_t *self);
 float *za_replica_slot (za_replica_t *self, int slot);
 const za_optim_config_t *za_replica_optim (const za_replica_t *self);
 //  The text that names the model in checkpoints (describe, else the name).
