@@ -259,7 +259,10 @@ s_parse_task (za_cluster_t *self, const char *source, json_t *task)
     self->task_type = (za_task_type_t) job;
     self->task_index = (int) value;
     self->num_workers = self->chief_count + self->worker_count;
-    self->is_chief = job == ZA_TASK_CHIEF;
+    //  Without a chief (the all-reduce strategy's own clusters) worker 0 has
+    //  the chief's duties, as in TensorFlow.
+    self->is_chief = job == ZA_TASK_CHIEF
+                  || (job == ZA_TASK_WORKER && self->chief_count == 0 && self->task_index == 0);
     if (job == ZA_TASK_CHIEF)
         self->worker_index = 0;
     else
@@ -312,12 +315,9 @@ s_parse_root (za_cluster_t *self, const char *source, json_t *root)
     if (self->chief_count > 1)
         return za_error ("%s: cluster.chief has %d chiefs; there must be exactly one", source,
                          self->chief_count);
-    if (self->chief_count == 0 && (self->worker_count > 0 || self->ps_count > 0))
+    if (self->chief_count == 0 && self->ps_count > 0)
         return za_error ("%s: the cluster has no chief: add a \"chief\" job with one task "
                          "(the chief trains too, as worker 0)", source);
-    if (self->ps_count == 0)
-        return za_error ("%s: the cluster has no ps: the ps strategies need at least one "
-                         "\"ps\" task to hold the variables", source);
     return s_parse_task (self, source, task);
 }
 
@@ -427,6 +427,25 @@ za_cluster_ps_endpoint (const za_cluster_t *self, int ps_index)
     }
     char *endpoint = NULL;
     if (asprintf (&endpoint, "tcp://%s", self->ps [ps_index]) < 0) {
+        za_error ("out of memory");
+        return NULL;
+    }
+    return endpoint;
+}
+
+char *
+za_cluster_worker_endpoint (const za_cluster_t *self, int worker_index)
+{
+    if (!self || worker_index < 0 || worker_index >= self->num_workers) {
+        za_error ("worker index %d is not in the cluster (it has %d with the chief)",
+                  worker_index, self? self->num_workers: 0);
+        return NULL;
+    }
+    const char *address = worker_index < self->chief_count
+                        ? self->chief [worker_index]
+                        : self->worker [worker_index - self->chief_count];
+    char *endpoint = NULL;
+    if (asprintf (&endpoint, "tcp://%s", address) < 0) {
         za_error ("out of memory");
         return NULL;
     }

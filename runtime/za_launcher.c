@@ -82,7 +82,7 @@ za_run_broker (const za_program_t *program, za_options_t *options, za_settings_t
         return ZA_EXIT_USAGE;
     }
     za_task_t task;
-    int rc = za_task_prepare (&task, program, options, s, 0);
+    int rc = za_task_prepare (&task, program, options, s, 0, 1);
     za_task_release (&task);
     if (rc)
         return rc;
@@ -422,7 +422,7 @@ int
 za_run_local (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
     za_task_t task;
-    int rc = za_task_prepare (&task, program, options, s, 1);
+    int rc = za_task_prepare (&task, program, options, s, 1, 1);
     za_task_release (&task);
     if (rc)
         return rc;

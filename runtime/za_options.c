@@ -129,16 +129,20 @@ s_parse_number (const char *what, const za_option_t *option, const char *text, d
     return 0;
 }
 
-//  The choice `text` names (case aside), or NULL.
+//  The choice `text` names (case aside), or NULL. A choice "alias=name"
+//  is another name for `name`.
 static const char *
 s_choice (const char *choices, const char *text, char *buf, size_t size)
 {
     const char *at = choices;
     while (at && *at) {
         size_t n = strcspn (at, "|");
-        if (n == strlen (text) && strncasecmp (at, text, n) == 0 && n < size) {
-            memcpy (buf, at, n);
-            buf [n] = 0;
+        size_t name = strcspn (at, "=|");
+        if (name == strlen (text) && strncasecmp (at, text, name) == 0 && n < size) {
+            const char *value = name < n? at + name + 1: at;
+            size_t length = name < n? n - name - 1: n;
+            memcpy (buf, value, length);
+            buf [length] = 0;
             return buf;
         }
         at += n + (at [n] == '|');

@@ -119,24 +119,73 @@ s_place_from_cluster (za_place_t *place, const za_cluster_t *cluster)
     snprintf (place->bind, sizeof place->bind, "%s", cluster->bind_endpoint);
 }
 
+//  What the strategy needs of the cluster: ps for the ps strategies, none
+//  for the all-reduce. Returns 0, or -1 with an error.
+static int
+s_check_strategy (const za_settings_t *s, const za_cluster_t *cluster, const char *source)
+{
+    int allreduce = za_settings_strategy (s) == ZA_STRATEGY_ALLREDUCE;
+    if (allreduce && cluster->ps_count > 0)
+        return za_error ("%s: --strategy allreduce uses no ps, but the cluster has %d: remove "
+                         "the \"ps\" job (or use --strategy ps-async)", source,
+                         cluster->ps_count);
+    if (!allreduce && cluster->ps_count == 0)
+        return za_error ("%s: the cluster has no ps: --strategy %s needs at least one \"ps\" "
+                         "task to hold the variables (or use --strategy allreduce)", source,
+                         s->strategy);
+    if (!allreduce && cluster->chief_count == 0)
+        return za_error ("%s: the cluster has no chief: add a \"chief\" job with one task "
+                         "(the chief trains too, as worker 0)", source);
+    return 0;
+}
+
+//  This task's place in the cluster (a training task's), and where it binds
+//  when it serves: a ps, or a worker of the all-reduce ring with the next
+//  worker's endpoint. Returns 0, or -1 with an error.
+static int
+s_place_in (za_place_t *place, const za_settings_t *s, const za_cluster_t *cluster)
+{
+    s_place_from_cluster (place, cluster);
+    int ring = za_settings_strategy (s) == ZA_STRATEGY_ALLREDUCE
+            && place->type != ZA_TASK_PS;
+    if (place->type == ZA_TASK_PS || ring)
+        if (s_bind_endpoint (s, cluster->bind_endpoint, place->bind, sizeof place->bind))
+            return -1;
+    if (ring) {
+        char *right = za_cluster_worker_endpoint (cluster, (place->worker_index + 1)
+                                                           % place->num_workers);
+        if (!right)
+            return -1;
+        snprintf (place->right, sizeof place->right, "%s", right);
+        free (right);
+    }
+    return 0;
+}
+
 int
 za_run_in_cluster (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
     int is_evaluator = s->role && streq (s->role, "evaluator");
     za_cluster_t *cluster = NULL;
+    const char *source = s->cluster? s->cluster: "TF_CONFIG";
     //  An evaluator needs no cluster (it follows model_dir); one given is checked.
     if (!is_evaluator || s->cluster || getenv ("TF_CONFIG")) {
         if (!(cluster = s_load_cluster (s)))
             return ZA_EXIT_USAGE;
         is_evaluator = cluster->task_type == ZA_TASK_EVALUATOR;
+        if (s_check_strategy (s, cluster, source)) {
+            za_cluster_destroy (&cluster);
+            return ZA_EXIT_USAGE;
+        }
     }
     za_place_t place;
     memset (&place, 0, sizeof place);
+    //  A global step of the all-reduce takes a batch from every worker.
+    int replicas = cluster && za_settings_strategy (s) == ZA_STRATEGY_ALLREDUCE
+                 ? cluster->num_workers: 1;
     if (cluster && !is_evaluator) {
-        s_place_from_cluster (&place, cluster);
         s_share_cores (options, s, za_cluster_tasks_on_my_host (cluster));
-        if (place.type == ZA_TASK_PS
-            && s_bind_endpoint (s, cluster->bind_endpoint, place.bind, sizeof place.bind)) {
+        if (s_place_in (&place, s, cluster)) {
             za_cluster_destroy (&cluster);
             return ZA_EXIT_USAGE;
         }
@@ -144,7 +193,7 @@ za_run_in_cluster (const za_program_t *program, za_options_t *options, za_settin
     za_cluster_destroy (&cluster);
     za_task_t task;
     int need_eval = is_evaluator || (place.is_chief && !s->no_eval && !place.evaluators);
-    int rc = za_task_prepare (&task, program, options, s, need_eval);
+    int rc = za_task_prepare (&task, program, options, s, need_eval, replicas);
     if (!rc)
         rc = is_evaluator? za_task_run_evaluator (&task): za_task_run_role (&task, &place, NULL);
     za_task_release (&task);
@@ -302,7 +351,7 @@ za_run_with_broker (const za_program_t *program, za_options_t *options, za_setti
         int need_eval = type == ZA_TASK_EVALUATOR
                      || (place.is_chief && !s->no_eval && !place.evaluators);
         if (!rc)
-            rc = za_task_prepare (&task, program, options, s, need_eval);
+            rc = za_task_prepare (&task, program, options, s, need_eval, 1);
         task.stats = &stats;
     }
     if (!rc && (type == ZA_TASK_CHIEF || type == ZA_TASK_WORKER))

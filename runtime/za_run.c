@@ -67,9 +67,14 @@ s_usage (const za_program_t *program, za_options_t *options, const za_settings_t
 static int
 s_check (const za_program_t *program, za_settings_t *s)
 {
-    if (!streq (s->strategy, "ps-async")) {
-        za_error ("--strategy '%s': only ps-async is built so far (ps-sync and allreduce are "
-                  "planned)", s->strategy);
+    if (streq (s->strategy, "ps-sync")) {
+        za_error ("--strategy ps-sync is not built yet: use ps-async, or allreduce");
+        return ZA_EXIT_USAGE;
+    }
+    if (streq (s->strategy, "allreduce") && (s->local || s->broker || s->supervise)) {
+        za_error ("--strategy allreduce runs from a static cluster so far (TF_CONFIG or "
+                  "--cluster, one process per worker); --local and --broker are not built "
+                  "for it yet");
         return ZA_EXIT_USAGE;
     }
     int is_evaluator = s->role && streq (s->role, "evaluator");
@@ -104,7 +109,7 @@ s_run (const za_program_t *program, za_options_t *options, za_settings_t *s)
         return za_run_in_cluster (program, options, s);
     za_task_t task;
     int rc = za_task_prepare (&task, program, options, s,
-                              !s->no_eval || s->train_and_evaluate);
+                              !s->no_eval || s->train_and_evaluate, 1);
     if (!rc)
         rc = za_task_run_single (&task);
     za_task_release (&task);

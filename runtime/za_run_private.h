@@ -47,9 +47,11 @@ typedef struct {
 
 //  Checks the model and reads what the data holds (headers and labels, no
 //  pixel; with need_eval, the evaluation set's too), then works out
-//  max_steps. Returns 0, or an exit status after one message.
+//  max_steps: --epochs of global steps, each of `replicas` x batch_size
+//  examples (the all-reduce's workers; 1 otherwise). Returns 0, or an exit
+//  status after one message.
 int za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *options,
-                     za_settings_t *settings, int need_eval);
+                     za_settings_t *settings, int need_eval, int replicas);
 void za_task_release (za_task_t *task);
 
 //  The input_fn every role of this process uses (arg: the task): the
@@ -78,8 +80,12 @@ typedef struct {
     int ps_count;
     char ps_endpoints [ZA_ROLE_MAX_PS][ZA_CLUSTER_ENDPOINT_MAX];
     char bind [ZA_CLUSTER_ENDPOINT_MAX];
+    char right [ZA_CLUSTER_ENDPOINT_MAX];   //  allreduce: the next worker's endpoint
     int evaluators;                 //  in the cluster (the chief evaluates when none)
 } za_place_t;
+
+//  The strategy the settings name.
+za_strategy_t za_settings_strategy (const za_settings_t *settings);
 
 //  --role / --index / --cluster / TF_CONFIG: runs this task of a static
 //  cluster. Returns the exit status.

@@ -56,9 +56,12 @@ static const za_option_t s_options [] = {
     ZA_OPTION ("no-eval", T_FLAG, no_eval, NULL, NULL, 0, 0, NULL, R_SUMMARY, JOB, 0, NULL,
                "skip the evaluation on the test set at the end"),
     ZA_OPTION ("strategy", T_CHOICE, strategy, "NAME", "ps-async", 0, 0,
-               "ps-async|ps-sync|allreduce", R_ALL, JOB, 0, NULL,
-               "ps-async (parameter servers apply each push at once: the only\n"
-               "strategy built so far)"),
+               "ps-async|ps-sync|allreduce|multi_worker_mirrored=allreduce", R_ALL, JOB, 0,
+               NULL,
+               "ps-async: parameter servers apply each push at once;\n"
+               "allreduce (multi_worker_mirrored): no ps, the workers average\n"
+               "their gradients each step over a ring and stay identical (a\n"
+               "global step is then workers x batch examples); ps-sync: planned"),
     ZA_OPTION ("model-dir", T_STR, model_dir, "DIR", "runs/fmnist", 0, 0, NULL, R_ALL, JOB, 0,
                "RunConfig (TensorFlow's names)",
                "checkpoints and metrics; training continues from the newest\n"
@@ -203,4 +206,12 @@ double
 za_settings_heartbeat_ivl_secs (const za_settings_t *s)
 {
     return (double) s->heartbeat_ivl_ms / 1000.0;
+}
+
+za_strategy_t
+za_settings_strategy (const za_settings_t *settings)
+{
+    return streq (settings->strategy, "allreduce")? ZA_STRATEGY_ALLREDUCE
+         : streq (settings->strategy, "ps-sync")? ZA_STRATEGY_PS_SYNC
+         : ZA_STRATEGY_PS_ASYNC;
 }

@@ -60,7 +60,7 @@ s_stack_model (za_task_t *task, int classes)
 
 int
 za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *options,
-                 za_settings_t *settings, int need_eval)
+                 za_settings_t *settings, int need_eval, int replicas)
 {
     memset (task, 0, sizeof *task);
     task->program = program;
@@ -117,8 +117,9 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
                       program->name);
             return ZA_EXIT_USAGE;
         }
-        settings->max_steps = (settings->epochs * task->epoch_examples
-                               + settings->batch_size - 1) / settings->batch_size;
+        int64_t global_batch = settings->batch_size * (replicas > 1? replicas: 1);
+        settings->max_steps = (settings->epochs * task->epoch_examples + global_batch - 1)
+                            / global_batch;
     }
     return 0;
 }
@@ -321,8 +322,10 @@ s_role_config (za_task_t *task, const za_place_t *place, za_role_config_t *role)
     role->model_fn = task->model_fn;
     role->params = task->params;
     role->input = task->input;
+    role->strategy = za_settings_strategy (s);
     //  The chief initialises the ps with the job's optimizer: the one source.
-    if (place->is_chief)
+    //  All-reduce workers each apply it (the chief checks they agree).
+    if (place->is_chief || role->strategy == ZA_STRATEGY_ALLREDUCE)
         za_settings_optim (s, &role->optim);
     role->run = za_settings_run_config (s);
     role->max_steps = s->max_steps;
@@ -338,9 +341,12 @@ s_role_config (za_task_t *task, const za_place_t *place, za_role_config_t *role)
     for (int p = 0; p < place->ps_count && p < ZA_ROLE_MAX_PS; p++)
         role->ps_endpoints [p] = place->ps_endpoints [p];
     role->is_chief = place->is_chief;
+    snprintf (role->who, sizeof role->who, "%s %d", za_task_type_name (place->type),
+              place->index);
     role->worker_index = place->worker_index;
     role->ps_index = place->type == ZA_TASK_PS? place->index: -1;
     role->bind_endpoint = place->bind;
+    role->ring_right = place->right;
 }
 
 int
@@ -353,8 +359,10 @@ za_task_run_role (za_task_t *task, const za_place_t *place, zactor_t *client)
     za_info ("%s %d of the cluster (%d workers, %d ps), model %s, %d threads",
              za_task_type_name (place->type), place->index, place->num_workers,
              place->ps_count, s_model_text (task), role.run.threads);
-    zactor_t *actor = zactor_new (place->type == ZA_TASK_PS? za_ps_actor: za_worker_actor,
-                                  &role);
+    zactor_fn *run = place->type == ZA_TASK_PS? za_ps_actor
+                   : role.strategy == ZA_STRATEGY_ALLREDUCE? za_mirrored_actor
+                   : za_worker_actor;
+    zactor_t *actor = zactor_new (run, &role);
     if (actor && client && place->type == ZA_TASK_PS)
         zstr_sendx (client, "ENDPOINT", place->bind, NULL);
     int rc = actor? za_role_wait (actor, 0, NULL, NULL, NULL): -1;

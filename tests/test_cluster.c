@@ -435,13 +435,37 @@ Test (cluster, more_tasks_than_the_maximum)
     s_expect_error_text (text, "cluster.ps has 65 tasks, more than 64");
 }
 
-Test (cluster, no_ps)
+Test (cluster, workers_only_make_a_ring_whose_worker_0_is_the_chief)
 {
-    s_expect_error ("{'cluster': {'chief': ['c:1'], 'worker': ['w:1']},"
-                    " 'task': {'type': 'chief', 'index': 0}}",
-                    "no ps: the ps strategies need at least one");
-    s_expect_error ("{'cluster': {'chief': ['c:1']}, 'task': {'type': 'chief', 'index': 0}}",
-                    "no ps");
+    //  The tutorial's MultiWorkerMirrored TF_CONFIG: no chief, no ps.
+    za_cluster_t *c = s_parse_ok ("{'cluster': {'worker': ['localhost:12345', "
+                                  "'localhost:23456']}, 'task': {'type': 'worker', "
+                                  "'index': 1}}");
+    cr_expect_eq (c->num_workers, 2);
+    cr_expect_eq (c->ps_count, 0);
+    cr_expect_eq (c->worker_index, 1);
+    cr_expect_eq (c->is_chief, 0);
+    char *first = za_cluster_worker_endpoint (c, 0), *second = za_cluster_worker_endpoint (c, 1);
+    cr_expect_str_eq (first, "tcp://localhost:12345");
+    cr_expect_str_eq (second, "tcp://localhost:23456");
+    cr_expect_null (za_cluster_worker_endpoint (c, 2));
+    free (first);
+    free (second);
+    za_cluster_destroy (&c);
+    c = s_parse_ok ("{'cluster': {'worker': ['a:1', 'b:1']}, 'task': {'type': 'worker', "
+                    "'index': 0}}");
+    cr_expect_eq (c->is_chief, 1);
+    cr_expect_eq (c->worker_index, 0);
+    za_cluster_destroy (&c);
+    //  With a chief, the chief is rank 0 and worker i rank i + 1.
+    c = s_parse_ok ("{'cluster': {'chief': ['c:1'], 'worker': ['w:1']}, 'task': {'type': "
+                    "'worker', 'index': 0}}");
+    cr_expect_eq (c->is_chief, 0);
+    cr_expect_eq (c->worker_index, 1);
+    first = za_cluster_worker_endpoint (c, 0);
+    cr_expect_str_eq (first, "tcp://c:1");
+    free (first);
+    za_cluster_destroy (&c);
 }
 
 

@@ -14,10 +14,12 @@
     "rpc_layer" and any other top-level key are accepted and ignored, and so are
     task keys other than "type" and "index"; a job name in "cluster" other than
     the four above is an error.
-    Rules beyond the syntax: exactly one chief (the chief trains too, as worker
-    0, so a cluster with workers or ps needs one); at least one ps (the ps
-    strategies need somewhere to keep the variables); every address used once
-    in the whole cluster; at most ZA_CLUSTER_MAX_TASKS tasks per job.        */
+    Rules beyond the syntax: at most one chief, and one when the cluster has
+    ps (the chief trains too, as worker 0); without a chief (the all-reduce
+    strategy's clusters: workers only) worker 0 has the chief's duties;
+    every address used once in the whole cluster; at most
+    ZA_CLUSTER_MAX_TASKS tasks per job. Whether the strategy needs ps is the
+    runtime's to check.                                                      */
 #ifndef ZA_CLUSTER_H_INCLUDED
 #define ZA_CLUSTER_H_INCLUDED
 
@@ -45,8 +47,10 @@ typedef struct {
     za_task_type_t task_type;
     int task_index;
     int num_workers;                    //  chief + workers (the chief is worker 0)
-    int is_chief;                       //  1 for the chief task, else 0
-    //  This task's data shard: chief 0, worker i -> i + 1; -1 for ps and evaluator.
+    int is_chief;                       //  1 for the chief task (or worker 0 when
+                                        //  there is no chief), else 0
+    //  This task's data shard and rank: chief 0, worker i -> i + 1 (i without
+    //  a chief); -1 for ps and evaluator.
     int worker_index;
     //  "tcp://HOST:PORT": this task's address as the cluster writes it (never
     //  every interface: a host name is for whoever binds to resolve to this
@@ -68,7 +72,7 @@ const char *za_task_type_name (za_task_type_t type);
 //  strings or has more than ZA_CLUSTER_MAX_TASKS entries, an address without a
 //  host, with a scheme ("tcp://"), without a port or with a port outside
 //  1..65535, an address used twice (same host, same port) anywhere in the
-//  cluster, no chief while there are workers or ps, two or more chiefs, no ps,
+//  cluster, no chief while there are ps, two or more chiefs,
 //  a task type that is not a string naming one of the four jobs, a task index
 //  that is missing or not an integer, or an index out of range for its job
 //  (an evaluator outside the cluster must be index 0).
@@ -84,6 +88,11 @@ za_cluster_t *za_cluster_load (const char *file);
 //  "tcp://host:port" of ps `ps_index`, for connecting to it. The caller frees
 //  the string with free (). NULL with an error when ps_index is out of range.
 char *za_cluster_ps_endpoint (const za_cluster_t *self, int ps_index);
+
+//  "tcp://host:port" of the training task with worker index `worker_index`
+//  (the chief first, then the workers), for the all-reduce ring. The caller
+//  frees it. NULL with an error when out of range.
+char *za_cluster_worker_endpoint (const za_cluster_t *self, int worker_index);
 
 //  How many tasks of the cluster (all jobs, the evaluator included, this task
 //  included) have the same host as this task, compared as written (case aside;

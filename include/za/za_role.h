@@ -24,13 +24,22 @@ extern "C" {
 #define ZA_ROLE_TIMEOUT_SECS 60.0
 
 
+//  How the workers combine their gradients.
+typedef enum {
+    ZA_STRATEGY_PS_ASYNC = 0,       //  each push applied at once by the ps
+    ZA_STRATEGY_PS_SYNC,            //  the ps apply the mean of several pushes
+    ZA_STRATEGY_ALLREDUCE           //  no ps: the workers' ring averages them
+} za_strategy_t;
+
 typedef struct {
     //  The job: the same for every role.
+    za_strategy_t strategy;
     const za_model_fn_t *model_fn;
     const void *params;
     za_input_shape_t input;
     za_optim_config_t optim;        //  the chief's: it initialises the ps with it (a
-                                    //  ps applies what that init says; others ignore it)
+                                    //  ps applies what that init says; others ignore it);
+                                    //  every all-reduce worker's (the chief checks it)
     za_run_config_t run;            //  model_dir (the chief writes it), checkpoint
                                     //  policy, seed, threads, logging
     int64_t max_steps;
@@ -48,9 +57,13 @@ typedef struct {
     int num_workers;                //  the chief included
     //  This task.
     int ps_index;                   //  ps: which one
-    const char *bind_endpoint;      //  ps: where its ROUTER binds
+    const char *bind_endpoint;      //  ps, all-reduce worker: where its ROUTER binds
+    const char *ring_right;         //  all-reduce worker: the next one's endpoint
+                                    //  (worker_index + 1 mod num_workers)
     int worker_index;               //  worker / chief: its data shard; the chief is 0
     int is_chief;
+    char who [32];                  //  this task as its cluster names it ("worker 0");
+                                    //  "": made from is_chief and worker_index
     const za_dataset_t *train;      //  worker / chief: the whole training set, of
                                     //  which it reads shard worker_index of num_workers;
     za_input_fn_t input_fn;         //  or (when set) what this gives in TRAIN mode
@@ -78,6 +91,15 @@ void za_ps_actor (zsock_t *pipe, void *args);
 //  both go on (docs/PROTOCOL.md 7.5). Publishes global_step, loss, rates,
 //  state and alive to stats (when set) after every step, allocating nothing.
 void za_worker_actor (zsock_t *pipe, void *args);
+
+//  A worker (or the chief) of the all-reduce strategy: no ps. Every worker
+//  holds the whole model and its optimizer slots; each step it computes
+//  gradients on its shard, the ring (za_ring.h) averages them over all the
+//  workers and each applies the same mean, so the replicas stay identical
+//  bit for bit. The chief (worker index 0) starts everyone from its state
+//  (the newest checkpoint, or the seed's values) and writes checkpoints and
+//  metrics. Publishes like za_worker_actor.
+void za_mirrored_actor (zsock_t *pipe, void *args);
 
 //  Waits for a role's DONE report (up to timeout_secs; <= 0 waits forever).
 //  Returns its RC (0 success), or -1 if the actor ended without one.

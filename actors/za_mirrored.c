@@ -1,0 +1,340 @@
+/*  za_mirrored.c: a worker of the all-reduce strategy (TensorFlow's
+    MultiWorkerMirroredStrategy). No ps: every worker holds the whole model
+    and its optimizer slots. Each step it computes gradients on its shard,
+    the ring replaces them by their mean over all workers (the same bits on
+    each), and each applies that mean itself: the replicas never differ.
+
+    The chief (worker index 0: the chief task, or worker 0 when the cluster
+    has no chief) starts everyone from one state. It restores the newest
+    checkpoint, or keeps the seed's values, and broadcasts a start record
+    (the model's size, the optimizer, the step) and then the values and the
+    slots; a worker whose model or optimizer differs from the chief's stops
+    with an error naming the difference. Global steps count synchronous
+    steps, each of num_workers x batch_size examples; the chief writes the
+    checkpoints and the metrics.                                           */
+#include "za_role_private.h"
+#include "za/za_ring.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const za_role_config_t *config;
+    zsock_t *pipe;
+    char who [32];                              //  "chief 0", "worker 2"
+    char prefix [40];
+    za_replica_t *replica;                      //  gradients and slots: the whole model
+    const za_vars_t *vars;
+    za_ring_t *ring;
+    za_input_t *input;
+    int64_t global_step;
+    int64_t own_steps;
+    int terminated;                             //  $TERM came on the pipe
+    za_hooks_t hooks;
+    za_step_counter_t counter;
+    za_summary_hook_t summary;
+    za_saver_hook_t saver;
+    za_run_context_t context;
+    double start_time;
+    //  Where a step's time goes: the gradients, the all-reduce, the rest.
+    double compute_secs, reduce_secs, step_secs;
+    za_role_stats_t *stats;
+    za_role_rates_t rates;
+} s_mirrored_t;
+
+//  What the chief broadcasts first: everyone checks it against its own.
+typedef struct {
+    int64_t floats;                             //  the model's variables
+    int64_t step;                               //  where training goes on from
+    int64_t num_workers;
+    za_optim_config_t optim;
+} s_start_t;
+
+#define START_FLOATS ((sizeof (s_start_t) + sizeof (float) - 1) / sizeof (float))
+
+static int
+s_save (void *arg, int64_t step)
+{
+    s_mirrored_t *self = (s_mirrored_t *) arg;
+    const za_run_config_t *run = &self->config->run;
+    if (za_replica_save (self->replica, run->model_dir, step, run->keep_checkpoint_max))
+        return -1;
+    za_info ("%s: checkpoint at step %" PRId64, self->who, step);
+    return 0;
+}
+
+static void
+s_mirrored_destroy (s_mirrored_t **self_p)
+{
+    s_mirrored_t *self = *self_p;
+    if (!self)
+        return;
+    za_ring_destroy (&self->ring);
+    za_input_destroy (&self->input);
+    za_hooks_end (&self->hooks, &self->context);
+    za_replica_destroy (&self->replica);
+    free (self);
+    *self_p = NULL;
+}
+
+static s_mirrored_t *
+s_mirrored_new (const za_role_config_t *config, zsock_t *pipe)
+{
+    s_mirrored_t *self = (s_mirrored_t *) calloc (1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->config = config;
+    self->pipe = pipe;
+    self->stats = config->stats;
+    if (*config->who)
+        snprintf (self->who, sizeof self->who, "%s", config->who);
+    else
+        snprintf (self->who, sizeof self->who, "%s %d", config->is_chief? "chief": "worker",
+                  config->worker_index);
+    za_replica_config_t replica = {
+        .model_fn = config->model_fn, .params = config->params, .input = config->input,
+        .threads = config->run.threads, .train = 1, .optim = &config->optim,
+    };
+    self->replica = za_replica_new (&replica, config->run.seed);
+    if (!self->replica)
+        goto fail;
+    self->vars = za_replica_vars (self->replica);
+    za_ring_config_t ring = {
+        .rank = config->worker_index, .size = config->num_workers,
+        .bind = config->bind_endpoint, .right = config->ring_right,
+        .timeout_secs = config->timeout_secs, .interrupt = pipe,
+    };
+    self->ring = za_ring_new (&ring);
+    if (!self->ring)
+        goto fail;
+    const za_run_config_t *run = &config->run;
+    snprintf (self->prefix, sizeof self->prefix, "%s: ", self->who);
+    self->counter.who = self->prefix;
+    za_hook_t hook = za_step_counter_hook (&self->counter, run->log_step_count_steps, 0);
+    za_hooks_add (&self->hooks, &hook);
+    if (config->is_chief) {
+        hook = za_summary_hook (&self->summary, run->model_dir, run->save_summary_steps);
+        za_hooks_add (&self->hooks, &hook);
+    }
+    return self;
+fail:
+    s_mirrored_destroy (&self);
+    return NULL;
+}
+
+//  After a failed ring call: was it $TERM on the pipe?
+static void
+s_check_term (s_mirrored_t *self)
+{
+    if (zsock_events (self->pipe) & ZMQ_POLLIN) {
+        char *command = zstr_recv (self->pipe);
+        self->terminated = command && streq (command, "$TERM");
+        zstr_free (&command);
+    }
+}
+
+// ---------------------------------------------------------------------------
+//  One state for all
+
+//  A start record's field that differs from ours, as an error; 0 when none.
+static int
+s_compare_start (s_mirrored_t *self, const s_start_t *chief, const s_start_t *mine)
+{
+    const za_optim_config_t *a = &chief->optim, *b = &mine->optim;
+    if (chief->floats != mine->floats)
+        return za_error ("%s: the chief's model has %" PRId64 " variables' floats, this one "
+                         "%" PRId64 ": every worker must run the same model", self->who,
+                         chief->floats, mine->floats);
+    if (chief->num_workers != mine->num_workers)
+        return za_error ("%s: the chief's cluster has %" PRId64 " workers, this one's %"
+                         PRId64, self->who, chief->num_workers, mine->num_workers);
+    if (a->kind != b->kind || a->learning_rate != b->learning_rate
+        || a->momentum != b->momentum || a->nesterov != b->nesterov || a->beta1 != b->beta1
+        || a->beta2 != b->beta2 || a->epsilon != b->epsilon
+        || a->initial_accumulator != b->initial_accumulator)
+        return za_error ("%s: the chief's optimizer is %s lr %g, this one's %s lr %g (or "
+                         "another of their settings differs): every worker must run the same "
+                         "job", self->who, za_optim_name (a->kind), (double) a->learning_rate,
+                         za_optim_name (b->kind), (double) b->learning_rate);
+    return 0;
+}
+
+//  The chief restores its newest checkpoint (or keeps the seed's values);
+//  every worker then gets its start record, values and slots.
+static int
+s_start (s_mirrored_t *self)
+{
+    const za_role_config_t *config = self->config;
+    int64_t step = 0;
+    int restored = 0;
+    if (config->is_chief) {
+        if (za_mkdirs (config->run.model_dir)
+            || za_replica_restore_newest (self->replica, config->run.model_dir, &restored,
+                                          &step))
+            return -1;
+        if (restored)
+            za_info ("%s: restored step %" PRId64 " from '%s'", self->who, step,
+                     config->run.model_dir);
+    }
+    s_start_t mine = {
+        .floats = (int64_t) self->vars->total, .step = step,
+        .num_workers = config->num_workers, .optim = *za_replica_optim (self->replica),
+    };
+    float record [START_FLOATS];
+    memset (record, 0, sizeof record);
+    memcpy (record, &mine, sizeof mine);
+    //  Bits only: a broadcast copies, it never computes.
+    if (za_ring_broadcast (self->ring, record, START_FLOATS, 0, 0))
+        return -1;
+    s_start_t chief;
+    memcpy (&chief, record, sizeof chief);
+    if (s_compare_start (self, &chief, &mine))
+        return -1;
+    const za_optim_config_t *optim = za_replica_optim (self->replica);
+    int slots = za_optim_slot_count (optim->kind);
+    if (za_ring_broadcast (self->ring, za_replica_values (self->replica), self->vars->total, 0,
+                           0))
+        return -1;
+    for (int s = 0; s < slots; s++)
+        if (za_ring_broadcast (self->ring, za_replica_slot (self->replica, s),
+                               self->vars->total, 0, 0))
+            return -1;
+    self->global_step = chief.step;
+    if (config->is_chief) {
+        const za_run_config_t *run = &config->run;
+        za_hook_t hook = za_saver_hook (&self->saver, run->save_checkpoints_steps,
+                                        run->save_checkpoints_secs, restored? step: -1,
+                                        s_save, self);
+        za_hooks_add (&self->hooks, &hook);
+    }
+    return 0;
+}
+
+//  The training input of this worker's shard, from the step we start at.
+static int
+s_start_input (s_mirrored_t *self)
+{
+    const za_role_config_t *config = self->config;
+    uint64_t seed = config->run.seed + 7919 * (uint64_t) config->worker_index;
+    za_input_context_t context = {
+        .mode = ZA_MODE_TRAIN, .num_shards = config->num_workers,
+        .shard_index = config->worker_index, .seed = za_input_seed_at (seed, self->global_step),
+        .global_step = self->global_step, .batch_size = config->batch_size,
+    };
+    if (config->input_fn)
+        self->input = config->input_fn (config->input_arg, &context);
+    else {
+        za_input_config_t input = za_input_config_default ();
+        input.num_shards = config->num_workers;
+        input.shard_index = config->worker_index;
+        input.shuffle_buffer = config->shuffle_buffer;
+        input.seed = context.seed;
+        input.epochs = -1;
+        input.batch_size = config->batch_size;
+        self->input = config->train? za_input_new (config->train, &input): NULL;
+        if (!config->train)
+            za_error ("%s: no training data", self->who);
+    }
+    return self->input? 0: -1;
+}
+
+// ---------------------------------------------------------------------------
+//  Training
+
+static int
+s_run_steps (s_mirrored_t *self)
+{
+    const za_role_config_t *config = self->config;
+    float *grads = za_replica_gradients (self->replica);
+    size_t total = self->vars->total;
+    while (self->global_step < config->max_steps && !zsys_interrupted) {
+        double step_start = za_clock_mono ();
+        za_role_stats_publish (self->stats, ZA_ROLE_RUNNING, step_start);
+        za_batch_t batch;
+        if (za_input_next (self->input, &batch) <= 0)
+            return za_error ("%s: the input ended", self->who);
+        double loss, t0 = za_clock_mono ();
+        if (za_replica_compute_gradients (self->replica, &batch, self->global_step, &loss))
+            return -1;
+        double t1 = za_clock_mono ();
+        if (za_ring_allreduce_mean (self->ring, grads, total, self->global_step + 1))
+            return -1;
+        double t2 = za_clock_mono ();
+        za_replica_apply (self->replica, self->global_step + 1);
+        self->global_step++;
+        self->own_steps++;
+        double now = za_clock_mono ();
+        self->compute_secs += t1 - t0;
+        self->reduce_secs += t2 - t1;
+        self->step_secs += now - step_start;
+        za_role_rates_publish (&self->rates, self->stats, self->global_step, self->own_steps,
+                               loss, batch.size, now);
+        za_run_context_t *ctx = &self->context;
+        ctx->global_step = self->global_step;
+        ctx->max_steps = config->max_steps;
+        ctx->loss = loss;
+        ctx->batch_size = batch.size;
+        ctx->elapsed_secs = now - self->start_time;
+        if (za_hooks_after_run (&self->hooks, ctx) < 0)
+            return -1;
+    }
+    return zsys_interrupted? za_error ("%s: interrupted", self->who): 0;
+}
+
+static int
+s_train (s_mirrored_t *self)
+{
+    za_role_stats_publish (self->stats, ZA_ROLE_WAITING, za_clock_mono ());
+    if (s_start (self) || s_start_input (self))
+        return -1;
+    self->start_time = za_clock_mono ();
+    za_role_rates_restart (&self->rates, self->global_step, self->own_steps, self->start_time);
+    za_hooks_begin (&self->hooks, self->global_step);
+    za_info ("%s: going from step %" PRId64 " to %" PRId64, self->who, self->global_step,
+             self->config->max_steps);
+    if (s_run_steps (self))
+        return -1;
+    //  The final step is always saved (the saver may have done it).
+    if (self->config->is_chief && self->global_step != self->saver.last_saved
+        && s_save (self, self->global_step))
+        return -1;
+    return 0;
+}
+
+void
+za_mirrored_actor (zsock_t *pipe, void *args)
+{
+    const za_role_config_t *config = (const za_role_config_t *) args;
+    s_mirrored_t *self = s_mirrored_new (config, pipe);
+    zsock_signal (pipe, 0);
+    if (!self) {
+        za_role_failed_start (pipe, config->stats);
+        return;
+    }
+    za_info ("%s: rank %d of %d in the ring, batch %d, up to step %" PRId64, self->who,
+             config->worker_index, config->num_workers, config->batch_size,
+             config->max_steps);
+    int rc = s_train (self) == 0? 0: 1;
+    if (rc)
+        s_check_term (self);
+    za_role_publish_end (self->stats, rc, self->global_step);
+    uint32_t crc = za_role_values_crc (za_replica_values (self->replica), self->vars->total);
+    //  The same crc on every worker: the replicas are identical.
+    za_info ("%s: %s at step %" PRId64 " in %.1f s (values crc32 %08x)", self->who,
+             rc? "failed": "done", self->global_step, za_clock_mono () - self->start_time, crc);
+    if (self->own_steps > 0) {
+        double n = (double) self->own_steps;
+        double other = self->step_secs - self->compute_secs - self->reduce_secs;
+        za_info ("%s: per step %.3f ms: compute %.3f ms, all-reduce %.3f ms (waiting %.3f ms), "
+                 "other %.3f ms; %" PRIu64 " ring messages dropped", self->who,
+                 1e3 * self->step_secs / n, 1e3 * self->compute_secs / n,
+                 1e3 * self->reduce_secs / n, 1e3 * za_ring_wait_secs (self->ring) / n,
+                 1e3 * other / n, za_ring_dropped (self->ring));
+    }
+    int64_t step = self->global_step, floats = (int64_t) self->vars->total;
+    int terminated = self->terminated;
+    s_mirrored_destroy (&self);
+    if (!terminated)
+        za_role_report_done (pipe, rc, step, crc, floats);
+}

@@ -1,0 +1,236 @@
+/*  test_allreduce.c: --strategy allreduce as real processes, one per
+    worker, from the tutorial's own TF_CONFIG (workers only, no chief, no
+    ps): both finish, hold the same bits, and the chief's checkpoint is that
+    state; the same seed gives the same checkpoint bytes; a worker whose job
+    differs from the chief's stops with an error naming it; clusters that do
+    not fit the strategy are refused at once.                              */
+#include "za_test.h"
+
+#include "za/za_checkpoint.h"
+#include "za/za_util.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <zlib.h>
+
+#define RUN_TIMEOUT_S 300
+#define STEPS "40"
+
+static void
+s_setup (void)
+{
+    za_test_dir_create ("za_allreduce");
+}
+
+static void
+s_teardown (void)
+{
+    za_test_dir_remove ();
+}
+
+TestSuite (allreduce, .init = s_setup, .fini = s_teardown, .timeout = 600 * ZA_TEST_SLOWDOWN);
+
+typedef struct {
+    int exit_code [2];
+    char *err [2];
+    uint32_t crc [2];               //  from "done at step S in T s (values crc32 X)"
+    int64_t step [2];
+} s_pair_t;
+
+//  The tutorial's TF_CONFIG for worker `index` of two on free ports.
+static void
+s_tf_config (char *text, size_t size, const int *ports, int index)
+{
+    snprintf (text, size, "{\"cluster\": {\"worker\": [\"localhost:%d\", \"localhost:%d\"]}, "
+              "\"task\": {\"type\": \"worker\", \"index\": %d}}", ports [0], ports [1], index);
+}
+
+//  Runs two workers with TF_CONFIG and args [w] (NULL-terminated each);
+//  fills the pair (caller frees err).
+static void
+s_run_pair (const char *const *args [2], s_pair_t *pair)
+{
+    int ports [2] = {za_test_free_port (), za_test_free_port ()};
+    pid_t pids [2];
+    char *outs [2], *errs [2];
+    for (int w = 0; w < 2; w++) {
+        char config [256], name [32];
+        s_tf_config (config, sizeof config, ports, w);
+        setenv ("TF_CONFIG", config, 1);
+        snprintf (name, sizeof name, "w%d.out", w);
+        outs [w] = za_test_path (name);
+        snprintf (name, sizeof name, "w%d.err", w);
+        errs [w] = za_test_path (name);
+        pids [w] = za_test_spawn (args [w], outs [w], errs [w]);
+    }
+    unsetenv ("TF_CONFIG");
+    memset (pair, 0, sizeof *pair);
+    for (int w = 0; w < 2; w++) {
+        int status = za_test_wait (pids [w], RUN_TIMEOUT_S);
+        pair->exit_code [w] = WIFEXITED (status)? WEXITSTATUS (status): -1;
+        pair->err [w] = (char *) za_test_read_file (errs [w], NULL);
+        const char *done = strstr (pair->err [w], ": done at step ");
+        unsigned crc = 0;
+        long long step = -1;
+        if (done && sscanf (done, ": done at step %lld in %*f s (values crc32 %x)", &step, &crc)
+                    == 2) {
+            pair->crc [w] = crc;
+            pair->step [w] = step;
+        }
+        free (outs [w]);
+        free (errs [w]);
+    }
+}
+
+static void
+s_pair_free (s_pair_t *pair)
+{
+    free (pair->err [0]);
+    free (pair->err [1]);
+}
+
+//  CRC32 of a checkpoint's variables: its f32 tensors in file order up to
+//  the first slot (sgd has none) or global_step.
+static uint32_t
+s_checkpoint_values_crc (const char *model_dir, int64_t *step)
+{
+    int found = 0;
+    za_checkpoint_t *ckpt = za_checkpoint_load_newest (model_dir, &found);
+    cr_assert_not_null (ckpt, "no checkpoint in %s", model_dir);
+    *step = za_checkpoint_step (ckpt);
+    uLong crc = crc32 (0L, Z_NULL, 0);
+    for (int t = 0; t < za_checkpoint_tensor_count (ckpt); t++) {
+        const za_ckpt_tensor_t *tensor = za_checkpoint_tensor (ckpt, t);
+        if (tensor->dtype != ZA_DTYPE_F32)
+            break;
+        size_t bytes = sizeof (float);
+        for (int d = 0; d < tensor->ndim; d++)
+            bytes *= (size_t) tensor->shape [d];
+        crc = crc32 (crc, (const Bytef *) tensor->data, (uInt) bytes);
+    }
+    za_checkpoint_destroy (&ckpt);
+    return (uint32_t) crc;
+}
+
+Test (allreduce, the_tutorials_two_workers_train_the_cnn_and_end_identical)
+{
+    char *model_dir = za_test_path ("run");
+    const char *args [] = {"--strategy", "multi_worker_mirrored", "--model", "cnn",
+                           "--batch-size", "32", "--max-steps", STEPS, "--optimizer", "sgd",
+                           "--learning-rate", "0.05", "--model-dir", model_dir,
+                           "--log-step-count-steps", "10", "--save-summary-steps", "10",
+                           "--no-eval", NULL};
+    const char *const *both [2] = {args, args};
+    s_pair_t pair;
+    s_run_pair (both, &pair);
+    for (int w = 0; w < 2; w++) {
+        cr_expect_eq (pair.exit_code [w], 0, "worker %d: %s", w, pair.err [w]);
+        cr_expect_eq (pair.step [w], atoi (STEPS), "worker %d: %s", w, pair.err [w]);
+    }
+    cr_expect_neq (pair.crc [0], 0);
+    cr_expect_eq (pair.crc [0], pair.crc [1], "the workers differ: %08x, %08x", pair.crc [0],
+                  pair.crc [1]);
+    //  Worker 0 (the chief's duties) names itself as the cluster does.
+    cr_expect (strstr (pair.err [0], "worker 0: rank 0 of 2"), "%s", pair.err [0]);
+    //  The checkpoint is that one state.
+    int64_t step;
+    uint32_t saved = s_checkpoint_values_crc (model_dir, &step);
+    cr_expect_eq (step, atoi (STEPS));
+    cr_expect_eq (saved, pair.crc [0], "checkpoint %08x, workers %08x", saved, pair.crc [0]);
+    //  It learned: the loss went down.
+    char *metrics_path = za_test_join (model_dir, "metrics.jsonl");
+    char *metrics = (char *) za_test_read_file (metrics_path, NULL);
+    const char *first = strstr (metrics, "\"loss\": "), *last = strrchr (metrics, '{');
+    double first_loss = 0, last_loss = 99;
+    cr_assert (first && last && strstr (last, "\"loss\": "), "%s", metrics);
+    sscanf (first + 8, "%lf", &first_loss);
+    sscanf (strstr (last, "\"loss\": ") + 8, "%lf", &last_loss);
+    cr_expect_lt (last_loss, first_loss - 0.03, "%s", metrics);
+    free (metrics);
+    free (metrics_path);
+    s_pair_free (&pair);
+    free (model_dir);
+}
+
+Test (allreduce, two_runs_with_one_seed_write_the_same_checkpoint_bytes)
+{
+    char *bytes [2];
+    size_t sizes [2];
+    for (int run = 0; run < 2; run++) {
+        char dir [32];
+        snprintf (dir, sizeof dir, "run%d", run);
+        char *model_dir = za_test_path (dir);
+        const char *args [] = {"--strategy", "allreduce", "--model", "linear", "--batch-size",
+                               "32", "--max-steps", "30", "--seed", "7", "--model-dir",
+                               model_dir, "--no-eval", NULL};
+        const char *const *both [2] = {args, args};
+        s_pair_t pair;
+        s_run_pair (both, &pair);
+        cr_assert_eq (pair.exit_code [0], 0, "%s", pair.err [0]);
+        cr_assert_eq (pair.exit_code [1], 0, "%s", pair.err [1]);
+        char *path = za_checkpoint_path (model_dir, 30);
+        bytes [run] = (char *) za_test_read_file (path, &sizes [run]);
+        free (path);
+        s_pair_free (&pair);
+        free (model_dir);
+    }
+    cr_expect_eq (sizes [0], sizes [1]);
+    cr_expect (sizes [0] == sizes [1] && memcmp (bytes [0], bytes [1], sizes [0]) == 0,
+               "the two runs' checkpoints differ");
+    free (bytes [0]);
+    free (bytes [1]);
+}
+
+Test (allreduce, a_worker_with_another_learning_rate_is_stopped_by_name)
+{
+    char *model_dir = za_test_path ("run");
+    const char *chief [] = {"--strategy", "allreduce", "--model", "linear", "--max-steps",
+                            "20", "--model-dir", model_dir, "--no-eval", "--timeout-secs", "20",
+                            NULL};
+    const char *other [] = {"--strategy", "allreduce", "--model", "linear", "--max-steps",
+                            "20", "--model-dir", model_dir, "--no-eval", "--timeout-secs", "20",
+                            "--learning-rate", "0.5", NULL};
+    const char *const *args [2] = {chief, other};
+    s_pair_t pair;
+    s_run_pair (args, &pair);
+    cr_expect_eq (pair.exit_code [1], 1, "%s", pair.err [1]);
+    cr_expect (strstr (pair.err [1], "the chief's optimizer is adam lr 0.001, this one's adam "
+                       "lr 0.5"), "%s", pair.err [1]);
+    //  The chief, left alone, gives up after its timeout.
+    cr_expect_eq (pair.exit_code [0], 1, "%s", pair.err [0]);
+    s_pair_free (&pair);
+    free (model_dir);
+}
+
+Test (allreduce, clusters_that_do_not_fit_the_strategy_are_refused)
+{
+    char *with_ps = za_test_write ("ps.json", "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], "
+                                   "\"ps\": [\"127.0.0.1:2\"]}, \"task\": {\"type\": \"chief\", "
+                                   "\"index\": 0}}");
+    const char *allreduce [] = {"--strategy", "allreduce", "--cluster", with_ps, NULL};
+    za_test_result_t result = za_test_run (allreduce, 60);
+    cr_expect_eq (result.exit_code, 2);
+    cr_expect (strstr (result.err, "--strategy allreduce uses no ps, but the cluster has 1"),
+               "%s", result.err);
+    za_test_result_free (&result);
+    char *workers = za_test_write ("workers.json", "{\"cluster\": {\"worker\": "
+                                   "[\"127.0.0.1:1\", \"127.0.0.1:3\"]}, \"task\": {\"type\": "
+                                   "\"worker\", \"index\": 0}}");
+    const char *async [] = {"--cluster", workers, NULL};
+    result = za_test_run (async, 60);
+    cr_expect_eq (result.exit_code, 2);
+    cr_expect (strstr (result.err, "the cluster has no ps: --strategy ps-async needs at least "
+                       "one"), "%s", result.err);
+    za_test_result_free (&result);
+    const char *local [] = {"--local", "--strategy", "allreduce", NULL};
+    result = za_test_run (local, 60);
+    cr_expect_eq (result.exit_code, 2);
+    cr_expect (strstr (result.err, "--local and --broker are not built for it yet"), "%s",
+               result.err);
+    za_test_result_free (&result);
+    free (with_ps);
+    free (workers);
+}
