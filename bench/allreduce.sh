@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+#  The all-reduce alone, 2 processes on this machine: zactor's ring
+#  (build/bench_ring, over tcp and ipc) against Open MPI's MPI_Allreduce and
+#  torch.distributed's gloo back end, at 4 KiB, 365 KiB (the seed CNN's
+#  gradients), 4 MiB and 16 MiB, the peers alternating round by round;
+#  medians of the per-round medians, in microseconds per all-reduce (mean).
+#  Usage: bench/allreduce.sh [BUILD] [ROUNDS] [ITERS]
+#  Needs: openmpi-bin libopenmpi-dev python3-torch (Debian).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-$here/../build}
+rounds=${2:-3}
+iters=${3:-200}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mpicc -O2 -o "$work/mpi_allreduce" "$here/peers/mpi_allreduce.c"
+median () { sort -g | awk '{a[NR]=$1} END {print (NR%2)? a[(NR+1)/2]: (a[NR/2]+a[NR/2+1])/2}'; }
+field () { sed -E "s/.*$1=([0-9.]+).*/\1/"; }
+mpi () { mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to none \
+             --mca btl self,vader,tcp "$work/mpi_allreduce" "$1" "$2"; }
+gloo () { /usr/bin/python3 "$here/peers/gloo_allreduce.py" "$1" "$2" 2 2>/dev/null | grep '^gloo'; }
+echo "host: $(nproc) cores; 2 processes; $iters all-reduces per round, $rounds rounds"
+printf '%-10s %12s %12s %12s %12s %10s %10s\n' bytes ring_tcp_us ring_ipc_us mpi_us gloo_us \
+    ring/mpi ring/gloo
+for bytes in 4096 373760 4194304 16777216; do
+    n=$iters
+    [ "$bytes" -ge 4194304 ] && n=$((iters / 4))
+    tcp=(); ipc=(); m=(); g=()
+    for ((r = 0; r < rounds; r++)); do
+        tcp+=("$("$build/bench_ring" "$bytes" "$n" 2 tcp | field median_us)")
+        ipc+=("$("$build/bench_ring" "$bytes" "$n" 2 ipc | field median_us)")
+        m+=("$(mpi "$bytes" "$n" | field median_us)")
+        g+=("$(gloo "$bytes" "$n" | field median_us)")
+    done
+    t=$(printf '%s\n' "${tcp[@]}" | median)
+    i=$(printf '%s\n' "${ipc[@]}" | median)
+    mm=$(printf '%s\n' "${m[@]}" | median)
+    gg=$(printf '%s\n' "${g[@]}" | median)
+    best=$(printf '%s\n%s\n' "$t" "$i" | sort -g | head -1)
+    printf '%-10s %12s %12s %12s %12s %10.2f %10.2f\n' "$bytes" "$t" "$i" "$mm" "$gg" \
+        "$(echo "$best / $mm" | bc -l)" "$(echo "$best / $gg" | bc -l)"
+done

@@ -1,0 +1,126 @@
+/*  bench_ring.c: the all-reduce ring alone, N processes on this machine.
+
+    bench_ring BYTES [ITERS] [RANKS] [TRANSPORT]
+    forks RANKS (2) processes that all-reduce (mean) a block of BYTES
+    floats ITERS (200) times after 20 warm-up rounds, over TRANSPORT
+    (tcp: 127.0.0.1, or ipc), and prints from rank 0
+      ring bytes=B ranks=N transport=T median_us=M mean_us=A min_us=L busbw_gbps=G
+    bus bandwidth as NCCL counts it: 2 (N-1)/N x bytes / time.
+    bench/allreduce.sh runs it against Open MPI and torch.distributed gloo.  */
+#include "za/za_ring.h"
+#include "za/za_util.h"
+
+#include <arpa/inet.h>
+#include <czmq.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_RANKS 8
+#define WARMUP 20
+
+static int
+s_free_port (void)
+{
+    int fd = socket (AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
+    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (fd < 0 || bind (fd, (struct sockaddr *) &addr, sizeof addr)
+        || getsockname (fd, (struct sockaddr *) &addr, &len))
+        exit (1);
+    close (fd);
+    return ntohs (addr.sin_port);
+}
+
+static int
+s_compare (const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return (x > y) - (x < y);
+}
+
+static int
+s_rank (int rank, int ranks, char endpoints [][64], size_t floats, int iters)
+{
+    za_ring_config_t config = {
+        .rank = rank, .size = ranks, .bind = endpoints [rank],
+        .right = endpoints [(rank + 1) % ranks], .timeout_secs = 30,
+    };
+    za_ring_t *ring = za_ring_new (&config);
+    float *data = (float *) malloc ((floats + 1) * sizeof (float));
+    double *times = (double *) malloc ((size_t) iters * sizeof (double));
+    if (!ring || !data || !times)
+        return 1;
+    for (size_t i = 0; i < floats; i++)
+        data [i] = (float) (rank + 1) * 0.001f * (float) (i % 1000);
+    for (int r = 0; r < WARMUP + iters; r++) {
+        double start = za_clock_mono ();
+        if (za_ring_allreduce_mean (ring, data, floats, r + 1)) {
+            fprintf (stderr, "rank %d: %s\n", rank, za_last_error ());
+            return 1;
+        }
+        if (r >= WARMUP)
+            times [r - WARMUP] = za_clock_mono () - start;
+    }
+    if (rank == 0) {
+        double sum = 0;
+        for (int i = 0; i < iters; i++)
+            sum += times [i];
+        qsort (times, (size_t) iters, sizeof times [0], s_compare);
+        double median = times [iters / 2];
+        double bytes = (double) floats * sizeof (float);
+        printf ("ring bytes=%.0f ranks=%d transport=%s median_us=%.1f mean_us=%.1f "
+                "min_us=%.1f busbw_gbps=%.3f\n", bytes, ranks,
+                strncmp (endpoints [0], "ipc", 3) == 0? "ipc": "tcp", median * 1e6,
+                sum / iters * 1e6, times [0] * 1e6,
+                2.0 * (ranks - 1) / ranks * bytes / median / 1e9);
+    }
+    za_ring_destroy (&ring);
+    free (data);
+    free (times);
+    return 0;
+}
+
+int
+main (int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf (stderr, "usage: bench_ring BYTES [ITERS] [RANKS] [tcp|ipc]\n");
+        return 2;
+    }
+    size_t floats = (size_t) atol (argv [1]) / sizeof (float);
+    int iters = argc > 2? atoi (argv [2]): 200;
+    int ranks = argc > 3? atoi (argv [3]): 2;
+    int ipc = argc > 4 && streq (argv [4], "ipc");
+    if (ranks < 1 || ranks > MAX_RANKS || iters < 1)
+        return 2;
+    char endpoints [MAX_RANKS][64];
+    for (int r = 0; r < ranks; r++) {
+        if (ipc)
+            snprintf (endpoints [r], sizeof endpoints [r], "ipc:///tmp/bench_ring-%d-%d",
+                      (int) getpid (), r);
+        else
+            snprintf (endpoints [r], sizeof endpoints [r], "tcp://127.0.0.1:%d",
+                      s_free_port ());
+    }
+    //  Fork before any ZeroMQ context exists.
+    pid_t pids [MAX_RANKS];
+    for (int r = 1; r < ranks; r++) {
+        pids [r] = fork ();
+        if (pids [r] == 0)
+            return s_rank (r, ranks, endpoints, floats, iters);
+    }
+    int rc = s_rank (0, ranks, endpoints, floats, iters);
+    for (int r = 1; r < ranks; r++) {
+        int status;
+        waitpid (pids [r], &status, 0);
+        if (!WIFEXITED (status) || WEXITSTATUS (status))
+            rc = 1;
+    }
+    return rc;
+}
