@@ -87,6 +87,7 @@ s_mirrored_new (const za_role_config_t *config, zsock_t *pipe)
     self->config = config;
     self->pipe = pipe;
     self->stats = config->stats;
+    self->start_time = za_clock_mono ();
     if (*config->who)
         snprintf (self->who, sizeof self->who, "%s", config->who);
     else
@@ -255,7 +256,9 @@ s_run_steps (s_mirrored_t *self)
         if (za_input_next (self->input, &batch) <= 0)
             return za_error ("%s: the input ended", self->who);
         double loss, t0 = za_clock_mono ();
-        if (za_replica_compute_gradients (self->replica, &batch, self->global_step, &loss))
+        //  Each worker its own dropout masks: the step's seed, told apart by rank.
+        int64_t dropout_seed = self->global_step * config->num_workers + config->worker_index;
+        if (za_replica_compute_gradients (self->replica, &batch, dropout_seed, &loss))
             return -1;
         double t1 = za_clock_mono ();
         if (za_ring_allreduce_mean (self->ring, grads, total, self->global_step + 1))

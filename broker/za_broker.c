@@ -458,6 +458,15 @@ s_start (s_broker_t *self, s_task_t *task, const s_happening_t *what)
     return s_fail (self, task, &failure);
 }
 
+//  1 when tasks of `kind` serve at an endpoint of their own: the ps, and
+//  with the all-reduce the chief and the workers (the ring).
+static int
+s_serves (const s_broker_t *self, za_task_type_t kind)
+{
+    return kind == ZA_TASK_PS
+        || (self->config->ring && (kind == ZA_TASK_CHIEF || kind == ZA_TASK_WORKER));
+}
+
 //  Takes the registration fields every register and report carries.
 static int
 s_take (s_broker_t *self, s_task_t *task, const s_happening_t *what)
@@ -469,7 +478,7 @@ s_take (s_broker_t *self, s_task_t *task, const s_happening_t *what)
         task->pid = reg->pid;
     }
     memcpy (task->host, reg->host, sizeof task->host);
-    if (*reg->endpoint && task->kind == ZA_TASK_PS)
+    if (*reg->endpoint && s_serves (self, task->kind))
         memcpy (task->endpoint, reg->endpoint, sizeof task->endpoint);
     if (reg->restarts > task->restarts)
         task->restarts = reg->restarts;
@@ -746,8 +755,22 @@ s_view (s_broker_t *self)
             ready = 0;
         json_array_append_new (ps, json_string (task->endpoint));
     }
-    return json_pack ("{s:b, s:o, s:i}", "ready", ready, "ps", ps, "num_workers",
-                      config->counts [ZA_TASK_CHIEF] + config->counts [ZA_TASK_WORKER]);
+    json_t *view = json_pack ("{s:b, s:o, s:i}", "ready", ready, "ps", ps, "num_workers",
+                              config->counts [ZA_TASK_CHIEF] + config->counts [ZA_TASK_WORKER]);
+    if (view && config->ring) {
+        //  The ring by worker index: the chief, then the workers.
+        json_t *ring = json_array ();
+        for (int kind = ZA_TASK_CHIEF; kind <= ZA_TASK_WORKER; kind++)
+            for (int i = 0; i < config->counts [kind]; i++) {
+                const s_task_t *task = &self->tasks [kind][i];
+                if (!*task->endpoint)
+                    ready = 0;
+                json_array_append_new (ring, json_string (task->endpoint));
+            }
+        json_object_set_new (view, "ring", ring);
+        json_object_set_new (view, "ready", json_boolean (ready));
+    }
+    return view;
 }
 
 //  Parses a body; NULL (and a refusal sent) if it is not a JSON object.

@@ -239,6 +239,20 @@ s_decode_view (json_t *body, za_broker_reply_t *reply)
             return za_error ("broker client: the view's ps %d is not an endpoint", p);
         memcpy (reply->ps [p], endpoint, strlen (endpoint) + 1);
     }
+    json_t *ring = json_object_get (body, "ring");
+    if (!ring)
+        return 0;
+    if (!json_is_array (ring) || json_array_size (ring) != (size_t) reply->num_workers
+        || json_array_size (ring) > ZA_CLUSTER_MAX_TASKS + 1)
+        return za_error ("broker client: the view's ring is not a list of num_workers");
+    reply->ring_count = (int) json_array_size (ring);
+    for (int r = 0; r < reply->ring_count; r++) {
+        const char *endpoint = json_string_value (json_array_get (ring, (size_t) r));
+        if (!endpoint || strlen (endpoint) >= sizeof reply->ring [r]
+            || (reply->ready && !*endpoint))
+            return za_error ("broker client: the view's ring member %d is not an endpoint", r);
+        memcpy (reply->ring [r], endpoint, strlen (endpoint) + 1);
+    }
     return 0;
 }
 
@@ -498,6 +512,9 @@ s_on_reply (s_actor_t *self)
         zmsg_addstrf (view, "%d", reply.ps_count);
         for (int p = 0; p < reply.ps_count; p++)
             zmsg_addstr (view, reply.ps [p]);
+        zmsg_addstrf (view, "%d", reply.ring_count);
+        for (int r = 0; r < reply.ring_count; r++)
+            zmsg_addstr (view, reply.ring [r]);
         zmsg_send (&view, self->pipe);
     }
     else

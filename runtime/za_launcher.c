@@ -82,7 +82,7 @@ za_run_broker (const za_program_t *program, za_options_t *options, za_settings_t
         return ZA_EXIT_USAGE;
     }
     za_task_t task;
-    int rc = za_task_prepare (&task, program, options, s, 0, 1);
+    int rc = za_task_prepare (&task, program, options, s, 0, za_settings_replicas (s));
     za_task_release (&task);
     if (rc)
         return rc;
@@ -109,6 +109,7 @@ za_run_broker (const za_program_t *program, za_options_t *options, za_settings_t
     config.counts [ZA_TASK_WORKER] = (int) s->workers;
     config.counts [ZA_TASK_PS] = (int) s->ps;
     config.counts [ZA_TASK_EVALUATOR] = (int) s->evaluators;
+    config.ring = za_settings_strategy (s) == ZA_STRATEGY_ALLREDUCE;
     config.model_dir = s->model_dir;
     config.max_steps = s->max_steps;
     config.heartbeat_ivl_secs = za_settings_heartbeat_ivl_secs (s);
@@ -422,7 +423,7 @@ int
 za_run_local (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
     za_task_t task;
-    int rc = za_task_prepare (&task, program, options, s, 1, 1);
+    int rc = za_task_prepare (&task, program, options, s, 1, za_settings_replicas (s));
     za_task_release (&task);
     if (rc)
         return rc;

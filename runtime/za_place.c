@@ -250,6 +250,34 @@ s_welcome (zactor_t *client, const char *role, za_options_t *options, int *index
     return rc;
 }
 
+//  The rest of a VIEW: the ring's endpoints (none without the all-reduce);
+//  this task's right neighbour into place->right. Returns 0, or 1 with an
+//  error.
+static int
+s_ring_from_view (zmsg_t *view, const char *role, za_place_t *place)
+{
+    char *count = zmsg_popstr (view);
+    int members = count? atoi (count): -1, rc = 0;
+    zstr_free (&count);
+    if (members == 0)
+        return 0;
+    if (members != place->num_workers)
+        rc = 1;
+    for (int r = 0; r < members && !rc; r++) {
+        char *endpoint = zmsg_popstr (view);
+        if (!endpoint || !*endpoint)
+            rc = 1;
+        else
+        if (r == (place->worker_index + 1) % place->num_workers)
+            snprintf (place->right, sizeof place->right, "%s", endpoint);
+        zstr_free (&endpoint);
+    }
+    if (rc)
+        za_error ("%s: the broker's view is not a ring of %d endpoints", role,
+                  place->num_workers);
+    return rc;
+}
+
 //  Waits for the cluster view (every ps's endpoint), at most timeout_secs.
 //  Returns 0, or 1 with an error.
 static int
@@ -284,6 +312,8 @@ s_view (zactor_t *client, const char *role, za_place_t *place, double timeout_se
         if (rc)
             za_error ("%s: the broker's view is not a list of %d ps endpoints", role,
                       place->ps_count);
+        else
+            rc = s_ring_from_view (view, role, place);
     }
     else
     if (what && streq (what, "FAILED")) {
@@ -341,17 +371,24 @@ za_run_with_broker (const za_program_t *program, za_options_t *options, za_setti
         place.num_workers = (int) (1 + s->workers);
         place.ps_count = (int) s->ps;
         place.evaluators = (int) s->evaluators;
-        if (type == ZA_TASK_PS) {
+        //  The ps serve; so do the chief and workers of the all-reduce ring, which
+        //  say where before the view can be complete. A restarted task binds
+        //  where its index was, so that its peers' sockets find it again.
+        int ring = za_settings_strategy (s) == ZA_STRATEGY_ALLREDUCE && place.worker_index >= 0;
+        if (type == ZA_TASK_PS || ring) {
             if (*old_endpoint)
                 snprintf (place.bind, sizeof place.bind, "%s", old_endpoint);
             else
             if (za_run_free_endpoint (host, place.bind, sizeof place.bind))
                 rc = 1;
         }
+        if (!rc && ring)
+            zstr_sendx (client, "ENDPOINT", place.bind, NULL);
         int need_eval = type == ZA_TASK_EVALUATOR
                      || (place.is_chief && !s->no_eval && !place.evaluators);
         if (!rc)
-            rc = za_task_prepare (&task, program, options, s, need_eval, 1);
+            rc = za_task_prepare (&task, program, options, s, need_eval,
+                                  ring? place.num_workers: 1);
         task.stats = &stats;
     }
     if (!rc && (type == ZA_TASK_CHIEF || type == ZA_TASK_WORKER))

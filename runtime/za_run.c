@@ -65,16 +65,24 @@ s_usage (const za_program_t *program, za_options_t *options, const za_settings_t
 //  What can be wrong between options, found before any work. Returns 0, or
 //  an exit status after one message.
 static int
-s_check (const za_program_t *program, za_settings_t *s)
+s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
     if (streq (s->strategy, "ps-sync")) {
         za_error ("--strategy ps-sync is not built yet: use ps-async, or allreduce");
         return ZA_EXIT_USAGE;
     }
-    if (streq (s->strategy, "allreduce") && (s->local || s->broker || s->supervise)) {
-        za_error ("--strategy allreduce runs from a static cluster so far (TF_CONFIG or "
-                  "--cluster, one process per worker); --local and --broker are not built "
-                  "for it yet");
+    //  The all-reduce has no ps; the ps strategies need one.
+    if (streq (s->strategy, "allreduce")) {
+        if (s->ps > 0 && za_options_given (options, "ps", ZA_FROM_DEFAULT)) {
+            za_error ("--strategy allreduce uses no ps: leave out --ps (or the job's "
+                      "roles.ps)");
+            return ZA_EXIT_USAGE;
+        }
+        s->ps = 0;
+    }
+    else
+    if (s->ps < 1) {
+        za_error ("--ps 0: --strategy %s needs at least one ps", s->strategy);
         return ZA_EXIT_USAGE;
     }
     int is_evaluator = s->role && streq (s->role, "evaluator");
@@ -150,7 +158,7 @@ za_run_main (int argc, char **argv, const za_program_t *program)
                 rc = za_options_set (options, s_local_defaults [d][0], s_local_defaults [d][1],
                                      ZA_FROM_LOCAL, s_local_defaults [d][0])? ZA_EXIT_USAGE: 0;
         if (!rc)
-            rc = s_check (program, &settings);
+            rc = s_check (program, options, &settings);
         if (!rc && za_options_print_asked (options)) {
             char *text = za_options_settings_text (options);
             printf ("%s\n", text? text: "{}");

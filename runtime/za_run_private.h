@@ -86,6 +86,9 @@ typedef struct {
 
 //  The strategy the settings name.
 za_strategy_t za_settings_strategy (const za_settings_t *settings);
+//  Batches that make one global step in a job the broker runs: 1 + workers
+//  with the all-reduce, else 1.
+int za_settings_replicas (const za_settings_t *settings);
 
 //  --role / --index / --cluster / TF_CONFIG: runs this task of a static
 //  cluster. Returns the exit status.

@@ -142,7 +142,7 @@ static const za_option_t s_options [] = {
                "zactor-top; logs in MODEL_DIR/logs, events in events.jsonl"),
     ZA_OPTION ("workers", T_INT, workers, "N", "2", 0, ZA_BROKER_MAX_TASKS - 1, NULL, R_LOCAL,
                JOB, 0, NULL, "workers besides the chief (a job says \"roles\": {\"worker\": N})"),
-    ZA_OPTION ("ps", T_INT, ps, "N", "1", 1, ZA_ROLE_MAX_PS, NULL, R_LOCAL, JOB, 0, NULL,
+    ZA_OPTION ("ps", T_INT, ps, "N", "1", 0, ZA_ROLE_MAX_PS, NULL, R_LOCAL, JOB, 0, NULL,
                "parameter servers"),
     ZA_OPTION ("evaluators", T_INT, evaluators, "N", "1", 0, 1, NULL, R_LOCAL, JOB, 0, NULL,
                "evaluator tasks, 0 or 1"),
@@ -214,4 +214,11 @@ za_settings_strategy (const za_settings_t *settings)
     return streq (settings->strategy, "allreduce")? ZA_STRATEGY_ALLREDUCE
          : streq (settings->strategy, "ps-sync")? ZA_STRATEGY_PS_SYNC
          : ZA_STRATEGY_PS_ASYNC;
+}
+
+int
+za_settings_replicas (const za_settings_t *settings)
+{
+    return za_settings_strategy (settings) == ZA_STRATEGY_ALLREDUCE
+         ? (int) (1 + settings->workers): 1;
 }

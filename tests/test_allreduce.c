@@ -205,6 +205,54 @@ Test (allreduce, a_worker_with_another_learning_rate_is_stopped_by_name)
     free (model_dir);
 }
 
+//  The values' CRC a role's log ends with ("done at step S ... crc32 X").
+static uint32_t
+s_log_crc (const char *model_dir, const char *log, int64_t *step)
+{
+    char *path = za_test_join (model_dir, log);
+    char *text = (char *) za_test_read_file (path, NULL);
+    const char *done = strstr (text, ": done at step ");
+    unsigned crc = 0;
+    long long at = -1;
+    cr_assert (done && sscanf (done, ": done at step %lld in %*f s (values crc32 %x)", &at,
+                               &crc) == 2, "%s: %s", log, text);
+    *step = at;
+    free (text);
+    free (path);
+    return crc;
+}
+
+Test (allreduce, local_runs_a_supervised_ring_with_a_ps_free_job)
+{
+    char *model_dir = za_test_path ("run");
+    const char *args [] = {"--local", "--strategy", "allreduce", "--model", "linear",
+                           "--workers", "2", "--evaluators", "0", "--max-steps", "300",
+                           "--model-dir", model_dir, NULL};
+    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect (strstr (result.out, "1 chief, 2 workers, 0 ps"), "%s", result.out);
+    cr_expect (strstr (result.out, "test accuracy "), "%s", result.out);
+    int64_t steps [3];
+    uint32_t chief = s_log_crc (model_dir, "logs/chief-0.log", &steps [0]);
+    uint32_t first = s_log_crc (model_dir, "logs/worker-0.log", &steps [1]);
+    uint32_t second = s_log_crc (model_dir, "logs/worker-1.log", &steps [2]);
+    cr_expect_eq (chief, first);
+    cr_expect_eq (chief, second);
+    for (int t = 0; t < 3; t++)
+        cr_expect_eq (steps [t], 300);
+    int64_t saved_step;
+    cr_expect_eq (s_checkpoint_values_crc (model_dir, &saved_step) != 0, 1);
+    cr_expect_eq (saved_step, 300);
+    za_test_result_free (&result);
+    //  A ps asked for with the all-reduce is a mistake, said at once.
+    const char *with_ps [] = {"--local", "--strategy", "allreduce", "--ps", "1", NULL};
+    result = za_test_run (with_ps, 60);
+    cr_expect_eq (result.exit_code, 2);
+    cr_expect (strstr (result.err, "--strategy allreduce uses no ps"), "%s", result.err);
+    za_test_result_free (&result);
+    free (model_dir);
+}
+
 Test (allreduce, clusters_that_do_not_fit_the_strategy_are_refused)
 {
     char *with_ps = za_test_write ("ps.json", "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], "
@@ -225,10 +273,10 @@ Test (allreduce, clusters_that_do_not_fit_the_strategy_are_refused)
     cr_expect (strstr (result.err, "the cluster has no ps: --strategy ps-async needs at least "
                        "one"), "%s", result.err);
     za_test_result_free (&result);
-    const char *local [] = {"--local", "--strategy", "allreduce", NULL};
-    result = za_test_run (local, 60);
+    const char *no_ps [] = {"--local", "--ps", "0", NULL};
+    result = za_test_run (no_ps, 60);
     cr_expect_eq (result.exit_code, 2);
-    cr_expect (strstr (result.err, "--local and --broker are not built for it yet"), "%s",
+    cr_expect (strstr (result.err, "--ps 0: --strategy ps-async needs at least one ps"), "%s",
                result.err);
     za_test_result_free (&result);
     free (with_ps);

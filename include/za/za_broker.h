@@ -40,6 +40,9 @@ typedef struct {
     const char *connect;            //  how roles it starts reach it ("tcp://127.0.0.1:5555")
     const char *job_text;           //  the job file's JSON, checked by the caller
     int counts [ZA_BROKER_ROLE_KINDS];   //  declared tasks per za_task_type_t
+    int ring;                       //  1: the all-reduce strategy: the chief and the
+                                    //  workers report endpoints, and the view lists
+                                    //  them ("ring") by worker index
     const char *model_dir;          //  for events.jsonl and "is training over?"
     int64_t max_steps;
     double heartbeat_ivl_secs;      //  1

@@ -116,11 +116,15 @@ typedef struct {
     int index;
     char *job;
     char endpoint [ZA_CLUSTER_ENDPOINT_MAX];
-    //  VIEW: ready once every task registered and every ps has an endpoint.
+    //  VIEW: ready once every task registered and every ps has an endpoint
+    //  (and, for the all-reduce ring, every chief and worker).
     int ready;
     int num_workers;                //  the chief included
     int ps_count;
     char ps [ZA_CLUSTER_MAX_TASKS][ZA_CLUSTER_ENDPOINT_MAX];
+    int ring_count;                 //  0, or num_workers: the ring's endpoints by
+                                    //  worker index (the chief first)
+    char ring [ZA_CLUSTER_MAX_TASKS + 1][ZA_CLUSTER_ENDPOINT_MAX];
     //  STATE: owned; and its JSON text (owned), for whoever prints it whole.
     za_broker_state_t *state;
     char *state_text;
@@ -165,11 +169,13 @@ typedef struct {
 //    "WELCOME" INDEX JOB ENDPOINT  the index given, the job file's JSON, and
 //                                  (a ps) the endpoint this index had before
 //                                  ("" when none: bind any port)
-//    "VIEW" N PS0 PS1 ...          the cluster view, once it is ready: the
-//                                  number of ps and each one's endpoint
+//    "VIEW" N PS0 PS1 ... M R0 R1 ...  the cluster view, once it is ready:
+//                                  the number of ps and each one's endpoint,
+//                                  then the ring's (0 without one)
 //    "FAILED" WHY                  no welcome within timeout_secs, or refused
 //  and it takes:
-//    "ENDPOINT" EP                 where this ps serves (reported from now on)
+//    "ENDPOINT" EP                 where this ps (or ring member) serves
+//                                  (reported from now on)
 //    "DONE" RC                     the role ended: a last report, then the
 //                                  actor waits for $TERM
 void za_broker_client_actor (zsock_t *pipe, void *args);
