@@ -161,15 +161,20 @@ s_compare_start (s_mirrored_t *self, const s_start_t *chief, const s_start_t *mi
     return 0;
 }
 
-//  The chief restores its newest checkpoint (or keeps the seed's values);
-//  every worker then gets its start record, values and slots.
+//  Starts a generation of the ring: the chief (rank 0) restores its newest
+//  checkpoint or keeps the seed's values when it starts, keeps what it holds
+//  when the ring is re-formed around it; every worker then gets its start
+//  record, values and slots. A worker that was restarted asks for that
+//  first. Returns 0, ZA_RING_RESYNC (again), or -1 with an error.
 static int
-s_start (s_mirrored_t *self)
+s_start (s_mirrored_t *self, int first)
 {
     const za_role_config_t *config = self->config;
-    int64_t step = 0;
+    int64_t step = self->global_step;
     int restored = 0;
-    if (config->is_chief) {
+    if (!config->is_chief && first && config->rejoin && za_ring_ask_resync (self->ring))
+        return -1;
+    if (config->is_chief && first) {
         if (za_mkdirs (config->run.model_dir)
             || za_replica_restore_newest (self->replica, config->run.model_dir, &restored,
                                           &step))
@@ -178,6 +183,8 @@ s_start (s_mirrored_t *self)
             za_info ("%s: restored step %" PRId64 " from '%s'", self->who, step,
                      config->run.model_dir);
     }
+    if (za_ring_resync (self->ring))
+        return -1;
     s_start_t mine = {
         .floats = (int64_t) self->vars->total, .step = step,
         .num_workers = config->num_workers, .optim = *za_replica_optim (self->replica),
@@ -186,23 +193,27 @@ s_start (s_mirrored_t *self)
     memset (record, 0, sizeof record);
     memcpy (record, &mine, sizeof mine);
     //  Bits only: a broadcast copies, it never computes.
-    if (za_ring_broadcast (self->ring, record, START_FLOATS, 0, 0))
-        return -1;
+    int rc = za_ring_broadcast (self->ring, record, START_FLOATS, 0, 0);
+    if (rc)
+        return rc;
     s_start_t chief;
     memcpy (&chief, record, sizeof chief);
     if (s_compare_start (self, &chief, &mine))
         return -1;
     const za_optim_config_t *optim = za_replica_optim (self->replica);
     int slots = za_optim_slot_count (optim->kind);
-    if (za_ring_broadcast (self->ring, za_replica_values (self->replica), self->vars->total, 0,
-                           0))
-        return -1;
-    for (int s = 0; s < slots; s++)
-        if (za_ring_broadcast (self->ring, za_replica_slot (self->replica, s),
-                               self->vars->total, 0, 0))
-            return -1;
+    rc = za_ring_broadcast (self->ring, za_replica_values (self->replica), self->vars->total, 0,
+                            0);
+    for (int s = 0; s < slots && !rc; s++)
+        rc = za_ring_broadcast (self->ring, za_replica_slot (self->replica, s),
+                                self->vars->total, 0, 0);
+    if (rc)
+        return rc;
     self->global_step = chief.step;
-    if (config->is_chief) {
+    if (!first)
+        za_info ("%s: the ring is re-formed at step %" PRId64 " (generation %" PRId64 ")",
+                 self->who, self->global_step, za_ring_generation (self->ring));
+    if (config->is_chief && first) {
         const za_run_config_t *run = &config->run;
         za_hook_t hook = za_saver_hook (&self->saver, run->save_checkpoints_steps,
                                         run->save_checkpoints_secs, restored? step: -1,
@@ -261,8 +272,9 @@ s_run_steps (s_mirrored_t *self)
         if (za_replica_compute_gradients (self->replica, &batch, dropout_seed, &loss))
             return -1;
         double t1 = za_clock_mono ();
-        if (za_ring_allreduce_mean (self->ring, grads, total, self->global_step + 1))
-            return -1;
+        int rc = za_ring_allreduce_mean (self->ring, grads, total, self->global_step + 1);
+        if (rc)
+            return rc;
         double t2 = za_clock_mono ();
         za_replica_apply (self->replica, self->global_step + 1);
         self->global_step++;
@@ -285,18 +297,37 @@ s_run_steps (s_mirrored_t *self)
     return zsys_interrupted? za_error ("%s: interrupted", self->who): 0;
 }
 
+//  A generation of the ring: its start, then steps until max_steps or until
+//  the ring must be re-formed (a member restarted). Returns 0,
+//  ZA_RING_RESYNC, or -1 with an error.
+static int
+s_generation (s_mirrored_t *self, int first)
+{
+    za_role_stats_publish (self->stats, first? ZA_ROLE_WAITING: ZA_ROLE_RECOVERING,
+                           za_clock_mono ());
+    int rc = s_start (self, first);
+    if (rc)
+        return rc;
+    if (!self->input && s_start_input (self))
+        return -1;
+    za_role_rates_restart (&self->rates, self->global_step, self->own_steps, za_clock_mono ());
+    za_hooks_begin (&self->hooks, self->global_step);
+    if (first)
+        za_info ("%s: going from step %" PRId64 " to %" PRId64, self->who, self->global_step,
+                 self->config->max_steps);
+    return s_run_steps (self);
+}
+
 static int
 s_train (s_mirrored_t *self)
 {
-    za_role_stats_publish (self->stats, ZA_ROLE_WAITING, za_clock_mono ());
-    if (s_start (self) || s_start_input (self))
-        return -1;
-    self->start_time = za_clock_mono ();
-    za_role_rates_restart (&self->rates, self->global_step, self->own_steps, self->start_time);
-    za_hooks_begin (&self->hooks, self->global_step);
-    za_info ("%s: going from step %" PRId64 " to %" PRId64, self->who, self->global_step,
-             self->config->max_steps);
-    if (s_run_steps (self))
+    int rc = s_generation (self, 1);
+    while (rc == ZA_RING_RESYNC) {
+        za_info ("%s: a member of the ring (re)joined at step %" PRId64 ": re-forming it",
+                 self->who, self->global_step);
+        rc = s_generation (self, 0);
+    }
+    if (rc)
         return -1;
     //  The final step is always saved (the saver may have done it).
     if (self->config->is_chief && self->global_step != self->saver.last_saved

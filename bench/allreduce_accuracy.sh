@@ -4,15 +4,16 @@
 #  workers at batch 32 each (one thread each) from the tutorial's TF_CONFIG,
 #  the same seed; then a second allreduce run, whose checkpoint must be the
 #  same bytes. Prints the test accuracy, the training time and images/sec.
-#  Usage: bench/allreduce_accuracy.sh [BUILD] [EPOCHS]
+#  Usage: bench/allreduce_accuracy.sh [BUILD] [EPOCHS] [SEED]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
 epochs=${2:-5}
+seed=${3:-42}
 run=$build/zactor-run
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-common=(--model cnn --epochs "$epochs" --seed 42 --log-step-count-steps 0 --save-summary-steps 0)
+common=(--model cnn --epochs "$epochs" --seed "$seed" --log-step-count-steps 0 --save-summary-steps 0)
 field () { sed -E "s/.*$1 ([0-9.]+).*/\1/"; }
 
 start=$(date +%s.%N)
@@ -40,7 +41,7 @@ same=no
 cmp -s "$(ls "$work"/ar1/model.ckpt-*.safetensors | tail -1)" \
        "$(ls "$work"/ar2/model.ckpt-*.safetensors | tail -1)" && same=yes
 images=$(echo "$steps * 64" | bc)
-echo "seed CNN, $epochs epochs ($steps global steps of 64 examples), seed 42"
+echo "seed CNN, $epochs epochs ($steps global steps of 64 examples), seed $seed"
 printf '%-44s %9s %8s %10s\n' run accuracy train_s images/s
 printf '%-44s %9s %8s %10.0f\n' "one process, batch 64, 2 threads" \
     "$(echo "$single" | field accuracy)" "$single_s" "$(echo "$images / $single_s" | bc -l)"

@@ -30,8 +30,13 @@ struct _za_ring_t {
     zpoller_t *poller;
     za_wire_msg_t *out, *in;
     za_wire_lease_t lease;          //  chunks lent to libzmq from the caller's block
-    uint64_t sent, received;        //  messages on each link so far (their seq)
+    uint64_t sent, received;        //  messages on each link in this generation (their seq)
     uint64_t dropped;
+    //  Generations: the ring's members agree on one state (the root's) at the
+    //  start of each; a member that (re)joins asks the root for a new one.
+    int64_t gen;                    //  the generation adopted (0: none yet)
+    int64_t pending_gen;            //  a root's notice that ended the last call
+    int asked;                      //  a request went right since the last adoption
     double wait_secs;
     char right_endpoint [256];
 };
@@ -129,13 +134,38 @@ za_ring_wait_secs (const za_ring_t *self)
 // ---------------------------------------------------------------------------
 //  One link's messages
 
+//  A message's step: the generation above the round, so that nothing of an
+//  earlier generation passes for this one.
+#define RING_ROUND_BITS 40
+#define RING_GEN_MASK ((INT64_C (1) << (62 - RING_ROUND_BITS)) - 1)
+
+static int64_t
+s_step (const za_ring_t *self, int64_t round)
+{
+    return (self->gen << RING_ROUND_BITS) | (round & ((INT64_C (1) << RING_ROUND_BITS) - 1));
+}
+
+//  Sends a resync message to the right: a request (gen 0) or the root's
+//  notice of generation gen. It has no number on the link.
+static int
+s_send_resync (za_ring_t *self, int64_t gen)
+{
+    za_wire_msg_init (self->out, ZA_OP_RESYNC);
+    self->out->step = gen;
+    self->out->task = self->config.rank;
+    if (za_wire_send (self->right, NULL, self->out, NULL))
+        return za_error ("ring: rank %d cannot send to %s: %s", self->config.rank,
+                         self->right_endpoint, za_last_error ());
+    return 0;
+}
+
 //  Sends data [0..n) to the right neighbour as message number self->sent.
 static int
 s_send (za_ring_t *self, za_op_t op, int64_t round, const float *data, size_t n)
 {
     za_wire_msg_init (self->out, op);
     self->out->seq = self->sent;
-    self->out->step = round;
+    self->out->step = s_step (self, round);
     self->out->task = self->config.rank;
     int64_t shape [1] = {(int64_t) n};
     if (za_wire_msg_add (self->out, "chunk", ZA_DTYPE_F32, 1, shape, data)
@@ -158,8 +188,8 @@ s_unexpected (za_ring_t *self, zmsg_t *msg, za_op_t op, int64_t round, size_t n)
         return "another op";
     if (in->task != left)
         return "not from the left neighbour";
-    if (in->step != round)
-        return "another round";
+    if (in->step != s_step (self, round))
+        return "another round or generation";
     if (in->seq != self->received)
         return "out of turn";
     if (in->tensor_count != 1 || in->tensors [0].dtype != ZA_DTYPE_F32
@@ -177,18 +207,44 @@ s_drop (za_ring_t *self, const char *why)
                  self->config.rank, why, self->dropped);
 }
 
-//  Waits for the next message from the left: a chunk of n floats of `op`
-//  and `round`. Returns it (the caller destroys it; the chunk is
-//  self->in->tensors [0]), or NULL with an error.
-static zmsg_t *
-s_receive (za_ring_t *self, za_op_t op, int64_t round, size_t n)
+//  A resync message from the left (already decoded into self->in) while a
+//  call waits: 1 when it ends the call (a new generation from the root, or
+//  at the root a request), 0 when the wait goes on (a request passed on, or
+//  old news).
+static int
+s_on_resync (za_ring_t *self)
 {
+    int64_t gen = self->in->step;
+    if (gen > 0) {
+        if (self->config.rank == 0 || gen == self->gen)
+            return 0;                   //  the root's own notice, or one adopted already
+        self->pending_gen = gen;
+        return 1;
+    }
+    if (self->config.rank == 0)
+        return 1;                       //  a member (re)joined: a new generation
+    if (!self->asked) {
+        self->asked = 1;
+        s_send_resync (self, 0);
+    }
+    return 0;
+}
+
+//  Waits for the next message from the left: a chunk of n floats of `op`
+//  and `round`. Returns 0 with it in *msg_p (the caller destroys it; the
+//  chunk is self->in->tensors [0]), ZA_RING_RESYNC when the ring must be
+//  synced again first, or -1 with an error.
+static int
+s_receive (za_ring_t *self, za_op_t op, int64_t round, size_t n, zmsg_t **msg_p)
+{
+    *msg_p = NULL;
     double start = za_clock_mono (), timeout = self->config.timeout_secs;
+    int left = (self->config.rank + self->config.size - 1) % self->config.size;
     while (!zsys_interrupted) {
-        double left = timeout - (za_clock_mono () - start);
-        if (left <= 0)
+        double remaining = timeout - (za_clock_mono () - start);
+        if (remaining <= 0)
             break;
-        void *which = zpoller_wait (self->poller, (int) (left * 1000) + 1);
+        void *which = zpoller_wait (self->poller, (int) (remaining * 1000) + 1);
         if (which && which != self->left)
             break;                  //  the caller's interrupt
         if (!which) {
@@ -199,24 +255,31 @@ s_receive (za_ring_t *self, za_op_t op, int64_t round, size_t n)
         zmsg_t *msg = zmsg_recv (self->left);
         zframe_t *identity = msg? zmsg_pop (msg): NULL;
         zframe_destroy (&identity);
+        if (msg && za_wire_decode (msg, self->in) == 0 && self->in->op == ZA_OP_RESYNC
+            && self->in->task == left) {
+            zmsg_destroy (&msg);
+            if (s_on_resync (self)) {
+                self->wait_secs += za_clock_mono () - start;
+                return ZA_RING_RESYNC;
+            }
+            continue;
+        }
         const char *why = msg? s_unexpected (self, msg, op, round, n): "nothing";
         if (!why) {
             self->received++;
             self->wait_secs += za_clock_mono () - start;
-            return msg;
+            *msg_p = msg;
+            return 0;
         }
         s_drop (self, why);
         zmsg_destroy (&msg);
     }
     self->wait_secs += za_clock_mono () - start;
-    int left = (self->config.rank + self->config.size - 1) % self->config.size;
     if (zsys_interrupted || za_clock_mono () - start < timeout)
-        za_error ("ring: rank %d interrupted while waiting for rank %d", self->config.rank,
-                  left);
-    else
-        za_error ("ring: rank %d heard nothing from rank %d for %.1f s (round %" PRId64 ")",
-                  self->config.rank, left, timeout, round);
-    return NULL;
+        return za_error ("ring: rank %d interrupted while waiting for rank %d",
+                         self->config.rank, left);
+    return za_error ("ring: rank %d heard nothing from rank %d for %.1f s (round %" PRId64 ")",
+                     self->config.rank, left, timeout, round);
 }
 
 //  Waits until libzmq has let go of every chunk lent from the caller's
@@ -275,9 +338,10 @@ za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
         s_segment (n, size, segment, &begin, &count);
         for (size_t at = 0; at < count; at += chunk) {
             size_t len = count - at < chunk? count - at: chunk;
-            zmsg_t *msg = s_receive (self, ZA_OP_RING, round, len);
-            if (!msg)
-                return -1;
+            zmsg_t *msg;
+            int got = s_receive (self, ZA_OP_RING, round, len, &msg);
+            if (got)
+                return got;
             //  Received frames are not always aligned: read them bytewise.
             const unsigned char *from = (const unsigned char *) self->in->tensors [0].data;
             float *to = data + begin + at;
@@ -316,9 +380,10 @@ za_ring_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t rou
     for (size_t at = 0; at < n; at += chunk) {
         size_t len = n - at < chunk? n - at: chunk;
         if (rank != root) {
-            zmsg_t *msg = s_receive (self, ZA_OP_BROADCAST, round, len);
-            if (!msg)
-                return -1;
+            zmsg_t *msg;
+            int got = s_receive (self, ZA_OP_BROADCAST, round, len, &msg);
+            if (got)
+                return got;
             memcpy (data + at, self->in->tensors [0].data, len * sizeof (float));
             zmsg_destroy (&msg);
         }
@@ -326,4 +391,76 @@ za_ring_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t rou
             return -1;
     }
     return s_drain (self);
+}
+
+// ---------------------------------------------------------------------------
+//  Generations
+
+int
+za_ring_ask_resync (za_ring_t *self)
+{
+    if (self->config.size == 1 || self->config.rank == 0 || self->asked)
+        return 0;
+    self->asked = 1;
+    return s_send_resync (self, 0);
+}
+
+//  A new generation is this one: every link counts from 0 again.
+static void
+s_adopt (za_ring_t *self, int64_t gen)
+{
+    self->gen = gen;
+    self->pending_gen = 0;
+    self->asked = 0;
+    self->sent = self->received = 0;
+}
+
+int
+za_ring_resync (za_ring_t *self)
+{
+    int rank = self->config.rank, size = self->config.size;
+    if (rank == 0) {
+        //  A generation no earlier root can have used: a restarted root starts
+        //  from the clock, not from 1.
+        int64_t gen = self->gen > 0? self->gen + 1
+                    : ((int64_t) (za_clock_wall () * 1000) & RING_GEN_MASK);
+        s_adopt (self, (gen & RING_GEN_MASK)? gen & RING_GEN_MASK: 1);
+        return size == 1? 0: s_send_resync (self, self->gen);
+    }
+    //  Wait for the root's notice (unless one ended the last call), passing on
+    //  requests once; anything else is of an earlier generation.
+    double start = za_clock_mono (), timeout = self->config.timeout_secs;
+    int left = rank - 1;
+    while (!self->pending_gen && !zsys_interrupted) {
+        double remaining = timeout - (za_clock_mono () - start);
+        if (remaining <= 0)
+            return za_error ("ring: rank %d: no word from the root through rank %d for %.1f s",
+                             rank, left, timeout);
+        void *which = zpoller_wait (self->poller, (int) (remaining * 1000) + 1);
+        if (which && which != self->left)
+            return za_error ("ring: rank %d interrupted while waiting for the root", rank);
+        if (!which)
+            continue;
+        zmsg_t *msg = zmsg_recv (self->left);
+        zframe_t *identity = msg? zmsg_pop (msg): NULL;
+        zframe_destroy (&identity);
+        if (msg && za_wire_decode (msg, self->in) == 0 && self->in->op == ZA_OP_RESYNC
+            && self->in->task == left)
+            s_on_resync (self);
+        else
+            s_drop (self, msg? "of an earlier generation": "nothing");
+        zmsg_destroy (&msg);
+    }
+    if (!self->pending_gen)
+        return za_error ("ring: rank %d interrupted while waiting for the root", rank);
+    int64_t gen = self->pending_gen;
+    s_adopt (self, gen);
+    //  Everyone but the root hears of it; the notice stops before the root.
+    return rank == size - 1? 0: s_send_resync (self, gen);
+}
+
+int64_t
+za_ring_generation (const za_ring_t *self)
+{
+    return self->gen;
 }

@@ -341,6 +341,9 @@ s_role_config (za_task_t *task, const za_place_t *place, za_role_config_t *role)
     for (int p = 0; p < place->ps_count && p < ZA_ROLE_MAX_PS; p++)
         role->ps_endpoints [p] = place->ps_endpoints [p];
     role->is_chief = place->is_chief;
+    //  A broker restarts a task with ZA_RESTARTS set.
+    const char *restarts = getenv ("ZA_RESTARTS");
+    role->rejoin = restarts && atoi (restarts) > 0;
     snprintf (role->who, sizeof role->who, "%s %d", za_task_type_name (place->type),
               place->index);
     role->worker_index = place->worker_index;

@@ -10,6 +10,8 @@
 #include "za/za_util.h"
 
 #include <criterion/criterion.h>
+#include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,6 +252,54 @@ Test (allreduce, local_runs_a_supervised_ring_with_a_ps_free_job)
     cr_expect_eq (result.exit_code, 2);
     cr_expect (strstr (result.err, "--strategy allreduce uses no ps"), "%s", result.err);
     za_test_result_free (&result);
+    free (model_dir);
+}
+
+Test (allreduce, a_killed_worker_rejoins_the_ring_where_it_was_without_a_rewind)
+{
+    //  Under --local: worker 0 SIGKILLed mid-run is restarted by the broker,
+    //  asks the chief to re-form the ring, gets the current values from it, and
+    //  the job ends at max_steps with every replica the same.
+    char *model_dir = za_test_path ("run");
+    char *out = za_test_path ("local.out");
+    const char *args [] = {"--local", "--strategy", "allreduce", "--model", "cnn", "--workers",
+                           "1", "--evaluators", "0", "--max-steps", "500", "--batch-size", "32",
+                           "--save-checkpoints-steps", "100000", "--model-dir", model_dir,
+                           "--timeout-secs", "60", NULL};
+    char broker [128];
+    pid_t local = za_test_start_local ("zactor-run", args, out, broker);
+    za_test_want_t want = {"worker", 0, 0, 100};
+    json_t *state = za_test_wait_for (broker, za_test_task_back, &want, "step 100", 240);
+    json_t *worker = za_test_row (state, "worker", 0);
+    pid_t pid = (pid_t) json_integer_value (json_object_get (worker, "pid"));
+    int64_t killed_at = json_integer_value (json_object_get (state, "global_step"));
+    json_decref (state);
+    cr_assert_gt (pid, 1);
+    cr_assert_eq (kill (pid, SIGKILL), 0);
+    int status = za_test_wait (local, RUN_TIMEOUT_S);
+    char *text = (char *) za_test_read_file (out, NULL);
+    cr_assert (WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s", text);
+    free (text);
+    int64_t steps [2];
+    uint32_t chief = s_log_crc (model_dir, "logs/chief-0.log", &steps [0]);
+    uint32_t restarted = s_log_crc (model_dir, "logs/worker-0.log", &steps [1]);
+    cr_expect_eq (steps [0], 500);
+    cr_expect_eq (steps [1], 500);
+    cr_expect_eq (chief, restarted, "%08x != %08x", chief, restarted);
+    //  Re-formed where it was: no checkpoint existed to go back to, and the
+    //  step it went on from is past the one seen at the kill.
+    char *log_path = za_test_join (model_dir, "logs/chief-0.log");
+    char *log = (char *) za_test_read_file (log_path, NULL);
+    const char *formed = strstr (log, "the ring is re-formed at step ");
+    long long at = -1;
+    cr_assert (formed && sscanf (formed, "the ring is re-formed at step %lld", &at) == 1, "%s",
+               log);
+    cr_expect_geq (at, killed_at, "re-formed at %lld, killed at %lld", at,
+                   (long long) killed_at);
+    cr_expect_null (strstr (log, "restored step"), "%s", log);
+    free (log);
+    free (log_path);
+    free (out);
     free (model_dir);
 }
 

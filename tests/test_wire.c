@@ -320,7 +320,7 @@ Test (wire, op_names_round_trip)
         cr_assert_eq (parsed, op);
     }
     cr_assert_null (za_op_name ((za_op_t) 0));
-    cr_assert_null (za_op_name ((za_op_t) (ZA_OP_BROADCAST + 1)));
+    cr_assert_null (za_op_name ((za_op_t) (ZA_OP_RESYNC + 1)));
     za_op_t op;
     cr_assert_eq (za_op_parse ("PUSH", &op), -1);
     cr_assert_eq (za_op_parse ("", &op), -1);

@@ -49,14 +49,36 @@ za_ring_t *za_ring_new (const za_ring_config_t *config);
 void za_ring_destroy (za_ring_t **self_p);
 
 //  Replaces data [0..n) on every rank by the mean of all ranks' data, the
-//  same bits everywhere. Every rank calls it with the same n and round.
-//  Returns 0, or -1 with an error (the left neighbour silent for
-//  timeout_secs, a message on `interrupt`, SIGINT). data may be changed then.
+//  same bits everywhere. Every rank calls it with the same n and round
+//  (0 .. 2^40 - 1). Returns 0, ZA_RING_RESYNC, or -1 with an error (the left
+//  neighbour silent for timeout_secs, a message on `interrupt`, SIGINT).
+//  data may be changed when it is not 0.
 int za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round);
 
-//  Copies root's data [0..n) to every other rank. Returns 0, or -1 with an
-//  error, as above.
+//  Copies root's data [0..n) to every other rank. Returns 0,
+//  ZA_RING_RESYNC, or -1 with an error, as above.
 int za_ring_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t round);
+
+//  What a collective returns (besides 0 and -1) when the ring must be synced
+//  again before anything else: the root started a new generation, or (at
+//  the root) a member (re)joined and asked for one. The caller calls
+//  za_ring_resync, then broadcasts the root's state, then goes on.
+#define ZA_RING_RESYNC 1
+
+//  A member that (re)joins a ring already running (a restarted process)
+//  asks the root for a new generation (the request goes round to rank 0).
+//  Returns 0, or -1 with an error.
+int za_ring_ask_resync (za_ring_t *self);
+
+//  Starts a generation: at the root (rank 0) a new one, told to the others;
+//  elsewhere, waits (up to timeout_secs) for the root's notice and passes it
+//  on. Then every link counts its messages from 0, and nothing of an earlier
+//  generation is taken. Call it once before the first collective, and after
+//  each ZA_RING_RESYNC. Returns 0, or -1 with an error.
+int za_ring_resync (za_ring_t *self);
+
+//  The generation adopted (0 before the first za_ring_resync).
+int64_t za_ring_generation (const za_ring_t *self);
 
 //  Messages dropped since the ring was made (garbage, out of turn, wrong).
 uint64_t za_ring_dropped (const za_ring_t *self);

@@ -72,13 +72,14 @@ typedef enum {
     ZA_OP_STATE,
     //  The ring of the all-reduce strategy (section 14): one f32 chunk each.
     ZA_OP_RING,
-    ZA_OP_BROADCAST
+    ZA_OP_BROADCAST,
+    ZA_OP_RESYNC
 } za_op_t;
 
 //  The op's wire name: "init", "init_ok", "pull", "push", "values", "hold",
 //  "held", "snapshot", "snapshot_data", "release", "released", "stop",
 //  "stopping", "bye", "bye_ok", "error", "ping", "pong", "register", "welcome",
-//  "report", "view", "watch", "state", "ring", "broadcast". Returns a static
+//  "report", "view", "watch", "state", "ring", "broadcast", "resync". Returns a static
 //  string, or NULL when op is not one of za_op_t's values.
 const char *za_op_name (za_op_t op);
 
