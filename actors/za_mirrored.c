@@ -41,6 +41,7 @@ typedef struct {
     double compute_secs, reduce_secs, step_secs;
     za_role_stats_t *stats;
     za_role_rates_t rates;
+    double wait_average;                        //  ms per step waiting on the ring
 } s_mirrored_t;
 
 //  What the chief broadcasts first: everyone checks it against its own.
@@ -254,6 +255,20 @@ s_start_input (s_mirrored_t *self)
 // ---------------------------------------------------------------------------
 //  Training
 
+//  What zactor-top shows of the ring: this worker's rank, and a moving
+//  average of the time per step it waited for its neighbour.
+static void
+s_publish_wait (s_mirrored_t *self, double wait_ms)
+{
+    if (!self->stats)
+        return;
+    self->wait_average = self->own_steps == 1? wait_ms
+                       : self->wait_average + 0.05 * (wait_ms - self->wait_average);
+    atomic_store_explicit (&self->stats->ring_rank, self->config->worker_index,
+                           memory_order_relaxed);
+    atomic_store_explicit (&self->stats->wait_ms, self->wait_average, memory_order_relaxed);
+}
+
 static int
 s_run_steps (s_mirrored_t *self)
 {
@@ -271,7 +286,7 @@ s_run_steps (s_mirrored_t *self)
         int64_t dropout_seed = self->global_step * config->num_workers + config->worker_index;
         if (za_replica_compute_gradients (self->replica, &batch, dropout_seed, &loss))
             return -1;
-        double t1 = za_clock_mono ();
+        double t1 = za_clock_mono (), waited = za_ring_wait_secs (self->ring);
         int rc = za_ring_allreduce_mean (self->ring, grads, total, self->global_step + 1);
         if (rc)
             return rc;
@@ -285,6 +300,7 @@ s_run_steps (s_mirrored_t *self)
         self->step_secs += now - step_start;
         za_role_rates_publish (&self->rates, self->stats, self->global_step, self->own_steps,
                                loss, batch.size, now);
+        s_publish_wait (self, 1e3 * (za_ring_wait_secs (self->ring) - waited));
         za_run_context_t *ctx = &self->context;
         ctx->global_step = self->global_step;
         ctx->max_steps = config->max_steps;

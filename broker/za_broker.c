@@ -77,6 +77,8 @@ typedef struct {
     double loss, steps_per_sec, examples_per_sec;
     int64_t eval_step;
     double eval_accuracy;
+    int ring_rank;              //  -1: not in a ring
+    double wait_ms;
 } s_task_t;
 
 //  A register or report, every field checked (s_parse_registration).
@@ -93,6 +95,8 @@ typedef struct {
     double loss, steps_per_sec, examples_per_sec;
     int64_t eval_step;          //  -1: none
     double eval_accuracy;
+    int ring_rank;              //  -1: none
+    double wait_ms;
 } s_registration_t;
 
 typedef struct {
@@ -937,6 +941,16 @@ s_parse_registration (s_broker_t *self, json_t *body, int report, s_registration
     }
     if (json_object_get (body, "eval_step"))
         reg->eval_step = value;
+    reg->ring_rank = -1;
+    if (json_object_get (body, "ring_rank")
+        && (s_integer (body, "ring_rank", 0, 2 * ZA_CLUSTER_MAX_TASKS, &value)
+            || s_number (body, "wait_ms", 0, HUGE_VAL, &reg->wait_ms))) {
+        snprintf (why, size, "ring_rank (an integer 0 .. %d) goes with wait_ms (a finite "
+                  "number >= 0)", 2 * ZA_CLUSTER_MAX_TASKS);
+        return -1;
+    }
+    if (json_object_get (body, "ring_rank"))
+        reg->ring_rank = (int) value;
     return 0;
 }
 
@@ -1038,6 +1052,8 @@ s_on_report (s_broker_t *self, zframe_t *identity)
     task->examples_per_sec = reg.examples_per_sec;
     task->eval_step = reg.eval_step;
     task->eval_accuracy = reg.eval_accuracy;
+    task->ring_rank = reg.ring_rank;
+    task->wait_ms = reg.wait_ms;
     if (ended && task->pid == reg.pid && task->state != T_DONE) {
         int done = streq (reg.state, "done");
         s_happening_t end = {.cause = done? "finished": "it reported a failure"};
@@ -1082,6 +1098,10 @@ s_state (s_broker_t *self)
             }
             if (*task->endpoint)
                 json_object_set_new (row, "endpoint", json_string (task->endpoint));
+            if (task->ring_rank >= 0) {
+                json_object_set_new (row, "ring_rank", json_integer (task->ring_rank));
+                json_object_set_new (row, "wait_ms", json_real (task->wait_ms));
+            }
             json_array_append_new (roles, row);
         }
     json_t *events = json_array ();
@@ -1209,6 +1229,7 @@ s_broker_new (const za_broker_config_t *config, zsock_t *pipe)
             task->kind = kind;
             task->index = i;
             task->eval_step = -1;
+            task->ring_rank = -1;
             za_peer_init (&task->peer, config->heartbeat_ivl_secs, config->heartbeat_liveness,
                           za_clock_mono ());
         }

@@ -155,6 +155,11 @@ za_broker_client_report (za_broker_client_t *self, const za_task_registration_t 
         json_object_set_new (body, "steps_per_sec", json_real (atomic_load (&s->steps_per_sec)));
         json_object_set_new (body, "examples_per_sec",
                              json_real (atomic_load (&s->examples_per_sec)));
+        int ring_rank = atomic_load (&s->ring_rank);
+        if (ring_rank >= 0) {
+            json_object_set_new (body, "ring_rank", json_integer (ring_rank));
+            json_object_set_new (body, "wait_ms", json_real (atomic_load (&s->wait_ms)));
+        }
         int64_t eval_step = atomic_load (&s->eval_step);
         if (eval_step >= 0) {
             json_object_set_new (body, "eval_step", json_integer (eval_step));
@@ -282,6 +287,8 @@ s_decode_task_row (json_t *row, za_broker_task_row_t *task)
     task->eval_accuracy = s_number (row, "eval_accuracy", 0);
     task->restarts = (int) s_number (row, "restarts", 0);
     task->heartbeat_age_secs = s_number (row, "heartbeat_age_secs", -1);
+    task->ring_rank = (int) s_number (row, "ring_rank", -1);
+    task->wait_ms = s_number (row, "wait_ms", 0);
     return 0;
 }
 

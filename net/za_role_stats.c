@@ -20,5 +20,7 @@ za_role_stats_init (za_role_stats_t *stats)
     atomic_store (&stats->eval_step, -1);
     atomic_store (&stats->eval_accuracy, -1.0);
     atomic_store (&stats->alive, 0.0);
+    atomic_store (&stats->ring_rank, -1);
+    atomic_store (&stats->wait_ms, 0.0);
     atomic_store (&stats->state, ZA_ROLE_STARTING);
 }

@@ -272,6 +272,12 @@ Test (allreduce, a_killed_worker_rejoins_the_ring_where_it_was_without_a_rewind)
     json_t *state = za_test_wait_for (broker, za_test_task_back, &want, "step 100", 240);
     json_t *worker = za_test_row (state, "worker", 0);
     pid_t pid = (pid_t) json_integer_value (json_object_get (worker, "pid"));
+    //  zactor-top's rows place each in the ring, with its wait per step.
+    json_t *chief_row = za_test_row (state, "chief", 0);
+    cr_expect_eq (json_integer_value (json_object_get (chief_row, "ring_rank")), 0);
+    cr_expect_eq (json_integer_value (json_object_get (worker, "ring_rank")), 1);
+    cr_expect (json_is_number (json_object_get (worker, "wait_ms"))
+               && json_number_value (json_object_get (worker, "wait_ms")) >= 0);
     int64_t killed_at = json_integer_value (json_object_get (state, "global_step"));
     json_decref (state);
     cr_assert_gt (pid, 1);

@@ -424,6 +424,10 @@ Test (broker, every_field_of_a_register_and_a_report_is_checked)
         "\"examples_per_sec\": 1",
         "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
         "\"examples_per_sec\": 1, \"eval_step\": 5",
+        "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
+        "\"examples_per_sec\": 1, \"ring_rank\": 1",
+        "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
+        "\"examples_per_sec\": 1, \"ring_rank\": -1, \"wait_ms\": 1",
     };
     for (size_t f = 0; f < sizeof fields / sizeof fields [0]; f++) {
         char report [1024];

@@ -76,6 +76,8 @@ typedef struct {
     int restarts;
     double heartbeat_age_secs;      //  -1: never heard
     char endpoint [ZA_CLUSTER_ENDPOINT_MAX];
+    int ring_rank;                  //  the all-reduce ring's rank; -1: none
+    double wait_ms;                 //  ring: time per step waiting for peers
 } za_broker_task_row_t;
 
 //  One event: a start, registration, failure, restart, end.

@@ -39,9 +39,11 @@ typedef struct {
     _Atomic double alive;               //  za_clock_mono () at the role loop's last turn
                                         //  (0: the role does not keep it)
     _Atomic int state;                  //  za_role_state_t
+    _Atomic int ring_rank;              //  the all-reduce ring's rank; -1: no ring
+    _Atomic double wait_ms;             //  ring: recent time per step waiting for peers
 } za_role_stats_t;
 
-//  Zeroes stats and sets eval_step and eval_accuracy to -1.
+//  Zeroes stats and sets eval_step, eval_accuracy and ring_rank to -1.
 void za_role_stats_init (za_role_stats_t *stats);
 
 //  Publishes a role's state and that its loop turned at `now` (za_clock_mono)
