@@ -8,8 +8,10 @@
 
 #include "za/za_checkpoint.h"
 #include "za/za_util.h"
+#include "za/za_wire.h"
 
 #include <criterion/criterion.h>
+#include <czmq.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -50,10 +52,39 @@ s_tf_config (char *text, size_t size, const int *ports, int index)
               "\"task\": {\"type\": \"worker\", \"index\": %d}}", ports [0], ports [1], index);
 }
 
-//  Runs two workers with TF_CONFIG and args [w] (NULL-terminated each);
-//  fills the pair (caller frees err).
+//  Sends worker 1's ring port what no ring member sends: a frame of text, a
+//  header cut short, and a good chunk from a rank that is not its left.
 static void
-s_run_pair (const char *const *args [2], s_pair_t *pair)
+s_send_garbage (int port)
+{
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    //  The worker may not listen yet: what is queued goes once it does.
+    zsock_set_linger (sock, 60000);
+    cr_assert_eq (zsock_connect (sock, "tcp://127.0.0.1:%d", port), 0);
+    zstr_send (sock, "hello ring");
+    za_wire_msg_t *msg = malloc (sizeof *msg);
+    za_wire_msg_init (msg, ZA_OP_RING);
+    msg->task = 1;
+    msg->step = 1;
+    float chunk [4] = {1e30f, 1e30f, 1e30f, 1e30f};
+    int64_t shape [1] = {4};
+    za_wire_msg_add (msg, "chunk", ZA_DTYPE_F32, 1, shape, chunk);
+    za_wire_lease_t lease;
+    za_wire_lease_init (&lease);
+    cr_assert_eq (za_wire_send (sock, NULL, msg, &lease), 0);
+    za_wire_lease_wait (&lease);
+    const unsigned char cut [] = {0x83, 0xa1, 0x76, 0x01, 0xa2, 0x6f};
+    zframe_t *frame = zframe_new (cut, sizeof cut);
+    zframe_send (&frame, sock, 0);
+    free (msg);
+    zsock_destroy (&sock);
+}
+
+//  Runs two workers with TF_CONFIG and args [w] (NULL-terminated each),
+//  sending worker 1 garbage (when asked) while they train; fills the pair
+//  (caller frees err).
+static void
+s_run_pair_with (const char *const *args [2], int garbage, s_pair_t *pair)
 {
     int ports [2] = {za_test_free_port (), za_test_free_port ()};
     pid_t pids [2];
@@ -69,6 +100,8 @@ s_run_pair (const char *const *args [2], s_pair_t *pair)
         pids [w] = za_test_spawn (args [w], outs [w], errs [w]);
     }
     unsetenv ("TF_CONFIG");
+    if (garbage)
+        s_send_garbage (ports [1]);
     memset (pair, 0, sizeof *pair);
     for (int w = 0; w < 2; w++) {
         int status = za_test_wait (pids [w], RUN_TIMEOUT_S);
@@ -85,6 +118,12 @@ s_run_pair (const char *const *args [2], s_pair_t *pair)
         free (outs [w]);
         free (errs [w]);
     }
+}
+
+static void
+s_run_pair (const char *const *args [2], s_pair_t *pair)
+{
+    s_run_pair_with (args, 0, pair);
 }
 
 static void
@@ -127,7 +166,15 @@ Test (allreduce, the_tutorials_two_workers_train_the_cnn_and_end_identical)
                            "--no-eval", NULL};
     const char *const *both [2] = {args, args};
     s_pair_t pair;
-    s_run_pair (both, &pair);
+    s_run_pair_with (both, 1, &pair);
+    //  What worker 1 was sent besides the ring was dropped, counted, and
+    //  changed nothing.
+    unsigned dropped = 0;
+    const char *count = strstr (pair.err [1], "other ");
+    count = count? strstr (count, "; "): NULL;
+    cr_assert (count && sscanf (count, "; %u ring messages dropped", &dropped) == 1, "%s",
+               pair.err [1]);
+    cr_expect_eq (dropped, 3, "%s", pair.err [1]);
     for (int w = 0; w < 2; w++) {
         cr_expect_eq (pair.exit_code [w], 0, "worker %d: %s", w, pair.err [w]);
         cr_expect_eq (pair.step [w], atoi (STEPS), "worker %d: %s", w, pair.err [w]);

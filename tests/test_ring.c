@@ -300,3 +300,86 @@ Test (ring, bad_configs_are_refused)
     config.bind = "tcp://300.1.1.1:1";
     cr_expect_null (za_ring_new (&config));
 }
+
+static void *
+s_resync_run (void *arg)
+{
+    za_ring_resync ((za_ring_t *) arg);
+    return NULL;
+}
+
+//  The survivor of a restart: a step that the restart ends, then the new
+//  generation's broadcast and a step.
+typedef struct {
+    za_ring_t *ring;
+    float data [64];
+    int rcs [4];
+    int64_t gen;
+} s_survivor_t;
+
+static void *
+s_survivor_run (void *arg)
+{
+    s_survivor_t *self = (s_survivor_t *) arg;
+    self->rcs [0] = za_ring_allreduce_mean (self->ring, self->data, 64, 2);
+    self->rcs [1] = za_ring_resync (self->ring);
+    self->rcs [2] = za_ring_broadcast (self->ring, self->data, 64, 0, 0);
+    self->rcs [3] = za_ring_allreduce_mean (self->ring, self->data, 64, 2);
+    self->gen = za_ring_generation (self->ring);
+    return NULL;
+}
+
+Test (ring, a_restarted_member_asks_and_the_ring_reforms_with_the_roots_state)
+{
+    s_ring_case_t c;
+    s_make (&c, 2, 1, 16, 10);
+    //  Generation one: both agree, one step.
+    pthread_t thread;
+    for (int r = 0; r < 2; r++) {
+        c.ranks [r].n = 64;
+        c.ranks [r].data = malloc (64 * sizeof (float));
+        for (int i = 0; i < 64; i++)
+            c.ranks [r].data [i] = (float) (r + 1);
+    }
+    s_rank_t *rank1 = &c.ranks [1];
+    pthread_create (&thread, NULL, s_resync_run, rank1->ring);
+    cr_assert_eq (za_ring_resync (c.ranks [0].ring), 0);
+    pthread_join (thread, NULL);
+    int64_t first = za_ring_generation (c.ranks [0].ring);
+    cr_assert_gt (first, 0);
+    cr_assert_eq (za_ring_generation (rank1->ring), first);
+    s_run_all (&c);
+    cr_assert_eq (c.ranks [0].rc, 0, "%s", c.ranks [0].error);
+    cr_assert_eq (c.ranks [0].data [5], 1.5f);
+    //  Rank 1 dies and comes back at the same endpoint, with nothing.
+    za_ring_destroy (&rank1->ring);
+    s_survivor_t survivor = {.ring = c.ranks [0].ring};
+    for (int i = 0; i < 64; i++)
+        survivor.data [i] = 7.0f;
+    pthread_create (&thread, NULL, s_survivor_run, &survivor);
+    zclock_sleep (100);                 //  the survivor waits in its step
+    za_ring_config_t config = {
+        .rank = 1, .size = 2, .bind = c.endpoints [1], .right = c.endpoints [0],
+        .chunk_floats = 16, .timeout_secs = 10,
+    };
+    rank1->ring = za_ring_new (&config);
+    cr_assert_not_null (rank1->ring);
+    float fresh [64] = {0};
+    cr_assert_eq (za_ring_ask_resync (rank1->ring), 0);
+    cr_assert_eq (za_ring_resync (rank1->ring), 0, "%s", za_last_error ());
+    cr_assert_eq (za_ring_broadcast (rank1->ring, fresh, 64, 0, 0), 0, "%s", za_last_error ());
+    //  It has the survivor's values, not a rewind; then they step together.
+    cr_expect_eq (fresh [10], 7.0f);
+    cr_assert_eq (za_ring_allreduce_mean (rank1->ring, fresh, 64, 2), 0);
+    pthread_join (thread, NULL);
+    cr_expect_eq (survivor.rcs [0], ZA_RING_RESYNC, "the step in progress was not ended");
+    cr_expect_eq (survivor.rcs [1], 0);
+    cr_expect_eq (survivor.rcs [2], 0);
+    cr_expect_eq (survivor.rcs [3], 0);
+    cr_expect_gt (survivor.gen, first);
+    cr_expect_eq (za_ring_generation (rank1->ring), survivor.gen);
+    cr_expect (memcmp (fresh, survivor.data, sizeof fresh) == 0);
+    //  What the survivor had sent the dead one was of the old generation.
+    cr_expect_geq (za_ring_dropped (rank1->ring), 1);
+    s_destroy (&c);
+}
