@@ -368,7 +368,7 @@ za_mirrored_actor (zsock_t *pipe, void *args)
     int rc = s_train (self) == 0? 0: 1;
     if (rc)
         s_check_term (self);
-    za_role_publish_end (self->stats, rc, self->global_step);
+    za_role_publish_end (config, rc, self->global_step);
     uint32_t crc = za_role_values_crc (za_replica_values (self->replica), self->vars->total);
     //  The same crc on every worker: the replicas are identical.
     za_info ("%s: %s at step %" PRId64 " in %.1f s (values crc32 %08x)", self->who,

@@ -88,7 +88,21 @@ typedef struct {
     int64_t final_step;                     //  the one found, for s_load_final
     za_wire_msg_t *in, *out;
     char slot_names [ZA_PLACEMENT_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
+    //  ps-sync: the gradients of this step summed until `aggregate` of them
+    //  are in, their pushers waiting for the values of the next step.
+    int aggregate;                          //  replicas to aggregate (0: async)
+    float *accum;
+    int aggregated;
+    uint8_t contributed [ZA_PS_MAX_WORKERS];
+    zlist_t *waiting;                       //  s_waiter_t *
+    uint64_t stale;                         //  pushes of an older step, dropped
 } s_ps_t;
+
+//  A pusher waiting for the step its gradient is part of.
+typedef struct {
+    zframe_t *routing_id;
+    uint64_t seq;
+} s_waiter_t;
 
 static void
 s_ps_destroy (s_ps_t **self_p)
@@ -115,6 +129,15 @@ s_ps_destroy (s_ps_t **self_p)
     for (int s = 0; s < ZA_OPTIM_MAX_SLOTS; s++)
         za_free (self->slots [s]);
     za_free (self->scratch);
+    za_free (self->accum);
+    if (self->waiting) {
+        s_waiter_t *waiter;
+        while ((waiter = (s_waiter_t *) zlist_pop (self->waiting))) {
+            zframe_destroy (&waiter->routing_id);
+            free (waiter);
+        }
+        zlist_destroy (&self->waiting);
+    }
     free (self->in);
     free (self->out);
     free (self);
@@ -162,6 +185,18 @@ s_ps_new (const za_role_config_t *config, zsock_t *pipe)
     self->scratch = (float *) za_alloc ((largest? largest: 1) * sizeof (float));
     if (!self->values [0] || !self->values [1] || !self->scratch)
         goto fail;
+    if (config->strategy == ZA_STRATEGY_PS_SYNC) {
+        self->aggregate = config->replicas_to_aggregate > 0? config->replicas_to_aggregate
+                                                           : config->num_workers;
+        self->accum = (float *) za_alloc (bytes);
+        self->waiting = zlist_new ();
+        if (!self->accum || !self->waiting || self->aggregate > config->num_workers) {
+            za_error ("ps %d: cannot aggregate %d of %d workers' gradients", config->ps_index,
+                      self->aggregate, config->num_workers);
+            goto fail;
+        }
+        memset (self->accum, 0, bytes);
+    }
     self->router = zsock_new (ZMQ_ROUTER);
     if (!self->router)
         goto fail;
@@ -310,14 +345,11 @@ s_floats_of (s_ps_t *self, const za_wire_tensor_t *t)
     return self->scratch;
 }
 
+//  One optimizer update of our values into the other block, which becomes
+//  current: with the gradients of push `msg`, or (msg NULL) with accum.
 static void
-s_apply_push (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
+s_update (s_ps_t *self, const za_wire_msg_t *msg)
 {
-    char why [256];
-    if (s_check_parts (self, msg, 1, why, sizeof why)) {
-        s_reply_error (self, routing_id, msg->seq, "bad_request", why);
-        return;
-    }
     int next = 1 - self->current;
     za_wire_lease_wait (&self->lease [next]);
     za_wire_lease_wait (&self->slot_lease);
@@ -330,12 +362,112 @@ s_apply_push (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
         float *slots [ZA_OPTIM_MAX_SLOTS];
         for (int s = 0; s < slot_count; s++)
             slots [s] = self->slots [s] + at;
-        za_optim_apply_into (&self->optim, self->updates + 1, in + at, out + at,
-                             s_floats_of (self, &msg->tensors [i]), slots, n);
+        const float *grads = msg? s_floats_of (self, &msg->tensors [i]): self->accum + at;
+        za_optim_apply_into (&self->optim, self->updates + 1, in + at, out + at, grads, slots,
+                             n);
     }
     self->current = next;
     self->updates++;
+}
+
+static void
+s_apply_push (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
+{
+    char why [256];
+    if (s_check_parts (self, msg, 1, why, sizeof why)) {
+        s_reply_error (self, routing_id, msg->seq, "bad_request", why);
+        return;
+    }
+    s_update (self, msg);
     s_reply_values (self, routing_id, msg->seq);
+}
+
+// ---------------------------------------------------------------------------
+//  ps-sync: the mean of `aggregate` pushes of one step, applied once
+
+//  Answers every waiting pusher: the values now (or, with `done`, that
+//  training is over), and forgets them.
+static void
+s_answer_waiting (s_ps_t *self, int done)
+{
+    s_waiter_t *waiter;
+    while (self->waiting && (waiter = (s_waiter_t *) zlist_pop (self->waiting))) {
+        if (done)
+            s_reply_error (self, waiter->routing_id, waiter->seq, "done", "training is over");
+        else
+            s_reply_values (self, waiter->routing_id, waiter->seq);
+        zframe_destroy (&waiter->routing_id);
+        free (waiter);
+    }
+}
+
+//  Starts the next step's sum.
+static void
+s_sync_reset (s_ps_t *self)
+{
+    if (!self->accum)
+        return;
+    memset (self->accum, 0, (self->floats? self->floats: 1) * sizeof (float));
+    memset (self->contributed, 0, sizeof self->contributed);
+    self->aggregated = 0;
+}
+
+static void
+s_sync_push (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
+{
+    char why [256];
+    if (s_check_parts (self, msg, 1, why, sizeof why)) {
+        s_reply_error (self, routing_id, msg->seq, "bad_request", why);
+        return;
+    }
+    if (msg->step < 0 || msg->step > self->updates || self->contributed [msg->task]) {
+        snprintf (why, sizeof why, "a ps-sync push needs the step of the values it was "
+                  "computed on, at most %" PRId64 " and once per task (task %d, step %"
+                  PRId64 ")", self->updates, msg->task, msg->step);
+        s_reply_error (self, routing_id, msg->seq, "bad_request", why);
+        return;
+    }
+    if (msg->step < self->updates) {
+        //  Computed on older values (a backup worker, or a slow one): dropped,
+        //  counted, and answered with the values it should have used.
+        if (self->stale++ % 100 == 0)
+            za_info ("ps %d: a gradient of step %" PRId64 " from task %d came at step %" PRId64
+                     ": dropped (%" PRIu64 " so far)", self->config->ps_index, msg->step,
+                     msg->task, self->updates, self->stale);
+        s_reply_values (self, routing_id, msg->seq);
+        return;
+    }
+    for (int i = 0; i < self->part_count; i++) {
+        const float *grads = s_floats_of (self, &msg->tensors [i]);
+        float *sum = self->accum + self->part_at [i];
+        size_t n = self->placement.parts [self->parts [i]].size;
+        for (size_t j = 0; j < n; j++)
+            sum [j] += grads [j];
+    }
+    self->contributed [msg->task] = 1;
+    s_waiter_t *waiter = (s_waiter_t *) malloc (sizeof *waiter);
+    if (waiter) {
+        waiter->routing_id = zframe_dup (routing_id);
+        waiter->seq = msg->seq;
+        zlist_append (self->waiting, waiter);
+    }
+    if (++self->aggregated < self->aggregate)
+        return;
+    for (size_t j = 0; j < self->floats; j++)
+        self->accum [j] /= (float) self->aggregate;
+    s_update (self, NULL);
+    s_sync_reset (self);
+    s_answer_waiting (self, 0);
+}
+
+//  A push, as the strategy applies it.
+static void
+s_push_now (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
+{
+    if (self->aggregate)
+        s_sync_push (self, routing_id, msg);
+    else
+        s_apply_push (self, routing_id, msg);
 }
 
 //  init: our parts, then each part's slots "<part>/<slot>", then (ps 0)
@@ -410,6 +542,9 @@ s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
         }
     }
     self->updates = msg->step;
+    //  A step being summed is gone with the old state: its pushers go on
+    //  from the new values.
+    s_sync_reset (self);
     za_info ("ps %d: initialised at step %" PRId64 " (%d parts, %zu floats, %s)",
              self->config->ps_index, msg->step, self->part_count, self->floats,
              za_optim_name (optim.kind));
@@ -417,6 +552,7 @@ s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
     self->out->seq = msg->seq;
     self->out->step = s_global_step (self);
     s_reply (self, routing_id, NULL);
+    s_answer_waiting (self, 0);
     return 0;
 }
 
@@ -574,7 +710,7 @@ s_push (s_ps_t *self, s_request_t *request)
     if (!s_task_ok (self, request->msg))
         return s_refuse (self, request, "bad_request", "push needs its task, a worker index "
                          "of this cluster");
-    s_apply_push (self, request->routing_id, request->msg);
+    s_push_now (self, request->routing_id, request->msg);
     return 0;
 }
 
@@ -619,8 +755,10 @@ static void
 s_end_hold (s_ps_t *self, int stop)
 {
     zframe_destroy (&self->holder);
-    if (stop)
+    if (stop) {
         self->stop_time = za_clock_mono ();
+        s_answer_waiting (self, 1);         //  their step will never be made
+    }
     zmsg_t *queued;
     while ((queued = (zmsg_t *) zlist_pop (self->queued))) {
         zframe_t *id = zmsg_pop (queued);
@@ -628,7 +766,7 @@ s_end_hold (s_ps_t *self, int stop)
             if (stop)
                 s_reply_error (self, id, self->in->seq, "done", "training is over");
             else
-                s_apply_push (self, id, self->in);
+                s_push_now (self, id, self->in);
         }
         zframe_destroy (&id);
         zmsg_destroy (&queued);
@@ -912,6 +1050,9 @@ za_ps_actor (zsock_t *pipe, void *args)
     za_info ("ps %d: done at step %" PRId64 ", %zu floats, crc32 %08x, %" PRIu64
              " bad messages dropped", config->ps_index, s_global_step (self), self->floats,
              crc, self->dropped);
+    if (self->aggregate)
+        za_info ("ps %d: ps-sync: %d gradients per step, %" PRIu64 " stale ones dropped",
+                 config->ps_index, self->aggregate, self->stale);
     int64_t step = s_global_step (self), floats = (int64_t) self->floats;
     s_ps_destroy (&self);
     za_role_stats_publish (config->stats, rc? ZA_ROLE_FAILED: ZA_ROLE_DONE, za_clock_mono ());

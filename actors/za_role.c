@@ -218,11 +218,14 @@ za_role_failed_start (zsock_t *pipe, za_role_stats_t *stats)
 }
 
 void
-za_role_publish_end (za_role_stats_t *stats, int rc, int64_t global_step)
+za_role_publish_end (const za_role_config_t *config, int rc, int64_t global_step)
 {
+    za_role_stats_t *stats = config->stats;
     if (stats)
         atomic_store_explicit (&stats->global_step, global_step, memory_order_relaxed);
-    za_role_stats_publish (stats, rc? ZA_ROLE_FAILED: ZA_ROLE_DONE, za_clock_mono ());
+    za_role_stats_publish (stats, rc? ZA_ROLE_FAILED
+                                : config->evaluates_after? ZA_ROLE_RUNNING: ZA_ROLE_DONE,
+                           za_clock_mono ());
 }
 
 uint32_t

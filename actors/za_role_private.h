@@ -44,8 +44,9 @@ void za_role_rates_publish (za_role_rates_t *self, za_role_stats_t *stats,
 void za_role_failed_start (zsock_t *pipe, za_role_stats_t *stats);
 
 //  A role's end for its watchers: its last global_step, and DONE or FAILED
-//  (rc 0 or not). stats may be NULL.
-void za_role_publish_end (za_role_stats_t *stats, int rc, int64_t global_step);
+//  (rc 0 or not); a success stays RUNNING when the caller evaluates after
+//  (config->evaluates_after). stats may be NULL.
+void za_role_publish_end (const za_role_config_t *config, int rc, int64_t global_step);
 
 //  CRC32 of a value block, as DONE reports it.
 uint32_t za_role_values_crc (const float *values, size_t floats);

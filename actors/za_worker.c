@@ -225,8 +225,12 @@ s_build (s_worker_t *self, za_op_t op, int p)
     za_wire_msg_init (self->out, op);
     self->out->seq = self->seq;
     self->out->task = self->config->worker_index;
-    if (op == ZA_OP_PUSH)
+    if (op == ZA_OP_PUSH) {
+        //  ps-sync: the step of the values these gradients were computed on.
+        if (self->config->strategy == ZA_STRATEGY_PS_SYNC)
+            self->out->step = self->global_step;
         s_add_parts (self, p, za_replica_gradients (self->replica), NULL, NULL);
+    }
     else
     if (op == ZA_OP_INIT) {
         const za_optim_config_t *optim = za_replica_optim (self->replica);
@@ -815,7 +819,7 @@ za_worker_actor (zsock_t *pipe, void *args)
         if (s_call_all_within (self, ZA_OP_BYE, wait) == 0)
             s_expect_or (self, ZA_OP_BYE_OK, "not_ready");
     }
-    za_role_publish_end (self->stats, rc, self->global_step);
+    za_role_publish_end (config, rc, self->global_step);
     double secs = za_clock_mono () - self->start_time;
     za_info ("%s: %s at step %" PRId64 " after %" PRId64 " own steps in %.1f s",
              s_who (self), rc? "failed": "done", self->global_step, self->own_steps, secs);

@@ -67,8 +67,13 @@ s_usage (const za_program_t *program, za_options_t *options, const za_settings_t
 static int
 s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
-    if (streq (s->strategy, "ps-sync")) {
-        za_error ("--strategy ps-sync is not built yet: use ps-async, or allreduce");
+    if (s->replicas_to_aggregate > 0 && !streq (s->strategy, "ps-sync")) {
+        za_error ("--replicas-to-aggregate goes with --strategy ps-sync");
+        return ZA_EXIT_USAGE;
+    }
+    if (s->local && s->replicas_to_aggregate > 1 + s->workers) {
+        za_error ("--replicas-to-aggregate %" PRId64 ": the job has %" PRId64 " workers with "
+                  "the chief", s->replicas_to_aggregate, 1 + s->workers);
         return ZA_EXIT_USAGE;
     }
     //  The all-reduce has no ps; the ps strategies need one.

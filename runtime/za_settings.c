@@ -61,7 +61,13 @@ static const za_option_t s_options [] = {
                "ps-async: parameter servers apply each push at once;\n"
                "allreduce (multi_worker_mirrored): no ps, the workers average\n"
                "their gradients each step over a ring and stay identical (a\n"
-               "global step is then workers x batch examples); ps-sync: planned"),
+               "global step is then workers x batch examples); ps-sync: the ps\n"
+               "apply the mean of --replicas-to-aggregate pushes once per step"),
+    ZA_OPTION ("replicas-to-aggregate", T_INT, replicas_to_aggregate, "N", "0", 0,
+               ZA_BROKER_MAX_TASKS, NULL, R_ALL, JOB, 0, NULL,
+               "ps-sync: gradients the ps average into each step (0: one from\n"
+               "every worker); with fewer than the workers, the rest are backups\n"
+               "whose late gradients are dropped"),
     ZA_OPTION ("model-dir", T_STR, model_dir, "DIR", "runs/fmnist", 0, 0, NULL, R_ALL, JOB, 0,
                "RunConfig (TensorFlow's names)",
                "checkpoints and metrics; training continues from the newest\n"
@@ -219,6 +225,8 @@ za_settings_strategy (const za_settings_t *settings)
 int
 za_settings_replicas (const za_settings_t *settings)
 {
-    return za_settings_strategy (settings) == ZA_STRATEGY_ALLREDUCE
-         ? (int) (1 + settings->workers): 1;
+    za_strategy_t strategy = za_settings_strategy (settings);
+    if (strategy == ZA_STRATEGY_PS_SYNC && settings->replicas_to_aggregate > 0)
+        return (int) settings->replicas_to_aggregate;
+    return strategy == ZA_STRATEGY_PS_ASYNC? 1: (int) (1 + settings->workers);
 }

@@ -323,6 +323,7 @@ s_role_config (za_task_t *task, const za_place_t *place, za_role_config_t *role)
     role->params = task->params;
     role->input = task->input;
     role->strategy = za_settings_strategy (s);
+    role->replicas_to_aggregate = (int) s->replicas_to_aggregate;
     //  The chief initialises the ps with the job's optimizer: the one source.
     //  All-reduce workers each apply it (the chief checks they agree).
     if (place->is_chief || role->strategy == ZA_STRATEGY_ALLREDUCE)
@@ -359,6 +360,10 @@ za_task_run_role (za_task_t *task, const za_place_t *place, zactor_t *client)
     mallopt (M_TRIM_THRESHOLD, MALLOC_KEEP_BYTES);
     za_role_config_t role;
     s_role_config (task, place, &role);
+    //  Only the chief evaluates at the end, and only when no evaluator does:
+    //  until then the broker must not see it done.
+    int evaluates = place->is_chief && !task->settings->no_eval && place->evaluators == 0;
+    role.evaluates_after = evaluates;
     za_info ("%s %d of the cluster (%d workers, %d ps), model %s, %d threads",
              za_task_type_name (place->type), place->index, place->num_workers,
              place->ps_count, s_model_text (task), role.run.threads);
@@ -372,8 +377,9 @@ za_task_run_role (za_task_t *task, const za_place_t *place, zactor_t *client)
     zactor_destroy (&actor);
     if (rc)
         return 1;
-    //  Only the chief evaluates at the end, and only when no evaluator does.
-    if (place->is_chief && !task->settings->no_eval && place->evaluators == 0)
-        return s_evaluate_final (task);
-    return 0;
+    if (!evaluates)
+        return 0;
+    rc = s_evaluate_final (task);
+    za_role_stats_publish (task->stats, rc? ZA_ROLE_FAILED: ZA_ROLE_DONE, za_clock_mono ());
+    return rc;
 }

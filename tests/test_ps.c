@@ -33,6 +33,17 @@ typedef struct {
     za_role_stats_t stats;
 } s_ps_case_t;
 
+//  Starts the ps of c->config and a client for it.
+static void
+s_start (s_ps_case_t *c)
+{
+    c->ps = zactor_new (za_ps_actor, &c->config);
+    c->client = zsock_new_dealer (">inproc://test-ps");
+    c->out = malloc (sizeof *c->out);
+    c->in = malloc (sizeof *c->in);
+    za_wire_lease_init (&c->lease);
+}
+
 //  model_dir and max_steps: the run the ps belongs to (NULL, 0: none);
 //  heartbeats every ivl_secs, liveness 3.
 static void
@@ -55,11 +66,7 @@ s_setup_beat (s_ps_case_t *c, const char *model_dir, int64_t max_steps, double i
     c->config.heartbeat_liveness = 3;
     za_role_stats_init (&c->stats);
     c->config.stats = &c->stats;
-    c->ps = zactor_new (za_ps_actor, &c->config);
-    c->client = zsock_new_dealer (">inproc://test-ps");
-    c->out = malloc (sizeof *c->out);
-    c->in = malloc (sizeof *c->in);
-    za_wire_lease_init (&c->lease);
+    s_start (c);
 }
 
 static void
@@ -379,5 +386,101 @@ Test (ps, the_hold_lapse_follows_the_heartbeat_settings)
     zsock_destroy (&worker);
     za_wire_lease_wait (&lease);
     free (push);
+    s_teardown (&c);
+}
+
+//  Sends a ps-sync push of task `task` for `step` (-1: none) with every
+//  gradient `g` from sock; returns nothing (a reply may come later).
+static void
+s_sync_push (s_ps_case_t *c, zsock_t *sock, int task, int64_t step, float g)
+{
+    static float grads_k [12], grads_b [3];
+    za_wire_lease_wait (&c->lease);
+    for (int i = 0; i < 12; i++)
+        grads_k [i] = g;
+    for (int i = 0; i < 3; i++)
+        grads_b [i] = g;
+    za_wire_msg_init (c->out, ZA_OP_PUSH);
+    c->out->seq = ++c->seq;
+    c->out->task = task;
+    c->out->step = step;
+    s_add_params (c, grads_k, grads_b);
+    cr_assert_eq (za_wire_send (sock, NULL, c->out, &c->lease), 0);
+}
+
+//  The next reply on sock within ms into c->in: its op, or -1.
+static int
+s_reply_on (s_ps_case_t *c, zsock_t *sock, int ms)
+{
+    zmsg_destroy (&c->reply);
+    zsock_set_rcvtimeo (sock, ms);
+    c->reply = zmsg_recv (sock);
+    if (!c->reply)
+        return -1;
+    cr_assert_eq (za_wire_decode (c->reply, c->in), 0);
+    return (int) c->in->op;
+}
+
+Test (ps, ps_sync_applies_the_mean_of_a_step_once_and_drops_what_comes_late)
+{
+    s_ps_case_t c;
+    memset (&c, 0, sizeof c);
+    cr_assert_eq (za_stack_parse ("flatten dense(3)", &c.spec), 0);
+    za_role_config_init (&c.config);
+    c.config.model_fn = za_stack_model_fn ();
+    c.config.params = &c.spec;
+    c.config.input = (za_input_shape_t) {2, 2, 1};
+    c.config.ps_count = 1;
+    c.config.num_workers = 3;                   //  two to aggregate, one backup
+    c.config.strategy = ZA_STRATEGY_PS_SYNC;
+    c.config.replicas_to_aggregate = 2;
+    c.config.bind_endpoint = "inproc://test-ps";
+    c.config.timeout_secs = 30;
+    c.config.heartbeat_ivl_secs = 1;
+    c.config.heartbeat_liveness = 3;
+    s_start (&c);
+    for (int i = 0; i < 12; i++)
+        c.kernel [i] = 1;
+    for (int i = 0; i < 3; i++)
+        c.bias [i] = 1;
+    int64_t zero = 0;
+    s_init_sgd (&c, 0.5f, &zero);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK);
+    zsock_t *second = zsock_new_dealer (">inproc://test-ps");
+    zsock_t *backup = zsock_new_dealer (">inproc://test-ps");
+    //  The first gradient of step 0 waits for the second.
+    s_sync_push (&c, c.client, 0, 0, 1.0f);
+    cr_expect_eq (s_reply_on (&c, c.client, 300), -1, "answered before the step was made");
+    s_sync_push (&c, second, 1, 0, 3.0f);
+    //  Both get the values of step 1: 1 - 0.5 x mean (1, 3) = 0.
+    for (int w = 0; w < 2; w++) {
+        cr_assert_eq (s_reply_on (&c, w? second: c.client, REPLY_MS), ZA_OP_VALUES);
+        cr_expect_eq (c.in->step, 1);
+    }
+    s_expect_values (&c, 0.0f);
+    //  The backup's gradient of step 0 is late: dropped, answered at once.
+    s_sync_push (&c, backup, 2, 0, 100.0f);
+    cr_assert_eq (s_reply_on (&c, backup, REPLY_MS), ZA_OP_VALUES);
+    cr_expect_eq (c.in->step, 1);
+    s_expect_values (&c, 0.0f);
+    //  A push without its step, one from the future, one twice: refused.
+    s_sync_push (&c, backup, 2, -1, 1.0f);
+    cr_assert_eq (s_reply_on (&c, backup, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "bad_request");
+    s_sync_push (&c, backup, 2, 5, 1.0f);
+    cr_assert_eq (s_reply_on (&c, backup, REPLY_MS), ZA_OP_ERROR);
+    s_sync_push (&c, c.client, 0, 1, 1.0f);
+    s_sync_push (&c, second, 0, 1, 1.0f);
+    cr_assert_eq (s_reply_on (&c, second, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "bad_request");
+    //  Training ends with task 0 still waiting: it is told so.
+    za_wire_msg_init (c.out, ZA_OP_STOP);
+    c.out->seq = ++c.seq;
+    cr_assert_eq (za_wire_send (second, NULL, c.out, NULL), 0);
+    cr_assert_eq (s_reply_on (&c, second, REPLY_MS), ZA_OP_STOPPING);
+    cr_assert_eq (s_reply_on (&c, c.client, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "done");
+    zsock_destroy (&second);
+    zsock_destroy (&backup);
     s_teardown (&c);
 }

@@ -112,6 +112,7 @@ typedef struct {
     int64_t epochs;
     int no_eval;
     const char *strategy;
+    int64_t replicas_to_aggregate;
     //  RunConfig
     const char *model_dir;
     int64_t save_checkpoints_steps;

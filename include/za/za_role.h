@@ -46,6 +46,7 @@ typedef struct {
     int batch_size;
     int shuffle_buffer;             //  0: none
     size_t partition_floats;        //  split variables above this over the ps (0: never)
+    int replicas_to_aggregate;      //  ps-sync: pushes per step (0: num_workers)
     double timeout_secs;            //  a peer never heard from this long is unreachable
     double heartbeat_ivl_secs;      //  a worker waiting on a ps pings it this often (1 s)
     int heartbeat_liveness;         //  and logs it as stopped, hung or restarting after
@@ -71,6 +72,9 @@ typedef struct {
     za_input_fn_t input_fn;         //  or (when set) what this gives in TRAIN mode
     void *input_arg;                //  for that shard (za_input_context_t)
     za_role_stats_t *stats;         //  NULL, or where the role publishes its progress
+    int evaluates_after;            //  the caller evaluates once training is over: a
+                                    //  successful end stays "running" in stats, and
+                                    //  the caller publishes "done" after
 } za_role_config_t;
 
 //  Defaults: timeout ZA_ROLE_TIMEOUT_SECS, heartbeats every 1 s with liveness

@@ -1,9 +1,12 @@
-/*  test_allreduce.c: --strategy allreduce as real processes, one per
-    worker, from the tutorial's own TF_CONFIG (workers only, no chief, no
-    ps): both finish, hold the same bits, and the chief's checkpoint is that
-    state; the same seed gives the same checkpoint bytes; a worker whose job
-    differs from the chief's stops with an error naming it; clusters that do
-    not fit the strategy are refused at once.                              */
+/*  test_sync.c: the synchronous strategies as real processes.
+    --strategy allreduce, one process per worker, from the tutorial's own
+    TF_CONFIG (workers only, no chief, no ps): both finish, hold the same
+    bits, and the chief's checkpoint is that state; the same seed gives the
+    same checkpoint bytes; garbage sent to a worker's ring port is dropped;
+    a worker whose job differs from the chief's stops with an error naming
+    it; under --local a killed worker rejoins without a rewind; clusters that
+    do not fit the strategy are refused at once. --strategy ps-sync under
+    --local: the workers step together and a killed ps is reloaded.        */
 #include "za_test.h"
 
 #include "za/za_checkpoint.h"
@@ -26,7 +29,7 @@
 static void
 s_setup (void)
 {
-    za_test_dir_create ("za_allreduce");
+    za_test_dir_create ("za_sync");
 }
 
 static void
@@ -36,6 +39,7 @@ s_teardown (void)
 }
 
 TestSuite (allreduce, .init = s_setup, .fini = s_teardown, .timeout = 600 * ZA_TEST_SLOWDOWN);
+TestSuite (ps_sync, .init = s_setup, .fini = s_teardown, .timeout = 600 * ZA_TEST_SLOWDOWN);
 
 typedef struct {
     int exit_code [2];
@@ -384,4 +388,44 @@ Test (allreduce, clusters_that_do_not_fit_the_strategy_are_refused)
     za_test_result_free (&result);
     free (with_ps);
     free (workers);
+}
+
+Test (ps_sync, local_workers_step_together_and_a_killed_ps_is_reloaded)
+{
+    char *model_dir = za_test_path ("run");
+    char *out = za_test_path ("local.out");
+    const char *args [] = {"--local", "--strategy", "ps-sync", "--model", "cnn", "--workers",
+                           "1", "--evaluators", "0", "--max-steps", "400", "--batch-size", "32",
+                           "--save-checkpoints-steps", "100", "--model-dir", model_dir, NULL};
+    char broker [128];
+    pid_t local = za_test_start_local ("zactor-run", args, out, broker);
+    za_test_want_t want = {"ps", 0, 0, 150};
+    json_t *state = za_test_wait_for (broker, za_test_task_back, &want, "step 150", 240);
+    pid_t pid = (pid_t) json_integer_value (json_object_get (za_test_row (state, "ps", 0),
+                                                             "pid"));
+    json_decref (state);
+    cr_assert_gt (pid, 1);
+    cr_assert_eq (kill (pid, SIGKILL), 0);
+    int status = za_test_wait (local, RUN_TIMEOUT_S);
+    char *text = (char *) za_test_read_file (out, NULL);
+    cr_assert (WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s", text);
+    free (text);
+    int64_t step;
+    s_checkpoint_values_crc (model_dir, &step);
+    cr_expect_eq (step, 400);
+    //  Synchronous: each global step took one push from each of the two.
+    char *log_path = za_test_join (model_dir, "logs/chief-0.log");
+    char *log = (char *) za_test_read_file (log_path, NULL);
+    cr_expect (strstr (log, "reloading step "), "%s", log);
+    const char *done = strstr (log, "done at step 400 after ");
+    long long own = 0;
+    cr_assert (done && sscanf (done, "done at step 400 after %lld own steps", &own) == 1, "%s",
+               log);
+    //  Its own steps: the 400, plus those lost with the ps (reloaded from the
+    //  checkpoint of step 100 or later, at most 100 back).
+    cr_expect (own >= 400 && own <= 500, "%lld own steps", own);
+    free (log);
+    free (log_path);
+    free (out);
+    free (model_dir);
 }
