@@ -2,8 +2,9 @@
 #  Accuracy and speed of the seed CNN, 5 epochs of Fashion-MNIST in total:
 #  one process at batch 64 (--threads 2) against --strategy allreduce with 2
 #  workers at batch 32 each (one thread each) from the tutorial's TF_CONFIG,
-#  the same seed; then a second allreduce run, whose checkpoint must be the
-#  same bytes. Prints the test accuracy, the training time and images/sec.
+#  the same seed; a second allreduce run, whose checkpoint must be the same
+#  bytes; and --strategy ps-sync with 2 workers at batch 32 and one ps under
+#  --local. Prints the test accuracy, the training time and images/sec.
 #  Usage: bench/allreduce_accuracy.sh [BUILD] [EPOCHS] [SEED]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -40,6 +41,12 @@ ar2=$(allreduce "$work/ar2")
 same=no
 cmp -s "$(ls "$work"/ar1/model.ckpt-*.safetensors | tail -1)" \
        "$(ls "$work"/ar2/model.ckpt-*.safetensors | tail -1)" && same=yes
+#  ps-sync: the chief and one worker at batch 32 each, one ps, under --local.
+pssync=$("$run" "${common[@]}" --local --strategy ps-sync --workers 1 --evaluators 0 \
+         --batch-size 32 --threads 1 --model-dir "$work/pssync" 2> "$work/pssync.err" \
+         | grep 'test accuracy')
+ps_s=$(grep -o 'done at step [0-9]* after [0-9]* own steps in [0-9.]* s' \
+       "$work/pssync/logs/chief-0.log" | field in)
 images=$(echo "$steps * 64" | bc)
 echo "seed CNN, $epochs epochs ($steps global steps of 64 examples), seed $seed"
 printf '%-44s %9s %8s %10s\n' run accuracy train_s images/s
@@ -48,6 +55,8 @@ printf '%-44s %9s %8s %10.0f\n' "one process, batch 64, 2 threads" \
 printf '%-44s %9s %8s %10.0f\n' "allreduce, 2 workers x batch 32, 1 thread each" \
     "$(echo "$ar" | field accuracy)" "$ar_s" "$(echo "$images / $ar_s" | bc -l)"
 printf '%-44s %9s\n' "allreduce again, same seed" "$(echo "$ar2" | field accuracy)"
+printf '%-44s %9s %8s %10.0f\n' "ps-sync, 2 workers x batch 32, 1 ps (--local)" \
+    "$(echo "$pssync" | field accuracy)" "$ps_s" "$(echo "$images / $ps_s" | bc -l)"
 echo "workers' final values identical: $([ "$crcs" = 1 ] && echo yes || echo no);" \
      "second run's checkpoint the same bytes: $same"
 echo "allreduce / one process, images/sec: $(echo "$single_s / $ar_s" | bc -l | cut -c1-5)"

@@ -379,6 +379,11 @@ za_task_run_role (za_task_t *task, const za_place_t *place, zactor_t *client)
         return 1;
     if (!evaluates)
         return 0;
+    //  The evaluation has no loop that says it is alive (0: not kept): the
+    //  broker client reports on, and the broker does not take a long one
+    //  for a hang.
+    if (task->stats)
+        atomic_store_explicit (&task->stats->alive, 0.0, memory_order_relaxed);
     rc = s_evaluate_final (task);
     za_role_stats_publish (task->stats, rc? ZA_ROLE_FAILED: ZA_ROLE_DONE, za_clock_mono ());
     return rc;
