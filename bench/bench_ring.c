@@ -1,9 +1,10 @@
 /*  bench_ring.c: the all-reduce ring alone, N processes on this machine.
 
-    bench_ring BYTES [ITERS] [RANKS] [TRANSPORT]
+    bench_ring BYTES [ITERS] [RANKS] [TRANSPORT] [CHUNK_FLOATS]
     forks RANKS (2) processes that all-reduce (mean) a block of BYTES
     floats ITERS (200) times after 20 warm-up rounds, over TRANSPORT
-    (tcp: 127.0.0.1, or ipc), and prints from rank 0
+    (tcp: 127.0.0.1, or ipc), in chunks of CHUNK_FLOATS (0: the ring's
+    default), and prints from rank 0
       ring bytes=B ranks=N transport=T median_us=M mean_us=A min_us=L busbw_gbps=G
     bus bandwidth as NCCL counts it: 2 (N-1)/N x bytes / time.
     bench/allreduce.sh runs it against Open MPI and torch.distributed gloo.  */
@@ -44,12 +45,15 @@ s_compare (const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static size_t s_chunk_floats;
+
 static int
 s_rank (int rank, int ranks, char endpoints [][64], size_t floats, int iters)
 {
     za_ring_config_t config = {
         .rank = rank, .size = ranks, .bind = endpoints [rank],
         .right = endpoints [(rank + 1) % ranks], .timeout_secs = 30,
+        .chunk_floats = s_chunk_floats,
     };
     za_ring_t *ring = za_ring_new (&config);
     float *data = (float *) malloc ((floats + 1) * sizeof (float));
@@ -90,13 +94,14 @@ int
 main (int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf (stderr, "usage: bench_ring BYTES [ITERS] [RANKS] [tcp|ipc]\n");
+        fprintf (stderr, "usage: bench_ring BYTES [ITERS] [RANKS] [tcp|ipc] [CHUNK_FLOATS]\n");
         return 2;
     }
     size_t floats = (size_t) atol (argv [1]) / sizeof (float);
     int iters = argc > 2? atoi (argv [2]): 200;
     int ranks = argc > 3? atoi (argv [3]): 2;
     int ipc = argc > 4 && streq (argv [4], "ipc");
+    s_chunk_floats = argc > 5? (size_t) atol (argv [5]): 0;
     if (ranks < 1 || ranks > MAX_RANKS || iters < 1)
         return 2;
     char endpoints [MAX_RANKS][64];
