@@ -23,7 +23,6 @@ typedef struct {
     const za_role_config_t *config;
     zsock_t *pipe;
     char who [32];                              //  "chief 0", "worker 2"
-    char prefix [40];
     za_replica_t *replica;                      //  gradients and slots: the whole model
     const za_vars_t *vars;
     za_ring_t *ring;
@@ -31,11 +30,7 @@ typedef struct {
     int64_t global_step;
     int64_t own_steps;
     int terminated;                             //  $TERM came on the pipe
-    za_hooks_t hooks;
-    za_step_counter_t counter;
-    za_summary_hook_t summary;
-    za_saver_hook_t saver;
-    za_run_context_t context;
+    za_role_hooks_t hooks;                      //  the counter; the savers for the chief
     double start_time;
     //  Where a step's time goes: the gradients, the all-reduce, the rest.
     double compute_secs, reduce_secs, step_secs;
@@ -73,7 +68,7 @@ s_mirrored_destroy (s_mirrored_t **self_p)
         return;
     za_ring_destroy (&self->ring);
     za_input_destroy (&self->input);
-    za_hooks_end (&self->hooks, &self->context);
+    za_hooks_end (&self->hooks.hooks, &self->hooks.context);
     za_replica_destroy (&self->replica);
     free (self);
     *self_p = NULL;
@@ -89,11 +84,7 @@ s_mirrored_new (const za_role_config_t *config, zsock_t *pipe)
     self->pipe = pipe;
     self->stats = config->stats;
     self->start_time = za_clock_mono ();
-    if (*config->who)
-        snprintf (self->who, sizeof self->who, "%s", config->who);
-    else
-        snprintf (self->who, sizeof self->who, "%s %d", config->is_chief? "chief": "worker",
-                  config->worker_index);
+    za_role_who (config, self->who, sizeof self->who);
     za_replica_config_t replica = {
         .model_fn = config->model_fn, .params = config->params, .input = config->input,
         .threads = config->run.threads, .train = 1, .optim = &config->optim,
@@ -110,15 +101,7 @@ s_mirrored_new (const za_role_config_t *config, zsock_t *pipe)
     self->ring = za_ring_new (&ring);
     if (!self->ring)
         goto fail;
-    const za_run_config_t *run = &config->run;
-    snprintf (self->prefix, sizeof self->prefix, "%s: ", self->who);
-    self->counter.who = self->prefix;
-    za_hook_t hook = za_step_counter_hook (&self->counter, run->log_step_count_steps, 0);
-    za_hooks_add (&self->hooks, &hook);
-    if (config->is_chief) {
-        hook = za_summary_hook (&self->summary, run->model_dir, run->save_summary_steps);
-        za_hooks_add (&self->hooks, &hook);
-    }
+    za_role_hooks_init (&self->hooks, config, self->who, s_save, self);
     return self;
 fail:
     s_mirrored_destroy (&self);
@@ -214,42 +197,9 @@ s_start (s_mirrored_t *self, int first)
     if (!first)
         za_info ("%s: the ring is re-formed at step %" PRId64 " (generation %" PRId64 ")",
                  self->who, self->global_step, za_ring_generation (self->ring));
-    if (config->is_chief && first) {
-        const za_run_config_t *run = &config->run;
-        za_hook_t hook = za_saver_hook (&self->saver, run->save_checkpoints_steps,
-                                        run->save_checkpoints_secs, restored? step: -1,
-                                        s_save, self);
-        za_hooks_add (&self->hooks, &hook);
-    }
+    if (config->is_chief && first)
+        self->hooks.saver.last_saved = restored? step: -1;
     return 0;
-}
-
-//  The training input of this worker's shard, from the step we start at.
-static int
-s_start_input (s_mirrored_t *self)
-{
-    const za_role_config_t *config = self->config;
-    uint64_t seed = config->run.seed + 7919 * (uint64_t) config->worker_index;
-    za_input_context_t context = {
-        .mode = ZA_MODE_TRAIN, .num_shards = config->num_workers,
-        .shard_index = config->worker_index, .seed = za_input_seed_at (seed, self->global_step),
-        .global_step = self->global_step, .batch_size = config->batch_size,
-    };
-    if (config->input_fn)
-        self->input = config->input_fn (config->input_arg, &context);
-    else {
-        za_input_config_t input = za_input_config_default ();
-        input.num_shards = config->num_workers;
-        input.shard_index = config->worker_index;
-        input.shuffle_buffer = config->shuffle_buffer;
-        input.seed = context.seed;
-        input.epochs = -1;
-        input.batch_size = config->batch_size;
-        self->input = config->train? za_input_new (config->train, &input): NULL;
-        if (!config->train)
-            za_error ("%s: no training data", self->who);
-    }
-    return self->input? 0: -1;
 }
 
 // ---------------------------------------------------------------------------
@@ -301,13 +251,8 @@ s_run_steps (s_mirrored_t *self)
         za_role_rates_publish (&self->rates, self->stats, self->global_step, self->own_steps,
                                loss, batch.size, now);
         s_publish_wait (self, 1e3 * (za_ring_wait_secs (self->ring) - waited));
-        za_run_context_t *ctx = &self->context;
-        ctx->global_step = self->global_step;
-        ctx->max_steps = config->max_steps;
-        ctx->loss = loss;
-        ctx->batch_size = batch.size;
-        ctx->elapsed_secs = now - self->start_time;
-        if (za_hooks_after_run (&self->hooks, ctx) < 0)
+        if (za_role_hooks_after_step (&self->hooks, config, self->global_step, loss, batch.size,
+                                      now - self->start_time) < 0)
             return -1;
     }
     return zsys_interrupted? za_error ("%s: interrupted", self->who): 0;
@@ -324,10 +269,11 @@ s_generation (s_mirrored_t *self, int first)
     int rc = s_start (self, first);
     if (rc)
         return rc;
-    if (!self->input && s_start_input (self))
+    if (!self->input
+        && !(self->input = za_role_train_input (self->config, self->who, self->global_step)))
         return -1;
     za_role_rates_restart (&self->rates, self->global_step, self->own_steps, za_clock_mono ());
-    za_hooks_begin (&self->hooks, self->global_step);
+    za_hooks_begin (&self->hooks.hooks, self->global_step);
     if (first)
         za_info ("%s: going from step %" PRId64 " to %" PRId64, self->who, self->global_step,
                  self->config->max_steps);
@@ -346,7 +292,7 @@ s_train (s_mirrored_t *self)
     if (rc)
         return -1;
     //  The final step is always saved (the saver may have done it).
-    if (self->config->is_chief && self->global_step != self->saver.last_saved
+    if (self->config->is_chief && self->global_step != self->hooks.saver.last_saved
         && s_save (self, self->global_step))
         return -1;
     return 0;

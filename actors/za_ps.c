@@ -370,18 +370,6 @@ s_update (s_ps_t *self, const za_wire_msg_t *msg)
     self->updates++;
 }
 
-static void
-s_apply_push (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
-{
-    char why [256];
-    if (s_check_parts (self, msg, 1, why, sizeof why)) {
-        s_reply_error (self, routing_id, msg->seq, "bad_request", why);
-        return;
-    }
-    s_update (self, msg);
-    s_reply_values (self, routing_id, msg->seq);
-}
-
 // ---------------------------------------------------------------------------
 //  ps-sync: the mean of `aggregate` pushes of one step, applied once
 
@@ -412,14 +400,11 @@ s_sync_reset (s_ps_t *self)
     self->aggregated = 0;
 }
 
+//  A checked push under ps-sync.
 static void
 s_sync_push (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
 {
     char why [256];
-    if (s_check_parts (self, msg, 1, why, sizeof why)) {
-        s_reply_error (self, routing_id, msg->seq, "bad_request", why);
-        return;
-    }
     if (msg->step < 0 || msg->step > self->updates || self->contributed [msg->task]) {
         snprintf (why, sizeof why, "a ps-sync push needs the step of the values it was "
                   "computed on, at most %" PRId64 " and once per task (task %d, step %"
@@ -460,14 +445,21 @@ s_sync_push (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
     s_answer_waiting (self, 0);
 }
 
-//  A push, as the strategy applies it.
+//  A push, checked, then applied as the strategy says: at once (ps-async),
+//  or summed into its step (ps-sync).
 static void
 s_push_now (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
 {
+    char why [256];
+    if (s_check_parts (self, msg, 1, why, sizeof why))
+        s_reply_error (self, routing_id, msg->seq, "bad_request", why);
+    else
     if (self->aggregate)
         s_sync_push (self, routing_id, msg);
-    else
-        s_apply_push (self, routing_id, msg);
+    else {
+        s_update (self, msg);
+        s_reply_values (self, routing_id, msg->seq);
+    }
 }
 
 //  init: our parts, then each part's slots "<part>/<slot>", then (ps 0)

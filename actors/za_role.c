@@ -234,3 +234,76 @@ za_role_values_crc (const float *values, size_t floats)
     return (uint32_t) crc32 (crc32 (0L, Z_NULL, 0), (const Bytef *) values,
                              (uInt) (floats * sizeof (float)));
 }
+
+// ---------------------------------------------------------------------------
+//  What every training role (worker, chief, all-reduce worker) shares
+
+void
+za_role_who (const za_role_config_t *config, char *who, size_t size)
+{
+    if (*config->who)
+        snprintf (who, size, "%s", config->who);
+    else
+        snprintf (who, size, "%s %d", config->is_chief? "chief": "worker",
+                  config->is_chief? 0: config->worker_index - 1);
+}
+
+za_input_t *
+za_role_train_input (const za_role_config_t *config, const char *who, int64_t global_step)
+{
+    uint64_t seed = za_input_seed_at (config->run.seed + 7919 * (uint64_t) config->worker_index,
+                                      global_step);
+    if (config->input_fn) {
+        za_input_context_t context = {
+            .mode = ZA_MODE_TRAIN, .num_shards = config->num_workers,
+            .shard_index = config->worker_index, .seed = seed, .global_step = global_step,
+            .batch_size = config->batch_size,
+        };
+        return config->input_fn (config->input_arg, &context);
+    }
+    if (!config->train) {
+        za_error ("%s: no training data", who);
+        return NULL;
+    }
+    za_input_config_t input = za_input_config_default ();
+    input.num_shards = config->num_workers;
+    input.shard_index = config->worker_index;
+    input.shuffle_buffer = config->shuffle_buffer;
+    input.seed = seed;
+    input.epochs = -1;
+    input.batch_size = config->batch_size;
+    return za_input_new (config->train, &input);
+}
+
+void
+za_role_hooks_init (za_role_hooks_t *self, const za_role_config_t *config, const char *who,
+                    za_save_fn *save, void *arg)
+{
+    const za_run_config_t *run = &config->run;
+    snprintf (self->prefix, sizeof self->prefix, "%s: ", who);
+    self->counter.who = self->prefix;
+    za_hook_t hooks [3];
+    int count = 0;
+    hooks [count++] = za_step_counter_hook (&self->counter, run->log_step_count_steps, 0);
+    if (config->is_chief) {
+        hooks [count++] = za_summary_hook (&self->summary, run->model_dir,
+                                           run->save_summary_steps);
+        hooks [count++] = za_saver_hook (&self->saver, run->save_checkpoints_steps,
+                                         run->save_checkpoints_secs, -1, save, arg);
+    }
+    for (int h = 0; h < count; h++)
+        za_hooks_add (&self->hooks, &hooks [h]);
+}
+
+int
+za_role_hooks_after_step (za_role_hooks_t *self, const za_role_config_t *config,
+                          int64_t global_step, double loss, int batch, double elapsed)
+{
+    za_run_context_t *ctx = &self->context;
+    ctx->global_step = global_step;
+    ctx->max_steps = config->max_steps;
+    ctx->loss = loss;
+    ctx->batch_size = batch;
+    ctx->elapsed_secs = elapsed;
+    return za_hooks_after_run (&self->hooks, ctx);
+}

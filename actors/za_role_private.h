@@ -3,6 +3,7 @@
 #ifndef ZA_ROLE_PRIVATE_H_INCLUDED
 #define ZA_ROLE_PRIVATE_H_INCLUDED
 
+#include "za/za_hooks.h"
 #include "za/za_placement.h"
 #include "za/za_role.h"
 #include "za/za_wire.h"
@@ -20,6 +21,33 @@ int za_role_part_shape (const za_vars_t *vars, const za_part_t *part, int64_t *s
 void za_role_optim_to_wire (const za_optim_config_t *optim, za_wire_msg_t *msg);
 int za_role_optim_from_wire (const za_wire_msg_t *msg, za_optim_config_t *optim, char *why,
                              size_t size);
+
+//  This task's name in logs ("chief 0", "worker 1"): config->who, or made
+//  from is_chief and worker_index (the chief is worker index 0).
+void za_role_who (const za_role_config_t *config, char *who, size_t size);
+
+//  The training input of this task's shard from global_step on (a restarted
+//  task goes on with a new order of its shard): the program's input_fn, or
+//  config->train. NULL with an error.
+za_input_t *za_role_train_input (const za_role_config_t *config, const char *who,
+                                 int64_t global_step);
+
+//  The hooks of a training role's loop: the step counter for everyone, the
+//  summary and checkpoint savers (save (arg, step)) for the chief.
+typedef struct {
+    char prefix [40];                           //  "chief 0: ", for the step counter
+    za_hooks_t hooks;
+    za_step_counter_t counter;
+    za_summary_hook_t summary;
+    za_saver_hook_t saver;                      //  saver.last_saved: the newest checkpoint
+    za_run_context_t context;
+} za_role_hooks_t;
+
+void za_role_hooks_init (za_role_hooks_t *self, const za_role_config_t *config,
+                         const char *who, za_save_fn *save, void *arg);
+//  After a step: runs every hook; returns za_hooks_after_run's result.
+int za_role_hooks_after_step (za_role_hooks_t *self, const za_role_config_t *config,
+                              int64_t global_step, double loss, int batch, double elapsed);
 
 //  What a training loop publishes after each step (za_role_stats_t): rates
 //  over the last one to two windows of ZA_ROLE_RATE_WINDOW_SECS, and a

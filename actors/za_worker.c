@@ -30,7 +30,6 @@ typedef struct {
     const za_role_config_t *config;
     zsock_t *pipe;
     char who [32];                              //  "chief 0", "worker 2"
-    char prefix [40];                           //  "chief 0: ", for the step counter
     int ps_count;
     zsock_t *dealers [ZA_ROLE_MAX_PS];
     za_replica_t *replica;                      //  gradients; slots for the chief only
@@ -39,7 +38,6 @@ typedef struct {
     int parts [ZA_ROLE_MAX_PS][ZA_PLACEMENT_MAX_PARTS];
     int part_count [ZA_ROLE_MAX_PS];
     za_input_t *input;
-    za_input_config_t input_config;
     uint64_t seq;
     za_wire_msg_t *out;
     za_wire_msg_t *replies [ZA_ROLE_MAX_PS];
@@ -53,13 +51,8 @@ typedef struct {
     int terminated;                             //  $TERM came on the pipe
     char names [ZA_PLACEMENT_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
     int64_t init_step;
-    //  The hooks every training loop runs: the step counter, and for the
-    //  chief the summary saver and the checkpoint saver (za_hooks.h).
-    za_hooks_t hooks;
-    za_step_counter_t counter;
-    za_summary_hook_t summary;
-    za_saver_hook_t saver;
-    za_run_context_t context;
+    //  The step counter; for the chief the summary and checkpoint savers.
+    za_role_hooks_t hooks;
     double start_time;
     int64_t start_step;
     //  Where a step's time goes: the gradient computation, the push and its
@@ -87,7 +80,7 @@ s_worker_destroy (s_worker_t **self_p)
     }
     za_wire_lease_wait (&self->lease);
     za_input_destroy (&self->input);
-    za_hooks_end (&self->hooks, &self->context);
+    za_hooks_end (&self->hooks.hooks, &self->hooks.context);
     za_replica_destroy (&self->replica);
     free (self->out);
     free (self);
@@ -100,28 +93,6 @@ s_who (const s_worker_t *self)
     return self->who;
 }
 
-//  The step counter for everyone; summaries and checkpoints for the chief.
-static void
-s_add_hooks (s_worker_t *self)
-{
-    const za_role_config_t *config = self->config;
-    const za_run_config_t *run = &config->run;
-    za_hook_t hooks [3];
-    int count = 0;
-    snprintf (self->prefix, sizeof self->prefix, "%s: ", self->who);
-    self->counter.who = self->prefix;
-    hooks [count++] = za_step_counter_hook (&self->counter, run->log_step_count_steps, 0);
-    if (config->is_chief) {
-        hooks [count++] = za_summary_hook (&self->summary, run->model_dir,
-                                           run->save_summary_steps);
-        hooks [count++] = za_saver_hook (&self->saver, run->save_checkpoints_steps,
-                                         run->save_checkpoints_secs, -1, s_save_checkpoint,
-                                         self);
-    }
-    for (int h = 0; h < count; h++)
-        za_hooks_add (&self->hooks, &hooks [h]);
-}
-
 static s_worker_t *
 s_worker_new (const za_role_config_t *config, zsock_t *pipe)
 {
@@ -132,8 +103,7 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
     self->pipe = pipe;
     self->ps_count = config->ps_count;
     self->stats = config->stats;
-    snprintf (self->who, sizeof self->who, "%s %d", config->is_chief? "chief": "worker",
-              config->is_chief? 0: config->worker_index - 1);
+    za_role_who (config, self->who, sizeof self->who);
     za_wire_lease_init (&self->lease);
     self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
     if (!self->out || config->ps_count < 1 || config->ps_count > ZA_ROLE_MAX_PS) {
@@ -174,19 +144,11 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
         za_peer_init (&self->peers [p], config->heartbeat_ivl_secs,
                       config->heartbeat_liveness, now);
     }
-    za_input_config_t input = za_input_config_default ();
-    input.num_shards = config->num_workers;
-    input.shard_index = config->worker_index;
-    input.shuffle_buffer = config->shuffle_buffer;
-    input.seed = config->run.seed + 7919 * (uint64_t) config->worker_index;
-    input.epochs = -1;
-    input.batch_size = config->batch_size;
     if (!config->train && !config->input_fn) {
         za_error ("%s: no training data", s_who (self));
         goto fail;
     }
-    self->input_config = input;         //  the input starts once the step is known
-    s_add_hooks (self);
+    za_role_hooks_init (&self->hooks, config, self->who, s_save_checkpoint, self);
     return self;
 fail:
     s_worker_destroy (&self);
@@ -575,7 +537,7 @@ s_chief_init (s_worker_t *self)
         //  The next checkpoint counts from the newest on disk, not from here.
         int64_t *steps = NULL;
         int count = za_checkpoint_list (self->config->run.model_dir, &steps);
-        self->saver.last_saved = count > 0? steps [count - 1]: -1;
+        self->hooks.saver.last_saved = count > 0? steps [count - 1]: -1;
         free (steps);
         return 0;
     }
@@ -591,7 +553,7 @@ s_chief_init (s_worker_t *self)
                  self->config->run.model_dir);
     if (s_init_all (self, step))
         return -1;
-    self->saver.last_saved = restored? step: -1;
+    self->hooks.saver.last_saved = restored? step: -1;
     za_info ("chief: %d ps initialised at step %" PRId64, self->ps_count, step);
     return 0;
 }
@@ -638,7 +600,7 @@ static void
 s_restart_clocks (s_worker_t *self)
 {
     za_role_rates_restart (&self->rates, self->global_step, self->own_steps, za_clock_mono ());
-    za_hooks_begin (&self->hooks, self->global_step);
+    za_hooks_begin (&self->hooks.hooks, self->global_step);
 }
 
 //  A ps lost its state: it answered not_ready, so it was restarted (by a
@@ -669,7 +631,7 @@ s_recover (s_worker_t *self)
                  self->ps_count);
         if (s_init_all (self, step))
             return -1;
-        self->saver.last_saved = restored? step: -1;
+        self->hooks.saver.last_saved = restored? step: -1;
     }
     else
         za_info ("%s: ps %d lost its state (restarted?): waiting for the chief to "
@@ -688,16 +650,11 @@ s_recover (s_worker_t *self)
 static int
 s_after_step (s_worker_t *self, double loss, int batch, double now)
 {
-    za_run_context_t *ctx = &self->context;
-    ctx->global_step = self->global_step;
-    ctx->max_steps = self->config->max_steps;
-    ctx->loss = loss;
-    ctx->batch_size = batch;
-    ctx->elapsed_secs = now - self->start_time;
-    int rc = za_hooks_after_run (&self->hooks, ctx);
+    int rc = za_role_hooks_after_step (&self->hooks, self->config, self->global_step, loss,
+                                       batch, now - self->start_time);
     if (rc < 0)
         return -1;
-    return rc > 0 && self->config->is_chief? self->saver.rc: 0;
+    return rc > 0 && self->config->is_chief? self->hooks.saver.rc: 0;
 }
 
 //  Trains until max_steps, or until the ps say training is over. Returns 0,
@@ -745,27 +702,6 @@ s_run_steps (s_worker_t *self)
     return 0;
 }
 
-//  The training input of this task's shard, once the starting step is known.
-static int
-s_start_input (s_worker_t *self)
-{
-    const za_role_config_t *config = self->config;
-    //  A restarted worker goes on with a new order of its shard, not the
-    //  examples it began with.
-    self->input_config.seed = za_input_seed_at (self->input_config.seed, self->global_step);
-    if (config->input_fn) {
-        za_input_context_t context = {
-            .mode = ZA_MODE_TRAIN, .num_shards = config->num_workers,
-            .shard_index = config->worker_index, .seed = self->input_config.seed,
-            .global_step = self->global_step, .batch_size = config->batch_size,
-        };
-        self->input = config->input_fn (config->input_arg, &context);
-    }
-    else
-        self->input = za_input_new (config->train, &self->input_config);
-    return self->input? 0: -1;
-}
-
 static int
 s_train (s_worker_t *self)
 {
@@ -775,7 +711,7 @@ s_train (s_worker_t *self)
     if (rc == 0)
         rc = s_pull_when_ready (self);
     if (rc == 0)
-        rc = s_start_input (self);
+        rc = (self->input = za_role_train_input (config, self->who, self->global_step))? 0: -1;
     self->start_time = za_clock_mono ();
     self->start_step = self->global_step;
     s_restart_clocks (self);

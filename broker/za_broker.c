@@ -759,21 +759,21 @@ s_view (s_broker_t *self)
             ready = 0;
         json_array_append_new (ps, json_string (task->endpoint));
     }
+    //  With the all-reduce, the ring by worker index: the chief, then the workers.
+    json_t *ring = config->ring? json_array (): NULL;
+    for (int kind = ZA_TASK_CHIEF; ring && kind <= ZA_TASK_WORKER; kind++)
+        for (int i = 0; i < config->counts [kind]; i++) {
+            const s_task_t *task = &self->tasks [kind][i];
+            if (!*task->endpoint)
+                ready = 0;
+            json_array_append_new (ring, json_string (task->endpoint));
+        }
     json_t *view = json_pack ("{s:b, s:o, s:i}", "ready", ready, "ps", ps, "num_workers",
                               config->counts [ZA_TASK_CHIEF] + config->counts [ZA_TASK_WORKER]);
-    if (view && config->ring) {
-        //  The ring by worker index: the chief, then the workers.
-        json_t *ring = json_array ();
-        for (int kind = ZA_TASK_CHIEF; kind <= ZA_TASK_WORKER; kind++)
-            for (int i = 0; i < config->counts [kind]; i++) {
-                const s_task_t *task = &self->tasks [kind][i];
-                if (!*task->endpoint)
-                    ready = 0;
-                json_array_append_new (ring, json_string (task->endpoint));
-            }
+    if (view && ring)
         json_object_set_new (view, "ring", ring);
-        json_object_set_new (view, "ready", json_boolean (ready));
-    }
+    else
+        json_decref (ring);
     return view;
 }
 

@@ -176,14 +176,19 @@ s_send (za_ring_t *self, za_op_t op, int64_t round, const float *data, size_t n)
     return 0;
 }
 
-//  Why a decoded message is not the one expected next; NULL when it is.
+static int
+s_left (const za_ring_t *self)
+{
+    return (self->config.rank + self->config.size - 1) % self->config.size;
+}
+
+//  Why the message decoded in self->in is not the one expected next; NULL
+//  when it is.
 static const char *
-s_unexpected (za_ring_t *self, zmsg_t *msg, za_op_t op, int64_t round, size_t n)
+s_unexpected (za_ring_t *self, za_op_t op, int64_t round, size_t n)
 {
     const za_wire_msg_t *in = self->in;
-    int left = (self->config.rank + self->config.size - 1) % self->config.size;
-    if (za_wire_decode (msg, self->in))
-        return za_last_error ();
+    int left = s_left (self);
     if (in->op != op)
         return "another op";
     if (in->task != left)
@@ -230,6 +235,46 @@ s_on_resync (za_ring_t *self)
     return 0;
 }
 
+//  Waits (until `start` + timeout_secs) for the next message from the left
+//  and decodes it into self->in. Returns 1 with it in *msg_p (NULL when it
+//  did not decode: *why says so), 0 when the time is up, -1 when
+//  interrupted (SIGINT, the caller's interrupt socket).
+static int
+s_next (za_ring_t *self, double start, zmsg_t **msg_p, const char **why)
+{
+    *msg_p = NULL;
+    while (!zsys_interrupted) {
+        double remaining = self->config.timeout_secs - (za_clock_mono () - start);
+        if (remaining <= 0)
+            return 0;
+        void *which = zpoller_wait (self->poller, (int) (remaining * 1000) + 1);
+        if (which == self->left) {
+            zmsg_t *msg = zmsg_recv (self->left);
+            zframe_t *identity = msg? zmsg_pop (msg): NULL;
+            zframe_destroy (&identity);
+            if (!msg)
+                continue;
+            *why = NULL;
+            if (za_wire_decode (msg, self->in)) {
+                *why = za_last_error ();
+                zmsg_destroy (&msg);
+            }
+            *msg_p = msg;
+            return 1;
+        }
+        if (which || zpoller_terminated (self->poller))
+            return -1;              //  the caller's interrupt
+    }
+    return -1;
+}
+
+//  1 when the message in self->in is a resync from the left neighbour.
+static int
+s_is_resync (const za_ring_t *self)
+{
+    return self->in->op == ZA_OP_RESYNC && self->in->task == s_left (self);
+}
+
 //  Waits for the next message from the left: a chunk of n floats of `op`
 //  and `round`. Returns 0 with it in *msg_p (the caller destroys it; the
 //  chunk is self->in->tensors [0]), ZA_RING_RESYNC when the ring must be
@@ -237,49 +282,37 @@ s_on_resync (za_ring_t *self)
 static int
 s_receive (za_ring_t *self, za_op_t op, int64_t round, size_t n, zmsg_t **msg_p)
 {
-    *msg_p = NULL;
-    double start = za_clock_mono (), timeout = self->config.timeout_secs;
-    int left = (self->config.rank + self->config.size - 1) % self->config.size;
-    while (!zsys_interrupted) {
-        double remaining = timeout - (za_clock_mono () - start);
-        if (remaining <= 0)
-            break;
-        void *which = zpoller_wait (self->poller, (int) (remaining * 1000) + 1);
-        if (which && which != self->left)
-            break;                  //  the caller's interrupt
-        if (!which) {
-            if (zpoller_terminated (self->poller))
-                break;
-            continue;
-        }
-        zmsg_t *msg = zmsg_recv (self->left);
-        zframe_t *identity = msg? zmsg_pop (msg): NULL;
-        zframe_destroy (&identity);
-        if (msg && za_wire_decode (msg, self->in) == 0 && self->in->op == ZA_OP_RESYNC
-            && self->in->task == left) {
+    double start = za_clock_mono ();
+    const char *why;
+    zmsg_t *msg;
+    int got, rc = -1;
+    while ((got = s_next (self, start, &msg, &why)) == 1) {
+        if (msg && s_is_resync (self)) {
             zmsg_destroy (&msg);
             if (s_on_resync (self)) {
-                self->wait_secs += za_clock_mono () - start;
-                return ZA_RING_RESYNC;
+                rc = ZA_RING_RESYNC;
+                break;
             }
             continue;
         }
-        const char *why = msg? s_unexpected (self, msg, op, round, n): "nothing";
-        if (!why) {
+        if (msg && !(why = s_unexpected (self, op, round, n))) {
             self->received++;
-            self->wait_secs += za_clock_mono () - start;
             *msg_p = msg;
-            return 0;
+            rc = 0;
+            break;
         }
         s_drop (self, why);
         zmsg_destroy (&msg);
     }
     self->wait_secs += za_clock_mono () - start;
-    if (zsys_interrupted || za_clock_mono () - start < timeout)
+    if (got < 0)
         return za_error ("ring: rank %d interrupted while waiting for rank %d",
-                         self->config.rank, left);
-    return za_error ("ring: rank %d heard nothing from rank %d for %.1f s (round %" PRId64 ")",
-                     self->config.rank, left, timeout, round);
+                         self->config.rank, s_left (self));
+    if (got == 0)
+        return za_error ("ring: rank %d heard nothing from rank %d for %.1f s (round %" PRId64
+                         ")", self->config.rank, s_left (self), self->config.timeout_secs,
+                         round);
+    return rc;
 }
 
 //  Waits until libzmq has let go of every chunk lent from the caller's
@@ -293,7 +326,6 @@ s_drain (za_ring_t *self)
         if (za_clock_mono () - start > self->config.timeout_secs || zsys_interrupted)
             return za_error ("ring: rank %d: %s took nothing for %.1f s", self->config.rank,
                              self->right_endpoint, self->config.timeout_secs);
-        zclock_sleep (0);
         usleep (20);
     }
     return 0;
@@ -429,30 +461,21 @@ za_ring_resync (za_ring_t *self)
     }
     //  Wait for the root's notice (unless one ended the last call), passing on
     //  requests once; anything else is of an earlier generation.
-    double start = za_clock_mono (), timeout = self->config.timeout_secs;
-    int left = rank - 1;
-    while (!self->pending_gen && !zsys_interrupted) {
-        double remaining = timeout - (za_clock_mono () - start);
-        if (remaining <= 0)
-            return za_error ("ring: rank %d: no word from the root through rank %d for %.1f s",
-                             rank, left, timeout);
-        void *which = zpoller_wait (self->poller, (int) (remaining * 1000) + 1);
-        if (which && which != self->left)
-            return za_error ("ring: rank %d interrupted while waiting for the root", rank);
-        if (!which)
-            continue;
-        zmsg_t *msg = zmsg_recv (self->left);
-        zframe_t *identity = msg? zmsg_pop (msg): NULL;
-        zframe_destroy (&identity);
-        if (msg && za_wire_decode (msg, self->in) == 0 && self->in->op == ZA_OP_RESYNC
-            && self->in->task == left)
+    double start = za_clock_mono ();
+    const char *why;
+    zmsg_t *msg;
+    int got = 1;
+    while (!self->pending_gen && (got = s_next (self, start, &msg, &why)) == 1) {
+        if (msg && s_is_resync (self))
             s_on_resync (self);
         else
-            s_drop (self, msg? "of an earlier generation": "nothing");
+            s_drop (self, msg? "of an earlier generation": why);
         zmsg_destroy (&msg);
     }
     if (!self->pending_gen)
-        return za_error ("ring: rank %d interrupted while waiting for the root", rank);
+        return got == 0? za_error ("ring: rank %d: no word from the root through rank %d for "
+                                   "%.1f s", rank, rank - 1, self->config.timeout_secs)
+                       : za_error ("ring: rank %d interrupted while waiting for the root", rank);
     int64_t gen = self->pending_gen;
     s_adopt (self, gen);
     //  Everyone but the root hears of it; the notice stops before the root.

@@ -82,7 +82,7 @@ za_run_broker (const za_program_t *program, za_options_t *options, za_settings_t
         return ZA_EXIT_USAGE;
     }
     za_task_t task;
-    int rc = za_task_prepare (&task, program, options, s, 0, za_settings_replicas (s));
+    int rc = za_task_prepare (&task, program, options, s, 0, za_settings_replicas (s, (int) (1 + s->workers)));
     za_task_release (&task);
     if (rc)
         return rc;
@@ -423,7 +423,7 @@ int
 za_run_local (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
     za_task_t task;
-    int rc = za_task_prepare (&task, program, options, s, 1, za_settings_replicas (s));
+    int rc = za_task_prepare (&task, program, options, s, 1, za_settings_replicas (s, (int) (1 + s->workers)));
     za_task_release (&task);
     if (rc)
         return rc;

@@ -182,10 +182,7 @@ za_run_in_cluster (const za_program_t *program, za_options_t *options, za_settin
     memset (&place, 0, sizeof place);
     //  A global step of the synchronous strategies takes a batch from every
     //  worker (ps-sync: from --replicas-to-aggregate of them).
-    za_strategy_t strategy = za_settings_strategy (s);
-    int replicas = !cluster || strategy == ZA_STRATEGY_PS_ASYNC? 1
-                 : strategy == ZA_STRATEGY_PS_SYNC && s->replicas_to_aggregate > 0
-                 ? (int) s->replicas_to_aggregate: cluster->num_workers;
+    int replicas = cluster? za_settings_replicas (s, cluster->num_workers): 1;
     if (cluster && !is_evaluator) {
         s_share_cores (options, s, za_cluster_tasks_on_my_host (cluster));
         if (s_place_in (&place, s, cluster)) {
@@ -391,7 +388,7 @@ za_run_with_broker (const za_program_t *program, za_options_t *options, za_setti
                      || (place.is_chief && !s->no_eval && !place.evaluators);
         if (!rc)
             rc = za_task_prepare (&task, program, options, s, need_eval,
-                                  za_settings_replicas (s));
+                                  za_settings_replicas (s, place.num_workers));
         task.stats = &stats;
     }
     if (!rc && (type == ZA_TASK_CHIEF || type == ZA_TASK_WORKER))

@@ -86,9 +86,10 @@ typedef struct {
 
 //  The strategy the settings name.
 za_strategy_t za_settings_strategy (const za_settings_t *settings);
-//  Batches that make one global step in a job the broker runs: 1 + workers
-//  with the all-reduce, else 1.
-int za_settings_replicas (const za_settings_t *settings);
+//  Batches that make one global step, in a cluster of num_workers (the
+//  chief included): 1 with ps-async, --replicas-to-aggregate (else every
+//  worker) with ps-sync, every worker with the all-reduce.
+int za_settings_replicas (const za_settings_t *settings, int num_workers);
 
 //  --role / --index / --cluster / TF_CONFIG: runs this task of a static
 //  cluster. Returns the exit status.

@@ -223,10 +223,10 @@ za_settings_strategy (const za_settings_t *settings)
 }
 
 int
-za_settings_replicas (const za_settings_t *settings)
+za_settings_replicas (const za_settings_t *settings, int num_workers)
 {
     za_strategy_t strategy = za_settings_strategy (settings);
     if (strategy == ZA_STRATEGY_PS_SYNC && settings->replicas_to_aggregate > 0)
         return (int) settings->replicas_to_aggregate;
-    return strategy == ZA_STRATEGY_PS_ASYNC? 1: (int) (1 + settings->workers);
+    return strategy == ZA_STRATEGY_PS_ASYNC? 1: num_workers;
 }

@@ -300,12 +300,8 @@ Test (runtime, custom_model_fn_runs_a_supervised_cluster_and_survives_a_killed_w
     int64_t past = 300;
     json_t *state = za_test_wait_for (broker, s_trained_past, &past, "training past step 300",
                                       PHASE_TIMEOUT_S);
-    json_t *worker = za_test_row (state, "worker", 0);
-    pid_t pid = (pid_t) json_integer_value (json_object_get (worker, "pid"));
-    int64_t killed_at = json_integer_value (json_object_get (state, "global_step"));
+    int64_t killed_at = za_test_kill (state, "worker", 0);
     json_decref (state);
-    cr_assert_gt (pid, 1);
-    cr_assert_eq (kill (pid, SIGKILL), 0);
     int status = za_test_wait (local, RUN_TIMEOUT_S);
     char *text = (char *) za_test_read_file (out, NULL);
     cr_expect_eq (s_exit_code (status), 0, "%s", text);
@@ -553,18 +549,6 @@ Test (runtime, heartbeats_of_200_ms_find_a_stopped_ps_in_about_0_6_s)
     free (endpoint);
 }
 
-//  Kills `role` 0 of the state with SIGKILL; returns the global step then.
-static int64_t
-s_kill (json_t *state, const char *role)
-{
-    pid_t pid = (pid_t) json_integer_value (json_object_get (za_test_row (state, role, 0),
-                                                             "pid"));
-    int64_t step = json_integer_value (json_object_get (state, "global_step"));
-    cr_assert_gt (pid, 1);
-    cr_assert_eq (kill (pid, SIGKILL), 0);
-    return step;
-}
-
 Test (runtime, a_restarted_chief_keeps_checkpointing_so_a_lost_ps_loses_little)
 {
     //  The chief killed twice, then the ps: the ps reloads a checkpoint at most
@@ -579,18 +563,18 @@ Test (runtime, a_restarted_chief_keeps_checkpointing_so_a_lost_ps_loses_little)
     za_test_want_t want = {"chief", 0, 0, 360};
     json_t *state = za_test_wait_for (broker, za_test_task_back, &want, "step 360",
                                       PHASE_TIMEOUT_S);
-    s_kill (state, "chief");
+    za_test_kill (state, "chief", 0);
     json_decref (state);
     want = (za_test_want_t) {"chief", 0, 1, 540};
     state = za_test_wait_for (broker, za_test_task_back, &want, "the chief back, step 540",
                               PHASE_TIMEOUT_S);
-    s_kill (state, "chief");
+    za_test_kill (state, "chief", 0);
     json_decref (state);
     want = (za_test_want_t) {"chief", 0, 2, 720};
     state = za_test_wait_for (broker, za_test_task_back, &want,
                               "the chief back again, step 720",
                               PHASE_TIMEOUT_S);
-    int64_t lost_at = s_kill (state, "ps");
+    int64_t lost_at = za_test_kill (state, "ps", 0);
     json_decref (state);
     want = (za_test_want_t) {"ps", 0, 1, 0};
     state = za_test_wait_for (broker, za_test_task_back, &want, "the ps back", PHASE_TIMEOUT_S);

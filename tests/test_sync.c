@@ -322,17 +322,14 @@ Test (allreduce, a_killed_worker_rejoins_the_ring_where_it_was_without_a_rewind)
     za_test_want_t want = {"worker", 0, 0, 100};
     json_t *state = za_test_wait_for (broker, za_test_task_back, &want, "step 100", 240);
     json_t *worker = za_test_row (state, "worker", 0);
-    pid_t pid = (pid_t) json_integer_value (json_object_get (worker, "pid"));
     //  zactor-top's rows place each in the ring, with its wait per step.
     json_t *chief_row = za_test_row (state, "chief", 0);
     cr_expect_eq (json_integer_value (json_object_get (chief_row, "ring_rank")), 0);
     cr_expect_eq (json_integer_value (json_object_get (worker, "ring_rank")), 1);
     cr_expect (json_is_number (json_object_get (worker, "wait_ms"))
                && json_number_value (json_object_get (worker, "wait_ms")) >= 0);
-    int64_t killed_at = json_integer_value (json_object_get (state, "global_step"));
+    int64_t killed_at = za_test_kill (state, "worker", 0);
     json_decref (state);
-    cr_assert_gt (pid, 1);
-    cr_assert_eq (kill (pid, SIGKILL), 0);
     int status = za_test_wait (local, RUN_TIMEOUT_S);
     char *text = (char *) za_test_read_file (out, NULL);
     cr_assert (WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s", text);
@@ -401,11 +398,8 @@ Test (ps_sync, local_workers_step_together_and_a_killed_ps_is_reloaded)
     pid_t local = za_test_start_local ("zactor-run", args, out, broker);
     za_test_want_t want = {"ps", 0, 0, 150};
     json_t *state = za_test_wait_for (broker, za_test_task_back, &want, "step 150", 240);
-    pid_t pid = (pid_t) json_integer_value (json_object_get (za_test_row (state, "ps", 0),
-                                                             "pid"));
+    za_test_kill (state, "ps", 0);
     json_decref (state);
-    cr_assert_gt (pid, 1);
-    cr_assert_eq (kill (pid, SIGKILL), 0);
     int status = za_test_wait (local, RUN_TIMEOUT_S);
     char *text = (char *) za_test_read_file (out, NULL);
     cr_assert (WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s", text);

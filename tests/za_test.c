@@ -304,6 +304,16 @@ za_test_row (json_t *state, const char *role, int index)
     return NULL;
 }
 
+int64_t
+za_test_kill (json_t *state, const char *role, int index)
+{
+    pid_t pid = (pid_t) json_integer_value (json_object_get (za_test_row (state, role, index),
+                                                             "pid"));
+    cr_assert_gt (pid, 1, "no pid for %s %d", role, index);
+    cr_assert_eq (kill (pid, SIGKILL), 0, "kill -9 %s %d (pid %d)", role, index, (int) pid);
+    return json_integer_value (json_object_get (state, "global_step"));
+}
+
 int
 za_test_task_back (json_t *state, void *arg)
 {

@@ -135,6 +135,10 @@ typedef struct {
     int64_t step;
 } za_test_want_t;
 
+//  SIGKILLs the process of role/index in a broker state; returns the job's
+//  global step then. Fails the test when the row has no pid.
+int64_t za_test_kill (json_t *state, const char *role, int index);
+
 //  A za_test_ready_fn for a za_test_want_t.
 int za_test_task_back (json_t *state, void *arg);
 
