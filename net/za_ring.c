@@ -41,6 +41,27 @@ struct _za_ring_t {
     char right_endpoint [256];
 };
 
+//  The PORT of tcp://HOST:PORT, or 0; *loopback set when HOST is a loopback
+//  address or localhost.
+static int
+s_tcp_port (const char *endpoint, int *loopback)
+{
+    *loopback = 0;
+    const char *colon = strrchr (endpoint, ':');
+    if (strncmp (endpoint, "tcp://", 6) != 0 || !colon)
+        return 0;
+    char *end;
+    long port = strtol (colon + 1, &end, 10);
+    if (*end || port <= 0 || port > 65535)
+        return 0;
+    const char *host = endpoint + 6;
+    size_t length = (size_t) (colon - host);
+    *loopback = (length == 9 && strncmp (host, "localhost", 9) == 0)
+             || (length == 5 && strncmp (host, "[::1]", 5) == 0)
+             || strncmp (host, "127.", 4) == 0;
+    return (int) port;
+}
+
 za_ring_t *
 za_ring_new (const za_ring_config_t *config)
 {
@@ -84,12 +105,21 @@ za_ring_new (const za_ring_config_t *config)
                   zmq_strerror (zmq_errno ()));
         goto fail;
     }
-    if (zsock_connect (self->right, "%s", config->right) < 0) {
-        za_error ("ring: rank %d cannot connect to %s: %s", config->rank, config->right,
+    int loopback, port = s_tcp_port (config->bind, &loopback);
+    if (port && zsock_bind (self->left, "ipc://@zactor-ring-%d", port) < 0)
+        za_info ("ring: rank %d cannot bind ipc://@zactor-ring-%d (%s): a neighbour on this "
+                 "host must use tcp (tcp_only)", config->rank, port, zmq_strerror (zmq_errno ()));
+    port = s_tcp_port (config->right, &loopback);
+    if (port && loopback && !config->tcp_only)
+        snprintf (self->right_endpoint, sizeof self->right_endpoint, "ipc://@zactor-ring-%d",
+                  port);
+    else
+        snprintf (self->right_endpoint, sizeof self->right_endpoint, "%s", config->right);
+    if (zsock_connect (self->right, "%s", self->right_endpoint) < 0) {
+        za_error ("ring: rank %d cannot connect to %s: %s", config->rank, self->right_endpoint,
                   zmq_strerror (zmq_errno ()));
         goto fail;
     }
-    snprintf (self->right_endpoint, sizeof self->right_endpoint, "%s", config->right);
     self->poller = zpoller_new (self->left, config->interrupt, NULL);
     if (!self->poller) {
         za_error ("ring: cannot make a poller");
@@ -117,6 +147,12 @@ za_ring_destroy (za_ring_t **self_p)
     free (self->in);
     free (self);
     *self_p = NULL;
+}
+
+const char *
+za_ring_right_endpoint (const za_ring_t *self)
+{
+    return self->right_endpoint;
 }
 
 uint64_t

@@ -46,7 +46,8 @@ typedef struct {
     s_rank_t ranks [MAX_RANKS];
 } s_ring_case_t;
 
-//  `size` rings on endpoints PREFIX-0.. (inproc) or free tcp ports.
+//  `size` rings on endpoints PREFIX-0.. (inproc) or free tcp ports (tcp 1:
+//  the ring's choice, ipc, for these loopback neighbours; 2: tcp only).
 static void
 s_make (s_ring_case_t *c, int size, int tcp, size_t chunk_floats, double timeout_secs)
 {
@@ -66,7 +67,7 @@ s_make (s_ring_case_t *c, int size, int tcp, size_t chunk_floats, double timeout
         za_ring_config_t config = {
             .rank = r, .size = size, .bind = c->endpoints [r],
             .right = c->endpoints [(r + 1) % size], .chunk_floats = chunk_floats,
-            .timeout_secs = timeout_secs,
+            .timeout_secs = timeout_secs, .tcp_only = tcp == 2,
         };
         c->ranks [r].ring = za_ring_new (&config);
         cr_assert_not_null (c->ranks [r].ring, "%s", za_last_error ());
@@ -170,24 +171,57 @@ Test (ring, the_same_inputs_give_the_same_bits_every_run)
     }
 }
 
-Test (ring, over_tcp_many_rounds)
+//  A loopback neighbour is reached over ipc://@zactor-ring-PORT (the ring
+//  binds that beside its tcp port) unless tcp_only; both carry the rounds.
+Test (ring, over_ipc_and_tcp_many_rounds)
 {
-    s_ring_case_t c;
-    s_make (&c, 2, 1, 1000, 10);
-    for (int r = 0; r < 2; r++) {
-        c.ranks [r].n = 91350;
-        c.ranks [r].rounds = 20;
-        c.ranks [r].data = malloc (91350 * sizeof (float));
-        for (size_t i = 0; i < 91350; i++)
-            c.ranks [r].data [i] = (float) r;
+    for (int tcp = 1; tcp <= 2; tcp++) {
+        s_ring_case_t c;
+        s_make (&c, 2, tcp, 1000, 10);
+        for (int r = 0; r < 2; r++) {
+            const char *right = c.endpoints [(r + 1) % 2];
+            char alias [64];
+            snprintf (alias, sizeof alias, "ipc://@zactor-ring-%s", strrchr (right, ':') + 1);
+            cr_expect_str_eq (za_ring_right_endpoint (c.ranks [r].ring), tcp == 1? alias: right);
+            c.ranks [r].n = 91350;
+            c.ranks [r].rounds = 20;
+            c.ranks [r].data = malloc (91350 * sizeof (float));
+            for (size_t i = 0; i < 91350; i++)
+                c.ranks [r].data [i] = (float) r;
+        }
+        s_run_all (&c);
+        for (int r = 0; r < 2; r++) {
+            cr_assert_eq (c.ranks [r].rc, 0, "%s", c.ranks [r].error);
+            //  The mean of 0 and 1, then of 0.5 and 0.5, ...
+            cr_expect_eq (c.ranks [r].data [91349], 0.5f);
+        }
+        s_destroy (&c);
     }
-    s_run_all (&c);
-    for (int r = 0; r < 2; r++) {
-        cr_assert_eq (c.ranks [r].rc, 0, "%s", c.ranks [r].error);
-        //  The mean of 0 and 1, then of 0.5 and 0.5, ...
-        cr_expect_eq (c.ranks [r].data [91349], 0.5f);
+}
+
+//  Only loopback names mean this host: anything else stays tcp.
+Test (ring, only_a_loopback_neighbour_is_reached_over_ipc)
+{
+    struct {
+        const char *right, *sends_to;
+    } cases [] = {
+        {"tcp://localhost:5601", "ipc://@zactor-ring-5601"},
+        {"tcp://127.0.0.2:5602", "ipc://@zactor-ring-5602"},
+        {"tcp://[::1]:5603", "ipc://@zactor-ring-5603"},
+        {"tcp://192.0.2.1:5604", "tcp://192.0.2.1:5604"},
+        {"tcp://10.127.0.1:5605", "tcp://10.127.0.1:5605"},
+        {"ipc:///tmp/za-ring-test", "ipc:///tmp/za-ring-test"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases [0]; k++) {
+        char bind [64];
+        snprintf (bind, sizeof bind, "inproc://ring-names-%zu", k);
+        za_ring_config_t config = {.rank = 0, .size = 2, .bind = bind,
+                                   .right = cases [k].right, .timeout_secs = 1};
+        za_ring_t *ring = za_ring_new (&config);
+        cr_assert_not_null (ring, "%s: %s", cases [k].right, za_last_error ());
+        cr_expect_str_eq (za_ring_right_endpoint (ring), cases [k].sends_to);
+        za_ring_destroy (&ring);
     }
-    s_destroy (&c);
 }
 
 Test (ring, a_broadcast_copies_the_roots_bits)
