@@ -29,6 +29,7 @@ typedef struct {
     za_input_t *input;
     int64_t global_step;
     int64_t own_steps;
+    int live;                                   //  holds values this process trained on
     int terminated;                             //  $TERM came on the pipe
     za_role_hooks_t hooks;                      //  the counter; the savers for the chief
     double start_time;
@@ -88,6 +89,7 @@ s_mirrored_new (const za_role_config_t *config, zsock_t *pipe)
     za_replica_config_t replica = {
         .model_fn = config->model_fn, .params = config->params, .input = config->input,
         .threads = config->run.threads, .train = 1, .optim = &config->optim,
+        .replica_index = config->worker_index,
     };
     self->replica = za_replica_new (&replica, config->run.seed);
     if (!self->replica)
@@ -145,11 +147,38 @@ s_compare_start (s_mirrored_t *self, const s_start_t *chief, const s_start_t *mi
     return 0;
 }
 
+//  Which rank a generation starts from: the lowest that holds live values
+//  (it has trained in this process), so a restarted chief takes the current
+//  values from a peer instead of rewinding everyone to its checkpoint; when
+//  none does (the job's start, or every member restarted), rank 0 with its
+//  newest checkpoint or its seed's values. Each rank in turn broadcasts the
+//  step it holds (-1: none). Returns 0, ZA_RING_RESYNC or -1 with an error.
+static int
+s_source (s_mirrored_t *self, int *source)
+{
+    const za_role_config_t *config = self->config;
+    *source = -1;
+    for (int rank = 0; rank < config->num_workers; rank++) {
+        int64_t held = rank != config->worker_index? 0: self->live? self->global_step: -1;
+        float record [(sizeof held + sizeof (float) - 1) / sizeof (float)];
+        memcpy (record, &held, sizeof held);
+        int rc = za_ring_broadcast (self->ring, record, sizeof record / sizeof (float), rank, 0);
+        if (rc)
+            return rc;
+        memcpy (&held, record, sizeof held);
+        if (held >= 0 && *source < 0)
+            *source = rank;
+    }
+    if (*source < 0)
+        *source = 0;
+    return 0;
+}
+
 //  Starts a generation of the ring: the chief (rank 0) restores its newest
-//  checkpoint or keeps the seed's values when it starts, keeps what it holds
-//  when the ring is re-formed around it; every worker then gets its start
-//  record, values and slots. A worker that was restarted asks for that
-//  first. Returns 0, ZA_RING_RESYNC (again), or -1 with an error.
+//  checkpoint or keeps the seed's values when it starts; then every worker
+//  gets the start record, values and slots of the rank s_source names. A
+//  worker that was restarted asks for a new generation first. Returns 0,
+//  ZA_RING_RESYNC (again), or -1 with an error.
 static int
 s_start (s_mirrored_t *self, int first)
 {
@@ -158,17 +187,17 @@ s_start (s_mirrored_t *self, int first)
     int restored = 0;
     if (!config->is_chief && first && config->rejoin && za_ring_ask_resync (self->ring))
         return -1;
-    if (config->is_chief && first) {
-        if (za_mkdirs (config->run.model_dir)
+    if (config->is_chief && first
+        && (za_mkdirs (config->run.model_dir)
             || za_replica_restore_newest (self->replica, config->run.model_dir, &restored,
-                                          &step))
-            return -1;
-        if (restored)
-            za_info ("%s: restored step %" PRId64 " from '%s'", self->who, step,
-                     config->run.model_dir);
-    }
+                                          &step)))
+        return -1;
     if (za_ring_resync (self->ring))
         return -1;
+    int source;
+    int rc = s_source (self, &source);
+    if (rc)
+        return rc;
     s_start_t mine = {
         .floats = (int64_t) self->vars->total, .step = step,
         .num_workers = config->num_workers, .optim = *za_replica_optim (self->replica),
@@ -177,7 +206,7 @@ s_start (s_mirrored_t *self, int first)
     memset (record, 0, sizeof record);
     memcpy (record, &mine, sizeof mine);
     //  Bits only: a broadcast copies, it never computes.
-    int rc = za_ring_broadcast (self->ring, record, START_FLOATS, 0, 0);
+    rc = za_ring_broadcast (self->ring, record, START_FLOATS, source, 0);
     if (rc)
         return rc;
     s_start_t chief;
@@ -186,14 +215,22 @@ s_start (s_mirrored_t *self, int first)
         return -1;
     const za_optim_config_t *optim = za_replica_optim (self->replica);
     int slots = za_optim_slot_count (optim->kind);
-    rc = za_ring_broadcast (self->ring, za_replica_values (self->replica), self->vars->total, 0,
-                            0);
+    rc = za_ring_broadcast (self->ring, za_replica_values (self->replica), self->vars->total,
+                            source, 0);
     for (int s = 0; s < slots && !rc; s++)
         rc = za_ring_broadcast (self->ring, za_replica_slot (self->replica, s),
-                                self->vars->total, 0, 0);
+                                self->vars->total, source, 0);
     if (rc)
         return rc;
     self->global_step = chief.step;
+    self->live = 1;
+    if (config->is_chief && first && source != config->worker_index)
+        za_info ("%s: restarted; took the current values of step %" PRId64 " from rank %d of "
+                 "the ring%s", self->who, self->global_step, source,
+                 restored? ", not its newest checkpoint": "");
+    else if (config->is_chief && first && restored)
+        za_info ("%s: restored step %" PRId64 " from '%s'", self->who, step,
+                 config->run.model_dir);
     if (!first)
         za_info ("%s: the ring is re-formed at step %" PRId64 " (generation %" PRId64 ")",
                  self->who, self->global_step, za_ring_generation (self->ring));
@@ -232,9 +269,8 @@ s_run_steps (s_mirrored_t *self)
         if (za_input_next (self->input, &batch) <= 0)
             return za_error ("%s: the input ended", self->who);
         double loss, t0 = za_clock_mono ();
-        //  Each worker its own dropout masks: the step's seed, told apart by rank.
-        int64_t dropout_seed = self->global_step * config->num_workers + config->worker_index;
-        if (za_replica_compute_gradients (self->replica, &batch, dropout_seed, &loss))
+        //  Each worker its own dropout masks (replica_index tells them apart).
+        if (za_replica_compute_gradients (self->replica, &batch, self->global_step, &loss))
             return -1;
         double t1 = za_clock_mono (), waited = za_ring_wait_secs (self->ring);
         int rc = za_ring_allreduce_mean (self->ring, grads, total, self->global_step + 1);
@@ -308,9 +344,9 @@ za_mirrored_actor (zsock_t *pipe, void *args)
         za_role_failed_start (pipe, config->stats);
         return;
     }
-    za_info ("%s: rank %d of %d in the ring, batch %d, up to step %" PRId64, self->who,
-             config->worker_index, config->num_workers, config->batch_size,
-             config->max_steps);
+    za_info ("%s: rank %d of %d in the ring (sends to %s), batch %d, up to step %" PRId64,
+             self->who, config->worker_index, config->num_workers,
+             za_ring_right_endpoint (self->ring), config->batch_size, config->max_steps);
     int rc = s_train (self) == 0? 0: 1;
     if (rc)
         s_check_term (self);

@@ -251,13 +251,18 @@ za_role_who (const za_role_config_t *config, char *who, size_t size)
 za_input_t *
 za_role_train_input (const za_role_config_t *config, const char *who, int64_t global_step)
 {
-    uint64_t seed = za_input_seed_at (config->run.seed + 7919 * (uint64_t) config->worker_index,
+    //  The synchronous strategies split each global batch across the workers
+    //  (one order of the whole data, the same seed everywhere); ps-async
+    //  workers each shuffle their own shard.
+    int split = config->strategy != ZA_STRATEGY_PS_ASYNC;
+    uint64_t seed = za_input_seed_at (config->run.seed
+                                      + (split? 0: 7919 * (uint64_t) config->worker_index),
                                       global_step);
     if (config->input_fn) {
         za_input_context_t context = {
             .mode = ZA_MODE_TRAIN, .num_shards = config->num_workers,
             .shard_index = config->worker_index, .seed = seed, .global_step = global_step,
-            .batch_size = config->batch_size,
+            .batch_size = config->batch_size, .split_batches = split,
         };
         return config->input_fn (config->input_arg, &context);
     }
@@ -266,8 +271,10 @@ za_role_train_input (const za_role_config_t *config, const char *who, int64_t gl
         return NULL;
     }
     za_input_config_t input = za_input_config_default ();
-    input.num_shards = config->num_workers;
-    input.shard_index = config->worker_index;
+    input.num_shards = split? 1: config->num_workers;
+    input.shard_index = split? 0: config->worker_index;
+    input.replicas = split? config->num_workers: 1;
+    input.replica = split? config->worker_index: 0;
     input.shuffle_buffer = config->shuffle_buffer;
     input.seed = seed;
     input.epochs = -1;

@@ -117,6 +117,7 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
         .model_fn = config->model_fn, .params = config->params, .input = config->input,
         .threads = config->run.threads, .train = 1,
         .optim = config->is_chief? &config->optim: NULL,
+        .replica_index = config->worker_index,
     };
     self->replica = za_replica_new (&replica, config->run.seed);
     if (!self->replica)

@@ -4,7 +4,9 @@
 #  workers at batch 32 each (one thread each) from the tutorial's TF_CONFIG,
 #  the same seed; a second allreduce run, whose checkpoint must be the same
 #  bytes; and --strategy ps-sync with 2 workers at batch 32 and one ps under
-#  --local. Prints the test accuracy, the training time and images/sec.
+#  --local. Prints the test accuracy, the training time and images/sec, and
+#  whether the synchronous runs wrote one process's final checkpoint bytes
+#  (they split each global batch as one process splits it over its threads).
 #  Usage: bench/allreduce_accuracy.sh [BUILD] [EPOCHS] [SEED]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,9 +40,9 @@ ar=$(allreduce "$work/ar1")
 ar_s=$(grep -o 'done at step [0-9]* in [0-9.]* s' "$work/ar1.w0.err" | field in)
 crcs=$(grep -ho 'values crc32 [0-9a-f]*' "$work"/ar1.w*.err | sort -u | wc -l)
 ar2=$(allreduce "$work/ar2")
+newest () { ls "$1"/model.ckpt-*.safetensors | sort -t- -k2 -n | tail -1; }
 same=no
-cmp -s "$(ls "$work"/ar1/model.ckpt-*.safetensors | tail -1)" \
-       "$(ls "$work"/ar2/model.ckpt-*.safetensors | tail -1)" && same=yes
+cmp -s "$(newest "$work/ar1")" "$(newest "$work/ar2")" && same=yes
 #  ps-sync: the chief and one worker at batch 32 each, one ps, under --local.
 pssync=$("$run" "${common[@]}" --local --strategy ps-sync --workers 1 --evaluators 0 \
          --batch-size 32 --threads 1 --model-dir "$work/pssync" 2> "$work/pssync.err" \
@@ -59,4 +61,8 @@ printf '%-44s %9s %8s %10.0f\n' "ps-sync, 2 workers x batch 32, 1 ps (--local)" 
     "$(echo "$pssync" | field accuracy)" "$ps_s" "$(echo "$images / $ps_s" | bc -l)"
 echo "workers' final values identical: $([ "$crcs" = 1 ] && echo yes || echo no);" \
      "second run's checkpoint the same bytes: $same"
+for run in ar1 pssync; do
+    cmp -s "$(newest "$work/single")" "$(newest "$work/$run")" && as=yes || as=no
+    echo "$run's final checkpoint the same bytes as one process at batch 64: $as"
+done
 echo "allreduce / one process, images/sec: $(echo "$single_s / $ar_s" | bc -l | cut -c1-5)"

@@ -583,6 +583,8 @@ za_input_config_default (void)
         .batch_size = 32,
         .drop_remainder = 0,
         .prefetch = 2,
+        .replicas = 1,
+        .replica = 0,
     };
     return config;
 }
@@ -637,16 +639,23 @@ s_input_example_next (za_input_t *self, int64_t *index)
     return 0;
 }
 
-//  Fills a slot with the next batch. Returns its size, 0 at the end of the
+//  Fills a slot with the next batch: the next global batch's slice when the
+//  batches are split across replicas. Returns its size, 0 at the end of the
 //  stream (including a final partial batch dropped by drop_remainder).
 static int
 s_input_produce (za_input_t *self, s_slot_t *slot)
 {
     const za_dataset_t *dataset = self->dataset;
     size_t row = (size_t) dataset->feature_size;
-    int size = 0;
+    int batch = self->config.batch_size, replicas = self->config.replicas;
+    int first = batch * self->config.replica;
+    int size = 0, drawn = 0;
     int64_t index;
-    while (size < self->config.batch_size && s_input_example_next (self, &index)) {
+    while (drawn < batch * replicas && s_input_example_next (self, &index)) {
+        int keep = drawn >= first && drawn < first + batch;
+        drawn++;
+        if (!keep)
+            continue;
         float *out = slot->features + (size_t) size * row;
         if (dataset->features)
             memcpy (out, dataset->features + (size_t) index * row, row * sizeof (float));
@@ -659,7 +668,7 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
         slot->labels [size] = dataset->labels [index];
         size++;
     }
-    if (size < self->config.batch_size && self->config.drop_remainder)
+    if (drawn < batch * replicas && self->config.drop_remainder)
         size = 0;
     slot->size = size;
     return size;
@@ -715,6 +724,17 @@ za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
                   c->shard_index, c->num_shards);
         return NULL;
     }
+    int replicas = c->replicas > 0? c->replicas: 1;
+    if (c->replicas < 0 || c->replica < 0 || c->replica >= replicas) {
+        za_error ("za_input_new: replica %d out of range for %d replicas", c->replica,
+                  c->replicas);
+        return NULL;
+    }
+    if ((int64_t) c->batch_size * replicas > INT_MAX) {
+        za_error ("za_input_new: a global batch of %d x %d examples is too large",
+                  c->batch_size, replicas);
+        return NULL;
+    }
     if (c->epochs == 0 || c->epochs < -1) {
         za_error ("za_input_new: epochs is %d (must be > 0, or -1 for forever)",
                   c->epochs);
@@ -746,6 +766,7 @@ za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
     self->dataset = dataset;
     self->config = *c;
     self->config.drop_remainder = c->drop_remainder != 0;
+    self->config.replicas = replicas;
     self->shard_count = dataset->count > c->shard_index
                       ? (dataset->count - c->shard_index + c->num_shards - 1) / c->num_shards
                       : 0;

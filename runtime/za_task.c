@@ -155,14 +155,19 @@ za_task_input (void *arg, const za_input_context_t *context)
     za_input_config_t config = za_input_config_default ();
     config.batch_size = asked.batch_size;
     if (train) {
-        if (task->train && (task->train_shards != asked.num_shards
-                            || task->train_shard != asked.shard_index))
+        //  Split batches read the whole data; a shard reads its own rows only.
+        int shards = asked.split_batches? 1: asked.num_shards;
+        int shard = asked.split_batches? 0: asked.shard_index;
+        if (task->train && (task->train_shards != shards || task->train_shard != shard))
             za_dataset_destroy (&task->train);
         if (!task->train) {
-            task->train = za_dataset_load_dir_shard (asked.data_dir, "train", asked.num_shards,
-                                                     asked.shard_index);
-            task->train_shards = asked.num_shards;
-            task->train_shard = asked.shard_index;
+            task->train = za_dataset_load_dir_shard (asked.data_dir, "train", shards, shard);
+            task->train_shards = shards;
+            task->train_shard = shard;
+        }
+        if (asked.split_batches) {
+            config.replicas = asked.num_shards;
+            config.replica = asked.shard_index;
         }
         if (!task->train)
             return NULL;

@@ -797,6 +797,8 @@ Test (pipeline, config_defaults)
     cr_assert_eq (config.batch_size, 32);
     cr_assert_eq (config.drop_remainder, 0);
     cr_assert_eq (config.prefetch, 2);
+    cr_assert_eq (config.replicas, 1);
+    cr_assert_eq (config.replica, 0);
 }
 
 Test (pipeline, sequential_without_shuffle)
@@ -1108,6 +1110,52 @@ Test (pipeline, empty_shard_ends_at_once)
     za_dataset_destroy (&dataset);
 }
 
+//  Split batches: replica r of R keeps slice r of each global batch of one
+//  shuffled stream, so the R inputs' batches, side by side, are the global
+//  batches of one input at R x the batch size; a short last global batch
+//  gives the replicas what it has (and ends a replica it gives nothing).
+Test (pipeline, split_batches_are_slices_of_the_global_batch)
+{
+    za_dataset_t *dataset = s_indexed_dataset (1000);
+    za_input_config_t whole = s_config (96, 1);
+    whole.shuffle_buffer = 1000;
+    whole.seed = 11;
+    whole.epochs = 1;
+    int64_t global [1000], slices [3][1000];
+    int global_sizes [20], sizes [3][20], global_batches, batches [3];
+    cr_assert_eq (s_collect (dataset, &whole, global, global_sizes, &global_batches), 1000);
+    cr_assert_eq (global_batches, 11);          //  10 x 96, then 40
+    int64_t totals [3];
+    for (int r = 0; r < 3; r++) {
+        za_input_config_t config = whole;
+        config.batch_size = 32;
+        config.replicas = 3;
+        config.replica = r;
+        config.prefetch = r;                    //  with and without the thread
+        totals [r] = s_collect (dataset, &config, slices [r], sizes [r], &batches [r]);
+    }
+    //  The last global batch of 40 gives 32, 8 and nothing.
+    cr_assert_eq (totals [0], 10 * 32 + 32);
+    cr_assert_eq (totals [1], 10 * 32 + 8);
+    cr_assert_eq (totals [2], 10 * 32);
+    cr_assert_eq (batches [0], 11);
+    cr_assert_eq (sizes [1][10], 8);
+    cr_assert_eq (batches [2], 10);
+    for (int b = 0; b < global_batches; b++)
+        for (int r = 0; r < 3; r++)
+            for (int k = 0; k < 32 && b * 96 + r * 32 + k < 1000; k++)
+                cr_assert_eq (slices [r][b * 32 + k], global [b * 96 + r * 32 + k],
+                              "batch %d replica %d row %d", b, r, k);
+    //  drop_remainder drops the short global batch on every replica.
+    za_input_config_t config = whole;
+    config.batch_size = 32;
+    config.replicas = 3;
+    config.replica = 0;
+    config.drop_remainder = 1;
+    cr_assert_eq (s_collect (dataset, &config, NULL, NULL, NULL), 10 * 32);
+    za_dataset_destroy (&dataset);
+}
+
 Test (pipeline, bad_configs)
 {
     za_error_set_quiet (1);
@@ -1120,6 +1168,7 @@ Test (pipeline, bad_configs)
         { "batch_size", good }, { "batch_size", good }, { "shard_index", good },
         { "shard_index", good }, { "shard_index", good }, { "epochs", good },
         { "epochs", good }, { "shuffle_buffer", good }, { "prefetch", good },
+        { "replica", good }, { "replica", good }, { "global batch", good },
     };
     cases [0].config.batch_size = 0;
     cases [1].config.batch_size = -3;
@@ -1131,6 +1180,11 @@ Test (pipeline, bad_configs)
     cases [6].config.epochs = -2;
     cases [7].config.shuffle_buffer = -1;
     cases [8].config.prefetch = -1;
+    cases [9].config.replicas = 2;
+    cases [9].config.replica = 2;
+    cases [10].config.replica = -1;
+    cases [11].config.replicas = 1 << 20;
+    cases [11].config.batch_size = 1 << 12;
     for (size_t k = 0; k < sizeof cases / sizeof cases [0]; k++) {
         za_error_clear ();
         cr_assert_null (za_input_new (dataset, &cases [k].config), "case %zu", k);

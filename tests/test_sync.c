@@ -2,9 +2,10 @@
     --strategy allreduce, one process per worker, from the tutorial's own
     TF_CONFIG (workers only, no chief, no ps): both finish, hold the same
     bits, and the chief's checkpoint is that state; the same seed gives the
-    same checkpoint bytes; garbage sent to a worker's ring port is dropped;
+    same checkpoint bytes, and so does one process at the global batch;
+    garbage sent to a worker's ring port is dropped;
     a worker whose job differs from the chief's stops with an error naming
-    it; under --local a killed worker rejoins without a rewind; clusters that
+    it; under --local a killed worker, or the chief, rejoins without a rewind; clusters that
     do not fit the strategy are refused at once. --strategy ps-sync under
     --local: the workers step together and a killed ps is reloaded.        */
 #include "za_test.h"
@@ -160,6 +161,16 @@ s_checkpoint_values_crc (const char *model_dir, int64_t *step)
     return (uint32_t) crc;
 }
 
+//  The checkpoint of `steps` in dir, as bytes (caller frees).
+static char *
+s_checkpoint_bytes (const char *model_dir, int64_t steps, size_t *size)
+{
+    char *path = za_checkpoint_path (model_dir, steps);
+    char *bytes = (char *) za_test_read_file (path, size);
+    free (path);
+    return bytes;
+}
+
 Test (allreduce, the_tutorials_two_workers_train_the_cnn_and_end_identical)
 {
     char *model_dir = za_test_path ("run");
@@ -224,9 +235,7 @@ Test (allreduce, two_runs_with_one_seed_write_the_same_checkpoint_bytes)
         s_run_pair (both, &pair);
         cr_assert_eq (pair.exit_code [0], 0, "%s", pair.err [0]);
         cr_assert_eq (pair.exit_code [1], 0, "%s", pair.err [1]);
-        char *path = za_checkpoint_path (model_dir, 30);
-        bytes [run] = (char *) za_test_read_file (path, &sizes [run]);
-        free (path);
+        bytes [run] = s_checkpoint_bytes (model_dir, 30, &sizes [run]);
         s_pair_free (&pair);
         free (model_dir);
     }
@@ -235,6 +244,52 @@ Test (allreduce, two_runs_with_one_seed_write_the_same_checkpoint_bytes)
                "the two runs' checkpoints differ");
     free (bytes [0]);
     free (bytes [1]);
+}
+
+//  TensorFlow's auto-shard by data: the workers split each global batch of
+//  one order of the whole data, number their threads after each other in the
+//  dropout seeds, and sum their gradients as one process sums its threads'. So
+//  2 workers of 1 thread at batch 32, by all-reduce or through a ps-sync ps,
+//  write the very bytes one process of 2 threads at batch 64 writes.
+Test (allreduce, two_workers_at_batch_32_write_what_one_process_at_batch_64_writes)
+{
+    const char *model = "conv2d(8,3,relu) maxpool(2) flatten dense(32,relu) dropout(0.4) dense(10)";
+    char *dirs [3] = {za_test_path ("single"), za_test_path ("ring"), za_test_path ("pssync")};
+    const char *single [] = {"--model", model, "--batch-size", "64", "--threads", "2",
+                             "--max-steps", "30", "--seed", "7", "--model-dir", dirs [0],
+                             "--no-eval", NULL};
+    za_test_result_t result = za_test_run (single, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    const char *ring [] = {"--strategy", "allreduce", "--model", model, "--batch-size", "32",
+                           "--threads", "1", "--max-steps", "30", "--seed", "7",
+                           "--model-dir", dirs [1], "--no-eval", NULL};
+    const char *const *both [2] = {ring, ring};
+    s_pair_t pair;
+    s_run_pair (both, &pair);
+    cr_assert_eq (pair.exit_code [0], 0, "%s", pair.err [0]);
+    cr_assert_eq (pair.exit_code [1], 0, "%s", pair.err [1]);
+    s_pair_free (&pair);
+    const char *pssync [] = {"--local", "--strategy", "ps-sync", "--model", model,
+                             "--workers", "1", "--evaluators", "0", "--batch-size", "32",
+                             "--threads", "1", "--max-steps", "30", "--seed", "7",
+                             "--model-dir", dirs [2], NULL};
+    result = za_test_run (pssync, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    size_t sizes [3];
+    char *bytes [3];
+    for (int run = 0; run < 3; run++) {
+        bytes [run] = s_checkpoint_bytes (dirs [run], 30, &sizes [run]);
+        cr_assert_not_null (bytes [run], "no checkpoint of step 30 in %s", dirs [run]);
+    }
+    for (int run = 1; run < 3; run++)
+        cr_expect (sizes [run] == sizes [0] && memcmp (bytes [run], bytes [0], sizes [0]) == 0,
+                   "%s differs from one process at batch 64", run == 1? "allreduce": "ps-sync");
+    for (int run = 0; run < 3; run++) {
+        free (bytes [run]);
+        free (dirs [run]);
+    }
 }
 
 Test (allreduce, a_worker_with_another_learning_rate_is_stopped_by_name)
@@ -306,54 +361,78 @@ Test (allreduce, local_runs_a_supervised_ring_with_a_ps_free_job)
     free (model_dir);
 }
 
-Test (allreduce, a_killed_worker_rejoins_the_ring_where_it_was_without_a_rewind)
+//  Runs --local --strategy allreduce (a chief and one worker, no checkpoint
+//  on the way) to max_steps, SIGKILLing `role` 0 once it is past step 100;
+//  checks zactor-top's ring rows, the exit, that both end at max_steps with
+//  the same values, and that the chief's log says `said` with a step at or
+//  past the one seen at the kill: where the ring went on from. Returns the
+//  chief's log (caller frees).
+static char *
+s_local_ring_with_a_kill (const char *model_dir, const char *role, int max_steps,
+                          const char *said)
 {
-    //  Under --local: worker 0 SIGKILLed mid-run is restarted by the broker,
-    //  asks the chief to re-form the ring, gets the current values from it, and
-    //  the job ends at max_steps with every replica the same.
-    char *model_dir = za_test_path ("run");
     char *out = za_test_path ("local.out");
+    char steps [16];
+    snprintf (steps, sizeof steps, "%d", max_steps);
     const char *args [] = {"--local", "--strategy", "allreduce", "--model", "cnn", "--workers",
-                           "1", "--evaluators", "0", "--max-steps", "500", "--batch-size", "32",
+                           "1", "--evaluators", "0", "--max-steps", steps, "--batch-size", "32",
                            "--save-checkpoints-steps", "100000", "--model-dir", model_dir,
                            "--timeout-secs", "60", NULL};
     char broker [128];
     pid_t local = za_test_start_local ("zactor-run", args, out, broker);
-    za_test_want_t want = {"worker", 0, 0, 100};
+    za_test_want_t want = {role, 0, 0, 100};
     json_t *state = za_test_wait_for (broker, za_test_task_back, &want, "step 100", 240);
-    json_t *worker = za_test_row (state, "worker", 0);
     //  zactor-top's rows place each in the ring, with its wait per step.
-    json_t *chief_row = za_test_row (state, "chief", 0);
+    json_t *chief_row = za_test_row (state, "chief", 0), *worker = za_test_row (state, "worker", 0);
     cr_expect_eq (json_integer_value (json_object_get (chief_row, "ring_rank")), 0);
     cr_expect_eq (json_integer_value (json_object_get (worker, "ring_rank")), 1);
     cr_expect (json_is_number (json_object_get (worker, "wait_ms"))
                && json_number_value (json_object_get (worker, "wait_ms")) >= 0);
-    int64_t killed_at = za_test_kill (state, "worker", 0);
+    int64_t killed_at = za_test_kill (state, role, 0);
     json_decref (state);
     int status = za_test_wait (local, RUN_TIMEOUT_S);
     char *text = (char *) za_test_read_file (out, NULL);
     cr_assert (WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s", text);
     free (text);
-    int64_t steps [2];
-    uint32_t chief = s_log_crc (model_dir, "logs/chief-0.log", &steps [0]);
-    uint32_t restarted = s_log_crc (model_dir, "logs/worker-0.log", &steps [1]);
-    cr_expect_eq (steps [0], 500);
-    cr_expect_eq (steps [1], 500);
-    cr_expect_eq (chief, restarted, "%08x != %08x", chief, restarted);
-    //  Re-formed where it was: no checkpoint existed to go back to, and the
-    //  step it went on from is past the one seen at the kill.
+    int64_t ends [2];
+    uint32_t chief = s_log_crc (model_dir, "logs/chief-0.log", &ends [0]);
+    uint32_t other = s_log_crc (model_dir, "logs/worker-0.log", &ends [1]);
+    cr_expect_eq (ends [0], max_steps);
+    cr_expect_eq (ends [1], max_steps);
+    cr_expect_eq (chief, other, "%08x != %08x", chief, other);
+    free (out);
     char *log_path = za_test_join (model_dir, "logs/chief-0.log");
     char *log = (char *) za_test_read_file (log_path, NULL);
-    const char *formed = strstr (log, "the ring is re-formed at step ");
+    free (log_path);
+    const char *at_text = strstr (log, said);
     long long at = -1;
-    cr_assert (formed && sscanf (formed, "the ring is re-formed at step %lld", &at) == 1, "%s",
-               log);
-    cr_expect_geq (at, killed_at, "re-formed at %lld, killed at %lld", at,
-                   (long long) killed_at);
+    cr_assert (at_text && sscanf (at_text + strlen (said), "%lld", &at) == 1, "%s", log);
+    cr_expect_geq (at, killed_at, "%s%lld, killed at %lld", said, at, (long long) killed_at);
+    return log;
+}
+
+Test (allreduce, a_killed_worker_rejoins_the_ring_where_it_was_without_a_rewind)
+{
+    //  Under --local: worker 0 SIGKILLed mid-run is restarted by the broker,
+    //  asks the chief to re-form the ring, gets the current values from it
+    //  (no checkpoint existed to go back to), and the job ends at max_steps
+    //  with every replica the same.
+    char *model_dir = za_test_path ("run");
+    char *log = s_local_ring_with_a_kill (model_dir, "worker", 500,
+                                          "the ring is re-formed at step ");
     cr_expect_null (strstr (log, "restored step"), "%s", log);
     free (log);
-    free (log_path);
-    free (out);
+    free (model_dir);
+}
+
+Test (allreduce, a_killed_chief_takes_the_current_values_from_a_peer)
+{
+    //  Under --local: the chief SIGKILLed mid-run, with no checkpoint written,
+    //  is restarted and takes worker 0's values where the ring was (TensorFlow
+    //  would restart everyone from a checkpoint: here, step 0).
+    char *model_dir = za_test_path ("run");
+    free (s_local_ring_with_a_kill (model_dir, "chief", 400,
+                                    "restarted; took the current values of step "));
     free (model_dir);
 }
 

@@ -31,6 +31,7 @@ struct _za_replica_t {
     //  threads, each with its own model state and gradient buffer (thread 0's
     //  is `grads`); OpenBLAS runs single-threaded under them.
     int threads;
+    int first_thread;               //  thread 0's number in the dropout seeds
     za_parallel_t *pool;
     void *states [ZA_REPLICA_MAX_THREADS];
     float *thread_grads [ZA_REPLICA_MAX_THREADS];
@@ -134,6 +135,7 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
         self->threads = 1;
     if (self->threads > ZA_REPLICA_MAX_THREADS)
         self->threads = ZA_REPLICA_MAX_THREADS;
+    self->first_thread = config->replica_index > 0? config->replica_index * self->threads: 0;
     self->feature_size = (size_t) input.height * input.width * input.channels;
     if (!(self->pool = za_parallel_new (self->threads)) || s_plan (self, 1))
         goto fail;
@@ -253,7 +255,8 @@ s_batch_slice (void *arg, int t)
         previous = count;
         //  Randomness (dropout) differs per thread and micro-batch, fixed by the step.
         uint64_t seed = (uint64_t) run->step * 0x9e3779b97f4a7c15ULL
-                      ^ ((uint64_t) t << 40) ^ (uint64_t) (lo - first);
+                      ^ ((uint64_t) (self->first_thread + t) << 40)
+                      ^ (uint64_t) (lo - first);
         za_spec_t spec;
         run->rc [t] = self->model_fn->model_fn (
             self->states [t], batch->features + (size_t) lo * self->feature_size,

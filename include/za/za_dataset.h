@@ -82,6 +82,10 @@ typedef struct {
     int drop_remainder;         //  1: drop the last partial batch of the stream
     int prefetch;               //  batches prepared ahead on a background thread;
                                 //  0: prepared on the caller's thread
+    int replicas;               //  split batches (TensorFlow's auto-shard by data):
+    int replica;                //  the stream is cut into global batches of
+                                //  batch_size x replicas and this input keeps
+                                //  slice `replica` of each; 0 or 1: not split
 } za_input_config_t;
 
 //  Defaults: 1 shard, no shuffle, seed 0, 1 epoch, batch 32, keep remainder,

@@ -49,6 +49,14 @@ typedef struct {
     int64_t global_step;            //  TRAIN: the step training starts from
     int batch_size;                 //  what the run asks for; 0: the input_fn decides
     const char *data_dir;           //  where the run's data is; NULL: the input_fn knows
+    int split_batches;              //  TRAIN, synchronous strategies: 1 asks for
+                                    //  TensorFlow's auto-shard by data: read the whole
+                                    //  data in the order of `seed` (the same on every
+                                    //  task) in global batches of batch_size x
+                                    //  num_shards and keep slice shard_index of each
+                                    //  (za_input_config_t.replicas), so the replicas'
+                                    //  step is one process's step at the global batch.
+                                    //  An input_fn may shard as above instead.
 } za_input_context_t;
 
 //  An input_fn: builds the batch iterator for context->mode. The estimator

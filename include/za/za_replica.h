@@ -33,6 +33,11 @@ typedef struct {
                                     //  single-threaded OpenBLAS under it
     int train;                      //  1: gradient blocks (compute_gradients)
     const za_optim_config_t *optim; //  NULL: no optimizer, no slots
+    int replica_index;              //  this replica's place among synchronous
+                                    //  replicas of as many threads each: replica r
+                                    //  numbers its threads from r x threads in the
+                                    //  dropout masks' seeds, so N replicas draw the
+                                    //  masks one process of N x threads threads draws
 } za_replica_config_t;
 
 typedef struct _za_replica_t za_replica_t;
