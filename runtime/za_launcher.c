@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -34,6 +35,45 @@ za_run_self_exe (char *path, size_t size)
 {
     ssize_t n = readlink ("/proc/self/exe", path, size - 1);
     path [n > 0? n: 0] = 0;
+}
+
+//  1 when `name` found on $PATH is the file `path`.
+static int
+s_on_path_as (const char *name, const char *path)
+{
+    const char *dirs = getenv ("PATH");
+    char wanted [PATH_MAX], found [PATH_MAX], candidate [PATH_MAX];
+    if (!dirs || !realpath (path, wanted))
+        return 0;
+    while (*dirs) {
+        size_t length = strcspn (dirs, ":");
+        snprintf (candidate, sizeof candidate, "%.*s/%s", (int) length, dirs, name);
+        if (length && access (candidate, X_OK) == 0)
+            //  The first one on $PATH is the one a shell runs.
+            return realpath (candidate, found) && streq (found, wanted);
+        dirs += length + (dirs [length] == ':');
+    }
+    return 0;
+}
+
+void
+za_run_tool_command (const char *exe, const char *tool, char *command, size_t size)
+{
+    //  The tool beside this program: by its name when $PATH finds that very
+    //  file (installed), else by a path a user can paste from here.
+    char beside [PATH_MAX], cwd [PATH_MAX];
+    const char *slash = strrchr (exe, '/');
+    snprintf (beside, sizeof beside, "%.*s/%s", slash? (int) (slash - exe): 1,
+              slash? exe: ".", tool);
+    if (access (beside, X_OK) != 0 || s_on_path_as (tool, beside)) {
+        snprintf (command, size, "%s", tool);
+        return;
+    }
+    size_t length = getcwd (cwd, sizeof cwd)? strlen (cwd): 0;
+    if (length > 1 && strncmp (beside, cwd, length) == 0 && beside [length] == '/')
+        snprintf (command, size, "./%s", beside + length + 1);
+    else
+        snprintf (command, size, "%s", beside);
 }
 
 int
@@ -390,7 +430,8 @@ s_supervise (s_local_t *self)
 static int
 s_report (const za_settings_t *s, const char *logs)
 {
-    int rc = za_task_print_last_eval (s, -1);
+    //  With --no-eval and no evaluator task, no evaluation is the plan.
+    int rc = s->no_eval && s->evaluators == 0? 0: za_task_print_last_eval (s, -1);
     char best_path [4200];
     snprintf (best_path, sizeof best_path, "%s/export/best/best.json", s->model_dir);
     json_t *best = json_load_file (best_path, 0, NULL);
@@ -453,9 +494,11 @@ za_run_local (const za_program_t *program, za_options_t *options, za_settings_t 
         za_broker_client_destroy (&self->client);
         return 1;
     }
+    char top [PATH_MAX];
+    za_run_tool_command (self->exe, "zactor-top", top, sizeof top);
     printf ("zactor: 1 chief, %" PRId64 " workers, %" PRId64 " ps, %" PRId64 " evaluator on "
-            "this machine, until step %" PRId64 "\n  watch:  zactor-top --broker %s\n"
-            "  logs:   %s\n", s->workers, s->ps, s->evaluators, s->max_steps, self->bind,
+            "this machine, until step %" PRId64 "\n  watch:  %s --broker %s\n"
+            "  logs:   %s\n", s->workers, s->ps, s->evaluators, s->max_steps, top, self->bind,
             self->logs);
     fflush (stdout);
     rc = s_supervise (self);

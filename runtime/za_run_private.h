@@ -116,6 +116,10 @@ int za_run_local (const za_program_t *program, za_options_t *options,
 
 //  This program's own path, for the processes a broker starts.
 void za_run_self_exe (char *path, size_t size);
+//  How a user runs `tool` (zactor-top) of the same build or install as the
+//  program at `exe`: its bare name when $PATH finds that very file, else its
+//  path (./build/zactor-top from the source folder).
+void za_run_tool_command (const char *exe, const char *tool, char *command, size_t size);
 //  A free port on `host` (the kernel picks it): "tcp://HOST:PORT" into
 //  endpoint. Returns 0, or -1 with an error.
 int za_run_free_endpoint (const char *host, char *endpoint, size_t size);

@@ -312,3 +312,44 @@ Test (cli, tf_config_selects_the_role)
     cr_expect (strstr (result.err, "worker 0 of the cluster") != NULL, "%s", result.err);
     za_test_result_free (&result);
 }
+
+//  The --local banner names a zactor-top a user can paste: the build's own,
+//  by a path from here (it is not on $PATH), or by its bare name once $PATH
+//  finds that very file (installed).
+static char *
+s_banner_top (const char *dir)
+{
+    char *model_dir = za_test_path (dir);
+    const char *args [] = {"--local", "--model", "linear", "--workers", "1", "--evaluators",
+                           "0", "--max-steps", "5", "--no-eval", "--model-dir", model_dir, NULL};
+    za_test_result_t result = za_test_run (args, PROCESS_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    const char *watch = strstr (result.out, "watch:  ");
+    char command [4096] = "";
+    cr_assert (watch && sscanf (watch + 8, "%4095s --broker", command) == 1, "%s", result.out);
+    za_test_result_free (&result);
+    free (model_dir);
+    return strdup (command);
+}
+
+Test (cli, the_local_banner_names_a_zactor_top_that_runs)
+{
+    const char *path = getenv ("PATH");
+    char *saved = strdup (path? path: "/usr/bin:/bin");
+    setenv ("PATH", "/usr/bin:/bin", 1);
+    char *command = s_banner_top ("banner1");
+    cr_expect (strstr (command, "/zactor-top") && access (command, X_OK) == 0,
+               "'%s' is not a program from here", command);
+    //  The build folder on $PATH: the bare name finds the same program.
+    const char *top = za_test_program ("zactor-top");
+    char with_build [8192];
+    snprintf (with_build, sizeof with_build, "%.*s:/usr/bin:/bin",
+              (int) (strrchr (top, '/') - top), top);
+    setenv ("PATH", with_build, 1);
+    free (command);
+    command = s_banner_top ("banner2");
+    cr_expect_str_eq (command, "zactor-top");
+    setenv ("PATH", saved, 1);
+    free (command);
+    free (saved);
+}
