@@ -18,6 +18,7 @@
 #define _GNU_SOURCE                     //  sigabbrev_np
 #include "za/za_broker.h"
 #include "za/za_checkpoint.h"
+#include "za/za_metrics.h"
 #include "za/za_cluster.h"
 #include "za/za_peer.h"
 #include "za/za_util.h"
@@ -120,6 +121,9 @@ typedef struct {
     za_wire_msg_t *in, *out;
     int failed;
     double last_turn;           //  when the loop last ran
+    json_t *event_counts;       //  {"event": times}, over the job (reloaded on a restart)
+    za_metrics_t *metrics;      //  NULL: no --metrics-bind
+    double metrics_at;          //  when the metrics text was last made
 } s_broker_t;
 
 void
@@ -168,6 +172,17 @@ static void s_json_failed (s_broker_t *self, const char *what);
 // ---------------------------------------------------------------------------
 //  Events: kept in a ring, appended to MODEL_DIR/events.jsonl, logged.
 
+//  Counts an event of its kind (zactor_events_total).
+static void
+s_count_event (s_broker_t *self, const char *event)
+{
+    if (!self->event_counts || !event)
+        return;
+    json_t *count = json_object_get (self->event_counts, event);
+    json_object_set_new (self->event_counts, event,
+                         json_integer (count? json_integer_value (count) + 1: 1));
+}
+
 static void
 s_event (s_broker_t *self, const s_task_t *task, const char *event, const char *fmt, ...)
     __attribute__ ((format (printf, 4, 5)));
@@ -199,6 +214,7 @@ s_event (s_broker_t *self, const s_task_t *task, const char *event, const char *
     slot->time = now;
     free (slot->text);
     slot->text = strdup (text);
+    s_count_event (self, event);
     if (self->config->model_dir) {
         char path [4096];
         snprintf (path, sizeof path, "%s/events.jsonl", self->config->model_dir);
@@ -237,6 +253,7 @@ s_events_reload (s_broker_t *self)
             line [strcspn (line, "\n")] = 0;
             free (slot->text);
             slot->text = strdup (line);
+            s_count_event (self, json_string_value (json_object_get (json, "event")));
         }
         json_decref (json);
     }
@@ -1115,7 +1132,7 @@ s_state (s_broker_t *self)
             s_json_failed (self, "an event of the state");
     }
     return json_pack ("{s:{s:I, s:s}, s:{s:i, s:s, s:i, s:f, s:s, s:b, s:I, s:I, s:I}, s:I, "
-                      "s:b, s:o, s:o}",
+                      "s:b, s:o, s:o, s:O}",
                       "job", "max_steps", (json_int_t) config->max_steps,
                       "model_dir", config->model_dir? config->model_dir: "",
                       "broker", "pid", (int) getpid (), "host", self->host,
@@ -1125,7 +1142,26 @@ s_state (s_broker_t *self)
                       "refused", (json_int_t) self->refused,
                       "json_failures", (json_int_t) self->json_failures,
                       "global_step", (json_int_t) step, "done", done,
-                      "roles", roles, "events", events);
+                      "roles", roles, "events", events, "event_counts", self->event_counts);
+}
+
+//  Makes the metrics text from the state, at most twice a second.
+#define METRICS_EVERY_SECS 0.5
+static void
+s_update_metrics (s_broker_t *self)
+{
+    double now = za_clock_mono ();
+    if (!self->metrics || now - self->metrics_at < METRICS_EVERY_SECS)
+        return;
+    self->metrics_at = now;
+    json_t *state = s_state (self);
+    char *text = state? za_metrics_render (state): NULL;
+    if (text)
+        za_metrics_set (self->metrics, text);
+    else
+        s_json_failed (self, "the metrics");
+    free (text);
+    json_decref (state);
 }
 
 static void
@@ -1191,6 +1227,8 @@ s_broker_destroy (s_broker_t **self_p)
             zframe_destroy (&self->tasks [kind][i].identity);
     for (int e = 0; e < ZA_BROKER_EVENTS; e++)
         free (self->events [e].text);
+    json_decref (self->event_counts);
+    za_metrics_destroy (&self->metrics);
     zsock_destroy (&self->router);
     json_decref (self->job);
     free (self->in);
@@ -1214,7 +1252,8 @@ s_broker_new (const za_broker_config_t *config, zsock_t *pipe)
     self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
     json_error_t error;
     self->job = config->job_text? json_loads (config->job_text, 0, &error): json_object ();
-    if (!self->in || !self->out || !self->job) {
+    self->event_counts = json_object ();
+    if (!self->in || !self->out || !self->job || !self->event_counts) {
         za_error ("broker: the job is not JSON");
         goto fail;
     }
@@ -1258,6 +1297,8 @@ s_broker_new (const za_broker_config_t *config, zsock_t *pipe)
         za_error ("broker: cannot bind %s: %s", config->bind, zmq_strerror (zmq_errno ()));
         goto fail;
     }
+    if (config->metrics_bind && !(self->metrics = za_metrics_new (config->metrics_bind)))
+        goto fail;
     return self;
 fail:
     s_broker_destroy (&self);
@@ -1299,6 +1340,7 @@ za_broker_actor (zsock_t *pipe, void *args)
         if (which == self->router)
             s_on_message (self);
         s_supervise (self);
+        s_update_metrics (self);
         if (self->failed)
             rc = 1;
         else {

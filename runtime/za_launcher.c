@@ -158,6 +158,7 @@ za_run_broker (const za_program_t *program, za_options_t *options, za_settings_t
     config.exe = exe;
     config.log_dir = log_dir;
     config.max_restarts = (int) s->max_restarts;
+    config.metrics_bind = s->metrics_bind;
     const char *restarts = getenv ("ZA_RESTARTS");
     config.restarts = restarts? atoi (restarts): 0;
     config.restart_cause = getenv ("ZA_RESTART_CAUSE");
@@ -210,8 +211,10 @@ s_spawn_broker (s_local_t *self)
     snprintf (max_restarts, sizeof max_restarts, "%" PRId64, self->settings->max_restarts);
     snprintf (restarts_env, sizeof restarts_env, "ZA_RESTARTS=%d", self->restarts);
     snprintf (cause_env, sizeof cause_env, "ZA_RESTART_CAUSE=%s", self->cause);
+    const char *metrics = self->settings->metrics_bind;
     char *argv [] = {self->exe, "--role", "broker", "--bind", self->bind, "--job",
-                     self->job_path, "--supervise", "--max-restarts", max_restarts, NULL};
+                     self->job_path, "--supervise", "--max-restarts", max_restarts,
+                     metrics? "--metrics-bind": NULL, (char *) metrics, NULL};
     const char *env [] = {restarts_env, cause_env, NULL};
     self->broker = za_broker_spawn (self->exe, argv, env, self->log, 1);
     if (self->broker < 0)
@@ -500,6 +503,8 @@ za_run_local (const za_program_t *program, za_options_t *options, za_settings_t 
             "this machine, until step %" PRId64 "\n  watch:  %s --broker %s\n"
             "  logs:   %s\n", s->workers, s->ps, s->evaluators, s->max_steps, top, self->bind,
             self->logs);
+    if (s->metrics_bind)
+        printf ("  metrics: http://%s/metrics\n", s->metrics_bind);
     fflush (stdout);
     rc = s_supervise (self);
     za_broker_client_destroy (&self->client);

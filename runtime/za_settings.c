@@ -169,6 +169,12 @@ static const za_option_t s_options [] = {
                "heartbeats, with backoff from 0.5 s to 10 s"),
     ZA_OPTION ("max-restarts", T_INT, max_restarts, "N", "10", 0, 1000000, NULL, R_LOCAL, JOB,
                0, NULL, "restarts per task before the job fails"),
+    ZA_OPTION ("metrics-bind", T_STR, metrics_bind, "HOST:PORT", NULL, 0, 0, NULL, R_LOCAL,
+               PROC, 0, NULL,
+               "with --role broker or --local: serve the job's state to\n"
+               "Prometheus at http://HOST:PORT/metrics (per task step, steps/s,\n"
+               "examples/s, loss, last evaluation, restarts, heartbeat age, state;\n"
+               "events by kind); *:PORT listens on every interface"),
     {NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, 0, 0, NULL, NULL},
 };
 

@@ -60,6 +60,8 @@ typedef struct {
     //  re-register (a grace of 2 x ivl x liveness) before starting any.
     int restarts;
     const char *restart_cause;      //  why this broker was restarted, or NULL
+    const char *metrics_bind;       //  NULL, or HOST:PORT where GET /metrics serves
+                                    //  the state to Prometheus (za_metrics.h)
 } za_broker_config_t;
 
 //  Defaults: heartbeats 1 s x 3, max_restarts 10, backoff 0.5 s .. 10 s.

@@ -148,6 +148,7 @@ typedef struct {
     const char *bind;
     int supervise;
     int64_t max_restarts;
+    const char *metrics_bind;
     //  The program's own settings (its options write there)
     void *params;
 } za_settings_t;
