@@ -109,14 +109,18 @@ s_copy_atomic (const char *src, const char *dst)
 }
 
 //  Keeps a copy of the best checkpoint so far (by accuracy) in
-//  model_dir/export/best, with best.json naming it.
+//  model_dir/export/best (export/best_NAME for an evaluation named NAME: a
+//  replay on other data never overwrites the training's best), with
+//  best.json naming it.
 static int
 s_export_best (s_eval_t *self, const char *path, const za_eval_result_t *result)
 {
     if (!self->config->export_best || result->accuracy <= self->best_accuracy)
         return 0;
     char dir [4096], dst [4600], json [4700], previous [4600] = "";
-    snprintf (dir, sizeof dir, "%s/export/best", self->config->model_dir);
+    const char *named = self->config->name && *self->config->name? self->config->name: NULL;
+    snprintf (dir, sizeof dir, "%s/export/best%s%s", self->config->model_dir, named? "_": "",
+              named? named: "");
     if (za_mkdirs (dir))
         return -1;
     snprintf (json, sizeof json, "%s/best.json", dir);

@@ -435,13 +435,16 @@ s_report (const za_settings_t *s, const char *logs)
 {
     //  With --no-eval and no evaluator task, no evaluation is the plan.
     int rc = s->no_eval && s->evaluators == 0? 0: za_task_print_last_eval (s, -1);
-    char best_path [4200];
-    snprintf (best_path, sizeof best_path, "%s/export/best/best.json", s->model_dir);
+    char best_dir [4200], best_path [4300];
+    int named = s->eval_name && *s->eval_name;
+    snprintf (best_dir, sizeof best_dir, "%s/export/best%s%s", s->model_dir, named? "_": "",
+              named? s->eval_name: "");
+    snprintf (best_path, sizeof best_path, "%s/best.json", best_dir);
     json_t *best = json_load_file (best_path, 0, NULL);
     if (best)
-        printf ("best evaluation %.4f at step %" JSON_INTEGER_FORMAT ", kept in %s/export/best\n",
+        printf ("best evaluation %.4f at step %" JSON_INTEGER_FORMAT ", kept in %s\n",
                 json_number_value (json_object_get (best, "accuracy")),
-                json_integer_value (json_object_get (best, "global_step")), s->model_dir);
+                json_integer_value (json_object_get (best, "global_step")), best_dir);
     json_decref (best);
     printf ("checkpoints and TensorBoard events in %s, evaluations in %s/eval%s%s, events in "
             "%s/events.jsonl, logs in %s\n", s->model_dir, s->model_dir,

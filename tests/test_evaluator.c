@@ -215,10 +215,14 @@ Test (evaluator, replay_evaluates_every_checkpoint_in_order)
     double starts [8];
     cr_assert_eq (s_evaluations ("eval_replay", steps, starts, 8), 3);
     cr_expect (steps [0] == 10 && steps [1] == 20 && steps [2] == 30);
-    //  The best one is exported.
-    char *best = za_test_path ("export/best/best.json");
+    //  The best one is exported under the evaluation's name: a replay never
+    //  overwrites the training's export/best.
+    char *best = za_test_path ("export/best_replay/best.json");
+    char *training = za_test_path ("export/best");
     cr_expect_eq (access (best, F_OK), 0);
+    cr_expect_neq (access (training, F_OK), 0);
     free (best);
+    free (training);
     s_case_teardown (&c);
 }
 
