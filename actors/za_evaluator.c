@@ -108,19 +108,22 @@ s_copy_atomic (const char *src, const char *dst)
     return 0;
 }
 
-//  Keeps a copy of the best checkpoint so far (by accuracy) in
-//  model_dir/export/best (export/best_NAME for an evaluation named NAME: a
-//  replay on other data never overwrites the training's best), with
-//  best.json naming it.
+void
+za_evaluator_best_dir (const char *model_dir, const char *name, char *dir, size_t size)
+{
+    int named = name && *name;
+    snprintf (dir, size, "%s/export/best%s%s", model_dir, named? "_": "", named? name: "");
+}
+
+//  Keeps a copy of the best checkpoint so far (by accuracy) in the
+//  evaluation's best folder (za_evaluator_best_dir), with best.json naming it.
 static int
 s_export_best (s_eval_t *self, const char *path, const za_eval_result_t *result)
 {
     if (!self->config->export_best || result->accuracy <= self->best_accuracy)
         return 0;
     char dir [4096], dst [4600], json [4700], previous [4600] = "";
-    const char *named = self->config->name && *self->config->name? self->config->name: NULL;
-    snprintf (dir, sizeof dir, "%s/export/best%s%s", self->config->model_dir, named? "_": "",
-              named? named: "");
+    za_evaluator_best_dir (self->config->model_dir, self->config->name, dir, sizeof dir);
     if (za_mkdirs (dir))
         return -1;
     snprintf (json, sizeof json, "%s/best.json", dir);

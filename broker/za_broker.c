@@ -834,16 +834,10 @@ s_valid_host (const char *text)
 static int
 s_valid_endpoint (const char *text)
 {
-    if (strncmp (text, "tcp://", 6) != 0 || strlen (text) >= ZA_CLUSTER_ENDPOINT_MAX)
-        return 0;
-    const char *colon = strrchr (text + 6, ':');
-    if (!colon || colon == text + 6)
-        return 0;
     char host [ZA_CLUSTER_ENDPOINT_MAX];
-    snprintf (host, sizeof host, "%.*s", (int) (colon - text - 6), text + 6);
-    char *end;
-    long port = strtol (colon + 1, &end, 10);
-    return s_valid_host (host) && colon [1] && !*end && port >= 1 && port <= 65535;
+    int port;
+    return strlen (text) < ZA_CLUSTER_ENDPOINT_MAX
+        && za_cluster_endpoint_split (text, host, sizeof host, &port) == 0 && s_valid_host (host);
 }
 
 //  An integer member in [min, max] into *value; -1 when absent or not one.

@@ -70,16 +70,16 @@ s_header (s_text_t *self, const char *name, const char *type, const char *help)
     s_append (self, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-//  One task's series of `name`: its labels, then the value.
+//  `name{role="R",index="I",host="H"` of a task's row: the caller closes it.
 static void
-s_task_sample (s_text_t *self, const char *name, const json_t *row, double value)
+s_task_series (s_text_t *self, const char *name, const json_t *row)
 {
     s_append (self, "%s{role=\"", name);
     s_append_label (self, json_string_value (json_object_get (row, "role")));
     s_append (self, "\",index=\"%" JSON_INTEGER_FORMAT "\",host=\"",
               json_integer_value (json_object_get (row, "index")));
     s_append_label (self, json_string_value (json_object_get (row, "host")));
-    s_append (self, "\"} %.17g\n", value);
+    s_append (self, "\"");
 }
 
 //  The per-task metrics: (name, state key, type, help).
@@ -110,19 +110,17 @@ za_metrics_render (const json_t *state)
             //  A value the task has not reported (no evaluation yet, never
             //  heard from) is no sample at all, not a made-up 0.
             const json_t *value = json_object_get (row, s_task_metrics [m].key);
-            if (json_is_number (value))
-                s_task_sample (&out, s_task_metrics [m].name, row, json_number_value (value));
+            if (json_is_number (value)) {
+                s_task_series (&out, s_task_metrics [m].name, row);
+                s_append (&out, "} %.17g\n", json_number_value (value));
+            }
         }
     }
     s_header (&out, "zactor_task_state", "gauge",
               "1 for the task's state (running, waiting, recovering, done, backoff, lost, ...).");
     json_array_foreach (roles, i, row) {
-        s_append (&out, "zactor_task_state{role=\"");
-        s_append_label (&out, json_string_value (json_object_get (row, "role")));
-        s_append (&out, "\",index=\"%" JSON_INTEGER_FORMAT "\",host=\"",
-                  json_integer_value (json_object_get (row, "index")));
-        s_append_label (&out, json_string_value (json_object_get (row, "host")));
-        s_append (&out, "\",state=\"");
+        s_task_series (&out, "zactor_task_state", row);
+        s_append (&out, ",state=\"");
         s_append_label (&out, json_string_value (json_object_get (row, "state")));
         s_append (&out, "\"} 1\n");
     }

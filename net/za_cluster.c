@@ -453,6 +453,23 @@ za_cluster_worker_endpoint (const za_cluster_t *self, int worker_index)
 }
 
 int
+za_cluster_endpoint_split (const char *endpoint, char *host, size_t size, int *port)
+{
+    const char *colon = strrchr (endpoint, ':');
+    if (strncmp (endpoint, "tcp://", 6) != 0 || !colon || colon <= endpoint + 6)
+        return -1;
+    char *end;
+    long number = strtol (colon + 1, &end, 10);
+    size_t length = (size_t) (colon - endpoint - 6);
+    if (!colon [1] || *end || number < 1 || number > 65535 || length >= size)
+        return -1;
+    memcpy (host, endpoint + 6, length);
+    host [length] = 0;
+    *port = (int) number;
+    return 0;
+}
+
+int
 za_cluster_tasks_on_my_host (const za_cluster_t *self)
 {
     const char *mine = s_my_address (self);

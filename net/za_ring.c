@@ -8,6 +8,7 @@
     What r receives at one hop is what it sends at the next, so each chunk
     is passed on the moment it is done: one schedule, 2(N-1) hops.      */
 #include "za/za_ring.h"
+#include "za/za_cluster.h"
 #include "za/za_util.h"
 #include "za/za_wire.h"
 
@@ -46,20 +47,14 @@ struct _za_ring_t {
 static int
 s_tcp_port (const char *endpoint, int *loopback)
 {
+    char host [ZA_CLUSTER_ENDPOINT_MAX];
+    int port;
     *loopback = 0;
-    const char *colon = strrchr (endpoint, ':');
-    if (strncmp (endpoint, "tcp://", 6) != 0 || !colon)
+    if (za_cluster_endpoint_split (endpoint, host, sizeof host, &port))
         return 0;
-    char *end;
-    long port = strtol (colon + 1, &end, 10);
-    if (*end || port <= 0 || port > 65535)
-        return 0;
-    const char *host = endpoint + 6;
-    size_t length = (size_t) (colon - host);
-    *loopback = (length == 9 && strncmp (host, "localhost", 9) == 0)
-             || (length == 5 && strncmp (host, "[::1]", 5) == 0)
+    *loopback = streq (host, "localhost") || streq (host, "[::1]")
              || strncmp (host, "127.", 4) == 0;
-    return (int) port;
+    return port;
 }
 
 za_ring_t *

@@ -436,9 +436,7 @@ s_report (const za_settings_t *s, const char *logs)
     //  With --no-eval and no evaluator task, no evaluation is the plan.
     int rc = s->no_eval && s->evaluators == 0? 0: za_task_print_last_eval (s, -1);
     char best_dir [4200], best_path [4300];
-    int named = s->eval_name && *s->eval_name;
-    snprintf (best_dir, sizeof best_dir, "%s/export/best%s%s", s->model_dir, named? "_": "",
-              named? s->eval_name: "");
+    za_evaluator_best_dir (s->model_dir, s->eval_name, best_dir, sizeof best_dir);
     snprintf (best_path, sizeof best_path, "%s/best.json", best_dir);
     json_t *best = json_load_file (best_path, 0, NULL);
     if (best)

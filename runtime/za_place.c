@@ -64,11 +64,10 @@ s_bind_endpoint (const za_settings_t *s, const char *named, char *endpoint, size
         snprintf (endpoint, size, "%s", s->bind);
         return 0;
     }
-    const char *colon = strrchr (named, ':');
-    if (strncmp (named, "tcp://", 6) != 0 || !colon)
-        return za_error ("cannot bind '%s': not tcp://HOST:PORT", named);
     char host [ZA_CLUSTER_ENDPOINT_MAX];
-    snprintf (host, sizeof host, "%.*s", (int) (colon - named - 6), named + 6);
+    int port;
+    if (za_cluster_endpoint_split (named, host, sizeof host, &port))
+        return za_error ("cannot bind '%s': not tcp://HOST:PORT", named);
     struct in_addr literal;
     if (inet_pton (AF_INET, host, &literal) == 1) {
         snprintf (endpoint, size, "%s", named);
@@ -95,7 +94,7 @@ s_bind_endpoint (const za_settings_t *s, const char *named, char *endpoint, size
         return za_error ("cannot bind '%s': '%s' is %s, not an address of this machine; give "
                          "this machine's own address in the cluster, or --bind tcp://*:PORT "
                          "to listen on every interface", named, host, address);
-    snprintf (endpoint, size, "tcp://%s%s", address, colon);
+    snprintf (endpoint, size, "tcp://%s:%d", address, port);
     return 0;
 }
 

@@ -535,3 +535,22 @@ Test (cluster, load_from_file)
     free (path);
     za_test_dir_remove ();
 }
+
+//  The one splitter of tcp://HOST:PORT that the broker, the ring and a
+//  task's bind all use.
+Test (cluster, endpoints_split_into_host_and_port)
+{
+    char host [16];
+    int port = 0;
+    cr_expect_eq (za_cluster_endpoint_split ("tcp://node-1:5555", host, sizeof host, &port), 0);
+    cr_expect_str_eq (host, "node-1");
+    cr_expect_eq (port, 5555);
+    cr_expect_eq (za_cluster_endpoint_split ("tcp://[::1]:1", host, sizeof host, &port), 0);
+    cr_expect_str_eq (host, "[::1]");
+    const char *bad [] = {"node:5555", "tcp://:5555", "tcp://node", "tcp://node:",
+                          "tcp://node:0", "tcp://node:65536", "tcp://node:55x",
+                          "ipc://node:5555", "tcp://a-host-name-too-long:1", NULL};
+    for (int i = 0; bad [i]; i++)
+        cr_expect_eq (za_cluster_endpoint_split (bad [i], host, sizeof host, &port), -1,
+                      "%s was split", bad [i]);
+}

@@ -23,6 +23,8 @@
 #ifndef ZA_CLUSTER_H_INCLUDED
 #define ZA_CLUSTER_H_INCLUDED
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -100,6 +102,11 @@ char *za_cluster_worker_endpoint (const za_cluster_t *self, int worker_index);
 //  processes on one host share its cores: threads = cores / this, at least 1.
 //  Always >= 1; 1 for an evaluator outside the cluster.
 int za_cluster_tasks_on_my_host (const za_cluster_t *self);
+
+//  Splits "tcp://HOST:PORT" (PORT 1..65535, HOST not empty) into host and
+//  *port. Returns 0, or -1 (no error set) when the endpoint is not that or
+//  its host does not fit.
+int za_cluster_endpoint_split (const char *endpoint, char *host, size_t size, int *port);
 
 //  Frees the cluster and its strings and sets *self_p to NULL. Safe to call
 //  with *self_p NULL, so twice is harmless.

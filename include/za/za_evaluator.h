@@ -56,6 +56,11 @@ void za_evaluator_config_init (za_evaluator_config_t *config);
 #define ZA_EVALUATOR_STOPPED 2
 int za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evaluations);
 
+//  Where an evaluation named `name` (NULL or "": the training's own) keeps
+//  its best checkpoint: MODEL_DIR/export/best, or MODEL_DIR/export/best_NAME,
+//  so a replay on other data never overwrites the training's best.
+void za_evaluator_best_dir (const char *model_dir, const char *name, char *dir, size_t size);
+
 //  The same as a CZMQ actor (args: za_evaluator_config_t *, outliving it):
 //  sends "DONE" RC STEP 0 EVALUATIONS on the pipe at the end, as the roles
 //  do (za_role_wait reads it), then waits for $TERM.
