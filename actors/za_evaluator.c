@@ -12,11 +12,18 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define DEFAULT_BATCH 500
 #define DEFAULT_POLL_SECS 0.2
+//  With a trigger or an inotify watch, model_dir is still looked at this
+//  often: the fallback for what neither can tell (a broker away, a chief
+//  writing on another host without one).
+#define FALLBACK_POLL_SECS 1.0
+#define LOCK_NAME ".evaluator"
 
 void
 za_evaluator_config_init (za_evaluator_config_t *config)
@@ -27,6 +34,7 @@ za_evaluator_config_init (za_evaluator_config_t *config)
     config->throttle_secs = 600;
     config->export_best = 1;
     config->poll_secs = DEFAULT_POLL_SECS;
+    config->watch_dir = 1;
 }
 
 typedef struct {
@@ -35,6 +43,10 @@ typedef struct {
     char subdir [256];
     double best_accuracy;
     za_summary_writer_t *summary;           //  TensorBoard scalars in the eval dir
+    int inotify;                            //  -1: none (not watch_dir, or refused)
+    int watch;                              //  on model_dir; -1: not yet there
+    int lock;                               //  MODEL_DIR/<subdir>/.evaluator, held; -1
+    int64_t told;                           //  the newest step a trigger announced
 } s_eval_t;
 
 //  The evaluation data: the config's input_fn, or its data set in batches.
@@ -237,24 +249,164 @@ s_publish_result (const za_evaluator_config_t *config, const za_eval_result_t *r
                            memory_order_relaxed);
 }
 
-//  Sleeps up to secs watching the pipe; returns 1 on $TERM.
-static int
-s_sleep (zsock_t *pipe, double secs)
+// ---------------------------------------------------------------------------
+//  Hearing of a new checkpoint: the trigger, inotify, or a look
+
+//  Watches model_dir for files renamed into it (every checkpoint and the
+//  index arrive so) once it exists; a watch the kernel dropped (the folder
+//  removed) is made again.
+static void
+s_watch (s_eval_t *self)
 {
-    if (!pipe) {
-        zclock_sleep ((int) (secs * 1000));
-        return zsys_interrupted;
-    }
-    zpoller_t *poller = zpoller_new (pipe, NULL);
-    void *which = zpoller_wait (poller, (int) (secs * 1000));
-    int term = zsys_interrupted || zpoller_terminated (poller);
-    if (which == pipe) {
-        char *command = zstr_recv (pipe);
-        term = !command || streq (command, "$TERM");
+    if (self->inotify < 0 || self->watch >= 0)
+        return;
+    self->watch = inotify_add_watch (self->inotify, self->config->model_dir,
+                                     IN_MOVED_TO | IN_ONLYDIR);
+}
+
+//  Reads what inotify has; 1 when something arrived in model_dir.
+static int
+s_drain_inotify (s_eval_t *self)
+{
+    char buf [4096] __attribute__ ((aligned (__alignof__ (struct inotify_event))));
+    int arrived = 0;
+    ssize_t n;
+    while ((n = read (self->inotify, buf, sizeof buf)) > 0)
+        for (char *at = buf; at < buf + n; ) {
+            const struct inotify_event *event = (const struct inotify_event *) at;
+            if (event->mask & IN_IGNORED)
+                self->watch = -1;
+            arrived |= (event->mask & (IN_MOVED_TO | IN_Q_OVERFLOW)) != 0;
+            at += sizeof *event + event->len;
+        }
+    return arrived;
+}
+
+//  Reads every message the trigger has; 1 when one announced a checkpoint.
+static int
+s_drain_trigger (s_eval_t *self, zsock_t *trigger)
+{
+    int told = 0;
+    while (zsock_events (trigger) & ZMQ_POLLIN) {
+        char *command = NULL, *step = NULL;
+        if (zstr_recvx (trigger, &command, &step, NULL) < 1)
+            break;
+        if (streq (command, "CHECKPOINT") && step) {
+            int64_t announced = strtoll (step, NULL, 10);
+            if (self->told < 0)
+                za_info ("evaluator: the chief tells of its checkpoints (step %" PRId64 "): "
+                         "evaluations start as they are written", announced);
+            if (announced > self->told)
+                self->told = announced;
+            told = 1;
+        }
         zstr_free (&command);
+        zstr_free (&step);
     }
-    zpoller_destroy (&poller);
-    return term;
+    return told;
+}
+
+//  Sleeps up to secs, or until a trigger or inotify says a checkpoint came;
+//  returns 1 on $TERM on the pipe (or an interrupt).
+static int
+s_sleep (s_eval_t *self, zsock_t *pipe, double secs)
+{
+    void *trigger_any = self->config->trigger;
+    zsock_t *trigger = !trigger_any? NULL
+                     : zactor_is (trigger_any)? zactor_sock ((zactor_t *) trigger_any)
+                     : (zsock_t *) trigger_any;
+    zmq_pollitem_t items [3];
+    int count = 0, pipe_at = -1, trigger_at = -1, inotify_at = -1;
+    if (pipe)
+        items [pipe_at = count++] = (zmq_pollitem_t) {zsock_resolve (pipe), 0, ZMQ_POLLIN, 0};
+    if (trigger)
+        items [trigger_at = count++] = (zmq_pollitem_t) {zsock_resolve (trigger), 0,
+                                                         ZMQ_POLLIN, 0};
+    if (self->inotify >= 0 && self->watch >= 0)
+        items [inotify_at = count++] = (zmq_pollitem_t) {NULL, self->inotify, ZMQ_POLLIN, 0};
+    int term = 0;
+    if (count == 0)
+        zclock_sleep ((int) (secs * 1000));
+    else
+    if (zmq_poll (items, count, (long) (secs * 1000)) > 0) {
+        if (pipe_at >= 0 && (items [pipe_at].revents & ZMQ_POLLIN)) {
+            char *command = zstr_recv (pipe);
+            term = !command || streq (command, "$TERM");
+            zstr_free (&command);
+        }
+        if (trigger_at >= 0 && (items [trigger_at].revents & ZMQ_POLLIN))
+            s_drain_trigger (self, trigger);
+        if (inotify_at >= 0 && (items [inotify_at].revents & ZMQ_POLLIN))
+            s_drain_inotify (self);
+    }
+    return term || zsys_interrupted;
+}
+
+//  How long to sleep when nothing is due: the fallback look at model_dir.
+static double
+s_poll_secs (const s_eval_t *self)
+{
+    const za_evaluator_config_t *config = self->config;
+    int told = config->trigger || self->watch >= 0;
+    return told && config->poll_secs < FALLBACK_POLL_SECS? FALLBACK_POLL_SECS
+                                                          : config->poll_secs;
+}
+
+//  Says "an evaluator follows model_dir" to a chief (za_evaluator_following)
+//  by holding a lock on MODEL_DIR/<subdir>/.evaluator, once model_dir exists.
+static void
+s_lock (s_eval_t *self)
+{
+    struct stat st;
+    if (self->lock >= 0 || stat (self->config->model_dir, &st) != 0 || !S_ISDIR (st.st_mode))
+        return;
+    char dir [4096], path [4200];
+    snprintf (dir, sizeof dir, "%s/%s", self->config->model_dir, self->subdir);
+    snprintf (path, sizeof path, "%s/" LOCK_NAME, dir);
+    if (za_mkdirs (dir))
+        return;
+    int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    if (flock (fd, LOCK_EX | LOCK_NB) != 0) {
+        char who [256] = "";
+        ssize_t n = pread (fd, who, sizeof who - 1, 0);
+        who [n > 0? n: 0] = 0;
+        who [strcspn (who, "\n")] = 0;
+        za_info ("evaluator: another evaluator (%s) follows '%s' into %s too: each "
+                 "evaluation will be there twice", *who? who: "?", self->config->model_dir,
+                 self->subdir);
+        close (fd);
+        self->lock = -2;            //  not ours, and not asked again
+        return;
+    }
+    char host [256] = "localhost", text [320];
+    gethostname (host, sizeof host - 1);
+    int n = snprintf (text, sizeof text, "pid %d on %s\n", (int) getpid (), host);
+    if (ftruncate (fd, 0) != 0 || pwrite (fd, text, (size_t) n, 0) != n)
+        za_info ("evaluator: cannot write '%s' (%s); a chief may evaluate too", path,
+                 strerror (errno));
+    self->lock = fd;
+}
+
+int
+za_evaluator_following (const char *model_dir, char *who, size_t size)
+{
+    char path [4200];
+    snprintf (path, sizeof path, "%s/eval/" LOCK_NAME, model_dir);
+    if (size)
+        *who = 0;
+    int fd = open (path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int following = flock (fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    if (following && size) {
+        ssize_t n = pread (fd, who, size - 1, 0);
+        who [n > 0? n: 0] = 0;
+        who [strcspn (who, "\n")] = 0;
+    }
+    close (fd);                     //  and with it our shared lock, if we took one
+    return following;
 }
 
 //  --replay: every checkpoint in step order. Returns 0 or -1; *done counts.
@@ -311,6 +463,8 @@ s_follow (s_eval_t *self, zsock_t *pipe, int *done)
     int finished = config->max_steps > 0 && last >= config->max_steps;
     int rc = 0;
     while (!finished && rc == 0) {
+        s_lock (self);
+        s_watch (self);
         now = za_clock_mono ();
         s_publish (config, *done? ZA_ROLE_RUNNING: ZA_ROLE_WAITING);
         int64_t newest = now < next_allowed? -1: s_newest (config->model_dir);
@@ -337,9 +491,9 @@ s_follow (s_eval_t *self, zsock_t *pipe, int *done)
             rc = ZA_EVALUATOR_IDLE;
             break;
         }
-        double nap = now < next_allowed && next_allowed - now < config->poll_secs
-                   ? next_allowed - now: config->poll_secs;
-        if (s_sleep (pipe, nap))
+        double poll = s_poll_secs (self);
+        double nap = now < next_allowed && next_allowed - now < poll? next_allowed - now: poll;
+        if (s_sleep (self, pipe, nap))
             rc = ZA_EVALUATOR_STOPPED;
     }
     if (finished && *done == 0)
@@ -362,7 +516,7 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
         s_publish (config, ZA_ROLE_FAILED);
         return za_error ("evaluator: needs a model_dir and evaluation data");
     }
-    s_eval_t self = {.config = config};
+    s_eval_t self = {.config = config, .inotify = -1, .watch = -1, .lock = -1, .told = -1};
     if (config->name && *config->name)
         snprintf (self.subdir, sizeof self.subdir, "eval_%s", config->name);
     else
@@ -377,10 +531,16 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
         s_publish (config, ZA_ROLE_FAILED);
         return -1;
     }
+    if (config->watch_dir && !config->replay)
+        self.inotify = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
     s_publish (config, config->replay? ZA_ROLE_RUNNING: ZA_ROLE_WAITING);
     int rc = config->replay? s_replay (&self, &done): s_follow (&self, pipe, &done);
     za_estimator_destroy (&self.est);
     za_summary_writer_destroy (&self.summary);
+    if (self.inotify >= 0)
+        close (self.inotify);
+    if (self.lock >= 0)
+        close (self.lock);          //  and the lock with it
     if (evaluations)
         *evaluations = done;
     s_publish (config, rc == 0 || rc == ZA_EVALUATOR_STOPPED? ZA_ROLE_DONE: ZA_ROLE_FAILED);

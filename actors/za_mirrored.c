@@ -58,6 +58,7 @@ s_save (void *arg, int64_t step)
     if (za_replica_save (self->replica, run->model_dir, step, run->keep_checkpoint_max))
         return -1;
     za_info ("%s: checkpoint at step %" PRId64, self->who, step);
+    za_role_announce_checkpoint (self->config, self->pipe, step);
     return 0;
 }
 

@@ -122,9 +122,36 @@ za_role_report_done (zsock_t *pipe, int rc, int64_t step, uint32_t crc, int64_t 
     }
 }
 
+void
+za_role_announce_checkpoint (const za_role_config_t *config, zsock_t *pipe, int64_t step)
+{
+    if (!config->announce_checkpoints)
+        return;
+    char text [32];
+    snprintf (text, sizeof text, "%" PRId64, step);
+    zstr_sendx (pipe, "CHECKPOINT", text, NULL);
+}
+
+static int
+s_wait (zactor_t *actor, double timeout_secs, zactor_t *relay, int64_t *step, uint32_t *crc,
+        int64_t *floats);
+
 int
 za_role_wait (zactor_t *actor, double timeout_secs, int64_t *step, uint32_t *crc,
               int64_t *floats)
+{
+    return s_wait (actor, timeout_secs, NULL, step, crc, floats);
+}
+
+int
+za_role_wait_relay (zactor_t *actor, zactor_t *relay)
+{
+    return s_wait (actor, 0, relay, NULL, NULL, NULL);
+}
+
+static int
+s_wait (zactor_t *actor, double timeout_secs, zactor_t *relay, int64_t *step, uint32_t *crc,
+        int64_t *floats)
 {
     zsock_t *pipe = zactor_sock (actor);
     zpoller_t *poller = zpoller_new (pipe, NULL);
@@ -141,8 +168,13 @@ za_role_wait (zactor_t *actor, double timeout_secs, int64_t *step, uint32_t *crc
         }
         char *command = NULL, *rc_text = NULL, *step_text = NULL, *crc_text = NULL;
         char *floats_text = NULL;
-        if (zstr_recvx (pipe, &command, &rc_text, &step_text, &crc_text, &floats_text,
-                        NULL) >= 2 && streq (command, "DONE")) {
+        //  zstr_recvx counts the pointers it filled or set to NULL: not the frames.
+        int got = zstr_recvx (pipe, &command, &rc_text, &step_text, &crc_text, &floats_text,
+                              NULL) >= 2 && command && rc_text;
+        int announced = got && streq (command, "CHECKPOINT");
+        if (announced && relay)
+            zstr_sendx (relay, "CHECKPOINT", rc_text, NULL);
+        if (got && streq (command, "DONE")) {
             rc = atoi (rc_text);
             if (step)
                 *step = step_text? strtoll (step_text, NULL, 10): -1;
@@ -156,7 +188,8 @@ za_role_wait (zactor_t *actor, double timeout_secs, int64_t *step, uint32_t *crc
         zstr_free (&step_text);
         zstr_free (&crc_text);
         zstr_free (&floats_text);
-        break;
+        if (!announced)
+            break;
     }
     zpoller_destroy (&poller);
     return rc;

@@ -500,6 +500,7 @@ s_checkpoint (s_worker_t *self, int final)
     if (final)
         self->global_step = step;
     za_info ("chief: checkpoint at step %" PRId64 "%s", step, final? " (final)": "");
+    za_role_announce_checkpoint (self->config, self->pipe, step);
     return ended;
 }
 

@@ -124,6 +124,8 @@ typedef struct {
     json_t *event_counts;       //  {"event": times}, over the job (reloaded on a restart)
     za_metrics_t *metrics;      //  NULL: no --metrics-bind
     double metrics_at;          //  when the metrics text was last made
+    int64_t checkpoint_step;    //  the newest checkpoint the chief announced; -1: none
+    uint64_t checkpoints_relayed;   //  checkpoint messages sent on to evaluators
 } s_broker_t;
 
 void
@@ -1073,6 +1075,45 @@ s_on_report (s_broker_t *self, zframe_t *identity)
     s_reply (self, identity, ZA_OP_VIEW, s_view (self));
 }
 
+//  A checkpoint: the chief has written the one of global_step; every live
+//  evaluator is told at once, so it need not wait for its next look at
+//  model_dir. Only the chief's own connection may say so.
+static void
+s_on_checkpoint (s_broker_t *self, zframe_t *identity)
+{
+    const s_task_t *chief = self->config->counts [ZA_TASK_CHIEF] > 0
+                          ? &self->tasks [ZA_TASK_CHIEF][0]: NULL;
+    if (!chief || chief->state != T_LIVE || !chief->identity
+        || !zframe_eq (chief->identity, identity)) {
+        s_reply_error (self, identity, "bad_request", "checkpoint: only the live chief "
+                       "announces checkpoints");
+        return;
+    }
+    json_t *body = s_body (self, identity);
+    if (!body)
+        return;
+    json_t *step = json_object_get (body, "global_step");
+    if (!json_is_integer (step) || json_integer_value (step) < 0
+        || json_object_size (body) != 1) {
+        s_reply_error (self, identity, "bad_request", "checkpoint: the body must be "
+                       "{\"global_step\": an integer >= 0} and nothing else");
+        json_decref (body);
+        return;
+    }
+    self->checkpoint_step = json_integer_value (step);
+    const za_broker_config_t *config = self->config;
+    for (int i = 0; i < config->counts [ZA_TASK_EVALUATOR]; i++) {
+        s_task_t *evaluator = &self->tasks [ZA_TASK_EVALUATOR][i];
+        if (evaluator->state == T_LIVE && evaluator->identity) {
+            s_reply (self, evaluator->identity, ZA_OP_CHECKPOINT, json_incref (body));
+            if (self->checkpoints_relayed++ == 0)
+                za_info ("broker: the chief's checkpoints go on to the evaluators (step %"
+                         PRId64 " first)", self->checkpoint_step);
+        }
+    }
+    json_decref (body);
+}
+
 static json_t *
 s_state (s_broker_t *self)
 {
@@ -1125,8 +1166,8 @@ s_state (s_broker_t *self)
         else
             s_json_failed (self, "an event of the state");
     }
-    return json_pack ("{s:{s:I, s:s}, s:{s:i, s:s, s:i, s:f, s:s, s:b, s:I, s:I, s:I}, s:I, "
-                      "s:b, s:o, s:o, s:O}",
+    json_t *state = json_pack ("{s:{s:I, s:s}, s:{s:i, s:s, s:i, s:f, s:s, s:b, s:I, s:I, s:I, "
+                      "s:I}, s:I, s:b, s:o, s:o, s:O}",
                       "job", "max_steps", (json_int_t) config->max_steps,
                       "model_dir", config->model_dir? config->model_dir: "",
                       "broker", "pid", (int) getpid (), "host", self->host,
@@ -1135,8 +1176,13 @@ s_state (s_broker_t *self)
                       "dropped", (json_int_t) self->dropped,
                       "refused", (json_int_t) self->refused,
                       "json_failures", (json_int_t) self->json_failures,
+                      "checkpoints_relayed", (json_int_t) self->checkpoints_relayed,
                       "global_step", (json_int_t) step, "done", done,
                       "roles", roles, "events", events, "event_counts", self->event_counts);
+    if (state)
+        json_object_set_new (state, "checkpoint_step", self->checkpoint_step >= 0
+                             ? json_integer (self->checkpoint_step): json_null ());
+    return state;
 }
 
 //  Makes the metrics text from the state, at most twice a second.
@@ -1176,6 +1222,7 @@ s_on_message (s_broker_t *self)
         case ZA_OP_REGISTER: s_on_register (self, identity); break;
         case ZA_OP_REPORT: s_on_report (self, identity); break;
         case ZA_OP_WATCH: s_reply (self, identity, ZA_OP_STATE, s_state (self)); break;
+        case ZA_OP_CHECKPOINT: s_on_checkpoint (self, identity); break;
         case ZA_OP_PING:
             za_wire_msg_init (self->out, ZA_OP_PONG);
             self->out->seq = self->in->seq;
@@ -1240,6 +1287,7 @@ s_broker_new (const za_broker_config_t *config, zsock_t *pipe)
     self->config = config;
     self->pipe = pipe;
     self->start = za_clock_mono ();
+    self->checkpoint_step = -1;
     if (gethostname (self->host, sizeof self->host - 1))
         snprintf (self->host, sizeof self->host, "localhost");
     self->in = (za_wire_msg_t *) malloc (sizeof *self->in);

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +175,13 @@ int
 za_broker_client_watch (za_broker_client_t *self)
 {
     return s_send (self, ZA_OP_WATCH, NULL);
+}
+
+int
+za_broker_client_checkpoint (za_broker_client_t *self, int64_t global_step)
+{
+    return s_send (self, ZA_OP_CHECKPOINT,
+                   json_pack ("{s:I}", "global_step", (json_int_t) global_step));
 }
 
 // ---------------------------------------------------------------------------
@@ -387,6 +395,14 @@ za_broker_client_recv (za_broker_client_t *self, za_broker_reply_t *reply)
                 if (rc == 0 && !(reply->state_text = strndup (in->body, in->body_len)))
                     rc = za_error ("out of memory");
                 break;
+            case ZA_OP_CHECKPOINT: {
+                json_t *step = json_object_get (body, "global_step");
+                if (!json_is_integer (step) || json_integer_value (step) < 0)
+                    rc = za_error ("broker client: a checkpoint without a global_step >= 0");
+                else
+                    reply->global_step = json_integer_value (step);
+                break;
+            }
             case ZA_OP_ERROR:
             case ZA_OP_PONG:
                 break;
@@ -394,7 +410,8 @@ za_broker_client_recv (za_broker_client_t *self, za_broker_reply_t *reply)
                 rc = za_error ("broker client: the broker sent %s", za_op_name (in->op));
                 break;
         }
-        if (rc && (in->op == ZA_OP_WELCOME || in->op == ZA_OP_VIEW || in->op == ZA_OP_STATE)
+        if (rc && (in->op == ZA_OP_WELCOME || in->op == ZA_OP_VIEW || in->op == ZA_OP_STATE
+                   || in->op == ZA_OP_CHECKPOINT)
             && !*za_last_error ())
             za_error ("broker client: a %s without a body", za_op_name (in->op));
     }
@@ -525,6 +542,12 @@ s_on_reply (s_actor_t *self)
         zmsg_send (&view, self->pipe);
     }
     else
+    if (reply.op == ZA_OP_CHECKPOINT && self->welcomed) {
+        char step [32];
+        snprintf (step, sizeof step, "%" PRId64, reply.global_step);
+        zstr_sendx (self->pipe, "CHECKPOINT", step, NULL);
+    }
+    else
     if (reply.op == ZA_OP_ERROR) {
         if (!self->welcomed) {
             char why [512];
@@ -557,6 +580,9 @@ s_on_pipe (s_actor_t *self)
         self->finished = arg && streq (arg, "0")? 1: 2;
         s_report (self);
     }
+    else
+    if (streq (command, "CHECKPOINT") && arg && self->welcomed)
+        za_broker_client_checkpoint (self->client, strtoll (arg, NULL, 10));
     zstr_free (&command);
     zstr_free (&arg);
     return 0;

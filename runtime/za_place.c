@@ -194,7 +194,8 @@ za_run_in_cluster (const za_program_t *program, za_options_t *options, za_settin
     int need_eval = is_evaluator || (place.is_chief && !s->no_eval && !place.evaluators);
     int rc = za_task_prepare (&task, program, options, s, need_eval, replicas);
     if (!rc)
-        rc = is_evaluator? za_task_run_evaluator (&task): za_task_run_role (&task, &place, NULL);
+        rc = is_evaluator? za_task_run_evaluator (&task, NULL)
+                          : za_task_run_role (&task, &place, NULL);
     za_task_release (&task);
     return rc;
 }
@@ -393,7 +394,7 @@ za_run_with_broker (const za_program_t *program, za_options_t *options, za_setti
     if (!rc && (type == ZA_TASK_CHIEF || type == ZA_TASK_WORKER))
         rc = s_view (client, role, &place, s->timeout_secs);
     if (!rc)
-        rc = type == ZA_TASK_EVALUATOR? za_task_run_evaluator (&task)
+        rc = type == ZA_TASK_EVALUATOR? za_task_run_evaluator (&task, client)
                                       : za_task_run_role (&task, &place, client);
     za_task_release (&task);
     char code [16];

@@ -65,8 +65,9 @@ int za_task_print_last_eval (const za_settings_t *settings, int64_t evaluations)
 
 //  Training in this process (with --train-and-evaluate, the evaluator too).
 int za_task_run_single (za_task_t *task);
-//  The evaluator task (following model_dir, or --replay).
-int za_task_run_evaluator (za_task_t *task);
+//  The evaluator task (following model_dir, or --replay); `client` (the
+//  broker client, or NULL) brings the chief's checkpoint announcements.
+int za_task_run_evaluator (za_task_t *task, zactor_t *client);
 
 // ---------------------------------------------------------------------------
 //  za_place.c: where this task is, from TF_CONFIG or from a broker

@@ -306,11 +306,18 @@ za_task_run_single (za_task_t *task)
 }
 
 int
-za_task_run_evaluator (za_task_t *task)
+za_task_run_evaluator (za_task_t *task, zactor_t *client)
 {
     const za_settings_t *s = task->settings;
     za_evaluator_config_t config;
     s_evaluator_config (task, &config);
+    //  ZA_EVAL_WAKE (bench/eval_trigger.sh) picks how the evaluator hears of
+    //  checkpoints: "broker", "inotify", "poll" (neither: the old way); unset,
+    //  both.
+    const char *wake = getenv ("ZA_EVAL_WAKE");
+    int both = !wake || !*wake;
+    config.trigger = both || streq (wake, "broker")? client: NULL;
+    config.watch_dir = both || streq (wake, "inotify");
     za_info ("evaluator: %s '%s' (start delay %g s, throttle %g s, until step %" PRId64
              "), model %s", config.replay? "replaying": "following", s->model_dir,
              config.start_delay_secs, config.throttle_secs, s->max_steps, s_model_text (task));
@@ -369,6 +376,7 @@ za_task_run_role (za_task_t *task, const za_place_t *place, zactor_t *client)
     //  until then the broker must not see it done.
     int evaluates = place->is_chief && !task->settings->no_eval && place->evaluators == 0;
     role.evaluates_after = evaluates;
+    role.announce_checkpoints = place->is_chief && client != NULL;
     za_info ("%s %d of the cluster (%d workers, %d ps), model %s, %d threads",
              za_task_type_name (place->type), place->index, place->num_workers,
              place->ps_count, s_model_text (task), role.run.threads);
@@ -378,10 +386,19 @@ za_task_run_role (za_task_t *task, const za_place_t *place, zactor_t *client)
     zactor_t *actor = zactor_new (run, &role);
     if (actor && client && place->type == ZA_TASK_PS)
         zstr_sendx (client, "ENDPOINT", place->bind, NULL);
-    int rc = actor? za_role_wait (actor, 0, NULL, NULL, NULL): -1;
+    int rc = actor? za_role_wait_relay (actor, client): -1;
     zactor_destroy (&actor);
     if (rc)
         return 1;
+    //  A cluster spec seldom names its evaluator (TF_CONFIG does not): one
+    //  started apart says it follows model_dir, and evaluates the end itself.
+    char who [256];
+    if (evaluates && za_evaluator_following (task->settings->model_dir, who, sizeof who)) {
+        za_info ("chief: an evaluator (%s) follows '%s': it evaluates the final checkpoint, "
+                 "not the chief", who, task->settings->model_dir);
+        evaluates = 0;
+        za_role_stats_publish (task->stats, ZA_ROLE_DONE, za_clock_mono ());
+    }
     if (!evaluates)
         return 0;
     //  The evaluation has no loop that says it is alive (0: not kept): the

@@ -88,6 +88,10 @@ Test (broker, a_cluster_forms_through_the_broker_alone)
         char *log = (char *) za_test_read_file (logs [p], NULL);
         cr_expect_eq (s_exit_code (status), 0, "%s exited %d:\n%s", p? roles [p - 1]: "broker",
                       s_exit_code (status), log);
+        //  The chief's checkpoints went on to the evaluator through the broker.
+        if (p == 0)
+            cr_expect (strstr (log, "the chief's checkpoints go on to the evaluators"), "%s",
+                       log);
         free (log);
     }
     //  Asynchronous workers may overshoot max_steps by one push each.

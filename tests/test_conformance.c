@@ -302,9 +302,9 @@ typedef struct {
     zactor_t *broker;
 } s_broker_case_t;
 
-//  A broker (not supervising) for 1 chief, 1 worker, 1 ps.
+//  A broker (not supervising) for 1 chief, 1 worker, 1 ps and `evaluators`.
 static void
-s_broker_start (s_broker_case_t *c)
+s_broker_start_with (s_broker_case_t *c, int evaluators)
 {
     memset (c, 0, sizeof *c);
     snprintf (c->job, sizeof c->job, "{\"model\": \"linear\", \"max_steps\": 100}");
@@ -314,10 +314,17 @@ s_broker_start (s_broker_case_t *c)
     c->config.counts [ZA_TASK_CHIEF] = 1;
     c->config.counts [ZA_TASK_WORKER] = 1;
     c->config.counts [ZA_TASK_PS] = 1;
+    c->config.counts [ZA_TASK_EVALUATOR] = evaluators;
     c->config.model_dir = za_test_dir ();
     c->config.max_steps = 100;
     c->broker = zactor_new (za_broker_actor, &c->config);
     cr_assert_not_null (c->broker);
+}
+
+static void
+s_broker_start (s_broker_case_t *c)
+{
+    s_broker_start_with (c, 0);
 }
 
 static void
@@ -510,6 +517,73 @@ Test (broker, every_reply_echoes_its_request_seq)
     cr_expect_eq (peer.in->seq, 81);
     free (chief);
     s_peer_close (&peer);
+    s_broker_stop (&c);
+}
+
+//  The chief's "checkpoint written" reaches every live evaluator at once;
+//  nobody else may say it, and a body with more or less than the step is
+//  refused and relayed to nobody.
+Test (broker, a_checkpoint_goes_from_the_chief_to_every_evaluator)
+{
+    s_broker_case_t c;
+    s_broker_start_with (&c, 2);
+    s_peer_t chief, worker, evaluators [2];
+    s_peer_open (&chief, BROKER_ENDPOINT);
+    s_peer_open (&worker, BROKER_ENDPOINT);
+    char *body = s_registration ("chief", 0, "127.0.0.1", 701, "");
+    cr_assert_eq (s_ask (&chief, ZA_OP_REGISTER, 1, body), ZA_OP_WELCOME);
+    free (body);
+    body = s_registration ("worker", 0, "127.0.0.1", 702, "");
+    cr_assert_eq (s_ask (&worker, ZA_OP_REGISTER, 1, body), ZA_OP_WELCOME);
+    free (body);
+    for (int e = 0; e < 2; e++) {
+        s_peer_open (&evaluators [e], BROKER_ENDPOINT);
+        body = s_registration ("evaluator", e, "127.0.0.1", 710 + e, "");
+        cr_assert_eq (s_ask (&evaluators [e], ZA_OP_REGISTER, 1, body), ZA_OP_WELCOME);
+        free (body);
+    }
+    //  A worker, or an evaluator, is not the chief.
+    cr_assert_eq (s_ask (&worker, ZA_OP_CHECKPOINT, 2, "{\"global_step\": 10}"), ZA_OP_ERROR);
+    cr_expect_str_eq (worker.in->code, "bad_request");
+    cr_assert_eq (s_ask (&evaluators [1], ZA_OP_CHECKPOINT, 2, "{\"global_step\": 10}"),
+                  ZA_OP_ERROR);
+    //  The chief with a bad body.
+    const char *bad [] = {
+        "{\"global_step\": -1}", "{\"global_step\": \"10\"}", "{}", "[10]",
+        "{\"global_step\": 10, \"path\": \"/etc/passwd\"}", "{\"global_step\": 1.5}",
+    };
+    for (size_t b = 0; b < sizeof bad / sizeof bad [0]; b++) {
+        cr_assert_eq (s_ask (&chief, ZA_OP_CHECKPOINT, 10 + b, bad [b]), ZA_OP_ERROR, "%s",
+                      bad [b]);
+        cr_expect_str_eq (chief.in->code, "bad_request", "%s: %s", bad [b], chief.in->error);
+    }
+    cr_assert_eq (s_ask (&chief, ZA_OP_CHECKPOINT, 20, NULL), ZA_OP_ERROR);
+    //  None of that reached an evaluator.
+    for (int e = 0; e < 2; e++)
+        cr_expect_eq (s_receive (&evaluators [e], 200), -1, "evaluator %d was told", e);
+    //  The chief's good one: no answer to it, the same body to each evaluator.
+    za_wire_msg_init (chief.out, ZA_OP_CHECKPOINT);
+    chief.out->seq = 30;
+    chief.out->body = "{\"global_step\": 1200}";
+    chief.out->body_len = strlen (chief.out->body);
+    cr_assert_eq (za_wire_send (chief.sock, NULL, chief.out, &chief.lease), 0);
+    for (int e = 0; e < 2; e++) {
+        cr_assert_eq (s_receive (&evaluators [e], REPLY_MS), ZA_OP_CHECKPOINT);
+        json_t *told = json_loadb (evaluators [e].in->body, evaluators [e].in->body_len, 0,
+                                   NULL);
+        cr_expect_eq (json_integer_value (json_object_get (told, "global_step")), 1200);
+        json_decref (told);
+    }
+    cr_expect_eq (s_receive (&chief, 200), -1, "the chief got an answer");
+    json_t *state = s_state (&worker);
+    cr_expect_eq (json_integer_value (json_object_get (state, "checkpoint_step")), 1200);
+    cr_expect_eq (json_integer_value (json_object_get (json_object_get (state, "broker"),
+                                                       "checkpoints_relayed")), 2);
+    json_decref (state);
+    for (int e = 0; e < 2; e++)
+        s_peer_close (&evaluators [e]);
+    s_peer_close (&worker);
+    s_peer_close (&chief);
     s_broker_stop (&c);
 }
 

@@ -229,10 +229,13 @@ Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300 * ZA_TEST_SL
 
 //  train_and_evaluate, distributed: chief, worker, ps and an evaluator task as
 //  processes; all four exit 0 and the evaluator has results for the final step.
+//  As in TensorFlow, the cluster does not name the evaluator: the chief, which
+//  would evaluate the end when no evaluator does, sees this one follow
+//  model_dir and leaves it the final evaluation (one line for the end).
 Test (distributed, with_an_evaluator_task, .timeout = 300 * ZA_TEST_SLOWDOWN)
 {
     za_test_dir_create ("za_distributed_eval");
-    char *cluster = s_cluster_file (1, 1, 1, NULL);
+    char *cluster = s_cluster_file (1, 1, 0, NULL);
     char *model_dir = za_test_path ("run");
     const char *roles [4][2] = {{"ps", "0"}, {"evaluator", "0"}, {"chief", "0"}, {"worker", "0"}};
     pid_t pids [4];
@@ -241,7 +244,7 @@ Test (distributed, with_an_evaluator_task, .timeout = 300 * ZA_TEST_SLOWDOWN)
         const char *args [] = {"--cluster", cluster, "--role", roles [t][0], "--index",
                                roles [t][1], "--model", "dnn", "--batch-size", "32",
                                "--max-steps", "600", "--save-checkpoints-steps", "100",
-                               "--model-dir", model_dir, "--threads", "1", "--no-eval",
+                               "--model-dir", model_dir, "--threads", "1",
                                "--start-delay-secs", "0", "--throttle-secs", "0.5",
                                "--timeout-secs", "60", "--log-step-count-steps", "0", NULL};
         char name [32];
@@ -253,15 +256,25 @@ Test (distributed, with_an_evaluator_task, .timeout = 300 * ZA_TEST_SLOWDOWN)
     }
     for (int t = 0; t < 4; t++) {
         int status = za_test_wait (pids [t], TIMEOUT_S);
+        char *err = za_test_read_file (errs [t], NULL);
         cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s exited %d: %s",
-                   roles [t][0], WIFEXITED (status)? WEXITSTATUS (status): -1,
-                   (char *) za_test_read_file (errs [t], NULL));
+                   roles [t][0], WIFEXITED (status)? WEXITSTATUS (status): -1, err);
+        if (streq (roles [t][0], "chief"))
+            cr_expect (strstr (err, "an evaluator (pid ") && strstr (err, "follows"),
+                       "the chief did not see the evaluator: %s", err);
+        free (err);
         free (errs [t]);
     }
     int64_t newest = za_test_expect_all_load (model_dir, NULL);
     cr_expect_geq (newest, 600);
     char *metrics = za_test_path ("run/eval/metrics.jsonl");
     char *text = za_test_read_file (metrics, NULL);
+    char final_step [64];
+    snprintf (final_step, sizeof final_step, "\"global_step\": %lld,", (long long) newest);
+    int finals = 0;
+    for (char *at = text; (at = strstr (at, final_step)); at++)
+        finals++;
+    cr_expect_eq (finals, 1, "the final step evaluated %d times: %s", finals, text);
     char *last = text;
     for (char *p = text; *p; p++)
         if (*p == '\n' && p [1])

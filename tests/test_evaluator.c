@@ -291,3 +291,103 @@ Test (evaluator, train_and_evaluate_in_one_call)
     za_dataset_destroy (&input.train);
     s_case_teardown (&c);
 }
+
+//  Waits up to secs for the evaluator to publish an evaluation of step.
+static int
+s_evaluated (s_case_t *c, int64_t step, double secs)
+{
+    double deadline = za_clock_mono () + secs;
+    while (atomic_load (&c->stats.eval_step) < step && za_clock_mono () < deadline)
+        zclock_sleep (10);
+    return atomic_load (&c->stats.eval_step) >= step;
+}
+
+//  A case whose evaluator starts at once, never throttles, ends at step 20,
+//  and looks at model_dir only every 30 s (unless something tells it).
+static void
+s_case_setup_prompt (s_case_t *c)
+{
+    s_case_setup (c, 0);
+    c->config.start_delay_secs = 0;
+    c->config.throttle_secs = 0;
+    c->config.max_steps = 20;
+    c->config.poll_secs = 30;
+    c->config.idle_timeout_secs = 0;
+}
+
+//  Waits for the evaluator's end; expects it evaluated `expected` times.
+static void
+s_expect_end (zactor_t **evaluator, int64_t expected)
+{
+    int64_t evaluations = 0;
+    cr_expect_eq (za_role_wait (*evaluator, 10.0, NULL, NULL, &evaluations), 0);
+    cr_expect_eq (evaluations, expected);
+    zactor_destroy (evaluator);
+}
+
+//  The chief's word through the broker (here a PAIR the test holds) wakes
+//  the evaluator at once: with no inotify and a look at model_dir every
+//  30 s, nothing else could.
+Test (evaluator, a_checkpoint_message_wakes_it_at_once)
+{
+    s_case_t c;
+    s_case_setup_prompt (&c);
+    c.config.watch_dir = 0;
+    zsock_t *chief = zsock_new_pair ("@inproc://evaluator-trigger");
+    zsock_t *trigger = zsock_new_pair (">inproc://evaluator-trigger");
+    cr_assert (chief && trigger);
+    c.config.trigger = trigger;
+    zactor_t *evaluator = zactor_new (za_evaluator_actor, &c.config);
+    zclock_sleep (300);             //  it has looked once, and sleeps
+    s_save (&c, 10);
+    cr_expect_not (s_evaluated (&c, 10, 1.0), "found without being told: it polls");
+    zstr_sendx (chief, "CHECKPOINT", "10", NULL);
+    cr_expect (s_evaluated (&c, 10, 10.0), "the message did not wake it");
+    //  Other messages on the trigger (the broker client's VIEW) are read and
+    //  change nothing.
+    zstr_sendx (chief, "VIEW", "1", "tcp://127.0.0.1:1", "0", NULL);
+    s_save (&c, 20);
+    zstr_sendx (chief, "CHECKPOINT", "20", NULL);
+    s_expect_end (&evaluator, 2);
+    zsock_destroy (&trigger);
+    zsock_destroy (&chief);
+    s_case_teardown (&c);
+}
+
+//  A chief on this host without a broker: the kernel's note of the file
+//  renamed into model_dir wakes the evaluator (no trigger, a 30 s look).
+Test (evaluator, inotify_wakes_it_at_once)
+{
+    s_case_t c;
+    s_case_setup_prompt (&c);
+    zactor_t *evaluator = zactor_new (za_evaluator_actor, &c.config);
+    zclock_sleep (300);
+    s_save (&c, 10);
+    cr_expect (s_evaluated (&c, 10, 10.0), "inotify did not wake it");
+    s_save (&c, 20);
+    s_expect_end (&evaluator, 2);
+    s_case_teardown (&c);
+}
+
+//  While it follows model_dir, a chief can tell (and so does not evaluate
+//  the end itself); once it has ended, not.
+Test (evaluator, a_chief_can_tell_an_evaluator_follows)
+{
+    s_case_t c;
+    s_case_setup_prompt (&c);
+    char who [256];
+    cr_expect_not (za_evaluator_following (za_test_dir (), who, sizeof who));
+    zactor_t *evaluator = zactor_new (za_evaluator_actor, &c.config);
+    double deadline = za_clock_mono () + 10;
+    while (!za_evaluator_following (za_test_dir (), who, sizeof who)
+           && za_clock_mono () < deadline)
+        zclock_sleep (10);
+    char pid [64];
+    snprintf (pid, sizeof pid, "pid %d on ", (int) getpid ());
+    cr_expect (strstr (who, pid) == who, "who: '%s'", who);
+    cr_expect (za_evaluator_following (za_test_dir (), NULL, 0));
+    s_save (&c, 20);
+    s_expect_end (&evaluator, 1);
+    cr_expect_not (za_evaluator_following (za_test_dir (), who, sizeof who));
+    s_case_teardown (&c);
+}

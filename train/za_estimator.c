@@ -299,13 +299,16 @@ s_evaluate_loaded (za_estimator_t *self, za_input_fn_t input_fn, void *arg, int6
     result->accuracy = (double) correct / (double) examples;
     result->examples = examples;
     result->seconds = za_clock_mono () - start;
-    char dir [4096], line [EVAL_LINE_MAX];
+    char dir [4096], line [EVAL_LINE_MAX], age [64] = "";
     snprintf (dir, sizeof dir, "%s/%s", self->model_dir, subdir);
+    if (result->checkpoint_age_secs >= 0)
+        snprintf (age, sizeof age, ", \"checkpoint_age_secs\": %.4f",
+                  result->checkpoint_age_secs);
     snprintf (line, sizeof line,
               "{\"global_step\": %" PRId64 ", \"checkpoint\": \"%s\", \"loss\": %.6f, "
               "\"accuracy\": %.6f, \"examples\": %" PRId64 ", \"seconds\": %.3f, "
-              "\"wall_time\": %.3f}", result->global_step, ckpt_name, result->loss,
-              result->accuracy, result->examples, result->seconds, za_clock_wall ());
+              "\"wall_time\": %.3f%s}", result->global_step, ckpt_name, result->loss,
+              result->accuracy, result->examples, result->seconds, za_clock_wall (), age);
     return s_append_line (dir, "metrics.jsonl", line);
 }
 
@@ -314,6 +317,7 @@ za_estimator_evaluate (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
                        int64_t steps, za_eval_result_t *result)
 {
     memset (result, 0, sizeof *result);
+    result->checkpoint_age_secs = -1;
     if (s_load_for_inference (self, "evaluate"))
         return -1;
     char name [64];
@@ -329,6 +333,13 @@ za_estimator_evaluate_checkpoint (za_estimator_t *self, const char *path,
     memset (result, 0, sizeof *result);
     if (!self->model_dir)
         return za_error ("evaluate: RunConfig.model_dir is not set");
+    //  Its age as the evaluation starts: the file's last write to now.
+    struct stat st;
+    result->checkpoint_age_secs = stat (path, &st) == 0
+        ? za_clock_wall () - ((double) st.st_mtim.tv_sec + (double) st.st_mtim.tv_nsec * 1e-9)
+        : -1;
+    if (result->checkpoint_age_secs < 0 && result->checkpoint_age_secs > -1)
+        result->checkpoint_age_secs = 0;        //  clocks a hair apart
     za_checkpoint_t *ckpt = za_checkpoint_load (path);
     if (!ckpt)
         return -1;

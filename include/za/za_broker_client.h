@@ -59,6 +59,9 @@ int za_broker_client_register (za_broker_client_t *self, const za_task_registrat
 int za_broker_client_report (za_broker_client_t *self, const za_task_registration_t *task,
                              za_role_state_t state, const za_role_stats_t *stats);
 int za_broker_client_watch (za_broker_client_t *self);
+//  The chief has written the checkpoint of global_step: the broker tells
+//  every live evaluator at once (it answers nothing).
+int za_broker_client_checkpoint (za_broker_client_t *self, int64_t global_step);
 
 //  One row of the broker's state: a task.
 typedef struct {
@@ -111,8 +114,10 @@ typedef struct {
 
 //  A reply from the broker, decoded.
 typedef struct {
-    za_op_t op;                     //  WELCOME, VIEW, STATE, ERROR or PONG
+    za_op_t op;                     //  WELCOME, VIEW, STATE, CHECKPOINT, ERROR or PONG
     uint64_t seq;
+    //  CHECKPOINT: the step of the checkpoint the chief has just written.
+    int64_t global_step;
     //  WELCOME: the index given, the job (JSON text, owned), and the endpoint
     //  this ps index had before ("" when none: bind any port).
     int index;
@@ -175,9 +180,13 @@ typedef struct {
 //                                  the number of ps and each one's endpoint,
 //                                  then the ring's (0 without one)
 //    "FAILED" WHY                  no welcome within timeout_secs, or refused
+//    "CHECKPOINT" STEP             (an evaluator) the chief has written the
+//                                  checkpoint of STEP
 //  and it takes:
 //    "ENDPOINT" EP                 where this ps (or ring member) serves
 //                                  (reported from now on)
+//    "CHECKPOINT" STEP             (the chief) the checkpoint of STEP is
+//                                  written: the broker tells the evaluators
 //    "DONE" RC                     the role ended: a last report, then the
 //                                  actor waits for $TERM
 void za_broker_client_actor (zsock_t *pipe, void *args);

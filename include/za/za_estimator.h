@@ -69,6 +69,8 @@ typedef struct {
     double accuracy;
     int64_t examples;
     double seconds;
+    double checkpoint_age_secs;     //  how long after its checkpoint was written
+                                    //  the evaluation started (-1: not known)
 } za_eval_result_t;
 
 typedef struct _za_estimator_t za_estimator_t;

@@ -3,7 +3,11 @@
     then evaluates the newest checkpoint it has not evaluated, at most once
     per throttle_secs (those in between are skipped), always evaluates the
     final one, and ends once it has evaluated a checkpoint with global_step
-    >= max_steps. Replay mode evaluates every checkpoint in step order.    */
+    >= max_steps. Replay mode evaluates every checkpoint in step order.
+    It hears of a new checkpoint at once: from the chief through the broker
+    (the trigger), or from the kernel (inotify on model_dir, for a chief on
+    this host); looking at model_dir is the fallback, every poll_secs when
+    neither can arrive, every second when one can.                          */
 #ifndef ZA_EVALUATOR_H_INCLUDED
 #define ZA_EVALUATOR_H_INCLUDED
 
@@ -34,7 +38,13 @@ typedef struct {
     int replay;                     //  evaluate every checkpoint once, in step order
     int export_best;                //  1: keep the best checkpoint in export/best
     int threads;                    //  0: all cores
-    double poll_secs;               //  how often model_dir is looked at (0.2)
+    double poll_secs;               //  how often model_dir is looked at when
+                                    //  nothing tells us of a new checkpoint (0.2)
+    void *trigger;                  //  NULL, or a zsock_t / zactor_t whose
+                                    //  "CHECKPOINT" STEP messages (the chief's,
+                                    //  through the broker) wake us at once
+    int watch_dir;                  //  1: inotify tells of files renamed into
+                                    //  model_dir (a chief on this host); 0: not
     double idle_timeout_secs;       //  > 0: give up (exit 1) when no new
                                     //  checkpoint came for this long; 0: wait
     za_role_stats_t *stats;         //  NULL, or where progress is published (the
@@ -56,6 +66,13 @@ void za_evaluator_config_init (za_evaluator_config_t *config);
 #define ZA_EVALUATOR_STOPPED 2
 int za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evaluations);
 
+//  1 when an evaluator is following model_dir now (za_evaluator_run holds
+//  a lock on MODEL_DIR/eval/.evaluator while it follows, whatever host it
+//  runs on, as long as the file system keeps flock locks: local ones and NFS
+//  do), with *who (size bytes) saying "pid PID on HOST". A chief with no
+//  evaluator in its cluster spec asks this before evaluating the final
+//  checkpoint itself: an evaluator started apart already does.
+int za_evaluator_following (const char *model_dir, char *who, size_t size);
 //  Where an evaluation named `name` (NULL or "": the training's own) keeps
 //  its best checkpoint: MODEL_DIR/export/best, or MODEL_DIR/export/best_NAME,
 //  so a replay on other data never overwrites the training's best.

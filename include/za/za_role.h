@@ -75,6 +75,9 @@ typedef struct {
     int evaluates_after;            //  the caller evaluates once training is over: a
                                     //  successful end stays "running" in stats, and
                                     //  the caller publishes "done" after
+    int announce_checkpoints;       //  the chief: after each checkpoint it writes,
+                                    //  "CHECKPOINT" STEP on its pipe (the caller
+                                    //  tells the evaluators: za_role_wait_relay)
 } za_role_config_t;
 
 //  Defaults: timeout ZA_ROLE_TIMEOUT_SECS, heartbeats every 1 s with liveness
@@ -112,6 +115,14 @@ void za_mirrored_actor (zsock_t *pipe, void *args);
 //  step, crc and floats may be NULL.
 int za_role_wait (zactor_t *actor, double timeout_secs, int64_t *step, uint32_t *crc,
                   int64_t *floats);
+//  The same, forever, sending each "CHECKPOINT" STEP the role announces on
+//  to `relay` (a broker client actor; NULL: dropped) as it comes.
+int za_role_wait_relay (zactor_t *actor, zactor_t *relay);
+
+//  The chief has written the checkpoint of step: says so on the role's pipe
+//  when config->announce_checkpoints.
+void za_role_announce_checkpoint (const za_role_config_t *config, zsock_t *pipe,
+                                  int64_t step);
 
 #ifdef __cplusplus
 }

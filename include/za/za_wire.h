@@ -73,7 +73,9 @@ typedef enum {
     //  The ring of the all-reduce strategy (section 14): one f32 chunk each.
     ZA_OP_RING,
     ZA_OP_BROADCAST,
-    ZA_OP_RESYNC
+    ZA_OP_RESYNC,
+    //  The broker's control plane, continued
+    ZA_OP_CHECKPOINT
 } za_op_t;
 
 //  The op's wire name: "init", "init_ok", "pull", "push", "values", "hold",
