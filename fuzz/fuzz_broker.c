@@ -188,6 +188,17 @@ s_await (zsock_t *dealer, za_op_t want, uint64_t seq)
     return found;
 }
 
+//  replay.c's end of a run (libFuzzer itself never ends one this way).
+void fuzz_cleanup (void);
+
+void
+fuzz_cleanup (void)
+{
+    zactor_destroy (&s_broker);
+    free (s_out);
+    free (s_in);
+}
+
 int
 LLVMFuzzerInitialize (int *argc, char ***argv)
 {
