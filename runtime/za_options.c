@@ -82,6 +82,19 @@ s_field (const za_options_t *self, const za_option_t *option)
     return base + option->offset;
 }
 
+//  The option's field set to nothing: 0, or NULL for a string.
+static void
+s_clear (const za_options_t *self, const za_option_t *option)
+{
+    void *field = s_field (self, option);
+    switch (option->type) {
+        case ZA_OPTION_FLAG: *(int *) field = 0; break;
+        case ZA_OPTION_INT: *(int64_t *) field = 0; break;
+        case ZA_OPTION_NUMBER: *(double *) field = 0; break;
+        default: *(const char **) field = NULL; break;
+    }
+}
+
 static int
 s_hidden (const za_options_t *self, const za_option_t *option)
 {
@@ -309,6 +322,11 @@ za_options_new (const char *program, const za_option_t *extra, za_settings_t *se
         const za_option_t *option = &self->options [i];
         char what [NAME_MAX_CHARS + 16];
         snprintf (what, sizeof what, "default of --%s", option->flag);
+        //  Without a default a setting starts empty: never with what the
+        //  settings held before (a string of options destroyed since). A
+        //  program's own params keep what the program put there.
+        if (!option->fallback && !(option->flags & ZA_OPTION_PARAM))
+            s_clear (self, option);
         if (option->fallback && s_store (self, option, option->fallback, what)) {
             za_options_destroy (&self);
             return NULL;

@@ -164,6 +164,31 @@ Test (options, every_flag_has_a_key_a_help_line_and_the_default_it_prints)
     za_options_destroy (&options);
 }
 
+//  Found by fuzz/fuzz_job (it reuses one settings struct): options made
+//  anew on settings that held a string of options destroyed since start
+//  from their defaults, not from the freed string.
+Test (options, new_options_never_keep_a_freed_string)
+{
+    za_settings_t settings;
+    memset (&settings, 0, sizeof settings);
+    za_options_t *options = za_options_new ("zactor-run", NULL, &settings, 0);
+    json_t *job = json_loads ("{\"eval_spec\": {\"eval_name\": \"replayed\"}}", 0, NULL);
+    cr_assert_eq (za_options_apply_job (options, job, "job.json", ZA_FROM_JOB), 0, "%s",
+                  za_last_error ());
+    cr_assert_str_eq (settings.eval_name, "replayed");
+    json_decref (job);
+    za_options_destroy (&options);
+    options = za_options_new ("zactor-run", NULL, &settings, 0);
+    cr_assert_not_null (options);
+    cr_expect_null (settings.eval_name, "a freed string was kept");
+    char *text = za_options_settings_text (options);
+    json_t *shown = json_loads (text, 0, NULL);
+    cr_expect (json_is_null (json_object_get (shown, "eval_name")), "%s", text);
+    json_decref (shown);
+    free (text);
+    za_options_destroy (&options);
+}
+
 Test (options, a_program_adds_its_own_options_and_defaults)
 {
     //  custom_model_fn: its own --l2, its defaults (sgd 0.1, batch 100), no
