@@ -45,8 +45,9 @@ typedef struct {
     za_summary_writer_t *summary;           //  TensorBoard scalars in the eval dir
     int inotify;                            //  -1: none (not watch_dir, or refused)
     int watch;                              //  on model_dir; -1: not yet there
-    int lock;                               //  MODEL_DIR/<subdir>/.evaluator, held; -1
-    int64_t told;                           //  the newest step a trigger announced
+    int lock;                               //  MODEL_DIR/<subdir>/.evaluator, held;
+                                            //  -1: not yet; -2: another evaluator's
+    int told;                               //  a trigger has announced a checkpoint
 } s_eval_t;
 
 //  The evaluation data: the config's input_fn, or its data set in batches.
@@ -264,46 +265,39 @@ s_watch (s_eval_t *self)
                                      IN_MOVED_TO | IN_ONLYDIR);
 }
 
-//  Reads what inotify has; 1 when something arrived in model_dir.
-static int
+//  Reads what inotify has (the wake-up is all it brings); notes a watch the
+//  kernel dropped.
+static void
 s_drain_inotify (s_eval_t *self)
 {
     char buf [4096] __attribute__ ((aligned (__alignof__ (struct inotify_event))));
-    int arrived = 0;
     ssize_t n;
     while ((n = read (self->inotify, buf, sizeof buf)) > 0)
         for (char *at = buf; at < buf + n; ) {
             const struct inotify_event *event = (const struct inotify_event *) at;
             if (event->mask & IN_IGNORED)
                 self->watch = -1;
-            arrived |= (event->mask & (IN_MOVED_TO | IN_Q_OVERFLOW)) != 0;
             at += sizeof *event + event->len;
         }
-    return arrived;
 }
 
-//  Reads every message the trigger has; 1 when one announced a checkpoint.
-static int
+//  Reads every message the trigger has (the wake-up is all they bring; what
+//  to evaluate is decided from the files).
+static void
 s_drain_trigger (s_eval_t *self, zsock_t *trigger)
 {
-    int told = 0;
     while (zsock_events (trigger) & ZMQ_POLLIN) {
         char *command = NULL, *step = NULL;
         if (zstr_recvx (trigger, &command, &step, NULL) < 1)
             break;
-        if (streq (command, "CHECKPOINT") && step) {
-            int64_t announced = strtoll (step, NULL, 10);
-            if (self->told < 0)
-                za_info ("evaluator: the chief tells of its checkpoints (step %" PRId64 "): "
-                         "evaluations start as they are written", announced);
-            if (announced > self->told)
-                self->told = announced;
-            told = 1;
+        if (streq (command, "CHECKPOINT") && step && !self->told) {
+            za_info ("evaluator: the chief tells of its checkpoints (step %s): evaluations "
+                     "start as they are written", step);
+            self->told = 1;
         }
         zstr_free (&command);
         zstr_free (&step);
     }
-    return told;
 }
 
 //  Sleeps up to secs, or until a trigger or inotify says a checkpoint came;
@@ -352,13 +346,22 @@ s_poll_secs (const s_eval_t *self)
                                                           : config->poll_secs;
 }
 
+//  The lock file's "pid PID on HOST" into who (size > 0 bytes).
+static void
+s_read_who (int fd, char *who, size_t size)
+{
+    ssize_t n = pread (fd, who, size - 1, 0);
+    who [n > 0? n: 0] = 0;
+    who [strcspn (who, "\n")] = 0;
+}
+
 //  Says "an evaluator follows model_dir" to a chief (za_evaluator_following)
 //  by holding a lock on MODEL_DIR/<subdir>/.evaluator, once model_dir exists.
 static void
 s_lock (s_eval_t *self)
 {
     struct stat st;
-    if (self->lock >= 0 || stat (self->config->model_dir, &st) != 0 || !S_ISDIR (st.st_mode))
+    if (self->lock != -1 || stat (self->config->model_dir, &st) != 0 || !S_ISDIR (st.st_mode))
         return;
     char dir [4096], path [4200];
     snprintf (dir, sizeof dir, "%s/%s", self->config->model_dir, self->subdir);
@@ -369,10 +372,8 @@ s_lock (s_eval_t *self)
     if (fd < 0)
         return;
     if (flock (fd, LOCK_EX | LOCK_NB) != 0) {
-        char who [256] = "";
-        ssize_t n = pread (fd, who, sizeof who - 1, 0);
-        who [n > 0? n: 0] = 0;
-        who [strcspn (who, "\n")] = 0;
+        char who [256];
+        s_read_who (fd, who, sizeof who);
         za_info ("evaluator: another evaluator (%s) follows '%s' into %s too: each "
                  "evaluation will be there twice", *who? who: "?", self->config->model_dir,
                  self->subdir);
@@ -400,11 +401,8 @@ za_evaluator_following (const char *model_dir, char *who, size_t size)
     if (fd < 0)
         return 0;
     int following = flock (fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-    if (following && size) {
-        ssize_t n = pread (fd, who, size - 1, 0);
-        who [n > 0? n: 0] = 0;
-        who [strcspn (who, "\n")] = 0;
-    }
+    if (following && size)
+        s_read_who (fd, who, size);
     close (fd);                     //  and with it our shared lock, if we took one
     return following;
 }
@@ -516,7 +514,7 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
         s_publish (config, ZA_ROLE_FAILED);
         return za_error ("evaluator: needs a model_dir and evaluation data");
     }
-    s_eval_t self = {.config = config, .inotify = -1, .watch = -1, .lock = -1, .told = -1};
+    s_eval_t self = {.config = config, .inotify = -1, .watch = -1, .lock = -1};
     if (config->name && *config->name)
         snprintf (self.subdir, sizeof self.subdir, "eval_%s", config->name);
     else

@@ -333,13 +333,15 @@ za_estimator_evaluate_checkpoint (za_estimator_t *self, const char *path,
     memset (result, 0, sizeof *result);
     if (!self->model_dir)
         return za_error ("evaluate: RunConfig.model_dir is not set");
-    //  Its age as the evaluation starts: the file's last write to now.
+    //  Its age as the evaluation starts: the file's last write to now (0 when
+    //  the file's clock, another host's, runs ahead of ours).
     struct stat st;
-    result->checkpoint_age_secs = stat (path, &st) == 0
-        ? za_clock_wall () - ((double) st.st_mtim.tv_sec + (double) st.st_mtim.tv_nsec * 1e-9)
-        : -1;
-    if (result->checkpoint_age_secs < 0 && result->checkpoint_age_secs > -1)
-        result->checkpoint_age_secs = 0;        //  clocks a hair apart
+    result->checkpoint_age_secs = -1;
+    if (stat (path, &st) == 0) {
+        double age = za_clock_wall () - ((double) st.st_mtim.tv_sec
+                                         + (double) st.st_mtim.tv_nsec * 1e-9);
+        result->checkpoint_age_secs = age > 0? age: 0;
+    }
     za_checkpoint_t *ckpt = za_checkpoint_load (path);
     if (!ckpt)
         return -1;
