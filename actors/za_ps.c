@@ -28,6 +28,7 @@
     a worker whose push died with the old process would wait forever.)
     An undecodable message is dropped, logged and counted; nothing changes.  */
 #include "za_role_private.h"
+#include "za/za_curve.h"
 #include "za/za_checkpoint.h"
 #include "za/za_peer.h"
 
@@ -202,6 +203,8 @@ s_ps_new (const za_role_config_t *config, zsock_t *pipe)
         goto fail;
     zsock_set_maxmsgsize (self->router, ZA_WIRE_MAX_FRAME_BYTES);
     zsock_set_router_mandatory (self->router, 1);
+    if (za_curve_server (self->router))
+        goto fail;
     if (zsock_bind (self->router, "%s", config->bind_endpoint) < 0) {
         za_error ("ps %d: cannot bind %s: %s", config->ps_index, config->bind_endpoint,
                   zmq_strerror (zmq_errno ()));

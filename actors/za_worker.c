@@ -9,6 +9,7 @@
     not_ready: the chief reloads the newest checkpoint into every ps, a
     worker waits for that, and both go on from there (s_recover).         */
 #include "za_role_private.h"
+#include "za/za_curve.h"
 #include "za/za_checkpoint.h"
 #include "za/za_peer.h"
 
@@ -137,6 +138,7 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
         //  No ZMTP heartbeats here: they would drop the connection, and the
         //  request in flight, of a ps that is only paused; our pings judge it.
         zsock_set_maxmsgsize (self->dealers [p], ZA_WIRE_MAX_FRAME_BYTES);
+        za_curve_client (self->dealers [p]);
         if (zsock_connect (self->dealers [p], "%s", config->ps_endpoints [p]) < 0) {
             za_error ("%s: cannot connect to ps %d at %s", s_who (self), p,
                       config->ps_endpoints [p]);

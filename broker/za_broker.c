@@ -17,6 +17,7 @@
     heartbeat.                                                               */
 #define _GNU_SOURCE                     //  sigabbrev_np
 #include "za/za_broker.h"
+#include "za/za_curve.h"
 #include "za/za_checkpoint.h"
 #include "za/za_metrics.h"
 #include "za/za_cluster.h"
@@ -329,7 +330,15 @@ s_spawn (s_broker_t *self, s_task_t *task)
         task->own = 0;
     }
     char *argv [] = {(char *) config->exe, "--broker", (char *) config->connect, "--role",
-                     (char *) s_kind_name (task->kind), "--index", index, NULL};
+                     (char *) s_kind_name (task->kind), "--index", index, NULL, NULL, NULL};
+    int argc = 7;
+    if (config->certs) {
+        argv [argc++] = "--certs";
+        argv [argc++] = (char *) config->certs;
+    }
+    else
+    if (config->insecure)
+        argv [argc++] = "--insecure";
     const char *env [] = {restarts, NULL};
     pid_t pid = za_broker_spawn (config->exe, argv, env, log, 0);
     if (pid < 0)
@@ -1167,7 +1176,7 @@ s_state (s_broker_t *self)
             s_json_failed (self, "an event of the state");
     }
     json_t *state = json_pack ("{s:{s:I, s:s}, s:{s:i, s:s, s:i, s:f, s:s, s:b, s:I, s:I, s:I, "
-                      "s:I}, s:I, s:b, s:o, s:o, s:O}",
+                      "s:I, s:b, s:I}, s:I, s:b, s:o, s:o, s:O}",
                       "job", "max_steps", (json_int_t) config->max_steps,
                       "model_dir", config->model_dir? config->model_dir: "",
                       "broker", "pid", (int) getpid (), "host", self->host,
@@ -1177,6 +1186,8 @@ s_state (s_broker_t *self)
                       "refused", (json_int_t) self->refused,
                       "json_failures", (json_int_t) self->json_failures,
                       "checkpoints_relayed", (json_int_t) self->checkpoints_relayed,
+                      "curve", za_curve_enabled (),
+                      "refused_peers", (json_int_t) za_curve_refused (),
                       "global_step", (json_int_t) step, "done", done,
                       "roles", roles, "events", events, "event_counts", self->event_counts);
     if (state)
@@ -1335,6 +1346,8 @@ s_broker_new (const za_broker_config_t *config, zsock_t *pipe)
         zsock_set_heartbeat_ivl (self->router, ivl_ms);
         zsock_set_heartbeat_timeout (self->router, ivl_ms * config->heartbeat_liveness);
     }
+    if (za_curve_server (self->router))
+        goto fail;
     if (zsock_bind (self->router, "%s", config->bind) < 0) {
         za_error ("broker: cannot bind %s: %s", config->bind, zmq_strerror (zmq_errno ()));
         goto fail;

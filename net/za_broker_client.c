@@ -5,6 +5,7 @@
     DEALER reconnects, the next report re-registers us, and the role never
     waits on it.                                                             */
 #include "za/za_broker_client.h"
+#include "za/za_curve.h"
 #include "za/za_util.h"
 
 #include <jansson.h>
@@ -61,6 +62,7 @@ za_broker_client_new (const char *endpoint, double ivl_secs, int liveness)
         zsock_set_heartbeat_ivl (self->dealer, ivl_ms);
         zsock_set_heartbeat_timeout (self->dealer, ivl_ms * liveness);
     }
+    za_curve_client (self->dealer);
     if (!endpoint || zsock_connect (self->dealer, "%s", endpoint) < 0) {
         za_error ("cannot connect to the broker at '%s' (an endpoint such as "
                   "tcp://HOST:PORT)", endpoint? endpoint: "");
@@ -345,6 +347,8 @@ s_decode_state (json_t *body, za_broker_reply_t *reply)
     state->broker_restarts = (int) s_number (broker, "restarts", 0);
     state->broker_uptime_secs = s_number (broker, "uptime_secs", 0);
     state->supervise = json_is_true (json_object_get (broker, "supervise"));
+    state->curve = json_is_true (json_object_get (broker, "curve"));
+    state->refused_peers = (int64_t) s_number (broker, "refused_peers", 0);
     state->global_step = (int64_t) s_number (body, "global_step", 0);
     state->done = json_is_true (json_object_get (body, "done"));
     if (s_text (job, "model_dir", state->model_dir, sizeof state->model_dir)

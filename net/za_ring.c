@@ -8,6 +8,7 @@
     What r receives at one hop is what it sends at the next, so each chunk
     is passed on the moment it is done: one schedule, 2(N-1) hops.      */
 #include "za/za_ring.h"
+#include "za/za_curve.h"
 #include "za/za_cluster.h"
 #include "za/za_util.h"
 #include "za/za_wire.h"
@@ -95,6 +96,11 @@ za_ring_new (const za_ring_config_t *config)
     zsock_set_rcvhwm (self->left, RING_MIN_HWM);
     zsock_set_sndhwm (self->right, RING_MIN_HWM);
     zsock_set_linger (self->right, 0);
+    //  CURVE (with --certs) on tcp and ipc alike: an abstract ipc name is
+    //  open to every process of the host.
+    za_curve_client (self->right);
+    if (za_curve_server (self->left))
+        goto fail;
     if (zsock_bind (self->left, "%s", config->bind) < 0) {
         za_error ("ring: rank %d cannot bind %s: %s", config->rank, config->bind,
                   zmq_strerror (zmq_errno ()));

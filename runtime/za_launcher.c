@@ -159,6 +159,8 @@ za_run_broker (const za_program_t *program, za_options_t *options, za_settings_t
     config.log_dir = log_dir;
     config.max_restarts = (int) s->max_restarts;
     config.metrics_bind = s->metrics_bind;
+    config.certs = s->certs;
+    config.insecure = s->insecure;
     const char *restarts = getenv ("ZA_RESTARTS");
     config.restarts = restarts? atoi (restarts): 0;
     config.restart_cause = getenv ("ZA_RESTART_CAUSE");
@@ -212,9 +214,19 @@ s_spawn_broker (s_local_t *self)
     snprintf (restarts_env, sizeof restarts_env, "ZA_RESTARTS=%d", self->restarts);
     snprintf (cause_env, sizeof cause_env, "ZA_RESTART_CAUSE=%s", self->cause);
     const char *metrics = self->settings->metrics_bind;
+    const char *certs = self->settings->certs;
     char *argv [] = {self->exe, "--role", "broker", "--bind", self->bind, "--job",
                      self->job_path, "--supervise", "--max-restarts", max_restarts,
-                     metrics? "--metrics-bind": NULL, (char *) metrics, NULL};
+                     NULL, NULL, NULL, NULL, NULL};
+    int argc = 10;
+    if (metrics) {
+        argv [argc++] = "--metrics-bind";
+        argv [argc++] = (char *) metrics;
+    }
+    if (certs) {
+        argv [argc++] = "--certs";
+        argv [argc++] = (char *) certs;
+    }
     const char *env [] = {restarts_env, cause_env, NULL};
     self->broker = za_broker_spawn (self->exe, argv, env, self->log, 1);
     if (self->broker < 0)
@@ -501,9 +513,9 @@ za_run_local (const za_program_t *program, za_options_t *options, za_settings_t 
     char top [PATH_MAX];
     za_run_tool_command (self->exe, "zactor-top", top, sizeof top);
     printf ("zactor: 1 chief, %" PRId64 " workers, %" PRId64 " ps, %" PRId64 " evaluator on "
-            "this machine, until step %" PRId64 "\n  watch:  %s --broker %s\n"
+            "this machine, until step %" PRId64 "\n  watch:  %s --broker %s%s%s\n"
             "  logs:   %s\n", s->workers, s->ps, s->evaluators, s->max_steps, top, self->bind,
-            self->logs);
+            s->certs? " --certs ": "", s->certs? s->certs: "", self->logs);
     if (s->metrics_bind)
         printf ("  metrics: http://%s/metrics\n", s->metrics_bind);
     fflush (stdout);

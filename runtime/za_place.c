@@ -147,8 +147,10 @@ s_place_in (za_place_t *place, const za_settings_t *s, const za_cluster_t *clust
     s_place_from_cluster (place, cluster);
     int ring = za_settings_strategy (s) == ZA_STRATEGY_ALLREDUCE
             && place->type != ZA_TASK_PS;
+    //  --bind was judged with the other flags.
     if (place->type == ZA_TASK_PS || ring)
-        if (s_bind_endpoint (s, cluster->bind_endpoint, place->bind, sizeof place->bind))
+        if (s_bind_endpoint (s, cluster->bind_endpoint, place->bind, sizeof place->bind)
+            || (!s->bind && za_run_bind_allowed (s, place->bind)))
             return -1;
     if (ring) {
         char *right = za_cluster_worker_endpoint (cluster, (place->worker_index + 1)
@@ -382,6 +384,8 @@ za_run_with_broker (const za_program_t *program, za_options_t *options, za_setti
             if (za_run_free_endpoint (host, place.bind, sizeof place.bind))
                 rc = 1;
         }
+        if (!rc && *place.bind && za_run_bind_allowed (s, place.bind))
+            rc = ZA_EXIT_USAGE;
         if (!rc && ring)
             zstr_sendx (client, "ENDPOINT", place.bind, NULL);
         int need_eval = type == ZA_TASK_EVALUATOR

@@ -3,7 +3,10 @@
     the whole cluster here (--local), the broker, a task that joins a broker,
     a task of a static cluster, or training in this process.               */
 #include "za_run_private.h"
+#include "za/za_curve.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,6 +109,62 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
     }
     if (program->check && program->check (program->params, s))
         return ZA_EXIT_USAGE;
+    if (s->bind && za_run_bind_allowed (s, s->bind))
+        return ZA_EXIT_USAGE;
+    return 0;
+}
+
+int
+za_run_bind_allowed (const za_settings_t *s, const char *endpoint)
+{
+    if (za_curve_loopback (endpoint) || s->certs)
+        return 0;
+    if (!s->insecure) {
+        za_error ("%s listens beyond this machine, where anyone who reaches the port could "
+                  "join the job or write into the model. Give --certs DIR (make DIR with: "
+                  "zactor-run keygen DIR, and copy it to every host), or --insecure on a "
+                  "network you trust", endpoint);
+        return ZA_EXIT_USAGE;
+    }
+    za_info ("WARNING: --insecure: %s accepts ANYONE who can reach it, without "
+             "authentication or encryption; use --certs DIR on a shared network", endpoint);
+    return 0;
+}
+
+//  --certs DIR: CURVE from here on, with DIR made absolute for the
+//  processes a broker starts (they may start elsewhere).
+static int
+s_use_certs (za_settings_t *s)
+{
+    static char path [PATH_MAX];
+    if (!realpath (s->certs, path))
+        return za_error ("--certs %s: %s; make the cluster's certificate with: zactor-run "
+                         "keygen %s", s->certs, strerror (errno), s->certs);
+    s->certs = path;
+    return za_curve_use (path);
+}
+
+//  `zactor-run keygen DIR`: the cluster's certificate (za_curve.h).
+static int
+s_keygen (const za_program_t *program, int argc, char **argv)
+{
+    if (argc != 3 || streq (argv [2], "--help") || streq (argv [2], "-h")) {
+        FILE *out = argc == 3? stdout: stderr;
+        fprintf (out, "Usage: %s keygen DIR\n"
+                 "Writes a new cluster certificate into DIR (made, owner-only, when missing):\n"
+                 "DIR/%s and DIR/%s, mode 0600. Copy DIR to every host of\n"
+                 "the cluster and start every process (and zactor-top) with --certs DIR:\n"
+                 "every socket then uses CURVE, and a peer without the certificate gets\n"
+                 "nothing. *.key files added to DIR later (public keys of other certificates)\n"
+                 "are let in too. Refuses to overwrite a certificate.\n",
+                 program->name, ZA_CURVE_PUBLIC_FILE, ZA_CURVE_SECRET_FILE);
+        return argc == 3? 0: ZA_EXIT_USAGE;
+    }
+    if (za_curve_keygen (argv [2]))
+        return 1;
+    printf ("wrote %s/%s and %s/%s (owner-only)\n"
+            "copy %s to every host of the cluster, then give every process --certs %s\n",
+            argv [2], ZA_CURVE_PUBLIC_FILE, argv [2], ZA_CURVE_SECRET_FILE, argv [2], argv [2]);
     return 0;
 }
 
@@ -132,6 +191,8 @@ s_run (const za_program_t *program, za_options_t *options, za_settings_t *s)
 int
 za_run_main (int argc, char **argv, const za_program_t *program)
 {
+    if (argc >= 2 && streq (argv [1], "keygen"))
+        return s_keygen (program, argc, argv);
     za_settings_t settings;
     memset (&settings, 0, sizeof settings);
     settings.params = program->params;
@@ -170,9 +231,13 @@ za_run_main (int argc, char **argv, const za_program_t *program)
             free (text);
         }
         else
+        if (!rc && settings.certs && s_use_certs (&settings))
+            rc = ZA_EXIT_USAGE;
+        else
         if (!rc)
             rc = s_run (program, options, &settings);
     }
+    za_curve_stop ();
     za_options_destroy (&options);
     if (zsys_interrupted && rc != 0)
         rc = ZA_EXIT_INTERRUPTED;

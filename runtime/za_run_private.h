@@ -125,4 +125,9 @@ void za_run_tool_command (const char *exe, const char *tool, char *command, size
 //  endpoint. Returns 0, or -1 with an error.
 int za_run_free_endpoint (const char *host, char *endpoint, size_t size);
 
+//  Whether this process may bind endpoint: loopback always; anything else
+//  with --certs, or with --insecure (said loudly, once per endpoint).
+//  Returns 0, or ZA_EXIT_USAGE after one error that says what to give.
+int za_run_bind_allowed (const za_settings_t *s, const char *endpoint);
+
 #endif

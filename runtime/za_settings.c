@@ -175,6 +175,16 @@ static const za_option_t s_options [] = {
                "Prometheus at http://HOST:PORT/metrics (per task step, steps/s,\n"
                "examples/s, loss, last evaluation, restarts, heartbeat age, state;\n"
                "events by kind); *:PORT listens on every interface"),
+    ZA_OPTION ("certs", T_STR, certs, "DIR", NULL, 0, 0, NULL, R_ALL, PROC, 0, "Security",
+               "CURVE on every socket of the job (broker, ps, workers, the\n"
+               "ring, zactor-top) with the cluster's certificate in DIR (make\n"
+               "it with: zactor-run keygen DIR, and copy DIR to every host).\n"
+               "A peer without it gets nothing and changes nothing. The\n"
+               "broker hands it to the tasks it starts; it never travels on\n"
+               "the wire"),
+    ZA_OPTION ("insecure", T_FLAG, insecure, NULL, NULL, 0, 0, NULL, R_ALL, PROC, 0, NULL,
+               "listen beyond loopback without --certs: anyone who reaches the\n"
+               "port can join the job or write into the model (logged loudly)"),
     {NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, 0, 0, NULL, NULL},
 };
 

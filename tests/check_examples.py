@@ -29,6 +29,7 @@ SOURCE, BUILD = sys.argv[1], sys.argv[2]
 RUN = os.path.join(BUILD, "zactor-run")
 EXAMPLES = os.path.join(SOURCE, "examples")
 STEPS = "30"
+CERTS = None                                #  the cluster certificate main () makes
 failures = []
 
 
@@ -119,7 +120,7 @@ def check_dockerfile():
 #  evaluation intervals made short and local.
 def shortened(args, model_dir):
     out, i = [], 0
-    replace = {"--model-dir": model_dir, "--max-steps": STEPS,
+    replace = {"--model-dir": model_dir, "--max-steps": STEPS, "--certs": CERTS,
                "--save-checkpoints-steps": "10", "--start-delay-secs": "0",
                "--throttle-secs": "1"}
     while i < len(args):
@@ -175,6 +176,7 @@ def check_slurm(tmp):
     tasks = 5
     env = dict(os.environ, SLURM_NTASKS=str(tasks), SLURM_JOB_NODELIST="localhost",
                ZACTOR_RUN=RUN, MODEL_DIR=model_dir, ZA_BROKER_PORT=str(free_port()),
+               ZA_CERTS=CERTS,
                ZA_ARGS=f"--max-steps {STEPS} --model linear --save-checkpoints-steps 10 "
                        "--start-delay-secs 0 --throttle-secs 1")
     env["PATH"] = "/usr/bin:/bin"           #  no scontrol: the node list as it is
@@ -192,7 +194,10 @@ def check_slurm(tmp):
 def main():
     checked = [os.path.relpath(p, EXAMPLES) for p in glob.glob(EXAMPLES + "/**/*", recursive=True)
                if os.path.isfile(p) and not p.endswith(".c")]
+    global CERTS
     with tempfile.TemporaryDirectory() as tmp:
+        CERTS = os.path.join(tmp, "certs")
+        subprocess.run([RUN, "keygen", CERTS], check=True, stdout=subprocess.DEVNULL)
         check_jobs(tmp)
         check_dockerfile()
         check_tfjob(tmp)

@@ -4,6 +4,7 @@
     client (`watch`): the roles never see it, so watching never slows
     training.                                                               */
 #include "za/za_broker_client.h"
+#include "za/za_curve.h"
 #include "za/za_util.h"
 
 #include <getopt.h>
@@ -23,6 +24,7 @@ s_usage (FILE *out)
 {
     fprintf (out,
 "Usage: zactor-top --broker ADDR [--once] [--json] [--interval SECS] [--timeout SECS]\n"
+"                  [--certs DIR]\n"
 "Shows a running zactor cluster: one row per task (role, index, host, pid, state,\n"
 "global step, steps/s, examples/s, loss, last evaluation, restarts, heartbeat age)\n"
 "and the recent events (starts, restarts and their causes), refreshed every second\n"
@@ -34,6 +36,8 @@ s_usage (FILE *out)
 "  --json             the broker's state as JSON (one object per line)\n"
 "  --interval SECS    refresh period (default 1)\n"
 "  --timeout SECS     give up when the broker does not answer this long (default 5)\n"
+"  --certs DIR        the job's certificate (zactor-run keygen DIR), when the job\n"
+"                     runs with --certs: its broker answers nobody else\n"
 "  -h, --help         this help\n"
 "Exit status: 0, 1 when the broker does not answer, 2 bad arguments.\n");
 }
@@ -42,9 +46,13 @@ static void
 s_show (const za_broker_state_t *state)
 {
     int up = (int) state->broker_uptime_secs;
-    printf ("zactor-top  broker %s  pid %d  up %d:%02d  restarts %d%s\n",
+    printf ("zactor-top  broker %s  pid %d  up %d:%02d  restarts %d%s%s",
             state->broker_endpoint, state->broker_pid, up / 60, up % 60,
-            state->broker_restarts, state->supervise? "  supervising": "");
+            state->broker_restarts, state->supervise? "  supervising": "",
+            state->curve? "  CURVE": "  no CURVE");
+    if (state->refused_peers > 0)
+        printf ("  refused peers %" PRId64, state->refused_peers);
+    printf ("\n");
     printf ("global step %" PRId64 " / %" PRId64 "   model_dir %s%s\n\n", state->global_step,
             state->max_steps, state->model_dir, state->done? "   (done)": "");
     int ring = 0;
@@ -91,10 +99,11 @@ main (int argc, char **argv)
         {"json", no_argument, NULL, 'j'},
         {"interval", required_argument, NULL, 'i'},
         {"timeout", required_argument, NULL, 't'},
+        {"certs", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *broker = NULL;
+    const char *broker = NULL, *certs = NULL;
     int once = 0, as_json = 0;
     double interval = 1, timeout = 5;
     int opt;
@@ -102,6 +111,7 @@ main (int argc, char **argv)
         char *end = NULL;
         switch (opt) {
             case 'b': broker = optarg; break;
+            case 'c': certs = optarg; break;
             case 'o': once = 1; break;
             case 'j': as_json = 1; break;
             case 'i':
@@ -126,6 +136,8 @@ main (int argc, char **argv)
                  broker? "unexpected argument": "--broker ADDR is needed");
         return EXIT_USAGE;
     }
+    if (certs && za_curve_use (certs))
+        return EXIT_USAGE;
     za_broker_client_t *client = za_broker_client_new (broker, interval, 3);
     if (!client) {
         fprintf (stderr, "zactor-top: cannot connect to '%s' (an endpoint such as "
@@ -138,8 +150,9 @@ main (int argc, char **argv)
         char *text = NULL;
         if (za_broker_client_state (client, timeout, &state, &text)) {
             if (!zsys_interrupted) {
-                fprintf (stderr, "zactor-top: no answer from the broker at %s within %g s\n",
-                         broker, timeout);
+                fprintf (stderr, "zactor-top: no answer from the broker at %s within %g s%s\n",
+                         broker, timeout, certs? " (is it the job of the certificate in --certs?)"
+                         : " (a job started with --certs answers only --certs DIR)");
                 rc = 1;
             }
             break;
@@ -160,5 +173,6 @@ main (int argc, char **argv)
         zclock_sleep ((int) (interval * 1000));
     }
     za_broker_client_destroy (&client);
+    za_curve_stop ();
     return rc;
 }

@@ -62,6 +62,8 @@ typedef struct {
     const char *restart_cause;      //  why this broker was restarted, or NULL
     const char *metrics_bind;       //  NULL, or HOST:PORT where GET /metrics serves
                                     //  the state to Prometheus (za_metrics.h)
+    const char *certs;              //  NULL, or --certs DIR for the tasks it starts
+    int insecure;                   //  1: --insecure for the tasks it starts
 } za_broker_config_t;
 
 //  Defaults: heartbeats 1 s x 3, max_restarts 10, backoff 0.5 s .. 10 s.

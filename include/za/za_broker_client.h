@@ -104,6 +104,8 @@ typedef struct {
     double broker_uptime_secs;
     char broker_endpoint [ZA_CLUSTER_ENDPOINT_MAX];
     int supervise;
+    int curve;                      //  the broker runs with --certs
+    int64_t refused_peers;          //  peers its ZAP handler refused (za_curve.h)
     int64_t global_step;            //  the largest any trainer reported
     int done;                       //  every task finished
     int task_count;

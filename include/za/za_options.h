@@ -149,6 +149,9 @@ typedef struct {
     int supervise;
     int64_t max_restarts;
     const char *metrics_bind;
+    //  Security
+    const char *certs;              //  NULL: no CURVE
+    int insecure;
     //  The program's own settings (its options write there)
     void *params;
 } za_settings_t;
