@@ -50,16 +50,26 @@ typedef struct {
 
 #define START_FLOATS ((sizeof (s_start_t) + sizeof (float) - 1) / sizeof (float))
 
+//  The checkpoint of `step`; the final one waits for room on a full disk.
+//  Returns 0, ZA_SAVE_SKIPPED (a periodic one the disk refused) or -1.
 static int
-s_save (void *arg, int64_t step)
+s_save_at (s_mirrored_t *self, int64_t step, int final)
 {
-    s_mirrored_t *self = (s_mirrored_t *) arg;
     const za_run_config_t *run = &self->config->run;
-    if (za_replica_save (self->replica, run->model_dir, step, run->keep_checkpoint_max))
-        return -1;
+    int saved = za_replica_save_through (self->replica, run->model_dir, step,
+                                         run->keep_checkpoint_max, final);
+    if (saved)
+        return saved;
     za_info ("%s: checkpoint at step %" PRId64, self->who, step);
     za_role_announce_checkpoint (self->config, self->pipe, step);
     return 0;
+}
+
+//  The checkpoint saver's save (za_hooks.h).
+static int
+s_save (void *arg, int64_t step)
+{
+    return s_save_at ((s_mirrored_t *) arg, step, 0);
 }
 
 static void
@@ -330,7 +340,7 @@ s_train (s_mirrored_t *self)
         return -1;
     //  The final step is always saved (the saver may have done it).
     if (self->config->is_chief && self->global_step != self->hooks.saver.last_saved
-        && s_save (self, self->global_step))
+        && s_save_at (self, self->global_step, 1))
         return -1;
     return 0;
 }

@@ -497,10 +497,14 @@ s_checkpoint (s_worker_t *self, int final)
     if (rc || ended < 0)
         return -1;
     const za_run_config_t *run = &self->config->run;
-    if (za_replica_save (self->replica, run->model_dir, step, run->keep_checkpoint_max))
+    int saved = za_replica_save_through (self->replica, run->model_dir, step,
+                                         run->keep_checkpoint_max, final);
+    if (saved < 0)
         return -1;
     if (final)
         self->global_step = step;
+    if (saved == ZA_SAVE_SKIPPED)
+        return ended? ended: ZA_SAVE_SKIPPED;
     za_info ("chief: checkpoint at step %" PRId64 "%s", step, final? " (final)": "");
     za_role_announce_checkpoint (self->config, self->pipe, step);
     return ended;

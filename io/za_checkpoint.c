@@ -201,6 +201,23 @@ s_fsync_dir (const char *dir)
     return rc;
 }
 
+//  The errno of this thread's last write that the disk failed (za_checkpoint.h).
+static __thread int s_disk_errno;
+
+//  Keeps errno when it says the disk is full or failing.
+static void
+s_disk_errno_keep (void)
+{
+    if (errno == ENOSPC || errno == EDQUOT || errno == EIO || errno == EFBIG || errno == EROFS)
+        s_disk_errno = errno;
+}
+
+int
+za_checkpoint_disk_errno (void)
+{
+    return s_disk_errno;
+}
+
 //  Writes the chunks to "<path>.tmp", fsyncs it, renames it to path and fsyncs
 //  dir. On failure removes the temp file: path is either the old file or the
 //  complete new one.
@@ -215,31 +232,38 @@ s_write_atomic (const char *dir, const char *path, const s_chunk_t *chunks, int 
     //  "e": O_CLOEXEC, so a role that spawns processes leaks no descriptor.
     FILE *file = fopen (tmp_path, "wbe");
     if (!file) {
+        s_disk_errno_keep ();
         za_error ("'%s': cannot create: %s", tmp_path, strerror (errno));
         goto done;
     }
     for (int i = 0; i < chunk_count; i++) {
         if (chunks [i].size > 0
         &&  fwrite (chunks [i].data, 1, chunks [i].size, file) != chunks [i].size) {
-            za_error ("'%s': write failed: %s", tmp_path, strerror (errno));
+            s_disk_errno_keep ();
+            s_disk_errno_keep ();
+        za_error ("'%s': write failed: %s", tmp_path, strerror (errno));
             goto done;
         }
     }
     if (fflush (file) != 0) {
+        s_disk_errno_keep ();
         za_error ("'%s': write failed: %s", tmp_path, strerror (errno));
         goto done;
     }
     if (fsync (fileno (file)) != 0) {
+        s_disk_errno_keep ();
         za_error ("'%s': fsync failed: %s", tmp_path, strerror (errno));
         goto done;
     }
     int close_rc = fclose (file);
     file = NULL;
     if (close_rc != 0) {
+        s_disk_errno_keep ();
         za_error ("'%s': close failed: %s", tmp_path, strerror (errno));
         goto done;
     }
     if (rename (tmp_path, path) != 0) {
+        s_disk_errno_keep ();
         za_error ("'%s': cannot rename to '%s': %s", tmp_path, path, strerror (errno));
         goto done;
     }
@@ -516,6 +540,7 @@ za_checkpoint_write_atomic (const char *model_dir, int64_t global_step,
                             int keep_max)
 {
     uint64_t data_size = 0;
+    s_disk_errno = 0;
     if (s_check_write_args (model_dir, global_step, tensors, tensor_count,
                             meta, meta_count, &data_size))
         return -1;

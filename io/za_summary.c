@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -256,10 +257,19 @@ s_record_write (za_summary_writer_t *self, size_t data_size)
     s_put_le32 (data + data_size, za_crc32c_mask (za_crc32c (data, data_size)));
 
     size_t record_size = TFRECORD_HEAD_BYTES + data_size + TFRECORD_CRC_BYTES;
+    long before = ftell (self->file);
     if (fwrite (head, 1, record_size, self->file) != record_size
     ||  fflush (self->file) != 0) {
-        self->broken = true;
-        return za_error ("'%s': cannot write event: %s", self->path, strerror (errno));
+        int err = errno;
+        //  A full disk: what part of the record got out is cut off again,
+        //  and what stdio still holds is thrown away, so the file ends on a
+        //  whole record and the next write may succeed. Else it is torn.
+        __fpurge (self->file);
+        clearerr (self->file);
+        if (before < 0 || ftruncate (fileno (self->file), before)
+            || fseek (self->file, before, SEEK_SET))
+            self->broken = true;
+        return za_error ("'%s': cannot write event: %s", self->path, strerror (err));
     }
     return 0;
 }

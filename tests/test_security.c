@@ -61,15 +61,6 @@ s_keygen (const char *name)
     return dir;
 }
 
-static int
-s_count (const char *text, const char *needle)
-{
-    int count = 0;
-    for (const char *at = strstr (text, needle); at; at = strstr (at + 1, needle))
-        count++;
-    return count;
-}
-
 Test (security, keygen_writes_owner_only_files_and_never_overwrites)
 {
     char *dir = s_keygen ("keys");
@@ -144,14 +135,7 @@ Test (security, a_bind_beyond_loopback_needs_certs_or_insecure)
     const char *insecure [] = {"--role", "broker", "--bind", bind, "--insecure", NULL};
     char *out = za_test_path ("broker.out");
     pid_t pid = za_test_spawn (insecure, out, out);
-    char *text = NULL;
-    for (int tries = 0; tries < 100; tries++) {
-        free (text);
-        text = za_test_read_file (out, NULL);
-        if (strstr (text, "broker: on"))
-            break;
-        zclock_sleep (100);
-    }
+    char *text = za_test_wait_for_text (out, "broker: on", 10);
     kill (pid, SIGTERM);
     za_test_wait (pid, 30);
     cr_expect (strstr (text, "WARNING: --insecure") && strstr (text, "broker: on"), "%s", text);
@@ -335,7 +319,7 @@ Test (security, a_ps_gives_nothing_to_whoever_lacks_the_keys_and_keeps_its_value
     cr_expect_eq (s_pulled_crc (&chief), before, "an intruder changed the ps's values");
     zclock_sleep (300);
     char *log = za_test_read_file (err, NULL);
-    cr_expect_eq (s_count (log, "curve: refused"), 3, "%s", log);
+    cr_expect_eq (za_test_count (log, "curve: refused"), 3, "%s", log);
     cr_expect (strstr (log, "without keys") && strstr (log, "another cluster's keys")
                && strstr (log, "not the cluster's"), "%s", log);
     cr_expect (strstr (log, "(3 peers refused so far)"), "%s", log);
@@ -427,7 +411,7 @@ Test (security, the_all_reduce_ring_trains_under_curve)
     cr_expect_eq (result.exit_code, 0, "%s%s", result.out, result.err);
     char *log_path = za_test_join (model_dir, "logs/worker-0.log");
     char *log = za_test_read_file (log_path, NULL);
-    cr_expect_eq (s_count (log, "curve: refused"), 0, "%s", log);
+    cr_expect_eq (za_test_count (log, "curve: refused"), 0, "%s", log);
     free (log);
     free (log_path);
     za_test_result_free (&result);

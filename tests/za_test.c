@@ -133,6 +133,28 @@ za_test_write (const char *name, const char *text)
 }
 
 
+char *
+za_test_wait_for_text (const char *path, const char *needle, double timeout_s)
+{
+    double deadline = za_clock_mono () + timeout_s * ZA_TEST_SLOWDOWN;
+    char *text = za_test_read_file (path, NULL);
+    while (!strstr (text, needle) && za_clock_mono () < deadline) {
+        zclock_sleep (100);
+        free (text);
+        text = za_test_read_file (path, NULL);
+    }
+    return text;
+}
+
+int
+za_test_count (const char *text, const char *needle)
+{
+    int count = 0;
+    for (const char *at = strstr (text, needle); at; at = strstr (at + 1, needle))
+        count++;
+    return count;
+}
+
 //  --------------------------------------------------------------------------
 //  zactor-run as a real process
 

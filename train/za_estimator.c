@@ -150,7 +150,8 @@ s_save_at (void *arg, int64_t step)
 {
     za_estimator_t *self = (za_estimator_t *) arg;
     (void) step;
-    return za_estimator_save (self);
+    return za_replica_save_through (self->replica, self->model_dir, self->global_step,
+                                    self->config.keep_checkpoint_max, 0);
 }
 
 //  The input of `mode`: the context says what this estimator knows.
@@ -238,7 +239,8 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
     za_input_destroy (&input);
     //  The final step is always saved, also when the input ended early.
     if (rc == 0 && self->global_step != saver.last_saved && self->global_step > 0)
-        rc = za_estimator_save (self);
+        rc = za_replica_save_through (self->replica, self->model_dir, self->global_step,
+                                      self->config.keep_checkpoint_max, 1);
     za_hooks_end (&hooks, &ctx);
     return rc;
 }

@@ -4,6 +4,9 @@
 #include "za/za_util.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -198,18 +201,36 @@ s_summary_begin (void *arg, int64_t global_step)
     s->loss_count = 0;
 }
 
-//  Appends one line to dir/metrics.jsonl. Returns 0 or -1 with an error.
+//  Appends one line to dir/metrics.jsonl in one write; one that fails (a
+//  full disk) is cut off again, so the file holds whole lines only.
+//  Returns 0 or -1 with an error.
 static int
 s_append_line (const char *dir, const char *line)
 {
     char path [4096];
     snprintf (path, sizeof path, "%s/metrics.jsonl", dir);
-    FILE *f = fopen (path, "a");
-    if (!f)
+    int fd = open (path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
         return za_error ("cannot append to '%s': %s", path, strerror (errno));
-    int ok = fputs (line, f) >= 0 && fputc ('\n', f) != EOF;
-    ok &= fclose (f) == 0;
-    return ok? 0: za_error ("cannot write '%s': %s", path, strerror (errno));
+    size_t n = strlen (line);
+    char *text = malloc (n + 1);
+    if (!text) {
+        close (fd);
+        return za_error ("out of memory");
+    }
+    memcpy (text, line, n);
+    text [n] = '\n';
+    off_t before = lseek (fd, 0, SEEK_END);
+    ssize_t wrote = write (fd, text, n + 1);
+    int err = errno;
+    free (text);
+    if (wrote != (ssize_t) (n + 1)) {
+        if (before >= 0 && ftruncate (fd, before)) {}
+        close (fd);
+        return za_error ("cannot write '%s': %s", path, wrote < 0? strerror (err)
+                                                                 : "No space left on device");
+    }
+    return close (fd) == 0? 0: za_error ("cannot write '%s': %s", path, strerror (errno));
 }
 
 static int
@@ -231,12 +252,18 @@ s_summary_after_run (void *arg, const za_run_context_t *ctx)
               "\"examples_per_sec\": %.1f, \"wall_time\": %.3f}", ctx->global_step,
               values [0], values [1], values [2], za_clock_wall ());
     static const char *const tags [] = {"loss", "global_step/sec", "examples/sec"};
-    if (za_mkdirs (s->model_dir) || s_append_line (s->model_dir, line))
-        return -1;
-    if (!s->writer && !(s->writer = za_summary_writer_new (s->model_dir)))
-        return -1;
-    if (za_summary_scalars (s->writer, ctx->global_step, tags, values, 3))
-        return -1;
+    //  Summaries are not the model: one the disk refuses is dropped, said
+    //  once until they are written again, and training goes on.
+    int failed = za_mkdirs (s->model_dir) || s_append_line (s->model_dir, line)
+              || (!s->writer && !(s->writer = za_summary_writer_new (s->model_dir)))
+              || za_summary_scalars (s->writer, ctx->global_step, tags, values, 3);
+    if (failed && !s->failing)
+        za_info ("summaries are not written (%s); training goes on, they resume when the "
+                 "disk has room", za_last_error ());
+    else
+    if (!failed && s->failing)
+        za_info ("summaries are written again (step %" PRId64 ")", ctx->global_step);
+    s->failing = failed;
     s->loss_sum = 0;
     s->loss_count = 0;
     za_every_done (&s->every, ctx->global_step, now);
@@ -292,6 +319,12 @@ s_saver_after_run (void *arg, const za_run_context_t *ctx)
     s->rc = s->save (s->arg, ctx->global_step);
     if (s->rc < 0)
         return -1;
+    if (s->rc == ZA_SAVE_SKIPPED) {
+        //  The disk kept it from being written (said): the next one tries.
+        s->rc = 0;
+        za_every_done (&s->every, ctx->global_step, za_clock_mono ());
+        return 0;
+    }
     if (s->rc > 0)
         return 1;
     s->last_saved = ctx->global_step;

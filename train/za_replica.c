@@ -2,8 +2,11 @@
     blocks, one batch split over threads and micro-batches, and checkpoints
     of all of it.                                                            */
 #include "za/za_replica.h"
+#include "za/za_hooks.h"
 #include "za/za_parallel.h"
 
+#include <czmq.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +44,7 @@ struct _za_replica_t {
     float *values;                  //  [vars.total]
     float *grads;                   //  = thread_grads [0], or NULL
     float *slots [ZA_OPTIM_MAX_SLOTS];
+    int disk_failing;               //  a save failed on the disk: said, until one succeeds
 };
 
 //  One batch over the threads.
@@ -433,6 +437,38 @@ za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, int ke
     if (za_mkdirs (model_dir))
         return -1;
     return za_checkpoint_write_atomic (model_dir, step, tensors, t, meta, meta_count, keep_max);
+}
+
+int
+za_replica_save_through (za_replica_t *self, const char *model_dir, int64_t step, int keep_max,
+                         int final)
+{
+    int waiting = 0;
+    while (za_replica_save (self, model_dir, step, keep_max)) {
+        int err = za_checkpoint_disk_errno ();
+        if (!err)
+            return -1;
+        if (!self->disk_failing)
+            za_info ("cannot write the checkpoint of step %" PRId64 " in %s (%s): the "
+                     "checkpoints before it and the index stay intact; training goes on and "
+                     "the next save tries again", step, model_dir, strerror (err));
+        self->disk_failing = 1;
+        if (!final)
+            return ZA_SAVE_SKIPPED;
+        if (!waiting++)
+            za_info ("waiting for room in %s to write the final checkpoint (step %" PRId64
+                     "): tried again every %d s; Ctrl-C gives up", model_dir, step,
+                     ZA_SAVE_RETRY_SECS);
+        if (zsys_interrupted)
+            return -1;
+        zclock_sleep (ZA_SAVE_RETRY_SECS * 1000);
+        if (zsys_interrupted)
+            return za_error ("interrupted while waiting to write the final checkpoint");
+    }
+    if (self->disk_failing)
+        za_info ("checkpoints are written again (step %" PRId64 ")", step);
+    self->disk_failing = 0;
+    return 0;
 }
 
 //  Finds `name` in the checkpoint and checks it has var's shape; copies it

@@ -65,6 +65,11 @@ int za_checkpoint_write_atomic (const char *model_dir, int64_t global_step,
                                 const za_ckpt_meta_t *meta, int meta_count,
                                 int keep_max);
 
+//  After a za_checkpoint_write_atomic that failed: the errno when the disk was
+//  the cause (ENOSPC, EDQUOT, EIO, EFBIG, EROFS: full or failing, a later save
+//  may succeed), else 0 (a bad argument, no memory). Per thread.
+int za_checkpoint_disk_errno (void);
+
 typedef struct _za_checkpoint_t za_checkpoint_t;
 
 //  Loads and verifies one checkpoint file: header length within the file and

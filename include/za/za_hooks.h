@@ -97,7 +97,9 @@ za_hook_t za_step_counter_hook (za_step_counter_t *state, int64_t every_steps, i
 //  appended to model_dir/metrics.jsonl and the same scalars ("loss",
 //  "global_step/sec", "examples/sec") to a TensorBoard event file in
 //  model_dir (opened at the first line). loss is the mean of the steps since
-//  the last line; examples/sec is global steps/sec x batch size.
+//  the last line; examples/sec is global steps/sec x batch size. A line the
+//  disk refuses (full) is dropped whole, said once until lines are written
+//  again; training goes on.
 
 typedef struct {
     const char *model_dir;
@@ -105,6 +107,7 @@ typedef struct {
     double loss_sum;
     int64_t loss_count;
     za_summary_writer_t *writer;
+    int failing;                    //  the last line could not be written (said)
 } za_summary_hook_t;
 
 //  A hook whose state is *state (which must outlive the training); every_steps
@@ -118,8 +121,12 @@ za_hook_t za_summary_hook (za_summary_hook_t *state, const char *model_dir,
 //  final checkpoint is the training loop's own business (za_saver_hook's
 //  last_saved tells whether that step was saved already).
 
-//  Saves a checkpoint at `step`. Returns 0; -1 with an error; or > 0, a
-//  result of the caller's own (kept in the hook's rc; training stops).
+//  Saves a checkpoint at `step`. Returns 0; -1 with an error;
+//  ZA_SAVE_SKIPPED when a full or failing disk kept it from being written
+//  (training goes on, the next save tries again; za_replica_save_through);
+//  or another value > 0, a result of the caller's own (kept in the hook's
+//  rc; training stops).
+#define ZA_SAVE_SKIPPED 3
 typedef int (za_save_fn) (void *arg, int64_t step);
 
 typedef struct {

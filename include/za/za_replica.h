@@ -93,6 +93,18 @@ int za_replica_predict_batch (za_replica_t *self, const za_batch_t *batch, za_pr
 //  `step` (atomic, keeping keep_max; <= 0 keeps all). Returns 0 or -1.
 int za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, int keep_max);
 
+#define ZA_SAVE_RETRY_SECS 2
+
+//  za_replica_save as training needs it on a full or failing disk (ENOSPC,
+//  EIO, ...; za_checkpoint_disk_errno): nothing half-written is left and the
+//  newest intact checkpoint and the index stay as they were; that is said
+//  once, until a save succeeds again (also said). A periodic save (final 0)
+//  then returns ZA_SAVE_SKIPPED (za_hooks.h) and training goes on to the next; the final
+//  save tries again every ZA_SAVE_RETRY_SECS until it is written or the
+//  process is interrupted (-1). Returns 0 when written, -1 on another error.
+int za_replica_save_through (za_replica_t *self, const char *model_dir, int64_t step,
+                             int keep_max, int final);
+
 //  Loads the values (and the slots, when the checkpoint has them; else they
 //  start fresh) from a checkpoint; *step gets its global step. Everything is
 //  checked before anything is copied: a checkpoint of another model, or
