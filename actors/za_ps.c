@@ -42,6 +42,10 @@
 #define MAX_LOGGED_DROPS 20
 //  Workers (the chief included) a ps serves at most.
 #define ZA_PS_MAX_WORKERS 256
+//  Connections the ps keeps in mind (a few per task are enough); beyond
+//  that the silent ones are forgotten, so a peer that connects, speaks once
+//  and goes costs nothing lasting.
+#define PS_MAX_PEERS 1024
 //  How often a ps waiting for init looks for a final checkpoint in model_dir.
 #define FINAL_CHECK_SECS 1.0
 
@@ -105,6 +109,14 @@ typedef struct {
     uint64_t seq;
 } s_waiter_t;
 
+//  self->peers' destructor: a connection's last time heard.
+static void
+s_free_item (void **item)
+{
+    free (*item);
+    *item = NULL;
+}
+
 static void
 s_ps_destroy (s_ps_t **self_p)
 {
@@ -157,6 +169,8 @@ s_ps_new (const za_role_config_t *config, zsock_t *pipe)
     self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
     self->queued = zlist_new ();
     self->peers = zhashx_new ();
+    if (self->peers)
+        zhashx_set_destructor (self->peers, s_free_item);
     za_wire_lease_init (&self->lease [0]);
     za_wire_lease_init (&self->lease [1]);
     za_wire_lease_init (&self->slot_lease);
@@ -201,7 +215,8 @@ s_ps_new (const za_role_config_t *config, zsock_t *pipe)
     self->router = zsock_new (ZMQ_ROUTER);
     if (!self->router)
         goto fail;
-    zsock_set_maxmsgsize (self->router, ZA_WIRE_MAX_FRAME_BYTES);
+    //  No frame larger than our largest part (or a header) is ever ours.
+    zsock_set_maxmsgsize (self->router, za_wire_max_frame (largest * sizeof (float)));
     zsock_set_router_mandatory (self->router, 1);
     if (za_curve_server (self->router))
         goto fail;
@@ -582,6 +597,44 @@ s_snapshot (s_ps_t *self, zframe_t *routing_id, uint64_t seq)
     s_reply (self, routing_id, &self->slot_lease);
 }
 
+//  Connections silent longer than a task may be (timeout_secs) are
+//  forgotten: a task that comes back after that is a new one anyway.
+static void
+s_forget_silent (s_ps_t *self, double now)
+{
+    zlist_t *silent = zlist_new ();
+    for (double *last = (double *) zhashx_first (self->peers); last && silent;
+         last = (double *) zhashx_next (self->peers))
+        if (now - *last > self->config->timeout_secs)
+            zlist_append (silent, (void *) zhashx_cursor (self->peers));
+    for (const char *key = silent? (const char *) zlist_first (silent): NULL; key;
+         key = (const char *) zlist_next (silent))
+        zhashx_delete (self->peers, key);
+    zlist_destroy (&silent);
+}
+
+//  Remembers that connection `peer` spoke now (unless `remember` is 0, or
+//  PS_MAX_PEERS that are not silent are known). Returns 1 when it had spoken
+//  before.
+static int
+s_peer_heard (s_ps_t *self, const char *peer, int remember)
+{
+    double now = za_clock_mono ();
+    double *last = (double *) zhashx_lookup (self->peers, peer);
+    if (last) {
+        *last = now;
+        return 1;
+    }
+    if (remember && zhashx_size (self->peers) >= PS_MAX_PEERS)
+        s_forget_silent (self, now);
+    if (remember && zhashx_size (self->peers) < PS_MAX_PEERS
+        && (last = (double *) malloc (sizeof *last))) {
+        *last = now;
+        zhashx_insert (self->peers, peer, last);
+    }
+    return 0;
+}
+
 //  The peer's routing id as a key for self->peers.
 static void
 s_peer_key (zframe_t *routing_id, char *key, size_t size)
@@ -866,9 +919,7 @@ s_handle (s_ps_t *self, zframe_t *routing_id, zmsg_t **raw_p)
     char peer [2 * 255 + 1];
     s_peer_key (routing_id, peer, sizeof peer);
     s_request_t request = {.routing_id = routing_id, .msg = self->in, .raw_p = raw_p,
-                           .known = zhashx_lookup (self->peers, peer) != NULL};
-    if (!request.known && self->in->op != ZA_OP_BYE)
-        zhashx_insert (self->peers, peer, self);
+                           .known = s_peer_heard (self, peer, self->in->op != ZA_OP_BYE)};
     s_dispatch (self, (int) self->in->op, &request);
 }
 

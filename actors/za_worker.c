@@ -137,7 +137,12 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
             goto fail;
         //  No ZMTP heartbeats here: they would drop the connection, and the
         //  request in flight, of a ps that is only paused; our pings judge it.
-        zsock_set_maxmsgsize (self->dealers [p], ZA_WIRE_MAX_FRAME_BYTES);
+        //  Nothing ps p sends is larger than its largest part (or a header).
+        uint64_t largest = 0;
+        for (int i = 0; i < self->part_count [p]; i++)
+            if (self->placement.parts [self->parts [p][i]].size > largest)
+                largest = self->placement.parts [self->parts [p][i]].size;
+        zsock_set_maxmsgsize (self->dealers [p], za_wire_max_frame (largest * sizeof (float)));
         za_curve_client (self->dealers [p]);
         if (zsock_connect (self->dealers [p], "%s", config->ps_endpoints [p]) < 0) {
             za_error ("%s: cannot connect to ps %d at %s", s_who (self), p,

@@ -365,6 +365,7 @@ za_curve_enabled (void)
 int
 za_curve_server (zsock_t *sock)
 {
+    zsock_set_handshake_ivl (sock, (int) (ZA_CURVE_HANDSHAKE_SECS * 1000));
     pthread_mutex_lock (&s_lock);
     if (!s_curve.cert) {
         pthread_mutex_unlock (&s_lock);

@@ -91,8 +91,7 @@ za_ring_new (const za_ring_config_t *config)
         goto fail;
     }
     //  A chunk is at most chunk_floats; anything larger is no ring message.
-    size_t max_frame = self->chunk_floats * sizeof (float) + ZA_WIRE_MAX_HEADER_BYTES;
-    zsock_set_maxmsgsize (self->left, (int64_t) max_frame);
+    zsock_set_maxmsgsize (self->left, za_wire_max_frame (self->chunk_floats * sizeof (float)));
     zsock_set_rcvhwm (self->left, RING_MIN_HWM);
     zsock_set_sndhwm (self->right, RING_MIN_HWM);
     zsock_set_linger (self->right, 0);

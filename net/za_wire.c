@@ -1090,3 +1090,12 @@ za_wire_decode (zmsg_t *msg, za_wire_msg_t *out)
     out->tensor_count = rc == 0 ? tensor_count : 0;
     return rc;
 }
+
+int64_t
+za_wire_max_frame (uint64_t largest_tensor_bytes)
+{
+    uint64_t bytes = largest_tensor_bytes > ZA_WIRE_MAX_HEADER_BYTES? largest_tensor_bytes
+                                                                     : ZA_WIRE_MAX_HEADER_BYTES;
+    bytes += ZA_WIRE_CURVE_BYTES;
+    return (int64_t) (bytes < ZA_WIRE_MAX_FRAME_BYTES? bytes: ZA_WIRE_MAX_FRAME_BYTES);
+}

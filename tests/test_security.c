@@ -21,7 +21,11 @@
 #include <jansson.h>
 #include <zlib.h>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,50 +241,83 @@ s_pulled_crc (s_client_t *c)
     return (uint32_t) crc;
 }
 
+//  A ps process of a cluster with a chief and that ps, initialised by the
+//  test as its chief would be, with known values.
+typedef struct {
+    pid_t pid;
+    char *endpoint;
+    char *err;                          //  its log
+    char *cluster_path;
+    s_client_t chief;
+    float kernel [KERNEL_FLOATS], bias [UNITS];
+} s_ps_process_t;
+
+//  Starts it (with --certs keys when keys is not NULL, and the test's
+//  chief with the same certificate) and sends the init.
+static void
+s_ps_process_start (s_ps_process_t *ps, const char *keys)
+{
+    memset (ps, 0, sizeof *ps);
+    ps->endpoint = za_test_free_endpoint ();
+    char cluster [200];
+    snprintf (cluster, sizeof cluster, "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"ps\": "
+              "[\"%s\"]}}", ps->endpoint + 6);
+    ps->cluster_path = za_test_write ("cluster.json", cluster);
+    ps->err = za_test_path ("ps.err");
+    const char *args [] = {"--cluster", ps->cluster_path, "--role", "ps",
+                           "--model", "flatten dense(10)", "--timeout-secs", "60",
+                           keys? "--certs": NULL, keys, NULL};
+    ps->pid = za_test_spawn (args, ps->err, ps->err);
+    if (keys)
+        cr_assert_eq (za_curve_use (keys), 0, "%s", za_last_error ());
+    s_client_t *chief = &ps->chief;
+    s_client_open (chief, ps->endpoint, keys != NULL);
+    for (int i = 0; i < KERNEL_FLOATS; i++)
+        ps->kernel [i] = (float) i / KERNEL_FLOATS;
+    for (int i = 0; i < UNITS; i++)
+        ps->bias [i] = 0.5f - 0.25f * (float) i;
+    int64_t zero = 0;
+    za_wire_msg_init (chief->out, ZA_OP_INIT);
+    chief->out->seq = 1;
+    chief->out->task = 0;
+    chief->out->step = 0;
+    chief->out->has_optim = 1;
+    strcpy (chief->out->optimizer, "sgd");
+    chief->out->learning_rate = 0.5;
+    chief->out->beta1 = 0.9;
+    chief->out->beta2 = 0.999;
+    chief->out->epsilon = 1e-7;
+    s_add_variables (chief, ps->kernel, ps->bias);
+    za_wire_msg_add (chief->out, "global_step", ZA_DTYPE_I64, 0, NULL, &zero);
+    int op = s_call (chief, REPLY_MS);
+    cr_assert_eq (op, ZA_OP_INIT_OK, "%d %s: %s", op, op == ZA_OP_ERROR? chief->in->error: "",
+                  (char *) za_test_read_file (ps->err, NULL));
+    uLong expected = crc32 (0L, Z_NULL, 0);
+    expected = crc32 (expected, (const Bytef *) ps->kernel, sizeof ps->kernel);
+    expected = crc32 (expected, (const Bytef *) ps->bias, sizeof ps->bias);
+    cr_assert_eq (s_pulled_crc (chief), (uint32_t) expected);
+}
+
+static void
+s_ps_process_stop (s_ps_process_t *ps)
+{
+    s_client_close (&ps->chief);
+    kill (ps->pid, SIGKILL);
+    za_test_wait (ps->pid, 30);
+    free (ps->err);
+    free (ps->cluster_path);
+    free (ps->endpoint);
+}
+
 Test (security, a_ps_gives_nothing_to_whoever_lacks_the_keys_and_keeps_its_values)
 {
     char *keys = s_keygen ("keys");
     char *other = s_keygen ("other");
-    char *endpoint = za_test_free_endpoint ();
-    char cluster [200];
-    snprintf (cluster, sizeof cluster, "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"ps\": "
-              "[\"%s\"]}}", endpoint + 6);
-    char *cluster_path = za_test_write ("cluster.json", cluster);
-    char *err = za_test_path ("ps.err");
-    const char *args [] = {"--cluster", cluster_path, "--role", "ps", "--certs", keys,
-                           "--model", "flatten dense(10)", "--timeout-secs", "60", NULL};
-    pid_t ps = za_test_spawn (args, err, err);
-
-    //  The chief's part, with the certificate: an init with known values.
-    cr_assert_eq (za_curve_use (keys), 0, "%s", za_last_error ());
-    s_client_t chief;
-    s_client_open (&chief, endpoint, 1);
-    static float kernel [KERNEL_FLOATS], bias [UNITS];
-    for (int i = 0; i < KERNEL_FLOATS; i++)
-        kernel [i] = (float) i / KERNEL_FLOATS;
-    for (int i = 0; i < UNITS; i++)
-        bias [i] = 0.5f - 0.25f * (float) i;
-    int64_t zero = 0;
-    za_wire_msg_init (chief.out, ZA_OP_INIT);
-    chief.out->seq = 1;
-    chief.out->task = 0;
-    chief.out->step = 0;
-    chief.out->has_optim = 1;
-    strcpy (chief.out->optimizer, "sgd");
-    chief.out->learning_rate = 0.5;
-    chief.out->beta1 = 0.9;
-    chief.out->beta2 = 0.999;
-    chief.out->epsilon = 1e-7;
-    s_add_variables (&chief, kernel, bias);
-    za_wire_msg_add (chief.out, "global_step", ZA_DTYPE_I64, 0, NULL, &zero);
-    int op = s_call (&chief, REPLY_MS);
-    cr_assert_eq (op, ZA_OP_INIT_OK, "%d %s: %s", op, op == ZA_OP_ERROR? chief.in->error: "",
-                  (char *) za_test_read_file (err, NULL));
-    uint32_t before = s_pulled_crc (&chief);
-    uLong expected = crc32 (0L, Z_NULL, 0);
-    expected = crc32 (expected, (const Bytef *) kernel, sizeof kernel);
-    expected = crc32 (expected, (const Bytef *) bias, sizeof bias);
-    cr_assert_eq (before, (uint32_t) expected);
+    static s_ps_process_t ps;
+    s_ps_process_start (&ps, keys);
+    const char *endpoint = ps.endpoint, *err = ps.err;
+    s_client_t *chief = &ps.chief;
+    uint32_t before = s_pulled_crc (chief);
 
     //  Three intruders push a gradient of ones 15 times each.
     char other_secret [4200];
@@ -316,7 +353,7 @@ Test (security, a_ps_gives_nothing_to_whoever_lacks_the_keys_and_keeps_its_value
         s_client_close (&intruders [i]);
 
     //  Nothing changed, and each intruder was counted once.
-    cr_expect_eq (s_pulled_crc (&chief), before, "an intruder changed the ps's values");
+    cr_expect_eq (s_pulled_crc (chief), before, "an intruder changed the ps's values");
     zclock_sleep (300);
     char *log = za_test_read_file (err, NULL);
     cr_expect_eq (za_test_count (log, "curve: refused"), 3, "%s", log);
@@ -324,17 +361,85 @@ Test (security, a_ps_gives_nothing_to_whoever_lacks_the_keys_and_keeps_its_value
                && strstr (log, "not the cluster's"), "%s", log);
     cr_expect (strstr (log, "(3 peers refused so far)"), "%s", log);
     free (log);
-    s_client_close (&chief);
-    kill (ps, SIGKILL);
-    za_test_wait (ps, 30);
+    s_ps_process_stop (&ps);
     zcert_destroy (&own);
     zcert_destroy (&cluster_public);
     zcert_destroy (&other_cert);
-    free (err);
-    free (cluster_path);
-    free (endpoint);
     free (other);
     free (keys);
+}
+
+//  Open descriptors of process pid (its connections among them).
+static int
+s_fds (pid_t pid)
+{
+    char path [64];
+    snprintf (path, sizeof path, "/proc/%d/fd", (int) pid);
+    DIR *dir = opendir (path);
+    cr_assert_not_null (dir);
+    int count = 0;
+    while (readdir (dir))
+        count++;
+    closedir (dir);
+    return count;
+}
+
+Test (security, a_ps_takes_no_frame_beyond_its_model_and_silent_peers_cost_nothing)
+{
+    static s_ps_process_t ps;
+    s_ps_process_start (&ps, NULL);
+    uint32_t before = s_pulled_crc (&ps.chief);
+
+    //  A push whose kernel frame is 4 MiB, where the ps's largest part is
+    //  784 x 10 floats: libzmq closes the connection before allocating it,
+    //  so no answer comes (the ps would answer bad_request to what it read).
+    s_client_t big;
+    s_client_open (&big, ps.endpoint, 0);
+    static float huge [1 << 20];
+    int64_t shape [2] = {1 << 10, 1 << 10}, bshape [1] = {UNITS};
+    za_wire_msg_init (big.out, ZA_OP_PUSH);
+    big.out->seq = 1;
+    big.out->task = 0;
+    big.out->step = 0;
+    cr_assert_eq (za_wire_msg_add (big.out, "dense/kernel", ZA_DTYPE_F32, 2, shape, huge), 0);
+    cr_assert_eq (za_wire_msg_add (big.out, "dense/bias", ZA_DTYPE_F32, 1, bshape, huge), 0);
+    cr_expect_eq (s_call (&big, 1000), -1, "the ps read a frame beyond its model");
+    s_client_close (&big);
+    //  The same push at the model's size is read (and refused: wrong step).
+    s_client_open (&big, ps.endpoint, 0);
+    za_wire_msg_init (big.out, ZA_OP_PUSH);
+    big.out->seq = 2;
+    big.out->task = 0;
+    big.out->step = 0;
+    s_add_variables (&big, huge, huge);
+    cr_expect_neq (s_call (&big, REPLY_MS), -1, "a push of the model's size got no answer");
+    s_client_close (&big);
+
+    //  200 connections that never say a word: accepted, then closed by the
+    //  ps within its handshake interval.
+    int baseline = s_fds (ps.pid);
+    int port = atoi (strrchr (ps.endpoint, ':') + 1);
+    int silent [200];
+    for (int i = 0; i < 200; i++) {
+        silent [i] = socket (AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons ((uint16_t) port),
+                                      .sin_addr.s_addr = htonl (INADDR_LOOPBACK)};
+        cr_assert_eq (connect (silent [i], (struct sockaddr *) &address, sizeof address), 0);
+    }
+    zclock_sleep (500);
+    int crowded = s_fds (ps.pid);
+    cr_expect_geq (crowded, baseline + 150, "the ps holds %d descriptors, %d before", crowded,
+                   baseline);
+    double deadline = za_clock_mono () + (ZA_CURVE_HANDSHAKE_SECS + 5) * ZA_TEST_SLOWDOWN;
+    while (s_fds (ps.pid) > baseline + 2 && za_clock_mono () < deadline)
+        zclock_sleep (200);
+    cr_expect_leq (s_fds (ps.pid), baseline + 2, "silent peers still hold %d descriptors",
+                   s_fds (ps.pid) - baseline);
+    for (int i = 0; i < 200; i++)
+        close (silent [i]);
+    //  And the ps serves its chief as before, its values untouched.
+    cr_expect_eq (s_pulled_crc (&ps.chief), before);
+    s_ps_process_stop (&ps);
 }
 
 // ---------------------------------------------------------------------------

@@ -39,7 +39,8 @@ extern "C" {
 #define ZA_CURVE_SECRET_FILE "cluster.key_secret"
 #define ZA_CURVE_QUIET_SECS 60.0
 #define ZA_CURVE_MAX_PEERS 64
-#define ZA_CURVE_MAX_KEYS 256       //  public key files read from DIR
+#define ZA_CURVE_MAX_KEYS 256
+#define ZA_CURVE_HANDSHAKE_SECS 5.0       //  public key files read from DIR
 
 //  Writes a new cluster certificate into dir (made with mode 0700 when it
 //  does not exist): cluster.key and cluster.key_secret, mode 0600. Refuses
@@ -57,9 +58,12 @@ int za_curve_use (const char *dir);
 //  1 while this process uses CURVE.
 int za_curve_enabled (void);
 
-//  Makes sock a CURVE server with the cluster's key and its handshakes
-//  judged by the ZAP handler, whose failures it counts. Call it before the
-//  socket binds. Does nothing without CURVE. Returns 0, or -1 with an error.
+//  Every socket that binds goes through here before it binds. With CURVE it
+//  becomes a CURVE server with the cluster's key, its handshakes judged by
+//  the ZAP handler, whose failures it counts. With or without, a connection
+//  that has not finished its handshake after ZA_CURVE_HANDSHAKE_SECS is
+//  closed: a peer that connects and never speaks costs nothing lasting.
+//  Returns 0, or -1 with an error.
 int za_curve_server (zsock_t *sock);
 
 //  Makes sock a CURVE client with the cluster's key, talking to a server

@@ -37,12 +37,23 @@ extern "C" {
 //  Tensor name buffer, including the NUL: names are 1..95 bytes.
 #define ZA_WIRE_NAME_MAX 96
 #define ZA_WIRE_MAX_DIMS 8
-//  Largest payload frame. Callers set zsock_set_maxmsgsize (sock, this) on
-//  every socket that receives wire messages, so libzmq drops a peer that
-//  announces a bigger frame before allocating it (the option is per frame).
+//  Largest payload frame of any socket. A socket whose tensors are known
+//  (the model's) takes less: za_wire_max_frame.
 #define ZA_WIRE_MAX_FRAME_BYTES (1u << 30)
+//  What CURVE adds to a frame on the wire (its MESSAGE command: name, nonce,
+//  MAC, flags), with room to spare.
+#define ZA_WIRE_CURVE_BYTES 256
 //  A control message's JSON body, in bytes (it lives in the header frame).
 #define ZA_WIRE_MAX_BODY_BYTES (60 * 1024)
+
+//  The largest frame a socket that carries tensors of at most
+//  largest_tensor_bytes each takes: that or a header, whichever is larger,
+//  plus ZA_WIRE_CURVE_BYTES; never above ZA_WIRE_MAX_FRAME_BYTES. Callers
+//  give it to zsock_set_maxmsgsize on every socket that receives wire
+//  messages (docs/PROTOCOL.md 14): libzmq closes the connection of a peer
+//  announcing a larger frame before it allocates anything (the option is
+//  per frame).
+int64_t za_wire_max_frame (uint64_t largest_tensor_bytes);
 
 typedef enum {
     ZA_OP_INIT = 1,
