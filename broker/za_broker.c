@@ -824,33 +824,6 @@ s_body (s_broker_t *self, zframe_t *identity)
 // ---------------------------------------------------------------------------
 //  Registrations and reports, checked field by field (docs/PROTOCOL.md 13)
 
-//  1 when text is a host as a role names itself: 1..255 bytes of letters,
-//  digits, '.', '-', '_', ':' (IPv6) and '[' ']' around an IPv6 address.
-static int
-s_valid_host (const char *text)
-{
-    size_t n = strlen (text);
-    if (n == 0 || n >= TEXT_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = text [i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
-              || c == '.' || c == '-' || c == '_' || c == ':' || c == '[' || c == ']'))
-            return 0;
-    }
-    return 1;
-}
-
-//  1 when text is "tcp://HOST:PORT" with a valid host and a port 1..65535.
-static int
-s_valid_endpoint (const char *text)
-{
-    char host [ZA_CLUSTER_ENDPOINT_MAX];
-    int port;
-    return strlen (text) < ZA_CLUSTER_ENDPOINT_MAX
-        && za_cluster_endpoint_split (text, host, sizeof host, &port) == 0 && s_valid_host (host);
-}
-
 //  An integer member in [min, max] into *value; -1 when absent or not one.
 static int
 s_integer (json_t *body, const char *key, json_int_t min, json_int_t max, json_int_t *value)
@@ -913,7 +886,7 @@ s_parse_registration (s_broker_t *self, json_t *body, int report, s_registration
         return -1;
     }
     reg->index = (int) value;
-    if (s_string (body, "host", reg->host, sizeof reg->host) || !s_valid_host (reg->host)) {
+    if (s_string (body, "host", reg->host, sizeof reg->host) || !za_cluster_host_valid (reg->host)) {
         snprintf (why, size, "host: a host name or address of 1 to %d bytes is needed",
                   TEXT_MAX - 1);
         return -1;
@@ -929,7 +902,7 @@ s_parse_registration (s_broker_t *self, json_t *body, int report, s_registration
     }
     reg->restarts = (int) value;
     if (s_string (body, "endpoint", reg->endpoint, sizeof reg->endpoint)
-        || (*reg->endpoint && !s_valid_endpoint (reg->endpoint))) {
+        || (*reg->endpoint && !za_cluster_endpoint_valid (reg->endpoint))) {
         snprintf (why, size, "endpoint: \"\" or tcp://HOST:PORT is needed");
         return -1;
     }

@@ -228,7 +228,8 @@ s_decode_welcome (json_t *body, za_broker_reply_t *reply)
     json_t *job = json_object_get (body, "job");
     if (!json_is_integer (index) || json_integer_value (index) < 0
         || json_integer_value (index) >= ZA_CLUSTER_MAX_TASKS || !json_is_object (job)
-        || s_text (body, "endpoint", reply->endpoint, sizeof reply->endpoint))
+        || s_text (body, "endpoint", reply->endpoint, sizeof reply->endpoint)
+        || (*reply->endpoint && !za_cluster_endpoint_valid (reply->endpoint)))
         return za_error ("broker client: a welcome without an index, a job object or a "
                          "valid endpoint");
     reply->index = (int) json_integer_value (index);
@@ -250,7 +251,7 @@ s_decode_view (json_t *body, za_broker_reply_t *reply)
     for (int p = 0; p < reply->ps_count; p++) {
         const char *endpoint = json_string_value (json_array_get (ps, (size_t) p));
         if (!endpoint || strlen (endpoint) >= sizeof reply->ps [p]
-            || (reply->ready && !*endpoint))
+            || (reply->ready && !*endpoint) || (*endpoint && !za_cluster_endpoint_valid (endpoint)))
             return za_error ("broker client: the view's ps %d is not an endpoint", p);
         memcpy (reply->ps [p], endpoint, strlen (endpoint) + 1);
     }
@@ -264,7 +265,7 @@ s_decode_view (json_t *body, za_broker_reply_t *reply)
     for (int r = 0; r < reply->ring_count; r++) {
         const char *endpoint = json_string_value (json_array_get (ring, (size_t) r));
         if (!endpoint || strlen (endpoint) >= sizeof reply->ring [r]
-            || (reply->ready && !*endpoint))
+            || (reply->ready && !*endpoint) || (*endpoint && !za_cluster_endpoint_valid (endpoint)))
             return za_error ("broker client: the view's ring member %d is not an endpoint", r);
         memcpy (reply->ring [r], endpoint, strlen (endpoint) + 1);
     }

@@ -505,3 +505,28 @@ za_cluster_destroy (za_cluster_t **self_p)
     free (self);
     *self_p = NULL;
 }
+
+int
+za_cluster_host_valid (const char *text)
+{
+    size_t n = strlen (text);
+    if (n == 0 || n > 255)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = text [i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+              || c == '.' || c == '-' || c == '_' || c == ':' || c == '[' || c == ']'))
+            return 0;
+    }
+    return 1;
+}
+
+int
+za_cluster_endpoint_valid (const char *text)
+{
+    char host [ZA_CLUSTER_ENDPOINT_MAX];
+    int port;
+    return strlen (text) < ZA_CLUSTER_ENDPOINT_MAX
+        && za_cluster_endpoint_split (text, host, sizeof host, &port) == 0
+        && za_cluster_host_valid (host);
+}

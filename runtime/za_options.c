@@ -29,6 +29,7 @@ struct _za_options_t {
     za_option_source_t from [OPTIONS_MAX];
     const char *program_default [OPTIONS_MAX];
     zlist_t *strings;               //  every string value, owned
+    int from_wire;                  //  applying a job that came over the network
 };
 
 void
@@ -521,6 +522,16 @@ s_apply_object (za_options_t *self, json_t *object, const char *section, const c
         const za_option_t *option = &self->options [i];
         if (option->scope == ZA_SCOPE_COMMAND)
             return za_error ("%s: goes on the command line, not in a job", what);
+        //  From the network: the job's settings only (no --bind, --certs,
+        //  --insecure, --host of ours), and no text with control characters
+        //  (a path or a name is used as given).
+        if (self->from_wire && option->scope != ZA_SCOPE_JOB)
+            return za_error ("%s: this process's own setting; a job from the network may "
+                             "not set it", what);
+        const char *text_value = json_string_value (value);
+        for (const char *c = text_value; self->from_wire && c && *c; c++)
+            if ((unsigned char) *c < 0x20 || *c == 0x7f)
+                return za_error ("%s: a control character in a text from the network", what);
         char text [TEXT_MAX_CHARS];
         if (s_job_text (option, value, what, text, sizeof text)
             || za_options_set (self, key, text, from, what))
@@ -536,6 +547,15 @@ za_options_apply_job (za_options_t *self, json_t *job, const char *source,
     if (!json_is_object (job))
         return za_error ("%s: the job is not a JSON object", source);
     return s_apply_object (self, job, NULL, source, from);
+}
+
+int
+za_options_apply_wire_job (za_options_t *self, json_t *job, const char *source)
+{
+    self->from_wire = 1;
+    int rc = za_options_apply_job (self, job, source, ZA_FROM_JOB);
+    self->from_wire = 0;
+    return rc;
 }
 
 int

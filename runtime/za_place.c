@@ -239,8 +239,7 @@ s_welcome (zactor_t *client, const char *role, za_options_t *options, int *index
     if (streq (what, "WELCOME") && job && index_text) {
         json_error_t error;
         json_t *json = json_loads (job, 0, &error);
-        rc = json && za_options_apply_job (options, json, "the broker's job", ZA_FROM_JOB) == 0
-           ? 0: 1;
+        rc = json && za_options_apply_wire_job (options, json, "the broker's job") == 0? 0: 1;
         json_decref (json);
         *index = atoi (index_text);
         snprintf (endpoint, size, "%s", old_endpoint? old_endpoint: "");

@@ -554,3 +554,18 @@ Test (cluster, endpoints_split_into_host_and_port)
         cr_expect_eq (za_cluster_endpoint_split (bad [i], host, sizeof host, &port), -1,
                       "%s was split", bad [i]);
 }
+
+Test (cluster, an_endpoint_from_the_network_is_a_tcp_host_and_port)
+{
+    const char *good [] = {"tcp://127.0.0.1:5555", "tcp://node-1.example.org:1",
+                           "tcp://[::1]:65535", NULL};
+    for (int i = 0; good [i]; i++)
+        cr_expect (za_cluster_endpoint_valid (good [i]), "%s was refused", good [i]);
+    const char *bad [] = {"", "ipc:///etc/passwd", "inproc://zeromq.zap.01", "tcp://*:5555",
+                          "tcp://a b:1", "tcp://node;rm:1", "tcp://node/x:1",
+                          "tcp://node\n:1", "tcp://node:0", NULL};
+    for (int i = 0; bad [i]; i++)
+        cr_expect (!za_cluster_endpoint_valid (bad [i]), "%s was taken", bad [i]);
+    cr_expect (!za_cluster_host_valid (""));
+    cr_expect (!za_cluster_host_valid ("host\x1b[2J"));
+}

@@ -189,6 +189,40 @@ Test (options, new_options_never_keep_a_freed_string)
     za_options_destroy (&options);
 }
 
+Test (options, a_job_from_the_network_sets_the_job_alone)
+{
+    za_settings_t settings;
+    memset (&settings, 0, sizeof settings);
+    za_options_t *options = za_options_new ("zactor-run", NULL, &settings, 0);
+    //  A broker's job may set the job's settings ...
+    json_t *job = json_loads ("{\"model_dir\": \"runs/a\", \"max_steps\": 7}", 0, NULL);
+    cr_assert_eq (za_options_apply_wire_job (options, job, "the broker's job"), 0, "%s",
+                  za_last_error ());
+    cr_expect_str_eq (settings.model_dir, "runs/a");
+    json_decref (job);
+    //  ... never this process's own, nor a text with a control character.
+    const char *refused [] = {"{\"bind\": \"tcp://*:1\"}", "{\"certs\": \"/tmp\"}",
+                              "{\"insecure\": true}", "{\"host\": \"elsewhere\"}",
+                              "{\"run_config\": {\"model_dir\": \"a\\nb\"}}", NULL};
+    for (int i = 0; refused [i]; i++) {
+        job = json_loads (refused [i], 0, NULL);
+        cr_assert_not_null (job, "%s", refused [i]);
+        cr_expect_eq (za_options_apply_wire_job (options, job, "the broker's job"), -1,
+                      "%s was taken", refused [i]);
+        json_decref (job);
+    }
+    cr_expect_null (settings.bind);
+    cr_expect_null (settings.certs);
+    cr_expect_eq (settings.insecure, 0);
+    cr_expect_str_eq (settings.model_dir, "runs/a");
+    //  A job file may set them (it is the user's own).
+    job = json_loads ("{\"insecure\": true}", 0, NULL);
+    cr_expect_eq (za_options_apply_job (options, job, "job.json", ZA_FROM_JOB), 0);
+    cr_expect_eq (settings.insecure, 1);
+    json_decref (job);
+    za_options_destroy (&options);
+}
+
 Test (options, a_program_adds_its_own_options_and_defaults)
 {
     //  custom_model_fn: its own --l2, its defaults (sgd 0.1, batch 100), no

@@ -108,6 +108,15 @@ int za_cluster_tasks_on_my_host (const za_cluster_t *self);
 //  its host does not fit.
 int za_cluster_endpoint_split (const char *endpoint, char *host, size_t size, int *port);
 
+//  1 when text is a host as a task names itself: 1..255 bytes of letters,
+//  digits, '.', '-', '_', ':' (IPv6) and '[' ']' around an IPv6 address.
+int za_cluster_host_valid (const char *text);
+
+//  1 when text is "tcp://HOST:PORT" with a valid host and a port 1..65535:
+//  what an endpoint from the network must be before it is connected to or
+//  bound (docs/PROTOCOL.md 13).
+int za_cluster_endpoint_valid (const char *text);
+
 //  Frees the cluster and its strings and sets *self_p to NULL. Safe to call
 //  with *self_p NULL, so twice is harmless.
 void za_cluster_destroy (za_cluster_t **self_p);

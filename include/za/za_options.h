@@ -203,6 +203,10 @@ char *za_options_settings_text (const za_options_t *self);
 //  option has, a value of the wrong type or out of range.
 int za_options_apply_job (za_options_t *self, json_t *job, const char *source,
                           za_option_source_t from);
+//  A job that came over the network (the broker's welcome), as ZA_FROM_JOB,
+//  where only job-scope keys may be set (never this process's --bind,
+//  --certs, --insecure, --host ...) and no text holds a control character.
+int za_options_apply_wire_job (za_options_t *self, json_t *job, const char *source);
 //  The same from a file (ZA_FROM_JOB), with jansson's line and column on a
 //  syntax error.
 int za_options_apply_job_file (za_options_t *self, const char *path);
