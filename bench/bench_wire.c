@@ -26,6 +26,7 @@
 
     bench_wire [ROUNDS] [SECONDS] [SIZES]  (defaults 7, 0.4, "4k,cnn,16m")
       -> wire size=B zactor_mb_s=F raw_mb_s=F ratio=F zactor_rt_s=F raw_rt_s=F  */
+#include "za/za_curve.h"
 #include "za/za_model.h"
 #include "za/za_optim.h"
 #include "za/za_placement.h"
@@ -101,6 +102,7 @@ s_echo_actor (zsock_t *pipe, void *args)
     int touch = args != NULL;
     zsock_t *router = zsock_new (ZMQ_ROUTER);
     zsock_set_maxmsgsize (router, ZA_WIRE_MAX_FRAME_BYTES);
+    za_curve_server (router);
     int bound = router && zsock_bind (router, "tcp://127.0.0.1:*") >= 0;
     zsock_signal (pipe, 0);
     char *endpoint = bound? zsock_last_endpoint (router): NULL;     //  ours to free
@@ -365,6 +367,7 @@ s_echo_start (zactor_t **echo_p, zsock_t **dealer_p, void *args)
     if (ok) {
         zsock_set_maxmsgsize (*dealer_p, ZA_WIRE_MAX_FRAME_BYTES);
         zsock_set_rcvtimeo (*dealer_p, RECV_TIMEOUT_MS);
+        za_curve_client (*dealer_p);
         ok = zsock_connect (*dealer_p, "%s", endpoint) >= 0;
     }
     zstr_free (&endpoint);
@@ -445,6 +448,7 @@ s_bench_start (s_bench_t *self, const za_model_fn_t *model_fn, const void *param
         return za_error ("cannot start the ps");
     zsock_set_maxmsgsize (self->to_ps, ZA_WIRE_MAX_FRAME_BYTES);
     zsock_set_rcvtimeo (self->to_ps, RECV_TIMEOUT_MS);
+    za_curve_client (self->to_ps);
     if (zsock_connect (self->to_ps, "%s", self->endpoint) < 0)
         return za_error ("cannot connect to %s", self->endpoint);
 
@@ -608,12 +612,19 @@ main (int argc, char **argv)
         }
     if (info)
         fclose (info);
+    //  ZA_BENCH_CERTS=DIR: every socket of the run (the ps's, the echoes')
+    //  under CURVE with that certificate (bench/curve.sh).
+    const char *certs = getenv ("ZA_BENCH_CERTS");
+    if (certs && !*certs)
+        certs = NULL;
+    if (certs && za_curve_use (certs))
+        return 1;
     int major, minor, patch;
     zmq_version (&major, &minor, &patch);
     printf ("# host: %ld cores, %s; libzmq %d.%d.%d, CZMQ %d.%d.%d; tcp://127.0.0.1, "
-            "the ps and the echo in this process (1 ZeroMQ I/O thread)\n",
+            "the ps and the echo in this process (1 ZeroMQ I/O thread)%s\n",
             sysconf (_SC_NPROCESSORS_ONLN), cpu, major, minor, patch, CZMQ_VERSION_MAJOR,
-            CZMQ_VERSION_MINOR, CZMQ_VERSION_PATCH);
+            CZMQ_VERSION_MINOR, CZMQ_VERSION_PATCH, certs? "; CURVE on every socket": "");
 
     za_stack_spec_t cnn;
     if (za_stack_parse (ZA_SEED_CNN, &cnn))

@@ -13,6 +13,8 @@
 #                         push+reply (send, the ps's apply, the values back),
 #                         other (input, copying values in, logs) and other's share.
 #  Usage: bench/ps_vs_workers.sh [BUILD_DIR] [MAX_STEPS] [ROUNDS]
+#  Environment: CONFIGS ("1 1,1 2,2 1,2 2": workers ps, comma-separated) picks
+#  configurations; ZA_CERTS=DIR runs every process with --certs DIR (CURVE).
 set -euo pipefail
 shopt -s nullglob
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,7 +49,8 @@ JSON
     local common=(--cluster "$dir/cluster.json" --model cnn --batch-size 64 --optimizer adam
                   --learning-rate 0.001 --threads 1 --max-steps "$max_steps" --no-eval
                   --save-checkpoints-steps 100000 --save-summary-steps 100
-                  --log-step-count-steps 0 --model-dir "$dir/run" --seed 42)
+                  --log-step-count-steps 0 --model-dir "$dir/run" --seed 42
+                  ${ZA_CERTS:+--certs "$ZA_CERTS"})
     local pids=() i status=0
     for ((i = 0; i < ps; i++)); do
         "$run" "${common[@]}" --role ps --index "$i" 2> "$dir/ps$i.log" & pids+=($!)
@@ -68,7 +71,7 @@ JSON
     echo "$max_steps / ($end - $start)" | bc -l > "$dir/wall_steps_per_sec"
 }
 
-configs=("1 1" "1 2" "2 1" "2 2")
+IFS=, read -r -a configs <<< "${CONFIGS:-1 1,1 2,2 1,2 2}"
 for ((r = 1; r <= rounds; r++)); do
     for c in "${configs[@]}"; do
         one $c "$r"

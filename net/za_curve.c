@@ -344,6 +344,11 @@ za_curve_use (const char *dir)
         if (!s_curve.handler)
             rc = za_error ("--certs: cannot start the ZAP handler (another one in this "
                            "process?)");
+        //  Stopped before CZMQ's own exit handler (registered earlier, with
+        //  the first socket) closes what is left, its sockets among them.
+        static int registered;
+        if (!rc && !registered++)
+            atexit (za_curve_stop);
     }
     if (rc)
         zcert_destroy (&s_curve.cert);

@@ -1,5 +1,5 @@
 /*  za_curve.h: CURVE on every socket of a job, and the ZAP handler that
-    refuses whoever lacks the cluster's certificate (docs/PROTOCOL.md 14).
+    refuses whoever lacks the cluster's certificate (docs/PROTOCOL.md 15).
 
     One key pair per cluster: `zactor-run keygen DIR` writes DIR/cluster.key
     (the public half) and DIR/cluster.key_secret, both readable by the owner
@@ -75,7 +75,8 @@ void za_curve_client (zsock_t *sock);
 uint64_t za_curve_refused (void);
 
 //  Stops the ZAP handler and forgets the certificate (the end of a
-//  process, or of a test). Sockets made CURVE before stay so.
+//  process, or of a test; za_curve_use also registers it with atexit).
+//  Sockets made CURVE before stay so.
 void za_curve_stop (void);
 
 //  1 when a bind endpoint reaches this machine only: inproc://, ipc://,
