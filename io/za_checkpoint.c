@@ -218,6 +218,12 @@ za_checkpoint_disk_errno (void)
     return s_disk_errno;
 }
 
+void
+za_checkpoint_disk_errno_clear (void)
+{
+    s_disk_errno = 0;
+}
+
 //  Writes the chunks to "<path>.tmp", fsyncs it, renames it to path and fsyncs
 //  dir. On failure removes the temp file: path is either the old file or the
 //  complete new one.
@@ -240,8 +246,7 @@ s_write_atomic (const char *dir, const char *path, const s_chunk_t *chunks, int 
         if (chunks [i].size > 0
         &&  fwrite (chunks [i].data, 1, chunks [i].size, file) != chunks [i].size) {
             s_disk_errno_keep ();
-            s_disk_errno_keep ();
-        za_error ("'%s': write failed: %s", tmp_path, strerror (errno));
+            za_error ("'%s': write failed: %s", tmp_path, strerror (errno));
             goto done;
         }
     }

@@ -141,16 +141,21 @@ static void
 s_refused_peer (s_handler_t *self, const char *what)
 {
     double now = za_clock_mono ();
-    int oldest = 0;
-    for (int p = 0; p < self->peer_count; p++) {
-        if (streq (self->peers [p].what, what) && now - self->peers [p].last < ZA_CURVE_QUIET_SECS) {
+    int oldest = 0, slot = -1;
+    for (int p = 0; p < self->peer_count && slot < 0; p++) {
+        if (streq (self->peers [p].what, what)) {
+            int quiet = now - self->peers [p].last >= ZA_CURVE_QUIET_SECS;
             self->peers [p].last = now;
-            return;
+            if (!quiet)
+                return;
+            slot = p;           //  back after a quiet while: counted again
         }
+        else
         if (self->peers [p].last < self->peers [oldest].last)
             oldest = p;
     }
-    int slot = self->peer_count < ZA_CURVE_MAX_PEERS? self->peer_count++: oldest;
+    if (slot < 0)
+        slot = self->peer_count < ZA_CURVE_MAX_PEERS? self->peer_count++: oldest;
     snprintf (self->peers [slot].what, sizeof self->peers [slot].what, "%s", what);
     self->peers [slot].last = now;
     uint64_t count = __atomic_add_fetch (&s_refused, 1, __ATOMIC_RELAXED);
@@ -267,17 +272,26 @@ s_on_command (s_handler_t *self, int *terminated)
     zstr_free (&endpoint);
 }
 
+//  args: an int the actor sets to 0 when it judges, -1 when it cannot
+//  (zactor_new does not look at the signal, so the caller reads this).
 static void
 s_handler_actor (zsock_t *pipe, void *args)
 {
-    (void) args;
+    int *status = (int *) args;
     s_handler_t self = {.pipe = pipe};
     self.zap = zsock_new (ZMQ_REP);
     if (!self.zap || zsock_bind (self.zap, ZAP_ENDPOINT) < 0) {
         zsock_destroy (&self.zap);
+        *status = -1;
         zsock_signal (pipe, 1);
+        //  Wait for $TERM, so that nobody reads our end's signal as an answer.
+        char *command;
+        while ((command = zstr_recv (pipe)) && !streq (command, "$TERM"))
+            zstr_free (&command);
+        zstr_free (&command);
         return;
     }
+    *status = 0;
     self.poller = zpoller_new (pipe, self.zap, NULL);
     //  Ctrl-C ends the process's loops, not this one: its sockets still
     //  handshake until they are closed, and the process stops it last.
@@ -286,6 +300,12 @@ s_handler_actor (zsock_t *pipe, void *args)
     int terminated = 0;
     while (!terminated) {
         void *which = zpoller_wait (self.poller, -1);
+        if (!which) {
+            //  EINTR goes on (nonstop); a context that ends, ends us.
+            if (zmq_errno () == ETERM)
+                break;
+            continue;
+        }
         if (which == pipe)
             s_on_command (&self, &terminated);
         else
@@ -340,10 +360,16 @@ za_curve_use (const char *dir)
         rc = za_error ("--certs %s: no %s beside %s; keygen writes both", dir,
                        ZA_CURVE_PUBLIC_FILE, ZA_CURVE_SECRET_FILE);
     if (!rc) {
-        s_curve.handler = zactor_new (s_handler_actor, NULL);
-        if (!s_curve.handler)
+        //  Without a ZAP handler libzmq lets in any client that knows the
+        //  server's public key: no handler, no CURVE at all.
+        static int status;
+        status = -1;
+        s_curve.handler = zactor_new (s_handler_actor, &status);
+        if (!s_curve.handler || status) {
+            zactor_destroy (&s_curve.handler);
             rc = za_error ("--certs: cannot start the ZAP handler (another one in this "
                            "process?)");
+        }
         //  Stopped before CZMQ's own exit handler (registered earlier, with
         //  the first socket) closes what is left, its sockets among them.
         static int registered;

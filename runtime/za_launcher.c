@@ -217,7 +217,7 @@ s_spawn_broker (s_local_t *self)
     const char *certs = self->settings->certs;
     char *argv [] = {self->exe, "--role", "broker", "--bind", self->bind, "--job",
                      self->job_path, "--supervise", "--max-restarts", max_restarts,
-                     NULL, NULL, NULL, NULL, NULL};
+                     NULL, NULL, NULL, NULL, NULL, NULL};
     int argc = 10;
     if (metrics) {
         argv [argc++] = "--metrics-bind";
@@ -227,6 +227,8 @@ s_spawn_broker (s_local_t *self)
         argv [argc++] = "--certs";
         argv [argc++] = (char *) certs;
     }
+    if (self->settings->insecure)
+        argv [argc++] = "--insecure";
     const char *env [] = {restarts_env, cause_env, NULL};
     self->broker = za_broker_spawn (self->exe, argv, env, self->log, 1);
     if (self->broker < 0)

@@ -111,6 +111,19 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
         return ZA_EXIT_USAGE;
     if (s->bind && za_run_bind_allowed (s, s->bind))
         return ZA_EXIT_USAGE;
+    //  The metrics are plain HTTP (no CURVE): beyond loopback they are
+    //  anyone's to read, with or without --certs.
+    char metrics [300];
+    snprintf (metrics, sizeof metrics, "tcp://%s", s->metrics_bind? s->metrics_bind: "");
+    if (s->metrics_bind && !za_curve_loopback (metrics) && !s->insecure) {
+        za_error ("--metrics-bind %s serves the job's state over plain HTTP beyond this "
+                  "machine (--certs does not cover it): bind 127.0.0.1:PORT and scrape "
+                  "through a tunnel, or give --insecure", s->metrics_bind);
+        return ZA_EXIT_USAGE;
+    }
+    if (s->metrics_bind && !za_curve_loopback (metrics))
+        za_info ("WARNING: --insecure: --metrics-bind %s serves the job's state to anyone "
+                 "who can reach it", s->metrics_bind);
     return 0;
 }
 

@@ -135,6 +135,18 @@ Test (security, a_bind_beyond_loopback_needs_certs_or_insecure)
     cr_expect (strstr (result.err, "listens beyond this machine"), "%s", result.err);
     za_test_result_free (&result);
 
+    //  The metrics are plain HTTP: beyond loopback even --certs does not
+    //  cover them.
+    char metrics [64];
+    snprintf (metrics, sizeof metrics, "*:%d", port);
+    char *keys = s_keygen ("keys");
+    const char *local [] = {"--local", "--metrics-bind", metrics, "--certs", keys, NULL};
+    result = za_test_run (local, 30);
+    cr_expect_eq (result.exit_code, 2);
+    cr_expect (strstr (result.err, "plain HTTP"), "%s", result.err);
+    za_test_result_free (&result);
+    free (keys);
+
     //  With --insecure it listens, and says so loudly.
     const char *insecure [] = {"--role", "broker", "--bind", bind, "--insecure", NULL};
     char *out = za_test_path ("broker.out");
@@ -521,5 +533,24 @@ Test (security, the_all_reduce_ring_trains_under_curve)
     free (log_path);
     za_test_result_free (&result);
     free (model_dir);
+    free (keys);
+}
+
+Test (security, without_its_zap_handler_a_process_does_not_use_curve)
+{
+    //  Another handler holds ZAP's address: libzmq would let in anyone who
+    //  knows the server's public key, so --certs must fail instead.
+    char *keys = s_keygen ("keys");
+    zsock_t *squatter = zsock_new_rep ("@inproc://zeromq.zap.01");
+    cr_assert_not_null (squatter);
+    int rc = za_curve_use (keys);
+    cr_expect_eq (rc, -1);
+    cr_expect (strstr (za_last_error (), "ZAP handler"), "%s", za_last_error ());
+    cr_expect_eq (za_curve_enabled (), 0);
+    zsock_destroy (&squatter);
+    //  With the address free again it works.
+    rc = za_curve_use (keys);
+    cr_expect_eq (rc, 0, "%s", za_last_error ());
+    cr_expect_eq (za_curve_enabled (), 1);
     free (keys);
 }

@@ -444,8 +444,10 @@ za_replica_save_through (za_replica_t *self, const char *model_dir, int64_t step
                          int final)
 {
     int waiting = 0;
+    za_checkpoint_disk_errno_clear ();
     while (za_replica_save (self, model_dir, step, keep_max)) {
         int err = za_checkpoint_disk_errno ();
+        za_checkpoint_disk_errno_clear ();
         if (!err)
             return -1;
         if (!self->disk_failing)
@@ -455,6 +457,12 @@ za_replica_save_through (za_replica_t *self, const char *model_dir, int64_t step
         self->disk_failing = 1;
         if (!final)
             return ZA_SAVE_SKIPPED;
+        //  Room may come back; a disk that fails (EIO) or went read-only
+        //  does not by waiting: the run fails, and its supervisor may
+        //  restart it on another.
+        if (err != ENOSPC && err != EDQUOT)
+            return za_error ("the final checkpoint (step %" PRId64 ") cannot be written in "
+                             "%s: %s", step, model_dir, strerror (err));
         if (!waiting++)
             za_info ("waiting for room in %s to write the final checkpoint (step %" PRId64
                      "): tried again every %d s; Ctrl-C gives up", model_dir, step,

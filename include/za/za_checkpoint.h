@@ -69,6 +69,8 @@ int za_checkpoint_write_atomic (const char *model_dir, int64_t global_step,
 //  the cause (ENOSPC, EDQUOT, EIO, EFBIG, EROFS: full or failing, a later save
 //  may succeed), else 0 (a bad argument, no memory). Per thread.
 int za_checkpoint_disk_errno (void);
+//  Sets it to 0 (before a save that may fail before writing anything).
+void za_checkpoint_disk_errno_clear (void);
 
 typedef struct _za_checkpoint_t za_checkpoint_t;
 

@@ -9,8 +9,7 @@
     be restarted as any role on any host, so every process needs the same
     trust anyway; one directory to copy is the whole setup, and a new keygen
     revokes everyone at once. A client is let in when its public key is
-    that of any *.key file in DIR, so an operator may add a key of their own
-    (a zactor-top on a laptop) without handing out the cluster's secret.
+    that of any *.key file in DIR (cluster.key; more may be copied in).
 
     CURVE is a property of the process, as its ZeroMQ context is: libzmq
     asks the one ZAP handler of the context about every handshake. So

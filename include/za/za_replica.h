@@ -100,8 +100,9 @@ int za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, in
 //  newest intact checkpoint and the index stay as they were; that is said
 //  once, until a save succeeds again (also said). A periodic save (final 0)
 //  then returns ZA_SAVE_SKIPPED (za_hooks.h) and training goes on to the next; the final
-//  save tries again every ZA_SAVE_RETRY_SECS until it is written or the
-//  process is interrupted (-1). Returns 0 when written, -1 on another error.
+//  save, on a full disk (ENOSPC, EDQUOT), tries again every ZA_SAVE_RETRY_SECS
+//  until it is written or the process is interrupted (-1); on a failing one
+//  (EIO, EROFS, EFBIG) it fails. Returns 0 when written, -1 on another error.
 int za_replica_save_through (za_replica_t *self, const char *model_dir, int64_t step,
                              int keep_max, int final);
 
