@@ -230,9 +230,13 @@ s_on_monitor (s_handler_t *self, int m)
             zsock_destroy (&self->monitors [m]);
         }
         else
-        if (kind == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+        if (kind == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+            || kind == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+            //  A peer without keys sees the mismatch too: when it hangs up
+            //  first we only see the handshake broken off (NO_DETAIL).
             snprintf (what, sizeof what, "a peer on %s %s", endpoint? endpoint: "?",
-                      value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+                      kind == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL
+                      || value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
                       ? "without keys (no CURVE)"
                       : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
                       ? "with another cluster's keys"
@@ -410,6 +414,7 @@ za_curve_server (zsock_t *sock)
               (int) getpid (), s_curve.monitors++);
     int rc = zmq_socket_monitor (zsock_resolve (sock), endpoint,
                                  ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                                 | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL
                                  | ZMQ_EVENT_MONITOR_STOPPED);
     if (rc == 0) {
         zstr_sendx (s_curve.handler, "WATCH", endpoint, NULL);
