@@ -363,10 +363,18 @@ za_summary_writer_new (const char *dir)
         return NULL;
     }
     if (s_write_file_version (self, wall_time)) {
+        //  A full disk: no empty file left behind per try.
+        unlink (self->path);
         za_summary_writer_destroy (&self);
         return NULL;
     }
     return self;
+}
+
+int
+za_summary_writer_broken (const za_summary_writer_t *self)
+{
+    return self && self->broken;
 }
 
 int

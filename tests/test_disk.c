@@ -144,6 +144,23 @@ Test (disk, a_full_model_dir_keeps_the_newest_checkpoint_and_the_run_ends_when_r
     }
     free (metrics);
     free (metrics_path);
+    //  Every TensorBoard event file holds whole records only (an independent
+    //  reader checks every CRC).
+    DIR *dir = opendir (s_mount);
+    cr_assert_not_null (dir);
+    struct dirent *entry;
+    int files = 0;
+    while ((entry = readdir (dir)))
+        if (strncmp (entry->d_name, "events.out.tfevents.", 20) == 0) {
+            char command [8192];
+            snprintf (command, sizeof command, "python3 %s/tests/read_events.py '%s/%s' "
+                      "> /dev/null", ZA_SOURCE_DIR, s_mount, entry->d_name);
+            int rc = system (command);
+            cr_expect (WIFEXITED (rc) && WEXITSTATUS (rc) != 1, "%s is torn", entry->d_name);
+            files++;
+        }
+    closedir (dir);
+    cr_expect_geq (files, 1);
     free (index);
     free (index_path);
     free (log);

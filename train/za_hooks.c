@@ -257,6 +257,9 @@ s_summary_after_run (void *arg, const za_run_context_t *ctx)
     int failed = za_mkdirs (s->model_dir) || s_append_line (s->model_dir, line)
               || (!s->writer && !(s->writer = za_summary_writer_new (s->model_dir)))
               || za_summary_scalars (s->writer, ctx->global_step, tags, values, 3);
+    //  A file that could not be cut back is left; the next line starts another.
+    if (failed && za_summary_writer_broken (s->writer))
+        za_summary_writer_destroy (&s->writer);
     if (failed && !s->failing)
         za_info ("summaries are not written (%s); training goes on, they resume when the "
                  "disk has room", za_last_error ());

@@ -55,6 +55,10 @@ int za_summary_scalars (za_summary_writer_t *self, int64_t step, const char *con
 //  The event file's path, owned by the writer, valid until it is destroyed.
 const char *za_summary_writer_path (const za_summary_writer_t *self);
 
+//  1 when a write failed and the file could not be cut back to its last
+//  whole record: it is written no further (start a new writer).
+int za_summary_writer_broken (const za_summary_writer_t *self);
+
 //  Flushes, fsyncs and closes the file, frees the writer and sets *self_p to
 //  NULL. Safe on NULL and on a NULL *self_p. A failing fsync or close is
 //  reported with za_error (the writer is freed anyway).
