@@ -107,6 +107,7 @@ typedef struct {
 typedef struct {
     zframe_t *routing_id;
     uint64_t seq;
+    int32_t task;
 } s_waiter_t;
 
 //  self->peers' destructor: a connection's last time heard.
@@ -280,14 +281,50 @@ s_add_parts (s_ps_t *self, const float *block)
     }
 }
 
+//  Puts our optimizer slots into self->out as "<part>/<slot>" tensors.
 static void
-s_reply_values (s_ps_t *self, zframe_t *routing_id, uint64_t seq)
+s_add_slots (s_ps_t *self)
+{
+    int slot_count = za_optim_slot_count (self->optim.kind);
+    for (int s = 0; s < slot_count; s++)
+        for (int i = 0; i < self->part_count; i++) {
+            const za_part_t *part = &self->placement.parts [self->parts [i]];
+            char *name = self->slot_names [s * self->part_count + i];
+            char formatted [ZA_WIRE_NAME_MAX];
+            snprintf (formatted, sizeof formatted, "%s/%s", part->name,
+                      za_optim_slot_name (self->optim.kind, s));
+            memcpy (name, formatted, sizeof formatted);
+            int64_t shape [ZA_MAX_DIMS];
+            int ndim = za_role_part_shape (&self->vars, part, shape);
+            za_wire_msg_add (self->out, name, ZA_DTYPE_F32, ndim, shape,
+                             self->slots [s] + self->part_at [i]);
+        }
+}
+
+//  ps-sync: the chief (task 0) is sent our slots with the values, so it
+//  holds the whole state of every step and can give it back to a ps that
+//  was restarted (PROTOCOL.md 7.5) instead of rewinding all to a checkpoint.
+static int
+s_sends_slots (s_ps_t *self, int32_t task)
+{
+    return self->aggregate && task == 0 && za_optim_slot_count (self->optim.kind) > 0;
+}
+
+static void
+s_reply_values (s_ps_t *self, zframe_t *routing_id, uint64_t seq, int32_t task)
 {
     za_wire_msg_init (self->out, ZA_OP_VALUES);
     self->out->seq = seq;
     self->out->step = s_global_step (self);
     s_add_parts (self, self->values [self->current]);
-    s_reply (self, routing_id, &self->lease [self->current]);
+    if (s_sends_slots (self, task)) {
+        //  The slots change in place: the whole reply travels under the slot
+        //  lease, which every update waits for (as a snapshot's does).
+        s_add_slots (self);
+        s_reply (self, routing_id, &self->slot_lease);
+    }
+    else
+        s_reply (self, routing_id, &self->lease [self->current]);
 }
 
 //  1 when tensor t is part `part`'s: f32 of its shape (its variable's, or
@@ -401,7 +438,7 @@ s_answer_waiting (s_ps_t *self, int done)
         if (done)
             s_reply_error (self, waiter->routing_id, waiter->seq, "done", "training is over");
         else
-            s_reply_values (self, waiter->routing_id, waiter->seq);
+            s_reply_values (self, waiter->routing_id, waiter->seq, waiter->task);
         zframe_destroy (&waiter->routing_id);
         free (waiter);
     }
@@ -423,10 +460,20 @@ static void
 s_sync_push (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
 {
     char why [256];
-    if (msg->step < 0 || msg->step > self->updates || self->contributed [msg->task]) {
+    if (msg->step > self->updates) {
+        //  Computed on values of a step this ps no longer holds: the chief
+        //  gave every ps an earlier state (a ps was restarted) after the
+        //  pusher had taken the later one. Dropped; the pusher pulls.
+        snprintf (why, sizeof why, "the ps went back to step %" PRId64 " (a ps was "
+                  "restarted); the push was computed at step %" PRId64 ": pull the values "
+                  "again", self->updates, msg->step);
+        s_reply_error (self, routing_id, msg->seq, "rewound", why);
+        return;
+    }
+    if (msg->step < 0 || self->contributed [msg->task]) {
         snprintf (why, sizeof why, "a ps-sync push needs the step of the values it was "
-                  "computed on, at most %" PRId64 " and once per task (task %d, step %"
-                  PRId64 ")", self->updates, msg->task, msg->step);
+                  "computed on, once per task (task %d, step %" PRId64 ")", msg->task,
+                  msg->step);
         s_reply_error (self, routing_id, msg->seq, "bad_request", why);
         return;
     }
@@ -437,7 +484,7 @@ s_sync_push (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
             za_info ("ps %d: a gradient of step %" PRId64 " from task %d came at step %" PRId64
                      ": dropped (%" PRIu64 " so far)", self->config->ps_index, msg->step,
                      msg->task, self->updates, self->stale);
-        s_reply_values (self, routing_id, msg->seq);
+        s_reply_values (self, routing_id, msg->seq, msg->task);
         return;
     }
     for (int i = 0; i < self->part_count; i++) {
@@ -452,6 +499,7 @@ s_sync_push (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
     if (waiter) {
         waiter->routing_id = zframe_dup (routing_id);
         waiter->seq = msg->seq;
+        waiter->task = msg->task;
         zlist_append (self->waiting, waiter);
     }
     if (++self->aggregated < self->aggregate)
@@ -476,7 +524,7 @@ s_push_now (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
         s_sync_push (self, routing_id, msg);
     else {
         s_update (self, msg);
-        s_reply_values (self, routing_id, msg->seq);
+        s_reply_values (self, routing_id, msg->seq, msg->task);
     }
 }
 
@@ -574,24 +622,10 @@ s_snapshot (s_ps_t *self, zframe_t *routing_id, uint64_t seq)
     self->out->step = s_global_step (self);
     //  Nothing changes while HELD.
     s_add_parts (self, self->values [self->current]);
-    za_wire_msg_t *out = self->out;
-    int slot_count = za_optim_slot_count (self->optim.kind);
-    for (int s = 0; s < slot_count; s++)
-        for (int i = 0; i < self->part_count; i++) {
-            const za_part_t *part = &self->placement.parts [self->parts [i]];
-            char *name = self->slot_names [s * self->part_count + i];
-            char formatted [ZA_WIRE_NAME_MAX];
-            snprintf (formatted, sizeof formatted, "%s/%s", part->name,
-                      za_optim_slot_name (self->optim.kind, s));
-            memcpy (name, formatted, sizeof formatted);
-            int64_t shape [ZA_MAX_DIMS];
-            int ndim = za_role_part_shape (&self->vars, part, shape);
-            za_wire_msg_add (out, name, ZA_DTYPE_F32, ndim, shape,
-                             self->slots [s] + self->part_at [i]);
-        }
+    s_add_slots (self);
     self->snapshot_step = s_global_step (self);
     if (self->config->ps_index == 0)
-        za_wire_msg_add (out, "global_step", ZA_DTYPE_I64, 0, NULL, &self->snapshot_step);
+        za_wire_msg_add (self->out, "global_step", ZA_DTYPE_I64, 0, NULL, &self->snapshot_step);
     //  The whole reply, value frames included, travels under the slot lease:
     //  every update waits for it before writing a value block or a slot.
     s_reply (self, routing_id, &self->slot_lease);
@@ -748,7 +782,7 @@ s_refuse_op (s_ps_t *self, s_request_t *request)
 static int
 s_values (s_ps_t *self, s_request_t *request)
 {
-    s_reply_values (self, request->routing_id, request->msg->seq);
+    s_reply_values (self, request->routing_id, request->msg->seq, request->msg->task);
     return 0;
 }
 

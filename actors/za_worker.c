@@ -6,8 +6,9 @@
     metrics, and at max_steps saves the final snapshot and stops the ps.
 
     A ps restarted at the same endpoint comes back without state and says
-    not_ready: the chief reloads the newest checkpoint into every ps, a
-    worker waits for that, and both go on from there (s_recover).         */
+    not_ready: the chief reloads the newest checkpoint into every ps (under
+    ps-sync, the state of the current step, which it holds), a worker waits
+    for that, and both go on from there (s_recover).                      */
 #include "za_role_private.h"
 #include "za/za_curve.h"
 #include "za/za_checkpoint.h"
@@ -52,6 +53,9 @@ typedef struct {
     int terminated;                             //  $TERM came on the pipe
     char names [ZA_PLACEMENT_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
     int64_t init_step;
+    //  ps-sync, the chief: the step whose whole state (values and optimizer
+    //  slots, sent by every ps) the replica holds; -1 when it holds none.
+    int64_t state_step;
     //  The step counter; for the chief the summary and checkpoint savers.
     za_role_hooks_t hooks;
     double start_time;
@@ -106,6 +110,7 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
     self->stats = config->stats;
     za_role_who (config, self->who, sizeof self->who);
     za_wire_lease_init (&self->lease);
+    self->state_step = -1;
     self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
     if (!self->out || config->ps_count < 1 || config->ps_count > ZA_ROLE_MAX_PS) {
         za_error ("%s: needs 1 to %d ps (got %d)", s_who (self), ZA_ROLE_MAX_PS,
@@ -412,7 +417,8 @@ s_expect (s_worker_t *self, za_op_t op)
 static int
 s_outcome (s_worker_t *self, za_op_t op)
 {
-    return s_any_error (self, "not_ready")? S_PS_LOST: s_expect (self, op);
+    return s_any_error (self, "not_ready") || s_any_error (self, "rewound")? S_PS_LOST
+                                                                          : s_expect (self, op);
 }
 
 //  Copies the tensors of each reply (the ps's parts, then optionally their
@@ -443,6 +449,34 @@ s_take_parts (s_worker_t *self, int with_slots)
             }
         }
     }
+    return 0;
+}
+
+//  ps-sync: the chief is sent the ps's slots with every reply of values
+//  (the ps send them to task 0), so it holds the whole state of each step
+//  and a restarted ps can be given that instead of a checkpoint.
+static int
+s_keeps_state (s_worker_t *self)
+{
+    const za_optim_config_t *optim = za_replica_optim (self->replica);
+    return self->config->is_chief && self->config->strategy == ZA_STRATEGY_PS_SYNC
+        && optim && za_optim_slot_count (optim->kind) > 0;
+}
+
+//  Takes the values of every reply (and, when s_keeps_state, the slots)
+//  into the replica; notes the step of that state when the ps agree on it.
+static int
+s_take_values (s_worker_t *self)
+{
+    int keeps = s_keeps_state (self);
+    self->state_step = -1;
+    if (s_take_parts (self, keeps))
+        return -1;
+    int same = 1;
+    for (int p = 1; p < self->ps_count; p++)
+        same &= self->replies [p]->step == self->replies [0]->step;
+    if (self->config->is_chief && self->config->strategy == ZA_STRATEGY_PS_SYNC && same)
+        self->state_step = self->replies [0]->step;
     return 0;
 }
 
@@ -543,7 +577,7 @@ s_chief_init (s_worker_t *self)
     int all_ready = 1;
     for (int p = 0; p < self->ps_count; p++)
         all_ready &= self->replies [p]->op == ZA_OP_VALUES;
-    if (all_ready && s_take_parts (self, 0) == 0) {
+    if (all_ready && s_take_values (self) == 0) {
         self->init_step = self->replies [0]->step;
         za_info ("chief: the ps are at step %" PRId64 ": going on from there",
                  self->init_step);
@@ -601,7 +635,7 @@ s_pull_when_ready (s_worker_t *self)
         self->global_step = self->replies [0]->step;
         return S_OVER;
     }
-    if (s_expect (self, ZA_OP_VALUES) || s_take_parts (self, 0))
+    if (s_expect (self, ZA_OP_VALUES) || s_take_values (self))
         return -1;
     self->global_step = self->replies [0]->step;
     return 0;
@@ -628,6 +662,26 @@ s_recover (s_worker_t *self)
 {
     int lost = s_error_from (self, "not_ready");
     s_set_state (self, ZA_ROLE_RECOVERING);
+    if (lost < 0)
+        //  ps-sync: a push computed on values the ps no longer hold (the
+        //  chief gave them an earlier state after we had taken the later).
+        za_info ("%s: ps %d went back to an earlier step (a ps was restarted): pulling "
+                 "its values", s_who (self), s_error_from (self, "rewound"));
+    else
+    if (self->config->is_chief && self->state_step >= 0
+        && self->state_step == self->global_step) {
+        //  ps-sync: the replica holds the whole state of the step every
+        //  worker is at. Every ps gets it (a step half applied, on the ps
+        //  that kept their state, is undone): nobody goes back.
+        int64_t step = self->state_step;
+        if (s_call_all (self, ZA_OP_RELEASE))
+            return -1;
+        za_info ("chief: ps %d lost its state (restarted?): giving all %d ps the state of "
+                 "step %" PRId64 " the chief holds (no rewind)", lost, self->ps_count, step);
+        if (s_init_all (self, step))
+            return -1;
+    }
+    else
     if (self->config->is_chief) {
         int restored;
         int64_t step = 0;
@@ -698,7 +752,7 @@ s_run_steps (s_worker_t *self)
         }
         int rc = s_outcome (self, ZA_OP_VALUES);
         if (rc == 0)
-            rc = s_take_parts (self, 0);
+            rc = s_take_values (self);
         if (rc)
             return rc;
         self->global_step = self->replies [0]->step;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-#  Asynchronous parameter-server training speed: global steps/sec of the seed CNN
+#  Parameter-server training speed (ps-async unless ZA_STRATEGY): global steps/sec of the seed CNN
 #  (batch 64 per worker, Adam 1e-3, --threads 1 in every process) for 1 and 2
 #  workers (1 = the chief alone, 2 = chief + 1 worker) x 1 and 2 ps, each role a
 #  real zactor-run process on tcp loopback. The configurations alternate,
@@ -14,7 +14,8 @@
 #                         other (input, copying values in, logs) and other's share.
 #  Usage: bench/ps_vs_workers.sh [BUILD_DIR] [MAX_STEPS] [ROUNDS]
 #  Environment: CONFIGS ("1 1,1 2,2 1,2 2": workers ps, comma-separated) picks
-#  configurations; ZA_CERTS=DIR runs every process with --certs DIR (CURVE).
+#  configurations; ZA_CERTS=DIR runs every process with --certs DIR (CURVE);
+#  ZA_STRATEGY=ps-sync trains synchronously (default ps-async).
 set -euo pipefail
 shopt -s nullglob
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,7 +31,7 @@ list () { local n=$1 out="" i; for ((i = 0; i < n; i++)); do out+="${out:+, }\"1
 
 echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "env: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-(unset)} (every process)"
-echo "seed CNN, batch 64 per worker, Adam 1e-3, --threads 1 per process, --max-steps $max_steps," \
+echo "${ZA_STRATEGY:-ps-async}, seed CNN, batch 64 per worker, Adam 1e-3, --threads 1 per process, --max-steps $max_steps," \
      "$rounds rounds per configuration (alternating), tcp://127.0.0.1"
 echo "note: on $(nproc) cores, 2 workers (each 1 thread) plus the ps share the cores:" \
      "steps/sec scaling is bounded by the cores, not by the runtime"
@@ -50,7 +51,7 @@ JSON
                   --learning-rate 0.001 --threads 1 --max-steps "$max_steps" --no-eval
                   --save-checkpoints-steps 100000 --save-summary-steps 100
                   --log-step-count-steps 0 --model-dir "$dir/run" --seed 42
-                  ${ZA_CERTS:+--certs "$ZA_CERTS"})
+                  --strategy "${ZA_STRATEGY:-ps-async}" ${ZA_CERTS:+--certs "$ZA_CERTS"})
     local pids=() i status=0
     for ((i = 0; i < ps; i++)); do
         "$run" "${common[@]}" --role ps --index "$i" 2> "$dir/ps$i.log" & pids+=($!)

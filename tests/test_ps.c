@@ -463,12 +463,15 @@ Test (ps, ps_sync_applies_the_mean_of_a_step_once_and_drops_what_comes_late)
     cr_assert_eq (s_reply_on (&c, backup, REPLY_MS), ZA_OP_VALUES);
     cr_expect_eq (c.in->step, 1);
     s_expect_values (&c, 0.0f);
-    //  A push without its step, one from the future, one twice: refused.
+    //  A push without its step, or twice in a step: refused. One from a
+    //  step the ps does not hold (it was given an earlier state since): the
+    //  pusher is told to pull again. Nothing of them is applied.
     s_sync_push (&c, backup, 2, -1, 1.0f);
     cr_assert_eq (s_reply_on (&c, backup, REPLY_MS), ZA_OP_ERROR);
     cr_expect_str_eq (c.in->code, "bad_request");
     s_sync_push (&c, backup, 2, 5, 1.0f);
     cr_assert_eq (s_reply_on (&c, backup, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "rewound");
     s_sync_push (&c, c.client, 0, 1, 1.0f);
     s_sync_push (&c, second, 0, 1, 1.0f);
     cr_assert_eq (s_reply_on (&c, second, REPLY_MS), ZA_OP_ERROR);
