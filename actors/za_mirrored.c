@@ -16,8 +16,190 @@
 #include "za/za_ring.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+//  With --bucket-kib the gradient block goes round the ring in buckets of
+//  whole variables, the last layer's first, each at least that large; what
+//  is left at the start, or past this many buckets, joins the last one. A
+//  bucket starts as soon as backward has made it final.
+#define MAX_BUCKETS 64
+
+// ---------------------------------------------------------------------------
+//  The reducer: a thread that all-reduces each bucket of a step's gradient
+//  as soon as the replica says it is final (za_replica_on_gradients), so
+//  that the ring works while backward is still at the first layers. The
+//  buckets are fixed by the variable table, and each is one all-reduce: the
+//  order of the additions does not depend on timing, and a run is repeatable
+//  bit for bit. The ring is the reducer's from s_reducer_begin to
+//  s_reducer_end (the mutex hands it over); the main thread's otherwise.
+
+typedef struct {
+    pthread_t thread;
+    int running;
+    pthread_mutex_t mutex;
+    pthread_cond_t cond;
+    za_ring_t *ring;
+    float *grads;
+    size_t total;
+    int bucket_count;
+    size_t lo [MAX_BUCKETS], hi [MAX_BUCKETS];  //  bucket 0 ends at total
+    //  Under mutex:
+    int64_t round_base;         //  a step is being reduced: its first round; -1: none
+    size_t final_from;          //  grads [final_from .. total) are final
+    int next;                   //  buckets reduced
+    int done, rc, abort, quit;
+    char error [ZA_ERROR_MAX_CHARS];
+} s_reducer_t;
+
+static void *
+s_reducer_run (void *arg)
+{
+    s_reducer_t *self = (s_reducer_t *) arg;
+    pthread_mutex_lock (&self->mutex);
+    while (!self->quit) {
+        int idle = self->round_base < 0 || self->done;
+        if (!idle && self->abort) {
+            self->done = 1;
+            self->rc = -1;
+            snprintf (self->error, sizeof self->error, "the step's gradients were not made");
+            pthread_cond_broadcast (&self->cond);
+            continue;
+        }
+        if (idle || self->final_from > self->lo [self->next]) {
+            pthread_cond_wait (&self->cond, &self->mutex);
+            continue;
+        }
+        int b = self->next;
+        int64_t round = self->round_base + b;
+        pthread_mutex_unlock (&self->mutex);
+        int rc = za_ring_allreduce_mean (self->ring, self->grads + self->lo [b],
+                                         self->hi [b] - self->lo [b], round);
+        pthread_mutex_lock (&self->mutex);
+        self->next++;
+        if (rc || self->next == self->bucket_count) {
+            self->done = 1;
+            self->rc = rc;
+            if (rc < 0)
+                snprintf (self->error, sizeof self->error, "%s", za_last_error ());
+            pthread_cond_broadcast (&self->cond);
+        }
+    }
+    pthread_mutex_unlock (&self->mutex);
+    return NULL;
+}
+
+//  The replica's word that grads [offset ..) are final (a compute thread).
+static void
+s_reducer_final (void *arg, size_t offset)
+{
+    s_reducer_t *self = (s_reducer_t *) arg;
+    pthread_mutex_lock (&self->mutex);
+    if (offset < self->final_from) {
+        self->final_from = offset;
+        pthread_cond_broadcast (&self->cond);
+    }
+    pthread_mutex_unlock (&self->mutex);
+}
+
+//  Cuts the block into buckets of at least `least` floats (0: one bucket)
+//  and starts the thread. Returns 0 or -1.
+static int
+s_reducer_start (s_reducer_t *self, za_ring_t *ring, float *grads, const za_vars_t *vars,
+                 size_t least)
+{
+    self->ring = ring;
+    self->grads = grads;
+    self->total = vars->total;
+    self->round_base = -1;
+    if (least == 0)
+        least = vars->total;
+    size_t hi = vars->total;
+    for (int v = vars->count - 1; v >= 0 && self->bucket_count < MAX_BUCKETS - 1; v--)
+        if (hi - vars->vars [v].offset >= least) {
+            self->lo [self->bucket_count] = vars->vars [v].offset;
+            self->hi [self->bucket_count++] = hi;
+            hi = vars->vars [v].offset;
+        }
+    if (hi > 0 || self->bucket_count == 0) {
+        if (self->bucket_count == 0 || hi >= least) {
+            self->hi [self->bucket_count] = hi;
+            self->bucket_count++;
+        }
+        self->lo [self->bucket_count - 1] = 0;
+    }
+    if (self->bucket_count == 1)
+        return 0;               //  one bucket: the main thread reduces it after backward
+    pthread_mutex_init (&self->mutex, NULL);
+    pthread_cond_init (&self->cond, NULL);
+    if (pthread_create (&self->thread, NULL, s_reducer_run, self)) {
+        pthread_mutex_destroy (&self->mutex);
+        pthread_cond_destroy (&self->cond);
+        return za_error ("cannot start the reducer thread");
+    }
+    self->running = 1;
+    return 0;
+}
+
+static void
+s_reducer_stop (s_reducer_t *self)
+{
+    if (!self->running)
+        return;
+    pthread_mutex_lock (&self->mutex);
+    self->quit = 1;
+    pthread_cond_broadcast (&self->cond);
+    pthread_mutex_unlock (&self->mutex);
+    pthread_join (self->thread, NULL);
+    pthread_mutex_destroy (&self->mutex);
+    pthread_cond_destroy (&self->cond);
+    self->running = 0;
+}
+
+//  The step whose rounds start at round_base: the reducer takes the ring
+//  and waits for the buckets to become final.
+static void
+s_reducer_begin (s_reducer_t *self, int64_t round_base)
+{
+    if (!self->running) {
+        self->round_base = round_base;
+        return;
+    }
+    pthread_mutex_lock (&self->mutex);
+    self->round_base = round_base;
+    self->final_from = self->total;
+    self->next = 0;
+    self->done = self->rc = self->abort = 0;
+    pthread_cond_broadcast (&self->cond);
+    pthread_mutex_unlock (&self->mutex);
+}
+
+//  Waits for the step's buckets (abort: the gradients will not come; the
+//  bucket under way ends first) and takes the ring back. Returns 0,
+//  ZA_RING_RESYNC, or -1 with the reducer's error.
+static int
+s_reducer_end (s_reducer_t *self, int abort)
+{
+    if (!self->running) {
+        int64_t round = self->round_base;
+        self->round_base = -1;
+        return abort? -1: za_ring_allreduce_mean (self->ring, self->grads, self->total, round);
+    }
+    pthread_mutex_lock (&self->mutex);
+    if (abort) {
+        self->abort = 1;
+        pthread_cond_broadcast (&self->cond);
+    }
+    while (!self->done)
+        pthread_cond_wait (&self->cond, &self->mutex);
+    self->round_base = -1;
+    int rc = self->rc;
+    pthread_mutex_unlock (&self->mutex);
+    if (rc < 0 && !abort)
+        za_error_adopt (self->error);
+    return rc;
+}
 
 typedef struct {
     const za_role_config_t *config;
@@ -38,6 +220,7 @@ typedef struct {
     za_role_stats_t *stats;
     za_role_rates_t rates;
     double wait_average;                        //  ms per step waiting on the ring
+    s_reducer_t reducer;
 } s_mirrored_t;
 
 //  What the chief broadcasts first: everyone checks it against its own.
@@ -78,6 +261,7 @@ s_mirrored_destroy (s_mirrored_t **self_p)
     s_mirrored_t *self = *self_p;
     if (!self)
         return;
+    s_reducer_stop (&self->reducer);
     za_ring_destroy (&self->ring);
     za_input_destroy (&self->input);
     za_hooks_end (&self->hooks.hooks, &self->hooks.context);
@@ -112,8 +296,12 @@ s_mirrored_new (const za_role_config_t *config, zsock_t *pipe)
         .timeout_secs = config->timeout_secs, .interrupt = pipe,
     };
     self->ring = za_ring_new (&ring);
-    if (!self->ring)
+    if (!self->ring
+        || s_reducer_start (&self->reducer, self->ring, za_replica_gradients (self->replica),
+                            self->vars, config->bucket_floats))
         goto fail;
+    if (self->reducer.running)
+        za_replica_on_gradients (self->replica, s_reducer_final, &self->reducer);
     za_role_hooks_init (&self->hooks, config, self->who, s_save, self);
     return self;
 fail:
@@ -271,20 +459,22 @@ static int
 s_run_steps (s_mirrored_t *self)
 {
     const za_role_config_t *config = self->config;
-    float *grads = za_replica_gradients (self->replica);
-    size_t total = self->vars->total;
     while (self->global_step < config->max_steps && !zsys_interrupted) {
         double step_start = za_clock_mono ();
         za_role_stats_publish (self->stats, ZA_ROLE_RUNNING, step_start);
         za_batch_t batch;
         if (za_input_next (self->input, &batch) <= 0)
             return za_error ("%s: the input ended", self->who);
-        double loss, t0 = za_clock_mono ();
+        double loss, t0 = za_clock_mono (), waited = za_ring_wait_secs (self->ring);
+        //  The buckets go round as backward makes them final.
+        s_reducer_begin (&self->reducer, (self->global_step + 1) * MAX_BUCKETS);
         //  Each worker its own dropout masks (replica_index tells them apart).
-        if (za_replica_compute_gradients (self->replica, &batch, self->global_step, &loss))
+        int failed = za_replica_compute_gradients (self->replica, &batch, self->global_step,
+                                                   &loss);
+        double t1 = za_clock_mono ();
+        int rc = s_reducer_end (&self->reducer, failed);
+        if (failed)
             return -1;
-        double t1 = za_clock_mono (), waited = za_ring_wait_secs (self->ring);
-        int rc = za_ring_allreduce_mean (self->ring, grads, total, self->global_step + 1);
         if (rc)
             return rc;
         double t2 = za_clock_mono ();
@@ -358,6 +548,10 @@ za_mirrored_actor (zsock_t *pipe, void *args)
     za_info ("%s: rank %d of %d in the ring (sends to %s), batch %d, up to step %" PRId64,
              self->who, config->worker_index, config->num_workers,
              za_ring_right_endpoint (self->ring), config->batch_size, config->max_steps);
+    if (self->reducer.running)
+        za_info ("%s: the gradients go round in %d buckets, the first of %zu floats, each "
+                 "beside backward", self->who, self->reducer.bucket_count,
+                 self->reducer.hi [0] - self->reducer.lo [0]);
     int rc = s_train (self) == 0? 0: 1;
     if (rc)
         s_check_term (self);
@@ -369,8 +563,9 @@ za_mirrored_actor (zsock_t *pipe, void *args)
     if (self->own_steps > 0) {
         double n = (double) self->own_steps;
         double other = self->step_secs - self->compute_secs - self->reduce_secs;
-        za_info ("%s: per step %.3f ms: compute %.3f ms, all-reduce %.3f ms (waiting %.3f ms), "
-                 "other %.3f ms; %" PRIu64 " ring messages dropped", self->who,
+        za_info ("%s: per step %.3f ms: compute %.3f ms, all-reduce left after it %.3f ms "
+                 "(ring waits %.3f ms), other %.3f ms; %" PRIu64 " ring messages dropped",
+                 self->who,
                  1e3 * self->step_secs / n, 1e3 * self->compute_secs / n,
                  1e3 * self->reduce_secs / n, 1e3 * za_ring_wait_secs (self->ring) / n,
                  1e3 * other / n, za_ring_dropped (self->ring));

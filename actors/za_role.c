@@ -19,6 +19,7 @@ za_role_config_init (za_role_config_t *config)
     config->optim = za_optim_config_default (ZA_OPT_ADAM);
     config->batch_size = 64;
     config->partition_floats = DEFAULT_PARTITION_FLOATS;
+    config->bucket_floats = ZA_ROLE_BUCKET_FLOATS;
     config->timeout_secs = ZA_ROLE_TIMEOUT_SECS;
     config->heartbeat_ivl_secs = 1.0;
     config->heartbeat_liveness = 3;

@@ -508,6 +508,26 @@ za_stack_forward_flops (const za_stack_spec_t *spec, za_input_shape_t input)
 }
 
 // ---------------------------------------------------------------------------
+//  Gradients final before the model_fn returns
+
+static __thread za_grads_final_fn *s_final_fn;
+static __thread void *s_final_arg;
+
+void
+za_model_on_grads_final (za_grads_final_fn *fn, void *arg)
+{
+    s_final_fn = fn;
+    s_final_arg = arg;
+}
+
+void
+za_model_grads_final (size_t offset)
+{
+    if (s_final_fn)
+        s_final_fn (s_final_arg, offset);
+}
+
+// ---------------------------------------------------------------------------
 //  The stack's model_fn
 
 typedef struct {
@@ -817,6 +837,9 @@ s_stack_model_fn (void *state, const float *features, const int32_t *labels, int
     if (!train)
         return 0;
 
+    //  The variables are declared layer by layer: once layer i is done, every
+    //  gradient from its lowest offset up is final.
+    size_t final_from = SIZE_MAX;
     for (int i = self->count - 1; i >= 0; i--) {
         s_layer_t *l = &self->layers [i];
         const float *layer_in = i > 0? self->layers [i - 1].out: features;
@@ -854,6 +877,12 @@ s_stack_model_fn (void *state, const float *features, const int32_t *labels, int
                 if (din)
                     be->dropout_backward (out_count, l->mask, l->dout, din);
                 break;
+        }
+        if (l->kernel_var >= 0 && l->bias_var >= 0) {
+            size_t from = self->vars [l->kernel_var].offset < self->vars [l->bias_var].offset
+                        ? self->vars [l->kernel_var].offset: self->vars [l->bias_var].offset;
+            if (from < final_from)
+                za_model_grads_final (final_from = from);
         }
     }
     return 0;

@@ -68,6 +68,12 @@ static const za_option_t s_options [] = {
                "ps-sync: gradients the ps average into each step (0: one from\n"
                "every worker); with fewer than the workers, the rest are backups\n"
                "whose late gradients are dropped"),
+    ZA_OPTION ("bucket-kib", T_INT, bucket_kib, "N", "0", 0, 1 << 20, NULL, R_TRAIN, JOB, 0,
+               NULL,
+               "allreduce: the gradients go round the ring in buckets of whole\n"
+               "variables of at least N KiB, the last layer's first, each as soon\n"
+               "as backward has made it, beside it (0: one bucket, after backward:\n"
+               "faster where no core is spare; bench/ring_overlap.sh measures)"),
     ZA_OPTION ("model-dir", T_STR, model_dir, "DIR", "runs/fmnist", 0, 0, NULL, R_ALL, JOB, 0,
                "RunConfig (TensorFlow's names)",
                "checkpoints and metrics; training continues from the newest\n"

@@ -14,6 +14,7 @@
 
 #include "za/za_checkpoint.h"
 #include "za/za_estimator.h"
+#include "za/za_replica.h"
 #include "za/za_util.h"
 #include "za_test.h"
 
@@ -1026,6 +1027,74 @@ Test (estimator, step_gradient_is_the_batch_mean_three_threads)
     s_check_one_sgd_step (64, 3);       //  slices 21, 21, 22
 }
 
+//  What a replica's gradient listener heard: each offset, and a copy of the
+//  gradient from there up as it was when it was said to be final.
+typedef struct {
+    const float *grads;
+    size_t total;
+    int calls;
+    size_t offsets [64];
+    float *seen [64];
+} s_heard_t;
+
+static void
+s_hear (void *arg, size_t offset)
+{
+    s_heard_t *heard = (s_heard_t *) arg;
+    if (heard->calls == 64)
+        return;
+    heard->offsets [heard->calls] = offset;
+    float *copy = malloc ((heard->total - offset + 1) * sizeof (float));
+    memcpy (copy, heard->grads + offset, (heard->total - offset) * sizeof (float));
+    heard->seen [heard->calls++] = copy;
+}
+
+Test (estimator, a_streamed_gradient_is_final_where_said_and_the_same_bits)
+{
+    //  3 threads of 33, 33 and 34 examples: micro-batches 16 + 16 + 1 and
+    //  16 + 16 + 2. The model_fn says after each layer with variables that
+    //  their gradients are final; the replica combines the threads' buffers
+    //  over that range and says so: the allreduce strategy reduces those
+    //  buckets while backward goes on.
+    za_dataset_t *train = za_test_fashion ("train", 100);
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse ("conv2d(8,3,relu) maxpool(2) flatten dense(16,relu) "
+                                  "dropout(0.5) dense(10)", &spec), 0);
+    za_replica_config_t config = {
+        .model_fn = za_stack_model_fn (), .params = &spec, .input = {28, 28, 1},
+        .threads = 3, .train = 1,
+    };
+    za_replica_t *plain = za_replica_new (&config, 7);
+    za_replica_t *streamed = za_replica_new (&config, 7);
+    cr_assert (plain && streamed);
+    size_t total = za_replica_vars (plain)->total;
+    s_heard_t heard = {za_replica_gradients (streamed), total, 0, {0}, {0}};
+    za_replica_on_gradients (streamed, s_hear, &heard);
+    za_batch_t batch = {train->features, train->labels, 100, 28 * 28};
+    double loss [2];
+    cr_assert_eq (za_replica_compute_gradients (plain, &batch, 5, &loss [0]), 0);
+    cr_assert_eq (za_replica_compute_gradients (streamed, &batch, 5, &loss [1]), 0);
+    //  The same bits as without a listener.
+    cr_expect_eq (loss [0], loss [1]);
+    cr_expect_eq (memcmp (za_replica_gradients (plain), za_replica_gradients (streamed),
+                          total * sizeof (float)), 0);
+    //  Three layers with variables: said three times, last layer first, the
+    //  last time from 0; what was said final did not change after.
+    cr_assert_eq (heard.calls, 3);
+    cr_expect_gt (heard.offsets [0], 0);
+    for (int c = 0; c < heard.calls; c++) {
+        if (c > 0)
+            cr_expect_lt (heard.offsets [c], heard.offsets [c - 1]);
+        size_t at = heard.offsets [c];
+        cr_expect_eq (memcmp (heard.seen [c], za_replica_gradients (streamed) + at,
+                              (total - at) * sizeof (float)), 0, "call %d (from %zu)", c, at);
+        free (heard.seen [c]);
+    }
+    cr_expect_eq (heard.offsets [heard.calls - 1], 0);
+    za_replica_destroy (&plain);
+    za_replica_destroy (&streamed);
+    za_dataset_destroy (&train);
+}
 
 //  --------------------------------------------------------------------------
 //  Bad inputs get one error and change nothing.

@@ -261,9 +261,11 @@ Test (allreduce, two_workers_at_batch_32_write_what_one_process_at_batch_64_writ
     za_test_result_t result = za_test_run (single, RUN_TIMEOUT_S);
     cr_assert_eq (result.exit_code, 0, "%s", result.err);
     za_test_result_free (&result);
+    //  In buckets (dense(10), then the rest), each reduced while backward goes on:
+    //  the same bits.
     const char *ring [] = {"--strategy", "allreduce", "--model", model, "--batch-size", "32",
                            "--threads", "1", "--max-steps", "30", "--seed", "7",
-                           "--model-dir", dirs [1], "--no-eval", NULL};
+                           "--model-dir", dirs [1], "--no-eval", "--bucket-kib", "1", NULL};
     const char *const *both [2] = {ring, ring};
     s_pair_t pair;
     s_run_pair (both, &pair);
@@ -362,7 +364,7 @@ Test (allreduce, local_runs_a_supervised_ring_with_a_ps_free_job)
 }
 
 //  Runs --local --strategy allreduce (a chief and one worker, no checkpoint
-//  on the way) to max_steps, SIGKILLing `role` 0 once it is past step 100;
+//  on the way, the gradients in buckets reduced beside backward) to max_steps, SIGKILLing `role` 0 once it is past step 100;
 //  checks zactor-top's ring rows, the exit, that both end at max_steps with
 //  the same values, and that the chief's log says `said` with a step at or
 //  past the one seen at the kill: where the ring went on from. Returns the
@@ -377,7 +379,7 @@ s_local_ring_with_a_kill (const char *model_dir, const char *role, int max_steps
     const char *args [] = {"--local", "--strategy", "allreduce", "--model", "cnn", "--workers",
                            "1", "--evaluators", "0", "--max-steps", steps, "--batch-size", "32",
                            "--save-checkpoints-steps", "100000", "--model-dir", model_dir,
-                           "--timeout-secs", "60", NULL};
+                           "--timeout-secs", "60", "--bucket-kib", "16", NULL};
     char broker [128];
     pid_t local = za_test_start_local ("zactor-run", args, out, broker);
     za_test_want_t want = {role, 0, 0, 100};

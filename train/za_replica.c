@@ -8,6 +8,7 @@
 #include <czmq.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,10 +46,22 @@ struct _za_replica_t {
     float *grads;                   //  = thread_grads [0], or NULL
     float *slots [ZA_OPTIM_MAX_SLOTS];
     int disk_failing;               //  a save failed on the disk: said, until one succeeds
+    //  Who hears of the gradient as it becomes final (za_replica_on_gradients).
+    za_grads_final_fn *final_fn;
+    void *final_arg;
+    pthread_mutex_t final_mutex;
 };
 
-//  One batch over the threads.
+typedef struct _s_batch_run_t s_batch_run_t;
+
+//  What a thread's model_fn tells (za_model_grads_final) goes to its run.
 typedef struct {
+    s_batch_run_t *run;
+    int t;
+} s_listener_t;
+
+//  One batch over the threads.
+struct _s_batch_run_t {
     za_replica_t *self;
     const za_batch_t *batch;
     za_mode_t mode;
@@ -59,7 +72,14 @@ typedef struct {
     za_spec_t specs [ZA_REPLICA_MAX_THREADS];
     int rc [ZA_REPLICA_MAX_THREADS];
     char error [ZA_REPLICA_MAX_THREADS][ZA_ERROR_MAX_CHARS];
-} s_batch_run_t;
+    //  Streaming (TRAIN with a final_fn): from where each thread's buffer is
+    //  final in its last micro-batch, and from where the combined gradient
+    //  is; under final_mutex.
+    int streaming;
+    size_t ready [ZA_REPLICA_MAX_THREADS];
+    size_t combined;
+    s_listener_t listeners [ZA_REPLICA_MAX_THREADS];
+};
 
 static void
 s_destroy_states (za_replica_t *self)
@@ -124,6 +144,7 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
         za_error ("out of memory");
         return NULL;
     }
+    pthread_mutex_init (&self->final_mutex, NULL);
     self->model_fn = model_fn;
     self->params = config->params;
     self->input = input;
@@ -175,6 +196,7 @@ za_replica_destroy (za_replica_t **self_p)
     za_free (self->values);
     for (int s = 0; s < ZA_OPTIM_MAX_SLOTS; s++)
         za_free (self->slots [s]);
+    pthread_mutex_destroy (&self->final_mutex);
     free (self);
     *self_p = NULL;
 }
@@ -218,6 +240,13 @@ za_replica_model_text (const za_replica_t *self)
 }
 
 void
+za_replica_on_gradients (za_replica_t *self, za_grads_final_fn *fn, void *arg)
+{
+    self->final_fn = fn;
+    self->final_arg = arg;
+}
+
+void
 za_replica_reset_slots (za_replica_t *self)
 {
     if (self->has_optim)
@@ -227,17 +256,57 @@ za_replica_reset_slots (za_replica_t *self)
 // ---------------------------------------------------------------------------
 //  One batch over the threads
 
+//  grads [lo .. hi) = sum over threads of (last_micro / n) x that thread's
+//  buffer: the batch's mean gradient, from buffers final over that range.
+//  The same arithmetic, element by element, whatever the ranges.
+static void
+s_combine (s_batch_run_t *run, size_t lo, size_t hi)
+{
+    za_replica_t *self = run->self;
+    const float inv_n = 1.0f / (float) run->batch->size;
+    const float scale0 = (float) run->last_micro [0] * inv_n;
+    for (size_t i = lo; i < hi; i++)
+        self->grads [i] *= scale0;
+    for (int t = 1; t < self->threads; t++) {
+        if (run->count [t] == 0)
+            continue;
+        const float *g = self->thread_grads [t];
+        const float scale = (float) run->last_micro [t] * inv_n;
+        for (size_t i = lo; i < hi; i++)
+            self->grads [i] += scale * g [i];
+    }
+}
+
+//  A thread's model_fn says its buffer is final from `offset` up: once every
+//  thread's is, that range is combined and the listener told.
+static void
+s_thread_final (void *arg, size_t offset)
+{
+    s_listener_t *listener = (s_listener_t *) arg;
+    s_batch_run_t *run = listener->run;
+    za_replica_t *self = run->self;
+    pthread_mutex_lock (&self->final_mutex);
+    if (offset < run->ready [listener->t])
+        run->ready [listener->t] = offset;
+    size_t all = 0;
+    for (int t = 0; t < self->threads; t++)
+        if (run->ready [t] > all)
+            all = run->ready [t];
+    if (all < run->combined) {
+        s_combine (run, all, run->combined);
+        run->combined = all;
+        self->final_fn (self->final_arg, all);
+    }
+    pthread_mutex_unlock (&self->final_mutex);
+}
+
 static void
 s_batch_slice (void *arg, int t)
 {
     s_batch_run_t *run = (s_batch_run_t *) arg;
     za_replica_t *self = run->self;
     const za_batch_t *batch = run->batch;
-    int n = batch->size, threads = self->threads;
-    int first = (int) ((int64_t) n * t / threads);
-    int last = (int) ((int64_t) n * (t + 1) / threads);
-    run->first [t] = first;
-    run->count [t] = last - first;
+    int first = run->first [t], last = first + run->count [t];
     memset (&run->specs [t], 0, sizeof run->specs [t]);
     run->rc [t] = 0;
     float *grads = run->mode == ZA_MODE_TRAIN? self->thread_grads [t]: NULL;
@@ -257,6 +326,13 @@ s_batch_slice (void *arg, int t)
                 grads [i] *= scale;
         }
         previous = count;
+        //  In its last micro-batch a thread's buffer becomes final layer by
+        //  layer: the model_fn says so (when it does), and we pass it on.
+        int streamed = grads && run->streaming && lo + count >= last;
+        if (streamed) {
+            run->last_micro [t] = count;
+            za_model_on_grads_final (s_thread_final, &run->listeners [t]);
+        }
         //  Randomness (dropout) differs per thread and micro-batch, fixed by the step.
         uint64_t seed = (uint64_t) run->step * 0x9e3779b97f4a7c15ULL
                       ^ ((uint64_t) (self->first_thread + t) << 40)
@@ -270,8 +346,11 @@ s_batch_slice (void *arg, int t)
         run->specs [t].n_classes = spec.n_classes;
         run->specs [t].loss_sum += spec.loss_sum;
         run->specs [t].correct += spec.correct;
+        if (streamed)
+            za_model_on_grads_final (NULL, NULL);
     }
-    run->last_micro [t] = previous;
+    if (!(grads && run->streaming))        //  streamed: set before its last micro-batch
+        run->last_micro [t] = previous;
     if (run->rc [t])
         snprintf (run->error [t], ZA_ERROR_MAX_CHARS, "%s", za_last_error ());
 }
@@ -297,6 +376,19 @@ s_batch_run (za_replica_t *self, const za_batch_t *batch, za_mode_t mode, int64_
     run->batch = batch;
     run->mode = mode;
     run->step = step;
+    run->streaming = mode == ZA_MODE_TRAIN && self->final_fn;
+    run->combined = self->vars.total;
+    for (int t = 0; t < self->threads; t++) {
+        //  Each thread's slice; one without examples adds nothing: final
+        //  from the start.
+        int first = (int) ((int64_t) batch->size * t / self->threads);
+        int last = (int) ((int64_t) batch->size * (t + 1) / self->threads);
+        run->first [t] = first;
+        run->count [t] = last - first;
+        run->ready [t] = last > first? self->vars.total: 0;
+        run->last_micro [t] = 0;
+        run->listeners [t] = (s_listener_t) {run, t};
+    }
     za_parallel_run (self->pool, s_batch_slice, run);
     for (int t = 0; t < self->threads; t++) {
         if (run->rc [t])
@@ -304,20 +396,12 @@ s_batch_run (za_replica_t *self, const za_batch_t *batch, za_mode_t mode, int64_
         *loss_sum += run->specs [t].loss_sum;
         *correct += run->specs [t].correct;
     }
-    if (mode == ZA_MODE_TRAIN) {
-        //  grads = sum over threads of (last_micro / n) * thread buffer.
-        const float inv_n = 1.0f / (float) batch->size;
-        const float scale0 = (float) run->last_micro [0] * inv_n;
-        for (size_t i = 0; i < self->vars.total; i++)
-            self->grads [i] *= scale0;
-        for (int t = 1; t < self->threads; t++) {
-            if (run->count [t] == 0)
-                continue;
-            const float *g = self->thread_grads [t];
-            const float scale = (float) run->last_micro [t] * inv_n;
-            for (size_t i = 0; i < self->vars.total; i++)
-                self->grads [i] += scale * g [i];
-        }
+    if (mode == ZA_MODE_TRAIN && run->combined > 0) {
+        //  What the threads did not say was final is final now.
+        s_combine (run, 0, run->combined);
+        run->combined = 0;
+        if (run->streaming)
+            self->final_fn (self->final_arg, 0);
     }
     return 0;
 }

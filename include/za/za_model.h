@@ -88,6 +88,18 @@ typedef struct {
     const char *(*describe) (const void *params);
 } za_model_fn_t;
 
+//  Optional, from a model_fn in TRAIN: the gradients at offsets >= `offset`
+//  of the block are final for this call (backward adds nothing to them
+//  after). A model_fn that never says so is final when it returns. The
+//  replica listens (za_model_on_grads_final, per thread) so that a
+//  synchronous strategy reduces the last layers' gradients while backward
+//  is still at the first ones. The layer stack says so after each layer.
+void za_model_grads_final (size_t offset);
+
+typedef void (za_grads_final_fn) (void *arg, size_t offset);
+//  This thread's listener for za_model_grads_final (NULL: none).
+void za_model_on_grads_final (za_grads_final_fn *fn, void *arg);
+
 // ---------------------------------------------------------------------------
 //  Layer stacks.
 

@@ -113,6 +113,7 @@ typedef struct {
     int no_eval;
     const char *strategy;
     int64_t replicas_to_aggregate;
+    int64_t bucket_kib;
     //  RunConfig
     const char *model_dir;
     int64_t save_checkpoints_steps;

@@ -61,6 +61,15 @@ const za_optim_config_t *za_replica_optim (const za_replica_t *self);
 //  The text that names the model in checkpoints (describe, else the name).
 const char *za_replica_model_text (const za_replica_t *self);
 
+//  Streams the gradient of each compute_gradients as it becomes final:
+//  fn (arg, offset) says that the gradient block from `offset` to its end
+//  holds its final values (the batch's mean), while backward may still be
+//  writing below. Called from the compute threads, one call at a time,
+//  offsets decreasing, the last one with 0 at the latest just before
+//  compute_gradients returns 0 (after an error, maybe never). How early
+//  depends on the model_fn (za_model_grads_final). NULL: none (the default).
+void za_replica_on_gradients (za_replica_t *self, za_grads_final_fn *fn, void *arg);
+
 //  Puts every slot back to its starting value.
 void za_replica_reset_slots (za_replica_t *self);
 

@@ -22,6 +22,8 @@ extern "C" {
 
 #define ZA_ROLE_MAX_PS 64
 #define ZA_ROLE_TIMEOUT_SECS 60.0
+//  The all-reduce's least bucket (--bucket-kib 0: one bucket).
+#define ZA_ROLE_BUCKET_FLOATS 0
 
 
 //  How the workers combine their gradients.
@@ -47,6 +49,9 @@ typedef struct {
     int shuffle_buffer;             //  0: none
     size_t partition_floats;        //  split variables above this over the ps (0: never)
     int replicas_to_aggregate;      //  ps-sync: pushes per step (0: num_workers)
+    size_t bucket_floats;           //  allreduce: the least floats of a bucket; 0: one
+                                    //  bucket, reduced after backward
+                                    //  (default ZA_ROLE_BUCKET_FLOATS)
     double timeout_secs;            //  a peer never heard from this long is unreachable
     double heartbeat_ivl_secs;      //  a worker waiting on a ps pings it this often (1 s)
     int heartbeat_liveness;         //  and logs it as stopped, hung or restarting after
