@@ -301,9 +301,11 @@ s_add_slots (s_ps_t *self)
         }
 }
 
-//  ps-sync: the chief (task 0) is sent our slots with the values, so it
+//  ps-sync: the chief (task 0) is sent our slots after the values, so it
 //  holds the whole state of every step and can give it back to a ps that
 //  was restarted (PROTOCOL.md 7.5) instead of rewinding all to a checkpoint.
+//  They come as a message of their own: the chief computes its next step
+//  on the values while they travel.
 static int
 s_sends_slots (s_ps_t *self, int32_t task)
 {
@@ -317,14 +319,16 @@ s_reply_values (s_ps_t *self, zframe_t *routing_id, uint64_t seq, int32_t task)
     self->out->seq = seq;
     self->out->step = s_global_step (self);
     s_add_parts (self, self->values [self->current]);
+    s_reply (self, routing_id, &self->lease [self->current]);
     if (s_sends_slots (self, task)) {
-        //  The slots change in place: the whole reply travels under the slot
-        //  lease, which every update waits for (as a snapshot's does).
+        //  The slots change in place: they travel under the slot lease,
+        //  which every update waits for (as a snapshot's do).
+        za_wire_msg_init (self->out, ZA_OP_SLOTS);
+        self->out->seq = seq;
+        self->out->step = s_global_step (self);
         s_add_slots (self);
         s_reply (self, routing_id, &self->slot_lease);
     }
-    else
-        s_reply (self, routing_id, &self->lease [self->current]);
 }
 
 //  1 when tensor t is part `part`'s: f32 of its shape (its variable's, or

@@ -53,9 +53,13 @@ typedef struct {
     int terminated;                             //  $TERM came on the pipe
     char names [ZA_PLACEMENT_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
     int64_t init_step;
-    //  ps-sync, the chief: the step whose whole state (values and optimizer
-    //  slots, sent by every ps) the replica holds; -1 when it holds none.
+    //  ps-sync, the chief: the step of the values the replica holds when every
+    //  ps agreed on it (-1: none), and each ps's latest two `slots` messages
+    //  (PROTOCOL.md 9), kept whole until a ps is lost, with their steps.
     int64_t state_step;
+    zmsg_t *slot_msgs [ZA_ROLE_MAX_PS][2];
+    int64_t slot_steps [ZA_ROLE_MAX_PS][2];
+    za_wire_msg_t *spare;                       //  a received message is decoded here
     //  The step counter; for the chief the summary and checkpoint savers.
     za_role_hooks_t hooks;
     double start_time;
@@ -81,8 +85,11 @@ s_worker_destroy (s_worker_t **self_p)
     for (int p = 0; p < self->ps_count; p++) {
         zsock_destroy (&self->dealers [p]);
         zmsg_destroy (&self->reply_msgs [p]);
+        zmsg_destroy (&self->slot_msgs [p][0]);
+        zmsg_destroy (&self->slot_msgs [p][1]);
         free (self->replies [p]);
     }
+    free (self->spare);
     za_wire_lease_wait (&self->lease);
     za_input_destroy (&self->input);
     za_hooks_end (&self->hooks.hooks, &self->hooks.context);
@@ -111,8 +118,11 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
     za_role_who (config, self->who, sizeof self->who);
     za_wire_lease_init (&self->lease);
     self->state_step = -1;
+    for (int p = 0; p < ZA_ROLE_MAX_PS; p++)
+        self->slot_steps [p][0] = self->slot_steps [p][1] = -1;
     self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
-    if (!self->out || config->ps_count < 1 || config->ps_count > ZA_ROLE_MAX_PS) {
+    self->spare = (za_wire_msg_t *) malloc (sizeof *self->spare);
+    if (!self->out || !self->spare || config->ps_count < 1 || config->ps_count > ZA_ROLE_MAX_PS) {
         za_error ("%s: needs 1 to %d ps (got %d)", s_who (self), ZA_ROLE_MAX_PS,
                   config->ps_count);
         goto fail;
@@ -273,6 +283,67 @@ s_heartbeats (s_worker_t *self, za_op_t op, double now, double left)
     }
 }
 
+//  ps-sync: the chief holds the ps's optimizer slots too (each ps sends
+//  them after every `values` to task 0), so that a restarted ps can be
+//  given the state of the current step instead of a checkpoint's.
+static int
+s_keeps_state (s_worker_t *self)
+{
+    const za_optim_config_t *optim = za_replica_optim (self->replica);
+    return self->config->is_chief && self->config->strategy == ZA_STRATEGY_PS_SYNC
+        && optim && za_optim_slot_count (optim->kind) > 0;
+}
+
+//  Keeps ps p's `slots` message (decoded in self->spare) as its latest,
+//  the one before as the previous; takes *msg_p.
+static void
+s_keep_slots (s_worker_t *self, int p, zmsg_t **msg_p)
+{
+    int64_t step = self->spare->step;
+    if (!s_keeps_state (self) || step < 0) {
+        zmsg_destroy (msg_p);
+        return;
+    }
+    if (step != self->slot_steps [p][0]) {
+        zmsg_destroy (&self->slot_msgs [p][1]);
+        self->slot_msgs [p][1] = self->slot_msgs [p][0];
+        self->slot_steps [p][1] = self->slot_steps [p][0];
+        self->slot_msgs [p][0] = NULL;
+    }
+    zmsg_destroy (&self->slot_msgs [p][0]);
+    self->slot_msgs [p][0] = *msg_p;
+    self->slot_steps [p][0] = step;
+    *msg_p = NULL;
+}
+
+//  Copies every ps's slots of `step` into the replica. Returns 0, or -1
+//  when a ps's are missing or wrong (nothing is then to be trusted).
+static int
+s_restore_slots (s_worker_t *self, int64_t step)
+{
+    if (!s_keeps_state (self))
+        return 0;
+    const za_optim_config_t *optim = za_replica_optim (self->replica);
+    int slot_count = za_optim_slot_count (optim->kind);
+    for (int p = 0; p < self->ps_count; p++) {
+        int k = self->slot_steps [p][0] == step? 0: self->slot_steps [p][1] == step? 1: -1;
+        za_wire_msg_t *m = self->spare;
+        int n = self->part_count [p];
+        if (k < 0 || za_wire_decode (self->slot_msgs [p][k], m) || m->tensor_count != n * slot_count)
+            return -1;
+        for (int s = 0; s < slot_count; s++)
+            for (int i = 0; i < n; i++) {
+                const za_wire_tensor_t *t = &m->tensors [s * n + i];
+                const za_part_t *part = &self->placement.parts [self->parts [p][i]];
+                if (t->bytes != part->size * sizeof (float))
+                    return -1;
+                memcpy (za_replica_slot (self->replica, s)
+                        + self->vars->vars [part->var].offset + part->offset, t->data, t->bytes);
+            }
+    }
+    return 0;
+}
+
 //  Sends `op` to every ps and waits for every answer (with our seq) into
 //  self->replies, at most timeout_secs. A ps silent for a heartbeat interval
 //  x liveness is stopped, hung or being restarted (a supervisor restarts a
@@ -339,14 +410,25 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
         if (za_peer_heard (&self->peers [p], now))
             za_info ("%s: ps %d at %s answers again after %.1f s of silence", s_who (self), p,
                      self->config->ps_endpoints [p], silence);
-        za_wire_msg_t *reply = self->replies [p];
-        //  After p's reply (decoded in place) anything more from p is only a
-        //  sign of life, and must not be decoded over it; so is what fails
-        //  to decode.
-        if (self->reply_msgs [p] || za_wire_decode (msg, reply)) {
+        //  Decoded aside: a ps's slots are kept whatever we wait for; after
+        //  p's reply anything more from p is only a sign of life (as is what
+        //  fails to decode); a reply takes the place of p's (in place: its
+        //  tensors point into msg).
+        if (za_wire_decode (msg, self->spare)) {
             zmsg_destroy (&msg);
             continue;
         }
+        if (self->spare->op == ZA_OP_SLOTS) {
+            s_keep_slots (self, p, &msg);
+            continue;
+        }
+        if (self->reply_msgs [p]) {
+            zmsg_destroy (&msg);
+            continue;
+        }
+        za_wire_msg_t *reply = self->spare;
+        self->spare = self->replies [p];
+        self->replies [p] = reply;
         if (reply->seq != self->seq) {
             //  A stale reply or a pong: a sign of life, unless the pong says
             //  the ps has no state (an init is answered in any case).
@@ -452,25 +534,13 @@ s_take_parts (s_worker_t *self, int with_slots)
     return 0;
 }
 
-//  ps-sync: the chief is sent the ps's slots with every reply of values
-//  (the ps send them to task 0), so it holds the whole state of each step
-//  and a restarted ps can be given that instead of a checkpoint.
-static int
-s_keeps_state (s_worker_t *self)
-{
-    const za_optim_config_t *optim = za_replica_optim (self->replica);
-    return self->config->is_chief && self->config->strategy == ZA_STRATEGY_PS_SYNC
-        && optim && za_optim_slot_count (optim->kind) > 0;
-}
-
-//  Takes the values of every reply (and, when s_keeps_state, the slots)
-//  into the replica; notes the step of that state when the ps agree on it.
+//  Takes the values of every reply into the replica; notes (ps-sync, the
+//  chief) their step when the ps agree on it.
 static int
 s_take_values (s_worker_t *self)
 {
-    int keeps = s_keeps_state (self);
     self->state_step = -1;
-    if (s_take_parts (self, keeps))
+    if (s_take_parts (self, 0))
         return -1;
     int same = 1;
     for (int p = 1; p < self->ps_count; p++)
@@ -669,10 +739,12 @@ s_recover (s_worker_t *self)
                  "its values", s_who (self), s_error_from (self, "rewound"));
     else
     if (self->config->is_chief && self->state_step >= 0
-        && self->state_step == self->global_step) {
-        //  ps-sync: the replica holds the whole state of the step every
-        //  worker is at. Every ps gets it (a step half applied, on the ps
-        //  that kept their state, is undone): nobody goes back.
+        && self->state_step == self->global_step
+        && s_restore_slots (self, self->state_step) == 0) {
+        //  ps-sync: the replica holds the values of the step every worker is
+        //  at, and every ps's slots of it. Every ps gets that state (a step
+        //  half applied, on the ps that kept theirs, is undone): nobody goes
+        //  back.
         int64_t step = self->state_step;
         if (s_call_all (self, ZA_OP_RELEASE))
             return -1;

@@ -421,6 +421,72 @@ s_reply_on (s_ps_case_t *c, zsock_t *sock, int ms)
     return (int) c->in->op;
 }
 
+Test (ps, ps_sync_sends_the_chief_the_slots_of_each_step_after_its_values)
+{
+    s_ps_case_t c;
+    memset (&c, 0, sizeof c);
+    cr_assert_eq (za_stack_parse ("flatten dense(3)", &c.spec), 0);
+    za_role_config_init (&c.config);
+    c.config.model_fn = za_stack_model_fn ();
+    c.config.params = &c.spec;
+    c.config.input = (za_input_shape_t) {2, 2, 1};
+    c.config.ps_count = 1;
+    c.config.num_workers = 2;
+    c.config.strategy = ZA_STRATEGY_PS_SYNC;
+    c.config.bind_endpoint = "inproc://test-ps";
+    c.config.timeout_secs = 30;
+    c.config.heartbeat_ivl_secs = 1;
+    c.config.heartbeat_liveness = 3;
+    s_start (&c);
+    float zeros [12] = {0};
+    for (int i = 0; i < 12; i++)
+        c.kernel [i] = 1;
+    for (int i = 0; i < 3; i++)
+        c.bias [i] = 1;
+    int64_t zero = 0;
+    s_init_sgd (&c, 0.5f, &zero);
+    strcpy (c.out->optimizer, "momentum");
+    c.out->momentum = 0.5;
+    //  The slots go after the values (and before global_step).
+    c.out->tensor_count--;
+    int64_t kshape [2] = {4, 3}, bshape [1] = {3};
+    za_wire_msg_add (c.out, "dense/kernel/momentum", ZA_DTYPE_F32, 2, kshape, zeros);
+    za_wire_msg_add (c.out, "dense/bias/momentum", ZA_DTYPE_F32, 1, bshape, zeros);
+    za_wire_msg_add (c.out, "global_step", ZA_DTYPE_I64, 0, NULL, &zero);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
+    zsock_t *second = zsock_new_dealer (">inproc://test-ps");
+    s_sync_push (&c, c.client, 0, 0, 1.0f);
+    s_sync_push (&c, second, 1, 0, 3.0f);
+    //  Task 1 gets the values alone; task 0 the values, then the slots of
+    //  that step: momentum 0.5 x 0 + mean (1, 3) = 2 everywhere.
+    cr_assert_eq (s_reply_on (&c, second, REPLY_MS), ZA_OP_VALUES);
+    cr_expect_eq (s_reply_on (&c, second, 200), -1);
+    cr_assert_eq (s_reply_on (&c, c.client, REPLY_MS), ZA_OP_VALUES);
+    uint64_t seq = c.in->seq;
+    cr_assert_eq (s_reply_on (&c, c.client, REPLY_MS), ZA_OP_SLOTS);
+    cr_expect_eq (c.in->seq, seq);
+    cr_expect_eq (c.in->step, 1);
+    cr_assert_eq (c.in->tensor_count, 2);
+    cr_expect_str_eq (c.in->tensors [0].name, "dense/kernel/momentum");
+    cr_expect_str_eq (c.in->tensors [1].name, "dense/bias/momentum");
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; i < c.in->tensors [t].bytes / sizeof (float); i++) {
+            float v;
+            memcpy (&v, (const char *) c.in->tensors [t].data + i * sizeof v, sizeof v);
+            cr_expect_float_eq (v, 2.0f, 1e-6, "%s [%zu] = %f", c.in->tensors [t].name, i, v);
+        }
+    //  A pull by task 0 brings them too; a ps told `slots` refuses it.
+    za_wire_msg_init (c.out, ZA_OP_PULL);
+    c.out->task = 0;
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_VALUES);
+    cr_assert_eq (s_reply_on (&c, c.client, REPLY_MS), ZA_OP_SLOTS);
+    za_wire_msg_init (c.out, ZA_OP_SLOTS);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "bad_request");
+    zsock_destroy (&second);
+    s_teardown (&c);
+}
+
 Test (ps, ps_sync_applies_the_mean_of_a_step_once_and_drops_what_comes_late)
 {
     s_ps_case_t c;
@@ -457,6 +523,8 @@ Test (ps, ps_sync_applies_the_mean_of_a_step_once_and_drops_what_comes_late)
         cr_assert_eq (s_reply_on (&c, w? second: c.client, REPLY_MS), ZA_OP_VALUES);
         cr_expect_eq (c.in->step, 1);
     }
+    //  SGD has no slots: task 0 gets nothing more.
+    cr_expect_eq (s_reply_on (&c, c.client, 200), -1);
     s_expect_values (&c, 0.0f);
     //  The backup's gradient of step 0 is late: dropped, answered at once.
     s_sync_push (&c, backup, 2, 0, 100.0f);

@@ -86,13 +86,16 @@ typedef enum {
     ZA_OP_BROADCAST,
     ZA_OP_RESYNC,
     //  The broker's control plane, continued
-    ZA_OP_CHECKPOINT
+    ZA_OP_CHECKPOINT,
+    //  ps-sync: a ps's optimizer slots, after the values sent to the chief
+    ZA_OP_SLOTS
 } za_op_t;
 
 //  The op's wire name: "init", "init_ok", "pull", "push", "values", "hold",
 //  "held", "snapshot", "snapshot_data", "release", "released", "stop",
 //  "stopping", "bye", "bye_ok", "error", "ping", "pong", "register", "welcome",
-//  "report", "view", "watch", "state", "ring", "broadcast", "resync". Returns a static
+//  "report", "view", "watch", "state", "ring", "broadcast", "resync", "checkpoint",
+//  "slots". Returns a static
 //  string, or NULL when op is not one of za_op_t's values.
 const char *za_op_name (za_op_t op);
 
