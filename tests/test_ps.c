@@ -44,10 +44,11 @@ s_start (s_ps_case_t *c)
     za_wire_lease_init (&c->lease);
 }
 
-//  model_dir and max_steps: the run the ps belongs to (NULL, 0: none);
-//  heartbeats every ivl_secs, liveness 3.
+//  A ps of one dense(3) layer for one worker; model_dir and max_steps: the
+//  run it belongs to (NULL, 0: none); heartbeats every ivl_secs, liveness 3.
+//  Not started.
 static void
-s_setup_beat (s_ps_case_t *c, const char *model_dir, int64_t max_steps, double ivl_secs)
+s_configure (s_ps_case_t *c, const char *model_dir, int64_t max_steps, double ivl_secs)
 {
     memset (c, 0, sizeof *c);
     cr_assert_eq (za_stack_parse ("flatten dense(3)", &c->spec), 0);
@@ -66,6 +67,13 @@ s_setup_beat (s_ps_case_t *c, const char *model_dir, int64_t max_steps, double i
     c->config.heartbeat_liveness = 3;
     za_role_stats_init (&c->stats);
     c->config.stats = &c->stats;
+}
+
+//  Started, as s_configure says.
+static void
+s_setup_beat (s_ps_case_t *c, const char *model_dir, int64_t max_steps, double ivl_secs)
+{
+    s_configure (c, model_dir, max_steps, ivl_secs);
     s_start (c);
 }
 
@@ -421,23 +429,22 @@ s_reply_on (s_ps_case_t *c, zsock_t *sock, int ms)
     return (int) c->in->op;
 }
 
+//  Starts a ps-sync ps of one dense(3) layer for `workers` workers,
+//  aggregating `aggregate` pushes a step (0: all).
+static void
+s_start_sync (s_ps_case_t *c, int workers, int aggregate)
+{
+    s_configure (c, NULL, 0, 1);
+    c->config.num_workers = workers;
+    c->config.strategy = ZA_STRATEGY_PS_SYNC;
+    c->config.replicas_to_aggregate = aggregate;
+    s_start (c);
+}
+
 Test (ps, ps_sync_sends_the_chief_the_slots_of_each_step_after_its_values)
 {
     s_ps_case_t c;
-    memset (&c, 0, sizeof c);
-    cr_assert_eq (za_stack_parse ("flatten dense(3)", &c.spec), 0);
-    za_role_config_init (&c.config);
-    c.config.model_fn = za_stack_model_fn ();
-    c.config.params = &c.spec;
-    c.config.input = (za_input_shape_t) {2, 2, 1};
-    c.config.ps_count = 1;
-    c.config.num_workers = 2;
-    c.config.strategy = ZA_STRATEGY_PS_SYNC;
-    c.config.bind_endpoint = "inproc://test-ps";
-    c.config.timeout_secs = 30;
-    c.config.heartbeat_ivl_secs = 1;
-    c.config.heartbeat_liveness = 3;
-    s_start (&c);
+    s_start_sync (&c, 2, 0);
     float zeros [12] = {0};
     for (int i = 0; i < 12; i++)
         c.kernel [i] = 1;
@@ -490,21 +497,7 @@ Test (ps, ps_sync_sends_the_chief_the_slots_of_each_step_after_its_values)
 Test (ps, ps_sync_applies_the_mean_of_a_step_once_and_drops_what_comes_late)
 {
     s_ps_case_t c;
-    memset (&c, 0, sizeof c);
-    cr_assert_eq (za_stack_parse ("flatten dense(3)", &c.spec), 0);
-    za_role_config_init (&c.config);
-    c.config.model_fn = za_stack_model_fn ();
-    c.config.params = &c.spec;
-    c.config.input = (za_input_shape_t) {2, 2, 1};
-    c.config.ps_count = 1;
-    c.config.num_workers = 3;                   //  two to aggregate, one backup
-    c.config.strategy = ZA_STRATEGY_PS_SYNC;
-    c.config.replicas_to_aggregate = 2;
-    c.config.bind_endpoint = "inproc://test-ps";
-    c.config.timeout_secs = 30;
-    c.config.heartbeat_ivl_secs = 1;
-    c.config.heartbeat_liveness = 3;
-    s_start (&c);
+    s_start_sync (&c, 3, 2);                    //  two to aggregate, one backup
     for (int i = 0; i < 12; i++)
         c.kernel [i] = 1;
     for (int i = 0; i < 3; i++)
