@@ -17,6 +17,7 @@
 #include <criterion/criterion.h>
 #include <czmq.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,6 +214,15 @@ Test (allreduce, the_tutorials_two_workers_train_the_cnn_and_end_identical)
     sscanf (first + 8, "%lf", &first_loss);
     sscanf (strstr (last, "\"loss\": ") + 8, "%lf", &last_loss);
     cr_expect_lt (last_loss, first_loss - 0.03, "%s", metrics);
+    //  A global step is both workers' batches of 32.
+    const char *steps_at = strstr (last, "\"steps_per_sec\": ");
+    const char *examples_at = strstr (last, "\"examples_per_sec\": ");
+    double steps_per_sec = 0, examples_per_sec = 0;
+    cr_assert (steps_at && examples_at, "%s", last);
+    sscanf (steps_at + 17, "%lf", &steps_per_sec);
+    sscanf (examples_at + 20, "%lf", &examples_per_sec);
+    cr_expect (steps_per_sec > 0 && fabs (examples_per_sec / steps_per_sec - 64) < 0.1,
+               "%s", last);
     free (metrics);
     free (metrics_path);
     s_pair_free (&pair);
