@@ -229,6 +229,7 @@ typedef struct {
     int64_t step;                               //  where training goes on from
     int64_t num_workers;
     za_optim_config_t optim;
+    int64_t bucket_floats;                      //  --bucket-kib: the rounds depend on it
 } s_start_t;
 
 #define START_FLOATS ((sizeof (s_start_t) + sizeof (float) - 1) / sizeof (float))
@@ -335,6 +336,10 @@ s_compare_start (s_mirrored_t *self, const s_start_t *chief, const s_start_t *mi
     if (chief->num_workers != mine->num_workers)
         return za_error ("%s: the chief's cluster has %" PRId64 " workers, this one's %"
                          PRId64, self->who, chief->num_workers, mine->num_workers);
+    if (chief->bucket_floats != mine->bucket_floats)
+        return za_error ("%s: the chief reduces in buckets of --bucket-kib %" PRId64 ", this "
+                         "one %" PRId64 ": every worker must run the same job", self->who,
+                         chief->bucket_floats / 256, mine->bucket_floats / 256);
     if (a->kind != b->kind || a->learning_rate != b->learning_rate
         || a->momentum != b->momentum || a->nesterov != b->nesterov || a->beta1 != b->beta1
         || a->beta2 != b->beta2 || a->epsilon != b->epsilon
@@ -400,6 +405,7 @@ s_start (s_mirrored_t *self, int first)
     s_start_t mine = {
         .floats = (int64_t) self->vars->total, .step = step,
         .num_workers = config->num_workers, .optim = *za_replica_optim (self->replica),
+        .bucket_floats = (int64_t) config->bucket_floats,
     };
     float record [START_FLOATS];
     memset (record, 0, sizeof record);

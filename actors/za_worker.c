@@ -54,10 +54,11 @@ typedef struct {
     char names [ZA_PLACEMENT_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
     int64_t init_step;
     //  ps-sync, the chief: the step of the values the replica holds when every
-    //  ps agreed on it (-1: none), and each ps's latest two `slots` messages
-    //  (PROTOCOL.md 9), kept whole until a ps is lost, with their steps.
+    //  ps agreed on it (-1: none), and copies of each ps's latest two `slots`
+    //  messages (PROTOCOL.md 9) since the last init, with their steps (-1:
+    //  none). Copies: the ps lends the frames, and waits for them back.
     int64_t state_step;
-    zmsg_t *slot_msgs [ZA_ROLE_MAX_PS][2];
+    float *slot_copies [ZA_ROLE_MAX_PS][2];
     int64_t slot_steps [ZA_ROLE_MAX_PS][2];
     za_wire_msg_t *spare;                       //  a received message is decoded here
     //  The step counter; for the chief the summary and checkpoint savers.
@@ -85,8 +86,8 @@ s_worker_destroy (s_worker_t **self_p)
     for (int p = 0; p < self->ps_count; p++) {
         zsock_destroy (&self->dealers [p]);
         zmsg_destroy (&self->reply_msgs [p]);
-        zmsg_destroy (&self->slot_msgs [p][0]);
-        zmsg_destroy (&self->slot_msgs [p][1]);
+        za_free (self->slot_copies [p][0]);
+        za_free (self->slot_copies [p][1]);
         free (self->replies [p]);
     }
     free (self->spare);
@@ -294,51 +295,91 @@ s_keeps_state (s_worker_t *self)
         && optim && za_optim_slot_count (optim->kind) > 0;
 }
 
-//  Keeps ps p's `slots` message (decoded in self->spare) as its latest,
-//  the one before as the previous; takes *msg_p.
+//  Floats of ps p's slots (all its parts, every slot).
+static size_t
+s_slot_floats (s_worker_t *self, int p)
+{
+    size_t floats = 0;
+    for (int i = 0; i < self->part_count [p]; i++)
+        floats += self->placement.parts [self->parts [p][i]].size;
+    return floats * za_optim_slot_count (za_replica_optim (self->replica)->kind);
+}
+
+//  Copies ps p's `slots` message (decoded in self->spare) as its latest, the
+//  one before becoming the previous, and destroys *msg_p at once (the ps
+//  waits for its frames before it updates its slots). One of another shape
+//  is dropped.
 static void
 s_keep_slots (s_worker_t *self, int p, zmsg_t **msg_p)
 {
-    int64_t step = self->spare->step;
-    if (!s_keeps_state (self) || step < 0) {
+    const za_wire_msg_t *m = self->spare;
+    int64_t step = m->step;
+    int n = self->part_count [p];
+    if (!s_keeps_state (self) || step < 0
+        || m->tensor_count != n * za_optim_slot_count (za_replica_optim (self->replica)->kind)) {
         zmsg_destroy (msg_p);
         return;
     }
-    if (step != self->slot_steps [p][0]) {
-        zmsg_destroy (&self->slot_msgs [p][1]);
-        self->slot_msgs [p][1] = self->slot_msgs [p][0];
+    int k = step == self->slot_steps [p][0]? 0: 1;
+    if (k == 1) {
+        //  The latest becomes the previous; the previous's buffer takes this.
+        float *older = self->slot_copies [p][1];
+        self->slot_copies [p][1] = self->slot_copies [p][0];
         self->slot_steps [p][1] = self->slot_steps [p][0];
-        self->slot_msgs [p][0] = NULL;
+        self->slot_copies [p][0] = older;
     }
-    zmsg_destroy (&self->slot_msgs [p][0]);
-    self->slot_msgs [p][0] = *msg_p;
+    self->slot_steps [p][0] = -1;
+    if (!self->slot_copies [p][0]
+        && !(self->slot_copies [p][0] = (float *) za_alloc (s_slot_floats (self, p)
+                                                            * sizeof (float)))) {
+        zmsg_destroy (msg_p);
+        return;
+    }
+    float *to = self->slot_copies [p][0];
+    for (int t = 0; t < m->tensor_count; t++) {
+        const za_part_t *part = &self->placement.parts [self->parts [p][t % n]];
+        if (m->tensors [t].bytes != part->size * sizeof (float)) {
+            zmsg_destroy (msg_p);
+            return;
+        }
+        memcpy (to, m->tensors [t].data, m->tensors [t].bytes);
+        to += part->size;
+    }
     self->slot_steps [p][0] = step;
-    *msg_p = NULL;
+    zmsg_destroy (msg_p);
 }
 
-//  Copies every ps's slots of `step` into the replica. Returns 0, or -1
-//  when a ps's are missing or wrong (nothing is then to be trusted).
+//  Forgets the slots kept: an init gives every ps a state of its own.
+static void
+s_forget_slots (s_worker_t *self)
+{
+    for (int p = 0; p < self->ps_count; p++)
+        self->slot_steps [p][0] = self->slot_steps [p][1] = -1;
+}
+
+//  Copies every ps's slots of `step` into the replica, all or none. Returns
+//  0, or -1 when a ps's are missing.
 static int
 s_restore_slots (s_worker_t *self, int64_t step)
 {
     if (!s_keeps_state (self))
         return 0;
-    const za_optim_config_t *optim = za_replica_optim (self->replica);
-    int slot_count = za_optim_slot_count (optim->kind);
+    int which [ZA_ROLE_MAX_PS];
     for (int p = 0; p < self->ps_count; p++) {
-        int k = self->slot_steps [p][0] == step? 0: self->slot_steps [p][1] == step? 1: -1;
-        za_wire_msg_t *m = self->spare;
-        int n = self->part_count [p];
-        if (k < 0 || za_wire_decode (self->slot_msgs [p][k], m) || m->tensor_count != n * slot_count)
+        which [p] = self->slot_steps [p][0] == step? 0: self->slot_steps [p][1] == step? 1: -1;
+        if (which [p] < 0)
             return -1;
+    }
+    int slot_count = za_optim_slot_count (za_replica_optim (self->replica)->kind);
+    for (int p = 0; p < self->ps_count; p++) {
+        const float *from = self->slot_copies [p][which [p]];
         for (int s = 0; s < slot_count; s++)
-            for (int i = 0; i < n; i++) {
-                const za_wire_tensor_t *t = &m->tensors [s * n + i];
+            for (int i = 0; i < self->part_count [p]; i++) {
                 const za_part_t *part = &self->placement.parts [self->parts [p][i]];
-                if (t->bytes != part->size * sizeof (float))
-                    return -1;
                 memcpy (za_replica_slot (self->replica, s)
-                        + self->vars->vars [part->var].offset + part->offset, t->data, t->bytes);
+                        + self->vars->vars [part->var].offset + part->offset, from,
+                        part->size * sizeof (float));
+                from += part->size;
             }
     }
     return 0;
@@ -557,6 +598,9 @@ s_take_values (s_worker_t *self)
 static int
 s_init_all (s_worker_t *self, int64_t step)
 {
+    //  What the ps held before is gone: the state comes again with the pulls.
+    self->state_step = -1;
+    s_forget_slots (self);
     self->init_step = step;
     if (s_call_all (self, ZA_OP_INIT) || s_expect (self, ZA_OP_INIT_OK))
         return -1;
@@ -598,6 +642,10 @@ s_checkpoint (s_worker_t *self, int final)
     rc = s_call_all (self, ZA_OP_SNAPSHOT)? -1: s_outcome (self, ZA_OP_SNAPSHOT_DATA);
     if (rc == 0)
         rc = s_take_parts (self, 1);
+    //  The replica now holds the snapshot's values (and slots): the state of
+    //  ps-sync's recovery only if that is the step it held.
+    if (rc || self->replies [0]->step != self->state_step)
+        self->state_step = -1;
     if (rc == S_PS_LOST)
         return rc;
     int64_t step = self->replies [0]->step;
@@ -741,10 +789,10 @@ s_recover (s_worker_t *self)
     if (self->config->is_chief && self->state_step >= 0
         && self->state_step == self->global_step
         && s_restore_slots (self, self->state_step) == 0) {
-        //  ps-sync: the replica holds the values of the step every worker is
-        //  at, and every ps's slots of it. Every ps gets that state (a step
-        //  half applied, on the ps that kept theirs, is undone): nobody goes
-        //  back.
+        //  ps-sync: the replica holds the values of the chief's step, and
+        //  every ps's slots of it. Every ps gets that state (a step half
+        //  applied, on the ps that kept theirs, is undone): nobody goes back
+        //  further than the chief's step.
         int64_t step = self->state_step;
         if (s_call_all (self, ZA_OP_RELEASE))
             return -1;

@@ -1049,14 +1049,14 @@ s_hear (void *arg, size_t offset)
     heard->seen [heard->calls++] = copy;
 }
 
-Test (estimator, a_streamed_gradient_is_final_where_said_and_the_same_bits)
+//  The model_fn says after each layer with variables that their gradients
+//  are final; the replica combines the threads' buffers over that range and
+//  says so: the allreduce strategy reduces those buckets while backward goes
+//  on. A batch of `size` over 3 threads.
+static void
+s_check_streamed (int size)
 {
-    //  3 threads of 33, 33 and 34 examples: micro-batches 16 + 16 + 1 and
-    //  16 + 16 + 2. The model_fn says after each layer with variables that
-    //  their gradients are final; the replica combines the threads' buffers
-    //  over that range and says so: the allreduce strategy reduces those
-    //  buckets while backward goes on.
-    za_dataset_t *train = za_test_fashion ("train", 100);
+    za_dataset_t *train = za_test_fashion ("train", size);
     za_stack_spec_t spec;
     cr_assert_eq (za_stack_parse ("conv2d(8,3,relu) maxpool(2) flatten dense(16,relu) "
                                   "dropout(0.5) dense(10)", &spec), 0);
@@ -1070,7 +1070,7 @@ Test (estimator, a_streamed_gradient_is_final_where_said_and_the_same_bits)
     size_t total = za_replica_vars (plain)->total;
     s_heard_t heard = {za_replica_gradients (streamed), total, 0, {0}, {0}};
     za_replica_on_gradients (streamed, s_hear, &heard);
-    za_batch_t batch = {train->features, train->labels, 100, 28 * 28};
+    za_batch_t batch = {train->features, train->labels, size, 28 * 28};
     double loss [2];
     cr_assert_eq (za_replica_compute_gradients (plain, &batch, 5, &loss [0]), 0);
     cr_assert_eq (za_replica_compute_gradients (streamed, &batch, 5, &loss [1]), 0);
@@ -1094,6 +1094,15 @@ Test (estimator, a_streamed_gradient_is_final_where_said_and_the_same_bits)
     za_replica_destroy (&plain);
     za_replica_destroy (&streamed);
     za_dataset_destroy (&train);
+}
+
+Test (estimator, a_streamed_gradient_is_final_where_said_and_the_same_bits)
+{
+    //  Slices of 33, 33 and 34: micro-batches 16 + 16 + 1 and 16 + 16 + 2.
+    s_check_streamed (100);
+    //  Slices of 0, 1 and 1: thread 0, whose buffer the others combine
+    //  into, has no example.
+    s_check_streamed (2);
 }
 
 //  --------------------------------------------------------------------------

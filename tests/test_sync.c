@@ -322,6 +322,19 @@ Test (allreduce, a_worker_with_another_learning_rate_is_stopped_by_name)
     //  The chief, left alone, gives up after its timeout.
     cr_expect_eq (pair.exit_code [0], 1, "%s", pair.err [0]);
     s_pair_free (&pair);
+    //  Buckets of another size would make rounds the chief never matches.
+    const char *chief_b [] = {"--strategy", "allreduce", "--model", "linear", "--max-steps",
+                              "20", "--model-dir", model_dir, "--no-eval", "--timeout-secs",
+                              "5", NULL};
+    const char *other_b [] = {"--strategy", "allreduce", "--model", "linear", "--max-steps",
+                              "20", "--model-dir", model_dir, "--no-eval", "--timeout-secs",
+                              "5", "--bucket-kib", "16", NULL};
+    const char *const *args_b [2] = {chief_b, other_b};
+    s_run_pair (args_b, &pair);
+    cr_expect_eq (pair.exit_code [1], 1, "%s", pair.err [1]);
+    cr_expect (strstr (pair.err [1], "the chief reduces in buckets of --bucket-kib 0, this "
+                       "one 16"), "%s", pair.err [1]);
+    s_pair_free (&pair);
     free (model_dir);
 }
 

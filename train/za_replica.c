@@ -312,6 +312,10 @@ s_batch_slice (void *arg, int t)
     float *grads = run->mode == ZA_MODE_TRAIN? self->thread_grads [t]: NULL;
     if (grads)
         memset (grads, 0, self->vars.total * sizeof (float));
+    //  A thread without examples adds nothing: final once cleared (thread
+    //  0's buffer is where the others combine).
+    if (grads && run->streaming && first == last)
+        s_thread_final (&run->listeners [t], 0);
     //  A model_fn adds the gradient of its call's MEAN loss. The buffer is kept
     //  as (gradient of the summed loss so far) / (this micro-batch's count):
     //  when the count changes it is rescaled once, and s_batch_run weighs each
@@ -379,13 +383,12 @@ s_batch_run (za_replica_t *self, const za_batch_t *batch, za_mode_t mode, int64_
     run->streaming = mode == ZA_MODE_TRAIN && self->final_fn;
     run->combined = self->vars.total;
     for (int t = 0; t < self->threads; t++) {
-        //  Each thread's slice; one without examples adds nothing: final
-        //  from the start.
+        //  Each thread's slice; nothing of it is final yet.
         int first = (int) ((int64_t) batch->size * t / self->threads);
         int last = (int) ((int64_t) batch->size * (t + 1) / self->threads);
         run->first [t] = first;
         run->count [t] = last - first;
-        run->ready [t] = last > first? self->vars.total: 0;
+        run->ready [t] = self->vars.total;
         run->last_micro [t] = 0;
         run->listeners [t] = (s_listener_t) {run, t};
     }
