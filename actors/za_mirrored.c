@@ -494,10 +494,9 @@ s_run_steps (s_mirrored_t *self)
         za_role_rates_publish (&self->rates, self->stats, self->global_step, self->own_steps,
                                loss, batch.size, now);
         s_publish_wait (self, 1e3 * (za_ring_wait_secs (self->ring) - waited));
-        //  A global step is every worker's batch: the summaries' examples/sec
-        //  count them all.
+        //  The summaries' examples/sec count a global step's batches.
         if (za_role_hooks_after_step (&self->hooks, config, self->global_step, loss,
-                                      batch.size * config->num_workers,
+                                      batch.size * za_role_batches_per_step (config),
                                       now - self->start_time) < 0)
             return -1;
     }

@@ -202,8 +202,7 @@ s_ps_new (const za_role_config_t *config, zsock_t *pipe)
     if (!self->values [0] || !self->values [1] || !self->scratch)
         goto fail;
     if (config->strategy == ZA_STRATEGY_PS_SYNC) {
-        self->aggregate = config->replicas_to_aggregate > 0? config->replicas_to_aggregate
-                                                           : config->num_workers;
+        self->aggregate = za_role_batches_per_step (config);
         self->accum = (float *) za_alloc (bytes);
         self->waiting = zlist_new ();
         if (!self->accum || !self->waiting || self->aggregate > config->num_workers) {

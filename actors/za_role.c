@@ -27,6 +27,16 @@ za_role_config_init (za_role_config_t *config)
 }
 
 int
+za_role_batches_per_step (const za_role_config_t *config)
+{
+    if (config->strategy == ZA_STRATEGY_PS_ASYNC)
+        return 1;
+    if (config->strategy == ZA_STRATEGY_PS_SYNC && config->replicas_to_aggregate > 0)
+        return config->replicas_to_aggregate;
+    return config->num_workers;
+}
+
+int
 za_role_model_vars (const za_role_config_t *config, za_vars_t *vars)
 {
     memset (vars, 0, sizeof *vars);

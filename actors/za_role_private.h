@@ -11,6 +11,10 @@
 //  The model's variable table (planned for one example, then let go).
 int za_role_model_vars (const za_role_config_t *config, za_vars_t *vars);
 
+//  Worker batches a global step takes: ps-async 1 (a push), ps-sync the
+//  replicas to aggregate (0: every worker), allreduce every worker.
+int za_role_batches_per_step (const za_role_config_t *config);
+
 //  The shape a part travels with: its variable's shape when whole, [size]
 //  when the variable was split. Returns ndim.
 int za_role_part_shape (const za_vars_t *vars, const za_part_t *part, int64_t *shape);

@@ -883,12 +883,9 @@ s_run_steps (s_worker_t *self)
         self->step_secs += now - step_start;
         za_role_rates_publish (&self->rates, self->stats, self->global_step, self->own_steps,
                                loss, batch.size, now);
-        //  ps-sync: a global step is the batches of every aggregated worker,
-        //  as the summaries' examples/sec count them (ps-async: one push).
-        int per_step = config->strategy != ZA_STRATEGY_PS_SYNC? 1
-                     : config->replicas_to_aggregate > 0? config->replicas_to_aggregate
-                     : config->num_workers;
-        if ((rc = s_after_step (self, loss, batch.size * per_step, now)))
+        //  The summaries' examples/sec count a global step's batches.
+        if ((rc = s_after_step (self, loss, batch.size * za_role_batches_per_step (config),
+                                now)))
             return rc;
     }
     return 0;

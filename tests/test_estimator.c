@@ -1052,9 +1052,10 @@ s_hear (void *arg, size_t offset)
 //  The model_fn says after each layer with variables that their gradients
 //  are final; the replica combines the threads' buffers over that range and
 //  says so: the allreduce strategy reduces those buckets while backward goes
-//  on. A batch of `size` over 3 threads.
+//  on. A batch of `size` over 3 threads; every_layer: each of them has
+//  examples, so each layer's gradients are said final on their own.
 static void
-s_check_streamed (int size)
+s_check_streamed (int size, int every_layer)
 {
     za_dataset_t *train = za_test_fashion ("train", size);
     za_stack_spec_t spec;
@@ -1079,9 +1080,15 @@ s_check_streamed (int size)
     cr_expect_eq (memcmp (za_replica_gradients (plain), za_replica_gradients (streamed),
                           total * sizeof (float)), 0);
     //  Three layers with variables: said three times, last layer first, the
-    //  last time from 0; what was said final did not change after.
-    cr_assert_eq (heard.calls, 3);
-    cr_expect_gt (heard.offsets [0], 0);
+    //  last time from 0; what was said final did not change after. A thread
+    //  without examples is final only once it has cleared its buffer, which
+    //  may come last: then layers come together.
+    if (every_layer) {
+        cr_assert_eq (heard.calls, 3);
+        cr_expect_gt (heard.offsets [0], 0);
+    }
+    else
+        cr_assert (heard.calls >= 1 && heard.calls <= 3, "%d calls", heard.calls);
     for (int c = 0; c < heard.calls; c++) {
         if (c > 0)
             cr_expect_lt (heard.offsets [c], heard.offsets [c - 1]);
@@ -1099,10 +1106,10 @@ s_check_streamed (int size)
 Test (estimator, a_streamed_gradient_is_final_where_said_and_the_same_bits)
 {
     //  Slices of 33, 33 and 34: micro-batches 16 + 16 + 1 and 16 + 16 + 2.
-    s_check_streamed (100);
+    s_check_streamed (100, 1);
     //  Slices of 0, 1 and 1: thread 0, whose buffer the others combine
     //  into, has no example.
-    s_check_streamed (2);
+    s_check_streamed (2, 0);
 }
 
 //  --------------------------------------------------------------------------

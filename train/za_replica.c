@@ -320,23 +320,22 @@ s_batch_slice (void *arg, int t)
     //  as (gradient of the summed loss so far) / (this micro-batch's count):
     //  when the count changes it is rescaled once, and s_batch_run weighs each
     //  thread by last_micro / batch size, so the step's gradient is the mean
-    //  over the whole batch whatever the split.
-    int previous = 0;
+    //  over the whole batch whatever the split. last_micro (0 at first) is the
+    //  count of the micro-batch before, then of the last.
     for (int lo = first; lo < last && run->rc [t] == 0; lo += MICRO_BATCH_MAX) {
         int count = last - lo < MICRO_BATCH_MAX? last - lo: MICRO_BATCH_MAX;
+        int previous = run->last_micro [t];
         if (grads && previous && count != previous) {
             float scale = (float) previous / (float) count;
             for (size_t i = 0; i < self->vars.total; i++)
                 grads [i] *= scale;
         }
-        previous = count;
+        run->last_micro [t] = count;
         //  In its last micro-batch a thread's buffer becomes final layer by
         //  layer: the model_fn says so (when it does), and we pass it on.
         int streamed = grads && run->streaming && lo + count >= last;
-        if (streamed) {
-            run->last_micro [t] = count;
+        if (streamed)
             za_model_on_grads_final (s_thread_final, &run->listeners [t]);
-        }
         //  Randomness (dropout) differs per thread and micro-batch, fixed by the step.
         uint64_t seed = (uint64_t) run->step * 0x9e3779b97f4a7c15ULL
                       ^ ((uint64_t) (self->first_thread + t) << 40)
@@ -353,8 +352,6 @@ s_batch_slice (void *arg, int t)
         if (streamed)
             za_model_on_grads_final (NULL, NULL);
     }
-    if (!(grads && run->streaming))        //  streamed: set before its last micro-batch
-        run->last_micro [t] = previous;
     if (run->rc [t])
         snprintf (run->error [t], ZA_ERROR_MAX_CHARS, "%s", za_last_error ());
 }
