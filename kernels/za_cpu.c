@@ -1,6 +1,7 @@
 /*  za_cpu.c: the CPU back end. Convolutions are im2col + OpenBLAS sgemm over
     the whole batch (one GEMM per layer and pass), everything else plain loops.  */
 #include "za/za_kernels.h"
+#include "za_elem.h"
 
 #include <cblas.h>
 #include <float.h>
@@ -420,12 +421,11 @@ s_relu_backward (size_t count, const float *out, const float *dout, float *din)
 }
 
 static void
-s_dropout_forward (size_t count, float rate, za_rng_t *rng, const float *in,
-                   float *mask, float *out)
+s_dropout_forward (size_t count, float rate, uint64_t seed, const float *in, float *mask,
+                   float *out)
 {
-    float keep_scale = rate < 1.0f? 1.0f / (1.0f - rate): 0.0f;
     for (size_t i = 0; i < count; i++) {
-        mask [i] = za_rng_uniform (rng) < rate? 0.0f: keep_scale;
+        mask [i] = za_elem_dropout_mask (seed, i, rate);
         out [i] = in [i] * mask [i];
     }
 }
@@ -493,26 +493,89 @@ s_set_threads (int threads)
         openblas_set_num_threads (threads);
 }
 
+static int
+s_bind (int device)
+{
+    return device == 0? 0: za_error ("cpu: no device %d (the CPU is device 0)", device);
+}
+
+static int
+s_memcpy (void *dst, const void *src, size_t bytes)
+{
+    memcpy (dst, src, bytes);
+    return 0;
+}
+
+static void
+s_zero (void *p, size_t bytes)
+{
+    memset (p, 0, bytes);
+}
+
+static void
+s_scale_add (size_t n, float alpha, float *y, float beta, const float *x)
+{
+    if (x)
+        for (size_t i = 0; i < n; i++)
+            y [i] = alpha * y [i] + beta * x [i];
+    else
+        for (size_t i = 0; i < n; i++)
+            y [i] *= alpha;
+}
+
+static int
+s_sync (void)
+{
+    return 0;
+}
+
+#define S_CPU_TABLE                                 \
+    .conv2d_forward = s_conv2d_forward,             \
+    .conv2d_backward = s_conv2d_backward,           \
+    .dense_forward = s_dense_forward,               \
+    .dense_backward = s_dense_backward,             \
+    .maxpool_forward = s_maxpool_forward,           \
+    .maxpool_backward = s_maxpool_backward,         \
+    .relu_forward = s_relu_forward,                 \
+    .relu_backward = s_relu_backward,               \
+    .dropout_forward = s_dropout_forward,           \
+    .dropout_backward = s_dropout_backward,         \
+    .softmax_xent = s_softmax_xent,                 \
+    .buffer_alloc = s_buffer_alloc,                 \
+    .buffer_free = za_free,                         \
+    .set_threads = s_set_threads,                   \
+    .device_count = 1,                              \
+    .bind = s_bind,                                 \
+    .host_alloc = s_buffer_alloc,                   \
+    .host_free = za_free,                           \
+    .upload = s_memcpy,                             \
+    .download = s_memcpy,                           \
+    .copy = s_memcpy,                               \
+    .zero = s_zero,                                 \
+    .scale_add = s_scale_add,                       \
+    .optim_apply = za_optim_apply,                  \
+    .sync = s_sync
+
 static const za_backend_t s_cpu = {
     .name = "cpu (OpenBLAS)",
-    .conv2d_forward = s_conv2d_forward,
-    .conv2d_backward = s_conv2d_backward,
-    .dense_forward = s_dense_forward,
-    .dense_backward = s_dense_backward,
-    .maxpool_forward = s_maxpool_forward,
-    .maxpool_backward = s_maxpool_backward,
-    .relu_forward = s_relu_forward,
-    .relu_backward = s_relu_backward,
-    .dropout_forward = s_dropout_forward,
-    .dropout_backward = s_dropout_backward,
-    .softmax_xent = s_softmax_xent,
-    .buffer_alloc = s_buffer_alloc,
-    .buffer_free = za_free,
-    .set_threads = s_set_threads,
+    .host_memory = 1,
+    S_CPU_TABLE
+};
+
+static const za_backend_t s_cpu_staged = {
+    .name = "cpu-staged (OpenBLAS behind device copies)",
+    .host_memory = 0,
+    S_CPU_TABLE
 };
 
 const za_backend_t *
 za_backend_cpu (void)
 {
     return &s_cpu;
+}
+
+const za_backend_t *
+za_backend_cpu_staged (void)
+{
+    return &s_cpu_staged;
 }

@@ -1,6 +1,7 @@
 /*  za_model.c: the variable table, the layer-stack parser and builders, and
     the stack's model_fn, whose buffers are all planned in create.          */
 #include "za/za_model.h"
+#include "za_elem.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -552,7 +553,6 @@ typedef struct {
     float *dcols;                       //  shared backward scratch
     size_t in_size;
     int n_classes;
-    za_rng_t dropout_rng;
 } s_stack_t;
 
 static void
@@ -781,8 +781,8 @@ s_stack_model_fn (void *state, const float *features, const int32_t *labels, int
     int train = mode == ZA_MODE_TRAIN;
     if (train && (!grads || !labels))
         return za_error ("model: TRAIN needs labels and gradients");
-    if (train)
-        za_rng_seed (&self->dropout_rng, (uint64_t) step * 0x9e3779b97f4a7c15ULL + 1);
+    //  Each dropout layer's mask is drawn from (step, layer).
+    uint64_t dropout_seed = (uint64_t) step * 0x9e3779b97f4a7c15ULL + 1;
 
     const float *in = features;
     for (int i = 0; i < self->count; i++) {
@@ -807,17 +807,18 @@ s_stack_model_fn (void *state, const float *features, const int32_t *labels, int
             }
             case ZA_LAYER_FLATTEN:
                 if (i == 0)
-                    memcpy (l->out, in, out_count * sizeof (float));
+                    be->copy (l->out, in, out_count * sizeof (float));
                 break;
             case ZA_LAYER_RELU:
                 be->relu_forward (out_count, in, l->out);
                 break;
             case ZA_LAYER_DROPOUT:
                 if (train)
-                    be->dropout_forward (out_count, l->spec.rate, &self->dropout_rng, in,
+                    be->dropout_forward (out_count, l->spec.rate,
+                                         za_elem_hash (dropout_seed, (uint64_t) i), in,
                                          l->mask, l->out);
                 else
-                    memcpy (l->out, in, out_count * sizeof (float));
+                    be->copy (l->out, in, out_count * sizeof (float));
                 break;
         }
         in = l->out;

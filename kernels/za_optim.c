@@ -2,6 +2,7 @@
     contiguous parameter block.                                              */
 #include "za/za_optim.h"
 #include "za/za_util.h"
+#include "za_elem.h"
 
 #include <math.h>
 #include <string.h>
@@ -87,42 +88,31 @@ za_optim_apply_into (const za_optim_config_t *c, int64_t step, const float *in, 
     switch (c->kind) {
         case ZA_OPT_SGD:
             for (size_t i = 0; i < n; i++)
-                w [i] = in [i] - lr * g [i];
+                w [i] = za_elem_sgd (lr, in [i], g [i]);
             break;
         case ZA_OPT_MOMENTUM: {
             float *a = slots [0];
-            const float mu = c->momentum;
             if (c->nesterov)
-                for (size_t i = 0; i < n; i++) {
-                    a [i] = mu * a [i] + g [i];
-                    w [i] = in [i] - lr * (g [i] + mu * a [i]);
-                }
+                for (size_t i = 0; i < n; i++)
+                    w [i] = za_elem_momentum (lr, c->momentum, 1, in [i], g [i], &a [i]);
             else
-                for (size_t i = 0; i < n; i++) {
-                    a [i] = mu * a [i] + g [i];
-                    w [i] = in [i] - lr * a [i];
-                }
+                for (size_t i = 0; i < n; i++)
+                    w [i] = za_elem_momentum (lr, c->momentum, 0, in [i], g [i], &a [i]);
             break;
         }
         case ZA_OPT_ADAM: {
             float *m = slots [0], *v = slots [1];
-            const float b1 = c->beta1, b2 = c->beta2, eps = c->epsilon;
-            const float m_scale = (float) (1.0 / (1.0 - pow (b1, (double) step)));
-            const float v_scale = (float) (1.0 / (1.0 - pow (b2, (double) step)));
-            for (size_t i = 0; i < n; i++) {
-                m [i] = b1 * m [i] + (1 - b1) * g [i];
-                v [i] = b2 * v [i] + (1 - b2) * g [i] * g [i];
-                w [i] = in [i] - lr * (m [i] * m_scale) / (sqrtf (v [i] * v_scale) + eps);
-            }
+            const float m_scale = za_elem_bias_correction (c->beta1, step);
+            const float v_scale = za_elem_bias_correction (c->beta2, step);
+            for (size_t i = 0; i < n; i++)
+                w [i] = za_elem_adam (lr, c->beta1, c->beta2, c->epsilon, m_scale, v_scale,
+                                      in [i], g [i], &m [i], &v [i]);
             break;
         }
         case ZA_OPT_ADAGRAD: {
             float *a = slots [0];
-            const float eps = c->epsilon;
-            for (size_t i = 0; i < n; i++) {
-                a [i] += g [i] * g [i];
-                w [i] = in [i] - lr * g [i] / (sqrtf (a [i]) + eps);
-            }
+            for (size_t i = 0; i < n; i++)
+                w [i] = za_elem_adagrad (lr, c->epsilon, in [i], g [i], &a [i]);
             break;
         }
     }

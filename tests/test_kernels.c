@@ -369,9 +369,7 @@ Test (dropout, keeps_expectation_and_masks_gradient)
     float *din = (float *) za_alloc (N * sizeof (float));
     for (int i = 0; i < N; i++)
         in [i] = 1.0f;
-    za_rng_t rng;
-    za_rng_seed (&rng, 7);
-    be->dropout_forward (N, 0.4f, &rng, in, mask, out);
+    be->dropout_forward (N, 0.4f, 7, in, mask, out);
     double sum = 0;
     int zeros = 0;
     for (int i = 0; i < N; i++) {
@@ -384,6 +382,15 @@ Test (dropout, keeps_expectation_and_masks_gradient)
     be->dropout_backward (N, mask, in, din);
     for (int i = 0; i < N; i++)
         cr_assert_eq (din [i], out [i]);
+    //  The mask depends on (seed, element) alone: the first half of the
+    //  buffer drawn by itself is the same, another seed is another mask.
+    float *half = (float *) za_alloc (N * sizeof (float));
+    float *half_out = (float *) za_alloc (N * sizeof (float));
+    be->dropout_forward (N / 2, 0.4f, 7, in, half, half_out);
+    cr_expect (memcmp (half, mask, N / 2 * sizeof (float)) == 0);
+    be->dropout_forward (N, 0.4f, 8, in, half, half_out);
+    cr_expect (memcmp (half, mask, N * sizeof (float)) != 0);
+    za_free (half), za_free (half_out);
     za_free (in), za_free (mask), za_free (out), za_free (din);
 }
 

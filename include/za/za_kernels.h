@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "za/za_optim.h"
 #include "za/za_util.h"
 
 #ifdef __cplusplus
@@ -86,9 +87,10 @@ typedef struct {
                            float *din);
 
     //  Inverted dropout: out = in * mask, mask 0 (probability rate) or
-    //  1 / (1 - rate). In eval, callers skip the layer.
-    void (*dropout_forward) (size_t count, float rate, za_rng_t *rng,
-                             const float *in, float *mask, float *out);
+    //  1 / (1 - rate), element i's drawn from (seed, i) alone: every back end
+    //  draws the same mask. In eval, callers skip the layer.
+    void (*dropout_forward) (size_t count, float rate, uint64_t seed, const float *in,
+                             float *mask, float *out);
     void (*dropout_backward) (size_t count, const float *mask, const float *dout,
                               float *din);
 
@@ -106,10 +108,45 @@ typedef struct {
     void (*buffer_free) (void *p);
     //  Threads the back end may use (OpenBLAS threads for the CPU).
     void (*set_threads) (int threads);
+
+    //  What a back end with memory of its own (a GPU) adds. With
+    //  host_memory 1 its buffers are host memory that callers may read and
+    //  write directly (the CPU); else only through the calls below.
+    int host_memory;
+    //  Devices this back end drives (1 for the CPU).
+    int device_count;
+    //  Makes `device` (0 .. device_count - 1) the calling thread's: its
+    //  later calls run there, in the thread's own order (a stream). 0, or -1
+    //  with an error.
+    int (*bind) (int device);
+    //  Host buffers for copies to and from this back end (pinned for a GPU),
+    //  zeroed. Free with host_free.
+    void *(*host_alloc) (size_t bytes);
+    void (*host_free) (void *p);
+    //  Copies host to back end, back end to host (both return once the host
+    //  side may be reused), and within the back end (across its devices
+    //  too). 0, or -1 with an error.
+    int (*upload) (void *dst, const void *src, size_t bytes);
+    int (*download) (void *dst, const void *src, size_t bytes);
+    int (*copy) (void *dst, const void *src, size_t bytes);
+    void (*zero) (void *p, size_t bytes);
+    //  y = alpha * y + beta * x over n floats (x NULL: y = alpha * y).
+    void (*scale_add) (size_t n, float alpha, float *y, float beta, const float *x);
+    //  za_optim_apply on this back end's buffers (`slots` is a host array of
+    //  its buffers).
+    void (*optim_apply) (const za_optim_config_t *config, int64_t step, float *params,
+                         const float *grads, float **slots, size_t n);
+    //  Waits until the calling thread's work is done. 0, or -1 with the
+    //  first error since the last sync.
+    int (*sync) (void);
 } za_backend_t;
 
 //  The CPU back end (OpenBLAS). Never NULL.
 const za_backend_t *za_backend_cpu (void);
+//  The CPU back end as if its memory were a device's (host_memory 0, own
+//  buffers, copies through upload and download): callers take the path a
+//  GPU takes, so that path is tested where there is no GPU. Never NULL.
+const za_backend_t *za_backend_cpu_staged (void);
 
 #ifdef __cplusplus
 }

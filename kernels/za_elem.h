@@ -1,0 +1,182 @@
+/*  za_elem.h: the arithmetic of one element, shared by the CPU back end
+    (C, called in loops) and the CUDA back end (C++, one GPU thread each), so
+    that both compute the same numbers and the CPU's tests check the formulas
+    the GPU runs. Internal to kernels/; not installed.                        */
+#ifndef ZA_ELEM_H_INCLUDED
+#define ZA_ELEM_H_INCLUDED
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "za/za_kernels.h"
+#include "za/za_optim.h"
+
+#ifdef __CUDACC__
+#   define ZA_HD static __host__ __device__ __forceinline__
+#else
+#   define ZA_HD static inline
+#endif
+
+//  Dropout draws one number per element from (seed, index) alone, so any
+//  split of the work (threads, GPU blocks) draws the same mask.
+ZA_HD uint64_t
+za_elem_hash (uint64_t seed, uint64_t index)
+{
+    uint64_t z = seed + (index + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+//  The mask of element `index`: 0 with probability `rate`, else 1 / (1 - rate).
+ZA_HD float
+za_elem_dropout_mask (uint64_t seed, uint64_t index, float rate)
+{
+    float u = (float) (za_elem_hash (seed, index) >> 40) * (1.0f / 16777216.0f);
+    return u < rate? 0.0f: (rate < 1.0f? 1.0f / (1.0f - rate): 0.0f);
+}
+
+//  im2col's element i of the cols matrix [P, kh * kw * c]: the input value
+//  under the kernel, or 0 in the padding.
+ZA_HD float
+za_elem_im2col (const za_conv2d_dims_t *d, const float *in, size_t i)
+{
+    int K = d->kh * d->kw * d->c;
+    size_t p = i / (size_t) K;
+    int k = (int) (i - p * (size_t) K);
+    int c = k % d->c, kw = (k / d->c) % d->kw, kh = k / (d->c * d->kw);
+    int ow = (int) (p % (size_t) d->ow);
+    int oh = (int) ((p / (size_t) d->ow) % (size_t) d->oh);
+    size_t n = p / ((size_t) d->ow * d->oh);
+    int ih = oh * d->stride - d->pad_top + kh, iw = ow * d->stride - d->pad_left + kw;
+    if (ih < 0 || ih >= d->h || iw < 0 || iw >= d->w)
+        return 0.0f;
+    return in [((n * d->h + ih) * d->w + iw) * d->c + c];
+}
+
+//  col2im's element i of din [n, h, w, c]: the sum of every cols entry that
+//  read it (a gather, so no two GPU threads write one element).
+ZA_HD float
+za_elem_col2im (const za_conv2d_dims_t *d, const float *dcols, size_t i)
+{
+    int K = d->kh * d->kw * d->c;
+    int c = (int) (i % (size_t) d->c);
+    int iw = (int) ((i / (size_t) d->c) % (size_t) d->w);
+    int ih = (int) ((i / ((size_t) d->c * d->w)) % (size_t) d->h);
+    size_t n = i / ((size_t) d->c * d->w * d->h);
+    float sum = 0.0f;
+    for (int kh = 0; kh < d->kh; kh++) {
+        int y = ih + d->pad_top - kh;
+        if (y < 0 || y % d->stride)
+            continue;
+        int oh = y / d->stride;
+        if (oh >= d->oh)
+            continue;
+        for (int kw = 0; kw < d->kw; kw++) {
+            int x = iw + d->pad_left - kw;
+            if (x < 0 || x % d->stride)
+                continue;
+            int ow = x / d->stride;
+            if (ow >= d->ow)
+                continue;
+            size_t p = (n * d->oh + oh) * d->ow + ow;
+            sum += dcols [p * K + (kh * d->kw + kw) * d->c + c];
+        }
+    }
+    return sum;
+}
+
+//  Max-pool output element i [n, oh, ow, c]: the window's max, *where its
+//  input index (the first of equal values, as the CPU loop keeps).
+ZA_HD float
+za_elem_maxpool (const za_pool2d_dims_t *d, const float *in, size_t i, int32_t *where)
+{
+    int c = (int) (i % (size_t) d->c);
+    int ow = (int) ((i / (size_t) d->c) % (size_t) d->ow);
+    int oh = (int) ((i / ((size_t) d->c * d->ow)) % (size_t) d->oh);
+    size_t n = i / ((size_t) d->c * d->ow * d->oh);
+    int32_t first = (int32_t) (((n * d->h + (size_t) oh * d->stride) * d->w
+                                + (size_t) ow * d->stride) * d->c + c);
+    float best = in [first];
+    int32_t at = first;
+    for (int ph = 0; ph < d->pool; ph++)
+        for (int pw = 0; pw < d->pool; pw++) {
+            int32_t j = first + (int32_t) (((size_t) ph * d->w + pw) * d->c);
+            if (in [j] > best) {
+                best = in [j];
+                at = j;
+            }
+        }
+    *where = at;
+    return best;
+}
+
+//  Max-pool backward, input element i: the gradients of the windows whose
+//  max it was (a gather over the windows that cover it).
+ZA_HD float
+za_elem_maxpool_backward (const za_pool2d_dims_t *d, const float *dout,
+                          const int32_t *argmax, size_t i)
+{
+    int c = (int) (i % (size_t) d->c);
+    int iw = (int) ((i / (size_t) d->c) % (size_t) d->w);
+    int ih = (int) ((i / ((size_t) d->c * d->w)) % (size_t) d->h);
+    size_t n = i / ((size_t) d->c * d->w * d->h);
+    int oh_lo = ih >= d->pool? (ih - d->pool) / d->stride + 1: 0;
+    int ow_lo = iw >= d->pool? (iw - d->pool) / d->stride + 1: 0;
+    int oh_hi = ih / d->stride < d->oh - 1? ih / d->stride: d->oh - 1;
+    int ow_hi = iw / d->stride < d->ow - 1? iw / d->stride: d->ow - 1;
+    float sum = 0.0f;
+    for (int oh = oh_lo; oh <= oh_hi; oh++)
+        for (int ow = ow_lo; ow <= ow_hi; ow++) {
+            size_t o = ((n * d->oh + oh) * d->ow + ow) * d->c + c;
+            if (argmax [o] == (int32_t) i)
+                sum += dout [o];
+        }
+    return sum;
+}
+
+//  One parameter's update (za_optim.h has the formulas): each takes the
+//  value w and gradient g, updates its slots in place and returns the new
+//  value. m_scale and v_scale are Adam's bias corrections for this step.
+ZA_HD float
+za_elem_sgd (float lr, float w, float g)
+{
+    return w - lr * g;
+}
+
+ZA_HD float
+za_elem_momentum (float lr, float mu, int nesterov, float w, float g, float *a)
+{
+    float acc = mu * *a + g;
+    *a = acc;
+    return nesterov? w - lr * (g + mu * acc): w - lr * acc;
+}
+
+ZA_HD float
+za_elem_adam (float lr, float b1, float b2, float eps, float m_scale, float v_scale,
+              float w, float g, float *m, float *v)
+{
+    float mt = b1 * *m + (1 - b1) * g;
+    float vt = b2 * *v + (1 - b2) * g * g;
+    *m = mt;
+    *v = vt;
+    return w - lr * (mt * m_scale) / (sqrtf (vt * v_scale) + eps);
+}
+
+ZA_HD float
+za_elem_adagrad (float lr, float eps, float w, float g, float *a)
+{
+    float acc = *a + g * g;
+    *a = acc;
+    return w - lr * g / (sqrtf (acc) + eps);
+}
+
+//  Adam's bias corrections 1 / (1 - beta^step), on the host once per update.
+static inline float
+za_elem_bias_correction (float beta, int64_t step)
+{
+    return (float) (1.0 / (1.0 - pow ((double) beta, (double) step)));
+}
+
+#endif
