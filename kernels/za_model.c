@@ -902,6 +902,7 @@ static const za_model_fn_t s_stack_model = {
     .model_fn = s_stack_model_fn,
     .destroy = s_stack_destroy,
     .describe = s_stack_describe,
+    .device_ready = 1,
 };
 
 const za_model_fn_t *

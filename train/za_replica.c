@@ -46,11 +46,31 @@ struct _za_replica_t {
     float *grads;                   //  = thread_grads [0], or NULL
     float *slots [ZA_OPTIM_MAX_SLOTS];
     int disk_failing;               //  a save failed on the disk: said, until one succeeds
+    //  On a device with memory of its own (be->host_memory 0) the blocks
+    //  above are host mirrors of these; thread t runs on device
+    //  device_of [t], its gradient in dev_grads [t]; device_values [d] is the
+    //  values' copy on the d-th device used (0 holds the slots and applies).
+    int device_count;
+    int device_of [ZA_REPLICA_MAX_THREADS];
+    float *device_values [ZA_DEVICE_MAX];
+    float *dev_grads [ZA_REPLICA_MAX_THREADS];
+    float *dev_slots [ZA_OPTIM_MAX_SLOTS];
+    float *dev_peer;                //  on device 0: a gradient from another device
+    float *dev_features [ZA_REPLICA_MAX_THREADS];
+    int32_t *dev_labels [ZA_REPLICA_MAX_THREADS];
+    float *host_logits [ZA_REPLICA_MAX_THREADS];
+    size_t host_logits_floats [ZA_REPLICA_MAX_THREADS];
+    //  Which copy is newer (s_at_t): values, gradient, slots.
+    int values_at, grads_at, slots_at;
+    int copies_stale;               //  device_values [1..] older than [0]
     //  Who hears of the gradient as it becomes final (za_replica_on_gradients).
     za_grads_final_fn *final_fn;
     void *final_arg;
     pthread_mutex_t final_mutex;
 };
+
+//  Where a block's newest numbers are, on a device with memory of its own.
+typedef enum { S_AT_BOTH = 0, S_AT_HOST, S_AT_DEVICE } s_at_t;
 
 typedef struct _s_batch_run_t s_batch_run_t;
 
@@ -84,27 +104,48 @@ struct _s_batch_run_t {
 static void
 s_destroy_states (za_replica_t *self)
 {
-    for (int t = 0; t < ZA_REPLICA_MAX_THREADS; t++)
-        if (self->states [t])
+    for (int t = 0; t < ZA_REPLICA_MAX_THREADS; t++) {
+        if (self->states [t]) {
+            if (!self->be->host_memory)
+                self->be->bind (self->device_of [t]);
             self->model_fn->destroy (&self->states [t]);
+        }
+        if (self->dev_features [t])
+            self->be->buffer_free (self->dev_features [t]);
+        if (self->dev_labels [t])
+            self->be->buffer_free (self->dev_labels [t]);
+        self->dev_features [t] = NULL;
+        self->dev_labels [t] = NULL;
+    }
     self->per_thread = 0;
 }
 
 //  (Re)plans the threads' model states for batches of up to batch_max
-//  examples (each state holds one micro-batch at most). The variable table
-//  comes out the same each time; values are kept. On failure no state is
-//  left, so the next call plans again.
+//  examples (on the CPU each state holds one micro-batch at most; on a
+//  device, its whole slice, and a buffer the slice is copied up into). The
+//  variable table comes out the same each time; values are kept. On
+//  failure no state is left, so the next call plans again.
 static int
 s_plan (za_replica_t *self, int batch_max)
 {
     int per_thread = (batch_max + self->threads - 1) / self->threads;
-    if (per_thread > MICRO_BATCH_MAX)
+    if (per_thread > MICRO_BATCH_MAX && self->be->host_memory)
         per_thread = MICRO_BATCH_MAX;
     if (self->states [0] && per_thread <= self->per_thread)
         return 0;
     s_destroy_states (self);
     for (int t = 0; t < self->threads; t++) {
         za_vars_t vars = {0};
+        if (!self->be->host_memory) {
+            if (self->be->bind (self->device_of [t])
+                || !(self->dev_features [t] = (float *) self->be->buffer_alloc (
+                         (size_t) per_thread * self->feature_size * sizeof (float)))
+                || !(self->dev_labels [t] = (int32_t *) self->be->buffer_alloc (
+                         (size_t) per_thread * sizeof (int32_t)))) {
+                s_destroy_states (self);
+                return -1;
+            }
+        }
         self->states [t] = self->model_fn->create (self->params, self->input, per_thread,
                                                    self->be, &vars);
         if (!self->states [t] || (self->values && vars.total != self->vars.total)) {
@@ -118,6 +159,132 @@ s_plan (za_replica_t *self, int batch_max)
     }
     self->per_thread = per_thread;
     return 0;
+}
+
+//  A block on a device (NULL on failure, with the error said).
+static float *
+s_device_block (za_replica_t *self, int device, size_t bytes)
+{
+    if (self->be->bind (device))
+        return NULL;
+    return (float *) self->be->buffer_alloc (bytes);
+}
+
+//  The device blocks: values on each device used, a gradient per thread,
+//  slots and a scratch for other devices' gradients on the first.
+static int
+s_device_new (za_replica_t *self, int slot_count)
+{
+    size_t bytes = self->vars.total * sizeof (float);
+    for (int d = 0; d < self->device_count; d++)
+        if (!(self->device_values [d] = s_device_block (self, self->device_of [0] + d, bytes)))
+            return -1;
+    for (int t = 0; t < self->threads && self->train; t++)
+        if (!(self->dev_grads [t] = s_device_block (self, self->device_of [t], bytes)))
+            return -1;
+    for (int s = 0; s < slot_count; s++)
+        if (!(self->dev_slots [s] = s_device_block (self, self->device_of [0], bytes)))
+            return -1;
+    if (self->device_count > 1 && self->train
+        && !(self->dev_peer = s_device_block (self, self->device_of [0], bytes)))
+        return -1;
+    self->values_at = self->slots_at = S_AT_HOST;
+    return 0;
+}
+
+static void
+s_device_destroy (za_replica_t *self)
+{
+    const za_backend_t *be = self->be;
+    for (int d = 0; d < ZA_DEVICE_MAX; d++)
+        if (self->device_values [d])
+            be->buffer_free (self->device_values [d]);
+    for (int t = 0; t < ZA_REPLICA_MAX_THREADS; t++) {
+        if (self->dev_grads [t])
+            be->buffer_free (self->dev_grads [t]);
+        if (self->host_logits [t])
+            be->host_free (self->host_logits [t]);
+    }
+    for (int s = 0; s < ZA_OPTIM_MAX_SLOTS; s++)
+        if (self->dev_slots [s])
+            be->buffer_free (self->dev_slots [s]);
+    if (self->dev_peer)
+        be->buffer_free (self->dev_peer);
+}
+
+//  Brings the host copy of a block up to date (a copy down when the
+//  device's is newer). `write`: the caller will change it.
+static void
+s_to_host (za_replica_t *self, int *at, float *host, const float *device, int write)
+{
+    if (self->be->host_memory || !host)
+        return;
+    if (*at == S_AT_DEVICE) {
+        self->be->bind (self->device_of [0]);
+        if (self->be->download (host, device, self->vars.total * sizeof (float)))
+            za_error ("the device's numbers could not be read back; the run will stop");
+        *at = S_AT_BOTH;
+    }
+    if (write)
+        *at = S_AT_HOST;
+}
+
+//  Brings the first device's copy of a block up to date. 0 or -1.
+static int
+s_to_device (za_replica_t *self, int *at, const float *host, float *device)
+{
+    if (self->be->host_memory || *at != S_AT_HOST)
+        return 0;
+    self->be->bind (self->device_of [0]);
+    if (self->be->upload (device, host, self->vars.total * sizeof (float)))
+        return -1;
+    *at = S_AT_BOTH;
+    return 0;
+}
+
+static int
+s_slot_count (const za_replica_t *self)
+{
+    return self->has_optim? za_optim_slot_count (self->optim.kind): 0;
+}
+
+//  The slots move together: one state for all.
+static void
+s_slots_to_host (za_replica_t *self, int write)
+{
+    int at = self->slots_at;
+    for (int s = 0; s < s_slot_count (self); s++) {
+        at = self->slots_at;
+        s_to_host (self, &at, self->slots [s], self->dev_slots [s], write);
+    }
+    self->slots_at = at;
+}
+
+//  Every device's values and the first's slots up to date for a step.
+static int
+s_values_to_devices (za_replica_t *self)
+{
+    if (self->be->host_memory)
+        return 0;
+    if (self->values_at == S_AT_HOST)
+        self->copies_stale = 1;
+    if (s_to_device (self, &self->values_at, self->values, self->device_values [0]))
+        return -1;
+    int at = self->slots_at;
+    for (int s = 0; s < s_slot_count (self); s++) {
+        at = self->slots_at;
+        if (s_to_device (self, &at, self->slots [s], self->dev_slots [s]))
+            return -1;
+    }
+    self->slots_at = at;
+    if (self->copies_stale) {
+        for (int d = 1; d < self->device_count; d++)
+            if (self->be->copy (self->device_values [d], self->device_values [0],
+                                self->vars.total * sizeof (float)))
+                return -1;
+        self->copies_stale = 0;
+    }
+    return self->be->sync ();
 }
 
 za_replica_t *
@@ -152,29 +319,60 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
     self->has_optim = config->optim != NULL;
     if (config->optim)
         self->optim = *config->optim;
-    self->be = za_backend_cpu ();
-    //  Our threads own the cores: one OpenBLAS thread under each.
-    self->be->set_threads (1);
-    self->threads = config->threads > 0? config->threads: (int) sysconf (_SC_NPROCESSORS_ONLN);
-    if (self->threads < 1)
-        self->threads = 1;
-    if (self->threads > ZA_REPLICA_MAX_THREADS)
-        self->threads = ZA_REPLICA_MAX_THREADS;
+    int first = 0;
+    if (!(self->be = za_device_backend (&config->device, &first, &self->device_count)))
+        goto fail;
+    if (self->be->host_memory) {
+        //  Our threads own the cores: one OpenBLAS thread under each.
+        self->be->set_threads (1);
+        self->threads = config->threads > 0? config->threads
+                      : (int) sysconf (_SC_NPROCESSORS_ONLN);
+        if (self->threads < 1)
+            self->threads = 1;
+        if (self->threads > ZA_REPLICA_MAX_THREADS)
+            self->threads = ZA_REPLICA_MAX_THREADS;
+        self->device_count = 1;
+    }
+    else {
+        char text [ZA_DEVICE_TEXT_MAX];
+        if (!model_fn->device_ready) {
+            za_error ("model_fn '%s' reads host memory itself: it runs on --device cpu "
+                      "alone, not on %s", model_fn->name,
+                      za_device_text (&config->device, text, sizeof text));
+            goto fail;
+        }
+        //  A thread per model copy: replicas_per_device on each device.
+        int per_device = config->replicas_per_device > 0? config->replicas_per_device: 1;
+        if (self->device_count < 1 || self->device_count > ZA_DEVICE_MAX
+            || per_device * self->device_count > ZA_REPLICA_MAX_THREADS) {
+            za_error ("%d device%s x %d replicas each: at most %d replicas",
+                      self->device_count, self->device_count == 1? "": "s", per_device,
+                      ZA_REPLICA_MAX_THREADS);
+            goto fail;
+        }
+        self->threads = per_device * self->device_count;
+        for (int t = 0; t < self->threads; t++)
+            self->device_of [t] = first + t / per_device;
+    }
     self->first_thread = config->replica_index > 0? config->replica_index * self->threads: 0;
     self->feature_size = (size_t) input.height * input.width * input.channels;
     if (!(self->pool = za_parallel_new (self->threads)) || s_plan (self, 1))
         goto fail;
     size_t bytes = self->vars.total * sizeof (float);
-    if (!(self->values = (float *) za_alloc (bytes)))
+    //  On a device, one host gradient block mirrors the combined one.
+    int host_grads = !self->train? 0: self->be->host_memory? self->threads: 1;
+    if (!(self->values = (float *) self->be->host_alloc (bytes)))
         goto fail;
-    for (int t = 0; t < self->threads && self->train; t++)
-        if (!(self->thread_grads [t] = (float *) za_alloc (bytes)))
+    for (int t = 0; t < host_grads; t++)
+        if (!(self->thread_grads [t] = (float *) self->be->host_alloc (bytes)))
             goto fail;
     self->grads = self->thread_grads [0];
     int slot_count = self->has_optim? za_optim_slot_count (self->optim.kind): 0;
     for (int s = 0; s < slot_count; s++)
-        if (!(self->slots [s] = (float *) za_alloc (bytes)))
+        if (!(self->slots [s] = (float *) self->be->host_alloc (bytes)))
             goto fail;
+    if (!self->be->host_memory && s_device_new (self, slot_count))
+        goto fail;
     model_fn->init_vars (self->states [0], &self->vars, self->values, seed);
     za_replica_reset_slots (self);
     return self;
@@ -189,13 +387,16 @@ za_replica_destroy (za_replica_t **self_p)
     za_replica_t *self = *self_p;
     if (!self)
         return;
-    s_destroy_states (self);
-    for (int t = 0; t < ZA_REPLICA_MAX_THREADS; t++)
-        za_free (self->thread_grads [t]);
+    if (self->be) {
+        s_destroy_states (self);
+        s_device_destroy (self);
+        for (int t = 0; t < ZA_REPLICA_MAX_THREADS; t++)
+            self->be->host_free (self->thread_grads [t]);
+        self->be->host_free (self->values);
+        for (int s = 0; s < ZA_OPTIM_MAX_SLOTS; s++)
+            self->be->host_free (self->slots [s]);
+    }
     za_parallel_destroy (&self->pool);
-    za_free (self->values);
-    for (int s = 0; s < ZA_OPTIM_MAX_SLOTS; s++)
-        za_free (self->slots [s]);
     pthread_mutex_destroy (&self->final_mutex);
     free (self);
     *self_p = NULL;
@@ -210,20 +411,24 @@ za_replica_vars (const za_replica_t *self)
 float *
 za_replica_values (za_replica_t *self)
 {
+    s_to_host (self, &self->values_at, self->values, self->device_values [0], 1);
     return self->values;
 }
 
 float *
 za_replica_gradients (za_replica_t *self)
 {
+    s_to_host (self, &self->grads_at, self->grads, self->dev_grads [0], 1);
     return self->grads;
 }
 
 float *
 za_replica_slot (za_replica_t *self, int slot)
 {
-    return self->has_optim && slot >= 0 && slot < za_optim_slot_count (self->optim.kind)
-         ? self->slots [slot]: NULL;
+    if (!self->has_optim || slot < 0 || slot >= za_optim_slot_count (self->optim.kind))
+        return NULL;
+    s_slots_to_host (self, 1);
+    return self->slots [slot];
 }
 
 const za_optim_config_t *
@@ -251,29 +456,40 @@ za_replica_reset_slots (za_replica_t *self)
 {
     if (self->has_optim)
         za_optim_init_slots (&self->optim, self->slots, self->vars.total);
+    self->slots_at = S_AT_HOST;
 }
 
 // ---------------------------------------------------------------------------
 //  One batch over the threads
 
+//  Thread t's gradient buffer, where the back end computes.
+static float *
+s_thread_grads (za_replica_t *self, int t)
+{
+    return self->be->host_memory? self->thread_grads [t]: self->dev_grads [t];
+}
+
 //  grads [lo .. hi) = sum over threads of (last_micro / n) x that thread's
 //  buffer: the batch's mean gradient, from buffers final over that range.
-//  The same arithmetic, element by element, whatever the ranges.
+//  The same arithmetic, element by element, whatever the ranges. On a
+//  device it runs on the first; a buffer on another is copied there first.
 static void
 s_combine (s_batch_run_t *run, size_t lo, size_t hi)
 {
     za_replica_t *self = run->self;
+    const za_backend_t *be = self->be;
+    float *sum = s_thread_grads (self, 0);
     const float inv_n = 1.0f / (float) run->batch->size;
-    const float scale0 = (float) run->last_micro [0] * inv_n;
-    for (size_t i = lo; i < hi; i++)
-        self->grads [i] *= scale0;
+    be->scale_add (hi - lo, (float) run->last_micro [0] * inv_n, sum + lo, 0.0f, NULL);
     for (int t = 1; t < self->threads; t++) {
         if (run->count [t] == 0)
             continue;
-        const float *g = self->thread_grads [t];
-        const float scale = (float) run->last_micro [t] * inv_n;
-        for (size_t i = lo; i < hi; i++)
-            self->grads [i] += scale * g [i];
+        const float *g = s_thread_grads (self, t);
+        if (self->device_of [t] != self->device_of [0]) {
+            be->copy (self->dev_peer + lo, g + lo, (hi - lo) * sizeof (float));
+            g = self->dev_peer;
+        }
+        be->scale_add (hi - lo, 1.0f, sum + lo, (float) run->last_micro [t] * inv_n, g + lo);
     }
 }
 
@@ -300,18 +516,54 @@ s_thread_final (void *arg, size_t offset)
     pthread_mutex_unlock (&self->final_mutex);
 }
 
+//  On a device: copies a micro-batch's examples up to thread t's buffers.
+static int
+s_upload_batch (za_replica_t *self, int t, const float *features, const int32_t *labels,
+                int count)
+{
+    const za_backend_t *be = self->be;
+    if (be->upload (self->dev_features [t], features,
+                    (size_t) count * self->feature_size * sizeof (float)))
+        return -1;
+    return labels? be->upload (self->dev_labels [t], labels, (size_t) count * sizeof (int32_t))
+                 : 0;
+}
+
+//  On a device: the predicted logits back in thread t's host buffer.
+static int
+s_download_logits (za_replica_t *self, int t, za_spec_t *spec, int count)
+{
+    size_t floats = (size_t) count * spec->n_classes;
+    if (floats > self->host_logits_floats [t]) {
+        self->be->host_free (self->host_logits [t]);
+        self->host_logits_floats [t] = 0;
+        if (!(self->host_logits [t] = (float *) self->be->host_alloc (floats * sizeof (float))))
+            return -1;
+        self->host_logits_floats [t] = floats;
+    }
+    if (self->be->download (self->host_logits [t], spec->logits, floats * sizeof (float)))
+        return -1;
+    spec->logits = self->host_logits [t];
+    return 0;
+}
+
 static void
 s_batch_slice (void *arg, int t)
 {
     s_batch_run_t *run = (s_batch_run_t *) arg;
     za_replica_t *self = run->self;
+    const za_backend_t *be = self->be;
     const za_batch_t *batch = run->batch;
     int first = run->first [t], last = first + run->count [t];
+    int on_device = !be->host_memory;
     memset (&run->specs [t], 0, sizeof run->specs [t]);
-    run->rc [t] = 0;
-    float *grads = run->mode == ZA_MODE_TRAIN? self->thread_grads [t]: NULL;
+    run->rc [t] = on_device? be->bind (self->device_of [t]): 0;
+    const float *values = on_device
+                        ? self->device_values [self->device_of [t] - self->device_of [0]]
+                        : self->values;
+    float *grads = run->mode == ZA_MODE_TRAIN? s_thread_grads (self, t): NULL;
     if (grads)
-        memset (grads, 0, self->vars.total * sizeof (float));
+        be->zero (grads, self->vars.total * sizeof (float));
     //  A thread without examples adds nothing: final once cleared (thread
     //  0's buffer is where the others combine).
     if (grads && run->streaming && first == last)
@@ -321,16 +573,23 @@ s_batch_slice (void *arg, int t)
     //  when the count changes it is rescaled once, and s_batch_run weighs each
     //  thread by last_micro / batch size, so the step's gradient is the mean
     //  over the whole batch whatever the split. last_micro (0 at first) is the
-    //  count of the micro-batch before, then of the last.
-    for (int lo = first; lo < last && run->rc [t] == 0; lo += MICRO_BATCH_MAX) {
-        int count = last - lo < MICRO_BATCH_MAX? last - lo: MICRO_BATCH_MAX;
+    //  count of the micro-batch before, then of the last. On a device a
+    //  thread's slice is one micro-batch.
+    for (int lo = first; lo < last && run->rc [t] == 0; lo += self->per_thread) {
+        int count = last - lo < self->per_thread? last - lo: self->per_thread;
         int previous = run->last_micro [t];
-        if (grads && previous && count != previous) {
-            float scale = (float) previous / (float) count;
-            for (size_t i = 0; i < self->vars.total; i++)
-                grads [i] *= scale;
-        }
+        if (grads && previous && count != previous)
+            be->scale_add (self->vars.total, (float) previous / (float) count, grads, 0.0f,
+                           NULL);
         run->last_micro [t] = count;
+        const float *features = batch->features + (size_t) lo * self->feature_size;
+        const int32_t *labels = run->mode == ZA_MODE_PREDICT? NULL: batch->labels + lo;
+        if (on_device) {
+            if ((run->rc [t] = s_upload_batch (self, t, features, labels, count)))
+                break;
+            features = self->dev_features [t];
+            labels = labels? self->dev_labels [t]: NULL;
+        }
         //  In its last micro-batch a thread's buffer becomes final layer by
         //  layer: the model_fn says so (when it does), and we pass it on.
         int streamed = grads && run->streaming && lo + count >= last;
@@ -341,10 +600,11 @@ s_batch_slice (void *arg, int t)
                       ^ ((uint64_t) (self->first_thread + t) << 40)
                       ^ (uint64_t) (lo - first);
         za_spec_t spec;
-        run->rc [t] = self->model_fn->model_fn (
-            self->states [t], batch->features + (size_t) lo * self->feature_size,
-            run->mode == ZA_MODE_PREDICT? NULL: batch->labels + lo, count, run->mode,
-            self->values, grads, (int64_t) seed, &spec);
+        run->rc [t] = self->model_fn->model_fn (self->states [t], features, labels, count,
+                                                run->mode, values, grads, (int64_t) seed,
+                                                &spec);
+        if (run->rc [t] == 0 && on_device && run->mode == ZA_MODE_PREDICT)
+            run->rc [t] = s_download_logits (self, t, &spec, count);
         run->specs [t].logits = spec.logits;
         run->specs [t].n_classes = spec.n_classes;
         run->specs [t].loss_sum += spec.loss_sum;
@@ -352,6 +612,9 @@ s_batch_slice (void *arg, int t)
         if (streamed)
             za_model_on_grads_final (NULL, NULL);
     }
+    //  A device's work ends here, so the batch's end is the threads' join.
+    if (on_device && be->sync () && run->rc [t] == 0)
+        run->rc [t] = -1;
     if (run->rc [t])
         snprintf (run->error [t], ZA_ERROR_MAX_CHARS, "%s", za_last_error ());
 }
@@ -377,7 +640,9 @@ s_batch_run (za_replica_t *self, const za_batch_t *batch, za_mode_t mode, int64_
     run->batch = batch;
     run->mode = mode;
     run->step = step;
-    run->streaming = mode == ZA_MODE_TRAIN && self->final_fn;
+    run->streaming = mode == ZA_MODE_TRAIN && self->final_fn && self->be->host_memory;
+    if (s_values_to_devices (self))
+        return -1;
     run->combined = self->vars.total;
     for (int t = 0; t < self->threads; t++) {
         //  Each thread's slice; nothing of it is final yet.
@@ -398,10 +663,23 @@ s_batch_run (za_replica_t *self, const za_batch_t *batch, za_mode_t mode, int64_
     }
     if (mode == ZA_MODE_TRAIN && run->combined > 0) {
         //  What the threads did not say was final is final now.
+        if (!self->be->host_memory && self->be->bind (self->device_of [0]))
+            return -1;
         s_combine (run, 0, run->combined);
         run->combined = 0;
         if (run->streaming)
             self->final_fn (self->final_arg, 0);
+        else
+        if (!self->be->host_memory) {
+            if (self->be->sync ())
+                return -1;
+            self->grads_at = S_AT_DEVICE;
+            //  A listener reads the host block: it gets the whole gradient at once.
+            if (self->final_fn) {
+                s_to_host (self, &self->grads_at, self->grads, self->dev_grads [0], 1);
+                self->final_fn (self->final_arg, 0);
+            }
+        }
     }
     return 0;
 }
@@ -422,8 +700,19 @@ za_replica_compute_gradients (za_replica_t *self, const za_batch_t *batch, int64
 void
 za_replica_apply (za_replica_t *self, int64_t step)
 {
-    za_optim_apply (&self->optim, step, self->values, self->grads, self->slots,
-                    self->vars.total);
+    if (self->be->host_memory) {
+        za_optim_apply (&self->optim, step, self->values, self->grads, self->slots,
+                        self->vars.total);
+        return;
+    }
+    //  On the device: a failed copy shows at the next step's sync.
+    if (s_values_to_devices (self)
+        || s_to_device (self, &self->grads_at, self->grads, self->dev_grads [0]))
+        return;
+    self->be->optim_apply (&self->optim, step, self->device_values [0], self->dev_grads [0],
+                           self->dev_slots, self->vars.total);
+    self->values_at = self->slots_at = S_AT_DEVICE;
+    self->copies_stale = self->device_count > 1;
 }
 
 int
@@ -440,7 +729,7 @@ za_replica_predict_batch (za_replica_t *self, const za_batch_t *batch, za_predic
 {
     //  Views of at most one micro-batch per thread, so each thread's logits
     //  cover its whole slice.
-    int view_max = self->threads * MICRO_BATCH_MAX;
+    int view_max = self->be->host_memory? self->threads * MICRO_BATCH_MAX: batch->size;
     s_batch_run_t run;
     for (int lo = 0; lo < batch->size; lo += view_max) {
         za_batch_t view = {batch->features + (size_t) lo * self->feature_size, NULL,
@@ -482,18 +771,14 @@ s_tensor_of_var (za_ckpt_tensor_t *t, const za_var_t *var, const char *name,
     t->data = block + var->offset;
 }
 
-static int
-s_slot_count (const za_replica_t *self)
-{
-    return self->has_optim? za_optim_slot_count (self->optim.kind): 0;
-}
-
 int
 za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, int keep_max)
 {
     if (!model_dir)
         return za_error ("save: no model_dir");
     int slot_count = s_slot_count (self);
+    s_to_host (self, &self->values_at, self->values, self->device_values [0], 0);
+    s_slots_to_host (self, 0);
     za_ckpt_tensor_t tensors [ZA_MAX_VARS * (1 + ZA_OPTIM_MAX_SLOTS) + 1];
     char names [ZA_MAX_VARS * ZA_OPTIM_MAX_SLOTS][SLOT_NAME_MAX];
     int t = 0;
@@ -622,6 +907,8 @@ za_replica_restore (za_replica_t *self, const za_checkpoint_t *ckpt, int64_t *st
                  za_checkpoint_filename (ckpt), za_optim_name (self->optim.kind));
         za_replica_reset_slots (self);
     }
+    //  Every value and slot was written on the host.
+    self->values_at = self->slots_at = S_AT_HOST;
     *step = za_checkpoint_step (ckpt);
     return 0;
 }

@@ -148,6 +148,44 @@ const za_backend_t *za_backend_cpu (void);
 //  GPU takes, so that path is tested where there is no GPU. Never NULL.
 const za_backend_t *za_backend_cpu_staged (void);
 
+// ---------------------------------------------------------------------------
+//  Devices: where a replica computes (--device).
+
+typedef enum {
+    ZA_DEVICE_CPU = 0,
+    ZA_DEVICE_CUDA = 1,
+    ZA_DEVICE_CPU_STAGED = 2        //  za_backend_cpu_staged: tests the GPU path
+} za_device_kind_t;
+
+#define ZA_DEVICE_ALL (-1)
+#define ZA_DEVICE_TEXT_MAX 32
+#define ZA_DEVICE_MAX 16
+
+typedef struct {
+    za_device_kind_t kind;
+    int index;                  //  cuda:N; ZA_DEVICE_ALL for cuda:all
+} za_device_t;
+
+//  "cpu", "cuda" (= cuda:0), "cuda:N", "cuda:all" or "cpu-staged". Returns
+//  0, or -1 with an error listing what is accepted.
+int za_device_parse (const char *text, za_device_t *device);
+//  The canonical text of a device ("cuda:0"), into buf.
+const char *za_device_text (const za_device_t *device, char *buf, size_t size);
+
+//  The back end that runs on `device`, and in *first and *count the back
+//  end's devices it takes (cuda:2 -> 2, 1; cuda:all -> 0, every GPU). For
+//  CUDA it loads the CUDA back end (libzactor_cuda.so, built with
+//  -DZA_CUDA; $ZA_CUDA_LIBRARY names another file) once per process. NULL
+//  with an error that says what to do: a build without CUDA, a missing
+//  driver, no GPU, no device N.
+const za_backend_t *za_device_backend (const za_device_t *device, int *first, int *count);
+
+//  What the CUDA module exports (the loader looks it up by this name):
+//  its table, with `error` for its messages (za_error's contract).
+typedef int (za_error_fn) (const char *fmt, ...);
+#define ZA_CUDA_ENTRY "za_backend_cuda_open"
+typedef const za_backend_t *(za_backend_open_fn) (za_error_fn *error);
+
 #ifdef __cplusplus
 }
 #endif

@@ -86,6 +86,10 @@ typedef struct {
     void (*destroy) (void **state_p);
     //  A text that names the model for checkpoint metadata (may be NULL).
     const char *(*describe) (const void *params);
+    //  1: every buffer it touches goes through the back end (its calls and
+    //  buffer_alloc), so it runs on any device; 0: it reads or writes memory
+    //  itself and runs on the CPU alone.
+    int device_ready;
 } za_model_fn_t;
 
 //  Optional, from a model_fn in TRAIN: the gradients at offsets >= `offset`

@@ -38,6 +38,10 @@ typedef struct {
                                     //  numbers its threads from r x threads in the
                                     //  dropout masks' seeds, so N replicas draw the
                                     //  masks one process of N x threads threads draws
+    za_device_t device;             //  where it computes (zero: the CPU)
+    int replicas_per_device;        //  on a device: model copies per device, each
+                                    //  with a slice of the batch (MirroredStrategy;
+                                    //  0 means 1). `threads` is the CPU's alone
 } za_replica_config_t;
 
 typedef struct _za_replica_t za_replica_t;
@@ -45,7 +49,14 @@ typedef struct _za_replica_t za_replica_t;
 //  Builds the model states, the value block (initialised from `seed`), the
 //  gradient and slot blocks the config asks for. Returns NULL with an error
 //  (a model_fn without create / init_vars / model_fn / destroy, a bad input
-//  shape, a learning rate <= 0, out of memory).
+//  shape, a learning rate <= 0, out of memory, a device that is not there
+//  or a model_fn that cannot run on it).
+//
+//  On a device with memory of its own (a GPU) the blocks live there and
+//  the host blocks below are their mirrors, copied only when asked for:
+//  values, gradients and slots stay on the device from step to step, and
+//  each step copies the batch up (and nothing else) unless a caller reads
+//  or writes a block through the functions below.
 za_replica_t *za_replica_new (const za_replica_config_t *config, uint64_t seed);
 void za_replica_destroy (za_replica_t **self_p);
 
@@ -53,6 +64,10 @@ void za_replica_destroy (za_replica_t **self_p);
 //  gradient block (same layout; NULL without train: a strategy may combine
 //  it across replicas between compute_gradients and apply); slot `slot` (NULL past
 //  the optimizer's slot count, or without one); the optimizer (NULL without).
+//  On a device each call brings the host block up to date (a copy down when
+//  the device's is newer) and counts it as written: the next step copies it
+//  up. Call again after each compute_gradients or apply; a pointer kept
+//  from before holds the old numbers.
 const za_vars_t *za_replica_vars (const za_replica_t *self);
 float *za_replica_values (za_replica_t *self);
 float *za_replica_gradients (za_replica_t *self);

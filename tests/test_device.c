@@ -1,0 +1,263 @@
+/*  test_device.c: --device, and a replica on a back end with memory of its
+    own. No GPU runs here: the replica's device path (blocks on the device,
+    host mirrors copied when asked for, replicas per device, the optimizer
+    through the table) is run on the cpu-staged back end, which is the CPU's
+    arithmetic behind a device's copies, and held against the plain CPU.   */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "za/za_kernels.h"
+#include "za/za_replica.h"
+#include "za_test.h"
+
+Test (device, parses_every_form_and_refuses_others)
+{
+    za_device_t d;
+    char text [ZA_DEVICE_TEXT_MAX];
+    cr_expect_eq (za_device_parse ("cpu", &d), 0);
+    cr_expect_eq (d.kind, ZA_DEVICE_CPU);
+    cr_expect_eq (za_device_parse ("cuda", &d), 0);
+    cr_expect (d.kind == ZA_DEVICE_CUDA && d.index == 0);
+    cr_expect_eq (za_device_parse ("cuda:3", &d), 0);
+    cr_expect (d.kind == ZA_DEVICE_CUDA && d.index == 3);
+    cr_expect_str_eq (za_device_text (&d, text, sizeof text), "cuda:3");
+    cr_expect_eq (za_device_parse ("cuda:all", &d), 0);
+    cr_expect (d.kind == ZA_DEVICE_CUDA && d.index == ZA_DEVICE_ALL);
+    cr_expect_str_eq (za_device_text (&d, text, sizeof text), "cuda:all");
+    cr_expect_eq (za_device_parse ("cpu-staged", &d), 0);
+    cr_expect_eq (d.kind, ZA_DEVICE_CPU_STAGED);
+    za_error_set_quiet (1);
+    const char *bad [] = {"gpu", "cuda:", "cuda:-1", "cuda:x", "cuda:1x", "cuda:99", "cudaa",
+                          "CPU", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad [0]; i++) {
+        cr_expect_eq (za_device_parse (bad [i], &d), -1, "'%s'", bad [i]);
+        cr_expect (strstr (za_last_error (), "cuda:N"), "'%s': %s", bad [i], za_last_error ());
+        cr_expect_eq (d.kind, ZA_DEVICE_CPU);
+    }
+}
+
+//  Where no GPU is (this machine, CI), --device cuda is one clear error:
+//  the module is not built, or it is and finds no GPU. Where one is, the
+//  back end says how many.
+Test (device, cuda_without_a_gpu_is_one_clear_error)
+{
+    za_device_t d;
+    cr_assert_eq (za_device_parse ("cuda", &d), 0);
+    int first = -1, count = -1;
+    za_error_set_quiet (1);
+    const za_backend_t *be = za_device_backend (&d, &first, &count);
+    if (be) {
+        cr_expect_gt (be->device_count, 0);
+        cr_expect_eq (be->host_memory, 0);
+        cr_skip_test ("a GPU is here: %d device(s)", be->device_count);
+    }
+    const char *why = za_last_error ();
+    cr_expect (strstr (why, "--device cpu") || strstr (why, "GPU"), "%s", why);
+    //  Said again, the same way, without loading again.
+    cr_expect_null (za_device_backend (&d, &first, &count));
+    cr_expect_str_eq (za_last_error (), why);
+}
+
+static za_stack_spec_t s_spec;
+
+//  One thread; Adam. The dropout layer draws each micro-batch's mask
+//  from its place in the batch, so CPU and device draw the same masks only
+//  where they split the batch alike (a batch of up to 16).
+#define S_MODEL "conv2d(8,3,relu) maxpool(2) conv2d(8,3,relu) flatten dense(16,relu) dense(10)"
+#define S_MODEL_DROPOUT "conv2d(8,3,relu) maxpool(2) flatten dense(16,relu) dropout(0.5) " \
+                        "dense(10)"
+
+static za_replica_t *
+s_replica (za_device_kind_t kind, const char *model)
+{
+    static za_optim_config_t optim;
+    optim = za_optim_config_default (ZA_OPT_ADAM);
+    cr_assert_eq (za_stack_parse (model, &s_spec), 0);
+    za_replica_config_t config = {
+        .model_fn = za_stack_model_fn (), .params = &s_spec, .input = {28, 28, 1},
+        .threads = 1, .train = 1, .optim = &optim, .device = {.kind = kind},
+    };
+    za_replica_t *replica = za_replica_new (&config, 11);
+    cr_assert (replica, "%s", za_last_error ());
+    return replica;
+}
+
+//  Largest |a - b| / (1 + |a|) over n floats.
+static double
+s_max_diff (const float *a, const float *b, size_t n)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs ((double) a [i] - b [i]) / (1 + fabs ((double) a [i]));
+        if (d > worst)
+            worst = d;
+    }
+    return worst;
+}
+
+//  Trains `steps` steps of `size` examples of the real Fashion-MNIST.
+static void
+s_train (za_replica_t *replica, const za_dataset_t *data, int size, int steps, double *loss)
+{
+    for (int s = 0; s < steps; s++) {
+        za_batch_t batch = {data->features + (size_t) s * size * 784, data->labels + s * size,
+                            size, 784};
+        cr_assert_eq (za_replica_compute_gradients (replica, &batch, s, &loss [s]), 0, "%s",
+                      za_last_error ());
+        za_replica_apply (replica, s + 1);
+    }
+}
+
+//  A staged replica (values, gradients and Adam's slots on "the device",
+//  copied only when asked for) trains as the CPU does: the same losses and
+//  values within rounding (the CPU sums its micro-batches of 16 in another
+//  order), slots included, and the same checkpoint layout.
+Test (device, a_staged_replica_trains_as_the_cpu_does)
+{
+    enum { SIZE = 40, STEPS = 6 };
+    za_dataset_t *data = za_test_fashion ("train", SIZE * STEPS);
+    za_replica_t *cpu = s_replica (ZA_DEVICE_CPU, S_MODEL);
+    za_replica_t *staged = s_replica (ZA_DEVICE_CPU_STAGED, S_MODEL);
+    size_t total = za_replica_vars (cpu)->total;
+    double loss_cpu [STEPS], loss_staged [STEPS];
+    s_train (cpu, data, SIZE, STEPS, loss_cpu);
+    s_train (staged, data, SIZE, STEPS, loss_staged);
+    for (int s = 0; s < STEPS; s++)
+        cr_expect (fabs (loss_cpu [s] - loss_staged [s]) < 1e-5, "step %d: %g vs %g", s,
+                   loss_cpu [s], loss_staged [s]);
+    //  The loss fell: the optimizer ran on the staged side too.
+    cr_expect_lt (loss_staged [STEPS - 1], loss_staged [0]);
+    cr_expect_lt (s_max_diff (za_replica_values (cpu), za_replica_values (staged), total), 1e-5);
+    for (int s = 0; s < 2; s++)
+        cr_expect_lt (s_max_diff (za_replica_slot (cpu, s), za_replica_slot (staged, s), total),
+                      1e-5, "slot %d", s);
+    //  Values written on the host are what the next step uses.
+    float *values = za_replica_values (staged);
+    memcpy (values, za_replica_values (cpu), total * sizeof (float));
+    za_batch_t batch = {data->features, data->labels, SIZE, 784};
+    double a, b;
+    cr_assert_eq (za_replica_compute_gradients (cpu, &batch, 99, &a), 0);
+    cr_assert_eq (za_replica_compute_gradients (staged, &batch, 99, &b), 0);
+    cr_expect (fabs (a - b) < 1e-6, "%g vs %g", a, b);
+    cr_expect_lt (s_max_diff (za_replica_gradients (cpu), za_replica_gradients (staged), total),
+                  1e-4);
+    //  A checkpoint written from the staged side resumes on the CPU.
+    const char *dir = za_test_dir_create ("device");
+    cr_assert_eq (za_replica_save (staged, dir, 7, 0), 0);
+    za_replica_t *resumed = s_replica (ZA_DEVICE_CPU, S_MODEL);
+    int restored = 0;
+    int64_t step = 0;
+    cr_assert_eq (za_replica_restore_newest (resumed, dir, &restored, &step), 0);
+    cr_expect (restored && step == 7);
+    cr_expect_eq (memcmp (za_replica_values (resumed), za_replica_values (staged),
+                          total * sizeof (float)), 0);
+    cr_expect_eq (memcmp (za_replica_slot (resumed, 1), za_replica_slot (staged, 1),
+                          total * sizeof (float)), 0);
+    //  And back: a CPU checkpoint loads onto the staged side, which evaluates
+    //  and predicts as the CPU does.
+    za_replica_t *back = s_replica (ZA_DEVICE_CPU_STAGED, S_MODEL);
+    cr_assert_eq (za_replica_restore_newest (back, dir, &restored, &step), 0);
+    double sum_cpu, sum_back;
+    int right_cpu, right_back;
+    cr_assert_eq (za_replica_evaluate_batch (resumed, &batch, &sum_cpu, &right_cpu), 0);
+    cr_assert_eq (za_replica_evaluate_batch (back, &batch, &sum_back, &right_back), 0);
+    cr_expect (fabs (sum_cpu - sum_back) < 1e-4 * SIZE, "%g vs %g", sum_cpu, sum_back);
+    cr_expect_eq (right_cpu, right_back);
+    za_test_dir_remove ();
+    za_replica_destroy (&back);
+    za_replica_destroy (&resumed);
+    za_replica_destroy (&cpu);
+    za_replica_destroy (&staged);
+    //  With dropout, at a batch both take in one piece: the same masks.
+    cpu = s_replica (ZA_DEVICE_CPU, S_MODEL_DROPOUT);
+    staged = s_replica (ZA_DEVICE_CPU_STAGED, S_MODEL_DROPOUT);
+    s_train (cpu, data, 16, STEPS, loss_cpu);
+    s_train (staged, data, 16, STEPS, loss_staged);
+    for (int s = 0; s < STEPS; s++)
+        cr_expect (fabs (loss_cpu [s] - loss_staged [s]) < 1e-6, "step %d: %g vs %g", s,
+                   loss_cpu [s], loss_staged [s]);
+    za_replica_destroy (&cpu);
+    za_replica_destroy (&staged);
+    za_dataset_destroy (&data);
+}
+
+static int s_predicted [2][64];
+
+static int
+s_note (void *arg, int64_t index, const float *logits, int n_classes, int class_id)
+{
+    (void) logits, (void) n_classes;
+    ((int *) arg) [index] = class_id;
+    return 0;
+}
+
+//  Two replicas on one device, each half of the batch, make one replica's
+//  step at the whole batch within rounding (MirroredStrategy's promise).
+Test (device, two_replicas_per_device_equal_one_at_twice_the_batch)
+{
+    enum { SIZE = 64, STEPS = 4 };
+    za_dataset_t *data = za_test_fashion ("train", SIZE * STEPS);
+    double loss_one [STEPS], loss_two [STEPS];
+    //  Dropout draws its mask per replica: without it the two are the same
+    //  function of the batch.
+    cr_assert_eq (za_stack_parse ("conv2d(8,3,relu) maxpool(2) flatten dense(10)", &s_spec), 0);
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_MOMENTUM);
+    za_replica_config_t config = {
+        .model_fn = za_stack_model_fn (), .params = &s_spec, .input = {28, 28, 1},
+        .train = 1, .optim = &optim, .device = {.kind = ZA_DEVICE_CPU_STAGED},
+    };
+    za_replica_t *one = za_replica_new (&config, 5);
+    config.replicas_per_device = 2;
+    za_replica_t *two = za_replica_new (&config, 5);
+    cr_assert (one && two);
+    size_t total = za_replica_vars (one)->total;
+    s_train (one, data, SIZE, STEPS, loss_one);
+    s_train (two, data, SIZE, STEPS, loss_two);
+    for (int s = 0; s < STEPS; s++)
+        cr_expect (fabs (loss_one [s] - loss_two [s]) < 1e-5, "step %d: %g vs %g", s,
+                   loss_one [s], loss_two [s]);
+    cr_expect_lt (s_max_diff (za_replica_values (one), za_replica_values (two), total), 1e-5);
+    cr_expect_lt (s_max_diff (za_replica_slot (one, 0), za_replica_slot (two, 0), total), 1e-5);
+    //  Predictions come back from each replica's half in order.
+    za_batch_t batch = {data->features, NULL, SIZE, 784};
+    int64_t index = 0;
+    cr_assert_eq (za_replica_predict_batch (one, &batch, s_note, s_predicted [0], &index), 0);
+    index = 0;
+    cr_assert_eq (za_replica_predict_batch (two, &batch, s_note, s_predicted [1], &index), 0);
+    cr_expect_eq (index, SIZE);
+    cr_expect_eq (memcmp (s_predicted [0], s_predicted [1], sizeof s_predicted [0]), 0);
+    za_replica_destroy (&one);
+    za_replica_destroy (&two);
+    za_dataset_destroy (&data);
+}
+
+//  A model_fn that reads memory itself cannot run on a device: one error
+//  naming it, no replica.
+static void *
+s_host_create (const void *params, za_input_shape_t input, int batch_max,
+               const za_backend_t *backend, za_vars_t *vars)
+{
+    return za_stack_model_fn ()->create (params, input, batch_max, backend, vars);
+}
+
+Test (device, a_host_only_model_fn_is_refused_on_a_device)
+{
+    za_model_fn_t host_only = *za_stack_model_fn ();
+    host_only.name = "host_only";
+    host_only.create = s_host_create;
+    host_only.device_ready = 0;
+    cr_assert_eq (za_stack_parse ("flatten dense(10)", &s_spec), 0);
+    za_replica_config_t config = {
+        .model_fn = &host_only, .params = &s_spec, .input = {28, 28, 1}, .train = 1,
+        .device = {.kind = ZA_DEVICE_CPU_STAGED},
+    };
+    za_error_set_quiet (1);
+    cr_expect_null (za_replica_new (&config, 1));
+    cr_expect (strstr (za_last_error (), "host_only") && strstr (za_last_error (), "cpu"), "%s",
+               za_last_error ());
+    config.device.kind = ZA_DEVICE_CPU;
+    za_replica_t *replica = za_replica_new (&config, 1);
+    cr_expect_not_null (replica);
+    za_replica_destroy (&replica);
+}
