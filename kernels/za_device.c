@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,17 @@ static pthread_once_t s_cuda_once = PTHREAD_ONCE_INIT;
 static const za_backend_t *s_cuda;
 static char s_cuda_error [ZA_ERROR_MAX_CHARS];
 
+//  The module's messages while it opens, kept to be said once by the caller.
+static int
+s_keep_error (const char *fmt, ...)
+{
+    va_list args;
+    va_start (args, fmt);
+    vsnprintf (s_cuda_error, sizeof s_cuda_error, fmt, args);
+    va_end (args);
+    return -1;
+}
+
 static void
 s_cuda_load (void)
 {
@@ -92,10 +104,9 @@ s_cuda_load (void)
                   "version? Rebuild zactor", ZA_CUDA_ENTRY);
         return;
     }
-    za_error_clear ();
-    s_cuda = open_fn (za_error);
-    if (!s_cuda)
-        snprintf (s_cuda_error, sizeof s_cuda_error, "%s", za_last_error ());
+    s_cuda = open_fn (s_keep_error);
+    if (s_cuda)
+        open_fn (za_error);     //  from now on its messages are errors as any other
 }
 
 const za_backend_t *

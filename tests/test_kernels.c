@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "za/za_kernels.h"
+#include "../kernels/za_elem.h"
 
 #define FD_EPS 1e-2
 #define REL_TOL 2e-2
@@ -454,4 +455,96 @@ Test (softmax_xent, bad_label_counted_not_crashing)
     cr_expect_eq (loss, 0.0);
     for (int i = 0; i < 4; i++)
         cr_expect_eq (dlogits [i], 0.0f);
+}
+
+// ---------------------------------------------------------------------------
+//  The element forms (kernels/za_elem.h): the bodies of the CUDA back end's
+//  kernels, one element per GPU thread. No GPU runs here, so they run on the
+//  CPU, element by element, against the CPU back end's loops.
+
+static void
+s_check_conv_elements (int n, int h, int w, int c, int filters, int kernel, int stride,
+                       za_padding_t padding)
+{
+    const za_backend_t *be = za_backend_cpu ();
+    za_conv2d_dims_t d;
+    cr_assert_eq (za_conv2d_dims (&d, n, h, w, c, filters, kernel, stride, padding), 0);
+    za_rng_t rng;
+    za_rng_seed (&rng, 3);
+    size_t in_count = (size_t) n * h * w * c, out_count = (size_t) n * d.oh * d.ow * filters;
+    size_t cols_count = za_conv2d_cols_floats (&d);
+    float *in = s_random (in_count, &rng);
+    float *k = s_random ((size_t) kernel * kernel * c * filters, &rng);
+    float *bias = s_random (filters, &rng);
+    float *dout = s_random (out_count, &rng);
+    float *cols = (float *) za_alloc (cols_count * sizeof (float));
+    float *dcols = (float *) za_alloc (cols_count * sizeof (float));
+    float *out = (float *) za_alloc (out_count * sizeof (float));
+    float *dk = (float *) za_alloc ((size_t) kernel * kernel * c * filters * sizeof (float));
+    float *db = (float *) za_alloc (filters * sizeof (float));
+    float *din = (float *) za_alloc (in_count * sizeof (float));
+    be->conv2d_forward (&d, in, k, bias, ZA_ACT_NONE, cols, out);
+    //  im2col: each element is a copy, so exactly the same.
+    for (size_t i = 0; i < cols_count; i++)
+        cr_assert_eq (za_elem_im2col (&d, in, i), cols [i], "cols[%zu]", i);
+    be->conv2d_backward (&d, cols, k, out, ZA_ACT_NONE, dout, dk, db, dcols, din);
+    //  col2im: the same sums, added in another order.
+    for (size_t i = 0; i < in_count; i++) {
+        float e = za_elem_col2im (&d, dcols, i);
+        cr_assert (fabsf (e - din [i]) <= 1e-5f * (1 + fabsf (din [i])), "din[%zu]: %g vs %g",
+                   i, (double) e, (double) din [i]);
+    }
+    za_free (in), za_free (k), za_free (bias), za_free (dout), za_free (cols);
+    za_free (dcols), za_free (out), za_free (dk), za_free (db), za_free (din);
+}
+
+Test (elements, im2col_and_col2im_equal_the_cpu)
+{
+    s_check_conv_elements (2, 7, 6, 3, 4, 3, 1, ZA_PADDING_VALID);
+    s_check_conv_elements (2, 7, 6, 3, 4, 3, 1, ZA_PADDING_SAME);
+    s_check_conv_elements (1, 9, 8, 2, 5, 3, 2, ZA_PADDING_SAME);
+    s_check_conv_elements (1, 8, 8, 1, 3, 4, 2, ZA_PADDING_SAME);
+    s_check_conv_elements (3, 6, 6, 2, 2, 5, 1, ZA_PADDING_SAME);
+    s_check_conv_elements (2, 28, 28, 1, 8, 3, 1, ZA_PADDING_VALID);
+}
+
+static void
+s_check_pool_elements (int n, int h, int w, int c, int pool, int stride, int ties)
+{
+    const za_backend_t *be = za_backend_cpu ();
+    za_pool2d_dims_t d;
+    cr_assert_eq (za_pool2d_dims (&d, n, h, w, c, pool, stride), 0);
+    za_rng_t rng;
+    za_rng_seed (&rng, 4);
+    size_t in_count = (size_t) n * h * w * c, out_count = (size_t) n * d.oh * d.ow * c;
+    float *in = s_random (in_count, &rng);
+    if (ties)       //  ReLU outputs: many equal zeros, the first must win
+        for (size_t i = 0; i < in_count; i++)
+            in [i] = in [i] > 0.5f? in [i]: 0.0f;
+    float *dout = s_random (out_count, &rng);
+    float *out = (float *) za_alloc (out_count * sizeof (float));
+    int32_t *argmax = (int32_t *) za_alloc (out_count * sizeof (int32_t));
+    float *din = (float *) za_alloc (in_count * sizeof (float));
+    be->maxpool_forward (&d, in, out, argmax);
+    for (size_t i = 0; i < out_count; i++) {
+        int32_t where = -1;
+        cr_assert_eq (za_elem_maxpool (&d, in, i, &where), out [i], "out[%zu]", i);
+        cr_assert_eq (where, argmax [i], "argmax[%zu]", i);
+    }
+    be->maxpool_backward (&d, dout, argmax, din);
+    for (size_t i = 0; i < in_count; i++) {
+        float e = za_elem_maxpool_backward (&d, dout, argmax, i);
+        cr_assert (fabsf (e - din [i]) <= 1e-6f, "din[%zu]: %g vs %g", i, (double) e,
+                   (double) din [i]);
+    }
+    za_free (in), za_free (dout), za_free (out), za_free (argmax), za_free (din);
+}
+
+Test (elements, maxpool_equals_the_cpu)
+{
+    s_check_pool_elements (2, 26, 26, 8, 2, 2, 0);
+    s_check_pool_elements (2, 26, 26, 8, 2, 2, 1);
+    s_check_pool_elements (1, 11, 9, 3, 2, 2, 1);
+    s_check_pool_elements (2, 9, 9, 2, 3, 2, 0);
+    s_check_pool_elements (1, 7, 7, 1, 3, 1, 1);
 }

@@ -1,0 +1,618 @@
+/*  za_cuda.cu: the CUDA back end, function by function beside za_cpu.c.
+    GEMMs are cuBLAS (row-major products written as their column-major
+    transposes); im2col, col2im, pooling, activations, softmax cross-entropy
+    and the optimizers are kernels over kernels/za_elem.h, the arithmetic the
+    CPU back end runs too. Each host thread has its own stream (built with
+    --default-stream per-thread) and cuBLAS handle per device. Built as a
+    module (libzactor_cuda.so) that za_device.c loads on first use.         */
+#include "za/za_kernels.h"
+#include "za_elem.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define BLOCK_THREADS 256
+#define GRID_BLOCKS_MAX 65535
+
+static za_error_fn *s_error;
+static int s_device_count;
+
+//  The calling thread's device, its cuBLAS handles, the first error since
+//  its last sync, and scratch for the loss's per-row results.
+typedef struct {
+    int device;
+    cublasHandle_t blas [ZA_DEVICE_MAX];
+    char error [ZA_ERROR_MAX_CHARS];
+    double *row_loss [ZA_DEVICE_MAX];       //  device
+    int *row_flags [ZA_DEVICE_MAX];         //  device: 1 correct, 2 invalid label
+    int rows [ZA_DEVICE_MAX];
+    double *host_loss;                      //  pinned
+    int *host_flags;
+    int host_rows;
+} s_thread_t;
+
+static thread_local s_thread_t s_self;
+
+//  Keeps the first failure until sync says it.
+static void
+s_fail (const char *what, const char *why)
+{
+    if (!s_self.error [0])
+        snprintf (s_self.error, sizeof s_self.error, "cuda:%d: %s failed: %s", s_self.device,
+                  what, why);
+}
+
+static int
+s_cuda_ok (cudaError_t rc, const char *what)
+{
+    if (rc == cudaSuccess)
+        return 1;
+    s_fail (what, cudaGetErrorString (rc));
+    return 0;
+}
+
+static void
+s_blas_ok (cublasStatus_t rc, const char *what)
+{
+    if (rc != CUBLAS_STATUS_SUCCESS) {
+        char why [64];
+        snprintf (why, sizeof why, "cuBLAS status %d", (int) rc);
+        s_fail (what, why);
+    }
+}
+
+static void
+s_launched (const char *what)
+{
+    s_cuda_ok (cudaGetLastError (), what);
+}
+
+static cublasHandle_t
+s_blas (void)
+{
+    return s_self.blas [s_self.device];
+}
+
+static unsigned
+s_blocks (size_t count)
+{
+    size_t blocks = (count + BLOCK_THREADS - 1) / BLOCK_THREADS;
+    return (unsigned) (blocks < 1? 1: blocks > GRID_BLOCKS_MAX? GRID_BLOCKS_MAX: blocks);
+}
+
+//  Every kernel walks its elements with a grid-stride loop.
+#define FOR_EACH(i, count) \
+    for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < (count); \
+         i += (size_t) gridDim.x * blockDim.x)
+
+// ---------------------------------------------------------------------------
+//  Element kernels
+
+__global__ void
+k_im2col (za_conv2d_dims_t d, const float *in, float *cols, size_t count)
+{
+    FOR_EACH (i, count)
+        cols [i] = za_elem_im2col (&d, in, i);
+}
+
+__global__ void
+k_col2im (za_conv2d_dims_t d, const float *dcols, float *din, size_t count)
+{
+    FOR_EACH (i, count)
+        din [i] = za_elem_col2im (&d, dcols, i);
+}
+
+//  out[r, u] += bias[u], then the activation.
+__global__ void
+k_bias_act (size_t count, int units, const float *bias, int relu, float *out)
+{
+    FOR_EACH (i, count) {
+        float v = out [i] + bias [i % (size_t) units];
+        out [i] = relu? (v > 0? v: 0.0f): v;
+    }
+}
+
+//  dout masked where the ReLU's output was 0.
+__global__ void
+k_relu_mask (size_t count, const float *out, float *dout)
+{
+    FOR_EACH (i, count)
+        if (!(out [i] > 0))
+            dout [i] = 0.0f;
+}
+
+//  dbias[u] += sum over rows of dout[r, u]: a block per column, rows in the
+//  order of a strided walk then a tree.
+__global__ void
+k_column_sums (size_t rows, int units, const float *dout, float *dbias)
+{
+    __shared__ float partial [BLOCK_THREADS];
+    int u = blockIdx.x;
+    float sum = 0.0f;
+    for (size_t r = threadIdx.x; r < rows; r += blockDim.x)
+        sum += dout [r * units + u];
+    partial [threadIdx.x] = sum;
+    __syncthreads ();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if ((int) threadIdx.x < half)
+            partial [threadIdx.x] += partial [threadIdx.x + half];
+        __syncthreads ();
+    }
+    if (threadIdx.x == 0)
+        dbias [u] += partial [0];
+}
+
+__global__ void
+k_maxpool_forward (za_pool2d_dims_t d, const float *in, float *out, int32_t *argmax,
+                   size_t count)
+{
+    FOR_EACH (i, count)
+        out [i] = za_elem_maxpool (&d, in, i, &argmax [i]);
+}
+
+__global__ void
+k_maxpool_backward (za_pool2d_dims_t d, const float *dout, const int32_t *argmax, float *din,
+                    size_t count)
+{
+    FOR_EACH (i, count)
+        din [i] = za_elem_maxpool_backward (&d, dout, argmax, i);
+}
+
+__global__ void
+k_relu_forward (size_t count, const float *in, float *out)
+{
+    FOR_EACH (i, count)
+        out [i] = in [i] > 0? in [i]: 0.0f;
+}
+
+__global__ void
+k_relu_backward (size_t count, const float *out, const float *dout, float *din)
+{
+    FOR_EACH (i, count)
+        din [i] = out [i] > 0? dout [i]: 0.0f;
+}
+
+__global__ void
+k_dropout_forward (size_t count, float rate, uint64_t seed, const float *in, float *mask,
+                   float *out)
+{
+    FOR_EACH (i, count) {
+        mask [i] = za_elem_dropout_mask (seed, i, rate);
+        out [i] = in [i] * mask [i];
+    }
+}
+
+__global__ void
+k_multiply (size_t count, const float *a, const float *b, float *out)
+{
+    FOR_EACH (i, count)
+        out [i] = a [i] * b [i];
+}
+
+//  One row of softmax cross-entropy per thread (as the CPU's loop body).
+__global__ void
+k_softmax_xent (int n, int classes, const float *logits, const int32_t *labels,
+                float *dlogits, double *row_loss, int *row_flags)
+{
+    FOR_EACH (r, (size_t) n) {
+        const float *z = logits + r * classes;
+        int best = 0;
+        for (int k = 1; k < classes; k++)
+            if (z [k] > z [best])
+                best = k;
+        float zmax = z [best];
+        double sum = 0;
+        for (int k = 0; k < classes; k++)
+            sum += exp ((double) (z [k] - zmax));
+        int label = labels [r];
+        int valid = label >= 0 && label < classes;
+        row_loss [r] = valid? log (sum) - (double) (z [label] - zmax): 0.0;
+        row_flags [r] = valid? (best == label): 2;
+        if (dlogits) {
+            float *g = dlogits + r * classes;
+            float inv = (float) (1.0 / sum) / (float) n;
+            for (int k = 0; k < classes; k++)
+                g [k] = valid? expf (z [k] - zmax) * inv: 0.0f;
+            if (valid)
+                g [label] -= 1.0f / (float) n;
+        }
+    }
+}
+
+__global__ void
+k_scale_add (size_t count, float alpha, float *y, float beta, const float *x)
+{
+    FOR_EACH (i, count)
+        y [i] = x? alpha * y [i] + beta * x [i]: alpha * y [i];
+}
+
+__global__ void
+k_optim (za_optim_config_t c, float m_scale, float v_scale, float *w, const float *g,
+         float *s0, float *s1, size_t count)
+{
+    FOR_EACH (i, count) {
+        switch (c.kind) {
+            case ZA_OPT_SGD:
+                w [i] = za_elem_sgd (c.learning_rate, w [i], g [i]);
+                break;
+            case ZA_OPT_MOMENTUM:
+                w [i] = za_elem_momentum (c.learning_rate, c.momentum, c.nesterov, w [i], g [i],
+                                          &s0 [i]);
+                break;
+            case ZA_OPT_ADAM:
+                w [i] = za_elem_adam (c.learning_rate, c.beta1, c.beta2, c.epsilon, m_scale,
+                                      v_scale, w [i], g [i], &s0 [i], &s1 [i]);
+                break;
+            case ZA_OPT_ADAGRAD:
+                w [i] = za_elem_adagrad (c.learning_rate, c.epsilon, w [i], g [i], &s0 [i]);
+                break;
+        }
+    }
+}
+
+#define LAUNCH(kernel, count, ...)                                                  \
+    do {                                                                            \
+        kernel<<<s_blocks (count), BLOCK_THREADS>>> (__VA_ARGS__);                  \
+        s_launched (#kernel);                                                       \
+    } while (0)
+
+// ---------------------------------------------------------------------------
+//  The table, in za_cpu.c's order
+
+//  Row-major out[m, n] = a[m, k] @ b[k, n] (+ out when accumulate): cuBLAS is
+//  column-major, so it computes out^T = b^T a^T. ta / tb: a or b transposed
+//  (a is then stored [k, m], b [n, k]).
+static void
+s_gemm (int ta, int tb, int m, int n, int k, const float *a, const float *b, float beta,
+        float *out)
+{
+    const float one = 1.0f;
+    s_blas_ok (cublasSgemm (s_blas (), tb? CUBLAS_OP_T: CUBLAS_OP_N, ta? CUBLAS_OP_T: CUBLAS_OP_N,
+                            n, m, k, &one, b, tb? k: n, a, ta? m: k, &beta, out, n),
+               "cublasSgemm");
+}
+
+static void
+s_bias_act (size_t rows, int units, const float *bias, za_act_t act, float *out)
+{
+    size_t count = rows * units;
+    LAUNCH (k_bias_act, count, count, units, bias, act == ZA_ACT_RELU, out);
+}
+
+static void
+s_act_bias_backward (size_t rows, int units, const float *out, za_act_t act, float *dout,
+                     float *dbias)
+{
+    size_t count = rows * units;
+    if (act == ZA_ACT_RELU)
+        LAUNCH (k_relu_mask, count, count, out, dout);
+    k_column_sums<<<units, BLOCK_THREADS>>> (rows, units, dout, dbias);
+    s_launched ("k_column_sums");
+}
+
+static void
+s_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
+                  const float *bias, za_act_t act, float *cols, float *out)
+{
+    const int P = d->n * d->oh * d->ow;
+    const int K = d->kh * d->kw * d->c;
+    size_t count = (size_t) P * K;
+    LAUNCH (k_im2col, count, *d, in, cols, count);
+    s_gemm (0, 0, P, d->oc, K, cols, kernel, 0.0f, out);
+    s_bias_act ((size_t) P, d->oc, bias, act, out);
+}
+
+static void
+s_conv2d_backward (const za_conv2d_dims_t *d, const float *cols, const float *kernel,
+                   const float *out, za_act_t act, float *dout, float *dkernel,
+                   float *dbias, float *dcols, float *din)
+{
+    const int P = d->n * d->oh * d->ow;
+    const int K = d->kh * d->kw * d->c;
+    s_act_bias_backward ((size_t) P, d->oc, out, act, dout, dbias);
+    s_gemm (1, 0, K, d->oc, P, cols, dout, 1.0f, dkernel);
+    if (din) {
+        s_gemm (0, 1, P, K, d->oc, dout, kernel, 0.0f, dcols);
+        size_t count = (size_t) d->n * d->h * d->w * d->c;
+        LAUNCH (k_col2im, count, *d, dcols, din, count);
+    }
+}
+
+static void
+s_dense_forward (int n, int in_dim, int units, const float *in, const float *kernel,
+                 const float *bias, za_act_t act, float *out)
+{
+    s_gemm (0, 0, n, units, in_dim, in, kernel, 0.0f, out);
+    s_bias_act ((size_t) n, units, bias, act, out);
+}
+
+static void
+s_dense_backward (int n, int in_dim, int units, const float *in, const float *kernel,
+                  const float *out, za_act_t act, float *dout, float *dkernel,
+                  float *dbias, float *din)
+{
+    s_act_bias_backward ((size_t) n, units, out, act, dout, dbias);
+    s_gemm (1, 0, in_dim, units, n, in, dout, 1.0f, dkernel);
+    if (din)
+        s_gemm (0, 1, n, in_dim, units, dout, kernel, 0.0f, din);
+}
+
+static void
+s_maxpool_forward (const za_pool2d_dims_t *d, const float *in, float *out, int32_t *argmax)
+{
+    size_t count = (size_t) d->n * d->oh * d->ow * d->c;
+    LAUNCH (k_maxpool_forward, count, *d, in, out, argmax, count);
+}
+
+static void
+s_maxpool_backward (const za_pool2d_dims_t *d, const float *dout, const int32_t *argmax,
+                    float *din)
+{
+    size_t count = (size_t) d->n * d->h * d->w * d->c;
+    LAUNCH (k_maxpool_backward, count, *d, dout, argmax, din, count);
+}
+
+static void
+s_relu_forward (size_t count, const float *in, float *out)
+{
+    LAUNCH (k_relu_forward, count, count, in, out);
+}
+
+static void
+s_relu_backward (size_t count, const float *out, const float *dout, float *din)
+{
+    LAUNCH (k_relu_backward, count, count, out, dout, din);
+}
+
+static void
+s_dropout_forward (size_t count, float rate, uint64_t seed, const float *in, float *mask,
+                   float *out)
+{
+    LAUNCH (k_dropout_forward, count, count, rate, seed, in, mask, out);
+}
+
+static void
+s_dropout_backward (size_t count, const float *mask, const float *dout, float *din)
+{
+    LAUNCH (k_multiply, count, count, mask, dout, din);
+}
+
+//  Room for n rows of results on this device and the host. 0 or -1.
+static int
+s_row_scratch (int n)
+{
+    int dev = s_self.device;
+    if (n > s_self.rows [dev]) {
+        cudaFree (s_self.row_loss [dev]);
+        cudaFree (s_self.row_flags [dev]);
+        s_self.rows [dev] = 0;
+        if (!s_cuda_ok (cudaMalloc (&s_self.row_loss [dev], n * sizeof (double)), "cudaMalloc")
+            || !s_cuda_ok (cudaMalloc (&s_self.row_flags [dev], n * sizeof (int)), "cudaMalloc"))
+            return -1;
+        s_self.rows [dev] = n;
+    }
+    if (n > s_self.host_rows) {
+        cudaFreeHost (s_self.host_loss);
+        cudaFreeHost (s_self.host_flags);
+        s_self.host_rows = 0;
+        if (!s_cuda_ok (cudaMallocHost (&s_self.host_loss, n * sizeof (double)), "cudaMallocHost")
+            || !s_cuda_ok (cudaMallocHost (&s_self.host_flags, n * sizeof (int)),
+                           "cudaMallocHost"))
+            return -1;
+        s_self.host_rows = n;
+    }
+    return 0;
+}
+
+//  Each row on the GPU; the rows' losses summed on the host in order, as
+//  the CPU sums them. Waits for the stream (the caller needs the numbers).
+static double
+s_softmax_xent (int n, int classes, const float *logits, const int32_t *labels,
+                float *dlogits, int *correct, int *invalid)
+{
+    int right = 0, bad = 0;
+    double loss = 0;
+    if (s_row_scratch (n) == 0) {
+        int dev = s_self.device;
+        LAUNCH (k_softmax_xent, (size_t) n, n, classes, logits, labels, dlogits,
+                s_self.row_loss [dev], s_self.row_flags [dev]);
+        if (s_cuda_ok (cudaMemcpy (s_self.host_loss, s_self.row_loss [dev], n * sizeof (double),
+                                   cudaMemcpyDeviceToHost), "cudaMemcpy")
+            && s_cuda_ok (cudaMemcpy (s_self.host_flags, s_self.row_flags [dev],
+                                      n * sizeof (int), cudaMemcpyDeviceToHost), "cudaMemcpy"))
+            for (int r = 0; r < n; r++) {
+                loss += s_self.host_loss [r];
+                right += s_self.host_flags [r] == 1;
+                bad += s_self.host_flags [r] == 2;
+            }
+    }
+    if (correct)
+        *correct = right;
+    if (invalid)
+        *invalid = bad;
+    return loss;
+}
+
+static void *
+s_buffer_alloc (size_t bytes)
+{
+    void *p = NULL;
+    if (!s_cuda_ok (cudaMalloc (&p, bytes? bytes: 1), "cudaMalloc")
+        || !s_cuda_ok (cudaMemset (p, 0, bytes), "cudaMemset")) {
+        cudaFree (p);
+        s_error ("cuda:%d: out of GPU memory for %zu bytes", s_self.device, bytes);
+        s_self.error [0] = 0;
+        return NULL;
+    }
+    return p;
+}
+
+static void
+s_buffer_free (void *p)
+{
+    if (p)
+        cudaFree (p);
+}
+
+static void
+s_set_threads (int threads)
+{
+    (void) threads;
+}
+
+static int
+s_bind (int device)
+{
+    if (device < 0 || device >= s_device_count)
+        return s_error ("cuda: no device %d (%d here)", device, s_device_count);
+    cudaError_t rc = cudaSetDevice (device);
+    if (rc != cudaSuccess)
+        return s_error ("cuda:%d: cudaSetDevice failed: %s", device, cudaGetErrorString (rc));
+    s_self.device = device;
+    if (!s_self.blas [device]) {
+        cublasStatus_t status = cublasCreate (&s_self.blas [device]);
+        if (status != CUBLAS_STATUS_SUCCESS)
+            return s_error ("cuda:%d: cublasCreate failed (status %d)", device, (int) status);
+        cublasSetStream (s_self.blas [device], cudaStreamPerThread);
+    }
+    return 0;
+}
+
+static void *
+s_host_alloc (size_t bytes)
+{
+    void *p = NULL;
+    cudaError_t rc = cudaMallocHost (&p, bytes? bytes: 1);
+    if (rc != cudaSuccess) {
+        s_error ("cuda: out of pinned host memory for %zu bytes: %s", bytes,
+                 cudaGetErrorString (rc));
+        return NULL;
+    }
+    memset (p, 0, bytes);
+    return p;
+}
+
+static void
+s_host_free (void *p)
+{
+    if (p)
+        cudaFreeHost (p);
+}
+
+static int
+s_copy_with (void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, const char *what)
+{
+    cudaError_t rc = kind == cudaMemcpyDeviceToDevice
+                   ? cudaMemcpyAsync (dst, src, bytes, cudaMemcpyDefault, cudaStreamPerThread)
+                   : cudaMemcpy (dst, src, bytes, kind);
+    if (rc == cudaSuccess)
+        return 0;
+    return s_error ("cuda:%d: %s of %zu bytes failed: %s", s_self.device, what, bytes,
+                    cudaGetErrorString (rc));
+}
+
+static int
+s_upload (void *dst, const void *src, size_t bytes)
+{
+    return s_copy_with (dst, src, bytes, cudaMemcpyHostToDevice, "copy to the GPU");
+}
+
+static int
+s_download (void *dst, const void *src, size_t bytes)
+{
+    return s_copy_with (dst, src, bytes, cudaMemcpyDeviceToHost, "copy from the GPU");
+}
+
+static int
+s_copy (void *dst, const void *src, size_t bytes)
+{
+    return s_copy_with (dst, src, bytes, cudaMemcpyDeviceToDevice, "copy on the GPU");
+}
+
+static void
+s_zero (void *p, size_t bytes)
+{
+    s_cuda_ok (cudaMemsetAsync (p, 0, bytes, cudaStreamPerThread), "cudaMemsetAsync");
+}
+
+static void
+s_scale_add (size_t n, float alpha, float *y, float beta, const float *x)
+{
+    LAUNCH (k_scale_add, n, n, alpha, y, beta, x);
+}
+
+static void
+s_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float *g,
+               float **slots, size_t n)
+{
+    float m_scale = c->kind == ZA_OPT_ADAM? za_elem_bias_correction (c->beta1, step): 1.0f;
+    float v_scale = c->kind == ZA_OPT_ADAM? za_elem_bias_correction (c->beta2, step): 1.0f;
+    //  (za_optim_slot_count lives in the host library, which this module
+    //  does not link.)
+    int count = c->kind == ZA_OPT_ADAM? 2: c->kind == ZA_OPT_SGD? 0: 1;
+    LAUNCH (k_optim, n, *c, m_scale, v_scale, w, g, count > 0? slots [0]: NULL,
+            count > 1? slots [1]: NULL, n);
+}
+
+static int
+s_sync (void)
+{
+    s_cuda_ok (cudaStreamSynchronize (cudaStreamPerThread), "the step");
+    s_launched ("the step");
+    if (!s_self.error [0])
+        return 0;
+    int rc = s_error ("%s", s_self.error);
+    s_self.error [0] = 0;
+    return rc;
+}
+
+static za_backend_t s_cuda = {
+    .name = "cuda (cuBLAS)",
+    .conv2d_forward = s_conv2d_forward,
+    .conv2d_backward = s_conv2d_backward,
+    .dense_forward = s_dense_forward,
+    .dense_backward = s_dense_backward,
+    .maxpool_forward = s_maxpool_forward,
+    .maxpool_backward = s_maxpool_backward,
+    .relu_forward = s_relu_forward,
+    .relu_backward = s_relu_backward,
+    .dropout_forward = s_dropout_forward,
+    .dropout_backward = s_dropout_backward,
+    .softmax_xent = s_softmax_xent,
+    .buffer_alloc = s_buffer_alloc,
+    .buffer_free = s_buffer_free,
+    .set_threads = s_set_threads,
+    .host_memory = 0,
+    .device_count = 0,
+    .bind = s_bind,
+    .host_alloc = s_host_alloc,
+    .host_free = s_host_free,
+    .upload = s_upload,
+    .download = s_download,
+    .copy = s_copy,
+    .zero = s_zero,
+    .scale_add = s_scale_add,
+    .optim_apply = s_optim_apply,
+    .sync = s_sync,
+};
+
+//  Without a GPU cudaGetDeviceCount fails (error 35 without a driver, 100
+//  without a device) and may leave the count unwritten.
+extern "C" __attribute__ ((visibility ("default"))) const za_backend_t *
+za_backend_cuda_open (za_error_fn *error)
+{
+    s_error = error;
+    int count = 0;
+    cudaError_t rc = cudaGetDeviceCount (&count);
+    if (rc != cudaSuccess || count <= 0) {
+        error ("--device cuda: no usable GPU here (CUDA says: %s). Use --device cpu",
+               rc != cudaSuccess? cudaGetErrorString (rc): "no CUDA device");
+        return NULL;
+    }
+    s_device_count = count < ZA_DEVICE_MAX? count: ZA_DEVICE_MAX;
+    s_cuda.device_count = s_device_count;
+    return &s_cuda;
+}

@@ -1,0 +1,246 @@
+/*  cuda_layers.c: every layer's forward and backward on the CUDA back end
+    against the CPU back end, on the same random inputs, and the optimizers.
+    Exits 77 (CTest: skipped) where there is no GPU or no CUDA build; 0 when
+    every output is within its tolerance, 1 otherwise. Not a Criterion suite:
+    loading CUDA in every forked test would cost seconds.
+
+    Tolerances: GEMM outputs 1e-4 relative (cuBLAS sums in another order, and
+    may use TF32 only if asked: we do not ask); copies and masks exact.      */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "za/za_kernels.h"
+
+static const za_backend_t *s_cpu, *s_gpu;
+static int s_failures;
+
+static float *
+s_random (size_t n, uint64_t seed)
+{
+    za_rng_t rng;
+    za_rng_seed (&rng, seed);
+    float *x = (float *) za_alloc (n * sizeof (float));
+    for (size_t i = 0; i < n; i++)
+        x [i] = 2.0f * za_rng_uniform (&rng) - 1.0f;
+    return x;
+}
+
+//  A device copy of a host buffer.
+static void *
+s_up (const void *host, size_t bytes)
+{
+    void *dev = s_gpu->buffer_alloc (bytes);
+    if (!dev || s_gpu->upload (dev, host, bytes)) {
+        fprintf (stderr, "cuda_layers: %s\n", za_last_error ());
+        exit (1);
+    }
+    return dev;
+}
+
+//  Compares a device buffer with the CPU's result.
+static void
+s_compare (const char *what, const float *cpu, const float *dev, size_t n, double tolerance)
+{
+    float *back = (float *) za_alloc (n * sizeof (float));
+    if (s_gpu->sync () || s_gpu->download (back, dev, n * sizeof (float))) {
+        fprintf (stderr, "cuda_layers: %s: %s\n", what, za_last_error ());
+        exit (1);
+    }
+    double worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs ((double) cpu [i] - back [i]) / (1 + fabs ((double) cpu [i]));
+        if (d > worst || d != d)
+            worst = d, at = i;
+    }
+    int ok = worst <= tolerance;
+    printf ("%-40s %10zu floats  max rel diff %.2e  %s\n", what, n, worst, ok? "ok": "FAIL");
+    if (!ok) {
+        printf ("    at %zu: cpu %g gpu %g\n", at, (double) cpu [at], (double) back [at]);
+        s_failures++;
+    }
+    za_free (back);
+}
+
+static void
+s_conv (int n, int h, int w, int c, int filters, int kernel, int stride, za_padding_t padding,
+        za_act_t act)
+{
+    za_conv2d_dims_t d;
+    za_conv2d_dims (&d, n, h, w, c, filters, kernel, stride, padding);
+    size_t in_n = (size_t) n * h * w * c, out_n = (size_t) n * d.oh * d.ow * filters;
+    size_t k_n = (size_t) kernel * kernel * c * filters, cols_n = za_conv2d_cols_floats (&d);
+    float *in = s_random (in_n, 1), *k = s_random (k_n, 2), *b = s_random (filters, 3);
+    float *dout = s_random (out_n, 4);
+    float *cols = za_alloc (cols_n * 4), *out = za_alloc (out_n * 4), *dk = za_alloc (k_n * 4);
+    float *db = za_alloc (filters * 4), *dcols = za_alloc (cols_n * 4), *din = za_alloc (in_n * 4);
+    float *g_in = s_up (in, in_n * 4), *g_k = s_up (k, k_n * 4), *g_b = s_up (b, filters * 4);
+    float *g_dout = s_up (dout, out_n * 4), *g_cols = s_up (cols, cols_n * 4);
+    float *g_out = s_up (out, out_n * 4), *g_dk = s_up (dk, k_n * 4), *g_db = s_up (db, filters * 4);
+    float *g_dcols = s_up (dcols, cols_n * 4), *g_din = s_up (din, in_n * 4);
+    s_cpu->conv2d_forward (&d, in, k, b, act, cols, out);
+    s_gpu->conv2d_forward (&d, g_in, g_k, g_b, act, g_cols, g_out);
+    char what [80];
+    snprintf (what, sizeof what, "conv2d %dx%dx%d k%d s%d %s%s out", h, w, c, kernel, stride,
+              padding == ZA_PADDING_SAME? "same": "valid", act == ZA_ACT_RELU? " relu": "");
+    s_compare (what, out, g_out, out_n, 1e-4);
+    s_cpu->conv2d_backward (&d, cols, k, out, act, dout, dk, db, dcols, din);
+    s_gpu->conv2d_backward (&d, g_cols, g_k, g_out, act, g_dout, g_dk, g_db, g_dcols, g_din);
+    what [strlen (what) - 3] = 0;
+    char part [96];
+    snprintf (part, sizeof part, "%s dkernel", what);
+    s_compare (part, dk, g_dk, k_n, 1e-4);
+    snprintf (part, sizeof part, "%s dbias", what);
+    s_compare (part, db, g_db, filters, 1e-4);
+    snprintf (part, sizeof part, "%s din", what);
+    s_compare (part, din, g_din, in_n, 1e-4);
+    float *host [] = {in, k, b, dout, cols, out, dk, db, dcols, din};
+    float *dev [] = {g_in, g_k, g_b, g_dout, g_cols, g_out, g_dk, g_db, g_dcols, g_din};
+    for (int i = 0; i < 10; i++) {
+        za_free (host [i]);
+        s_gpu->buffer_free (dev [i]);
+    }
+}
+
+static void
+s_dense (int n, int in_dim, int units, za_act_t act)
+{
+    size_t k_n = (size_t) in_dim * units;
+    float *in = s_random ((size_t) n * in_dim, 5), *k = s_random (k_n, 6), *b = s_random (units, 7);
+    float *dout = s_random ((size_t) n * units, 8), *out = za_alloc ((size_t) n * units * 4);
+    float *dk = za_alloc (k_n * 4), *db = za_alloc (units * 4), *din = za_alloc ((size_t) n * in_dim * 4);
+    float *g_in = s_up (in, (size_t) n * in_dim * 4), *g_k = s_up (k, k_n * 4);
+    float *g_b = s_up (b, units * 4), *g_dout = s_up (dout, (size_t) n * units * 4);
+    float *g_out = s_up (out, (size_t) n * units * 4), *g_dk = s_up (dk, k_n * 4);
+    float *g_db = s_up (db, units * 4), *g_din = s_up (din, (size_t) n * in_dim * 4);
+    s_cpu->dense_forward (n, in_dim, units, in, k, b, act, out);
+    s_gpu->dense_forward (n, in_dim, units, g_in, g_k, g_b, act, g_out);
+    s_compare ("dense out", out, g_out, (size_t) n * units, 1e-4);
+    s_cpu->dense_backward (n, in_dim, units, in, k, out, act, dout, dk, db, din);
+    s_gpu->dense_backward (n, in_dim, units, g_in, g_k, g_out, act, g_dout, g_dk, g_db, g_din);
+    s_compare ("dense dkernel", dk, g_dk, k_n, 1e-4);
+    s_compare ("dense dbias", db, g_db, units, 1e-4);
+    s_compare ("dense din", din, g_din, (size_t) n * in_dim, 1e-4);
+    float *host [] = {in, k, b, dout, out, dk, db, din};
+    float *dev [] = {g_in, g_k, g_b, g_dout, g_out, g_dk, g_db, g_din};
+    for (int i = 0; i < 8; i++) {
+        za_free (host [i]);
+        s_gpu->buffer_free (dev [i]);
+    }
+}
+
+static void
+s_pool_and_elementwise (void)
+{
+    za_pool2d_dims_t d;
+    za_pool2d_dims (&d, 8, 26, 26, 32, 2, 2);
+    size_t in_n = (size_t) 8 * 26 * 26 * 32, out_n = (size_t) 8 * 13 * 13 * 32;
+    float *in = s_random (in_n, 9), *dout = s_random (out_n, 10);
+    float *out = za_alloc (out_n * 4), *din = za_alloc (in_n * 4), *mask = za_alloc (in_n * 4);
+    int32_t *argmax = za_alloc (out_n * 4);
+    float *g_in = s_up (in, in_n * 4), *g_dout = s_up (dout, out_n * 4);
+    float *g_out = s_up (out, out_n * 4), *g_din = s_up (din, in_n * 4);
+    float *g_mask = s_up (mask, in_n * 4);
+    int32_t *g_argmax = s_up (argmax, out_n * 4);
+    s_cpu->maxpool_forward (&d, in, out, argmax);
+    s_gpu->maxpool_forward (&d, g_in, g_out, g_argmax);
+    s_compare ("maxpool 2x2 out", out, g_out, out_n, 0);
+    s_cpu->maxpool_backward (&d, dout, argmax, din);
+    s_gpu->maxpool_backward (&d, g_dout, g_argmax, g_din);
+    s_compare ("maxpool 2x2 din", din, g_din, in_n, 0);
+    s_cpu->relu_forward (in_n, in, din);
+    s_gpu->relu_forward (in_n, g_in, g_din);
+    s_compare ("relu out", din, g_din, in_n, 0);
+    s_cpu->dropout_forward (in_n, 0.3f, 77, in, mask, din);
+    s_gpu->dropout_forward (in_n, 0.3f, 77, g_in, g_mask, g_din);
+    s_compare ("dropout mask (same draws)", mask, g_mask, in_n, 0);
+    s_compare ("dropout out", din, g_din, in_n, 0);
+    float *host [] = {in, dout, out, din, mask, (float *) argmax};
+    void *dev [] = {g_in, g_dout, g_out, g_din, g_mask, g_argmax};
+    for (int i = 0; i < 6; i++) {
+        za_free (host [i]);
+        s_gpu->buffer_free (dev [i]);
+    }
+}
+
+static void
+s_softmax (void)
+{
+    enum { N = 1000, CLASSES = 10 };
+    float *z = s_random (N * CLASSES, 11), *dz = za_alloc (N * CLASSES * 4);
+    int32_t labels [N];
+    for (int r = 0; r < N; r++)
+        labels [r] = r % 97 == 0? 12: r % CLASSES;       //  a few invalid labels
+    float *g_z = s_up (z, sizeof (float) * N * CLASSES), *g_dz = s_up (dz, N * CLASSES * 4);
+    int32_t *g_labels = s_up (labels, sizeof labels);
+    int right_c, right_g, bad_c, bad_g;
+    double loss_c = s_cpu->softmax_xent (N, CLASSES, z, labels, dz, &right_c, &bad_c);
+    double loss_g = s_gpu->softmax_xent (N, CLASSES, g_z, g_labels, g_dz, &right_g, &bad_g);
+    s_compare ("softmax_xent dlogits", dz, g_dz, N * CLASSES, 1e-6);
+    int ok = fabs (loss_c - loss_g) <= 1e-9 * fabs (loss_c) && right_c == right_g && bad_c == bad_g;
+    printf ("%-40s loss %.9f vs %.9f, correct %d vs %d, invalid %d vs %d  %s\n", "softmax_xent",
+            loss_c, loss_g, right_c, right_g, bad_c, bad_g, ok? "ok": "FAIL");
+    s_failures += !ok;
+    za_free (z), za_free (dz);
+    s_gpu->buffer_free (g_z), s_gpu->buffer_free (g_dz), s_gpu->buffer_free (g_labels);
+}
+
+static void
+s_optimizers (void)
+{
+    enum { N = 100003 };
+    za_optimizer_t kinds [] = {ZA_OPT_SGD, ZA_OPT_MOMENTUM, ZA_OPT_ADAM, ZA_OPT_ADAGRAD};
+    for (int k = 0; k < 4; k++) {
+        za_optim_config_t c = za_optim_config_default (kinds [k]);
+        float *w = s_random (N, 12), *g = s_random (N, 13);
+        float *s0 = za_alloc (N * 4), *s1 = za_alloc (N * 4);
+        float *slots [2] = {s0, s1};
+        za_optim_init_slots (&c, slots, N);
+        float *g_w = s_up (w, N * 4), *g_g = s_up (g, N * 4);
+        float *g_slots [2] = {s_up (s0, N * 4), s_up (s1, N * 4)};
+        for (int64_t step = 1; step <= 3; step++) {
+            za_optim_apply (&c, step, w, g, slots, N);
+            s_gpu->optim_apply (&c, step, g_w, g_g, g_slots, N);
+        }
+        char what [64];
+        snprintf (what, sizeof what, "%s, 3 updates: values", za_optim_name (c.kind));
+        s_compare (what, w, g_w, N, 1e-6);
+        if (za_optim_slot_count (c.kind) > 0) {
+            snprintf (what, sizeof what, "%s, 3 updates: slot 0", za_optim_name (c.kind));
+            s_compare (what, s0, g_slots [0], N, 1e-6);
+        }
+        za_free (w), za_free (g), za_free (s0), za_free (s1);
+        s_gpu->buffer_free (g_w), s_gpu->buffer_free (g_g);
+        s_gpu->buffer_free (g_slots [0]), s_gpu->buffer_free (g_slots [1]);
+    }
+}
+
+int
+main (void)
+{
+    za_device_t device;
+    int first, count;
+    za_device_parse ("cuda", &device);
+    s_cpu = za_backend_cpu ();
+    s_gpu = za_device_backend (&device, &first, &count);
+    if (!s_gpu) {
+        printf ("cuda_layers: skipped: %s\n", za_last_error ());
+        return 77;
+    }
+    if (s_gpu->bind (0))
+        return 1;
+    printf ("cuda_layers: %s, %d device(s)\n", s_gpu->name, count);
+    s_conv (16, 28, 28, 1, 32, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU);
+    s_conv (16, 13, 13, 32, 64, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU);
+    s_conv (4, 9, 8, 3, 5, 3, 2, ZA_PADDING_SAME, ZA_ACT_NONE);
+    s_conv (4, 8, 8, 2, 3, 4, 2, ZA_PADDING_SAME, ZA_ACT_RELU);
+    s_dense (64, 576, 64, ZA_ACT_RELU);
+    s_dense (64, 64, 10, ZA_ACT_NONE);
+    s_pool_and_elementwise ();
+    s_softmax ();
+    s_optimizers ();
+    printf ("cuda_layers: %s\n", s_failures? "FAILED": "every layer within tolerance");
+    return s_failures? 1: 0;
+}
