@@ -133,6 +133,7 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
     za_replica_config_t replica = {
         .model_fn = config->model_fn, .params = config->params, .input = config->input,
         .threads = config->run.threads, .train = 1,
+        .device = config->run.device, .replicas_per_device = config->run.replicas_per_device,
         .optim = config->is_chief? &config->optim: NULL,
         .replica_index = config->worker_index,
     };

@@ -99,6 +99,16 @@ static const za_option_t s_options [] = {
     ZA_OPTION ("threads", T_INT, threads, "N", "0", 0, 64, NULL,
                R_TRAIN | ZA_READ_EVALUATOR, JOB, 0, NULL,
                "compute threads; 0: the cores, shared by the tasks of this machine"),
+    ZA_OPTION ("device", T_STR, device, "DEV", "cpu", 0, 0, NULL, R_TRAIN | ZA_READ_EVALUATOR,
+               JOB, 0, NULL,
+               "where the model computes: cpu, cuda (= cuda:0), cuda:N, or\n"
+               "cuda:all (a replica per GPU, the batch split across them, as\n"
+               "TensorFlow's MirroredStrategy); needs a build with the CUDA back\n"
+               "end (-DZA_CUDA) and a GPU. Checkpoints are the same on any device"),
+    ZA_OPTION ("replicas-per-device", T_INT, replicas_per_device, "N", "1", 1, 64, NULL,
+               R_TRAIN | ZA_READ_EVALUATOR, JOB, 0, NULL,
+               "--device cuda: model replicas on each GPU, each a slice of the\n"
+               "batch, their gradients summed before one update"),
     ZA_OPTION ("train-and-evaluate", T_FLAG, train_and_evaluate, NULL, NULL, 0, 0, NULL,
                ZA_READ_SINGLE, PROC, 0, "Evaluation (EvalSpec)",
                "train and run the evaluator together in this process"),
@@ -212,6 +222,9 @@ za_settings_run_config (const za_settings_t *s)
     config.save_summary_steps = s->save_summary_steps;
     config.seed = (uint64_t) s->seed;
     config.threads = (int) s->threads;     //  0: every core (za_replica.h)
+    //  Checked by za_task_prepare: a bad text was refused there.
+    za_device_parse (s->device, &config.device);
+    config.replicas_per_device = (int) s->replicas_per_device;
     return config;
 }
 

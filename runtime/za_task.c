@@ -69,6 +69,12 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     za_optim_config_t optim;
     if (za_settings_optim (settings, &optim))
         return ZA_EXIT_USAGE;
+    //  A device that is not there is said before any data is read.
+    za_device_t device;
+    int first, count;
+    if (za_device_parse (settings->device, &device)
+        || !za_device_backend (&device, &first, &count))
+        return ZA_EXIT_USAGE;
     //  A layer stack given as text is checked before any data is read.
     int stack = !program->model_fn;
     const char *model = settings->model;
@@ -241,6 +247,7 @@ s_evaluator_config (za_task_t *task, za_evaluator_config_t *config)
     config->max_steps = s->max_steps;
     config->replay = s->replay;
     config->threads = (int) s->threads;
+    za_device_parse (s->device, &config->device);
     config->stats = task->stats;
 }
 

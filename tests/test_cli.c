@@ -115,6 +115,31 @@ Test (cli, bad_arguments_exit_2)
     za_test_result_free (&result);
 }
 
+//  --device: a bad text, and CUDA where there is no GPU (or no CUDA build),
+//  are one clear error and exit 2 before any data is read.
+Test (cli, a_device_that_is_not_there_exits_2)
+{
+    const char *bad [] = {"--device", "gpu", "--no-eval", NULL};
+    za_test_result_t result = za_test_run (bad, PROCESS_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, EXIT_USAGE, "--device gpu: exit %d", result.exit_code);
+    cr_assert (strstr (result.err, "'gpu'") && strstr (result.err, "cuda:N"), "stderr: %s",
+               result.err);
+    za_test_result_free (&result);
+
+    char *model_dir = za_test_path ("cuda");
+    const char *cuda [] = {"--device", "cuda", "--max-steps", "2", "--no-eval",
+                           "--model-dir", model_dir, NULL};
+    result = za_test_run (cuda, PROCESS_TIMEOUT_S);
+    if (result.exit_code == 0)
+        cr_skip_test ("a GPU is here: --device cuda trained");
+    cr_assert_eq (result.exit_code, EXIT_USAGE, "--device cuda: exit %d", result.exit_code);
+    cr_assert (strstr (result.err, "--device cpu"), "stderr: %s", result.err);
+    cr_assert_eq (za_test_count (result.err, "error"), 1, "stderr: %s", result.err);
+    cr_assert (access (model_dir, F_OK) != 0, "a model dir was made");
+    za_test_result_free (&result);
+    free (model_dir);
+}
+
 Test (cli, missing_data_set_exits_1_naming_the_file)
 {
     char *empty = za_test_path ("empty");

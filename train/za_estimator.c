@@ -54,6 +54,7 @@ za_estimator_new (const za_model_fn_t *model_fn, const void *params, za_input_sh
     self->config.model_dir = self->model_dir;
     za_replica_config_t replica = {
         .model_fn = model_fn, .params = params, .input = input, .threads = config->threads,
+        .device = config->device, .replicas_per_device = config->replicas_per_device,
         .train = optim != NULL, .optim = optim,
     };
     if (!(self->replica = za_replica_new (&replica, config->seed))) {

@@ -29,6 +29,8 @@ typedef struct {
     int threads;                    //  worker threads a batch is split over (each
                                     //  runs single-threaded OpenBLAS); 0: all
                                     //  online cores; at most 64
+    za_device_t device;             //  where it computes (zero: the CPU)
+    int replicas_per_device;        //  on a GPU: replicas on each (0 means 1)
     int progress;                   //  -1: a progress bar when stderr is a
                                     //  terminal; 0: log lines only; 1: bar
 } za_run_config_t;

@@ -38,6 +38,7 @@ typedef struct {
     int replay;                     //  evaluate every checkpoint once, in step order
     int export_best;                //  1: keep the best checkpoint in export/best
     int threads;                    //  0: all cores
+    za_device_t device;             //  where it evaluates (zero: the CPU)
     double poll_secs;               //  how often model_dir is looked at when
                                     //  nothing tells us of a new checkpoint (0.2)
     void *trigger;                  //  NULL, or a zsock_t / zactor_t whose

@@ -123,6 +123,8 @@ typedef struct {
     int64_t save_summary_steps;
     int64_t seed;
     int64_t threads;                //  0: the cores, shared by the tasks of this machine
+    const char *device;             //  cpu, cuda, cuda:N, cuda:all
+    int64_t replicas_per_device;
     //  Evaluation (EvalSpec)
     int train_and_evaluate;
     const char *eval_data;
