@@ -479,6 +479,10 @@ s_run_steps (s_mirrored_t *self)
         int failed = za_replica_compute_gradients (self->replica, &batch, self->global_step,
                                                    &loss);
         double t1 = za_clock_mono ();
+        //  On a GPU the gradient is copied down here (on the CPU: the same
+        //  block, nothing to do); with buckets the replica did so already.
+        if (!failed && !self->reducer.running)
+            self->reducer.grads = za_replica_gradients (self->replica);
         int rc = s_reducer_end (&self->reducer, failed);
         if (failed)
             return -1;
