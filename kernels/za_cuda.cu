@@ -502,12 +502,11 @@ s_host_free (void *p)
         cudaFreeHost (p);
 }
 
+//  Host copies wait for the stream and the copy: the host side may be
+//  reused at once. Copies within the GPUs queue on the stream.
 static int
-s_copy_with (void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, const char *what)
+s_copy_result (cudaError_t rc, size_t bytes, const char *what)
 {
-    cudaError_t rc = kind == cudaMemcpyDeviceToDevice
-                   ? cudaMemcpyAsync (dst, src, bytes, cudaMemcpyDefault, cudaStreamPerThread)
-                   : cudaMemcpy (dst, src, bytes, kind);
     if (rc == cudaSuccess)
         return 0;
     return s_error ("cuda:%d: %s of %zu bytes failed: %s", s_self.device, what, bytes,
@@ -517,19 +516,22 @@ s_copy_with (void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cons
 static int
 s_upload (void *dst, const void *src, size_t bytes)
 {
-    return s_copy_with (dst, src, bytes, cudaMemcpyHostToDevice, "copy to the GPU");
+    return s_copy_result (cudaMemcpy (dst, src, bytes, cudaMemcpyHostToDevice), bytes,
+                        "copy to the GPU");
 }
 
 static int
 s_download (void *dst, const void *src, size_t bytes)
 {
-    return s_copy_with (dst, src, bytes, cudaMemcpyDeviceToHost, "copy from the GPU");
+    return s_copy_result (cudaMemcpy (dst, src, bytes, cudaMemcpyDeviceToHost), bytes,
+                        "copy from the GPU");
 }
 
 static int
 s_copy (void *dst, const void *src, size_t bytes)
 {
-    return s_copy_with (dst, src, bytes, cudaMemcpyDeviceToDevice, "copy on the GPU");
+    return s_copy_result (cudaMemcpyAsync (dst, src, bytes, cudaMemcpyDefault,
+                                         cudaStreamPerThread), bytes, "copy on the GPU");
 }
 
 static void

@@ -63,14 +63,19 @@ static pthread_once_t s_cuda_once = PTHREAD_ONCE_INIT;
 static const za_backend_t *s_cuda;
 static char s_cuda_error [ZA_ERROR_MAX_CHARS];
 
-//  The module's messages while it opens, kept to be said once by the caller.
+//  The module's messages: while it opens, kept, to be said once by whoever
+//  asks for the device; after, errors as any other.
 static int
-s_keep_error (const char *fmt, ...)
+s_module_error (const char *fmt, ...)
 {
+    char message [ZA_ERROR_MAX_CHARS];
     va_list args;
     va_start (args, fmt);
-    vsnprintf (s_cuda_error, sizeof s_cuda_error, fmt, args);
+    vsnprintf (message, sizeof message, fmt, args);
     va_end (args);
+    if (s_cuda)
+        return za_error ("%s", message);
+    snprintf (s_cuda_error, sizeof s_cuda_error, "%s", message);
     return -1;
 }
 
@@ -104,9 +109,7 @@ s_cuda_load (void)
                   "version? Rebuild zactor", ZA_CUDA_ENTRY);
         return;
     }
-    s_cuda = open_fn (s_keep_error);
-    if (s_cuda)
-        open_fn (za_error);     //  from now on its messages are errors as any other
+    s_cuda = open_fn (s_module_error);
 }
 
 const za_backend_t *

@@ -55,6 +55,17 @@ za_elem_im2col (const za_conv2d_dims_t *d, const float *in, size_t i)
     return in [((n * d->h + ih) * d->w + iw) * d->c + c];
 }
 
+//  The output row (or column) whose kernel tap `k` lands on input row `in`,
+//  or -1 when none does.
+ZA_HD int
+za_elem_tapped_from (int in, int pad, int k, int stride, int out_count)
+{
+    int at = in + pad - k;
+    if (at < 0 || at % stride || at / stride >= out_count)
+        return -1;
+    return at / stride;
+}
+
 //  col2im's element i of din [n, h, w, c]: the sum of every cols entry that
 //  read it (a gather, so no two GPU threads write one element).
 ZA_HD float
@@ -67,18 +78,10 @@ za_elem_col2im (const za_conv2d_dims_t *d, const float *dcols, size_t i)
     size_t n = i / ((size_t) d->c * d->w * d->h);
     float sum = 0.0f;
     for (int kh = 0; kh < d->kh; kh++) {
-        int y = ih + d->pad_top - kh;
-        if (y < 0 || y % d->stride)
-            continue;
-        int oh = y / d->stride;
-        if (oh >= d->oh)
-            continue;
-        for (int kw = 0; kw < d->kw; kw++) {
-            int x = iw + d->pad_left - kw;
-            if (x < 0 || x % d->stride)
-                continue;
-            int ow = x / d->stride;
-            if (ow >= d->ow)
+        int oh = za_elem_tapped_from (ih, d->pad_top, kh, d->stride, d->oh);
+        for (int kw = 0; kw < d->kw && oh >= 0; kw++) {
+            int ow = za_elem_tapped_from (iw, d->pad_left, kw, d->stride, d->ow);
+            if (ow < 0)
                 continue;
             size_t p = (n * d->oh + oh) * d->ow + ow;
             sum += dcols [p * K + (kh * d->kw + kw) * d->c + c];

@@ -212,79 +212,73 @@ s_device_destroy (za_replica_t *self)
         be->buffer_free (self->dev_peer);
 }
 
-//  Brings the host copy of a block up to date (a copy down when the
-//  device's is newer). `write`: the caller will change it.
-static void
-s_to_host (za_replica_t *self, int *at, float *host, const float *device, int write)
-{
-    if (self->be->host_memory || !host)
-        return;
-    if (*at == S_AT_DEVICE) {
-        self->be->bind (self->device_of [0]);
-        if (self->be->download (host, device, self->vars.total * sizeof (float)))
-            za_error ("the device's numbers could not be read back; the run will stop");
-        *at = S_AT_BOTH;
-    }
-    if (write)
-        *at = S_AT_HOST;
-}
-
-//  Brings the first device's copy of a block up to date. 0 or -1.
-static int
-s_to_device (za_replica_t *self, int *at, const float *host, float *device)
-{
-    if (self->be->host_memory || *at != S_AT_HOST)
-        return 0;
-    self->be->bind (self->device_of [0]);
-    if (self->be->upload (device, host, self->vars.total * sizeof (float)))
-        return -1;
-    *at = S_AT_BOTH;
-    return 0;
-}
-
 static int
 s_slot_count (const za_replica_t *self)
 {
     return self->has_optim? za_optim_slot_count (self->optim.kind): 0;
 }
 
-//  The slots move together: one state for all.
+//  Brings the host copies of `count` blocks that move together (the
+//  values; the gradient; the slots) up to date: a copy down when the first
+//  device's are newer. `write`: the caller will change them.
 static void
-s_slots_to_host (za_replica_t *self, int write)
+s_to_host (za_replica_t *self, int *at, float *const *host, float *const *device, int count,
+           int write)
 {
-    int at = self->slots_at;
-    for (int s = 0; s < s_slot_count (self); s++) {
-        at = self->slots_at;
-        s_to_host (self, &at, self->slots [s], self->dev_slots [s], write);
+    if (self->be->host_memory || count == 0)
+        return;
+    if (*at == S_AT_DEVICE) {
+        self->be->bind (self->device_of [0]);
+        for (int b = 0; b < count; b++)
+            if (self->be->download (host [b], device [b], self->vars.total * sizeof (float)))
+                za_error ("the device's numbers could not be read back; the run will stop");
+        *at = S_AT_BOTH;
     }
-    self->slots_at = at;
+    if (write)
+        *at = S_AT_HOST;
 }
 
-//  Every device's values and the first's slots up to date for a step.
+//  Brings the first device's copies of `count` blocks up to date. 0 or -1.
+static int
+s_to_device (za_replica_t *self, int *at, float *const *host, float *const *device, int count)
+{
+    if (self->be->host_memory || *at != S_AT_HOST)
+        return 0;
+    self->be->bind (self->device_of [0]);
+    for (int b = 0; b < count; b++)
+        if (self->be->upload (device [b], host [b], self->vars.total * sizeof (float)))
+            return -1;
+    *at = S_AT_BOTH;
+    return 0;
+}
+
+//  The first device's values and slots up to date (what the host wrote).
+static int
+s_state_to_device (za_replica_t *self)
+{
+    if (self->values_at == S_AT_HOST)
+        self->copies_stale = self->device_count > 1;
+    return s_to_device (self, &self->values_at, &self->values, self->device_values, 1)
+        || s_to_device (self, &self->slots_at, self->slots, self->dev_slots,
+                        s_slot_count (self));
+}
+
+//  Before a step: that, and the values' copies on the other devices.
 static int
 s_values_to_devices (za_replica_t *self)
 {
     if (self->be->host_memory)
         return 0;
-    if (self->values_at == S_AT_HOST)
-        self->copies_stale = 1;
-    if (s_to_device (self, &self->values_at, self->values, self->device_values [0]))
+    if (s_state_to_device (self))
         return -1;
-    int at = self->slots_at;
-    for (int s = 0; s < s_slot_count (self); s++) {
-        at = self->slots_at;
-        if (s_to_device (self, &at, self->slots [s], self->dev_slots [s]))
+    for (int d = 1; d < self->device_count && self->copies_stale; d++)
+        if (self->be->copy (self->device_values [d], self->device_values [0],
+                            self->vars.total * sizeof (float)))
             return -1;
-    }
-    self->slots_at = at;
-    if (self->copies_stale) {
-        for (int d = 1; d < self->device_count; d++)
-            if (self->be->copy (self->device_values [d], self->device_values [0],
-                                self->vars.total * sizeof (float)))
-                return -1;
-        self->copies_stale = 0;
-    }
-    return self->be->sync ();
+    self->copies_stale = 0;
+    //  The other threads (their own streams) read what this one's wrote: the
+    //  update, the copies. Done before they start.
+    return self->threads > 1? self->be->sync (): 0;
 }
 
 za_replica_t *
@@ -331,7 +325,6 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
             self->threads = 1;
         if (self->threads > ZA_REPLICA_MAX_THREADS)
             self->threads = ZA_REPLICA_MAX_THREADS;
-        self->device_count = 1;
     }
     else {
         char text [ZA_DEVICE_TEXT_MAX];
@@ -411,14 +404,14 @@ za_replica_vars (const za_replica_t *self)
 float *
 za_replica_values (za_replica_t *self)
 {
-    s_to_host (self, &self->values_at, self->values, self->device_values [0], 1);
+    s_to_host (self, &self->values_at, &self->values, self->device_values, 1, 1);
     return self->values;
 }
 
 float *
 za_replica_gradients (za_replica_t *self)
 {
-    s_to_host (self, &self->grads_at, self->grads, self->dev_grads [0], 1);
+    s_to_host (self, &self->grads_at, &self->grads, self->dev_grads, self->train, 1);
     return self->grads;
 }
 
@@ -427,7 +420,7 @@ za_replica_slot (za_replica_t *self, int slot)
 {
     if (!self->has_optim || slot < 0 || slot >= za_optim_slot_count (self->optim.kind))
         return NULL;
-    s_slots_to_host (self, 1);
+    s_to_host (self, &self->slots_at, self->slots, self->dev_slots, s_slot_count (self), 1);
     return self->slots [slot];
 }
 
@@ -676,7 +669,7 @@ s_batch_run (za_replica_t *self, const za_batch_t *batch, za_mode_t mode, int64_
             self->grads_at = S_AT_DEVICE;
             //  A listener reads the host block: it gets the whole gradient at once.
             if (self->final_fn) {
-                s_to_host (self, &self->grads_at, self->grads, self->dev_grads [0], 1);
+                s_to_host (self, &self->grads_at, &self->grads, self->dev_grads, 1, 1);
                 self->final_fn (self->final_arg, 0);
             }
         }
@@ -706,8 +699,8 @@ za_replica_apply (za_replica_t *self, int64_t step)
         return;
     }
     //  On the device: a failed copy shows at the next step's sync.
-    if (s_values_to_devices (self)
-        || s_to_device (self, &self->grads_at, self->grads, self->dev_grads [0]))
+    if (s_state_to_device (self)
+        || s_to_device (self, &self->grads_at, &self->grads, self->dev_grads, 1))
         return;
     self->be->optim_apply (&self->optim, step, self->device_values [0], self->dev_grads [0],
                            self->dev_slots, self->vars.total);
@@ -777,8 +770,8 @@ za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, int ke
     if (!model_dir)
         return za_error ("save: no model_dir");
     int slot_count = s_slot_count (self);
-    s_to_host (self, &self->values_at, self->values, self->device_values [0], 0);
-    s_slots_to_host (self, 0);
+    s_to_host (self, &self->values_at, &self->values, self->device_values, 1, 0);
+    s_to_host (self, &self->slots_at, self->slots, self->dev_slots, slot_count, 0);
     za_ckpt_tensor_t tensors [ZA_MAX_VARS * (1 + ZA_OPTIM_MAX_SLOTS) + 1];
     char names [ZA_MAX_VARS * ZA_OPTIM_MAX_SLOTS][SLOT_NAME_MAX];
     int t = 0;
