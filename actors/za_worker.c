@@ -161,6 +161,10 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
                 largest = self->placement.parts [self->parts [p][i]].size;
         zsock_set_maxmsgsize (self->dealers [p], za_wire_max_frame (largest * sizeof (float)));
         za_curve_client (self->dealers [p]);
+        //  A send that would block (a ps never reached, its queue full) gives
+        //  up when the reply would have: it names the ps then.
+        if (config->timeout_secs > 0)
+            zsock_set_sndtimeo (self->dealers [p], (int) (config->timeout_secs * 1000));
         if (zsock_connect (self->dealers [p], "%s", config->ps_endpoints [p]) < 0) {
             za_error ("%s: cannot connect to ps %d at %s", s_who (self), p,
                       config->ps_endpoints [p]);

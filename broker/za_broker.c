@@ -17,6 +17,7 @@
     heartbeat.                                                               */
 #define _GNU_SOURCE                     //  sigabbrev_np
 #include "za/za_broker.h"
+#include "za/za_broker_client.h"
 #include "za/za_curve.h"
 #include "za/za_checkpoint.h"
 #include "za/za_metrics.h"
@@ -66,6 +67,7 @@ typedef struct {
     int own;                    //  1: our child (we reap it)
     char host [TEXT_MAX];
     char endpoint [ZA_CLUSTER_ENDPOINT_MAX];
+    char token [ZA_TASK_TOKEN_SIZE];    //  what it claims itself by on another connection
     zframe_t *identity;
     za_peer_t peer;             //  its heartbeats: every register and report
     double since;               //  when it was started or registered
@@ -91,6 +93,7 @@ typedef struct {
     pid_t pid;
     int restarts;
     char endpoint [ZA_CLUSTER_ENDPOINT_MAX];
+    char token [ZA_TASK_TOKEN_SIZE];    //  "" when it named none
     //  A report's statistics.
     char state [16];
     int64_t global_step;
@@ -319,6 +322,11 @@ s_spawn (s_broker_t *self, s_task_t *task)
     char index [16], restarts [32], log [4096];
     snprintf (index, sizeof index, "%d", task->index);
     snprintf (restarts, sizeof restarts, "ZA_RESTARTS=%d", task->restarts);
+    //  The child claims its task with this token, which only it is told.
+    char token [32 + ZA_TASK_TOKEN_SIZE];
+    if (za_task_token_new (task->token))
+        return -1;
+    snprintf (token, sizeof token, "ZA_TASK_TOKEN=%s", task->token);
     snprintf (log, sizeof log, "%s/%s-%d.log", config->log_dir? config->log_dir: ".",
               s_kind_name (task->kind), task->index);
     if (task->own && task->pid > 0) {
@@ -339,7 +347,7 @@ s_spawn (s_broker_t *self, s_task_t *task)
     else
     if (config->insecure)
         argv [argc++] = "--insecure";
-    const char *env [] = {restarts, NULL};
+    const char *env [] = {restarts, token, NULL};
     pid_t pid = za_broker_spawn (config->exe, argv, env, log, 0);
     if (pid < 0)
         return -1;
@@ -505,10 +513,21 @@ s_take (s_broker_t *self, s_task_t *task, const s_happening_t *what)
 {
     const s_registration_t *reg = what->reg;
     int was = task->state;
+    int same_connection = task->identity && zframe_eq (task->identity, what->identity);
     if (task->pid != reg->pid) {
-        task->own = task->own && task->pid == reg->pid;
+        if (was == T_LIVE && same_connection)
+            s_event (self, task, "pid_changed", "its connection now names pid %d (was %d)",
+                     (int) reg->pid, (int) task->pid);
+        task->own = 0;
         task->pid = reg->pid;
     }
+    //  The token it names is its own (s_task_of let it in); one that names
+    //  none and is new to the task gets a fresh one, sent in the welcome.
+    if (*reg->token)
+        memcpy (task->token, reg->token, sizeof task->token);
+    else
+    if (!same_connection || !*task->token)
+        za_task_token_new (task->token);
     memcpy (task->host, reg->host, sizeof task->host);
     if (*reg->endpoint && s_serves (self, task->kind))
         memcpy (task->endpoint, reg->endpoint, sizeof task->endpoint);
@@ -860,6 +879,14 @@ s_string (json_t *body, const char *key, char *buf, size_t size)
     return 0;
 }
 
+//  1 when body holds both members of a pair, 0 when neither, -1 when one alone.
+static int
+s_has_pair (json_t *body, const char *first, const char *second)
+{
+    int count = (json_object_get (body, first) != NULL) + (json_object_get (body, second) != NULL);
+    return count == 2? 1: count == 0? 0: -1;
+}
+
 //  Checks every field of a register (report 0) or report (1) into *reg.
 //  Returns 0, or -1 with what is wrong in `why`.
 static int
@@ -906,6 +933,12 @@ s_parse_registration (s_broker_t *self, json_t *body, int report, s_registration
         snprintf (why, size, "endpoint: \"\" or tcp://HOST:PORT is needed");
         return -1;
     }
+    if (json_object_get (body, "token")
+        && (s_string (body, "token", reg->token, sizeof reg->token)
+            || !za_task_token_valid (reg->token))) {
+        snprintf (why, size, "token: the 32 hex digits of a welcome, or no token");
+        return -1;
+    }
     if (!report)
         return 0;
     reg->eval_step = -1;
@@ -927,24 +960,28 @@ s_parse_registration (s_broker_t *self, json_t *body, int report, s_registration
         return -1;
     }
     reg->global_step = value;
-    if (json_object_get (body, "eval_step")
-        && (s_integer (body, "eval_step", 0, INT64_MAX, &value)
-            || s_number (body, "eval_accuracy", 0, 1, &reg->eval_accuracy))) {
-        snprintf (why, size, "eval_step (an integer >= 0) goes with eval_accuracy "
-                  "(0 .. 1)");
+    //  Pairs come both or neither; either half alone, or of another type, is
+    //  refused (a pair is judged by both its fields, not by its first).
+    int has_eval = s_has_pair (body, "eval_step", "eval_accuracy");
+    if (has_eval < 0
+        || (has_eval && (s_integer (body, "eval_step", 0, INT64_MAX, &value)
+                         || s_number (body, "eval_accuracy", 0, 1, &reg->eval_accuracy)))) {
+        snprintf (why, size, "eval_step (an integer >= 0) and eval_accuracy (0 .. 1) come "
+                  "both or neither");
         return -1;
     }
-    if (json_object_get (body, "eval_step"))
+    if (has_eval)
         reg->eval_step = value;
     reg->ring_rank = -1;
-    if (json_object_get (body, "ring_rank")
-        && (s_integer (body, "ring_rank", 0, 2 * ZA_CLUSTER_MAX_TASKS, &value)
-            || s_number (body, "wait_ms", 0, HUGE_VAL, &reg->wait_ms))) {
-        snprintf (why, size, "ring_rank (an integer 0 .. %d) goes with wait_ms (a finite "
-                  "number >= 0)", 2 * ZA_CLUSTER_MAX_TASKS);
+    int has_ring = s_has_pair (body, "ring_rank", "wait_ms");
+    if (has_ring < 0
+        || (has_ring && (s_integer (body, "ring_rank", 0, 2 * ZA_CLUSTER_MAX_TASKS, &value)
+                         || s_number (body, "wait_ms", 0, HUGE_VAL, &reg->wait_ms)))) {
+        snprintf (why, size, "ring_rank (an integer 0 .. %d) and wait_ms (a finite number "
+                  ">= 0) come both or neither", 2 * ZA_CLUSTER_MAX_TASKS);
         return -1;
     }
-    if (json_object_get (body, "ring_rank"))
+    if (has_ring)
         reg->ring_rank = (int) value;
     return 0;
 }
@@ -968,14 +1005,15 @@ s_task_of (s_broker_t *self, zframe_t *identity, const s_registration_t *reg)
             return NULL;
         }
     }
-    //  A task in use is taken only by itself (its connection, or its process
-    //  on its host), never by whoever names its index.
+    //  A task in use is taken only by itself: its connection, or the token it
+    //  was given (in its welcome, or by us when we started it). Its pid proves
+    //  nothing: `state` shows every pid to whoever asks.
     s_task_t *task = &self->tasks [reg->kind][index];
     int in_use = (task->own && (task->state == T_STARTED || task->state == T_LIVE
                                 || task->state == T_KILLED))
               || (task->state == T_LIVE && !za_peer_expired (&task->peer, za_clock_mono ()));
     int itself = (task->identity && zframe_eq (task->identity, identity))
-              || (task->pid == reg->pid && (!*task->host || streq (task->host, reg->host)));
+              || (*reg->token && *task->token && streq (reg->token, task->token));
     if (in_use && !itself) {
         s_reply_error (self, identity, "busy", "%s %d is taken by pid %d on %s", role, index,
                        (int) task->pid, task->host);
@@ -1014,8 +1052,8 @@ s_on_register (s_broker_t *self, zframe_t *identity)
         s_happen (self, task, E_REGISTERED, &registered);
         json_t *job = json_deep_copy (self->job);
         s_reply (self, identity, ZA_OP_WELCOME,
-                 json_pack ("{s:i, s:s, s:o}", "index", task->index, "endpoint",
-                            task->endpoint, "job", job));
+                 json_pack ("{s:i, s:s, s:o, s:s}", "index", task->index, "endpoint",
+                            task->endpoint, "job", job, "token", task->token));
     }
     json_decref (body);
 }
@@ -1120,6 +1158,11 @@ s_state (s_broker_t *self)
                                      "steps_per_sec", task->steps_per_sec,
                                      "examples_per_sec", task->examples_per_sec,
                                      "loss", task->loss, "restarts", task->restarts);
+            //  `state` is the one word a person reads (the role's own while it is
+            //  live, else ours); the two vocabularies apart, for programs:
+            json_object_set_new (row, "task_state", json_string (s_task_state_names [task->state]));
+            json_object_set_new (row, "role_state", heard && *task->role_state
+                                 ? json_string (task->role_state): json_null ());
             json_object_set_new (row, "eval_step", task->eval_step >= 0
                                  ? json_integer (task->eval_step): json_null ());
             json_object_set_new (row, "eval_accuracy", task->eval_step >= 0

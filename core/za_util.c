@@ -3,6 +3,7 @@
 #include "za/za_util.h"
 
 #include <stdarg.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,26 @@ za_info (const char *fmt, ...)
     vsnprintf (line, sizeof line, fmt, args);
     va_end (args);
     fprintf (stderr, "zactor: %s\n", line);
+}
+
+int
+za_info_every (za_said_t *every, double period_secs, const char *fmt, ...)
+{
+    every->times++;
+    double now = za_clock_mono ();
+    if (every->said_at > 0 && now - every->said_at < period_secs)
+        return 0;
+    every->said_at = now;
+    char line [1024];
+    va_list args;
+    va_start (args, fmt);
+    vsnprintf (line, sizeof line, fmt, args);
+    va_end (args);
+    if (every->times > 1)
+        fprintf (stderr, "zactor: %s (%" PRIu64 " times so far)\n", line, every->times);
+    else
+        fprintf (stderr, "zactor: %s\n", line);
+    return 1;
 }
 
 static uint64_t

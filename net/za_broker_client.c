@@ -10,10 +10,12 @@
 
 #include <jansson.h>
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #define POLL_MS 100
@@ -22,6 +24,7 @@
 //  The role loop quiet this many heartbeat periods (ivl x liveness) is hung:
 //  we stop reporting, and the broker sees a silent task.
 #define HUNG_PERIODS 3
+#define UNSENT_SAY_SECS 10.0     //  a send that would not go is said at most this often
 //  A control message fits in one header frame (docs/PROTOCOL.md 4).
 #define CONTROL_MAX_BYTES (ZA_WIRE_MAX_HEADER_BYTES + 1024)
 
@@ -128,13 +131,36 @@ s_send (za_broker_client_t *self, za_op_t op, json_t *body)
     return rc;
 }
 
+int
+za_task_token_new (char token [ZA_TASK_TOKEN_SIZE])
+{
+    unsigned char bytes [(ZA_TASK_TOKEN_SIZE - 1) / 2];
+    if (getrandom (bytes, sizeof bytes, 0) != (ssize_t) sizeof bytes)
+        return za_error ("cannot draw a task token: %s", strerror (errno));
+    for (size_t i = 0; i < sizeof bytes; i++)
+        snprintf (token + 2 * i, 3, "%02x", bytes [i]);
+    return 0;
+}
+
+int
+za_task_token_valid (const char *text)
+{
+    if (!text || strlen (text) != ZA_TASK_TOKEN_SIZE - 1)
+        return 0;
+    return strspn (text, "0123456789abcdef") == ZA_TASK_TOKEN_SIZE - 1;
+}
+
 static json_t *
 s_registration (const za_task_registration_t *task)
 {
-    return json_pack ("{s:s, s:i, s:s, s:i, s:i, s:s}", "role", za_task_type_name (task->type),
-                      "index", task->index, "host", task->host? task->host: "",
-                      "pid", task->pid, "restarts", task->restarts,
-                      "endpoint", task->endpoint? task->endpoint: "");
+    json_t *body = json_pack ("{s:s, s:i, s:s, s:i, s:i, s:s}",
+                              "role", za_task_type_name (task->type),
+                              "index", task->index, "host", task->host? task->host: "",
+                              "pid", task->pid, "restarts", task->restarts,
+                              "endpoint", task->endpoint? task->endpoint: "");
+    if (body && task->token && *task->token)
+        json_object_set_new (body, "token", json_string (task->token));
+    return body;
 }
 
 int
@@ -232,6 +258,11 @@ s_decode_welcome (json_t *body, za_broker_reply_t *reply)
         || (*reply->endpoint && !za_cluster_endpoint_valid (reply->endpoint)))
         return za_error ("broker client: a welcome without an index, a job object or a "
                          "valid endpoint");
+    //  The token: from a broker of this version always; an older one sends none.
+    json_t *token = json_object_get (body, "token");
+    if (token && !za_task_token_valid (json_string_value (token)))
+        return za_error ("broker client: a welcome with a token that is not 32 hex digits");
+    snprintf (reply->token, sizeof reply->token, "%s", token? json_string_value (token): "");
     reply->index = (int) json_integer_value (index);
     reply->job = json_dumps (job, JSON_COMPACT);
     return reply->job? 0: za_error ("broker client: cannot copy the job");
@@ -472,11 +503,22 @@ typedef struct {
     za_broker_client_t *client;
     za_task_registration_t task;
     char endpoint [ZA_CLUSTER_ENDPOINT_MAX];
+    char token [ZA_TASK_TOKEN_SIZE];    //  what the broker knows this task by
     int welcomed, viewed;
     int finished;                   //  DONE came: 1 + rc; 3: nothing more to do
     double last_sent, started;
     int hung;
+    za_said_t unsent;              //  registers and reports the socket would not take
 } s_actor_t;
+
+//  A register or report that could not go (the broker not reached, or away
+//  long enough to fill the queue): said once, then every UNSENT_SAY_SECS.
+static void
+s_unsent (s_actor_t *self)
+{
+    za_info_every (&self->unsent, UNSENT_SAY_SECS, "%s: cannot reach the broker at %s: %s",
+                   self->config->role, self->config->broker, za_last_error ());
+}
 
 static void
 s_report (s_actor_t *self)
@@ -488,7 +530,8 @@ s_report (s_actor_t *self)
     //  still evaluate, and a role may still fail.
     if (!self->finished && (state == ZA_ROLE_DONE || state == ZA_ROLE_FAILED))
         state = ZA_ROLE_RUNNING;
-    za_broker_client_report (self->client, &self->task, (za_role_state_t) state, stats);
+    if (za_broker_client_report (self->client, &self->task, (za_role_state_t) state, stats))
+        s_unsent (self);
     self->last_sent = za_clock_mono ();
 }
 
@@ -528,6 +571,8 @@ s_on_reply (s_actor_t *self)
     if (reply.op == ZA_OP_WELCOME && !self->welcomed) {
         self->welcomed = 1;
         self->task.index = reply.index;
+        if (*reply.token)
+            memcpy (self->token, reply.token, sizeof self->token);
         char index_text [16];
         snprintf (index_text, sizeof index_text, "%d", reply.index);
         zstr_sendx (self->pipe, "WELCOME", index_text, reply.job, reply.endpoint, NULL);
@@ -608,7 +653,8 @@ s_on_interval (s_actor_t *self, double now)
             s_fail (self, why);
             return;
         }
-        za_broker_client_register (self->client, &self->task);
+        if (za_broker_client_register (self->client, &self->task))
+            s_unsent (self);
         self->last_sent = now;
         return;
     }
@@ -645,6 +691,11 @@ za_broker_client_actor (zsock_t *pipe, void *args)
     self->task.pid = (int) getpid ();
     self->task.restarts = config->restarts;
     self->task.endpoint = self->endpoint;
+    //  A task the broker started knows its token from the start.
+    const char *token = getenv ("ZA_TASK_TOKEN");
+    if (za_task_token_valid (token))
+        memcpy (self->token, token, sizeof self->token);
+    self->task.token = self->token;
     self->client = za_broker_client_new (config->broker, config->heartbeat_ivl_secs,
                                          config->heartbeat_liveness);
     zsock_signal (pipe, 0);

@@ -4,13 +4,16 @@
 #include "za/za_cluster.h"
 #include "za/za_util.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #define CLUSTER_JOB_COUNT 4
 #define CLUSTER_PORT_MIN 1
@@ -529,4 +532,130 @@ za_cluster_endpoint_valid (const char *text)
     return strlen (text) < ZA_CLUSTER_ENDPOINT_MAX
         && za_cluster_endpoint_split (text, host, sizeof host, &port) == 0
         && za_cluster_host_valid (host);
+}
+
+
+// ---------------------------------------------------------------------------
+//  Waiting for names to resolve
+
+//  A lookup still in flight when its wait ended (the resolver cannot always
+//  cancel one): kept reachable until the process ends.
+static struct gaicb *s_abandoned [8];
+
+//  0 when host resolves within wait_secs, else -1 with the resolver's word
+//  in why.
+static int
+s_resolves (const char *host, double wait_secs, char *why, size_t size)
+{
+    struct in_addr literal;
+    if (inet_pton (AF_INET, host, &literal) == 1)
+        return 0;
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+    struct gaicb *request = (struct gaicb *) calloc (1, sizeof *request);
+    char *name = strdup (host);
+    struct addrinfo *asked = (struct addrinfo *) malloc (sizeof hints);
+    if (!request || !name || !asked) {
+        free (request);
+        free (name);
+        free (asked);
+        snprintf (why, size, "out of memory");
+        return -1;
+    }
+    *asked = hints;
+    request->ar_name = name;
+    request->ar_request = asked;
+    struct gaicb *list [1] = {request};
+    int rc = getaddrinfo_a (GAI_NOWAIT, list, 1, NULL);
+    if (rc == 0) {
+        double deadline = za_clock_mono () + wait_secs;
+        while ((rc = gai_error (request)) == EAI_INPROGRESS) {
+            double left = deadline - za_clock_mono ();
+            if (left <= 0)
+                break;
+            struct timespec wait = {(time_t) left, (long) ((left - (time_t) left) * 1e9)};
+            gai_suspend ((const struct gaicb *const *) list, 1, &wait);
+        }
+    }
+    if (rc == EAI_INPROGRESS && gai_cancel (request) != EAI_CANCELED) {
+        snprintf (why, size, "the name server gave no answer within %.0f s", wait_secs);
+        for (size_t i = 0; i < sizeof s_abandoned / sizeof s_abandoned [0]; i++)
+            if (!s_abandoned [i]) {
+                s_abandoned [i] = request;
+                return -1;
+            }
+        return -1;                  //  more than we keep: let it go
+    }
+    if (rc == EAI_INPROGRESS || rc == EAI_CANCELED)
+        snprintf (why, size, "the name server gave no answer within %.0f s", wait_secs);
+    else
+    if (rc)
+        snprintf (why, size, "%s", gai_strerror (rc));
+    if (request->ar_result)
+        freeaddrinfo (request->ar_result);
+    free (name);
+    free (asked);
+    free (request);
+    return rc? -1: 0;
+}
+
+int
+za_cluster_wait_for_hosts (const char *const *endpoints, const char *const *who, int count,
+                           double timeout_secs)
+{
+    double started = za_clock_mono (), deadline = started + timeout_secs;
+    za_said_t said;
+    memset (&said, 0, sizeof said);
+    said.said_at = started;             //  quiet at first: most names come soon
+    for (int i = 0; i < count; i++) {
+        const char *endpoint = endpoints [i];
+        if (strncmp (endpoint, "tcp://", 6) == 0)
+            endpoint += 6;
+        const char *colon = strrchr (endpoint, ':');
+        size_t length = colon? (size_t) (colon - endpoint): strlen (endpoint);
+        char host [ZA_CLUSTER_ENDPOINT_MAX], why [256] = "";
+        if (length >= sizeof host)
+            length = sizeof host - 1;
+        memcpy (host, endpoint, length);
+        host [length] = 0;
+        if (host [0] == '[')            //  an IPv6 address: not looked up
+            continue;
+        while (1) {
+            double left = deadline - za_clock_mono ();
+            if (s_resolves (host, left > 0? left: 0.1, why, sizeof why) == 0)
+                break;
+            left = deadline - za_clock_mono ();
+            if (left <= 0)
+                return za_error ("the host '%s' of %s (%s) did not resolve within %.0f s: %s "
+                                 "(check the cluster's names, DNS and /etc/hosts; "
+                                 "--timeout-secs sets the wait)", host, who [i], endpoints [i],
+                                 timeout_secs, why);
+            za_info_every (&said, ZA_RESOLVE_QUIET_SECS, "waiting for the host '%s' of %s to "
+                           "resolve: %s", host, who [i], why);
+            double nap_secs = left < 1? left: 1;
+            struct timespec nap = {(time_t) nap_secs,
+                                   (long) ((nap_secs - (time_t) nap_secs) * 1e9)};
+            nanosleep (&nap, NULL);
+        }
+    }
+    return 0;
+}
+
+int
+za_cluster_wait_resolved (const za_cluster_t *self, double timeout_secs)
+{
+    const char *endpoints [4 * ZA_CLUSTER_MAX_TASKS];
+    char who [4 * ZA_CLUSTER_MAX_TASKS][32];
+    const char *whos [4 * ZA_CLUSTER_MAX_TASKS];
+    int count = 0;
+    for (int job = 0; job < CLUSTER_JOB_COUNT; job++) {
+        int *job_count;
+        char **slots = s_job_slots ((za_cluster_t *) self, (za_task_type_t) job, &job_count);
+        for (int index = 0; index < *job_count; index++) {
+            snprintf (who [count], sizeof who [count], "%s %d",
+                      za_task_type_name ((za_task_type_t) job), index);
+            whos [count] = who [count];
+            endpoints [count++] = slots [index];
+        }
+    }
+    return za_cluster_wait_for_hosts (endpoints, whos, count, timeout_secs);
 }

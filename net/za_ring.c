@@ -95,6 +95,10 @@ za_ring_new (const za_ring_config_t *config)
     zsock_set_rcvhwm (self->left, RING_MIN_HWM);
     zsock_set_sndhwm (self->right, RING_MIN_HWM);
     zsock_set_linger (self->right, 0);
+    //  A send that would block for ever (a neighbour never reached) fails
+    //  when a receive would have, naming the neighbour.
+    if (config->timeout_secs > 0)
+        zsock_set_sndtimeo (self->right, (int) (config->timeout_secs * 1000));
     //  CURVE (with --certs) on tcp and ipc alike: an abstract ipc name is
     //  open to every process of the host.
     za_curve_client (self->right);

@@ -479,7 +479,12 @@ failed: {
         msgpack_sbuffer_destroy (&header);
         if (started)
             s_end_message (handle);
-        return za_error ("wire: cannot send %s: %s", za_op_name (msg->op), zmq_strerror (err));
+        //  A send that would block (no peer yet, or its queue full) is the
+        //  caller's to say, once, with who the peer is: it repeats.
+        char text [256];
+        snprintf (text, sizeof text, "wire: cannot send %s: %s", za_op_name (msg->op),
+                  zmq_strerror (err));
+        return err == EAGAIN? za_error_adopt (text): za_error ("%s", text);
     }
 }
 

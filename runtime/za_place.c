@@ -191,6 +191,12 @@ za_run_in_cluster (const za_program_t *program, za_options_t *options, za_settin
             return ZA_EXIT_USAGE;
         }
     }
+    //  libzmq looks a name up in silence for ever: every host of the cluster
+    //  must resolve within --timeout-secs, or the task says which and ends.
+    if (cluster && za_cluster_wait_resolved (cluster, s->timeout_secs)) {
+        za_cluster_destroy (&cluster);
+        return 1;
+    }
     za_cluster_destroy (&cluster);
     za_task_t task;
     int need_eval = is_evaluator || (place.is_chief && !s->no_eval && !place.evaluators);
@@ -327,6 +333,27 @@ s_view (zactor_t *client, const char *role, za_place_t *place, double timeout_se
     return rc;
 }
 
+//  Every host of the view this task connects to (each ps; its right
+//  neighbour in the ring) resolves within timeout_secs. Returns 0, or 1.
+static int
+s_view_resolved (const za_place_t *place, double timeout_secs)
+{
+    const char *endpoints [ZA_ROLE_MAX_PS + 1], *who [ZA_ROLE_MAX_PS + 1];
+    char names [ZA_ROLE_MAX_PS][16];
+    int count = 0;
+    for (int p = 0; p < place->ps_count && p < ZA_ROLE_MAX_PS; p++)
+        if (*place->ps_endpoints [p]) {
+            snprintf (names [count], sizeof names [count], "ps %d", p);
+            who [count] = names [count];
+            endpoints [count++] = place->ps_endpoints [p];
+        }
+    if (*place->right) {
+        who [count] = "the next worker of the ring";
+        endpoints [count++] = place->right;
+    }
+    return za_cluster_wait_for_hosts (endpoints, who, count, timeout_secs)? 1: 0;
+}
+
 int
 za_run_with_broker (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
@@ -345,6 +372,10 @@ za_run_with_broker (const za_program_t *program, za_options_t *options, za_setti
     static za_role_stats_t stats;
     za_role_stats_init (&stats);
     const char *restarts = getenv ("ZA_RESTARTS");
+    const char *the_broker = "the broker";
+    if (strncmp (s->broker, "tcp://", 6) == 0
+        && za_cluster_wait_for_hosts (&s->broker, &the_broker, 1, s->timeout_secs))
+        return 1;
     za_broker_client_config_t client_config = {
         .broker = s->broker, .role = role, .index = (int) s->index, .host = host,
         .restarts = restarts? atoi (restarts): 0, .stats = &stats,
@@ -396,6 +427,8 @@ za_run_with_broker (const za_program_t *program, za_options_t *options, za_setti
     }
     if (!rc && (type == ZA_TASK_CHIEF || type == ZA_TASK_WORKER))
         rc = s_view (client, role, &place, s->timeout_secs);
+    if (!rc)
+        rc = s_view_resolved (&place, s->timeout_secs);
     if (!rc)
         rc = type == ZA_TASK_EVALUATOR? za_task_run_evaluator (&task, client)
                                       : za_task_run_role (&task, &place, client);

@@ -139,7 +139,8 @@ static const za_option_t s_options [] = {
     ZA_OPTION ("timeout-secs", T_NUM, timeout_secs, "S", "60", 0, NO_MAX, NULL, R_CLUSTER, JOB,
                ZA_OPTION_ABOVE_MIN, NULL,
                "a peer never heard from this long is unreachable: exit 1; a\n"
-               "stopped ps is waited for this long"),
+               "stopped ps is waited for this long, and a host of the cluster\n"
+               "(or the broker's) that does not resolve"),
     ZA_OPTION ("heartbeat-ivl-ms", T_INT, heartbeat_ivl_ms, "N", "1000", 10, 3600000, NULL,
                R_BEAT, JOB, 0, NULL,
                "heartbeat interval: a worker waiting on a ps pings it, every task\n"

@@ -323,6 +323,101 @@ Test (cli, unreachable_peers_exit_1_after_the_timeout)
     free (path);
 }
 
+//  How many lines of text name needle.
+static int
+s_lines_naming (const char *text, const char *needle)
+{
+    int lines = 0;
+    for (const char *line = text; line && *line; ) {
+        const char *end = strchr (line, '\n');
+        size_t length = end? (size_t) (end - line): strlen (line);
+        char *copy = strndup (line, length);
+        lines += strstr (copy, needle) != NULL;
+        free (copy);
+        line = end? end + 1: NULL;
+    }
+    return lines;
+}
+
+//  A cluster naming a host that does not resolve: libzmq would look it up in
+//  silence for ever. Every role of every strategy (and a task given a broker
+//  whose host does not resolve) says so in one line naming the host and ends
+//  within --timeout-secs + 5 s: exit 1, or 2 for the task that cannot bind its
+//  own address.
+Test (cli, a_host_that_does_not_resolve_ends_every_role_within_the_timeout)
+{
+    const char *bad = "no-such-host.invalid";
+    const char *strategies [] = {"ps-async", "ps-sync", "allreduce"};
+    const char *roles [][2] = {{"chief", "0"}, {"worker", "0"}, {"worker", "1"}, {"ps", "0"},
+                               {"evaluator", "0"}};
+    enum { CASES = 3 * 5 + 1 };
+    pid_t pids [CASES];
+    char *outs [CASES], *errs [CASES], what [CASES][192];
+    char *paths [3];
+    double started = za_clock_mono ();
+    int n = 0;
+    for (int st = 0; st < 3; st++) {
+        char text [512], name [32], ps_job [64] = "";
+        int ps = strcmp (strategies [st], "allreduce") != 0;
+        if (ps)
+            snprintf (ps_job, sizeof ps_job, ", \"ps\": [\"127.0.0.1:%d\"]",
+                      za_test_free_port ());
+        snprintf (text, sizeof text, "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"worker\": "
+                  "[\"127.0.0.1:%d\", \"%s:%d\"]%s, \"evaluator\": [\"127.0.0.1:%d\"]}}",
+                  za_test_free_port (), za_test_free_port (), bad, za_test_free_port (), ps_job,
+                  za_test_free_port ());
+        snprintf (name, sizeof name, "bad-%d.json", st);
+        paths [st] = za_test_write (name, text);
+        for (int r = 0; r < 5; r++) {
+            if (!ps && strcmp (roles [r][0], "ps") == 0)
+                continue;
+            char model_dir [64];
+            snprintf (model_dir, sizeof model_dir, "run-%d-%d", st, r);
+            char *dir = za_test_path (model_dir);
+            snprintf (what [n], sizeof what [n], "%s %s %s", strategies [st], roles [r][0],
+                      roles [r][1]);
+            char out [32], err [32];
+            snprintf (out, sizeof out, "out-%d", n);
+            snprintf (err, sizeof err, "err-%d", n);
+            outs [n] = za_test_path (out);
+            errs [n] = za_test_path (err);
+            const char *args [] = {"--cluster", paths [st], "--role", roles [r][0], "--index",
+                                   roles [r][1], "--strategy", strategies [st],
+                                   "--timeout-secs", "2", "--model", "linear", "--model-dir",
+                                   dir, NULL};
+            pids [n] = za_test_spawn (args, outs [n], errs [n]);
+            n++;
+            free (dir);
+        }
+    }
+    char broker [128];
+    snprintf (broker, sizeof broker, "tcp://%s:%d", bad, za_test_free_port ());
+    snprintf (what [n], sizeof what [n], "a worker given the broker %s", broker);
+    outs [n] = za_test_path ("out-broker");
+    errs [n] = za_test_path ("err-broker");
+    const char *with_broker [] = {"--broker", broker, "--role", "worker", "--timeout-secs", "2",
+                                  NULL};
+    pids [n] = za_test_spawn (with_broker, outs [n], errs [n]);
+    n++;
+    for (int i = 0; i < n; i++) {
+        int status = za_test_wait (pids [i], PROCESS_TIMEOUT_S);
+        double took = za_clock_mono () - started;
+        char *err = za_test_read_file (errs [i], NULL);
+        int code = WIFEXITED (status)? WEXITSTATUS (status): -1;
+        cr_expect (code == 1 || code == 2, "%s: exit %d: %s", what [i], code, err);
+        //  All started together: each ends within the timeout + 5 s of the start.
+        cr_expect (took < 2 + 5, "%s: ended %.1f s after the start", what [i], took);
+        cr_expect_eq (s_lines_naming (err, bad), 1, "%s: not one line naming %s: %s", what [i],
+                      bad, err);
+        cr_expect (strstr (err, "cannot send") == NULL, "%s: %s", what [i], err);
+        free (err);
+        free (outs [i]);
+        free (errs [i]);
+    }
+    for (int st = 0; st < 3; st++)
+        free (paths [st]);
+}
+
 Test (cli, tf_config_selects_the_role)
 {
     //  TF_CONFIG alone (no --role): the task comes from it, here a worker

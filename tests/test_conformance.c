@@ -435,6 +435,22 @@ Test (broker, every_field_of_a_register_and_a_report_is_checked)
         "\"examples_per_sec\": 1, \"ring_rank\": 1",
         "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
         "\"examples_per_sec\": 1, \"ring_rank\": -1, \"wait_ms\": 1",
+        //  The second half of a pair alone, of another type or out of range, or
+        //  well formed: each is refused, not only the first half alone.
+        "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
+        "\"examples_per_sec\": 1, \"eval_accuracy\": \"high\"",
+        "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
+        "\"examples_per_sec\": 1, \"eval_accuracy\": 0.5",
+        "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
+        "\"examples_per_sec\": 1, \"wait_ms\": -5",
+        "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
+        "\"examples_per_sec\": 1, \"wait_ms\": 5",
+        "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
+        "\"examples_per_sec\": 1, \"eval_step\": 5, \"eval_accuracy\": 1.5",
+        "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
+        "\"examples_per_sec\": 1, \"ring_rank\": 1, \"wait_ms\": \"soon\"",
+        "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
+        "\"examples_per_sec\": 1, \"token\": \"not-a-token\"",
     };
     for (size_t f = 0; f < sizeof fields / sizeof fields [0]; f++) {
         char report [1024];
@@ -452,8 +468,13 @@ Test (broker, every_field_of_a_register_and_a_report_is_checked)
     json_t *worker = za_test_row (state, "worker", 0);
     cr_expect_str_eq (json_string_value (json_object_get (worker, "host")), "127.0.0.1");
     cr_expect_eq (json_integer_value (json_object_get (worker, "global_step")), 0);
+    cr_expect (json_is_null (json_object_get (worker, "eval_accuracy")));
+    cr_expect (json_is_null (json_object_get (worker, "ring_rank"))
+               || !json_object_get (worker, "ring_rank"));
+    cr_expect_null (json_object_get (worker, "wait_ms"));
     cr_expect_geq (json_integer_value (json_object_get (json_object_get (state, "broker"),
-                                                        "refused")), n + 6);
+                                                        "refused")),
+                   n + (int) (sizeof fields / sizeof fields [0]));
     json_decref (state);
     free (good);
     free (long_host);
@@ -461,6 +482,31 @@ Test (broker, every_field_of_a_register_and_a_report_is_checked)
     free (e_endpoint_tail);
     s_peer_close (&peer);
     s_broker_stop (&c);
+}
+
+//  The token of a welcome (caller frees), checked to be 32 hex digits.
+static char *
+s_welcome_token (s_peer_t *peer)
+{
+    json_t *welcome = json_loadb (peer->in->body, peer->in->body_len, 0, NULL);
+    const char *token = json_string_value (json_object_get (welcome, "token"));
+    cr_assert (token && strlen (token) == 32 && strspn (token, "0123456789abcdef") == 32,
+               "a welcome's token: %.*s", (int) peer->in->body_len, peer->in->body);
+    char *copy = strdup (token);
+    json_decref (welcome);
+    return copy;
+}
+
+//  A registration naming a token (text, caller frees).
+static char *
+s_registration_with (const char *role, int pid, const char *endpoint, const char *token)
+{
+    json_t *body = json_pack ("{s:s, s:i, s:s, s:i, s:i, s:s, s:s}", "role", role, "index", 0,
+                              "host", "127.0.0.1", "pid", pid, "restarts", 0,
+                              "endpoint", endpoint, "token", token);
+    char *text = json_dumps (body, JSON_COMPACT);
+    json_decref (body);
+    return text;
 }
 
 Test (broker, a_live_task_is_taken_only_by_itself)
@@ -472,9 +518,20 @@ Test (broker, a_live_task_is_taken_only_by_itself)
     s_peer_open (&other, BROKER_ENDPOINT);
     char *ps = s_registration ("ps", 0, "127.0.0.1", 5001, "tcp://127.0.0.1:5001");
     cr_assert_eq (s_ask (&real, ZA_OP_REGISTER, 1, ps), ZA_OP_WELCOME);
+    char *token = s_welcome_token (&real);
     //  Another process naming ps 0: busy; without a pid: not even that.
     char *impostor = s_registration ("ps", 0, "127.0.0.1", 6002, "tcp://127.0.0.1:6002");
     cr_assert_eq (s_ask (&other, ZA_OP_REGISTER, 1, impostor), ZA_OP_ERROR);
+    cr_expect_str_eq (other.in->code, "busy");
+    //  Another connection naming the live ps's own pid and host (which `state`
+    //  shows anyone), without its token or with another: busy too, and its
+    //  endpoint is not taken.
+    char *same_pid = s_registration ("ps", 0, "127.0.0.1", 5001, "tcp://127.0.0.1:6004");
+    cr_assert_eq (s_ask (&other, ZA_OP_REGISTER, 3, same_pid), ZA_OP_ERROR);
+    cr_expect_str_eq (other.in->code, "busy");
+    char *wrong_token = s_registration_with ("ps", 5001, "tcp://127.0.0.1:6004",
+                                             "0123456789abcdef0123456789abcdef");
+    cr_assert_eq (s_ask (&other, ZA_OP_REGISTER, 4, wrong_token), ZA_OP_ERROR);
     cr_expect_str_eq (other.in->code, "busy");
     cr_assert_eq (s_ask (&other, ZA_OP_REGISTER, 2, "{\"role\": \"ps\", \"index\": 0, "
                          "\"host\": \"127.0.0.1\", \"restarts\": 0, \"endpoint\": "
@@ -488,6 +545,34 @@ Test (broker, a_live_task_is_taken_only_by_itself)
                   5001);
     json_decref (state);
     cr_assert_eq (s_ask (&real, ZA_OP_REGISTER, 3, ps), ZA_OP_WELCOME);
+    char *again = s_welcome_token (&real);
+    cr_expect_str_eq (again, token, "the task's own connection keeps its token");
+    //  The ps on a new connection (a reconnect) with its token: welcomed, same token.
+    s_peer_t reconnect;
+    s_peer_open (&reconnect, BROKER_ENDPOINT);
+    char *own = s_registration_with ("ps", 5001, "tcp://127.0.0.1:5001", token);
+    cr_assert_eq (s_ask (&reconnect, ZA_OP_REGISTER, 5, own), ZA_OP_WELCOME,
+                  "the ps's reconnect with its token: %s", reconnect.in->error);
+    char *kept = s_welcome_token (&reconnect);
+    cr_expect_str_eq (kept, token);
+    //  Its own connection naming another pid: taken, and said as an event.
+    char *new_pid = s_registration_with ("ps", 5002, "tcp://127.0.0.1:5001", token);
+    cr_assert_eq (s_ask (&reconnect, ZA_OP_REGISTER, 6, new_pid), ZA_OP_WELCOME);
+    state = s_state (&reconnect);
+    cr_expect_eq (json_integer_value (json_object_get (za_test_row (state, "ps", 0), "pid")),
+                  5002);
+    char *text = json_dumps (json_object_get (state, "events"), JSON_COMPACT);
+    cr_expect (text && strstr (text, "pid_changed"), "no pid_changed event in %s", text);
+    free (text);
+    json_decref (state);
+    free (new_pid);
+    free (kept);
+    free (own);
+    s_peer_close (&reconnect);
+    free (again);
+    free (wrong_token);
+    free (same_pid);
+    free (token);
     free (ps);
     free (impostor);
     s_peer_close (&real);

@@ -26,6 +26,17 @@ extern "C" {
 #define ZA_BROKER_TEXT_MAX 256          //  host names, causes, states as the broker keeps them
 #define ZA_BROKER_STATE_TASKS 256       //  rows of a state (4 role kinds x 64)
 #define ZA_BROKER_STATE_EVENTS 64       //  recent events in a state
+#define ZA_TASK_TOKEN_SIZE 33           //  a task's token: 32 hex digits and the NUL
+
+//  A task's token (docs/PROTOCOL.md 13): the broker gives one in every welcome
+//  (and a task it starts in ZA_TASK_TOKEN), the task names it in every register
+//  and report, and another connection claims a task in use only with it.
+//  Writes 32 random hex digits into token; 0, or -1 when the system gives no
+//  randomness.
+int za_task_token_new (char token [ZA_TASK_TOKEN_SIZE]);
+
+//  1 when text is a token as za_task_token_new writes them.
+int za_task_token_valid (const char *text);
 
 typedef struct _za_broker_client_t za_broker_client_t;
 
@@ -50,6 +61,7 @@ typedef struct {
     int pid;
     int restarts;                   //  how often this task was restarted before
     const char *endpoint;           //  a ps: where it serves ("" until known)
+    const char *token;              //  the broker's token for this task ("" until welcomed)
 } za_task_registration_t;
 
 //  Requests; each returns 0, or -1 when it could not be queued (the broker is
@@ -125,6 +137,7 @@ typedef struct {
     int index;
     char *job;
     char endpoint [ZA_CLUSTER_ENDPOINT_MAX];
+    char token [ZA_TASK_TOKEN_SIZE];    //  the task's token ("" from an older broker)
     //  VIEW: ready once every task registered and every ps has an endpoint
     //  (and, for the all-reduce ring, every chief and worker).
     int ready;

@@ -117,6 +117,25 @@ int za_cluster_host_valid (const char *text);
 //  bound (docs/PROTOCOL.md 13).
 int za_cluster_endpoint_valid (const char *text);
 
+//  How long a wait for hosts stays quiet, and then how often it says which
+//  host it still waits for (with a count).
+#define ZA_RESOLVE_QUIET_SECS 10.0
+
+//  Waits until the host of every endpoint resolves to an IPv4 address (as
+//  libzmq's tcp connect looks it up, which itself retries in silence for
+//  ever), at most timeout_secs: a name a cluster gives may resolve only once
+//  its machine or pod is up. endpoints are "tcp://HOST:PORT" or "HOST:PORT";
+//  who [i] says whose it is ("worker 1"); numeric addresses pass at once.
+//  Each lookup is bounded by the time left, so an unreachable name server
+//  cannot stretch the wait. Quiet for ZA_RESOLVE_QUIET_SECS, then says the
+//  host waited for at most that often. Returns 0, or -1 with an error naming
+//  the first host that did not resolve, whose it is and the resolver's word.
+int za_cluster_wait_for_hosts (const char *const *endpoints, const char *const *who, int count,
+                               double timeout_secs);
+
+//  The same for every task this cluster names.
+int za_cluster_wait_resolved (const za_cluster_t *self, double timeout_secs);
+
 //  Frees the cluster and its strings and sets *self_p to NULL. Safe to call
 //  with *self_p NULL, so twice is harmless.
 void za_cluster_destroy (za_cluster_t **self_p);

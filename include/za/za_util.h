@@ -44,6 +44,19 @@ int za_mkdirs (const char *dir);
 //  Informational log line to stderr: "zactor: MSG".
 void za_info (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
 
+//  A thing that may happen again and again (a send that would block, a host
+//  that does not resolve), said at most once per period: zero it before use.
+typedef struct {
+    double said_at;                 //  za_clock_mono of the last line; 0: never said
+    uint64_t times;                 //  how often it happened in all
+} za_said_t;
+
+//  Counts one more time; says "zactor: MSG (N times so far)" when nothing
+//  was said in the last period_secs (the first time at once). Returns 1 when
+//  it said it, 0 when it only counted.
+int za_info_every (za_said_t *every, double period_secs, const char *fmt, ...)
+    __attribute__ ((format (printf, 3, 4)));
+
 //  Seeded pseudo-random generator: xorshift128+, state seeded by splitmix64.
 typedef struct {
     uint64_t s[2];
