@@ -29,6 +29,7 @@
 #define LOCAL_STOP_GRACE_SECS 10.0
 #define LOCAL_MAX_GROUPS 1024
 #define PROGRESS_BAR_CHARS 20
+#define STOP_WITH_PARENT_ENV "ZA_STOP_WITH_PARENT"   //  the launcher's pid, for its broker
 
 void
 za_run_self_exe (char *path, size_t size)
@@ -120,6 +121,16 @@ za_run_broker (const za_program_t *program, za_options_t *options, za_settings_t
     if (!s->bind) {
         za_error ("--role broker needs --bind ENDPOINT (e.g. tcp://*:5555)");
         return ZA_EXIT_USAGE;
+    }
+    //  The broker of a --local launcher stops the job when the launcher is
+    //  gone (killed, whatever the signal): no job trains on unwatched. Its
+    //  roles must not inherit this: they outlive a broker that is restarted.
+    const char *launcher = getenv (STOP_WITH_PARENT_ENV);
+    if (launcher) {
+        prctl (PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid () != (pid_t) atoi (launcher))
+            raise (SIGTERM);            //  it died before we could ask
+        unsetenv (STOP_WITH_PARENT_ENV);
     }
     za_task_t task;
     int rc = za_task_prepare (&task, program, options, s, 0, za_settings_replicas (s, (int) (1 + s->workers)));
@@ -229,7 +240,9 @@ s_spawn_broker (s_local_t *self)
     }
     if (self->settings->insecure)
         argv [argc++] = "--insecure";
-    const char *env [] = {restarts_env, cause_env, NULL};
+    char parent_env [64];
+    snprintf (parent_env, sizeof parent_env, STOP_WITH_PARENT_ENV "=%d", (int) getpid ());
+    const char *env [] = {restarts_env, cause_env, parent_env, NULL};
     self->broker = za_broker_spawn (self->exe, argv, env, self->log, 1);
     if (self->broker < 0)
         return -1;

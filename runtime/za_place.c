@@ -385,6 +385,10 @@ za_run_with_broker (const za_program_t *program, za_options_t *options, za_setti
     zactor_t *client = zactor_new (za_broker_client_actor, &client_config);
     if (!client)
         return 1;
+    //  The client ends at SIGINT/SIGTERM, maybe before we say DONE: a word
+    //  to it must never wait for a reader that is gone (the role hung at its
+    //  end, the broker long dead).
+    zsock_set_sndtimeo (zactor_sock (client), 0);
     za_place_t place;
     memset (&place, 0, sizeof place);
     char old_endpoint [ZA_CLUSTER_ENDPOINT_MAX];

@@ -25,6 +25,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import leftovers  # noqa: E402
+
 SOURCE, BUILD = sys.argv[1], sys.argv[2]
 RUN = os.path.join(BUILD, "zactor-run")
 EXAMPLES = os.path.join(SOURCE, "examples")
@@ -196,13 +199,19 @@ def main():
     checked = [os.path.relpath(p, EXAMPLES) for p in glob.glob(EXAMPLES + "/**/*", recursive=True)
                if os.path.isfile(p) and not p.endswith(".c")]
     global CERTS
+    leftovers.mark("check_examples")
     with tempfile.TemporaryDirectory() as tmp:
-        CERTS = os.path.join(tmp, "certs")
-        subprocess.run([RUN, "keygen", CERTS], check=True, stdout=subprocess.DEVNULL)
-        check_jobs(tmp)
-        check_dockerfile()
-        check_tfjob(tmp)
-        check_slurm(tmp)
+        try:
+            CERTS = os.path.join(tmp, "certs")
+            subprocess.run([RUN, "keygen", CERTS], check=True, stdout=subprocess.DEVNULL)
+            check_jobs(tmp)
+            check_dockerfile()
+            check_tfjob(tmp)
+            check_slurm(tmp)
+        finally:
+            left = leftovers.end()
+            if left and not failures:
+                fail(f"{left} process(es) outlived the check that started them (killed)")
     known = {"docker/Dockerfile", "kubeflow/tfjob.yaml", "slurm/zactor.sbatch"}
     for path in checked:
         if path not in known and not path.startswith("jobs/"):

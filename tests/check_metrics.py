@@ -25,6 +25,9 @@ import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import leftovers  # noqa: E402
+
 BUILD = sys.argv[1]
 RUN = os.path.join(BUILD, "zactor-run")
 TOP = os.path.join(BUILD, "zactor-top")
@@ -81,6 +84,7 @@ def main():
         sys.exit(77)
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
+    leftovers.mark("check_metrics")
     with tempfile.TemporaryDirectory() as tmp:
         out = open(os.path.join(tmp, "local.out"), "w+")
         launcher = subprocess.Popen(
@@ -96,6 +100,9 @@ def main():
             except subprocess.TimeoutExpired:
                 os.killpg(launcher.pid, signal.SIGKILL)
                 fail("the launcher did not stop on SIGINT")
+            left = leftovers.end()
+            if left and not failures:
+                fail(f"{left} process(es) outlived the check that started them (killed)")
     if failures:
         sys.exit(1)
     print("check_metrics: scraped while training and across a restart; promtool accepts it")

@@ -7,10 +7,12 @@
 #include "za_test.h"
 
 #include <criterion/criterion.h>
+#include <criterion/hooks.h>
 
 #include <errno.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <limits.h>
 #include <signal.h>
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -34,6 +37,9 @@
 #define READ_CHUNK_BYTES 4096
 #define SPAWN_MAX_ARGS 64
 #define OUTPUT_FILE_MODE 0644
+#define MARK_NAME "ZA_TEST_MARK"
+#define LEFTOVER_GRACE_S 15.0           //  a process may take this long to end after its test
+#define ENVIRON_MAX_BYTES (1 << 20)
 
 extern char **environ;
 
@@ -181,6 +187,120 @@ za_test_spawn (const char *const *args, const char *out_path, const char *err_pa
     return za_test_spawn_program ("zactor-run", args, out_path, err_path);
 }
 
+// ---------------------------------------------------------------------------
+//  What a test starts ends with it
+//
+//  Every process a test starts carries ZA_TEST_MARK=RUNNER/SUITE/TEST in its
+//  environment, and so does everything it starts in turn (a launcher's broker,
+//  the broker's roles). After each test the runner (Criterion's parent
+//  process) ends whatever still carries that test's mark, and after the last
+//  test whatever carries the run's: a test that passed and left one fails
+//  the suite. A child is also told to end (SIGTERM) when the test process
+//  dies, so a test killed for its time limit leaves no launcher behind.
+
+//  Puts this test's mark in the environment (the test runs in a process of
+//  its own: Criterion's worker, whose parent is the runner).
+static void
+s_mark_this_test (void)
+{
+    char mark [512];
+    snprintf (mark, sizeof mark, "%d/%s/%s", (int) getppid (),
+              criterion_current_test? criterion_current_test->category: "?",
+              criterion_current_test? criterion_current_test->name: "?");
+    setenv (MARK_NAME, mark, 1);
+}
+
+//  1 when process pid carries a mark that starts with prefix ("NAME=...").
+static int
+s_carries (const char *pid, const char *prefix)
+{
+    char path [300];
+    snprintf (path, sizeof path, "/proc/%s/environ", pid);
+    int fd = open (path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    static char text [ENVIRON_MAX_BYTES];
+    ssize_t n = read (fd, text, sizeof text - 1);
+    close (fd);
+    if (n <= 0)
+        return 0;               //  a zombie's environment is gone: it has ended
+    text [n] = 0;
+    size_t length = strlen (prefix);
+    for (const char *entry = text; entry < text + n; entry += strlen (entry) + 1)
+        if (strncmp (entry, prefix, length) == 0)
+            return 1;
+    return 0;
+}
+
+//  The processes (never this one) that carry a mark starting with prefix:
+//  their count, and with kill_them each is SIGKILLed.
+static int
+s_marked (const char *prefix, int kill_them, char *pids, size_t size)
+{
+    DIR *proc = opendir ("/proc");
+    if (!proc)
+        return 0;
+    int count = 0;
+    struct dirent *entry;
+    if (pids && size)
+        *pids = 0;
+    while ((entry = readdir (proc)))
+        if (entry->d_name [0] >= '1' && entry->d_name [0] <= '9'
+            && atoi (entry->d_name) != getpid () && s_carries (entry->d_name, prefix)) {
+            count++;
+            if (kill_them)
+                kill ((pid_t) atoi (entry->d_name), SIGKILL);
+            if (pids && strlen (pids) + strlen (entry->d_name) + 2 < size)
+                strcat (strcat (pids, " "), entry->d_name);
+        }
+    closedir (proc);
+    return count;
+}
+
+//  Waits (at most LEFTOVER_GRACE_S) for the processes of a mark to end by
+//  themselves, then kills the rest. Returns how many had to be killed, and
+//  says which.
+static int
+s_end_marked (const char *prefix, const char *what)
+{
+    double deadline = za_clock_mono () + LEFTOVER_GRACE_S * ZA_TEST_SLOWDOWN;
+    while (s_marked (prefix, 0, NULL, 0) && za_clock_mono () < deadline)
+        usleep (WAIT_POLL_US * 5);
+    char pids [512];
+    int left = s_marked (prefix, 1, pids, sizeof pids);
+    if (left)
+        fprintf (stderr, "za_test: %s left %d process%s running (killed:%s)\n", what, left,
+                 left == 1? "": "es", pids);
+    return left;
+}
+
+static int s_leftovers;                 //  in the runner: processes passing tests left
+
+ReportHook (POST_TEST) (struct criterion_test_stats *stats)
+{
+    char prefix [600], what [300];
+    snprintf (prefix, sizeof prefix, MARK_NAME "=%d/%s/%s", (int) getpid (),
+              stats->test->category, stats->test->name);
+    snprintf (what, sizeof what, "test %s/%s", stats->test->category, stats->test->name);
+    int left = s_end_marked (prefix, what);
+    if (stats->test_status == CR_STATUS_PASSED)
+        s_leftovers += left;
+}
+
+ReportHook (POST_ALL) (struct criterion_global_stats *stats)
+{
+    (void) stats;
+    char prefix [64];
+    snprintf (prefix, sizeof prefix, MARK_NAME "=%d/", (int) getpid ());
+    s_leftovers += s_end_marked (prefix, "the suite");
+    if (s_leftovers) {
+        fprintf (stderr, "za_test: FAILED: %d process%s outlived the test that started "
+                 "them\n", s_leftovers, s_leftovers == 1? "": "es");
+        fflush (stderr);
+        _exit (1);
+    }
+}
+
 pid_t
 za_test_spawn_program (const char *name, const char *const *args, const char *out_path,
                        const char *err_path)
@@ -193,17 +313,28 @@ za_test_spawn_program (const char *name, const char *const *args, const char *ou
         argv [argc++] = *args++;
     cr_assert_null (*args, "more than %d arguments", SPAWN_MAX_ARGS - 2);
     argv [argc] = NULL;
-    posix_spawn_file_actions_t actions;
-    cr_assert_eq (posix_spawn_file_actions_init (&actions), 0);
-    posix_spawn_file_actions_addopen (&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen (&actions, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC,
-                                      OUTPUT_FILE_MODE);
-    posix_spawn_file_actions_addopen (&actions, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC,
-                                      OUTPUT_FILE_MODE);
-    pid_t pid;
-    int rc = posix_spawn (&pid, binary, &actions, NULL, (char *const *) argv, environ);
-    posix_spawn_file_actions_destroy (&actions);
-    cr_assert_eq (rc, 0, "posix_spawn %s: %s", binary, strerror (rc));
+    s_mark_this_test ();
+    //  The files exist when we return (the caller may read them at once).
+    int in = open ("/dev/null", O_RDONLY | O_CLOEXEC);
+    int out = open (out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, OUTPUT_FILE_MODE);
+    int err = open (err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, OUTPUT_FILE_MODE);
+    cr_assert (in >= 0 && out >= 0 && err >= 0, "cannot open %s or %s: %s", out_path, err_path,
+               strerror (errno));
+    pid_t parent = getpid ();
+    pid_t pid = fork ();
+    if (pid == 0) {
+        //  Only async-signal-safe calls here: the test may have threads.
+        prctl (PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid () != parent || dup2 (in, 0) < 0 || dup2 (out, 1) < 0 || dup2 (err, 2) < 0)
+            _exit (127);
+        execve (binary, (char *const *) argv, environ);
+        _exit (127);
+    }
+    int fork_errno = errno;
+    close (in);
+    close (out);
+    close (err);
+    cr_assert_geq (pid, 0, "fork: %s", strerror (fork_errno));
     return pid;
 }
 
@@ -296,6 +427,7 @@ za_test_popen_top (const char *broker, const char *flags)
     char command [4096];
     snprintf (command, sizeof command, "%s --broker %s --once %s",
               za_test_program ("zactor-top"), broker, flags);
+    s_mark_this_test ();
     FILE *pipe = popen (command, "r");
     cr_assert_not_null (pipe);
     return pipe;
