@@ -53,6 +53,7 @@ typedef struct {
     int terminated;                             //  $TERM came on the pipe
     char names [ZA_PLACEMENT_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
     int64_t init_step;
+    int pulled_any;                 //  1 once values were pulled into the replica
     //  ps-sync, the chief: the step of the values the replica holds when every
     //  ps agreed on it (-1: none), and copies of each ps's latest two `slots`
     //  messages (PROTOCOL.md 9) since the last init, with their steps (-1:
@@ -550,14 +551,17 @@ s_outcome (s_worker_t *self, za_op_t op)
 }
 
 //  Copies the tensors of each reply (the ps's parts, then optionally their
-//  slots) into the estimator's blocks.
+//  slots) into the estimator's blocks; with skip_errors, a ps that answered
+//  an error is left out (its parts keep what the blocks held).
 static int
-s_take_parts (s_worker_t *self, int with_slots)
+s_take_parts_of (s_worker_t *self, int with_slots, int skip_errors)
 {
     const za_optim_config_t *optim = za_replica_optim (self->replica);
     int slot_count = with_slots && optim? za_optim_slot_count (optim->kind): 0;
     for (int p = 0; p < self->ps_count; p++) {
         const za_wire_msg_t *r = self->replies [p];
+        if (skip_errors && r->op == ZA_OP_ERROR)
+            continue;
         int n = self->part_count [p];
         if (r->tensor_count < n * (1 + slot_count))
             return za_error ("%s: ps %d sent %d tensors, expected %d", s_who (self), p,
@@ -580,6 +584,12 @@ s_take_parts (s_worker_t *self, int with_slots)
     return 0;
 }
 
+static int
+s_take_parts (s_worker_t *self, int with_slots)
+{
+    return s_take_parts_of (self, with_slots, 0);
+}
+
 //  Takes the values of every reply into the replica; notes (ps-sync, the
 //  chief) their step when the ps agree on it.
 static int
@@ -588,6 +598,7 @@ s_take_values (s_worker_t *self)
     self->state_step = -1;
     if (s_take_parts (self, 0))
         return -1;
+    self->pulled_any = 1;
     int same = 1;
     for (int p = 1; p < self->ps_count; p++)
         same &= self->replies [p]->step == self->replies [0]->step;
@@ -680,6 +691,65 @@ s_save_checkpoint (void *arg, int64_t step)
     return s_checkpoint ((s_worker_t *) arg, 0);
 }
 
+//  ps-async: some ps lost their state (restarted), the others kept theirs.
+//  Nothing goes back to a checkpoint: a lost ps gets the freshest values of
+//  its shard the chief holds (pulled at most a step ago: with_pulled) and its
+//  optimizer slots from the newest checkpoint (fresh ones before the first);
+//  a ps that kept its state keeps its values and slots (its snapshot, taken
+//  while it holds still); global_step goes on from the newest step the chief
+//  or a live ps knows. A chief that has pulled nothing (it has just started)
+//  gives a lost ps its shard of the newest checkpoint. Every ps is then
+//  initialised with that one state. Returns 0, or -1 with an error.
+static int
+s_reinit_lost (s_worker_t *self, int with_pulled)
+{
+    size_t bytes = self->vars->total * sizeof (float);
+    float *pulled = with_pulled? (float *) malloc (bytes): NULL;
+    if (with_pulled && !pulled)
+        return za_error ("%s: out of memory keeping the pulled values", s_who (self));
+    if (pulled)
+        memcpy (pulled, za_replica_values (self->replica), bytes);
+    int restored = 0;
+    int64_t checkpoint_step = -1;
+    int rc = s_call_all (self, ZA_OP_RELEASE)
+          || za_replica_restore_newest (self->replica, self->config->run.model_dir,
+                                        &restored, &checkpoint_step)? -1: 0;
+    if (rc == 0 && !restored)
+        za_replica_reset_slots (self->replica);
+    if (pulled) {
+        memcpy (za_replica_values (self->replica), pulled, bytes);
+        free (pulled);
+    }
+    //  What the ps that kept their state hold: values and slots, held still.
+    if (rc == 0)
+        rc = s_call_all (self, ZA_OP_HOLD) || s_expect_or (self, ZA_OP_HELD, "not_ready")
+          || s_call_all (self, ZA_OP_SNAPSHOT)
+          || s_expect_or (self, ZA_OP_SNAPSHOT_DATA, "not_ready")
+          || s_take_parts_of (self, 1, 1)? -1: 0;
+    if (rc)
+        return -1;
+    int64_t step = with_pulled? self->global_step: restored? checkpoint_step: 0;
+    char lost [256] = "";
+    for (int p = 0; p < self->ps_count; p++) {
+        const za_wire_msg_t *r = self->replies [p];
+        if (r->op == ZA_OP_SNAPSHOT_DATA && r->step > step)
+            step = r->step;
+        if (r->op == ZA_OP_ERROR && strlen (lost) + 16 < sizeof lost)
+            snprintf (lost + strlen (lost), sizeof lost - strlen (lost), "%s%d",
+                      *lost? ", ": "", p);
+    }
+    if (s_call_all (self, ZA_OP_RELEASE) || s_init_all (self, step))
+        return -1;
+    char slots [64] = "fresh slots";
+    if (restored)
+        snprintf (slots, sizeof slots, "the slots of checkpoint %" PRId64, checkpoint_step);
+    za_info ("chief: ps %s lost its state (restarted?): it gets %s values and %s%s: going "
+             "on from step %" PRId64 " (no rewind)", lost,
+             with_pulled? "the chief's newest": restored? "the checkpoint's": "the initial",
+             slots, self->ps_count > 1? ", the other ps keep theirs": "", step);
+    return 0;
+}
+
 //  Returns 0 when the ps hold a state to train from, S_OVER when they say
 //  training is over already, -1 on an error.
 static int
@@ -705,6 +775,20 @@ s_chief_init (s_worker_t *self)
         za_info ("chief: the ps are at step %" PRId64 ": going on from there",
                  self->init_step);
         //  The next checkpoint counts from the newest on disk, not from here.
+        int64_t *steps = NULL;
+        int count = za_checkpoint_list (self->config->run.model_dir, &steps);
+        self->hooks.saver.last_saved = count > 0? steps [count - 1]: -1;
+        free (steps);
+        return 0;
+    }
+    //  ps-async, some ps restarted while others kept their state (this chief
+    //  was restarted too): those keep it, the others get the checkpoint's.
+    int any_ready = 0;
+    for (int p = 0; p < self->ps_count; p++)
+        any_ready |= self->replies [p]->op == ZA_OP_VALUES;
+    if (any_ready && self->config->strategy == ZA_STRATEGY_PS_ASYNC) {
+        if (s_reinit_lost (self, 0))
+            return -1;
         int64_t *steps = NULL;
         int count = za_checkpoint_list (self->config->run.model_dir, &steps);
         self->hooks.saver.last_saved = count > 0? steps [count - 1]: -1;
@@ -804,6 +888,11 @@ s_recover (s_worker_t *self)
         za_info ("chief: ps %d lost its state (restarted?): giving all %d ps the state of "
                  "step %" PRId64 " the chief holds (no rewind)", lost, self->ps_count, step);
         if (s_init_all (self, step))
+            return -1;
+    }
+    else
+    if (self->config->is_chief && self->config->strategy == ZA_STRATEGY_PS_ASYNC) {
+        if (s_reinit_lost (self, self->pulled_any))
             return -1;
     }
     else
