@@ -75,6 +75,10 @@ typedef struct {
     float *slots [ZA_OPTIM_MAX_SLOTS];
     za_wire_lease_t slot_lease;
     float *scratch;                         //  an unaligned gradient, copied
+    //  While without state (WAIT_INIT): the freshest values of our shard a
+    //  worker offered, and their step (-1: none); an init may prefer them.
+    float *offer;
+    int64_t offer_step;
     za_optim_config_t optim;
     s_state_t state;
     int64_t updates;                        //  pushes applied since step 0
@@ -143,6 +147,7 @@ s_ps_destroy (s_ps_t **self_p)
     for (int s = 0; s < ZA_OPTIM_MAX_SLOTS; s++)
         za_free (self->slots [s]);
     za_free (self->scratch);
+    za_free (self->offer);
     za_free (self->accum);
     if (self->waiting) {
         s_waiter_t *waiter;
@@ -199,6 +204,7 @@ s_ps_new (const za_role_config_t *config, zsock_t *pipe)
     self->values [0] = (float *) za_alloc (bytes);
     self->values [1] = (float *) za_alloc (bytes);
     self->scratch = (float *) za_alloc ((largest? largest: 1) * sizeof (float));
+    self->offer_step = -1;
     if (!self->values [0] || !self->values [1] || !self->scratch)
         goto fail;
     if (config->strategy == ZA_STRATEGY_PS_SYNC) {
@@ -549,6 +555,22 @@ s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
     int slot_count = za_optim_slot_count (optim.kind);
     int is_ps0 = self->config->ps_index == 0;
     int expected = self->part_count * (1 + slot_count) + is_ps0;
+    //  A last i64 scalar "prefer_offer" (1): a worker's offer of a later step
+    //  than the init's wins over the init's values (PROTOCOL.md 7.5).
+    int prefer_offer = 0;
+    if (msg->tensor_count == expected + 1) {
+        const za_wire_tensor_t *t = &msg->tensors [expected];
+        int64_t flag = 0;
+        if (t->dtype == ZA_DTYPE_I64 && t->ndim == 0 && t->bytes == sizeof flag)
+            memcpy (&flag, t->data, sizeof flag);
+        if (strcmp (t->name, "prefer_offer") || flag != 1) {
+            s_reply_error (self, routing_id, msg->seq, "bad_request",
+                           "init: an extra tensor must be the i64 scalar prefer_offer = 1");
+            return -1;
+        }
+        prefer_offer = 1;
+    }
+    else
     if (msg->tensor_count != expected) {
         snprintf (why, sizeof why, "init carries %d tensors, ps %d expects %d",
                   msg->tensor_count, self->config->ps_index, expected);
@@ -603,12 +625,21 @@ s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
         }
     }
     self->updates = msg->step;
+    int offered = prefer_offer && self->offer && self->offer_step > msg->step;
+    if (offered) {
+        memcpy (self->values [0], self->offer, self->floats * sizeof (float));
+        self->updates = self->offer_step;
+    }
+    za_free (self->offer);
+    self->offer = NULL;
+    self->offer_step = -1;
     //  A step being summed is gone with the old state: its pushers go on
     //  from the new values.
     s_sync_reset (self);
-    za_info ("ps %d: initialised at step %" PRId64 " (%d parts, %zu floats, %s)",
-             self->config->ps_index, msg->step, self->part_count, self->floats,
-             za_optim_name (optim.kind));
+    za_info ("ps %d: initialised at step %" PRId64 "%s (%d parts, %zu floats, %s)",
+             self->config->ps_index, self->updates,
+             offered? " with the values a worker offered": "", self->part_count,
+             self->floats, za_optim_name (optim.kind));
     za_wire_msg_init (self->out, ZA_OP_INIT_OK);
     self->out->seq = msg->seq;
     self->out->step = s_global_step (self);
@@ -767,7 +798,51 @@ s_refuse_done (s_ps_t *self, s_request_t *request)
 static int
 s_refuse_not_ready (s_ps_t *self, s_request_t *request)
 {
-    return s_refuse (self, request, "not_ready", "waiting for the chief's init");
+    //  The step of the best offer we hold (-1: none) tells a restarted chief
+    //  that a worker's values are here (PROTOCOL.md 7.5).
+    za_wire_msg_init (self->out, ZA_OP_ERROR);
+    self->out->seq = request->msg->seq;
+    self->out->step = self->offer_step;
+    snprintf (self->out->code, sizeof self->out->code, "not_ready");
+    snprintf (self->out->error, sizeof self->out->error, "waiting for the chief's init");
+    s_reply (self, request->routing_id, NULL);
+    return -1;
+}
+
+//  A worker's values of our shard while we have no state: the freshest
+//  (by step) is kept for the chief's init. Never answered.
+static int
+s_offer_action (s_ps_t *self, s_request_t *request)
+{
+    const za_wire_msg_t *msg = request->msg;
+    char why [256];
+    if (s_check_parts (self, msg, 1, why, sizeof why) || msg->step < 0) {
+        self->dropped++;
+        za_info ("ps %d: an offer dropped: %s", self->config->ps_index,
+                 msg->step < 0? "no step": why);
+        return -1;
+    }
+    if (msg->step <= self->offer_step)
+        return 0;
+    if (!self->offer)
+        self->offer = (float *) za_alloc ((self->floats? self->floats: 1) * sizeof (float));
+    if (!self->offer)
+        return -1;
+    for (int i = 0; i < self->part_count; i++)
+        memcpy (self->offer + self->part_at [i], msg->tensors [i].data, msg->tensors [i].bytes);
+    self->offer_step = msg->step;
+    za_info ("ps %d: worker %d offers its values of step %" PRId64, self->config->ps_index,
+             msg->task, msg->step);
+    return 0;
+}
+
+//  An offer to a ps that has a state: of no use, and never answered.
+static int
+s_ignore (s_ps_t *self, s_request_t *request)
+{
+    (void) self;
+    (void) request;
+    return 0;
 }
 
 static int
@@ -910,6 +985,8 @@ static const struct {
     {S_READY,       ZA_OP_INIT,        s_init_action,       S_READY},
     {S_HELD,        ZA_OP_INIT,        s_refuse_busy,       S_HELD},
     {S_WAIT_INIT,   E_FINAL_FOUND,     s_load_final,        S_STOPPING},
+    {S_WAIT_INIT,   ZA_OP_OFFER,       s_offer_action,      S_WAIT_INIT},
+    {S_ANY,         ZA_OP_OFFER,       s_ignore,            S_SAME},
     {S_WAIT_INIT,   E_ANY,             s_refuse_not_ready,  S_WAIT_INIT},
     {S_STOPPING,    E_ANY,             s_refuse_done,       S_STOPPING},
     {S_READY,       ZA_OP_PULL,        s_values,            S_READY},

@@ -53,7 +53,9 @@ typedef struct {
     int terminated;                             //  $TERM came on the pipe
     char names [ZA_PLACEMENT_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
     int64_t init_step;
+    int prefer_offer;               //  an init asks a lost ps to prefer a worker's newer values
     int pulled_any;                 //  1 once values were pulled into the replica
+    int64_t values_step;            //  the step of the values the replica holds
     //  ps-sync, the chief: the step of the values the replica holds when every
     //  ps agreed on it (-1: none), and copies of each ps's latest two `slots`
     //  messages (PROTOCOL.md 9) since the last init, with their steps (-1:
@@ -235,7 +237,15 @@ s_build (s_worker_t *self, za_op_t op, int p)
         self->out->step = self->init_step;
         if (p == 0)
             za_wire_msg_add (self->out, "global_step", ZA_DTYPE_I64, 0, NULL, &self->init_step);
+        static const int64_t prefer = 1;
+        if (self->prefer_offer)
+            za_wire_msg_add (self->out, "prefer_offer", ZA_DTYPE_I64, 0, NULL, &prefer);
         za_role_optim_to_wire (optim, self->out);
+    }
+    else
+    if (op == ZA_OP_OFFER) {
+        self->out->step = self->global_step;
+        s_add_parts (self, p, za_replica_values (self->replica), NULL, NULL);
     }
 }
 
@@ -599,6 +609,7 @@ s_take_values (s_worker_t *self)
     if (s_take_parts (self, 0))
         return -1;
     self->pulled_any = 1;
+    self->values_step = self->replies [0]->step;
     int same = 1;
     for (int p = 1; p < self->ps_count; p++)
         same &= self->replies [p]->step == self->replies [0]->step;
@@ -658,6 +669,8 @@ s_checkpoint (s_worker_t *self, int final)
     rc = s_call_all (self, ZA_OP_SNAPSHOT)? -1: s_outcome (self, ZA_OP_SNAPSHOT_DATA);
     if (rc == 0)
         rc = s_take_parts (self, 1);
+    if (rc == 0)
+        self->values_step = self->replies [0]->step;
     //  The replica now holds the snapshot's values (and slots): the state of
     //  ps-sync's recovery only if that is the step it held.
     if (rc || self->replies [0]->step != self->state_step)
@@ -700,9 +713,42 @@ s_save_checkpoint (void *arg, int64_t step)
 //  or a live ps knows. A chief that has pulled nothing (it has just started)
 //  gives a lost ps its shard of the newest checkpoint. Every ps is then
 //  initialised with that one state. Returns 0, or -1 with an error.
+//  A restarted chief without values of its own: waits (at most heartbeat
+//  interval x liveness x 2, the time a worker blocked on the lost ps needs to
+//  find it out and offer) until every ps either holds its state or holds a
+//  worker's offer (its not_ready carries the offer's step). 0, or -1.
+static int
+s_wait_for_offers (s_worker_t *self)
+{
+    const za_role_config_t *config = self->config;
+    double deadline = za_clock_mono ()
+                    + 2 * config->heartbeat_ivl_secs * config->heartbeat_liveness;
+    while (1) {
+        if (s_call_all (self, ZA_OP_PULL))
+            return -1;
+        int waiting = 0;
+        for (int p = 0; p < self->ps_count; p++) {
+            const za_wire_msg_t *r = self->replies [p];
+            waiting += r->op == ZA_OP_ERROR && streq (r->code, "not_ready") && r->step < 0;
+        }
+        if (!waiting)
+            return 0;
+        if (za_clock_mono () > deadline) {
+            za_info ("chief: %d lost ps hold no worker's values after %.0f s: they get the "
+                     "newest checkpoint's", waiting,
+                     2 * config->heartbeat_ivl_secs * config->heartbeat_liveness);
+            return 0;
+        }
+        s_alive (self, za_clock_mono ());
+        zclock_sleep (NOT_READY_RETRY_MS);
+    }
+}
+
 static int
 s_reinit_lost (s_worker_t *self, int with_pulled)
 {
+    if (!with_pulled && self->config->rejoin && s_wait_for_offers (self))
+        return -1;
     size_t bytes = self->vars->total * sizeof (float);
     float *pulled = with_pulled? (float *) malloc (bytes): NULL;
     if (with_pulled && !pulled)
@@ -716,10 +762,12 @@ s_reinit_lost (s_worker_t *self, int with_pulled)
                                         &restored, &checkpoint_step)? -1: 0;
     if (rc == 0 && !restored)
         za_replica_reset_slots (self->replica);
-    if (pulled) {
+    //  Ours unless the checkpoint is newer (a snapshot may be a push ahead of
+    //  what we pulled, and a restarted chief's values are only its first).
+    int ours = pulled && (!restored || self->values_step > checkpoint_step);
+    if (ours)
         memcpy (za_replica_values (self->replica), pulled, bytes);
-        free (pulled);
-    }
+    free (pulled);
     //  What the ps that kept their state hold: values and slots, held still.
     if (rc == 0)
         rc = s_call_all (self, ZA_OP_HOLD) || s_expect_or (self, ZA_OP_HELD, "not_ready")
@@ -728,7 +776,9 @@ s_reinit_lost (s_worker_t *self, int with_pulled)
           || s_take_parts_of (self, 1, 1)? -1: 0;
     if (rc)
         return -1;
-    int64_t step = with_pulled? self->global_step: restored? checkpoint_step: 0;
+    int64_t step = ours? self->values_step: restored? checkpoint_step: 0;
+    if (with_pulled && self->global_step > step)
+        step = self->global_step;
     char lost [256] = "";
     for (int p = 0; p < self->ps_count; p++) {
         const za_wire_msg_t *r = self->replies [p];
@@ -738,14 +788,27 @@ s_reinit_lost (s_worker_t *self, int with_pulled)
             snprintf (lost + strlen (lost), sizeof lost - strlen (lost), "%s%d",
                       *lost? ", ": "", p);
     }
-    if (s_call_all (self, ZA_OP_RELEASE) || s_init_all (self, step))
+    //  A lost ps takes a worker's offer of a later step than ours (INIT_OK
+    //  says the step it went on from: ps 0's is the global step).
+    self->prefer_offer = 1;
+    rc = s_call_all (self, ZA_OP_RELEASE) || s_init_all (self, step)? -1: 0;
+    self->prefer_offer = 0;
+    if (rc)
         return -1;
+    int offered = 0;
+    for (int p = 0; p < self->ps_count; p++)
+        if (self->replies [p]->step > step) {
+            offered = 1;
+            if (p == 0)
+                step = self->replies [p]->step;
+        }
     char slots [64] = "fresh slots";
     if (restored)
         snprintf (slots, sizeof slots, "the slots of checkpoint %" PRId64, checkpoint_step);
     za_info ("chief: ps %s lost its state (restarted?): it gets %s values and %s%s: going "
              "on from step %" PRId64 " (no rewind)", lost,
-             with_pulled? "the chief's newest": restored? "the checkpoint's": "the initial",
+             offered? "a worker's newer": ours? "the chief's newest"
+             : restored? "the checkpoint's": "the initial",
              slots, self->ps_count > 1? ", the other ps keep theirs": "", step);
     return 0;
 }
@@ -786,7 +849,7 @@ s_chief_init (s_worker_t *self)
     int any_ready = 0;
     for (int p = 0; p < self->ps_count; p++)
         any_ready |= self->replies [p]->op == ZA_OP_VALUES;
-    if (any_ready && self->config->strategy == ZA_STRATEGY_PS_ASYNC) {
+    if ((any_ready || self->config->rejoin) && self->config->strategy == ZA_STRATEGY_PS_ASYNC) {
         if (s_reinit_lost (self, 0))
             return -1;
         int64_t *steps = NULL;
@@ -857,6 +920,29 @@ s_restart_clocks (s_worker_t *self)
     za_hooks_begin (&self->hooks.hooks, self->global_step);
 }
 
+//  ps-async, a worker: offers each ps that lost its state the values of its
+//  shard we pulled last, with their step, so that a restarted chief without
+//  values of its own need not reload a checkpoint (PROTOCOL.md 7.5). Never
+//  answered; what could not go is said and left.
+static void
+s_offer (s_worker_t *self)
+{
+    for (int p = 0; p < self->ps_count; p++) {
+        const za_wire_msg_t *r = self->replies [p];
+        if (r->op != ZA_OP_ERROR || !streq (r->code, "not_ready"))
+            continue;
+        s_build (self, ZA_OP_OFFER, p);
+        if (za_wire_send (self->dealers [p], NULL, self->out, &self->lease))
+            za_info ("%s: cannot offer ps %d our values: %s", s_who (self), p,
+                     za_last_error ());
+        else
+            za_info ("%s: offered ps %d our values of step %" PRId64, s_who (self), p,
+                     self->global_step);
+    }
+    //  The frames point into the values the next pull overwrites.
+    za_wire_lease_wait (&self->lease);
+}
+
 //  A ps lost its state: it answered not_ready, so it was restarted (by a
 //  supervisor or by hand, at the same endpoint). The chief brings every ps
 //  back to one consistent state: it releases them all (a held ps refuses
@@ -914,9 +1000,12 @@ s_recover (s_worker_t *self)
             return -1;
         self->hooks.saver.last_saved = restored? step: -1;
     }
-    else
+    else {
         za_info ("%s: ps %d lost its state (restarted?): waiting for the chief to "
                  "reload it", s_who (self), lost);
+        if (self->config->strategy == ZA_STRATEGY_PS_ASYNC && self->pulled_any)
+            s_offer (self);
+    }
     int pulled = s_pull_when_ready (self);
     if (pulled == 0) {
         za_info ("%s: going on from step %" PRId64, s_who (self), self->global_step);

@@ -546,3 +546,120 @@ Test (ps, ps_sync_applies_the_mean_of_a_step_once_and_drops_what_comes_late)
     zsock_destroy (&backup);
     s_teardown (&c);
 }
+
+//  Sends c->out, which is never answered: a ping sent after it is answered
+//  first (one connection keeps its order), with the ping's own seq.
+static void
+s_send_unanswered (s_ps_case_t *c)
+{
+    c->out->seq = ++c->seq;
+    zmsg_destroy (&c->reply);
+    cr_assert_eq (za_wire_send (c->client, NULL, c->out, &c->lease), 0);
+    za_wire_lease_wait (&c->lease);
+    za_wire_msg_init (c->out, ZA_OP_PING);
+    cr_assert_eq (s_call (c, REPLY_MS), ZA_OP_PONG, "an offer was answered");
+    cr_assert_eq (c->in->seq, c->seq, "an offer was answered");
+}
+
+//  An offer of the given step whose every value is `value`.
+static void
+s_offer (s_ps_case_t *c, int64_t step, float value, float *kernel, float *bias)
+{
+    for (int i = 0; i < 12; i++)
+        kernel [i] = value;
+    for (int i = 0; i < 3; i++)
+        bias [i] = value;
+    za_wire_msg_init (c->out, ZA_OP_OFFER);
+    c->out->step = step;
+    c->out->task = 0;
+    s_add_params (c, kernel, bias);
+}
+
+//  ps-async's recovery (PROTOCOL.md 7.5): a ps without state keeps the
+//  freshest values workers offer, says their step in its not_ready, and an
+//  init that prefers an offer takes it when it is newer than the init's
+//  step; an init that does not, or a ps with a state, ignores offers.
+Test (ps, a_ps_without_state_keeps_the_newest_offer_for_an_init_that_prefers_it)
+{
+    s_ps_case_t c;
+    s_setup (&c);
+    float k1 [12], b1 [3], k2 [12], b2 [3], k3 [12], b3 [3];
+    //  No offer yet: not_ready carries no step.
+    za_wire_msg_init (c.out, ZA_OP_PULL);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "not_ready");
+    cr_expect_eq (c.in->step, -1);
+    //  Offers of step 40, then 70, then an older 50: 70 is kept.
+    s_offer (&c, 40, 4.0f, k1, b1);
+    s_send_unanswered (&c);
+    s_offer (&c, 70, 7.0f, k2, b2);
+    s_send_unanswered (&c);
+    s_offer (&c, 50, 5.0f, k3, b3);
+    s_send_unanswered (&c);
+    za_wire_msg_init (c.out, ZA_OP_PULL);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "not_ready");
+    cr_expect_eq (c.in->step, 70, "the not_ready says the best offer's step");
+    //  A malformed offer (a part missing) changes nothing.
+    za_wire_msg_init (c.out, ZA_OP_OFFER);
+    c.out->step = 90;
+    int64_t kshape [2] = {4, 3};
+    za_wire_msg_add (c.out, "dense/kernel", ZA_DTYPE_F32, 2, kshape, k3);
+    s_send_unanswered (&c);
+    //  An init of step 60 preferring offers: the offer of 70 wins.
+    int64_t step = 60;
+    for (int i = 0; i < 12; i++)
+        c.kernel [i] = 1.0f;
+    for (int i = 0; i < 3; i++)
+        c.bias [i] = 1.0f;
+    s_init_sgd (&c, 0.1f, &step);
+    c.out->step = step;
+    static const int64_t prefer = 1;
+    za_wire_msg_add (c.out, "prefer_offer", ZA_DTYPE_I64, 0, NULL, &prefer);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK);
+    cr_expect_eq (c.in->step, 70, "ps 0 goes on from the offer's step");
+    s_expect_values (&c, 7.0f);
+    cr_expect_eq (c.in->step, 70);
+    //  With a state, an offer is ignored (never answered) and changes nothing.
+    s_offer (&c, 500, 9.0f, k1, b1);
+    s_send_unanswered (&c);
+    s_expect_values (&c, 7.0f);
+    s_teardown (&c);
+}
+
+Test (ps, an_init_that_does_not_prefer_offers_or_is_newer_keeps_its_values)
+{
+    s_ps_case_t c;
+    s_setup (&c);
+    float k [12], b [3];
+    s_offer (&c, 70, 7.0f, k, b);
+    s_send_unanswered (&c);
+    //  Without prefer_offer: the init's values and step.
+    int64_t step = 80;
+    for (int i = 0; i < 12; i++)
+        c.kernel [i] = 1.0f;
+    for (int i = 0; i < 3; i++)
+        c.bias [i] = 1.0f;
+    s_init_sgd (&c, 0.1f, &step);
+    c.out->step = step;
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK);
+    cr_expect_eq (c.in->step, 80);
+    s_expect_values (&c, 1.0f);
+    s_teardown (&c);
+    //  Preferring offers, but the init is newer (80 > 70): the init's.
+    s_setup (&c);
+    s_offer (&c, 70, 7.0f, k, b);
+    s_send_unanswered (&c);
+    for (int i = 0; i < 12; i++)
+        c.kernel [i] = 1.0f;
+    for (int i = 0; i < 3; i++)
+        c.bias [i] = 1.0f;
+    s_init_sgd (&c, 0.1f, &step);
+    c.out->step = step;
+    static const int64_t prefer = 1;
+    za_wire_msg_add (c.out, "prefer_offer", ZA_DTYPE_I64, 0, NULL, &prefer);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK);
+    cr_expect_eq (c.in->step, 80);
+    s_expect_values (&c, 1.0f);
+    s_teardown (&c);
+}

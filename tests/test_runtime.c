@@ -637,9 +637,34 @@ Test (runtime, a_ps_lost_after_chief_restarts_costs_no_steps)
     json_decref (state);
     want = (za_test_want_t) {"ps", 0, 1, 0};
     state = za_test_wait_for (broker, za_test_task_back, &want, "the ps back", PHASE_TIMEOUT_S);
+    //  The chief and the ps together: the restarted chief holds no values, the
+    //  workers do: the ps takes a worker's offer instead of the checkpoint.
+    int64_t both_at = json_integer_value (json_object_get (state, "global_step"));
+    za_test_kill (state, "chief", 0);
+    za_test_kill (state, "ps", 0);
+    json_decref (state);
+    want = (za_test_want_t) {"ps", 0, 2, both_at + 20};
+    state = za_test_wait_for (broker, za_test_task_back, &want,
+                              "the chief and the ps back together", PHASE_TIMEOUT_S);
     json_decref (state);
     kill (local, SIGINT);
     za_test_wait (local, 60);
+    char *ps_log_path = za_test_join (model_dir, "logs/ps-0.log");
+    char *ps_log = (char *) za_test_read_file (ps_log_path, NULL);
+    //  The newest incarnation's init (the log is appended to).
+    const char *offered = NULL;
+    for (const char *at = strstr (ps_log, " with the values a worker offered"); at;
+         at = strstr (at + 1, " with the values a worker offered"))
+        offered = at;
+    const char *line = offered;
+    while (line && line > ps_log && line [-1] != '\n')
+        line--;
+    const char *init = line? strstr (line, "initialised at step "): NULL;
+    long long offered_step = init? atoll (init + strlen ("initialised at step ")): -1;
+    cr_expect (offered && offered_step >= both_at - 2 * 3, "the ps lost with the chief (step "
+               "%lld) went on from %lld: %s", (long long) both_at, offered_step, ps_log);
+    free (ps_log);
+    free (ps_log_path);
     char *log_path = za_test_join (model_dir, "logs/chief-0.log");
     char *log = (char *) za_test_read_file (log_path, NULL);
     //  No rewind to a checkpoint: the ps gets the chief's newest values, and
@@ -647,8 +672,11 @@ Test (runtime, a_ps_lost_after_chief_restarts_costs_no_steps)
     //  2 workers; lost_at, from a report, is at most the true step).
     cr_expect_null (strstr (log, "reloading step "), "%s", log);
     const char *taken = strstr (log, "(no rewind)");
+    //  The values the chief pulled, or a worker's newer ones it offered.
     const char *from = taken? strstr (log, "lost its state (restarted?): it gets the chief's "
                                            "newest values"): NULL;
+    if (!from && taken)
+        from = strstr (log, "lost its state (restarted?): it gets a worker's newer values");
     cr_assert (from && taken > from, "the chief did not give the ps its values: %s", log);
     const char *at = strstr (from, "going on from step ");
     long long reloaded = at? atoll (at + strlen ("going on from step ")): -1;

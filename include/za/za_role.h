@@ -68,8 +68,9 @@ typedef struct {
                                     //  (worker_index + 1 mod num_workers)
     int worker_index;               //  worker / chief: its data shard; the chief is 0
     int is_chief;
-    int rejoin;                     //  all-reduce: this process was restarted, and
-                                    //  joins a ring already running
+    int rejoin;                     //  this process was restarted: all-reduce, it
+                                    //  joins a ring already running; ps-async, the
+                                    //  chief waits for workers' offers to a lost ps
     char who [32];                  //  this task as its cluster names it ("worker 0");
                                     //  "": made from is_chief and worker_index
     const za_dataset_t *train;      //  worker / chief: the whole training set, of
