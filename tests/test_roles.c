@@ -166,13 +166,14 @@ Test (roles, chief_worker_two_ps_train_and_checkpoint_matches_ps)
                       "ps %d holds %08x, the checkpoint %08x", p, ps_crc [p],
                       za_test_ckpt_crc_of_ps (ckpt, &c.spec, c.ps [0].input, 2, 10000, p));
     za_checkpoint_destroy (&ckpt);
-    //  Checkpoints on the way (due every 20 steps; the chief saves between
-    //  its own steps, and on a busy machine the worker may take most of the
-    //  400: 13 of 20 were seen with a fuzzer on the other core) and the loss
-    //  fell.
+    //  Checkpoints on the way, on their grid (due every 20 steps; the chief
+    //  saves between its own steps, so how many depends on how many of the 400
+    //  the chief took, which the machine's load decides: 13 of 20 with a
+    //  fuzzer on the other core, fewer than 10 beside a build): at least one
+    //  besides the final.
     int64_t *steps = NULL;
     int count = za_checkpoint_list (za_test_dir (), &steps);
-    cr_expect_geq (count, 10, "%d checkpoints", count);
+    cr_expect_geq (count, 2, "%d checkpoints", count);
     free (steps);
     double first = s_first_or_last_loss (0), last = s_first_or_last_loss (1);
     cr_expect_lt (last, first * 0.8, "loss %f -> %f", first, last);
