@@ -244,7 +244,7 @@ s_build (s_worker_t *self, za_op_t op, int p)
     }
     else
     if (op == ZA_OP_OFFER) {
-        self->out->step = self->global_step;
+        self->out->step = self->values_step;
         s_add_parts (self, p, za_replica_values (self->replica), NULL, NULL);
     }
 }
@@ -704,15 +704,6 @@ s_save_checkpoint (void *arg, int64_t step)
     return s_checkpoint ((s_worker_t *) arg, 0);
 }
 
-//  ps-async: some ps lost their state (restarted), the others kept theirs.
-//  Nothing goes back to a checkpoint: a lost ps gets the freshest values of
-//  its shard the chief holds (pulled at most a step ago: with_pulled) and its
-//  optimizer slots from the newest checkpoint (fresh ones before the first);
-//  a ps that kept its state keeps its values and slots (its snapshot, taken
-//  while it holds still); global_step goes on from the newest step the chief
-//  or a live ps knows. A chief that has pulled nothing (it has just started)
-//  gives a lost ps its shard of the newest checkpoint. Every ps is then
-//  initialised with that one state. Returns 0, or -1 with an error.
 //  A restarted chief without values of its own: waits (at most heartbeat
 //  interval x liveness x 2, the time a worker blocked on the lost ps needs to
 //  find it out and offer) until every ps either holds its state or holds a
@@ -744,6 +735,16 @@ s_wait_for_offers (s_worker_t *self)
     }
 }
 
+//  ps-async: some ps lost their state (restarted), the others kept theirs.
+//  Nothing goes back to a checkpoint: a lost ps gets the freshest values of
+//  its shard the chief holds (pulled at most a step ago: with_pulled) and its
+//  optimizer slots from the newest checkpoint (fresh ones before the first);
+//  a ps that kept its state keeps its values and slots (its snapshot, taken
+//  while it holds still); global_step goes on from the newest step the chief
+//  or a live ps knows. A chief that has pulled nothing (it has just started)
+//  gives a lost ps its shard of the newest checkpoint. Every ps is then
+//  initialised with that one state, and a lost ps prefers a worker's offer
+//  of a later step (PROTOCOL.md 7.5). Returns 0, or -1 with an error.
 static int
 s_reinit_lost (s_worker_t *self, int with_pulled)
 {
@@ -844,8 +845,9 @@ s_chief_init (s_worker_t *self)
         free (steps);
         return 0;
     }
-    //  ps-async, some ps restarted while others kept their state (this chief
-    //  was restarted too): those keep it, the others get the checkpoint's.
+    //  ps-async, this chief was restarted and some ps too (or a ps lost while
+    //  others kept their state): those keep it, a lost one gets a worker's
+    //  offer or the checkpoint's shard.
     int any_ready = 0;
     for (int p = 0; p < self->ps_count; p++)
         any_ready |= self->replies [p]->op == ZA_OP_VALUES;
@@ -937,7 +939,7 @@ s_offer (s_worker_t *self)
                      za_last_error ());
         else
             za_info ("%s: offered ps %d our values of step %" PRId64, s_who (self), p,
-                     self->global_step);
+                     self->values_step);
     }
     //  The frames point into the values the next pull overwrites.
     za_wire_lease_wait (&self->lease);
@@ -945,11 +947,12 @@ s_offer (s_worker_t *self)
 
 //  A ps lost its state: it answered not_ready, so it was restarted (by a
 //  supervisor or by hand, at the same endpoint). The chief brings every ps
-//  back to one consistent state: it releases them all (a held ps refuses
-//  init; what they answer does not matter), restores the newest checkpoint
-//  and initialises every ps with it (a ps that kept its state is reloaded
-//  too). A worker waits for that. Both then pull the values and go on from
-//  there. Returns as s_pull_when_ready (S_PS_LOST: a ps was lost again).
+//  back to one consistent state: under ps-async without going back
+//  (s_reinit_lost), under ps-sync from the state of its step it holds, else
+//  from the newest checkpoint (it releases them all first: a held ps refuses
+//  init). A worker offers the lost ps its values (ps-async) and waits for
+//  that. Both then pull the values and go on from there. Returns as
+//  s_pull_when_ready (S_PS_LOST: a ps was lost again).
 static int
 s_recover (s_worker_t *self)
 {
