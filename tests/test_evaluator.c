@@ -127,8 +127,13 @@ Test (evaluator, start_delay_throttle_and_the_final_checkpoint)
     cr_expect_lt (count, 10, "every checkpoint was evaluated: throttle ignored");
     cr_expect_geq (starts [0] - t0, 1.0 - 0.02, "first evaluation %.3f s after start",
                    starts [0] - t0);
+    //  The throttle counts from each evaluation's start, before its checkpoint
+    //  loads; what the file records starts after (wall_time - seconds), so a
+    //  gap may look shorter by the difference of two loads: a few ms, tens on a
+    //  loaded machine (1.479 s seen beside a build). A throttle not kept would
+    //  show gaps of a checkpoint's 0.25 s.
     for (int i = 1; i < count; i++) {
-        cr_expect_geq (starts [i] - starts [i - 1], 1.5 - 0.02, "evaluations %d and %d are "
+        cr_expect_geq (starts [i] - starts [i - 1], 1.5 - 0.1, "evaluations %d and %d are "
                        "%.3f s apart", i - 1, i, starts [i] - starts [i - 1]);
         cr_expect_gt (steps [i], steps [i - 1]);
     }

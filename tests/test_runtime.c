@@ -672,11 +672,9 @@ Test (runtime, a_ps_lost_after_chief_restarts_costs_no_steps)
     //  2 workers; lost_at, from a report, is at most the true step).
     cr_expect_null (strstr (log, "reloading step "), "%s", log);
     const char *taken = strstr (log, "(no rewind)");
-    //  The values the chief pulled, or a worker's newer ones it offered.
-    const char *from = taken? strstr (log, "lost its state (restarted?): it gets the chief's "
-                                           "newest values"): NULL;
-    if (!from && taken)
-        from = strstr (log, "lost its state (restarted?): it gets a worker's newer values");
+    //  The values the chief pulled, a worker's newer ones it offered, or the
+    //  checkpoint's when it was the newest.
+    const char *from = taken? strstr (log, "lost its state (restarted?): it gets "): NULL;
     cr_assert (from && taken > from, "the chief did not give the ps its values: %s", log);
     const char *at = strstr (from, "going on from step ");
     long long reloaded = at? atoll (at + strlen ("going on from step ")): -1;
