@@ -16,6 +16,7 @@
 
 #include "za/za_checkpoint.h"
 #include "za/za_placement.h"
+#include "za/za_util.h"
 #include "za/za_wire.h"
 #include "za_test.h"
 
@@ -156,7 +157,24 @@ Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300 * ZA_TEST_SL
     while (access (metrics, F_OK) != 0 && waited < 60)
         usleep (20000), waited += 0.02;
     cr_assert_lt (waited, 60, "the chief wrote no metrics within 60 s");
+    //  Training holds still (the chief and the worker stopped) while the garbage
+    //  goes to ps 0, until ps 0 has said it dropped every piece: the job cannot
+    //  end before (on a fast or loaded machine 280 steps could outrun it).
+    cr_assert_eq (kill (pids [2], SIGSTOP), 0);
+    cr_assert_eq (kill (pids [3], SIGSTOP), 0);
     int garbage = s_send_garbage (ps0_port);
+    double deadline = za_clock_mono () + 60 * ZA_TEST_SLOWDOWN;
+    char *said = za_test_read_file (errs [0], NULL);
+    while (za_test_count (said, "dropped a bad message") < garbage
+           && za_clock_mono () < deadline) {
+        free (said);
+        usleep (20000);
+        said = za_test_read_file (errs [0], NULL);
+    }
+    cr_expect_eq (za_test_count (said, "dropped a bad message"), garbage, "%s", said);
+    free (said);
+    kill (pids [2], SIGCONT);
+    kill (pids [3], SIGCONT);
     for (int t = 0; t < TASKS; t++) {
         int status = za_test_wait (pids [t], TIMEOUT_S);
         cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s %s exited %d: %s",

@@ -575,6 +575,22 @@ s_offer (s_ps_case_t *c, int64_t step, float value, float *kernel, float *bias)
     s_add_params (c, kernel, bias);
 }
 
+//  An SGD init of `step` whose every value is `value`; with prefer, it asks
+//  the ps to prefer a newer offer (the init's last tensor, PROTOCOL.md 9).
+static void
+s_init_at (s_ps_case_t *c, int64_t *step, float value, int prefer)
+{
+    static const int64_t prefer_offer = 1;
+    for (int i = 0; i < 12; i++)
+        c->kernel [i] = value;
+    for (int i = 0; i < 3; i++)
+        c->bias [i] = value;
+    s_init_sgd (c, 0.1f, step);
+    c->out->step = *step;
+    if (prefer)
+        za_wire_msg_add (c->out, "prefer_offer", ZA_DTYPE_I64, 0, NULL, &prefer_offer);
+}
+
 //  ps-async's recovery (PROTOCOL.md 7.5): a ps without state keeps the
 //  freshest values workers offer, says their step in its not_ready, and an
 //  init that prefers an offer takes it when it is newer than the init's
@@ -608,14 +624,7 @@ Test (ps, a_ps_without_state_keeps_the_newest_offer_for_an_init_that_prefers_it)
     s_send_unanswered (&c);
     //  An init of step 60 preferring offers: the offer of 70 wins.
     int64_t step = 60;
-    for (int i = 0; i < 12; i++)
-        c.kernel [i] = 1.0f;
-    for (int i = 0; i < 3; i++)
-        c.bias [i] = 1.0f;
-    s_init_sgd (&c, 0.1f, &step);
-    c.out->step = step;
-    static const int64_t prefer = 1;
-    za_wire_msg_add (c.out, "prefer_offer", ZA_DTYPE_I64, 0, NULL, &prefer);
+    s_init_at (&c, &step, 1.0f, 1);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK);
     cr_expect_eq (c.in->step, 70, "ps 0 goes on from the offer's step");
     s_expect_values (&c, 7.0f);
@@ -636,12 +645,7 @@ Test (ps, an_init_that_does_not_prefer_offers_keeps_its_values)
     s_send_unanswered (&c);
     //  Without prefer_offer: the init's values and step, though the offer is newer.
     int64_t step = 80;
-    for (int i = 0; i < 12; i++)
-        c.kernel [i] = 1.0f;
-    for (int i = 0; i < 3; i++)
-        c.bias [i] = 1.0f;
-    s_init_sgd (&c, 0.1f, &step);
-    c.out->step = step;
+    s_init_at (&c, &step, 1.0f, 0);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK);
     cr_expect_eq (c.in->step, 80);
     s_expect_values (&c, 1.0f);
@@ -659,14 +663,7 @@ Test (ps, an_init_newer_than_the_offer_keeps_its_values)
     s_setup (&c);
     s_offer (&c, 70, 7.0f, k, b);
     s_send_unanswered (&c);
-    for (int i = 0; i < 12; i++)
-        c.kernel [i] = 1.0f;
-    for (int i = 0; i < 3; i++)
-        c.bias [i] = 1.0f;
-    s_init_sgd (&c, 0.1f, &step);
-    c.out->step = step;
-    static const int64_t prefer = 1;
-    za_wire_msg_add (c.out, "prefer_offer", ZA_DTYPE_I64, 0, NULL, &prefer);
+    s_init_at (&c, &step, 1.0f, 1);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK);
     cr_expect_eq (c.in->step, 80);
     s_expect_values (&c, 1.0f);
