@@ -517,19 +517,33 @@ Test (ps_sync, local_workers_step_together_and_a_killed_ps_gets_the_current_stat
     //  The chief holds the whole state of each step (the ps send it the
     //  optimizer's slots with the values): the restarted ps gets that, not
     //  the checkpoint of step 100 that TensorFlow would go back to.
+    //  Unless the ps died between its values and its slots of a step (the kill
+    //  decides, not the test: 1 run in ~12 on a loaded machine): then the chief
+    //  lacks that step's slots and reloads the newest checkpoint (PROTOCOL.md
+    //  7.5), at most one checkpoint interval (100) back.
     const char *said = "the state of step ";
     const char *given = strstr (log, said);
-    long long at = -1;
-    cr_assert (given && sscanf (given + strlen (said), "%lld", &at) == 1, "%s", log);
-    cr_expect_geq (at, killed_at, "state of step %lld, killed at %lld", at,
-                   (long long) killed_at);
-    cr_expect_null (strstr (log, "reloading step "), "%s", log);
+    const char *reloaded = strstr (log, "reloading step ");
+    long long at = -1, rewind = 0;
+    if (given || !reloaded) {
+        cr_assert (given && sscanf (given + strlen (said), "%lld", &at) == 1, "%s", log);
+        cr_expect_geq (at, killed_at, "state of step %lld, killed at %lld", at,
+                       (long long) killed_at);
+        cr_expect_null (reloaded, "%s", log);
+    }
+    else {
+        cr_assert_eq (sscanf (reloaded, "reloading step %lld", &at), 1, "%s", log);
+        cr_expect_geq (at, killed_at - 100 - 5, "reloaded step %lld, killed at %lld", at,
+                       (long long) killed_at);
+        rewind = killed_at > at? killed_at - at: 0;
+    }
     const char *done = strstr (log, "done at step 400 after ");
     long long own = 0;
     cr_assert (done && sscanf (done, "done at step 400 after %lld own steps", &own) == 1, "%s",
                log);
-    //  Its own steps: the 400, plus at most the few in flight when the ps died.
-    cr_expect (own >= 400 && own <= 405, "%lld own steps", own);
+    //  Its own steps: the 400, plus at most the few in flight when the ps died
+    //  (and the steps a checkpoint's reload took back).
+    cr_expect (own >= 400 && own <= 405 + rewind, "%lld own steps", own);
     free (log);
     free (log_path);
     free (out);
