@@ -30,8 +30,8 @@ za_evaluator_config_init (za_evaluator_config_t *config)
 {
     memset (config, 0, sizeof *config);
     config->batch_size = DEFAULT_BATCH;
-    config->start_delay_secs = 120;
-    config->throttle_secs = 600;
+    config->start_delay_secs = ZA_EVAL_START_DELAY_SECS;
+    config->throttle_secs = ZA_EVAL_THROTTLE_SECS;
     config->export_best = 1;
     config->poll_secs = DEFAULT_POLL_SECS;
     config->watch_dir = 1;

@@ -64,9 +64,9 @@ typedef struct {
     zsock_t *pipe;
     zsock_t *router;
     za_vars_t vars;
-    za_placement_t placement;
-    int parts [ZA_PLACEMENT_MAX_PARTS];     //  placement indexes of our parts
-    size_t part_at [ZA_PLACEMENT_MAX_PARTS];//  each part's offset in our blocks
+    za_partition_t placement;
+    int parts [ZA_PARTITION_MAX_PARTS];     //  placement indexes of our parts
+    size_t part_at [ZA_PARTITION_MAX_PARTS];//  each part's offset in our blocks
     int part_count;
     size_t floats;                          //  in our blocks
     float *values [2];
@@ -96,7 +96,7 @@ typedef struct {
     int64_t final_tried;                    //  a final checkpoint that would not load
     int64_t final_step;                     //  the one found, for s_load_final
     za_wire_msg_t *in, *out;
-    char slot_names [ZA_PLACEMENT_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
+    char slot_names [ZA_PARTITION_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
     //  ps-sync: the gradients of this step summed until `aggregate` of them
     //  are in, their pushers waiting for the values of the next step.
     int aggregate;                          //  replicas to aggregate (0: async)
@@ -187,11 +187,11 @@ s_ps_new (const za_role_config_t *config, zsock_t *pipe)
     }
     if (!self->in || !self->out || !self->queued || !self->peers
         || za_role_model_vars (config, &self->vars)
-        || za_placement_compute (&self->vars, config->ps_count, config->partition_floats,
+        || za_partition_compute (&self->vars, config->ps_count, config->partition_floats,
                                  &self->placement))
         goto fail;
-    self->part_count = za_placement_parts_of (&self->placement, config->ps_index,
-                                              self->parts, ZA_PLACEMENT_MAX_PARTS);
+    self->part_count = za_partition_parts_of (&self->placement, config->ps_index,
+                                              self->parts, ZA_PARTITION_MAX_PARTS);
     size_t largest = 0;
     for (int i = 0; i < self->part_count; i++) {
         const za_part_t *part = &self->placement.parts [self->parts [i]];
@@ -542,12 +542,12 @@ s_push_now (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
 static int
 s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
 {
-    char why [256];
-    za_optim_config_t optim;
-    if (za_role_optim_from_wire (msg, &optim, why, sizeof why)) {
+    char why [256] = "init without an optimizer";
+    if (!msg->has_optim || za_optim_config_check (&msg->optim, why, sizeof why)) {
         s_reply_error (self, routing_id, msg->seq, "bad_request", why);
         return -1;
     }
+    const za_optim_config_t optim = msg->optim;
     if (s_check_parts (self, msg, 0, why, sizeof why)) {
         s_reply_error (self, routing_id, msg->seq, "bad_request", why);
         return -1;
@@ -893,8 +893,7 @@ s_hold (s_ps_t *self, s_request_t *request)
 {
     zframe_destroy (&self->holder);
     self->holder = zframe_dup (request->routing_id);
-    za_peer_init (&self->holder_peer, self->config->heartbeat_ivl_secs,
-                  self->config->heartbeat_liveness, za_clock_mono ());
+    za_peer_init (&self->holder_peer, self->config->heartbeat, za_clock_mono ());
     za_wire_msg_init (self->out, ZA_OP_HELD);
     self->out->seq = request->msg->seq;
     self->out->step = s_global_step (self);
@@ -963,7 +962,7 @@ s_lapse (s_ps_t *self, s_request_t *request)
     (void) request;
     za_info ("ps %d: the holder went silent for %.1f s (%d heartbeats): hold released",
              self->config->ps_index, za_peer_silence (&self->holder_peer, za_clock_mono ()),
-             self->holder_peer.liveness);
+             self->holder_peer.beat.liveness);
     s_end_hold (self, 0);
     return 0;
 }

@@ -17,12 +17,11 @@ za_role_config_init (za_role_config_t *config)
     memset (config, 0, sizeof *config);
     config->run = za_run_config_default ();
     config->optim = za_optim_config_default (ZA_OPT_ADAM);
-    config->batch_size = 64;
+    config->batch_size = ZA_ROLE_BATCH_SIZE;
     config->partition_floats = DEFAULT_PARTITION_FLOATS;
     config->bucket_floats = ZA_ROLE_BUCKET_FLOATS;
     config->timeout_secs = ZA_ROLE_TIMEOUT_SECS;
-    config->heartbeat_ivl_secs = 1.0;
-    config->heartbeat_liveness = 3;
+    config->heartbeat = za_heartbeat_default ();
     config->num_workers = 1;
 }
 
@@ -59,57 +58,6 @@ za_role_part_shape (const za_vars_t *vars, const za_part_t *part, int64_t *shape
     }
     shape [0] = (int64_t) part->size;
     return 1;
-}
-
-void
-za_role_optim_to_wire (const za_optim_config_t *optim, za_wire_msg_t *msg)
-{
-    msg->has_optim = 1;
-    snprintf (msg->optimizer, sizeof msg->optimizer, "%s", za_optim_name (optim->kind));
-    msg->learning_rate = optim->learning_rate;
-    msg->momentum = optim->momentum;
-    msg->beta1 = optim->beta1;
-    msg->beta2 = optim->beta2;
-    msg->epsilon = optim->epsilon;
-    msg->initial_accumulator = optim->initial_accumulator;
-    msg->nesterov = optim->nesterov;
-}
-
-int
-za_role_optim_from_wire (const za_wire_msg_t *msg, za_optim_config_t *optim, char *why,
-                         size_t size)
-{
-    za_optimizer_t kind;
-    if (!msg->has_optim || za_optim_parse (msg->optimizer, &kind)) {
-        snprintf (why, size, "init without a valid optimizer");
-        return -1;
-    }
-    //  The values are stored as float32: one beyond its range would become
-    //  inf there, and the first update would ruin every value.
-    const double values [] = {msg->learning_rate, msg->momentum, msg->beta1, msg->beta2,
-                              msg->epsilon, msg->initial_accumulator};
-    static const char *const names [] = {"lr", "momentum", "beta1", "beta2", "epsilon",
-                                         "acc0"};
-    for (size_t v = 0; v < sizeof values / sizeof values [0]; v++)
-        if (!(fabs (values [v]) <= FLT_MAX)) {
-            snprintf (why, size, "init: opt.%s %g does not fit a float32", names [v],
-                      values [v]);
-            return -1;
-        }
-    *optim = za_optim_config_default (kind);
-    optim->learning_rate = (float) msg->learning_rate;
-    optim->momentum = (float) msg->momentum;
-    optim->beta1 = (float) msg->beta1;
-    optim->beta2 = (float) msg->beta2;
-    optim->epsilon = (float) msg->epsilon;
-    optim->initial_accumulator = (float) msg->initial_accumulator;
-    optim->nesterov = msg->nesterov;
-    if (!(optim->learning_rate > 0)) {
-        snprintf (why, size, "init without a valid optimizer (learning rate %g)",
-                  msg->learning_rate);
-        return -1;
-    }
-    return 0;
 }
 
 void

@@ -4,7 +4,7 @@
 #define ZA_ROLE_PRIVATE_H_INCLUDED
 
 #include "za/za_hooks.h"
-#include "za/za_placement.h"
+#include "za/za_partition.h"
 #include "za/za_role.h"
 #include "za/za_wire.h"
 
@@ -18,13 +18,6 @@ int za_role_batches_per_step (const za_role_config_t *config);
 //  The shape a part travels with: its variable's shape when whole, [size]
 //  when the variable was split. Returns ndim.
 int za_role_part_shape (const za_vars_t *vars, const za_part_t *part, int64_t *shape);
-
-//  The optimizer as an init message carries it ("opt", docs/PROTOCOL.md 2),
-//  and back: the one place its fields cross the wire. from_wire returns 0,
-//  or -1 with a reason in `why` (no or an unknown optimizer, lr <= 0).
-void za_role_optim_to_wire (const za_optim_config_t *optim, za_wire_msg_t *msg);
-int za_role_optim_from_wire (const za_wire_msg_t *msg, za_optim_config_t *optim, char *why,
-                             size_t size);
 
 //  This task's name in logs ("chief 0", "worker 1"): config->who, or made
 //  from is_chief and worker_index (the chief is worker index 0).

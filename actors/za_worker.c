@@ -36,8 +36,8 @@ typedef struct {
     zsock_t *dealers [ZA_ROLE_MAX_PS];
     za_replica_t *replica;                      //  gradients; slots for the chief only
     const za_vars_t *vars;
-    za_placement_t placement;
-    int parts [ZA_ROLE_MAX_PS][ZA_PLACEMENT_MAX_PARTS];
+    za_partition_t placement;
+    int parts [ZA_ROLE_MAX_PS][ZA_PARTITION_MAX_PARTS];
     int part_count [ZA_ROLE_MAX_PS];
     za_input_t *input;
     uint64_t seq;
@@ -51,7 +51,7 @@ typedef struct {
     int64_t global_step;
     int64_t own_steps;
     int terminated;                             //  $TERM came on the pipe
-    char names [ZA_PLACEMENT_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
+    char names [ZA_PARTITION_MAX_PARTS * ZA_OPTIM_MAX_SLOTS][ZA_WIRE_NAME_MAX];
     int64_t init_step;
     int prefer_offer;               //  an init asks a lost ps to prefer a worker's newer values
     int pulled_any;                 //  1 once values were pulled into the replica
@@ -144,13 +144,13 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
     if (!self->replica)
         goto fail;
     self->vars = za_replica_vars (self->replica);
-    if (za_placement_compute (self->vars, config->ps_count, config->partition_floats,
+    if (za_partition_compute (self->vars, config->ps_count, config->partition_floats,
                               &self->placement))
         goto fail;
     double now = za_clock_mono ();
     for (int p = 0; p < self->ps_count; p++) {
-        self->part_count [p] = za_placement_parts_of (&self->placement, p, self->parts [p],
-                                                      ZA_PLACEMENT_MAX_PARTS);
+        self->part_count [p] = za_partition_parts_of (&self->placement, p, self->parts [p],
+                                                      ZA_PARTITION_MAX_PARTS);
         self->replies [p] = (za_wire_msg_t *) malloc (sizeof (za_wire_msg_t));
         self->dealers [p] = zsock_new (ZMQ_DEALER);
         if (!self->replies [p] || !self->dealers [p])
@@ -173,8 +173,7 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
                       config->ps_endpoints [p]);
             goto fail;
         }
-        za_peer_init (&self->peers [p], config->heartbeat_ivl_secs,
-                      config->heartbeat_liveness, now);
+        za_peer_init (&self->peers [p], config->heartbeat, now);
     }
     if (!config->train && !config->input_fn) {
         za_error ("%s: no training data", s_who (self));
@@ -240,7 +239,8 @@ s_build (s_worker_t *self, za_op_t op, int p)
         static const int64_t prefer = 1;
         if (self->prefer_offer)
             za_wire_msg_add (self->out, "prefer_offer", ZA_DTYPE_I64, 0, NULL, &prefer);
-        za_role_optim_to_wire (optim, self->out);
+        self->out->has_optim = 1;
+        self->out->optim = *optim;
     }
     else
     if (op == ZA_OP_OFFER) {
@@ -289,7 +289,7 @@ s_heartbeats (s_worker_t *self, za_op_t op, double now, double left)
             za_info ("%s: ps %d at %s missed %d heartbeats (silent %.1f s while we waited "
                      "for %s): stopped, hung or restarting; waiting up to --timeout-secs "
                      "(%.0f s more)", s_who (self), p, self->config->ps_endpoints [p],
-                     peer->liveness, za_peer_silence (peer, now), za_op_name (op), left);
+                     peer->beat.liveness, za_peer_silence (peer, now), za_op_name (op), left);
         if (za_peer_ping_due (peer, now)) {
             za_wire_msg_t *ping = self->replies [p];
             za_wire_msg_init (ping, ZA_OP_PING);
@@ -713,7 +713,7 @@ s_wait_for_offers (s_worker_t *self)
 {
     const za_role_config_t *config = self->config;
     double deadline = za_clock_mono ()
-                    + 2 * config->heartbeat_ivl_secs * config->heartbeat_liveness;
+                    + 2 * config->heartbeat.ivl_secs * config->heartbeat.liveness;
     while (1) {
         if (s_call_all (self, ZA_OP_PULL))
             return -1;
@@ -727,7 +727,7 @@ s_wait_for_offers (s_worker_t *self)
         if (za_clock_mono () > deadline) {
             za_info ("chief: %d lost ps hold no worker's values after %.0f s: they get the "
                      "newest checkpoint's", waiting,
-                     2 * config->heartbeat_ivl_secs * config->heartbeat_liveness);
+                     2 * config->heartbeat.ivl_secs * config->heartbeat.liveness);
             return 0;
         }
         s_alive (self, za_clock_mono ());

@@ -7,6 +7,7 @@
     bench_train peak THREADS
       -> sgemm_peak gflops=F threads=T n=N                                  */
 #include "za/za_estimator.h"
+#include "za/za_idx.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -55,7 +56,7 @@ s_input_fn (void *arg, const za_input_context_t *context)
 static int
 s_speed (int batch, int threads, int steps, int warmup)
 {
-    za_dataset_t *train = za_dataset_load_dir (ZA_FASHION_MNIST_DIR, "train");
+    za_dataset_t *train = za_idx_load_dir (ZA_FASHION_MNIST_DIR, "train");
     if (!train)
         return 1;
     za_stack_spec_t spec;

@@ -29,7 +29,7 @@
 #include "za/za_curve.h"
 #include "za/za_model.h"
 #include "za/za_optim.h"
-#include "za/za_placement.h"
+#include "za/za_partition.h"
 #include "za/za_role.h"
 #include "za/za_wire.h"
 
@@ -152,8 +152,8 @@ typedef struct {
     const char *label;
     za_role_config_t config;
     za_vars_t vars;
-    za_placement_t placement;
-    int parts [ZA_PLACEMENT_MAX_PARTS];
+    za_partition_t placement;
+    int parts [ZA_PARTITION_MAX_PARTS];
     int part_count;
     size_t payload;                     //  bytes of one push (= one reply)
     float *grads;                       //  pushed
@@ -417,10 +417,10 @@ s_bench_start (s_bench_t *self, const za_model_fn_t *model_fn, const void *param
     if (!state)
         return -1;
     model_fn->destroy (&state);
-    if (za_placement_compute (&self->vars, 1, config->partition_floats, &self->placement))
+    if (za_partition_compute (&self->vars, 1, config->partition_floats, &self->placement))
         return -1;
-    self->part_count = za_placement_parts_of (&self->placement, 0, self->parts,
-                                              ZA_PLACEMENT_MAX_PARTS);
+    self->part_count = za_partition_parts_of (&self->placement, 0, self->parts,
+                                              ZA_PARTITION_MAX_PARTS);
     for (int i = 0; i < self->part_count; i++)
         self->payload += self->placement.parts [self->parts [i]].size * sizeof (float);
     size_t block = (self->vars.total? self->vars.total: 1) * sizeof (float);
@@ -459,15 +459,7 @@ s_bench_start (s_bench_t *self, const za_model_fn_t *model_fn, const void *param
     s_add_parts (self, self->zeros);
     za_wire_msg_add (self->out, "global_step", ZA_DTYPE_I64, 0, NULL, &step0);
     self->out->has_optim = 1;
-    snprintf (self->out->optimizer, sizeof self->out->optimizer, "%s",
-              za_optim_name (config->optim.kind));
-    self->out->learning_rate = config->optim.learning_rate;
-    self->out->momentum = config->optim.momentum;
-    self->out->beta1 = config->optim.beta1;
-    self->out->beta2 = config->optim.beta2;
-    self->out->epsilon = config->optim.epsilon;
-    self->out->initial_accumulator = config->optim.initial_accumulator;
-    self->out->nesterov = config->optim.nesterov;
+    self->out->optim = config->optim;
     if (s_call (self, ZA_OP_INIT_OK))
         return za_error ("init failed: %s", za_last_error ());
 

@@ -136,9 +136,8 @@ void
 za_broker_config_init (za_broker_config_t *config)
 {
     memset (config, 0, sizeof *config);
-    config->heartbeat_ivl_secs = 1.0;
-    config->heartbeat_liveness = 3;
-    config->max_restarts = 10;
+    config->heartbeat = za_heartbeat_default ();
+    config->max_restarts = ZA_BROKER_MAX_RESTARTS;
     config->backoff_secs = 0.5;
     config->backoff_max_secs = 10.0;
 }
@@ -155,7 +154,7 @@ za_broker_backoff (const za_broker_config_t *config, int failures)
 static double
 s_silent_max (s_broker_t *self)
 {
-    return self->config->heartbeat_ivl_secs * self->config->heartbeat_liveness;
+    return self->config->heartbeat.ivl_secs * self->config->heartbeat.liveness;
 }
 
 static const char *
@@ -670,7 +669,7 @@ s_supervise (s_broker_t *self)
             if (task->state == T_LIVE && za_peer_expired (&task->peer, now)) {
                 char cause [TEXT_MAX];
                 snprintf (cause, sizeof cause, "missed %d heartbeats (silent %.1f s)",
-                          config->heartbeat_liveness, za_peer_silence (&task->peer, now));
+                          config->heartbeat.liveness, za_peer_silence (&task->peer, now));
                 s_happening_t silent = {.cause = cause};
                 s_happen (self, task, E_SILENT, &silent);
                 continue;
@@ -1338,8 +1337,7 @@ s_broker_new (const za_broker_config_t *config, zsock_t *pipe)
             task->index = i;
             task->eval_step = -1;
             task->ring_rank = -1;
-            za_peer_init (&task->peer, config->heartbeat_ivl_secs, config->heartbeat_liveness,
-                          za_clock_mono ());
+            za_peer_init (&task->peer, config->heartbeat, za_clock_mono ());
         }
     }
     if (config->supervise && (!config->exe || !config->connect)) {
@@ -1357,10 +1355,10 @@ s_broker_new (const za_broker_config_t *config, zsock_t *pipe)
     zsock_set_sndtimeo (self->router, 0);
     //  ZMTP heartbeats close the connections of peers that vanished without
     //  a word (a machine gone), so their pipes do not pile up.
-    int ivl_ms = (int) (config->heartbeat_ivl_secs * 1000);
+    int ivl_ms = (int) (config->heartbeat.ivl_secs * 1000);
     if (ivl_ms > 0) {
         zsock_set_heartbeat_ivl (self->router, ivl_ms);
-        zsock_set_heartbeat_timeout (self->router, ivl_ms * config->heartbeat_liveness);
+        zsock_set_heartbeat_timeout (self->router, ivl_ms * config->heartbeat.liveness);
     }
     if (za_curve_server (self->router))
         goto fail;

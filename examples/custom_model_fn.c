@@ -8,6 +8,7 @@
       build/custom_model_fn --local --max-steps 3000  # chief, 2 workers, ps, evaluator
       build/custom_model_fn --role ps --cluster cluster.json ...
       build/custom_model_fn --help                  # its own --l2 among the rest   */
+#include "za/za_idx.h"
 #include "za/za_run.h"
 
 #include <stdio.h>
@@ -130,7 +131,7 @@ input_fn (void *arg, const za_input_context_t *context)
     za_input_config_t config = za_input_config_default ();
     config.batch_size = context->batch_size;
     if (context->mode == ZA_MODE_TRAIN) {
-        if (!train && !(train = za_dataset_load_dir_shard (context->data_dir, "train",
+        if (!train && !(train = za_idx_load_dir_shard (context->data_dir, "train",
                                                            context->num_shards,
                                                            context->shard_index)))
             return NULL;
@@ -139,7 +140,7 @@ input_fn (void *arg, const za_input_context_t *context)
         config.epochs = -1;
         return za_input_new (train, &config);
     }
-    if (!test && !(test = za_dataset_load_dir_shard (context->data_dir, "t10k", 1, 0)))
+    if (!test && !(test = za_idx_load_dir_shard (context->data_dir, "t10k", 1, 0)))
         return NULL;
     return za_input_new (test, &config);
 }

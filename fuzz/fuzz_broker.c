@@ -217,7 +217,7 @@ LLVMFuzzerInitialize (int *argc, char ***argv)
     s_config.model_dir = dir;
     s_config.max_steps = 100;
     //  Long heartbeats: tasks the inputs register do not expire mid-run.
-    s_config.heartbeat_ivl_secs = 3600;
+    s_config.heartbeat.ivl_secs = 3600;
     s_broker = zactor_new (za_broker_actor, &s_config);
     s_out = malloc (sizeof *s_out);
     s_in = malloc (sizeof *s_in);

@@ -1,11 +1,12 @@
-/*  fuzz_idx.c: libFuzzer harness for the IDX reader (za_dataset_load_idx:
+/*  fuzz_idx.c: libFuzzer harness for the IDX reader (za_idx_load:
     magic, dims, counts, truncation, gzip detected by content). The first
     byte pair of the input says where the image file ends and the label
     file begins; both are written as files and loaded. Refused with one
     error, or a data set whose every example and label streams. Build
     with -DZA_FUZZ=ON (clang); run fuzz/run.sh fuzz_idx. fuzz/replay.c runs
     the corpus in ctest.                                                   */
-#include "za/za_dataset.h"
+#include "za/za_idx.h"
+#include "za/za_input.h"
 #include "za/za_util.h"
 
 #include <stdint.h>
@@ -35,7 +36,7 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     const char *labels = fuzz_file_write ("labels-idx1-ubyte", data + split, size - split);
     if (!labels)
         return 0;
-    za_dataset_t *set = za_dataset_load_idx (images, labels);
+    za_dataset_t *set = za_idx_load (images, labels);
     if (set) {
         //  Every example and label, as training would stream them.
         za_input_config_t config = za_input_config_default ();

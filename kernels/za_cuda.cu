@@ -249,6 +249,8 @@ k_optim (za_optim_config_t c, float m_scale, float v_scale, float *w, const floa
             case ZA_OPT_ADAGRAD:
                 w [i] = za_elem_adagrad (c.learning_rate, c.epsilon, w [i], g [i], &s0 [i]);
                 break;
+            case ZA_OPT_UNKNOWN:    //  never applied: za_optim_config_check refuses it
+                break;
         }
     }
 }

@@ -6,42 +6,6 @@
 
 #include <math.h>
 #include <string.h>
-#include <strings.h>
-
-static const char *s_names [] = {"sgd", "momentum", "adam", "adagrad"};
-
-za_optim_config_t
-za_optim_config_default (za_optimizer_t kind)
-{
-    za_optim_config_t config = {
-        .kind = kind,
-        .learning_rate = kind == ZA_OPT_ADAM? 1e-3f: 0.01f,
-        .momentum = 0.9f,
-        .nesterov = 0,
-        .beta1 = 0.9f,
-        .beta2 = 0.999f,
-        .epsilon = 1e-7f,
-        .initial_accumulator = 0.1f,
-    };
-    return config;
-}
-
-int
-za_optim_parse (const char *name, za_optimizer_t *kind)
-{
-    for (int i = 0; i < 4; i++)
-        if (strcasecmp (name, s_names [i]) == 0) {
-            *kind = (za_optimizer_t) i;
-            return 0;
-        }
-    return za_error ("unknown optimizer '%s' (known: sgd, momentum, adam, adagrad)", name);
-}
-
-const char *
-za_optim_name (za_optimizer_t kind)
-{
-    return (unsigned) kind < 4? s_names [kind]: "?";
-}
 
 int
 za_optim_slot_count (za_optimizer_t kind)
@@ -115,5 +79,7 @@ za_optim_apply_into (const za_optim_config_t *c, int64_t step, const float *in, 
                 w [i] = za_elem_adagrad (lr, c->epsilon, in [i], g [i], &a [i]);
             break;
         }
+        case ZA_OPT_UNKNOWN:        //  never applied: za_optim_config_check refuses it
+            break;
     }
 }

@@ -37,7 +37,7 @@ struct _za_broker_client_t {
 };
 
 za_broker_client_t *
-za_broker_client_new (const char *endpoint, double ivl_secs, int liveness)
+za_broker_client_new (const char *endpoint, za_heartbeat_t beat)
 {
     za_broker_client_t *self = (za_broker_client_t *) calloc (1, sizeof *self);
     if (!self) {
@@ -60,10 +60,10 @@ za_broker_client_new (const char *endpoint, double ivl_secs, int liveness)
     zsock_set_maxmsgsize (self->dealer, CONTROL_MAX_BYTES);
     //  ZMTP heartbeats find a broker host that vanished without closing the
     //  connection; the broker's replies judge a broker that is merely hung.
-    int ivl_ms = (int) (ivl_secs * 1000);
+    int ivl_ms = (int) (beat.ivl_secs * 1000);
     if (ivl_ms > 0) {
         zsock_set_heartbeat_ivl (self->dealer, ivl_ms);
-        zsock_set_heartbeat_timeout (self->dealer, ivl_ms * liveness);
+        zsock_set_heartbeat_timeout (self->dealer, ivl_ms * beat.liveness);
     }
     za_curve_client (self->dealer);
     if (!endpoint || zsock_connect (self->dealer, "%s", endpoint) < 0) {
@@ -72,7 +72,7 @@ za_broker_client_new (const char *endpoint, double ivl_secs, int liveness)
         za_broker_client_destroy (&self);
         return NULL;
     }
-    za_peer_init (&self->peer, ivl_secs, liveness, za_clock_mono ());
+    za_peer_init (&self->peer, beat, za_clock_mono ());
     return self;
 }
 
@@ -541,8 +541,8 @@ s_role_hung (s_actor_t *self, double now)
 {
     za_role_stats_t *stats = self->config->stats;
     double alive = stats? atomic_load (&stats->alive): 0;
-    double quiet_max = HUNG_PERIODS * self->config->heartbeat_ivl_secs
-                     * self->config->heartbeat_liveness;
+    double quiet_max = HUNG_PERIODS * self->config->heartbeat.ivl_secs
+                     * self->config->heartbeat.liveness;
     return alive > 0 && !self->finished && now - alive > quiet_max;
 }
 
@@ -696,8 +696,7 @@ za_broker_client_actor (zsock_t *pipe, void *args)
     if (za_task_token_valid (token))
         memcpy (self->token, token, sizeof self->token);
     self->task.token = self->token;
-    self->client = za_broker_client_new (config->broker, config->heartbeat_ivl_secs,
-                                         config->heartbeat_liveness);
+    self->client = za_broker_client_new (config->broker, config->heartbeat);
     zsock_signal (pipe, 0);
     if (!self->client)
         s_fail (self, "cannot connect to the broker (is the address tcp://HOST:PORT?)");
@@ -712,7 +711,7 @@ za_broker_client_actor (zsock_t *pipe, void *args)
         if (self->client && which == za_broker_client_sock (self->client))
             s_on_reply (self);
         double now = za_clock_mono ();
-        if (self->finished <= 2 && now - self->last_sent >= config->heartbeat_ivl_secs)
+        if (self->finished <= 2 && now - self->last_sent >= config->heartbeat.ivl_secs)
             s_on_interval (self, now);
     }
     zpoller_destroy (&poller);

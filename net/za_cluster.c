@@ -9,11 +9,14 @@
 #include <errno.h>
 #include <jansson.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #define CLUSTER_JOB_COUNT 4
 #define CLUSTER_PORT_MIN 1
@@ -453,6 +456,30 @@ za_cluster_worker_endpoint (const za_cluster_t *self, int worker_index)
         return NULL;
     }
     return endpoint;
+}
+
+int
+za_cluster_free_endpoint (const char *host, char *endpoint, size_t size)
+{
+    //  The kernel picks a port for a plain socket, we read it and close it.
+    //  Not a ZeroMQ socket: libzmq closes its listeners later, in its I/O
+    //  thread, and a ps that binds the port at once would find it in use.
+    int local = strcmp (host, "127.0.0.1") == 0;
+    struct sockaddr_in address;
+    memset (&address, 0, sizeof address);
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl (local? INADDR_LOOPBACK: INADDR_ANY);
+    socklen_t length = sizeof address;
+    int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int rc = fd < 0? -1: bind (fd, (struct sockaddr *) &address, sizeof address);
+    if (rc == 0)
+        rc = getsockname (fd, (struct sockaddr *) &address, &length);
+    if (fd >= 0)
+        close (fd);
+    if (rc)
+        return za_error ("cannot find a free tcp port on %s: %s", host, strerror (errno));
+    snprintf (endpoint, size, "tcp://%s:%d", host, ntohs (address.sin_port));
+    return 0;
 }
 
 int

@@ -1,11 +1,17 @@
 /*  za_peer.c: one peer's heartbeat clock: heard, ping due, silent, back.    */
 #include "za/za_peer.h"
 
-void
-za_peer_init (za_peer_t *self, double ivl_secs, int liveness, double now)
+za_heartbeat_t
+za_heartbeat_default (void)
 {
-    self->ivl_secs = ivl_secs;
-    self->liveness = liveness;
+    za_heartbeat_t beat = {ZA_HEARTBEAT_IVL_MS / 1000.0, ZA_HEARTBEAT_LIVENESS};
+    return beat;
+}
+
+void
+za_peer_init (za_peer_t *self, za_heartbeat_t beat, double now)
+{
+    self->beat = beat;
     self->heard = 0;
     self->silent = 0;
     za_peer_expect (self, now);
@@ -15,7 +21,7 @@ void
 za_peer_expect (za_peer_t *self, double now)
 {
     self->last_heard = now;
-    self->next_ping = now + self->ivl_secs;
+    self->next_ping = now + self->beat.ivl_secs;
 }
 
 int
@@ -31,9 +37,9 @@ za_peer_heard (za_peer_t *self, double now)
 int
 za_peer_ping_due (za_peer_t *self, double now)
 {
-    if (self->ivl_secs <= 0 || now < self->next_ping)
+    if (self->beat.ivl_secs <= 0 || now < self->next_ping)
         return 0;
-    self->next_ping = now + self->ivl_secs;
+    self->next_ping = now + self->beat.ivl_secs;
     return 1;
 }
 
@@ -46,13 +52,13 @@ za_peer_silence (const za_peer_t *self, double now)
 double
 za_peer_silent_max (const za_peer_t *self)
 {
-    return self->ivl_secs * self->liveness;
+    return self->beat.ivl_secs * self->beat.liveness;
 }
 
 int
 za_peer_expired (const za_peer_t *self, double now)
 {
-    return self->ivl_secs > 0 && now - self->last_heard > za_peer_silent_max (self);
+    return self->beat.ivl_secs > 0 && now - self->last_heard > za_peer_silent_max (self);
 }
 
 int
@@ -67,7 +73,7 @@ za_peer_went_silent (za_peer_t *self, double now)
 double
 za_peer_next_due (const za_peer_t *self, double now)
 {
-    if (self->ivl_secs <= 0)
+    if (self->beat.ivl_secs <= 0)
         return 1e9;
     double ping = self->next_ping - now;
     double expiry = self->last_heard + za_peer_silent_max (self) - now;

@@ -3,6 +3,7 @@
 #include "za/za_wire.h"
 #include "za/za_util.h"
 
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <msgpack.h>
@@ -16,7 +17,8 @@
 #define WIRE_SHAPE_TEXT_CHARS 192       //  "d0xd1x...": 8 dims of 20 digits
 #define WIRE_CODE_BYTES sizeof (((za_wire_msg_t *) 0)->code)
 #define WIRE_ERROR_BYTES sizeof (((za_wire_msg_t *) 0)->error)
-#define WIRE_OPTIMIZER_BYTES sizeof (((za_wire_msg_t *) 0)->optimizer)
+//  opt.kind: 1..15 bytes (PROTOCOL.md 2).
+#define WIRE_OPTIMIZER_BYTES 16
 
 static const char *s_op_names [] = {
     NULL, "init", "init_ok", "pull", "push", "values", "hold", "held", "snapshot",
@@ -282,19 +284,21 @@ s_pack_key (msgpack_packer *pk, const char *key)
     return s_pack_str (pk, key);
 }
 
+//  The optimizer as za_optim_config_t holds it: its kind's name, each float
+//  as a float64, nesterov as a bool.
 static int
-s_pack_optim (msgpack_packer *pk, const za_wire_msg_t *msg)
+s_pack_optim (msgpack_packer *pk, const za_optim_config_t *optim)
 {
-    const double numbers [] = { msg->learning_rate, msg->momentum, msg->beta1,
-                                msg->beta2, msg->epsilon, msg->initial_accumulator };
+    const double numbers [] = { optim->learning_rate, optim->momentum, optim->beta1,
+                                optim->beta2, optim->epsilon, optim->initial_accumulator };
     if (msgpack_pack_map (pk, OPT_COUNT)
-    ||  s_pack_key (pk, s_opt_names [OPT_KIND]) || s_pack_str (pk, msg->optimizer))
+    ||  s_pack_key (pk, s_opt_names [OPT_KIND]) || s_pack_str (pk, za_optim_name (optim->kind)))
         return -1;
     for (int i = OPT_LR; i <= OPT_ACC0; i++)
         if (s_pack_key (pk, s_opt_names [i]) || msgpack_pack_double (pk, numbers [i - OPT_LR]))
             return -1;
     if (s_pack_key (pk, s_opt_names [OPT_NESTEROV])
-    ||  (msg->nesterov ? msgpack_pack_true (pk) : msgpack_pack_false (pk)))
+    ||  (optim->nesterov ? msgpack_pack_true (pk) : msgpack_pack_false (pk)))
         return -1;
     return 0;
 }
@@ -351,7 +355,7 @@ s_pack_header (msgpack_packer *pk, const za_wire_msg_t *msg)
             case KEY_PS:      rc = msgpack_pack_int32 (pk, msg->ps); break;
             case KEY_CODE:    rc = s_pack_str (pk, msg->code); break;
             case KEY_ERROR:   rc = s_pack_str (pk, msg->error); break;
-            case KEY_OPT:     rc = s_pack_optim (pk, msg); break;
+            case KEY_OPT:     rc = s_pack_optim (pk, &msg->optim); break;
             case KEY_BODY:    rc = msgpack_pack_str (pk, msg->body_len)
                                 || msgpack_pack_str_body (pk, msg->body, msg->body_len);
                               break;
@@ -381,19 +385,19 @@ s_check_outgoing (const za_wire_msg_t *msg, const za_wire_lease_t *lease)
         return za_error ("wire: cannot send: step, task and ps are >= 0, or -1 when absent "
                          "(got %" PRId64 ", %d, %d)", msg->step, msg->task, msg->ps);
     if (strnlen (msg->code, WIRE_CODE_BYTES) == WIRE_CODE_BYTES
-    ||  strnlen (msg->error, WIRE_ERROR_BYTES) == WIRE_ERROR_BYTES
-    ||  strnlen (msg->optimizer, WIRE_OPTIMIZER_BYTES) == WIRE_OPTIMIZER_BYTES)
-        return za_error ("wire: cannot send: code, error or optimizer is not NUL-terminated");
+    ||  strnlen (msg->error, WIRE_ERROR_BYTES) == WIRE_ERROR_BYTES)
+        return za_error ("wire: cannot send: code or error is not NUL-terminated");
     if (msg->body && msg->body_len > ZA_WIRE_MAX_BODY_BYTES)
         return za_error ("wire: cannot send: a body of %zu bytes (at most %d)", msg->body_len,
                          ZA_WIRE_MAX_BODY_BYTES);
     if (msg->body && memchr (msg->body, 0, msg->body_len))
         return za_error ("wire: cannot send: the body contains a NUL byte");
     if (msg->has_optim) {
-        if (msg->optimizer [0] == 0)
-            return za_error ("wire: cannot send: has_optim but no optimizer name");
-        const double numbers [] = { msg->learning_rate, msg->momentum, msg->beta1,
-                                    msg->beta2, msg->epsilon, msg->initial_accumulator };
+        if ((unsigned) msg->optim.kind >= 4)
+            return za_error ("wire: cannot send: has_optim but no known optimizer kind");
+        const float numbers [] = { msg->optim.learning_rate, msg->optim.momentum,
+                                   msg->optim.beta1, msg->optim.beta2, msg->optim.epsilon,
+                                   msg->optim.initial_accumulator };
         for (int i = 0; i < OPT_ACC0 - OPT_LR + 1; i++)
             if (!isfinite (numbers [i]))
                 return za_error ("wire: cannot send: optimizer '%s' is not finite",
@@ -737,14 +741,28 @@ s_get_number (const msgpack_object *obj, const char *what, double *value)
     return 0;
 }
 
+//  A number as the float32 za_optim_config_t holds: beyond its range,
+//  +-inf (a float conversion out of range is undefined in C).
+static float
+s_float_of (double value)
+{
+    if (fabs (value) > FLT_MAX)
+        return value > 0? INFINITY: -INFINITY;
+    return (float) value;
+}
+
+//  The optimizer into out->optim: the codec checks types; a kind it does not
+//  know is ZA_OPT_UNKNOWN and a number beyond float32 is +-inf, for the ps
+//  to refuse with bad_request (za_optim_config_check).
 static int
 s_decode_optim (const msgpack_object *obj, za_wire_msg_t *out)
 {
     if (obj->type != MSGPACK_OBJECT_MAP)
         return za_error ("wire: 'opt' must be a map, got %s", s_type_name (obj->type));
     bool seen [OPT_COUNT] = { false };
-    double *numbers [] = { &out->learning_rate, &out->momentum, &out->beta1, &out->beta2,
-                           &out->epsilon, &out->initial_accumulator };
+    za_optim_config_t *optim = &out->optim;
+    float *numbers [] = { &optim->learning_rate, &optim->momentum, &optim->beta1,
+                          &optim->beta2, &optim->epsilon, &optim->initial_accumulator };
     for (uint32_t i = 0; i < obj->via.map.size; i++) {
         const msgpack_object_kv *kv = &obj->via.map.ptr [i];
         int key = s_key_index (&kv->key, s_opt_names, OPT_COUNT);
@@ -756,19 +774,27 @@ s_decode_optim (const msgpack_object *obj, za_wire_msg_t *out)
             return za_error ("wire: %s appears twice", what);
         seen [key] = true;
         if (key == OPT_KIND) {
-            if (s_get_str (&kv->val, what, 1, out->optimizer, sizeof out->optimizer))
+            char kind [WIRE_OPTIMIZER_BYTES];
+            if (s_get_str (&kv->val, what, 1, kind, sizeof kind))
                 return -1;
+            optim->kind = ZA_OPT_UNKNOWN;
+            for (int k = ZA_OPT_SGD; k <= ZA_OPT_ADAGRAD; k++)
+                if (streq (kind, za_optim_name ((za_optimizer_t) k)))
+                    optim->kind = (za_optimizer_t) k;
         }
         else
         if (key == OPT_NESTEROV) {
             if (kv->val.type != MSGPACK_OBJECT_BOOLEAN)
                 return za_error ("wire: %s must be a bool, got %s", what,
                                  s_type_name (kv->val.type));
-            out->nesterov = kv->val.via.boolean ? 1 : 0;
+            optim->nesterov = kv->val.via.boolean ? 1 : 0;
         }
-        else
-        if (s_get_number (&kv->val, what, numbers [key - OPT_LR]))
-            return -1;
+        else {
+            double number = 0;
+            if (s_get_number (&kv->val, what, &number))
+                return -1;
+            *numbers [key - OPT_LR] = s_float_of (number);
+        }
     }
     for (int key = 0; key < OPT_COUNT; key++)
         if (!seen [key])

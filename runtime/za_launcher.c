@@ -4,20 +4,18 @@
     when it dies or hangs, draws one progress line from the broker's state
     and prints the result. It watches the broker through the broker client
     and judges it with the peer class, like every role.                    */
-#include "za_run_private.h"
+#include "za_launcher.h"
+#include "za/za_broker.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,8 +29,8 @@
 #define PROGRESS_BAR_CHARS 20
 #define STOP_WITH_PARENT_ENV "ZA_STOP_WITH_PARENT"   //  the launcher's pid, for its broker
 
-void
-za_run_self_exe (char *path, size_t size)
+static void
+s_self_exe (char *path, size_t size)
 {
     ssize_t n = readlink ("/proc/self/exe", path, size - 1);
     path [n > 0? n: 0] = 0;
@@ -57,8 +55,8 @@ s_on_path_as (const char *name, const char *path)
     return 0;
 }
 
-void
-za_run_tool_command (const char *exe, const char *tool, char *command, size_t size)
+static void
+s_tool_command (const char *exe, const char *tool, char *command, size_t size)
 {
     //  The tool beside this program: by its name when $PATH finds that very
     //  file (installed), else by a path a user can paste from here.
@@ -77,30 +75,6 @@ za_run_tool_command (const char *exe, const char *tool, char *command, size_t si
         snprintf (command, size, "%s", beside);
 }
 
-int
-za_run_free_endpoint (const char *host, char *endpoint, size_t size)
-{
-    //  The kernel picks a port for a plain socket, we read it and close it.
-    //  Not a ZeroMQ socket: libzmq closes its listeners later, in its I/O
-    //  thread, and a ps that binds the port at once would find it in use.
-    int local = streq (host, "127.0.0.1");
-    struct sockaddr_in address;
-    memset (&address, 0, sizeof address);
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl (local? INADDR_LOOPBACK: INADDR_ANY);
-    socklen_t length = sizeof address;
-    int fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int rc = fd < 0? -1: bind (fd, (struct sockaddr *) &address, sizeof address);
-    if (rc == 0)
-        rc = getsockname (fd, (struct sockaddr *) &address, &length);
-    if (fd >= 0)
-        close (fd);
-    if (rc)
-        return za_error ("cannot find a free tcp port on %s: %s", host, strerror (errno));
-    snprintf (endpoint, size, "tcp://%s:%d", host, ntohs (address.sin_port));
-    return 0;
-}
-
 //  The job every task of the cluster runs (caller frees): the options
 //  given, the task counts, and max_steps as worked out.
 static char *
@@ -116,7 +90,7 @@ s_job_text (za_options_t *options, const za_settings_t *s)
 //  The broker process
 
 int
-za_run_broker (const za_program_t *program, za_options_t *options, za_settings_t *s)
+za_launcher_run_broker (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
     if (!s->bind) {
         za_error ("--role broker needs --bind ENDPOINT (e.g. tcp://*:5555)");
@@ -139,7 +113,7 @@ za_run_broker (const za_program_t *program, za_options_t *options, za_settings_t
         return rc;
     char *job_text = s_job_text (options, s);
     char exe [4096], connect [ZA_CLUSTER_ENDPOINT_MAX], log_dir [4096];
-    za_run_self_exe (exe, sizeof exe);
+    s_self_exe (exe, sizeof exe);
     //  Roles it starts reach it on loopback when it binds every interface.
     snprintf (connect, sizeof connect, "%s", s->bind);
     char *star = strstr (connect, "://*:");
@@ -163,8 +137,7 @@ za_run_broker (const za_program_t *program, za_options_t *options, za_settings_t
     config.ring = za_settings_strategy (s) == ZA_STRATEGY_ALLREDUCE;
     config.model_dir = s->model_dir;
     config.max_steps = s->max_steps;
-    config.heartbeat_ivl_secs = za_settings_heartbeat_ivl_secs (s);
-    config.heartbeat_liveness = (int) s->heartbeat_liveness;
+    config.heartbeat = za_settings_heartbeat (s);
     config.supervise = s->supervise;
     config.exe = exe;
     config.log_dir = log_dir;
@@ -249,8 +222,8 @@ s_spawn_broker (s_local_t *self)
     if (self->group_count < LOCAL_MAX_GROUPS)
         self->groups [self->group_count++] = self->broker;
     self->broker_since = za_clock_mono ();
-    za_peer_init (za_broker_client_peer (self->client), LOCAL_WATCH_SECS,
-                  za_broker_client_peer (self->client)->liveness, self->broker_since);
+    za_peer_t *peer = za_broker_client_peer (self->client);
+    za_peer_init (peer, peer->beat, self->broker_since);
     return 0;
 }
 
@@ -399,7 +372,7 @@ s_tend_broker (s_local_t *self, double now)
         snprintf (self->cause, sizeof self->cause, "silent for %.0f s",
                   za_peer_silence (peer, now));
         kill (self->broker, SIGKILL);
-        za_peer_init (peer, peer->ivl_secs, peer->liveness, now);
+        za_peer_init (peer, peer->beat, now);
         self->broker_since = now;
     }
     return 0;
@@ -492,7 +465,7 @@ s_write_job (s_local_t *self, za_options_t *options)
 }
 
 int
-za_run_local (const za_program_t *program, za_options_t *options, za_settings_t *s)
+za_launcher_run_local (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
     za_task_t task;
     int rc = za_task_prepare (&task, program, options, s, 1, za_settings_replicas (s, (int) (1 + s->workers)));
@@ -507,17 +480,17 @@ za_run_local (const za_program_t *program, za_options_t *options, za_settings_t 
     snprintf (self->logs, sizeof self->logs, "%.4095s/logs", s->model_dir);
     snprintf (self->job_path, sizeof self->job_path, "%.4095s/job.json", s->model_dir);
     snprintf (self->log, sizeof self->log, "%.4095s/logs/broker.log", s->model_dir);
-    if (s_write_job (self, options) || za_run_free_endpoint ("127.0.0.1", self->bind,
+    if (s_write_job (self, options) || za_cluster_free_endpoint ("127.0.0.1", self->bind,
                                                              sizeof self->bind))
         return 1;
-    za_run_self_exe (self->exe, sizeof self->exe);
+    s_self_exe (self->exe, sizeof self->exe);
     //  The broker answers a watch at once; one that misses several is hung.
-    double ivl = za_settings_heartbeat_ivl_secs (s);
-    double silent_max = ivl * (double) s->heartbeat_liveness;
+    za_heartbeat_t beat = za_settings_heartbeat (s);
+    double silent_max = beat.ivl_secs * beat.liveness;
     if (silent_max < LOCAL_BROKER_SILENT_SECS)
         silent_max = LOCAL_BROKER_SILENT_SECS;
-    self->client = za_broker_client_new (self->bind, LOCAL_WATCH_SECS,
-                                         (int) (silent_max / LOCAL_WATCH_SECS + 0.5));
+    za_heartbeat_t watch = {LOCAL_WATCH_SECS, (int) (silent_max / LOCAL_WATCH_SECS + 0.5)};
+    self->client = za_broker_client_new (self->bind, watch);
     //  Orphans (roles whose broker died) come to us: we reap them.
     prctl (PR_SET_CHILD_SUBREAPER, 1);
     if (!self->client || s_spawn_broker (self)) {
@@ -526,7 +499,7 @@ za_run_local (const za_program_t *program, za_options_t *options, za_settings_t 
         return 1;
     }
     char top [PATH_MAX];
-    za_run_tool_command (self->exe, "zactor-top", top, sizeof top);
+    s_tool_command (self->exe, "zactor-top", top, sizeof top);
     printf ("zactor: 1 chief, %" PRId64 " workers, %" PRId64 " ps, %" PRId64 " evaluator on "
             "this machine, until step %" PRId64 "\n  watch:  %s --broker %s%s%s\n"
             "  logs:   %s\n", s->workers, s->ps, s->evaluators, s->max_steps, top, self->bind,

@@ -5,6 +5,7 @@
 
 #include <czmq.h>
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -92,6 +93,8 @@ s_clear (const za_options_t *self, const za_option_t *option)
         case ZA_OPTION_FLAG: *(int *) field = 0; break;
         case ZA_OPTION_INT: *(int64_t *) field = 0; break;
         case ZA_OPTION_NUMBER: *(double *) field = 0; break;
+        case ZA_OPTION_REAL: *(float *) field = 0; break;
+        case ZA_OPTION_ENUM: *(int *) field = 0; break;
         default: *(const char **) field = NULL; break;
     }
 }
@@ -164,6 +167,53 @@ s_choice (const char *choices, const char *text, char *buf, size_t size)
     return NULL;
 }
 
+//  A float as the shortest text that reads back as the same float (0.1f:
+//  "0.1", not 0.100000001), into text.
+#define FLOAT_TEXT_CHARS 32
+static const char *
+s_float_text (float value, char text [FLOAT_TEXT_CHARS])
+{
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf (text, FLOAT_TEXT_CHARS, "%.*g", digits, (double) value);
+        if (strtof (text, NULL) == value)
+            break;
+    }
+    return text;
+}
+
+//  The place of choice `name` among `choices`, aliases not counted; -1.
+static int
+s_enum_index (const char *choices, const char *name)
+{
+    int index = 0;
+    for (const char *at = choices; at && *at; ) {
+        size_t n = strcspn (at, "|");
+        if (!memchr (at, '=', n)) {
+            if (n == strlen (name) && strncmp (at, name, n) == 0)
+                return index;
+            index++;
+        }
+        at += n + (at [n] == '|');
+    }
+    return -1;
+}
+
+//  The name at `index` among `choices`, aliases not counted, into buf.
+static const char *
+s_enum_name (const char *choices, int index, char *buf, size_t size)
+{
+    snprintf (buf, size, "?");
+    for (const char *at = choices; at && *at; ) {
+        size_t n = strcspn (at, "|");
+        if (!memchr (at, '=', n) && index-- == 0) {
+            snprintf (buf, size, "%.*s", (int) n, at);
+            break;
+        }
+        at += n + (at [n] == '|');
+    }
+    return buf;
+}
+
 static int
 s_parse_list (const char *what, const za_option_t *option, const char *text)
 {
@@ -210,7 +260,17 @@ s_store (za_options_t *self, const za_option_t *option, const char *text, const 
             *(double *) field = value;
             return 0;
         }
+        case ZA_OPTION_REAL: {
+            double value = 0;
+            if (s_parse_number (what, option, text, &value))
+                return -1;
+            if (fabs (value) > FLT_MAX)
+                return za_error ("%s: %s does not fit a float", what, text);
+            *(float *) field = (float) value;
+            return 0;
+        }
         case ZA_OPTION_CHOICE:
+        case ZA_OPTION_ENUM:
             if (!s_choice (option->choices, text, choice, sizeof choice)) {
                 char known [TEXT_MAX_CHARS];
                 snprintf (known, sizeof known, "%s", option->choices);
@@ -219,7 +279,10 @@ s_store (za_options_t *self, const za_option_t *option, const char *text, const 
                         *c = ',';
                 return za_error ("%s: '%s' is not one of %s", what, text, known);
             }
-            *(const char **) field = s_keep (self, choice);
+            if (option->type == ZA_OPTION_ENUM)
+                *(int *) field = s_enum_index (option->choices, choice);
+            else
+                *(const char **) field = s_keep (self, choice);
             return 0;
         case ZA_OPTION_LIST:
             if (s_parse_list (what, option, text))
@@ -272,6 +335,14 @@ za_options_value_text (const za_options_t *self, const za_option_t *option, char
             break;
         case ZA_OPTION_NUMBER:
             snprintf (text, size, "%.17g", *(const double *) field);
+            break;
+        case ZA_OPTION_REAL: {
+            char shortest [FLOAT_TEXT_CHARS];
+            snprintf (text, size, "%s", s_float_text (*(const float *) field, shortest));
+            break;
+        }
+        case ZA_OPTION_ENUM:
+            s_enum_name (option->choices, *(const int *) field, text, size);
             break;
         default: {
             const char *value = *(const char *const *) field;
@@ -582,6 +653,15 @@ s_job_value (const za_options_t *self, const za_option_t *option)
         case ZA_OPTION_FLAG: return json_boolean (*(const int *) field);
         case ZA_OPTION_INT: return json_integer (*(const int64_t *) field);
         case ZA_OPTION_NUMBER: return json_real (*(const double *) field);
+        case ZA_OPTION_REAL: {
+            char text [FLOAT_TEXT_CHARS];
+            return json_real (strtod (s_float_text (*(const float *) field, text), NULL));
+        }
+        case ZA_OPTION_ENUM: {
+            char name [NAME_MAX_CHARS];
+            return json_string (s_enum_name (option->choices, *(const int *) field, name,
+                                             sizeof name));
+        }
         case ZA_OPTION_LIST: {
             json_t *list = json_array ();
             char copy [TEXT_MAX_CHARS], *save = NULL;

@@ -1,7 +1,7 @@
 /*  za_place.c: placing this task in its cluster, from TF_CONFIG (or
     --cluster, --role, --index) or from a broker that hands out indexes, the
     job and the ps endpoints; then running it there.                        */
-#include "za_run_private.h"
+#include "za_place.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -150,7 +150,7 @@ s_place_in (za_place_t *place, const za_settings_t *s, const za_cluster_t *clust
     //  --bind was judged with the other flags.
     if (place->type == ZA_TASK_PS || ring)
         if (s_bind_endpoint (s, cluster->bind_endpoint, place->bind, sizeof place->bind)
-            || (!s->bind && za_run_bind_allowed (s, place->bind)))
+            || (!s->bind && za_settings_bind_allowed (s, place->bind)))
             return -1;
     if (ring) {
         char *right = za_cluster_worker_endpoint (cluster, (place->worker_index + 1)
@@ -164,7 +164,7 @@ s_place_in (za_place_t *place, const za_settings_t *s, const za_cluster_t *clust
 }
 
 int
-za_run_in_cluster (const za_program_t *program, za_options_t *options, za_settings_t *s)
+za_place_run_in_cluster (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
     int is_evaluator = s->role && streq (s->role, "evaluator");
     za_cluster_t *cluster = NULL;
@@ -355,7 +355,7 @@ s_view_resolved (const za_place_t *place, double timeout_secs)
 }
 
 int
-za_run_with_broker (const za_program_t *program, za_options_t *options, za_settings_t *s)
+za_place_run_with_broker (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
     const char *role = s->role;
     za_task_type_t type = ZA_TASK_CHIEF;
@@ -379,8 +379,7 @@ za_run_with_broker (const za_program_t *program, za_options_t *options, za_setti
     za_broker_client_config_t client_config = {
         .broker = s->broker, .role = role, .index = (int) s->index, .host = host,
         .restarts = restarts? atoi (restarts): 0, .stats = &stats,
-        .heartbeat_ivl_secs = za_settings_heartbeat_ivl_secs (s),
-        .heartbeat_liveness = (int) s->heartbeat_liveness, .timeout_secs = s->timeout_secs,
+        .heartbeat = za_settings_heartbeat (s), .timeout_secs = s->timeout_secs,
     };
     zactor_t *client = zactor_new (za_broker_client_actor, &client_config);
     if (!client)
@@ -415,10 +414,10 @@ za_run_with_broker (const za_program_t *program, za_options_t *options, za_setti
             if (*old_endpoint)
                 snprintf (place.bind, sizeof place.bind, "%s", old_endpoint);
             else
-            if (za_run_free_endpoint (host, place.bind, sizeof place.bind))
+            if (za_cluster_free_endpoint (host, place.bind, sizeof place.bind))
                 rc = 1;
         }
-        if (!rc && *place.bind && za_run_bind_allowed (s, place.bind))
+        if (!rc && *place.bind && za_settings_bind_allowed (s, place.bind))
             rc = ZA_EXIT_USAGE;
         if (!rc && ring)
             zstr_sendx (client, "ENDPOINT", place.bind, NULL);

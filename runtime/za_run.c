@@ -2,7 +2,8 @@
     them found before any work, then the one mode the command line asks for:
     the whole cluster here (--local), the broker, a task that joins a broker,
     a task of a static cluster, or training in this process.               */
-#include "za_run_private.h"
+#include "za_launcher.h"
+#include "za_place.h"
 #include "za/za_curve.h"
 
 #include <errno.h>
@@ -109,7 +110,7 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
     }
     if (program->check && program->check (program->params, s))
         return ZA_EXIT_USAGE;
-    if (s->bind && za_run_bind_allowed (s, s->bind))
+    if (s->bind && za_settings_bind_allowed (s, s->bind))
         return ZA_EXIT_USAGE;
     //  The metrics are plain HTTP (no CURVE): beyond loopback they are
     //  anyone's to read, with or without --certs.
@@ -124,23 +125,6 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
     if (s->metrics_bind && !za_curve_loopback (metrics))
         za_info ("WARNING: --insecure: --metrics-bind %s serves the job's state to anyone "
                  "who can reach it", s->metrics_bind);
-    return 0;
-}
-
-int
-za_run_bind_allowed (const za_settings_t *s, const char *endpoint)
-{
-    if (za_curve_loopback (endpoint) || s->certs)
-        return 0;
-    if (!s->insecure) {
-        za_error ("%s listens beyond this machine, where anyone who reaches the port could "
-                  "join the job or write into the model. Give --certs DIR (make DIR with: "
-                  "zactor-run keygen DIR, and copy it to every host), or --insecure on a "
-                  "network you trust", endpoint);
-        return ZA_EXIT_USAGE;
-    }
-    za_info ("WARNING: --insecure: %s accepts ANYONE who can reach it, without "
-             "authentication or encryption; use --certs DIR on a shared network", endpoint);
     return 0;
 }
 
@@ -185,13 +169,13 @@ static int
 s_run (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
     if (s->local)
-        return za_run_local (program, options, s);
+        return za_launcher_run_local (program, options, s);
     if (s->role && streq (s->role, "broker"))
-        return za_run_broker (program, options, s);
+        return za_launcher_run_broker (program, options, s);
     if (s->broker)
-        return za_run_with_broker (program, options, s);
+        return za_place_run_with_broker (program, options, s);
     if (s->role || s->cluster || getenv ("TF_CONFIG"))
-        return za_run_in_cluster (program, options, s);
+        return za_place_run_in_cluster (program, options, s);
     za_task_t task;
     int rc = za_task_prepare (&task, program, options, s,
                               !s->no_eval || s->train_and_evaluate, 1);

@@ -1,12 +1,19 @@
 /*  za_settings.c: the built-in option table (every setting of the runtime,
     declared once) and the one place each group of settings becomes what a
     layer below takes: a RunConfig, an optimizer, heartbeat timings.        */
-#include "za_run_private.h"
+#include "za_settings.h"
+#include "za/za_broker.h"
+#include "za/za_curve.h"
+#include "za/za_evaluator.h"
+#include "za/za_idx.h"
 
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
+//  A number's text, for a default the table shares with a lower layer.
+#define ZA_TEXT_OF(x) #x
+#define ZA_TEXT(x) ZA_TEXT_OF (x)
 #define INT_MAX_D 9.2e18            //  as large as an int64 parses to exactly enough
 #define NO_MAX HUGE_VAL
 
@@ -26,6 +33,8 @@
 #define T_STR ZA_OPTION_STRING
 #define T_CHOICE ZA_OPTION_CHOICE
 #define T_LIST ZA_OPTION_LIST
+#define T_REAL ZA_OPTION_REAL
+#define T_ENUM ZA_OPTION_ENUM
 
 static const za_option_t s_options [] = {
     //  flag, type, field, value name, default, min, max, choices, readers, scope, flags,
@@ -38,15 +47,17 @@ static const za_option_t s_options [] = {
                JOB, ZA_OPTION_STACK, NULL, "hidden layers of --model dnn, e.g. 256,128"),
     ZA_OPTION ("dataset-dir", T_STR, dataset_dir, "DIR", ZA_FASHION_MNIST_DIR, 0, 0, NULL,
                R_ALL, JOB, 0, NULL, "holds {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"),
-    ZA_OPTION ("batch-size", T_INT, batch_size, "N", "64", 1, 65536, NULL,
-               R_TRAIN | R_LOCAL, JOB, 0, NULL, "training batch size, per worker"),
+    ZA_OPTION ("batch-size", T_INT, batch_size, "N",
+               ZA_TEXT (ZA_ROLE_BATCH_SIZE), 1, 65536, NULL, R_TRAIN | R_LOCAL, JOB, 0, NULL,
+               "training batch size, per worker"),
     ZA_OPTION ("shuffle-buffer", T_INT, shuffle_buffer, "N", "-1", -1, INT32_MAX, NULL,
                R_TRAIN, JOB, ZA_OPTION_IDX_INPUT, NULL, "examples in the shuffle buffer; -1: the whole set, 0: none"),
-    ZA_OPTION ("optimizer", T_CHOICE, optimizer, "NAME", "adam", 0, 0,
+    //  The choices in za_optimizer_t's order: the option writes the kind.
+    ZA_OPTION ("optimizer", T_ENUM, optim.kind, "NAME", "adam", 0, 0,
                "sgd|momentum|adam|adagrad", R_SUMMARY, JOB, 0, "Training",
                "sgd, momentum, adam or adagrad"),
-    ZA_OPTION ("learning-rate", T_NUM, learning_rate, "LR", NULL, 0, NO_MAX, NULL, R_SUMMARY,
-               JOB, ZA_OPTION_ABOVE_MIN, NULL,
+    ZA_OPTION ("learning-rate", T_REAL, optim.learning_rate, "LR", NULL, 0, NO_MAX, NULL,
+               R_SUMMARY, JOB, ZA_OPTION_ABOVE_MIN, NULL,
                "the step size (by default the optimizer's own, as Keras's:\n"
                "0.001 for adam, 0.01 for the others)"),
     ZA_OPTION ("max-steps", T_INT, max_steps, "N", NULL, 1, INT_MAX_D, NULL, R_ALL, JOB, 0,
@@ -82,18 +93,21 @@ static const za_option_t s_options [] = {
                INT_MAX_D, NULL, R_SUMMARY, JOB, 0, NULL,
                "a checkpoint each time global_step reaches a multiple of N\n"
                "(0: by --save-checkpoints-secs)"),
-    ZA_OPTION ("save-checkpoints-secs", T_NUM, save_checkpoints_secs, "S", "600", 0, NO_MAX,
-               NULL, R_SUMMARY, JOB, 0, NULL, "a checkpoint every S seconds (0: only the last)"),
-    ZA_OPTION ("keep-checkpoint-max", T_INT, keep_checkpoint_max, "N", "5", 0, 1000000, NULL,
-               R_SUMMARY, JOB, 0, NULL, "checkpoints kept (0 keeps all)"),
-    ZA_OPTION ("log-step-count-steps", T_INT, log_step_count_steps, "N", "100", 0, INT_MAX_D,
-               NULL, R_TRAIN, JOB, 0, NULL,
+    ZA_OPTION ("save-checkpoints-secs", T_NUM, save_checkpoints_secs, "S",
+               ZA_TEXT (ZA_RUN_SAVE_CHECKPOINTS_SECS), 0, NO_MAX, NULL, R_SUMMARY, JOB, 0, NULL,
+               "a checkpoint every S seconds (0: only the last)"),
+    ZA_OPTION ("keep-checkpoint-max", T_INT, keep_checkpoint_max, "N",
+               ZA_TEXT (ZA_RUN_KEEP_CHECKPOINT_MAX), 0, 1000000, NULL, R_SUMMARY, JOB, 0, NULL,
+               "checkpoints kept (0 keeps all)"),
+    ZA_OPTION ("log-step-count-steps", T_INT, log_step_count_steps, "N",
+               ZA_TEXT (ZA_RUN_LOG_STEP_COUNT_STEPS), 0, INT_MAX_D, NULL, R_TRAIN, JOB, 0, NULL,
                "a log line each time global_step reaches a multiple of N (0: none)"),
-    ZA_OPTION ("save-summary-steps", T_INT, save_summary_steps, "N", "100", 0, INT_MAX_D,
-               NULL, R_SUMMARY, JOB, 0, NULL,
+    ZA_OPTION ("save-summary-steps", T_INT, save_summary_steps, "N",
+               ZA_TEXT (ZA_RUN_SAVE_SUMMARY_STEPS), 0, INT_MAX_D, NULL, R_SUMMARY, JOB, 0, NULL,
                "a metrics.jsonl line and TensorBoard scalars each time global_step\n"
                "reaches a multiple of N (0: none)"),
-    ZA_OPTION ("seed", T_INT, seed, "N", "42", 0, INT_MAX_D, NULL, R_TRAIN, JOB, 0, NULL,
+    ZA_OPTION ("seed", T_INT, seed, "N", ZA_TEXT (ZA_RUN_SEED), 0, INT_MAX_D, NULL, R_TRAIN,
+               JOB, 0, NULL,
                "random seed for initialisation, shuffling, dropout; a resumed\n"
                "run mixes its starting step into the shuffle seed"),
     ZA_OPTION ("threads", T_INT, threads, "N", "0", 0, 64, NULL,
@@ -118,10 +132,12 @@ static const za_option_t s_options [] = {
                "results in MODEL_DIR/eval_NAME (default: MODEL_DIR/eval)"),
     ZA_OPTION ("eval-steps", T_INT, eval_steps, "N", NULL, 1, INT_MAX_D, NULL, R_EVAL, JOB, 0,
                NULL, "batches per evaluation (default: the whole set)"),
-    ZA_OPTION ("start-delay-secs", T_NUM, start_delay_secs, "S", "120", 0, NO_MAX, NULL,
+    ZA_OPTION ("start-delay-secs", T_NUM, start_delay_secs, "S",
+               ZA_TEXT (ZA_EVAL_START_DELAY_SECS), 0, NO_MAX, NULL,
                ZA_READ_SINGLE | ZA_READ_EVALUATOR, JOB, 0, NULL,
                "the evaluator starts after S seconds"),
-    ZA_OPTION ("throttle-secs", T_NUM, throttle_secs, "S", "600", 0, NO_MAX, NULL,
+    ZA_OPTION ("throttle-secs", T_NUM, throttle_secs, "S",
+               ZA_TEXT (ZA_EVAL_THROTTLE_SECS), 0, NO_MAX, NULL,
                ZA_READ_SINGLE | ZA_READ_EVALUATOR, JOB, 0, NULL,
                "at most one evaluation per S seconds"),
     ZA_OPTION ("replay", T_FLAG, replay, NULL, NULL, 0, 0, NULL, ZA_READ_EVALUATOR, PROC, 0,
@@ -136,17 +152,18 @@ static const za_option_t s_options [] = {
     ZA_OPTION ("cluster", T_STR, cluster, "FILE", NULL, 0, 0, NULL, R_CLUSTER, PROC, 0, NULL,
                "the cluster as TF_CONFIG JSON (default: $TF_CONFIG); every task\n"
                "gets the same model and training settings"),
-    ZA_OPTION ("timeout-secs", T_NUM, timeout_secs, "S", "60", 0, NO_MAX, NULL, R_CLUSTER, JOB,
+    ZA_OPTION ("timeout-secs", T_NUM, timeout_secs, "S",
+               ZA_TEXT (ZA_ROLE_TIMEOUT_SECS), 0, NO_MAX, NULL, R_CLUSTER, JOB,
                ZA_OPTION_ABOVE_MIN, NULL,
                "a peer never heard from this long is unreachable: exit 1; a\n"
                "stopped ps is waited for this long, and a host of the cluster\n"
                "(or the broker's) that does not resolve"),
-    ZA_OPTION ("heartbeat-ivl-ms", T_INT, heartbeat_ivl_ms, "N", "1000", 10, 3600000, NULL,
-               R_BEAT, JOB, 0, NULL,
+    ZA_OPTION ("heartbeat-ivl-ms", T_INT, heartbeat_ivl_ms, "N",
+               ZA_TEXT (ZA_HEARTBEAT_IVL_MS), 10, 3600000, NULL, R_BEAT, JOB, 0, NULL,
                "heartbeat interval: a worker waiting on a ps pings it, every task\n"
                "reports to the broker, this often"),
-    ZA_OPTION ("heartbeat-liveness", T_INT, heartbeat_liveness, "N", "3", 1, 1000, NULL,
-               R_BEAT, JOB, 0, NULL,
+    ZA_OPTION ("heartbeat-liveness", T_INT, heartbeat_liveness, "N",
+               ZA_TEXT (ZA_HEARTBEAT_LIVENESS), 1, 1000, NULL, R_BEAT, JOB, 0, NULL,
                "a peer silent N intervals is stopped, hung or gone: a worker logs\n"
                "its ps so (and waits on, up to --timeout-secs), a ps lets a hold\n"
                "lapse, a supervising broker kills and restarts the task"),
@@ -184,7 +201,8 @@ static const za_option_t s_options [] = {
                NULL, "with --role broker: start every task of the job (this program)\n"
                "and restart any that exits with an error, is killed or misses\n"
                "heartbeats, with backoff from 0.5 s to 10 s"),
-    ZA_OPTION ("max-restarts", T_INT, max_restarts, "N", "10", 0, 1000000, NULL, R_LOCAL, JOB,
+    ZA_OPTION ("max-restarts", T_INT, max_restarts, "N",
+               ZA_TEXT (ZA_BROKER_MAX_RESTARTS), 0, 1000000, NULL, R_LOCAL, JOB,
                0, NULL, "restarts per task before the job fails"),
     ZA_OPTION ("metrics-bind", T_STR, metrics_bind, "HOST:PORT", NULL, 0, 0, NULL, R_LOCAL,
                PROC, 0, NULL,
@@ -229,25 +247,11 @@ za_settings_run_config (const za_settings_t *s)
     return config;
 }
 
-int
-za_settings_optim (const za_settings_t *s, za_optim_config_t *optim)
+za_heartbeat_t
+za_settings_heartbeat (const za_settings_t *s)
 {
-    za_optimizer_t kind;
-    if (za_optim_parse (s->optimizer, &kind))
-        return -1;
-    *optim = za_optim_config_default (kind);
-    if (s->learning_rate > 0) {
-        if (s->learning_rate > FLT_MAX)
-            return za_error ("--learning-rate %g does not fit a float", s->learning_rate);
-        optim->learning_rate = (float) s->learning_rate;
-    }
-    return 0;
-}
-
-double
-za_settings_heartbeat_ivl_secs (const za_settings_t *s)
-{
-    return (double) s->heartbeat_ivl_ms / 1000.0;
+    za_heartbeat_t beat = {(double) s->heartbeat_ivl_ms / 1000.0, (int) s->heartbeat_liveness};
+    return beat;
 }
 
 za_strategy_t
@@ -265,4 +269,21 @@ za_settings_replicas (const za_settings_t *settings, int num_workers)
     if (strategy == ZA_STRATEGY_PS_SYNC && settings->replicas_to_aggregate > 0)
         return (int) settings->replicas_to_aggregate;
     return strategy == ZA_STRATEGY_PS_ASYNC? 1: num_workers;
+}
+
+int
+za_settings_bind_allowed (const za_settings_t *s, const char *endpoint)
+{
+    if (za_curve_loopback (endpoint) || s->certs)
+        return 0;
+    if (!s->insecure) {
+        za_error ("%s listens beyond this machine, where anyone who reaches the port could "
+                  "join the job or write into the model. Give --certs DIR (make DIR with: "
+                  "zactor-run keygen DIR, and copy it to every host), or --insecure on a "
+                  "network you trust", endpoint);
+        return ZA_EXIT_USAGE;
+    }
+    za_info ("WARNING: --insecure: %s accepts ANYONE who can reach it, without "
+             "authentication or encryption; use --certs DIR on a shared network", endpoint);
+    return 0;
 }

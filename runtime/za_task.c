@@ -2,7 +2,7 @@
     them: training in one process (and train_and_evaluate), a training role
     of a cluster, the evaluator. Each role loads only what it reads: a worker
     its shard (as bytes), the evaluator the evaluation set, the ps nothing.  */
-#include "za_run_private.h"
+#include "za_task.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -66,9 +66,9 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     task->program = program;
     task->options = options;
     task->settings = settings;
-    za_optim_config_t optim;
-    if (za_settings_optim (settings, &optim))
-        return ZA_EXIT_USAGE;
+    //  The optimizer the settings name, made whole once: every role takes it
+    //  from here as it is (the ps through the wire, as the same struct).
+    za_optim_config_resolve (&settings->optim);
     //  A device that is not there is said before any data is read.
     za_device_t device;
     int first, count;
@@ -86,11 +86,11 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     int own_input = program->input_fn != NULL;
     int need_train = !own_input || !program->examples_per_epoch || !program->input.height;
     const char *eval_dir = settings->eval_data? settings->eval_data: settings->dataset_dir;
-    if (need_train && za_dataset_info_dir (settings->dataset_dir, "train", &train)) {
+    if (need_train && za_idx_info_dir (settings->dataset_dir, "train", &train)) {
         za_info (s_no_data, settings->dataset_dir);
         return 1;
     }
-    if (need_eval && !own_input && za_dataset_info_dir (eval_dir, "t10k", &eval)) {
+    if (need_eval && !own_input && za_idx_info_dir (eval_dir, "t10k", &eval)) {
         za_info (s_no_data, eval_dir);
         return 1;
     }
@@ -167,7 +167,7 @@ za_task_input (void *arg, const za_input_context_t *context)
         if (task->train && (task->train_shards != shards || task->train_shard != shard))
             za_dataset_destroy (&task->train);
         if (!task->train) {
-            task->train = za_dataset_load_dir_shard (asked.data_dir, "train", shards, shard);
+            task->train = za_idx_load_dir_shard (asked.data_dir, "train", shards, shard);
             task->train_shards = shards;
             task->train_shard = shard;
         }
@@ -183,7 +183,7 @@ za_task_input (void *arg, const za_input_context_t *context)
         config.epochs = -1;
         return za_input_new (task->train, &config);
     }
-    if (!task->eval && !(task->eval = za_dataset_load_dir_shard (asked.data_dir, "t10k", 1, 0)))
+    if (!task->eval && !(task->eval = za_idx_load_dir_shard (asked.data_dir, "t10k", 1, 0)))
         return NULL;
     return za_input_new (task->eval, &config);
 }
@@ -276,16 +276,14 @@ za_task_run_single (za_task_t *task)
 {
     const za_settings_t *s = task->settings;
     za_run_config_t run = za_settings_run_config (s);
-    za_optim_config_t optim;
-    za_settings_optim (s, &optim);
     za_estimator_t *estimator = za_estimator_new (task->model_fn, task->params, task->input,
-                                                  &optim, &run);
+                                                  &s->optim, &run);
     if (!estimator)
         return 1;
     za_info ("model %s", s_model_text (task));
     za_info ("%s lr %g, batch %" PRId64 ", %" PRId64 " steps (%.2f epochs of %" PRId64
-             " examples), %d threads, model_dir %s", za_optim_name (optim.kind),
-             (double) optim.learning_rate, s->batch_size, s->max_steps,
+             " examples), %d threads, model_dir %s", za_optim_name (s->optim.kind),
+             (double) s->optim.learning_rate, s->batch_size, s->max_steps,
              task->epoch_examples > 0? (double) s->max_steps * s->batch_size
                                        / (double) task->epoch_examples: 0,
              task->epoch_examples, run.threads > 0? run.threads: (int) sysconf (_SC_NPROCESSORS_ONLN),
@@ -347,13 +345,12 @@ s_role_config (za_task_t *task, const za_place_t *place, za_role_config_t *role)
     //  The chief initialises the ps with the job's optimizer: the one source.
     //  All-reduce workers each apply it (the chief checks they agree).
     if (place->is_chief || role->strategy == ZA_STRATEGY_ALLREDUCE)
-        za_settings_optim (s, &role->optim);
+        role->optim = s->optim;
     role->run = za_settings_run_config (s);
     role->max_steps = s->max_steps;
     role->batch_size = (int) s->batch_size;
     role->timeout_secs = s->timeout_secs;
-    role->heartbeat_ivl_secs = za_settings_heartbeat_ivl_secs (s);
-    role->heartbeat_liveness = (int) s->heartbeat_liveness;
+    role->heartbeat = za_settings_heartbeat (s);
     role->input_fn = za_task_input;
     role->input_arg = task;
     role->stats = task->stats;

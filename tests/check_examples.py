@@ -20,13 +20,13 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import leftovers  # noqa: E402
+import checks  # noqa: E402
+from checks import free_port  # noqa: E402
 
 SOURCE, BUILD = sys.argv[1], sys.argv[2]
 RUN = os.path.join(BUILD, "zactor-run")
@@ -64,11 +64,6 @@ def wait_all(example, processes, model_dir):
     if not trained(model_dir):
         fail(f"{example}: no checkpoint of step {STEPS} in {model_dir}")
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def check_jobs(tmp):
@@ -199,7 +194,7 @@ def main():
     checked = [os.path.relpath(p, EXAMPLES) for p in glob.glob(EXAMPLES + "/**/*", recursive=True)
                if os.path.isfile(p) and not p.endswith(".c")]
     global CERTS
-    leftovers.mark("check_examples")
+    checks.mark("check_examples")
     with tempfile.TemporaryDirectory() as tmp:
         try:
             CERTS = os.path.join(tmp, "certs")
@@ -209,7 +204,7 @@ def main():
             check_tfjob(tmp)
             check_slurm(tmp)
         finally:
-            left = leftovers.end()
+            left = checks.end()
             if left and not failures:
                 fail(f"{left} process(es) outlived the check that started them (killed)")
     known = {"docker/Dockerfile", "kubeflow/tfjob.yaml", "slurm/zactor.sbatch"}

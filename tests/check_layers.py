@@ -6,7 +6,10 @@ folder named in OWNERS). A source or header may include headers of its own
 folder and of lower layers only; two folders on one layer do not include each
 other. Beyond that, through every header a file pulls in:
   - core/ and kernels/ know no ZeroMQ, CZMQ, msgpack or jansson;
-  - broker/ never reaches kernels/, train/ or actors/.
+  - broker/ never reaches kernels/, train/ or actors/;
+  - within a folder, the files (a source and its header are one file here)
+    include each other in no circle: a.c including b.h while b.c includes
+    a.h (or a longer round) is two halves of one thing, or a missing third.
 Prints every broken rule and exits 1, or prints a summary and exits 0.
 Usage: tests/check_layers.py [SOURCE_DIR]
 """
@@ -17,7 +20,9 @@ import sys
 LAYERS = {"core": 0, "kernels": 1, "io": 2, "net": 3, "train": 3, "actors": 4,
           "broker": 4, "runtime": 5, "tools": 6}
 #  Headers without a .c of their own name.
-OWNERS = {"za_kernels.h": "kernels", "za_role_private.h": "actors"}
+OWNERS = {"za_kernels.h": "kernels", "za_role_private.h": "actors", "za_program.h": "runtime"}
+#  Headers of a source with another name (its private half, for its folder).
+MODULE_OF = {"za_role_private.h": "za_role"}
 NO_MESSAGING = {"czmq.h", "zmq.h", "msgpack.h", "jansson.h"}
 NEVER = {"broker": {"kernels", "train", "actors"}}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
@@ -89,6 +94,7 @@ def main():
             if owner.get(base) in NEVER.get(folder, ()):
                 broken.append("%s reaches %s of %s/, which %s/ must never include" %
                               (relpath, base, owner[base], folder))
+    broken += circles(files, includes, owner)
     for line in broken:
         print("layers: " + line)
     if broken:
@@ -96,6 +102,39 @@ def main():
     print("layers: %d files in %d folders, every include points down" %
           (len(files), len({f.split("/")[0] for f in files})))
     return 0
+
+
+def circles(files, includes, owner):
+    """Every circle of includes between the modules (za_X.c with za_X.h) of
+    one folder, once each, as 'folder: a -> b -> a'."""
+    edges = {}
+    for relpath in files:
+        folder, name = relpath.split("/")
+        module = MODULE_OF.get(name, os.path.splitext(name)[0])
+        for kind, base in includes(relpath):
+            other = MODULE_OF.get(base, os.path.splitext(base)[0])
+            if kind == "za" and owner.get(base) == folder and other != module:
+                edges.setdefault((folder, module), set()).add((folder, other))
+    found, seen = [], set()
+
+    def visit(node, path, on_path):
+        for nxt in sorted(edges.get(node, ())):
+            if nxt in on_path:
+                loop = path[path.index(nxt):]
+                key = frozenset(loop)
+                if key not in seen:
+                    seen.add(key)
+                    found.append("%s/: %s include each other in a circle" %
+                                 (node[0], " -> ".join(m for _, m in loop + [nxt])))
+            elif nxt not in done:
+                visit(nxt, path + [nxt], on_path | {nxt})
+        done.add(node)
+
+    done = set()
+    for node in sorted(edges):
+        if node not in done:
+            visit(node, [node], {node})
+    return found
 
 
 if __name__ == "__main__":

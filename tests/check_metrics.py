@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,8 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import leftovers  # noqa: E402
+import checks  # noqa: E402
+from checks import free_port  # noqa: E402
 
 BUILD = sys.argv[1]
 RUN = os.path.join(BUILD, "zactor-run")
@@ -38,11 +38,6 @@ def fail(what):
     failures.append(what)
     print("check_metrics: " + what, file=sys.stderr)
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(url):
@@ -84,7 +79,7 @@ def main():
         sys.exit(77)
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
-    leftovers.mark("check_metrics")
+    checks.mark("check_metrics")
     with tempfile.TemporaryDirectory() as tmp:
         out = open(os.path.join(tmp, "local.out"), "w+")
         launcher = subprocess.Popen(
@@ -100,7 +95,7 @@ def main():
             except subprocess.TimeoutExpired:
                 os.killpg(launcher.pid, signal.SIGKILL)
                 fail("the launcher did not stop on SIGINT")
-            left = leftovers.end()
+            left = checks.end()
             if left and not failures:
                 fail(f"{left} process(es) outlived the check that started them (killed)")
     if failures:

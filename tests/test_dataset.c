@@ -9,7 +9,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "za/za_dataset.h"
+#include "za/za_idx.h"
+#include "za/za_input.h"
 #include "za/za_util.h"
 #include "za_test.h"
 
@@ -107,7 +108,7 @@ s_expect_load_error (const char *images_path, const char *labels_path,
                      const char *path, const char *what)
 {
     za_error_clear ();
-    za_dataset_t *dataset = za_dataset_load_idx (images_path, labels_path);
+    za_dataset_t *dataset = za_idx_load (images_path, labels_path);
     cr_assert_null (dataset);
     const char *error = za_last_error ();
     cr_assert (strstr (error, path), "error '%s' does not name '%s'", error, path);
@@ -166,7 +167,7 @@ s_check_fashion (za_dataset_t *dataset, int64_t count)
 
 Test (fashion_mnist, train_split)
 {
-    za_dataset_t *dataset = za_dataset_load_dir (ZA_FASHION_MNIST_DIR, "train");
+    za_dataset_t *dataset = za_idx_load_dir (ZA_FASHION_MNIST_DIR, "train");
     s_check_fashion (dataset, 60000);
     //  The first training example is an ankle boot (class 9), the next two are
     //  T-shirts (class 0); its first image's pixels sum to 76247 / 255.
@@ -183,7 +184,7 @@ Test (fashion_mnist, train_split)
 
 Test (fashion_mnist, test_split)
 {
-    za_dataset_t *dataset = za_dataset_load_dir (ZA_FASHION_MNIST_DIR, "t10k");
+    za_dataset_t *dataset = za_idx_load_dir (ZA_FASHION_MNIST_DIR, "t10k");
     s_check_fashion (dataset, 10000);
     cr_assert_eq (dataset->labels [0], 9);
     cr_assert_eq (dataset->labels [1], 2);
@@ -192,10 +193,10 @@ Test (fashion_mnist, test_split)
 
 Test (fashion_mnist, load_idx_matches_load_dir)
 {
-    za_dataset_t *a = za_dataset_load_idx (
+    za_dataset_t *a = za_idx_load (
         ZA_FASHION_MNIST_DIR "/t10k-images-idx3-ubyte.gz",
         ZA_FASHION_MNIST_DIR "/t10k-labels-idx1-ubyte.gz");
-    za_dataset_t *b = za_dataset_load_dir (ZA_FASHION_MNIST_DIR, "t10k");
+    za_dataset_t *b = za_idx_load_dir (ZA_FASHION_MNIST_DIR, "t10k");
     cr_assert (a && b);
     cr_assert_eq (a->count, b->count);
     cr_assert_eq (memcmp (a->features, b->features,
@@ -209,7 +210,7 @@ Test (fashion_mnist, load_idx_matches_load_dir)
 //  shard exactly once: the label histogram matches the shard's.
 Test (fashion_mnist, shuffled_shard_epoch)
 {
-    za_dataset_t *dataset = za_dataset_load_dir (ZA_FASHION_MNIST_DIR, "train");
+    za_dataset_t *dataset = za_idx_load_dir (ZA_FASHION_MNIST_DIR, "train");
     cr_assert_not_null (dataset);
     za_input_config_t config = za_input_config_default ();
     config.num_shards = 2;
@@ -272,7 +273,7 @@ Test (idx, plain_files)
     const char *images = s_tmp_path ("img");
     const char *labels = s_tmp_path ("lbl");
     s_write_pair (images, labels, 5, 2, 3, 4, 0);
-    za_dataset_t *dataset = za_dataset_load_idx (images, labels);
+    za_dataset_t *dataset = za_idx_load (images, labels);
     s_check_small_pair (dataset);
     za_dataset_destroy (&dataset);
     za_dataset_destroy (&dataset);      //  safe twice
@@ -285,7 +286,7 @@ Test (idx, gzipped_files)
     const char *images = s_tmp_path ("img");
     const char *labels = s_tmp_path ("lbl");
     s_write_pair (images, labels, 5, 2, 3, 4, 1);
-    za_dataset_t *dataset = za_dataset_load_idx (images, labels);
+    za_dataset_t *dataset = za_idx_load (images, labels);
     s_check_small_pair (dataset);
     za_dataset_destroy (&dataset);
 }
@@ -302,7 +303,7 @@ Test (idx, every_pixel_value)
     uint32_t n = 1;
     s_write_idx (images, 0x803, dims, 3, pixels, 256, 1);
     s_write_idx (labels, 0x801, &n, 1, label_bytes, 1, 0);
-    za_dataset_t *dataset = za_dataset_load_idx (images, labels);
+    za_dataset_t *dataset = za_idx_load (images, labels);
     cr_assert_not_null (dataset);
     cr_assert_eq (dataset->n_classes, 8);
     for (int k = 0; k < 256; k++)
@@ -332,7 +333,7 @@ Test (idx, directory_is_not_a_file)
     const char *labels = s_tmp_path ("lbl");
     s_write_pair (s_tmp_path ("img"), labels, 5, 2, 3, 4, 0);
     za_error_clear ();
-    cr_assert_null (za_dataset_load_idx (za_test_dir (), labels));
+    cr_assert_null (za_idx_load (za_test_dir (), labels));
     cr_assert (strstr (za_last_error (), za_test_dir ()));
 }
 
@@ -401,7 +402,7 @@ Test (idx, truncated_gzip_stream)
     cr_assert (size > 200);
     s_write_bytes (images, bytes, size / 2, 0);
     za_error_clear ();
-    cr_assert_null (za_dataset_load_idx (images, labels));
+    cr_assert_null (za_idx_load (images, labels));
     cr_assert (strstr (za_last_error (), images), "%s", za_last_error ());
 }
 
@@ -474,7 +475,7 @@ Test (idx, count_mismatch)
     uint8_t payload [7] = { 0 };
     s_write_idx (other, 0x801, &n, 1, payload, sizeof payload, 1);
     za_error_clear ();
-    cr_assert_null (za_dataset_load_idx (images, other));
+    cr_assert_null (za_idx_load (images, other));
     const char *error = za_last_error ();
     cr_assert (strstr (error, images) && strstr (error, other), "%s", error);
     cr_assert (strstr (error, "7 labels") && strstr (error, "5 images"), "%s", error);
@@ -485,14 +486,14 @@ Test (idx, load_dir_prefers_gz)
     //  Plain files of 3 examples, gzipped files of 4: the .gz ones win.
     s_write_pair (s_tmp_path ("train-images-idx3-ubyte"),
                   s_tmp_path ("train-labels-idx1-ubyte"), 3, 2, 2, 3, 0);
-    za_dataset_t *dataset = za_dataset_load_dir (za_test_dir (), "train");
+    za_dataset_t *dataset = za_idx_load_dir (za_test_dir (), "train");
     cr_assert_not_null (dataset);
     cr_assert_eq (dataset->count, 3);
     za_dataset_destroy (&dataset);
 
     s_write_pair (s_tmp_path ("train-images-idx3-ubyte.gz"),
                   s_tmp_path ("train-labels-idx1-ubyte.gz"), 4, 2, 2, 3, 1);
-    dataset = za_dataset_load_dir (za_test_dir (), "train");
+    dataset = za_idx_load_dir (za_test_dir (), "train");
     cr_assert_not_null (dataset);
     cr_assert_eq (dataset->count, 4);
     za_dataset_destroy (&dataset);
@@ -501,15 +502,15 @@ Test (idx, load_dir_prefers_gz)
 Test (idx, load_dir_errors)
 {
     za_error_clear ();
-    cr_assert_null (za_dataset_load_dir (za_test_dir (), "t10k"));
+    cr_assert_null (za_idx_load_dir (za_test_dir (), "t10k"));
     cr_assert (strstr (za_last_error (), "t10k-images-idx3-ubyte.gz"), "%s",
                za_last_error ());
     cr_assert (strstr (za_last_error (), za_test_dir ()));
     za_error_clear ();
-    cr_assert_null (za_dataset_load_dir (ZA_FASHION_MNIST_DIR, "validation"));
+    cr_assert_null (za_idx_load_dir (ZA_FASHION_MNIST_DIR, "validation"));
     cr_assert (strstr (za_last_error (), "validation"));
-    cr_assert_null (za_dataset_load_dir (NULL, "train"));
-    cr_assert_null (za_dataset_load_idx (NULL, NULL));
+    cr_assert_null (za_idx_load_dir (NULL, "train"));
+    cr_assert_null (za_idx_load (NULL, NULL));
 }
 
 
@@ -539,8 +540,8 @@ Test (shard, a_worker_shard_streams_what_the_whole_set_streams)
 {
     //  Worker 1 of 3 (the chief is 0): its shard alone, held as bytes, gives
     //  the very batches that sharding the whole float set gives.
-    za_dataset_t *whole = za_dataset_load_dir (ZA_FASHION_MNIST_DIR, "train");
-    za_dataset_t *shard = za_dataset_load_dir_shard (ZA_FASHION_MNIST_DIR, "train", 3, 1);
+    za_dataset_t *whole = za_idx_load_dir (ZA_FASHION_MNIST_DIR, "train");
+    za_dataset_t *shard = za_idx_load_dir_shard (ZA_FASHION_MNIST_DIR, "train", 3, 1);
     cr_assert (whole && shard, "%s", za_last_error ());
     cr_assert_eq (shard->count, 20000);
     cr_assert_null (shard->features);
@@ -570,8 +571,8 @@ Test (shard, a_worker_shard_streams_what_the_whole_set_streams)
 
 Test (shard, the_whole_split_as_bytes_equals_the_floats)
 {
-    za_dataset_t *floats = za_dataset_load_dir (ZA_FASHION_MNIST_DIR, "t10k");
-    za_dataset_t *bytes = za_dataset_load_dir_shard (ZA_FASHION_MNIST_DIR, "t10k", 1, 0);
+    za_dataset_t *floats = za_idx_load_dir (ZA_FASHION_MNIST_DIR, "t10k");
+    za_dataset_t *bytes = za_idx_load_dir_shard (ZA_FASHION_MNIST_DIR, "t10k", 1, 0);
     cr_assert (floats && bytes);
     cr_assert_eq (bytes->count, floats->count);
     za_input_config_t config = za_input_config_default ();
@@ -592,11 +593,11 @@ Test (shard, uneven_shards_and_small_files)
     //  7 examples in 3 shards: 3, 2, 2; each keeps its own labels and pixels.
     s_write_pair (s_tmp_path ("train-images-idx3-ubyte.gz"),
                   s_tmp_path ("train-labels-idx1-ubyte.gz"), 7, 2, 3, 5, 1);
-    za_dataset_t *whole = za_dataset_load_dir (za_test_dir (), "train");
+    za_dataset_t *whole = za_idx_load_dir (za_test_dir (), "train");
     cr_assert_not_null (whole);
     int64_t expected [3] = {3, 2, 2};
     for (int k = 0; k < 3; k++) {
-        za_dataset_t *shard = za_dataset_load_dir_shard (za_test_dir (), "train", 3, k);
+        za_dataset_t *shard = za_idx_load_dir_shard (za_test_dir (), "train", 3, k);
         cr_assert_not_null (shard, "%s", za_last_error ());
         cr_assert_eq (shard->count, expected [k]);
         cr_assert_eq (shard->n_classes, 5);
@@ -621,21 +622,21 @@ Test (shard, errors_name_the_file)
     s_write_idx (s_tmp_path ("train-images-idx3-ubyte"), 0x803, dims, 3, payload,
                  sizeof payload, 0);
     za_error_clear ();
-    cr_assert_null (za_dataset_load_dir_shard (za_test_dir (), "train", 2, 1));
+    cr_assert_null (za_idx_load_dir_shard (za_test_dir (), "train", 2, 1));
     cr_assert (strstr (za_last_error (), "truncated") && strstr (za_last_error (), "20 bytes"),
                "%s", za_last_error ());
     za_error_clear ();
-    cr_assert_null (za_dataset_load_dir_shard (za_test_dir (), "train", 2, 2));
+    cr_assert_null (za_idx_load_dir_shard (za_test_dir (), "train", 2, 2));
     cr_assert (strstr (za_last_error (), "shard 2 of 2"), "%s", za_last_error ());
     za_error_clear ();
-    cr_assert_null (za_dataset_load_dir_shard (za_test_dir (), "t10k", 1, 0));
+    cr_assert_null (za_idx_load_dir_shard (za_test_dir (), "t10k", 1, 0));
     cr_assert (strstr (za_last_error (), "t10k-"), "%s", za_last_error ());
 }
 
 Test (shard, info_reads_no_pixel)
 {
     za_dataset_info_t info;
-    cr_assert_eq (za_dataset_info_dir (ZA_FASHION_MNIST_DIR, "train", &info), 0);
+    cr_assert_eq (za_idx_info_dir (ZA_FASHION_MNIST_DIR, "train", &info), 0);
     cr_assert_eq (info.count, 60000);
     cr_assert_eq (info.height, 28);
     cr_assert_eq (info.width, 28);
@@ -646,7 +647,7 @@ Test (shard, info_reads_no_pixel)
                   s_tmp_path ("t10k-labels-idx1-ubyte"), 9, 4, 5, 3, 0);
     uint32_t dims [3] = { 9, 4, 5 };
     s_write_idx (s_tmp_path ("t10k-images-idx3-ubyte"), 0x803, dims, 3, NULL, 0, 0);
-    cr_assert_eq (za_dataset_info_dir (za_test_dir (), "t10k", &info), 0);
+    cr_assert_eq (za_idx_info_dir (za_test_dir (), "t10k", &info), 0);
     cr_assert_eq (info.count, 9);
     cr_assert_eq (info.height, 4);
     cr_assert_eq (info.width, 5);
@@ -656,7 +657,7 @@ Test (shard, info_reads_no_pixel)
     uint8_t labels [7] = { 0 };
     s_write_idx (s_tmp_path ("t10k-labels-idx1-ubyte"), 0x801, &seven, 1, labels, 7, 0);
     za_error_clear ();
-    cr_assert_eq (za_dataset_info_dir (za_test_dir (), "t10k", &info), -1);
+    cr_assert_eq (za_idx_info_dir (za_test_dir (), "t10k", &info), -1);
     cr_assert (strstr (za_last_error (), "7 labels"), "%s", za_last_error ());
 }
 

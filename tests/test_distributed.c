@@ -15,7 +15,7 @@
 #include <zlib.h>
 
 #include "za/za_checkpoint.h"
-#include "za/za_placement.h"
+#include "za/za_partition.h"
 #include "za/za_util.h"
 #include "za/za_wire.h"
 #include "za_test.h"

@@ -1,7 +1,7 @@
 /*  test_placement.c: variable placement over the ps for the seed CNN: coverage,
     loads worked out by hand, determinism, order, splitting, and its errors.    */
 #include "za/za_model.h"
-#include "za/za_placement.h"
+#include "za/za_partition.h"
 #include "za/za_util.h"
 
 #include <criterion/criterion.h>
@@ -41,9 +41,9 @@ s_seed_vars (za_vars_t *vars)
 }
 
 static void
-s_compute (const za_vars_t *vars, int ps_count, size_t partition_floats, za_placement_t *out)
+s_compute (const za_vars_t *vars, int ps_count, size_t partition_floats, za_partition_t *out)
 {
-    cr_assert_eq (za_placement_compute (vars, ps_count, partition_floats, out), 0, "%s",
+    cr_assert_eq (za_partition_compute (vars, ps_count, partition_floats, out), 0, "%s",
                   za_last_error ());
 }
 
@@ -51,10 +51,10 @@ s_compute (const za_vars_t *vars, int ps_count, size_t partition_floats, za_plac
 //  in exactly one part, parts contiguous and in order within a variable,
 //  names, ps in range, loads equal to the parts' sum, parts_of a partition.
 static void
-s_expect_valid (const za_vars_t *vars, const za_placement_t *placement, int ps_count)
+s_expect_valid (const za_vars_t *vars, const za_partition_t *placement, int ps_count)
 {
     cr_assert_eq (placement->ps_count, ps_count);
-    size_t loads [ZA_PLACEMENT_MAX_PS] = { 0 };
+    size_t loads [ZA_PARTITION_MAX_PS] = { 0 };
     for (int var = 0; var < vars->count; var++) {
         size_t size = vars->vars [var].size;
         unsigned char *covered = calloc (size ? size : 1, 1);
@@ -91,11 +91,11 @@ s_expect_valid (const za_vars_t *vars, const za_placement_t *placement, int ps_c
                        && strncmp (part->name + strlen (var_name), "/part_", 6) == 0,
                        "part name %s", part->name);
     }
-    int seen [ZA_PLACEMENT_MAX_PARTS] = { 0 };
+    int seen [ZA_PARTITION_MAX_PARTS] = { 0 };
     for (int ps = 0; ps < ps_count; ps++) {
         cr_expect_eq (placement->ps_floats [ps], loads [ps], "ps %d load", ps);
-        int idx [ZA_PLACEMENT_MAX_PARTS];
-        int held = za_placement_parts_of (placement, ps, idx, ZA_PLACEMENT_MAX_PARTS);
+        int idx [ZA_PARTITION_MAX_PARTS];
+        int held = za_partition_parts_of (placement, ps, idx, ZA_PARTITION_MAX_PARTS);
         cr_assert_geq (held, 0);
         for (int i = 0; i < held; i++) {
             cr_expect_eq (placement->parts [idx [i]].ps, ps);
@@ -106,7 +106,7 @@ s_expect_valid (const za_vars_t *vars, const za_placement_t *placement, int ps_c
     }
     for (int p = 0; p < placement->count; p++)
         cr_expect_eq (seen [p], 1, "part %d listed %d times", p, seen [p]);
-    for (int ps = ps_count; ps < ZA_PLACEMENT_MAX_PS; ps++)
+    for (int ps = ps_count; ps < ZA_PARTITION_MAX_PS; ps++)
         cr_expect_eq (placement->ps_floats [ps], 0);
 }
 
@@ -121,7 +121,7 @@ Test (placement, covers_every_float_once)
     const size_t thresholds [] = { 0, SPLIT_FLOATS, 1000, 36864, 36863 };
     for (int ps_count = 1; ps_count <= 3; ps_count++)
         for (size_t t = 0; t < sizeof thresholds / sizeof thresholds [0]; t++) {
-            za_placement_t placement;
+            za_partition_t placement;
             s_compute (&vars, ps_count, thresholds [t], &placement);
             s_expect_valid (&vars, &placement, ps_count);
             size_t total = 0;
@@ -135,7 +135,7 @@ Test (placement, one_ps_holds_everything)
 {
     za_vars_t vars;
     s_seed_vars (&vars);
-    za_placement_t placement;
+    za_partition_t placement;
     s_compute (&vars, 1, 0, &placement);
     cr_expect_eq (placement.count, SEED_VAR_COUNT);
     cr_expect_eq (placement.ps_floats [0], SEED_TOTAL_FLOATS);
@@ -153,7 +153,7 @@ Test (placement, two_ps_loads_by_hand)
 {
     za_vars_t vars;
     s_seed_vars (&vars);
-    za_placement_t placement;
+    za_partition_t placement;
     s_compute (&vars, 2, 0, &placement);
     const int expected_var [SEED_VAR_COUNT] = { 4, 6, 2, 8, 0, 3, 5, 7, 1, 9 };
     const int expected_ps [SEED_VAR_COUNT] = { 0, 1, 0, 1, 1, 1, 1, 1, 1, 1 };
@@ -167,11 +167,11 @@ Test (placement, two_ps_loads_by_hand)
     cr_expect_eq (placement.ps_floats [0], 55296);
     cr_expect_eq (placement.ps_floats [1], 38026);
 
-    int idx [ZA_PLACEMENT_MAX_PARTS];
-    cr_assert_eq (za_placement_parts_of (&placement, 0, idx, ZA_PLACEMENT_MAX_PARTS), 2);
+    int idx [ZA_PARTITION_MAX_PARTS];
+    cr_assert_eq (za_partition_parts_of (&placement, 0, idx, ZA_PARTITION_MAX_PARTS), 2);
     cr_expect_eq (idx [0], 0);
     cr_expect_eq (idx [1], 2);
-    cr_assert_eq (za_placement_parts_of (&placement, 1, idx, ZA_PLACEMENT_MAX_PARTS), 8);
+    cr_assert_eq (za_partition_parts_of (&placement, 1, idx, ZA_PARTITION_MAX_PARTS), 8);
     cr_expect_eq (idx [0], 1);
     cr_expect_eq (idx [7], 9);
 }
@@ -181,7 +181,7 @@ Test (placement, three_ps_loads_by_hand)
 {
     za_vars_t vars;
     s_seed_vars (&vars);
-    za_placement_t placement;
+    za_partition_t placement;
     s_compute (&vars, 3, 0, &placement);
     cr_expect_eq (placement.ps_floats [0], 36864);
     cr_expect_eq (placement.ps_floats [1], 36864);
@@ -198,8 +198,8 @@ Test (placement, deterministic)
     s_seed_vars (&vars);
     s_seed_vars (&again);
     for (int ps_count = 1; ps_count <= 3; ps_count++) {
-        za_placement_t *first = malloc (sizeof *first);
-        za_placement_t *second = malloc (sizeof *second);
+        za_partition_t *first = malloc (sizeof *first);
+        za_partition_t *second = malloc (sizeof *second);
         cr_assert (first && second);
         //  Different garbage beforehand must not matter.
         memset (first, 0xA5, sizeof *first);
@@ -216,7 +216,7 @@ Test (placement, largest_first)
 {
     za_vars_t vars;
     s_seed_vars (&vars);
-    za_placement_t placement;
+    za_partition_t placement;
     s_compute (&vars, 2, 0, &placement);
     for (int p = 1; p < placement.count; p++) {
         const za_part_t *before = &placement.parts [p - 1];
@@ -236,7 +236,7 @@ Test (placement, splits_large_variables)
 {
     za_vars_t vars;
     s_seed_vars (&vars);
-    za_placement_t placement;
+    za_partition_t placement;
     s_compute (&vars, 2, SPLIT_FLOATS, &placement);
     s_expect_valid (&vars, &placement, 2);
     cr_expect_eq (placement.count, 17);
@@ -277,7 +277,7 @@ Test (placement, parts_are_near_equal)
     memset (&vars, 0, sizeof vars);
     cr_assert_eq (za_vars_add (&vars, "odd", 1, (const int64_t []) { 7 }), 0);
     cr_assert_eq (za_vars_add (&vars, "many", 2, (const int64_t []) { 10, 101 }), 1);
-    za_placement_t placement;
+    za_partition_t placement;
     s_compute (&vars, 3, 100, &placement);
     s_expect_valid (&vars, &placement, 3);
     //  1010 floats in ceil (1010 / 100) = 11 parts: 1010 = 11 * 91 + 9, so the
@@ -310,17 +310,17 @@ Test (placement, parts_of_reports_the_full_count)
 {
     za_vars_t vars;
     s_seed_vars (&vars);
-    za_placement_t placement;
+    za_partition_t placement;
     s_compute (&vars, 2, 0, &placement);
     int idx [4] = { -7, -7, -7, -7 };
-    cr_expect_eq (za_placement_parts_of (&placement, 1, idx, 3), 8);
+    cr_expect_eq (za_partition_parts_of (&placement, 1, idx, 3), 8);
     cr_expect_eq (idx [0], 1);
     cr_expect_eq (idx [2], 4);
     cr_expect_eq (idx [3], -7, "wrote past max");
-    cr_expect_eq (za_placement_parts_of (&placement, 1, NULL, 0), 8);
+    cr_expect_eq (za_partition_parts_of (&placement, 1, NULL, 0), 8);
     za_error_set_quiet (1);
-    cr_expect_eq (za_placement_parts_of (&placement, 2, idx, 4), -1);
-    cr_expect_eq (za_placement_parts_of (&placement, -1, idx, 4), -1);
+    cr_expect_eq (za_partition_parts_of (&placement, 2, idx, 4), -1);
+    cr_expect_eq (za_partition_parts_of (&placement, -1, idx, 4), -1);
 }
 
 
@@ -331,19 +331,19 @@ Test (placement, bad_ps_count_and_too_many_parts)
 {
     za_vars_t vars;
     s_seed_vars (&vars);
-    za_placement_t placement;
+    za_partition_t placement;
     za_error_set_quiet (1);
-    cr_expect_eq (za_placement_compute (&vars, 0, 0, &placement), -1);
+    cr_expect_eq (za_partition_compute (&vars, 0, 0, &placement), -1);
     cr_expect (strstr (za_last_error (), "ps count 0 is not in 1..64") != NULL, "%s",
                za_last_error ());
-    cr_expect_eq (za_placement_compute (&vars, -3, 0, &placement), -1);
-    cr_expect_eq (za_placement_compute (&vars, ZA_PLACEMENT_MAX_PS + 1, 0, &placement), -1);
+    cr_expect_eq (za_partition_compute (&vars, -3, 0, &placement), -1);
+    cr_expect_eq (za_partition_compute (&vars, ZA_PARTITION_MAX_PS + 1, 0, &placement), -1);
     cr_expect (strstr (za_last_error (), "ps count 65") != NULL, "%s", za_last_error ());
-    cr_expect_eq (za_placement_compute (&vars, ZA_PLACEMENT_MAX_PS, 0, &placement), 0);
+    cr_expect_eq (za_partition_compute (&vars, ZA_PARTITION_MAX_PS, 0, &placement), 0);
     //  100 floats a part: conv2d_2/kernel alone makes 369 parts.
-    cr_expect_eq (za_placement_compute (&vars, 2, 100, &placement), -1);
+    cr_expect_eq (za_partition_compute (&vars, 2, 100, &placement), -1);
     cr_expect (strstr (za_last_error (), "more than 256 parts") != NULL, "%s",
                za_last_error ());
-    cr_expect_eq (za_placement_compute (NULL, 2, 0, &placement), -1);
-    cr_expect_eq (za_placement_compute (&vars, 2, 0, NULL), -1);
+    cr_expect_eq (za_partition_compute (NULL, 2, 0, &placement), -1);
+    cr_expect_eq (za_partition_compute (&vars, 2, 0, NULL), -1);
 }

@@ -13,7 +13,7 @@
 #include <zlib.h>
 
 #include "za/za_checkpoint.h"
-#include "za/za_placement.h"
+#include "za/za_partition.h"
 #include "za/za_role.h"
 #include "za/za_wire.h"
 #include "za_test.h"
@@ -63,8 +63,8 @@ s_configure (s_ps_case_t *c, const char *model_dir, int64_t max_steps, double iv
     c->config.timeout_secs = 30;
     c->config.run.model_dir = model_dir;
     c->config.max_steps = max_steps;
-    c->config.heartbeat_ivl_secs = ivl_secs;
-    c->config.heartbeat_liveness = 3;
+    c->config.heartbeat.ivl_secs = ivl_secs;
+    c->config.heartbeat.liveness = 3;
     za_role_stats_init (&c->stats);
     c->config.stats = &c->stats;
 }
@@ -131,8 +131,8 @@ s_init_sgd (s_ps_case_t *c, float lr, int64_t *step)
     za_wire_msg_init (c->out, ZA_OP_INIT);
     c->out->step = 0;
     c->out->has_optim = 1;
-    strcpy (c->out->optimizer, "sgd");
-    c->out->learning_rate = lr;
+    c->out->optim.kind = ZA_OPT_SGD;
+    c->out->optim.learning_rate = lr;
     s_add_params (c, c->kernel, c->bias);
     za_wire_msg_add (c->out, "global_step", ZA_DTYPE_I64, 0, NULL, step);
 }
@@ -184,8 +184,8 @@ Test (ps, protocol_rules)
     za_wire_msg_init (c.out, ZA_OP_INIT);
     c.out->step = 0;
     c.out->has_optim = 1;
-    strcpy (c.out->optimizer, "sgd");
-    c.out->learning_rate = 0.5;
+    c.out->optim.kind = ZA_OPT_SGD;
+    c.out->optim.learning_rate = 0.5;
     s_add_params (&c, c.kernel, c.bias);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
     cr_expect_str_eq (c.in->code, "bad_request");
@@ -460,8 +460,8 @@ Test (ps, ps_sync_sends_the_chief_the_slots_of_each_step_after_its_values)
     float zeros [12] = {0};
     int64_t zero = 0;
     s_init_sgd (&c, 0.5f, &zero);
-    strcpy (c.out->optimizer, "momentum");
-    c.out->momentum = 0.5;
+    c.out->optim.kind = ZA_OPT_MOMENTUM;
+    c.out->optim.momentum = 0.5;
     //  The slots go after the values (and before global_step).
     c.out->tensor_count--;
     int64_t kshape [2] = {4, 3}, bshape [1] = {3};

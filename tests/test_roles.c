@@ -10,7 +10,7 @@
 #include <zlib.h>
 
 #include "za/za_checkpoint.h"
-#include "za/za_placement.h"
+#include "za/za_partition.h"
 #include "za/za_role.h"
 #include "za_test.h"
 

@@ -264,7 +264,7 @@ Test (options, the_job_travels_and_the_flags_win)
     cr_expect_eq (settings.save_checkpoints_steps, 250);
     cr_expect_eq (settings.workers, 3);
     cr_expect_str_eq (settings.hidden_units, "256,64");
-    cr_expect_eq (settings.learning_rate, 0.5);
+    cr_expect_eq (settings.optim.learning_rate, 0.5f);
     //  --local's defaults are weaker than the job.
     cr_assert_eq (za_options_set (options, "save_checkpoints_steps", "1000", ZA_FROM_LOCAL,
                                   "local"), 0);

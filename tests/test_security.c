@@ -294,11 +294,11 @@ s_ps_process_start (s_ps_process_t *ps, const char *keys)
     chief->out->task = 0;
     chief->out->step = 0;
     chief->out->has_optim = 1;
-    strcpy (chief->out->optimizer, "sgd");
-    chief->out->learning_rate = 0.5;
-    chief->out->beta1 = 0.9;
-    chief->out->beta2 = 0.999;
-    chief->out->epsilon = 1e-7;
+    chief->out->optim.kind = ZA_OPT_SGD;
+    chief->out->optim.learning_rate = 0.5;
+    chief->out->optim.beta1 = 0.9;
+    chief->out->optim.beta2 = 0.999;
+    chief->out->optim.epsilon = 1e-7;
     s_add_variables (chief, ps->kernel, ps->bias);
     za_wire_msg_add (chief->out, "global_step", ZA_DTYPE_I64, 0, NULL, &zero);
     int op = s_call (chief, REPLY_MS);

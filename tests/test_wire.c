@@ -198,14 +198,14 @@ s_fill_header (za_wire_msg_t *msg)
     snprintf (msg->code, sizeof msg->code, "bad_request");
     snprintf (msg->error, sizeof msg->error, "ps 2: unknown tensor 'x' \xc3\xa9");
     msg->has_optim = 1;
-    snprintf (msg->optimizer, sizeof msg->optimizer, "adam");
-    msg->learning_rate = 1e-3;
-    msg->momentum = 0.875;
-    msg->beta1 = 0.9;
-    msg->beta2 = 0.999;
-    msg->epsilon = 1e-7;
-    msg->initial_accumulator = 0.1;
-    msg->nesterov = 1;
+    msg->optim.kind = ZA_OPT_ADAM;
+    msg->optim.learning_rate = 1e-3;
+    msg->optim.momentum = 0.875;
+    msg->optim.beta1 = 0.9;
+    msg->optim.beta2 = 0.999;
+    msg->optim.epsilon = 1e-7;
+    msg->optim.initial_accumulator = 0.1;
+    msg->optim.nesterov = 1;
 }
 
 //  got is what sent becomes after a trip over the wire.
@@ -221,14 +221,14 @@ s_expect_same (const za_wire_msg_t *sent, const za_wire_msg_t *got)
     cr_assert_str_eq (got->error, sent->error);
     cr_assert_eq (got->has_optim, sent->has_optim);
     if (sent->has_optim) {
-        cr_assert_str_eq (got->optimizer, sent->optimizer);
-        cr_assert_eq (got->learning_rate, sent->learning_rate);
-        cr_assert_eq (got->momentum, sent->momentum);
-        cr_assert_eq (got->beta1, sent->beta1);
-        cr_assert_eq (got->beta2, sent->beta2);
-        cr_assert_eq (got->epsilon, sent->epsilon);
-        cr_assert_eq (got->initial_accumulator, sent->initial_accumulator);
-        cr_assert_eq (got->nesterov, sent->nesterov);
+        cr_assert_eq (got->optim.kind, sent->optim.kind);
+        cr_assert_eq (got->optim.learning_rate, sent->optim.learning_rate);
+        cr_assert_eq (got->optim.momentum, sent->optim.momentum);
+        cr_assert_eq (got->optim.beta1, sent->optim.beta1);
+        cr_assert_eq (got->optim.beta2, sent->optim.beta2);
+        cr_assert_eq (got->optim.epsilon, sent->optim.epsilon);
+        cr_assert_eq (got->optim.initial_accumulator, sent->optim.initial_accumulator);
+        cr_assert_eq (got->optim.nesterov, sent->optim.nesterov);
     }
     cr_assert_eq (got->tensor_count, sent->tensor_count);
     for (int i = 0; i < sent->tensor_count; i++) {
@@ -593,7 +593,8 @@ Test (wire, send_refuses_bad_messages_and_sends_nothing)
     cr_assert_eq (za_wire_send (pair.dealer, NULL, msg, &lease), -1);
     msg->step = -1;
 
-    msg->has_optim = 1;                         //  no optimizer name
+    msg->has_optim = 1;                         //  no optimizer kind
+    msg->optim.kind = ZA_OPT_UNKNOWN;
     cr_assert_eq (za_wire_send (pair.dealer, NULL, msg, &lease), -1);
     cr_assert_not (za_wire_lease_busy (&lease));
     s_expect_nothing (pair.router);
@@ -1498,7 +1499,7 @@ Test (wire, fuzz_control_plane_bodies_at_a_live_broker)
     config.counts [ZA_TASK_PS] = 1;
     config.model_dir = dir;
     config.max_steps = 100;
-    config.heartbeat_ivl_secs = 3600;
+    config.heartbeat.ivl_secs = 3600;
     za_error_set_quiet (1);
     zactor_t *broker = zactor_new (za_broker_actor, &config);
     zsock_t *dealer = zsock_new_dealer (CONTROL_BROKER);
@@ -1551,7 +1552,7 @@ Test (wire, fuzz_control_plane_replies_at_the_client)
     //  decoded into what it says, or dropped; what decodes keeps its promises.
     zsock_t *router = zsock_new (ZMQ_ROUTER);
     cr_assert_eq (zsock_bind (router, "inproc://wire-fuzz-client"), 0);
-    za_broker_client_t *client = za_broker_client_new ("inproc://wire-fuzz-client", 1, 3);
+    za_broker_client_t *client = za_broker_client_new ("inproc://wire-fuzz-client", za_heartbeat_default ());
     cr_assert_not_null (client);
     cr_assert_eq (za_broker_client_watch (client), 0);
     zmsg_t *hello = zmsg_recv (router);

@@ -3,7 +3,7 @@
 #define _GNU_SOURCE                     //  asprintf
 #include <zlib.h>
 
-#include "za/za_placement.h"
+#include "za/za_partition.h"
 #include "za_test.h"
 
 #include <criterion/criterion.h>
@@ -563,7 +563,7 @@ za_test_expect_all_load (const char *dir, int *count_p)
 za_dataset_t *
 za_test_fashion (const char *split, int64_t count)
 {
-    za_dataset_t *full = za_dataset_load_dir (ZA_FASHION_MNIST_DIR, split);
+    za_dataset_t *full = za_idx_load_dir (ZA_FASHION_MNIST_DIR, split);
     cr_assert_not_null (full, "cannot load Fashion-MNIST %s: %s", split, za_last_error ());
     if (count <= 0 || count >= full->count)
         return full;
@@ -582,10 +582,10 @@ za_test_ckpt_crc_of_ps (const za_checkpoint_t *ckpt, const za_stack_spec_t *spec
     void *state = za_stack_model_fn ()->create (spec, input, 1, za_backend_cpu (), &vars);
     cr_assert_not_null (state, "%s", za_last_error ());
     za_stack_model_fn ()->destroy (&state);
-    za_placement_t placement;
-    cr_assert_eq (za_placement_compute (&vars, ps_count, partition_floats, &placement), 0);
-    int parts [ZA_PLACEMENT_MAX_PARTS];
-    int n = za_placement_parts_of (&placement, ps, parts, ZA_PLACEMENT_MAX_PARTS);
+    za_partition_t placement;
+    cr_assert_eq (za_partition_compute (&vars, ps_count, partition_floats, &placement), 0);
+    int parts [ZA_PARTITION_MAX_PARTS];
+    int n = za_partition_parts_of (&placement, ps, parts, ZA_PARTITION_MAX_PARTS);
     uLong crc = crc32 (0L, Z_NULL, 0);
     for (int i = 0; i < n; i++) {
         const za_part_t *part = &placement.parts [parts [i]];

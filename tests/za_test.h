@@ -14,7 +14,7 @@
 #include <sys/types.h>
 
 #include "za/za_checkpoint.h"
-#include "za/za_dataset.h"
+#include "za/za_idx.h"
 #include "za/za_model.h"
 
 //  How much slower a sanitizer makes the code (AddressSanitizer at -O0 runs the

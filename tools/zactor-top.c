@@ -138,7 +138,8 @@ main (int argc, char **argv)
     }
     if (certs && za_curve_use (certs))
         return EXIT_USAGE;
-    za_broker_client_t *client = za_broker_client_new (broker, interval, 3);
+    za_heartbeat_t beat = {interval, ZA_HEARTBEAT_LIVENESS};
+    za_broker_client_t *client = za_broker_client_new (broker, beat);
     if (!client) {
         fprintf (stderr, "zactor-top: cannot connect to '%s' (an endpoint such as "
                  "tcp://127.0.0.1:5555)\n", broker);

@@ -29,11 +29,11 @@ za_run_config_default (void)
     za_run_config_t config = {
         .model_dir = NULL,
         .save_checkpoints_steps = 0,
-        .save_checkpoints_secs = 600,
-        .keep_checkpoint_max = 5,
-        .log_step_count_steps = 100,
-        .save_summary_steps = 100,
-        .seed = 42,
+        .save_checkpoints_secs = ZA_RUN_SAVE_CHECKPOINTS_SECS,
+        .keep_checkpoint_max = ZA_RUN_KEEP_CHECKPOINT_MAX,
+        .log_step_count_steps = ZA_RUN_LOG_STEP_COUNT_STEPS,
+        .save_summary_steps = ZA_RUN_SAVE_SUMMARY_STEPS,
+        .seed = ZA_RUN_SEED,
         .threads = 0,
         .progress = -1,
     };

@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include "za/za_cluster.h"              //  za_task_type_t indexes the counts
+#include "za/za_peer.h"
 #include "za/za_role_stats.h"
 
 #ifdef __cplusplus
@@ -45,8 +46,7 @@ typedef struct {
                                     //  them ("ring") by worker index
     const char *model_dir;          //  for events.jsonl and "is training over?"
     int64_t max_steps;
-    double heartbeat_ivl_secs;      //  1
-    int heartbeat_liveness;         //  3
+    za_heartbeat_t heartbeat;       //  its tasks' reports: interval x liveness
     //  Supervision (supervise != 0): starts `exe --broker CONNECT --role R
     //  --index I` for every declared task, with stdout and stderr appended to
     //  LOG_DIR/R-I.log, and restarts it when it fails.
@@ -66,7 +66,9 @@ typedef struct {
     int insecure;                   //  1: --insecure for the tasks it starts
 } za_broker_config_t;
 
-//  Defaults: heartbeats 1 s x 3, max_restarts 10, backoff 0.5 s .. 10 s.
+//  Defaults: za_heartbeat_default (), max_restarts ZA_BROKER_MAX_RESTARTS,
+//  backoff 0.5 s .. 10 s.
+#define ZA_BROKER_MAX_RESTARTS 10
 void za_broker_config_init (za_broker_config_t *config);
 
 //  Starts exe with argv (argv [0] included, NULL-terminated), this process's

@@ -43,8 +43,7 @@ typedef struct _za_broker_client_t za_broker_client_t;
 //  A DEALER connected to the broker at `endpoint`, whose liveness is judged
 //  every ivl_secs with `liveness` (za_peer.h). Returns NULL with an error
 //  (an endpoint libzmq does not take).
-za_broker_client_t *za_broker_client_new (const char *endpoint, double ivl_secs,
-                                          int liveness);
+za_broker_client_t *za_broker_client_new (const char *endpoint, za_heartbeat_t beat);
 void za_broker_client_destroy (za_broker_client_t **self_p);
 
 //  The socket, for a zpoller; and the broker's liveness (heard at every
@@ -179,8 +178,8 @@ typedef struct {
     const char *host;               //  this host's name, as others reach it
     int restarts;                   //  how often this task was restarted before
     za_role_stats_t *stats;         //  reported every interval; outlives the actor
-    double heartbeat_ivl_secs;      //  1
-    int heartbeat_liveness;         //  3: a role loop quiet this long is hung:
+    za_heartbeat_t heartbeat;       //  a report every interval; a role loop quiet
+                                    //  HUNG_PERIODS x interval x liveness is hung:
                                     //  reports stop, so the broker sees it
     double timeout_secs;            //  no welcome within this: "FAILED"
 } za_broker_client_config_t;

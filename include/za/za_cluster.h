@@ -103,6 +103,10 @@ char *za_cluster_worker_endpoint (const za_cluster_t *self, int worker_index);
 //  Always >= 1; 1 for an evaluator outside the cluster.
 int za_cluster_tasks_on_my_host (const za_cluster_t *self);
 
+//  A free TCP port on `host` (the kernel picks it; INADDR_ANY unless host is
+//  127.0.0.1): "tcp://HOST:PORT" into endpoint. Returns 0, or -1 with an error.
+int za_cluster_free_endpoint (const char *host, char *endpoint, size_t size);
+
 //  Splits "tcp://HOST:PORT" (PORT 1..65535, HOST not empty) into host and
 //  *port. Returns 0, or -1 (no error set) when the endpoint is not that or
 //  its host does not fit.

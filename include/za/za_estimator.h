@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "za/za_dataset.h"
+#include "za/za_input.h"
 #include "za/za_hooks.h"
 #include "za/za_model.h"
 #include "za/za_optim.h"
@@ -18,6 +18,14 @@ extern "C" {
 #endif
 
 //  RunConfig. Defaults follow TensorFlow's RunConfig.
+//  RunConfig's defaults (TensorFlow's), written once: the option table's
+//  defaults are made from these.
+#define ZA_RUN_SAVE_CHECKPOINTS_SECS 600
+#define ZA_RUN_KEEP_CHECKPOINT_MAX 5
+#define ZA_RUN_LOG_STEP_COUNT_STEPS 100
+#define ZA_RUN_SAVE_SUMMARY_STEPS 100
+#define ZA_RUN_SEED 42
+
 typedef struct {
     const char *model_dir;          //  required for train / evaluate / predict
     int64_t save_checkpoints_steps; //  > 0: every N steps (then secs is ignored)

@@ -52,6 +52,10 @@ typedef struct {
                                     //  newest evaluation's step and accuracy)
 } za_evaluator_config_t;
 
+//  EvalSpec's defaults (TensorFlow's), written once.
+#define ZA_EVAL_START_DELAY_SECS 120
+#define ZA_EVAL_THROTTLE_SECS 600
+
 void za_evaluator_config_init (za_evaluator_config_t *config);
 
 //  Runs the evaluator until its end (see above). `pipe` (may be NULL) is

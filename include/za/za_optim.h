@@ -7,37 +7,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "za/za_optim_config.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define ZA_OPTIM_MAX_SLOTS 2
-
-typedef enum {
-    ZA_OPT_SGD = 0,
-    ZA_OPT_MOMENTUM = 1,
-    ZA_OPT_ADAM = 2,
-    ZA_OPT_ADAGRAD = 3
-} za_optimizer_t;
-
-typedef struct {
-    za_optimizer_t kind;
-    float learning_rate;
-    float momentum;             //  Momentum: 0.9
-    int nesterov;               //  Momentum: 0
-    float beta1, beta2;         //  Adam: 0.9, 0.999
-    float epsilon;              //  Adam: 1e-7 (Keras), Adagrad: 1e-7
-    float initial_accumulator;  //  Adagrad: 0.1 (TensorFlow)
-} za_optim_config_t;
-
-//  The defaults above for `kind`, with learning rate 1e-3 for Adam and 0.01
-//  for the others (Keras's defaults).
-za_optim_config_t za_optim_config_default (za_optimizer_t kind);
-
-//  "sgd", "momentum", "adam", "adagrad" (case-insensitive). Returns 0, or -1
-//  with an error listing the known names.
-int za_optim_parse (const char *name, za_optimizer_t *kind);
-const char *za_optim_name (za_optimizer_t kind);
 
 //  Slots this optimizer keeps (0, 1 or 2) and their names ("momentum", "m",
 //  "v", "accumulator"), used as checkpoint tensor name suffixes.

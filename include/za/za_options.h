@@ -12,6 +12,8 @@
 #define ZA_OPTIONS_H_INCLUDED
 
 #include <jansson.h>
+#include "za/za_optim_config.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,8 +30,12 @@ typedef enum {
                                     //  ZA_OPTION_ABOVE_MIN)
     ZA_OPTION_STRING,               //  const char * (owned by the options)
     ZA_OPTION_CHOICE,               //  const char *, one of `choices` ("a|b|c")
-    ZA_OPTION_LIST                  //  const char *, integers in [min, max] separated by
+    ZA_OPTION_LIST,                 //  const char *, integers in [min, max] separated by
                                     //  commas ("256,128"); a JSON array of them in a job
+    ZA_OPTION_REAL,                 //  float, as NUMBER, and one a float holds
+    ZA_OPTION_ENUM                  //  int: the place of its name among `choices`
+                                    //  ("sgd|momentum": 0, 1; aliases "alias=name" take
+                                    //  name's place and count none of their own)
 } za_option_type_t;
 
 //  Who reads a setting.
@@ -106,8 +112,10 @@ typedef struct {
     int64_t batch_size;
     int64_t shuffle_buffer;         //  -1: the whole set
     //  Training
-    const char *optimizer;
-    double learning_rate;           //  0: the optimizer's default
+    //  The optimizer, as the ps and every replica apply it: --optimizer sets
+    //  its kind, --learning-rate its rate (0: the kind's own until
+    //  za_options_parse_args and the job have been read, then resolved).
+    za_optim_config_t optim;
     int64_t max_steps;              //  0: --epochs worth
     int64_t epochs;
     int no_eval;

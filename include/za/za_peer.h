@@ -13,17 +13,29 @@
 extern "C" {
 #endif
 
+//  The heartbeat every class judges its peers by. The defaults are the
+//  option table's (--heartbeat-ivl-ms, --heartbeat-liveness), written here
+//  once for the classes that are used without the table.
+#define ZA_HEARTBEAT_IVL_MS 1000
+#define ZA_HEARTBEAT_LIVENESS 3
 typedef struct {
     double ivl_secs;                //  a ping every interval while we wait
     int liveness;                   //  silent after this many intervals
+} za_heartbeat_t;
+
+//  ZA_HEARTBEAT_IVL_MS and ZA_HEARTBEAT_LIVENESS.
+za_heartbeat_t za_heartbeat_default (void);
+
+typedef struct {
+    za_heartbeat_t beat;
     double last_heard;              //  the last sign of life (or when we began to wait)
     double next_ping;
     int heard;                      //  1 once anything came from it
     int silent;                     //  its silence was told, until it is heard again
 } za_peer_t;
 
-//  A peer judged by `ivl_secs` x `liveness`, waited for from `now`.
-void za_peer_init (za_peer_t *self, double ivl_secs, int liveness, double now);
+//  A peer judged by `beat` (interval x liveness), waited for from `now`.
+void za_peer_init (za_peer_t *self, za_heartbeat_t beat, double now);
 
 //  We start waiting for the peer at `now` (a worker does not listen between
 //  two requests): its silence counts from here, the next ping is due in one

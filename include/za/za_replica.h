@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "za/za_checkpoint.h"
-#include "za/za_dataset.h"
+#include "za/za_input.h"
 #include "za/za_model.h"
 #include "za/za_optim.h"
 

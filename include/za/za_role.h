@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 
 #include "za/za_estimator.h"
+#include "za/za_peer.h"
 #include "za/za_role_stats.h"
 
 #ifdef __cplusplus
@@ -21,7 +22,8 @@ extern "C" {
 #endif
 
 #define ZA_ROLE_MAX_PS 64
-#define ZA_ROLE_TIMEOUT_SECS 60.0
+#define ZA_ROLE_TIMEOUT_SECS 60
+#define ZA_ROLE_BATCH_SIZE 64
 //  The all-reduce's least bucket (--bucket-kib 0: one bucket).
 #define ZA_ROLE_BUCKET_FLOATS 0
 
@@ -53,10 +55,10 @@ typedef struct {
                                     //  bucket, reduced after backward
                                     //  (default ZA_ROLE_BUCKET_FLOATS)
     double timeout_secs;            //  a peer never heard from this long is unreachable
-    double heartbeat_ivl_secs;      //  a worker waiting on a ps pings it this often (1 s)
-    int heartbeat_liveness;         //  and logs it as stopped, hung or restarting after
-                                    //  this many silent intervals (3); it waits on
-                                    //  until timeout_secs (a supervisor may restart it)
+    za_heartbeat_t heartbeat;       //  a worker waiting on a ps pings it every interval
+                                    //  and logs it as stopped, hung or restarting after
+                                    //  liveness silent intervals; it waits on until
+                                    //  timeout_secs (a supervisor may restart it)
     //  The cluster, resolved to endpoints.
     int ps_count;
     const char *ps_endpoints [ZA_ROLE_MAX_PS];

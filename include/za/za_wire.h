@@ -14,6 +14,8 @@
 #ifndef ZA_WIRE_H_INCLUDED
 #define ZA_WIRE_H_INCLUDED
 
+#include "za/za_optim_config.h"
+
 #include <czmq.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -132,11 +134,11 @@ typedef struct {
     //  from a ps without state for the pinger (PROTOCOL.md 7.5); "" otherwise
     char code [32];
     char error [256];                   //  ERROR: human message; "" otherwise
-    //  INIT only: the optimizer the ps applies (see za_optim.h: kind name and fields)
+    //  INIT only: the optimizer the ps applies, as the job's settings hold it
+    //  (decoded: a kind nobody knows is ZA_OPT_UNKNOWN, a number beyond
+    //  float32 +-inf; za_optim_config_check says whether it can be applied)
     int has_optim;
-    char optimizer [16];                //  "sgd", "momentum", "adam", "adagrad"
-    double learning_rate, momentum, beta1, beta2, epsilon, initial_accumulator;
-    int nesterov;
+    za_optim_config_t optim;
     //  The control plane's JSON document ("body"), not NUL-terminated; NULL
     //  when absent. Decode: points into the header frame (keep the zmsg).
     //  Encode: the caller's bytes, copied into the header.

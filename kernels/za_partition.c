@@ -1,6 +1,6 @@
-/*  za_placement.c: greedy placement of variables (and parts of large ones) over
+/*  za_partition.c: greedy placement of variables (and parts of large ones) over
     the ps, largest first onto the least-loaded ps, the same on every role.     */
-#include "za/za_placement.h"
+#include "za/za_partition.h"
 #include "za/za_util.h"
 
 #include <stdio.h>
@@ -24,7 +24,7 @@ s_sort_by_size (const za_vars_t *vars, int *order)
 
 //  The ps with the fewest floats so far (equal loads: lowest index).
 static int
-s_least_loaded (const za_placement_t *self)
+s_least_loaded (const za_partition_t *self)
 {
     int best = 0;
     for (int ps = 1; ps < self->ps_count; ps++)
@@ -34,14 +34,14 @@ s_least_loaded (const za_placement_t *self)
 }
 
 int
-za_placement_compute (const za_vars_t *vars, int ps_count, size_t partition_floats,
-                      za_placement_t *out)
+za_partition_compute (const za_vars_t *vars, int ps_count, size_t partition_floats,
+                      za_partition_t *out)
 {
     if (!vars || !out)
         return za_error ("placement: no variable table or no output");
-    if (ps_count < 1 || ps_count > ZA_PLACEMENT_MAX_PS)
+    if (ps_count < 1 || ps_count > ZA_PARTITION_MAX_PS)
         return za_error ("placement: ps count %d is not in 1..%d", ps_count,
-                         ZA_PLACEMENT_MAX_PS);
+                         ZA_PARTITION_MAX_PS);
     if (vars->count < 0 || vars->count > ZA_MAX_VARS)
         return za_error ("placement: variable count %d is not in 0..%d", vars->count,
                          ZA_MAX_VARS);
@@ -56,10 +56,10 @@ za_placement_compute (const za_vars_t *vars, int ps_count, size_t partition_floa
         size_t part_count = 1;
         if (partition_floats > 0 && variable->size > partition_floats)
             part_count = (variable->size + partition_floats - 1) / partition_floats;
-        if (part_count > (size_t) (ZA_PLACEMENT_MAX_PARTS - out->count))
+        if (part_count > (size_t) (ZA_PARTITION_MAX_PARTS - out->count))
             return za_error ("placement: more than %d parts needed (variable %s alone makes "
                              "%zu parts of at most %zu floats): raise the partition size",
-                             ZA_PLACEMENT_MAX_PARTS, variable->name, part_count,
+                             ZA_PARTITION_MAX_PARTS, variable->name, part_count,
                              partition_floats);
         size_t base = variable->size / part_count;
         size_t extra = variable->size % part_count;
@@ -84,7 +84,7 @@ za_placement_compute (const za_vars_t *vars, int ps_count, size_t partition_floa
 }
 
 int
-za_placement_parts_of (const za_placement_t *self, int ps, int *idx, int max)
+za_partition_parts_of (const za_partition_t *self, int ps, int *idx, int max)
 {
     if (!self || ps < 0 || ps >= self->ps_count)
         return za_error ("placement: ps %d is not in 0..%d", ps, self ? self->ps_count - 1 : -1);

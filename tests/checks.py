@@ -1,4 +1,5 @@
-"""leftovers.py: what a Python check starts ends with it.
+"""checks.py: what the Python checks share. What a check starts ends with it;
+free_port() gives a free TCP port on loopback.
 
 mark() puts ZA_TEST_MARK=py<pid>/<name> in the environment, so every process the
 check starts, and everything those start in turn (a launcher's broker, a Slurm
@@ -7,6 +8,7 @@ then kills what is left and says how many there were: the check fails when a
 passing run left any (the C suites do the same, in tests/za_test.c)."""
 import os
 import signal
+import socket
 import time
 
 GRACE_SECS = 15.0
@@ -48,3 +50,10 @@ def end():
         except OSError:
             pass
     return len(left)
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now (the kernel picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

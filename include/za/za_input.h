@@ -1,0 +1,68 @@
+/*  za_input.h: the input pipeline: streams a data set's batches through
+    shard -> shuffle -> repeat -> batch -> prefetch, the order of tf.data's
+    `ds.shard(n,i).shuffle(buf, seed).repeat(epochs).batch(b).prefetch(k)`.  */
+#ifndef ZA_INPUT_H_INCLUDED
+#define ZA_INPUT_H_INCLUDED
+
+#include "za/za_dataset.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//  How to stream a dataset.
+typedef struct {
+    int num_shards;             //  shard (num_shards, shard_index): keep examples
+    int shard_index;            //  i, i + n, i + 2n, ...; default 1, 0 (all)
+    int shuffle_buffer;         //  0: no shuffle; >= count: full permutation
+    uint64_t seed;              //  shuffle seed; each epoch reshuffles
+    int epochs;                 //  repeat (epochs); -1 repeats forever
+    int batch_size;             //  > 0
+    int drop_remainder;         //  1: drop the last partial batch of the stream
+    int prefetch;               //  batches prepared ahead on a background thread;
+                                //  0: prepared on the caller's thread
+    int replicas;               //  split batches (TensorFlow's auto-shard by data):
+    int replica;                //  the stream is cut into global batches of
+                                //  batch_size x replicas and this input keeps
+                                //  slice `replica` of each; 0 or 1: not split
+} za_input_config_t;
+
+//  Defaults: 1 shard, no shuffle, seed 0, 1 epoch, batch 32, keep remainder,
+//  prefetch 2.
+za_input_config_t za_input_config_default (void);
+
+//  The shuffle seed for training that starts (or resumes) at `step`: the
+//  step is mixed in, so a resumed or restarted trainer goes on with a new
+//  order instead of replaying the examples it began with. Step 0 keeps seed.
+uint64_t za_input_seed_at (uint64_t seed, int64_t step);
+
+//  One batch. Memory belongs to the iterator and stays valid until the next
+//  za_input_next or za_input_destroy.
+typedef struct {
+    const float *features;      //  [size, feature_size]
+    const int32_t *labels;      //  [size]
+    int size;                   //  examples in this batch
+    int64_t feature_size;       //  values per example (height * width * channels)
+} za_batch_t;
+
+typedef struct _za_input_t za_input_t;
+
+//  Creates an iterator over `dataset` (which must outlive it). Returns NULL
+//  with an error on a bad config (batch_size <= 0, shard_index out of range,
+//  epochs == 0 or < -1, negative buffer sizes).
+za_input_t *za_input_new (const za_dataset_t *dataset, const za_input_config_t *config);
+
+//  Fills *batch with the next batch. Returns 1 when a batch was produced,
+//  0 at the end of the stream.
+int za_input_next (za_input_t *self, za_batch_t *batch);
+
+//  Examples one pass (epoch) over this iterator's shard yields.
+int64_t za_input_shard_count (const za_input_t *self);
+
+//  Stops the prefetch thread, frees the iterator, sets *self_p to NULL.
+void za_input_destroy (za_input_t **self_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,372 @@
+/*  za_input.c: the input pipeline: a data set streamed shard -> shuffle ->
+    repeat -> batch -> prefetch, as tf.data's.                              */
+#include "za/za_input.h"
+#include "za/za_util.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+//  --------------------------------------------------------------------------
+//  Input pipeline
+
+//  One batch's storage.
+typedef struct {
+    float *features;            //  [batch_size, feature_size], 64-byte aligned
+    int32_t *labels;            //  [batch_size]
+    int size;
+} s_slot_t;
+
+struct _za_input_t {
+    const za_dataset_t *dataset;
+    za_input_config_t config;
+    int64_t shard_count;        //  examples per epoch in this shard
+
+    //  The example stream; touched only by the producer (the prefetch thread,
+    //  or the caller when prefetch is 0).
+    za_rng_t rng;
+    int64_t *shuffle;           //  the shuffle buffer (1 slot when not shuffling)
+    int64_t shuffle_capacity;
+    int64_t shuffle_fill;
+    int64_t epoch_next;         //  next position in this epoch's shard
+    int epochs_done;
+    int in_epoch;
+    int stream_ended;
+
+    //  The batch ring: slots [head .. head + count) are ready; the consumer holds
+    //  slots [head] between two calls of za_input_next while `held` is 1.
+    s_slot_t *slots;
+    int n_slots;
+    int head, count;
+    int held;
+    int producer_done;
+    int stop;
+    int thread_started;
+    pthread_t thread;
+    pthread_mutex_t mutex;
+    pthread_cond_t ready;       //  a slot was filled, or the stream ended
+    pthread_cond_t space;       //  a slot was freed, or stop was asked
+};
+
+#define SEED_STEP_MIX 0x9e3779b97f4a7c15ULL     //  2^64 / golden ratio
+
+uint64_t
+za_input_seed_at (uint64_t seed, int64_t step)
+{
+    return seed + SEED_STEP_MIX * (uint64_t) step;
+}
+
+za_input_config_t
+za_input_config_default (void)
+{
+    za_input_config_t config = {
+        .num_shards = 1,
+        .shard_index = 0,
+        .shuffle_buffer = 0,
+        .seed = 0,
+        .epochs = 1,
+        .batch_size = 32,
+        .drop_remainder = 0,
+        .prefetch = 2,
+        .replicas = 1,
+        .replica = 0,
+    };
+    return config;
+}
+
+//  The next example of this epoch's shard, in order; 0 at the end of the epoch.
+static int
+s_input_shard_next (za_input_t *self, int64_t *index)
+{
+    if (self->epoch_next >= self->shard_count)
+        return 0;
+    *index = self->config.shard_index + self->epoch_next * self->config.num_shards;
+    self->epoch_next++;
+    return 1;
+}
+
+//  The next example index of the whole stream (shard, shuffle, repeat); 0 at
+//  its end. The shuffle buffer is filled at the start of each epoch, hands out a
+//  random slot and refills it from the shard, and drains at the end of the epoch.
+static int
+s_input_example_next (za_input_t *self, int64_t *index)
+{
+    while (!self->stream_ended) {
+        if (!self->in_epoch) {
+            if (self->config.epochs != -1 && self->epochs_done >= self->config.epochs) {
+                self->stream_ended = 1;
+                break;
+            }
+            if (self->shard_count == 0) {
+                //  An empty shard repeated forever is still empty.
+                self->stream_ended = 1;
+                break;
+            }
+            self->epoch_next = 0;
+            self->shuffle_fill = 0;
+            while (self->shuffle_fill < self->shuffle_capacity
+            &&     s_input_shard_next (self, &self->shuffle [self->shuffle_fill]))
+                self->shuffle_fill++;
+            self->in_epoch = 1;
+        }
+        if (self->shuffle_fill > 0) {
+            int64_t slot = self->shuffle_fill > 1
+                         ? (int64_t) za_rng_below (&self->rng, (uint32_t) self->shuffle_fill)
+                         : 0;
+            *index = self->shuffle [slot];
+            if (!s_input_shard_next (self, &self->shuffle [slot]))
+                self->shuffle [slot] = self->shuffle [--self->shuffle_fill];
+            return 1;
+        }
+        self->in_epoch = 0;
+        self->epochs_done++;
+    }
+    return 0;
+}
+
+//  Fills a slot with the next batch: the next global batch's slice when the
+//  batches are split across replicas. Returns its size, 0 at the end of the
+//  stream (including a final partial batch dropped by drop_remainder).
+static int
+s_input_produce (za_input_t *self, s_slot_t *slot)
+{
+    const za_dataset_t *dataset = self->dataset;
+    size_t row = (size_t) dataset->feature_size;
+    int batch = self->config.batch_size, replicas = self->config.replicas;
+    int first = batch * self->config.replica;
+    int size = 0, drawn = 0;
+    int64_t index;
+    while (drawn < batch * replicas && s_input_example_next (self, &index)) {
+        int keep = drawn >= first && drawn < first + batch;
+        drawn++;
+        if (!keep)
+            continue;
+        float *out = slot->features + (size_t) size * row;
+        if (dataset->features)
+            memcpy (out, dataset->features + (size_t) index * row, row * sizeof (float));
+        else {
+            //  The same value the float loader stores, made here per batch.
+            const uint8_t *in = dataset->pixels + (size_t) index * row;
+            for (size_t k = 0; k < row; k++)
+                out [k] = (float) in [k] / ZA_DATASET_PIXEL_MAX;
+        }
+        slot->labels [size] = dataset->labels [index];
+        size++;
+    }
+    if (drawn < batch * replicas && self->config.drop_remainder)
+        size = 0;
+    slot->size = size;
+    return size;
+}
+
+static void *
+s_input_producer (void *args)
+{
+    za_input_t *self = (za_input_t *) args;
+    pthread_mutex_lock (&self->mutex);
+    while (!self->stop) {
+        if (self->count == self->n_slots) {
+            pthread_cond_wait (&self->space, &self->mutex);
+            continue;
+        }
+        //  Only this thread adds slots, and the consumer reads only ready ones,
+        //  so the slot after the ready ones is ours to fill without the lock.
+        s_slot_t *slot = &self->slots [(self->head + self->count) % self->n_slots];
+        pthread_mutex_unlock (&self->mutex);
+        int size = s_input_produce (self, slot);
+        pthread_mutex_lock (&self->mutex);
+        if (size == 0) {
+            self->producer_done = 1;
+            pthread_cond_broadcast (&self->ready);
+            break;
+        }
+        self->count++;
+        pthread_cond_broadcast (&self->ready);
+    }
+    pthread_mutex_unlock (&self->mutex);
+    return NULL;
+}
+
+za_input_t *
+za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
+{
+    if (!dataset || !config) {
+        za_error ("za_input_new: dataset and config are required");
+        return NULL;
+    }
+    if (dataset->count <= 0 || dataset->feature_size <= 0
+    ||  (!dataset->features && !dataset->pixels) || !dataset->labels) {
+        za_error ("za_input_new: dataset is empty or malformed");
+        return NULL;
+    }
+    const za_input_config_t *c = config;
+    if (c->batch_size <= 0) {
+        za_error ("za_input_new: batch_size is %d (must be > 0)", c->batch_size);
+        return NULL;
+    }
+    if (c->num_shards <= 0 || c->shard_index < 0 || c->shard_index >= c->num_shards) {
+        za_error ("za_input_new: shard_index %d out of range for %d shards",
+                  c->shard_index, c->num_shards);
+        return NULL;
+    }
+    int replicas = c->replicas > 0? c->replicas: 1;
+    if (c->replicas < 0 || c->replica < 0 || c->replica >= replicas) {
+        za_error ("za_input_new: replica %d out of range for %d replicas", c->replica,
+                  c->replicas);
+        return NULL;
+    }
+    if ((int64_t) c->batch_size * replicas > INT_MAX) {
+        za_error ("za_input_new: a global batch of %d x %d examples is too large",
+                  c->batch_size, replicas);
+        return NULL;
+    }
+    if (c->epochs == 0 || c->epochs < -1) {
+        za_error ("za_input_new: epochs is %d (must be > 0, or -1 for forever)",
+                  c->epochs);
+        return NULL;
+    }
+    if (c->shuffle_buffer < 0 || c->prefetch < 0) {
+        za_error ("za_input_new: shuffle_buffer %d and prefetch %d must be >= 0",
+                  c->shuffle_buffer, c->prefetch);
+        return NULL;
+    }
+    if (c->prefetch >= INT_MAX) {
+        za_error ("za_input_new: prefetch %d is too large", c->prefetch);
+        return NULL;
+    }
+    size_t batch_floats;
+    if (__builtin_mul_overflow ((size_t) c->batch_size, (size_t) dataset->feature_size,
+                                &batch_floats)
+    ||  batch_floats > PTRDIFF_MAX / sizeof (float)) {
+        za_error ("za_input_new: batch of %d examples of %lld features is too large",
+                  c->batch_size, (long long) dataset->feature_size);
+        return NULL;
+    }
+
+    za_input_t *self = calloc (1, sizeof *self);
+    if (!self) {
+        za_error ("za_input_new: out of memory");
+        return NULL;
+    }
+    self->dataset = dataset;
+    self->config = *c;
+    self->config.drop_remainder = c->drop_remainder != 0;
+    self->config.replicas = replicas;
+    self->shard_count = dataset->count > c->shard_index
+                      ? (dataset->count - c->shard_index + c->num_shards - 1) / c->num_shards
+                      : 0;
+    za_rng_seed (&self->rng, c->seed);
+    //  The buffer never holds more than one epoch of the shard.
+    self->shuffle_capacity = c->shuffle_buffer < self->shard_count
+                           ? c->shuffle_buffer: self->shard_count;
+    if (self->shuffle_capacity < 1)
+        self->shuffle_capacity = 1;
+    self->shuffle = malloc ((size_t) self->shuffle_capacity * sizeof (int64_t));
+    self->n_slots = c->prefetch > 0? c->prefetch + 1: 1;
+    self->slots = calloc ((size_t) self->n_slots, sizeof (s_slot_t));
+    if (!self->shuffle || !self->slots) {
+        za_error ("za_input_new: out of memory");
+        za_input_destroy (&self);
+        return NULL;
+    }
+    for (int i = 0; i < self->n_slots; i++) {
+        self->slots [i].features = za_alloc (batch_floats * sizeof (float));
+        self->slots [i].labels = za_alloc ((size_t) c->batch_size * sizeof (int32_t));
+        if (!self->slots [i].features || !self->slots [i].labels) {
+            za_input_destroy (&self);
+            return NULL;
+        }
+    }
+    if (c->prefetch > 0) {
+        pthread_mutex_init (&self->mutex, NULL);
+        pthread_cond_init (&self->ready, NULL);
+        pthread_cond_init (&self->space, NULL);
+        int rc = pthread_create (&self->thread, NULL, s_input_producer, self);
+        if (rc != 0) {
+            za_error ("za_input_new: cannot start the prefetch thread: %s", strerror (rc));
+            pthread_cond_destroy (&self->space);
+            pthread_cond_destroy (&self->ready);
+            pthread_mutex_destroy (&self->mutex);
+            za_input_destroy (&self);
+            return NULL;
+        }
+        self->thread_started = 1;
+    }
+    return self;
+}
+
+int
+za_input_next (za_input_t *self, za_batch_t *batch)
+{
+    if (!self || !batch) {
+        za_error ("za_input_next: iterator and batch are required");
+        return 0;
+    }
+    memset (batch, 0, sizeof *batch);
+    s_slot_t *slot = NULL;
+    if (!self->thread_started) {
+        if (!self->producer_done && s_input_produce (self, &self->slots [0]) > 0)
+            slot = &self->slots [0];
+        else
+            self->producer_done = 1;
+    }
+    else {
+        pthread_mutex_lock (&self->mutex);
+        if (self->held) {
+            //  The caller is done with the batch it held: give its slot back.
+            self->head = (self->head + 1) % self->n_slots;
+            self->count--;
+            self->held = 0;
+            pthread_cond_signal (&self->space);
+        }
+        while (self->count == 0 && !self->producer_done)
+            pthread_cond_wait (&self->ready, &self->mutex);
+        if (self->count > 0) {
+            slot = &self->slots [self->head];
+            self->held = 1;
+        }
+        pthread_mutex_unlock (&self->mutex);
+    }
+    if (!slot)
+        return 0;
+    batch->features = slot->features;
+    batch->labels = slot->labels;
+    batch->size = slot->size;
+    batch->feature_size = self->dataset->feature_size;
+    return 1;
+}
+
+int64_t
+za_input_shard_count (const za_input_t *self)
+{
+    return self? self->shard_count: 0;
+}
+
+void
+za_input_destroy (za_input_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    za_input_t *self = *self_p;
+    if (self->thread_started) {
+        pthread_mutex_lock (&self->mutex);
+        self->stop = 1;
+        pthread_cond_broadcast (&self->space);
+        pthread_mutex_unlock (&self->mutex);
+        pthread_join (self->thread, NULL);
+        pthread_cond_destroy (&self->space);
+        pthread_cond_destroy (&self->ready);
+        pthread_mutex_destroy (&self->mutex);
+    }
+    if (self->slots)
+        for (int i = 0; i < self->n_slots; i++) {
+            za_free (self->slots [i].features);
+            za_free (self->slots [i].labels);
+        }
+    free (self->slots);
+    free (self->shuffle);
+    free (self);
+    *self_p = NULL;
+}
