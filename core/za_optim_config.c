@@ -37,7 +37,7 @@ za_optim_config_resolve (za_optim_config_t *config)
 int
 za_optim_config_check (const za_optim_config_t *config, char *why, size_t size)
 {
-    if ((unsigned) config->kind >= 4) {
+    if (!za_optim_known (config->kind)) {
         snprintf (why, size, "opt.kind names no optimizer (known: sgd, momentum, adam, "
                   "adagrad)");
         return -1;
@@ -59,18 +59,31 @@ za_optim_config_check (const za_optim_config_t *config, char *why, size_t size)
 }
 
 int
+za_optim_known (za_optimizer_t kind)
+{
+    return (unsigned) kind < sizeof s_names / sizeof s_names [0];
+}
+
+za_optimizer_t
+za_optim_kind_of (const char *name)
+{
+    for (int i = 0; za_optim_known ((za_optimizer_t) i); i++)
+        if (strcasecmp (name, s_names [i]) == 0)
+            return (za_optimizer_t) i;
+    return ZA_OPT_UNKNOWN;
+}
+
+int
 za_optim_parse (const char *name, za_optimizer_t *kind)
 {
-    for (int i = 0; i < 4; i++)
-        if (strcasecmp (name, s_names [i]) == 0) {
-            *kind = (za_optimizer_t) i;
-            return 0;
-        }
-    return za_error ("unknown optimizer '%s' (known: sgd, momentum, adam, adagrad)", name);
+    *kind = za_optim_kind_of (name);
+    if (!za_optim_known (*kind))
+        return za_error ("unknown optimizer '%s' (known: sgd, momentum, adam, adagrad)", name);
+    return 0;
 }
 
 const char *
 za_optim_name (za_optimizer_t kind)
 {
-    return (unsigned) kind < 4? s_names [kind]: "?";
+    return za_optim_known (kind)? s_names [kind]: "?";
 }

@@ -393,7 +393,7 @@ s_check_outgoing (const za_wire_msg_t *msg, const za_wire_lease_t *lease)
     if (msg->body && memchr (msg->body, 0, msg->body_len))
         return za_error ("wire: cannot send: the body contains a NUL byte");
     if (msg->has_optim) {
-        if ((unsigned) msg->optim.kind >= 4)
+        if (!za_optim_known (msg->optim.kind))
             return za_error ("wire: cannot send: has_optim but no known optimizer kind");
         const float numbers [] = { msg->optim.learning_rate, msg->optim.momentum,
                                    msg->optim.beta1, msg->optim.beta2, msg->optim.epsilon,
@@ -777,10 +777,7 @@ s_decode_optim (const msgpack_object *obj, za_wire_msg_t *out)
             char kind [WIRE_OPTIMIZER_BYTES];
             if (s_get_str (&kv->val, what, 1, kind, sizeof kind))
                 return -1;
-            optim->kind = ZA_OPT_UNKNOWN;
-            for (int k = ZA_OPT_SGD; k <= ZA_OPT_ADAGRAD; k++)
-                if (streq (kind, za_optim_name ((za_optimizer_t) k)))
-                    optim->kind = (za_optimizer_t) k;
+            optim->kind = za_optim_kind_of (kind);
         }
         else
         if (key == OPT_NESTEROV) {

@@ -653,14 +653,12 @@ s_job_value (const za_options_t *self, const za_option_t *option)
         case ZA_OPTION_FLAG: return json_boolean (*(const int *) field);
         case ZA_OPTION_INT: return json_integer (*(const int64_t *) field);
         case ZA_OPTION_NUMBER: return json_real (*(const double *) field);
-        case ZA_OPTION_REAL: {
-            char text [FLOAT_TEXT_CHARS];
-            return json_real (strtod (s_float_text (*(const float *) field, text), NULL));
-        }
+        case ZA_OPTION_REAL:        //  as --help and --print-settings write them
         case ZA_OPTION_ENUM: {
-            char name [NAME_MAX_CHARS];
-            return json_string (s_enum_name (option->choices, *(const int *) field, name,
-                                             sizeof name));
+            char text [NAME_MAX_CHARS];
+            za_options_value_text (self, option, text, sizeof text);
+            return option->type == ZA_OPTION_REAL? json_real (strtod (text, NULL))
+                                                  : json_string (text);
         }
         case ZA_OPTION_LIST: {
             json_t *list = json_array ();

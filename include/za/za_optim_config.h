@@ -44,6 +44,10 @@ int za_optim_config_check (const za_optim_config_t *config, char *why, size_t si
 //  "sgd", "momentum", "adam", "adagrad" (case-insensitive). Returns 0, or -1
 //  with an error listing the known names.
 int za_optim_parse (const char *name, za_optimizer_t *kind);
+//  The same, quietly: ZA_OPT_UNKNOWN for a name no optimizer has (a peer's).
+za_optimizer_t za_optim_kind_of (const char *name);
+//  1 for SGD, Momentum, Adam and Adagrad; 0 for ZA_OPT_UNKNOWN or anything else.
+int za_optim_known (za_optimizer_t kind);
 const char *za_optim_name (za_optimizer_t kind);
 
 #ifdef __cplusplus
