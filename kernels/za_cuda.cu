@@ -162,6 +162,22 @@ k_maxpool_backward (za_pool2d_dims_t d, const float *dout, const int32_t *argmax
 }
 
 __global__ void
+k_avgpool_global_forward (int positions, int channels, const float *in, float *out,
+                          size_t count)
+{
+    FOR_EACH (i, count)
+        out [i] = za_elem_avgpool_global (positions, channels, in, i);
+}
+
+__global__ void
+k_avgpool_global_backward (int positions, int channels, const float *dout, float *din,
+                           size_t count)
+{
+    FOR_EACH (i, count)
+        din [i] = za_elem_avgpool_global_backward (positions, channels, dout, i);
+}
+
+__global__ void
 k_relu_forward (size_t count, const float *in, float *out)
 {
     FOR_EACH (i, count)
@@ -355,6 +371,21 @@ s_maxpool_backward (const za_pool2d_dims_t *d, const float *dout, const int32_t 
 {
     size_t count = (size_t) d->n * d->h * d->w * d->c;
     LAUNCH (k_maxpool_backward, count, *d, dout, argmax, din, count);
+}
+
+static void
+s_avgpool_global_forward (int n, int positions, int channels, const float *in, float *out)
+{
+    size_t count = (size_t) n * channels;
+    LAUNCH (k_avgpool_global_forward, count, positions, channels, in, out, count);
+}
+
+static void
+s_avgpool_global_backward (int n, int positions, int channels, const float *dout,
+                           float *din)
+{
+    size_t count = (size_t) n * positions * channels;
+    LAUNCH (k_avgpool_global_backward, count, positions, channels, dout, din, count);
 }
 
 static void
@@ -581,6 +612,8 @@ static za_backend_t s_cuda = {
     .dense_backward = s_dense_backward,
     .maxpool_forward = s_maxpool_forward,
     .maxpool_backward = s_maxpool_backward,
+    .avgpool_global_forward = s_avgpool_global_forward,
+    .avgpool_global_backward = s_avgpool_global_backward,
     .relu_forward = s_relu_forward,
     .relu_backward = s_relu_backward,
     .dropout_forward = s_dropout_forward,

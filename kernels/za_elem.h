@@ -139,6 +139,27 @@ za_elem_maxpool_backward (const za_pool2d_dims_t *d, const float *dout,
     return sum;
 }
 
+//  Global average pool's output element i = (n, c): its channel summed over
+//  the positions in order, then divided (the CPU's loop adds in that order).
+ZA_HD float
+za_elem_avgpool_global (int positions, int channels, const float *in, size_t i)
+{
+    size_t n = i / (size_t) channels, c = i % (size_t) channels;
+    const float *x = in + n * (size_t) positions * channels + c;
+    float sum = 0.0f;
+    for (int p = 0; p < positions; p++)
+        sum += x [(size_t) p * channels];
+    return sum / (float) positions;
+}
+
+//  Its input gradient at element i = (n, p, c).
+ZA_HD float
+za_elem_avgpool_global_backward (int positions, int channels, const float *dout, size_t i)
+{
+    size_t n = i / ((size_t) positions * channels), c = i % (size_t) channels;
+    return dout [n * channels + c] / (float) positions;
+}
+
 //  One parameter's update (za_optim.h has the formulas): each takes the
 //  value w and gradient g, updates its slots in place and returns the new
 //  value. m_scale and v_scale are Adam's bias corrections for this step.

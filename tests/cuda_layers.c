@@ -150,6 +150,13 @@ s_pool_and_elementwise (void)
     s_cpu->maxpool_backward (&d, dout, argmax, din);
     s_gpu->maxpool_backward (&d, g_dout, g_argmax, g_din);
     s_compare ("maxpool 2x2 din", din, g_din, in_n, 0);
+    //  Global average pool of the same input as 8 examples of 26*26 positions.
+    s_cpu->avgpool_global_forward (8, 26 * 26, 32, in, out);
+    s_gpu->avgpool_global_forward (8, 26 * 26, 32, g_in, g_out);
+    s_compare ("globalavgpool out", out, g_out, (size_t) 8 * 32, 1e-6);
+    s_cpu->avgpool_global_backward (8, 26 * 26, 32, dout, din);
+    s_gpu->avgpool_global_backward (8, 26 * 26, 32, g_dout, g_din);
+    s_compare ("globalavgpool din", din, g_din, in_n, 0);
     s_cpu->relu_forward (in_n, in, din);
     s_gpu->relu_forward (in_n, g_in, g_din);
     s_compare ("relu out", din, g_din, in_n, 0);

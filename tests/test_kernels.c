@@ -350,6 +350,48 @@ Test (maxpool, forward_by_hand)
     cr_expect (argmax [0] == 1 && argmax [1] == 6 && argmax [2] == 12 && argmax [3] == 15);
 }
 
+//  global average pool: L = sum (out * R)
+typedef struct {
+    int n, positions, channels;
+    float *in, *out, *r;
+} s_gap_case_t;
+
+static double
+s_gap_loss (void *arg)
+{
+    s_gap_case_t *c = (s_gap_case_t *) arg;
+    za_backend_cpu ()->avgpool_global_forward (c->n, c->positions, c->channels, c->in,
+                                                c->out);
+    double loss = 0;
+    for (size_t i = 0; i < (size_t) c->n * c->channels; i++)
+        loss += (double) c->out [i] * c->r [i];
+    return loss;
+}
+
+Test (avgpool_global, gradient_and_forward_by_hand)
+{
+    za_rng_t rng;
+    za_rng_seed (&rng, 24);
+    s_gap_case_t gc = {3, 7 * 5, 4, NULL, NULL, NULL};
+    size_t in_n = (size_t) gc.n * gc.positions * gc.channels;
+    gc.in = s_random (in_n, &rng);
+    gc.out = (float *) za_alloc ((size_t) gc.n * gc.channels * sizeof (float));
+    gc.r = s_random ((size_t) gc.n * gc.channels, &rng);
+    float *din = (float *) za_alloc (in_n * sizeof (float));
+    s_gap_loss (&gc);
+    za_backend_cpu ()->avgpool_global_backward (gc.n, gc.positions, gc.channels, gc.r, din);
+    s_check_numeric ("din", gc.in, din, in_n, s_gap_loss, &gc, &rng);
+    za_free (gc.in), za_free (gc.out), za_free (gc.r), za_free (din);
+
+    //  Two positions, two channels: the means are (1+3)/2 and (2+6)/2.
+    float in [4] = {1, 2, 3, 6}, out [2], dout [2] = {1, -4}, dgrad [4];
+    za_backend_cpu ()->avgpool_global_forward (1, 2, 2, in, out);
+    cr_expect (out [0] == 2.0f && out [1] == 4.0f, "%f %f", out [0], out [1]);
+    za_backend_cpu ()->avgpool_global_backward (1, 2, 2, dout, dgrad);
+    cr_expect (dgrad [0] == 0.5f && dgrad [1] == -2.0f && dgrad [2] == 0.5f
+               && dgrad [3] == -2.0f);
+}
+
 Test (relu, forward_backward)
 {
     const za_backend_t *be = za_backend_cpu ();

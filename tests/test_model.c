@@ -252,6 +252,49 @@ Test (stack, whole_model_gradient_dnn_with_relu_layer)
     s_stack_gradcheck ("flatten dense(6) relu dense(4)", input, 5, 42);
 }
 
+//  A layer type added as its own source and one ZA_LAYER_TYPES row.
+Test (stack, whole_model_gradient_global_average_pool)
+{
+    za_input_shape_t input = {6, 5, 2};
+    s_stack_gradcheck ("conv2d(4,3,relu,padding=same) globalavgpool dense(3)", input, 4, 43);
+}
+
+Test (stack, global_average_pool_parses_and_shapes)
+{
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse ("conv2d(8,3,relu) GlobalAveragePooling2D dense(4)", &spec), 0,
+                  "%s", za_last_error ());
+    cr_expect_eq (spec.layers [1].type, ZA_LAYER_GLOBALAVGPOOL);
+    cr_expect_str_eq (spec.text, "conv2d(8,3,relu) globalavgpool dense(4)");
+    za_vars_t vars = {0};
+    void *state = za_stack_model_fn ()->create (&spec, (za_input_shape_t) {10, 10, 1}, 2,
+                                                za_backend_cpu (), &vars);
+    cr_assert_not_null (state);
+    //  dense/kernel reads the 8 channel means, whatever the image size.
+    int dense = za_vars_find (&vars, "dense/kernel");
+    cr_assert_geq (dense, 0);
+    cr_expect (vars.vars [dense].shape [0] == 8 && vars.vars [dense].shape [1] == 4);
+    za_stack_model_fn ()->destroy (&state);
+    s_expect_parse_error ("conv2d(8,3) globalavgpool(2) dense(4)", "takes no arguments", 27);
+}
+
+Test (stack, add_appends_layers_like_keras_model_add)
+{
+    za_stack_spec_t spec;
+    za_stack_init (&spec);
+    cr_assert_eq (za_stack_add (&spec, "conv2d(8,3,relu) maxpool(2)"), 0);
+    cr_assert_eq (za_stack_add (&spec, "globalavgpool"), 0);
+    cr_assert_eq (za_stack_dense (&spec, 10, ZA_ACT_NONE), 0);
+    cr_assert_eq (za_stack_finish (&spec), 0);
+    cr_expect_str_eq (spec.text, "conv2d(8,3,relu) maxpool(2) globalavgpool dense(10)");
+    za_error_set_quiet (1);
+    cr_expect_eq (za_stack_add (&spec, "dense(10) pool(2)"), -1);
+    cr_expect (strstr (za_last_error (), "unknown layer 'pool'") != NULL, "%s",
+               za_last_error ());
+    cr_expect (strstr (za_last_error (), "globalavgpool") != NULL, "the known list: %s",
+               za_last_error ());
+}
+
 Test (stack, dropout_is_identity_in_eval_and_masks_in_train)
 {
     za_stack_spec_t spec;

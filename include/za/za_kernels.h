@@ -81,6 +81,14 @@ typedef struct {
     void (*maxpool_backward) (const za_pool2d_dims_t *d, const float *dout,
                               const int32_t *argmax, float *din);
 
+    //  Global average pool: out[n, c] = the mean over the `positions`
+    //  (height * width) of in[n, p, c].
+    void (*avgpool_global_forward) (int n, int positions, int channels, const float *in,
+                                    float *out);
+    //  din[n, p, c] = dout[n, c] / positions, overwritten.
+    void (*avgpool_global_backward) (int n, int positions, int channels,
+                                     const float *dout, float *din);
+
     void (*relu_forward) (size_t count, const float *in, float *out);
     //  din = dout where out > 0, else 0.
     void (*relu_backward) (size_t count, const float *out, const float *dout,

@@ -107,13 +107,23 @@ void za_model_on_grads_final (za_grads_final_fn *fn, void *arg);
 // ---------------------------------------------------------------------------
 //  Layer stacks.
 
+//  The layer types, one row each: the type's enum value (ZA_LAYER_CONV2D, ...)
+//  and its name; kernels/za_layer_NAME.c holds all of it (parser, shape,
+//  variables, forward and backward). A new layer is a new source and a row.
+#define ZA_LAYER_TYPES(X)            \
+    X (CONV2D, conv2d)               \
+    X (MAXPOOL, maxpool)             \
+    X (FLATTEN, flatten)             \
+    X (DENSE, dense)                 \
+    X (RELU, relu)                   \
+    X (DROPOUT, dropout)             \
+    X (GLOBALAVGPOOL, globalavgpool)
+
 typedef enum {
-    ZA_LAYER_CONV2D = 0,
-    ZA_LAYER_MAXPOOL,
-    ZA_LAYER_FLATTEN,
-    ZA_LAYER_DENSE,
-    ZA_LAYER_RELU,
-    ZA_LAYER_DROPOUT
+#define ZA_LAYER_ENUM(TYPE, name) ZA_LAYER_##TYPE,
+    ZA_LAYER_TYPES (ZA_LAYER_ENUM)
+#undef ZA_LAYER_ENUM
+    ZA_LAYER_TYPE_COUNT
 } za_layer_type_t;
 
 typedef struct {
@@ -137,7 +147,7 @@ typedef struct {
 //    conv2d(FILTERS, KERNEL [, STRIDE] [, relu] [, same|valid]
 //           [, stride=S] [, padding=same|valid] [, activation=relu|none])
 //    maxpool(POOL [, STRIDE])   flatten   relu   dropout(RATE)
-//    dense(UNITS [, relu] [, activation=relu|none])
+//    dense(UNITS [, relu] [, activation=relu|none])   globalavgpool
 //  ("linear" means none.) An option a layer does not take (a padding on
 //  maxpool, a stride on dense, an activation on dropout) is an error. A dense
 //  layer on a non-flat input flattens it first (Keras's Dense would act on the
@@ -145,8 +155,13 @@ typedef struct {
 //  mistake it returns -1 with an error that quotes the text and points at the
 //  bad token.
 int za_stack_parse (const char *text, za_stack_spec_t *spec);
+//  Appends the layers written in `text` (the grammar above) to a stack, as
+//  Keras's model.add: the one C builder every layer type has. Finish the
+//  stack with za_stack_finish. 0, or -1 with an error pointing into text.
+int za_stack_add (za_stack_spec_t *spec, const char *text);
 
-//  C builders. Each returns 0 or -1 with an error (stack full, bad argument).
+//  C builders of the first layer types (za_stack_add builds any). Each
+//  returns 0 or -1 with an error (stack full, bad argument).
 void za_stack_init (za_stack_spec_t *spec);
 int za_stack_conv2d (za_stack_spec_t *spec, int filters, int kernel, int stride,
                      za_padding_t padding, za_act_t act);

@@ -1,0 +1,300 @@
+/*  za_stack.c: the layer stack's model_fn. create plans every layer (its
+    shape, variables and buffers) so that a step allocates nothing; the step
+    runs each layer's forward, the loss, and each backward in reverse.      */
+#include "za_layer.h"
+#include "za_elem.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const za_backend_t *be;
+    int batch_max;
+    int count;
+    za_layer_t layers [ZA_MAX_LAYERS];
+    za_var_t vars [ZA_MAX_VARS];        //  copy of the table entries we use
+    int var_count;
+    float *scratch;                     //  shared backward scratch
+    size_t in_size;
+    int n_classes;
+} s_stack_t;
+
+//  Output shape of each layer for one example, checked at a batch of n.
+//  Returns 0 or -1 with an error.
+static int
+s_infer_shapes (const za_stack_spec_t *spec, za_input_shape_t input, int n,
+                za_shape_t *out)
+{
+    za_shape_t s = {input.height, input.width, input.channels};
+    for (int i = 0; i < spec->count; i++) {
+        const za_layer_spec_t *l = &spec->layers [i];
+        const za_layer_ops_t *type = za_layer_ops (l->type);
+        if (type->shape && type->shape (l, n, s, &s)) {
+            if (n == 1)
+                za_error ("layer %d (%s) does not fit its %dx%dx%d input", i + 1,
+                          type->name, s.h, s.w, s.c);
+            return -1;
+        }
+        out [i] = s;
+    }
+    return 0;
+}
+
+double
+za_stack_forward_flops (const za_stack_spec_t *spec, za_input_shape_t input)
+{
+    za_shape_t shapes [ZA_MAX_LAYERS];
+    if (s_infer_shapes (spec, input, 1, shapes))
+        return -1;
+    double flops = 0;
+    za_shape_t in = {input.height, input.width, input.channels};
+    for (int i = 0; i < spec->count; i++) {
+        const za_layer_ops_t *type = za_layer_ops (spec->layers [i].type);
+        if (type->flops)
+            flops += type->flops (&spec->layers [i], in, shapes [i]);
+        in = shapes [i];
+    }
+    return flops;
+}
+
+static void
+s_stack_destroy (void **state_p)
+{
+    s_stack_t *self = (s_stack_t *) *state_p;
+    if (!self)
+        return;
+    for (int i = 0; i < self->count; i++) {
+        za_layer_t *l = &self->layers [i];
+        if (l->owns_out) {
+            self->be->buffer_free (l->out);
+            self->be->buffer_free (l->dout);
+        }
+        self->be->buffer_free (l->cols);
+        self->be->buffer_free (l->argmax);
+        self->be->buffer_free (l->mask);
+    }
+    self->be->buffer_free (self->scratch);
+    free (self);
+    *state_p = NULL;
+}
+
+//  Checks every layer's geometry at batch_max before anything is allocated
+//  (a batch too large for BLAS's int sizes is refused here).
+static int
+s_check_batch (const za_stack_spec_t *spec, za_input_shape_t input, int batch_max,
+               const za_shape_t *shapes)
+{
+    za_shape_t at [ZA_MAX_LAYERS];
+    if (s_infer_shapes (spec, input, batch_max, at))
+        return -1;
+    for (int i = 0; i < spec->count; i++)
+        if ((double) batch_max * shapes [i].h * shapes [i].w * shapes [i].c > INT32_MAX)
+            return za_error ("model: a batch of %d is too large for layer %d", batch_max,
+                             i + 1);
+    return 0;
+}
+
+//  Plans layer i: its shapes, its output buffers (or its input's, for a
+//  reshape), its variables and its own buffers.
+static int
+s_plan_layer (s_stack_t *self, int i, const za_layer_spec_t *spec, za_shape_t in,
+              za_shape_t out, za_layer_plan_t *plan)
+{
+    za_layer_t *l = &self->layers [i];
+    const za_layer_ops_t *type = za_layer_ops (spec->type);
+    l->spec = *spec;
+    l->index = i;
+    l->in_shape = in;
+    l->out_shape = out;
+    l->in_size = (size_t) in.h * in.w * in.c;
+    l->out_size = (size_t) out.h * out.w * out.c;
+    l->kernel_var = l->bias_var = -1;
+    if (type->reshapes && i > 0) {
+        l->out = self->layers [i - 1].out;
+        l->dout = self->layers [i - 1].dout;
+    }
+    else {
+        size_t bytes = l->out_size * (size_t) self->batch_max * sizeof (float);
+        l->out = (float *) self->be->buffer_alloc (bytes);
+        l->dout = (float *) self->be->buffer_alloc (bytes);
+        l->owns_out = 1;
+        if (!l->out || !l->dout)
+            return -1;
+    }
+    return type->plan? type->plan (l, plan): 0;
+}
+
+static void *
+s_stack_create (const void *params, za_input_shape_t input, int batch_max,
+                const za_backend_t *be, za_vars_t *vars)
+{
+    const za_stack_spec_t *spec = (const za_stack_spec_t *) params;
+    if (batch_max <= 0) {
+        za_error ("model: batch size must be positive (got %d)", batch_max);
+        return NULL;
+    }
+    if (spec->count <= 0 || spec->layers [spec->count - 1].type != ZA_LAYER_DENSE) {
+        za_error ("model: the stack must end in a dense layer");
+        return NULL;
+    }
+    za_shape_t shapes [ZA_MAX_LAYERS];
+    if (s_infer_shapes (spec, input, 1, shapes)
+        || s_check_batch (spec, input, batch_max, shapes))
+        return NULL;
+    s_stack_t *self = (s_stack_t *) calloc (1, sizeof *self);
+    if (!self) {
+        za_error ("out of memory");
+        return NULL;
+    }
+    self->be = be;
+    self->batch_max = batch_max;
+    self->count = spec->count;
+    self->in_size = (size_t) input.height * input.width * input.channels;
+    self->n_classes = spec->layers [spec->count - 1].units;
+    za_layer_plan_t plan = {.be = be, .vars = vars, .batch_max = batch_max,
+                            .copies = self->vars, .copy_count = &self->var_count};
+    int seen [ZA_LAYER_TYPE_COUNT] = {0};
+    za_shape_t in = {input.height, input.width, input.channels};
+    for (int i = 0; i < spec->count; i++) {
+        plan.seen = seen [spec->layers [i].type]++;
+        if (s_plan_layer (self, i, &spec->layers [i], in, shapes [i], &plan))
+            goto fail;
+        in = shapes [i];
+    }
+    if (plan.scratch_floats) {
+        self->scratch = (float *) be->buffer_alloc (plan.scratch_floats * sizeof (float));
+        if (!self->scratch)
+            goto fail;
+    }
+    return self;
+fail:;
+    void *state = self;
+    s_stack_destroy (&state);
+    return NULL;
+}
+
+static void
+s_stack_init_vars (void *state, const za_vars_t *vars, float *values, uint64_t seed)
+{
+    s_stack_t *self = (s_stack_t *) state;
+    for (int i = 0; i < self->count; i++) {
+        const za_layer_ops_t *type = za_layer_ops (self->layers [i].spec.type);
+        if (type->init_vars)
+            type->init_vars (&self->layers [i], vars, values, seed);
+    }
+}
+
+//  The values (or gradients) of variable `var` in the block, or NULL.
+static float *
+s_var (const s_stack_t *self, const float *block, int var)
+{
+    return var >= 0? (float *) block + self->vars [var].offset: NULL;
+}
+
+static void
+s_forward (s_stack_t *self, const float *features, int n, int train, const float *values,
+           int64_t step)
+{
+    //  Each layer's draws (dropout's mask) come from (step, layer).
+    uint64_t step_seed = (uint64_t) step * 0x9e3779b97f4a7c15ULL + 1;
+    const float *in = features;
+    for (int i = 0; i < self->count; i++) {
+        za_layer_t *l = &self->layers [i];
+        za_layer_call_t call = {
+            .be = self->be, .n = n, .train = train, .in = in,
+            .kernel = s_var (self, values, l->kernel_var),
+            .bias = s_var (self, values, l->bias_var),
+            .seed = za_elem_hash (step_seed, (uint64_t) i),
+        };
+        za_layer_ops (l->spec.type)->forward (l, &call);
+        in = l->out;
+    }
+}
+
+//  The variables are declared layer by layer: once layer i is done, every
+//  gradient from its lowest offset up is final, and the replica hears so.
+static void
+s_backward (s_stack_t *self, const float *features, int n, const float *values,
+            float *grads)
+{
+    size_t final_from = SIZE_MAX;
+    for (int i = self->count - 1; i >= 0; i--) {
+        za_layer_t *l = &self->layers [i];
+        za_layer_t *below = i > 0? &self->layers [i - 1]: NULL;
+        float *din = below? below->dout: NULL;
+        //  A leading flatten's gradient would go nowhere: none is computed.
+        if (i == 1 && za_layer_ops (below->spec.type)->reshapes)
+            din = NULL;
+        za_layer_call_t call = {
+            .be = self->be, .n = n, .train = 1,
+            .in = below? below->out: features,
+            .kernel = s_var (self, values, l->kernel_var),
+            .din = din,
+            .dkernel = s_var (self, grads, l->kernel_var),
+            .dbias = s_var (self, grads, l->bias_var),
+            .scratch = self->scratch,
+        };
+        za_layer_ops (l->spec.type)->backward (l, &call);
+        if (l->kernel_var >= 0 && l->bias_var >= 0) {
+            size_t kernel_at = self->vars [l->kernel_var].offset;
+            size_t bias_at = self->vars [l->bias_var].offset;
+            size_t from = kernel_at < bias_at? kernel_at: bias_at;
+            if (from < final_from)
+                za_model_grads_final (final_from = from);
+        }
+    }
+}
+
+static int
+s_stack_model_fn (void *state, const float *features, const int32_t *labels, int n,
+                  za_mode_t mode, const float *values, float *grads, int64_t step,
+                  za_spec_t *spec)
+{
+    s_stack_t *self = (s_stack_t *) state;
+    if (n <= 0 || n > self->batch_max)
+        return za_error ("model: batch of %d examples (planned for 1 to %d)", n,
+                         self->batch_max);
+    int train = mode == ZA_MODE_TRAIN;
+    if (train && (!grads || !labels))
+        return za_error ("model: TRAIN needs labels and gradients");
+    s_forward (self, features, n, train, values, step);
+    za_layer_t *last = &self->layers [self->count - 1];
+    spec->logits = last->out;
+    spec->n_classes = self->n_classes;
+    spec->loss_sum = 0;
+    spec->correct = 0;
+    if (mode == ZA_MODE_PREDICT || !labels)
+        return 0;
+    int invalid = 0;
+    spec->loss_sum = self->be->softmax_xent (n, self->n_classes, last->out, labels,
+                                             train? last->dout: NULL, &spec->correct,
+                                             &invalid);
+    if (invalid)
+        return za_error ("model: %d labels outside [0, %d)", invalid, self->n_classes);
+    if (train)
+        s_backward (self, features, n, values, grads);
+    return 0;
+}
+
+static const char *
+s_stack_describe (const void *params)
+{
+    return ((const za_stack_spec_t *) params)->text;
+}
+
+static const za_model_fn_t s_stack_model = {
+    .name = "layer_stack",
+    .create = s_stack_create,
+    .init_vars = s_stack_init_vars,
+    .model_fn = s_stack_model_fn,
+    .destroy = s_stack_destroy,
+    .describe = s_stack_describe,
+    .device_ready = 1,
+};
+
+const za_model_fn_t *
+za_stack_model_fn (void)
+{
+    return &s_stack_model;
+}
