@@ -5,145 +5,19 @@
     CPU back end runs too. Each host thread has its own stream (built with
     --default-stream per-thread) and cuBLAS handle per device. Built as a
     module (libzactor_cuda.so) that za_device.c loads on first use.         */
-#include "za/za_kernels.h"
+#include "za_cuda_gemm.h"
+#include "za_cuda_util.h"
 #include "za_elem.h"
 
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#define BLOCK_THREADS 256
-#define GRID_BLOCKS_MAX 65535
-
 static za_error_fn *s_error;
 static int s_device_count;
 
-//  The calling thread's device, its cuBLAS handles, the first error since
-//  its last sync, and scratch for the loss's per-row results.
-typedef struct {
-    int device;
-    cublasHandle_t blas [ZA_DEVICE_MAX];
-    char error [ZA_ERROR_MAX_CHARS];
-    double *row_loss [ZA_DEVICE_MAX];       //  device
-    int *row_flags [ZA_DEVICE_MAX];         //  device: 1 correct, 2 invalid label
-    int rows [ZA_DEVICE_MAX];
-    double *host_loss;                      //  pinned
-    int *host_flags;
-    int host_rows;
-} s_thread_t;
-
-static thread_local s_thread_t s_self;
-
-//  Keeps the first failure until sync says it.
-static void
-s_fail (const char *what, const char *why)
-{
-    if (!s_self.error [0])
-        snprintf (s_self.error, sizeof s_self.error, "cuda:%d: %s failed: %s", s_self.device,
-                  what, why);
-}
-
-static int
-s_cuda_ok (cudaError_t rc, const char *what)
-{
-    if (rc == cudaSuccess)
-        return 1;
-    s_fail (what, cudaGetErrorString (rc));
-    return 0;
-}
-
-static void
-s_blas_ok (cublasStatus_t rc, const char *what)
-{
-    if (rc != CUBLAS_STATUS_SUCCESS) {
-        char why [64];
-        snprintf (why, sizeof why, "cuBLAS status %d", (int) rc);
-        s_fail (what, why);
-    }
-}
-
-static void
-s_launched (const char *what)
-{
-    s_cuda_ok (cudaGetLastError (), what);
-}
-
-static cublasHandle_t
-s_blas (void)
-{
-    return s_self.blas [s_self.device];
-}
-
-static unsigned
-s_blocks (size_t count)
-{
-    size_t blocks = (count + BLOCK_THREADS - 1) / BLOCK_THREADS;
-    return (unsigned) (blocks < 1? 1: blocks > GRID_BLOCKS_MAX? GRID_BLOCKS_MAX: blocks);
-}
-
-//  Every kernel walks its elements with a grid-stride loop.
-#define FOR_EACH(i, count) \
-    for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < (count); \
-         i += (size_t) gridDim.x * blockDim.x)
-
 // ---------------------------------------------------------------------------
 //  Element kernels
-
-__global__ void
-k_im2col (za_conv2d_dims_t d, const float *in, float *cols, size_t count)
-{
-    FOR_EACH (i, count)
-        cols [i] = za_elem_im2col (&d, in, i);
-}
-
-__global__ void
-k_col2im (za_conv2d_dims_t d, const float *dcols, float *din, size_t count)
-{
-    FOR_EACH (i, count)
-        din [i] = za_elem_col2im (&d, dcols, i);
-}
-
-//  out[r, u] += bias[u], then the activation.
-__global__ void
-k_bias_act (size_t count, int units, const float *bias, int relu, float *out)
-{
-    FOR_EACH (i, count) {
-        float v = out [i] + bias [i % (size_t) units];
-        out [i] = relu? (v > 0? v: 0.0f): v;
-    }
-}
-
-//  dout masked where the ReLU's output was 0.
-__global__ void
-k_relu_mask (size_t count, const float *out, float *dout)
-{
-    FOR_EACH (i, count)
-        if (!(out [i] > 0))
-            dout [i] = 0.0f;
-}
-
-//  dbias[u] += sum over rows of dout[r, u]: a block per column, rows in the
-//  order of a strided walk then a tree.
-__global__ void
-k_column_sums (size_t rows, int units, const float *dout, float *dbias)
-{
-    __shared__ float partial [BLOCK_THREADS];
-    int u = blockIdx.x;
-    float sum = 0.0f;
-    for (size_t r = threadIdx.x; r < rows; r += blockDim.x)
-        sum += dout [r * units + u];
-    partial [threadIdx.x] = sum;
-    __syncthreads ();
-    for (int half = blockDim.x / 2; half > 0; half /= 2) {
-        if ((int) threadIdx.x < half)
-            partial [threadIdx.x] += partial [threadIdx.x + half];
-        __syncthreads ();
-    }
-    if (threadIdx.x == 0)
-        dbias [u] += partial [0];
-}
 
 __global__ void
 k_maxpool_forward (za_pool2d_dims_t d, const float *in, float *out, int32_t *argmax,
@@ -271,92 +145,8 @@ k_optim (za_optim_config_t c, float m_scale, float v_scale, float *w, const floa
     }
 }
 
-#define LAUNCH(kernel, count, ...)                                                  \
-    do {                                                                            \
-        kernel<<<s_blocks (count), BLOCK_THREADS>>> (__VA_ARGS__);                  \
-        s_launched (#kernel);                                                       \
-    } while (0)
-
 // ---------------------------------------------------------------------------
 //  The table, in za_cpu.c's order
-
-//  Row-major out[m, n] = a[m, k] @ b[k, n] (+ out when accumulate): cuBLAS is
-//  column-major, so it computes out^T = b^T a^T. ta / tb: a or b transposed
-//  (a is then stored [k, m], b [n, k]).
-static void
-s_gemm (int ta, int tb, int m, int n, int k, const float *a, const float *b, float beta,
-        float *out)
-{
-    const float one = 1.0f;
-    s_blas_ok (cublasSgemm (s_blas (), tb? CUBLAS_OP_T: CUBLAS_OP_N, ta? CUBLAS_OP_T: CUBLAS_OP_N,
-                            n, m, k, &one, b, tb? k: n, a, ta? m: k, &beta, out, n),
-               "cublasSgemm");
-}
-
-static void
-s_bias_act (size_t rows, int units, const float *bias, za_act_t act, float *out)
-{
-    size_t count = rows * units;
-    LAUNCH (k_bias_act, count, count, units, bias, act == ZA_ACT_RELU, out);
-}
-
-static void
-s_act_bias_backward (size_t rows, int units, const float *out, za_act_t act, float *dout,
-                     float *dbias)
-{
-    size_t count = rows * units;
-    if (act == ZA_ACT_RELU)
-        LAUNCH (k_relu_mask, count, count, out, dout);
-    k_column_sums<<<units, BLOCK_THREADS>>> (rows, units, dout, dbias);
-    s_launched ("k_column_sums");
-}
-
-static void
-s_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
-                  const float *bias, za_act_t act, float *cols, float *out)
-{
-    const int P = d->n * d->oh * d->ow;
-    const int K = d->kh * d->kw * d->c;
-    size_t count = (size_t) P * K;
-    LAUNCH (k_im2col, count, *d, in, cols, count);
-    s_gemm (0, 0, P, d->oc, K, cols, kernel, 0.0f, out);
-    s_bias_act ((size_t) P, d->oc, bias, act, out);
-}
-
-static void
-s_conv2d_backward (const za_conv2d_dims_t *d, const float *cols, const float *kernel,
-                   const float *out, za_act_t act, float *dout, float *dkernel,
-                   float *dbias, float *dcols, float *din)
-{
-    const int P = d->n * d->oh * d->ow;
-    const int K = d->kh * d->kw * d->c;
-    s_act_bias_backward ((size_t) P, d->oc, out, act, dout, dbias);
-    s_gemm (1, 0, K, d->oc, P, cols, dout, 1.0f, dkernel);
-    if (din) {
-        s_gemm (0, 1, P, K, d->oc, dout, kernel, 0.0f, dcols);
-        size_t count = (size_t) d->n * d->h * d->w * d->c;
-        LAUNCH (k_col2im, count, *d, dcols, din, count);
-    }
-}
-
-static void
-s_dense_forward (int n, int in_dim, int units, const float *in, const float *kernel,
-                 const float *bias, za_act_t act, float *out)
-{
-    s_gemm (0, 0, n, units, in_dim, in, kernel, 0.0f, out);
-    s_bias_act ((size_t) n, units, bias, act, out);
-}
-
-static void
-s_dense_backward (int n, int in_dim, int units, const float *in, const float *kernel,
-                  const float *out, za_act_t act, float *dout, float *dkernel,
-                  float *dbias, float *din)
-{
-    s_act_bias_backward ((size_t) n, units, out, act, dout, dbias);
-    s_gemm (1, 0, in_dim, units, n, in, dout, 1.0f, dkernel);
-    if (din)
-        s_gemm (0, 1, n, in_dim, units, dout, kernel, 0.0f, din);
-}
 
 static void
 s_maxpool_forward (const za_pool2d_dims_t *d, const float *in, float *out, int32_t *argmax)
@@ -417,25 +207,29 @@ s_dropout_backward (size_t count, const float *mask, const float *dout, float *d
 static int
 s_row_scratch (int n)
 {
-    int dev = s_self.device;
-    if (n > s_self.rows [dev]) {
-        cudaFree (s_self.row_loss [dev]);
-        cudaFree (s_self.row_flags [dev]);
-        s_self.rows [dev] = 0;
-        if (!s_cuda_ok (cudaMalloc (&s_self.row_loss [dev], n * sizeof (double)), "cudaMalloc")
-            || !s_cuda_ok (cudaMalloc (&s_self.row_flags [dev], n * sizeof (int)), "cudaMalloc"))
+    za_cuda_thread_t *self = &za_cuda_self;
+    int dev = self->device;
+    if (n > self->rows [dev]) {
+        cudaFree (self->row_loss [dev]);
+        cudaFree (self->row_flags [dev]);
+        self->rows [dev] = 0;
+        if (!za_cuda_ok (cudaMalloc (&self->row_loss [dev], n * sizeof (double)),
+                         "cudaMalloc")
+            || !za_cuda_ok (cudaMalloc (&self->row_flags [dev], n * sizeof (int)),
+                            "cudaMalloc"))
             return -1;
-        s_self.rows [dev] = n;
+        self->rows [dev] = n;
     }
-    if (n > s_self.host_rows) {
-        cudaFreeHost (s_self.host_loss);
-        cudaFreeHost (s_self.host_flags);
-        s_self.host_rows = 0;
-        if (!s_cuda_ok (cudaMallocHost (&s_self.host_loss, n * sizeof (double)), "cudaMallocHost")
-            || !s_cuda_ok (cudaMallocHost (&s_self.host_flags, n * sizeof (int)),
-                           "cudaMallocHost"))
+    if (n > self->host_rows) {
+        cudaFreeHost (self->host_loss);
+        cudaFreeHost (self->host_flags);
+        self->host_rows = 0;
+        if (!za_cuda_ok (cudaMallocHost (&self->host_loss, n * sizeof (double)),
+                         "cudaMallocHost")
+            || !za_cuda_ok (cudaMallocHost (&self->host_flags, n * sizeof (int)),
+                            "cudaMallocHost"))
             return -1;
-        s_self.host_rows = n;
+        self->host_rows = n;
     }
     return 0;
 }
@@ -446,20 +240,21 @@ static double
 s_softmax_xent (int n, int classes, const float *logits, const int32_t *labels,
                 float *dlogits, int *correct, int *invalid)
 {
+    za_cuda_thread_t *self = &za_cuda_self;
     int right = 0, bad = 0;
     double loss = 0;
     if (s_row_scratch (n) == 0) {
-        int dev = s_self.device;
+        int dev = self->device;
         LAUNCH (k_softmax_xent, (size_t) n, n, classes, logits, labels, dlogits,
-                s_self.row_loss [dev], s_self.row_flags [dev]);
-        if (s_cuda_ok (cudaMemcpy (s_self.host_loss, s_self.row_loss [dev], n * sizeof (double),
-                                   cudaMemcpyDeviceToHost), "cudaMemcpy")
-            && s_cuda_ok (cudaMemcpy (s_self.host_flags, s_self.row_flags [dev],
-                                      n * sizeof (int), cudaMemcpyDeviceToHost), "cudaMemcpy"))
+                self->row_loss [dev], self->row_flags [dev]);
+        if (za_cuda_ok (cudaMemcpy (self->host_loss, self->row_loss [dev], n * sizeof (double),
+                                    cudaMemcpyDeviceToHost), "cudaMemcpy")
+            && za_cuda_ok (cudaMemcpy (self->host_flags, self->row_flags [dev],
+                                       n * sizeof (int), cudaMemcpyDeviceToHost), "cudaMemcpy"))
             for (int r = 0; r < n; r++) {
-                loss += s_self.host_loss [r];
-                right += s_self.host_flags [r] == 1;
-                bad += s_self.host_flags [r] == 2;
+                loss += self->host_loss [r];
+                right += self->host_flags [r] == 1;
+                bad += self->host_flags [r] == 2;
             }
     }
     if (correct)
@@ -473,11 +268,11 @@ static void *
 s_buffer_alloc (size_t bytes)
 {
     void *p = NULL;
-    if (!s_cuda_ok (cudaMalloc (&p, bytes? bytes: 1), "cudaMalloc")
-        || !s_cuda_ok (cudaMemset (p, 0, bytes), "cudaMemset")) {
+    if (!za_cuda_ok (cudaMalloc (&p, bytes? bytes: 1), "cudaMalloc")
+        || !za_cuda_ok (cudaMemset (p, 0, bytes), "cudaMemset")) {
         cudaFree (p);
-        s_error ("cuda:%d: out of GPU memory for %zu bytes", s_self.device, bytes);
-        s_self.error [0] = 0;
+        s_error ("cuda:%d: out of GPU memory for %zu bytes", za_cuda_self.device, bytes);
+        za_cuda_self.error [0] = 0;
         return NULL;
     }
     return p;
@@ -504,12 +299,12 @@ s_bind (int device)
     cudaError_t rc = cudaSetDevice (device);
     if (rc != cudaSuccess)
         return s_error ("cuda:%d: cudaSetDevice failed: %s", device, cudaGetErrorString (rc));
-    s_self.device = device;
-    if (!s_self.blas [device]) {
-        cublasStatus_t status = cublasCreate (&s_self.blas [device]);
+    za_cuda_self.device = device;
+    if (!za_cuda_self.blas [device]) {
+        cublasStatus_t status = cublasCreate (&za_cuda_self.blas [device]);
         if (status != CUBLAS_STATUS_SUCCESS)
             return s_error ("cuda:%d: cublasCreate failed (status %d)", device, (int) status);
-        cublasSetStream (s_self.blas [device], cudaStreamPerThread);
+        cublasSetStream (za_cuda_self.blas [device], cudaStreamPerThread);
     }
     return 0;
 }
@@ -542,7 +337,7 @@ s_copy_result (cudaError_t rc, size_t bytes, const char *what)
 {
     if (rc == cudaSuccess)
         return 0;
-    return s_error ("cuda:%d: %s of %zu bytes failed: %s", s_self.device, what, bytes,
+    return s_error ("cuda:%d: %s of %zu bytes failed: %s", za_cuda_self.device, what, bytes,
                     cudaGetErrorString (rc));
 }
 
@@ -570,7 +365,7 @@ s_copy (void *dst, const void *src, size_t bytes)
 static void
 s_zero (void *p, size_t bytes)
 {
-    s_cuda_ok (cudaMemsetAsync (p, 0, bytes, cudaStreamPerThread), "cudaMemsetAsync");
+    za_cuda_ok (cudaMemsetAsync (p, 0, bytes, cudaStreamPerThread), "cudaMemsetAsync");
 }
 
 static void
@@ -595,21 +390,21 @@ s_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float *
 static int
 s_sync (void)
 {
-    s_cuda_ok (cudaStreamSynchronize (cudaStreamPerThread), "the step");
-    s_launched ("the step");
-    if (!s_self.error [0])
+    za_cuda_ok (cudaStreamSynchronize (cudaStreamPerThread), "the step");
+    za_cuda_launched ("the step");
+    if (!za_cuda_self.error [0])
         return 0;
-    int rc = s_error ("%s", s_self.error);
-    s_self.error [0] = 0;
+    int rc = s_error ("%s", za_cuda_self.error);
+    za_cuda_self.error [0] = 0;
     return rc;
 }
 
 static za_backend_t s_cuda = {
     .name = "cuda (cuBLAS)",
-    .conv2d_forward = s_conv2d_forward,
-    .conv2d_backward = s_conv2d_backward,
-    .dense_forward = s_dense_forward,
-    .dense_backward = s_dense_backward,
+    .conv2d_forward = za_cuda_conv2d_forward,
+    .conv2d_backward = za_cuda_conv2d_backward,
+    .dense_forward = za_cuda_dense_forward,
+    .dense_backward = za_cuda_dense_backward,
     .maxpool_forward = s_maxpool_forward,
     .maxpool_backward = s_maxpool_backward,
     .avgpool_global_forward = s_avgpool_global_forward,

@@ -1,0 +1,141 @@
+/*  za_cuda_gemm.cu: the CUDA back end's matrix-product layers, beside
+    za_cpu_gemm.c: conv2d (im2col kernel and one cuBLAS GEMM over the whole
+    batch) and dense, with the bias and activation as kernels.             */
+#include "za_cuda_gemm.h"
+#include "za_cuda_util.h"
+#include "za_elem.h"
+
+__global__ void
+k_im2col (za_conv2d_dims_t d, const float *in, float *cols, size_t count)
+{
+    FOR_EACH (i, count)
+        cols [i] = za_elem_im2col (&d, in, i);
+}
+
+__global__ void
+k_col2im (za_conv2d_dims_t d, const float *dcols, float *din, size_t count)
+{
+    FOR_EACH (i, count)
+        din [i] = za_elem_col2im (&d, dcols, i);
+}
+
+//  out[r, u] += bias[u], then the activation.
+__global__ void
+k_bias_act (size_t count, int units, const float *bias, int relu, float *out)
+{
+    FOR_EACH (i, count) {
+        float v = out [i] + bias [i % (size_t) units];
+        out [i] = relu? (v > 0? v: 0.0f): v;
+    }
+}
+
+//  dout masked where the ReLU's output was 0.
+__global__ void
+k_relu_mask (size_t count, const float *out, float *dout)
+{
+    FOR_EACH (i, count)
+        if (!(out [i] > 0))
+            dout [i] = 0.0f;
+}
+
+//  dbias[u] += sum over rows of dout[r, u]: a block per column, rows in the
+//  order of a strided walk then a tree.
+__global__ void
+k_column_sums (size_t rows, int units, const float *dout, float *dbias)
+{
+    __shared__ float partial [BLOCK_THREADS];
+    int u = blockIdx.x;
+    float sum = 0.0f;
+    for (size_t r = threadIdx.x; r < rows; r += blockDim.x)
+        sum += dout [r * units + u];
+    partial [threadIdx.x] = sum;
+    __syncthreads ();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if ((int) threadIdx.x < half)
+            partial [threadIdx.x] += partial [threadIdx.x + half];
+        __syncthreads ();
+    }
+    if (threadIdx.x == 0)
+        dbias [u] += partial [0];
+}
+
+// ---------------------------------------------------------------------------
+//  The layers
+
+//  Row-major out[m, n] = a[m, k] @ b[k, n] (+ out when accumulate): cuBLAS is
+//  column-major, so it computes out^T = b^T a^T. ta / tb: a or b transposed
+//  (a is then stored [k, m], b [n, k]).
+static void
+s_gemm (int ta, int tb, int m, int n, int k, const float *a, const float *b, float beta,
+        float *out)
+{
+    const float one = 1.0f;
+    cublasOperation_t op_a = ta? CUBLAS_OP_T: CUBLAS_OP_N, op_b = tb? CUBLAS_OP_T: CUBLAS_OP_N;
+    za_cuda_blas_ok (cublasSgemm (za_cuda_blas (), op_b, op_a, n, m, k, &one, b, tb? k: n, a,
+                                  ta? m: k, &beta, out, n), "cublasSgemm");
+}
+
+static void
+s_bias_act (size_t rows, int units, const float *bias, za_act_t act, float *out)
+{
+    size_t count = rows * units;
+    LAUNCH (k_bias_act, count, count, units, bias, act == ZA_ACT_RELU, out);
+}
+
+static void
+s_act_bias_backward (size_t rows, int units, const float *out, za_act_t act, float *dout,
+                     float *dbias)
+{
+    size_t count = rows * units;
+    if (act == ZA_ACT_RELU)
+        LAUNCH (k_relu_mask, count, count, out, dout);
+    k_column_sums<<<units, BLOCK_THREADS>>> (rows, units, dout, dbias);
+    za_cuda_launched ("k_column_sums");
+}
+
+void
+za_cuda_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
+                        const float *bias, za_act_t act, float *cols, float *out)
+{
+    const int P = d->n * d->oh * d->ow;
+    const int K = d->kh * d->kw * d->c;
+    size_t count = (size_t) P * K;
+    LAUNCH (k_im2col, count, *d, in, cols, count);
+    s_gemm (0, 0, P, d->oc, K, cols, kernel, 0.0f, out);
+    s_bias_act ((size_t) P, d->oc, bias, act, out);
+}
+
+void
+za_cuda_conv2d_backward (const za_conv2d_dims_t *d, const float *cols, const float *kernel,
+                         const float *out, za_act_t act, float *dout, float *dkernel,
+                         float *dbias, float *dcols, float *din)
+{
+    const int P = d->n * d->oh * d->ow;
+    const int K = d->kh * d->kw * d->c;
+    s_act_bias_backward ((size_t) P, d->oc, out, act, dout, dbias);
+    s_gemm (1, 0, K, d->oc, P, cols, dout, 1.0f, dkernel);
+    if (din) {
+        s_gemm (0, 1, P, K, d->oc, dout, kernel, 0.0f, dcols);
+        size_t count = (size_t) d->n * d->h * d->w * d->c;
+        LAUNCH (k_col2im, count, *d, dcols, din, count);
+    }
+}
+
+void
+za_cuda_dense_forward (int n, int in_dim, int units, const float *in, const float *kernel,
+                       const float *bias, za_act_t act, float *out)
+{
+    s_gemm (0, 0, n, units, in_dim, in, kernel, 0.0f, out);
+    s_bias_act ((size_t) n, units, bias, act, out);
+}
+
+void
+za_cuda_dense_backward (int n, int in_dim, int units, const float *in, const float *kernel,
+                        const float *out, za_act_t act, float *dout, float *dkernel,
+                        float *dbias, float *din)
+{
+    s_act_bias_backward ((size_t) n, units, out, act, dout, dbias);
+    s_gemm (1, 0, in_dim, units, n, in, dout, 1.0f, dkernel);
+    if (din)
+        s_gemm (0, 1, n, in_dim, units, dout, kernel, 0.0f, din);
+}

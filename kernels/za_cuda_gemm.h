@@ -1,0 +1,23 @@
+/*  za_cuda_gemm.h: the CUDA back end's matrix-product layers, for its table
+    (za_cuda.cu). Each has the signature of its za_backend_t entry.
+    Internal to kernels/; not installed.                                     */
+#ifndef ZA_CUDA_GEMM_H_INCLUDED
+#define ZA_CUDA_GEMM_H_INCLUDED
+
+#include "za/za_kernels.h"
+
+void za_cuda_conv2d_forward (const za_conv2d_dims_t *d, const float *in,
+                             const float *kernel, const float *bias, za_act_t act,
+                             float *cols, float *out);
+void za_cuda_conv2d_backward (const za_conv2d_dims_t *d, const float *cols,
+                              const float *kernel, const float *out, za_act_t act,
+                              float *dout, float *dkernel, float *dbias, float *dcols,
+                              float *din);
+void za_cuda_dense_forward (int n, int in_dim, int units, const float *in,
+                            const float *kernel, const float *bias, za_act_t act,
+                            float *out);
+void za_cuda_dense_backward (int n, int in_dim, int units, const float *in,
+                             const float *kernel, const float *out, za_act_t act,
+                             float *dout, float *dkernel, float *dbias, float *din);
+
+#endif

@@ -1,0 +1,53 @@
+/*  za_cuda_util.cu: the CUDA back end's per-thread state and the checks that
+    keep its first error until the step's sync reports it.                 */
+#include "za_cuda_util.h"
+
+#include <stdio.h>
+
+thread_local za_cuda_thread_t za_cuda_self;
+
+void
+za_cuda_fail (const char *what, const char *why)
+{
+    if (!za_cuda_self.error [0])
+        snprintf (za_cuda_self.error, sizeof za_cuda_self.error, "cuda:%d: %s failed: %s",
+                  za_cuda_self.device, what, why);
+}
+
+int
+za_cuda_ok (cudaError_t rc, const char *what)
+{
+    if (rc == cudaSuccess)
+        return 1;
+    za_cuda_fail (what, cudaGetErrorString (rc));
+    return 0;
+}
+
+void
+za_cuda_blas_ok (cublasStatus_t rc, const char *what)
+{
+    if (rc != CUBLAS_STATUS_SUCCESS) {
+        char why [64];
+        snprintf (why, sizeof why, "cuBLAS status %d", (int) rc);
+        za_cuda_fail (what, why);
+    }
+}
+
+void
+za_cuda_launched (const char *what)
+{
+    za_cuda_ok (cudaGetLastError (), what);
+}
+
+cublasHandle_t
+za_cuda_blas (void)
+{
+    return za_cuda_self.blas [za_cuda_self.device];
+}
+
+unsigned
+za_cuda_blocks (size_t count)
+{
+    size_t blocks = (count + BLOCK_THREADS - 1) / BLOCK_THREADS;
+    return (unsigned) (blocks < 1? 1: blocks > GRID_BLOCKS_MAX? GRID_BLOCKS_MAX: blocks);
+}

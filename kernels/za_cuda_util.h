@@ -1,0 +1,55 @@
+/*  za_cuda_util.h: what the CUDA back end's sources share: the calling
+    thread's device, cuBLAS handles and first error, the checks that keep
+    that error, and how a kernel is launched over its elements.
+    Internal to kernels/; not installed.                                     */
+#ifndef ZA_CUDA_UTIL_H_INCLUDED
+#define ZA_CUDA_UTIL_H_INCLUDED
+
+#include "za/za_kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#define BLOCK_THREADS 256
+#define GRID_BLOCKS_MAX 65535
+
+//  The calling thread's device, its cuBLAS handles, the first error since
+//  its last sync, and scratch for the loss's per-row results.
+typedef struct {
+    int device;
+    cublasHandle_t blas [ZA_DEVICE_MAX];
+    char error [ZA_ERROR_MAX_CHARS];
+    double *row_loss [ZA_DEVICE_MAX];       //  device
+    int *row_flags [ZA_DEVICE_MAX];         //  device: 1 correct, 2 invalid label
+    int rows [ZA_DEVICE_MAX];
+    double *host_loss;                      //  pinned
+    int *host_flags;
+    int host_rows;
+} za_cuda_thread_t;
+
+extern thread_local za_cuda_thread_t za_cuda_self;
+
+//  Keeps the first failure until sync says it.
+void za_cuda_fail (const char *what, const char *why);
+//  1 when rc is cudaSuccess, else 0 after keeping the failure.
+int za_cuda_ok (cudaError_t rc, const char *what);
+void za_cuda_blas_ok (cublasStatus_t rc, const char *what);
+//  Keeps a kernel launch's failure.
+void za_cuda_launched (const char *what);
+//  The calling thread's cuBLAS handle on its device.
+cublasHandle_t za_cuda_blas (void);
+//  Blocks of BLOCK_THREADS for count elements (at most GRID_BLOCKS_MAX).
+unsigned za_cuda_blocks (size_t count);
+
+//  Every kernel walks its elements with a grid-stride loop.
+#define FOR_EACH(i, count) \
+    for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < (count); \
+         i += (size_t) gridDim.x * blockDim.x)
+
+#define LAUNCH(kernel, count, ...)                                                  \
+    do {                                                                            \
+        kernel<<<za_cuda_blocks (count), BLOCK_THREADS>>> (__VA_ARGS__);            \
+        za_cuda_launched (#kernel);                                                 \
+    } while (0)
+
+#endif
