@@ -6,6 +6,7 @@
     and judges it with the peer class, like every role.                    */
 #include "za_launcher.h"
 #include "za/za_broker.h"
+#include "za/za_process.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -216,7 +217,7 @@ s_spawn_broker (s_local_t *self)
     char parent_env [64];
     snprintf (parent_env, sizeof parent_env, STOP_WITH_PARENT_ENV "=%d", (int) getpid ());
     const char *env [] = {restarts_env, cause_env, parent_env, NULL};
-    self->broker = za_broker_spawn (self->exe, argv, env, self->log, 1);
+    self->broker = za_process_spawn (self->exe, argv, env, self->log, 1);
     if (self->broker < 0)
         return -1;
     if (self->group_count < LOCAL_MAX_GROUPS)

@@ -200,7 +200,8 @@ static const za_option_t s_options [] = {
     ZA_OPTION ("supervise", T_FLAG, supervise, NULL, NULL, 0, 0, NULL, ZA_READ_BROKER, PROC, 0,
                NULL, "with --role broker: start every task of the job (this program)\n"
                "and restart any that exits with an error, is killed or misses\n"
-               "heartbeats, with backoff from 0.5 s to 10 s"),
+               "heartbeats, with backoff from " ZA_TEXT (ZA_BROKER_BACKOFF_SECS) " s to "
+               ZA_TEXT (ZA_BROKER_BACKOFF_MAX_SECS) " s"),
     ZA_OPTION ("max-restarts", T_INT, max_restarts, "N",
                ZA_TEXT (ZA_BROKER_MAX_RESTARTS), 0, 1000000, NULL, R_LOCAL, JOB,
                0, NULL, "restarts per task before the job fails"),

@@ -1,0 +1,23 @@
+/*  za_broker_config.c: a broker's defaults and its restart backoff. */
+#include "za/za_broker_config.h"
+
+#include <string.h>
+
+void
+za_broker_config_init (za_broker_config_t *config)
+{
+    memset (config, 0, sizeof *config);
+    config->heartbeat = za_heartbeat_default ();
+    config->max_restarts = ZA_BROKER_MAX_RESTARTS;
+    config->backoff_secs = ZA_BROKER_BACKOFF_SECS;
+    config->backoff_max_secs = ZA_BROKER_BACKOFF_MAX_SECS;
+}
+
+double
+za_broker_backoff (const za_broker_config_t *config, int failures)
+{
+    double delay = config->backoff_secs;
+    for (int i = 0; i < failures && delay < config->backoff_max_secs; i++)
+        delay *= 2;
+    return delay < config->backoff_max_secs? delay: config->backoff_max_secs;
+}

@@ -1,0 +1,43 @@
+/*  za_registration.h: what a register or report says of its task (role,
+    index, host, pid, restarts, endpoint, token, and a report's statistics),
+    every field checked before the registry sees it.                       */
+#ifndef ZA_REGISTRATION_H_INCLUDED
+#define ZA_REGISTRATION_H_INCLUDED
+
+#include <jansson.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "za/za_broker_client.h"
+#include "za/za_broker_config.h"
+
+#define ZA_REGISTRATION_HOST_MAX 256
+
+//  A register or report, every field checked (za_registration_parse).
+typedef struct {
+    int kind;
+    int index;                  //  -1: any free one (a register)
+    char host [ZA_REGISTRATION_HOST_MAX];
+    pid_t pid;
+    int restarts;
+    char endpoint [ZA_CLUSTER_ENDPOINT_MAX];
+    char token [ZA_TASK_TOKEN_SIZE];    //  "" when it named none
+    //  A report's statistics.
+    char state [16];
+    int64_t global_step;
+    double loss, steps_per_sec, examples_per_sec;
+    int64_t eval_step;          //  -1: none
+    double eval_accuracy;
+    int ring_rank;              //  -1: none
+    double wait_ms;
+} za_registration_t;
+
+//  Checks every field of a register (report 0) or report (1) of a job with
+//  counts [kind] tasks into *reg. Returns 0, or -1 with what is wrong in why.
+int za_registration_parse (json_t *body, int report, const int *counts,
+                           za_registration_t *reg, char *why, size_t size);
+
+//  The role kind named `name` ("chief": ZA_TASK_CHIEF), or -1.
+int za_registration_kind_parse (const char *name);
+
+#endif

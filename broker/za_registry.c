@@ -1,0 +1,668 @@
+/*  za_registry.c: the tasks of a job, their registrations, and a task's life
+    as a state table (za_registry.h lists the states).                      */
+#include "za_registry.h"
+#include "za_supervisor.h"
+#include "za/za_checkpoint.h"
+#include "za/za_role_stats.h"
+#include "za/za_util.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#define REGISTER_GRACE_SECS 60.0        //  a started process has this long to register
+#define STABLE_SECS 30.0                //  running this long resets the backoff
+#define STOP_GRACE_SECS 5.0             //  SIGTERM, then SIGKILL after this
+#define STOP_POLL_MS 50
+#define CAUSE_MAX (3 * ZA_REGISTRY_TEXT_MAX)
+
+static const char *s_state_names [] = {
+    "empty", "started", "live", "lost", "killed", "backoff", "done"
+};
+
+struct za_registry_t {
+    const za_broker_config_t *config;
+    za_events_t *events;
+    char host [ZA_REGISTRY_TEXT_MAX];
+    double start;
+    int failed;
+    za_entry_t tasks [ZA_BROKER_ROLE_KINDS][ZA_BROKER_MAX_TASKS];
+};
+
+const char *
+za_registry_kind_name (int kind)
+{
+    return za_task_type_name ((za_task_type_t) kind);
+}
+
+static void
+s_event (za_registry_t *self, const za_entry_t *task, const char *event, const char *fmt, ...)
+    __attribute__ ((format (printf, 4, 5)));
+
+static void
+s_event (za_registry_t *self, const za_entry_t *task, const char *event, const char *fmt, ...)
+{
+    char cause [4 * ZA_REGISTRY_TEXT_MAX];
+    va_list args;
+    va_start (args, fmt);
+    vsnprintf (cause, sizeof cause, fmt, args);
+    va_end (args);
+    za_events_add (self->events, event, za_registry_kind_name (task->kind), task->index,
+                   task->pid, task->restarts, "%s", cause);
+}
+
+#define FOR_EACH_TASK(self, task)                                                   \
+    for (int kind_ = 0; kind_ < ZA_BROKER_ROLE_KINDS; kind_++)                      \
+        for (__typeof__ (&(self)->tasks [0][0]) task = &(self)->tasks [kind_][0];   \
+             task < &(self)->tasks [kind_][(self)->config->counts [kind_]]; task++)
+
+// ---------------------------------------------------------------------------
+//  Processes, through the supervisor
+
+static double
+s_silent_max (const za_registry_t *self)
+{
+    return self->config->heartbeat.ivl_secs * self->config->heartbeat.liveness;
+}
+
+static int
+s_is_role_process (const za_entry_t *task)
+{
+    return za_supervisor_is_role_process (task->pid, za_registry_kind_name (task->kind),
+                                          task->index);
+}
+
+static int
+s_is_local (const za_registry_t *self, const za_entry_t *task)
+{
+    return task->own || streq (task->host, self->host) || streq (task->host, "127.0.0.1")
+        || streq (task->host, "localhost");
+}
+
+static int
+s_spawn (za_registry_t *self, za_entry_t *task)
+{
+    const char *role = za_registry_kind_name (task->kind);
+    //  The child claims its task with this token, which only it is told.
+    if (za_task_token_new (task->token))
+        return -1;
+    if (task->own && task->pid > 0) {
+        //  The process before: make sure it is gone, and reap it.
+        za_supervisor_retire (task->pid, role, task->index);
+        task->own = 0;
+    }
+    char log [4096];
+    pid_t pid = za_supervisor_start (self->config, role, task->index, task->restarts,
+                                     task->token, log, sizeof log);
+    if (pid < 0)
+        return -1;
+    task->pid = pid;
+    task->own = 1;
+    task->state = ZA_ENTRY_STARTED;
+    task->since = za_clock_mono ();
+    task->cause [0] = 0;
+    zframe_destroy (&task->identity);
+    s_event (self, task, task->restarts? "restarted": "started", "log %s", log);
+    return 0;
+}
+
+//  The training is over for a chief, worker or ps when the final checkpoint
+//  exists: one that fails then is not started again.
+static int
+s_training_over (const za_registry_t *self, const za_entry_t *task)
+{
+    if (task->kind == ZA_TASK_EVALUATOR || !self->config->model_dir)
+        return 0;
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (self->config->model_dir, &steps);
+    int over = count > 0 && steps [count - 1] >= self->config->max_steps;
+    free (steps);
+    return over;
+}
+
+// ---------------------------------------------------------------------------
+//  A task's life, as a state table
+
+typedef enum {
+    E_START_DUE,                //  supervise: its start (or restart) is due
+    E_REGISTERED,               //  a register or report named it (a heartbeat)
+    E_REPORTED_DONE,            //  its report says it finished
+    E_REPORTED_FAILED,          //  its report says it failed
+    E_EXITED_OK,                //  our child exited 0
+    E_EXITED_FAILED,            //  our child failed (exit code, signal, gone)
+    E_SILENT,                   //  it missed interval x liveness of heartbeats
+    E_NOT_REGISTERED            //  started, and no register came in time
+} s_task_event_t;
+
+//  What came with an event.
+typedef struct {
+    const char *cause;          //  how it failed, for the events
+    zframe_t *identity;         //  E_REGISTERED: who sent it
+    const za_registration_t *reg;   //  E_REGISTERED: what it says of itself
+} s_happening_t;
+
+typedef int (s_action_fn) (za_registry_t *self, za_entry_t *task, const s_happening_t *what);
+
+//  The job fails, or the task waits out its backoff: the next state is
+//  chosen here (BACKOFF, LOST, DONE when training is over).
+static int
+s_fail (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
+{
+    const za_broker_config_t *config = self->config;
+    zframe_destroy (&task->identity);
+    if (s_training_over (self, task)) {
+        task->state = ZA_ENTRY_DONE;
+        s_event (self, task, "done", "%s after the final checkpoint: not restarted",
+                 what->cause);
+        return 0;
+    }
+    if (!config->supervise) {
+        task->state = ZA_ENTRY_LOST;
+        s_event (self, task, "lost", "%s", what->cause);
+        return 0;
+    }
+    if (task->restarts >= config->max_restarts) {
+        s_event (self, task, "gave_up", "%s, after %d restarts (--max-restarts %d)",
+                 what->cause, task->restarts, config->max_restarts);
+        self->failed = 1;
+        return 0;
+    }
+    if (za_clock_mono () - task->since > STABLE_SECS)
+        task->failures = 0;
+    double delay = za_broker_backoff (config, task->failures);
+    task->failures++;
+    task->restarts++;
+    task->state = ZA_ENTRY_BACKOFF;
+    task->restart_at = za_clock_mono () + delay;
+    s_event (self, task, "failed", "%s; restart %d in %.1f s", what->cause, task->restarts,
+             delay);
+    return 0;
+}
+
+//  Starts the task's process (STARTED); DONE instead when a restarted broker
+//  finds training over before it began; a failure's choice when it cannot.
+static int
+s_start (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
+{
+    (void) what;
+    if (task->state == ZA_ENTRY_EMPTY && self->config->restarts > 0
+        && s_training_over (self, task)) {
+        task->state = ZA_ENTRY_DONE;
+        s_event (self, task, "done", "training was over before this broker began");
+        return 0;
+    }
+    if (s_spawn (self, task) == 0)
+        return 0;
+    za_info ("%s", za_last_error ());
+    s_happening_t failure = {.cause = "could not be started"};
+    return s_fail (self, task, &failure);
+}
+
+//  1 when tasks of `kind` serve at an endpoint of their own: the ps, and
+//  with the all-reduce the chief and the workers (the ring).
+static int
+s_serves (const za_registry_t *self, za_task_type_t kind)
+{
+    return kind == ZA_TASK_PS
+        || (self->config->ring && (kind == ZA_TASK_CHIEF || kind == ZA_TASK_WORKER));
+}
+
+//  Takes the registration fields every register and report carries.
+static int
+s_take (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
+{
+    const za_registration_t *reg = what->reg;
+    int was = task->state;
+    int same_connection = task->identity && zframe_eq (task->identity, what->identity);
+    if (task->pid != reg->pid) {
+        if (was == ZA_ENTRY_LIVE && same_connection)
+            s_event (self, task, "pid_changed", "its connection now names pid %d (was %d)",
+                     (int) reg->pid, (int) task->pid);
+        task->own = 0;
+        task->pid = reg->pid;
+    }
+    //  The token it names is its own (za_registry_claim let it in); one that
+    //  names none and is new to the task gets a fresh one, sent in the welcome.
+    if (*reg->token)
+        memcpy (task->token, reg->token, sizeof task->token);
+    else
+    if (!same_connection || !*task->token)
+        za_task_token_new (task->token);
+    memcpy (task->host, reg->host, sizeof task->host);
+    if (*reg->endpoint && s_serves (self, task->kind))
+        memcpy (task->endpoint, reg->endpoint, sizeof task->endpoint);
+    if (reg->restarts > task->restarts)
+        task->restarts = reg->restarts;
+    zframe_destroy (&task->identity);
+    task->identity = zframe_dup (what->identity);
+    double now = za_clock_mono ();
+    za_peer_heard (&task->peer, now);
+    if (was != ZA_ENTRY_LIVE) {
+        task->since = now;
+        s_event (self, task, "registered", "on %s%s", task->host,
+                 was == ZA_ENTRY_LOST? ", back after going silent"
+                 : was == ZA_ENTRY_EMPTY && self->config->restarts > 0
+                 ? ", again after a broker restart": "");
+    }
+    return 0;
+}
+
+static int
+s_finished (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
+{
+    s_event (self, task, "done", "%s", what->cause);
+    return 0;
+}
+
+//  A report of failure counts from a process we did not start; ours are
+//  judged by their exit.
+static int
+s_reported_failure (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
+{
+    if (task->own)
+        return -1;
+    return s_fail (self, task, what);
+}
+
+//  Missed heartbeats: a process of ours on this machine is killed (and reaped
+//  on a later turn, with this as the cause); any other has failed.
+static int
+s_silent (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
+{
+    if (self->config->supervise && s_is_local (self, task) && s_is_role_process (task)) {
+        kill (task->pid, SIGKILL);
+        if (task->own) {
+            snprintf (task->cause, sizeof task->cause, "%s", what->cause);
+            task->state = ZA_ENTRY_KILLED;
+            s_event (self, task, "killed", "%s", what->cause);
+            return 0;
+        }
+    }
+    return s_fail (self, task, what);
+}
+
+static int
+s_kill_unregistered (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
+{
+    (void) self;
+    if (!s_is_role_process (task))
+        return -1;
+    snprintf (task->cause, sizeof task->cause, "%s", what->cause);
+    kill (task->pid, SIGKILL);
+    return 0;
+}
+
+#define T_ANY (-1)
+#define T_SAME (-2)
+#define T_CHOSEN (-3)           //  the action chose the next state
+
+//  A task's life (docs/PROTOCOL.md 13). The first row that matches the
+//  state and the event wins; an event no row takes changes nothing.
+static const struct {
+    int state;
+    s_task_event_t event;
+    s_action_fn *action;
+    int next;
+} s_transitions [] = {
+    //  state               event                action                next
+    {ZA_ENTRY_EMPTY,      E_START_DUE,         s_start,              T_CHOSEN},
+    {ZA_ENTRY_BACKOFF,    E_START_DUE,         s_start,              T_CHOSEN},
+    {ZA_ENTRY_DONE,       E_REGISTERED,        NULL,                 T_SAME},
+    {T_ANY,               E_REGISTERED,        s_take,               ZA_ENTRY_LIVE},
+    {T_ANY,               E_REPORTED_DONE,     s_finished,           ZA_ENTRY_DONE},
+    {ZA_ENTRY_LIVE,       E_REPORTED_FAILED,   s_reported_failure,   T_CHOSEN},
+    {ZA_ENTRY_STARTED,    E_EXITED_OK,         s_finished,           ZA_ENTRY_DONE},
+    {ZA_ENTRY_LIVE,       E_EXITED_OK,         s_finished,           ZA_ENTRY_DONE},
+    {ZA_ENTRY_KILLED,     E_EXITED_OK,         s_finished,           ZA_ENTRY_DONE},
+    {ZA_ENTRY_LOST,       E_EXITED_OK,         s_finished,           ZA_ENTRY_DONE},
+    {ZA_ENTRY_STARTED,    E_EXITED_FAILED,     s_fail,               T_CHOSEN},
+    {ZA_ENTRY_LIVE,       E_EXITED_FAILED,     s_fail,               T_CHOSEN},
+    {ZA_ENTRY_KILLED,     E_EXITED_FAILED,     s_fail,               T_CHOSEN},
+    {ZA_ENTRY_LOST,       E_EXITED_FAILED,     s_fail,               T_CHOSEN},
+    {ZA_ENTRY_LIVE,       E_SILENT,            s_silent,             T_CHOSEN},
+    {ZA_ENTRY_STARTED,    E_NOT_REGISTERED,    s_kill_unregistered,  ZA_ENTRY_KILLED},
+};
+
+//  Runs the row of (task's state, event). A failing action keeps the state.
+static void
+s_happen (za_registry_t *self, za_entry_t *task, s_task_event_t event,
+          const s_happening_t *what)
+{
+    size_t rows = sizeof s_transitions / sizeof s_transitions [0];
+    for (size_t r = 0; r < rows; r++) {
+        if ((s_transitions [r].state != T_ANY && s_transitions [r].state != (int) task->state)
+            || s_transitions [r].event != event)
+            continue;
+        int rc = s_transitions [r].action? s_transitions [r].action (self, task, what): 0;
+        if (rc == 0 && s_transitions [r].next >= 0)
+            task->state = (za_entry_state_t) s_transitions [r].next;
+        return;
+    }
+}
+
+//  One task's turn of supervision: reaped, silent, late, due.
+static void
+s_supervise_task (za_registry_t *self, za_entry_t *task, double now, int grace)
+{
+    const za_broker_config_t *config = self->config;
+    char how [ZA_REGISTRY_TEXT_MAX], cause [CAUSE_MAX];
+    int ok;
+    if (task->own && task->pid > 0 && za_supervisor_reaped (task->pid, how, sizeof how, &ok)) {
+        task->own = 0;
+        snprintf (cause, sizeof cause, "%s%s%s", ok? "": task->cause,
+                  !ok && *task->cause? ", then ": "", how);
+        s_happen (self, task, ok? E_EXITED_OK: E_EXITED_FAILED,
+                  &(s_happening_t) {.cause = cause});
+        return;
+    }
+    if (task->state == ZA_ENTRY_LIVE && za_peer_expired (&task->peer, now)) {
+        snprintf (cause, sizeof cause, "missed %d heartbeats (silent %.1f s)",
+                  config->heartbeat.liveness, za_peer_silence (&task->peer, now));
+        s_happen (self, task, E_SILENT, &(s_happening_t) {.cause = cause});
+        return;
+    }
+    if (!config->supervise)
+        return;
+    if (task->state == ZA_ENTRY_STARTED && now - task->since > REGISTER_GRACE_SECS) {
+        snprintf (cause, sizeof cause, "did not register within %.0f s", REGISTER_GRACE_SECS);
+        s_happen (self, task, E_NOT_REGISTERED, &(s_happening_t) {.cause = cause});
+    }
+    if ((task->state == ZA_ENTRY_EMPTY && !grace)
+        || (task->state == ZA_ENTRY_BACKOFF && now >= task->restart_at))
+        s_happen (self, task, E_START_DUE, &(s_happening_t) {.cause = NULL});
+}
+
+void
+za_registry_supervise (za_registry_t *self)
+{
+    double now = za_clock_mono ();
+    //  A restarted broker first lets the running roles re-register.
+    int grace = self->config->restarts > 0 && now - self->start < 2 * s_silent_max (self);
+    FOR_EACH_TASK (self, task)
+        s_supervise_task (self, task, now, grace);
+}
+
+void
+za_registry_stop_all (za_registry_t *self)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        int left = 0;
+        double deadline = za_clock_mono () + STOP_GRACE_SECS;
+        FOR_EACH_TASK (self, task)
+            if (task->state != ZA_ENTRY_DONE && task->pid > 0 && s_is_local (self, task)
+                && s_is_role_process (task)) {
+                kill (task->pid, pass? SIGKILL: SIGTERM);
+                left++;
+            }
+        while (left && za_clock_mono () < deadline) {
+            left = 0;
+            FOR_EACH_TASK (self, task)
+                if (task->own && task->pid > 0) {
+                    if (waitpid (task->pid, NULL, WNOHANG) == 0)
+                        left++;
+                    else
+                        task->own = 0;
+                }
+            if (left)
+                zclock_sleep (STOP_POLL_MS);
+        }
+        if (!left)
+            break;
+    }
+}
+
+void
+za_registry_postpone (za_registry_t *self, double gap)
+{
+    FOR_EACH_TASK (self, task)
+        za_peer_postpone (&task->peer, gap);
+}
+
+// ---------------------------------------------------------------------------
+//  Registers and reports
+
+za_entry_t *
+za_registry_claim (za_registry_t *self, zframe_t *identity, const za_registration_t *reg,
+                   int report, char code [ZA_REGISTRY_CODE_MAX], char *why, size_t size)
+{
+    int index = reg->index;
+    const char *role = za_registry_kind_name (reg->kind);
+    int count = self->config->counts [reg->kind];
+    if (index < 0) {
+        for (int i = 0; i < count && index < 0; i++) {
+            za_entry_t *task = &self->tasks [reg->kind][i];
+            if (task->state == ZA_ENTRY_EMPTY || task->state == ZA_ENTRY_LOST
+                || task->state == ZA_ENTRY_BACKOFF)
+                index = i;
+        }
+        if (index < 0) {
+            snprintf (code, ZA_REGISTRY_CODE_MAX, "full");
+            snprintf (why, size, "the job has %d %s task%s and none is free", count, role,
+                      count == 1? "": "s");
+            return NULL;
+        }
+    }
+    //  A task in use is taken only by itself: its connection, or the token it
+    //  was given (in its welcome, or by us when we started it). Its pid proves
+    //  nothing: `state` shows every pid to whoever asks.
+    za_entry_t *task = &self->tasks [reg->kind][index];
+    int in_use = (task->own && (task->state == ZA_ENTRY_STARTED || task->state == ZA_ENTRY_LIVE
+                                || task->state == ZA_ENTRY_KILLED))
+              || (task->state == ZA_ENTRY_LIVE
+                  && !za_peer_expired (&task->peer, za_clock_mono ()));
+    int itself = (task->identity && zframe_eq (task->identity, identity))
+              || (*reg->token && *task->token && streq (reg->token, task->token));
+    if (in_use && !itself) {
+        snprintf (code, ZA_REGISTRY_CODE_MAX, "busy");
+        snprintf (why, size, "%s %d is taken by pid %d on %s", role, index, (int) task->pid,
+                  task->host);
+        return NULL;
+    }
+    if (!report && task->state == ZA_ENTRY_DONE) {
+        snprintf (code, ZA_REGISTRY_CODE_MAX, "done");
+        snprintf (why, size, "%s %d has finished", role, task->index);
+        return NULL;
+    }
+    return task;
+}
+
+void
+za_registry_register (za_registry_t *self, za_entry_t *task, zframe_t *identity,
+                      const za_registration_t *reg)
+{
+    s_happen (self, task, E_REGISTERED, &(s_happening_t) {.identity = identity, .reg = reg});
+}
+
+void
+za_registry_report (za_registry_t *self, za_entry_t *task, zframe_t *identity,
+                    const za_registration_t *reg)
+{
+    int ended = streq (reg->state, "done") || streq (reg->state, "failed");
+    //  A report sent before the process ended, read after: old news.
+    if (reg->pid == task->pid && (task->state == ZA_ENTRY_BACKOFF
+                                  || task->state == ZA_ENTRY_KILLED
+                                  || task->state == ZA_ENTRY_DONE))
+        return;
+    if (!ended)
+        za_registry_register (self, task, identity, reg);
+    memcpy (task->role_state, reg->state, sizeof task->role_state);
+    task->step = reg->global_step;
+    task->loss = reg->loss;
+    task->steps_per_sec = reg->steps_per_sec;
+    task->examples_per_sec = reg->examples_per_sec;
+    task->eval_step = reg->eval_step;
+    task->eval_accuracy = reg->eval_accuracy;
+    task->ring_rank = reg->ring_rank;
+    task->wait_ms = reg->wait_ms;
+    if (ended && task->pid == reg->pid && task->state != ZA_ENTRY_DONE) {
+        int done = streq (reg->state, "done");
+        s_happening_t end = {.cause = done? "finished": "it reported a failure"};
+        s_happen (self, task, done? E_REPORTED_DONE: E_REPORTED_FAILED, &end);
+    }
+}
+
+// ---------------------------------------------------------------------------
+//  What the broker shows
+
+int
+za_registry_done (const za_registry_t *self)
+{
+    int done = 1;
+    FOR_EACH_TASK (self, task)
+        done &= task->state == ZA_ENTRY_DONE;
+    return done;
+}
+
+int
+za_registry_failed (const za_registry_t *self)
+{
+    return self->failed;
+}
+
+const za_entry_t *
+za_registry_entry (const za_registry_t *self, int kind, int index)
+{
+    if (kind < 0 || kind >= ZA_BROKER_ROLE_KINDS || index < 0
+        || index >= self->config->counts [kind])
+        return NULL;
+    return &self->tasks [kind][index];
+}
+
+json_t *
+za_registry_view (const za_registry_t *self)
+{
+    const za_broker_config_t *config = self->config;
+    int ready = 1;
+    FOR_EACH_TASK (self, task)
+        if (task->state == ZA_ENTRY_EMPTY || task->state == ZA_ENTRY_STARTED)
+            ready = 0;
+    json_t *ps = json_array ();
+    for (int i = 0; i < config->counts [ZA_TASK_PS]; i++) {
+        const za_entry_t *task = &self->tasks [ZA_TASK_PS][i];
+        if (!*task->endpoint)
+            ready = 0;
+        json_array_append_new (ps, json_string (task->endpoint));
+    }
+    //  With the all-reduce, the ring by worker index: the chief, then the workers.
+    json_t *ring = config->ring? json_array (): NULL;
+    for (int kind = ZA_TASK_CHIEF; ring && kind <= ZA_TASK_WORKER; kind++)
+        for (int i = 0; i < config->counts [kind]; i++) {
+            const za_entry_t *task = &self->tasks [kind][i];
+            if (!*task->endpoint)
+                ready = 0;
+            json_array_append_new (ring, json_string (task->endpoint));
+        }
+    json_t *view = json_pack ("{s:b, s:o, s:i}", "ready", ready, "ps", ps, "num_workers",
+                              config->counts [ZA_TASK_CHIEF] + config->counts [ZA_TASK_WORKER]);
+    if (view && ring)
+        json_object_set_new (view, "ring", ring);
+    else
+        json_decref (ring);
+    return view;
+}
+
+//  A task's row of the state.
+static json_t *
+s_row (const za_entry_t *task, double now)
+{
+    int heard = task->state == ZA_ENTRY_LIVE || task->state == ZA_ENTRY_DONE;
+    const char *state = task->state == ZA_ENTRY_LIVE && *task->role_state? task->role_state
+                      : s_state_names [task->state];
+    json_t *row = json_pack ("{s:s, s:i, s:s, s:i, s:s, s:I, s:f, s:f, s:f, s:i}",
+                             "role", za_registry_kind_name (task->kind), "index", task->index,
+                             "host", task->host, "pid", (int) task->pid,
+                             "state", state, "global_step", (json_int_t) task->step,
+                             "steps_per_sec", task->steps_per_sec,
+                             "examples_per_sec", task->examples_per_sec,
+                             "loss", task->loss, "restarts", task->restarts);
+    //  `state` is the one word a person reads (the role's own while it is
+    //  live, else ours); the two vocabularies apart, for programs:
+    json_object_set_new (row, "task_state", json_string (s_state_names [task->state]));
+    json_object_set_new (row, "role_state", heard && *task->role_state
+                         ? json_string (task->role_state): json_null ());
+    json_object_set_new (row, "eval_step", task->eval_step >= 0
+                         ? json_integer (task->eval_step): json_null ());
+    json_object_set_new (row, "eval_accuracy", task->eval_step >= 0
+                         ? json_real (task->eval_accuracy): json_null ());
+    json_object_set_new (row, "heartbeat_age_secs", heard && task->peer.heard
+                         ? json_real (za_peer_silence (&task->peer, now)): json_null ());
+    if (!row)
+        return NULL;
+    if (*task->endpoint)
+        json_object_set_new (row, "endpoint", json_string (task->endpoint));
+    if (task->ring_rank >= 0) {
+        json_object_set_new (row, "ring_rank", json_integer (task->ring_rank));
+        json_object_set_new (row, "wait_ms", json_real (task->wait_ms));
+    }
+    return row;
+}
+
+json_t *
+za_registry_rows (const za_registry_t *self, int64_t *step, uint64_t *json_failures)
+{
+    double now = za_clock_mono ();
+    json_t *rows = json_array ();
+    *step = 0;
+    FOR_EACH_TASK (self, task) {
+        if (task->step > *step && task->kind != ZA_TASK_EVALUATOR)
+            *step = task->step;
+        json_t *row = s_row (task, now);
+        if (!row) {
+            (*json_failures)++;
+            if (*json_failures <= ZA_BROKER_LOGGED_MAX)
+                za_info ("broker: could not build a row of the state (%llu so far)",
+                         (unsigned long long) *json_failures);
+            continue;
+        }
+        json_array_append_new (rows, row);
+    }
+    return rows;
+}
+
+// ---------------------------------------------------------------------------
+
+za_registry_t *
+za_registry_new (const za_broker_config_t *config, za_events_t *events, const char *host)
+{
+    for (int kind = 0; kind < ZA_BROKER_ROLE_KINDS; kind++)
+        if (config->counts [kind] < 0 || config->counts [kind] > ZA_BROKER_MAX_TASKS) {
+            za_error ("broker: %d %s tasks (0 to %d)", config->counts [kind],
+                      za_registry_kind_name (kind), ZA_BROKER_MAX_TASKS);
+            return NULL;
+        }
+    za_registry_t *self = (za_registry_t *) calloc (1, sizeof *self);
+    if (!self) {
+        za_error ("broker: out of memory");
+        return NULL;
+    }
+    self->config = config;
+    self->events = events;
+    self->start = za_clock_mono ();
+    snprintf (self->host, sizeof self->host, "%s", host);
+    for (int kind = 0; kind < ZA_BROKER_ROLE_KINDS; kind++)
+        for (int i = 0; i < config->counts [kind]; i++) {
+            za_entry_t *task = &self->tasks [kind][i];
+            task->kind = kind;
+            task->index = i;
+            task->eval_step = -1;
+            task->ring_rank = -1;
+            za_peer_init (&task->peer, config->heartbeat, self->start);
+        }
+    return self;
+}
+
+void
+za_registry_destroy (za_registry_t **self_p)
+{
+    za_registry_t *self = *self_p;
+    if (!self)
+        return;
+    FOR_EACH_TASK (self, task)
+        zframe_destroy (&task->identity);
+    free (self);
+    *self_p = NULL;
+}

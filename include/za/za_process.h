@@ -1,0 +1,23 @@
+/*  za_process.h: starting a program as a child process, its output in a log:
+    the broker starts role processes with it, the launcher a broker.       */
+#ifndef ZA_PROCESS_H_INCLUDED
+#define ZA_PROCESS_H_INCLUDED
+
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//  Starts exe with argv (argv [0] included, NULL-terminated), this process's
+//  environment with the NAME=VALUE strings of env (NULL-terminated, may be
+//  NULL) replacing or adding variables, stdin from /dev/null and stdout and
+//  stderr appended to log; with own_group, in a new process group that it
+//  leads. Returns the pid, or -1 with an error.
+pid_t za_process_spawn (const char *exe, char *const *argv, const char *const *env,
+                        const char *log, int own_group);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
