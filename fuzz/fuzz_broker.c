@@ -69,10 +69,10 @@ s_value (s_input_t *in)
         case 1: return json_null ();
         case 2: return json_integer ((json_int_t) ((int8_t) s_byte (in)));
         case 3: {
-            int64_t v = 0;
+            uint64_t v = 0;             //  unsigned: the bytes may overflow an int64
             for (int i = 0; i < 8; i++)
                 v = v * 256 + s_byte (in);
-            return json_integer (v);
+            return json_integer ((json_int_t) v);
         }
         case 4: {
             double v;
