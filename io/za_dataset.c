@@ -7,6 +7,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+//  The shape and the labels every dataset has; NULL (with an error) when
+//  memory runs out.
+static za_dataset_t *
+s_dataset_shaped (int64_t count, int height, int width, int channels,
+                  int64_t feature_size)
+{
+    za_dataset_t *self = calloc (1, sizeof *self);
+    if (self)
+        self->labels = za_alloc ((size_t) (count > 0? count: 1) * sizeof (int32_t));
+    if (!self || !self->labels) {
+        za_error ("out of memory allocating a dataset");
+        free (self);
+        return NULL;
+    }
+    self->count = count;
+    self->height = height;
+    self->width = width;
+    self->channels = channels;
+    self->feature_size = feature_size;
+    return self;
+}
+
 //  Allocates an empty dataset of the given shape, its examples as floats, or
 //  as bytes when `as_bytes`; NULL (with an error) when the sizes overflow or
 //  memory runs out.
@@ -22,25 +44,39 @@ za_dataset_new (int64_t count, int height, int width, int channels, int as_bytes
                   (long long) count, height, width, channels);
         return NULL;
     }
-    za_dataset_t *self = calloc (1, sizeof *self);
-    if (!self) {
-        za_error ("out of memory allocating a dataset");
+    za_dataset_t *self = s_dataset_shaped (count, height, width, channels, feature_size);
+    if (!self)
         return NULL;
-    }
-    self->count = count;
-    self->height = height;
-    self->width = width;
-    self->channels = channels;
-    self->feature_size = feature_size;
     if (as_bytes)
         self->pixels = za_alloc ((size_t) (features > 0? features: 1));
     else
         self->features = za_alloc ((size_t) features * sizeof (float));
-    self->labels = za_alloc ((size_t) (count > 0? count: 1) * sizeof (int32_t));
-    if ((!self->features && !self->pixels) || !self->labels) {
+    if (!self->features && !self->pixels) {
+        za_error ("out of memory allocating a dataset");
         za_dataset_destroy (&self);
+    }
+    return self;
+}
+
+za_dataset_t *
+za_dataset_new_loaded (int64_t count, int height, int width, int channels,
+                       const za_dataset_loader_t *loader, void *source)
+{
+    int64_t feature_size;
+    za_dataset_t *self = NULL;
+    if (count < 0 || height <= 0 || width <= 0 || channels <= 0
+    ||  __builtin_mul_overflow ((int64_t) height, (int64_t) width, &feature_size)
+    ||  __builtin_mul_overflow (feature_size, (int64_t) channels, &feature_size))
+        za_error ("dataset of %lld examples of %dx%dx%d cannot be made",
+                  (long long) count, height, width, channels);
+    else
+        self = s_dataset_shaped (count, height, width, channels, feature_size);
+    if (!self) {
+        loader->destroy (&source);
         return NULL;
     }
+    self->loader = loader;
+    self->source = source;
     return self;
 }
 
@@ -93,6 +129,8 @@ za_dataset_destroy (za_dataset_t **self_p)
     za_free (self->features);
     za_free (self->pixels);
     za_free (self->labels);
+    if (self->loader)
+        self->loader->destroy (&self->source);
     free (self);
     *self_p = NULL;
 }

@@ -1,6 +1,7 @@
 /*  za_input.c: the input pipeline: a data set streamed shard -> shuffle ->
     repeat -> batch -> prefetch, as tf.data's.                              */
 #include "za/za_input.h"
+#include "za/za_parallel.h"
 #include "za/za_util.h"
 
 #include <limits.h>
@@ -48,6 +49,16 @@ struct _za_input_t {
     pthread_mutex_t mutex;
     pthread_cond_t ready;       //  a slot was filled, or the stream ended
     pthread_cond_t space;       //  a slot was freed, or stop was asked
+
+    //  A data set whose loader makes the examples: each batch's are decoded
+    //  on `threads` threads (the producer's and the pool's), each with its
+    //  scratch, into `staging` bytes.
+    za_parallel_t *pool;
+    void *scratch [ZA_PARALLEL_MAX_THREADS];
+    int64_t *wanted;            //  [batch_size] the examples of the batch
+    int *loaded;                //  [batch_size] 1: decoded
+    uint8_t *staging;           //  [batch_size, feature_size]
+    int wanted_count;
 };
 
 #define SEED_STEP_MIX 0x9e3779b97f4a7c15ULL     //  2^64 / golden ratio
@@ -72,6 +83,7 @@ za_input_config_default (void)
         .prefetch = 2,
         .replicas = 1,
         .replica = 0,
+        .threads = 1,
     };
     return config;
 }
@@ -126,9 +138,25 @@ s_input_example_next (za_input_t *self, int64_t *index)
     return 0;
 }
 
+//  Decodes the batch's examples of thread `index`: i = index, index + T, ...
+static void
+s_input_load_part (void *arg, int index)
+{
+    za_input_t *self = (za_input_t *) arg;
+    const za_dataset_t *dataset = self->dataset;
+    size_t row = (size_t) dataset->feature_size;
+    int threads = self->pool? za_parallel_threads (self->pool): 1;
+    for (int i = index; i < self->wanted_count; i += threads)
+        self->loaded [i] = dataset->loader->load (dataset->source, self->wanted [i],
+                                                  self->scratch [index],
+                                                  self->staging + (size_t) i * row) == 0;
+}
+
 //  Fills a slot with the next batch: the next global batch's slice when the
 //  batches are split across replicas. Returns its size, 0 at the end of the
-//  stream (including a final partial batch dropped by drop_remainder).
+//  stream (including a final partial batch dropped by drop_remainder). An
+//  example its loader cannot make is left out (the batch is one smaller);
+//  a batch left with none is followed by the next.
 static int
 s_input_produce (za_input_t *self, s_slot_t *slot)
 {
@@ -136,25 +164,56 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
     size_t row = (size_t) dataset->feature_size;
     int batch = self->config.batch_size, replicas = self->config.replicas;
     int first = batch * self->config.replica;
-    int size = 0, drawn = 0;
-    int64_t index;
-    while (drawn < batch * replicas && s_input_example_next (self, &index)) {
-        int keep = drawn >= first && drawn < first + batch;
-        drawn++;
-        if (!keep)
-            continue;
-        float *out = slot->features + (size_t) size * row;
-        if (dataset->features)
-            memcpy (out, dataset->features + (size_t) index * row, row * sizeof (float));
-        else {
-            //  The same value the float loader stores, made here per batch.
-            const uint8_t *in = dataset->pixels + (size_t) index * row;
-            for (size_t k = 0; k < row; k++)
-                out [k] = (float) in [k] / ZA_DATASET_PIXEL_MAX;
+    int size = 0, drawn;
+    //  Batches with no example made: past an epoch's worth, every example of
+    //  the shard has failed, and the stream ends.
+    int64_t empty = 0, empty_max = self->shard_count / ((int64_t) batch * replicas) + 2;
+    do {
+        int64_t index;
+        drawn = 0;
+        self->wanted_count = 0;
+        while (drawn < batch * replicas && s_input_example_next (self, &index)) {
+            int keep = drawn >= first && drawn < first + batch;
+            drawn++;
+            if (!keep)
+                continue;
+            float *out = slot->features + (size_t) size * row;
+            if (dataset->loader) {
+                self->wanted [self->wanted_count++] = index;
+                continue;
+            }
+            if (dataset->features)
+                memcpy (out, dataset->features + (size_t) index * row, row * sizeof (float));
+            else {
+                //  The same value the float loader stores, made here per batch.
+                const uint8_t *in = dataset->pixels + (size_t) index * row;
+                for (size_t k = 0; k < row; k++)
+                    out [k] = (float) in [k] / ZA_DATASET_PIXEL_MAX;
+            }
+            slot->labels [size] = dataset->labels [index];
+            size++;
         }
-        slot->labels [size] = dataset->labels [index];
-        size++;
-    }
+        if (dataset->loader && self->wanted_count) {
+            if (self->pool)
+                za_parallel_run (self->pool, s_input_load_part, self);
+            else
+                s_input_load_part (self, 0);
+            for (int i = 0; i < self->wanted_count; i++) {
+                if (!self->loaded [i])
+                    continue;
+                const uint8_t *in = self->staging + (size_t) i * row;
+                float *out = slot->features + (size_t) size * row;
+                for (size_t k = 0; k < row; k++)
+                    out [k] = (float) in [k] / ZA_DATASET_PIXEL_MAX;
+                slot->labels [size++] = dataset->labels [self->wanted [i]];
+            }
+        }
+        if (size == 0 && dataset->loader && ++empty > empty_max) {
+            za_error ("input: no example of this shard could be made (every image failed "
+                      "to decode)");
+            break;
+        }
+    } while (size == 0 && drawn == batch * replicas);
     if (drawn < batch * replicas && self->config.drop_remainder)
         size = 0;
     slot->size = size;
@@ -189,6 +248,30 @@ s_input_producer (void *args)
     return NULL;
 }
 
+//  What a loaded data set's batches need: their threads, scratch, staging.
+//  0, or -1 with an error (the iterator destroyed).
+static int
+s_input_loader_new (za_input_t *self)
+{
+    const za_dataset_t *dataset = self->dataset;
+    int threads = self->config.threads > 0? self->config.threads: 1;
+    size_t batch = (size_t) self->config.batch_size;
+    self->wanted = malloc (batch * sizeof (int64_t));
+    self->loaded = malloc (batch * sizeof (int));
+    self->staging = za_alloc (batch * (size_t) dataset->feature_size);
+    int ok = self->wanted && self->loaded && self->staging;
+    for (int t = 0; ok && t < threads; t++)
+        ok = (self->scratch [t] = dataset->loader->scratch_new (dataset->source)) != NULL;
+    if (ok && threads > 1)
+        ok = (self->pool = za_parallel_new (threads)) != NULL;
+    if (!ok) {
+        za_error ("za_input_new: out of memory for the decoders of %d threads", threads);
+        za_input_destroy (&self);
+        return -1;
+    }
+    return 0;
+}
+
 za_input_t *
 za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
 {
@@ -197,7 +280,7 @@ za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
         return NULL;
     }
     if (dataset->count <= 0 || dataset->feature_size <= 0
-    ||  (!dataset->features && !dataset->pixels) || !dataset->labels) {
+    ||  (!dataset->features && !dataset->pixels && !dataset->loader) || !dataset->labels) {
         za_error ("za_input_new: dataset is empty or malformed");
         return NULL;
     }
@@ -230,6 +313,10 @@ za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
     if (c->shuffle_buffer < 0 || c->prefetch < 0) {
         za_error ("za_input_new: shuffle_buffer %d and prefetch %d must be >= 0",
                   c->shuffle_buffer, c->prefetch);
+        return NULL;
+    }
+    if (c->threads < 0 || c->threads > ZA_PARALLEL_MAX_THREADS) {
+        za_error ("za_input_new: %d threads (0 to %d)", c->threads, ZA_PARALLEL_MAX_THREADS);
         return NULL;
     }
     if (c->prefetch >= INT_MAX) {
@@ -279,6 +366,8 @@ za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
             return NULL;
         }
     }
+    if (dataset->loader && s_input_loader_new (self))
+        return NULL;
     if (c->prefetch > 0) {
         pthread_mutex_init (&self->mutex, NULL);
         pthread_cond_init (&self->ready, NULL);
@@ -367,6 +456,13 @@ za_input_destroy (za_input_t **self_p)
         }
     free (self->slots);
     free (self->shuffle);
+    za_parallel_destroy (&self->pool);
+    for (int t = 0; t < ZA_PARALLEL_MAX_THREADS; t++)
+        if (self->scratch [t])
+            self->dataset->loader->scratch_destroy (&self->scratch [t]);
+    free (self->wanted);
+    free (self->loaded);
+    za_free (self->staging);
     free (self);
     *self_p = NULL;
 }

@@ -23,8 +23,9 @@ static const char *const s_local_defaults [][2] = {
 };
 
 static const char *s_about =
-    "Trains a model on MNIST-format data (Fashion-MNIST by default) and evaluates it on\n"
-    "the test set: in one process, as a whole supervised cluster on this machine\n"
+    "Trains a model on your images (--train-data: a folder of class folders of JPEG\n"
+    "or PNG files) or on MNIST-format IDX files (Fashion-MNIST by default), and\n"
+    "evaluates it: in one process, as a whole supervised cluster on this machine\n"
     "(--local), or as one task of a cluster (--role, TF_CONFIG, --broker). The same\n"
     "program serves every role.";
 

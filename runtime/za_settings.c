@@ -6,6 +6,7 @@
 #include "za/za_curve.h"
 #include "za/za_evaluator.h"
 #include "za/za_idx.h"
+#include "za/za_images.h"
 
 #include <float.h>
 #include <math.h>
@@ -47,6 +48,32 @@ static const za_option_t s_options [] = {
                JOB, ZA_OPTION_STACK, NULL, "hidden layers of --model dnn, e.g. 256,128"),
     ZA_OPTION ("dataset-dir", T_STR, dataset_dir, "DIR", ZA_FASHION_MNIST_DIR, 0, 0, NULL,
                R_ALL, JOB, 0, NULL, "holds {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"),
+    ZA_OPTION ("train-data", T_STR, train_data, "DIR", NULL, 0, 0, NULL, R_ALL, JOB,
+               ZA_OPTION_IDX_INPUT, NULL,
+               "train on your own images: DIR holds one folder per class of\n"
+               ".jpg/.jpeg/.png files (Keras's image_dataset_from_directory)"),
+    ZA_OPTION ("image-size", T_LIST, image_size, "H,W", ZA_TEXT (ZA_IMAGE_SIZE), 1,
+               ZA_IMAGE_SIDE_MAX, NULL, R_ALL, JOB, ZA_OPTION_IDX_INPUT, NULL,
+               "--train-data: every image is resized to H x W (one number: square)"),
+    ZA_OPTION ("channels", T_INT, channels, "N", ZA_TEXT (ZA_IMAGE_CHANNELS), 1, 3, NULL,
+               R_ALL, JOB, ZA_OPTION_IDX_INPUT, NULL, "--train-data: 1 (gray) or 3 (RGB)"),
+    ZA_OPTION ("resize", T_CHOICE, resize, "HOW", "area", 0, 0, "area|bilinear", R_ALL, JOB,
+               ZA_OPTION_IDX_INPUT, NULL,
+               "--train-data: area (each pixel the mean of what it covers) or\n"
+               "bilinear (Keras's default; aliases when it shrinks much)"),
+    ZA_OPTION ("crop-to-aspect-ratio", T_FLAG, crop_to_aspect_ratio, NULL, NULL, 0, 0, NULL,
+               R_ALL, JOB, ZA_OPTION_IDX_INPUT, NULL,
+               "--train-data: resize the largest centred crop of H:W's shape"),
+    ZA_OPTION ("class-names", T_STR, class_names, "A,B,..", NULL, 0, 0, NULL, R_ALL, JOB,
+               ZA_OPTION_IDX_INPUT, NULL,
+               "--train-data: these class folders, labels in this order\n"
+               "(default: every folder, sorted)"),
+    ZA_OPTION ("validation-split", T_NUM, validation_split, "F", "0", 0, 0.99, NULL, R_ALL,
+               JOB, ZA_OPTION_IDX_INPUT, NULL,
+               "--train-data: hold out the last F of the seeded shuffle of the\n"
+               "files and evaluate on them (Keras's validation_split)"),
+    ZA_OPTION ("input-threads", T_INT, input_threads, "N", "1", 1, 64, NULL, R_TRAIN, JOB,
+               ZA_OPTION_IDX_INPUT, NULL, "threads decoding a worker's images"),
     ZA_OPTION ("batch-size", T_INT, batch_size, "N",
                ZA_TEXT (ZA_ROLE_BATCH_SIZE), 1, 65536, NULL, R_TRAIN | R_LOCAL, JOB, 0, NULL,
                "training batch size, per worker"),
@@ -127,7 +154,8 @@ static const za_option_t s_options [] = {
                ZA_READ_SINGLE, PROC, 0, "Evaluation (EvalSpec)",
                "train and run the evaluator together in this process"),
     ZA_OPTION ("eval-data", T_STR, eval_data, "DIR", NULL, 0, 0, NULL, R_EVAL, JOB, 0, NULL,
-               "evaluate on DIR/t10k-* (default: --dataset-dir's)"),
+               "evaluate on DIR/t10k-* (default: --dataset-dir's); with\n"
+               "--train-data, on DIR's class folders of images"),
     ZA_OPTION ("eval-name", T_STR, eval_name, "NAME", NULL, 0, 0, NULL, R_EVAL, JOB, 0, NULL,
                "results in MODEL_DIR/eval_NAME (default: MODEL_DIR/eval)"),
     ZA_OPTION ("eval-steps", T_INT, eval_steps, "N", NULL, 1, INT_MAX_D, NULL, R_EVAL, JOB, 0,

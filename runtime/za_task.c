@@ -3,6 +3,7 @@
     of a cluster, the evaluator. Each role loads only what it reads: a worker
     its shard (as bytes), the evaluator the evaluation set, the ps nothing.  */
 #include "za_task.h"
+#include "za/za_images.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -20,6 +21,89 @@
 static const char *s_no_data =
     "cannot read the data set in '%s' (on Debian: apt-get install dataset-fashion-mnist, "
     "or give --dataset-dir)";
+
+// ---------------------------------------------------------------------------
+//  The data: the IDX files of --dataset-dir (and --eval-data), or the image
+//  folders of --train-data (and --eval-data, or its --validation-split).
+
+//  The image folder the settings name for training (train 1) or evaluation.
+//  Returns 0, or ZA_EXIT_USAGE after one message.
+static int
+s_images_config (const za_settings_t *s, int train, za_images_config_t *config)
+{
+    memset (config, 0, sizeof *config);
+    int size [2], sides = 0;
+    char text [64];
+    snprintf (text, sizeof text, "%s", s->image_size);
+    char *save = NULL;
+    for (char *item = strtok_r (text, ",", &save); item && sides < 3;
+         item = strtok_r (NULL, ",", &save))
+        size [sides < 2? sides: 1] = atoi (item), sides++;
+    if (sides < 1 || sides > 2 || (s->channels != 1 && s->channels != 3)) {
+        za_error ("--image-size %s --channels %d: give H,W (or one side) and 1 or 3 "
+                  "channels", s->image_size, (int) s->channels);
+        return ZA_EXIT_USAGE;
+    }
+    config->image = (za_image_spec_t) {
+        .height = size [0], .width = sides == 2? size [1]: size [0],
+        .channels = (int) s->channels, .resize = (za_resize_t) za_resize_parse (s->resize),
+        .crop_to_aspect_ratio = s->crop_to_aspect_ratio,
+    };
+    config->class_names = s->class_names;
+    config->seed = (uint64_t) s->seed;
+    config->validation_split = s->validation_split;
+    if (train) {
+        config->dir = s->train_data;
+        config->subset = s->validation_split > 0? ZA_SUBSET_TRAINING: ZA_SUBSET_ALL;
+    }
+    else
+    if (s->eval_data)
+        config->dir = s->eval_data;
+    else
+    if (s->validation_split > 0) {
+        config->dir = s->train_data;
+        config->subset = ZA_SUBSET_VALIDATION;
+    }
+    else {
+        za_error ("--train-data %s: say what to evaluate on: --eval-data DIR (class "
+                  "folders), --validation-split F, or --no-eval", s->train_data);
+        return ZA_EXIT_USAGE;
+    }
+    return 0;
+}
+
+//  What the training (train 1) or evaluation data holds. 0, or an exit
+//  status after one message.
+static int
+s_data_info (const za_settings_t *s, int train, za_dataset_info_t *info)
+{
+    if (s->train_data) {
+        za_images_config_t config;
+        if (s_images_config (s, train, &config))
+            return ZA_EXIT_USAGE;
+        return za_images_info (&config, info)? ZA_EXIT_USAGE: 0;
+    }
+    const char *dir = train || !s->eval_data? s->dataset_dir: s->eval_data;
+    if (za_idx_info_dir (dir, train? "train": "t10k", info)) {
+        za_info (s_no_data, dir);
+        return 1;
+    }
+    return 0;
+}
+
+//  The training data's shard (or the evaluation data's whole), or NULL.
+static za_dataset_t *
+s_data_load (const za_settings_t *s, int train, const char *dir, int shards, int shard)
+{
+    if (!s->train_data)
+        return za_idx_load_dir_shard (dir, train? "train": "t10k", shards, shard);
+    za_images_config_t config;
+    if (s_images_config (s, train, &config))
+        return NULL;
+    config.num_shards = shards;
+    config.shard_index = shard;
+    return za_images_load (&config);
+}
 
 //  The layer stack of --model (and --hidden-units), for `classes` classes.
 //  Returns 0, or an exit status after one message.
@@ -85,14 +169,18 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     za_dataset_info_t train = {0}, eval = {0};
     int own_input = program->input_fn != NULL;
     int need_train = !own_input || !program->examples_per_epoch || !program->input.height;
-    const char *eval_dir = settings->eval_data? settings->eval_data: settings->dataset_dir;
-    if (need_train && za_idx_info_dir (settings->dataset_dir, "train", &train)) {
-        za_info (s_no_data, settings->dataset_dir);
-        return 1;
-    }
-    if (need_eval && !own_input && za_idx_info_dir (eval_dir, "t10k", &eval)) {
-        za_info (s_no_data, eval_dir);
-        return 1;
+    int rc;
+    if (need_train && (rc = s_data_info (settings, 1, &train)))
+        return rc;
+    if (need_eval && !own_input && (rc = s_data_info (settings, 0, &eval)))
+        return rc;
+    if (settings->train_data && need_eval && !own_input
+        && (eval.height != train.height || eval.width != train.width
+            || eval.channels != train.channels || eval.n_classes != train.n_classes)) {
+        za_error ("--eval-data %s has %d classes, --train-data %s has %d: give both the "
+                  "same class folders (or --class-names)", settings->eval_data,
+                  eval.n_classes, settings->train_data, train.n_classes);
+        return ZA_EXIT_USAGE;
     }
     task->input = program->input.height > 0? program->input
                 : (za_input_shape_t) {train.height, train.width, train.channels};
@@ -167,7 +255,7 @@ za_task_input (void *arg, const za_input_context_t *context)
         if (task->train && (task->train_shards != shards || task->train_shard != shard))
             za_dataset_destroy (&task->train);
         if (!task->train) {
-            task->train = za_idx_load_dir_shard (asked.data_dir, "train", shards, shard);
+            task->train = s_data_load (s, 1, asked.data_dir, shards, shard);
             task->train_shards = shards;
             task->train_shard = shard;
         }
@@ -181,10 +269,12 @@ za_task_input (void *arg, const za_input_context_t *context)
                                                      : (int) s->shuffle_buffer;
         config.seed = asked.seed;
         config.epochs = -1;
+        config.threads = (int) s->input_threads;
         return za_input_new (task->train, &config);
     }
-    if (!task->eval && !(task->eval = za_idx_load_dir_shard (asked.data_dir, "t10k", 1, 0)))
+    if (!task->eval && !(task->eval = s_data_load (s, 0, asked.data_dir, 1, 0)))
         return NULL;
+    config.threads = (int) s->input_threads;
     return za_input_new (task->eval, &config);
 }
 

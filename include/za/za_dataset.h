@@ -17,6 +17,20 @@ extern "C" {
 //  features (NHWC, pixels scaled to [0, 1]) and one int32 label each. The
 //  features are held as floats, or (za_idx_load_dir_shard) as the files'
 //  bytes, a quarter of the memory, turned into floats as batches are made.
+//  A source that makes an example's bytes when the pipeline needs them (a
+//  folder of image files): the data set then holds the labels, and no pixel.
+typedef struct {
+    //  Writes example `index` (feature_size bytes, value / 255) into out,
+    //  with `scratch`, the calling thread's own. 0, or -1 when it cannot be
+    //  read: the pipeline leaves it out of its batch, and of every later
+    //  epoch (the loader says why, once).
+    int (*load) (void *source, int64_t index, void *scratch, uint8_t *out);
+    //  A thread's scratch (a decoder and its buffers); NULL when out of memory.
+    void *(*scratch_new) (void *source);
+    void (*scratch_destroy) (void **scratch_p);
+    void (*destroy) (void **source_p);
+} za_dataset_loader_t;
+
 typedef struct {
     int64_t count;
     int height, width, channels;
@@ -25,6 +39,9 @@ typedef struct {
     uint8_t *pixels;            //  [count, feature_size] bytes (value / 255), owned; or NULL
     int32_t *labels;            //  [count], owned
     int n_classes;              //  1 + the largest label
+    //  Examples made on demand, when features and pixels are NULL.
+    const za_dataset_loader_t *loader;
+    void *source;               //  owned: the loader destroys it
 } za_dataset_t;
 
 //  An empty data set of `count` examples of height x width x channels, its
@@ -34,6 +51,11 @@ typedef struct {
 za_dataset_t *za_dataset_new (int64_t count, int height, int width, int channels,
                               int as_bytes);
 
+//  An empty data set whose examples `loader` makes from `source` (taken:
+//  destroyed with the data set, or here on failure), for a source to fill
+//  the labels of. NULL with an error.
+za_dataset_t *za_dataset_new_loaded (int64_t count, int height, int width, int channels,
+                                     const za_dataset_loader_t *loader, void *source);
 //  Sets n_classes to 1 + the largest label, once a source has filled them.
 void za_dataset_count_classes (za_dataset_t *self);
 

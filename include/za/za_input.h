@@ -25,10 +25,13 @@ typedef struct {
     int replica;                //  the stream is cut into global batches of
                                 //  batch_size x replicas and this input keeps
                                 //  slice `replica` of each; 0 or 1: not split
+    int threads;                //  a data set of files (a loader): each batch's
+                                //  examples are decoded on this many threads
+                                //  (the producer's among them); default 1
 } za_input_config_t;
 
 //  Defaults: 1 shard, no shuffle, seed 0, 1 epoch, batch 32, keep remainder,
-//  prefetch 2.
+//  prefetch 2, 1 decoding thread.
 za_input_config_t za_input_config_default (void);
 
 //  The shuffle seed for training that starts (or resumes) at `step`: the

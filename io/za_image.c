@@ -1,0 +1,398 @@
+/*  za_image.c: JPEG (TurboJPEG, decode-time scaling) and PNG (libspng) to a
+    model's pixels, with a separable resize whose taps are planned per axis. */
+#include "za/za_image.h"
+#include "za/za_util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <spng.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+
+#define FILE_MAX_BYTES (256u << 20)     //  an image file larger is refused
+#define LUMA_R 0.299f                   //  ITU-R BT.601, as libjpeg's gray
+#define LUMA_G 0.587f
+#define LUMA_B 0.114f
+
+struct za_image_decoder_t {
+    tjhandle jpeg;
+    uint8_t *file;                      //  the file's bytes
+    size_t file_capacity;
+    uint8_t *decoded;                   //  the image at its decoded size
+    size_t decoded_capacity;
+    float *rows;                        //  the horizontal pass: [in height, out width, c]
+    size_t rows_capacity;
+    int *first;                         //  taps: per output index of both axes
+    int *count;
+    float *weights;
+    size_t first_capacity, count_capacity, weights_capacity;
+    char error [ZA_IMAGE_ERROR_MAX];    //  why the last decode failed
+};
+
+//  Keeps why a decode failed (za_image_error). Returns -1.
+static int
+s_fail (za_image_decoder_t *self, const char *fmt, ...) __attribute__ ((format (printf, 2, 3)));
+
+static int
+s_fail (za_image_decoder_t *self, const char *fmt, ...)
+{
+    va_list args;
+    va_start (args, fmt);
+    vsnprintf (self->error, sizeof self->error, fmt, args);
+    va_end (args);
+    return -1;
+}
+
+int
+za_resize_parse (const char *name)
+{
+    return !name? -1: strcmp (name, "area") == 0? ZA_RESIZE_AREA
+         : strcmp (name, "bilinear") == 0? ZA_RESIZE_BILINEAR: -1;
+}
+
+const char *
+za_resize_name (za_resize_t resize)
+{
+    return resize == ZA_RESIZE_BILINEAR? "bilinear": "area";
+}
+
+za_image_decoder_t *
+za_image_decoder_new (void)
+{
+    za_image_decoder_t *self = (za_image_decoder_t *) calloc (1, sizeof *self);
+    if (!self || !(self->jpeg = tjInitDecompress ())) {
+        za_error ("image decoder: out of memory");
+        free (self);
+        return NULL;
+    }
+    return self;
+}
+
+void
+za_image_decoder_destroy (za_image_decoder_t **self_p)
+{
+    za_image_decoder_t *self = *self_p;
+    if (!self)
+        return;
+    tjDestroy (self->jpeg);
+    free (self->file);
+    free (self->decoded);
+    free (self->rows);
+    free (self->first);
+    free (self->count);
+    free (self->weights);
+    free (self);
+    *self_p = NULL;
+}
+
+//  Grows *buffer to hold `bytes`. 0 or -1 with an error.
+static int
+s_reserve (za_image_decoder_t *self, void **buffer, size_t *capacity, size_t bytes)
+{
+    if (bytes <= *capacity)
+        return 0;
+    void *grown = realloc (*buffer, bytes);
+    if (!grown)
+        return s_fail (self, "out of memory for %zu bytes", bytes);
+    *buffer = grown;
+    *capacity = bytes;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+//  Resize: per axis, each output index reads `count` inputs from `first`
+//  with weights that sum to 1.
+
+//  Plans one axis: `in` input pixels from `offset` (a crop) onto `out`.
+static void
+s_plan_axis (int in, double offset, double span, int out, za_resize_t resize, int *first,
+             int *count, float *weights, int max_taps)
+{
+    double scale = span / out;
+    for (int o = 0; o < out; o++) {
+        float *w = weights + (size_t) o * max_taps;
+        if (resize == ZA_RESIZE_AREA && scale >= 1.0) {
+            double x0 = offset + o * scale, x1 = x0 + scale;
+            int i0 = (int) floor (x0), i1 = (int) ceil (x1);
+            if (i1 > in)
+                i1 = in;
+            first [o] = i0;
+            count [o] = i1 - i0;
+            for (int i = i0; i < i1; i++) {
+                double lo = i > x0? i: x0, hi = i + 1 < x1? i + 1: x1;
+                w [i - i0] = (float) ((hi - lo) / scale);
+            }
+        }
+        else {
+            double center = offset + (o + 0.5) * scale - 0.5;
+            int i0 = (int) floor (center);
+            float f = (float) (center - i0);
+            if (i0 < 0)
+                i0 = 0, f = 0;
+            if (i0 >= in - 1)
+                i0 = in - 1, f = 0;
+            first [o] = i0;
+            count [o] = f > 0? 2: 1;
+            w [0] = 1.0f - f;
+            w [1] = f;
+        }
+    }
+}
+
+//  src [h, w, c] -> out [spec height, width, c], cropping to the target's
+//  aspect ratio when asked.
+static int
+s_resize (za_image_decoder_t *self, const uint8_t *src, int h, int w, int c,
+          const za_image_spec_t *spec, uint8_t *out)
+{
+    int oh = spec->height, ow = spec->width;
+    double span_h = h, span_w = w, off_h = 0, off_w = 0;
+    if (spec->crop_to_aspect_ratio) {
+        double target = (double) ow / oh;
+        if ((double) w / h > target)
+            span_w = h * target, off_w = (w - span_w) / 2;
+        else
+            span_h = w / target, off_h = (h - span_h) / 2;
+    }
+    int taps_h = (int) ceil (span_h / oh) + 2, taps_w = (int) ceil (span_w / ow) + 2;
+    int taps = taps_h > taps_w? taps_h: taps_w;
+    size_t outs = (size_t) oh + ow;
+    if (s_reserve (self, (void **) &self->first, &self->first_capacity, outs * sizeof (int))
+        || s_reserve (self, (void **) &self->count, &self->count_capacity, outs * sizeof (int))
+        || s_reserve (self, (void **) &self->weights, &self->weights_capacity,
+                      outs * taps * sizeof (float))
+        || s_reserve (self, (void **) &self->rows, &self->rows_capacity,
+                      (size_t) h * ow * c * sizeof (float)))
+        return -1;
+    int *first_w = self->first, *first_h = self->first + ow;
+    int *count_w = self->count, *count_h = self->count + ow;
+    float *weights_w = self->weights, *weights_h = self->weights + (size_t) ow * taps;
+    s_plan_axis (w, off_w, span_w, ow, spec->resize, first_w, count_w, weights_w, taps);
+    s_plan_axis (h, off_h, span_h, oh, spec->resize, first_h, count_h, weights_h, taps);
+    //  Horizontal pass over the rows the vertical one reads.
+    int row_lo = first_h [0], row_hi = first_h [oh - 1] + count_h [oh - 1];
+    for (int y = row_lo; y < row_hi; y++) {
+        const uint8_t *in = src + (size_t) y * w * c;
+        float *row = self->rows + (size_t) y * ow * c;
+        for (int x = 0; x < ow; x++) {
+            const float *wt = weights_w + (size_t) x * taps;
+            for (int k = 0; k < c; k++) {
+                float sum = 0;
+                for (int t = 0; t < count_w [x]; t++)
+                    sum += wt [t] * in [(size_t) (first_w [x] + t) * c + k];
+                row [(size_t) x * c + k] = sum;
+            }
+        }
+    }
+    for (int y = 0; y < oh; y++) {
+        const float *wt = weights_h + (size_t) y * taps;
+        uint8_t *line = out + (size_t) y * ow * c;
+        for (size_t i = 0; i < (size_t) ow * c; i++) {
+            float sum = 0;
+            for (int t = 0; t < count_h [y]; t++)
+                sum += wt [t] * self->rows [(size_t) (first_h [y] + t) * ow * c + i];
+            int v = (int) (sum + 0.5f);
+            line [i] = (uint8_t) (v < 0? 0: v > 255? 255: v);
+        }
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+//  Decoders
+
+//  The smallest of TurboJPEG's scales (at most 1) that keeps the image (or
+//  its crop) at or above the target on both axes.
+static tjscalingfactor
+s_jpeg_scale (int w, int h, const za_image_spec_t *spec)
+{
+    double need_w = spec->width, need_h = spec->height;
+    if (spec->crop_to_aspect_ratio) {
+        //  The crop keeps the whole of one axis; the other is cut to the ratio.
+        double target = (double) spec->width / spec->height;
+        if ((double) w / h > target)
+            need_w = spec->height * ((double) w / h);
+        else
+            need_h = spec->width / ((double) w / h);
+    }
+    int count = 0;
+    tjscalingfactor *factors = tjGetScalingFactors (&count);
+    tjscalingfactor best = {1, 1};
+    for (int i = 0; factors && i < count; i++) {
+        tjscalingfactor f = factors [i];
+        if (f.num > f.denom || TJSCALED (w, f) < need_w || TJSCALED (h, f) < need_h)
+            continue;
+        if (TJSCALED (w, f) < TJSCALED (w, best))
+            best = f;
+    }
+    return best;
+}
+
+static int
+s_decode_jpeg (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
+               const za_image_spec_t *spec, uint8_t *out)
+{
+    int w, h, subsampling, colorspace;
+    if (tjDecompressHeader3 (self->jpeg, bytes, (unsigned long) size, &w, &h, &subsampling,
+                             &colorspace))
+        return s_fail (self, "not a readable JPEG: %s", tjGetErrorStr2 (self->jpeg));
+    if (w <= 0 || h <= 0 || w > ZA_IMAGE_SIDE_MAX || h > ZA_IMAGE_SIDE_MAX)
+        return s_fail (self, "a JPEG of %dx%d (at most %d a side)", w, h, ZA_IMAGE_SIDE_MAX);
+    tjscalingfactor scale = s_jpeg_scale (w, h, spec);
+    int sw = TJSCALED (w, scale), sh = TJSCALED (h, scale), c = spec->channels;
+    if (s_reserve (self, (void **) &self->decoded, &self->decoded_capacity, (size_t) sw * sh * c))
+        return -1;
+    int format = c == 1? TJPF_GRAY: TJPF_RGB;
+    //  A warning (a truncated file is filled with gray) is an error here.
+    if (tjDecompress2 (self->jpeg, bytes, (unsigned long) size, self->decoded, sw, 0, sh, format,
+                       TJFLAG_STOPONWARNING))
+        return s_fail (self, "a corrupt or truncated JPEG: %s", tjGetErrorStr2 (self->jpeg));
+    return s_resize (self, self->decoded, sh, sw, c, spec, out);
+}
+
+static int
+s_decode_png (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
+              const za_image_spec_t *spec, uint8_t *out)
+{
+    spng_ctx *png = spng_ctx_new (0);
+    if (!png)
+        return s_fail (self, "PNG: out of memory");
+    struct spng_ihdr ihdr;
+    size_t rgb_size = 0;
+    int rc = spng_set_png_buffer (png, bytes, size);
+    if (!rc)
+        rc = spng_get_ihdr (png, &ihdr);
+    if (!rc && (ihdr.width > ZA_IMAGE_SIDE_MAX || ihdr.height > ZA_IMAGE_SIDE_MAX)) {
+        spng_ctx_free (png);
+        return s_fail (self, "a PNG of %ux%u (at most %d a side)", ihdr.width, ihdr.height,
+                         ZA_IMAGE_SIDE_MAX);
+    }
+    if (!rc)
+        rc = spng_decoded_image_size (png, SPNG_FMT_RGB8, &rgb_size);
+    if (!rc)
+        rc = s_reserve (self, (void **) &self->decoded, &self->decoded_capacity, rgb_size)? -1: 0;
+    if (!rc)
+        rc = spng_decode_image (png, self->decoded, rgb_size, SPNG_FMT_RGB8, SPNG_DECODE_TRNS);
+    spng_ctx_free (png);
+    if (rc)
+        return s_fail (self, "a corrupt or truncated PNG: %s",
+                         rc > 0? spng_strerror (rc): "out of memory");
+    int w = (int) ihdr.width, h = (int) ihdr.height;
+    if (spec->channels == 1) {
+        //  Gray in place: for a gray PNG (r = g = b) each value is kept exactly.
+        size_t pixels = (size_t) w * h;
+        for (size_t i = 0; i < pixels; i++) {
+            const uint8_t *p = self->decoded + i * 3;
+            float y = LUMA_R * p [0] + LUMA_G * p [1] + LUMA_B * p [2];
+            self->decoded [i] = (uint8_t) (y + 0.5f);
+        }
+    }
+    return s_resize (self, self->decoded, h, w, spec->channels, spec, out);
+}
+
+int
+za_image_decode (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
+                 const za_image_spec_t *spec, uint8_t *out)
+{
+    static const uint8_t png_magic [8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    if (spec->height <= 0 || spec->width <= 0
+        || (spec->channels != 1 && spec->channels != 3))
+        return s_fail (self, "image: cannot make %dx%dx%d pixels", spec->height, spec->width,
+                         spec->channels);
+    if (size >= 3 && bytes [0] == 0xff && bytes [1] == 0xd8 && bytes [2] == 0xff)
+        return s_decode_jpeg (self, bytes, size, spec, out);
+    if (size >= 8 && memcmp (bytes, png_magic, 8) == 0)
+        return s_decode_png (self, bytes, size, spec, out);
+    return s_fail (self, "not a JPEG or PNG (its first bytes are neither's)");
+}
+
+int
+za_image_load (za_image_decoder_t *self, const char *path, const za_image_spec_t *spec,
+               uint8_t *out)
+{
+    FILE *file = fopen (path, "rb");
+    if (!file)
+        return s_fail (self, "%s: cannot open: %s", path, strerror (errno));
+    long size = fseek (file, 0, SEEK_END) == 0? ftell (file): -1;
+    int rc = -1;
+    if (size < 0 || (unsigned long) size > FILE_MAX_BYTES || fseek (file, 0, SEEK_SET))
+        s_fail (self, "%s: %ld bytes (an image file has at most %u)", path, size,
+                FILE_MAX_BYTES);
+    else
+    if (s_reserve (self, (void **) &self->file, &self->file_capacity, (size_t) size + 1) == 0) {
+        if (fread (self->file, 1, (size_t) size, file) != (size_t) size)
+            s_fail (self, "%s: cannot read: %s", path, strerror (errno));
+        else
+        if (za_image_decode (self, self->file, (size_t) size, spec, out)) {
+            char why [ZA_IMAGE_ERROR_MAX];
+            snprintf (why, sizeof why, "%s", self->error);
+            s_fail (self, "%s: %s", path, why);
+        }
+        else
+            rc = 0;
+    }
+    fclose (file);
+    return rc;
+}
+
+const char *
+za_image_error (const za_image_decoder_t *self)
+{
+    return self->error;
+}
+
+// ---------------------------------------------------------------------------
+//  Encoders
+
+int
+za_image_write_jpeg (const char *path, const uint8_t *pixels, int height, int width,
+                     int channels, int quality)
+{
+    tjhandle jpeg = tjInitCompress ();
+    if (!jpeg)
+        return za_error ("JPEG: out of memory");
+    unsigned char *data = NULL;
+    unsigned long size = 0;
+    int rc = tjCompress2 (jpeg, pixels, width, 0, height, channels == 1? TJPF_GRAY: TJPF_RGB,
+                          &data, &size, channels == 1? TJSAMP_GRAY: TJSAMP_420, quality,
+                          TJFLAG_ACCURATEDCT);
+    if (rc)
+        za_error ("%s: JPEG: %s", path, tjGetErrorStr2 (jpeg));
+    FILE *file = rc? NULL: fopen (path, "wb");
+    if (!rc && (!file || fwrite (data, 1, size, file) != size))
+        rc = za_error ("%s: cannot write: %s", path, strerror (errno));
+    if (file && fclose (file) && !rc)
+        rc = za_error ("%s: cannot write: %s", path, strerror (errno));
+    tjFree (data);
+    tjDestroy (jpeg);
+    return rc? -1: 0;
+}
+
+int
+za_image_write_png (const char *path, const uint8_t *pixels, int height, int width,
+                    int channels)
+{
+    FILE *file = fopen (path, "wb");
+    if (!file)
+        return za_error ("%s: cannot write: %s", path, strerror (errno));
+    spng_ctx *png = spng_ctx_new (SPNG_CTX_ENCODER);
+    struct spng_ihdr ihdr = {
+        .width = (uint32_t) width, .height = (uint32_t) height, .bit_depth = 8,
+        .color_type = channels == 1? SPNG_COLOR_TYPE_GRAYSCALE: SPNG_COLOR_TYPE_TRUECOLOR,
+    };
+    size_t size = (size_t) height * width * channels;
+    int rc = png? 0: SPNG_EMEM;
+    if (!rc)
+        rc = spng_set_png_file (png, file);
+    if (!rc)
+        rc = spng_set_ihdr (png, &ihdr);
+    if (!rc)
+        rc = spng_encode_image (png, pixels, size, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
+    spng_ctx_free (png);
+    if (fclose (file) && !rc)
+        return za_error ("%s: cannot write: %s", path, strerror (errno));
+    return rc? za_error ("%s: PNG: %s", path, spng_strerror (rc)): 0;
+}

@@ -1,0 +1,394 @@
+/*  test_images.c: folders of real Fashion-MNIST pixels written as PNG and
+    JPEG files, read back as a data set (Keras's image_dataset_from_directory
+    semantics), bad files skipped with the run going on, and zactor-run
+    training from a folder to the IDX run's accuracy.                      */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "za/za_images.h"
+#include "za/za_input.h"
+#include "za/za_util.h"
+#include "za_test.h"
+
+#define SIDE 28
+#define CLASSES 10
+
+enum { PNG, JPEG };
+
+//  Example i of the data set as bytes (the IDX loader keeps floats here).
+static void
+s_pixels (const za_dataset_t *fashion, int64_t i, uint8_t *out)
+{
+    for (int k = 0; k < SIDE * SIDE; k++)
+        out [k] = (uint8_t) lrintf (fashion->features [i * SIDE * SIDE + k] * 255.0f);
+}
+
+//  Writes the first `count` examples into dir/class_L/NNNNN.ext; `scale` > 1
+//  writes them that many times larger, as RGB. Returns dir.
+static char *
+s_write_folder (const za_dataset_t *fashion, int64_t count, const char *name, int format,
+                int scale)
+{
+    char *dir = za_test_path (name);
+    mkdir (dir, 0755);
+    for (int c = 0; c < CLASSES; c++) {
+        char class_dir [512];
+        snprintf (class_dir, sizeof class_dir, "%s/class_%d", dir, c);
+        mkdir (class_dir, 0755);
+    }
+    int side = SIDE * scale, channels = scale > 1? 3: 1;
+    uint8_t gray [SIDE * SIDE];
+    uint8_t *image = malloc ((size_t) side * side * channels);
+    for (int64_t i = 0; i < count; i++) {
+        s_pixels (fashion, i, gray);
+        for (int y = 0; y < side; y++)
+            for (int x = 0; x < side; x++)
+                for (int k = 0; k < channels; k++)
+                    image [((size_t) y * side + x) * channels + k]
+                        = gray [(y / scale) * SIDE + x / scale];
+        char path [600];
+        snprintf (path, sizeof path, "%s/class_%d/%05lld.%s", dir, fashion->labels [i],
+                  (long long) i, format == PNG? "png": "jpg");
+        int rc = format == PNG? za_image_write_png (path, image, side, side, channels)
+                              : za_image_write_jpeg (path, image, side, side, channels, 95);
+        cr_assert_eq (rc, 0, "%s", za_last_error ());
+    }
+    free (image);
+    return dir;
+}
+
+static za_images_config_t
+s_config (const char *dir)
+{
+    za_images_config_t config = {
+        .dir = dir,
+        .image = {.height = SIDE, .width = SIDE, .channels = 1, .resize = ZA_RESIZE_AREA},
+    };
+    return config;
+}
+
+//  One pass over the data set in order, batches of `batch` on `threads`;
+//  the examples into features (count x SIDE*SIDE floats) and labels.
+static int64_t
+s_read_all (const za_dataset_t *dataset, int batch, int threads, float *features,
+            int32_t *labels)
+{
+    za_input_config_t config = za_input_config_default ();
+    config.batch_size = batch;
+    config.threads = threads;
+    za_input_t *input = za_input_new (dataset, &config);
+    cr_assert_not_null (input, "%s", za_last_error ());
+    za_batch_t b;
+    int64_t n = 0;
+    while (za_input_next (input, &b)) {
+        memcpy (features + n * SIDE * SIDE, b.features, sizeof (float) * b.size * SIDE * SIDE);
+        memcpy (labels + n, b.labels, sizeof (int32_t) * b.size);
+        n += b.size;
+    }
+    za_input_destroy (&input);
+    return n;
+}
+
+//  The index in `fashion` of the example a folder lists at position `at`:
+//  class by class, by index within the class.
+static int64_t
+s_source_of (const za_dataset_t *fashion, int64_t count, int64_t at)
+{
+    for (int c = 0; c < CLASSES; c++)
+        for (int64_t i = 0; i < count; i++)
+            if (fashion->labels [i] == c && at-- == 0)
+                return i;
+    return -1;
+}
+
+Test (images, png_folder_gives_the_idx_pixels_and_labels)
+{
+    za_test_dir_create ("za_images");
+    const int64_t count = 300;
+    za_dataset_t *fashion = za_test_fashion ("train", count);
+    char *dir = s_write_folder (fashion, count, "png", PNG, 1);
+    za_images_config_t config = s_config (dir);
+    za_dataset_info_t info;
+    cr_assert_eq (za_images_info (&config, &info), 0, "%s", za_last_error ());
+    cr_expect_eq (info.count, count);
+    cr_expect_eq (info.n_classes, CLASSES);
+    za_dataset_t *dataset = za_images_load (&config);
+    cr_assert_not_null (dataset, "%s", za_last_error ());
+    cr_expect_null (dataset->pixels, "no pixel is held");
+    float *features = malloc (sizeof (float) * count * SIDE * SIDE);
+    int32_t *labels = malloc (sizeof (int32_t) * count);
+    cr_assert_eq (s_read_all (dataset, 32, 2, features, labels), count);
+    for (int64_t at = 0; at < count; at++) {
+        int64_t i = s_source_of (fashion, count, at);
+        cr_assert_eq (labels [at], fashion->labels [i], "example %lld", (long long) at);
+        cr_assert_eq (memcmp (features + at * SIDE * SIDE, fashion->features + i * SIDE * SIDE,
+                              sizeof (float) * SIDE * SIDE), 0,
+                      "example %lld (%s) differs from Fashion-MNIST %lld", (long long) at,
+                      za_images_path (dataset, at), (long long) i);
+    }
+    free (features), free (labels), free (dir);
+    za_dataset_destroy (&dataset);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
+
+//  JPEG at quality 95 of images upscaled to 56x56 RGB, read back at 28x28
+//  gray: the same pixels but for the JPEG's loss.
+Test (images, jpeg_upscaled_rgb_resized_back_to_gray)
+{
+    za_test_dir_create ("za_images");
+    const int64_t count = 200;
+    za_dataset_t *fashion = za_test_fashion ("train", count);
+    char *dir = s_write_folder (fashion, count, "jpeg", JPEG, 2);
+    za_images_config_t config = s_config (dir);
+    za_dataset_t *dataset = za_images_load (&config);
+    cr_assert_not_null (dataset, "%s", za_last_error ());
+    float *features = malloc (sizeof (float) * count * SIDE * SIDE);
+    int32_t *labels = malloc (sizeof (int32_t) * count);
+    cr_assert_eq (s_read_all (dataset, 64, 1, features, labels), count);
+    double total = 0, worst = 0;
+    for (int64_t at = 0; at < count; at++) {
+        int64_t i = s_source_of (fashion, count, at);
+        cr_assert_eq (labels [at], fashion->labels [i]);
+        for (int k = 0; k < SIDE * SIDE; k++) {
+            double d = fabs (features [at * SIDE * SIDE + k]
+                             - fashion->features [i * SIDE * SIDE + k]) * 255;
+            total += d;
+            worst = d > worst? d: worst;
+        }
+    }
+    double mean = total / ((double) count * SIDE * SIDE);
+    cr_expect (mean < 2.0, "mean difference %.2f of 255", mean);
+    cr_expect (worst < 64, "largest difference %.0f of 255", worst);
+    free (features), free (labels), free (dir);
+    za_dataset_destroy (&dataset);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
+
+//  Writes `bytes` to path.
+static void
+s_write_bytes (const char *path, const void *bytes, size_t size)
+{
+    FILE *file = fopen (path, "wb");
+    cr_assert_not_null (file);
+    cr_assert_eq (fwrite (bytes, 1, size, file), size);
+    fclose (file);
+}
+
+//  A truncated JPEG, a PNG with a flipped byte (its CRC no longer holds) and
+//  a text file named .jpg are skipped, each with one warning; the others
+//  train, every epoch, with their own labels.
+Test (images, bad_files_are_skipped_and_the_rest_go_on)
+{
+    za_test_dir_create ("za_images");
+    const int64_t count = 60;
+    za_dataset_t *fashion = za_test_fashion ("train", count);
+    char *dir = s_write_folder (fashion, count, "bad", PNG, 1);
+    char path [600], good [600];
+    size_t size;
+    //  A truncated JPEG in class 1.
+    snprintf (good, sizeof good, "%s/class_1/whole.jpg", dir);
+    uint8_t gray [SIDE * SIDE];
+    s_pixels (fashion, 0, gray);
+    cr_assert_eq (za_image_write_jpeg (good, gray, SIDE, SIDE, 1, 95), 0);
+    uint8_t *bytes = za_test_read_file (good, &size);
+    snprintf (path, sizeof path, "%s/class_1/truncated.jpg", dir);
+    s_write_bytes (path, bytes, size / 2);
+    free (bytes);
+    unlink (good);
+    //  A PNG whose image data has a flipped byte, in class 2.
+    snprintf (good, sizeof good, "%s/class_2/00000.png", dir);
+    snprintf (path, sizeof path, "%s/class_2/flipped.png", dir);
+    cr_assert_eq (za_image_write_png (good, gray, SIDE, SIDE, 1), 0);
+    bytes = za_test_read_file (good, &size);
+    bytes [size - 20] ^= 0x55;          //  inside IDAT, before its CRC and IEND
+    s_write_bytes (path, bytes, size);
+    free (bytes);
+    unlink (good);
+    //  Not an image at all, in class 3.
+    snprintf (path, sizeof path, "%s/class_3/notes.jpg", dir);
+    s_write_bytes (path, "these are my notes\n", 19);
+
+    za_images_config_t config = s_config (dir);
+    za_dataset_t *dataset = za_images_load (&config);
+    cr_assert_not_null (dataset, "%s", za_last_error ());
+    cr_expect_eq (dataset->count, count + 3, "the bad files are listed");
+    float *features = malloc (sizeof (float) * (count + 3) * SIDE * SIDE);
+    int32_t *labels = malloc (sizeof (int32_t) * (count + 3));
+    for (int epoch = 0; epoch < 2; epoch++) {
+        cr_assert_eq (s_read_all (dataset, 8, 2, features, labels), count,
+                      "epoch %d: the %lld good images", epoch, (long long) count);
+        cr_expect_eq (za_images_bad (dataset), 3, "three bad, each counted once");
+        int per_class [CLASSES] = {0}, expected [CLASSES] = {0};
+        for (int64_t i = 0; i < count; i++)
+            per_class [labels [i]]++, expected [fashion->labels [i]]++;
+        for (int c = 0; c < CLASSES; c++)
+            cr_expect_eq (per_class [c], expected [c], "class %d", c);
+    }
+    free (features), free (labels), free (dir);
+    za_dataset_destroy (&dataset);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
+
+Test (images, empty_class_keeps_its_label_and_no_images_is_an_error)
+{
+    za_test_dir_create ("za_images");
+    za_dataset_t *fashion = za_test_fashion ("train", 30);
+    char *dir = s_write_folder (fashion, 30, "classes", PNG, 1);
+    char path [600];
+    snprintf (path, sizeof path, "%s/class_99_empty", dir);
+    mkdir (path, 0755);
+    za_images_config_t config = s_config (dir);
+    za_dataset_info_t info;
+    cr_assert_eq (za_images_info (&config, &info), 0, "%s", za_last_error ());
+    cr_expect_eq (info.n_classes, CLASSES + 1, "the empty folder is a class");
+    //  Named classes: these folders, labels in this order.
+    config.class_names = "class_3,class_1";
+    cr_assert_eq (za_images_info (&config, &info), 0, "%s", za_last_error ());
+    cr_expect_eq (info.n_classes, 2);
+    za_error_set_quiet (1);
+    config.class_names = "class_3,shoes";
+    cr_expect_eq (za_images_info (&config, &info), -1);
+    cr_expect (strstr (za_last_error (), "'shoes' has no folder") != NULL, "%s",
+               za_last_error ());
+    config = s_config (path);           //  a folder with no class folders
+    cr_expect_eq (za_images_info (&config, &info), -1);
+    cr_expect (strstr (za_last_error (), "no class folders") != NULL, "%s", za_last_error ());
+    char *none = za_test_path ("nothing");
+    mkdir (none, 0755);
+    snprintf (path, sizeof path, "%s/cats", none);
+    mkdir (path, 0755);
+    config = s_config (none);
+    cr_expect_eq (za_images_info (&config, &info), -1);
+    cr_expect (strstr (za_last_error (), "has no images") != NULL, "%s", za_last_error ());
+    config = s_config ("/nonexistent/zactor/images");
+    cr_expect_eq (za_images_info (&config, &info), -1);
+    cr_expect (strstr (za_last_error (), "cannot read") != NULL, "%s", za_last_error ());
+    za_error_set_quiet (0);
+    free (dir), free (none);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
+
+//  Keras's split: a seeded shuffle, training the first part; shards of a
+//  subset are disjoint and cover it.
+Test (images, validation_split_and_shards_partition_the_files)
+{
+    za_test_dir_create ("za_images");
+    const int64_t count = 100;
+    za_dataset_t *fashion = za_test_fashion ("train", count);
+    char *dir = s_write_folder (fashion, count, "split", PNG, 1);
+    za_images_config_t config = s_config (dir);
+    config.validation_split = 0.25;
+    config.seed = 7;
+    config.subset = ZA_SUBSET_TRAINING;
+    za_dataset_t *training = za_images_load (&config);
+    config.subset = ZA_SUBSET_VALIDATION;
+    za_dataset_t *validation = za_images_load (&config);
+    cr_assert (training && validation, "%s", za_last_error ());
+    cr_expect_eq (training->count, 75);
+    cr_expect_eq (validation->count, 25);
+    for (int64_t i = 0; i < training->count; i++)
+        for (int64_t j = 0; j < validation->count; j++)
+            cr_assert_str_neq (za_images_path (training, i), za_images_path (validation, j));
+    //  Two shards of the training part: disjoint, and together all of it.
+    config.subset = ZA_SUBSET_TRAINING;
+    config.num_shards = 2;
+    int64_t seen = 0;
+    for (int shard = 0; shard < 2; shard++) {
+        config.shard_index = shard;
+        za_dataset_t *part = za_images_load (&config);
+        cr_assert_not_null (part);
+        for (int64_t i = 0; i < part->count; i++, seen++)
+            cr_expect_str_eq (za_images_path (part, i),
+                              za_images_path (training, shard + 2 * i));
+        za_dataset_destroy (&part);
+    }
+    cr_expect_eq (seen, 75);
+    za_dataset_destroy (&training);
+    za_dataset_destroy (&validation);
+    free (dir);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
+
+//  The accuracy zactor-run prints, or -1.
+static double
+s_accuracy (const char *const *args)
+{
+    za_test_result_t result = za_test_run (args, 900);
+    cr_expect_eq (result.exit_code, 0, "%s", result.err);
+    const char *line = result.out? strstr (result.out, "test accuracy "): NULL;
+    double accuracy = -1;
+    if (!line || sscanf (line, "test accuracy %lf", &accuracy) != 1)
+        cr_expect_fail ("no accuracy in: %s %s", result.out, result.err);
+    za_test_result_free (&result);
+    return accuracy;
+}
+
+//  The acceptance's run: Fashion-MNIST written as JPEG (quality 95) at 56x56
+//  RGB, read back at 28x28 gray, trains the seed CNN for 2 epochs to the IDX
+//  run's test accuracy within 1 point.
+Test (images, training_from_jpeg_folders_matches_the_idx_run, .timeout = 1800)
+{
+    za_test_dir_create ("za_images");
+    za_dataset_t *train = za_test_fashion ("train", 0);
+    za_dataset_t *test = za_test_fashion ("t10k", 0);
+    char *train_dir = s_write_folder (train, train->count, "train", JPEG, 2);
+    char *test_dir = s_write_folder (test, test->count, "test", JPEG, 2);
+    char *idx_model = za_test_path ("idx_model"), *images_model = za_test_path ("img_model");
+    const char *idx_args [] = {"--epochs", "2", "--model-dir", idx_model, "--threads", "2",
+                               NULL};
+    const char *image_args [] = {"--epochs", "2", "--model-dir", images_model, "--threads", "2",
+                                 "--train-data", train_dir, "--eval-data", test_dir,
+                                 "--image-size", "28", "--channels", "1", NULL};
+    double idx = s_accuracy (idx_args);
+    double images = s_accuracy (image_args);
+    cr_expect (images > 0.85 && fabs (images - idx) <= 0.01,
+               "from JPEG folders %.4f, from IDX %.4f", images, idx);
+    printf ("test accuracy after 2 epochs: IDX %.4f, JPEG folders %.4f\n", idx, images);
+    free (train_dir), free (test_dir), free (idx_model), free (images_model);
+    za_dataset_destroy (&train);
+    za_dataset_destroy (&test);
+    za_test_dir_remove ();
+}
+
+//  Exit 2 with the reason before any training, and a validation split that
+//  evaluates on its held-out part.
+Test (images, command_line_says_what_is_wrong_and_splits)
+{
+    za_test_dir_create ("za_images");
+    za_dataset_t *fashion = za_test_fashion ("train", 50);
+    char *dir = s_write_folder (fashion, 50, "cli", PNG, 1);
+    char *model = za_test_path ("model");
+    const char *missing [] = {"--train-data", "/nonexistent/zactor/images", "--max-steps", "5",
+                              "--model-dir", model, NULL};
+    za_test_result_t result = za_test_run (missing, 60);
+    cr_expect_eq (result.exit_code, 2);
+    cr_expect (strstr (result.err, "/nonexistent/zactor/images: cannot read the folder"),
+               "%s", result.err);
+    za_test_result_free (&result);
+    const char *no_eval [] = {"--train-data", dir, "--max-steps", "5", "--image-size", "28",
+                              "--channels", "1", "--model-dir", model, NULL};
+    result = za_test_run (no_eval, 60);
+    cr_expect_eq (result.exit_code, 2);
+    cr_expect (strstr (result.err, "say what to evaluate on"), "%s", result.err);
+    za_test_result_free (&result);
+    const char *split [] = {"--train-data", dir, "--validation-split", "0.2", "--max-steps",
+                            "20", "--image-size", "28", "--channels", "1", "--model-dir", model,
+                            NULL};
+    result = za_test_run (split, 300);
+    cr_expect_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect (strstr (result.out, "on 10 examples"), "the held-out fifth: %s", result.out);
+    za_test_result_free (&result);
+    free (dir), free (model);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
