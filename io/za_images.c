@@ -1,286 +1,396 @@
-/*  za_images.c: a folder of class folders listed into paths and labels (no
-    image read), and the loader that decodes an example when it is needed. */
+/*  za_images.c: images as a data set: the source (a folder of class folders,
+    a pattern of images, TFRecord files) listed into paths, offsets and
+    labels (no image decoded), the split and the shard kept, and the loader
+    that decodes an example when it is needed.                              */
+#define _GNU_SOURCE                     //  pread
 #include "za/za_images.h"
+#include "za_listing.h"
+#include "za/za_tfrecord.h"
 #include "za/za_util.h"
 
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#define PATH_CHARS_MAX 4096
+#define TFRECORD_PREFIX "tfrecord:"
+#define MESSAGE_MAX 1024
 
-//  The files found: paths (NUL-separated in one buffer) and labels.
-typedef struct {
-    char *text;
-    size_t used, capacity;
-    int64_t *at;                        //  each path's offset in text
-    int32_t *label;
-    int64_t count, slots;
-} s_list_t;
+typedef enum { SOURCE_FOLDER, SOURCE_PATTERN, SOURCE_TFRECORD } s_kind_t;
 
 //  What the loader decodes from.
 typedef struct {
-    s_list_t list;
+    za_listing_t list;
     za_image_spec_t image;
+    const char *image_key;
+    int spill;                          //  GZIP files' records, uncompressed
+                                        //  (an unlinked temp file), or -1
     uint8_t *bad;                       //  per example: 1 once it failed to decode
     int64_t bad_count;
 } s_source_t;
 
-static void
-s_list_free (s_list_t *list)
-{
-    free (list->text);
-    free (list->at);
-    free (list->label);
-    memset (list, 0, sizeof *list);
-}
-
-static int
-s_list_add (s_list_t *list, const char *path, int32_t label)
-{
-    size_t length = strlen (path) + 1;
-    if (list->used + length > list->capacity) {
-        size_t capacity = list->capacity? list->capacity * 2: 1 << 16;
-        while (capacity < list->used + length)
-            capacity *= 2;
-        char *text = realloc (list->text, capacity);
-        if (!text)
-            return za_error ("listing images: out of memory");
-        list->text = text;
-        list->capacity = capacity;
-    }
-    if (list->count == list->slots) {
-        int64_t slots = list->slots? list->slots * 2: 1024;
-        int64_t *at = realloc (list->at, (size_t) slots * sizeof *at);
-        if (at)
-            list->at = at;
-        int32_t *label = at? realloc (list->label, (size_t) slots * sizeof *label): NULL;
-        if (!label)
-            return za_error ("listing images: out of memory");
-        list->label = label;
-        list->slots = slots;
-    }
-    memcpy (list->text + list->used, path, length);
-    list->at [list->count] = (int64_t) list->used;
-    list->label [list->count++] = label;
-    list->used += length;
-    return 0;
-}
-
-
-static int
-s_is_image_name (const char *name)
-{
-    const char *dot = strrchr (name, '.');
-    if (!dot)
-        return 0;
-    char ext [8];
-    size_t n = 0;
-    for (const char *p = dot + 1; *p && n + 1 < sizeof ext; p++)
-        ext [n++] = (char) tolower ((unsigned char) *p);
-    ext [n] = 0;
-    return strlen (dot + 1) < sizeof ext
-        && (!strcmp (ext, "jpg") || !strcmp (ext, "jpeg") || !strcmp (ext, "png"));
-}
-
-//  1 when path (named `name` in its folder, entry type `type`) is a folder.
-static int
-s_is_dir (const char *path, unsigned char type)
-{
-    if (type == DT_DIR)
-        return 1;
-    if (type != DT_UNKNOWN && type != DT_LNK)
-        return 0;
-    struct stat st;
-    return stat (path, &st) == 0 && S_ISDIR (st.st_mode);
-}
-
-//  The entries of a folder, sorted; *count of them, each malloc'd in one
-//  block with its type. NULL with an error when it cannot be read.
+//  A loading thread's own: a decoder and a record's buffer.
 typedef struct {
-    unsigned char type;
-    char name [];
-} s_entry_t;
+    za_image_decoder_t *decoder;
+    uint8_t *record;
+    size_t capacity;
+    char error [MESSAGE_MAX];
+} s_scratch_t;
 
+// ---------------------------------------------------------------------------
+//  Classes
+
+//  The class names given as "a,b,c": their count (names in *names), or -1.
 static int
-s_compare_entries (const void *a, const void *b)
+s_classes_given (const char *text, char ***names)
 {
-    return strcmp ((*(s_entry_t *const *) a)->name, (*(s_entry_t *const *) b)->name);
-}
-
-static s_entry_t **
-s_read_dir (const char *path, int *count)
-{
-    DIR *dir = opendir (path);
-    if (!dir) {
-        za_error ("%s: cannot read the folder: %s", path, strerror (errno));
-        return NULL;
-    }
-    s_entry_t **entries = NULL;
-    int n = 0, slots = 0;
-    struct dirent *d;
-    while ((d = readdir (dir))) {
-        if (d->d_name [0] == '.')
-            continue;               //  ., .. and hidden files, as Keras skips them
-        if (n == slots) {
-            slots = slots? slots * 2: 64;
-            s_entry_t **grown = realloc (entries, (size_t) slots * sizeof *grown);
-            if (!grown)
-                break;
-            entries = grown;
-        }
-        s_entry_t *entry = malloc (sizeof *entry + strlen (d->d_name) + 1);
-        if (!entry)
-            break;
-        entry->type = d->d_type;
-        strcpy (entry->name, d->d_name);
-        entries [n++] = entry;
-    }
-    closedir (dir);
-    if (n)
-        qsort (entries, (size_t) n, sizeof *entries, s_compare_entries);
-    *count = n;
-    if (!entries)
-        entries = malloc (sizeof *entries);
-    return entries;
-}
-
-static void
-s_free_entries (s_entry_t **entries, int count)
-{
-    for (int i = 0; i < count; i++)
-        free (entries [i]);
-    free (entries);
-}
-
-//  Adds the images under path, its files first (sorted), then its folders.
-static int
-s_walk (s_list_t *list, const char *path, int32_t label, int depth)
-{
+    char *copy = strdup (text);
+    char **list = calloc (ZA_IMAGES_MAX_CLASSES + 1, sizeof *list);
     int count = 0;
-    s_entry_t **entries = s_read_dir (path, &count);
-    if (!entries)
-        return -1;
-    int rc = 0;
-    char child [PATH_CHARS_MAX];
-    for (int pass = 0; pass < 2 && !rc; pass++)
-        for (int i = 0; i < count && !rc; i++) {
-            if (snprintf (child, sizeof child, "%s/%s", path, entries [i]->name)
-                >= (int) sizeof child) {
-                za_info ("skipping %s/%s: the path is too long", path, entries [i]->name);
-                continue;
-            }
-            int is_dir = s_is_dir (child, entries [i]->type);
-            if (pass == 0 && !is_dir && s_is_image_name (entries [i]->name))
-                rc = s_list_add (list, child, label);
-            else
-            if (pass == 1 && is_dir && depth < 64)
-                rc = s_walk (list, child, label, depth + 1);
-        }
-    s_free_entries (entries, count);
-    return rc;
-}
-
-//  The class names: given, or the sorted sub-folders of dir. Returns the
-//  count (and the names in *names, one block), or -1 with an error.
-static int
-s_classes (const za_images_config_t *config, char ***names)
-{
-    int count = 0;
-    *names = NULL;
-    if (config->class_names) {
-        char *copy = strdup (config->class_names);
-        char **list = calloc (ZA_IMAGES_MAX_CLASSES, sizeof *list);
-        if (!copy || !list) {
-            free (copy), free (list);
-            return za_error ("out of memory");
-        }
-        for (char *save = NULL, *name = strtok_r (copy, ",", &save); name;
-             name = strtok_r (NULL, ",", &save))
-            if (count < ZA_IMAGES_MAX_CLASSES)
-                list [count++] = strdup (name);
-        free (copy);
-        *names = list;
-        return count;
-    }
-    s_entry_t **entries = s_read_dir (config->dir, &count);
-    if (!entries)
-        return -1;
-    char **list = calloc ((size_t) count + 1, sizeof *list);
-    int classes = 0;
-    char path [PATH_CHARS_MAX];
-    for (int i = 0; list && i < count; i++) {
-        snprintf (path, sizeof path, "%s/%s", config->dir, entries [i]->name);
-        if (s_is_dir (path, entries [i]->type) && classes < ZA_IMAGES_MAX_CLASSES)
-            list [classes++] = strdup (entries [i]->name);
-    }
-    s_free_entries (entries, count);
     *names = list;
-    return list? classes: za_error ("out of memory");
-}
-
-static void
-s_free_names (char **names, int count)
-{
-    for (int i = 0; names && i < count; i++)
-        free (names [i]);
-    free (names);
-}
-
-//  Lists the folder (every file), then keeps config's subset and shard;
-//  with `warn`, says which class folders are empty.
-static int
-s_list (const za_images_config_t *config, s_list_t *list, int *n_classes, int warn)
-{
-    memset (list, 0, sizeof *list);
-    if (!(config->validation_split >= 0 && config->validation_split < 1))
-        return za_error ("validation split %g: give 0 <= F < 1", config->validation_split);
-    char **names;
-    int classes = s_classes (config, &names);
-    if (classes < 0)
-        return -1;
-    if (classes == 0) {
-        s_free_names (names, classes);
-        return za_error ("%s has no class folders: put each class's images in a folder of "
-                         "its own (%s/CLASS/IMAGE.jpg)", config->dir, config->dir);
+    if (!copy || !list) {
+        free (copy);
+        return za_error ("out of memory");
     }
-    int rc = 0;
-    char path [PATH_CHARS_MAX];
+    for (char *save = NULL, *name = strtok_r (copy, ",", &save); name;
+         name = strtok_r (NULL, ",", &save))
+        if (count < ZA_IMAGES_MAX_CLASSES && !(list [count++] = strdup (name)))
+            count = -1;
+    free (copy);
+    return count < 0? za_error ("out of memory"): count;
+}
+
+//  A class name and its label, for looking names up.
+typedef struct {
+    const char *name;
+    int32_t label;
+} s_class_t;
+
+static int
+s_compare_classes (const void *a, const void *b)
+{
+    return strcmp (((const s_class_t *) a)->name, ((const s_class_t *) b)->name);
+}
+
+static int
+s_compare_names (const void *a, const void *b)
+{
+    return strcmp (*(char *const *) a, *(char *const *) b);
+}
+
+// ---------------------------------------------------------------------------
+//  Listing a folder of class folders
+
+static int
+s_list_folder (const za_images_config_t *config, za_listing_t *list, int *n_classes, int warn)
+{
+    char **names;
+    int classes = config->class_names? s_classes_given (config->class_names, &names)
+                                     : za_listing_subfolders (config->source, &names);
+    int rc = classes < 0? -1: 0;
+    if (classes == 0)
+        rc = za_error ("%s has no class folders: put each class's images in a folder of "
+                       "its own (%s/CLASS/IMAGE.jpg)", config->source, config->source);
+    char path [ZA_LISTING_PATH_MAX];
     for (int c = 0; c < classes && !rc; c++) {
-        snprintf (path, sizeof path, "%s/%s", config->dir, names [c]);
+        snprintf (path, sizeof path, "%s/%s", config->source, names [c]);
         int64_t before = list->count;
         struct stat st;
         if (stat (path, &st) || !S_ISDIR (st.st_mode))
             rc = za_error ("class '%s' has no folder %s", names [c], path);
         else
-        if (!(rc = s_walk (list, path, c, 0)) && list->count == before && warn)
-            za_info ("class %d ('%s') has no images in %s: it keeps its label", c, names [c],
-                     path);
+        if (!(rc = za_listing_walk (list, path, c)) && list->count == before && warn)
+            za_info ("warning: class %d ('%s') has no images in %s: it keeps its label", c,
+                     names [c], path);
     }
-    s_free_names (names, classes);
+    za_listing_free_names (names, classes);
     if (!rc && list->count == 0)
         rc = za_error ("%s has no images (.jpg, .jpeg or .png) in its class folders",
-                       config->dir);
-    if (rc) {
-        s_list_free (list);
+                       config->source);
+    *n_classes = classes;
+    return rc;
+}
+
+// ---------------------------------------------------------------------------
+//  Listing a pattern of images: the label from the parent folder's name
+
+//  The parent folder's name of path, into name.
+static void
+s_parent_name (const char *path, char *name, size_t size)
+{
+    const char *end = strrchr (path, '/');
+    const char *start = end;
+    while (start && start > path && start [-1] != '/')
+        start--;
+    size_t length = end? (size_t) (end - start): 0;
+    if (length >= size)
+        length = size - 1;
+    memcpy (name, end? start: "", length);
+    name [length] = 0;
+}
+
+static int
+s_label_parents (const za_images_config_t *config, const char *pattern, za_listing_t *list,
+                 int *n_classes, int warn)
+{
+    char **names = NULL;
+    int classes = 0;
+    char parent [ZA_LISTING_PATH_MAX];
+    if (config->class_names)
+        classes = s_classes_given (config->class_names, &names);
+    else {                              //  the parents' names, sorted, once each
+        names = calloc (ZA_IMAGES_MAX_CLASSES + 1, sizeof *names);
+        s_class_t *seen = calloc (ZA_IMAGES_MAX_CLASSES + 1, sizeof *seen);
+        for (int64_t i = 0; names && seen && i < list->count && classes >= 0; i++) {
+            s_parent_name (za_listing_path (list, i), parent, sizeof parent);
+            s_class_t key = {.name = parent};
+            if (bsearch (&key, seen, (size_t) classes, sizeof *seen, s_compare_classes))
+                continue;
+            if (classes == ZA_IMAGES_MAX_CLASSES)
+                classes = za_error ("%s: more than %d parent folders (classes)", pattern,
+                                    ZA_IMAGES_MAX_CLASSES);
+            else
+            if (!(names [classes] = strdup (parent)))
+                classes = za_error ("out of memory");
+            else {
+                seen [classes].name = names [classes];
+                classes++;
+                qsort (seen, (size_t) classes, sizeof *seen, s_compare_classes);
+            }
+        }
+        free (seen);
+        if (!names)
+            classes = za_error ("out of memory");
+        else
+        if (classes > 0)
+            qsort (names, (size_t) classes, sizeof *names, s_compare_names);
+    }
+    s_class_t *table = classes > 0? calloc ((size_t) classes, sizeof *table): NULL;
+    int64_t kept = 0, other = 0;
+    for (int c = 0; table && c < classes; c++)
+        table [c] = (s_class_t) {.name = names [c], .label = c};
+    if (table)
+        qsort (table, (size_t) classes, sizeof *table, s_compare_classes);
+    for (int64_t i = 0; table && i < list->count; i++) {
+        s_parent_name (za_listing_path (list, i), parent, sizeof parent);
+        s_class_t key = {.name = parent};
+        const s_class_t *found = bsearch (&key, table, (size_t) classes, sizeof *table,
+                                          s_compare_classes);
+        if (!found)
+            other++;
+        else {
+            list->items [kept] = list->items [i];
+            list->items [kept++].label = found->label;
+        }
+    }
+    list->count = kept;
+    if (other && warn)
+        za_info ("warning: %s: %lld images are in folders that are not among the %d "
+                 "classes: they are left out", pattern, (long long) other, classes);
+    free (table);
+    za_listing_free_names (names, classes > 0? classes: ZA_IMAGES_MAX_CLASSES);
+    *n_classes = classes;
+    if (classes >= 0 && kept == 0)
+        return za_error ("%s: no image of the classes matches", pattern);
+    return classes < 0? -1: 0;
+}
+
+// ---------------------------------------------------------------------------
+//  Listing TFRecord files: every record's CRCs and label, no image decoded
+
+typedef struct {
+    const za_images_config_t *config;
+    const char *image_key, *label_key;
+    int warn;
+    int spill;                          //  where GZIP files' records go, or -1
+    int64_t spill_size;
+    int named;                          //  the classes given, or 0
+    int64_t max_label;
+} s_scan_t;
+
+static void
+s_put_le (uint8_t *p, uint64_t value, int bytes)
+{
+    for (int i = 0; i < bytes; i++, value >>= 8)
+        p [i] = (uint8_t) value;
+}
+
+//  Copies a GZIP file's record (data, size bytes and its CRC) into the
+//  spill, framed as in a file. Its offset there, or -1 with an error.
+static int64_t
+s_spill (s_scan_t *scan, const uint8_t *data, size_t size)
+{
+    uint8_t head [ZA_TFRECORD_HEAD_BYTES];
+    s_put_le (head, size, ZA_TFRECORD_LEN_BYTES);
+    s_put_le (head + ZA_TFRECORD_LEN_BYTES,
+              za_crc32c_mask (za_crc32c (head, ZA_TFRECORD_LEN_BYTES)), ZA_TFRECORD_CRC_BYTES);
+    int64_t at = scan->spill_size;
+    if (pwrite (scan->spill, head, sizeof head, at) != (ssize_t) sizeof head
+    ||  pwrite (scan->spill, data, size + ZA_TFRECORD_CRC_BYTES, at + (int64_t) sizeof head)
+        != (ssize_t) (size + ZA_TFRECORD_CRC_BYTES))
+        return za_error ("cannot keep a GZIP file's records uncompressed in the temp folder "
+                         "($TMPDIR): %s", strerror (errno));
+    scan->spill_size += (int64_t) (sizeof head + size + ZA_TFRECORD_CRC_BYTES);
+    return at;
+}
+
+//  The record's label, or a reason it has none (returned as -1, why in why).
+static int
+s_record_label (const s_scan_t *scan, const uint8_t *data, size_t size, int64_t *label,
+                const char **why)
+{
+    za_feature_t feature;
+    const uint8_t *image;
+    size_t image_size;
+    if (za_example_feature (data, size, scan->label_key, &feature) != 1
+    ||  za_feature_int64 (&feature, label))
+        *why = "no int64 label under the label key";
+    else
+    if (za_example_feature (data, size, scan->image_key, &feature) != 1
+    ||  za_feature_bytes (&feature, &image, &image_size))
+        *why = "no image bytes under the image key";
+    else
+        return 0;
+    return -1;
+}
+
+static int
+s_scan_file (s_scan_t *scan, za_listing_t *list, const char *path)
+{
+    za_tfrecord_reader_t *reader = za_tfrecord_reader_new (path);
+    int64_t at = reader? za_listing_text (list, path): -1;
+    if (at < 0) {
+        za_tfrecord_reader_destroy (&reader);
         return -1;
     }
-    *n_classes = classes;
-    //  The split, as Keras's: shuffled with the seed, training the first part.
+    const uint8_t *data;
+    size_t size;
+    uint64_t offset;
+    int rc = 0;
+    za_tfrecord_status_t status;
+    while (!rc && (status = za_tfrecord_next (reader, &data, &size, &offset))
+                  != ZA_TFRECORD_END) {
+        if (status != ZA_TFRECORD_OK) {
+            if (scan->warn)
+                za_info ("warning: %s", za_tfrecord_error (reader));
+            if (status == ZA_TFRECORD_BROKEN)
+                break;
+            continue;
+        }
+        int64_t label;
+        const char *why;
+        if (s_record_label (scan, data, size, &label, &why)) {
+            if (scan->warn)
+                za_info ("warning: %s: the record at offset %llu has %s ('%s', '%s'): it "
+                         "is skipped", path, (unsigned long long) offset, why,
+                         scan->image_key, scan->label_key);
+            continue;
+        }
+        int64_t classes = scan->named? scan->named: ZA_IMAGES_MAX_CLASSES;
+        if (label - scan->config->label_base < 0
+        ||  label - scan->config->label_base >= classes) {
+            rc = za_error ("%s: the record at offset %llu has label %lld, outside %d..%lld%s%s",
+                           path, (unsigned long long) offset, (long long) label,
+                           scan->config->label_base,
+                           (long long) (classes - 1 + scan->config->label_base),
+                           scan->config->label_base? "": " (labels that start at 1, as "
+                           "build_image_data.py writes them: --label-base 1)",
+                           scan->named? " (the classes given)": "");
+            break;
+        }
+        label -= scan->config->label_base;
+        int64_t spill_at = -1;
+        if (scan->spill >= 0 && za_tfrecord_compressed (reader)
+        &&  (spill_at = s_spill (scan, data, size)) < 0)
+            rc = -1;
+        else
+            rc = za_listing_add (list, (za_listing_item_t) {
+                .at = at, .offset = (int64_t) offset, .spill_at = spill_at,
+                .label = (int32_t) label});
+        if (label > scan->max_label)
+            scan->max_label = label;
+    }
+    za_tfrecord_reader_destroy (&reader);
+    return rc;
+}
+
+//  Lists the records of the files of pattern. With *shards > 1 and at
+//  least as many files, and no split that needs every record, only this
+//  shard's files are opened (file i of the sorted list when i mod n =
+//  shard), and *shards becomes 1: what is listed is the shard.
+static int
+s_list_tfrecord (const za_images_config_t *config, const char *pattern, za_listing_t *list,
+                 int *n_classes, int warn, int spill, int *shards)
+{
+    za_listing_t files = {0};
+    struct stat st;
+    int rc = strpbrk (pattern, "*?[")? za_listing_glob (&files, pattern)
+           : stat (pattern, &st)? za_error ("%s: cannot read: %s", pattern, strerror (errno))
+           : za_listing_add_file (&files, pattern, -1);
+    if (!rc && files.count == 0)
+        rc = za_error ("%s: no file matches", pattern);
+    s_scan_t scan = {
+        .config = config, .warn = warn, .spill = spill, .max_label = -1,
+        .image_key = config->image_key? config->image_key: ZA_IMAGES_IMAGE_KEY,
+        .label_key = config->label_key? config->label_key: ZA_IMAGES_LABEL_KEY,
+    };
+    char **names = NULL;
+    if (!rc && config->class_names && (scan.named = s_classes_given (config->class_names,
+                                                                     &names)) < 0)
+        rc = -1;
+    za_listing_free_names (names, scan.named);
+    int file_shards = 1;
+    if (*shards > 1 && files.count >= *shards && config->validation_split == 0)
+        file_shards = *shards, *shards = 1;
+    for (int64_t f = 0; f < files.count && !rc; f++)
+        if (file_shards == 1 || f % file_shards == config->shard_index)
+            rc = s_scan_file (&scan, list, za_listing_path (&files, f));
+    if (!rc && list->count == 0)
+        rc = za_error ("%s: no record with an image and a label ('%s', '%s') in %lld "
+                       "file%s", pattern, scan.image_key, scan.label_key,
+                       (long long) files.count, files.count == 1? "": "s");
+    za_listing_free (&files);
+    *n_classes = scan.named? scan.named: (int) scan.max_label + 1;
+    return rc;
+}
+
+// ---------------------------------------------------------------------------
+//  The source, its split and its shard
+
+//  What config->source names, and the pattern to list (the source itself,
+//  or what follows "tfrecord:").
+static s_kind_t
+s_kind (const za_images_config_t *config, const char **pattern)
+{
+    *pattern = config->source;
+    if (!strncmp (config->source, TFRECORD_PREFIX, strlen (TFRECORD_PREFIX))) {
+        *pattern += strlen (TFRECORD_PREFIX);
+        return SOURCE_TFRECORD;
+    }
+    struct stat st;
+    if (stat (config->source, &st) == 0)
+        return S_ISDIR (st.st_mode)? SOURCE_FOLDER
+             : za_listing_is_image (config->source)? SOURCE_PATTERN: SOURCE_TFRECORD;
+    return SOURCE_PATTERN;              //  images or TFRecords: the files tell
+}
+
+//  Keras's split (shuffled with the seed, training the first part), then
+//  the shard's examples (i mod shards).
+static void
+s_select (const za_images_config_t *config, za_listing_t *list, int shards)
+{
     int64_t keep_from = 0, keep_to = list->count;
     if (config->validation_split > 0 && config->subset != ZA_SUBSET_ALL) {
         za_rng_t rng;
         za_rng_seed (&rng, config->seed);
         for (int64_t i = list->count - 1; i > 0; i--) {
             int64_t j = (int64_t) za_rng_below (&rng, (uint32_t) (i + 1));
-            int64_t at = list->at [i];
-            int32_t label = list->label [i];
-            list->at [i] = list->at [j], list->label [i] = list->label [j];
-            list->at [j] = at, list->label [j] = label;
+            za_listing_item_t item = list->items [i];
+            list->items [i] = list->items [j];
+            list->items [j] = item;
         }
         int64_t validation = (int64_t) (config->validation_split * (double) list->count);
         if (config->subset == ZA_SUBSET_TRAINING)
@@ -288,65 +398,182 @@ s_list (const za_images_config_t *config, s_list_t *list, int *n_classes, int wa
         else
             keep_from = list->count - validation;
     }
-    int shards = config->num_shards > 0? config->num_shards: 1;
     int64_t kept = 0;
     for (int64_t i = keep_from; i < keep_to; i++)
-        if ((i - keep_from) % shards == config->shard_index) {
-            list->at [kept] = list->at [i];
-            list->label [kept++] = list->label [i];
-        }
+        if (shards <= 1 || (i - keep_from) % shards == config->shard_index)
+            list->items [kept++] = list->items [i];
     list->count = kept;
+}
+
+//  Lists config's examples (of its subset and shard); with `warn`, says
+//  what is left out and why; GZIP records go to `spill` (-1: nowhere).
+static int
+s_list (const za_images_config_t *config, za_listing_t *list, int *n_classes, int warn,
+        int spill)
+{
+    memset (list, 0, sizeof *list);
+    if (!(config->validation_split >= 0 && config->validation_split < 1))
+        return za_error ("validation split %g: give 0 <= F < 1", config->validation_split);
+    if (config->label_base != 0 && config->label_base != 1)
+        return za_error ("label base %d: give 0, or 1 for labels that start at 1",
+                         config->label_base);
+    const char *pattern;
+    s_kind_t kind = s_kind (config, &pattern);
+    int shards = config->num_shards > 0? config->num_shards: 1;
+    int rc = 0;
+    if (kind == SOURCE_PATTERN) {
+        if (!strpbrk (pattern, "*?[") && access (pattern, F_OK))
+            rc = za_error ("%s: cannot read: %s", pattern, strerror (errno));
+        else
+        if (!(rc = za_listing_glob (list, pattern)) && list->count == 0)
+            rc = za_error ("%s: no file matches", pattern);
+        int images = 1;
+        for (int64_t i = 0; !rc && images && i < list->count; i++)
+            images = za_listing_is_image (za_listing_path (list, i));
+        if (!rc && !images)
+            kind = SOURCE_TFRECORD, za_listing_free (list);
+    }
+    if (rc)
+        ;
+    else
+    if (kind == SOURCE_FOLDER)
+        rc = s_list_folder (config, list, n_classes, warn);
+    else
+    if (kind == SOURCE_PATTERN)
+        rc = s_label_parents (config, pattern, list, n_classes, warn);
+    else
+        rc = s_list_tfrecord (config, pattern, list, n_classes, warn, spill, &shards);
+    if (rc) {
+        za_listing_free (list);
+        return -1;
+    }
+    s_select (config, list, shards);
     return 0;
 }
 
 int
 za_images_info (const za_images_config_t *config, za_dataset_info_t *info)
 {
-    s_list_t list;
+    za_listing_t list;
     int classes;
-    if (s_list (config, &list, &classes, 0))
+    if (s_list (config, &list, &classes, 0, -1))
         return -1;
     info->count = list.count;
     info->height = config->image.height;
     info->width = config->image.width;
     info->channels = config->image.channels;
     info->n_classes = classes;
-    s_list_free (&list);
+    za_listing_free (&list);
     return 0;
 }
 
 // ---------------------------------------------------------------------------
 //  The loader
 
+//  Reads the TFRecord record of item into the scratch's buffer and finds
+//  its image's bytes. 0, or -1 with why in scratch->error.
 static int
-s_load (void *arg, int64_t index, void *scratch, uint8_t *out)
+s_read_record (const s_source_t *self, const za_listing_item_t *item, s_scratch_t *scratch,
+               const uint8_t **image, size_t *image_size)
+{
+    const char *path = self->list.text + item->at;
+    int fd = item->spill_at >= 0? self->spill: open (path, O_RDONLY | O_CLOEXEC);
+    int64_t at = item->spill_at >= 0? item->spill_at: item->offset;
+    uint8_t head [ZA_TFRECORD_HEAD_BYTES];
+    const char *why = NULL;
+    uint64_t size = 0;
+    if (fd < 0)
+        why = strerror (errno);
+    else
+    if (pread (fd, head, sizeof head, at) != (ssize_t) sizeof head)
+        why = "cut off";
+    else
+    if ((size = head [0] | (uint64_t) head [1] << 8 | (uint64_t) head [2] << 16
+              | (uint64_t) head [3] << 24 | (uint64_t) head [4] << 32
+              | (uint64_t) head [5] << 40 | (uint64_t) head [6] << 48
+              | (uint64_t) head [7] << 56) > ZA_TFRECORD_RECORD_MAX)
+        why = "its length changed";
+    else
+    if (size + ZA_TFRECORD_CRC_BYTES > scratch->capacity) {
+        uint8_t *grown = realloc (scratch->record, size + ZA_TFRECORD_CRC_BYTES);
+        if (grown)
+            scratch->record = grown, scratch->capacity = size + ZA_TFRECORD_CRC_BYTES;
+        else
+            why = "out of memory";
+    }
+    if (!why && pread (fd, scratch->record, size + ZA_TFRECORD_CRC_BYTES,
+                       at + (int64_t) sizeof head)
+                != (ssize_t) (size + ZA_TFRECORD_CRC_BYTES))
+        why = "cut off";
+    if (!why && !za_tfrecord_data_ok (scratch->record, size))
+        why = "a wrong data CRC (the file changed)";
+    za_feature_t feature;
+    if (!why && (za_example_feature (scratch->record, size, self->image_key, &feature) != 1
+             ||  za_feature_bytes (&feature, image, image_size)))
+        why = "no image bytes under the image key (the file changed)";
+    if (fd >= 0 && item->spill_at < 0)
+        close (fd);
+    if (why)
+        snprintf (scratch->error, sizeof scratch->error, "%s: the record at offset %lld: %s",
+                  path, (long long) item->offset, why);
+    return why? -1: 0;
+}
+
+static int
+s_load (void *arg, int64_t index, void *scratch_arg, uint8_t *out)
 {
     s_source_t *self = (s_source_t *) arg;
+    s_scratch_t *scratch = (s_scratch_t *) scratch_arg;
     if (__atomic_load_n (&self->bad [index], __ATOMIC_RELAXED))
         return -1;
-    const char *path = self->list.text + self->list.at [index];
-    za_image_decoder_t *decoder = (za_image_decoder_t *) scratch;
-    if (za_image_load (decoder, path, &self->image, out) == 0)
+    const za_listing_item_t *item = &self->list.items [index];
+    const char *path = self->list.text + item->at;
+    const char *why = scratch->error;
+    const uint8_t *image;
+    size_t image_size;
+    int rc;
+    if (item->offset < 0) {
+        rc = za_image_load (scratch->decoder, path, &self->image, out);
+        why = za_image_error (scratch->decoder);
+    }
+    else
+    if (!(rc = s_read_record (self, item, scratch, &image, &image_size))
+    &&  (rc = za_image_decode (scratch->decoder, image, image_size, &self->image, out)))
+        snprintf (scratch->error, sizeof scratch->error, "%s: the record at offset %lld: %s",
+                  path, (long long) item->offset, za_image_error (scratch->decoder));
+    if (rc == 0)
         return 0;
     if (__atomic_exchange_n (&self->bad [index], 1, __ATOMIC_RELAXED) == 0) {
         int64_t bad = __atomic_add_fetch (&self->bad_count, 1, __ATOMIC_RELAXED);
         za_info ("warning: skipping an image that cannot be decoded (%lld so far): %s",
-                 (long long) bad, za_image_error (decoder));
+                 (long long) bad, why);
     }
     return -1;
+}
+
+static void
+s_scratch_destroy (void **scratch_p)
+{
+    s_scratch_t *self = (s_scratch_t *) *scratch_p;
+    if (!self)
+        return;
+    za_image_decoder_destroy (&self->decoder);
+    free (self->record);
+    free (self);
+    *scratch_p = NULL;
 }
 
 static void *
 s_scratch_new (void *arg)
 {
     (void) arg;
-    return za_image_decoder_new ();
-}
-
-static void
-s_scratch_destroy (void **scratch_p)
-{
-    za_image_decoder_destroy ((za_image_decoder_t **) scratch_p);
+    s_scratch_t *self = calloc (1, sizeof *self);
+    if (self && !(self->decoder = za_image_decoder_new ())) {
+        void *gone = self;
+        s_scratch_destroy (&gone);
+        return NULL;
+    }
+    return self;
 }
 
 static void
@@ -355,7 +582,9 @@ s_source_destroy (void **source_p)
     s_source_t *self = (s_source_t *) *source_p;
     if (!self)
         return;
-    s_list_free (&self->list);
+    za_listing_free (&self->list);
+    if (self->spill >= 0)
+        close (self->spill);
     free (self->bad);
     free (self);
     *source_p = NULL;
@@ -368,6 +597,18 @@ static const za_dataset_loader_t s_loader = {
     .destroy = s_source_destroy,
 };
 
+//  An unlinked file in $TMPDIR (or /tmp) for GZIP files' records, or -1.
+static int
+s_spill_new (void)
+{
+    const char *tmp = getenv ("TMPDIR");
+    int fd = open (tmp && *tmp? tmp: "/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+        za_error ("cannot make a temp file for GZIP records in %s: %s",
+                  tmp && *tmp? tmp: "/tmp", strerror (errno));
+    return fd;
+}
+
 za_dataset_t *
 za_images_load (const za_images_config_t *config)
 {
@@ -377,27 +618,34 @@ za_images_load (const za_images_config_t *config)
         za_error ("out of memory");
         return NULL;
     }
-    if (s_list (config, &source->list, &classes, 1)) {
+    source->spill = -1;
+    const char *pattern;
+    if (s_kind (config, &pattern) != SOURCE_FOLDER && (source->spill = s_spill_new ()) < 0) {
         free (source);
         return NULL;
     }
+    void *gone = source;
+    if (s_list (config, &source->list, &classes, 1, source->spill)) {
+        s_source_destroy (&gone);
+        return NULL;
+    }
     source->image = config->image;
+    source->image_key = config->image_key? config->image_key: ZA_IMAGES_IMAGE_KEY;
     source->bad = calloc ((size_t) source->list.count + 1, 1);
     if (!source->bad) {
-        void *gone = source;
         s_source_destroy (&gone);
         za_error ("out of memory");
         return NULL;
     }
-    const s_list_t *list = &source->list;
-    int64_t count = list->count;
-    int32_t *labels = list->label;
+    int64_t count = source->list.count;
+    const za_listing_item_t *items = source->list.items;
     za_dataset_t *dataset = za_dataset_new_loaded (count, config->image.height,
                                                    config->image.width,
                                                    config->image.channels, &s_loader, source);
     if (!dataset)
         return NULL;
-    memcpy (dataset->labels, labels, (size_t) count * sizeof (int32_t));
+    for (int64_t i = 0; i < count; i++)
+        dataset->labels [i] = items [i].label;
     dataset->n_classes = classes;
     return dataset;
 }
@@ -408,7 +656,15 @@ za_images_path (const za_dataset_t *dataset, int64_t index)
     if (!dataset || dataset->loader != &s_loader || index < 0 || index >= dataset->count)
         return NULL;
     const s_source_t *source = (const s_source_t *) dataset->source;
-    return source->list.text + source->list.at [index];
+    return za_listing_path (&source->list, index);
+}
+
+int64_t
+za_images_offset (const za_dataset_t *dataset, int64_t index)
+{
+    if (!za_images_path (dataset, index))
+        return -1;
+    return ((const s_source_t *) dataset->source)->list.items [index].offset;
 }
 
 int64_t

@@ -48,10 +48,13 @@ static const za_option_t s_options [] = {
                JOB, ZA_OPTION_STACK, NULL, "hidden layers of --model dnn, e.g. 256,128"),
     ZA_OPTION ("dataset-dir", T_STR, dataset_dir, "DIR", ZA_FASHION_MNIST_DIR, 0, 0, NULL,
                R_ALL, JOB, 0, NULL, "holds {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"),
-    ZA_OPTION ("train-data", T_STR, train_data, "DIR", NULL, 0, 0, NULL, R_ALL, JOB,
+    ZA_OPTION ("train-data", T_STR, train_data, "SPEC", NULL, 0, 0, NULL, R_ALL, JOB,
                ZA_OPTION_IDX_INPUT, NULL,
-               "train on your own images: DIR holds one folder per class of\n"
-               ".jpg/.jpeg/.png files (Keras's image_dataset_from_directory)"),
+               "train on your own images: a DIR of one folder per class of\n"
+               ".jpg/.jpeg/.png files (Keras's image_dataset_from_directory),\n"
+               "a pattern of images labelled by their folder ('DIR/**/*.jpeg'),\n"
+               "or TFRecord files of tf.train.Example ('DIR/train-*', a file,\n"
+               "or tfrecord:PATTERN; plain or GZIP)"),
     ZA_OPTION ("image-size", T_LIST, image_size, "H,W", ZA_TEXT (ZA_IMAGE_SIZE), 1,
                ZA_IMAGE_SIDE_MAX, NULL, R_ALL, JOB, ZA_OPTION_IDX_INPUT, NULL,
                "--train-data: every image is resized to H x W (one number: square)"),
@@ -72,6 +75,14 @@ static const za_option_t s_options [] = {
                JOB, ZA_OPTION_IDX_INPUT, NULL,
                "--train-data: hold out the last F of the seeded shuffle of the\n"
                "files and evaluate on them (Keras's validation_split)"),
+    ZA_OPTION ("image-key", T_STR, image_key, "KEY", ZA_IMAGES_IMAGE_KEY, 0, 0, NULL, R_ALL,
+               JOB, ZA_OPTION_IDX_INPUT, NULL, "TFRecord: the feature of the encoded image"),
+    ZA_OPTION ("label-key", T_STR, label_key, "KEY", ZA_IMAGES_LABEL_KEY, 0, 0, NULL, R_ALL,
+               JOB, ZA_OPTION_IDX_INPUT, NULL, "TFRecord: the int64 feature of the label"),
+    ZA_OPTION ("label-base", T_INT, label_base, "N", "0", 0, 1, NULL, R_ALL, JOB,
+               ZA_OPTION_IDX_INPUT, NULL,
+               "TFRecord: the label of the first class: 0, or 1 for files\n"
+               "written by TensorFlow's build_image_data.py (0 = background)"),
     ZA_OPTION ("input-threads", T_INT, input_threads, "N", "1", 1, 64, NULL, R_TRAIN, JOB,
                ZA_OPTION_IDX_INPUT, NULL, "threads decoding a worker's images"),
     ZA_OPTION ("batch-size", T_INT, batch_size, "N",
@@ -153,9 +164,9 @@ static const za_option_t s_options [] = {
     ZA_OPTION ("train-and-evaluate", T_FLAG, train_and_evaluate, NULL, NULL, 0, 0, NULL,
                ZA_READ_SINGLE, PROC, 0, "Evaluation (EvalSpec)",
                "train and run the evaluator together in this process"),
-    ZA_OPTION ("eval-data", T_STR, eval_data, "DIR", NULL, 0, 0, NULL, R_EVAL, JOB, 0, NULL,
-               "evaluate on DIR/t10k-* (default: --dataset-dir's); with\n"
-               "--train-data, on DIR's class folders of images"),
+    ZA_OPTION ("eval-data", T_STR, eval_data, "SPEC", NULL, 0, 0, NULL, R_EVAL, JOB, 0, NULL,
+               "evaluate on SPEC/t10k-* (default: --dataset-dir's); with\n"
+               "--train-data, on SPEC's images (a folder, a pattern, TFRecords)"),
     ZA_OPTION ("eval-name", T_STR, eval_name, "NAME", NULL, 0, 0, NULL, R_EVAL, JOB, 0, NULL,
                "results in MODEL_DIR/eval_NAME (default: MODEL_DIR/eval)"),
     ZA_OPTION ("eval-steps", T_INT, eval_steps, "N", NULL, 1, INT_MAX_D, NULL, R_EVAL, JOB, 0,

@@ -50,18 +50,21 @@ s_images_config (const za_settings_t *s, int train, za_images_config_t *config)
         .crop_to_aspect_ratio = s->crop_to_aspect_ratio,
     };
     config->class_names = s->class_names;
+    config->image_key = s->image_key;
+    config->label_key = s->label_key;
+    config->label_base = (int) s->label_base;
     config->seed = (uint64_t) s->seed;
     config->validation_split = s->validation_split;
     if (train) {
-        config->dir = s->train_data;
+        config->source = s->train_data;
         config->subset = s->validation_split > 0? ZA_SUBSET_TRAINING: ZA_SUBSET_ALL;
     }
     else
     if (s->eval_data)
-        config->dir = s->eval_data;
+        config->source = s->eval_data;
     else
     if (s->validation_split > 0) {
-        config->dir = s->train_data;
+        config->source = s->train_data;
         config->subset = ZA_SUBSET_VALIDATION;
     }
     else {

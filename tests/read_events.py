@@ -108,8 +108,9 @@ def read_records(path):
     return records
 
 
-def load_event_pb2(tmp_dir):
-    """Generates event_pb2 with protoc in tmp_dir and imports it."""
+def compile_proto(tmp_dir, name, text):
+    """Generates NAME_pb2 from the .proto text with protoc in tmp_dir and
+    imports it (exit 2 when protobuf or protoc is missing)."""
     try:
         import google.protobuf  # noqa: F401
     except ImportError as error:
@@ -118,17 +119,21 @@ def load_event_pb2(tmp_dir):
     protoc = shutil.which("protoc")
     if not protoc:
         fail("protoc not found on PATH: install protobuf-compiler", EXIT_MISSING_TOOL)
-    with open(os.path.join(tmp_dir, "event.proto"), "w") as f:
-        f.write(EVENT_PROTO)
+    with open(os.path.join(tmp_dir, name + ".proto"), "w") as f:
+        f.write(text)
     result = subprocess.run([protoc, "--proto_path=" + tmp_dir, "--python_out=" + tmp_dir,
-                             os.path.join(tmp_dir, "event.proto")],
+                             os.path.join(tmp_dir, name + ".proto")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     if result.returncode != 0:
         fail("protoc failed: %s" % result.stdout.decode(errors="replace"),
              EXIT_MISSING_TOOL)
     sys.path.insert(0, tmp_dir)
-    import event_pb2
-    return event_pb2
+    return __import__(name + "_pb2")
+
+
+def load_event_pb2(tmp_dir):
+    """Generates event_pb2 with protoc in tmp_dir and imports it."""
+    return compile_proto(tmp_dir, "event", EVENT_PROTO)
 
 
 def main():

@@ -14,85 +14,10 @@
 #include "za/za_input.h"
 #include "za/za_util.h"
 #include "za_test.h"
+#include "za_test_images.h"
 
-#define SIDE 28
-#define CLASSES 10
-
-enum { PNG, JPEG };
-
-//  Example i of the data set as bytes (the IDX loader keeps floats here).
-static void
-s_pixels (const za_dataset_t *fashion, int64_t i, uint8_t *out)
-{
-    for (int k = 0; k < SIDE * SIDE; k++)
-        out [k] = (uint8_t) lrintf (fashion->features [i * SIDE * SIDE + k] * 255.0f);
-}
-
-//  Writes the first `count` examples into dir/class_L/NNNNN.ext; `scale` > 1
-//  writes them that many times larger, as RGB. Returns dir.
-static char *
-s_write_folder (const za_dataset_t *fashion, int64_t count, const char *name, int format,
-                int scale)
-{
-    char *dir = za_test_path (name);
-    mkdir (dir, 0755);
-    for (int c = 0; c < CLASSES; c++) {
-        char class_dir [512];
-        snprintf (class_dir, sizeof class_dir, "%s/class_%d", dir, c);
-        mkdir (class_dir, 0755);
-    }
-    int side = SIDE * scale, channels = scale > 1? 3: 1;
-    uint8_t gray [SIDE * SIDE];
-    uint8_t *image = malloc ((size_t) side * side * channels);
-    for (int64_t i = 0; i < count; i++) {
-        s_pixels (fashion, i, gray);
-        for (int y = 0; y < side; y++)
-            for (int x = 0; x < side; x++)
-                for (int k = 0; k < channels; k++)
-                    image [((size_t) y * side + x) * channels + k]
-                        = gray [(y / scale) * SIDE + x / scale];
-        char path [600];
-        snprintf (path, sizeof path, "%s/class_%d/%05lld.%s", dir, fashion->labels [i],
-                  (long long) i, format == PNG? "png": "jpg");
-        int rc = format == PNG? za_image_write_png (path, image, side, side, channels)
-                              : za_image_write_jpeg (path, image, side, side, channels, 95);
-        cr_assert_eq (rc, 0, "%s", za_last_error ());
-    }
-    free (image);
-    return dir;
-}
-
-static za_images_config_t
-s_config (const char *dir)
-{
-    za_images_config_t config = {
-        .dir = dir,
-        .image = {.height = SIDE, .width = SIDE, .channels = 1, .resize = ZA_RESIZE_AREA},
-    };
-    return config;
-}
-
-//  One pass over the data set in order, batches of `batch` on `threads`;
-//  the examples into features (count x SIDE*SIDE floats) and labels.
-static int64_t
-s_read_all (const za_dataset_t *dataset, int batch, int threads, float *features,
-            int32_t *labels)
-{
-    za_input_config_t config = za_input_config_default ();
-    config.batch_size = batch;
-    config.threads = threads;
-    za_input_t *input = za_input_new (dataset, &config);
-    cr_assert_not_null (input, "%s", za_last_error ());
-    za_batch_t b;
-    int64_t n = 0;
-    while (za_input_next (input, &b)) {
-        memcpy (features + n * SIDE * SIDE, b.features, sizeof (float) * b.size * SIDE * SIDE);
-        memcpy (labels + n, b.labels, sizeof (int32_t) * b.size);
-        n += b.size;
-    }
-    za_input_destroy (&input);
-    return n;
-}
+#define SIDE ZA_TEST_IMAGES_SIDE
+#define CLASSES ZA_TEST_IMAGES_CLASSES
 
 //  The index in `fashion` of the example a folder lists at position `at`:
 //  class by class, by index within the class.
@@ -111,8 +36,8 @@ Test (images, png_folder_gives_the_idx_pixels_and_labels)
     za_test_dir_create ("za_images");
     const int64_t count = 300;
     za_dataset_t *fashion = za_test_fashion ("train", count);
-    char *dir = s_write_folder (fashion, count, "png", PNG, 1);
-    za_images_config_t config = s_config (dir);
+    char *dir = za_test_images_folder (fashion, count, "png", ZA_TEST_PNG, 1);
+    za_images_config_t config = za_test_images_config (dir);
     za_dataset_info_t info;
     cr_assert_eq (za_images_info (&config, &info), 0, "%s", za_last_error ());
     cr_expect_eq (info.count, count);
@@ -122,7 +47,7 @@ Test (images, png_folder_gives_the_idx_pixels_and_labels)
     cr_expect_null (dataset->pixels, "no pixel is held");
     float *features = malloc (sizeof (float) * count * SIDE * SIDE);
     int32_t *labels = malloc (sizeof (int32_t) * count);
-    cr_assert_eq (s_read_all (dataset, 32, 2, features, labels), count);
+    cr_assert_eq (za_test_images_read_all (dataset, 32, 2, features, labels), count);
     for (int64_t at = 0; at < count; at++) {
         int64_t i = s_source_of (fashion, count, at);
         cr_assert_eq (labels [at], fashion->labels [i], "example %lld", (long long) at);
@@ -144,13 +69,13 @@ Test (images, jpeg_upscaled_rgb_resized_back_to_gray)
     za_test_dir_create ("za_images");
     const int64_t count = 200;
     za_dataset_t *fashion = za_test_fashion ("train", count);
-    char *dir = s_write_folder (fashion, count, "jpeg", JPEG, 2);
-    za_images_config_t config = s_config (dir);
+    char *dir = za_test_images_folder (fashion, count, "jpeg", ZA_TEST_JPEG, 2);
+    za_images_config_t config = za_test_images_config (dir);
     za_dataset_t *dataset = za_images_load (&config);
     cr_assert_not_null (dataset, "%s", za_last_error ());
     float *features = malloc (sizeof (float) * count * SIDE * SIDE);
     int32_t *labels = malloc (sizeof (int32_t) * count);
-    cr_assert_eq (s_read_all (dataset, 64, 1, features, labels), count);
+    cr_assert_eq (za_test_images_read_all (dataset, 64, 1, features, labels), count);
     double total = 0, worst = 0;
     for (int64_t at = 0; at < count; at++) {
         int64_t i = s_source_of (fashion, count, at);
@@ -189,13 +114,13 @@ Test (images, bad_files_are_skipped_and_the_rest_go_on)
     za_test_dir_create ("za_images");
     const int64_t count = 60;
     za_dataset_t *fashion = za_test_fashion ("train", count);
-    char *dir = s_write_folder (fashion, count, "bad", PNG, 1);
+    char *dir = za_test_images_folder (fashion, count, "bad", ZA_TEST_PNG, 1);
     char path [600], good [600];
     size_t size;
     //  A truncated JPEG in class 1.
     snprintf (good, sizeof good, "%s/class_1/whole.jpg", dir);
     uint8_t gray [SIDE * SIDE];
-    s_pixels (fashion, 0, gray);
+    za_test_images_pixels (fashion, 0, gray);
     cr_assert_eq (za_image_write_jpeg (good, gray, SIDE, SIDE, 1, 95), 0);
     uint8_t *bytes = za_test_read_file (good, &size);
     snprintf (path, sizeof path, "%s/class_1/truncated.jpg", dir);
@@ -215,14 +140,14 @@ Test (images, bad_files_are_skipped_and_the_rest_go_on)
     snprintf (path, sizeof path, "%s/class_3/notes.jpg", dir);
     s_write_bytes (path, "these are my notes\n", 19);
 
-    za_images_config_t config = s_config (dir);
+    za_images_config_t config = za_test_images_config (dir);
     za_dataset_t *dataset = za_images_load (&config);
     cr_assert_not_null (dataset, "%s", za_last_error ());
     cr_expect_eq (dataset->count, count + 3, "the bad files are listed");
     float *features = malloc (sizeof (float) * (count + 3) * SIDE * SIDE);
     int32_t *labels = malloc (sizeof (int32_t) * (count + 3));
     for (int epoch = 0; epoch < 2; epoch++) {
-        cr_assert_eq (s_read_all (dataset, 8, 2, features, labels), count,
+        cr_assert_eq (za_test_images_read_all (dataset, 8, 2, features, labels), count,
                       "epoch %d: the %lld good images", epoch, (long long) count);
         cr_expect_eq (za_images_bad (dataset), 3, "three bad, each counted once");
         int per_class [CLASSES] = {0}, expected [CLASSES] = {0};
@@ -241,11 +166,11 @@ Test (images, empty_class_keeps_its_label_and_no_images_is_an_error)
 {
     za_test_dir_create ("za_images");
     za_dataset_t *fashion = za_test_fashion ("train", 30);
-    char *dir = s_write_folder (fashion, 30, "classes", PNG, 1);
+    char *dir = za_test_images_folder (fashion, 30, "classes", ZA_TEST_PNG, 1);
     char path [600];
     snprintf (path, sizeof path, "%s/class_99_empty", dir);
     mkdir (path, 0755);
-    za_images_config_t config = s_config (dir);
+    za_images_config_t config = za_test_images_config (dir);
     za_dataset_info_t info;
     cr_assert_eq (za_images_info (&config, &info), 0, "%s", za_last_error ());
     cr_expect_eq (info.n_classes, CLASSES + 1, "the empty folder is a class");
@@ -258,17 +183,17 @@ Test (images, empty_class_keeps_its_label_and_no_images_is_an_error)
     cr_expect_eq (za_images_info (&config, &info), -1);
     cr_expect (strstr (za_last_error (), "'shoes' has no folder") != NULL, "%s",
                za_last_error ());
-    config = s_config (path);           //  a folder with no class folders
+    config = za_test_images_config (path);           //  a folder with no class folders
     cr_expect_eq (za_images_info (&config, &info), -1);
     cr_expect (strstr (za_last_error (), "no class folders") != NULL, "%s", za_last_error ());
     char *none = za_test_path ("nothing");
     mkdir (none, 0755);
     snprintf (path, sizeof path, "%s/cats", none);
     mkdir (path, 0755);
-    config = s_config (none);
+    config = za_test_images_config (none);
     cr_expect_eq (za_images_info (&config, &info), -1);
     cr_expect (strstr (za_last_error (), "has no images") != NULL, "%s", za_last_error ());
-    config = s_config ("/nonexistent/zactor/images");
+    config = za_test_images_config ("/nonexistent/zactor/images");
     cr_expect_eq (za_images_info (&config, &info), -1);
     cr_expect (strstr (za_last_error (), "cannot read") != NULL, "%s", za_last_error ());
     za_error_set_quiet (0);
@@ -284,8 +209,8 @@ Test (images, validation_split_and_shards_partition_the_files)
     za_test_dir_create ("za_images");
     const int64_t count = 100;
     za_dataset_t *fashion = za_test_fashion ("train", count);
-    char *dir = s_write_folder (fashion, count, "split", PNG, 1);
-    za_images_config_t config = s_config (dir);
+    char *dir = za_test_images_folder (fashion, count, "split", ZA_TEST_PNG, 1);
+    za_images_config_t config = za_test_images_config (dir);
     config.validation_split = 0.25;
     config.seed = 7;
     config.subset = ZA_SUBSET_TRAINING;
@@ -341,8 +266,8 @@ Test (images, training_from_jpeg_folders_matches_the_idx_run, .timeout = 1800)
     za_test_dir_create ("za_images");
     za_dataset_t *train = za_test_fashion ("train", 0);
     za_dataset_t *test = za_test_fashion ("t10k", 0);
-    char *train_dir = s_write_folder (train, train->count, "train", JPEG, 2);
-    char *test_dir = s_write_folder (test, test->count, "test", JPEG, 2);
+    char *train_dir = za_test_images_folder (train, train->count, "train", ZA_TEST_JPEG, 2);
+    char *test_dir = za_test_images_folder (test, test->count, "test", ZA_TEST_JPEG, 2);
     char *idx_model = za_test_path ("idx_model"), *images_model = za_test_path ("img_model");
     const char *idx_args [] = {"--epochs", "2", "--model-dir", idx_model, "--threads", "2",
                                NULL};
@@ -366,13 +291,13 @@ Test (images, command_line_says_what_is_wrong_and_splits)
 {
     za_test_dir_create ("za_images");
     za_dataset_t *fashion = za_test_fashion ("train", 50);
-    char *dir = s_write_folder (fashion, 50, "cli", PNG, 1);
+    char *dir = za_test_images_folder (fashion, 50, "cli", ZA_TEST_PNG, 1);
     char *model = za_test_path ("model");
     const char *missing [] = {"--train-data", "/nonexistent/zactor/images", "--max-steps", "5",
                               "--model-dir", model, NULL};
     za_test_result_t result = za_test_run (missing, 60);
     cr_expect_eq (result.exit_code, 2);
-    cr_expect (strstr (result.err, "/nonexistent/zactor/images: cannot read the folder"),
+    cr_expect (strstr (result.err, "/nonexistent/zactor/images: cannot read: No such file"),
                "%s", result.err);
     za_test_result_free (&result);
     const char *no_eval [] = {"--train-data", dir, "--max-steps", "5", "--image-size", "28",

@@ -105,7 +105,8 @@ za_test_result_t za_test_run_program (const char *name, const char *const *args,
 //  Frees the output in a result and sets it to NULL; safe to call twice.
 void za_test_result_free (za_test_result_t *result);
 
-//  Another program of the build (custom_model_fn, zactor-top): its path,
+//  Another program of the build (custom_model_fn, zactor-top), or of the
+//  system's when name is an absolute path (/usr/bin/python3): its path,
 //  owned by this module until the next call. Fails the test when it is not
 //  there.
 const char *za_test_program (const char *name);

@@ -1,9 +1,17 @@
-/*  za_images.h: a folder of image folders as a data set, with the semantics
-    of Keras's image_dataset_from_directory: one sub-folder per class, the
-    class names sorted (label = index), the files found recursively in a
-    defined order (.jpg, .jpeg, .png), a seeded validation split. Listing
-    reads no image: examples are decoded when the pipeline needs them
-    (za_image.h), so memory holds paths and labels, not pixels.            */
+/*  za_images.h: images as a data set, from one of three sources:
+    - a folder of class folders, with the semantics of Keras's
+      image_dataset_from_directory: one sub-folder per class, the class
+      names sorted (label = index), the files found recursively in a
+      defined order (.jpg, .jpeg, .png), a seeded validation split;
+    - a file pattern of images (in a name '*', '?', '[...]'; a name "**"
+      is any number of folders), the label from the parent folder's name
+      (the class names: the sorted parent names, or the given ones);
+    - TFRecord files of tf.train.Example (a pattern or a file, or
+      "tfrecord:PATTERN"; plain or GZIP) with the encoded image and an
+      integer label under two feature keys.
+    Listing decodes no image: examples are decoded when the pipeline needs
+    them (za_image.h), so memory holds paths, offsets and labels, not
+    pixels.                                                                 */
 #ifndef ZA_IMAGES_H_INCLUDED
 #define ZA_IMAGES_H_INCLUDED
 
@@ -20,6 +28,9 @@ extern "C" {
 //  Keras's defaults: 256 x 256, RGB.
 #define ZA_IMAGE_SIZE 256
 #define ZA_IMAGE_CHANNELS 3
+//  The feature keys TensorFlow's image tools write (build_image_data.py).
+#define ZA_IMAGES_IMAGE_KEY "image/encoded"
+#define ZA_IMAGES_LABEL_KEY "image/class/label"
 
 typedef enum {
     ZA_SUBSET_ALL = 0,                  //  every file
@@ -28,7 +39,9 @@ typedef enum {
 } za_subset_t;
 
 typedef struct {
-    const char *dir;                    //  DIR/CLASS/**/FILE
+    const char *source;                 //  DIR (DIR/CLASS/**/FILE), a pattern of
+                                        //  images or TFRecord files, a TFRecord
+                                        //  file, or tfrecord:PATTERN
     const char *class_names;            //  "a,b,c": these sub-folders, in this
                                         //  order; NULL: every sub-folder, sorted
     za_image_spec_t image;              //  the pixels every example becomes
@@ -37,11 +50,20 @@ typedef struct {
     uint64_t seed;                      //  of the split's shuffle (as Keras's)
     int num_shards, shard_index;        //  keep files i, i + n, ... of the
                                         //  subset (a worker's own); 0, 0: all
+    const char *image_key;              //  TFRecord: the image's bytes feature
+                                        //  (NULL: ZA_IMAGES_IMAGE_KEY)
+    const char *label_key;              //  the int64 label (NULL: ZA_IMAGES_LABEL_KEY)
+    int label_base;                     //  the label that means class 0: 0, or 1
+                                        //  for files whose labels start at 1
+                                        //  (build_image_data.py's, 0 = background)
 } za_images_config_t;
 
-//  What the folder holds for config: examples (of the subset and shard),
-//  the image shape, the classes. 0, or -1 with an error: no such folder, no
-//  class folders, a class named that has no folder, no image at all.
+//  What the source holds for config: examples (of the subset and shard),
+//  the image shape, the classes. 0, or -1 with an error: no such folder or
+//  file, no class folders, a class named that has no folder, no image at
+//  all, a TFRecord label out of range. TFRecord files are read whole (their
+//  records' CRCs and labels, no image decoded); a bad record is skipped
+//  with one warning naming the file and the offset.
 int za_images_info (const za_images_config_t *config, za_dataset_info_t *info);
 
 //  The data set of config: labels now, pixels when the pipeline asks. An
@@ -50,8 +72,10 @@ int za_images_info (const za_images_config_t *config, za_dataset_info_t *info);
 za_dataset_t *za_images_load (const za_images_config_t *config);
 
 //  The path of example `index` of a data set za_images_load made (for
-//  messages and predictions), or NULL.
+//  messages and predictions; a TFRecord example's is its file's), or NULL.
 const char *za_images_path (const za_dataset_t *dataset, int64_t index);
+//  A TFRecord example's offset in its (uncompressed) file, else -1.
+int64_t za_images_offset (const za_dataset_t *dataset, int64_t index);
 
 //  How many of the data set's examples could not be decoded so far.
 int64_t za_images_bad (const za_dataset_t *dataset);

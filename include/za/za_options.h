@@ -109,13 +109,16 @@ typedef struct {
     const char *model;
     const char *hidden_units;
     const char *dataset_dir;
-    const char *train_data;         //  NULL: dataset_dir's IDX files; else DIR/CLASS/*.jpg
+    const char *train_data;         //  NULL: dataset_dir's IDX files; else images (za_images.h)
     const char *image_size;         //  "H,W" (or "S"): what every image becomes
     int64_t channels;               //  1 (gray) or 3 (RGB)
     const char *resize;             //  area or bilinear
     int crop_to_aspect_ratio;
     const char *class_names;        //  NULL: the sorted class folders
     double validation_split;        //  0: none
+    const char *image_key;          //  TFRecord: the image's feature
+    const char *label_key;          //  TFRecord: the label's feature
+    int64_t label_base;             //  TFRecord: the first class's label (0 or 1)
     int64_t input_threads;          //  decoding threads of a worker's input
     int64_t batch_size;
     int64_t shuffle_buffer;         //  -1: the whole set

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "za/za_tfrecord.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -64,12 +66,7 @@ int za_summary_writer_broken (const za_summary_writer_t *self);
 //  reported with za_error (the writer is freed anyway).
 void za_summary_writer_destroy (za_summary_writer_t **self_p);
 
-//  CRC32C (Castagnoli: polynomial 0x82F63B78 reflected, initial and final
-//  value 0xFFFFFFFF) of size bytes. za_crc32c ("123456789", 9) == 0xe3069283.
-uint32_t za_crc32c (const void *data, size_t size);
-
-//  The masked CRC that TFRecord stores: ((crc >> 15) | (crc << 17)) + 0xa282ead8.
-uint32_t za_crc32c_mask (uint32_t crc);
+//  za_crc32c and za_crc32c_mask: za_tfrecord.h.
 
 #ifdef __cplusplus
 }
