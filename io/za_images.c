@@ -17,6 +17,9 @@
 #include <unistd.h>
 
 #define TFRECORD_PREFIX "tfrecord:"
+//  ZA_IMAGES_TRACE=PREFIX: every process writes the images it reads, one a
+//  line (FILE, or FILE@OFFSET for a record), to PREFIX.PID.
+#define TRACE_ENV "ZA_IMAGES_TRACE"
 #define MESSAGE_MAX 1024
 
 typedef enum { SOURCE_FOLDER, SOURCE_PATTERN, SOURCE_TFRECORD } s_kind_t;
@@ -30,6 +33,7 @@ typedef struct {
                                         //  (an unlinked temp file), or -1
     uint8_t *bad;                       //  per example: 1 once it failed to decode
     int64_t bad_count;
+    FILE *trace;                        //  ZA_IMAGES_TRACE's: what is opened, or NULL
 } s_source_t;
 
 //  A loading thread's own: a decoder and a record's buffer.
@@ -532,6 +536,11 @@ s_load (void *arg, int64_t index, void *scratch_arg, uint8_t *out)
     const uint8_t *image;
     size_t image_size;
     int rc;
+    if (self->trace && item->offset < 0)
+        fprintf (self->trace, "%s\n", path);
+    else
+    if (self->trace)
+        fprintf (self->trace, "%s@%lld\n", path, (long long) item->offset);
     if (item->offset < 0) {
         rc = za_image_load (scratch->decoder, path, &self->image, out);
         why = za_image_error (scratch->decoder);
@@ -585,6 +594,8 @@ s_source_destroy (void **source_p)
     za_listing_free (&self->list);
     if (self->spill >= 0)
         close (self->spill);
+    if (self->trace)
+        fclose (self->trace);
     free (self->bad);
     free (self);
     *source_p = NULL;
@@ -628,6 +639,16 @@ za_images_load (const za_images_config_t *config)
     if (s_list (config, &source->list, &classes, 1, source->spill)) {
         s_source_destroy (&gone);
         return NULL;
+    }
+    const char *trace = getenv (TRACE_ENV);
+    if (trace && *trace) {
+        char path [ZA_LISTING_PATH_MAX];
+        snprintf (path, sizeof path, "%s.%d", trace, (int) getpid ());
+        if ((source->trace = fopen (path, "a")))
+            setvbuf (source->trace, NULL, _IOLBF, 0);
+        else
+            za_info ("warning: %s=%s: cannot write %s: %s", TRACE_ENV, trace, path,
+                     strerror (errno));
     }
     source->image = config->image;
     source->image_key = config->image_key? config->image_key: ZA_IMAGES_IMAGE_KEY;

@@ -253,8 +253,12 @@ za_task_input (void *arg, const za_input_context_t *context)
     config.batch_size = asked.batch_size;
     if (train) {
         //  Split batches read the whole data; a shard reads its own rows only.
-        int shards = asked.split_batches? 1: asked.num_shards;
-        int shard = asked.split_batches? 0: asked.shard_index;
+        //  Images shard by file under every strategy, as TensorFlow's AUTO
+        //  shard policy does for a dataset of files: each worker opens only
+        //  its own files, and its batches are its slice of the global batch.
+        int split = asked.split_batches && !s->train_data;
+        int shards = split? 1: asked.num_shards;
+        int shard = split? 0: asked.shard_index;
         if (task->train && (task->train_shards != shards || task->train_shard != shard))
             za_dataset_destroy (&task->train);
         if (!task->train) {
@@ -262,7 +266,7 @@ za_task_input (void *arg, const za_input_context_t *context)
             task->train_shards = shards;
             task->train_shard = shard;
         }
-        if (asked.split_batches) {
+        if (split) {
             config.replicas = asked.num_shards;
             config.replica = asked.shard_index;
         }
