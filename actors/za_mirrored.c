@@ -217,6 +217,7 @@ typedef struct {
     double start_time;
     //  Where a step's time goes: the gradients, the all-reduce, the rest.
     double compute_secs, reduce_secs, step_secs;
+    double input_secs;                  //  waiting for the input's next batch
     za_role_stats_t *stats;
     za_role_rates_t rates;
     double wait_average;                        //  ms per step waiting on the ring
@@ -472,6 +473,7 @@ s_run_steps (s_mirrored_t *self)
         za_batch_t batch;
         if (za_input_next (self->input, &batch) <= 0)
             return za_error ("%s: the input ended", self->who);
+        self->input_secs += za_clock_mono () - step_start;
         double loss, t0 = za_clock_mono (), waited = za_ring_wait_secs (self->ring);
         //  The buckets go round as backward makes them final.
         s_reducer_begin (&self->reducer, (self->global_step + 1) * MAX_BUCKETS);
@@ -577,11 +579,13 @@ za_mirrored_actor (zsock_t *pipe, void *args)
         double n = (double) self->own_steps;
         double other = self->step_secs - self->compute_secs - self->reduce_secs;
         za_info ("%s: per step %.3f ms: compute %.3f ms, all-reduce left after it %.3f ms "
-                 "(ring waits %.3f ms), other %.3f ms; %" PRIu64 " ring messages dropped",
-                 self->who,
+                 "(ring waits %.3f ms), other %.3f ms, of which waiting for input %.3f ms "
+                 "(%.2f%%); %" PRIu64 " ring messages dropped", self->who,
                  1e3 * self->step_secs / n, 1e3 * self->compute_secs / n,
                  1e3 * self->reduce_secs / n, 1e3 * za_ring_wait_secs (self->ring) / n,
-                 1e3 * other / n, za_ring_dropped (self->ring));
+                 1e3 * other / n, 1e3 * self->input_secs / n,
+                 self->step_secs > 0? 100 * self->input_secs / self->step_secs: 0,
+                 za_ring_dropped (self->ring));
     }
     int64_t step = self->global_step, floats = (int64_t) self->vars->total;
     int terminated = self->terminated;

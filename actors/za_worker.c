@@ -71,6 +71,7 @@ typedef struct {
     //  Where a step's time goes: the gradient computation, the push and its
     //  replies, and everything else (input, copying values in, logs).
     double compute_secs, transfer_secs, step_secs;
+    double input_secs;                  //  waiting for the input's next batch
     //  What config->stats gets (NULL: nothing).
     za_role_stats_t *stats;
     za_role_rates_t rates;
@@ -1042,6 +1043,7 @@ s_run_steps (s_worker_t *self)
         za_batch_t batch;
         if (za_input_next (self->input, &batch) <= 0)
             return za_error ("%s: the input ended", s_who (self));
+        self->input_secs += za_clock_mono () - step_start;
         //  The last push's gradient frames must be let go before we overwrite.
         za_wire_lease_wait (&self->lease);
         double loss, t0 = za_clock_mono ();
@@ -1138,9 +1140,12 @@ za_worker_actor (zsock_t *pipe, void *args)
         double n = (double) self->own_steps;
         double other = self->step_secs - self->compute_secs - self->transfer_secs;
         za_info ("%s: per step %.3f ms: compute %.3f ms, push+reply %.3f ms, other %.3f ms "
-                 "(%.1f%%)", s_who (self), 1e3 * self->step_secs / n,
-                 1e3 * self->compute_secs / n, 1e3 * self->transfer_secs / n, 1e3 * other / n,
-                 self->step_secs > 0? 100 * other / self->step_secs: 0);
+                 "(%.1f%%), of which waiting for input %.3f ms (%.2f%%)", s_who (self),
+                 1e3 * self->step_secs / n, 1e3 * self->compute_secs / n,
+                 1e3 * self->transfer_secs / n, 1e3 * other / n,
+                 self->step_secs > 0? 100 * other / self->step_secs: 0,
+                 1e3 * self->input_secs / n,
+                 self->step_secs > 0? 100 * self->input_secs / self->step_secs: 0);
     }
     uint32_t crc = za_role_values_crc (za_replica_values (self->replica), self->vars->total);
     int64_t step = self->global_step, floats = (int64_t) self->vars->total;

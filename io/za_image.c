@@ -165,7 +165,7 @@ s_resize (za_image_decoder_t *self, const uint8_t *src, int h, int w, int c,
         || s_reserve (self, (void **) &self->weights, &self->weights_capacity,
                       outs * taps * sizeof (float))
         || s_reserve (self, (void **) &self->rows, &self->rows_capacity,
-                      (size_t) h * ow * c * sizeof (float)))
+                      ((size_t) h + 1) * ow * c * sizeof (float)))
         return -1;
     int *first_w = self->first, *first_h = self->first + ow;
     int *count_w = self->count, *count_h = self->count + ow;
@@ -177,24 +177,42 @@ s_resize (za_image_decoder_t *self, const uint8_t *src, int h, int w, int c,
     for (int y = row_lo; y < row_hi; y++) {
         const uint8_t *in = src + (size_t) y * w * c;
         float *row = self->rows + (size_t) y * ow * c;
-        for (int x = 0; x < ow; x++) {
-            const float *wt = weights_w + (size_t) x * taps;
-            for (int k = 0; k < c; k++) {
+        if (c == 1)                     //  gray: no channel loop in the way
+            for (int x = 0; x < ow; x++) {
+                const float *wt = weights_w + (size_t) x * taps;
+                const uint8_t *at = in + first_w [x];
                 float sum = 0;
                 for (int t = 0; t < count_w [x]; t++)
-                    sum += wt [t] * in [(size_t) (first_w [x] + t) * c + k];
-                row [(size_t) x * c + k] = sum;
+                    sum += wt [t] * at [t];
+                row [x] = sum;
             }
-        }
+        else
+            for (int x = 0; x < ow; x++) {
+                const float *wt = weights_w + (size_t) x * taps;
+                for (int k = 0; k < c; k++) {
+                    float sum = 0;
+                    for (int t = 0; t < count_w [x]; t++)
+                        sum += wt [t] * in [(size_t) (first_w [x] + t) * c + k];
+                    row [(size_t) x * c + k] = sum;
+                }
+            }
     }
+    //  Vertical pass, a whole row at a time (the inner loop vectorises).
+    size_t line_size = (size_t) ow * c;
+    float *sum = self->rows + (size_t) h * line_size;
     for (int y = 0; y < oh; y++) {
         const float *wt = weights_h + (size_t) y * taps;
-        uint8_t *line = out + (size_t) y * ow * c;
-        for (size_t i = 0; i < (size_t) ow * c; i++) {
-            float sum = 0;
-            for (int t = 0; t < count_h [y]; t++)
-                sum += wt [t] * self->rows [(size_t) (first_h [y] + t) * ow * c + i];
-            int v = (int) (sum + 0.5f);
+        const float *row = self->rows + (size_t) first_h [y] * line_size;
+        for (size_t i = 0; i < line_size; i++)
+            sum [i] = wt [0] * row [i];
+        for (int t = 1; t < count_h [y]; t++) {
+            row += line_size;
+            for (size_t i = 0; i < line_size; i++)
+                sum [i] += wt [t] * row [i];
+        }
+        uint8_t *line = out + (size_t) y * line_size;
+        for (size_t i = 0; i < line_size; i++) {
+            int v = (int) (sum [i] + 0.5f);
             line [i] = (uint8_t) (v < 0? 0: v > 255? 255: v);
         }
     }

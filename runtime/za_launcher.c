@@ -469,7 +469,10 @@ int
 za_launcher_run_local (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
     za_task_t task;
-    int rc = za_task_prepare (&task, program, options, s, 1, za_settings_replicas (s, (int) (1 + s->workers)));
+    //  The evaluation data is checked when a task will evaluate on it.
+    int need_eval = s->evaluators > 0 || !s->no_eval || s->train_and_evaluate;
+    int rc = za_task_prepare (&task, program, options, s, need_eval,
+                              za_settings_replicas (s, (int) (1 + s->workers)));
     za_task_release (&task);
     if (rc)
         return rc;

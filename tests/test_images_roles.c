@@ -6,8 +6,11 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "za/za_images.h"
 #include "za/za_util.h"
@@ -39,6 +42,12 @@ s_readers (const char *dir, const za_dataset_t *listing, s_reader_t *readers, in
             continue;
         char *path = za_test_join (dir, entry->d_name);
         char *text = za_test_read_file (path, NULL);
+        char *end = text? strrchr (text, '\n'): NULL;
+        if (end)
+            end [1] = 0;                //  a line being written is not read yet
+        else
+        if (text)
+            text [0] = 0;
         s_reader_t *reader = &readers [n++];
         memset (reader, 0, sizeof *reader);
         for (char *save = NULL, *line = strtok_r (text, "\n", &save); line;
@@ -64,42 +73,54 @@ s_readers (const char *dir, const za_dataset_t *listing, s_reader_t *readers, in
     return n;
 }
 
-static void
-s_train_reads_own_shard (const char *strategy)
-{
-    za_test_dir_create ("za_images_roles");
-    za_dataset_t *fashion = za_test_fashion ("train", TRAIN_COUNT + EVAL_COUNT);
-    char *train = za_test_images_folder (fashion, TRAIN_COUNT, "train", ZA_TEST_PNG, 1);
-    //  The evaluation folder: the next EVAL_COUNT images.
-    za_dataset_t *rest = za_dataset_from_arrays (
-        fashion->features + (size_t) TRAIN_COUNT * 28 * 28, fashion->labels + TRAIN_COUNT,
-        EVAL_COUNT, 28, 28, 1);
-    char *eval = za_test_images_folder (rest, EVAL_COUNT, "eval", ZA_TEST_PNG, 1);
-    char *trace_dir = za_test_path ("traces");
-    mkdir (trace_dir, 0755);
-    char *trace = za_test_join (trace_dir, "opened");
-    setenv ("ZA_IMAGES_TRACE", trace, 1);
-    char *model = za_test_path ("model");
-    const char *args [] = {"--local", "--strategy", strategy, "--workers", "1",
-                           "--train-data", train, "--eval-data", eval, "--image-size", "28",
-                           "--channels", "1", "--batch-size", "16", "--max-steps", "60",
-                           "--model-dir", model, NULL};
-    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
-    unsetenv ("ZA_IMAGES_TRACE");
-    cr_assert_eq (result.exit_code, 0, "%s\n%s", result.out, result.err);
-    cr_expect (strstr (result.out, "accuracy"), "the evaluator reported: %s", result.out);
-    za_test_result_free (&result);
+//  A training folder and an evaluation folder of Fashion-MNIST PNGs, and
+//  where the processes' traces go.
+typedef struct {
+    za_dataset_t *fashion, *rest;
+    char *train, *eval, *trace_dir, *trace;
+} s_folders_t;
 
-    za_images_config_t config = za_test_images_config (train);
-    za_dataset_t *listing = za_images_load (&config);
-    cr_assert_not_null (listing);
+static s_folders_t
+s_folders (void)
+{
+    s_folders_t f;
+    za_test_dir_create ("za_images_roles");
+    f.fashion = za_test_fashion ("train", TRAIN_COUNT + EVAL_COUNT);
+    f.train = za_test_images_folder (f.fashion, TRAIN_COUNT, "train", ZA_TEST_PNG, 1);
+    //  The evaluation folder: the next EVAL_COUNT images.
+    f.rest = za_dataset_from_arrays (
+        f.fashion->features + (size_t) TRAIN_COUNT * 28 * 28, f.fashion->labels + TRAIN_COUNT,
+        EVAL_COUNT, 28, 28, 1);
+    f.eval = za_test_images_folder (f.rest, EVAL_COUNT, "eval", ZA_TEST_PNG, 1);
+    f.trace_dir = za_test_path ("traces");
+    mkdir (f.trace_dir, 0755);
+    f.trace = za_test_join (f.trace_dir, "opened");
+    return f;
+}
+
+static void
+s_folders_free (s_folders_t *f)
+{
+    free (f->trace), free (f->trace_dir), free (f->eval), free (f->train);
+    za_dataset_destroy (&f->rest);
+    za_dataset_destroy (&f->fashion);
+    za_test_dir_remove ();
+}
+
+//  The processes that read training files (each of one shard only, else
+//  the test fails) and how many of them read all their shard's files.
+static int
+s_trainers (const char *trace_dir, const za_dataset_t *listing, const char *strategy,
+            int *complete, int *evaluators)
+{
     s_reader_t readers [8];
     int n = s_readers (trace_dir, listing, readers, 8);
-    int trainers = 0, evaluators = 0, parity [2] = {0, 0};
+    int trainers = 0, shards [2] = {0, 0};
+    *complete = *evaluators = 0;
     for (int r = 0; r < n; r++) {
         if (readers [r].eval_count) {
-            evaluators++;
-            cr_expect_eq (readers [r].train_count, 0, "the evaluator read training files");
+            (*evaluators)++;
+            cr_assert_eq (readers [r].train_count, 0, "the evaluator read training files");
         }
         if (!readers [r].train_count)
             continue;
@@ -111,21 +132,51 @@ s_train_reads_own_shard (const char *strategy)
                           "%s: a process read file %d of shard %d and file %d of shard %d",
                           strategy, readers [r].train [0], shard, readers [r].train [k],
                           readers [r].train [k] % 2);
-        //  60 steps of 16 over 60 files: each worker read all of its own.
-        cr_expect_eq (readers [r].train_count, TRAIN_COUNT / 2, "%s: read %d of its files",
-                      strategy, readers [r].train_count);
-        parity [shard]++;
-        printf ("%s: a process read %d training files, all of shard %d\n", strategy,
-                readers [r].train_count, shard);
+        cr_assert_eq (shards [shard]++, 0, "%s: two processes read shard %d", strategy,
+                      shard);
+        *complete += readers [r].train_count == TRAIN_COUNT / 2;
     }
-    cr_expect_eq (trainers, 2, "%s: the chief and the worker train", strategy);
-    cr_expect (parity [0] == 1 && parity [1] == 1, "%s: one process per shard", strategy);
-    cr_expect_geq (evaluators, 1, "the evaluator read its folder");
+    return trainers;
+}
+
+static void
+s_train_reads_own_shard (const char *strategy)
+{
+    s_folders_t f = s_folders ();
+    za_images_config_t config = za_test_images_config (f.train);
+    za_dataset_t *listing = za_images_load (&config);
+    cr_assert_not_null (listing);
+
+    //  Trains until both processes have read every file of their shard (a
+    //  ps-async worker may start late: no step count would promise it).
+    setenv ("ZA_IMAGES_TRACE", f.trace, 1);
+    char *model = za_test_path ("model");
+    char *out = za_test_path ("run.out"), *err = za_test_path ("run.err");
+    const char *args [] = {"--local", "--strategy", strategy, "--workers", "1",
+                           "--train-data", f.train, "--eval-data", f.eval, "--image-size",
+                           "28", "--channels", "1", "--batch-size", "16", "--max-steps",
+                           "1000000", "--model-dir", model, NULL};
+    pid_t pid = za_test_spawn (args, out, err);
+    unsetenv ("ZA_IMAGES_TRACE");
+    double deadline = za_clock_mono () + RUN_TIMEOUT_S * ZA_TEST_SLOWDOWN;
+    int complete = 0, evaluators = 0, trainers = 0;
+    while (za_clock_mono () < deadline && complete < 2) {
+        usleep (100 * 1000);
+        trainers = s_trainers (f.trace_dir, listing, strategy, &complete, &evaluators);
+    }
+    kill (pid, SIGTERM);
+    int status = za_test_wait (pid, RUN_TIMEOUT_S);
+    char *run_err = za_test_read_file (err, NULL);
+    cr_expect (WIFEXITED (status), "the run ends on SIGTERM: %s", run_err);
+    trainers = s_trainers (f.trace_dir, listing, strategy, &complete, &evaluators);
+    printf ("%s: %d processes trained, %d read all of their own shard, none another's\n",
+            strategy, trainers, complete);
+    cr_expect_eq (trainers, 2, "%s: the chief and the worker train: %s", strategy, run_err);
+    cr_expect_eq (complete, 2, "%s: each read all of its own files", strategy);
+    free (run_err), free (out), free (err);
     za_dataset_destroy (&listing);
-    free (model), free (trace), free (trace_dir), free (eval), free (train);
-    za_dataset_destroy (&rest);
-    za_dataset_destroy (&fashion);
-    za_test_dir_remove ();
+    free (model);
+    s_folders_free (&f);
 }
 
 Test (images_roles, ps_async_workers_read_only_their_shard, .timeout = 900)
@@ -136,4 +187,37 @@ Test (images_roles, ps_async_workers_read_only_their_shard, .timeout = 900)
 Test (images_roles, allreduce_workers_read_only_their_shard, .timeout = 900)
 {
     s_train_reads_own_shard ("allreduce");
+}
+
+//  The evaluator reads --eval-data, any source: a folder here.
+Test (images_roles, the_evaluator_reads_its_own_folder, .timeout = 900)
+{
+    s_folders_t f = s_folders ();
+    setenv ("ZA_IMAGES_TRACE", f.trace, 1);
+    char *model = za_test_path ("model");
+    const char *args [] = {"--local", "--workers", "0", "--train-data", f.train,
+                           "--eval-data", f.eval, "--image-size", "28", "--channels", "1",
+                           "--batch-size", "16", "--max-steps", "20", "--model-dir", model,
+                           NULL};
+    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+    unsetenv ("ZA_IMAGES_TRACE");
+    cr_assert_eq (result.exit_code, 0, "%s\n%s", result.out, result.err);
+    char on [64];
+    snprintf (on, sizeof on, "on %d examples", EVAL_COUNT);
+    cr_expect (strstr (result.out, on), "the evaluator's report (%s): %s", on, result.out);
+    za_test_result_free (&result);
+    za_images_config_t config = za_test_images_config (f.train);
+    za_dataset_t *listing = za_images_load (&config);
+    s_reader_t readers [8];
+    int n = s_readers (f.trace_dir, listing, readers, 8), evaluators = 0;
+    for (int r = 0; r < n; r++)
+        if (readers [r].eval_count) {
+            evaluators++;
+            cr_expect_eq (readers [r].train_count, 0, "the evaluator read training files");
+            cr_expect_geq (readers [r].eval_count, EVAL_COUNT);
+        }
+    cr_expect_eq (evaluators, 1, "one process, the evaluator, read the evaluation folder");
+    za_dataset_destroy (&listing);
+    free (model);
+    s_folders_free (&f);
 }
