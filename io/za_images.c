@@ -85,11 +85,28 @@ s_compare_names (const void *a, const void *b)
     return strcmp (*(char *const *) a, *(char *const *) b);
 }
 
+//  "a,b,c" of names (malloc'd) into *joined, when joined is not NULL.
+static void
+s_join_names (char **names, int count, char **joined)
+{
+    if (!joined || count <= 0)
+        return;
+    size_t size = 1;
+    for (int c = 0; c < count; c++)
+        size += strlen (names [c]) + 1;
+    if (!(*joined = malloc (size)))
+        return;
+    char *at = *joined;
+    for (int c = 0; c < count; c++)
+        at += sprintf (at, "%s%s", c? ",": "", names [c]);
+}
+
 // ---------------------------------------------------------------------------
 //  Listing a folder of class folders
 
 static int
-s_list_folder (const za_images_config_t *config, za_listing_t *list, int *n_classes, int warn)
+s_list_folder (const za_images_config_t *config, za_listing_t *list, int *n_classes, int warn,
+               char **joined)
 {
     char **names;
     int classes = config->class_names? s_classes_given (config->class_names, &names)
@@ -110,6 +127,7 @@ s_list_folder (const za_images_config_t *config, za_listing_t *list, int *n_clas
             za_info ("warning: class %d ('%s') has no images in %s: it keeps its label", c,
                      names [c], path);
     }
+    s_join_names (names, classes, joined);
     za_listing_free_names (names, classes);
     if (!rc && list->count == 0)
         rc = za_error ("%s has no images (.jpg, .jpeg or .png) in its class folders",
@@ -138,7 +156,7 @@ s_parent_name (const char *path, char *name, size_t size)
 
 static int
 s_label_parents (const za_images_config_t *config, const char *pattern, za_listing_t *list,
-                 int *n_classes, int warn)
+                 int *n_classes, int warn, char **joined)
 {
     char **names = NULL;
     int classes = 0;
@@ -195,6 +213,7 @@ s_label_parents (const za_images_config_t *config, const char *pattern, za_listi
         za_info ("warning: %s: %lld images are in folders that are not among the %d "
                  "classes: they are left out", pattern, (long long) other, classes);
     free (table);
+    s_join_names (names, classes, joined);
     za_listing_free_names (names, classes > 0? classes: ZA_IMAGES_MAX_CLASSES);
     *n_classes = classes;
     if (classes >= 0 && kept == 0)
@@ -286,7 +305,8 @@ s_scan_file (s_scan_t *scan, za_listing_t *list, const char *path)
         }
         int64_t label;
         const char *why;
-        if (s_record_label (scan, data, size, &label, &why)) {
+        if (s_record_label (scan, data, size, &label, &why)
+        &&  !(scan->config->unlabeled && strstr (why, "label"))) {
             if (scan->warn)
                 za_info ("warning: %s: the record at offset %llu has %s ('%s', '%s'): it "
                          "is skipped", path, (unsigned long long) offset, why,
@@ -294,6 +314,9 @@ s_scan_file (s_scan_t *scan, za_listing_t *list, const char *path)
             continue;
         }
         int64_t classes = scan->named? scan->named: ZA_IMAGES_MAX_CLASSES;
+        if (scan->config->unlabeled)
+            label = scan->config->label_base;
+        else
         if (label - scan->config->label_base < 0
         ||  label - scan->config->label_base >= classes) {
             rc = za_error ("%s: the record at offset %llu has label %lld, outside %d..%lld%s%s",
@@ -413,7 +436,7 @@ s_select (const za_images_config_t *config, za_listing_t *list, int shards)
 //  what is left out and why; GZIP records go to `spill` (-1: nowhere).
 static int
 s_list (const za_images_config_t *config, za_listing_t *list, int *n_classes, int warn,
-        int spill)
+        int spill, char **joined)
 {
     memset (list, 0, sizeof *list);
     if (!(config->validation_split >= 0 && config->validation_split < 1))
@@ -440,13 +463,29 @@ s_list (const za_images_config_t *config, za_listing_t *list, int *n_classes, in
     if (rc)
         ;
     else
+    if (config->unlabeled && kind == SOURCE_FOLDER) {
+        //  Every image below, in the folder's order; no class needed.
+        if (!(rc = za_listing_walk (list, config->source, 0)) && list->count == 0)
+            rc = za_error ("%s has no images (.jpg, .jpeg or .png)", config->source);
+        *n_classes = 1;
+    }
+    else
+    if (config->unlabeled && kind == SOURCE_PATTERN) {
+        for (int64_t i = 0; i < list->count; i++)
+            list->items [i].label = 0;
+        *n_classes = 1;
+    }
+    else
     if (kind == SOURCE_FOLDER)
-        rc = s_list_folder (config, list, n_classes, warn);
+        rc = s_list_folder (config, list, n_classes, warn, joined);
     else
     if (kind == SOURCE_PATTERN)
-        rc = s_label_parents (config, pattern, list, n_classes, warn);
-    else
+        rc = s_label_parents (config, pattern, list, n_classes, warn, joined);
+    else {
         rc = s_list_tfrecord (config, pattern, list, n_classes, warn, spill, &shards);
+        if (!rc && joined && config->class_names)
+            *joined = strdup (config->class_names);
+    }
     if (rc) {
         za_listing_free (list);
         return -1;
@@ -460,7 +499,7 @@ za_images_info (const za_images_config_t *config, za_dataset_info_t *info)
 {
     za_listing_t list;
     int classes;
-    if (s_list (config, &list, &classes, 0, -1))
+    if (s_list (config, &list, &classes, 0, -1, NULL))
         return -1;
     info->count = list.count;
     info->height = config->image.height;
@@ -620,6 +659,18 @@ s_spill_new (void)
     return fd;
 }
 
+char *
+za_images_class_names (const za_images_config_t *config)
+{
+    za_listing_t list;
+    int classes;
+    char *joined = NULL;
+    if (s_list (config, &list, &classes, 0, -1, &joined))
+        return NULL;
+    za_listing_free (&list);
+    return joined;
+}
+
 za_dataset_t *
 za_images_load (const za_images_config_t *config)
 {
@@ -636,7 +687,7 @@ za_images_load (const za_images_config_t *config)
         return NULL;
     }
     void *gone = source;
-    if (s_list (config, &source->list, &classes, 1, source->spill)) {
+    if (s_list (config, &source->list, &classes, 1, source->spill, NULL)) {
         s_source_destroy (&gone);
         return NULL;
     }

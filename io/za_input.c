@@ -17,6 +17,7 @@
 typedef struct {
     float *features;            //  [batch_size, feature_size], 64-byte aligned
     int32_t *labels;            //  [batch_size]
+    int64_t *indices;           //  [batch_size]: each example's in the data set
     int size;
 } s_slot_t;
 
@@ -191,6 +192,7 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
                     out [k] = (float) in [k] / ZA_DATASET_PIXEL_MAX;
             }
             slot->labels [size] = dataset->labels [index];
+            slot->indices [size] = index;
             size++;
         }
         if (dataset->loader && self->wanted_count) {
@@ -205,6 +207,7 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
                 float *out = slot->features + (size_t) size * row;
                 for (size_t k = 0; k < row; k++)
                     out [k] = (float) in [k] / ZA_DATASET_PIXEL_MAX;
+                slot->indices [size] = self->wanted [i];
                 slot->labels [size++] = dataset->labels [self->wanted [i]];
             }
         }
@@ -361,7 +364,8 @@ za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
     for (int i = 0; i < self->n_slots; i++) {
         self->slots [i].features = za_alloc (batch_floats * sizeof (float));
         self->slots [i].labels = za_alloc ((size_t) c->batch_size * sizeof (int32_t));
-        if (!self->slots [i].features || !self->slots [i].labels) {
+        self->slots [i].indices = za_alloc ((size_t) c->batch_size * sizeof (int64_t));
+        if (!self->slots [i].features || !self->slots [i].labels || !self->slots [i].indices) {
             za_input_destroy (&self);
             return NULL;
         }
@@ -422,6 +426,7 @@ za_input_next (za_input_t *self, za_batch_t *batch)
         return 0;
     batch->features = slot->features;
     batch->labels = slot->labels;
+    batch->indices = slot->indices;
     batch->size = slot->size;
     batch->feature_size = self->dataset->feature_size;
     return 1;
@@ -453,6 +458,7 @@ za_input_destroy (za_input_t **self_p)
         for (int i = 0; i < self->n_slots; i++) {
             za_free (self->slots [i].features);
             za_free (self->slots [i].labels);
+            za_free (self->slots [i].indices);
         }
     free (self->slots);
     free (self->shuffle);

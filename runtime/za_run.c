@@ -3,7 +3,9 @@
     the whole cluster here (--local), the broker, a task that joins a broker,
     a task of a static cluster, or training in this process.               */
 #include "za_launcher.h"
+#include "za_input_json.h"
 #include "za_place.h"
+#include "za_predict.h"
 #include "za/za_curve.h"
 
 #include <errno.h>
@@ -24,10 +26,12 @@ static const char *const s_local_defaults [][2] = {
 
 static const char *s_about =
     "Trains a model on your images (--train-data: a folder of class folders of JPEG\n"
-    "or PNG files) or on MNIST-format IDX files (Fashion-MNIST by default), and\n"
-    "evaluates it: in one process, as a whole supervised cluster on this machine\n"
-    "(--local), or as one task of a cluster (--role, TF_CONFIG, --broker). The same\n"
-    "program serves every role.";
+    "or PNG files, a file pattern, TFRecord files) or on MNIST-format IDX files\n"
+    "(Fashion-MNIST by default), and evaluates it: in one process, as a whole\n"
+    "supervised cluster on this machine (--local), or as one task of a cluster\n"
+    "(--role, TF_CONFIG, --broker). The same program serves every role.\n"
+    "`%s predict --model-dir DIR --data SPEC` writes a trained model's class and\n"
+    "probabilities for each image.";
 
 static const char *s_epilogue =
     "\nOutput: a progress bar on a terminal (log lines otherwise), checkpoints\n"
@@ -59,7 +63,9 @@ static void
 s_usage (const za_program_t *program, za_options_t *options, const za_settings_t *s)
 {
     char about [2048];
-    snprintf (about, sizeof about, "%s%s%s", program->about? program->about: s_about,
+    char ours [1024];
+    snprintf (ours, sizeof ours, s_about, program->name);
+    snprintf (about, sizeof about, "%s%s%s", program->about? program->about: ours,
               program->about? "": "",
               program->model_fn? "": "\nWith no options it trains the seed CNN of the "
               "TensorFlow Estimator tutorials\nin this process.");
@@ -93,6 +99,16 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
     else
     if (s->ps < 1) {
         za_error ("--ps 0: --strategy %s needs at least one ps", s->strategy);
+        return ZA_EXIT_USAGE;
+    }
+    if (s->predict && (s->local || s->role || s->cluster || s->broker)) {
+        za_error ("predict runs in this process: leave out --local, --role, --cluster "
+                  "and --broker");
+        return ZA_EXIT_USAGE;
+    }
+    if (!s->predict && (s->data || s->checkpoint)) {
+        za_error ("--data and --checkpoint go with `%s predict`; to train on images, "
+                  "give --train-data", program->name);
         return ZA_EXIT_USAGE;
     }
     int is_evaluator = s->role && streq (s->role, "evaluator");
@@ -169,6 +185,8 @@ s_keygen (const za_program_t *program, int argc, char **argv)
 static int
 s_run (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
+    if (s->predict)
+        return za_predict_run (program, options, s);
     if (s->local)
         return za_launcher_run_local (program, options, s);
     if (s->role && streq (s->role, "broker"))
@@ -202,6 +220,12 @@ za_run_main (int argc, char **argv, const za_program_t *program)
     int rc = 0;
     for (int d = 0; program->defaults && program->defaults [d][0] && !rc; d++)
         rc = za_options_default (options, program->defaults [d][0], program->defaults [d][1]);
+    //  `predict` first: the rest is parsed as any command line.
+    settings.predict = argc >= 2 && streq (argv [1], "predict");
+    if (settings.predict) {
+        argv [1] = argv [0];
+        argv++, argc--;
+    }
     int parsed = rc? -1: za_options_parse_args (options, argc, argv);
     if (parsed == 1)
         s_usage (program, options, &settings);
@@ -212,6 +236,9 @@ za_run_main (int argc, char **argv, const za_program_t *program)
     }
     else
     if (settings.job && za_options_apply_job_file (options, settings.job))
+        rc = ZA_EXIT_USAGE;
+    else
+    if (settings.predict && za_input_json_apply (options, &settings))
         rc = ZA_EXIT_USAGE;
     else {
         //  --local's defaults are weaker than the job's and the flags'.

@@ -179,6 +179,18 @@ static const za_option_t s_options [] = {
                ZA_TEXT (ZA_EVAL_THROTTLE_SECS), 0, NO_MAX, NULL,
                ZA_READ_SINGLE | ZA_READ_EVALUATOR, JOB, 0, NULL,
                "at most one evaluation per S seconds"),
+    ZA_OPTION ("data", T_STR, data, "SPEC", NULL, 0, 0, NULL, ZA_READ_SINGLE, PROC, 0,
+               "Prediction (zactor-run predict --model-dir DIR --data SPEC)",
+               "predict these images: a folder (every image below it), a pattern,\n"
+               "one file, or TFRecord files (default: --dataset-dir's t10k IDX)"),
+    ZA_OPTION ("checkpoint", T_STR, checkpoint, "FILE", NULL, 0, 0, NULL, ZA_READ_SINGLE, PROC,
+               0, NULL, "predict with this checkpoint (default: the newest in --model-dir)"),
+    ZA_OPTION ("output", T_STR, output, "FILE", "-", 0, 0, NULL, ZA_READ_SINGLE, PROC, 0, NULL,
+               "write the predictions to FILE (default: standard output)"),
+    ZA_OPTION ("format", T_CHOICE, format, "FMT", "jsonl", 0, 0, "jsonl|csv", ZA_READ_SINGLE,
+               PROC, 0, NULL,
+               "one line per image: jsonl ({\"file\", \"class\", \"probabilities\"})\n"
+               "or csv (file,class,p_CLASS...)"),
     ZA_OPTION ("replay", T_FLAG, replay, NULL, NULL, 0, 0, NULL, ZA_READ_EVALUATOR, PROC, 0,
                NULL, "with --role evaluator: evaluate every checkpoint in --model-dir\n"
                "in step order, then exit"),

@@ -3,6 +3,7 @@
     of a cluster, the evaluator. Each role loads only what it reads: a worker
     its shard (as bytes), the evaluator the evaluation set, the ps nothing.  */
 #include "za_task.h"
+#include "za_input_json.h"
 #include "za/za_images.h"
 
 #include <inttypes.h>
@@ -55,6 +56,12 @@ s_images_config (const za_settings_t *s, int train, za_images_config_t *config)
     config->label_base = (int) s->label_base;
     config->seed = (uint64_t) s->seed;
     config->validation_split = s->validation_split;
+    if (s->predict) {                   //  every image of --data, labels unknown
+        config->source = s->data;
+        config->unlabeled = 1;
+        config->validation_split = 0;
+    }
+    else
     if (train) {
         config->source = s->train_data;
         config->subset = s->validation_split > 0? ZA_SUBSET_TRAINING: ZA_SUBSET_ALL;
@@ -82,9 +89,16 @@ s_data_info (const za_settings_t *s, int train, za_dataset_info_t *info)
 {
     if (s->train_data) {
         za_images_config_t config;
-        if (s_images_config (s, train, &config))
+        if (s_images_config (s, train, &config) || za_images_info (&config, info))
             return ZA_EXIT_USAGE;
-        return za_images_info (&config, info)? ZA_EXIT_USAGE: 0;
+        //  Predictions: the classes are the model's (its class names), not
+        //  the data's.
+        if (s->predict && s->class_names) {
+            info->n_classes = 1;
+            for (const char *c = s->class_names; (c = strchr (c, ',')); c++)
+                info->n_classes++;
+        }
+        return 0;
     }
     const char *dir = train || !s->eval_data? s->dataset_dir: s->eval_data;
     if (za_idx_info_dir (dir, train? "train": "t10k", info)) {
@@ -132,8 +146,13 @@ s_stack_model (za_task_t *task, int classes)
         units [unit_count++] = atoi (item);
     }
     int bad;
-    if (streq (model, "cnn"))
+    if (streq (model, "cnn")) {
+        //  The seed CNN, its last layer one unit per class of the data (10
+        //  for Fashion-MNIST, as the tutorials').
         bad = za_stack_parse (ZA_SEED_CNN, &task->spec);
+        if (!bad)
+            task->spec.layers [task->spec.count - 1].units = classes;
+    }
     else
     if (streq (model, "dnn"))
         bad = za_dnn_classifier_spec (&task->spec, units, unit_count, classes);
@@ -218,6 +237,9 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
         settings->max_steps = (settings->epochs * task->epoch_examples + global_batch - 1)
                             / global_batch;
     }
+    //  What predict needs to read images as training did.
+    if (settings->train_data && !settings->predict && settings->model_dir)
+        za_input_json_save (settings, !program->model_fn);
     return 0;
 }
 

@@ -102,7 +102,7 @@ s_train (za_replica_t *replica, const za_dataset_t *data, int size, int steps, d
 {
     for (int s = 0; s < steps; s++) {
         za_batch_t batch = {data->features + (size_t) s * size * 784, data->labels + s * size,
-                            size, 784};
+                            size, 784, NULL};
         cr_assert_eq (za_replica_compute_gradients (replica, &batch, s, &loss [s]), 0, "%s",
                       za_last_error ());
         za_replica_apply (replica, s + 1);
@@ -135,7 +135,7 @@ Test (device, a_staged_replica_trains_as_the_cpu_does)
     //  Values written on the host are what the next step uses.
     float *values = za_replica_values (staged);
     memcpy (values, za_replica_values (cpu), total * sizeof (float));
-    za_batch_t batch = {data->features, data->labels, SIZE, 784};
+    za_batch_t batch = {data->features, data->labels, SIZE, 784, NULL};
     double a, b;
     cr_assert_eq (za_replica_compute_gradients (cpu, &batch, 99, &a), 0);
     cr_assert_eq (za_replica_compute_gradients (staged, &batch, 99, &b), 0);
@@ -220,7 +220,7 @@ Test (device, two_replicas_per_device_equal_one_at_twice_the_batch)
     cr_expect_lt (s_max_diff (za_replica_values (one), za_replica_values (two), total), 1e-5);
     cr_expect_lt (s_max_diff (za_replica_slot (one, 0), za_replica_slot (two, 0), total), 1e-5);
     //  Predictions come back from each replica's half in order.
-    za_batch_t batch = {data->features, NULL, SIZE, 784};
+    za_batch_t batch = {data->features, NULL, SIZE, 784, NULL};
     int64_t index = 0;
     cr_assert_eq (za_replica_predict_batch (one, &batch, s_note, s_predicted [0], &index), 0);
     index = 0;

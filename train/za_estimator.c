@@ -360,6 +360,22 @@ int64_t
 za_estimator_predict (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
                       za_predict_fn_t fn, void *fn_arg)
 {
+    return za_estimator_predict_from (self, NULL, input_fn, arg, fn, fn_arg);
+}
+
+int64_t
+za_estimator_predict_from (za_estimator_t *self, const char *checkpoint_path,
+                           za_input_fn_t input_fn, void *arg, za_predict_fn_t fn,
+                           void *fn_arg)
+{
+    if (checkpoint_path) {
+        za_checkpoint_t *ckpt = za_checkpoint_load (checkpoint_path);
+        int rc = ckpt? za_replica_restore (self->replica, ckpt, &self->global_step): -1;
+        za_checkpoint_destroy (&ckpt);
+        if (rc)
+            return -1;
+    }
+    else
     if (s_load_for_inference (self, "predict"))
         return -1;
     za_input_t *input = s_input (self, input_fn, arg, ZA_MODE_PREDICT);

@@ -727,20 +727,23 @@ za_replica_predict_batch (za_replica_t *self, const za_batch_t *batch, za_predic
     for (int lo = 0; lo < batch->size; lo += view_max) {
         za_batch_t view = {batch->features + (size_t) lo * self->feature_size, NULL,
                            batch->size - lo < view_max? batch->size - lo: view_max,
-                           batch->feature_size};
+                           batch->feature_size, NULL};
         double unused_loss;
         int unused_correct;
         if (s_batch_run (self, &view, ZA_MODE_PREDICT, 0, &run, &unused_loss, &unused_correct))
             return -1;
+        int at = lo;                    //  the example's place in the batch
         for (int t = 0; t < self->threads; t++) {
             const za_spec_t *spec = &run.specs [t];
-            for (int r = 0; r < run.count [t]; r++) {
+            for (int r = 0; r < run.count [t]; r++, at++) {
                 const float *z = spec->logits + (size_t) r * spec->n_classes;
                 int best = 0;
                 for (int k = 1; k < spec->n_classes; k++)
                     if (z [k] > z [best])
                         best = k;
-                if (fn (arg, (*index)++, z, spec->n_classes, best))
+                int64_t number = (*index)++;
+                if (fn (arg, batch->indices? batch->indices [at]: number, z, spec->n_classes,
+                        best))
                     return 1;
             }
         }

@@ -128,6 +128,11 @@ int za_estimator_evaluate_checkpoint (za_estimator_t *self, const char *path,
 //  example. Returns the number of examples predicted, or -1 with an error.
 int64_t za_estimator_predict (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
                               za_predict_fn_t fn, void *fn_arg);
+//  The same with the checkpoint at checkpoint_path (Estimator.predict's
+//  checkpoint_path; NULL: the newest in model_dir).
+int64_t za_estimator_predict_from (za_estimator_t *self, const char *checkpoint_path,
+                                   za_input_fn_t input_fn, void *arg, za_predict_fn_t fn,
+                                   void *fn_arg);
 
 int64_t za_estimator_global_step (const za_estimator_t *self);
 //  The variable table and the current values (host memory).

@@ -56,6 +56,10 @@ typedef struct {
     int label_base;                     //  the label that means class 0: 0, or 1
                                         //  for files whose labels start at 1
                                         //  (build_image_data.py's, 0 = background)
+    int unlabeled;                      //  for predictions: a folder's every image
+                                        //  (class folders or not), a pattern's,
+                                        //  a TFRecord's with or without a label;
+                                        //  labels 0
 } za_images_config_t;
 
 //  What the source holds for config: examples (of the subset and shard),
@@ -70,6 +74,11 @@ int za_images_info (const za_images_config_t *config, za_dataset_info_t *info);
 //  empty class folder keeps its label, with one warning naming it. NULL with
 //  an error as za_images_info.
 za_dataset_t *za_images_load (const za_images_config_t *config);
+
+//  The class names of config's source, "a,b,c" (caller frees): the class
+//  folders, the parent folders of a pattern, the given ones; NULL when it
+//  has none (TFRecord labels without --class-names) or on an error.
+char *za_images_class_names (const za_images_config_t *config);
 
 //  The path of example `index` of a data set za_images_load made (for
 //  messages and predictions; a TFRecord example's is its file's), or NULL.

@@ -46,6 +46,8 @@ typedef struct {
     const int32_t *labels;      //  [size]
     int size;                   //  examples in this batch
     int64_t feature_size;       //  values per example (height * width * channels)
+    const int64_t *indices;     //  [size]: each example's index in its data set
+                                //  (predictions name the file); NULL: unknown
 } za_batch_t;
 
 typedef struct _za_input_t za_input_t;

@@ -148,6 +148,12 @@ typedef struct {
     int train_and_evaluate;
     const char *eval_data;
     const char *eval_name;
+    //  Prediction (zactor-run predict)
+    int predict;                    //  1: the predict subcommand (not an option)
+    const char *data;               //  what to predict: images (za_images.h)
+    const char *checkpoint;         //  NULL: the newest in model_dir
+    const char *output;             //  "-": standard output
+    const char *format;             //  jsonl or csv
     int64_t eval_steps;             //  0: the whole set
     double start_delay_secs;
     double throttle_secs;

@@ -107,8 +107,9 @@ int za_replica_evaluate_batch (za_replica_t *self, const za_batch_t *batch, doub
 typedef int (*za_predict_fn_t) (void *arg, int64_t index, const float *logits,
                                 int n_classes, int class_id);
 
-//  Predicts every example of the batch in order, numbering them from
-//  *index (which is advanced). Returns 0, 1 when fn asked to stop, or -1
+//  Predicts every example of the batch in order, each named by its index
+//  in its data set (batch->indices), or, when the batch has none, numbered
+//  from *index (which is advanced either way). Returns 0, 1 when fn asked to stop, or -1
 //  with an error.
 int za_replica_predict_batch (za_replica_t *self, const za_batch_t *batch, za_predict_fn_t fn,
                               void *arg, int64_t *index);

@@ -1,0 +1,56 @@
+/*  za_input_json.c: MODEL_DIR/input.json, how training read its images.    */
+#include "za_input_json.h"
+
+#include "za/za_images.h"
+#include "za/za_util.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PATH_CHARS 4096
+
+int
+za_input_json_apply (za_options_t *options, const za_settings_t *s)
+{
+    char path [PATH_CHARS];
+    snprintf (path, sizeof path, "%s/%s", s->model_dir, ZA_INPUT_JSON_FILE);
+    if (access (path, F_OK))
+        return 0;                       //  trained from IDX, or by an older zactor
+    return za_options_apply_job_file (options, path)? ZA_EXIT_USAGE: 0;
+}
+
+void
+za_input_json_save (const za_settings_t *s, int with_model)
+{
+    za_images_config_t config = {
+        .source = s->train_data, .class_names = s->class_names,
+        .image_key = s->image_key, .label_key = s->label_key, .label_base = (int) s->label_base,
+    };
+    char *names = za_images_class_names (&config);
+    json_t *input = json_pack ("{s:s, s:I, s:s, s:b}", "image_size", s->image_size,
+                               "channels", (json_int_t) s->channels, "resize", s->resize,
+                               "crop_to_aspect_ratio", s->crop_to_aspect_ratio);
+    if (input && with_model) {
+        json_object_set_new (input, "model", json_string (s->model));
+        if (streq (s->model, "dnn"))
+            json_object_set_new (input, "hidden_units", json_string (s->hidden_units));
+    }
+    if (input && names)
+        json_object_set_new (input, "class_names", json_string (names));
+    char path [PATH_CHARS], temp [PATH_CHARS + 32];
+    snprintf (path, sizeof path, "%s/%s", s->model_dir, ZA_INPUT_JSON_FILE);
+    snprintf (temp, sizeof temp, "%s.%d.tmp", path, (int) getpid ());
+    if (!input || za_mkdirs (s->model_dir)
+    ||  json_dump_file (input, temp, JSON_INDENT (2) | JSON_SORT_KEYS)
+    ||  rename (temp, path))
+        za_info ("warning: cannot write %s (predict will need the image flags): %s", path,
+                 strerror (errno));
+    unlink (temp);
+    json_decref (input);
+    free (names);
+}
+

@@ -1,0 +1,200 @@
+/*  za_predict.c: `zactor-run predict`.                                      */
+#include "za_predict.h"
+#include "za_task.h"
+
+#include "za/za_estimator.h"
+#include "za/za_images.h"
+#include "za/za_util.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PATH_CHARS 4096
+#define NAME_CHARS 256
+
+// ---------------------------------------------------------------------------
+//  Predictions
+
+typedef struct {
+    za_task_t *task;
+    FILE *out;
+    int csv;
+    char **names;                       //  the class names, or NULL: their numbers
+    int n_names;
+    int64_t written;
+    int failed;
+} s_writer_t;
+
+//  The class names of --class-names (or input.json's) into writer.
+static void
+s_names (s_writer_t *self, const char *text)
+{
+    if (!text)
+        return;
+    char *copy = strdup (text);
+    self->names = calloc (strlen (text) + 2, sizeof *self->names);
+    for (char *save = NULL, *name = copy && self->names? strtok_r (copy, ",", &save): NULL;
+         name; name = strtok_r (NULL, ",", &save))
+        self->names [self->n_names++] = strdup (name);
+    free (copy);
+}
+
+static const char *
+s_name (const s_writer_t *self, int k, char *buffer)
+{
+    if (self->names && self->n_names && k < self->n_names)
+        return self->names [k];
+    snprintf (buffer, NAME_CHARS, "%d", k);
+    return buffer;
+}
+
+//  A CSV field: quoted when it holds a comma, a quote or a line break.
+static void
+s_csv_field (FILE *out, const char *text)
+{
+    if (!strpbrk (text, ",\"\r\n")) {
+        fputs (text, out);
+        return;
+    }
+    fputc ('"', out);
+    for (const char *p = text; *p; p++) {
+        if (*p == '"')
+            fputc ('"', out);
+        fputc (*p, out);
+    }
+    fputc ('"', out);
+}
+
+//  The example's name: its file (FILE@OFFSET for a TFRecord's), or its
+//  number in the IDX file.
+static void
+s_example_name (const s_writer_t *self, int64_t index, char *name, size_t size)
+{
+    const za_dataset_t *data = self->task->eval;
+    const char *path = za_images_path (data, index);
+    int64_t offset = za_images_offset (data, index);
+    if (path && offset >= 0)
+        snprintf (name, size, "%s@%lld", path, (long long) offset);
+    else
+    if (path)
+        snprintf (name, size, "%s", path);
+    else
+        snprintf (name, size, "%lld", (long long) index);
+}
+
+static int
+s_write (void *arg, int64_t index, const float *logits, int n_classes, int class_id)
+{
+    s_writer_t *self = (s_writer_t *) arg;
+    char name [PATH_CHARS + 32], buffer [NAME_CHARS];
+    s_example_name (self, index, name, sizeof name);
+    //  The softmax, from the largest logit for its range.
+    double total = 0, top = logits [class_id];
+    for (int k = 0; k < n_classes; k++)
+        total += exp ((double) logits [k] - top);
+    if (self->csv) {
+        if (self->written == 0) {
+            fputs ("file,class", self->out);
+            for (int k = 0; k < n_classes; k++) {
+                fputs (",p_", self->out);
+                s_csv_field (self->out, s_name (self, k, buffer));
+            }
+            fputc ('\n', self->out);
+        }
+        s_csv_field (self->out, name);
+        fputc (',', self->out);
+        s_csv_field (self->out, s_name (self, class_id, buffer));
+        for (int k = 0; k < n_classes; k++)
+            fprintf (self->out, ",%.6g", exp ((double) logits [k] - top) / total);
+        fputc ('\n', self->out);
+    }
+    else {
+        json_t *probabilities = json_object ();
+        for (int k = 0; k < n_classes; k++)
+            json_object_set_new (probabilities, s_name (self, k, buffer),
+                                 json_real (exp ((double) logits [k] - top) / total));
+        json_t *line = json_pack ("{s:s, s:s, s:i, s:o}", "file", name, "class",
+                                  s_name (self, class_id, buffer), "class_id", class_id,
+                                  "probabilities", probabilities);
+        char *text = line? json_dumps (line, JSON_COMPACT | JSON_PRESERVE_ORDER |
+                                             JSON_REAL_PRECISION (6)): NULL;
+        if (text)
+            fprintf (self->out, "%s\n", text);
+        free (text);
+        json_decref (line);
+    }
+    self->written++;
+    if (ferror (self->out)) {
+        self->failed = errno? errno: EIO;
+        return 1;
+    }
+    return 0;
+}
+
+int
+za_predict_run (const za_program_t *program, za_options_t *options, za_settings_t *s)
+{
+    if (!s->model_dir || !*s->model_dir) {
+        za_error ("predict: give --model-dir, the folder training wrote its checkpoints to");
+        return ZA_EXIT_USAGE;
+    }
+    if (s->data) {                      //  the images are the model's input
+        s->train_data = s->data;
+        s->eval_data = s->data;
+    }
+    else
+    if (s->train_data) {
+        za_error ("predict: give --data SPEC, the images to predict");
+        return ZA_EXIT_USAGE;
+    }
+    za_task_t task;
+    int rc = za_task_prepare (&task, program, options, s, 1, 1);
+    FILE *out = NULL;
+    if (!rc && !(out = streq (s->output, "-")? stdout: fopen (s->output, "w"))) {
+        za_error ("predict: cannot write %s: %s", s->output, strerror (errno));
+        rc = ZA_EXIT_USAGE;
+    }
+    za_run_config_t run = za_settings_run_config (s);
+    run.progress = 0;
+    za_estimator_t *estimator = rc? NULL: za_estimator_new (task.model_fn, task.params,
+                                                             task.input, NULL, &run);
+    s_writer_t writer = {.task = &task, .out = out, .csv = streq (s->format, "csv")};
+    s_names (&writer, s->class_names);
+    int64_t predicted = -1;
+    if (estimator)
+        predicted = za_estimator_predict_from (estimator, s->checkpoint, za_task_input, &task,
+                                               s_write, &writer);
+    if (out && out != stdout && fclose (out) && !writer.failed)
+        writer.failed = errno;
+    if (!rc && predicted < 0)
+        rc = 1;
+    else
+    if (!rc && writer.failed) {
+        za_error ("predict: writing %s failed: %s", s->output, strerror (writer.failed));
+        rc = 1;
+    }
+    else
+    if (!rc) {
+        char skipped [96] = "";
+        int64_t bad = za_images_bad (task.eval);
+        if (bad)
+            snprintf (skipped, sizeof skipped, "; %lld could not be decoded (named above)",
+                      (long long) bad);
+        za_info ("predicted %lld examples with the checkpoint of step %lld into %s%s",
+                 (long long) predicted, (long long) za_estimator_global_step (estimator),
+                 streq (s->output, "-")? "standard output": s->output, skipped);
+    }
+    if (out == stdout)
+        fflush (stdout);
+    za_estimator_destroy (&estimator);
+    for (int k = 0; k < writer.n_names; k++)
+        free (writer.names [k]);
+    free (writer.names);
+    za_task_release (&task);
+    return rc;
+}

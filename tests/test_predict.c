@@ -1,0 +1,144 @@
+/*  test_predict.c: `zactor-run predict` on real Fashion-MNIST JPEGs: a model
+    trained from class folders predicts its evaluation folder with no flag
+    but --model-dir and --data (input.json), its predictions as accurate as
+    the evaluation said, as JSONL and CSV, with an earlier --checkpoint; a
+    corrupt image skipped, the others predicted; what is wrong said.        */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "za/za_util.h"
+#include "za_test.h"
+#include "za_test_images.h"
+
+#define TRAIN_COUNT 400
+#define EVAL_COUNT 100
+#define RUN_TIMEOUT_S 600
+
+//  The class folder an image is in: "class_N/FILE" gives "class_N".
+static void
+s_parent (const char *path, char *name, size_t size)
+{
+    const char *end = strrchr (path, '/'), *start = end;
+    while (start > path && start [-1] != '/')
+        start--;
+    snprintf (name, size, "%.*s", (int) (end - start), start);
+}
+
+Test (predict, predicts_the_eval_folder_as_the_evaluation_scored_it, .timeout = 1200)
+{
+    za_test_dir_create ("za_predict");
+    za_dataset_t *fashion = za_test_fashion ("train", TRAIN_COUNT + EVAL_COUNT);
+    char *train = za_test_images_folder (fashion, TRAIN_COUNT, "train", ZA_TEST_JPEG, 1);
+    za_dataset_t *rest = za_dataset_from_arrays (
+        fashion->features + (size_t) TRAIN_COUNT * 28 * 28, fashion->labels + TRAIN_COUNT,
+        EVAL_COUNT, 28, 28, 1);
+    char *eval = za_test_images_folder (rest, EVAL_COUNT, "eval", ZA_TEST_JPEG, 1);
+    char *model = za_test_path ("model");
+    const char *args [] = {"--train-data", train, "--eval-data", eval, "--image-size", "28",
+                           "--channels", "1", "--batch-size", "32", "--max-steps", "60",
+                           "--save-checkpoints-steps", "30", "--model-dir", model, NULL};
+    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    double accuracy = -1;
+    const char *line = strstr (result.out, "test accuracy ");
+    cr_assert (line && sscanf (line, "test accuracy %lf", &accuracy) == 1, "%s", result.out);
+    za_test_result_free (&result);
+
+    //  No flag but the model dir and the data: input.json has the rest.
+    const char *predict [] = {"predict", "--model-dir", model, "--data", eval, NULL};
+    result = za_test_run (predict, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect (strstr (result.err, "predicted 100 examples with the checkpoint of step 60"),
+               "%s", result.err);
+    int lines = 0, correct = 0;
+    for (char *save = NULL, *text = strtok_r (result.out, "\n", &save); text;
+         text = strtok_r (NULL, "\n", &save), lines++) {
+        json_error_t error;
+        json_t *row = json_loads (text, 0, &error);
+        cr_assert_not_null (row, "line %d is not JSON: %s", lines + 1, text);
+        const char *file = json_string_value (json_object_get (row, "file"));
+        const char *class = json_string_value (json_object_get (row, "class"));
+        json_t *probabilities = json_object_get (row, "probabilities");
+        cr_assert (file && class && json_object_size (probabilities) == 10, "%s", text);
+        cr_expect (strstr (file, eval) == file, "%s is not an evaluation image", file);
+        double sum = 0, best = -1;
+        const char *key, *argmax = NULL;
+        json_t *value;
+        json_object_foreach (probabilities, key, value) {
+            sum += json_real_value (value);
+            if (json_real_value (value) > best)
+                best = json_real_value (value), argmax = key;
+        }
+        cr_expect (fabs (sum - 1) < 1e-4, "probabilities sum to %g: %s", sum, text);
+        cr_expect_str_eq (class, argmax, "%s", text);
+        char parent [64];
+        s_parent (file, parent, sizeof parent);
+        correct += !strcmp (parent, class);
+        json_decref (row);
+    }
+    za_test_result_free (&result);
+    cr_expect_eq (lines, EVAL_COUNT);
+    printf ("predict: %d of %d right (%.4f), the evaluation said %.4f\n", correct, lines,
+            (double) correct / lines, accuracy);
+    cr_expect (fabs ((double) correct / EVAL_COUNT - accuracy) < 1e-3,
+               "predictions %d/%d right, the evaluation said %.4f", correct, EVAL_COUNT,
+               accuracy);
+
+    //  CSV, with the checkpoint of step 30, into a file.
+    char *csv = za_test_path ("predictions.csv");
+    char *checkpoint = za_test_join (model, "model.ckpt-30.safetensors");
+    const char *as_csv [] = {"predict", "--model-dir", model, "--data", eval, "--format",
+                             "csv", "--checkpoint", checkpoint, "--output", csv, NULL};
+    result = za_test_run (as_csv, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect (strstr (result.err, "checkpoint of step 30"), "%s", result.err);
+    za_test_result_free (&result);
+    char *text = za_test_read_file (csv, NULL);
+    cr_assert_not_null (text);
+    cr_expect (!strncmp (text, "file,class,p_class_0,p_class_1,", 31), "%.80s", text);
+    cr_expect_eq (za_test_count (text, "\n"), EVAL_COUNT + 1);
+    free (text);
+
+    //  What is wrong is said: no checkpoint, a model dir of another model.
+    char *empty = za_test_path ("empty");
+    const char *none [] = {"predict", "--model-dir", empty, "--data", eval, "--image-size",
+                           "28", "--channels", "1", NULL};
+    result = za_test_run (none, RUN_TIMEOUT_S);
+    cr_expect_eq (result.exit_code, 1, "%s", result.err);
+    cr_expect (strstr (result.err, "train first"), "%s", result.err);
+    za_test_result_free (&result);
+    const char *other [] = {"predict", "--model-dir", model, "--data", eval, "--model",
+                            "linear", NULL};
+    result = za_test_run (other, RUN_TIMEOUT_S);
+    cr_expect_eq (result.exit_code, 1, "%s", result.err);
+    cr_expect (strstr (result.err, "holds another model"), "%s", result.err);
+    za_test_result_free (&result);
+    const char *missing [] = {"predict", "--model-dir", model, "--data", "/nonexistent/za",
+                              NULL};
+    result = za_test_run (missing, RUN_TIMEOUT_S);
+    cr_expect_eq (result.exit_code, 2, "%s", result.err);
+    cr_expect (strstr (result.err, "/nonexistent/za: cannot read"), "%s", result.err);
+    za_test_result_free (&result);
+
+    //  A corrupt image among them: skipped, named; the others predicted.
+    char *bad = za_test_join (eval, "class_3/zz-broken.jpg");
+    FILE *file = fopen (bad, "w");
+    fputs ("not a JPEG", file);
+    fclose (file);
+    result = za_test_run (predict, RUN_TIMEOUT_S);
+    cr_expect_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect (strstr (result.err, "zz-broken.jpg"), "%s", result.err);
+    cr_expect (strstr (result.err, "predicted 100 examples"), "%s", result.err);
+    cr_expect (strstr (result.err, "1 could not be decoded"), "%s", result.err);
+    cr_expect_eq (za_test_count (result.out, "\n"), EVAL_COUNT);
+    za_test_result_free (&result);
+    free (bad), free (empty), free (checkpoint), free (csv), free (model), free (eval);
+    free (train);
+    za_dataset_destroy (&rest);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
