@@ -500,6 +500,7 @@ s_run_steps (s_mirrored_t *self)
         self->step_secs += now - step_start;
         za_role_rates_publish (&self->rates, self->stats, self->global_step, self->own_steps,
                                loss, batch.size, now);
+        za_role_bad_publish (self->stats, self->input);
         s_publish_wait (self, 1e3 * (za_ring_wait_secs (self->ring) - waited));
         //  The summaries' examples/sec count a global step's batches.
         if (za_role_hooks_after_step (&self->hooks, config, self->global_step, loss,

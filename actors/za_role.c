@@ -199,6 +199,13 @@ za_role_rates_publish (za_role_rates_t *self, za_role_stats_t *stats, int64_t gl
     atomic_store_explicit (&stats->alive, now, memory_order_relaxed);
 }
 
+void
+za_role_bad_publish (za_role_stats_t *stats, const za_input_t *input)
+{
+    if (stats)
+        atomic_store_explicit (&stats->bad_images, za_input_bad (input), memory_order_relaxed);
+}
+
 // ---------------------------------------------------------------------------
 //  A role's end
 

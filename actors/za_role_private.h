@@ -65,6 +65,9 @@ void za_role_rates_publish (za_role_rates_t *self, za_role_stats_t *stats,
                             int64_t global_step, int64_t own_steps, double loss, int batch,
                             double now);
 
+//  Publishes how many of input's examples could not be decoded so far.
+void za_role_bad_publish (za_role_stats_t *stats, const za_input_t *input);
+
 //  A role that could not start: FAILED to its watchers, DONE 1 on the pipe.
 void za_role_failed_start (zsock_t *pipe, za_role_stats_t *stats);
 

@@ -1071,6 +1071,7 @@ s_run_steps (s_worker_t *self)
         self->step_secs += now - step_start;
         za_role_rates_publish (&self->rates, self->stats, self->global_step, self->own_steps,
                                loss, batch.size, now);
+        za_role_bad_publish (self->stats, self->input);
         //  The summaries' examples/sec count a global step's batches.
         if ((rc = s_after_step (self, loss, batch.size * za_role_batches_per_step (config),
                                 now)))

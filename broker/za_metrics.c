@@ -93,6 +93,7 @@ static const struct {
     {"zactor_task_eval_accuracy", "eval_accuracy", "gauge", "The accuracy of the task's last evaluation."},
     {"zactor_task_eval_step", "eval_step", "gauge", "The global step of the task's last evaluation."},
     {"zactor_task_restarts_total", "restarts", "counter", "Times the task was restarted."},
+    {"zactor_task_bad_images_total", "bad_images", "counter", "Input images the task skipped: they could not be decoded."},
     {"zactor_task_heartbeat_age_seconds", "heartbeat_age_secs", "gauge", "Seconds since the broker last heard from the task."},
 };
 

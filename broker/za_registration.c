@@ -147,6 +147,13 @@ za_registration_parse (json_t *body, int report, const int *counts, za_registrat
     }
     if (has_ring)
         reg->ring_rank = (int) value;
+    value = 0;
+    if (json_object_get (body, "bad_images")
+        && s_integer (body, "bad_images", 0, INT64_MAX, &value)) {
+        snprintf (why, size, "bad_images: an integer >= 0, or nothing");
+        return -1;
+    }
+    reg->bad_images = value;
     return 0;
 }
 

@@ -498,6 +498,7 @@ za_registry_report (za_registry_t *self, za_entry_t *task, zframe_t *identity,
     task->eval_accuracy = reg->eval_accuracy;
     task->ring_rank = reg->ring_rank;
     task->wait_ms = reg->wait_ms;
+    task->bad_images = reg->bad_images;
     if (ended && task->pid == reg->pid && task->state != ZA_ENTRY_DONE) {
         int done = streq (reg->state, "done");
         s_happening_t end = {.cause = done? "finished": "it reported a failure"};
@@ -594,6 +595,7 @@ s_row (const za_entry_t *task, double now)
         return NULL;
     if (*task->endpoint)
         json_object_set_new (row, "endpoint", json_string (task->endpoint));
+    json_object_set_new (row, "bad_images", json_integer (task->bad_images));
     if (task->ring_rank >= 0) {
         json_object_set_new (row, "ring_rank", json_integer (task->ring_rank));
         json_object_set_new (row, "wait_ms", json_real (task->wait_ms));

@@ -61,6 +61,7 @@ typedef struct {
     double eval_accuracy;
     int ring_rank;              //  -1: not in a ring
     double wait_ms;
+    int64_t bad_images;         //  input examples it skipped
 } za_entry_t;
 
 typedef struct za_registry_t za_registry_t;

@@ -134,3 +134,9 @@ za_dataset_destroy (za_dataset_t **self_p)
     free (self);
     *self_p = NULL;
 }
+
+int64_t
+za_dataset_bad (const za_dataset_t *self)
+{
+    return self && self->loader && self->loader->bad? self->loader->bad (self->source): 0;
+}

@@ -640,11 +640,18 @@ s_source_destroy (void **source_p)
     *source_p = NULL;
 }
 
+static int64_t
+s_bad (void *arg)
+{
+    return __atomic_load_n (&((s_source_t *) arg)->bad_count, __ATOMIC_RELAXED);
+}
+
 static const za_dataset_loader_t s_loader = {
     .load = s_load,
     .scratch_new = s_scratch_new,
     .scratch_destroy = s_scratch_destroy,
     .destroy = s_source_destroy,
+    .bad = s_bad,
 };
 
 //  An unlinked file in $TMPDIR (or /tmp) for GZIP files' records, or -1.
@@ -744,5 +751,5 @@ za_images_bad (const za_dataset_t *dataset)
 {
     if (!dataset || dataset->loader != &s_loader)
         return 0;
-    return __atomic_load_n (&((s_source_t *) dataset->source)->bad_count, __ATOMIC_RELAXED);
+    return s_bad (dataset->source);
 }

@@ -433,6 +433,12 @@ za_input_next (za_input_t *self, za_batch_t *batch)
 }
 
 int64_t
+za_input_bad (const za_input_t *self)
+{
+    return self? za_dataset_bad (self->dataset): 0;
+}
+
+int64_t
 za_input_shard_count (const za_input_t *self)
 {
     return self? self->shard_count: 0;

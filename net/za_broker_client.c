@@ -184,6 +184,9 @@ za_broker_client_report (za_broker_client_t *self, const za_task_registration_t 
         json_object_set_new (body, "steps_per_sec", json_real (atomic_load (&s->steps_per_sec)));
         json_object_set_new (body, "examples_per_sec",
                              json_real (atomic_load (&s->examples_per_sec)));
+        int64_t bad_images = atomic_load (&s->bad_images);
+        if (bad_images > 0)
+            json_object_set_new (body, "bad_images", json_integer (bad_images));
         int ring_rank = atomic_load (&s->ring_rank);
         if (ring_rank >= 0) {
             json_object_set_new (body, "ring_rank", json_integer (ring_rank));
@@ -331,6 +334,7 @@ s_decode_task_row (json_t *row, za_broker_task_row_t *task)
     task->heartbeat_age_secs = s_number (row, "heartbeat_age_secs", -1);
     task->ring_rank = (int) s_number (row, "ring_rank", -1);
     task->wait_ms = s_number (row, "wait_ms", 0);
+    task->bad_images = (int64_t) s_number (row, "bad_images", 0);
     return 0;
 }
 

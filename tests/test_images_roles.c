@@ -221,3 +221,50 @@ Test (images_roles, the_evaluator_reads_its_own_folder, .timeout = 900)
     free (model);
     s_folders_free (&f);
 }
+
+//  The chief's row has bad_images >= 1 (the corrupt file, counted once).
+static int
+s_bad_counted (json_t *state, void *arg)
+{
+    (void) arg;
+    json_t *chief = za_test_row (state, "chief", 0);
+    json_t *bad = chief? json_object_get (chief, "bad_images"): NULL;
+    return json_is_integer (bad) && json_integer_value (bad) >= 1;
+}
+
+//  A corrupt image is counted where a person watches: the broker's state,
+//  zactor-top; the others train on.
+Test (images_roles, a_corrupt_image_is_counted_in_zactor_top, .timeout = 900)
+{
+    s_folders_t f = s_folders ();
+    char *bad = za_test_join (f.train, "class_4/zz-corrupt.png");
+    FILE *file = fopen (bad, "w");
+    cr_assert_not_null (file);
+    fputs ("\x89PNG but not really", file);
+    fclose (file);
+    char *model = za_test_path ("model");
+    char *out = za_test_path ("local.out");
+    const char *args [] = {"--local", "--workers", "0", "--evaluators", "0", "--no-eval",
+                           "--train-data", f.train, "--image-size", "28", "--channels", "1",
+                           "--batch-size", "16", "--max-steps", "100000000", "--model-dir",
+                           model, NULL};
+    char broker [128];
+    pid_t local = za_test_start_local ("zactor-run", args, out, broker);
+    json_t *state = za_test_wait_for (broker, s_bad_counted, NULL,
+                                      "the chief to report the corrupt image", RUN_TIMEOUT_S);
+    json_t *chief = za_test_row (state, "chief", 0);
+    cr_expect_eq (json_integer_value (json_object_get (chief, "bad_images")), 1,
+                  "one corrupt file, counted once however many epochs");
+    cr_expect_gt (json_integer_value (json_object_get (chief, "global_step")), 0);
+    json_decref (state);
+    FILE *top = za_test_popen_top (broker, "");
+    char text [8192] = "";
+    size_t got = fread (text, 1, sizeof text - 1, top);
+    text [got] = 0;
+    pclose (top);
+    cr_expect (strstr (text, "BAD IMAGES"), "%s", text);
+    kill (local, SIGINT);
+    za_test_wait (local, RUN_TIMEOUT_S);
+    free (out), free (model), free (bad);
+    s_folders_free (&f);
+}

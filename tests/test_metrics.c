@@ -19,11 +19,12 @@ s_state (const char *host)
                                12.5, "restarts", 1, "dropped", (json_int_t) 3, "global_step",
                                (json_int_t) 42, "done", 0, "roles", "event_counts", "started",
                                5, "restarted", 2);
-    json_t *row = json_pack ("{s:s, s:i, s:s, s:s, s:I, s:f, s:f, s:f, s:i, s:n, s:n, s:f}",
+    json_t *row = json_pack ("{s:s, s:i, s:s, s:s, s:I, s:f, s:f, s:f, s:i, s:n, s:n, s:f, s:i}",
                              "role", "worker", "index", 1, "host", host, "state", "running",
                              "global_step", (json_int_t) 40, "steps_per_sec", 2.5,
                              "examples_per_sec", 160.0, "loss", 0.25, "restarts", 1,
-                             "eval_step", "eval_accuracy", "heartbeat_age_secs", 0.5);
+                             "eval_step", "eval_accuracy", "heartbeat_age_secs", 0.5,
+                             "bad_images", 3);
     json_array_append_new (json_object_get (state, "roles"), row);
     return state;
 }
@@ -40,6 +41,8 @@ Test (metrics, a_state_renders_one_sample_per_reported_value)
     snprintf (line, sizeof line, "zactor_task_restarts_total%s 1\n", labels);
     cr_expect (strstr (text, line), "%s", text);
     cr_expect (strstr (text, "# TYPE zactor_task_restarts_total counter\n"), "%s", text);
+    snprintf (line, sizeof line, "zactor_task_bad_images_total%s 3\n", labels);
+    cr_expect (strstr (text, line), "%s", text);
     cr_expect (strstr (text, "zactor_task_state{role=\"worker\",index=\"1\",host=\"node-1\","
                              "state=\"running\"} 1\n"), "%s", text);
     //  No evaluation yet: no sample, not a 0.

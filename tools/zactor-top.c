@@ -55,12 +55,14 @@ s_show (const za_broker_state_t *state)
     printf ("\n");
     printf ("global step %" PRId64 " / %" PRId64 "   model_dir %s%s\n\n", state->global_step,
             state->max_steps, state->model_dir, state->done? "   (done)": "");
-    int ring = 0;
-    for (int t = 0; t < state->task_count; t++)
+    int ring = 0, bad = 0;
+    for (int t = 0; t < state->task_count; t++) {
         ring |= state->tasks [t].ring_rank >= 0;
-    printf ("%-9s %3s %-15s %7s %-10s %8s %8s %8s %7s %-14s %8s %6s%s\n", "ROLE", "IDX", "HOST",
-            "PID", "STATE", "STEP", "STEPS/S", "EX/S", "LOSS", "LAST EVAL", "RESTARTS",
-            "HB AGE", ring? "  RING  WAIT MS/STEP": "");
+        bad |= state->tasks [t].bad_images > 0;
+    }
+    printf ("%-9s %3s %-15s %7s %-10s %8s %8s %8s %7s %-14s %8s %6s%s%s\n", "ROLE", "IDX",
+            "HOST", "PID", "STATE", "STEP", "STEPS/S", "EX/S", "LOSS", "LAST EVAL", "RESTARTS",
+            "HB AGE", ring? "  RING  WAIT MS/STEP": "", bad? "  BAD IMAGES": "");
     for (int t = 0; t < state->task_count; t++) {
         const za_broker_task_row_t *row = &state->tasks [t];
         char eval [32] = "-", age [16] = "-";
@@ -68,13 +70,18 @@ s_show (const za_broker_state_t *state)
             snprintf (eval, sizeof eval, "%.4f@%" PRId64, row->eval_accuracy, row->eval_step);
         if (row->heartbeat_age_secs >= 0)
             snprintf (age, sizeof age, "%.1fs", row->heartbeat_age_secs);
-        char place [48] = "";
+        char place [48] = "", skipped [32] = "";
         if (row->ring_rank >= 0)
             snprintf (place, sizeof place, "  %4d  %12.2f", row->ring_rank, row->wait_ms);
-        printf ("%-9s %3d %-15.15s %7d %-10s %8" PRId64 " %8.1f %8.0f %7.4f %-14s %8d %6s%s\n",
+        else
+        if (ring && bad)
+            snprintf (place, sizeof place, "  %4s  %12s", "", "");
+        if (bad)
+            snprintf (skipped, sizeof skipped, "  %10" PRId64, row->bad_images);
+        printf ("%-9s %3d %-15.15s %7d %-10s %8" PRId64 " %8.1f %8.0f %7.4f %-14s %8d %6s%s%s\n",
                 za_task_type_name (row->type), row->index, row->host, row->pid, row->state,
                 row->global_step, row->steps_per_sec, row->examples_per_sec, row->loss, eval,
-                row->restarts, age, place);
+                row->restarts, age, place, skipped);
     }
     printf ("\nrecent events:\n");
     int first = state->event_count > SHOWN_EVENTS? state->event_count - SHOWN_EVENTS: 0;

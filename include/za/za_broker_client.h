@@ -92,6 +92,7 @@ typedef struct {
     char endpoint [ZA_CLUSTER_ENDPOINT_MAX];
     int ring_rank;                  //  the all-reduce ring's rank; -1: none
     double wait_ms;                 //  ring: time per step waiting for peers
+    int64_t bad_images;             //  input examples skipped (undecodable)
 } za_broker_task_row_t;
 
 //  One event: a start, registration, failure, restart, end.

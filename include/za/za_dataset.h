@@ -29,6 +29,8 @@ typedef struct {
     void *(*scratch_new) (void *source);
     void (*scratch_destroy) (void **scratch_p);
     void (*destroy) (void **source_p);
+    //  How many examples could not be made so far (each counted once).
+    int64_t (*bad) (void *source);
 } za_dataset_loader_t;
 
 typedef struct {
@@ -56,6 +58,10 @@ za_dataset_t *za_dataset_new (int64_t count, int height, int width, int channels
 //  the labels of. NULL with an error.
 za_dataset_t *za_dataset_new_loaded (int64_t count, int height, int width, int channels,
                                      const za_dataset_loader_t *loader, void *source);
+//  How many of its examples a loader could not make so far (0 for data in
+//  memory): corrupt or truncated images, skipped.
+int64_t za_dataset_bad (const za_dataset_t *self);
+
 //  Sets n_classes to 1 + the largest label, once a source has filled them.
 void za_dataset_count_classes (za_dataset_t *self);
 

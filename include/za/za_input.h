@@ -61,6 +61,9 @@ za_input_t *za_input_new (const za_dataset_t *dataset, const za_input_config_t *
 //  0 at the end of the stream.
 int za_input_next (za_input_t *self, za_batch_t *batch);
 
+//  Examples of its data set that could not be made so far (za_dataset_bad).
+int64_t za_input_bad (const za_input_t *self);
+
 //  Examples one pass (epoch) over this iterator's shard yields.
 int64_t za_input_shard_count (const za_input_t *self);
 

@@ -41,6 +41,7 @@ typedef struct {
     _Atomic int state;                  //  za_role_state_t
     _Atomic int ring_rank;              //  the all-reduce ring's rank; -1: no ring
     _Atomic double wait_ms;             //  ring: recent time per step waiting for peers
+    _Atomic int64_t bad_images;         //  input examples skipped: could not be decoded
 } za_role_stats_t;
 
 //  Zeroes stats and sets eval_step, eval_accuracy and ring_rank to -1.
