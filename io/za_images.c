@@ -4,6 +4,7 @@
     that decodes an example when it is needed.                              */
 #define _GNU_SOURCE                     //  pread
 #include "za/za_images.h"
+#include "za/za_cache.h"
 #include "za_listing.h"
 #include "za/za_tfrecord.h"
 #include "za/za_util.h"
@@ -646,12 +647,34 @@ s_bad (void *arg)
     return __atomic_load_n (&((s_source_t *) arg)->bad_count, __ATOMIC_RELAXED);
 }
 
+//  FNV-1a over the path and the offset: the example's key; its file's size
+//  and time: its version.
+static int
+s_identity (void *arg, int64_t index, uint64_t *key, uint64_t *version)
+{
+    const s_source_t *self = (const s_source_t *) arg;
+    const za_listing_item_t *item = &self->list.items [index];
+    const char *path = self->list.text + item->at;
+    uint64_t hash = 14695981039346656037ull;
+    for (const char *p = path; *p; p++)
+        hash = (hash ^ (uint8_t) *p) * 1099511628211ull;
+    hash = (hash ^ (uint64_t) item->offset) * 1099511628211ull;
+    struct stat st;
+    if (stat (path, &st))
+        return -1;
+    *key = hash;
+    *version = ((uint64_t) st.st_mtim.tv_sec * 1000000000ull + (uint64_t) st.st_mtim.tv_nsec)
+             ^ ((uint64_t) st.st_size << 1);
+    return 0;
+}
+
 static const za_dataset_loader_t s_loader = {
     .load = s_load,
     .scratch_new = s_scratch_new,
     .scratch_destroy = s_scratch_destroy,
     .destroy = s_source_destroy,
     .bad = s_bad,
+    .identity = s_identity,
 };
 
 //  An unlinked file in $TMPDIR (or /tmp) for GZIP files' records, or -1.
@@ -664,6 +687,31 @@ s_spill_new (void)
         za_error ("cannot make a temp file for GZIP records in %s: %s",
                   tmp && *tmp? tmp: "/tmp", strerror (errno));
     return fd;
+}
+
+static uint64_t
+s_hash_text (uint64_t hash, const char *text)
+{
+    for (const char *p = text? text: "(null)"; *p; p++)
+        hash = (hash ^ (uint8_t) *p) * 1099511628211ull;
+    return (hash ^ 0xff) * 1099511628211ull;
+}
+
+uint64_t
+za_images_config_hash (const za_images_config_t *c)
+{
+    char numbers [256];
+    snprintf (numbers, sizeof numbers, "%d %d %d %d %d %.17g %d %llu %d %d %d %d",
+              c->image.height, c->image.width, c->image.channels, (int) c->image.resize,
+              c->image.crop_to_aspect_ratio, c->validation_split, (int) c->subset,
+              (unsigned long long) c->seed, c->num_shards, c->shard_index, c->label_base,
+              c->unlabeled);
+    uint64_t hash = 14695981039346656037ull;
+    hash = s_hash_text (hash, c->source);
+    hash = s_hash_text (hash, c->class_names);
+    hash = s_hash_text (hash, c->image_key);
+    hash = s_hash_text (hash, c->label_key);
+    return s_hash_text (hash, numbers);
 }
 
 char *
@@ -732,24 +780,24 @@ za_images_load (const za_images_config_t *config)
 const char *
 za_images_path (const za_dataset_t *dataset, int64_t index)
 {
-    if (!dataset || dataset->loader != &s_loader || index < 0 || index >= dataset->count)
+    const s_source_t *source = za_cache_source (dataset, &s_loader);
+    if (!source || index < 0 || index >= dataset->count)
         return NULL;
-    const s_source_t *source = (const s_source_t *) dataset->source;
     return za_listing_path (&source->list, index);
 }
 
 int64_t
 za_images_offset (const za_dataset_t *dataset, int64_t index)
 {
-    if (!za_images_path (dataset, index))
+    const s_source_t *source = za_cache_source (dataset, &s_loader);
+    if (!source || index < 0 || index >= dataset->count)
         return -1;
-    return ((const s_source_t *) dataset->source)->list.items [index].offset;
+    return source->list.items [index].offset;
 }
 
 int64_t
 za_images_bad (const za_dataset_t *dataset)
 {
-    if (!dataset || dataset->loader != &s_loader)
-        return 0;
-    return s_bad (dataset->source);
+    void *source = za_cache_source (dataset, &s_loader);
+    return source? s_bad (source): 0;
 }

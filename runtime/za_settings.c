@@ -83,6 +83,11 @@ static const za_option_t s_options [] = {
                ZA_OPTION_IDX_INPUT, NULL,
                "TFRecord: the label of the first class: 0, or 1 for files\n"
                "written by TensorFlow's build_image_data.py (0 = background)"),
+    ZA_OPTION ("cache", T_CHOICE, cache, "WHERE", "none", 0, 0, "none|memory|disk", R_ALL,
+               JOB, ZA_OPTION_IDX_INPUT, NULL,
+               "keep decoded images (as bytes at --image-size) after the first\n"
+               "epoch: in memory, or on disk in MODEL_DIR/cache/, reused by the\n"
+               "next run for every file that has not changed (tf.data's cache)"),
     ZA_OPTION ("input-threads", T_INT, input_threads, "N", "1", 1, 64, NULL, R_TRAIN, JOB,
                ZA_OPTION_IDX_INPUT, NULL, "threads decoding a worker's images"),
     ZA_OPTION ("batch-size", T_INT, batch_size, "N",

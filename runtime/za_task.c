@@ -4,6 +4,7 @@
     its shard (as bytes), the evaluator the evaluation set, the ps nothing.  */
 #include "za_task.h"
 #include "za_input_json.h"
+#include "za/za_cache.h"
 #include "za/za_images.h"
 
 #include <inttypes.h>
@@ -119,7 +120,16 @@ s_data_load (const za_settings_t *s, int train, const char *dir, int shards, int
         return NULL;
     config.num_shards = shards;
     config.shard_index = shard;
-    return za_images_load (&config);
+    za_dataset_t *dataset = za_images_load (&config);
+    za_cache_kind_t cache = (za_cache_kind_t) za_cache_parse (s->cache);
+    if (dataset && cache != ZA_CACHE_NONE) {
+        char path [4096];
+        snprintf (path, sizeof path, "%s/cache/%s-%016llx.zacache", s->model_dir,
+                  train? "train": "eval", (unsigned long long) za_images_config_hash (&config));
+        if (za_dataset_cache (dataset, cache, path))
+            za_info ("warning: %s: reading without a cache", za_last_error ());
+    }
+    return dataset;
 }
 
 //  The layer stack of --model (and --hidden-units), for `classes` classes.

@@ -31,6 +31,11 @@ typedef struct {
     void (*destroy) (void **source_p);
     //  How many examples could not be made so far (each counted once).
     int64_t (*bad) (void *source);
+    //  What example `index` is made from, for a cache (za_cache.h): a key
+    //  naming it (its file) and a version that changes with it (the file's
+    //  size and time); NULL: the index, never changing. 0, or -1 when it
+    //  cannot be told (the example is made again).
+    int (*identity) (void *source, int64_t index, uint64_t *key, uint64_t *version);
 } za_dataset_loader_t;
 
 typedef struct {

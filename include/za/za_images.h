@@ -80,6 +80,10 @@ za_dataset_t *za_images_load (const za_images_config_t *config);
 //  has none (TFRecord labels without --class-names) or on an error.
 char *za_images_class_names (const za_images_config_t *config);
 
+//  A hash of what config lists and makes (source, image spec, split, seed,
+//  shard, keys): the name of its cache file (za_cache.h).
+uint64_t za_images_config_hash (const za_images_config_t *config);
+
 //  The path of example `index` of a data set za_images_load made (for
 //  messages and predictions; a TFRecord example's is its file's), or NULL.
 const char *za_images_path (const za_dataset_t *dataset, int64_t index);

@@ -120,6 +120,7 @@ typedef struct {
     const char *label_key;          //  TFRecord: the label's feature
     int64_t label_base;             //  TFRecord: the first class's label (0 or 1)
     int64_t input_threads;          //  decoding threads of a worker's input
+    const char *cache;              //  none, memory or disk (za_cache.h)
     int64_t batch_size;
     int64_t shuffle_buffer;         //  -1: the whole set
     //  Training
