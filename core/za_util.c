@@ -43,10 +43,14 @@ za_free (void *p)
 int
 za_error (const char *fmt, ...)
 {
+    //  Made apart first: an argument may be the last error itself
+    //  (za_error ("estimator: %s", za_last_error ())).
+    char message [sizeof s_last_error];
     va_list args;
     va_start (args, fmt);
-    vsnprintf (s_last_error, sizeof s_last_error, fmt, args);
+    vsnprintf (message, sizeof message, fmt, args);
     va_end (args);
+    memcpy (s_last_error, message, sizeof message);
     if (!s_quiet)
         fprintf (stderr, "zactor: error: %s\n", s_last_error);
     return -1;

@@ -230,6 +230,17 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
                       data_classes);
             return ZA_EXIT_USAGE;
         }
+        //  The input's shape through every layer: a model that cannot take
+        //  the images is said now, not when training starts.
+        za_error_set_quiet (1);
+        int fits = za_stack_forward_flops (&task->spec, task->input) >= 0;
+        za_error_set_quiet (0);
+        if (!fits) {
+            za_error ("the model cannot take %dx%dx%d inputs: %s; give a larger "
+                      "--image-size, or a model that shrinks them less", task->input.height,
+                      task->input.width, task->input.channels, za_last_error ());
+            return ZA_EXIT_USAGE;
+        }
         task->model_fn = za_stack_model_fn ();
         task->params = &task->spec;
     }

@@ -56,6 +56,16 @@ Test (images, png_folder_gives_the_idx_pixels_and_labels)
                       "example %lld (%s) differs from Fashion-MNIST %lld", (long long) at,
                       za_images_path (dataset, at), (long long) i);
     }
+    //  The gray PNGs read as RGB: each pixel's three channels the gray value.
+    za_image_decoder_t *decoder = za_image_decoder_new ();
+    za_image_spec_t rgb = {.height = SIDE, .width = SIDE, .channels = 3};
+    uint8_t colour [SIDE * SIDE * 3], gray [SIDE * SIDE];
+    cr_assert_eq (za_image_load (decoder, za_images_path (dataset, 0), &rgb, colour), 0);
+    za_test_images_pixels (fashion, s_source_of (fashion, count, 0), gray);
+    for (int k = 0; k < SIDE * SIDE; k++)
+        cr_assert (colour [3 * k] == gray [k] && colour [3 * k + 1] == gray [k]
+                   && colour [3 * k + 2] == gray [k], "pixel %d", k);
+    za_image_decoder_destroy (&decoder);
     free (features), free (labels), free (dir);
     za_dataset_destroy (&dataset);
     za_dataset_destroy (&fashion);
@@ -305,6 +315,14 @@ Test (images, command_line_says_what_is_wrong_and_splits)
     result = za_test_run (no_eval, 60);
     cr_expect_eq (result.exit_code, 2);
     cr_expect (strstr (result.err, "say what to evaluate on"), "%s", result.err);
+    za_test_result_free (&result);
+    const char *tiny [] = {"--train-data", dir, "--validation-split", "0.2", "--max-steps",
+                           "5", "--image-size", "4", "--channels", "1", "--model-dir", model,
+                           NULL};
+    result = za_test_run (tiny, 60);
+    cr_expect_eq (result.exit_code, 2, "%s", result.err);
+    cr_expect (strstr (result.err, "the model cannot take 4x4x1 inputs"), "%s", result.err);
+    cr_expect (strstr (result.err, "does not fit"), "says which layer: %s", result.err);
     za_test_result_free (&result);
     const char *split [] = {"--train-data", dir, "--validation-split", "0.2", "--max-steps",
                             "20", "--image-size", "28", "--channels", "1", "--model-dir", model,
