@@ -4,7 +4,8 @@
 #  UBSan. A crash leaves crash-* in the current directory: make it a test.
 #  Usage: fuzz/run.sh [HARNESS] [SECONDS]
 #  HARNESS: fuzz_broker, fuzz_wire, fuzz_tfconfig, fuzz_job, fuzz_stack,
-#  fuzz_checkpoint or fuzz_idx (each fuzz/fuzz_*.c; its seeds in fuzz/corpus/NAME).
+#  fuzz_checkpoint, fuzz_idx or fuzz_tfrecord (each fuzz/fuzz_*.c; its seeds in
+#  fuzz/corpus/NAME).
 #  ctest replays every seed corpus with 300 fixed variants per file
 #  (fuzz/replay.c, any compiler): the brief run CI does.
 #  Needs Debian's clang and libclang-rt-14-dev (libFuzzer).

@@ -233,6 +233,7 @@ typedef struct {
     int64_t spill_size;
     int named;                          //  the classes given, or 0
     int64_t max_label;
+    int count_only;                     //  1: the records counted, not read
 } s_scan_t;
 
 static void
@@ -295,8 +296,18 @@ s_scan_file (s_scan_t *scan, za_listing_t *list, const char *path)
     uint64_t offset;
     int rc = 0;
     za_tfrecord_status_t status;
-    while (!rc && (status = za_tfrecord_next (reader, &data, &size, &offset))
-                  != ZA_TFRECORD_END) {
+    //  Only counting (the classes are given): the heads, no data.
+    while (!rc && scan->count_only
+           && (status = za_tfrecord_skip (reader, &size, &offset)) != ZA_TFRECORD_END) {
+        if (status == ZA_TFRECORD_OK)
+            rc = za_listing_add (list, (za_listing_item_t) {
+                .at = at, .offset = (int64_t) offset, .spill_at = -1});
+        else
+            break;
+    }
+    while (!rc && !scan->count_only
+           && (status = za_tfrecord_next (reader, &data, &size, &offset))
+              != ZA_TFRECORD_END) {
         if (status != ZA_TFRECORD_OK) {
             if (scan->warn)
                 za_info ("warning: %s", za_tfrecord_error (reader));
@@ -360,8 +371,11 @@ s_list_tfrecord (const za_images_config_t *config, const char *pattern, za_listi
            : za_listing_add_file (&files, pattern, -1);
     if (!rc && files.count == 0)
         rc = za_error ("%s: no file matches", pattern);
+    //  What the source holds, when the classes are given, is a count: the
+    //  records' heads, no data read (the load reads and checks them all).
     s_scan_t scan = {
         .config = config, .warn = warn, .spill = spill, .max_label = -1,
+        .count_only = !warn && spill < 0 && config->class_names && !config->unlabeled,
         .image_key = config->image_key? config->image_key: ZA_IMAGES_IMAGE_KEY,
         .label_key = config->label_key? config->label_key: ZA_IMAGES_LABEL_KEY,
     };

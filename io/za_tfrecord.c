@@ -181,28 +181,61 @@ s_read (za_tfrecord_reader_t *self, uint8_t *into, size_t size, const char *what
     return -1;
 }
 
-za_tfrecord_status_t
-za_tfrecord_next (za_tfrecord_reader_t *self, const uint8_t **data, size_t *size,
-                  uint64_t *offset)
+//  Reads and checks a record's head: 1 and its length, 0 at the end, or -1
+//  (BROKEN, why in the error).
+static int
+s_head (za_tfrecord_reader_t *self, uint64_t *length)
 {
     uint8_t head [ZA_TFRECORD_HEAD_BYTES];
     int rc = s_read (self, head, sizeof head, "record");
     if (rc <= 0)
-        return rc == 0? ZA_TFRECORD_END: ZA_TFRECORD_BROKEN;
-    uint64_t length = s_get_le64 (head);
+        return rc;
+    *length = s_get_le64 (head);
     if (s_get_le32 (head + ZA_TFRECORD_LEN_BYTES)
         != za_crc32c_mask (za_crc32c (head, ZA_TFRECORD_LEN_BYTES))) {
         snprintf (self->error, sizeof self->error, "%s: the record at offset %llu has a "
                   "wrong length CRC: the file is corrupt from there on", self->path,
                   (unsigned long long) self->offset);
-        return ZA_TFRECORD_BROKEN;
+        return -1;
     }
-    if (length > ZA_TFRECORD_RECORD_MAX) {
+    if (*length > ZA_TFRECORD_RECORD_MAX) {
         snprintf (self->error, sizeof self->error, "%s: the record at offset %llu is "
                   "%llu bytes long, more than zactor reads", self->path,
-                  (unsigned long long) self->offset, (unsigned long long) length);
+                  (unsigned long long) self->offset, (unsigned long long) *length);
+        return -1;
+    }
+    return 1;
+}
+
+za_tfrecord_status_t
+za_tfrecord_skip (za_tfrecord_reader_t *self, size_t *size, uint64_t *offset)
+{
+    uint64_t length;
+    int rc = s_head (self, &length);
+    if (rc <= 0)
+        return rc == 0? ZA_TFRECORD_END: ZA_TFRECORD_BROKEN;
+    uint64_t next = self->offset + ZA_TFRECORD_HEAD_BYTES + length + ZA_TFRECORD_CRC_BYTES;
+    //  Past the data and its CRC (a plain file's: a seek; a GZIP file's:
+    //  decompressed and dropped).
+    if (gzseek (self->file, (z_off_t) (length + ZA_TFRECORD_CRC_BYTES), SEEK_CUR) < 0) {
+        snprintf (self->error, sizeof self->error, "%s: cannot skip the record at offset "
+                  "%llu", self->path, (unsigned long long) self->offset);
         return ZA_TFRECORD_BROKEN;
     }
+    *size = (size_t) length;
+    *offset = self->offset;
+    self->offset = next;
+    return ZA_TFRECORD_OK;
+}
+
+za_tfrecord_status_t
+za_tfrecord_next (za_tfrecord_reader_t *self, const uint8_t **data, size_t *size,
+                  uint64_t *offset)
+{
+    uint64_t length;
+    int rc = s_head (self, &length);
+    if (rc <= 0)
+        return rc == 0? ZA_TFRECORD_END: ZA_TFRECORD_BROKEN;
     size_t needed = (size_t) length + ZA_TFRECORD_CRC_BYTES;
     if (needed > self->capacity) {
         uint8_t *grown = realloc (self->buffer, needed);

@@ -76,6 +76,15 @@ Test (tfrecord, shards_give_the_folders_examples_in_its_order)
     cr_expect (strstr (za_images_path (records.dataset, 50), "train-00001-of-00003"));
     cr_expect_gt (za_images_offset (records.dataset, 41), 0);
 
+    //  With the classes given, what the shards hold is counted from the
+    //  records' heads alone.
+    za_images_config_t counted = za_test_images_config (pattern);
+    counted.class_names = "0,1,2,3,4,5,6,7,8,9";
+    za_dataset_info_t shards_info;
+    cr_expect_eq (za_images_info (&counted, &shards_info), 0, "%s", za_last_error ());
+    cr_expect_eq (shards_info.count, count);
+    cr_expect_eq (shards_info.n_classes, 10);
+
     //  A shard of three files over two workers: worker 1 opens file 1 only.
     za_images_config_t config = za_test_images_config (pattern);
     config.num_shards = 2;

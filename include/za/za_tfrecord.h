@@ -66,6 +66,11 @@ typedef enum {
 //  leave why, naming the file and the offset, in za_tfrecord_error.
 za_tfrecord_status_t za_tfrecord_next (za_tfrecord_reader_t *self, const uint8_t **data,
                                        size_t *size, uint64_t *offset);
+//  The next record's size and offset, its length checked, its data skipped
+//  unread (and unchecked): counting a plain file's records reads 12 bytes
+//  each. END, OK or BROKEN as za_tfrecord_next.
+za_tfrecord_status_t za_tfrecord_skip (za_tfrecord_reader_t *self, size_t *size,
+                                       uint64_t *offset);
 const char *za_tfrecord_error (const za_tfrecord_reader_t *self);
 //  1 when the file is GZIP-compressed (its offsets cannot be read directly).
 int za_tfrecord_compressed (const za_tfrecord_reader_t *self);
