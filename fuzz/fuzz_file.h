@@ -67,4 +67,30 @@ fuzz_file_write (const char *name, const uint8_t *data, size_t size)
     return ok? path: NULL;
 }
 
+//  Streams every example and label of set as training would (batches of
+//  16, no prefetch thread), aborting on a label outside 0 .. label_max, and
+//  destroys set. For the readers of data sets.
+#include "za/za_input.h"
+
+static inline void
+fuzz_stream (za_dataset_t *set, int64_t label_max)
+{
+    za_input_config_t config = za_input_config_default ();
+    config.batch_size = 16;
+    config.prefetch = 0;
+    za_input_t *input = za_input_new (set, &config);
+    za_batch_t batch;
+    volatile float sum = 0;
+    while (input && za_input_next (input, &batch) > 0)
+        for (int i = 0; i < batch.size; i++) {
+            for (int64_t f = 0; f < batch.feature_size; f++)
+                sum += batch.features [i * batch.feature_size + f];
+            if (batch.labels [i] < 0 || batch.labels [i] > label_max)
+                abort ();
+        }
+    (void) sum;
+    za_input_destroy (&input);
+    za_dataset_destroy (&set);
+}
+
 #endif
