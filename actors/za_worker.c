@@ -139,7 +139,7 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
         .threads = config->run.threads, .train = 1,
         .device = config->run.device, .replicas_per_device = config->run.replicas_per_device,
         .optim = config->is_chief? &config->optim: NULL,
-        .replica_index = config->worker_index,
+        .replica_index = config->worker_index, .warm_start = &config->run.warm_start,
     };
     self->replica = za_replica_new (&replica, config->run.seed);
     if (!self->replica)

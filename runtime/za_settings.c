@@ -88,6 +88,22 @@ static const za_option_t s_options [] = {
                "keep decoded images (as bytes at --image-size) after the first\n"
                "epoch: in memory, or on disk in MODEL_DIR/cache/, reused by the\n"
                "next run for every file that has not changed (tf.data's cache)"),
+    ZA_OPTION ("warm-start-from", T_STR, warm_start_from, "PATH", NULL, 0, 0, NULL, R_ALL,
+               JOB, 0, "Transfer learning (WarmStartSettings)",
+               "a fresh --model-dir starts from these weights: a checkpoint, a\n"
+               "model dir (its newest), or a safetensors file of another\n"
+               "framework; a checkpoint in --model-dir wins, as in TensorFlow"),
+    ZA_OPTION ("warm-start-vars", T_STR, warm_start_vars, "REGEX", NULL, 0, 0, NULL, R_ALL,
+               JOB, 0, NULL,
+               "the variables loaded: a regex matched from the start of each\n"
+               "name (default: all); the others keep their initial values"),
+    ZA_OPTION ("warm-start-rename", T_STR, warm_start_rename, "NEW=OLD,..", NULL, 0, 0, NULL,
+               R_ALL, JOB, 0, NULL,
+               "the model's NEW is loaded from the file's OLD"),
+    ZA_OPTION ("warm-start-layout", T_CHOICE, warm_start_layout, "L", "zactor", 0, 0,
+               "zactor|keras|torch", R_ALL, JOB, 0, NULL,
+               "the file's weights: zactor or keras (conv HWIO, dense [in,out])\n"
+               "or torch (conv OIHW, dense [out,in]), turned into zactor's"),
     ZA_OPTION ("input-threads", T_INT, input_threads, "N", "1", 1, 64, NULL, R_TRAIN, JOB,
                ZA_OPTION_IDX_INPUT, NULL, "threads decoding a worker's images"),
     ZA_OPTION ("batch-size", T_INT, batch_size, "N",
@@ -301,6 +317,11 @@ za_settings_run_config (const za_settings_t *s)
     //  Checked by za_task_prepare: a bad text was refused there.
     za_device_parse (s->device, &config.device);
     config.replicas_per_device = (int) s->replicas_per_device;
+    config.warm_start = (za_warm_start_t) {
+        .from = s->warm_start_from, .vars = s->warm_start_vars,
+        .rename = s->warm_start_rename,
+        .layout = (za_layout_t) za_layout_parse (s->warm_start_layout),
+    };
     return config;
 }
 

@@ -5,6 +5,9 @@
 #include "za_task.h"
 #include "za_input_json.h"
 #include "za/za_cache.h"
+#include "za/za_checkpoint.h"
+#include "za/za_kernels.h"
+#include "za/za_warm_start.h"
 #include "za/za_images.h"
 
 #include <inttypes.h>
@@ -174,6 +177,32 @@ s_stack_model (za_task_t *task, int classes)
     return bad? ZA_EXIT_USAGE: 0;
 }
 
+//  --warm-start-from checked before any training: the file, the variables
+//  it selects, their names and shapes. 0, or ZA_EXIT_USAGE after one message.
+static int
+s_check_warm_start (const za_task_t *task)
+{
+    const za_settings_t *s = task->settings;
+    int64_t *steps = NULL;
+    int checkpoints = za_checkpoint_list (s->model_dir, &steps);
+    free (steps);
+    if (checkpoints > 0) {
+        za_info ("%s holds a checkpoint: training goes on from it, not from "
+                 "--warm-start-from (as TensorFlow's warm start)", s->model_dir);
+        return 0;
+    }
+    za_vars_t vars;
+    memset (&vars, 0, sizeof vars);
+    void *state = task->model_fn->create (task->params, task->input, 1, za_backend_cpu (),
+                                          &vars);
+    if (!state)
+        return ZA_EXIT_USAGE;
+    za_run_config_t run = za_settings_run_config (s);
+    int loaded = za_warm_start_load (&run.warm_start, &vars, NULL);
+    task->model_fn->destroy (&state);
+    return loaded < 0? ZA_EXIT_USAGE: 0;
+}
+
 int
 za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *options,
                  za_settings_t *settings, int need_eval, int replicas)
@@ -257,6 +286,11 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
         int64_t global_batch = settings->batch_size * (replicas > 1? replicas: 1);
         settings->max_steps = (settings->epochs * task->epoch_examples + global_batch - 1)
                             / global_batch;
+    }
+    if (settings->warm_start_from && !settings->predict) {
+        int rc = s_check_warm_start (task);
+        if (rc)
+            return rc;
     }
     //  What predict needs to read images as training did.
     if (settings->train_data && !settings->predict && settings->model_dir)

@@ -55,7 +55,7 @@ za_estimator_new (const za_model_fn_t *model_fn, const void *params, za_input_sh
     za_replica_config_t replica = {
         .model_fn = model_fn, .params = params, .input = input, .threads = config->threads,
         .device = config->device, .replicas_per_device = config->replicas_per_device,
-        .train = optim != NULL, .optim = optim,
+        .train = optim != NULL, .optim = optim, .warm_start = &self->config.warm_start,
     };
     if (!(self->replica = za_replica_new (&replica, config->seed))) {
         za_error ("estimator: %s", za_last_error ());

@@ -30,6 +30,7 @@ struct _za_replica_t {
     int has_optim;
     za_optim_config_t optim;
     int train;
+    const za_warm_start_t *warm_start;
 
     //  Data parallelism inside the process: each batch is split over `threads`
     //  threads, each with its own model state and gradient buffer (thread 0's
@@ -308,6 +309,7 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
     pthread_mutex_init (&self->final_mutex, NULL);
     self->model_fn = model_fn;
     self->params = config->params;
+    self->warm_start = config->warm_start;
     self->input = input;
     self->train = config->train != 0;
     self->has_optim = config->optim != NULL;
@@ -909,6 +911,23 @@ za_replica_restore (za_replica_t *self, const za_checkpoint_t *ckpt, int64_t *st
     return 0;
 }
 
+//  A model dir with no checkpoint: the variables a warm start selects come
+//  from its file, the others keep their initial values; slots and the step
+//  start fresh.
+static int
+s_warm_start (za_replica_t *self)
+{
+    if (!self->warm_start || !self->warm_start->from)
+        return 0;
+    float *values = za_replica_values (self);
+    int loaded = za_warm_start_load (self->warm_start, &self->vars, values);
+    if (loaded < 0)
+        return -1;
+    self->values_at = S_AT_HOST;
+    za_info ("warm start: %d variables from %s", loaded, self->warm_start->from);
+    return 0;
+}
+
 int
 za_replica_restore_newest (za_replica_t *self, const char *model_dir, int *restored,
                            int64_t *step)
@@ -920,7 +939,7 @@ za_replica_restore_newest (za_replica_t *self, const char *model_dir, int *resto
         if (found_any)
             return za_error ("no intact checkpoint in '%s' (all are corrupt; see above)",
                              model_dir);
-        return 0;
+        return s_warm_start (self);
     }
     int rc = za_replica_restore (self, ckpt, step);
     za_checkpoint_destroy (&ckpt);

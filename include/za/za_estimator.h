@@ -41,6 +41,7 @@ typedef struct {
     int replicas_per_device;        //  on a GPU: replicas on each (0 means 1)
     int progress;                   //  -1: a progress bar when stderr is a
                                     //  terminal; 0: log lines only; 1: bar
+    za_warm_start_t warm_start;     //  WarmStartSettings: from NULL, none
 } za_run_config_t;
 
 za_run_config_t za_run_config_default (void);

@@ -121,6 +121,11 @@ typedef struct {
     int64_t label_base;             //  TFRecord: the first class's label (0 or 1)
     int64_t input_threads;          //  decoding threads of a worker's input
     const char *cache;              //  none, memory or disk (za_cache.h)
+    //  Transfer learning
+    const char *warm_start_from;    //  NULL: none (za_warm_start.h)
+    const char *warm_start_vars;
+    const char *warm_start_rename;
+    const char *warm_start_layout;  //  zactor, keras or torch
     int64_t batch_size;
     int64_t shuffle_buffer;         //  -1: the whole set
     //  Training

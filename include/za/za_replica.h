@@ -16,6 +16,7 @@
 #include "za/za_checkpoint.h"
 #include "za/za_input.h"
 #include "za/za_model.h"
+#include "za/za_warm_start.h"
 #include "za/za_optim.h"
 
 #ifdef __cplusplus
@@ -42,6 +43,8 @@ typedef struct {
     int replicas_per_device;        //  on a device: model copies per device, each
                                     //  with a slice of the batch (MirroredStrategy;
                                     //  0 means 1). `threads` is the CPU's alone
+    const za_warm_start_t *warm_start;  //  NULL, or where a model dir with no
+                                    //  checkpoint starts from (outlives the replica)
 } za_replica_config_t;
 
 typedef struct _za_replica_t za_replica_t;

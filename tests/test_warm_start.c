@@ -1,0 +1,199 @@
+/*  test_warm_start.c: a seed CNN trained on Fashion-MNIST, then new model
+    dirs started from its weights (WarmStartSettings): its own checkpoint
+    and safetensors files an independent writer (Python, numpy, the format
+    by hand) made in PyTorch's layout, as F32 and BF16, load the same
+    values; a warm-started model is as accurate after 20 steps as the one it
+    came from; what is wrong is exit 2 with the reason, before training.    */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "za/za_checkpoint.h"
+#include "za/za_kernels.h"
+#include "za/za_model.h"
+#include "za/za_util.h"
+#include "za/za_warm_start.h"
+#include "za_test.h"
+
+#define RUN_TIMEOUT_S 600
+
+static char *s_trained;                 //  the model dir every test starts from
+static double s_trained_accuracy;
+
+static double
+s_accuracy (const char *out)
+{
+    double accuracy = -1;
+    const char *line = strstr (out, "test accuracy ");
+    cr_assert (line && sscanf (line, "test accuracy %lf", &accuracy) == 1, "%s", out);
+    return accuracy;
+}
+
+//  Trains the seed CNN 300 steps into MODEL_DIR "trained".
+static void
+s_train (void)
+{
+    za_test_dir_create ("za_warm_start");
+    s_trained = za_test_path ("trained");
+    const char *args [] = {"--max-steps", "300", "--model-dir", s_trained, NULL};
+    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    s_trained_accuracy = s_accuracy (result.out);
+    za_test_result_free (&result);
+}
+
+static void
+s_done (void)
+{
+    free (s_trained);
+    za_test_dir_remove ();
+}
+
+//  The seed CNN's variables, and a block for them.
+static float *
+s_seed_vars (za_vars_t *vars)
+{
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse (ZA_SEED_CNN, &spec), 0);
+    memset (vars, 0, sizeof *vars);
+    za_input_shape_t input = {28, 28, 1};
+    void *state = za_stack_model_fn ()->create (&spec, input, 1, za_backend_cpu (), vars);
+    cr_assert_not_null (state);
+    za_stack_model_fn ()->destroy (&state);
+    return calloc (vars->total, sizeof (float));
+}
+
+//  Writes TRAINED's newest checkpoint as OUT with tests/write_safetensors.py.
+static char *
+s_convert (const char *name, const char *layout, const char *dtype, const char *rename)
+{
+    char *checkpoint = za_checkpoint_path (s_trained, 300);
+    char *out = za_test_path (name);
+    const char *args [] = {ZA_SOURCE_DIR "/tests/write_safetensors.py", checkpoint, out,
+                           layout, dtype, rename, NULL};
+    za_test_result_t result = za_test_run_program ("/usr/bin/python3", args, 120);
+    cr_assert_eq (result.exit_code, 0, "write_safetensors.py (python3-numpy): %s",
+                  result.err);
+    za_test_result_free (&result);
+    free (checkpoint);
+    return out;
+}
+
+Test (warm_start, every_layout_loads_the_same_values, .init = s_train, .fini = s_done,
+      .timeout = 1200)
+{
+    za_vars_t vars;
+    float *expected = s_seed_vars (&vars), *values = calloc (vars.total, sizeof (float));
+    char *checkpoint = za_checkpoint_path (s_trained, 300);
+    za_checkpoint_t *ckpt = za_checkpoint_load (checkpoint);
+    cr_assert_not_null (ckpt);
+    for (int v = 0; v < vars.count; v++) {
+        const za_ckpt_tensor_t *tensor = za_checkpoint_find (ckpt, vars.vars [v].name);
+        cr_assert_not_null (tensor, "%s", vars.vars [v].name);
+        memcpy (expected + vars.vars [v].offset, tensor->data,
+                vars.vars [v].size * sizeof (float));
+    }
+    za_checkpoint_destroy (&ckpt);
+    //  The model dir (its newest checkpoint) and the file itself.
+    za_warm_start_t ws = {.from = s_trained};
+    cr_assert_eq (za_warm_start_load (&ws, &vars, values), vars.count, "%s", za_last_error ());
+    cr_expect_eq (memcmp (values, expected, vars.total * sizeof (float)), 0);
+    //  PyTorch's layout, float32: the same bits.
+    char *torch = s_convert ("torch.safetensors", "torch", "F32", "");
+    memset (values, 0, vars.total * sizeof (float));
+    ws = (za_warm_start_t) {.from = torch, .layout = ZA_LAYOUT_TORCH};
+    cr_assert_eq (za_warm_start_load (&ws, &vars, values), vars.count, "%s", za_last_error ());
+    cr_expect_eq (memcmp (values, expected, vars.total * sizeof (float)), 0,
+                  "OIHW and [out, in] turned back into HWIO and [in, out]");
+    //  Read in zactor's layout, a torch file has the wrong shapes: said.
+    ws.layout = ZA_LAYOUT_ZACTOR;
+    za_error_set_quiet (1);
+    cr_expect_eq (za_warm_start_load (&ws, &vars, values), -1);
+    cr_expect (strstr (za_last_error (), "'conv2d/kernel' is [32, 1, 3, 3] there"), "%s",
+               za_last_error ());
+    za_error_set_quiet (0);
+    //  BF16 (what a bf16 model saves): each value its bf16 rounding.
+    char *bf16 = s_convert ("bf16.safetensors", "torch", "BF16", "");
+    ws = (za_warm_start_t) {.from = bf16, .layout = ZA_LAYOUT_TORCH};
+    cr_assert_eq (za_warm_start_load (&ws, &vars, values), vars.count, "%s", za_last_error ());
+    for (size_t i = 0; i < vars.total; i++)
+        cr_assert (fabsf (values [i] - expected [i]) <= fabsf (expected [i]) / 256 + 1e-30f,
+                   "value %zu: %g from %g", i, values [i], expected [i]);
+    //  Renamed tensors (PyTorch's names) mapped back; a regex selects.
+    char *renamed = s_convert ("renamed.safetensors", "torch", "F16",
+                               "conv2d/kernel=features.0.weight");
+    memset (values, 0, vars.total * sizeof (float));
+    ws = (za_warm_start_t) {.from = renamed, .layout = ZA_LAYOUT_TORCH, .vars = "conv2d/",
+                            .rename = "conv2d/kernel=features.0.weight"};
+    cr_assert_eq (za_warm_start_load (&ws, &vars, values), 2, "%s", za_last_error ());
+    int conv = za_vars_find (&vars, "conv2d/kernel");
+    cr_expect (fabsf (values [vars.vars [conv].offset] - expected [vars.vars [conv].offset])
+               < 1e-2f, "F16 near its float");
+    int dense = za_vars_find (&vars, "dense/kernel");
+    cr_expect_eq (values [vars.vars [dense].offset], 0, "not selected: not loaded");
+    free (renamed), free (bf16), free (torch), free (checkpoint), free (values);
+    free (expected);
+}
+
+Test (warm_start, a_warm_started_model_starts_where_the_other_ended, .init = s_train,
+      .fini = s_done, .timeout = 1200)
+{
+    char *warm = za_test_path ("warm"), *cold = za_test_path ("cold");
+    const char *warm_args [] = {"--max-steps", "20", "--warm-start-from", s_trained,
+                                "--model-dir", warm, NULL};
+    za_test_result_t result = za_test_run (warm_args, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect (strstr (result.err, "warm start: 10 variables from"), "%s", result.err);
+    double warmed = s_accuracy (result.out);
+    za_test_result_free (&result);
+    const char *cold_args [] = {"--max-steps", "20", "--model-dir", cold, NULL};
+    result = za_test_run (cold_args, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    double from_scratch = s_accuracy (result.out);
+    za_test_result_free (&result);
+    printf ("after 20 steps: warm-started %.4f, from scratch %.4f (the trained model %.4f)\n",
+            warmed, from_scratch, s_trained_accuracy);
+    cr_expect_gt (warmed, s_trained_accuracy - 0.03);
+    cr_expect_gt (warmed, from_scratch + 0.05);
+    //  Again in the same dir: its checkpoint wins, as in TensorFlow.
+    const char *again [] = {"--max-steps", "30", "--warm-start-from", s_trained,
+                            "--model-dir", warm, NULL};
+    result = za_test_run (again, RUN_TIMEOUT_S);
+    cr_expect_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect (strstr (result.err, "holds a checkpoint: training goes on from it"), "%s",
+               result.err);
+    cr_expect_null (strstr (result.err, "warm start: "), "%s", result.err);
+    za_test_result_free (&result);
+    free (warm), free (cold);
+}
+
+Test (warm_start, what_is_wrong_is_exit_2_before_training, .init = s_train, .fini = s_done,
+      .timeout = 1200)
+{
+    char *model = za_test_path ("wrong");
+    struct {
+        const char *flag, *value, *model, *says;
+    } cases [] = {
+        {"--warm-start-from", "/nonexistent/za/weights.safetensors", "cnn",
+         "no such file or folder"},
+        {"--warm-start-vars", "nothing_like_this", "cnn", "selects none of the model's"},
+        {"--warm-start-rename", "dense_1/kernel=dense_9/kernel", "cnn",
+         "closest name is 'dense_1/kernel'"},
+        {"--warm-start-vars", "conv2d/", "conv2d(16,3,relu) maxpool(2) flatten dense(10)",
+         "the model's 'conv2d/kernel' needs [3, 3, 1, 16]"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases [0]; c++) {
+        const char *from = c == 0? cases [c].value: s_trained;
+        const char *args [] = {"--max-steps", "5", "--model", cases [c].model,
+                               "--warm-start-from", from, cases [c].flag, cases [c].value,
+                               "--model-dir", model, NULL};
+        za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+        cr_expect_eq (result.exit_code, 2, "%s: %s", cases [c].flag, result.err);
+        cr_expect (strstr (result.err, cases [c].says), "%s: %s", cases [c].says, result.err);
+        cr_expect_null (strstr (result.out, "test accuracy"), "no training: %s", result.out);
+        za_test_result_free (&result);
+    }
+    free (model);
+}

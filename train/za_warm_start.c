@@ -1,0 +1,225 @@
+/*  za_warm_start.c: variables loaded from another model's weights.        */
+#include "za/za_warm_start.h"
+#include "za/za_checkpoint.h"
+#include "za/za_safetensors.h"
+#include "za/za_util.h"
+
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define PATH_CHARS 4096
+#define SHAPE_CHARS 96
+
+int
+za_layout_parse (const char *name)
+{
+    return !strcmp (name, "zactor")? ZA_LAYOUT_ZACTOR: !strcmp (name, "keras")? ZA_LAYOUT_KERAS
+         : !strcmp (name, "torch")? ZA_LAYOUT_TORCH: -1;
+}
+
+//  The file to read: ws->from, or a model dir's newest checkpoint. 0, or -1.
+static int
+s_resolve (const char *from, char *path, size_t size)
+{
+    struct stat st;
+    if (stat (from, &st))
+        return za_error ("--warm-start-from %s: no such file or folder", from);
+    if (!S_ISDIR (st.st_mode)) {
+        snprintf (path, size, "%s", from);
+        return 0;
+    }
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (from, &steps);
+    if (count <= 0) {
+        free (steps);
+        return za_error ("--warm-start-from %s: the folder holds no checkpoint", from);
+    }
+    char *newest = za_checkpoint_path (from, steps [count - 1]);
+    snprintf (path, size, "%s", newest? newest: "");
+    free (newest), free (steps);
+    return 0;
+}
+
+//  The name in the file that the model's `name` loads: its rename, or itself.
+static void
+s_source_name (const char *rename, const char *name, char *out, size_t size)
+{
+    snprintf (out, size, "%s", name);
+    size_t length = strlen (name);
+    for (const char *p = rename; p && *p; ) {
+        const char *end = strchr (p, ',');
+        size_t pair = end? (size_t) (end - p): strlen (p);
+        const char *equals = memchr (p, '=', pair);
+        if (equals && (size_t) (equals - p) == length && !strncmp (p, name, length))
+            snprintf (out, size, "%.*s", (int) (pair - length - 1), equals + 1);
+        p = end? end + 1: NULL;
+    }
+}
+
+static int
+s_distance (const char *a, const char *b)
+{
+    size_t n = strlen (b);
+    int *row = malloc ((n + 1) * sizeof *row);
+    if (!row)
+        return 1 << 30;
+    for (size_t j = 0; j <= n; j++)
+        row [j] = (int) j;
+    for (size_t i = 1; a [i - 1]; i++) {
+        int diagonal = row [0];
+        row [0] = (int) i;
+        for (size_t j = 1; j <= n; j++) {
+            int above = row [j];
+            int best = diagonal + (a [i - 1] != b [j - 1]);
+            if (above + 1 < best)
+                best = above + 1;
+            if (row [j - 1] + 1 < best)
+                best = row [j - 1] + 1;
+            row [j] = best;
+            diagonal = above;
+        }
+    }
+    int distance = row [n];
+    free (row);
+    return distance;
+}
+
+static const char *
+s_closest (const za_safetensors_t *file, const char *name)
+{
+    const char *best = NULL;
+    int best_distance = 1 << 30;
+    for (int i = 0; i < za_safetensors_count (file); i++) {
+        int d = s_distance (name, za_safetensors_name (file, i));
+        if (d < best_distance)
+            best_distance = d, best = za_safetensors_name (file, i);
+    }
+    return best? best: "(the file has no tensor)";
+}
+
+static void
+s_shape_text (const int64_t *shape, int ndim, char *text, size_t size)
+{
+    size_t at = (size_t) snprintf (text, size, "[");
+    for (int d = 0; d < ndim && at < size; d++)
+        at += (size_t) snprintf (text + at, size - at, "%s%lld", d? ", ": "",
+                                 (long long) shape [d]);
+    if (at < size)
+        snprintf (text + at, size - at, "]");
+}
+
+//  The file's shape that the model's `var` takes in this layout.
+static void
+s_file_shape (const za_var_t *var, za_layout_t layout, int64_t *shape)
+{
+    memcpy (shape, var->shape, sizeof var->shape);
+    if (layout == ZA_LAYOUT_TORCH && var->ndim == 4) {          //  HWIO from OIHW
+        shape [0] = var->shape [3], shape [1] = var->shape [2];
+        shape [2] = var->shape [0], shape [3] = var->shape [1];
+    }
+    else
+    if (layout == ZA_LAYOUT_TORCH && var->ndim == 2)            //  [in, out] from [out, in]
+        shape [0] = var->shape [1], shape [1] = var->shape [0];
+}
+
+//  The file's floats (in its layout) into the model's variable.
+static void
+s_store (const za_var_t *var, za_layout_t layout, const float *in, float *out)
+{
+    const int64_t *s = var->shape;
+    if (layout == ZA_LAYOUT_TORCH && var->ndim == 4) {
+        for (int64_t o = 0; o < s [3]; o++)
+            for (int64_t i = 0; i < s [2]; i++)
+                for (int64_t h = 0; h < s [0]; h++)
+                    for (int64_t w = 0; w < s [1]; w++)
+                        out [((h * s [1] + w) * s [2] + i) * s [3] + o]
+                            = in [((o * s [2] + i) * s [0] + h) * s [1] + w];
+    }
+    else
+    if (layout == ZA_LAYOUT_TORCH && var->ndim == 2) {
+        for (int64_t o = 0; o < s [1]; o++)
+            for (int64_t i = 0; i < s [0]; i++)
+                out [i * s [1] + o] = in [o * s [0] + i];
+    }
+    else
+        memcpy (out, in, var->size * sizeof (float));
+}
+
+int
+za_warm_start_load (const za_warm_start_t *ws, const za_vars_t *vars, float *values)
+{
+    char path [PATH_CHARS];
+    if (s_resolve (ws->from, path, sizeof path))
+        return -1;
+    regex_t regex;
+    char *anchored = malloc (strlen (ws->vars? ws->vars: ".*") + 8);
+    if (!anchored)
+        return za_error ("out of memory");
+    sprintf (anchored, "^(%s)", ws->vars? ws->vars: ".*");
+    int bad_regex = regcomp (&regex, anchored, REG_EXTENDED | REG_NOSUB);
+    free (anchored);
+    if (bad_regex)
+        return za_error ("--warm-start-vars '%s' is not an extended regular expression",
+                         ws->vars);
+    za_safetensors_t *file = za_safetensors_load (path);
+    int loaded = file? 0: -1;
+    float *buffer = NULL;
+    for (int v = 0; v < vars->count && loaded >= 0; v++) {
+        const za_var_t *var = &vars->vars [v];
+        if (regexec (&regex, var->name, 0, NULL, 0))
+            continue;
+        char source [ZA_VAR_NAME_MAX * 2];
+        s_source_name (ws->rename, var->name, source, sizeof source);
+        int index = za_safetensors_find (file, source);
+        int64_t want [ZA_SAFETENSORS_MAX_DIMS] = {0}, have [ZA_SAFETENSORS_MAX_DIMS];
+        s_file_shape (var, ws->layout, want);
+        int ndim = index < 0? 0: za_safetensors_shape (file, index, have);
+        char from [ZA_VAR_NAME_MAX * 2 + 16] = "";
+        if (strcmp (source, var->name))
+            snprintf (from, sizeof from, " (as '%s')", source);
+        if (index < 0) {
+            loaded = za_error ("--warm-start-from %s has no '%s'%s for the model's '%s'; its "
+                               "closest name is '%s' (--warm-start-rename %s=NAME maps "
+                               "one)", path, source, "", var->name,
+                               s_closest (file, source), var->name);
+            break;
+        }
+        if (ndim != var->ndim || memcmp (have, want, (size_t) ndim * sizeof *have)) {
+            char model [SHAPE_CHARS], theirs [SHAPE_CHARS];
+            s_shape_text (want, var->ndim, model, sizeof model);
+            s_shape_text (have, ndim, theirs, sizeof theirs);
+            loaded = za_error ("--warm-start-from %s: '%s'%s is %s there, the model's '%s' "
+                               "needs %s (in the %s layout)", path, source, from, theirs,
+                               var->name, model, ws->layout == ZA_LAYOUT_TORCH? "torch"
+                               : ws->layout == ZA_LAYOUT_KERAS? "keras": "zactor");
+            break;
+        }
+        if (values) {
+            float *grown = realloc (buffer, var->size * sizeof *buffer + 1);
+            if (!grown || za_safetensors_floats (file, index, grown)) {
+                free (grown);
+                buffer = NULL;
+                loaded = grown? -1: za_error ("out of memory");
+                break;
+            }
+            buffer = grown;
+            s_store (var, ws->layout, buffer, values + var->offset);
+        }
+        loaded++;
+    }
+    if (loaded == 0) {
+        char names [512] = "";
+        for (int v = 0, at = 0; v < vars->count && at < (int) sizeof names - 64; v++)
+            at += snprintf (names + at, sizeof names - (size_t) at, "%s%s", v? ", ": "",
+                            vars->vars [v].name);
+        loaded = za_error ("--warm-start-vars '%s' selects none of the model's variables "
+                           "(%s)", ws->vars? ws->vars: ".*", names);
+    }
+    free (buffer);
+    regfree (&regex);
+    za_safetensors_destroy (&file);
+    return loaded;
+}
