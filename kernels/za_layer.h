@@ -43,6 +43,8 @@ typedef struct {
     const char *stride_at;
     za_padding_t padding;
     za_act_t act;
+    int frozen;                         //  trainable=false
+    const char *frozen_at;
 } za_layer_args_t;
 
 //  Reports a mistake at `at` in the text (fmt has one %s for `what`), with a

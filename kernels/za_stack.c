@@ -4,7 +4,9 @@
 #include "za_layer.h"
 #include "za_elem.h"
 
+#include <regex.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +20,8 @@ typedef struct {
     float *scratch;                     //  shared backward scratch
     size_t in_size;
     int n_classes;
+    int lowest_trainable;               //  backward stops at this layer (-1: none
+                                        //  trains: no backward at all)
 } s_stack_t;
 
 //  Output shape of each layer for one example, checked at a batch of n.
@@ -125,6 +129,68 @@ s_plan_layer (s_stack_t *self, int i, const za_layer_spec_t *spec, za_shape_t in
     return type->plan? type->plan (l, plan): 0;
 }
 
+//  Which variables do not train: a layer's trainable=false, the spec's
+//  freeze regex, or what its trainable regex leaves out.
+typedef struct {
+    regex_t freeze, trainable;
+    int has_freeze, has_trainable;
+} s_freezer_t;
+
+static int
+s_freezer_new (s_freezer_t *self, const za_stack_spec_t *spec)
+{
+    memset (self, 0, sizeof *self);
+    char anchored [ZA_REGEX_MAX + 8];
+    if (spec->freeze [0]) {
+        snprintf (anchored, sizeof anchored, "^(%s)", spec->freeze);
+        if (regcomp (&self->freeze, anchored, REG_EXTENDED | REG_NOSUB))
+            return za_error ("--freeze '%s' is not an extended regular expression",
+                             spec->freeze);
+        self->has_freeze = 1;
+    }
+    if (spec->trainable [0]) {
+        snprintf (anchored, sizeof anchored, "^(%s)", spec->trainable);
+        if (regcomp (&self->trainable, anchored, REG_EXTENDED | REG_NOSUB)) {
+            if (self->has_freeze)
+                regfree (&self->freeze);
+            return za_error ("--trainable '%s' is not an extended regular expression",
+                             spec->trainable);
+        }
+        self->has_trainable = 1;
+    }
+    return 0;
+}
+
+static void
+s_freezer_free (s_freezer_t *self)
+{
+    if (self->has_freeze)
+        regfree (&self->freeze);
+    if (self->has_trainable)
+        regfree (&self->trainable);
+}
+
+//  Marks layer l's variables frozen or not (in the table and the stack's
+//  copy). 1 when one of them trains.
+static int
+s_freeze (const s_freezer_t *self, s_stack_t *stack, const za_layer_t *l, za_vars_t *vars)
+{
+    int trains = 0;
+    int ids [2] = {l->kernel_var, l->bias_var};
+    for (int k = 0; k < 2; k++) {
+        if (ids [k] < 0)
+            continue;
+        const char *name = vars->vars [ids [k]].name;
+        int frozen = l->spec.frozen
+                  || (self->has_freeze && regexec (&self->freeze, name, 0, NULL, 0) == 0)
+                  || (self->has_trainable
+                      && regexec (&self->trainable, name, 0, NULL, 0) != 0);
+        vars->vars [ids [k]].frozen = stack->vars [ids [k]].frozen = frozen;
+        trains |= !frozen;
+    }
+    return trains;
+}
+
 static void *
 s_stack_create (const void *params, za_input_shape_t input, int batch_max,
                 const za_backend_t *be, za_vars_t *vars)
@@ -156,12 +222,22 @@ s_stack_create (const void *params, za_input_shape_t input, int batch_max,
                             .copies = self->vars, .copy_count = &self->var_count};
     int seen [ZA_LAYER_TYPE_COUNT] = {0};
     za_shape_t in = {input.height, input.width, input.channels};
-    for (int i = 0; i < spec->count; i++) {
+    s_freezer_t freezer;
+    if (s_freezer_new (&freezer, spec))
+        goto fail;
+    self->lowest_trainable = -1;
+    int failed = 0;
+    for (int i = 0; i < spec->count && !failed; i++) {
         plan.seen = seen [spec->layers [i].type]++;
-        if (s_plan_layer (self, i, &spec->layers [i], in, shapes [i], &plan))
-            goto fail;
+        if ((failed = s_plan_layer (self, i, &spec->layers [i], in, shapes [i], &plan)))
+            break;
+        if (s_freeze (&freezer, self, &self->layers [i], vars) && self->lowest_trainable < 0)
+            self->lowest_trainable = i;
         in = shapes [i];
     }
+    s_freezer_free (&freezer);
+    if (failed)
+        goto fail;
     if (plan.scratch_floats) {
         self->scratch = (float *) be->buffer_alloc (plan.scratch_floats * sizeof (float));
         if (!self->scratch)
@@ -219,10 +295,14 @@ s_backward (s_stack_t *self, const float *features, int n, const float *values,
             float *grads)
 {
     size_t final_from = SIZE_MAX;
-    for (int i = self->count - 1; i >= 0; i--) {
+    if (self->lowest_trainable < 0)
+        return;                         //  every variable is frozen
+    //  Below the lowest layer that trains nothing needs a gradient: backward
+    //  stops there, and that layer computes none for its input.
+    for (int i = self->count - 1; i >= self->lowest_trainable; i--) {
         za_layer_t *l = &self->layers [i];
         za_layer_t *below = i > 0? &self->layers [i - 1]: NULL;
-        float *din = below? below->dout: NULL;
+        float *din = below && i > self->lowest_trainable? below->dout: NULL;
         //  A leading flatten's gradient would go nowhere: none is computed.
         if (i == 1 && za_layer_ops (below->spec.type)->reshapes)
             din = NULL;

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #define ARG_CHARS 32
 
@@ -89,6 +90,15 @@ s_read_options (za_layer_args_t *args, char (*text) [ARG_CHARS], const za_layer_
             else
                 return za_layer_args_error (args, at,
                                             "unknown activation '%s' (relu or none)", value);
+        }
+        else
+        if (key && strcmp (key, "trainable") == 0) {
+            int no = !strcasecmp (value, "false") || !strcmp (value, "0");
+            if (!no && strcasecmp (value, "true") && strcmp (value, "1"))
+                return za_layer_args_error (args, at, "bad trainable '%s' (true or false)",
+                                            value);
+            args->frozen = no;
+            args->frozen_at = at;
         }
         else
         if (key)
@@ -203,6 +213,13 @@ za_stack_add (za_stack_spec_t *spec, const char *text)
             args.end_at = args.at [args.count - 1];
         if (s_read_options (&args, values, type) || type->parse (&args, spec))
             return -1;
+        if (args.frozen_at) {
+            za_layer_spec_t *layer = &spec->layers [spec->count - 1];
+            if (layer->type != ZA_LAYER_CONV2D && layer->type != ZA_LAYER_DENSE)
+                return za_layer_args_error (&args, args.frozen_at,
+                                            "%s has no variables to freeze", args.name);
+            layer->frozen = args.frozen;
+        }
     }
     return 0;
 }

@@ -104,6 +104,14 @@ static const za_option_t s_options [] = {
                "zactor|keras|torch", R_ALL, JOB, 0, NULL,
                "the file's weights: zactor or keras (conv HWIO, dense [in,out])\n"
                "or torch (conv OIHW, dense [out,in]), turned into zactor's"),
+    ZA_OPTION ("freeze", T_STR, freeze, "REGEX", NULL, 0, 0, NULL, R_ALL, JOB,
+               ZA_OPTION_STACK, NULL,
+               "these variables do not train (Keras's trainable=False; a regex\n"
+               "matched from the start of each name, 'conv2d' freezes every\n"
+               "conv2d layer): no update, no optimizer slots, and backward\n"
+               "stops below the lowest layer that trains"),
+    ZA_OPTION ("trainable", T_STR, trainable, "REGEX", NULL, 0, 0, NULL, R_ALL, JOB,
+               ZA_OPTION_STACK, NULL, "only these variables train (the others are frozen)"),
     ZA_OPTION ("input-threads", T_INT, input_threads, "N", "1", 1, 64, NULL, R_TRAIN, JOB,
                ZA_OPTION_IDX_INPUT, NULL, "threads decoding a worker's images"),
     ZA_OPTION ("batch-size", T_INT, batch_size, "N",

@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <malloc.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,21 @@ s_data_load (const za_settings_t *s, int train, const char *dir, int shards, int
 
 //  The layer stack of --model (and --hidden-units), for `classes` classes.
 //  Returns 0, or an exit status after one message.
+//  A --freeze or --trainable regex, checked, into the stack spec. 0 or -1.
+static int
+s_copy_regex (const char *flag, const char *text, char *into)
+{
+    if (!text)
+        return 0;
+    regex_t regex;
+    if (strlen (text) >= ZA_REGEX_MAX || regcomp (&regex, text, REG_EXTENDED | REG_NOSUB))
+        return za_error ("%s '%s' is not an extended regular expression (of at most %d "
+                         "characters)", flag, text, ZA_REGEX_MAX - 1);
+    regfree (&regex);
+    snprintf (into, ZA_REGEX_MAX, "%s", text);
+    return 0;
+}
+
 static int
 s_stack_model (za_task_t *task, int classes)
 {
@@ -174,6 +190,9 @@ s_stack_model (za_task_t *task, int classes)
         bad = za_linear_classifier_spec (&task->spec, classes);
     else
         bad = za_stack_parse (model, &task->spec);
+    if (!bad && (s_copy_regex ("--freeze", s->freeze, task->spec.freeze)
+                 || s_copy_regex ("--trainable", s->trainable, task->spec.trainable)))
+        bad = 1;
     return bad? ZA_EXIT_USAGE: 0;
 }
 

@@ -22,15 +22,6 @@
 static char *s_trained;                 //  the model dir every test starts from
 static double s_trained_accuracy;
 
-static double
-s_accuracy (const char *out)
-{
-    double accuracy = -1;
-    const char *line = strstr (out, "test accuracy ");
-    cr_assert (line && sscanf (line, "test accuracy %lf", &accuracy) == 1, "%s", out);
-    return accuracy;
-}
-
 //  Trains the seed CNN 300 steps into MODEL_DIR "trained".
 static void
 s_train (void)
@@ -40,7 +31,7 @@ s_train (void)
     const char *args [] = {"--max-steps", "300", "--model-dir", s_trained, NULL};
     za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
     cr_assert_eq (result.exit_code, 0, "%s", result.err);
-    s_trained_accuracy = s_accuracy (result.out);
+    s_trained_accuracy = za_test_accuracy (result.out);
     za_test_result_free (&result);
 }
 
@@ -146,12 +137,12 @@ Test (warm_start, a_warm_started_model_starts_where_the_other_ended, .init = s_t
     za_test_result_t result = za_test_run (warm_args, RUN_TIMEOUT_S);
     cr_assert_eq (result.exit_code, 0, "%s", result.err);
     cr_expect (strstr (result.err, "warm start: 10 variables from"), "%s", result.err);
-    double warmed = s_accuracy (result.out);
+    double warmed = za_test_accuracy (result.out);
     za_test_result_free (&result);
     const char *cold_args [] = {"--max-steps", "20", "--model-dir", cold, NULL};
     result = za_test_run (cold_args, RUN_TIMEOUT_S);
     cr_assert_eq (result.exit_code, 0, "%s", result.err);
-    double from_scratch = s_accuracy (result.out);
+    double from_scratch = za_test_accuracy (result.out);
     za_test_result_free (&result);
     printf ("after 20 steps: warm-started %.4f, from scratch %.4f (the trained model %.4f)\n",
             warmed, from_scratch, s_trained_accuracy);

@@ -387,6 +387,15 @@ za_test_run_program (const char *name, const char *const *args, double timeout_s
     return result;
 }
 
+double
+za_test_accuracy (const char *out)
+{
+    double accuracy = -1;
+    const char *line = out? strstr (out, "test accuracy "): NULL;
+    cr_assert (line && sscanf (line, "test accuracy %lf", &accuracy) == 1, "%s", out);
+    return accuracy;
+}
+
 void
 za_test_result_free (za_test_result_t *result)
 {

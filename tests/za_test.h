@@ -102,6 +102,10 @@ za_test_result_t za_test_run (const char *const *args, double timeout_s);
 za_test_result_t za_test_run_program (const char *name, const char *const *args,
                                       double timeout_s);
 
+//  The accuracy of the "test accuracy A ..." line zactor-run printed in
+//  out; fails the test when there is none.
+double za_test_accuracy (const char *out);
+
 //  Frees the output in a result and sets it to NULL; safe to call twice.
 void za_test_result_free (za_test_result_t *result);
 

@@ -689,23 +689,56 @@ za_replica_compute_gradients (za_replica_t *self, const za_batch_t *batch, int64
     if (s_batch_run (self, batch, ZA_MODE_TRAIN, step, &run, &loss_sum, &correct))
         return -1;
     *loss_mean = loss_sum / batch->size;
+    //  A frozen layer above one that trains got a gradient on its way down:
+    //  it is none of the update's (a ps or the ring sees zeros).
+    for (int v = 0; self->be->host_memory && v < self->vars.count; v++)
+        if (self->vars.vars [v].frozen)
+            memset (self->grads + self->vars.vars [v].offset, 0,
+                    self->vars.vars [v].size * sizeof (float));
     return 0;
+}
+
+//  Calls the optimizer over each run of variables that train (frozen ones
+//  are never updated), on values, grads and slots in either memory.
+static void
+s_apply_trainable (za_replica_t *self, int64_t step, float *values, const float *grads,
+                   float **slots, void (*apply) (const za_optim_config_t *, int64_t, float *,
+                                                 const float *, float **, size_t))
+{
+    int slot_count = s_slot_count (self);
+    size_t from = 0, to = 0;            //  the run being gathered: [from, to)
+    for (int v = 0; v <= self->vars.count; v++) {
+        const za_var_t *var = v < self->vars.count? &self->vars.vars [v]: NULL;
+        if (var && !var->frozen && var->offset == to && to > from) {
+            to = var->offset + var->size;
+            continue;
+        }
+        if (to > from) {
+            float *views [ZA_OPTIM_MAX_SLOTS];
+            for (int s = 0; s < slot_count; s++)
+                views [s] = slots [s] + from;
+            apply (&self->optim, step, values + from, grads + from, views, to - from);
+        }
+        from = to = 0;
+        if (var && !var->frozen)
+            from = var->offset, to = var->offset + var->size;
+    }
 }
 
 void
 za_replica_apply (za_replica_t *self, int64_t step)
 {
     if (self->be->host_memory) {
-        za_optim_apply (&self->optim, step, self->values, self->grads, self->slots,
-                        self->vars.total);
+        s_apply_trainable (self, step, self->values, self->grads, self->slots,
+                           za_optim_apply);
         return;
     }
     //  On the device: a failed copy shows at the next step's sync.
     if (s_state_to_device (self)
         || s_to_device (self, &self->grads_at, &self->grads, self->dev_grads, 1))
         return;
-    self->be->optim_apply (&self->optim, step, self->device_values [0], self->dev_grads [0],
-                           self->dev_slots, self->vars.total);
+    s_apply_trainable (self, step, self->device_values [0], self->dev_grads [0],
+                       self->dev_slots, self->be->optim_apply);
     self->values_at = self->slots_at = S_AT_DEVICE;
     self->copies_stale = self->device_count > 1;
 }
@@ -785,6 +818,8 @@ za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, int ke
                          self->values);
     for (int s = 0; s < slot_count; s++)
         for (int v = 0; v < self->vars.count; v++) {
+            if (self->vars.vars [v].frozen)
+                continue;                   //  a frozen variable has no slots
             char *name = names [s * self->vars.count + v];
             snprintf (name, SLOT_NAME_MAX, "%s/%s", self->vars.vars [v].name,
                       za_optim_slot_name (self->optim.kind, s));
@@ -888,7 +923,7 @@ za_replica_restore (za_replica_t *self, const za_checkpoint_t *ckpt, int64_t *st
                                  za_checkpoint_filename (ckpt), var->name);
             if (rc < 0)
                 return -1;
-            for (int s = 0; s < slot_count; s++) {
+            for (int s = 0; s < slot_count && !var->frozen; s++) {
                 char name [SLOT_NAME_MAX];
                 snprintf (name, sizeof name, "%s/%s", var->name,
                           za_optim_slot_name (self->optim.kind, s));

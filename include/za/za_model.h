@@ -32,6 +32,8 @@ typedef struct {
     size_t size;                        //  floats
     int ndim;
     int64_t shape [ZA_MAX_DIMS];
+    int frozen;                         //  1: not trained (Keras's trainable=False):
+                                        //  no update, no slots, a zero gradient
 } za_var_t;
 
 typedef struct {
@@ -135,12 +137,20 @@ typedef struct {
     int pool;                   //  maxpool window
     za_act_t act;               //  conv2d, dense (none)
     float rate;                 //  dropout
+    int frozen;                 //  conv2d, dense: trainable=false
 } za_layer_spec_t;
+
+#define ZA_REGEX_MAX 256
 
 typedef struct {
     int count;
     za_layer_spec_t layers [ZA_MAX_LAYERS];
     char text [ZA_SPEC_TEXT_MAX];   //  canonical text, set by za_stack_finish
+    //  Variables frozen by name (extended regexes matched from the start,
+    //  "" for none): those `freeze` selects, and, when `trainable` is given,
+    //  those it does not select.
+    char freeze [ZA_REGEX_MAX];
+    char trainable [ZA_REGEX_MAX];
 } za_stack_spec_t;
 
 //  Parses a stack. Grammar: layers separated by spaces;

@@ -126,6 +126,8 @@ typedef struct {
     const char *warm_start_vars;
     const char *warm_start_rename;
     const char *warm_start_layout;  //  zactor, keras or torch
+    const char *freeze;             //  regex of variables not trained; NULL: none
+    const char *trainable;          //  regex of the only variables trained
     int64_t batch_size;
     int64_t shuffle_buffer;         //  -1: the whole set
     //  Training

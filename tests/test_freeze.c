@@ -1,0 +1,147 @@
+/*  test_freeze.c: frozen layers (Keras's trainable=False) on Fashion-MNIST:
+    a seed CNN trained, then new model dirs warm-started from its conv base
+    with the base frozen and a new head: in one process, under ps-async and
+    all-reduce, the frozen values are the same bits after training, the
+    checkpoint holds no slots for them, and the head alone reaches >= 0.85
+    in one epoch. trainable=false in the stack text, --freeze and
+    --trainable say the same.                                               */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "za/za_checkpoint.h"
+#include "za/za_kernels.h"
+#include "za/za_model.h"
+#include "za/za_util.h"
+#include "za_test.h"
+
+#define RUN_TIMEOUT_S 900
+
+static char *s_base;                    //  the trained model every test starts from
+
+static void
+s_train (void)
+{
+    za_test_dir_create ("za_freeze");
+    s_base = za_test_path ("base");
+    const char *args [] = {"--epochs", "1", "--no-eval", "--model-dir", s_base, NULL};
+    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+}
+
+static void
+s_done (void)
+{
+    free (s_base);
+    za_test_dir_remove ();
+}
+
+static za_checkpoint_t *
+s_newest (const char *dir)
+{
+    int found = 0;
+    za_checkpoint_t *ckpt = za_checkpoint_load_newest (dir, &found);
+    cr_assert_not_null (ckpt, "no checkpoint in %s", dir);
+    return ckpt;
+}
+
+//  The conv variables of `dir`'s newest checkpoint are the base's, bit for
+//  bit, and have no slots; the head's changed and have them.
+static void
+s_expect_frozen_base (const char *dir, const char *who)
+{
+    za_checkpoint_t *base = s_newest (s_base), *trained = s_newest (dir);
+    const char *convs [] = {"conv2d/kernel", "conv2d/bias", "conv2d_1/kernel",
+                            "conv2d_1/bias", "conv2d_2/kernel", "conv2d_2/bias"};
+    for (size_t c = 0; c < sizeof convs / sizeof convs [0]; c++) {
+        const za_ckpt_tensor_t *a = za_checkpoint_find (base, convs [c]);
+        const za_ckpt_tensor_t *b = za_checkpoint_find (trained, convs [c]);
+        cr_assert (a && b, "%s: %s", who, convs [c]);
+        size_t floats = 1;
+        for (int d = 0; d < a->ndim; d++)
+            floats *= (size_t) a->shape [d];
+        cr_expect_eq (memcmp (a->data, b->data, floats * sizeof (float)), 0,
+                      "%s: frozen %s changed", who, convs [c]);
+        char slot [128];
+        snprintf (slot, sizeof slot, "%s/m", convs [c]);
+        cr_expect_null (za_checkpoint_find (trained, slot), "%s: frozen %s has a slot", who,
+                        convs [c]);
+    }
+    const za_ckpt_tensor_t *a = za_checkpoint_find (base, "dense_1/kernel");
+    const za_ckpt_tensor_t *b = za_checkpoint_find (trained, "dense_1/kernel");
+    cr_assert (a && b);
+    cr_expect_neq (memcmp (a->data, b->data, 64 * 10 * sizeof (float)), 0,
+                   "%s: the head trains", who);
+    cr_expect_not_null (za_checkpoint_find (trained, "dense_1/kernel/m"), "%s", who);
+    za_checkpoint_destroy (&base);
+    za_checkpoint_destroy (&trained);
+}
+
+Test (freeze, a_frozen_base_and_a_new_head_in_one_epoch, .init = s_train, .fini = s_done,
+      .timeout = 1800)
+{
+    char *model = za_test_path ("head");
+    //  The conv base from the trained model, a fresh head (not loaded).
+    const char *args [] = {"--epochs", "1", "--warm-start-from", s_base, "--warm-start-vars",
+                           "conv2d", "--freeze", "conv2d", "--model-dir", model, NULL};
+    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect (strstr (result.err, "warm start: 6 variables"), "%s", result.err);
+    double accuracy = za_test_accuracy (result.out);
+    printf ("a new head on the frozen base, one epoch: %.4f\n", accuracy);
+    cr_expect_geq (accuracy, 0.85);
+    za_test_result_free (&result);
+    s_expect_frozen_base (model, "one process");
+    free (model);
+}
+
+Test (freeze, every_strategy_keeps_the_frozen_bits, .init = s_train, .fini = s_done,
+      .timeout = 1800)
+{
+    const char *strategies [] = {"ps-async", "allreduce"};
+    for (int s = 0; s < 2; s++) {
+        char name [32];
+        snprintf (name, sizeof name, "local-%s", strategies [s]);
+        char *model = za_test_path (name);
+        const char *args [] = {"--local", "--strategy", strategies [s], "--workers", "1",
+                               "--evaluators", "0", "--no-eval", "--max-steps", "100",
+                               "--warm-start-from", s_base, "--trainable", "dense",
+                               "--model-dir", model, NULL};
+        za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+        cr_expect_eq (result.exit_code, 0, "%s: %s", strategies [s], result.err);
+        za_test_result_free (&result);
+        s_expect_frozen_base (model, strategies [s]);
+        free (model);
+    }
+}
+
+Test (freeze, trainable_false_in_the_stack_text)
+{
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse ("conv2d(8,3,relu,trainable=false) maxpool(2) flatten "
+                                  "dense(10)", &spec), 0, "%s", za_last_error ());
+    cr_expect_eq (spec.layers [0].frozen, 1);
+    cr_expect_eq (spec.layers [3].frozen, 0);
+    za_error_set_quiet (1);
+    cr_expect_neq (za_stack_parse ("conv2d(8,3) maxpool(2,trainable=false) flatten dense(10)",
+                                   &spec), 0);
+    cr_expect (strstr (za_last_error (), "maxpool has no variables to freeze"), "%s",
+               za_last_error ());
+    cr_expect_neq (za_stack_parse ("conv2d(8,3,trainable=maybe) flatten dense(10)", &spec), 0);
+    cr_expect (strstr (za_last_error (), "bad trainable 'maybe'"), "%s", za_last_error ());
+    za_error_set_quiet (0);
+    //  Its variables are frozen in the table the model declares.
+    cr_assert_eq (za_stack_parse ("conv2d(8,3,relu,trainable=false) maxpool(2) flatten "
+                                  "dense(10)", &spec), 0);
+    za_vars_t vars;
+    memset (&vars, 0, sizeof vars);
+    za_input_shape_t input = {28, 28, 1};
+    void *state = za_stack_model_fn ()->create (&spec, input, 4, za_backend_cpu (), &vars);
+    cr_assert_not_null (state);
+    cr_expect (vars.vars [za_vars_find (&vars, "conv2d/kernel")].frozen);
+    cr_expect (vars.vars [za_vars_find (&vars, "conv2d/bias")].frozen);
+    cr_expect (!vars.vars [za_vars_find (&vars, "dense/kernel")].frozen);
+    za_stack_model_fn ()->destroy (&state);
+}
