@@ -25,6 +25,10 @@ struct _za_input_t {
     const za_dataset_t *dataset;
     za_input_config_t config;
     int64_t shard_count;        //  examples per epoch in this shard
+    //  The preprocessing: channel k of the input is in's channel from [k]
+    //  (BGR reverses), times scale [k] plus offset [k].
+    float scale [ZA_INPUT_CHANNELS_MAX], offset [ZA_INPUT_CHANNELS_MAX];
+    int from [ZA_INPUT_CHANNELS_MAX];
 
     //  The example stream; touched only by the producer (the prefetch thread,
     //  or the caller when prefetch is 0).
@@ -153,6 +157,75 @@ s_input_load_part (void *arg, int index)
                                                   self->staging + (size_t) i * row) == 0;
 }
 
+//  ImageNet's per-channel constants (RGB), for the preprocessing modes.
+static const float s_torch_mean [3] = {0.485f, 0.456f, 0.406f};
+static const float s_torch_std [3] = {0.229f, 0.224f, 0.225f};
+static const float s_caffe_mean [3] = {123.68f, 116.779f, 103.939f};
+
+//  The scale and offset each channel's value in 0 .. 1 gets.
+static void
+s_preprocess_plan (za_input_t *self)
+{
+    int channels = self->dataset->channels;
+    for (int k = 0; k < ZA_INPUT_CHANNELS_MAX; k++) {
+        int c = channels == 3? k % 3: -1;       //  -1: a gray or other image
+        float mean = c >= 0? s_torch_mean [c]: 0.449f, std = c >= 0? s_torch_std [c]: 0.226f;
+        float caffe = c >= 0? s_caffe_mean [2 - c]: 114.799f;   //  BGR order
+        self->from [k] = channels == 3 && self->config.preprocess == ZA_PREPROCESS_CAFFE
+                       ? 2 - k: k;
+        switch (self->config.preprocess) {
+            case ZA_PREPROCESS_TF:
+                self->scale [k] = 2.0f, self->offset [k] = -1.0f;
+                break;
+            case ZA_PREPROCESS_TORCH:
+                self->scale [k] = 1.0f / std, self->offset [k] = -mean / std;
+                break;
+            case ZA_PREPROCESS_CAFFE:
+                self->scale [k] = ZA_DATASET_PIXEL_MAX, self->offset [k] = -caffe;
+                break;
+            default:
+                self->scale [k] = 1.0f, self->offset [k] = 0.0f;
+        }
+    }
+}
+
+//  row values in 0 .. 1 (floats, or bytes to divide by 255) into out, as
+//  the preprocessing says.
+static void
+s_values_in (const za_input_t *self, const float *floats, const uint8_t *bytes, float *out,
+             size_t row)
+{
+    if (self->config.preprocess == ZA_PREPROCESS_NONE) {
+        if (floats)
+            memcpy (out, floats, row * sizeof (float));
+        else
+            for (size_t k = 0; k < row; k++)
+                out [k] = (float) bytes [k] / ZA_DATASET_PIXEL_MAX;
+        return;
+    }
+    size_t channels = (size_t) self->dataset->channels;
+    if (channels > ZA_INPUT_CHANNELS_MAX)
+        channels = 1;
+    for (size_t p = 0; p < row; p += channels)
+        for (size_t k = 0; k < channels; k++) {
+            size_t at = p + (size_t) self->from [k];
+            float value = floats? floats [at]: (float) bytes [at] / ZA_DATASET_PIXEL_MAX;
+            out [p + k] = value * self->scale [k] + self->offset [k];
+        }
+}
+
+static void
+s_floats_in (const za_input_t *self, const float *in, float *out, size_t row)
+{
+    s_values_in (self, in, NULL, out, row);
+}
+
+static void
+s_bytes_in (const za_input_t *self, const uint8_t *in, float *out, size_t row)
+{
+    s_values_in (self, NULL, in, out, row);
+}
+
 //  Fills a slot with the next batch: the next global batch's slice when the
 //  batches are split across replicas. Returns its size, 0 at the end of the
 //  stream (including a final partial batch dropped by drop_remainder). An
@@ -184,13 +257,9 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
                 continue;
             }
             if (dataset->features)
-                memcpy (out, dataset->features + (size_t) index * row, row * sizeof (float));
-            else {
-                //  The same value the float loader stores, made here per batch.
-                const uint8_t *in = dataset->pixels + (size_t) index * row;
-                for (size_t k = 0; k < row; k++)
-                    out [k] = (float) in [k] / ZA_DATASET_PIXEL_MAX;
-            }
+                s_floats_in (self, dataset->features + (size_t) index * row, out, row);
+            else                    //  the value the float loader stores, per batch
+                s_bytes_in (self, dataset->pixels + (size_t) index * row, out, row);
             slot->labels [size] = dataset->labels [index];
             slot->indices [size] = index;
             size++;
@@ -203,10 +272,8 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
             for (int i = 0; i < self->wanted_count; i++) {
                 if (!self->loaded [i])
                     continue;
-                const uint8_t *in = self->staging + (size_t) i * row;
-                float *out = slot->features + (size_t) size * row;
-                for (size_t k = 0; k < row; k++)
-                    out [k] = (float) in [k] / ZA_DATASET_PIXEL_MAX;
+                s_bytes_in (self, self->staging + (size_t) i * row,
+                             slot->features + (size_t) size * row, row);
                 slot->indices [size] = self->wanted [i];
                 slot->labels [size++] = dataset->labels [self->wanted [i]];
             }
@@ -342,6 +409,7 @@ za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
     }
     self->dataset = dataset;
     self->config = *c;
+    s_preprocess_plan (self);
     self->config.drop_remainder = c->drop_remainder != 0;
     self->config.replicas = replicas;
     self->shard_count = dataset->count > c->shard_index
@@ -477,4 +545,12 @@ za_input_destroy (za_input_t **self_p)
     za_free (self->staging);
     free (self);
     *self_p = NULL;
+}
+
+int
+za_preprocess_parse (const char *name)
+{
+    return !strcmp (name, "none")? ZA_PREPROCESS_NONE: !strcmp (name, "tf")? ZA_PREPROCESS_TF
+         : !strcmp (name, "torch")? ZA_PREPROCESS_TORCH
+         : !strcmp (name, "caffe")? ZA_PREPROCESS_CAFFE: -1;
 }

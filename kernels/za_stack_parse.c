@@ -172,6 +172,30 @@ za_stack_parse (const char *text, za_stack_spec_t *spec)
     return za_stack_add (spec, text) || za_stack_finish (spec)? -1: 0;
 }
 
+//  `vgg16` or `vgg16(trainable=false)` at *p_at: VGG16's base. 0 or -1.
+static int
+s_add_vgg16 (za_stack_spec_t *spec, za_layer_args_t *args, const char **p_at)
+{
+    char values [ZA_LAYER_ARGS_MAX][ARG_CHARS];
+    const char *p = *p_at;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    static const za_layer_ops_t takes_nothing = {.name = "vgg16"};
+    if (*p == '(' && (s_read_arguments (&p, args, values)
+                      || s_read_options (args, values, &takes_nothing)))
+        return -1;
+    if (args->count)
+        return za_layer_args_error (args, args->at [0], "%s takes no arguments (only "
+                                    "trainable=false)", "vgg16");
+    *p_at = p;
+    int first = spec->count;
+    if (za_stack_add (spec, ZA_VGG16_BASE))
+        return -1;
+    for (int i = first; i < spec->count && args->frozen; i++)
+        spec->layers [i].frozen = spec->layers [i].type == ZA_LAYER_CONV2D;
+    return 0;
+}
+
 int
 za_stack_add (za_stack_spec_t *spec, const char *text)
 {
@@ -196,6 +220,11 @@ za_stack_add (za_stack_spec_t *spec, const char *text)
         if (len == 0) {
             char bad [2] = {*p, 0};
             return za_layer_args_error (&args, p, "unexpected '%s'", bad);
+        }
+        if (!strcmp (name, "vgg16")) {
+            if (s_add_vgg16 (spec, &args, &p))
+                return -1;
+            continue;
         }
         const za_layer_ops_t *type = za_layer_ops_find (name);
         if (!type) {

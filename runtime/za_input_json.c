@@ -31,9 +31,10 @@ za_input_json_save (const za_settings_t *s, int with_model)
         .image_key = s->image_key, .label_key = s->label_key, .label_base = (int) s->label_base,
     };
     char *names = za_images_class_names (&config);
-    json_t *input = json_pack ("{s:s, s:I, s:s, s:b}", "image_size", s->image_size,
+    json_t *input = json_pack ("{s:s, s:I, s:s, s:b, s:s}", "image_size", s->image_size,
                                "channels", (json_int_t) s->channels, "resize", s->resize,
-                               "crop_to_aspect_ratio", s->crop_to_aspect_ratio);
+                               "crop_to_aspect_ratio", s->crop_to_aspect_ratio,
+                               "preprocess", s->preprocess);
     if (input && with_model) {
         json_object_set_new (input, "model", json_string (s->model));
         if (streq (s->model, "dnn"))

@@ -42,7 +42,8 @@ static const za_option_t s_options [] = {
     //  section, help
     ZA_OPTION ("model", T_STR, model, "SPEC", "cnn", 0, 0, NULL, R_ALL, JOB, ZA_OPTION_STACK,
                "Model and data",
-               "cnn (the seed CNN), dnn, linear, or a layer stack such as\n"
+               "cnn (the seed CNN), dnn, linear, vgg16 (its base, a global\n"
+               "average pool, a dense layer), or a layer stack such as\n"
                "\"conv2d(32,3,relu) maxpool(2) flatten dense(64,relu) dense(10)\""),
     ZA_OPTION ("hidden-units", T_LIST, hidden_units, "LIST", "128", 1, 1 << 20, NULL, R_ALL,
                JOB, ZA_OPTION_STACK, NULL, "hidden layers of --model dnn, e.g. 256,128"),
@@ -112,6 +113,11 @@ static const za_option_t s_options [] = {
                "stops below the lowest layer that trains"),
     ZA_OPTION ("trainable", T_STR, trainable, "REGEX", NULL, 0, 0, NULL, R_ALL, JOB,
                ZA_OPTION_STACK, NULL, "only these variables train (the others are frozen)"),
+    ZA_OPTION ("preprocess", T_CHOICE, preprocess, "MODE", "none", 0, 0, "none|tf|torch|caffe",
+               R_ALL, JOB, ZA_OPTION_IDX_INPUT, NULL,
+               "pixels into the model's input (Keras's preprocess_input): none\n"
+               "0..1, tf -1..1, torch ImageNet mean/std (torchvision's weights),\n"
+               "caffe BGR minus ImageNet's mean (Keras's VGG16 weights)"),
     ZA_OPTION ("input-threads", T_INT, input_threads, "N", "1", 1, 64, NULL, R_TRAIN, JOB,
                ZA_OPTION_IDX_INPUT, NULL, "threads decoding a worker's images"),
     ZA_OPTION ("batch-size", T_INT, batch_size, "N",

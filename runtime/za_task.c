@@ -183,6 +183,13 @@ s_stack_model (za_task_t *task, int classes)
             task->spec.layers [task->spec.count - 1].units = classes;
     }
     else
+    if (streq (model, "vgg16")) {
+        //  Keras's VGG16 base, a global average pool and one unit per class.
+        char text [64];
+        snprintf (text, sizeof text, "vgg16 globalavgpool dense(%d)", classes);
+        bad = za_stack_parse (text, &task->spec);
+    }
+    else
     if (streq (model, "dnn"))
         bad = za_dnn_classifier_spec (&task->spec, units, unit_count, classes);
     else
@@ -242,7 +249,8 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     //  A layer stack given as text is checked before any data is read.
     int stack = !program->model_fn;
     const char *model = settings->model;
-    int premade = streq (model, "cnn") || streq (model, "dnn") || streq (model, "linear");
+    int premade = streq (model, "cnn") || streq (model, "dnn") || streq (model, "linear")
+                || streq (model, "vgg16");
     if (stack && !premade && za_stack_parse (model, &task->spec))
         return ZA_EXIT_USAGE;
     //  What the data holds: the model's input, an epoch, the classes.
@@ -373,11 +381,13 @@ za_task_input (void *arg, const za_input_context_t *context)
         config.seed = asked.seed;
         config.epochs = -1;
         config.threads = (int) s->input_threads;
+        config.preprocess = (za_preprocess_t) za_preprocess_parse (s->preprocess);
         return za_input_new (task->train, &config);
     }
     if (!task->eval && !(task->eval = s_data_load (s, 0, asked.data_dir, 1, 0)))
         return NULL;
     config.threads = (int) s->input_threads;
+    config.preprocess = (za_preprocess_t) za_preprocess_parse (s->preprocess);
     return za_input_new (task->eval, &config);
 }
 

@@ -1201,3 +1201,55 @@ Test (pipeline, bad_configs)
     cr_assert_eq (za_input_shard_count (NULL), 0);
     za_dataset_destroy (&dataset);
 }
+
+//  Keras's preprocess_input modes, from bytes and from floats: an RGB pixel
+//  of 0, 128, 255 and a gray one.
+Test (preprocess, each_mode_maps_pixels_as_keras_does)
+{
+    za_dataset_t *rgb = za_dataset_new (1, 1, 1, 3, 1);
+    cr_assert_not_null (rgb);
+    rgb->pixels [0] = 0, rgb->pixels [1] = 128, rgb->pixels [2] = 255;
+    rgb->labels [0] = 0;
+    rgb->n_classes = 1;
+    const float r = 0.0f, g = 128.0f / 255.0f, b = 1.0f;
+    struct {
+        za_preprocess_t mode;
+        float want [3];
+    } cases [] = {
+        {ZA_PREPROCESS_NONE, {r, g, b}},
+        {ZA_PREPROCESS_TF, {r * 2 - 1, g * 2 - 1, b * 2 - 1}},
+        {ZA_PREPROCESS_TORCH, {(r - 0.485f) / 0.229f, (g - 0.456f) / 0.224f,
+                               (b - 0.406f) / 0.225f}},
+        //  BGR: blue first, each less ImageNet's mean of that channel.
+        {ZA_PREPROCESS_CAFFE, {255.0f - 103.939f, 128.0f - 116.779f, 0.0f - 123.68f}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases [0]; c++) {
+        za_input_config_t config = za_input_config_default ();
+        config.batch_size = 1;
+        config.preprocess = cases [c].mode;
+        za_input_t *input = za_input_new (rgb, &config);
+        za_batch_t batch;
+        cr_assert_eq (za_input_next (input, &batch), 1);
+        for (int k = 0; k < 3; k++)
+            cr_expect_float_eq (batch.features [k], cases [c].want [k], 1e-4,
+                                "mode %d channel %d: %g, not %g", (int) cases [c].mode, k,
+                                batch.features [k], cases [c].want [k]);
+        za_input_destroy (&input);
+    }
+    //  Floats in 0 .. 1 (a caller's arrays) take the same mapping.
+    float values [3] = {r, g, b};
+    int32_t label = 0;
+    za_dataset_t *floats = za_dataset_from_arrays (values, &label, 1, 1, 1, 3);
+    za_input_config_t config = za_input_config_default ();
+    config.batch_size = 1;
+    config.preprocess = ZA_PREPROCESS_TORCH;
+    za_input_t *input = za_input_new (floats, &config);
+    za_batch_t batch;
+    cr_assert_eq (za_input_next (input, &batch), 1);
+    cr_expect_float_eq (batch.features [2], (b - 0.406f) / 0.225f, 1e-4);
+    za_input_destroy (&input);
+    cr_expect_eq (za_preprocess_parse ("caffe"), ZA_PREPROCESS_CAFFE);
+    cr_expect_eq (za_preprocess_parse ("imagenet"), -1);
+    za_dataset_destroy (&floats);
+    za_dataset_destroy (&rgb);
+}

@@ -144,4 +144,24 @@ Test (freeze, trainable_false_in_the_stack_text)
     cr_expect (vars.vars [za_vars_find (&vars, "conv2d/bias")].frozen);
     cr_expect (!vars.vars [za_vars_find (&vars, "dense/kernel")].frozen);
     za_stack_model_fn ()->destroy (&state);
+    //  VGG16's base, frozen: 13 convolutions in 5 blocks, then the head.
+    cr_assert_eq (za_stack_parse ("vgg16(trainable=false) globalavgpool dense(4)", &spec), 0,
+                  "%s", za_last_error ());
+    cr_expect_eq (spec.count, 20);
+    int convs = 0, frozen = 0;
+    for (int i = 0; i < spec.count; i++) {
+        convs += spec.layers [i].type == ZA_LAYER_CONV2D;
+        frozen += spec.layers [i].frozen;
+    }
+    cr_expect_eq (convs, 13);
+    cr_expect_eq (frozen, 13);
+    cr_expect_eq (spec.layers [17].type, ZA_LAYER_MAXPOOL);
+    cr_expect_eq (spec.layers [19].frozen, 0, "the head trains");
+    input = (za_input_shape_t) {64, 64, 3};
+    memset (&vars, 0, sizeof vars);
+    state = za_stack_model_fn ()->create (&spec, input, 2, za_backend_cpu (), &vars);
+    cr_assert_not_null (state, "%s", za_last_error ());
+    cr_expect_geq (za_vars_find (&vars, "conv2d_12/kernel"), 0);
+    cr_expect_eq (vars.total >= 14714688, 1, "VGG16's base has 14,714,688 weights");
+    za_stack_model_fn ()->destroy (&state);
 }

@@ -11,6 +11,21 @@ extern "C" {
 #endif
 
 //  How to stream a dataset.
+//  How pixels (0 .. 255) become a model's input, as Keras's preprocess_input
+//  modes for ImageNet weights (VGG16's are caffe's, torchvision's torch's).
+typedef enum {
+    ZA_PREPROCESS_NONE = 0,     //  value / 255: 0 .. 1
+    ZA_PREPROCESS_TF,           //  value / 127.5 - 1: -1 .. 1
+    ZA_PREPROCESS_TORCH,        //  (value / 255 - mean) / std per RGB channel,
+                                //  ImageNet's (0.485 0.456 0.406, 0.229 0.224 0.225)
+    ZA_PREPROCESS_CAFFE         //  BGR, value - mean (103.939 116.779 123.68)
+} za_preprocess_t;
+
+//  Names "none", "tf", "torch", "caffe" (-1: none of them).
+int za_preprocess_parse (const char *name);
+
+#define ZA_INPUT_CHANNELS_MAX 4
+
 typedef struct {
     int num_shards;             //  shard (num_shards, shard_index): keep examples
     int shard_index;            //  i, i + n, i + 2n, ...; default 1, 0 (all)
@@ -28,6 +43,8 @@ typedef struct {
     int threads;                //  a data set of files (a loader): each batch's
                                 //  examples are decoded on this many threads
                                 //  (the producer's among them); default 1
+    za_preprocess_t preprocess; //  of each pixel; a gray image takes the means
+                                //  of the three channels' constants
 } za_input_config_t;
 
 //  Defaults: 1 shard, no shuffle, seed 0, 1 epoch, batch 32, keep remainder,

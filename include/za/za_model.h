@@ -192,6 +192,15 @@ int za_linear_classifier_spec (za_stack_spec_t *spec, int n_classes);
 //  The seed CNN of the TensorFlow Estimator tutorials for Fashion-MNIST.
 #define ZA_SEED_CNN "conv2d(32,3,relu) maxpool(2) conv2d(64,3,relu) maxpool(2) " \
                     "conv2d(64,3,relu) flatten dense(64,relu) dense(10)"
+//  VGG16's convolutional base (Keras's VGG16 with include_top=False: 13
+//  3x3 convolutions in 5 blocks, each block ending in a 2x2 max pool). The
+//  word `vgg16` in a stack text is these layers; `vgg16(trainable=false)`
+//  freezes them.
+#define ZA_VGG16_BASE "conv2d(64,3,relu,same) conv2d(64,3,relu,same) maxpool(2) " \
+    "conv2d(128,3,relu,same) conv2d(128,3,relu,same) maxpool(2) " \
+    "conv2d(256,3,relu,same) conv2d(256,3,relu,same) conv2d(256,3,relu,same) maxpool(2) " \
+    "conv2d(512,3,relu,same) conv2d(512,3,relu,same) conv2d(512,3,relu,same) maxpool(2) " \
+    "conv2d(512,3,relu,same) conv2d(512,3,relu,same) conv2d(512,3,relu,same) maxpool(2)"
 
 //  The model_fn of a layer stack; `params` is a za_stack_spec_t *. Variables
 //  are named like Keras's: conv2d/kernel, conv2d/bias, conv2d_1/kernel, ...,
