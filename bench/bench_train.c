@@ -4,6 +4,10 @@
 
     bench_train speed BATCH THREADS STEPS WARMUP
       -> zactor images_per_sec=F batch=B threads=T steps=S seconds=F gflops=F
+    bench_train model TEXT SIDE BATCH THREADS STEPS WARMUP [FREEZE]
+      -> the same for the layer stack TEXT on 2,048 Fashion-MNIST images
+         upscaled to SIDE x SIDE x 3 (bench/transfer.sh: VGG16), the
+         variables FREEZE selects frozen
     bench_train peak THREADS
       -> sgemm_peak gflops=F threads=T n=N                                  */
 #include "za/za_estimator.h"
@@ -16,6 +20,7 @@
 #include <unistd.h>
 
 #define PEAK_N 1536
+#define UPSCALED_COUNT 2048
 #define PEAK_REPEATS 10
 
 typedef struct {
@@ -53,15 +58,36 @@ s_input_fn (void *arg, const za_input_context_t *context)
     return za_input_new (input->train, &config);
 }
 
-static int
-s_speed (int batch, int threads, int steps, int warmup)
+//  The first `count` Fashion-MNIST images, nearest-upscaled to side x side
+//  and repeated over `channels`: real pixels at a transfer model's size.
+static za_dataset_t *
+s_upscaled (const za_dataset_t *train, int count, int side, int channels)
 {
-    za_dataset_t *train = za_idx_load_dir (ZA_FASHION_MNIST_DIR, "train");
-    if (!train)
-        return 1;
+    za_dataset_t *data = za_dataset_new (count, side, side, channels, 0);
+    for (int i = 0; data && i < count; i++) {
+        for (int y = 0; y < side; y++)
+            for (int x = 0; x < side; x++)
+                for (int c = 0; c < channels; c++)
+                    data->features [(((size_t) i * side + y) * side + x) * channels + c]
+                        = train->features [(size_t) i * 784 + (y * 28 / side) * 28
+                                           + x * 28 / side];
+        data->labels [i] = train->labels [i];
+    }
+    if (data)
+        za_dataset_count_classes (data);
+    return data;
+}
+
+//  Trains `model` (a layer stack) on data, timing the steps after warmup.
+static int
+s_speed (const char *model, const char *freeze, za_dataset_t *train, int batch, int threads,
+         int steps, int warmup)
+{
     za_stack_spec_t spec;
-    if (za_stack_parse (ZA_SEED_CNN, &spec))
+    if (za_stack_parse (model, &spec))
         return 1;
+    if (freeze)
+        snprintf (spec.freeze, sizeof spec.freeze, "%s", freeze);
     char dir [] = "/tmp/zactor-bench-XXXXXX";
     if (!mkdtemp (dir))
         return 1;
@@ -74,14 +100,15 @@ s_speed (int batch, int threads, int steps, int warmup)
     config.save_summary_steps = 0;
     config.progress = 0;
     za_optim_config_t optim = za_optim_config_default (ZA_OPT_ADAM);
-    za_input_shape_t shape = {28, 28, 1};
+    za_input_shape_t shape = {train->height, train->width, train->channels};
     za_estimator_t *estimator = za_estimator_new (za_stack_model_fn (), &spec, shape, &optim,
                                                   &config);
     s_timer_t timer = {.warmup = warmup};
     za_hook_t hook = {.arg = &timer, .after_run = s_after_run};
-    za_estimator_add_hook (estimator, &hook);
+    int rc = estimator? za_estimator_add_hook (estimator, &hook): -1;
     s_input_t input = {train, batch};
-    int rc = za_estimator_train (estimator, s_input_fn, &input, warmup + steps);
+    if (rc == 0)
+        rc = za_estimator_train (estimator, s_input_fn, &input, warmup + steps);
     double seconds = timer.t_end - timer.t_start;
     double images = (double) steps * batch;
     //  Training costs about three forward passes (forward, and backward's two
@@ -92,7 +119,6 @@ s_speed (int batch, int threads, int steps, int warmup)
                 "gflops=%.1f\n", images / seconds, batch, threads, steps, seconds,
                 flops / seconds / 1e9);
     za_estimator_destroy (&estimator);
-    za_dataset_destroy (&train);
     char command [256];
     snprintf (command, sizeof command, "rm -rf '%s'", dir);
     if (system (command) != 0)
@@ -130,8 +156,23 @@ s_peak (int threads)
 int
 main (int argc, char **argv)
 {
+    za_dataset_t *train = argc >= 6? za_idx_load_dir (ZA_FASHION_MNIST_DIR, "train"): NULL;
+    if (argc >= 6 && !train)
+        return 1;
+    int rc = 2;
     if (argc >= 6 && strcmp (argv [1], "speed") == 0)
-        return s_speed (atoi (argv [2]), atoi (argv [3]), atoi (argv [4]), atoi (argv [5]));
+        rc = s_speed (ZA_SEED_CNN, NULL, train, atoi (argv [2]), atoi (argv [3]),
+                      atoi (argv [4]), atoi (argv [5]));
+    else
+    if (argc >= 8 && strcmp (argv [1], "model") == 0) {
+        za_dataset_t *data = s_upscaled (train, UPSCALED_COUNT, atoi (argv [3]), 3);
+        rc = data? s_speed (argv [2], argc > 8? argv [8]: NULL, data, atoi (argv [4]),
+                            atoi (argv [5]), atoi (argv [6]), atoi (argv [7])): 1;
+        za_dataset_destroy (&data);
+    }
+    za_dataset_destroy (&train);
+    if (rc != 2)
+        return rc;
     if (argc >= 3 && strcmp (argv [1], "peak") == 0)
         return s_peak (atoi (argv [2]));
     fprintf (stderr, "usage: bench_train speed BATCH THREADS STEPS WARMUP | peak THREADS\n");

@@ -1,0 +1,69 @@
+#!/usr/bin/python3
+"""transfer_torch.py: the PyTorch side of bench/transfer.sh. torchvision's
+VGG16 base (`vgg16().features`, the same 13 convolutions and 5 pools as
+zactor's `vgg16`), a global average pool and a 10-way linear head, Adam,
+on the first 2,048 Fashion-MNIST images nearest-upscaled to SIDE x SIDE x 3
+(as bench_train model does). With --frozen the base's parameters are
+requires_grad_(False): PyTorch then computes no weight gradient for them,
+and autograd stops below the first layer that needs one.
+
+Usage: transfer_torch.py SIDE BATCH THREADS STEPS WARMUP [--frozen]
+Prints "torch images_per_sec=F ...".
+"""
+import gzip
+import sys
+import time
+
+import numpy as np
+import torch
+import torchvision
+
+FASHION = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte"
+COUNT = 2048
+
+
+def images(side):
+    for path in (FASHION, FASHION + ".gz"):
+        try:
+            with (gzip.open(path) if path.endswith(".gz") else open(path, "rb")) as f:
+                raw = f.read()
+            break
+        except OSError:
+            continue
+    pixels = np.frombuffer(raw, dtype=np.uint8, offset=16)[:COUNT * 784]
+    pixels = pixels.reshape(COUNT, 28, 28).astype(np.float32) / 255.0
+    index = np.arange(side) * 28 // side
+    up = pixels[:, index][:, :, index]
+    return torch.from_numpy(np.repeat(up[:, None], 3, axis=1).copy())
+
+
+def main():
+    side, batch, threads, steps, warmup = (int(a) for a in sys.argv[1:6])
+    frozen = "--frozen" in sys.argv
+    torch.set_num_threads(threads)
+    torch.manual_seed(42)
+    data = images(side)
+    labels = torch.randint(0, 10, (COUNT,))
+    base = torchvision.models.vgg16(weights=None).features
+    if frozen:
+        base.requires_grad_(False)
+    model = torch.nn.Sequential(base, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                torch.nn.Linear(512, 10))
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    start = None
+    for step in range(warmup + steps):
+        if step == warmup:
+            start = time.monotonic()
+        at = (step * batch) % (COUNT - batch)
+        optimizer.zero_grad()
+        loss = loss_fn(model(data[at:at + batch]), labels[at:at + batch])
+        loss.backward()
+        optimizer.step()
+    seconds = time.monotonic() - start
+    print("torch images_per_sec=%.1f batch=%d threads=%d steps=%d seconds=%.4f frozen=%d"
+          % (steps * batch / seconds, batch, threads, steps, seconds, frozen))
+
+
+if __name__ == "__main__":
+    main()
