@@ -67,6 +67,8 @@ typedef struct {
     za_partition_t placement;
     int parts [ZA_PARTITION_MAX_PARTS];     //  placement indexes of our parts
     size_t part_at [ZA_PARTITION_MAX_PARTS];//  each part's offset in our blocks
+    int pushed [ZA_PARTITION_MAX_PARTS];    //  the push at hand: each part's tensor,
+                                            //  or -1 (a frozen variable's: left out)
     int part_count;
     size_t floats;                          //  in our blocks
     float *values [2];
@@ -391,6 +393,33 @@ s_check_parts (s_ps_t *self, const za_wire_msg_t *msg, int exact, char *why, siz
     return 0;
 }
 
+//  A push's tensors: the parts whose variables train, in our order (a frozen
+//  variable's parts are left out: they are not updated). Fills self->pushed.
+//  0, or -1 with why.
+static int
+s_match_push (s_ps_t *self, const za_wire_msg_t *msg, char *why, size_t size)
+{
+    int t = 0;
+    for (int i = 0; i < self->part_count; i++) {
+        const za_part_t *part = &self->placement.parts [self->parts [i]];
+        self->pushed [i] = -1;
+        if (t < msg->tensor_count && strcmp (msg->tensors [t].name, part->name) == 0) {
+            if (!s_is_part (self, &msg->tensors [t], part)) {
+                snprintf (why, size, "tensor %d ('%s') is not the shape of ps %d's part", t,
+                          part->name, self->config->ps_index);
+                return -1;
+            }
+            self->pushed [i] = t++;
+        }
+    }
+    if (t < msg->tensor_count) {
+        snprintf (why, size, "tensor %d is '%s': not one of ps %d's parts, in their order", t,
+                  msg->tensors [t].name, self->config->ps_index);
+        return -1;
+    }
+    return 0;
+}
+
 //  A request's task: the requester's worker index, 0 .. num_workers - 1.
 static int
 s_task_ok (s_ps_t *self, const za_wire_msg_t *msg)
@@ -423,10 +452,15 @@ s_update (s_ps_t *self, const za_wire_msg_t *msg)
     for (int i = 0; i < self->part_count; i++) {
         size_t at = self->part_at [i];
         size_t n = self->placement.parts [self->parts [i]].size;
+        if (msg && self->pushed [i] < 0) {
+            memcpy (out + at, in + at, n * sizeof (float));     //  frozen: as it is
+            continue;
+        }
         float *slots [ZA_OPTIM_MAX_SLOTS];
         for (int s = 0; s < slot_count; s++)
             slots [s] = self->slots [s] + at;
-        const float *grads = msg? s_floats_of (self, &msg->tensors [i]): self->accum + at;
+        const float *grads = msg? s_floats_of (self, &msg->tensors [self->pushed [i]])
+                                : self->accum + at;
         za_optim_apply_into (&self->optim, self->updates + 1, in + at, out + at, grads, slots,
                              n);
     }
@@ -497,7 +531,9 @@ s_sync_push (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
         return;
     }
     for (int i = 0; i < self->part_count; i++) {
-        const float *grads = s_floats_of (self, &msg->tensors [i]);
+        if (self->pushed [i] < 0)
+            continue;                       //  a frozen variable's: zero
+        const float *grads = s_floats_of (self, &msg->tensors [self->pushed [i]]);
         float *sum = self->accum + self->part_at [i];
         size_t n = self->placement.parts [self->parts [i]].size;
         for (size_t j = 0; j < n; j++)
@@ -526,7 +562,7 @@ static void
 s_push_now (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
 {
     char why [256];
-    if (s_check_parts (self, msg, 1, why, sizeof why))
+    if (s_match_push (self, msg, why, sizeof why))
         s_reply_error (self, routing_id, msg->seq, "bad_request", why);
     else
     if (self->aggregate)

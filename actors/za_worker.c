@@ -72,6 +72,7 @@ typedef struct {
     //  replies, and everything else (input, copying values in, logs).
     double compute_secs, transfer_secs, step_secs;
     double input_secs;                  //  waiting for the input's next batch
+    uint64_t frozen_left_out;           //  frozen parts no push carried
     //  What config->stats gets (NULL: nothing).
     za_role_stats_t *stats;
     za_role_rates_t rates;
@@ -191,13 +192,19 @@ fail:
 //  Requests to every ps
 
 //  Adds the parts held by ps p, taken from `block`, to self->out; with
-//  `suffix`, names them "<part>/<suffix>".
+//  `suffix`, names them "<part>/<suffix>"; with `trained`, only the parts
+//  of variables that train (a push: a frozen variable's gradient is none).
 static void
-s_add_parts (s_worker_t *self, int p, const float *block, const char *suffix, int *name_at)
+s_add_parts (s_worker_t *self, int p, const float *block, const char *suffix, int *name_at,
+             int trained)
 {
     for (int i = 0; i < self->part_count [p]; i++) {
         const za_part_t *part = &self->placement.parts [self->parts [p][i]];
         const za_var_t *var = &self->vars->vars [part->var];
+        if (trained && var->frozen) {
+            self->frozen_left_out++;
+            continue;
+        }
         int64_t shape [ZA_MAX_DIMS];
         int ndim = za_role_part_shape (self->vars, part, shape);
         const char *name = part->name;
@@ -223,17 +230,17 @@ s_build (s_worker_t *self, za_op_t op, int p)
         //  ps-sync: the step of the values these gradients were computed on.
         if (self->config->strategy == ZA_STRATEGY_PS_SYNC)
             self->out->step = self->global_step;
-        s_add_parts (self, p, za_replica_gradients (self->replica), NULL, NULL);
+        s_add_parts (self, p, za_replica_gradients (self->replica), NULL, NULL, 1);
     }
     else
     if (op == ZA_OP_INIT) {
         const za_optim_config_t *optim = za_replica_optim (self->replica);
         int name_at = 0;
-        s_add_parts (self, p, za_replica_values (self->replica), NULL, NULL);
+        s_add_parts (self, p, za_replica_values (self->replica), NULL, NULL, 0);
         int slot_count = za_optim_slot_count (optim->kind);
         for (int s = 0; s < slot_count; s++)
             s_add_parts (self, p, za_replica_slot (self->replica, s),
-                         za_optim_slot_name (optim->kind, s), &name_at);
+                         za_optim_slot_name (optim->kind, s), &name_at, 0);
         self->out->step = self->init_step;
         if (p == 0)
             za_wire_msg_add (self->out, "global_step", ZA_DTYPE_I64, 0, NULL, &self->init_step);
@@ -246,7 +253,7 @@ s_build (s_worker_t *self, za_op_t op, int p)
     else
     if (op == ZA_OP_OFFER) {
         self->out->step = self->values_step;
-        s_add_parts (self, p, za_replica_values (self->replica), NULL, NULL);
+        s_add_parts (self, p, za_replica_values (self->replica), NULL, NULL, 0);
     }
 }
 
@@ -1148,6 +1155,9 @@ za_worker_actor (zsock_t *pipe, void *args)
                  1e3 * self->input_secs / n,
                  self->step_secs > 0? 100 * self->input_secs / self->step_secs: 0);
     }
+    if (self->frozen_left_out)
+        za_info ("%s: %" PRIu64 " tensors of frozen variables left out of the pushes",
+                 s_who (self), self->frozen_left_out);
     uint32_t crc = za_role_values_crc (za_replica_values (self->replica), self->vars->total);
     int64_t step = self->global_step, floats = (int64_t) self->vars->total;
     int terminated = self->terminated;

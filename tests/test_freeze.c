@@ -113,6 +113,23 @@ Test (freeze, every_strategy_keeps_the_frozen_bits, .init = s_train, .fini = s_d
         cr_expect_eq (result.exit_code, 0, "%s: %s", strategies [s], result.err);
         za_test_result_free (&result);
         s_expect_frozen_base (model, strategies [s]);
+        if (s == 0) {
+            //  No push carried a frozen tensor: each push left the six out.
+            char *log = za_test_join (model, "logs/chief-0.log");
+            char *text = za_test_read_file (log, NULL);
+            cr_assert_not_null (text, "%s", log);
+            long steps = 0, left_out = 0;
+            const char *done = strstr (text, "done at step ");
+            const char *counted = strstr (text, "tensors of frozen variables left out");
+            cr_assert (done && counted, "%s", text);
+            sscanf (done, "done at step %*d after %ld own steps", &steps);
+            while (counted > text && counted [-1] != ':')
+                counted--;
+            sscanf (counted, " %ld tensors", &left_out);
+            cr_expect (steps > 0 && left_out == 6 * steps, "%ld pushes left out %ld frozen "
+                       "tensors: %s", steps, left_out, text);
+            free (text), free (log);
+        }
         free (model);
     }
 }

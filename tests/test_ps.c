@@ -669,3 +669,45 @@ Test (ps, an_init_newer_than_the_offer_keeps_its_values)
     s_expect_values (&c, 1.0f);
     s_teardown (&c);
 }
+
+//  A push may leave out a frozen variable's parts: they are not updated,
+//  on either value block, while the others are.
+Test (ps, a_push_without_a_frozen_variable_leaves_it_as_it_is)
+{
+    s_ps_case_t c;
+    s_setup (&c);
+    float grads_b [3] = {1, 1, 1};
+    for (int i = 0; i < 12; i++)
+        c.kernel [i] = 1;
+    for (int i = 0; i < 3; i++)
+        c.bias [i] = 1;
+    int64_t zero = 0;
+    s_init_sgd (&c, 0.5f, &zero);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
+    int64_t bshape [1] = {3};
+    for (int push = 1; push <= 3; push++) {
+        za_wire_msg_init (c.out, ZA_OP_PUSH);
+        c.out->task = 0;
+        za_wire_msg_add (c.out, "dense/bias", ZA_DTYPE_F32, 1, bshape, grads_b);
+        cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_VALUES, "%s", c.in->error);
+        cr_expect_eq (c.in->step, push);
+        cr_assert_eq (c.in->tensor_count, 2);
+        for (int t = 0; t < 2; t++) {
+            float v;
+            memcpy (&v, c.in->tensors [t].data, sizeof v);
+            int is_kernel = strcmp (c.in->tensors [t].name, "dense/kernel") == 0;
+            cr_expect_float_eq (v, is_kernel? 1.0f: 1.0f - 0.5f * (float) push, 1e-6,
+                                "push %d: %s = %f", push, c.in->tensors [t].name, v);
+        }
+    }
+    //  Out of order, the bias before the kernel: refused.
+    za_wire_msg_init (c.out, ZA_OP_PUSH);
+    c.out->task = 0;
+    float grads_k [12] = {0};
+    int64_t kshape [2] = {4, 3};
+    za_wire_msg_add (c.out, "dense/bias", ZA_DTYPE_F32, 1, bshape, grads_b);
+    za_wire_msg_add (c.out, "dense/kernel", ZA_DTYPE_F32, 2, kshape, grads_k);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "bad_request");
+    s_teardown (&c);
+}
