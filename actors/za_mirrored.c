@@ -43,6 +43,8 @@ typedef struct {
     za_ring_t *ring;
     float *grads;
     size_t total;
+    size_t first;               //  grads below it are frozen variables': never
+                                //  reduced (the layers below the lowest that trains)
     int bucket_count;
     size_t lo [MAX_BUCKETS], hi [MAX_BUCKETS];  //  bucket 0 ends at total
     //  Under mutex:
@@ -113,21 +115,25 @@ s_reducer_start (s_reducer_t *self, za_ring_t *ring, float *grads, const za_vars
     self->grads = grads;
     self->total = vars->total;
     self->round_base = -1;
+    self->first = vars->total;
+    for (int v = 0; v < vars->count; v++)
+        if (!vars->vars [v].frozen && vars->vars [v].offset < self->first)
+            self->first = vars->vars [v].offset;
     if (least == 0)
         least = vars->total;
     size_t hi = vars->total;
     for (int v = vars->count - 1; v >= 0 && self->bucket_count < MAX_BUCKETS - 1; v--)
-        if (hi - vars->vars [v].offset >= least) {
+        if (vars->vars [v].offset > self->first && hi - vars->vars [v].offset >= least) {
             self->lo [self->bucket_count] = vars->vars [v].offset;
             self->hi [self->bucket_count++] = hi;
             hi = vars->vars [v].offset;
         }
-    if (hi > 0 || self->bucket_count == 0) {
-        if (self->bucket_count == 0 || hi >= least) {
+    if (hi > self->first || self->bucket_count == 0) {
+        if (self->bucket_count == 0 || hi - self->first >= least) {
             self->hi [self->bucket_count] = hi;
             self->bucket_count++;
         }
-        self->lo [self->bucket_count - 1] = 0;
+        self->lo [self->bucket_count - 1] = self->first;
     }
     if (self->bucket_count == 1)
         return 0;               //  one bucket: the main thread reduces it after backward
@@ -184,7 +190,12 @@ s_reducer_end (s_reducer_t *self, int abort)
     if (!self->running) {
         int64_t round = self->round_base;
         self->round_base = -1;
-        return abort? -1: za_ring_allreduce_mean (self->ring, self->grads, self->total, round);
+        if (abort)
+            return -1;
+        return self->total > self->first? za_ring_allreduce_mean (self->ring,
+                                                                  self->grads + self->first,
+                                                                  self->total - self->first,
+                                                                  round): 0;
     }
     pthread_mutex_lock (&self->mutex);
     if (abort) {
