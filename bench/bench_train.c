@@ -4,10 +4,11 @@
 
     bench_train speed BATCH THREADS STEPS WARMUP
       -> zactor images_per_sec=F batch=B threads=T steps=S seconds=F gflops=F
-    bench_train model TEXT SIDE BATCH THREADS STEPS WARMUP [FREEZE]
+    bench_train model TEXT SIDE BATCH THREADS STEPS WARMUP [FREEZE [cache]]
       -> the same for the layer stack TEXT on 2,048 Fashion-MNIST images
          upscaled to SIDE x SIDE x 3 (bench/transfer.sh: VGG16), the
-         variables FREEZE selects frozen
+         variables FREEZE selects frozen; with `cache`, --cache-frozen, timed
+         after a first epoch that fills it
     bench_train peak THREADS
       -> sgemm_peak gflops=F threads=T n=N                                  */
 #include "za/za_estimator.h"
@@ -80,14 +81,18 @@ s_upscaled (const za_dataset_t *train, int count, int side, int channels)
 
 //  Trains `model` (a layer stack) on data, timing the steps after warmup.
 static int
-s_speed (const char *model, const char *freeze, za_dataset_t *train, int batch, int threads,
-         int steps, int warmup)
+s_speed (const char *model, const char *freeze, int cache, za_dataset_t *train, int batch,
+         int threads, int steps, int warmup)
 {
     za_stack_spec_t spec;
     if (za_stack_parse (model, &spec))
         return 1;
     if (freeze)
         snprintf (spec.freeze, sizeof spec.freeze, "%s", freeze);
+    //  --cache-frozen: the warmup fills the cache (one epoch), then it serves.
+    spec.cache_frozen = cache;
+    if (cache)
+        warmup += (int) ((train->count + batch - 1) / batch);
     char dir [] = "/tmp/zactor-bench-XXXXXX";
     if (!mkdtemp (dir))
         return 1;
@@ -161,12 +166,13 @@ main (int argc, char **argv)
         return 1;
     int rc = 2;
     if (argc >= 6 && strcmp (argv [1], "speed") == 0)
-        rc = s_speed (ZA_SEED_CNN, NULL, train, atoi (argv [2]), atoi (argv [3]),
+        rc = s_speed (ZA_SEED_CNN, NULL, 0, train, atoi (argv [2]), atoi (argv [3]),
                       atoi (argv [4]), atoi (argv [5]));
     else
     if (argc >= 8 && strcmp (argv [1], "model") == 0) {
         za_dataset_t *data = s_upscaled (train, UPSCALED_COUNT, atoi (argv [3]), 3);
-        rc = data? s_speed (argv [2], argc > 8? argv [8]: NULL, data, atoi (argv [4]),
+        int cache = argc > 9 && strcmp (argv [9], "cache") == 0;
+        rc = data? s_speed (argv [2], argc > 8? argv [8]: NULL, cache, data, atoi (argv [4]),
                             atoi (argv [5]), atoi (argv [6]), atoi (argv [7])): 1;
         za_dataset_destroy (&data);
     }

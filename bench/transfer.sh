@@ -25,8 +25,9 @@ rate () { sed -E 's/.*images_per_sec=([0-9.]+).*/\1/'; }
 model="vgg16 globalavgpool dense(10)"
 declare -A all
 for ((r = 0; r < rounds; r++)); do
-    for run in zactor_frozen torch_frozen zactor_trained torch_trained; do
+    for run in zactor_frozen torch_frozen zactor_trained torch_trained zactor_cached; do
         case $run in
+            zactor_cached) line=$("$build/bench_train" model "$model" "$side" "$batch" "$threads" "$steps" "$warmup" conv2d cache) ;;
             zactor_frozen) line=$("$build/bench_train" model "$model" "$side" "$batch" "$threads" "$steps" "$warmup" conv2d) ;;
             zactor_trained) line=$("$build/bench_train" model "$model" "$side" "$batch" "$threads" "$steps" "$warmup") ;;
             torch_frozen) line=$(OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$here/transfer_torch.py" "$side" "$batch" "$threads" "$steps" "$warmup" --frozen) ;;
@@ -38,11 +39,12 @@ for ((r = 0; r < rounds; r++)); do
 done
 printf '\n%-16s %12s\n' run "images/s"
 declare -A med
-for run in zactor_frozen torch_frozen zactor_trained torch_trained; do
+for run in zactor_frozen torch_frozen zactor_trained torch_trained zactor_cached; do
     med[$run]=$(tr ' ' '\n' <<<"${all[$run]}" | grep . | median)
     printf '%-16s %12.1f\n' "$run" "${med[$run]}"
 done
 awk -v zf="${med[zactor_frozen]}" -v tf="${med[torch_frozen]}" -v zt="${med[zactor_trained]}" \
-    -v tt="${med[torch_trained]}" 'BEGIN {
+    -v tt="${med[torch_trained]}" -v zc="${med[zactor_cached]}" 'BEGIN {
+        printf "--cache-frozen after its first epoch: zactor / torch frozen %.2fx\n", zc / tf
         printf "frozen base: zactor / torch %.2fx; the whole net: zactor / torch %.2fx\n", zf / tf, zt / tt
         printf "freezing the base speeds a step up: zactor %.2fx, torch %.2fx\n", zf / zt, tf / tt }'

@@ -3,12 +3,14 @@
     runs each layer's forward, the loss, and each backward in reverse.      */
 #include "za_layer.h"
 #include "za_elem.h"
+#include "za_feature_cache.h"
 
 #include <regex.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     const za_backend_t *be;
@@ -22,6 +24,8 @@ typedef struct {
     int n_classes;
     int lowest_trainable;               //  backward stops at this layer (-1: none
                                         //  trains: no backward at all)
+    za_feature_cache_t *cache;          //  --cache-frozen: the output of layer
+                                        //  lowest_trainable - 1 per example, or NULL
 } s_stack_t;
 
 //  Output shape of each layer for one example, checked at a batch of n.
@@ -68,6 +72,7 @@ s_stack_destroy (void **state_p)
     s_stack_t *self = (s_stack_t *) *state_p;
     if (!self)
         return;
+    za_feature_cache_give (&self->cache);
     for (int i = 0; i < self->count; i++) {
         za_layer_t *l = &self->layers [i];
         if (l->owns_out) {
@@ -191,6 +196,34 @@ s_freeze (const s_freezer_t *self, s_stack_t *stack, const za_layer_t *l, za_var
     return trains;
 }
 
+//  --cache-frozen: the cache of the frozen layers' output, when there are
+//  frozen layers below the lowest that trains, none of them random, and the
+//  buffers are the host's. Else one line says why not, and the run goes on
+//  without. 0, or -1 (out of memory).
+static int
+s_cache_start (s_stack_t *self, const za_stack_spec_t *spec)
+{
+    int base = self->lowest_trainable;
+    const char *why = NULL;
+    if (!self->be->host_memory)
+        why = "the model runs on a device";
+    else
+    if (base <= 0)
+        why = "no frozen layer lies below the lowest layer that trains";
+    for (int i = 0; !why && i < base; i++)
+        if (spec->layers [i].type == ZA_LAYER_DROPOUT)
+            why = "a dropout among the frozen layers makes their output random";
+    if (why) {
+        za_info ("--cache-frozen: no cache: %s", why);
+        return 0;
+    }
+    //  At most a quarter of the memory.
+    long pages = sysconf (_SC_PHYS_PAGES), page = sysconf (_SC_PAGESIZE);
+    size_t max_bytes = pages > 0 && page > 0? (size_t) pages * (size_t) page / 4: 1u << 30;
+    self->cache = za_feature_cache_take (spec, self->layers [base - 1].out_size, max_bytes);
+    return self->cache? 0: -1;
+}
+
 static void *
 s_stack_create (const void *params, za_input_shape_t input, int batch_max,
                 const za_backend_t *be, za_vars_t *vars)
@@ -236,7 +269,7 @@ s_stack_create (const void *params, za_input_shape_t input, int batch_max,
         in = shapes [i];
     }
     s_freezer_free (&freezer);
-    if (failed)
+    if (failed || (spec->cache_frozen && s_cache_start (self, spec)))
         goto fail;
     if (plan.scratch_floats) {
         self->scratch = (float *) be->buffer_alloc (plan.scratch_floats * sizeof (float));
@@ -270,12 +303,12 @@ s_var (const s_stack_t *self, const float *block, int var)
 
 static void
 s_forward (s_stack_t *self, const float *features, int n, int train, const float *values,
-           int64_t step)
+           int64_t step, int from)
 {
     //  Each layer's draws (dropout's mask) come from (step, layer).
     uint64_t step_seed = (uint64_t) step * 0x9e3779b97f4a7c15ULL + 1;
-    const float *in = features;
-    for (int i = 0; i < self->count; i++) {
+    const float *in = from > 0? self->layers [from - 1].out: features;
+    for (int i = from; i < self->count; i++) {
         za_layer_t *l = &self->layers [i];
         za_layer_call_t call = {
             .be = self->be, .n = n, .train = train, .in = in,
@@ -326,6 +359,33 @@ s_backward (s_stack_t *self, const float *features, int n, const float *values,
     }
 }
 
+//  The forward pass, from the frozen layers' kept output when every example
+//  of the batch has one; else whole, its outputs kept.
+static void
+s_forward_cached (s_stack_t *self, const float *features, int n, int train,
+                  const float *values, int64_t step)
+{
+    if (!self->cache) {
+        s_forward (self, features, n, train, values, step, 0);
+        return;
+    }
+    int base = self->lowest_trainable;
+    za_layer_t *top = &self->layers [base - 1];
+    uint64_t keys [n];
+    int hits = 0;
+    for (int i = 0; i < n; i++) {
+        keys [i] = za_feature_cache_key (features + (size_t) i * self->in_size, self->in_size);
+        hits += za_feature_cache_get (self->cache, keys [i], top->out + (size_t) i * top->out_size);
+    }
+    if (hits == n) {
+        s_forward (self, features, n, train, values, step, base);
+        return;
+    }
+    s_forward (self, features, n, train, values, step, 0);
+    for (int i = 0; i < n; i++)
+        za_feature_cache_put (self->cache, keys [i], top->out + (size_t) i * top->out_size);
+}
+
 static int
 s_stack_model_fn (void *state, const float *features, const int32_t *labels, int n,
                   za_mode_t mode, const float *values, float *grads, int64_t step,
@@ -338,7 +398,7 @@ s_stack_model_fn (void *state, const float *features, const int32_t *labels, int
     int train = mode == ZA_MODE_TRAIN;
     if (train && (!grads || !labels))
         return za_error ("model: TRAIN needs labels and gradients");
-    s_forward (self, features, n, train, values, step);
+    s_forward_cached (self, features, n, train, values, step);
     za_layer_t *last = &self->layers [self->count - 1];
     spec->logits = last->out;
     spec->n_classes = self->n_classes;

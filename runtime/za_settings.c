@@ -113,6 +113,11 @@ static const za_option_t s_options [] = {
                "stops below the lowest layer that trains"),
     ZA_OPTION ("trainable", T_STR, trainable, "REGEX", NULL, 0, 0, NULL, R_ALL, JOB,
                ZA_OPTION_STACK, NULL, "only these variables train (the others are frozen)"),
+    ZA_OPTION ("cache-frozen", T_FLAG, cache_frozen, NULL, NULL, 0, 0, NULL, R_ALL, JOB,
+               ZA_OPTION_STACK, NULL,
+               "keep what the frozen layers below the lowest that trains make of\n"
+               "each example (bf16, in memory, at most a quarter of it): the\n"
+               "next epochs run the layers that train alone (CPU)"),
     ZA_OPTION ("preprocess", T_CHOICE, preprocess, "MODE", "none", 0, 0, "none|tf|torch|caffe",
                R_ALL, JOB, ZA_OPTION_IDX_INPUT, NULL,
                "pixels into the model's input (Keras's preprocess_input): none\n"

@@ -200,6 +200,7 @@ s_stack_model (za_task_t *task, int classes)
     if (!bad && (s_copy_regex ("--freeze", s->freeze, task->spec.freeze)
                  || s_copy_regex ("--trainable", s->trainable, task->spec.trainable)))
         bad = 1;
+    task->spec.cache_frozen = s->cache_frozen;
     return bad? ZA_EXIT_USAGE: 0;
 }
 

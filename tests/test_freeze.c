@@ -6,6 +6,7 @@
     in one epoch. trainable=false in the stack text, --freeze and
     --trainable say the same.                                               */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,31 @@ Test (freeze, a_frozen_base_and_a_new_head_in_one_epoch, .init = s_train, .fini 
     za_test_result_free (&result);
     s_expect_frozen_base (model, "one process");
     free (model);
+}
+
+//  --cache-frozen: the second epoch runs the head alone from the kept
+//  output of the frozen base, and learns what training through it does.
+Test (freeze, the_frozen_base_cached_learns_the_same, .init = s_train, .fini = s_done,
+      .timeout = 1800)
+{
+    double accuracy [2];
+    for (int cached = 0; cached < 2; cached++) {
+        char *model = za_test_path (cached? "cached": "through");
+        const char *args [] = {"--epochs", "2", "--warm-start-from", s_base,
+                               "--warm-start-vars", "conv2d", "--freeze", "conv2d",
+                               "--model-dir", model, cached? "--cache-frozen": NULL, NULL};
+        za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+        cr_assert_eq (result.exit_code, 0, "%s", result.err);
+        accuracy [cached] = za_test_accuracy (result.out);
+        if (cached)
+            cr_expect (strstr (result.err, "output kept for 60000 examples, taken from there "
+                                           "60000 times"), "%s", result.err);
+        za_test_result_free (&result);
+        free (model);
+    }
+    printf ("two epochs of a new head: through the frozen base %.4f, from its cache %.4f\n",
+            accuracy [0], accuracy [1]);
+    cr_expect_leq (fabs (accuracy [1] - accuracy [0]), 0.003);
 }
 
 Test (freeze, every_strategy_keeps_the_frozen_bits, .init = s_train, .fini = s_done,

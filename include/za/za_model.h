@@ -151,6 +151,10 @@ typedef struct {
     //  those it does not select.
     char freeze [ZA_REGEX_MAX];
     char trainable [ZA_REGEX_MAX];
+    //  1: what the frozen layers below the lowest that trains make of an
+    //  example is computed once and kept (bf16, in memory), so the next
+    //  epochs run the layers that train alone (CPU only)
+    int cache_frozen;
 } za_stack_spec_t;
 
 //  Parses a stack. Grammar: layers separated by spaces;

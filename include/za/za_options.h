@@ -129,6 +129,7 @@ typedef struct {
     const char *warm_start_layout;  //  zactor, keras or torch
     const char *freeze;             //  regex of variables not trained; NULL: none
     const char *trainable;          //  regex of the only variables trained
+    int cache_frozen;               //  keep the frozen layers' output per example
     int64_t batch_size;
     int64_t shuffle_buffer;         //  -1: the whole set
     //  Training
