@@ -186,6 +186,9 @@ typedef struct {
     za_broker_client_t *client;
     int tty;
     char line [512];
+    char shown [512];                   //  the last line a log got
+    double started;                     //  the job's start, for its total time
+    za_broker_state_t *last;            //  the last state heard, or NULL
 } s_local_t;
 
 //  Starts a supervising broker of this program in a process group of its own
@@ -271,8 +274,10 @@ s_duration (double secs, char *text, size_t size)
 }
 
 //  One line of progress from the broker's state.
+//  At 100% the time the job took (`elapsed`) stands where the ETA was.
 static void
-s_progress_line (const za_broker_state_t *state, char *line, size_t size, int bar)
+s_progress_line (const za_broker_state_t *state, char *line, size_t size, int bar,
+                 double elapsed)
 {
     double loss = 0, steps_per_sec = 0, examples_per_sec = 0, eval_accuracy = -1;
     int64_t eval_step = -1;
@@ -292,12 +297,14 @@ s_progress_line (const za_broker_state_t *state, char *line, size_t size, int ba
         }
     }
     int64_t max_steps = state->max_steps, step = state->global_step;
+    //  A last push may count past the end: the step shown is at most the total.
+    if (max_steps > 0 && step > max_steps)
+        step = max_steps;
     double fraction = max_steps > 0? (double) step / (double) max_steps: 0;
-    if (fraction > 1)
-        fraction = 1;
+    int done = max_steps > 0 && step >= max_steps;
     char eta [32], eval [64] = "eval -", meter [PROGRESS_BAR_CHARS + 4] = "";
-    s_duration (steps_per_sec > 0? (double) (max_steps - step) / steps_per_sec: -1, eta,
-                sizeof eta);
+    s_duration (done? elapsed: steps_per_sec > 0? (double) (max_steps - step) / steps_per_sec
+                                                : -1, eta, sizeof eta);
     if (eval_step >= 0)
         snprintf (eval, sizeof eval, "eval %.4f@%" PRId64, eval_accuracy, eval_step);
     if (bar) {
@@ -310,8 +317,8 @@ s_progress_line (const za_broker_state_t *state, char *line, size_t size, int ba
         meter [PROGRESS_BAR_CHARS + 3] = 0;
     }
     snprintf (line, size, "%s%3.0f%% step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f ex/s  %s  "
-              "ETA %s  restarts %d", meter, 100 * fraction, step, max_steps, loss,
-              examples_per_sec, eval, eta, restarts);
+              "%s %s  restarts %d", meter, 100 * fraction, step, max_steps, loss,
+              examples_per_sec, eval, done? "took": "ETA", eta, restarts);
 }
 
 //  Reaps what ended. Returns 1 when the job is over (rc set), else 0; a
@@ -387,7 +394,12 @@ s_on_state (s_local_t *self, double *last_log)
     memset (&reply, 0, sizeof reply);
     if (za_broker_client_recv (self->client, &reply) == 0 && reply.op == ZA_OP_STATE) {
         double now = za_clock_mono ();
-        s_progress_line (reply.state, self->line, sizeof self->line, self->tty);
+        s_progress_line (reply.state, self->line, sizeof self->line, self->tty,
+                         now - self->started);
+        if (!self->last)
+            self->last = malloc (sizeof *self->last);
+        if (self->last)
+            memcpy (self->last, reply.state, sizeof *self->last);
         if (self->tty) {
             printf ("\r\033[K%s", self->line);
             fflush (stdout);
@@ -397,6 +409,7 @@ s_on_state (s_local_t *self, double *last_log)
             printf ("%s\n", self->line);
             fflush (stdout);
             *last_log = now;
+            memcpy (self->shown, self->line, sizeof self->shown);
         }
     }
     za_broker_reply_clear (&reply);
@@ -408,6 +421,7 @@ s_supervise (s_local_t *self)
 {
     zpoller_t *poller = zpoller_new (za_broker_client_sock (self->client), NULL);
     double now = za_clock_mono (), last_log = now, last_watch = 0;
+    self->started = now;
     int rc = 1;
     while (1) {
         if (zsys_interrupted) {
@@ -425,8 +439,19 @@ s_supervise (s_local_t *self)
         }
     }
     zpoller_destroy (&poller);
-    if (*self->line)
-        printf (self->tty? "\n": "%s\n", self->line);     //  the bar's last state ends its line
+    //  A job done ends on its 100% line, with the time it took, once.
+    if (rc == 0 && self->last && self->last->max_steps > 0) {
+        self->last->global_step = self->last->max_steps;
+        s_progress_line (self->last, self->line, sizeof self->line, self->tty,
+                         za_clock_mono () - self->started);
+        if (self->tty)
+            printf ("\r\033[K");
+        memset (self->shown, 0, sizeof self->shown);
+    }
+    free (self->last);
+    self->last = NULL;
+    if (*self->line && (self->tty || strcmp (self->line, self->shown)))
+        printf ("%s\n", self->line);
     return rc;
 }
 

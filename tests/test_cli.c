@@ -473,3 +473,20 @@ Test (cli, the_local_banner_names_a_zactor_top_that_runs)
     free (command);
     free (saved);
 }
+
+//  The progress ends on one 100% line, the step at most the total, with the
+//  time the job took instead of an ETA.
+Test (cli, the_progress_ends_once_at_100_percent)
+{
+    char *model_dir = za_test_path ("progress");
+    const char *args [] = {"--local", "--workers", "0", "--evaluators", "0", "--no-eval",
+                           "--max-steps", "30", "--model-dir", model_dir, NULL};
+    za_test_result_t result = za_test_run (args, PROCESS_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect_eq (za_test_count (result.out, "100% step 30/30"), 1, "%s", result.out);
+    cr_expect (strstr (result.out, "took 0:"), "%s", result.out);
+    cr_expect_null (strstr (result.out, "step 31/30"), "%s", result.out);
+    cr_expect_null (strstr (result.out, "ETA ?"), "%s", result.out);
+    za_test_result_free (&result);
+    free (model_dir);
+}
