@@ -263,6 +263,9 @@ Test (images_roles, a_corrupt_image_is_counted_in_zactor_top, .timeout = 900)
     text [got] = 0;
     pclose (top);
     cr_expect (strstr (text, "BAD IMAGES"), "%s", text);
+    //  The ps row shows - where a trainer's rate and loss would be.
+    const char *ps = strstr (text, "\nps ");
+    cr_expect (ps && strstr (ps, "       -        -       -"), "%s", text);
     kill (local, SIGINT);
     za_test_wait (local, RUN_TIMEOUT_S);
     free (out), free (model), free (bad);

@@ -78,10 +78,17 @@ s_show (const za_broker_state_t *state)
             snprintf (place, sizeof place, "  %4s  %12s", "", "");
         if (bad)
             snprintf (skipped, sizeof skipped, "  %10" PRId64, row->bad_images);
-        printf ("%-9s %3d %-15.15s %7d %-10s %8" PRId64 " %8.1f %8.0f %7.4f %-14s %8d %6s%s%s\n",
+        //  The rates and the loss are a trainer's: a ps or an evaluator shows -.
+        char rate [16] = "-", examples [16] = "-", loss [16] = "-";
+        if (row->type == ZA_TASK_CHIEF || row->type == ZA_TASK_WORKER) {
+            snprintf (rate, sizeof rate, "%.1f", row->steps_per_sec);
+            snprintf (examples, sizeof examples, "%.0f", row->examples_per_sec);
+            snprintf (loss, sizeof loss, "%.4f", row->loss);
+        }
+        printf ("%-9s %3d %-15.15s %7d %-10s %8" PRId64 " %8s %8s %7s %-14s %8d %6s%s%s\n",
                 za_task_type_name (row->type), row->index, row->host, row->pid, row->state,
-                row->global_step, row->steps_per_sec, row->examples_per_sec, row->loss, eval,
-                row->restarts, age, place, skipped);
+                row->global_step, rate, examples, loss, eval, row->restarts, age, place,
+                skipped);
     }
     printf ("\nrecent events:\n");
     int first = state->event_count > SHOWN_EVENTS? state->event_count - SHOWN_EVENTS: 0;
