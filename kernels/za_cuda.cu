@@ -383,7 +383,10 @@ s_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float *
     //  (za_optim_slot_count lives in the host library, which this module
     //  does not link.)
     int count = c->kind == ZA_OPT_ADAM? 2: c->kind == ZA_OPT_SGD? 0: 1;
-    LAUNCH (k_optim, n, *c, m_scale, v_scale, w, g, count > 0? slots [0]: NULL,
+    //  The schedule is the host's: the kernel gets this update's rate.
+    za_optim_config_t now = *c;
+    now.learning_rate = za_elem_learning_rate (c, step);
+    LAUNCH (k_optim, n, now, m_scale, v_scale, w, g, count > 0? slots [0]: NULL,
             count > 1? slots [1]: NULL, n);
 }
 

@@ -203,4 +203,68 @@ za_elem_bias_correction (float beta, int64_t step)
     return (float) (1.0 / (1.0 - pow ((double) beta, (double) step)));
 }
 
+#define ZA_ELEM_PI 3.14159265358979323846
+
+//  A schedule's rate at global step s (before the update), TensorFlow's
+//  formulas (za_optim_config.h), without the warm-up.
+static inline double
+za_elem_scheduled (const za_optim_config_t *c, double s)
+{
+    const za_schedule_t *k = &c->schedule;
+    double lr = c->learning_rate, d = k->decay_steps;
+    switch (k->kind) {
+        case ZA_SCHEDULE_EXPONENTIAL: {
+            double p = s / d;
+            return lr * pow (k->decay_rate, k->staircase? floor (p): p);
+        }
+        case ZA_SCHEDULE_PIECEWISE: {
+            int i = 0;
+            while (i < k->boundary_count && s > k->boundaries [i])
+                i++;
+            return k->values [i];
+        }
+        case ZA_SCHEDULE_COSINE: {
+            double t = s < d? s: d;
+            return lr * ((1 - k->alpha) * 0.5 * (1 + cos (ZA_ELEM_PI * t / d)) + k->alpha);
+        }
+        case ZA_SCHEDULE_COSINE_RESTARTS: {
+            double fraction = s / d, restarts;
+            if (k->t_mul == 1) {
+                restarts = floor (fraction);
+                fraction -= restarts;
+            }
+            else {
+                restarts = floor (log (1 - fraction * (1 - k->t_mul)) / log (k->t_mul));
+                double sum = (1 - pow (k->t_mul, restarts)) / (1 - k->t_mul);
+                fraction = (fraction - sum) / pow (k->t_mul, restarts);
+            }
+            double cosine = 0.5 * pow (k->m_mul, restarts) * (1 + cos (ZA_ELEM_PI * fraction));
+            return lr * ((1 - k->alpha) * cosine + k->alpha);
+        }
+        case ZA_SCHEDULE_POLYNOMIAL: {
+            double t = s;
+            if (k->cycle)
+                d *= s > 0? ceil (s / d): 1;
+            else
+            if (t > d)
+                t = d;
+            return (lr - k->end_learning_rate) * pow (1 - t / d, k->power)
+                 + k->end_learning_rate;
+        }
+        default:
+            return lr;
+    }
+}
+
+//  The learning rate of update `step` (1 for the first): the schedule at
+//  the global step before it, after a linear warm-up.
+static inline float
+za_elem_learning_rate (const za_optim_config_t *c, int64_t step)
+{
+    double s = step > 0? (double) (step - 1): 0, warmup = c->schedule.warmup_steps;
+    if (warmup > 0 && s < warmup)
+        return (float) (za_elem_scheduled (c, warmup) * (s + 1) / warmup);
+    return (float) za_elem_scheduled (c, s);
+}
+
 #endif

@@ -48,7 +48,7 @@ void
 za_optim_apply_into (const za_optim_config_t *c, int64_t step, const float *in, float *w,
                      const float *g, float **slots, size_t n)
 {
-    const float lr = c->learning_rate;
+    const float lr = za_elem_learning_rate (c, step);
     switch (c->kind) {
         case ZA_OPT_SGD:
             for (size_t i = 0; i < n; i++)

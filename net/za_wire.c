@@ -18,6 +18,7 @@
 #define WIRE_CODE_BYTES sizeof (((za_wire_msg_t *) 0)->code)
 #define WIRE_ERROR_BYTES sizeof (((za_wire_msg_t *) 0)->error)
 //  opt.kind: 1..15 bytes (PROTOCOL.md 2).
+#define WIRE_OPT_SCHEDULE "schedule"
 #define WIRE_OPTIMIZER_BYTES 16
 
 static const char *s_op_names [] = {
@@ -291,9 +292,21 @@ s_pack_optim (msgpack_packer *pk, const za_optim_config_t *optim)
 {
     const double numbers [] = { optim->learning_rate, optim->momentum, optim->beta1,
                                 optim->beta2, optim->epsilon, optim->initial_accumulator };
-    if (msgpack_pack_map (pk, OPT_COUNT)
+    //  A schedule (not the constant rate) goes as "schedule": its numbers.
+    const za_schedule_t *schedule = &optim->schedule;
+    int scheduled = schedule->kind != ZA_SCHEDULE_CONSTANT || schedule->warmup_steps > 0;
+    if (msgpack_pack_map (pk, OPT_COUNT + (scheduled? 1: 0))
     ||  s_pack_key (pk, s_opt_names [OPT_KIND]) || s_pack_str (pk, za_optim_name (optim->kind)))
         return -1;
+    if (scheduled) {
+        double values [ZA_SCHEDULE_NUMBERS];
+        za_schedule_numbers (schedule, values);
+        if (s_pack_key (pk, WIRE_OPT_SCHEDULE) || msgpack_pack_array (pk, ZA_SCHEDULE_NUMBERS))
+            return -1;
+        for (int i = 0; i < ZA_SCHEDULE_NUMBERS; i++)
+            if (msgpack_pack_double (pk, values [i]))
+                return -1;
+    }
     for (int i = OPT_LR; i <= OPT_ACC0; i++)
         if (s_pack_key (pk, s_opt_names [i]) || msgpack_pack_double (pk, numbers [i - OPT_LR]))
             return -1;
@@ -751,6 +764,22 @@ s_float_of (double value)
     return (float) value;
 }
 
+//  "schedule": ZA_SCHEDULE_NUMBERS numbers (za_schedule_numbers' order); a
+//  kind out of range is left for za_optim_config_check to refuse.
+static int
+s_decode_schedule (const msgpack_object *obj, za_schedule_t *schedule)
+{
+    if (obj->type != MSGPACK_OBJECT_ARRAY || obj->via.array.size != ZA_SCHEDULE_NUMBERS)
+        return za_error ("wire: 'opt.%s' must be an array of %d numbers", WIRE_OPT_SCHEDULE,
+                         ZA_SCHEDULE_NUMBERS);
+    double numbers [ZA_SCHEDULE_NUMBERS];
+    for (int i = 0; i < ZA_SCHEDULE_NUMBERS; i++)
+        if (s_get_number (&obj->via.array.ptr [i], "'opt.schedule'", &numbers [i]))
+            return -1;
+    za_schedule_from_numbers (schedule, numbers);
+    return 0;
+}
+
 //  The optimizer into out->optim: the codec checks types; a kind it does not
 //  know is ZA_OPT_UNKNOWN and a number beyond float32 is +-inf, for the ps
 //  to refuse with bad_request (za_optim_config_check).
@@ -763,8 +792,15 @@ s_decode_optim (const msgpack_object *obj, za_wire_msg_t *out)
     za_optim_config_t *optim = &out->optim;
     float *numbers [] = { &optim->learning_rate, &optim->momentum, &optim->beta1,
                           &optim->beta2, &optim->epsilon, &optim->initial_accumulator };
+    memset (&optim->schedule, 0, sizeof optim->schedule);
     for (uint32_t i = 0; i < obj->via.map.size; i++) {
         const msgpack_object_kv *kv = &obj->via.map.ptr [i];
+        static const char *schedule_key [] = {WIRE_OPT_SCHEDULE};
+        if (s_key_index (&kv->key, schedule_key, 1) == 0) {
+            if (s_decode_schedule (&kv->val, &optim->schedule))
+                return -1;
+            continue;
+        }
         int key = s_key_index (&kv->key, s_opt_names, OPT_COUNT);
         if (key < 0)
             continue;                   //  unknown: a newer peer's field

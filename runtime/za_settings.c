@@ -138,6 +138,18 @@ static const za_option_t s_options [] = {
                R_SUMMARY, JOB, ZA_OPTION_ABOVE_MIN, NULL,
                "the step size (by default the optimizer's own, as Keras's:\n"
                "0.001 for adam, 0.01 for the others)"),
+    ZA_OPTION ("lr-schedule", T_STR, lr_schedule, "SCHEDULE", NULL, 0, 0, NULL, R_SUMMARY, JOB,
+               0, NULL,
+               "the learning rate by global step, as TensorFlow's schedules:\n"
+               "exponential_decay(decay_steps=N, decay_rate=R, staircase=false),\n"
+               "piecewise_constant(boundaries=[..], values=[..]),\n"
+               "cosine_decay(decay_steps=N, alpha=0), cosine_decay_restarts(\n"
+               "first_decay_steps=N, t_mul=2, m_mul=1, alpha=0),\n"
+               "polynomial_decay(decay_steps=N, end_learning_rate=0.0001,\n"
+               "power=1, cycle=false); from --learning-rate"),
+    ZA_OPTION ("lr-warmup-steps", T_INT, lr_warmup_steps, "N", "0", 0, INT_MAX_D, NULL,
+               R_SUMMARY, JOB, 0, NULL,
+               "the rate rises linearly over the first N steps to the schedule's"),
     ZA_OPTION ("max-steps", T_INT, max_steps, "N", NULL, 1, INT_MAX_D, NULL, R_ALL, JOB, 0,
                NULL, "train until global_step N (default: --epochs worth)"),
     ZA_OPTION ("epochs", T_INT, epochs, "N", "5", 1, 100000, NULL, R_ALL, JOB, 0, NULL,

@@ -241,6 +241,10 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     //  The optimizer the settings name, made whole once: every role takes it
     //  from here as it is (the ps through the wire, as the same struct).
     za_optim_config_resolve (&settings->optim);
+    settings->optim.schedule.warmup_steps = (double) settings->lr_warmup_steps;
+    if (settings->lr_schedule && za_schedule_parse (settings->lr_schedule,
+                                                    &settings->optim.schedule))
+        return ZA_EXIT_USAGE;
     //  A device that is not there is said before any data is read.
     za_device_t device;
     int first, count;

@@ -136,3 +136,119 @@ Test (optim, apply_into_matches_in_place)
                 cr_expect_float_eq (s1 [s][i], s2 [s][i], 1e-7);
     }
 }
+
+// ---------------------------------------------------------------------------
+//  Learning-rate schedules, against TensorFlow's documented formulas, here
+//  with numbers worked by hand: the rate of update `step` is the schedule at
+//  global step s = step - 1. SGD with a gradient of 1 moves w by -lr, so
+//  the rate an update used is what w lost.
+
+static double
+s_rate (const char *text, double lr, int warmup, int64_t step)
+{
+    za_optim_config_t c = za_optim_config_default (ZA_OPT_SGD);
+    c.learning_rate = (float) lr;
+    c.schedule.warmup_steps = warmup;
+    if (text)
+        cr_assert_eq (za_schedule_parse (text, &c.schedule), 0, "%s", za_last_error ());
+    char why [128];
+    cr_assert_eq (za_optim_config_check (&c, why, sizeof why), 0, "%s", why);
+    float w = 0, g = 1, *slots [1] = {NULL};
+    za_optim_apply (&c, step, &w, &g, slots, 1);
+    return -w;
+}
+
+Test (schedule, each_as_tensorflow_computes_it)
+{
+    //  exponential_decay: 0.1 * 0.5 ^ (s / 10); staircase: floor.
+    const char *exp = "exponential_decay(decay_steps=10, decay_rate=0.5)";
+    cr_expect_float_eq (s_rate (exp, 0.1, 0, 1), 0.1, 1e-7);
+    cr_expect_float_eq (s_rate (exp, 0.1, 0, 11), 0.05, 1e-7);
+    cr_expect_float_eq (s_rate (exp, 0.1, 0, 16), 0.1 * pow (0.5, 1.5), 1e-7);
+    cr_expect_float_eq (s_rate ("exponential_decay(decay_steps=10, decay_rate=0.5, "
+                                "staircase=true)", 0.1, 0, 16), 0.05, 1e-7);
+    //  piecewise_constant: s <= 10: 1; s <= 20: 0.5; after: 0.1.
+    const char *pieces = "piecewise_constant(boundaries=[10, 20], values=[1.0, 0.5, 0.1])";
+    cr_expect_float_eq (s_rate (pieces, 0.1, 0, 11), 1.0, 1e-7);
+    cr_expect_float_eq (s_rate (pieces, 0.1, 0, 12), 0.5, 1e-7);
+    cr_expect_float_eq (s_rate (pieces, 0.1, 0, 21), 0.5, 1e-7);
+    cr_expect_float_eq (s_rate (pieces, 0.1, 0, 22), 0.1, 1e-7);
+    //  cosine_decay: half way 0.05; at and past decay_steps alpha's floor.
+    cr_expect_float_eq (s_rate ("cosine_decay(decay_steps=100)", 0.1, 0, 51), 0.05, 1e-7);
+    cr_expect_float_eq (s_rate ("cosine_decay(decay_steps=100)", 0.1, 0, 301), 0.0, 1e-7);
+    cr_expect_float_eq (s_rate ("cosine_decay(decay_steps=100, alpha=0.1)", 0.1, 0, 101),
+                        0.01, 1e-7);
+    cr_expect_float_eq (s_rate ("cosine_decay(decay_steps=100)", 0.1, 0, 26),
+                        0.1 * 0.5 * (1 + cos (3.14159265358979 / 4)), 1e-7);
+    //  cosine_decay_restarts: periods 10, 20 (t_mul 2); the second peaks at
+    //  m_mul = 0.5; half way through the first, 0.05.
+    const char *sgdr = "cosine_decay_restarts(first_decay_steps=10, t_mul=2.0, m_mul=0.5)";
+    cr_expect_float_eq (s_rate (sgdr, 0.1, 0, 6), 0.05, 1e-7);
+    cr_expect_float_eq (s_rate (sgdr, 0.1, 0, 11), 0.05, 1e-7, "the restart, at half");
+    cr_expect_float_eq (s_rate (sgdr, 0.1, 0, 21), 0.025, 1e-7, "half way through the second");
+    //  polynomial_decay: (0.1 - 0.01) (1 - 50/100)^2 + 0.01 = 0.0325; past the
+    //  end, the end rate; cycling, the period doubles.
+    const char *poly = "polynomial_decay(decay_steps=100, end_learning_rate=0.01, power=2)";
+    cr_expect_float_eq (s_rate (poly, 0.1, 0, 51), 0.0325, 1e-7);
+    cr_expect_float_eq (s_rate (poly, 0.1, 0, 500), 0.01, 1e-7);
+    cr_expect_float_eq (s_rate ("polynomial_decay(decay_steps=100, end_learning_rate=0.01, "
+                                "power=2, cycle=true)", 0.1, 0, 151),
+                        0.09 * 0.0625 + 0.01, 1e-7, "150 of a 200-step period");
+    //  A linear warm-up over 10 steps to the schedule's rate at step 10.
+    cr_expect_float_eq (s_rate (NULL, 0.1, 10, 1), 0.01, 1e-7);
+    cr_expect_float_eq (s_rate (NULL, 0.1, 10, 5), 0.05, 1e-7);
+    cr_expect_float_eq (s_rate (NULL, 0.1, 10, 11), 0.1, 1e-7);
+    cr_expect_float_eq (s_rate ("cosine_decay(decay_steps=20)", 0.1, 10, 5),
+                        0.05 * 0.5, 1e-7, "half of cosine's 0.05 at step 10");
+}
+
+Test (schedule, what_is_wrong_is_said)
+{
+    za_schedule_t s = {0};
+    za_error_set_quiet (1);
+    struct {
+        const char *text, *says;
+    } cases [] = {
+        {"linear_decay(decay_steps=10)", "give constant"},
+        {"cosine_decay(alpha=0.1)", "needs decay_steps > 0"},
+        {"cosine_decay(decay_steps=ten)", "decay_steps=ten is not a number"},
+        {"exponential_decay(decay_steps=10)", "needs decay_rate > 0"},
+        {"piecewise_constant(boundaries=[10, 5], values=[1, 2, 3])", "boundaries must rise"},
+        {"piecewise_constant(boundaries=[10], values=[1])", "1 boundaries need 2 values"},
+        {"cosine_decay(decay_steps=10, gamma=2)", "no argument 'gamma'"},
+        {"exponential_decay(decay_steps=10, decay_rate=0.5, staircase=maybe)",
+         "true or false"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases [0]; c++) {
+        cr_expect_eq (za_schedule_parse (cases [c].text, &s), -1, "%s", cases [c].text);
+        cr_expect (strstr (za_last_error (), cases [c].says), "%s: %s", cases [c].text,
+                   za_last_error ());
+    }
+    za_error_set_quiet (0);
+}
+
+//  A schedule's numbers (what the wire carries) give it back whole.
+Test (schedule, numbers_round_trip)
+{
+    za_schedule_t s = {
+        .kind = ZA_SCHEDULE_POLYNOMIAL, .decay_steps = 3, .decay_rate = 4, .staircase = 1,
+        .alpha = 5, .t_mul = 6, .m_mul = 7, .end_learning_rate = 8, .power = 9, .cycle = 1,
+        .boundary_count = ZA_SCHEDULE_PIECES_MAX, .warmup_steps = 11,
+    };
+    for (int i = 0; i < ZA_SCHEDULE_PIECES_MAX; i++)
+        s.boundaries [i] = 100 + i, s.values [i] = 200 + i;
+    s.values [ZA_SCHEDULE_PIECES_MAX] = 300;
+    double numbers [ZA_SCHEDULE_NUMBERS + 1];
+    numbers [ZA_SCHEDULE_NUMBERS] = -12345;
+    za_schedule_numbers (&s, numbers);
+    cr_expect_eq (numbers [ZA_SCHEDULE_NUMBERS], -12345, "no number past the count");
+    cr_expect_eq (numbers [ZA_SCHEDULE_NUMBERS - 1], 11, "the warm-up is the last");
+    za_schedule_t back;
+    memset (&back, 0xff, sizeof back);
+    za_schedule_from_numbers (&back, numbers);
+    cr_expect_eq (back.kind, s.kind);
+    cr_expect (back.staircase == 1 && back.cycle == 1 && back.boundary_count == 8);
+    double again [ZA_SCHEDULE_NUMBERS];
+    za_schedule_numbers (&back, again);
+    cr_expect_eq (memcmp (again, numbers, sizeof again), 0, "every field back");
+}

@@ -711,3 +711,31 @@ Test (ps, a_push_without_a_frozen_variable_leaves_it_as_it_is)
     cr_expect_str_eq (c.in->code, "bad_request");
     s_teardown (&c);
 }
+
+//  A schedule travels in the init's optimizer; the ps takes each update's
+//  rate from its own global step (so async workers agree): piecewise 0.5
+//  for steps 0 and 1, 0.25 after.
+Test (ps, the_learning_rate_follows_the_schedule_by_the_ps_step)
+{
+    s_ps_case_t c;
+    s_setup (&c);
+    float grads_k [12], grads_b [3];
+    for (int i = 0; i < 12; i++)
+        grads_k [i] = 1, c.kernel [i] = 1;
+    for (int i = 0; i < 3; i++)
+        grads_b [i] = 1, c.bias [i] = 1;
+    int64_t zero = 0;
+    s_init_sgd (&c, 0.5f, &zero);
+    cr_assert_eq (za_schedule_parse ("piecewise_constant(boundaries=[1], values=[0.5, 0.25])",
+                                     &c.out->optim.schedule), 0);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
+    const float expected [] = {0.5f, 0.0f, -0.25f};
+    for (int push = 0; push < 3; push++) {
+        za_wire_msg_init (c.out, ZA_OP_PUSH);
+        c.out->task = 0;
+        s_add_params (&c, grads_k, grads_b);
+        cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_VALUES, "%s", c.in->error);
+        s_expect_floats (&c, expected [push]);
+    }
+    s_teardown (&c);
+}

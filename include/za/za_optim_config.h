@@ -19,6 +19,41 @@ typedef enum {
     ZA_OPT_ADAGRAD = 3
 } za_optimizer_t;
 
+//  Learning-rate schedules, with TensorFlow's names and arguments: the rate
+//  of update `step` (1 for the first) is a function of step - 1, the
+//  global step before it, as Keras's LearningRateSchedule of iterations.
+typedef enum {
+    ZA_SCHEDULE_CONSTANT = 0,   //  learning_rate
+    ZA_SCHEDULE_EXPONENTIAL,    //  lr * decay_rate ^ (s / decay_steps) (staircase: floor)
+    ZA_SCHEDULE_PIECEWISE,      //  values [i] while s <= boundaries [i]; values [n] after
+    ZA_SCHEDULE_COSINE,         //  lr * ((1 - alpha) * (1 + cos (pi min (s, d) / d)) / 2 + alpha)
+    ZA_SCHEDULE_COSINE_RESTARTS,//  SGDR: periods decay_steps x t_mul ^ i, peaks m_mul ^ i
+    ZA_SCHEDULE_POLYNOMIAL,     //  (lr - end) (1 - min (s, d) / d) ^ power + end (cycle:
+                                //  d x ceil (s / d))
+    ZA_SCHEDULE_COUNT
+} za_schedule_kind_t;
+
+#define ZA_SCHEDULE_PIECES_MAX 8
+//  The numbers of a schedule, as the wire carries them (za_schedule_numbers).
+#define ZA_SCHEDULE_NUMBERS (12 + 2 * ZA_SCHEDULE_PIECES_MAX + 1)
+
+typedef struct {
+    za_schedule_kind_t kind;
+    double decay_steps;         //  exponential, cosine, polynomial; restarts: the first
+    double decay_rate;          //  exponential
+    int staircase;              //  exponential
+    double alpha;               //  cosine, restarts: the floor, a fraction of lr
+    double t_mul, m_mul;        //  restarts: 2, 1
+    double end_learning_rate;   //  polynomial: 0.0001
+    double power;               //  polynomial: 1
+    int cycle;                  //  polynomial
+    int boundary_count;         //  piecewise: boundaries [n], values [n + 1]
+    double boundaries [ZA_SCHEDULE_PIECES_MAX];
+    double values [ZA_SCHEDULE_PIECES_MAX + 1];
+    double warmup_steps;        //  > 0: the rate rises linearly, (s + 1) / warmup of the
+                                //  schedule's at warmup_steps, before it
+} za_schedule_t;
+
 typedef struct {
     za_optimizer_t kind;
     float learning_rate;
@@ -27,6 +62,7 @@ typedef struct {
     float beta1, beta2;         //  Adam: 0.9, 0.999
     float epsilon;              //  Adam: 1e-7 (Keras), Adagrad: 1e-7
     float initial_accumulator;  //  Adagrad: 0.1 (TensorFlow)
+    za_schedule_t schedule;     //  zero: constant
 } za_optim_config_t;
 
 //  The defaults above for `kind`, with learning rate 1e-3 for Adam and 0.01
@@ -49,6 +85,23 @@ za_optimizer_t za_optim_kind_of (const char *name);
 //  1 for SGD, Momentum, Adam and Adagrad; 0 for ZA_OPT_UNKNOWN or anything else.
 int za_optim_known (za_optimizer_t kind);
 const char *za_optim_name (za_optimizer_t kind);
+
+//  Reads a schedule as TensorFlow writes it: "cosine_decay(decay_steps=9375,
+//  alpha=0.0)", "exponential_decay(decay_steps=1000, decay_rate=0.96,
+//  staircase=true)", "piecewise_constant(boundaries=[1000, 2000],
+//  values=[0.1, 0.01, 0.001])", "polynomial_decay(decay_steps=1000,
+//  end_learning_rate=0.0001, power=1.0, cycle=false)",
+//  "cosine_decay_restarts(first_decay_steps=1000, t_mul=2.0, m_mul=1.0,
+//  alpha=0.0)", or "constant". Keeps warmup_steps. 0, or -1 with an error
+//  that names the argument.
+int za_schedule_parse (const char *text, za_schedule_t *schedule);
+//  "constant", "exponential_decay", ... (NULL for none of them).
+const char *za_schedule_name (za_schedule_kind_t kind);
+//  The kind of that name, or -1.
+int za_schedule_kind_of (const char *name);
+//  Its numbers in a fixed order (ZA_SCHEDULE_NUMBERS), and back: for the wire.
+void za_schedule_numbers (const za_schedule_t *schedule, double *numbers);
+void za_schedule_from_numbers (za_schedule_t *schedule, const double *numbers);
 
 #ifdef __cplusplus
 }
