@@ -162,15 +162,22 @@ s_expect_values (s_ps_case_t *c, float expected)
     s_expect_floats (c, expected);
 }
 
+//  Values and gradients of 1 everywhere.
+static void
+s_ones (s_ps_case_t *c, float *grads_k, float *grads_b)
+{
+    for (int i = 0; i < 12; i++)
+        grads_k [i] = 1, c->kernel [i] = 1;
+    for (int i = 0; i < 3; i++)
+        grads_b [i] = 1, c->bias [i] = 1;
+}
+
 Test (ps, protocol_rules)
 {
     s_ps_case_t c;
     s_setup (&c);
     float grads_k [12], grads_b [3];
-    for (int i = 0; i < 12; i++)
-        grads_k [i] = 1, c.kernel [i] = 1;
-    for (int i = 0; i < 3; i++)
-        grads_b [i] = 1, c.bias [i] = 1;
+    s_ones (&c, grads_k, grads_b);
     //  Before init: not_ready, in pongs too.
     za_wire_msg_init (c.out, ZA_OP_PULL);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
@@ -720,10 +727,7 @@ Test (ps, the_learning_rate_follows_the_schedule_by_the_ps_step)
     s_ps_case_t c;
     s_setup (&c);
     float grads_k [12], grads_b [3];
-    for (int i = 0; i < 12; i++)
-        grads_k [i] = 1, c.kernel [i] = 1;
-    for (int i = 0; i < 3; i++)
-        grads_b [i] = 1, c.bias [i] = 1;
+    s_ones (&c, grads_k, grads_b);
     int64_t zero = 0;
     s_init_sgd (&c, 0.5f, &zero);
     cr_assert_eq (za_schedule_parse ("piecewise_constant(boundaries=[1], values=[0.5, 0.25])",
