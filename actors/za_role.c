@@ -293,7 +293,7 @@ za_role_hooks_init (za_role_hooks_t *self, const za_role_config_t *config, const
     hooks [count++] = za_step_counter_hook (&self->counter, run->log_step_count_steps, 0);
     if (config->is_chief) {
         hooks [count++] = za_summary_hook (&self->summary, run->model_dir,
-                                           run->save_summary_steps);
+                                           run->save_summary_steps, &config->optim);
         hooks [count++] = za_saver_hook (&self->saver, run->save_checkpoints_steps,
                                          run->save_checkpoints_secs, -1, save, arg);
     }

@@ -37,6 +37,12 @@ za_optim_init_slots (const za_optim_config_t *config, float **slots, size_t n)
     }
 }
 
+double
+za_optim_learning_rate (const za_optim_config_t *c, int64_t step)
+{
+    return za_elem_learning_rate (c, step);
+}
+
 void
 za_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float *g,
                 float **slots, size_t n)

@@ -2,10 +2,13 @@
     (two steps each, so slots and Adam's bias correction are exercised).    */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "za/za_optim.h"
 #include "za/za_util.h"
+#include "za_test.h"
 
 static void
 s_step (za_optim_config_t *c, int64_t step, float *w, float g, float **slots)
@@ -251,4 +254,37 @@ Test (schedule, numbers_round_trip)
     double again [ZA_SCHEDULE_NUMBERS];
     za_schedule_numbers (&back, again);
     cr_expect_eq (memcmp (again, numbers, sizeof again), 0, "every field back");
+}
+
+//  The rate in effect is in metrics.jsonl (and TensorBoard): cosine over
+//  300 steps, a line every 100.
+Test (schedule, the_rate_is_a_metric, .timeout = 600)
+{
+    za_test_dir_create ("za_schedule");
+    char *model = za_test_path ("model");
+    const char *args [] = {"--max-steps", "300", "--save-summary-steps", "100", "--no-eval",
+                           "--lr-schedule", "cosine_decay(decay_steps=300)", "--model-dir",
+                           model, NULL};
+    za_test_result_t result = za_test_run (args, 600);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    char *path = za_test_join (model, "metrics.jsonl");
+    char *text = za_test_read_file (path, NULL);
+    cr_assert_not_null (text, "%s", path);
+    int lines = 0;
+    for (char *save = NULL, *line = strtok_r (text, "\n", &save); line;
+         line = strtok_r (NULL, "\n", &save)) {
+        long step = 0;
+        double rate = -1;
+        const char *at = strstr (line, "\"learning_rate\": ");
+        cr_assert (at && sscanf (line, "{\"global_step\": %ld", &step) == 1
+                   && sscanf (at, "\"learning_rate\": %lf", &rate) == 1, "%s", line);
+        double want = 0.001 * 0.5 * (1 + cos (3.14159265358979 * (double) (step - 1) / 300));
+        cr_expect (fabs (rate - want) <= 1e-6 * 0.001 + 1e-12, "step %ld: %g, not %g", step,
+                   rate, want);
+        lines++;
+    }
+    cr_expect_eq (lines, 3);
+    free (text), free (path), free (model);
+    za_test_dir_remove ();
 }

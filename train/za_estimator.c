@@ -204,7 +204,8 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
     za_hook_t builtin [] = {
         za_step_counter_hook (&counter, config->log_step_count_steps,
                               config->progress > 0 || (config->progress < 0 && isatty (2))),
-        za_summary_hook (&summary, self->model_dir, config->save_summary_steps),
+        za_summary_hook (&summary, self->model_dir, config->save_summary_steps,
+                         za_replica_optim (self->replica)),
         za_saver_hook (&saver, config->save_checkpoints_steps, config->save_checkpoints_secs,
                        restored? self->global_step: -1, s_save_at, self),
     };

@@ -1,6 +1,7 @@
 /*  za_hooks.c: running a list of session hooks, the one rule for "due", and
     the built-in hooks: step counter, summary saver, checkpoint saver.      */
 #include "za/za_hooks.h"
+#include "za/za_optim.h"
 #include "za/za_util.h"
 
 #include <errno.h>
@@ -245,18 +246,23 @@ s_summary_after_run (void *arg, const za_run_context_t *ctx)
     double span = now - s->every.last_time;
     double steps_per_sec = span > 0? (ctx->global_step - s->every.last_step) / span: 0;
     double values [] = {s->loss_sum / (double) s->loss_count, steps_per_sec,
-                        steps_per_sec * ctx->batch_size};
-    char line [SUMMARY_LINE_MAX];
+                        steps_per_sec * ctx->batch_size,
+                        s->optim? za_optim_learning_rate (s->optim, ctx->global_step): 0};
+    char line [SUMMARY_LINE_MAX], rate [48] = "";
+    if (s->optim)
+        snprintf (rate, sizeof rate, ", \"learning_rate\": %.6g", values [3]);
     snprintf (line, sizeof line,
               "{\"global_step\": %" PRId64 ", \"loss\": %.6f, \"steps_per_sec\": %.3f, "
-              "\"examples_per_sec\": %.1f, \"wall_time\": %.3f}", ctx->global_step,
-              values [0], values [1], values [2], za_clock_wall ());
-    static const char *const tags [] = {"loss", "global_step/sec", "examples/sec"};
+              "\"examples_per_sec\": %.1f%s, \"wall_time\": %.3f}", ctx->global_step,
+              values [0], values [1], values [2], rate, za_clock_wall ());
+    static const char *const tags [] = {"loss", "global_step/sec", "examples/sec",
+                                        "learning_rate"};
     //  Summaries are not the model: one the disk refuses is dropped, said
     //  once until they are written again, and training goes on.
     int failed = za_mkdirs (s->model_dir) || s_append_line (s->model_dir, line)
               || (!s->writer && !(s->writer = za_summary_writer_new (s->model_dir)))
-              || za_summary_scalars (s->writer, ctx->global_step, tags, values, 3);
+              || za_summary_scalars (s->writer, ctx->global_step, tags, values,
+                                     s->optim? 4: 3);
     //  A file that could not be cut back is left; the next line starts another.
     if (failed && za_summary_writer_broken (s->writer))
         za_summary_writer_destroy (&s->writer);
@@ -282,10 +288,12 @@ s_summary_end (void *arg, const za_run_context_t *ctx)
 }
 
 za_hook_t
-za_summary_hook (za_summary_hook_t *state, const char *model_dir, int64_t every_steps)
+za_summary_hook (za_summary_hook_t *state, const char *model_dir, int64_t every_steps,
+                 const za_optim_config_t *optim)
 {
     memset (state, 0, sizeof *state);
     state->model_dir = model_dir;
+    state->optim = optim;
     state->every.steps = every_steps;
     za_hook_t hook = {.arg = state};
     if (every_steps > 0 && model_dir) {

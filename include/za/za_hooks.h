@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "za/za_optim_config.h"
 #include "za/za_summary.h"
 
 #ifdef __cplusplus
@@ -94,8 +95,9 @@ za_hook_t za_step_counter_hook (za_step_counter_t *state, int64_t every_steps, i
 // ---------------------------------------------------------------------------
 //  The summary saver: when due (every save_summary_steps), one line
 //  {"global_step", "loss", "steps_per_sec", "examples_per_sec", "wall_time"}
+//  (and "learning_rate", the rate of the step's update, with an optimizer)
 //  appended to model_dir/metrics.jsonl and the same scalars ("loss",
-//  "global_step/sec", "examples/sec") to a TensorBoard event file in
+//  "global_step/sec", "examples/sec", "learning_rate") to a TensorBoard event file in
 //  model_dir (opened at the first line). loss is the mean of the steps since
 //  the last line; examples/sec is global steps/sec x batch size. A line the
 //  disk refuses (full) is dropped whole, said once until lines are written
@@ -103,6 +105,7 @@ za_hook_t za_step_counter_hook (za_step_counter_t *state, int64_t every_steps, i
 
 typedef struct {
     const char *model_dir;
+    const za_optim_config_t *optim; //  NULL, or whose learning rate a line shows
     za_every_t every;               //  (private from here on)
     double loss_sum;
     int64_t loss_count;
@@ -113,7 +116,7 @@ typedef struct {
 //  A hook whose state is *state (which must outlive the training); every_steps
 //  <= 0 writes nothing. Its end closes the event file.
 za_hook_t za_summary_hook (za_summary_hook_t *state, const char *model_dir,
-                           int64_t every_steps);
+                           int64_t every_steps, const za_optim_config_t *optim);
 
 // ---------------------------------------------------------------------------
 //  The checkpoint saver: when due (every save_checkpoints_steps, or else

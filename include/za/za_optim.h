@@ -30,6 +30,10 @@ void za_optim_init_slots (const za_optim_config_t *config, float **slots, size_t
 //    Adam:     m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //              w -= lr * (m / (1 - b1^t)) / (sqrt (v / (1 - b2^t)) + eps)
 //    Adagrad:  a += g^2;  w -= lr * g / (sqrt (a) + eps)
+//  The learning rate of update `step` (1 for the first): the schedule's at
+//  global step step - 1, after its warm-up (za_optim_config.h).
+double za_optim_learning_rate (const za_optim_config_t *config, int64_t step);
+
 void za_optim_apply (const za_optim_config_t *config, int64_t step, float *params,
                      const float *grads, float **slots, size_t n);
 //  The same update written to `out` from `in` (they may be the same block;
