@@ -46,9 +46,10 @@ za_optim_config_check (const za_optim_config_t *config, char *why, size_t size)
         return -1;
     }
     const float values [] = {config->learning_rate, config->momentum, config->beta1,
-                             config->beta2, config->epsilon, config->initial_accumulator};
+                             config->beta2, config->epsilon, config->initial_accumulator,
+                             config->weight_decay};
     static const char *const names [] = {"lr", "momentum", "beta1", "beta2", "epsilon",
-                                         "acc0"};
+                                         "acc0", "weight_decay"};
     for (size_t v = 0; v < sizeof values / sizeof values [0]; v++)
         if (!isfinite (values [v])) {
             snprintf (why, size, "opt.%s does not fit a float32", names [v]);
@@ -56,6 +57,11 @@ za_optim_config_check (const za_optim_config_t *config, char *why, size_t size)
         }
     if (!(config->learning_rate > 0)) {
         snprintf (why, size, "opt.lr %g is not > 0", (double) config->learning_rate);
+        return -1;
+    }
+    if (!(config->weight_decay >= 0 && config->weight_decay < 1)) {
+        snprintf (why, size, "opt.weight_decay %g is not in [0, 1)",
+                  (double) config->weight_decay);
         return -1;
     }
     const za_schedule_t *s = &config->schedule;

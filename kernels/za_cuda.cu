@@ -124,6 +124,7 @@ k_optim (za_optim_config_t c, float m_scale, float v_scale, float *w, const floa
          float *s0, float *s1, size_t count)
 {
     FOR_EACH (i, count) {
+        w [i] *= 1.0f - c.learning_rate * c.weight_decay;     //  decoupled, as Keras's
         switch (c.kind) {
             case ZA_OPT_SGD:
                 w [i] = za_elem_sgd (c.learning_rate, w [i], g [i]);

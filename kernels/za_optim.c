@@ -55,6 +55,14 @@ za_optim_apply_into (const za_optim_config_t *c, int64_t step, const float *in, 
                      const float *g, float **slots, size_t n)
 {
     const float lr = za_elem_learning_rate (c, step);
+    //  Decoupled weight decay first (Keras's weight_decay), then the update
+    //  on the decayed values, in place.
+    if (c->weight_decay > 0) {
+        const float keep = 1.0f - lr * c->weight_decay;
+        for (size_t i = 0; i < n; i++)
+            w [i] = in [i] * keep;
+        in = w;
+    }
     switch (c->kind) {
         case ZA_OPT_SGD:
             for (size_t i = 0; i < n; i++)

@@ -19,6 +19,7 @@
 #define WIRE_ERROR_BYTES sizeof (((za_wire_msg_t *) 0)->error)
 //  opt.kind: 1..15 bytes (PROTOCOL.md 2).
 #define WIRE_OPT_SCHEDULE "schedule"
+#define WIRE_OPT_WEIGHT_DECAY "weight_decay"
 #define WIRE_OPTIMIZER_BYTES 16
 
 static const char *s_op_names [] = {
@@ -295,8 +296,12 @@ s_pack_optim (msgpack_packer *pk, const za_optim_config_t *optim)
     //  A schedule (not the constant rate) goes as "schedule": its numbers.
     const za_schedule_t *schedule = &optim->schedule;
     int scheduled = schedule->kind != ZA_SCHEDULE_CONSTANT || schedule->warmup_steps > 0;
-    if (msgpack_pack_map (pk, OPT_COUNT + (scheduled? 1: 0))
+    int decayed = optim->weight_decay != 0;
+    if (msgpack_pack_map (pk, OPT_COUNT + (scheduled? 1: 0) + (decayed? 1: 0))
     ||  s_pack_key (pk, s_opt_names [OPT_KIND]) || s_pack_str (pk, za_optim_name (optim->kind)))
+        return -1;
+    if (decayed && (s_pack_key (pk, WIRE_OPT_WEIGHT_DECAY)
+                    || msgpack_pack_double (pk, optim->weight_decay)))
         return -1;
     if (scheduled) {
         double values [ZA_SCHEDULE_NUMBERS];
@@ -793,12 +798,21 @@ s_decode_optim (const msgpack_object *obj, za_wire_msg_t *out)
     float *numbers [] = { &optim->learning_rate, &optim->momentum, &optim->beta1,
                           &optim->beta2, &optim->epsilon, &optim->initial_accumulator };
     memset (&optim->schedule, 0, sizeof optim->schedule);
+    optim->weight_decay = 0;
     for (uint32_t i = 0; i < obj->via.map.size; i++) {
         const msgpack_object_kv *kv = &obj->via.map.ptr [i];
-        static const char *schedule_key [] = {WIRE_OPT_SCHEDULE};
-        if (s_key_index (&kv->key, schedule_key, 1) == 0) {
+        static const char *optional [] = {WIRE_OPT_SCHEDULE, WIRE_OPT_WEIGHT_DECAY};
+        int which = s_key_index (&kv->key, optional, 2);
+        if (which == 0) {
             if (s_decode_schedule (&kv->val, &optim->schedule))
                 return -1;
+            continue;
+        }
+        if (which == 1) {
+            double decay = 0;
+            if (s_get_number (&kv->val, "'opt.weight_decay'", &decay))
+                return -1;
+            optim->weight_decay = s_float_of (decay);
             continue;
         }
         int key = s_key_index (&kv->key, s_opt_names, OPT_COUNT);

@@ -138,6 +138,10 @@ static const za_option_t s_options [] = {
                R_SUMMARY, JOB, ZA_OPTION_ABOVE_MIN, NULL,
                "the step size (by default the optimizer's own, as Keras's:\n"
                "0.001 for adam, 0.01 for the others)"),
+    ZA_OPTION ("weight-decay", T_REAL, optim.weight_decay, "WD", "0", 0, 0.999, NULL,
+               R_SUMMARY, JOB, 0, NULL,
+               "decoupled weight decay, as Keras's weight_decay: each update\n"
+               "first takes lr x WD x w off every weight (adam: AdamW, sgd: SGDW)"),
     ZA_OPTION ("lr-schedule", T_STR, lr_schedule, "SCHEDULE", NULL, 0, 0, NULL, R_SUMMARY, JOB,
                0, NULL,
                "the learning rate by global step, as TensorFlow's schedules:\n"

@@ -288,3 +288,34 @@ Test (schedule, the_rate_is_a_metric, .timeout = 600)
     free (text), free (path), free (model);
     za_test_dir_remove ();
 }
+
+//  Decoupled weight decay (Keras's weight_decay: w -= lr wd w, then the
+//  update): AdamW and SGDW one step, by hand. w = 1, g = 0.5, lr = 0.1,
+//  wd = 0.01: w becomes 0.999 before the update.
+Test (optim, adamw_and_sgdw_one_step_by_hand)
+{
+    za_optim_config_t adamw = za_optim_config_default (ZA_OPT_ADAM);
+    adamw.learning_rate = 0.1f;
+    adamw.weight_decay = 0.01f;
+    float m = 0, v = 0, *slots [2] = {&m, &v};
+    float w = 1, g = 0.5f;
+    za_optim_apply (&adamw, 1, &w, &g, slots, 1);
+    //  m = 0.05, v = 0.00025; m/(1-0.9) = 0.5, v/(1-0.999) = 0.25: the step is
+    //  0.1 * 0.5 / (0.5 + 1e-7).
+    cr_expect_float_eq (w, 0.999 - 0.1 * 0.5 / (0.5 + 1e-7), 1e-6, "AdamW: %.8f", w);
+    za_optim_config_t sgdw = za_optim_config_default (ZA_OPT_SGD);
+    sgdw.learning_rate = 0.1f;
+    sgdw.weight_decay = 0.01f;
+    w = 1;
+    za_optim_apply (&sgdw, 1, &w, &g, NULL, 1);
+    cr_expect_float_eq (w, 0.999 - 0.05, 1e-7, "SGDW: %.8f", w);
+    //  Into another block (a ps's two value blocks): the same.
+    float in = 1, out = 0;
+    za_optim_apply_into (&sgdw, 1, &in, &out, &g, NULL, 1);
+    cr_expect_float_eq (out, 0.949, 1e-7);
+    cr_expect_float_eq (in, 1.0, 0, "the input block is left as it was");
+    char why [128];
+    sgdw.weight_decay = 1.5f;
+    cr_expect_eq (za_optim_config_check (&sgdw, why, sizeof why), -1);
+    cr_expect (strstr (why, "weight_decay"), "%s", why);
+}

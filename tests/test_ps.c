@@ -743,3 +743,22 @@ Test (ps, the_learning_rate_follows_the_schedule_by_the_ps_step)
     }
     s_teardown (&c);
 }
+
+//  Weight decay travels in the init too: w = 1 (1 - 0.5 x 0.1) - 0.5 x 1.
+Test (ps, weight_decay_travels_in_the_init)
+{
+    s_ps_case_t c;
+    s_setup (&c);
+    float grads_k [12], grads_b [3];
+    s_ones (&c, grads_k, grads_b);
+    int64_t zero = 0;
+    s_init_sgd (&c, 0.5f, &zero);
+    c.out->optim.weight_decay = 0.1f;
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
+    za_wire_msg_init (c.out, ZA_OP_PUSH);
+    c.out->task = 0;
+    s_add_params (&c, grads_k, grads_b);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_VALUES, "%s", c.in->error);
+    s_expect_floats (&c, 0.45f);
+    s_teardown (&c);
+}

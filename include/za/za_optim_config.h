@@ -62,6 +62,8 @@ typedef struct {
     float beta1, beta2;         //  Adam: 0.9, 0.999
     float epsilon;              //  Adam: 1e-7 (Keras), Adagrad: 1e-7
     float initial_accumulator;  //  Adagrad: 0.1 (TensorFlow)
+    float weight_decay;         //  decoupled, as Keras's weight_decay: before each
+                                //  update w -= lr * weight_decay * w (AdamW, SGDW); 0: none
     za_schedule_t schedule;     //  zero: constant
 } za_optim_config_t;
 
