@@ -719,10 +719,11 @@ Test (ps, a_push_without_a_frozen_variable_leaves_it_as_it_is)
     s_teardown (&c);
 }
 
-//  A schedule travels in the init's optimizer; the ps takes each update's
-//  rate from its own global step (so async workers agree): piecewise 0.5
-//  for steps 0 and 1, 0.25 after.
-Test (ps, the_learning_rate_follows_the_schedule_by_the_ps_step)
+//  An SGD ps at lr 0.5 whose optimizer `tune` changes (a schedule, a
+//  decay) is pushed gradients of 1 `pushes` times; its values after each
+//  are expected [push].
+static void
+s_pushes_of_ones (void (*tune) (za_optim_config_t *), int pushes, const float *expected)
 {
     s_ps_case_t c;
     s_setup (&c);
@@ -730,11 +731,9 @@ Test (ps, the_learning_rate_follows_the_schedule_by_the_ps_step)
     s_ones (&c, grads_k, grads_b);
     int64_t zero = 0;
     s_init_sgd (&c, 0.5f, &zero);
-    cr_assert_eq (za_schedule_parse ("piecewise_constant(boundaries=[1], values=[0.5, 0.25])",
-                                     &c.out->optim.schedule), 0);
+    tune (&c.out->optim);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
-    const float expected [] = {0.5f, 0.0f, -0.25f};
-    for (int push = 0; push < 3; push++) {
+    for (int push = 0; push < pushes; push++) {
         za_wire_msg_init (c.out, ZA_OP_PUSH);
         c.out->task = 0;
         s_add_params (&c, grads_k, grads_b);
@@ -744,21 +743,31 @@ Test (ps, the_learning_rate_follows_the_schedule_by_the_ps_step)
     s_teardown (&c);
 }
 
+static void
+s_piecewise (za_optim_config_t *optim)
+{
+    cr_assert_eq (za_schedule_parse ("piecewise_constant(boundaries=[1], values=[0.5, 0.25])",
+                                     &optim->schedule), 0);
+}
+
+//  A schedule travels in the init's optimizer; the ps takes each update's
+//  rate from its own global step (so async workers agree): piecewise 0.5
+//  for steps 0 and 1, 0.25 after.
+Test (ps, the_learning_rate_follows_the_schedule_by_the_ps_step)
+{
+    const float expected [] = {0.5f, 0.0f, -0.25f};
+    s_pushes_of_ones (s_piecewise, 3, expected);
+}
+
+static void
+s_decay (za_optim_config_t *optim)
+{
+    optim->weight_decay = 0.1f;
+}
+
 //  Weight decay travels in the init too: w = 1 (1 - 0.5 x 0.1) - 0.5 x 1.
 Test (ps, weight_decay_travels_in_the_init)
 {
-    s_ps_case_t c;
-    s_setup (&c);
-    float grads_k [12], grads_b [3];
-    s_ones (&c, grads_k, grads_b);
-    int64_t zero = 0;
-    s_init_sgd (&c, 0.5f, &zero);
-    c.out->optim.weight_decay = 0.1f;
-    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
-    za_wire_msg_init (c.out, ZA_OP_PUSH);
-    c.out->task = 0;
-    s_add_params (&c, grads_k, grads_b);
-    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_VALUES, "%s", c.in->error);
-    s_expect_floats (&c, 0.45f);
-    s_teardown (&c);
+    const float expected [] = {0.45f};
+    s_pushes_of_ones (s_decay, 1, expected);
 }
