@@ -1056,6 +1056,10 @@ s_run_steps (s_worker_t *self)
         double loss, t0 = za_clock_mono ();
         if (za_replica_compute_gradients (self->replica, &batch, self->global_step, &loss))
             return -1;
+        //  The whole gradient is here: clipped by its global norm before it is
+        //  split among the ps (a ps sees only its part).
+        if (config->optim.global_clipnorm > 0)
+            za_replica_clip_gradients (self->replica, config->optim.global_clipnorm);
         double t1 = za_clock_mono ();
         if (s_call_all (self, ZA_OP_PUSH))
             return -1;

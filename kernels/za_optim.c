@@ -38,6 +38,24 @@ za_optim_init_slots (const za_optim_config_t *config, float **slots, size_t n)
 }
 
 double
+za_optim_clip_by_global_norm (float *grads, const size_t *offset, const size_t *size,
+                              int count, float clip)
+{
+    double squares = 0;
+    for (int r = 0; r < count; r++)
+        for (size_t i = 0; i < size [r]; i++)
+            squares += (double) grads [offset [r] + i] * grads [offset [r] + i];
+    double norm = sqrt (squares);
+    if (clip > 0 && norm > clip) {
+        float scale = (float) (clip / norm);
+        for (int r = 0; r < count; r++)
+            for (size_t i = 0; i < size [r]; i++)
+                grads [offset [r] + i] *= scale;
+    }
+    return norm;
+}
+
+double
 za_optim_learning_rate (const za_optim_config_t *c, int64_t step)
 {
     return za_elem_learning_rate (c, step);

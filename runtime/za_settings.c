@@ -142,6 +142,11 @@ static const za_option_t s_options [] = {
                R_SUMMARY, JOB, 0, NULL,
                "decoupled weight decay, as Keras's weight_decay: each update\n"
                "first takes lr x WD x w off every weight (adam: AdamW, sgd: SGDW)"),
+    ZA_OPTION ("clip-norm", T_REAL, optim.global_clipnorm, "N", "0", 0, NO_MAX, NULL,
+               R_SUMMARY, JOB, 0, NULL,
+               "clip the whole gradient to a global norm of at most N before each\n"
+               "update (Keras's global_clipnorm; 0: none): where it is whole, a\n"
+               "worker before its pushes, each all-reduce worker after the ring"),
     ZA_OPTION ("lr-schedule", T_STR, lr_schedule, "SCHEDULE", NULL, 0, 0, NULL, R_SUMMARY, JOB,
                0, NULL,
                "the learning rate by global step, as TensorFlow's schedules:\n"

@@ -319,3 +319,27 @@ Test (optim, adamw_and_sgdw_one_step_by_hand)
     cr_expect_eq (za_optim_config_check (&sgdw, why, sizeof why), -1);
     cr_expect (strstr (why, "weight_decay"), "%s", why);
 }
+
+//  tf.clip_by_global_norm: t * clip / max (norm, clip) over every range, and
+//  nothing outside them.
+Test (optim, clip_by_global_norm)
+{
+    float grads [3] = {3, 7, 4};
+    size_t offset [2] = {0, 2}, size [2] = {1, 1};
+    cr_expect_float_eq (za_optim_clip_by_global_norm (grads, offset, size, 2, 10), 5.0, 1e-9);
+    cr_expect (grads [0] == 3 && grads [2] == 4, "under the clip: as they are");
+    cr_expect_float_eq (za_optim_clip_by_global_norm (grads, offset, size, 2, 1), 5.0, 1e-9);
+    cr_expect_float_eq (grads [0], 0.6, 1e-7);
+    cr_expect_float_eq (grads [2], 0.8, 1e-7);
+    cr_expect_eq (grads [1], 7, "outside the ranges: untouched");
+    //  zactor-run takes it, and trains.
+    za_test_dir_create ("za_clip");
+    char *model = za_test_path ("model");
+    const char *args [] = {"--max-steps", "50", "--clip-norm", "0.5", "--no-eval",
+                           "--model-dir", model, NULL};
+    za_test_result_t result = za_test_run (args, 300);
+    cr_expect_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    free (model);
+    za_test_dir_remove ();
+}

@@ -725,9 +725,26 @@ s_apply_trainable (za_replica_t *self, int64_t step, float *values, const float 
     }
 }
 
+double
+za_replica_clip_gradients (za_replica_t *self, float clip)
+{
+    if (!self->be->host_memory)
+        return -1;
+    size_t offset [ZA_MAX_VARS], size [ZA_MAX_VARS];
+    int count = 0;
+    for (int v = 0; v < self->vars.count; v++)
+        if (!self->vars.vars [v].frozen) {
+            offset [count] = self->vars.vars [v].offset;
+            size [count++] = self->vars.vars [v].size;
+        }
+    return za_optim_clip_by_global_norm (self->grads, offset, size, count, clip);
+}
+
 void
 za_replica_apply (za_replica_t *self, int64_t step)
 {
+    if (self->optim.global_clipnorm > 0)
+        za_replica_clip_gradients (self, self->optim.global_clipnorm);
     if (self->be->host_memory) {
         s_apply_trainable (self, step, self->values, self->grads, self->slots,
                            za_optim_apply);

@@ -30,6 +30,12 @@ void za_optim_init_slots (const za_optim_config_t *config, float **slots, size_t
 //    Adam:     m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //              w -= lr * (m / (1 - b1^t)) / (sqrt (v / (1 - b2^t)) + eps)
 //    Adagrad:  a += g^2;  w -= lr * g / (sqrt (a) + eps)
+//  tf.clip_by_global_norm over `count` ranges of grads (offset [r], size [r]
+//  floats each): every gradient times clip / max (norm, clip), the norm the
+//  square root of all their squares. Returns the norm before clipping.
+double za_optim_clip_by_global_norm (float *grads, const size_t *offset, const size_t *size,
+                                     int count, float clip);
+
 //  The learning rate of update `step` (1 for the first): the schedule's at
 //  global step step - 1, after its warm-up (za_optim_config.h).
 double za_optim_learning_rate (const za_optim_config_t *config, int64_t step);

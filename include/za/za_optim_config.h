@@ -65,6 +65,10 @@ typedef struct {
     float weight_decay;         //  decoupled, as Keras's weight_decay: before each
                                 //  update w -= lr * weight_decay * w (AdamW, SGDW); 0: none
     za_schedule_t schedule;     //  zero: constant
+    float global_clipnorm;      //  > 0: the whole gradient scaled to at most this global
+                                //  norm before the update (Keras's global_clipnorm): by
+                                //  the process that holds it whole (a worker before its
+                                //  pushes, after the all-reduce); never travels to a ps
 } za_optim_config_t;
 
 //  The defaults above for `kind`, with learning rate 1e-3 for Adam and 0.01

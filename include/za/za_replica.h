@@ -102,6 +102,11 @@ int za_replica_compute_gradients (za_replica_t *self, const za_batch_t *batch, i
 //  counts updates including this one (1 for the first).
 void za_replica_apply (za_replica_t *self, int64_t step);
 
+//  Scales the gradient block (the variables that train) to a global norm of
+//  at most clip (> 0; tf.clip_by_global_norm), on the host. Returns the norm
+//  before, or -1 when the gradients live on a device (not clipped).
+double za_replica_clip_gradients (za_replica_t *self, float clip);
+
 //  The batch's summed loss and its correctly classified examples (EVAL).
 int za_replica_evaluate_batch (za_replica_t *self, const za_batch_t *batch, double *loss_sum,
                                int *correct);
