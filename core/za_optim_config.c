@@ -34,6 +34,10 @@ za_optim_config_resolve (za_optim_config_t *config)
     za_optim_config_t resolved = za_optim_config_default (config->kind);
     if (config->learning_rate > 0)
         resolved.learning_rate = config->learning_rate;
+    //  What the settings give beyond the kind's own numbers stays.
+    resolved.weight_decay = config->weight_decay;
+    resolved.global_clipnorm = config->global_clipnorm;
+    resolved.schedule = config->schedule;
     *config = resolved;
 }
 

@@ -554,6 +554,8 @@ s_role_config (za_task_t *task, const za_place_t *place, za_role_config_t *role)
     //  All-reduce workers each apply it (the chief checks they agree).
     if (place->is_chief || role->strategy == ZA_STRATEGY_ALLREDUCE)
         role->optim = s->optim;
+    //  Every worker clips its whole gradient before its pushes.
+    role->optim.global_clipnorm = s->optim.global_clipnorm;
     role->run = za_settings_run_config (s);
     role->max_steps = s->max_steps;
     role->batch_size = (int) s->batch_size;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "za/za_checkpoint.h"
 #include "za/za_optim.h"
 #include "za/za_util.h"
 #include "za_test.h"
@@ -341,5 +342,77 @@ Test (optim, clip_by_global_norm)
     cr_expect_eq (result.exit_code, 0, "%s", result.err);
     za_test_result_free (&result);
     free (model);
+    za_test_dir_remove ();
+}
+
+//  The largest difference between two model dirs' newest values.
+static double
+s_max_difference (const char *a_dir, const char *b_dir)
+{
+    int found;
+    za_checkpoint_t *a = za_checkpoint_load_newest (a_dir, &found);
+    za_checkpoint_t *b = za_checkpoint_load_newest (b_dir, &found);
+    cr_assert (a && b, "%s, %s", a_dir, b_dir);
+    double most = 0;
+    for (int t = 0; t < za_checkpoint_tensor_count (a); t++) {
+        const za_ckpt_tensor_t *x = za_checkpoint_tensor (a, t);
+        const za_ckpt_tensor_t *y = za_checkpoint_find (b, x->name);
+        const char *slash = strchr (x->name, '/');
+        if (x->dtype != ZA_DTYPE_F32 || !slash || strchr (slash + 1, '/'))
+            continue;                   //  the step, and slots (VAR/SLOT)
+        cr_assert_not_null (y, "%s", x->name);
+        size_t n = 1;
+        for (int d = 0; d < x->ndim; d++)
+            n *= (size_t) x->shape [d];
+        for (size_t i = 0; i < n; i++) {
+            double diff = fabs ((double) ((const float *) x->data) [i]
+                                - ((const float *) y->data) [i]);
+            if (diff > most)
+                most = diff;
+        }
+    }
+    za_checkpoint_destroy (&a);
+    za_checkpoint_destroy (&b);
+    return most;
+}
+
+//  Clipping by the global norm across 2 ps equals clipping in one process:
+//  the chief clips its whole gradient before it splits it (ps-sync, SGD, the
+//  same batches); weight decay and the clip reach the update from the flags.
+Test (optim, clipping_across_two_ps_equals_one_process, .timeout = 900)
+{
+    za_test_dir_create ("za_clip_ps");
+    char *one = za_test_path ("one"), *two = za_test_path ("two");
+    char *free_two = za_test_path ("two_unclipped"), *decayed = za_test_path ("decayed");
+    const char *common [] = {"--max-steps", "30", "--optimizer", "sgd", "--learning-rate",
+                             "0.05", "--no-eval"};
+    const char *one_args [] = {common [0], common [1], common [2], common [3], common [4],
+                               common [5], common [6], "--clip-norm", "0.01", "--model-dir",
+                               one, NULL};
+    const char *two_args [] = {common [0], common [1], common [2], common [3], common [4],
+                               common [5], common [6], "--clip-norm", "0.01", "--local",
+                               "--strategy", "ps-sync", "--ps", "2", "--workers", "0",
+                               "--evaluators", "0", "--model-dir", two, NULL};
+    const char *free_args [] = {common [0], common [1], common [2], common [3], common [4],
+                                common [5], common [6], "--local", "--strategy", "ps-sync",
+                                "--ps", "2", "--workers", "0", "--evaluators", "0",
+                                "--model-dir", free_two, NULL};
+    const char *decay_args [] = {common [0], common [1], common [2], common [3], common [4],
+                                 common [5], common [6], "--clip-norm", "0.01",
+                                 "--weight-decay", "0.1", "--model-dir", decayed, NULL};
+    const char *const *runs [] = {one_args, two_args, free_args, decay_args};
+    for (int r = 0; r < 4; r++) {
+        za_test_result_t result = za_test_run (runs [r], 600);
+        cr_assert_eq (result.exit_code, 0, "run %d: %s", r, result.err);
+        za_test_result_free (&result);
+    }
+    double same = s_max_difference (one, two), clipped = s_max_difference (two, free_two);
+    double decay = s_max_difference (one, decayed);
+    printf ("clip across 2 ps vs one process: %g; clipped vs not: %g; decayed vs not: %g\n",
+            same, clipped, decay);
+    cr_expect_lt (same, 1e-6, "two ps clip as one process does");
+    cr_expect_gt (clipped, 1e-3, "the clip changes the training");
+    cr_expect_gt (decay, 1e-4, "the weight decay changes the training");
+    free (one), free (two), free (free_two), free (decayed);
     za_test_dir_remove ();
 }

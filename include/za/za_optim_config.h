@@ -76,7 +76,8 @@ typedef struct {
 za_optim_config_t za_optim_config_default (za_optimizer_t kind);
 
 //  The config as the settings leave it (a kind, a learning rate or 0) made
-//  whole: the kind's defaults, and its own learning rate unless one is set.
+//  whole: the kind's defaults, and its own learning rate unless one is set;
+//  the weight decay, the clip and the schedule kept.
 void za_optim_config_resolve (za_optim_config_t *config);
 
 //  0 when the config can be applied: a known kind, every number finite, a
