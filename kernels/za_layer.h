@@ -45,6 +45,8 @@ typedef struct {
     za_act_t act;
     int frozen;                         //  trainable=false
     const char *frozen_at;
+    float l2;                           //  l2=F
+    const char *l2_at;
 } za_layer_args_t;
 
 //  Reports a mistake at `at` in the text (fmt has one %s for `what`), with a

@@ -349,6 +349,11 @@ s_backward (s_stack_t *self, const float *features, int n, const float *values,
             .scratch = self->scratch,
         };
         za_layer_ops (l->spec.type)->backward (l, &call);
+        //  L2 on the kernel (Keras's kernel_regularizer): the gradient of
+        //  l2 sum (w^2), added once per call like the mean loss's.
+        if (l->spec.l2 > 0 && call.dkernel && !self->vars [l->kernel_var].frozen)
+            self->be->scale_add (self->vars [l->kernel_var].size, 1.0f, call.dkernel,
+                                 2.0f * l->spec.l2, call.kernel);
         if (l->kernel_var >= 0 && l->bias_var >= 0) {
             size_t kernel_at = self->vars [l->kernel_var].offset;
             size_t bias_at = self->vars [l->bias_var].offset;

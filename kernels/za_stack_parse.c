@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -90,6 +91,15 @@ s_read_options (za_layer_args_t *args, char (*text) [ARG_CHARS], const za_layer_
             else
                 return za_layer_args_error (args, at,
                                             "unknown activation '%s' (relu or none)", value);
+        }
+        else
+        if (key && strcmp (key, "l2") == 0) {
+            char *end;
+            double l2 = strtod (value, &end);
+            if (end == value || *end || !(l2 >= 0) || l2 > 1)
+                return za_layer_args_error (args, at, "bad l2 '%s' (a number 0 .. 1)", value);
+            args->l2 = (float) l2;
+            args->l2_at = at;
         }
         else
         if (key && strcmp (key, "trainable") == 0) {
@@ -242,13 +252,16 @@ za_stack_add (za_stack_spec_t *spec, const char *text)
             args.end_at = args.at [args.count - 1];
         if (s_read_options (&args, values, type) || type->parse (&args, spec))
             return -1;
-        if (args.frozen_at) {
-            za_layer_spec_t *layer = &spec->layers [spec->count - 1];
-            if (layer->type != ZA_LAYER_CONV2D && layer->type != ZA_LAYER_DENSE)
-                return za_layer_args_error (&args, args.frozen_at,
-                                            "%s has no variables to freeze", args.name);
-            layer->frozen = args.frozen;
-        }
+        za_layer_spec_t *layer = &spec->layers [spec->count - 1];
+        int weighted = layer->type == ZA_LAYER_CONV2D || layer->type == ZA_LAYER_DENSE;
+        if (args.frozen_at && !weighted)
+            return za_layer_args_error (&args, args.frozen_at, "%s has no variables to freeze",
+                                        args.name);
+        if (args.l2_at && !weighted)
+            return za_layer_args_error (&args, args.l2_at, "%s has no kernel to regularise",
+                                        args.name);
+        layer->frozen = args.frozen;
+        layer->l2 = args.l2;
     }
     return 0;
 }

@@ -14,6 +14,7 @@
 #include "za/za_checkpoint.h"
 #include "za/za_kernels.h"
 #include "za/za_model.h"
+#include "za/za_replica.h"
 #include "za/za_util.h"
 #include "za_test.h"
 
@@ -207,4 +208,54 @@ Test (freeze, trainable_false_in_the_stack_text)
     cr_expect_geq (za_vars_find (&vars, "conv2d_12/kernel"), 0);
     cr_expect_eq (vars.total >= 14714688, 1, "VGG16's base has 14,714,688 weights");
     za_stack_model_fn ()->destroy (&state);
+}
+
+//  l2=F on a kernel (Keras's kernel_regularizer L2): the step's gradient of
+//  that kernel gains exactly 2 F w, whatever the split of the batch over
+//  threads and micro-batches; every other gradient is as without it.
+Test (freeze, l2_adds_two_f_w_to_the_kernel_gradient)
+{
+    za_dataset_t *fashion = za_test_fashion ("train", 37);
+    const char *models [2] = {"conv2d(8,3,relu) maxpool(2) flatten dense(16,relu) dense(10)",
+                              "conv2d(8,3,relu) maxpool(2) flatten dense(16,relu,l2=0.01) "
+                              "dense(10)"};
+    static za_stack_spec_t specs [2];
+    float *grads [2];
+    const float *values = NULL;
+    za_replica_t *replicas [2];
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_SGD);
+    for (int m = 0; m < 2; m++) {
+        cr_assert_eq (za_stack_parse (models [m], &specs [m]), 0, "%s", za_last_error ());
+        za_replica_config_t config = {
+            .model_fn = za_stack_model_fn (), .params = &specs [m], .input = {28, 28, 1},
+            .threads = 2, .train = 1, .optim = &optim,
+        };
+        replicas [m] = za_replica_new (&config, 5);
+        cr_assert_not_null (replicas [m], "%s", za_last_error ());
+        za_batch_t batch = {fashion->features, fashion->labels, 37, 28 * 28, NULL};
+        double loss;
+        cr_assert_eq (za_replica_compute_gradients (replicas [m], &batch, 1, &loss), 0);
+        grads [m] = za_replica_gradients (replicas [m]);
+        values = za_replica_values (replicas [m]);
+    }
+    const za_vars_t *vars = za_replica_vars (replicas [1]);
+    int regularised = za_vars_find (vars, "dense/kernel");
+    for (int v = 0; v < vars->count; v++) {
+        const za_var_t *var = &vars->vars [v];
+        for (size_t i = 0; i < var->size; i++) {
+            size_t at = var->offset + i;
+            double want = grads [0][at] + (v == regularised? 2 * 0.01 * values [at]: 0);
+            cr_assert_float_eq (grads [1][at], want, 1e-6, "%s [%zu]: %g, not %g",
+                                var->name, i, grads [1][at], want);
+        }
+    }
+    za_stack_spec_t bad;
+    za_error_set_quiet (1);
+    cr_expect_neq (za_stack_parse ("conv2d(8,3) maxpool(2,l2=0.1) flatten dense(10)", &bad), 0);
+    cr_expect (strstr (za_last_error (), "maxpool has no kernel to regularise"), "%s",
+               za_last_error ());
+    za_error_set_quiet (0);
+    za_replica_destroy (&replicas [0]);
+    za_replica_destroy (&replicas [1]);
+    za_dataset_destroy (&fashion);
 }

@@ -138,6 +138,8 @@ typedef struct {
     za_act_t act;               //  conv2d, dense (none)
     float rate;                 //  dropout
     int frozen;                 //  conv2d, dense: trainable=false
+    float l2;                   //  conv2d, dense: l2=F, Keras's kernel_regularizer L2:
+                                //  the kernel's gradient gains 2 F w
 } za_layer_spec_t;
 
 #define ZA_REGEX_MAX 256
