@@ -236,22 +236,13 @@ typedef struct {
     int count_only;                     //  1: the records counted, not read
 } s_scan_t;
 
-static void
-s_put_le (uint8_t *p, uint64_t value, int bytes)
-{
-    for (int i = 0; i < bytes; i++, value >>= 8)
-        p [i] = (uint8_t) value;
-}
-
 //  Copies a GZIP file's record (data, size bytes and its CRC) into the
 //  spill, framed as in a file. Its offset there, or -1 with an error.
 static int64_t
 s_spill (s_scan_t *scan, const uint8_t *data, size_t size)
 {
     uint8_t head [ZA_TFRECORD_HEAD_BYTES];
-    s_put_le (head, size, ZA_TFRECORD_LEN_BYTES);
-    s_put_le (head + ZA_TFRECORD_LEN_BYTES,
-              za_crc32c_mask (za_crc32c (head, ZA_TFRECORD_LEN_BYTES)), ZA_TFRECORD_CRC_BYTES);
+    za_tfrecord_head (head, size);
     int64_t at = scan->spill_size;
     if (pwrite (scan->spill, head, sizeof head, at) != (ssize_t) sizeof head
     ||  pwrite (scan->spill, data, size + ZA_TFRECORD_CRC_BYTES, at + (int64_t) sizeof head)
@@ -536,35 +527,10 @@ s_read_record (const s_source_t *self, const za_listing_item_t *item, s_scratch_
 {
     const char *path = self->list.text + item->at;
     int fd = item->spill_at >= 0? self->spill: open (path, O_RDONLY | O_CLOEXEC);
-    int64_t at = item->spill_at >= 0? item->spill_at: item->offset;
-    uint8_t head [ZA_TFRECORD_HEAD_BYTES];
-    const char *why = NULL;
-    uint64_t size = 0;
-    if (fd < 0)
-        why = strerror (errno);
-    else
-    if (pread (fd, head, sizeof head, at) != (ssize_t) sizeof head)
-        why = "cut off";
-    else
-    if ((size = head [0] | (uint64_t) head [1] << 8 | (uint64_t) head [2] << 16
-              | (uint64_t) head [3] << 24 | (uint64_t) head [4] << 32
-              | (uint64_t) head [5] << 40 | (uint64_t) head [6] << 48
-              | (uint64_t) head [7] << 56) > ZA_TFRECORD_RECORD_MAX)
-        why = "its length changed";
-    else
-    if (size + ZA_TFRECORD_CRC_BYTES > scratch->capacity) {
-        uint8_t *grown = realloc (scratch->record, size + ZA_TFRECORD_CRC_BYTES);
-        if (grown)
-            scratch->record = grown, scratch->capacity = size + ZA_TFRECORD_CRC_BYTES;
-        else
-            why = "out of memory";
-    }
-    if (!why && pread (fd, scratch->record, size + ZA_TFRECORD_CRC_BYTES,
-                       at + (int64_t) sizeof head)
-                != (ssize_t) (size + ZA_TFRECORD_CRC_BYTES))
-        why = "cut off";
-    if (!why && !za_tfrecord_data_ok (scratch->record, size))
-        why = "a wrong data CRC (the file changed)";
+    uint64_t at = (uint64_t) (item->spill_at >= 0? item->spill_at: item->offset);
+    size_t size = 0;
+    const char *why = fd < 0? strerror (errno)
+                    : za_tfrecord_read_at (fd, at, &scratch->record, &scratch->capacity, &size);
     za_feature_t feature;
     if (!why && (za_example_feature (scratch->record, size, self->image_key, &feature) != 1
              ||  za_feature_bytes (&feature, image, image_size)))
@@ -661,6 +627,17 @@ s_bad (void *arg)
     return __atomic_load_n (&((s_source_t *) arg)->bad_count, __ATOMIC_RELAXED);
 }
 
+//  FNV-1a over text (and a separator), from hash.
+#define FNV_BASIS 14695981039346656037ull
+
+static uint64_t
+s_hash_text (uint64_t hash, const char *text)
+{
+    for (const char *p = text? text: "(null)"; *p; p++)
+        hash = (hash ^ (uint8_t) *p) * 1099511628211ull;
+    return (hash ^ 0xff) * 1099511628211ull;
+}
+
 //  FNV-1a over the path and the offset: the example's key; its file's size
 //  and time: its version.
 static int
@@ -669,10 +646,8 @@ s_identity (void *arg, int64_t index, uint64_t *key, uint64_t *version)
     const s_source_t *self = (const s_source_t *) arg;
     const za_listing_item_t *item = &self->list.items [index];
     const char *path = self->list.text + item->at;
-    uint64_t hash = 14695981039346656037ull;
-    for (const char *p = path; *p; p++)
-        hash = (hash ^ (uint8_t) *p) * 1099511628211ull;
-    hash = (hash ^ (uint64_t) item->offset) * 1099511628211ull;
+    uint64_t hash = (s_hash_text (FNV_BASIS, path) ^ (uint64_t) item->offset)
+                  * 1099511628211ull;
     struct stat st;
     if (stat (path, &st))
         return -1;
@@ -703,14 +678,6 @@ s_spill_new (void)
     return fd;
 }
 
-static uint64_t
-s_hash_text (uint64_t hash, const char *text)
-{
-    for (const char *p = text? text: "(null)"; *p; p++)
-        hash = (hash ^ (uint8_t) *p) * 1099511628211ull;
-    return (hash ^ 0xff) * 1099511628211ull;
-}
-
 uint64_t
 za_images_config_hash (const za_images_config_t *c)
 {
@@ -720,8 +687,7 @@ za_images_config_hash (const za_images_config_t *c)
               c->image.crop_to_aspect_ratio, c->validation_split, (int) c->subset,
               (unsigned long long) c->seed, c->num_shards, c->shard_index, c->label_base,
               c->unlabeled);
-    uint64_t hash = 14695981039346656037ull;
-    hash = s_hash_text (hash, c->source);
+    uint64_t hash = s_hash_text (FNV_BASIS, c->source);
     hash = s_hash_text (hash, c->class_names);
     hash = s_hash_text (hash, c->image_key);
     hash = s_hash_text (hash, c->label_key);

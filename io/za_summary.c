@@ -178,8 +178,7 @@ static int
 s_record_write (za_summary_writer_t *self, size_t data_size)
 {
     uint8_t *head = self->buffer;
-    s_put_le64 (head, (uint64_t) data_size);
-    s_put_le32 (head + ZA_TFRECORD_LEN_BYTES, za_crc32c_mask (za_crc32c (head, ZA_TFRECORD_LEN_BYTES)));
+    za_tfrecord_head (head, (uint64_t) data_size);
     uint8_t *data = head + ZA_TFRECORD_HEAD_BYTES;
     s_put_le32 (data + data_size, za_crc32c_mask (za_crc32c (data, data_size)));
 

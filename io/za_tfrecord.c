@@ -1,6 +1,7 @@
 /*  za_tfrecord.c: TFRecord files read in order (plain or GZIP, through
     zlib's gzread, which passes plain files through), their CRC32Cs, and
     the few protobuf rules a tf.train.Example needs.                        */
+#define _GNU_SOURCE                     //  pread
 #include "za/za_tfrecord.h"
 #include "za/za_util.h"
 
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #define TFRECORD_ERROR_MAX 1024
@@ -102,6 +104,49 @@ int
 za_tfrecord_data_ok (const uint8_t *data, size_t size)
 {
     return s_get_le32 (data + size) == za_crc32c_mask (za_crc32c (data, size));
+}
+
+static void
+s_put_le (uint8_t *p, uint64_t value, int bytes)
+{
+    for (int i = 0; i < bytes; i++, value >>= 8)
+        p [i] = (uint8_t) value;
+}
+
+void
+za_tfrecord_head (uint8_t *head, uint64_t size)
+{
+    s_put_le (head, size, ZA_TFRECORD_LEN_BYTES);
+    s_put_le (head + ZA_TFRECORD_LEN_BYTES,
+              za_crc32c_mask (za_crc32c (head, ZA_TFRECORD_LEN_BYTES)), ZA_TFRECORD_CRC_BYTES);
+}
+
+const char *
+za_tfrecord_read_at (int fd, uint64_t offset, uint8_t **buffer, size_t *capacity,
+                     size_t *size)
+{
+    uint8_t head [ZA_TFRECORD_HEAD_BYTES];
+    if (pread (fd, head, sizeof head, (off_t) offset) != (ssize_t) sizeof head)
+        return "cut off";
+    uint64_t length = s_get_le64 (head);
+    if (s_get_le32 (head + ZA_TFRECORD_LEN_BYTES)
+        != za_crc32c_mask (za_crc32c (head, ZA_TFRECORD_LEN_BYTES))
+        || length > ZA_TFRECORD_RECORD_MAX)
+        return "a wrong length CRC";
+    size_t needed = (size_t) length + ZA_TFRECORD_CRC_BYTES;
+    if (needed > *capacity) {
+        uint8_t *grown = realloc (*buffer, needed);
+        if (!grown)
+            return "out of memory";
+        *buffer = grown;
+        *capacity = needed;
+    }
+    if (pread (fd, *buffer, needed, (off_t) (offset + sizeof head)) != (ssize_t) needed)
+        return "cut off";
+    if (!za_tfrecord_data_ok (*buffer, (size_t) length))
+        return "a wrong data CRC";
+    *size = (size_t) length;
+    return NULL;
 }
 
 //  --------------------------------------------------------------------------

@@ -324,8 +324,11 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
         if (rc)
             return rc;
     }
-    //  What predict needs to read images as training did.
-    if (settings->train_data && !settings->predict && settings->model_dir)
+    //  What predict needs to read images as training did: written once, by
+    //  the process that trains alone, the launcher or the chief (the class
+    //  names take a listing of the source).
+    int writes = !settings->role || streq (settings->role, "chief");
+    if (writes && settings->train_data && !settings->predict && settings->model_dir)
         za_input_json_save (settings, !program->model_fn);
     return 0;
 }

@@ -43,9 +43,7 @@ Test (predict, predicts_the_eval_folder_as_the_evaluation_scored_it, .timeout = 
                            "--save-checkpoints-steps", "30", "--model-dir", model, NULL};
     za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
     cr_assert_eq (result.exit_code, 0, "%s", result.err);
-    double accuracy = -1;
-    const char *line = strstr (result.out, "test accuracy ");
-    cr_assert (line && sscanf (line, "test accuracy %lf", &accuracy) == 1, "%s", result.out);
+    double accuracy = za_test_accuracy (result.out);
     za_test_result_free (&result);
 
     //  No flag but the model dir and the data: input.json has the rest.

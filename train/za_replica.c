@@ -31,6 +31,12 @@ struct _za_replica_t {
     za_optim_config_t optim;
     int train;
     const za_warm_start_t *warm_start;
+    //  The block's runs of variables that train, [from, to): set once the
+    //  variables are declared; one run [0, total) when nothing is frozen
+    //  (a frozen variable's floats are never updated, clipped or summed).
+    size_t run_from [ZA_MAX_VARS], run_to [ZA_MAX_VARS];
+    int run_count;
+    int frozen_count;
 
     //  Data parallelism inside the process: each batch is split over `threads`
     //  threads, each with its own model state and gradient buffer (thread 0's
@@ -126,6 +132,31 @@ s_destroy_states (za_replica_t *self)
 //  device, its whole slice, and a buffer the slice is copied up into). The
 //  variable table comes out the same each time; values are kept. On
 //  failure no state is left, so the next call plans again.
+//  The runs of variables that train: consecutive ones (and the padding
+//  between them) join; a frozen one ends a run. Nothing frozen: [0, total).
+static void
+s_plan_runs (za_replica_t *self)
+{
+    const za_vars_t *vars = &self->vars;
+    self->run_count = self->frozen_count = 0;
+    int open = 0;
+    for (int v = 0; v < vars->count; v++) {
+        const za_var_t *var = &vars->vars [v];
+        if (var->frozen) {
+            self->frozen_count++;
+            open = 0;
+            continue;
+        }
+        if (!open)
+            self->run_from [self->run_count++] = self->frozen_count? var->offset: 0;
+        self->run_to [self->run_count - 1] = var->offset + var->size;
+        open = 1;
+    }
+    //  The last run takes the block's tail (padding, zero).
+    if (open && self->run_count)
+        self->run_to [self->run_count - 1] = vars->total;
+}
+
 static int
 s_plan (za_replica_t *self, int batch_max)
 {
@@ -159,6 +190,7 @@ s_plan (za_replica_t *self, int batch_max)
         self->vars = vars;
     }
     self->per_thread = per_thread;
+    s_plan_runs (self);
     return 0;
 }
 
@@ -691,7 +723,7 @@ za_replica_compute_gradients (za_replica_t *self, const za_batch_t *batch, int64
     *loss_mean = loss_sum / batch->size;
     //  A frozen layer above one that trains got a gradient on its way down:
     //  it is none of the update's (a ps or the ring sees zeros).
-    for (int v = 0; self->be->host_memory && v < self->vars.count; v++)
+    for (int v = 0; self->frozen_count && self->be->host_memory && v < self->vars.count; v++)
         if (self->vars.vars [v].frozen)
             memset (self->grads + self->vars.vars [v].offset, 0,
                     self->vars.vars [v].size * sizeof (float));
@@ -706,22 +738,13 @@ s_apply_trainable (za_replica_t *self, int64_t step, float *values, const float 
                                                  const float *, float **, size_t))
 {
     int slot_count = s_slot_count (self);
-    size_t from = 0, to = 0;            //  the run being gathered: [from, to)
-    for (int v = 0; v <= self->vars.count; v++) {
-        const za_var_t *var = v < self->vars.count? &self->vars.vars [v]: NULL;
-        if (var && !var->frozen && var->offset == to && to > from) {
-            to = var->offset + var->size;
-            continue;
-        }
-        if (to > from) {
-            float *views [ZA_OPTIM_MAX_SLOTS];
-            for (int s = 0; s < slot_count; s++)
-                views [s] = slots [s] + from;
-            apply (&self->optim, step, values + from, grads + from, views, to - from);
-        }
-        from = to = 0;
-        if (var && !var->frozen)
-            from = var->offset, to = var->offset + var->size;
+    for (int r = 0; r < self->run_count; r++) {
+        size_t from = self->run_from [r];
+        float *views [ZA_OPTIM_MAX_SLOTS];
+        for (int s = 0; s < slot_count; s++)
+            views [s] = slots [s] + from;
+        apply (&self->optim, step, values + from, grads + from, views,
+               self->run_to [r] - from);
     }
 }
 
@@ -730,14 +753,11 @@ za_replica_clip_gradients (za_replica_t *self, float clip)
 {
     if (!self->be->host_memory)
         return -1;
-    size_t offset [ZA_MAX_VARS], size [ZA_MAX_VARS];
-    int count = 0;
-    for (int v = 0; v < self->vars.count; v++)
-        if (!self->vars.vars [v].frozen) {
-            offset [count] = self->vars.vars [v].offset;
-            size [count++] = self->vars.vars [v].size;
-        }
-    return za_optim_clip_by_global_norm (self->grads, offset, size, count, clip);
+    size_t size [ZA_MAX_VARS];
+    for (int r = 0; r < self->run_count; r++)
+        size [r] = self->run_to [r] - self->run_from [r];
+    return za_optim_clip_by_global_norm (self->grads, self->run_from, size, self->run_count,
+                                         clip);
 }
 
 void

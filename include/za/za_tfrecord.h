@@ -44,6 +44,17 @@ uint32_t za_crc32c_mask (uint32_t crc);
 //  1 when the record's data (size bytes, followed by its 4 CRC bytes) is whole.
 int za_tfrecord_data_ok (const uint8_t *data, size_t size);
 
+//  A record's head for `size` bytes of data: the length and its masked CRC,
+//  into head [ZA_TFRECORD_HEAD_BYTES].
+void za_tfrecord_head (uint8_t *head, uint64_t size);
+
+//  Reads the record at `offset` of fd (its length, checked; its data and
+//  CRC) into *buffer (grown as needed, *capacity bytes): NULL and *size, or
+//  why it cannot ("cut off", "a wrong length CRC", "a wrong data CRC",
+//  "out of memory").
+const char *za_tfrecord_read_at (int fd, uint64_t offset, uint8_t **buffer, size_t *capacity,
+                                 size_t *size);
+
 //  Reads a file's records in order.
 typedef struct za_tfrecord_reader_t za_tfrecord_reader_t;
 
