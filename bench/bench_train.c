@@ -10,7 +10,10 @@
          variables FREEZE selects frozen; with `cache`, --cache-frozen, timed
          after a first epoch that fills it
     bench_train peak THREADS
-      -> sgemm_peak gflops=F threads=T n=N                                  */
+      -> sgemm_peak gflops=F threads=T n=N
+
+    ZA_BENCH_DEVICE=cuda (any --device text) trains on that device, and
+    ZA_BENCH_REPLICAS=N puts N replicas on each GPU (--replicas-per-device).  */
 #include "za/za_estimator.h"
 #include "za/za_idx.h"
 
@@ -18,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PEAK_N 1536
@@ -28,15 +32,28 @@ typedef struct {
     int64_t warmup;
     double t_start;
     double t_end;
+    double wall_start;              //  the same, in Unix time (bench/gpu.sh
+    double wall_end;                //  reads the GPU's samples in between)
 } s_timer_t;
+
+static double
+s_wall (void)
+{
+    struct timespec now;
+    clock_gettime (CLOCK_REALTIME, &now);
+    return (double) now.tv_sec + now.tv_nsec * 1e-9;
+}
 
 static int
 s_after_run (void *arg, const za_run_context_t *ctx)
 {
     s_timer_t *timer = (s_timer_t *) arg;
-    if (ctx->global_step == timer->warmup)
+    if (ctx->global_step == timer->warmup) {
         timer->t_start = za_clock_mono ();
+        timer->wall_start = s_wall ();
+    }
     timer->t_end = za_clock_mono ();
+    timer->wall_end = s_wall ();
     return 0;
 }
 
@@ -104,6 +121,13 @@ s_speed (const char *model, const char *freeze, int cache, za_dataset_t *train, 
     config.log_step_count_steps = 0;
     config.save_summary_steps = 0;
     config.progress = 0;
+    const char *device = getenv ("ZA_BENCH_DEVICE");
+    if (device && *device && za_device_parse (device, &config.device)) {
+        fprintf (stderr, "bench_train: ZA_BENCH_DEVICE: %s\n", za_last_error ());
+        return 1;
+    }
+    const char *replicas = getenv ("ZA_BENCH_REPLICAS");
+    config.replicas_per_device = replicas? atoi (replicas): 0;
     za_optim_config_t optim = za_optim_config_default (ZA_OPT_ADAM);
     za_input_shape_t shape = {train->height, train->width, train->channels};
     za_estimator_t *estimator = za_estimator_new (za_stack_model_fn (), &spec, shape, &optim,
@@ -121,8 +145,10 @@ s_speed (const char *model, const char *freeze, int cache, za_dataset_t *train, 
     double flops = 3 * za_stack_forward_flops (&spec, shape) * images;
     if (rc == 0)
         printf ("zactor images_per_sec=%.1f batch=%d threads=%d steps=%d seconds=%.4f "
-                "gflops=%.1f\n", images / seconds, batch, threads, steps, seconds,
-                flops / seconds / 1e9);
+                "gflops=%.1f device=%s replicas=%d window=%.3f,%.3f\n", images / seconds, batch,
+                threads, steps, seconds, flops / seconds / 1e9, device && *device? device: "cpu",
+                config.replicas_per_device? config.replicas_per_device: 1, timer.wall_start,
+                timer.wall_end);
     za_estimator_destroy (&estimator);
     char command [256];
     snprintf (command, sizeof command, "rm -rf '%s'", dir);

@@ -10,6 +10,10 @@ on stderr.
 
   --mode speed    --batch B --threads T --steps S --warmup W
       prints: torch images_per_sec=<f> batch=<B> threads=<T> steps=<S> seconds=<f>
+      --device cuda: the model on the GPU, each batch copied there from pinned
+      host memory inside the timed loop (zactor uploads each batch too);
+      --no-tf32: convolutions in plain fp32 (PyTorch's default lets cuDNN
+      use TF32 tensor cores for them; zactor's fp32 does not)
   --mode accuracy --epochs E --batch 64 --seed K --threads T
       prints per epoch: torch epoch=<e> test_accuracy=<f> test_loss=<f> seconds=<f>
       (seconds = wall time of that epoch's training, evaluation excluded)
@@ -108,7 +112,8 @@ def evaluate(model, loss_fn, x, y, batch=1000):
 def mode_speed(args):
     x, y = load_split("train")
     torch.manual_seed(args.seed)
-    model = make_model()
+    dev = torch.device(args.device)
+    model = make_model().to(dev)
     opt = make_optimizer(model)
     loss_fn = nn.CrossEntropyLoss()
     n = x.shape[0]
@@ -119,17 +124,31 @@ def mode_speed(args):
     total = args.warmup + args.steps
     starts = torch.randint(0, n - args.batch + 1, (total,), generator=g).tolist()
     batches = [(x[s:s + args.batch], y[s:s + args.batch]) for s in starts]
+    if dev.type == "cuda":
+        batches = [(xb.pin_memory(), yb.pin_memory()) for xb, yb in batches]
+
+    def step(i):
+        xb, yb = batches[i]
+        train_step(model, opt, loss_fn, xb.to(dev, non_blocking=True),
+                   yb.to(dev, non_blocking=True))
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
 
     model.train()
     for i in range(args.warmup):
-        train_step(model, opt, loss_fn, *batches[i])
+        step(i)
+    sync()
     t0 = time.perf_counter()
     for i in range(args.warmup, total):
-        train_step(model, opt, loss_fn, *batches[i])
+        step(i)
+    sync()
     secs = time.perf_counter() - t0
     ips = args.steps * args.batch / secs if secs > 0 else float("inf")
-    print("torch images_per_sec=%.3f batch=%d threads=%d steps=%d seconds=%.6f"
-          % (ips, args.batch, args.threads, args.steps, secs), flush=True)
+    print("torch images_per_sec=%.3f batch=%d threads=%d steps=%d seconds=%.6f device=%s tf32=%d"
+          % (ips, args.batch, args.threads, args.steps, secs, args.device,
+             torch.backends.cudnn.allow_tf32), flush=True)
 
 
 def mode_accuracy(args):
@@ -164,7 +183,11 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (speed mode)")
+    p.add_argument("--no-tf32", action="store_true", help="cuDNN convolutions in plain fp32")
     args = p.parse_args()
+    if args.no_tf32:
+        torch.backends.cudnn.allow_tf32 = False
     if args.batch < 1 or args.threads < 1 or args.steps < 1 or args.warmup < 0 \
             or args.epochs < 1:
         p.error("batch, threads, steps, epochs must be >= 1 and warmup >= 0")

@@ -7,7 +7,9 @@ on the first 2,048 Fashion-MNIST images nearest-upscaled to SIDE x SIDE x 3
 requires_grad_(False): PyTorch then computes no weight gradient for them,
 and autograd stops below the first layer that needs one.
 
-Usage: transfer_torch.py SIDE BATCH THREADS STEPS WARMUP [--frozen]
+Usage: transfer_torch.py SIDE BATCH THREADS STEPS WARMUP [--frozen] [--cuda]
+(--cuda: on the GPU, each batch copied there inside the timed loop;
+--no-tf32: cuDNN's convolutions in plain fp32, not PyTorch's default TF32).
 Prints "torch images_per_sec=F ...".
 """
 import gzip
@@ -40,6 +42,9 @@ def images(side):
 def main():
     side, batch, threads, steps, warmup = (int(a) for a in sys.argv[1:6])
     frozen = "--frozen" in sys.argv
+    device = torch.device("cuda" if "--cuda" in sys.argv else "cpu")
+    if "--no-tf32" in sys.argv:
+        torch.backends.cudnn.allow_tf32 = False
     torch.set_num_threads(threads)
     torch.manual_seed(42)
     data = images(side)
@@ -48,21 +53,30 @@ def main():
     if frozen:
         base.requires_grad_(False)
     model = torch.nn.Sequential(base, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                                torch.nn.Linear(512, 10))
+                                torch.nn.Linear(512, 10)).to(device)
+    if device.type == "cuda":
+        data, labels = data.pin_memory(), labels.pin_memory()
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     loss_fn = torch.nn.CrossEntropyLoss()
     start = None
     for step in range(warmup + steps):
         if step == warmup:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
             start = time.monotonic()
         at = (step * batch) % (COUNT - batch)
         optimizer.zero_grad()
-        loss = loss_fn(model(data[at:at + batch]), labels[at:at + batch])
+        x = data[at:at + batch].to(device, non_blocking=True)
+        y = labels[at:at + batch].to(device, non_blocking=True)
+        loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     seconds = time.monotonic() - start
-    print("torch images_per_sec=%.1f batch=%d threads=%d steps=%d seconds=%.4f frozen=%d"
-          % (steps * batch / seconds, batch, threads, steps, seconds, frozen))
+    print("torch images_per_sec=%.1f batch=%d threads=%d steps=%d seconds=%.4f frozen=%d device=%s tf32=%d"
+          % (steps * batch / seconds, batch, threads, steps, seconds, frozen, device.type,
+             torch.backends.cudnn.allow_tf32))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+#  The GPU checks (GPU.md) in one run, on a machine with an NVIDIA GPU, a
+#  CUDA build (-DZA_CUDA=ON) and PyTorch with CUDA in python3:
+#    1. cuda_layers: every layer, the softmax and the optimizers against the CPU
+#    2. images/s at batch 64, 256 and 1024, zactor (bench_train speed) against
+#       PyTorch (torch_fmnist.py --device cuda) on the identical model,
+#       alternating, ROUNDS rounds; the GPU's busy share sampled by nvidia-smi
+#       over the timed steps alone (a run's start would dilute it)
+#    3. two replicas on the GPU (--replicas-per-device 2) against one
+#    4. VGG16's base (64x64x3, batch 64), frozen and whole, against PyTorch
+#    5. the seed CNN, EPOCHS epochs, --device cuda against --device cpu
+#       (same seed), side by side: the test accuracies (last: the longest)
+#  PyTorch runs twice: as it comes (cuDNN's convolutions in TF32) and with
+#  --no-tf32 (plain fp32, as zactor computes).
+#  Usage: bench/gpu.sh [BUILD_DIR] [LOG_DIR] [EPOCHS] [ROUNDS]
+#  ONLY="2 4" runs those checks alone.
+#  Fashion-MNIST is read from /usr/share/datasets/fashion-mnist.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-$here/../build}
+logs=${2:-/tmp/zactor-gpu}
+epochs=${3:-5}
+rounds=${4:-2}
+mkdir -p "$logs"
+threads=$(( $(nproc) < 8? $(nproc): 8 ))
+only=${ONLY:-1 2 3 4 5}
+want () { [[ " $only " == *" $1 "* ]]; }
+say () { echo "== $*"; }
+rate () { sed -nE 's/.*images_per_sec=([0-9.]+).*/\1/p' | tail -1; }
+median () { sort -g | awk '{a[NR]=$1} END {print (NR%2)? a[(NR+1)/2]: (a[NR/2]+a[NR/2+1])/2}'; }
+
+#  nvidia-smi's utilization.gpu (the share of time a kernel ran), sampled
+#  every 100 ms while a command runs, into FILE.
+busy () {
+    local file=$1; shift
+    nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 100 \
+        >"$file" 2>/dev/null &
+    local sampler=$!
+    "$@"
+    local rc=$?
+    kill $sampler 2>/dev/null; wait $sampler 2>/dev/null
+    return $rc
+}
+#  The mean of FILE's samples inside the timed steps (bench_train's window=).
+mean () {
+    python3 - "$1" "$(sed -nE 's/.*window=([0-9.]+),([0-9.]+).*/\1 \2/p' <<<"$2")" <<'PY'
+import datetime, sys
+try:
+    t0, t1 = (float(x) for x in sys.argv[2].split())
+except ValueError:
+    print("-"); sys.exit()
+seen = []
+for row in open(sys.argv[1]):
+    stamp, _, value = row.rpartition(",")
+    try:
+        t = datetime.datetime.strptime(stamp.strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp()
+        if t0 <= t <= t1:
+            seen.append(float(value))
+    except ValueError:
+        pass
+print("%.0f" % (sum(seen) / len(seen)) if seen else "-")
+PY
+}
+
+say "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+say "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
+say "torch: $(python3 -c 'import torch; print(torch.__version__, torch.version.cuda)' 2>&1)"
+
+if want 1; then
+say "1. cuda_layers"
+timeout 180 "$build/cuda_layers" >"$logs/cuda_layers.txt" 2>&1
+echo "cuda_layers rc=$? ($(grep -c ' ok$' "$logs/cuda_layers.txt") ok, $(grep -c FAIL "$logs/cuda_layers.txt") FAIL)"
+grep -E 'FAIL|rror' "$logs/cuda_layers.txt" | head -20
+fi
+
+if want 2; then
+say "2. images/s, seed CNN, zactor against PyTorch, $rounds rounds"
+declare -A z t f u
+ratio () { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b}'; }
+for ((r = 0; r < rounds; r++)); do
+    for b in 64 256 1024; do
+        steps=$(( b == 64? 3000: b == 256? 1500: 600 ))
+        line=$(busy "$logs/busy_$b.txt" env ZA_BENCH_DEVICE=cuda timeout 120 \
+               "$build/bench_train" speed "$b" "$threads" "$steps" 20 2>>"$logs/speed.err")
+        share=$(mean "$logs/busy_$b.txt" "$line")
+        echo "$line  busy=$share%"
+        z[$b]+="$(rate <<<"$line") "; u[$b]+="$share "
+        line=$(timeout 120 python3 "$here/torch_fmnist.py" --mode speed --device cuda \
+               --batch "$b" --steps "$steps" --warmup 20 --threads "$threads" 2>>"$logs/speed.err")
+        echo "$line"
+        t[$b]+="$(rate <<<"$line") "
+        line=$(timeout 120 python3 "$here/torch_fmnist.py" --mode speed --device cuda --no-tf32 \
+               --batch "$b" --steps "$steps" --warmup 20 --threads "$threads" 2>>"$logs/speed.err")
+        echo "$line"
+        f[$b]+="$(rate <<<"$line") "
+    done
+done
+for b in 64 256 1024; do
+    zm=$(tr ' ' '\n' <<<"${z[$b]}" | grep . | median); tm=$(tr ' ' '\n' <<<"${t[$b]}" | grep . | median)
+    fm=$(tr ' ' '\n' <<<"${f[$b]}" | grep . | median)
+    echo "batch $b: zactor $zm img/s, torch (tf32 convs) $tm, torch fp32 $fm; zactor/torch $(ratio "$zm" "$tm")x, zactor/torch-fp32 $(ratio "$zm" "$fm")x; busy ${u[$b]}%"
+done
+fi
+
+if want 3; then
+say "3. replicas on one GPU: 2 against 1 at the same batch"
+for b in 256 1024; do
+    for n in 1 2 1 2; do
+        line=$(env ZA_BENCH_DEVICE=cuda ZA_BENCH_REPLICAS=$n timeout 120 \
+               "$build/bench_train" speed "$b" "$threads" 200 20 2>>"$logs/speed.err")
+        echo "$line"
+    done
+done
+fi
+
+if want 4; then
+say "4. VGG16 base 64x64x3 + head, batch 64: zactor against PyTorch"
+model="vgg16 globalavgpool dense(10)"
+for ((r = 0; r < rounds; r++)); do
+    echo "zactor frozen: $(env ZA_BENCH_DEVICE=cuda timeout 120 "$build/bench_train" model "$model" 64 64 "$threads" 30 3 conv2d 2>>"$logs/speed.err")"
+    echo "torch  frozen: $(timeout 120 python3 "$here/transfer_torch.py" 64 64 "$threads" 30 3 --frozen --cuda 2>>"$logs/speed.err")"
+    echo "zactor whole:  $(env ZA_BENCH_DEVICE=cuda timeout 120 "$build/bench_train" model "$model" 64 64 "$threads" 30 3 2>>"$logs/speed.err")"
+    echo "torch  whole:  $(timeout 120 python3 "$here/transfer_torch.py" 64 64 "$threads" 30 3 --cuda 2>>"$logs/speed.err")"
+    echo "torch  frozen: $(timeout 120 python3 "$here/transfer_torch.py" 64 64 "$threads" 30 3 --frozen --cuda --no-tf32 2>>"$logs/speed.err")"
+    echo "torch  whole:  $(timeout 120 python3 "$here/transfer_torch.py" 64 64 "$threads" 30 3 --cuda --no-tf32 2>>"$logs/speed.err")"
+done
+fi
+
+if want 5; then
+say "5. seed CNN, $epochs epochs, seed 1: cpu and cuda, side by side"
+for dev in cpu cuda; do
+    rm -rf "/tmp/zactor-gpu-$dev"
+    n=$threads; [ $dev = cpu ] && n=$(( $(nproc) > 4? $(nproc) - 2: $(nproc) ))
+    ( timeout 400 "$build/zactor-run" --model-dir "/tmp/zactor-gpu-$dev" \
+          --epochs "$epochs" --seed 1 --device "$dev" --threads "$n" \
+          >"$logs/accuracy_$dev.txt" 2>&1; echo "rc=$?" >>"$logs/accuracy_$dev.txt" ) &
+done
+wait
+for dev in cpu cuda; do
+    echo "$dev: $(grep -E 'test accuracy|trained to|rc=|rror' "$logs/accuracy_$dev.txt" | tr '\n' ' ')"
+done
+fi
+tail -5 "$logs/speed.err"
