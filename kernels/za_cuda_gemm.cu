@@ -38,25 +38,83 @@ k_relu_mask (size_t count, const float *out, float *dout)
             dout [i] = 0.0f;
 }
 
-//  dbias[u] += sum over rows of dout[r, u]: a block per column, rows in the
-//  order of a strided walk then a tree.
+//  dbias[u] += sum over rows of dout[r, u], in two passes that add in a fixed
+//  order (the same sums every run). Pass one: block (x, y) sums its chunk of
+//  rows for 32 columns, a warp reading 32 neighbouring columns of a row at
+//  once, 8 rows apart per lane; the lanes are added in order.
+#define SUM_COLUMNS 32
+#define SUM_LANES 8
+#define SUM_BLOCKS 1024
+
 __global__ void
-k_column_sums (size_t rows, int units, const float *dout, float *dbias)
+k_column_partials (size_t rows, int units, size_t chunk, const float *dout, float *partial)
 {
-    __shared__ float partial [BLOCK_THREADS];
-    int u = blockIdx.x;
+    __shared__ float lanes [SUM_LANES][SUM_COLUMNS];
+    int u = blockIdx.x * SUM_COLUMNS + threadIdx.x;
+    size_t lo = (size_t) blockIdx.y * chunk;
+    size_t hi = lo + chunk < rows? lo + chunk: rows;
     float sum = 0.0f;
-    for (size_t r = threadIdx.x; r < rows; r += blockDim.x)
-        sum += dout [r * units + u];
-    partial [threadIdx.x] = sum;
+    if (u < units)
+        for (size_t r = lo + threadIdx.y; r < hi; r += SUM_LANES)
+            sum += dout [r * units + u];
+    lanes [threadIdx.y][threadIdx.x] = sum;
     __syncthreads ();
-    for (int half = blockDim.x / 2; half > 0; half /= 2) {
-        if ((int) threadIdx.x < half)
-            partial [threadIdx.x] += partial [threadIdx.x + half];
-        __syncthreads ();
+    if (threadIdx.y == 0 && u < units) {
+        float total = 0.0f;
+        for (int lane = 0; lane < SUM_LANES; lane++)
+            total += lanes [lane][threadIdx.x];
+        partial [(size_t) blockIdx.y * units + u] = total;
     }
-    if (threadIdx.x == 0)
-        dbias [u] += partial [0];
+}
+
+//  Pass two: dbias[u] += column u's partial sums, chunk by chunk.
+__global__ void
+k_column_total (int parts, int units, const float *partial, float *dbias)
+{
+    FOR_EACH (u, (size_t) units) {
+        float sum = 0.0f;
+        for (int p = 0; p < parts; p++)
+            sum += partial [(size_t) p * units + u];
+        dbias [u] += sum;
+    }
+}
+
+//  This thread's scratch for floats partial sums on its device, or NULL.
+static float *
+s_partials (size_t floats)
+{
+    za_cuda_thread_t *self = &za_cuda_self;
+    int dev = self->device;
+    if (floats > self->partial_floats [dev]) {
+        cudaFree (self->partial [dev]);
+        self->partial [dev] = NULL;
+        self->partial_floats [dev] = 0;
+        if (!za_cuda_ok (cudaMalloc ((void **) &self->partial [dev], floats * sizeof (float)),
+                         "cudaMalloc"))
+            return NULL;
+        self->partial_floats [dev] = floats;
+    }
+    return self->partial [dev];
+}
+
+static void
+s_column_sums (size_t rows, int units, const float *dout, float *dbias)
+{
+    unsigned across = (unsigned) ((units + SUM_COLUMNS - 1) / SUM_COLUMNS);
+    size_t down = (rows + 63) / 64;
+    size_t most = across < SUM_BLOCKS? SUM_BLOCKS / across: 1;
+    if (down > most)
+        down = most;
+    if (down < 1)
+        down = 1;
+    size_t chunk = (rows + down - 1) / down;
+    float *partial = s_partials (down * (size_t) units);
+    if (!partial)
+        return;
+    k_column_partials<<<dim3 (across, (unsigned) down), dim3 (SUM_COLUMNS, SUM_LANES)>>> (
+        rows, units, chunk, dout, partial);
+    za_cuda_launched ("k_column_partials");
+    LAUNCH (k_column_total, (size_t) units, (int) down, units, partial, dbias);
 }
 
 // ---------------------------------------------------------------------------
@@ -89,8 +147,7 @@ s_act_bias_backward (size_t rows, int units, const float *out, za_act_t act, flo
     size_t count = rows * units;
     if (act == ZA_ACT_RELU)
         LAUNCH (k_relu_mask, count, count, out, dout);
-    k_column_sums<<<units, BLOCK_THREADS>>> (rows, units, dout, dbias);
-    za_cuda_launched ("k_column_sums");
+    s_column_sums (rows, units, dout, dbias);
 }
 
 void

@@ -14,7 +14,8 @@
 #define GRID_BLOCKS_MAX 65535
 
 //  The calling thread's device, its cuBLAS handles, the first error since
-//  its last sync, and scratch for the loss's per-row results.
+//  its last sync, and scratch for the loss's per-row results and the bias
+//  gradient's partial sums.
 typedef struct {
     int device;
     cublasHandle_t blas [ZA_DEVICE_MAX];
@@ -22,6 +23,8 @@ typedef struct {
     double *row_loss [ZA_DEVICE_MAX];       //  device
     int *row_flags [ZA_DEVICE_MAX];         //  device: 1 correct, 2 invalid label
     int rows [ZA_DEVICE_MAX];
+    float *partial [ZA_DEVICE_MAX];         //  device: the bias gradient's partial sums
+    size_t partial_floats [ZA_DEVICE_MAX];
     double *host_loss;                      //  pinned
     int *host_flags;
     int host_rows;
