@@ -75,11 +75,11 @@ main (int argc, char **argv)
     TIME ("softmax_xent", 0, be->softmax_xent (n, 10, o7, labels, g7, &correct, NULL));
     TIME ("dense2 bwd", 2 * f5, be->dense_backward (n, 64, 10, o6, k5, o7, ZA_ACT_NONE, g7, dk, db, g6));
     TIME ("dense1 bwd", 2 * f4, be->dense_backward (n, 576, 64, o5, k4, o6, ZA_ACT_RELU, g6, dk, db, g5));
-    TIME ("conv3 bwd", 2 * f3, be->conv2d_backward (&c3, cols3, k3, o5, ZA_ACT_RELU, g5, dk, db, dcols, g4));
+    TIME ("conv3 bwd", 2 * f3, be->conv2d_backward (&c3, o4, cols3, k3, o5, ZA_ACT_RELU, g5, dk, db, dcols, g4));
     TIME ("pool2 bwd", 0, be->maxpool_backward (&p2, g4, am2, g3));
-    TIME ("conv2 bwd", 2 * f2, be->conv2d_backward (&c2, cols2, k2, o3, ZA_ACT_RELU, g3, dk, db, dcols, g2));
+    TIME ("conv2 bwd", 2 * f2, be->conv2d_backward (&c2, o2, cols2, k2, o3, ZA_ACT_RELU, g3, dk, db, dcols, g2));
     TIME ("pool1 bwd", 0, be->maxpool_backward (&p1, g2, am1, g1));
-    TIME ("conv1 bwd", f1, be->conv2d_backward (&c1, cols1, k1, o1, ZA_ACT_RELU, g1, dk, db, dcols, NULL));
+    TIME ("conv1 bwd", f1, be->conv2d_backward (&c1, x, cols1, k1, o1, ZA_ACT_RELU, g1, dk, db, dcols, NULL));
     printf ("%-22s %8.3f ms  -> %.0f images/s (kernels only)\n", "total", total, n / total * 1000);
     return 0;
 }

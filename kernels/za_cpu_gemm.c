@@ -2,6 +2,7 @@
     and one OpenBLAS sgemm over the whole batch, or direct loops for short
     patches) and dense, with the bias and activation folded in.            */
 #include "za_cpu_gemm.h"
+#include "za_cpu_dnnl.h"
 #include "za_elem.h"
 
 #include <cblas.h>
@@ -261,6 +262,10 @@ za_cpu_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *
 {
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
+    //  oneDNN where it is built in and takes the geometry: no im2col matrix
+    //  (its backward reads the input itself).
+    if (za_cpu_dnnl_conv2d_forward (d, in, kernel, bias, act, out) == 0)
+        return;
     s_im2col (d, in, cols);
     if (s_small_k (K, d->oc)) {
         s_small_k_forward (P, K, d->oc, cols, kernel, bias, act, out);
@@ -272,13 +277,18 @@ za_cpu_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *
 }
 
 void
-za_cpu_conv2d_backward (const za_conv2d_dims_t *d, const float *cols, const float *kernel,
-                        const float *out, za_act_t act, float *dout, float *dkernel,
-                        float *dbias, float *dcols, float *din)
+za_cpu_conv2d_backward (const za_conv2d_dims_t *d, const float *in, float *cols,
+                        const float *kernel, const float *out, za_act_t act, float *dout,
+                        float *dkernel, float *dbias, float *dcols, float *din)
 {
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
     s_act_bias_backward ((size_t) P, d->oc, out, act, dout, dbias);
+    if (za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, dkernel, din) == 0)
+        return;
+    //  With oneDNN on, the forward may have left no im2col matrix.
+    if (za_cpu_dnnl_on ())
+        s_im2col (d, in, cols);
     if (s_small_k (K, d->oc))
         s_small_k_dkernel (P, K, d->oc, cols, dout, dkernel);
     else

@@ -9,7 +9,8 @@
 void za_cpu_conv2d_forward (const za_conv2d_dims_t *d, const float *in,
                             const float *kernel, const float *bias, za_act_t act,
                             float *cols, float *out);
-void za_cpu_conv2d_backward (const za_conv2d_dims_t *d, const float *cols,
+void za_cpu_conv2d_backward (const za_conv2d_dims_t *d, const float *in,
+                             float *cols,
                              const float *kernel, const float *out, za_act_t act,
                              float *dout, float *dkernel, float *dbias, float *dcols,
                              float *din);

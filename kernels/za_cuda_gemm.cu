@@ -163,10 +163,11 @@ za_cuda_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float 
 }
 
 void
-za_cuda_conv2d_backward (const za_conv2d_dims_t *d, const float *cols, const float *kernel,
-                         const float *out, za_act_t act, float *dout, float *dkernel,
-                         float *dbias, float *dcols, float *din)
+za_cuda_conv2d_backward (const za_conv2d_dims_t *d, const float *in, float *cols,
+                         const float *kernel, const float *out, za_act_t act, float *dout,
+                         float *dkernel, float *dbias, float *dcols, float *din)
 {
+    (void) in;                      //  the forward's cols are kept
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
     s_act_bias_backward ((size_t) P, d->oc, out, act, dout, dbias);

@@ -114,7 +114,7 @@ s_backward (const za_layer_t *l, const za_layer_call_t *call)
 {
     za_conv2d_dims_t d;
     s_dims (&d, &l->spec, call->n, l->in_shape);
-    call->be->conv2d_backward (&d, l->cols, call->kernel, l->out, l->spec.act, l->dout,
+    call->be->conv2d_backward (&d, call->in, l->cols, call->kernel, l->out, l->spec.act, l->dout,
                                call->dkernel, call->dbias, call->scratch, call->din);
 }
 

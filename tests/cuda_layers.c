@@ -86,8 +86,8 @@ s_conv (int n, int h, int w, int c, int filters, int kernel, int stride, za_padd
     snprintf (what, sizeof what, "conv2d %dx%dx%d k%d s%d %s%s out", h, w, c, kernel, stride,
               padding == ZA_PADDING_SAME? "same": "valid", act == ZA_ACT_RELU? " relu": "");
     s_compare (what, out, g_out, out_n, 1e-4);
-    s_cpu->conv2d_backward (&d, cols, k, out, act, dout, dk, db, dcols, din);
-    s_gpu->conv2d_backward (&d, g_cols, g_k, g_out, act, g_dout, g_dk, g_db, g_dcols, g_din);
+    s_cpu->conv2d_backward (&d, in, cols, k, out, act, dout, dk, db, dcols, din);
+    s_gpu->conv2d_backward (&d, g_in, g_cols, g_k, g_out, act, g_dout, g_dk, g_db, g_dcols, g_din);
     what [strlen (what) - 3] = 0;
     char part [96];
     snprintf (part, sizeof part, "%s dkernel", what);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "za/za_kernels.h"
+#include "../kernels/za_cpu_dnnl.h"
 #include "../kernels/za_elem.h"
 
 #define FD_EPS 1e-2
@@ -102,7 +103,7 @@ s_conv_gradcheck (int n, int h, int w, int c, int filters, int k, int stride,
     float *din = (float *) za_alloc (in_n * sizeof (float));
     s_conv_loss (&cc);
     memcpy (dout, cc.r, out_n * sizeof (float));
-    be->conv2d_backward (&cc.d, cc.cols, cc.kernel, cc.out, act, dout, dkernel, dbias,
+    be->conv2d_backward (&cc.d, cc.in, cc.cols, cc.kernel, cc.out, act, dout, dkernel, dbias,
                          dcols, din);
     s_check_numeric ("dkernel", cc.kernel, dkernel, k_n, s_conv_loss_thunk, &cc, &rng);
     s_check_numeric ("dbias", cc.bias, dbias, (size_t) filters, s_conv_loss_thunk, &cc, &rng);
@@ -194,6 +195,67 @@ Test (conv2d, forward_by_hand)
     cr_expect_float_eq (out [1], 16.5f, 1e-6);
     cr_expect_float_eq (out [2], 24.5f, 1e-6);
     cr_expect_float_eq (out [3], 28.5f, 1e-6);
+}
+
+//  The forward a back end computes (oneDNN where built in, im2col + BLAS
+//  otherwise) against the definition, summed in double, on geometries of
+//  every kind: SAME and VALID, strides 1 and 2 (VALID leaving a row unread),
+//  an even kernel, 1x1, one channel, 32 channels.
+Test (conv2d, forward_equals_the_definition_on_every_path)
+{
+    const za_backend_t *be = za_backend_cpu ();
+    struct { int n, h, w, c, oc, k, stride; za_padding_t pad; za_act_t act; } cases [] = {
+        {2, 7, 6, 3, 5, 3, 1, ZA_PADDING_SAME, ZA_ACT_RELU},
+        {3, 9, 8, 3, 5, 3, 2, ZA_PADDING_SAME, ZA_ACT_NONE},
+        {2, 10, 10, 2, 4, 3, 2, ZA_PADDING_VALID, ZA_ACT_RELU},
+        {1, 8, 8, 2, 3, 4, 2, ZA_PADDING_SAME, ZA_ACT_RELU},
+        {2, 6, 6, 16, 8, 1, 1, ZA_PADDING_VALID, ZA_ACT_NONE},
+        {2, 28, 28, 1, 32, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU},
+        {1, 13, 13, 32, 64, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU},
+    };
+    za_rng_t rng;
+    za_rng_seed (&rng, 17);
+    for (size_t t = 0; t < sizeof cases / sizeof cases [0]; t++) {
+        za_conv2d_dims_t d;
+        cr_assert_eq (za_conv2d_dims (&d, cases [t].n, cases [t].h, cases [t].w, cases [t].c,
+                                      cases [t].oc, cases [t].k, cases [t].stride,
+                                      cases [t].pad), 0);
+        size_t n_in = (size_t) d.n * d.h * d.w * d.c, n_out = (size_t) d.n * d.oh * d.ow * d.oc;
+        size_t n_cols = za_conv2d_cols_floats (&d);
+        float *in = s_random (n_in, &rng), *k = s_random ((size_t) d.kh * d.kw * d.c * d.oc, &rng);
+        float *bias = s_random ((size_t) d.oc, &rng);
+        float *out = (float *) za_alloc (n_out * sizeof (float));
+        float *cols = (float *) za_alloc (n_cols * sizeof (float));
+        {
+            be->conv2d_forward (&d, in, k, bias, cases [t].act, cols, out);
+            for (size_t i = 0; i < n_out; i++) {
+                int oc = (int) (i % d.oc), ox = (int) (i / d.oc % d.ow);
+                int oy = (int) (i / d.oc / d.ow % d.oh), b = (int) (i / d.oc / d.ow / d.oh);
+                double sum = bias [oc];
+                for (int ky = 0; ky < d.kh; ky++)
+                    for (int kx = 0; kx < d.kw; kx++) {
+                        int y = oy * d.stride + ky - d.pad_top, x = ox * d.stride + kx - d.pad_left;
+                        if (y < 0 || y >= d.h || x < 0 || x >= d.w)
+                            continue;
+                        for (int c = 0; c < d.c; c++)
+                            sum += (double) in [(((size_t) b * d.h + y) * d.w + x) * d.c + c]
+                                 * k [(((size_t) ky * d.kw + kx) * d.c + c) * d.oc + oc];
+                    }
+                if (cases [t].act == ZA_ACT_RELU && sum < 0)
+                    sum = 0;
+                cr_assert (fabs (out [i] - sum) <= 1e-5 * (1 + fabs (sum)),
+                           "case %zu out[%zu] = %.7f, the definition %.7f", t, i, out [i], sum);
+            }
+        }
+#ifdef ZA_HAVE_DNNL
+        //  Built with oneDNN (and not switched off): it takes every one of these.
+        const char *off = getenv ("ZA_DNNL");
+        if (!off || strcmp (off, "0") != 0)
+            cr_expect_eq (za_cpu_dnnl_conv2d_forward (&d, in, k, bias, cases [t].act, out), 0,
+                          "case %zu: oneDNN declined", t);
+#endif
+        za_free (in), za_free (k), za_free (bias), za_free (out), za_free (cols);
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -508,6 +570,9 @@ static void
 s_check_conv_elements (int n, int h, int w, int c, int filters, int kernel, int stride,
                        za_padding_t padding)
 {
+    //  The im2col path is the one under test: oneDNN off in this process
+    //  (each test is one) before its first convolution.
+    setenv ("ZA_DNNL", "0", 1);
     const za_backend_t *be = za_backend_cpu ();
     za_conv2d_dims_t d;
     cr_assert_eq (za_conv2d_dims (&d, n, h, w, c, filters, kernel, stride, padding), 0);
@@ -529,7 +594,7 @@ s_check_conv_elements (int n, int h, int w, int c, int filters, int kernel, int 
     //  im2col: each element is a copy, so exactly the same.
     for (size_t i = 0; i < cols_count; i++)
         cr_assert_eq (za_elem_im2col (&d, in, i), cols [i], "cols[%zu]", i);
-    be->conv2d_backward (&d, cols, k, out, ZA_ACT_NONE, dout, dk, db, dcols, din);
+    be->conv2d_backward (&d, in, cols, k, out, ZA_ACT_NONE, dout, dk, db, dcols, din);
     //  col2im: the same sums, added in another order.
     for (size_t i = 0; i < in_count; i++) {
         float e = za_elem_col2im (&d, dcols, i);

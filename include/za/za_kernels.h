@@ -53,14 +53,16 @@ typedef struct {
     const char *name;
 
     //  out[n,oh,ow,oc] = act (sum in * kernel + bias). `cols` (cols_floats)
-    //  keeps the im2col matrix for the backward pass.
+    //  is the back end's to keep for the backward pass (the im2col matrix).
     void (*conv2d_forward) (const za_conv2d_dims_t *d, const float *in,
                             const float *kernel, const float *bias, za_act_t act,
                             float *cols, float *out);
     //  dout is the gradient w.r.t. out; with act RELU it is masked in place by
     //  out > 0 first. dkernel += , dbias += ; din (may be NULL: not needed for
-    //  the first layer) is overwritten. dcols is scratch of cols_floats.
-    void (*conv2d_backward) (const za_conv2d_dims_t *d, const float *cols,
+    //  the first layer) is overwritten. `in` is the forward's input and cols
+    //  what the forward left there (the back end may write it again); dcols
+    //  is scratch of cols_floats.
+    void (*conv2d_backward) (const za_conv2d_dims_t *d, const float *in, float *cols,
                              const float *kernel, const float *out, za_act_t act,
                              float *dout, float *dkernel, float *dbias,
                              float *dcols, float *din);

@@ -1,0 +1,24 @@
+/*  za_cpu_dnnl.h: the CPU's convolutions through oneDNN where it is built
+    in (-DZA_DNNL, Debian's libdnnl-dev). Internal to kernels/.             */
+#ifndef ZA_CPU_DNNL_H_INCLUDED
+#define ZA_CPU_DNNL_H_INCLUDED
+
+#include "za/za_kernels.h"
+
+//  out = act (conv (in, kernel) + bias), NHWC in and out, HWIO kernel, on
+//  the calling thread alone. Returns 0, or -1 when oneDNN is not built in,
+//  is switched off (ZA_DNNL=0 in the environment), or cannot do this
+//  geometry: then nothing was promised about out and the caller computes it.
+int za_cpu_dnnl_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
+                                const float *bias, za_act_t act, float *out);
+
+//  dkernel += the kernel's gradient for dout (already masked by the ReLU),
+//  and din = the input's gradient when din is not NULL. 0, or -1 as above,
+//  before dkernel changed (din may hold part: the caller computes it again).
+int za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
+                                 za_act_t act, const float *dout, float *dkernel, float *din);
+
+//  1 when this thread computes convolutions through oneDNN.
+int za_cpu_dnnl_on (void);
+
+#endif
