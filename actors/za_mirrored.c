@@ -489,6 +489,9 @@ s_run_steps (s_mirrored_t *self)
         //  The buckets go round as backward makes them final.
         s_reducer_begin (&self->reducer, (self->global_step + 1) * MAX_BUCKETS);
         //  Each worker its own dropout masks (replica_index tells them apart).
+        //  Until the ring is done, the loop turns no more: waiting on a peer
+        //  still computing is part of the step (the ring keeps its own time).
+        za_role_stats_computing (self->stats);
         int failed = za_replica_compute_gradients (self->replica, &batch, self->global_step,
                                                    &loss);
         double t1 = za_clock_mono ();

@@ -1054,8 +1054,10 @@ s_run_steps (s_worker_t *self)
         //  The last push's gradient frames must be let go before we overwrite.
         za_wire_lease_wait (&self->lease);
         double loss, t0 = za_clock_mono ();
+        za_role_stats_computing (self->stats);
         if (za_replica_compute_gradients (self->replica, &batch, self->global_step, &loss))
             return -1;
+        s_alive (self, za_clock_mono ());
         //  The whole gradient is here: clipped by its global norm before it is
         //  split among the ps (a ps sees only its part).
         if (config->optim.global_clipnorm > 0)

@@ -511,6 +511,7 @@ typedef struct {
     int welcomed, viewed;
     int finished;                   //  DONE came: 1 + rc; 3: nothing more to do
     double last_sent, started;
+    za_heartbeat_t beat;            //  the job's, once welcomed (before: our own)
     int hung;
     za_said_t unsent;              //  registers and reports the socket would not take
 } s_actor_t;
@@ -545,8 +546,7 @@ s_role_hung (s_actor_t *self, double now)
 {
     za_role_stats_t *stats = self->config->stats;
     double alive = stats? atomic_load (&stats->alive): 0;
-    double quiet_max = HUNG_PERIODS * self->config->heartbeat.ivl_secs
-                     * self->config->heartbeat.liveness;
+    double quiet_max = HUNG_PERIODS * self->beat.ivl_secs * self->beat.liveness;
     return alive > 0 && !self->finished && now - alive > quiet_max;
 }
 
@@ -555,6 +555,24 @@ s_fail (s_actor_t *self, const char *why)
 {
     zstr_sendx (self->pipe, "FAILED", why, NULL);
     self->finished = 3;             //  nothing more to do but wait for $TERM
+}
+
+//  The broker judges our reports by the job's heartbeat, which may not be
+//  the one this process started with (a task the broker starts, or one
+//  started by hand, gets the job only now): reports keep the job's pace from
+//  here, and the broker's silence is judged by it too.
+static void
+s_take_heartbeat (s_actor_t *self, const char *job)
+{
+    json_t *root = job? json_loads (job, 0, NULL): NULL;
+    json_t *ivl = json_object_get (root, "heartbeat_ivl_ms");
+    json_t *liveness = json_object_get (root, "heartbeat_liveness");
+    if (json_is_integer (ivl) && json_integer_value (ivl) > 0)
+        self->beat.ivl_secs = (double) json_integer_value (ivl) / 1000.0;
+    if (json_is_integer (liveness) && json_integer_value (liveness) > 0)
+        self->beat.liveness = (int) json_integer_value (liveness);
+    json_decref (root);
+    za_broker_client_peer (self->client)->beat = self->beat;
 }
 
 static void
@@ -574,6 +592,7 @@ s_on_reply (s_actor_t *self)
     }
     if (reply.op == ZA_OP_WELCOME && !self->welcomed) {
         self->welcomed = 1;
+        s_take_heartbeat (self, reply.job);
         self->task.index = reply.index;
         if (*reply.token)
             memcpy (self->token, reply.token, sizeof self->token);
@@ -692,6 +711,7 @@ za_broker_client_actor (zsock_t *pipe, void *args)
             self->task.type = (za_task_type_t) k;
     self->task.index = config->index;
     self->task.host = config->host;
+    self->beat = config->heartbeat;
     self->task.pid = (int) getpid ();
     self->task.restarts = config->restarts;
     self->task.endpoint = self->endpoint;
@@ -715,7 +735,7 @@ za_broker_client_actor (zsock_t *pipe, void *args)
         if (self->client && which == za_broker_client_sock (self->client))
             s_on_reply (self);
         double now = za_clock_mono ();
-        if (self->finished <= 2 && now - self->last_sent >= config->heartbeat.ivl_secs)
+        if (self->finished <= 2 && now - self->last_sent >= self->beat.ivl_secs)
             s_on_interval (self, now);
     }
     zpoller_destroy (&poller);

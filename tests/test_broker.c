@@ -375,3 +375,36 @@ Test (broker, ctrl_c_stops_the_whole_local_job)
     free (out);
     free (model_dir);
 }
+
+//  A step that computes longer than the broker's patience (here 0.6 s of
+//  silence, a quiet loop taken for hung after 1.8 s; the step takes 5 s on
+//  one AMD EPYC core) is not a hang: a big model on a slow core takes
+//  seconds a step, and no role is killed for it, in either strategy.
+Test (broker, a_step_longer_than_the_heartbeats_is_no_hang, .timeout = 900 * ZA_TEST_SLOWDOWN)
+{
+    const char *strategies [] = {"ps-async", "allreduce"};
+    for (int s = 0; s < 2; s++) {
+        char name [32];
+        snprintf (name, sizeof name, "slow-%s", strategies [s]);
+        char *model_dir = za_test_path (name);
+        const char *args [] = {"--local", "--strategy", strategies [s], "--workers", "1",
+                               "--evaluators", "0", "--no-eval", "--max-steps", "2",
+                               "--threads", "1", "--batch-size", "256", "--heartbeat-ivl-ms",
+                               "200", "--heartbeat-liveness", "3", "--model",
+                               "conv2d(256,3,relu) conv2d(256,3,relu) globalavgpool dense(10)",
+                               "--model-dir", model_dir, NULL};
+        za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S * ZA_TEST_SLOWDOWN);
+        cr_expect_eq (result.exit_code, 0, "%s: %s", strategies [s], result.err);
+        char *metrics = za_test_join (model_dir, "logs/chief-0.log");
+        char *log = za_test_read_file (metrics, NULL);
+        cr_assert_not_null (log, "%s", metrics);
+        char *events = za_test_join (model_dir, "events.jsonl");
+        char *text = za_test_read_file (events, NULL);
+        cr_assert_not_null (text, "%s", events);
+        cr_expect_null (strstr (text, "\"killed\""), "%s: %s", strategies [s], text);
+        cr_expect_null (strstr (log, "quiet (hung?)"), "%s: %s", strategies [s], log);
+        free (text), free (events), free (log), free (metrics);
+        za_test_result_free (&result);
+        free (model_dir);
+    }
+}

@@ -58,6 +58,18 @@ za_role_stats_publish (za_role_stats_t *stats, za_role_state_t state, double now
     atomic_store_explicit (&stats->alive, now, memory_order_relaxed);
 }
 
+//  A step's compute runs without a turn of the role's loop for as long as
+//  the model takes (a VGG16 step at 224x224 on one core: tens of seconds):
+//  alive reads 0 ("not kept") through it, as through an evaluation, so the
+//  broker client does not take it for a hang. The loop's next turn keeps
+//  alive again.
+static inline void
+za_role_stats_computing (za_role_stats_t *stats)
+{
+    if (stats)
+        atomic_store_explicit (&stats->alive, 0.0, memory_order_relaxed);
+}
+
 #ifdef __cplusplus
 }
 #endif
