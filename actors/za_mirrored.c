@@ -491,7 +491,7 @@ s_run_steps (s_mirrored_t *self)
         //  Each worker its own dropout masks (replica_index tells them apart).
         //  Until the ring is done, the loop turns no more: waiting on a peer
         //  still computing is part of the step (the ring keeps its own time).
-        za_role_stats_computing (self->stats);
+        za_role_stats_computing (self->stats, t0);
         int failed = za_replica_compute_gradients (self->replica, &batch, self->global_step,
                                                    &loss);
         double t1 = za_clock_mono ();

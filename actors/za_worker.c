@@ -1054,7 +1054,7 @@ s_run_steps (s_worker_t *self)
         //  The last push's gradient frames must be let go before we overwrite.
         za_wire_lease_wait (&self->lease);
         double loss, t0 = za_clock_mono ();
-        za_role_stats_computing (self->stats);
+        za_role_stats_computing (self->stats, t0);
         if (za_replica_compute_gradients (self->replica, &batch, self->global_step, &loss))
             return -1;
         s_alive (self, za_clock_mono ());

@@ -21,13 +21,15 @@ build=${1:-$here/../build}
 logs=${2:-/tmp/zactor-gpu}
 epochs=${3:-5}
 rounds=${4:-2}
+[ "$rounds" -ge 1 ] || { echo "ROUNDS must be 1 or more" >&2; exit 2; }
 mkdir -p "$logs"
+: >"$logs/speed.err"
 threads=$(( $(nproc) < 8? $(nproc): 8 ))
 only=${ONLY:-1 2 3 4 5}
 want () { [[ " $only " == *" $1 "* ]]; }
 say () { echo "== $*"; }
 rate () { sed -nE 's/.*images_per_sec=([0-9.]+).*/\1/p' | tail -1; }
-median () { sort -g | awk '{a[NR]=$1} END {print (NR%2)? a[(NR+1)/2]: (a[NR/2]+a[NR/2+1])/2}'; }
+median () { sort -g | awk '{a[NR]=$1} END {if (!NR) print "-"; else print (NR%2)? a[(NR+1)/2]: (a[NR/2]+a[NR/2+1])/2}'; }
 
 #  nvidia-smi's utilization.gpu (the share of time a kernel ran), sampled
 #  every 100 ms while a command runs, into FILE.

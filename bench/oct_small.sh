@@ -12,6 +12,8 @@
 #  weights: the figures show the workflow and its speed, not what ImageNet
 #  features reach (WEIGHTS=IMAGENET1K_V1 where the network is reachable).
 #  Usage: bench/oct_small.sh [BUILD_DIR] [PER_CLASS] [SIDE] [EPOCHS]
+#  KEEP=1 keeps the set and the runs' logs; CLUSTERS_ONLY=1 skips the
+#  single process.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
@@ -84,6 +86,6 @@ run () {
         --model-dir "$work/$name" "$@" >"$work/$name.log" 2>&1 || { tail -5 "$work/$name.log"; return 1; }
     echo "$name: $(grep -E 'test accuracy' "$work/$name.log" | tail -1 | sed -E 's/ *on [0-9]+ examples.*//') in $((SECONDS - start)) s"
 }
-[ -n "${ONLY:-}" ] || run single
+[ -n "${CLUSTERS_ONLY:-}" ] || run single
 run local --local --workers 1 --throttle-secs 3600
 run allreduce --local --strategy allreduce --workers 1 --throttle-secs 3600

@@ -12,6 +12,7 @@
     thread ends.                                                             */
 #include "za_cpu_dnnl.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,7 +21,7 @@
 #include <omp.h>
 #include <pthread.h>
 
-#define S_CONVS_MAX 32
+#define S_CONVS_MAX 64
 
 //  One geometry's primitives. Forward: the kernel reordered (when oneDNN
 //  wants another layout), then the convolution with bias and ReLU. Backward
@@ -31,6 +32,7 @@ typedef struct {
     za_conv2d_dims_t d;
     za_act_t act;
     int tried;                      //  1: forward made or declined, 2: backward too
+    uint64_t used;                  //  the thread's clock at its last call
     dnnl_primitive_t conv, reorder;
     dnnl_memory_t src, weights, blocked, bias, dst;
     dnnl_primitive_t data, data_reorder, filter, filter_add;
@@ -47,7 +49,8 @@ typedef struct {
     void *scratch;
     size_t scratch_bytes;
     s_conv_t convs [S_CONVS_MAX];
-    int count, next;
+    int count;
+    uint64_t clock;                 //  calls so far
 } s_thread_t;
 
 static _Thread_local s_thread_t s_self;
@@ -283,22 +286,28 @@ s_scratch (s_thread_t *self, dnnl_memory_t memory)
     return dnnl_memory_set_data_handle (memory, self->scratch)? -1: 0;
 }
 
-//  This thread's primitives for the geometry (the oldest make way when
-//  S_CONVS_MAX are kept), the forward made or declined.
+//  This thread's primitives for the geometry (the least recently used make
+//  way when S_CONVS_MAX are kept), the forward made or declined.
 static s_conv_t *
 s_conv (s_thread_t *self, const za_conv2d_dims_t *d, za_act_t act)
 {
+    self->clock++;
     for (int i = 0; i < self->count; i++)
-        if (self->convs [i].act == act && memcmp (&self->convs [i].d, d, sizeof *d) == 0)
+        if (self->convs [i].act == act && memcmp (&self->convs [i].d, d, sizeof *d) == 0) {
+            self->convs [i].used = self->clock;
             return &self->convs [i];
+        }
     s_conv_t *c;
     if (self->count < S_CONVS_MAX)
         c = &self->convs [self->count++];
     else {
-        c = &self->convs [self->next];
-        self->next = (self->next + 1) % S_CONVS_MAX;
+        c = &self->convs [0];
+        for (int i = 1; i < self->count; i++)
+            if (self->convs [i].used < c->used)
+                c = &self->convs [i];
         s_conv_free (c);
     }
+    c->used = self->clock;
     c->d = *d;
     c->act = act;
     if (s_forward_make (self, c)) {
@@ -307,6 +316,7 @@ s_conv (s_thread_t *self, const za_conv2d_dims_t *d, za_act_t act)
         c->d = *d;
         c->act = act;
         c->tried = 2;
+        c->used = self->clock;
     }
     else
         c->tried = 1;
@@ -416,7 +426,10 @@ za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const f
     ||  dnnl_stream_wait (self->stream)
     ||  dnnl_primitive_execute (c->filter_add, self->stream, 2, add))
         return -1;
-    return dnnl_stream_wait (self->stream)? -1: 0;
+    //  Added into dkernel: done, whatever the wait says (a CPU stream runs
+    //  in order as it is called).
+    dnnl_stream_wait (self->stream);
+    return 0;
 }
 
 #else

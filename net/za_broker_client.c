@@ -24,6 +24,8 @@
 //  The role loop quiet this many heartbeat periods (ivl x liveness) is hung:
 //  we stop reporting, and the broker sees a silent task.
 #define HUNG_PERIODS 3
+//  A step computing this long (or a quiet loop's limit, if longer) is hung.
+#define COMPUTE_HUNG_SECS 600.0
 #define UNSENT_SAY_SECS 10.0     //  a send that would not go is said at most this often
 //  A control message fits in one header frame (docs/PROTOCOL.md 4).
 #define CONTROL_MAX_BYTES (ZA_WIRE_MAX_HEADER_BYTES + 1024)
@@ -540,13 +542,17 @@ s_report (s_actor_t *self)
     self->last_sent = za_clock_mono ();
 }
 
-//  1 when the role's loop has been quiet too long (it keeps `alive`).
+//  1 when the role's loop has been quiet too long (it keeps `alive`), or
+//  one step has computed for longer than any model on any core should.
 static int
 s_role_hung (s_actor_t *self, double now)
 {
     za_role_stats_t *stats = self->config->stats;
     double alive = stats? atomic_load (&stats->alive): 0;
     double quiet_max = HUNG_PERIODS * self->beat.ivl_secs * self->beat.liveness;
+    if (alive < 0)
+        return !self->finished
+            && now + alive > (quiet_max > COMPUTE_HUNG_SECS? quiet_max: COMPUTE_HUNG_SECS);
     return alive > 0 && !self->finished && now - alive > quiet_max;
 }
 
@@ -565,6 +571,9 @@ static void
 s_take_heartbeat (s_actor_t *self, const char *job)
 {
     json_t *root = job? json_loads (job, 0, NULL): NULL;
+    //  A job leaves out what is at its default.
+    if (json_is_object (root))
+        self->beat = za_heartbeat_default ();
     json_t *ivl = json_object_get (root, "heartbeat_ivl_ms");
     json_t *liveness = json_object_get (root, "heartbeat_liveness");
     if (json_is_integer (ivl) && json_integer_value (ivl) > 0)

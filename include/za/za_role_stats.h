@@ -37,7 +37,8 @@ typedef struct {
     _Atomic int64_t eval_step;          //  the newest evaluation's global step
     _Atomic double eval_accuracy;
     _Atomic double alive;               //  za_clock_mono () at the role loop's last turn
-                                        //  (0: the role does not keep it)
+                                        //  (0: the role does not keep it; -T: a step
+                                        //  computes since T)
     _Atomic int state;                  //  za_role_state_t
     _Atomic int ring_rank;              //  the all-reduce ring's rank; -1: no ring
     _Atomic double wait_ms;             //  ring: recent time per step waiting for peers
@@ -60,14 +61,14 @@ za_role_stats_publish (za_role_stats_t *stats, za_role_state_t state, double now
 
 //  A step's compute runs without a turn of the role's loop for as long as
 //  the model takes (a VGG16 step at 224x224 on one core: tens of seconds):
-//  alive reads 0 ("not kept") through it, as through an evaluation, so the
-//  broker client does not take it for a hang. The loop's next turn keeps
-//  alive again.
+//  alive reads -now through it, "computing since", which the broker client
+//  judges by a far longer limit than a quiet loop. The loop's next turn
+//  keeps alive again.
 static inline void
-za_role_stats_computing (za_role_stats_t *stats)
+za_role_stats_computing (za_role_stats_t *stats, double now)
 {
     if (stats)
-        atomic_store_explicit (&stats->alive, 0.0, memory_order_relaxed);
+        atomic_store_explicit (&stats->alive, -now, memory_order_relaxed);
 }
 
 #ifdef __cplusplus
