@@ -57,20 +57,37 @@ static _Thread_local s_thread_t s_self;
 static pthread_key_t s_key;
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 
+//  Destroys what is not NULL of the primitives and memories given, and
+//  leaves them NULL.
+static void
+s_destroy (dnnl_primitive_t **primitives, size_t n_primitives, dnnl_memory_t **memories,
+           size_t n_memories)
+{
+    for (size_t i = 0; i < n_primitives; i++)
+        if (*primitives [i])
+            dnnl_primitive_destroy (*primitives [i]), *primitives [i] = NULL;
+    for (size_t i = 0; i < n_memories; i++)
+        if (*memories [i])
+            dnnl_memory_destroy (*memories [i]), *memories [i] = NULL;
+}
+
+//  The backward's part of c (the forward's stays).
+static void
+s_backward_free (s_conv_t *c)
+{
+    dnnl_primitive_t *primitives [] = {&c->data, &c->data_reorder, &c->filter, &c->filter_add};
+    dnnl_memory_t *memories [] = {&c->data_weights, &c->diff_src, &c->diff_dst,
+                                  &c->diff_blocked, &c->diff_weights};
+    s_destroy (primitives, 4, memories, 5);
+}
+
 static void
 s_conv_free (s_conv_t *c)
 {
-    dnnl_primitive_t *primitives [] = {&c->conv, &c->reorder, &c->data, &c->data_reorder,
-                                       &c->filter, &c->filter_add};
-    for (size_t i = 0; i < sizeof primitives / sizeof primitives [0]; i++)
-        if (*primitives [i])
-            dnnl_primitive_destroy (*primitives [i]);
-    dnnl_memory_t *memories [] = {&c->src, &c->weights, &c->blocked, &c->bias, &c->dst,
-                                  &c->data_weights, &c->diff_src, &c->diff_dst,
-                                  &c->diff_blocked, &c->diff_weights};
-    for (size_t i = 0; i < sizeof memories / sizeof memories [0]; i++)
-        if (*memories [i])
-            dnnl_memory_destroy (*memories [i]);
+    s_backward_free (c);
+    dnnl_primitive_t *primitives [] = {&c->conv, &c->reorder};
+    dnnl_memory_t *memories [] = {&c->src, &c->weights, &c->blocked, &c->bias, &c->dst};
+    s_destroy (primitives, 2, memories, 5);
     memset (c, 0, sizeof *c);
 }
 
@@ -381,18 +398,9 @@ za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const f
         return -1;
     if (c->tried == 1) {
         c->tried = 2;
-        if (s_backward_make (self, c)) {
-            //  Forward stays; backward is the caller's for this geometry.
-            dnnl_primitive_t *made [] = {&c->data, &c->data_reorder, &c->filter, &c->filter_add};
-            for (size_t i = 0; i < sizeof made / sizeof made [0]; i++)
-                if (*made [i])
-                    dnnl_primitive_destroy (*made [i]), *made [i] = NULL;
-            dnnl_memory_t *memories [] = {&c->data_weights, &c->diff_src, &c->diff_dst,
-                                          &c->diff_blocked, &c->diff_weights};
-            for (size_t i = 0; i < sizeof memories / sizeof memories [0]; i++)
-                if (*memories [i])
-                    dnnl_memory_destroy (*memories [i]), *memories [i] = NULL;
-        }
+        //  Declined: the forward stays, backward is the caller's for this geometry.
+        if (s_backward_make (self, c))
+            s_backward_free (c);
     }
     if (!c->filter)
         return -1;
