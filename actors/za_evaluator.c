@@ -523,6 +523,7 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
     run.model_dir = config->model_dir;
     run.threads = config->threads;
     run.device = config->device;
+    run.precision = config->precision;
     run.progress = 0;
     //  An evaluator runs no optimizer: no gradient, no slot is allocated.
     self.est = za_estimator_new (config->model_fn, config->params, config->input, NULL, &run);

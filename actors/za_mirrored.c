@@ -298,6 +298,7 @@ s_mirrored_new (const za_role_config_t *config, zsock_t *pipe)
         .model_fn = config->model_fn, .params = config->params, .input = config->input,
         .threads = config->run.threads, .train = 1, .optim = &config->optim,
         .device = config->run.device, .replicas_per_device = config->run.replicas_per_device,
+        .precision = config->run.precision,
         .replica_index = config->worker_index, .warm_start = &config->run.warm_start,
     };
     self->replica = za_replica_new (&replica, config->run.seed);

@@ -139,6 +139,7 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
         .model_fn = config->model_fn, .params = config->params, .input = config->input,
         .threads = config->run.threads, .train = 1,
         .device = config->run.device, .replicas_per_device = config->run.replicas_per_device,
+        .precision = config->run.precision,
         .optim = config->is_chief? &config->optim: NULL,
         .replica_index = config->worker_index, .warm_start = &config->run.warm_start,
     };
@@ -1058,6 +1059,9 @@ s_run_steps (s_worker_t *self)
         if (za_replica_compute_gradients (self->replica, &batch, self->global_step, &loss))
             return -1;
         s_alive (self, za_clock_mono ());
+        //  mixed_float16: a gradient that overflowed goes out as zeros (the
+        //  loss scale halves for the next).
+        za_replica_loss_scale_check (self->replica);
         //  The whole gradient is here: clipped by its global norm before it is
         //  split among the ps (a ps sees only its part).
         if (config->optim.global_clipnorm > 0)

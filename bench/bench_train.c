@@ -11,13 +11,22 @@
          after a first epoch that fills it
     bench_train peak THREADS
       -> sgemm_peak gflops=F threads=T n=N
+    bench_train peak_bf16 THREADS
+      -> bf16_peak gflops=F threads=T n=N isa=I: oneDNN's matmul of bf16
+         inputs into fp32, the limit of --precision mixed_bfloat16 here
 
-    ZA_BENCH_DEVICE=cuda (any --device text) trains on that device, and
-    ZA_BENCH_REPLICAS=N puts N replicas on each GPU (--replicas-per-device).  */
+    ZA_BENCH_DEVICE=cuda (any --device text) trains on that device,
+    ZA_BENCH_REPLICAS=N puts N replicas on each GPU (--replicas-per-device),
+    ZA_BENCH_PRECISION=mixed_bfloat16 (any --precision text) computes so.  */
 #include "za/za_estimator.h"
 #include "za/za_idx.h"
 
 #include <cblas.h>
+#ifdef ZA_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+#endif
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +137,8 @@ s_speed (const char *model, const char *freeze, int cache, za_dataset_t *train, 
     }
     const char *replicas = getenv ("ZA_BENCH_REPLICAS");
     config.replicas_per_device = replicas? atoi (replicas): 0;
+    const char *precision = getenv ("ZA_BENCH_PRECISION");
+    config.precision = precision && *precision? precision: "fp32";
     za_optim_config_t optim = za_optim_config_default (ZA_OPT_ADAM);
     za_input_shape_t shape = {train->height, train->width, train->channels};
     za_estimator_t *estimator = za_estimator_new (za_stack_model_fn (), &spec, shape, &optim,
@@ -145,10 +156,11 @@ s_speed (const char *model, const char *freeze, int cache, za_dataset_t *train, 
     double flops = 3 * za_stack_forward_flops (&spec, shape) * images;
     if (rc == 0)
         printf ("zactor images_per_sec=%.1f batch=%d threads=%d steps=%d seconds=%.4f "
-                "gflops=%.1f device=%s replicas=%d window=%.3f,%.3f\n", images / seconds, batch,
-                threads, steps, seconds, flops / seconds / 1e9, device && *device? device: "cpu",
-                config.replicas_per_device? config.replicas_per_device: 1, timer.wall_start,
-                timer.wall_end);
+                "gflops=%.1f device=%s replicas=%d precision=%s window=%.3f,%.3f\n",
+                images / seconds, batch, threads, steps, seconds, flops / seconds / 1e9,
+                device && *device? device: "cpu",
+                config.replicas_per_device? config.replicas_per_device: 1, config.precision,
+                timer.wall_start, timer.wall_end);
     za_estimator_destroy (&estimator);
     char command [256];
     snprintf (command, sizeof command, "rm -rf '%s'", dir);
@@ -184,6 +196,69 @@ s_peak (int threads)
     return 0;
 }
 
+static int
+s_peak_bf16 (int threads)
+{
+#ifdef ZA_HAVE_DNNL
+    omp_set_num_threads (threads);
+    const int64_t n = PEAK_N;
+    dnnl_engine_t engine = NULL;
+    dnnl_stream_t stream = NULL;
+    dnnl_memory_desc_t a, b, c;
+    dnnl_dims_t dims = {n, n};
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t matmul = NULL;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+    if (dnnl_engine_create (&engine, dnnl_cpu, 0)
+    ||  dnnl_stream_create (&stream, engine, dnnl_stream_default_flags)
+    ||  dnnl_memory_desc_init_by_tag (&a, 2, dims, dnnl_bf16, dnnl_ab)
+    ||  dnnl_memory_desc_init_by_tag (&b, 2, dims, dnnl_bf16, dnnl_ab)
+    ||  dnnl_memory_desc_init_by_tag (&c, 2, dims, dnnl_f32, dnnl_ab)
+    ||  dnnl_matmul_desc_init (&desc, &a, &b, NULL, &c)
+    ||  dnnl_primitive_desc_create (&pd, &desc, NULL, engine, NULL)
+    ||  dnnl_primitive_create (&matmul, pd)
+    ||  dnnl_memory_create (&ma, &a, engine, DNNL_MEMORY_ALLOCATE)
+    ||  dnnl_memory_create (&mb, &b, engine, DNNL_MEMORY_ALLOCATE)
+    ||  dnnl_memory_create (&mc, &c, engine, DNNL_MEMORY_ALLOCATE)) {
+        fprintf (stderr, "bench_train: oneDNN has no bf16 matmul here\n");
+        return 1;
+    }
+    void *pa, *pb;
+    dnnl_memory_get_data_handle (ma, &pa);
+    dnnl_memory_get_data_handle (mb, &pb);
+    for (int64_t i = 0; i < n * n; i++) {
+        ((uint16_t *) pa) [i] = (uint16_t) (0x3f80 + i % 7);     //  1.0 and near
+        ((uint16_t *) pb) [i] = (uint16_t) (0x3f80 + i % 5);
+    }
+    dnnl_exec_arg_t args [3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    double best = 1e9;
+    for (int r = 0; r <= PEAK_REPEATS; r++) {
+        double t0 = za_clock_mono ();
+        dnnl_primitive_execute (matmul, stream, 3, args);
+        dnnl_stream_wait (stream);
+        double t = za_clock_mono () - t0;
+        if (r > 0 && t < best)
+            best = t;
+    }
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa ();
+    const char *name = (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx
+                     ? "amx"
+                     : (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16
+                     ? "avx512_bf16": "emulated";
+    printf ("bf16_peak gflops=%.1f threads=%d n=%lld isa=%s\n", 2.0 * n * n * n / best / 1e9,
+            threads, (long long) n, name);
+    dnnl_memory_destroy (ma), dnnl_memory_destroy (mb), dnnl_memory_destroy (mc);
+    dnnl_primitive_destroy (matmul), dnnl_primitive_desc_destroy (pd);
+    dnnl_stream_destroy (stream), dnnl_engine_destroy (engine);
+    return 0;
+#else
+    (void) threads;
+    fprintf (stderr, "bench_train: built without oneDNN\n");
+    return 1;
+#endif
+}
+
 int
 main (int argc, char **argv)
 {
@@ -207,6 +282,9 @@ main (int argc, char **argv)
         return rc;
     if (argc >= 3 && strcmp (argv [1], "peak") == 0)
         return s_peak (atoi (argv [2]));
-    fprintf (stderr, "usage: bench_train speed BATCH THREADS STEPS WARMUP | peak THREADS\n");
+    if (argc >= 3 && strcmp (argv [1], "peak_bf16") == 0)
+        return s_peak_bf16 (atoi (argv [2]));
+    fprintf (stderr, "usage: bench_train speed BATCH THREADS STEPS WARMUP | peak THREADS | "
+                     "peak_bf16 THREADS\n");
     return 2;
 }

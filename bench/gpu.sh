@@ -9,7 +9,10 @@
 #    3. two replicas on the GPU (--replicas-per-device 2) against one
 #    4. VGG16's base (64x64x3, batch 64), frozen and whole, against PyTorch
 #    5. the seed CNN, EPOCHS epochs, --device cuda against --device cpu
-#       (same seed), side by side: the test accuracies (last: the longest)
+#       (same seed), side by side: the test accuracies
+#    6. mixed precision: images/s in fp32, mixed_bfloat16 and mixed_float16
+#       against PyTorch (TF32 as it comes, bf16 autocast), VGG16 in bf16, and
+#       the seed CNN's EPOCHS epochs in each precision
 #  PyTorch runs twice: as it comes (cuDNN's convolutions in TF32) and with
 #  --no-tf32 (plain fp32, as zactor computes).
 #  Usage: bench/gpu.sh [BUILD_DIR] [LOG_DIR] [EPOCHS] [ROUNDS]
@@ -25,7 +28,7 @@ rounds=${4:-2}
 mkdir -p "$logs"
 : >"$logs/speed.err"
 threads=$(( $(nproc) < 8? $(nproc): 8 ))
-only=${ONLY:-1 2 3 4 5}
+only=${ONLY:-1 2 3 4 5 6}
 want () { [[ " $only " == *" $1 "* ]]; }
 say () { echo "== $*"; }
 rate () { sed -nE 's/.*images_per_sec=([0-9.]+).*/\1/p' | tail -1; }
@@ -141,5 +144,42 @@ wait
 for dev in cpu cuda; do
     echo "$dev: $(grep -E 'test accuracy|trained to|rc=|rror' "$logs/accuracy_$dev.txt" | tr '\n' ' ')"
 done
+fi
+if want 6; then
+say "6. mixed precision: zactor fp32, mixed_bfloat16, mixed_float16 against PyTorch (TF32 default, bf16 autocast)"
+declare -A m
+for ((r = 0; r < rounds; r++)); do
+    for b in 256 1024; do
+        steps=$(( b == 256? 1500: 600 ))
+        for p in fp32 mixed_bfloat16 mixed_float16; do
+            line=$(env ZA_BENCH_DEVICE=cuda ZA_BENCH_PRECISION=$p timeout 120 \
+                   "$build/bench_train" speed "$b" "$threads" "$steps" 20 2>>"$logs/speed.err")
+            echo "$line"
+            m[$b$p]+="$(rate <<<"$line") "
+        done
+        for flag in "" --bf16; do
+            line=$(timeout 120 python3 "$here/torch_fmnist.py" --mode speed --device cuda $flag \
+                   --batch "$b" --steps "$steps" --warmup 20 --threads "$threads" 2>>"$logs/speed.err")
+            echo "$line"
+            m[$b"torch$flag"]+="$(rate <<<"$line") "
+        done
+    done
+    model="vgg16 globalavgpool dense(10)"
+    for p in fp32 mixed_bfloat16; do
+        echo "zactor vgg16 whole $p: $(env ZA_BENCH_DEVICE=cuda ZA_BENCH_PRECISION=$p timeout 120 "$build/bench_train" model "$model" 64 64 "$threads" 30 3 2>>"$logs/speed.err")"
+    done
+    echo "torch vgg16 whole (TF32): $(timeout 120 python3 "$here/transfer_torch.py" 64 64 "$threads" 30 3 --cuda 2>>"$logs/speed.err")"
+done
+for b in 256 1024; do
+    med () { tr ' ' '\n' <<<"${m[$b$1]}" | grep . | median; }
+    echo "batch $b: zactor fp32 $(med fp32), bf16 $(med mixed_bfloat16), fp16 $(med mixed_float16); torch TF32 $(med torch), bf16 autocast $(med torch--bf16)"
+done
+for p in fp32 mixed_bfloat16 mixed_float16; do
+    rm -rf "/tmp/zactor-gpu-$p"
+    timeout 200 "$build/zactor-run" --model-dir "/tmp/zactor-gpu-$p" --epochs "$epochs" --seed 1 \
+        --device cuda --threads "$threads" --precision "$p" >"$logs/accuracy_$p.txt" 2>&1
+    echo "$p: rc=$? $(grep -E 'test accuracy|trained to|rror' "$logs/accuracy_$p.txt" | tr '\n' ' ')"
+done
+grep -h '"loss_scale"' /tmp/zactor-gpu-mixed_float16/metrics.jsonl 2>/dev/null | tail -1
 fi
 tail -5 "$logs/speed.err"

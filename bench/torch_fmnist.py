@@ -14,6 +14,8 @@ on stderr.
       host memory inside the timed loop (zactor uploads each batch too);
       --no-tf32: convolutions in plain fp32 (PyTorch's default lets cuDNN
       use TF32 tensor cores for them; zactor's fp32 does not)
+      --bf16: forward and loss under torch.autocast(bfloat16), PyTorch's mixed
+      precision (zactor's --precision mixed_bfloat16)
   --mode accuracy --epochs E --batch 64 --seed K --threads T
       prints per epoch: torch epoch=<e> test_accuracy=<f> test_loss=<f> seconds=<f>
       (seconds = wall time of that epoch's training, evaluation excluded)
@@ -86,9 +88,16 @@ def make_optimizer(model):
     return torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
 
 
+AUTOCAST = None  # --bf16: the device type autocast computes bf16 on
+
+
 def train_step(model, opt, loss_fn, xb, yb):
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(model(xb), yb)
+    if AUTOCAST:
+        with torch.autocast(device_type=AUTOCAST, dtype=torch.bfloat16):
+            loss = loss_fn(model(xb), yb)
+    else:
+        loss = loss_fn(model(xb), yb)
     loss.backward()
     opt.step()
     return loss
@@ -147,8 +156,8 @@ def mode_speed(args):
     secs = time.perf_counter() - t0
     ips = args.steps * args.batch / secs if secs > 0 else float("inf")
     print("torch images_per_sec=%.3f batch=%d threads=%d steps=%d seconds=%.6f device=%s tf32=%d"
-          % (ips, args.batch, args.threads, args.steps, secs, args.device,
-             torch.backends.cudnn.allow_tf32), flush=True)
+          " bf16=%d" % (ips, args.batch, args.threads, args.steps, secs, args.device,
+                        torch.backends.cudnn.allow_tf32, AUTOCAST is not None), flush=True)
 
 
 def mode_accuracy(args):
@@ -185,9 +194,14 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu or cuda (speed mode)")
     p.add_argument("--no-tf32", action="store_true", help="cuDNN convolutions in plain fp32")
+    p.add_argument("--bf16", action="store_true",
+                   help="torch.autocast to bfloat16 around forward and loss (mixed precision)")
     args = p.parse_args()
     if args.no_tf32:
         torch.backends.cudnn.allow_tf32 = False
+    if args.bf16:
+        global AUTOCAST
+        AUTOCAST = torch.device(args.device).type
     if args.batch < 1 or args.threads < 1 or args.steps < 1 or args.warmup < 0 \
             or args.epochs < 1:
         p.error("batch, threads, steps, epochs must be >= 1 and warmup >= 0")

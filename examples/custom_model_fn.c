@@ -94,6 +94,10 @@ model_fn (void *state, const float *features, const int32_t *labels, int n, za_m
                                              &spec->correct, NULL);
     if (mode != ZA_MODE_TRAIN)
         return 0;
+    //  mixed_float16 scales the loss (1 otherwise): the gradients come scaled.
+    float scale = za_model_loss_scale ();
+    if (scale != 1.0f)
+        self->be->scale_add ((size_t) n * CLASSES, scale, self->dlogits, 0.0f, NULL);
     float *dkernel = grads + self->kernel.offset;
     self->be->dense_backward (n, self->inputs, CLASSES, features, kernel, self->logits,
                               ZA_ACT_NONE, self->dlogits, dkernel, grads + self->bias.offset,

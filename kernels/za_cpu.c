@@ -3,6 +3,7 @@
     dense, OpenBLAS) are za_cpu_gemm.c.                                    */
 #include "za/za_kernels.h"
 #include "za_cpu_gemm.h"
+#include "za_cpu_dnnl.h"
 #include "za_elem.h"
 
 #include <cblas.h>
@@ -44,6 +45,27 @@ s_maxpool_forward (const za_pool2d_dims_t *d, const float *in, float *out,
                 int32_t first = (int32_t) ((((size_t) n * d->h + oh * d->stride) * d->w
                                             + ow * d->stride) * C);
                 const float *restrict v0 = in + first;
+                if (d->pool == 2) {
+                    //  The common window, its four values in registers and
+                    //  each result stored once (conditional stores into
+                    //  best and where made masked stores, slow on AMD).
+                    const int32_t right = C, down = d->w * C;
+                    const float *restrict v1 = v0 + right, *restrict v2 = v0 + down;
+                    const float *restrict v3 = v2 + right;
+                    for (int c = 0; c < C; c++) {
+                        float b = v0 [c];
+                        int32_t at = first + c;
+                        at = v1 [c] > b? first + right + c: at;
+                        b = v1 [c] > b? v1 [c]: b;
+                        at = v2 [c] > b? first + down + c: at;
+                        b = v2 [c] > b? v2 [c]: b;
+                        at = v3 [c] > b? first + down + right + c: at;
+                        b = v3 [c] > b? v3 [c]: b;
+                        best [c] = b;
+                        where [c] = at;
+                    }
+                    continue;
+                }
                 for (int c = 0; c < C; c++) {
                     best [c] = v0 [c];
                     where [c] = first + c;
@@ -246,16 +268,36 @@ s_scale_add (size_t n, float alpha, float *y, float beta, const float *x)
 }
 
 static int
+s_all_finite (size_t n, const float *x)
+{
+    //  One pass without a branch per element: an all-ones exponent is an
+    //  infinity or a NaN.
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad |= (za_elem_bits (x [i]) & 0x7f800000u) == 0x7f800000u;
+    return !bad;
+}
+
+static int
 s_sync (void)
 {
     return 0;
 }
 
+//  The matrix products of a precision: fp32's, or a mixed set.
+#define S_GEMMS(conv_f, conv_b, dense_f, dense_b)         \
+    .conv2d_forward = conv_f,                             \
+    .conv2d_backward = conv_b,                            \
+    .dense_forward = dense_f,                             \
+    .dense_backward = dense_b
+#define S_FP32 S_GEMMS (za_cpu_conv2d_forward, za_cpu_conv2d_backward, \
+                        za_cpu_dense_forward, za_cpu_dense_backward)
+#define S_BF16 S_GEMMS (za_cpu_conv2d_forward_bf16, za_cpu_conv2d_backward_bf16, \
+                        za_cpu_dense_forward_bf16, za_cpu_dense_backward_bf16)
+#define S_FP16 S_GEMMS (za_cpu_conv2d_forward_fp16, za_cpu_conv2d_backward_fp16, \
+                        za_cpu_dense_forward_fp16, za_cpu_dense_backward_fp16)
+
 #define S_CPU_TABLE                                       \
-    .conv2d_forward = za_cpu_conv2d_forward,              \
-    .conv2d_backward = za_cpu_conv2d_backward,            \
-    .dense_forward = za_cpu_dense_forward,                \
-    .dense_backward = za_cpu_dense_backward,              \
     .maxpool_forward = s_maxpool_forward,                 \
     .maxpool_backward = s_maxpool_backward,               \
     .avgpool_global_forward = s_avgpool_global_forward,   \
@@ -277,29 +319,74 @@ s_sync (void)
     .copy = s_memcpy,                                     \
     .zero = s_zero,                                       \
     .scale_add = s_scale_add,                             \
+    .all_finite = s_all_finite,                           \
     .optim_apply = za_optim_apply,                        \
     .sync = s_sync
 
-static const za_backend_t s_cpu = {
-    .name = "cpu (OpenBLAS)",
-    .host_memory = 1,
-    S_CPU_TABLE
+static const za_backend_t *s_cpu_mixed (za_precision_t precision);
+static const za_backend_t *s_staged_mixed (za_precision_t precision);
+static int s_native (za_precision_t precision);
+
+static const za_backend_t s_cpu [3] = {
+    {.name = "cpu (OpenBLAS)", .host_memory = 1, S_CPU_TABLE, S_FP32,
+     .precision = ZA_PRECISION_FP32, .mixed = s_cpu_mixed, .native = s_native},
+    {.name = "cpu (oneDNN bf16)", .host_memory = 1, S_CPU_TABLE, S_BF16,
+     .precision = ZA_PRECISION_BF16, .mixed = s_cpu_mixed, .native = s_native},
+    {.name = "cpu (float16 inputs, fp32 products)", .host_memory = 1, S_CPU_TABLE, S_FP16,
+     .precision = ZA_PRECISION_FP16, .mixed = s_cpu_mixed, .native = s_native}
 };
 
-static const za_backend_t s_cpu_staged = {
-    .name = "cpu-staged (OpenBLAS behind device copies)",
-    .host_memory = 0,
-    S_CPU_TABLE
+static const za_backend_t s_cpu_staged [3] = {
+    {.name = "cpu-staged (OpenBLAS behind device copies)", .host_memory = 0, S_CPU_TABLE,
+     S_FP32, .precision = ZA_PRECISION_FP32, .mixed = s_staged_mixed, .native = s_native},
+    {.name = "cpu-staged (bf16)", .host_memory = 0, S_CPU_TABLE, S_BF16,
+     .precision = ZA_PRECISION_BF16, .mixed = s_staged_mixed, .native = s_native},
+    {.name = "cpu-staged (float16)", .host_memory = 0, S_CPU_TABLE, S_FP16,
+     .precision = ZA_PRECISION_FP16, .mixed = s_staged_mixed, .native = s_native}
 };
+
+//  bf16 only where the CPU multiplies it (elsewhere it would be slower
+//  than fp32 for nothing: refused, so that nobody believes otherwise);
+//  float16 always, rounded (no CPU here multiplies it), as TensorFlow runs
+//  mixed_float16 on a CPU.
+static int
+s_native (za_precision_t precision)
+{
+    return precision == ZA_PRECISION_FP32
+        || (precision == ZA_PRECISION_BF16 && za_cpu_dnnl_bf16_native ());
+}
+
+static int
+s_cpu_can (za_precision_t precision)
+{
+    if (precision == ZA_PRECISION_BF16 && !s_native (precision))
+        return za_error ("--precision mixed_bfloat16: this CPU has no bf16 instructions "
+                         "(AVX512-BF16 or AMX, as oneDNN sees it%s); use --precision fp32, "
+                         "or auto (bf16 where the machine has it)",
+                         za_cpu_dnnl_on ()? "": "; this build or ZA_DNNL=0 has no oneDNN");
+    return 0;
+}
+
+static const za_backend_t *
+s_cpu_mixed (za_precision_t precision)
+{
+    return s_cpu_can (precision)? NULL: &s_cpu [precision];
+}
+
+static const za_backend_t *
+s_staged_mixed (za_precision_t precision)
+{
+    return s_cpu_can (precision)? NULL: &s_cpu_staged [precision];
+}
 
 const za_backend_t *
 za_backend_cpu (void)
 {
-    return &s_cpu;
+    return &s_cpu [ZA_PRECISION_FP32];
 }
 
 const za_backend_t *
 za_backend_cpu_staged (void)
 {
-    return &s_cpu_staged;
+    return &s_cpu_staged [ZA_PRECISION_FP32];
 }

@@ -7,10 +7,16 @@
     thread: forward 1.2x-3.5x im2col + OpenBLAS, backward 1.0x-2.0x; the
     seed CNN trains 1.23x-1.35x faster (docs/performance.md).
 
+    In bf16 (mixed_bfloat16) the input and the output's gradient are cast
+    here (round to nearest even, za_elem_bf16), the kernel by the reorder
+    into oneDNN's layout; the results, the bias and every gradient stay
+    fp32. Dense layers in bf16 are oneDNN matmuls over the same casts.
+
     Each thread computes alone (zactor splits a batch over its threads) and
     keeps its own primitives, made once per geometry and freed when the
     thread ends.                                                             */
 #include "za_cpu_dnnl.h"
+#include "za_elem.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,6 +28,7 @@
 #include <pthread.h>
 
 #define S_CONVS_MAX 64
+#define S_MATMULS_MAX 32
 
 //  One geometry's primitives. Forward: the kernel reordered (when oneDNN
 //  wants another layout), then the convolution with bias and ReLU. Backward
@@ -31,6 +38,7 @@
 typedef struct {
     za_conv2d_dims_t d;
     za_act_t act;
+    za_precision_t precision;       //  of src, the kernel and diff_dst
     int tried;                      //  1: forward made or declined, 2: backward too
     uint64_t used;                  //  the thread's clock at its last call
     dnnl_primitive_t conv, reorder;
@@ -39,17 +47,31 @@ typedef struct {
     dnnl_memory_t data_weights, diff_src, diff_dst, diff_blocked, diff_weights;
 } s_conv_t;
 
-//  The kernel in oneDNN's layouts lives only through a call: every
-//  geometry of a thread takes its turn in the thread's one scratch buffer
-//  (VGG16 would otherwise keep three copies of its weights per thread).
+//  One bf16 matmul's primitive: c [m, n] (+)= a [m, k] @ b [k, n], a and b
+//  each stored as itself or as its transpose.
+typedef struct {
+    int m, k, n, ta, tb, sum;
+    uint64_t used;
+    dnnl_primitive_t matmul;
+    dnnl_memory_t a, b, c;
+} s_matmul_t;
+
+//  The kernel in oneDNN's layouts and the bf16 casts live only through a
+//  call: every geometry of a thread takes its turn in the thread's scratch
+//  buffers, one per role (VGG16 would otherwise keep three copies of its
+//  weights per thread).
+typedef enum { S_WEIGHTS, S_SRC, S_DDST, S_SLOTS } s_slot_t;
+
 typedef struct {
     int state;                      //  0: not yet, 1: ready, -1: off or failed
     dnnl_engine_t engine;
     dnnl_stream_t stream;
-    void *scratch;
-    size_t scratch_bytes;
+    void *scratch [S_SLOTS];
+    size_t scratch_bytes [S_SLOTS];
     s_conv_t convs [S_CONVS_MAX];
     int count;
+    s_matmul_t matmuls [S_MATMULS_MAX];
+    int matmul_count;
     uint64_t clock;                 //  calls so far
 } s_thread_t;
 
@@ -92,16 +114,28 @@ s_conv_free (s_conv_t *c)
 }
 
 static void
+s_matmul_free (s_matmul_t *mm)
+{
+    dnnl_primitive_t *primitives [] = {&mm->matmul};
+    dnnl_memory_t *memories [] = {&mm->a, &mm->b, &mm->c};
+    s_destroy (primitives, 1, memories, 3);
+    memset (mm, 0, sizeof *mm);
+}
+
+static void
 s_thread_free (void *arg)
 {
     s_thread_t *self = (s_thread_t *) arg;
     for (int i = 0; i < self->count; i++)
         s_conv_free (&self->convs [i]);
+    for (int i = 0; i < self->matmul_count; i++)
+        s_matmul_free (&self->matmuls [i]);
     if (self->stream)
         dnnl_stream_destroy (self->stream);
     if (self->engine)
         dnnl_engine_destroy (self->engine);
-    free (self->scratch);
+    for (int i = 0; i < S_SLOTS; i++)
+        free (self->scratch [i]);
     memset (self, 0, sizeof *self);
     self->state = -1;
 }
@@ -133,15 +167,25 @@ s_thread_ready (s_thread_t *self)
     return 0;
 }
 
-//  The memory descriptors and the padding of a geometry.
+//  oneDNN's type for a precision's matrix inputs.
+static dnnl_data_type_t
+s_type (za_precision_t precision)
+{
+    return precision == ZA_PRECISION_BF16? dnnl_bf16: dnnl_f32;
+}
+
+//  The memory descriptors and the padding of a geometry: src, any (the
+//  kernel) and ddst (the output's gradient) in the precision's type, the
+//  rest fp32 (src32: the input's gradient; any32: the kernel's).
 typedef struct {
-    dnnl_memory_desc_t src, weights, any, bias, dst;
+    dnnl_memory_desc_t src, src32, weights, any, any32, bias, dst, ddst;
     dnnl_dims_t strides, pad_l, pad_r;
 } s_descs_t;
 
 static int
-s_descs (s_descs_t *m, const za_conv2d_dims_t *d)
+s_descs (s_descs_t *m, const za_conv2d_dims_t *d, za_precision_t precision)
 {
+    dnnl_data_type_t low = s_type (precision);
     dnnl_dims_t src_dims = {d->n, d->c, d->h, d->w}, weight_dims = {d->oc, d->c, d->kh, d->kw};
     dnnl_dims_t bias_dims = {d->oc}, dst_dims = {d->n, d->oc, d->oh, d->ow};
     //  SAME's extra row and column go bottom and right; VALID's leftovers
@@ -151,12 +195,15 @@ s_descs (s_descs_t *m, const za_conv2d_dims_t *d)
     m->strides [0] = m->strides [1] = d->stride;
     m->pad_l [0] = d->pad_top, m->pad_l [1] = d->pad_left;
     m->pad_r [0] = bottom > 0? bottom: 0, m->pad_r [1] = right > 0? right: 0;
-    return dnnl_memory_desc_init_by_tag (&m->src, 4, src_dims, dnnl_f32, dnnl_nhwc)
+    return dnnl_memory_desc_init_by_tag (&m->src, 4, src_dims, low, dnnl_nhwc)
+        || dnnl_memory_desc_init_by_tag (&m->src32, 4, src_dims, dnnl_f32, dnnl_nhwc)
         || dnnl_memory_desc_init_by_tag (&m->weights, 4, weight_dims, dnnl_f32, dnnl_hwio)
-        || dnnl_memory_desc_init_by_tag (&m->any, 4, weight_dims, dnnl_f32,
+        || dnnl_memory_desc_init_by_tag (&m->any, 4, weight_dims, low, dnnl_format_tag_any)
+        || dnnl_memory_desc_init_by_tag (&m->any32, 4, weight_dims, dnnl_f32,
                                          dnnl_format_tag_any)
         || dnnl_memory_desc_init_by_tag (&m->bias, 1, bias_dims, dnnl_f32, dnnl_x)
-        || dnnl_memory_desc_init_by_tag (&m->dst, 4, dst_dims, dnnl_f32, dnnl_nhwc)? -1: 0;
+        || dnnl_memory_desc_init_by_tag (&m->dst, 4, dst_dims, dnnl_f32, dnnl_nhwc)
+        || dnnl_memory_desc_init_by_tag (&m->ddst, 4, dst_dims, low, dnnl_nhwc)? -1: 0;
 }
 
 //  Primitive attributes with one post-op: S_RELU (the forward's
@@ -209,7 +256,7 @@ s_forward_make (s_thread_t *self, s_conv_t *c)
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
     int rc = -1;
-    if (s_descs (&m, &c->d)
+    if (s_descs (&m, &c->d, c->precision)
     ||  dnnl_convolution_forward_desc_init (&desc, dnnl_forward_training,
                                             dnnl_convolution_direct, &m.src, &m.any, &m.bias,
                                             &m.dst, m.strides, m.pad_l, m.pad_r)
@@ -246,18 +293,18 @@ s_backward_make (s_thread_t *self, s_conv_t *c)
     int rc = -1;
     //  oneDNN picks backward kernels to match a forward: one without the
     //  ReLU serves as the hint.
-    if (s_descs (&m, &c->d)
+    if (s_descs (&m, &c->d, c->precision)
     ||  dnnl_convolution_forward_desc_init (&forward, dnnl_forward_training,
                                             dnnl_convolution_direct, &m.src, &m.any, &m.bias,
-                                            &m.dst, m.strides, m.pad_l, m.pad_r)
+                                            &m.ddst, m.strides, m.pad_l, m.pad_r)
     ||  dnnl_primitive_desc_create (&hint, &forward, NULL, self->engine, NULL)
-    ||  dnnl_convolution_backward_data_desc_init (&data, dnnl_convolution_direct, &m.src,
-                                                  &m.any, &m.dst, m.strides, m.pad_l, m.pad_r)
+    ||  dnnl_convolution_backward_data_desc_init (&data, dnnl_convolution_direct, &m.src32,
+                                                  &m.any, &m.ddst, m.strides, m.pad_l, m.pad_r)
     ||  dnnl_primitive_desc_create (&data_pd, &data, NULL, self->engine, hint)
     ||  dnnl_primitive_create (&c->data, data_pd)
     ||  dnnl_convolution_backward_weights_desc_init (&filter, dnnl_convolution_direct, &m.src,
-                                                     &m.any, NULL, &m.dst, m.strides, m.pad_l,
-                                                     m.pad_r)
+                                                     &m.any32, NULL, &m.ddst, m.strides,
+                                                     m.pad_l, m.pad_r)
     ||  dnnl_primitive_desc_create (&filter_pd, &filter, NULL, self->engine, hint)
     ||  dnnl_primitive_create (&c->filter, filter_pd))
         goto done;
@@ -270,8 +317,8 @@ s_backward_make (s_thread_t *self, s_conv_t *c)
     ||  dnnl_memory_create (&c->diff_blocked, diff_layout, self->engine, DNNL_MEMORY_NONE)
     ||  s_reorder (self, diff_layout, &m.weights, 1, &c->filter_add)
     ||  dnnl_memory_create (&c->diff_weights, &m.weights, self->engine, DNNL_MEMORY_NONE)
-    ||  dnnl_memory_create (&c->diff_src, &m.src, self->engine, DNNL_MEMORY_NONE)
-    ||  dnnl_memory_create (&c->diff_dst, &m.dst, self->engine, DNNL_MEMORY_NONE))
+    ||  dnnl_memory_create (&c->diff_src, &m.src32, self->engine, DNNL_MEMORY_NONE)
+    ||  dnnl_memory_create (&c->diff_dst, &m.ddst, self->engine, DNNL_MEMORY_NONE))
         goto done;
     rc = 0;
 done:
@@ -284,33 +331,57 @@ done:
     return rc;
 }
 
-//  Points memory at the thread's scratch, grown to its size. 0 or -1.
+//  The thread's scratch buffer `slot`, of bytes at least, or NULL.
+static void *
+s_grow (s_thread_t *self, s_slot_t slot, size_t bytes)
+{
+    if (bytes > self->scratch_bytes [slot]) {
+        void *grown = NULL;
+        if (posix_memalign (&grown, 64, bytes))
+            return NULL;
+        free (self->scratch [slot]);
+        self->scratch [slot] = grown;
+        self->scratch_bytes [slot] = bytes;
+    }
+    return self->scratch [slot];
+}
+
+//  Points memory at the thread's scratch `slot`, grown to its size. 0 or -1.
 static int
-s_scratch (s_thread_t *self, dnnl_memory_t memory)
+s_scratch (s_thread_t *self, dnnl_memory_t memory, s_slot_t slot)
 {
     const dnnl_memory_desc_t *desc;
     if (dnnl_memory_get_memory_desc (memory, &desc))
         return -1;
-    size_t bytes = dnnl_memory_desc_get_size (desc);
-    if (bytes > self->scratch_bytes) {
-        void *grown = NULL;
-        if (posix_memalign (&grown, 64, bytes))
-            return -1;
-        free (self->scratch);
-        self->scratch = grown;
-        self->scratch_bytes = bytes;
-    }
-    return dnnl_memory_set_data_handle (memory, self->scratch)? -1: 0;
+    void *buffer = s_grow (self, slot, dnnl_memory_desc_get_size (desc));
+    return buffer && dnnl_memory_set_data_handle (memory, buffer) == 0? 0: -1;
+}
+
+//  Points memory at x: itself in fp32, else its bf16 cast in scratch
+//  `slot` (count values). 0 or -1.
+static int
+s_input (s_thread_t *self, dnnl_memory_t memory, const float *x, size_t count,
+         za_precision_t precision, s_slot_t slot)
+{
+    if (precision == ZA_PRECISION_FP32)
+        return dnnl_memory_set_data_handle (memory, (void *) x)? -1: 0;
+    uint16_t *low = (uint16_t *) s_grow (self, slot, count * sizeof (uint16_t));
+    if (!low)
+        return -1;
+    for (size_t i = 0; i < count; i++)
+        low [i] = za_elem_bf16 (x [i]);
+    return dnnl_memory_set_data_handle (memory, low)? -1: 0;
 }
 
 //  This thread's primitives for the geometry (the least recently used make
 //  way when S_CONVS_MAX are kept), the forward made or declined.
 static s_conv_t *
-s_conv (s_thread_t *self, const za_conv2d_dims_t *d, za_act_t act)
+s_conv (s_thread_t *self, const za_conv2d_dims_t *d, za_act_t act, za_precision_t precision)
 {
     self->clock++;
     for (int i = 0; i < self->count; i++)
-        if (self->convs [i].act == act && memcmp (&self->convs [i].d, d, sizeof *d) == 0) {
+        if (self->convs [i].act == act && self->convs [i].precision == precision
+            && memcmp (&self->convs [i].d, d, sizeof *d) == 0) {
             self->convs [i].used = self->clock;
             return &self->convs [i];
         }
@@ -327,11 +398,13 @@ s_conv (s_thread_t *self, const za_conv2d_dims_t *d, za_act_t act)
     c->used = self->clock;
     c->d = *d;
     c->act = act;
+    c->precision = precision;
     if (s_forward_make (self, c)) {
         //  Kept as a geometry oneDNN declines: not asked again.
         s_conv_free (c);
         c->d = *d;
         c->act = act;
+        c->precision = precision;
         c->tried = 2;
         c->used = self->clock;
     }
@@ -361,20 +434,22 @@ za_cpu_dnnl_on (void)
 
 int
 za_cpu_dnnl_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
-                            const float *bias, za_act_t act, float *out)
+                            const float *bias, za_act_t act, float *out,
+                            za_precision_t precision)
 {
-    s_thread_t *self = s_ready ();
-    s_conv_t *c = self? s_conv (self, d, act): NULL;
+    s_thread_t *self = precision == ZA_PRECISION_FP16? NULL: s_ready ();
+    s_conv_t *c = self? s_conv (self, d, act, precision): NULL;
     if (!c || !c->conv)
         return -1;
-    if (dnnl_memory_set_data_handle (c->src, (void *) in)
+    size_t inputs = (size_t) d->n * d->h * d->w * d->c;
+    if (s_input (self, c->src, in, inputs, precision, S_SRC)
     ||  dnnl_memory_set_data_handle (c->weights, (void *) kernel)
     ||  dnnl_memory_set_data_handle (c->bias, (void *) bias)
     ||  dnnl_memory_set_data_handle (c->dst, out))
         return -1;
     if (c->reorder) {
         dnnl_exec_arg_t args [2] = {{DNNL_ARG_FROM, c->weights}, {DNNL_ARG_TO, c->blocked}};
-        if (s_scratch (self, c->blocked)
+        if (s_scratch (self, c->blocked, S_WEIGHTS)
         ||  dnnl_primitive_execute (c->reorder, self->stream, 2, args))
             return -1;
     }
@@ -390,10 +465,11 @@ za_cpu_dnnl_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const fl
 
 int
 za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
-                             za_act_t act, const float *dout, float *dkernel, float *din)
+                             za_act_t act, const float *dout, float *dkernel, float *din,
+                             za_precision_t precision)
 {
-    s_thread_t *self = s_ready ();
-    s_conv_t *c = self? s_conv (self, d, act): NULL;
+    s_thread_t *self = precision == ZA_PRECISION_FP16? NULL: s_ready ();
+    s_conv_t *c = self? s_conv (self, d, act, precision): NULL;
     if (!c || !c->conv)
         return -1;
     if (c->tried == 1) {
@@ -404,9 +480,11 @@ za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const f
     }
     if (!c->filter)
         return -1;
-    if (dnnl_memory_set_data_handle (c->src, (void *) in)
+    size_t inputs = (size_t) d->n * d->h * d->w * d->c;
+    size_t outputs = (size_t) d->n * d->oh * d->ow * d->oc;
+    if (s_input (self, c->src, in, inputs, precision, S_SRC)
     ||  dnnl_memory_set_data_handle (c->weights, (void *) kernel)
-    ||  dnnl_memory_set_data_handle (c->diff_dst, (void *) dout)
+    ||  s_input (self, c->diff_dst, dout, outputs, precision, S_DDST)
     ||  dnnl_memory_set_data_handle (c->diff_weights, dkernel))
         return -1;
     //  The input's gradient first (overwritten: safe to redo), the sum into
@@ -418,7 +496,7 @@ za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const f
             {DNNL_ARG_DIFF_SRC, c->diff_src}
         };
         if (dnnl_memory_set_data_handle (c->diff_src, din)
-        ||  s_scratch (self, c->data_weights)
+        ||  s_scratch (self, c->data_weights, S_WEIGHTS)
         ||  dnnl_primitive_execute (c->data_reorder, self->stream, 2, reorder)
         ||  dnnl_primitive_execute (c->data, self->stream, 3, data)
         ||  dnnl_stream_wait (self->stream))
@@ -429,7 +507,7 @@ za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const f
         {DNNL_ARG_DIFF_WEIGHTS, c->diff_blocked}
     };
     dnnl_exec_arg_t add [2] = {{DNNL_ARG_FROM, c->diff_blocked}, {DNNL_ARG_TO, c->diff_weights}};
-    if (s_scratch (self, c->diff_blocked)
+    if (s_scratch (self, c->diff_blocked, S_WEIGHTS)
     ||  dnnl_primitive_execute (c->filter, self->stream, 3, filter)
     ||  dnnl_stream_wait (self->stream)
     ||  dnnl_primitive_execute (c->filter_add, self->stream, 2, add))
@@ -438,6 +516,93 @@ za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const f
     //  in order as it is called).
     dnnl_stream_wait (self->stream);
     return 0;
+}
+
+//  This thread's bf16 matmul for the shape, made on first use (the least
+//  recently used makes way when S_MATMULS_MAX are kept), or NULL where
+//  oneDNN declines it (remembered).
+static s_matmul_t *
+s_matmul (s_thread_t *self, int m, int k, int n, int ta, int tb, int sum)
+{
+    self->clock++;
+    for (int i = 0; i < self->matmul_count; i++) {
+        s_matmul_t *mm = &self->matmuls [i];
+        if (mm->m == m && mm->k == k && mm->n == n && mm->ta == ta && mm->tb == tb
+            && mm->sum == sum) {
+            mm->used = self->clock;
+            return mm->matmul? mm: NULL;
+        }
+    }
+    s_matmul_t *mm;
+    if (self->matmul_count < S_MATMULS_MAX)
+        mm = &self->matmuls [self->matmul_count++];
+    else {
+        mm = &self->matmuls [0];
+        for (int i = 1; i < self->matmul_count; i++)
+            if (self->matmuls [i].used < mm->used)
+                mm = &self->matmuls [i];
+        s_matmul_free (mm);
+    }
+    s_matmul_t key = {.m = m, .k = k, .n = n, .ta = ta, .tb = tb, .sum = sum,
+                      .used = self->clock};
+    *mm = key;
+    //  A transposed operand is the same bytes read with swapped strides.
+    dnnl_dims_t a_dims = {m, k}, b_dims = {k, n}, c_dims = {m, n};
+    dnnl_dims_t a_strides = {ta? 1: k, ta? m: 1}, b_strides = {tb? 1: n, tb? k: 1};
+    dnnl_dims_t c_strides = {n, 1};
+    dnnl_memory_desc_t a, b, c;
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    int rc = dnnl_memory_desc_init_by_strides (&a, 2, a_dims, dnnl_bf16, a_strides)
+          || dnnl_memory_desc_init_by_strides (&b, 2, b_dims, dnnl_bf16, b_strides)
+          || dnnl_memory_desc_init_by_strides (&c, 2, c_dims, dnnl_f32, c_strides)
+          || dnnl_matmul_desc_init (&desc, &a, &b, NULL, &c)
+          || s_attr (sum? S_SUM: S_PLAIN, &attr)
+          || dnnl_primitive_desc_create (&pd, &desc, attr, self->engine, NULL)
+          || dnnl_primitive_create (&mm->matmul, pd)
+          || dnnl_memory_create (&mm->a, &a, self->engine, DNNL_MEMORY_NONE)
+          || dnnl_memory_create (&mm->b, &b, self->engine, DNNL_MEMORY_NONE)
+          || dnnl_memory_create (&mm->c, &c, self->engine, DNNL_MEMORY_NONE);
+    if (pd)
+        dnnl_primitive_desc_destroy (pd);
+    if (attr)
+        dnnl_primitive_attr_destroy (attr);
+    if (rc) {
+        s_matmul_free (mm);
+        *mm = key;
+        return NULL;
+    }
+    return mm;
+}
+
+int
+za_cpu_dnnl_matmul (int m, int k, int n, const float *a, int ta, const float *b, int tb,
+                    int accumulate, float *c, za_precision_t precision)
+{
+    if (precision != ZA_PRECISION_BF16)
+        return -1;
+    s_thread_t *self = s_ready ();
+    s_matmul_t *mm = self? s_matmul (self, m, k, n, ta, tb, accumulate): NULL;
+    if (!mm)
+        return -1;
+    dnnl_exec_arg_t args [3] = {
+        {DNNL_ARG_SRC, mm->a}, {DNNL_ARG_WEIGHTS, mm->b}, {DNNL_ARG_DST, mm->c}
+    };
+    if (s_input (self, mm->a, a, (size_t) m * k, precision, S_SRC)
+    ||  s_input (self, mm->b, b, (size_t) k * n, precision, S_WEIGHTS)
+    ||  dnnl_memory_set_data_handle (mm->c, c)
+    ||  dnnl_primitive_execute (mm->matmul, self->stream, 3, args))
+        return -1;
+    dnnl_stream_wait (self->stream);
+    return 0;
+}
+
+int
+za_cpu_dnnl_bf16_native (void)
+{
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa ();
+    return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
 }
 
 #else
@@ -450,18 +615,36 @@ za_cpu_dnnl_on (void)
 
 int
 za_cpu_dnnl_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
-                            const float *bias, za_act_t act, float *out)
+                            const float *bias, za_act_t act, float *out,
+                            za_precision_t precision)
 {
-    (void) d, (void) in, (void) kernel, (void) bias, (void) act, (void) out;
+    (void) d, (void) in, (void) kernel, (void) bias, (void) act, (void) out, (void) precision;
     return -1;
 }
 
 int
 za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
-                             za_act_t act, const float *dout, float *dkernel, float *din)
+                             za_act_t act, const float *dout, float *dkernel, float *din,
+                             za_precision_t precision)
 {
     (void) d, (void) in, (void) kernel, (void) act, (void) dout, (void) dkernel, (void) din;
+    (void) precision;
     return -1;
+}
+
+int
+za_cpu_dnnl_matmul (int m, int k, int n, const float *a, int ta, const float *b, int tb,
+                    int accumulate, float *c, za_precision_t precision)
+{
+    (void) m, (void) k, (void) n, (void) a, (void) ta, (void) b, (void) tb, (void) accumulate;
+    (void) c, (void) precision;
+    return -1;
+}
+
+int
+za_cpu_dnnl_bf16_native (void)
+{
+    return 0;
 }
 
 #endif

@@ -1,12 +1,18 @@
 /*  za_cpu_gemm.c: the CPU's layers that are matrix products: conv2d (im2col
     and one OpenBLAS sgemm over the whole batch, or direct loops for short
-    patches) and dense, with the bias and activation folded in.            */
+    patches) and dense, with the bias and activation folded in; and the same
+    in mixed precision: bf16 through oneDNN where the CPU has it, else (and
+    for float16, which CPUs here do not multiply) the inputs rounded to the
+    precision and multiplied in fp32, the same numbers up to the order of
+    the sums.                                                               */
 #include "za_cpu_gemm.h"
 #include "za_cpu_dnnl.h"
 #include "za_elem.h"
 
 #include <cblas.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 int
@@ -264,7 +270,7 @@ za_cpu_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *
     const int K = d->kh * d->kw * d->c;
     //  oneDNN where it is built in and takes the geometry: no im2col matrix
     //  (its backward reads the input itself).
-    if (za_cpu_dnnl_conv2d_forward (d, in, kernel, bias, act, out) == 0)
+    if (za_cpu_dnnl_conv2d_forward (d, in, kernel, bias, act, out, ZA_PRECISION_FP32) == 0)
         return;
     s_im2col (d, in, cols);
     if (s_small_k (K, d->oc)) {
@@ -276,18 +282,16 @@ za_cpu_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *
     s_bias_act ((size_t) P, d->oc, bias, act, out);
 }
 
-void
-za_cpu_conv2d_backward (const za_conv2d_dims_t *d, const float *in, float *cols,
-                        const float *kernel, const float *out, za_act_t act, float *dout,
-                        float *dkernel, float *dbias, float *dcols, float *din)
+//  The backward's matrix products, dout masked already: dkernel +=, din =
+//  (when not NULL). cols holds the forward's im2col matrix unless fill.
+static void
+s_conv2d_backward_gemm (const za_conv2d_dims_t *d, const float *in, float *cols, int fill,
+                        const float *kernel, const float *dout, float *dkernel, float *dcols,
+                        float *din)
 {
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
-    s_act_bias_backward ((size_t) P, d->oc, out, act, dout, dbias);
-    if (za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, dkernel, din) == 0)
-        return;
-    //  With oneDNN on, the forward may have left no im2col matrix.
-    if (za_cpu_dnnl_on ())
+    if (fill)
         s_im2col (d, in, cols);
     if (s_small_k (K, d->oc))
         s_small_k_dkernel (P, K, d->oc, cols, dout, dkernel);
@@ -299,6 +303,19 @@ za_cpu_conv2d_backward (const za_conv2d_dims_t *d, const float *in, float *cols,
                      1.0f, dout, d->oc, kernel, d->oc, 0.0f, dcols, K);
         s_col2im (d, dcols, din);
     }
+}
+
+void
+za_cpu_conv2d_backward (const za_conv2d_dims_t *d, const float *in, float *cols,
+                        const float *kernel, const float *out, za_act_t act, float *dout,
+                        float *dkernel, float *dbias, float *dcols, float *din)
+{
+    s_act_bias_backward ((size_t) d->n * d->oh * d->ow, d->oc, out, act, dout, dbias);
+    if (za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, dkernel, din,
+                                     ZA_PRECISION_FP32) == 0)
+        return;
+    //  With oneDNN on, the forward may have left no im2col matrix.
+    s_conv2d_backward_gemm (d, in, cols, za_cpu_dnnl_on (), kernel, dout, dkernel, dcols, din);
 }
 
 void
@@ -322,3 +339,166 @@ za_cpu_dense_backward (int n, int in_dim, int units, const float *in, const floa
         cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, n, in_dim, units,
                      1.0f, dout, units, kernel, units, 0.0f, din, in_dim);
 }
+
+// ---------------------------------------------------------------------------
+//  Mixed precision
+
+//  A thread's buffers for rounded copies of a layer's input and kernel.
+typedef struct {
+    float *buffer [2];
+    size_t floats [2];
+} s_rounding_t;
+
+static pthread_key_t s_rounding_key;
+static pthread_once_t s_rounding_once = PTHREAD_ONCE_INIT;
+
+static void
+s_rounding_free (void *arg)
+{
+    s_rounding_t *self = (s_rounding_t *) arg;
+    free (self->buffer [0]);
+    free (self->buffer [1]);
+    free (self);
+}
+
+static void
+s_rounding_key_new (void)
+{
+    pthread_key_create (&s_rounding_key, s_rounding_free);
+}
+
+//  x rounded to the precision, in this thread's buffer `slot` (0 or 1);
+//  x itself where no memory is left for the copy (then fp32 it is).
+static const float *
+s_rounded (int slot, const float *x, size_t n, za_precision_t precision)
+{
+    pthread_once (&s_rounding_once, s_rounding_key_new);
+    s_rounding_t *self = (s_rounding_t *) pthread_getspecific (s_rounding_key);
+    if (!self) {
+        if (!(self = (s_rounding_t *) calloc (1, sizeof *self)))
+            return x;
+        pthread_setspecific (s_rounding_key, self);
+    }
+    if (n > self->floats [slot]) {
+        float *grown = (float *) malloc (n * sizeof (float));
+        if (!grown)
+            return x;
+        free (self->buffer [slot]);
+        self->buffer [slot] = grown;
+        self->floats [slot] = n;
+    }
+    float *y = self->buffer [slot];
+    for (size_t i = 0; i < n; i++)
+        y [i] = za_elem_round (x [i], precision);
+    return y;
+}
+
+static void
+s_round_in_place (float *x, size_t n, za_precision_t precision)
+{
+    for (size_t i = 0; i < n; i++)
+        x [i] = za_elem_round (x [i], precision);
+}
+
+static void
+s_conv2d_forward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, const float *in,
+                        const float *kernel, const float *bias, za_act_t act, float *cols,
+                        float *out)
+{
+    if (za_cpu_dnnl_conv2d_forward (d, in, kernel, bias, act, out, precision) == 0)
+        return;
+    size_t inputs = (size_t) d->n * d->h * d->w * d->c;
+    size_t weights = (size_t) d->kh * d->kw * d->c * d->oc;
+    za_cpu_conv2d_forward (d, s_rounded (0, in, inputs, precision),
+                           s_rounded (1, kernel, weights, precision), bias, act, cols, out);
+}
+
+static void
+s_conv2d_backward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, const float *in,
+                         float *cols, const float *kernel, const float *out, za_act_t act,
+                         float *dout, float *dkernel, float *dbias, float *dcols, float *din)
+{
+    size_t outputs = (size_t) d->n * d->oh * d->ow * d->oc;
+    s_act_bias_backward ((size_t) d->n * d->oh * d->ow, d->oc, out, act, dout, dbias);
+    if (za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, dkernel, din, precision) == 0)
+        return;
+    size_t inputs = (size_t) d->n * d->h * d->w * d->c;
+    size_t weights = (size_t) d->kh * d->kw * d->c * d->oc;
+    s_round_in_place (dout, outputs, precision);
+    //  The forward may have gone through oneDNN: im2col again, rounded.
+    s_conv2d_backward_gemm (d, s_rounded (0, in, inputs, precision), cols, 1,
+                            s_rounded (1, kernel, weights, precision), dout, dkernel, dcols,
+                            din);
+}
+
+static void
+s_dense_forward_mixed (za_precision_t precision, int n, int in_dim, int units, const float *in,
+                       const float *kernel, const float *bias, za_act_t act, float *out)
+{
+    if (za_cpu_dnnl_matmul (n, in_dim, units, in, 0, kernel, 0, 0, out, precision) == 0) {
+        s_bias_act ((size_t) n, units, bias, act, out);
+        return;
+    }
+    za_cpu_dense_forward (n, in_dim, units, s_rounded (0, in, (size_t) n * in_dim, precision),
+                          s_rounded (1, kernel, (size_t) in_dim * units, precision), bias,
+                          act, out);
+}
+
+static void
+s_dense_backward_mixed (za_precision_t precision, int n, int in_dim, int units,
+                        const float *in, const float *kernel, const float *out, za_act_t act,
+                        float *dout, float *dkernel, float *dbias, float *din)
+{
+    s_act_bias_backward ((size_t) n, units, out, act, dout, dbias);
+    //  Each product where oneDNN declines it: from rounded inputs (rounding
+    //  dout twice changes nothing).
+    if (za_cpu_dnnl_matmul (in_dim, n, units, in, 1, dout, 0, 1, dkernel, precision)) {
+        s_round_in_place (dout, (size_t) n * units, precision);
+        const float *rin = s_rounded (0, in, (size_t) n * in_dim, precision);
+        cblas_sgemm (CblasRowMajor, CblasTrans, CblasNoTrans, in_dim, units, n,
+                     1.0f, rin, in_dim, dout, units, 1.0f, dkernel, units);
+    }
+    if (din && za_cpu_dnnl_matmul (n, units, in_dim, dout, 0, kernel, 1, 0, din, precision)) {
+        s_round_in_place (dout, (size_t) n * units, precision);
+        const float *rk = s_rounded (1, kernel, (size_t) in_dim * units, precision);
+        cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, n, in_dim, units,
+                     1.0f, dout, units, rk, units, 0.0f, din, in_dim);
+    }
+}
+
+//  The mixed tables' entries, one set per precision.
+#define S_MIXED(suffix, precision)                                                            \
+void                                                                                          \
+za_cpu_conv2d_forward_##suffix (const za_conv2d_dims_t *d, const float *in,                   \
+                                const float *kernel, const float *bias, za_act_t act,         \
+                                float *cols, float *out)                                      \
+{                                                                                             \
+    s_conv2d_forward_mixed (precision, d, in, kernel, bias, act, cols, out);                  \
+}                                                                                             \
+void                                                                                          \
+za_cpu_conv2d_backward_##suffix (const za_conv2d_dims_t *d, const float *in, float *cols,     \
+                                 const float *kernel, const float *out, za_act_t act,         \
+                                 float *dout, float *dkernel, float *dbias, float *dcols,     \
+                                 float *din)                                                  \
+{                                                                                             \
+    s_conv2d_backward_mixed (precision, d, in, cols, kernel, out, act, dout, dkernel, dbias,  \
+                             dcols, din);                                                     \
+}                                                                                             \
+void                                                                                          \
+za_cpu_dense_forward_##suffix (int n, int in_dim, int units, const float *in,                 \
+                               const float *kernel, const float *bias, za_act_t act,          \
+                               float *out)                                                    \
+{                                                                                             \
+    s_dense_forward_mixed (precision, n, in_dim, units, in, kernel, bias, act, out);           \
+}                                                                                             \
+void                                                                                          \
+za_cpu_dense_backward_##suffix (int n, int in_dim, int units, const float *in,                \
+                                const float *kernel, const float *out, za_act_t act,          \
+                                float *dout, float *dkernel, float *dbias, float *din)        \
+{                                                                                             \
+    s_dense_backward_mixed (precision, n, in_dim, units, in, kernel, out, act, dout, dkernel,  \
+                            dbias, din);                                                      \
+}
+
+S_MIXED (bf16, ZA_PRECISION_BF16)
+S_MIXED (fp16, ZA_PRECISION_FP16)

@@ -21,4 +21,23 @@ void za_cpu_dense_backward (int n, int in_dim, int units, const float *in,
                             const float *kernel, const float *out, za_act_t act,
                             float *dout, float *dkernel, float *dbias, float *din);
 
+//  The same in mixed precision (za_precision_t): the inputs of each product
+//  in bf16 or float16, the results fp32.
+#define ZA_CPU_GEMM_MIXED(suffix)                                                            \
+void za_cpu_conv2d_forward_##suffix (const za_conv2d_dims_t *d, const float *in,             \
+                                     const float *kernel, const float *bias, za_act_t act,   \
+                                     float *cols, float *out);                               \
+void za_cpu_conv2d_backward_##suffix (const za_conv2d_dims_t *d, const float *in,            \
+                                      float *cols, const float *kernel, const float *out,    \
+                                      za_act_t act, float *dout, float *dkernel,             \
+                                      float *dbias, float *dcols, float *din);               \
+void za_cpu_dense_forward_##suffix (int n, int in_dim, int units, const float *in,           \
+                                    const float *kernel, const float *bias, za_act_t act,    \
+                                    float *out);                                             \
+void za_cpu_dense_backward_##suffix (int n, int in_dim, int units, const float *in,          \
+                                     const float *kernel, const float *out, za_act_t act,    \
+                                     float *dout, float *dkernel, float *dbias, float *din);
+ZA_CPU_GEMM_MIXED (bf16)
+ZA_CPU_GEMM_MIXED (fp16)
+
 #endif

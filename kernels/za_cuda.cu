@@ -375,6 +375,33 @@ s_scale_add (size_t n, float alpha, float *y, float beta, const float *x)
     LAUNCH (k_scale_add, n, n, alpha, y, beta, x);
 }
 
+__global__ void
+k_nonfinite (size_t n, const float *x, int *flag)
+{
+    FOR_EACH (i, n)
+        if (!isfinite (x [i]))
+            *flag = 1;
+}
+
+//  The flag in the loss's row scratch; waits for the stream.
+static int
+s_all_finite (size_t n, const float *x)
+{
+    za_cuda_thread_t *self = &za_cuda_self;
+    if (s_row_scratch (1))
+        return 0;
+    int dev = self->device;
+    if (!za_cuda_ok (cudaMemsetAsync (self->row_flags [dev], 0, sizeof (int),
+                                      cudaStreamPerThread), "cudaMemsetAsync"))
+        return 0;
+    if (n)
+        LAUNCH (k_nonfinite, n, n, x, self->row_flags [dev]);
+    if (!za_cuda_ok (cudaMemcpy (self->host_flags, self->row_flags [dev], sizeof (int),
+                                 cudaMemcpyDeviceToHost), "cudaMemcpy"))
+        return 0;
+    return self->host_flags [0] == 0;
+}
+
 static void
 s_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float *g,
                float **slots, size_t n)
@@ -403,37 +430,69 @@ s_sync (void)
     return rc;
 }
 
-static za_backend_t s_cuda = {
-    .name = "cuda (cuBLAS)",
-    .conv2d_forward = za_cuda_conv2d_forward,
-    .conv2d_backward = za_cuda_conv2d_backward,
-    .dense_forward = za_cuda_dense_forward,
-    .dense_backward = za_cuda_dense_backward,
-    .maxpool_forward = s_maxpool_forward,
-    .maxpool_backward = s_maxpool_backward,
-    .avgpool_global_forward = s_avgpool_global_forward,
-    .avgpool_global_backward = s_avgpool_global_backward,
-    .relu_forward = s_relu_forward,
-    .relu_backward = s_relu_backward,
-    .dropout_forward = s_dropout_forward,
-    .dropout_backward = s_dropout_backward,
-    .softmax_xent = s_softmax_xent,
-    .buffer_alloc = s_buffer_alloc,
-    .buffer_free = s_buffer_free,
-    .set_threads = s_set_threads,
-    .host_memory = 0,
-    .device_count = 0,
-    .bind = s_bind,
-    .host_alloc = s_host_alloc,
-    .host_free = s_host_free,
-    .upload = s_upload,
-    .download = s_download,
-    .copy = s_copy,
-    .zero = s_zero,
-    .scale_add = s_scale_add,
-    .optim_apply = s_optim_apply,
-    .sync = s_sync,
+static const za_backend_t *s_mixed (za_precision_t precision);
+static int s_native (za_precision_t precision);
+
+#define S_TABLE(P, text)                                          \
+    {                                                             \
+        .name = text,                                             \
+        .conv2d_forward = za_cuda_conv2d_forward<P>,              \
+        .conv2d_backward = za_cuda_conv2d_backward<P>,            \
+        .dense_forward = za_cuda_dense_forward<P>,                \
+        .dense_backward = za_cuda_dense_backward<P>,              \
+        .maxpool_forward = s_maxpool_forward,                     \
+        .maxpool_backward = s_maxpool_backward,                   \
+        .avgpool_global_forward = s_avgpool_global_forward,       \
+        .avgpool_global_backward = s_avgpool_global_backward,     \
+        .relu_forward = s_relu_forward,                           \
+        .relu_backward = s_relu_backward,                         \
+        .dropout_forward = s_dropout_forward,                     \
+        .dropout_backward = s_dropout_backward,                   \
+        .softmax_xent = s_softmax_xent,                           \
+        .buffer_alloc = s_buffer_alloc,                           \
+        .buffer_free = s_buffer_free,                             \
+        .set_threads = s_set_threads,                             \
+        .host_memory = 0,                                         \
+        .device_count = 0,                                        \
+        .bind = s_bind,                                           \
+        .host_alloc = s_host_alloc,                               \
+        .host_free = s_host_free,                                 \
+        .upload = s_upload,                                       \
+        .download = s_download,                                   \
+        .copy = s_copy,                                           \
+        .zero = s_zero,                                           \
+        .scale_add = s_scale_add,                                 \
+        .all_finite = s_all_finite,                               \
+        .optim_apply = s_optim_apply,                             \
+        .sync = s_sync,                                           \
+        .precision = P,                                           \
+        .mixed = s_mixed,                                         \
+        .native = s_native,                                       \
+    }
+
+static za_backend_t s_cuda [3] = {
+    S_TABLE (ZA_PRECISION_FP32, "cuda (cuBLAS)"),
+    S_TABLE (ZA_PRECISION_BF16, "cuda (cuBLAS, bf16 tensor cores)"),
+    S_TABLE (ZA_PRECISION_FP16, "cuda (cuBLAS, fp16 tensor cores)"),
 };
+
+//  bf16 GEMMs need compute capability 8.0 (Ampere) for tensor cores; fp16
+//  7.0. Older GPUs still compute both (cuBLAS converts), more slowly.
+static int
+s_native (za_precision_t precision)
+{
+    cudaDeviceProp prop;
+    int major = cudaGetDeviceProperties (&prop, 0) == cudaSuccess? prop.major: 0;
+    return precision == ZA_PRECISION_FP32
+        || (precision == ZA_PRECISION_BF16 && major >= 8)
+        || (precision == ZA_PRECISION_FP16 && major >= 7);
+}
+
+static const za_backend_t *
+s_mixed (za_precision_t precision)
+{
+    return &s_cuda [precision];
+}
 
 //  Without a GPU cudaGetDeviceCount fails (error 35 without a driver, 100
 //  without a device) and may leave the count unwritten.
@@ -449,6 +508,7 @@ za_backend_cuda_open (za_error_fn *error)
         return NULL;
     }
     s_device_count = count < ZA_DEVICE_MAX? count: ZA_DEVICE_MAX;
-    s_cuda.device_count = s_device_count;
-    return &s_cuda;
+    for (int p = 0; p < 3; p++)
+        s_cuda [p].device_count = s_device_count;
+    return &s_cuda [ZA_PRECISION_FP32];
 }

@@ -1,9 +1,14 @@
 /*  za_cuda_gemm.cu: the CUDA back end's matrix-product layers, beside
     za_cpu_gemm.c: conv2d (im2col kernel and one cuBLAS GEMM over the whole
-    batch) and dense, with the bias and activation as kernels.             */
+    batch) and dense, with the bias and activation as kernels. In mixed
+    precision each GEMM's inputs are cast (the CPU's rounding, za_elem.h)
+    and cuBLAS multiplies them on tensor cores, summing in fp32.           */
 #include "za_cuda_gemm.h"
 #include "za_cuda_util.h"
 #include "za_elem.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 __global__ void
 k_im2col (za_conv2d_dims_t d, const float *in, float *cols, size_t count)
@@ -120,17 +125,67 @@ s_column_sums (size_t rows, int units, const float *dout, float *dbias)
 // ---------------------------------------------------------------------------
 //  The layers
 
+//  x cast to bf16 (the CPU's rounding) or fp16 (IEEE, ties to even).
+__global__ void
+k_to_bf16 (size_t count, const float *x, uint16_t *y)
+{
+    FOR_EACH (i, count)
+        y [i] = za_elem_bf16 (x [i]);
+}
+
+__global__ void
+k_to_fp16 (size_t count, const float *x, __half *y)
+{
+    FOR_EACH (i, count)
+        y [i] = __float2half_rn (x [i]);
+}
+
+//  x (count floats) in precision Q, in this thread's scratch `slot` on its
+//  device, or NULL.
+template <za_precision_t Q>
+static const void *
+s_low (int slot, const float *x, size_t count)
+{
+    za_cuda_thread_t *self = &za_cuda_self;
+    int dev = self->device;
+    if (count > self->low_values [dev][slot]) {
+        cudaFree (self->low [dev][slot]);
+        self->low [dev][slot] = NULL;
+        self->low_values [dev][slot] = 0;
+        if (!za_cuda_ok (cudaMalloc (&self->low [dev][slot], count * 2), "cudaMalloc"))
+            return NULL;
+        self->low_values [dev][slot] = count;
+    }
+    void *y = self->low [dev][slot];
+    if (Q == ZA_PRECISION_BF16)
+        LAUNCH (k_to_bf16, count, count, x, (uint16_t *) y);
+    else
+        LAUNCH (k_to_fp16, count, count, x, (__half *) y);
+    return y;
+}
+
 //  Row-major out[m, n] = a[m, k] @ b[k, n] (+ out when accumulate): cuBLAS is
 //  column-major, so it computes out^T = b^T a^T. ta / tb: a or b transposed
 //  (a is then stored [k, m], b [n, k]).
+template <za_precision_t Q>
 static void
 s_gemm (int ta, int tb, int m, int n, int k, const float *a, const float *b, float beta,
         float *out)
 {
     const float one = 1.0f;
     cublasOperation_t op_a = ta? CUBLAS_OP_T: CUBLAS_OP_N, op_b = tb? CUBLAS_OP_T: CUBLAS_OP_N;
-    za_cuda_blas_ok (cublasSgemm (za_cuda_blas (), op_b, op_a, n, m, k, &one, b, tb? k: n, a,
-                                  ta? m: k, &beta, out, n), "cublasSgemm");
+    if (Q == ZA_PRECISION_FP32) {
+        za_cuda_blas_ok (cublasSgemm (za_cuda_blas (), op_b, op_a, n, m, k, &one, b, tb? k: n,
+                                      a, ta? m: k, &beta, out, n), "cublasSgemm");
+        return;
+    }
+    const void *la = s_low<Q> (0, a, (size_t) m * k), *lb = s_low<Q> (1, b, (size_t) k * n);
+    if (!la || !lb)
+        return;
+    cudaDataType_t type = Q == ZA_PRECISION_BF16? CUDA_R_16BF: CUDA_R_16F;
+    za_cuda_blas_ok (cublasGemmEx (za_cuda_blas (), op_b, op_a, n, m, k, &one, lb, type,
+                                   tb? k: n, la, type, ta? m: k, &beta, out, CUDA_R_32F, n,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), "cublasGemmEx");
 }
 
 static void
@@ -150,6 +205,7 @@ s_act_bias_backward (size_t rows, int units, const float *out, za_act_t act, flo
     s_column_sums (rows, units, dout, dbias);
 }
 
+template <za_precision_t Q>
 void
 za_cuda_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
                         const float *bias, za_act_t act, float *cols, float *out)
@@ -158,10 +214,11 @@ za_cuda_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float 
     const int K = d->kh * d->kw * d->c;
     size_t count = (size_t) P * K;
     LAUNCH (k_im2col, count, *d, in, cols, count);
-    s_gemm (0, 0, P, d->oc, K, cols, kernel, 0.0f, out);
+    s_gemm<Q> (0, 0, P, d->oc, K, cols, kernel, 0.0f, out);
     s_bias_act ((size_t) P, d->oc, bias, act, out);
 }
 
+template <za_precision_t Q>
 void
 za_cuda_conv2d_backward (const za_conv2d_dims_t *d, const float *in, float *cols,
                          const float *kernel, const float *out, za_act_t act, float *dout,
@@ -171,29 +228,48 @@ za_cuda_conv2d_backward (const za_conv2d_dims_t *d, const float *in, float *cols
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
     s_act_bias_backward ((size_t) P, d->oc, out, act, dout, dbias);
-    s_gemm (1, 0, K, d->oc, P, cols, dout, 1.0f, dkernel);
+    s_gemm<Q> (1, 0, K, d->oc, P, cols, dout, 1.0f, dkernel);
     if (din) {
-        s_gemm (0, 1, P, K, d->oc, dout, kernel, 0.0f, dcols);
+        s_gemm<Q> (0, 1, P, K, d->oc, dout, kernel, 0.0f, dcols);
         size_t count = (size_t) d->n * d->h * d->w * d->c;
         LAUNCH (k_col2im, count, *d, dcols, din, count);
     }
 }
 
+template <za_precision_t Q>
 void
 za_cuda_dense_forward (int n, int in_dim, int units, const float *in, const float *kernel,
                        const float *bias, za_act_t act, float *out)
 {
-    s_gemm (0, 0, n, units, in_dim, in, kernel, 0.0f, out);
+    s_gemm<Q> (0, 0, n, units, in_dim, in, kernel, 0.0f, out);
     s_bias_act ((size_t) n, units, bias, act, out);
 }
 
+template <za_precision_t Q>
 void
 za_cuda_dense_backward (int n, int in_dim, int units, const float *in, const float *kernel,
                         const float *out, za_act_t act, float *dout, float *dkernel,
                         float *dbias, float *din)
 {
     s_act_bias_backward ((size_t) n, units, out, act, dout, dbias);
-    s_gemm (1, 0, in_dim, units, n, in, dout, 1.0f, dkernel);
+    s_gemm<Q> (1, 0, in_dim, units, n, in, dout, 1.0f, dkernel);
     if (din)
-        s_gemm (0, 1, n, in_dim, units, dout, kernel, 0.0f, din);
+        s_gemm<Q> (0, 1, n, in_dim, units, dout, kernel, 0.0f, din);
 }
+
+#define S_INSTANTIATE(P)                                                                      \
+    template void za_cuda_conv2d_forward<P> (const za_conv2d_dims_t *, const float *,        \
+                                             const float *, const float *, za_act_t, float *, \
+                                             float *);                                        \
+    template void za_cuda_conv2d_backward<P> (const za_conv2d_dims_t *, const float *,       \
+                                              float *, const float *, const float *,          \
+                                              za_act_t, float *, float *, float *, float *,   \
+                                              float *);                                       \
+    template void za_cuda_dense_forward<P> (int, int, int, const float *, const float *,     \
+                                            const float *, za_act_t, float *);                \
+    template void za_cuda_dense_backward<P> (int, int, int, const float *, const float *,    \
+                                             const float *, za_act_t, float *, float *,       \
+                                             float *, float *);
+S_INSTANTIATE (ZA_PRECISION_FP32)
+S_INSTANTIATE (ZA_PRECISION_BF16)
+S_INSTANTIATE (ZA_PRECISION_FP16)

@@ -6,17 +6,24 @@
 
 #include "za/za_kernels.h"
 
+//  In each precision (za_precision_t): the GEMMs' inputs cast to bf16 or
+//  fp16 on the GPU, cuBLAS multiplying them on tensor cores with fp32 sums
+//  and results; FP32 is cublasSgemm.
+template <za_precision_t Q>
 void za_cuda_conv2d_forward (const za_conv2d_dims_t *d, const float *in,
                              const float *kernel, const float *bias, za_act_t act,
                              float *cols, float *out);
+template <za_precision_t Q>
 void za_cuda_conv2d_backward (const za_conv2d_dims_t *d, const float *in,
                               float *cols,
                               const float *kernel, const float *out, za_act_t act,
                               float *dout, float *dkernel, float *dbias, float *dcols,
                               float *din);
+template <za_precision_t Q>
 void za_cuda_dense_forward (int n, int in_dim, int units, const float *in,
                             const float *kernel, const float *bias, za_act_t act,
                             float *out);
+template <za_precision_t Q>
 void za_cuda_dense_backward (int n, int in_dim, int units, const float *in,
                              const float *kernel, const float *out, za_act_t act,
                              float *dout, float *dkernel, float *dbias, float *din);

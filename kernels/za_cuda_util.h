@@ -25,6 +25,8 @@ typedef struct {
     int rows [ZA_DEVICE_MAX];
     float *partial [ZA_DEVICE_MAX];         //  device: the bias gradient's partial sums
     size_t partial_floats [ZA_DEVICE_MAX];
+    void *low [ZA_DEVICE_MAX][2];           //  device: a GEMM's two inputs in bf16 / fp16
+    size_t low_values [ZA_DEVICE_MAX][2];
     double *host_loss;                      //  pinned
     int *host_flags;
     int host_rows;

@@ -45,6 +45,48 @@ za_device_parse (const char *text, za_device_t *device)
                      "cuda:all", text, ZA_DEVICE_MAX - 1);
 }
 
+int
+za_precision_parse (const char *text, za_precision_t *precision, int *is_auto)
+{
+    *precision = ZA_PRECISION_FP32;
+    *is_auto = 0;
+    if (!text || strcmp (text, "fp32") == 0 || strcmp (text, "float32") == 0)
+        return 0;
+    if (strcmp (text, "auto") == 0) {
+        *is_auto = 1;
+        return 0;
+    }
+    if (strcmp (text, "mixed_bfloat16") == 0 || strcmp (text, "bf16") == 0) {
+        *precision = ZA_PRECISION_BF16;
+        return 0;
+    }
+    if (strcmp (text, "mixed_float16") == 0 || strcmp (text, "fp16") == 0) {
+        *precision = ZA_PRECISION_FP16;
+        return 0;
+    }
+    return za_error ("unknown precision '%s': use fp32, mixed_bfloat16, mixed_float16 or "
+                     "auto", text);
+}
+
+const char *
+za_precision_text (za_precision_t precision)
+{
+    return precision == ZA_PRECISION_BF16? "mixed_bfloat16"
+         : precision == ZA_PRECISION_FP16? "mixed_float16": "float32";
+}
+
+const za_backend_t *
+za_backend_mixed (const za_backend_t *be, const char *text)
+{
+    za_precision_t precision;
+    int is_auto;
+    if (!be || za_precision_parse (text, &precision, &is_auto))
+        return NULL;
+    if (is_auto)
+        precision = be->native (ZA_PRECISION_BF16)? ZA_PRECISION_BF16: ZA_PRECISION_FP32;
+    return be->mixed (precision);
+}
+
 const char *
 za_device_text (const za_device_t *device, char *buf, size_t size)
 {

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "za/za_kernels.h"
 #include "za/za_optim.h"
@@ -265,6 +266,62 @@ za_elem_learning_rate (const za_optim_config_t *c, int64_t step)
     if (warmup > 0 && s < warmup)
         return (float) (za_elem_scheduled (c, warmup) * (s + 1) / warmup);
     return (float) za_elem_scheduled (c, s);
+}
+
+//  Mixed precision: a float's bits, and back.
+ZA_HD uint32_t
+za_elem_bits (float x)
+{
+    uint32_t u;
+    memcpy (&u, &x, sizeof u);
+    return u;
+}
+
+ZA_HD float
+za_elem_from_bits (uint32_t u)
+{
+    float x;
+    memcpy (&x, &u, sizeof x);
+    return x;
+}
+
+//  x rounded to bfloat16 (round to nearest, ties to even; NaN stays NaN,
+//  overflow goes to infinity), as its 16 bits.
+ZA_HD uint16_t
+za_elem_bf16 (float x)
+{
+    uint32_t u = za_elem_bits (x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t) ((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t) (u >> 16);
+}
+
+//  x rounded to IEEE float16 (ties to even, subnormals, overflow to
+//  infinity), returned as the float of the same value.
+ZA_HD float
+za_elem_round_fp16 (float x)
+{
+    uint32_t u = za_elem_bits (x);
+    uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u)
+        return x;
+    if (a >= 0x477ff000u)                   //  65520 and up: past 65504
+        return za_elem_from_bits (sign | 0x7f800000u);
+    if (a < 0x38800000u) {                  //  below 2^-14: multiples of 2^-24
+        float r = (za_elem_from_bits (a) + 0.5f) - 0.5f;
+        return za_elem_from_bits (sign | za_elem_bits (r));
+    }
+    a += 0xfffu + ((a >> 13) & 1u);
+    return za_elem_from_bits (sign | (a & ~0x1fffu));
+}
+
+//  x as the matrix products of `precision` read it.
+ZA_HD float
+za_elem_round (float x, za_precision_t precision)
+{
+    return precision == ZA_PRECISION_BF16? za_elem_from_bits ((uint32_t) za_elem_bf16 (x) << 16)
+         : precision == ZA_PRECISION_FP16? za_elem_round_fp16 (x): x;
 }
 
 #endif

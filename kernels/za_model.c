@@ -63,6 +63,29 @@ za_model_on_grads_final (za_grads_final_fn *fn, void *arg)
     s_final_arg = arg;
 }
 
+static __thread float s_loss_scale = 1.0f;
+static __thread int s_loss_scale_asked;
+
+float
+za_model_loss_scale (void)
+{
+    s_loss_scale_asked = 1;
+    return s_loss_scale;
+}
+
+void
+za_model_set_loss_scale (float scale)
+{
+    s_loss_scale = scale;
+    s_loss_scale_asked = 0;
+}
+
+int
+za_model_loss_scale_asked (void)
+{
+    return s_loss_scale_asked;
+}
+
 void
 za_model_grads_final (size_t offset)
 {

@@ -218,6 +218,13 @@ static const za_option_t s_options [] = {
                "cuda:all (a replica per GPU, the batch split across them, as\n"
                "TensorFlow's MirroredStrategy); needs a build with the CUDA back\n"
                "end (-DZA_CUDA) and a GPU. Checkpoints are the same on any device"),
+    ZA_OPTION ("precision", T_STR, precision, "P", "fp32", 0, 0, NULL,
+               R_TRAIN | ZA_READ_EVALUATOR, JOB, 0, NULL,
+               "the matrix products' inputs, as Keras's mixed-precision policies:\n"
+               "fp32 (float32), mixed_bfloat16 (bf16 inputs, fp32 sums: CPUs with\n"
+               "AVX512-BF16 or AMX, GPUs from Ampere), mixed_float16 (GPUs; with\n"
+               "dynamic loss scaling), or auto (bf16 where the machine computes it,\n"
+               "else fp32). Weights, optimizer and checkpoints stay fp32"),
     ZA_OPTION ("replicas-per-device", T_INT, replicas_per_device, "N", "1", 1, 64, NULL,
                R_TRAIN | ZA_READ_EVALUATOR, JOB, 0, NULL,
                "--device cuda: model replicas on each GPU, each a slice of the\n"
@@ -357,6 +364,7 @@ za_settings_run_config (const za_settings_t *s)
     //  Checked by za_task_prepare: a bad text was refused there.
     za_device_parse (s->device, &config.device);
     config.replicas_per_device = (int) s->replicas_per_device;
+    config.precision = s->precision;
     config.warm_start = (za_warm_start_t) {
         .from = s->warm_start_from, .vars = s->warm_start_vars,
         .rename = s->warm_start_rename,

@@ -249,7 +249,7 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     za_device_t device;
     int first, count;
     if (za_device_parse (settings->device, &device)
-        || !za_device_backend (&device, &first, &count))
+        || !za_backend_mixed (za_device_backend (&device, &first, &count), settings->precision))
         return ZA_EXIT_USAGE;
     //  A layer stack given as text is checked before any data is read.
     int stack = !program->model_fn;
@@ -459,6 +459,7 @@ s_evaluator_config (za_task_t *task, za_evaluator_config_t *config)
     config->replay = s->replay;
     config->threads = (int) s->threads;
     za_device_parse (s->device, &config->device);
+    config->precision = s->precision;
     config->stats = task->stats;
 }
 

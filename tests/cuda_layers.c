@@ -5,13 +5,17 @@
     loading CUDA in every forked test would cost seconds.
 
     Tolerances: GEMM outputs 1e-4 relative (cuBLAS sums in another order, and
-    may use TF32 only if asked: we do not ask); copies and masks exact.      */
+    may use TF32 only if asked: we do not ask); copies and masks exact. The
+    mixed-precision tables (bf16, fp16 inputs to cuBLAS's tensor cores, fp32
+    sums) against the CPU's fp32 on the same rounded inputs, alike: bf16 and
+    fp16 products are exact in fp32, so only the order of the sums differs. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "za/za_kernels.h"
+#include "../kernels/za_elem.h"
 
 static const za_backend_t *s_cpu, *s_gpu;
 static int s_failures;
@@ -25,6 +29,22 @@ s_random (size_t n, uint64_t seed)
     for (size_t i = 0; i < n; i++)
         x [i] = 2.0f * za_rng_uniform (&rng) - 1.0f;
     return x;
+}
+
+//  x rounded as the precision's products read it (a copy).
+static float *
+s_round (const float *x, size_t n, za_precision_t p)
+{
+    float *y = (float *) za_alloc (n * sizeof (float));
+    for (size_t i = 0; i < n; i++)
+        y [i] = za_elem_round (x [i], p);
+    return y;
+}
+
+static const char *
+s_tag (za_precision_t p)
+{
+    return p == ZA_PRECISION_BF16? "bf16 ": p == ZA_PRECISION_FP16? "fp16 ": "";
 }
 
 //  A device copy of a host buffer.
@@ -64,10 +84,15 @@ s_compare (const char *what, const float *cpu, const float *dev, size_t n, doubl
     za_free (back);
 }
 
+//  In precision p the GPU's mixed table against the CPU's fp32 on rounded
+//  inputs; the bias's gradient from the unrounded output gradient (as the
+//  mixed layers sum it), and both backward passes masked by the CPU's
+//  output (an output near 0 could otherwise flip one side's ReLU).
 static void
-s_conv (int n, int h, int w, int c, int filters, int kernel, int stride, za_padding_t padding,
-        za_act_t act)
+s_conv (za_precision_t p, int n, int h, int w, int c, int filters, int kernel, int stride,
+        za_padding_t padding, za_act_t act)
 {
+    const za_backend_t *gpu = s_gpu->mixed (p);
     za_conv2d_dims_t d;
     za_conv2d_dims (&d, n, h, w, c, filters, kernel, stride, padding);
     size_t in_n = (size_t) n * h * w * c, out_n = (size_t) n * d.oh * d.ow * filters;
@@ -80,14 +105,25 @@ s_conv (int n, int h, int w, int c, int filters, int kernel, int stride, za_padd
     float *g_dout = s_up (dout, out_n * 4), *g_cols = s_up (cols, cols_n * 4);
     float *g_out = s_up (out, out_n * 4), *g_dk = s_up (dk, k_n * 4), *g_db = s_up (db, filters * 4);
     float *g_dcols = s_up (dcols, cols_n * 4), *g_din = s_up (din, in_n * 4);
-    s_cpu->conv2d_forward (&d, in, k, b, act, cols, out);
-    s_gpu->conv2d_forward (&d, g_in, g_k, g_b, act, g_cols, g_out);
+    float *r_in = s_round (in, in_n, p), *r_k = s_round (k, k_n, p);
+    float *r_dout = s_round (dout, out_n, p);
+    s_cpu->conv2d_forward (&d, r_in, r_k, b, act, cols, out);
+    gpu->conv2d_forward (&d, g_in, g_k, g_b, act, g_cols, g_out);
     char what [80];
-    snprintf (what, sizeof what, "conv2d %dx%dx%d k%d s%d %s%s out", h, w, c, kernel, stride,
-              padding == ZA_PADDING_SAME? "same": "valid", act == ZA_ACT_RELU? " relu": "");
+    snprintf (what, sizeof what, "%sconv2d %dx%dx%d k%d s%d %s%s out", s_tag (p), h, w, c,
+              kernel, stride, padding == ZA_PADDING_SAME? "same": "valid",
+              act == ZA_ACT_RELU? " relu": "");
     s_compare (what, out, g_out, out_n, 1e-4);
-    s_cpu->conv2d_backward (&d, in, cols, k, out, act, dout, dk, db, dcols, din);
-    s_gpu->conv2d_backward (&d, g_in, g_cols, g_k, g_out, act, g_dout, g_dk, g_db, g_dcols, g_din);
+    if (s_gpu->upload (g_out, out, out_n * 4))
+        exit (1);
+    s_cpu->conv2d_backward (&d, r_in, cols, r_k, out, act, r_dout, dk, db, dcols, din);
+    if (p != ZA_PRECISION_FP32) {
+        float *scratch = za_alloc (k_n * 4);
+        memset (db, 0, filters * 4);
+        s_cpu->conv2d_backward (&d, r_in, cols, r_k, out, act, dout, scratch, db, dcols, NULL);
+        za_free (scratch);
+    }
+    gpu->conv2d_backward (&d, g_in, g_cols, g_k, g_out, act, g_dout, g_dk, g_db, g_dcols, g_din);
     what [strlen (what) - 3] = 0;
     char part [96];
     snprintf (part, sizeof part, "%s dkernel", what);
@@ -102,11 +138,13 @@ s_conv (int n, int h, int w, int c, int filters, int kernel, int stride, za_padd
         za_free (host [i]);
         s_gpu->buffer_free (dev [i]);
     }
+    za_free (r_in), za_free (r_k), za_free (r_dout);
 }
 
 static void
-s_dense (int n, int in_dim, int units, za_act_t act)
+s_dense (za_precision_t p, int n, int in_dim, int units, za_act_t act)
 {
+    const za_backend_t *gpu = s_gpu->mixed (p);
     size_t k_n = (size_t) in_dim * units;
     float *in = s_random ((size_t) n * in_dim, 5), *k = s_random (k_n, 6), *b = s_random (units, 7);
     float *dout = s_random ((size_t) n * units, 8), *out = za_alloc ((size_t) n * units * 4);
@@ -115,14 +153,31 @@ s_dense (int n, int in_dim, int units, za_act_t act)
     float *g_b = s_up (b, units * 4), *g_dout = s_up (dout, (size_t) n * units * 4);
     float *g_out = s_up (out, (size_t) n * units * 4), *g_dk = s_up (dk, k_n * 4);
     float *g_db = s_up (db, units * 4), *g_din = s_up (din, (size_t) n * in_dim * 4);
-    s_cpu->dense_forward (n, in_dim, units, in, k, b, act, out);
-    s_gpu->dense_forward (n, in_dim, units, g_in, g_k, g_b, act, g_out);
-    s_compare ("dense out", out, g_out, (size_t) n * units, 1e-4);
-    s_cpu->dense_backward (n, in_dim, units, in, k, out, act, dout, dk, db, din);
-    s_gpu->dense_backward (n, in_dim, units, g_in, g_k, g_out, act, g_dout, g_dk, g_db, g_din);
-    s_compare ("dense dkernel", dk, g_dk, k_n, 1e-4);
-    s_compare ("dense dbias", db, g_db, units, 1e-4);
-    s_compare ("dense din", din, g_din, (size_t) n * in_dim, 1e-4);
+    size_t out_n = (size_t) n * units;
+    float *r_in = s_round (in, (size_t) n * in_dim, p), *r_k = s_round (k, k_n, p);
+    float *r_dout = s_round (dout, out_n, p);
+    char what [64];
+    s_cpu->dense_forward (n, in_dim, units, r_in, r_k, b, act, out);
+    gpu->dense_forward (n, in_dim, units, g_in, g_k, g_b, act, g_out);
+    snprintf (what, sizeof what, "%sdense %dx%d out", s_tag (p), in_dim, units);
+    s_compare (what, out, g_out, out_n, 1e-4);
+    if (s_gpu->upload (g_out, out, out_n * 4))
+        exit (1);
+    s_cpu->dense_backward (n, in_dim, units, r_in, r_k, out, act, r_dout, dk, db, din);
+    if (p != ZA_PRECISION_FP32) {
+        float *scratch = za_alloc (k_n * 4);
+        memset (db, 0, units * 4);
+        s_cpu->dense_backward (n, in_dim, units, r_in, r_k, out, act, dout, scratch, db, NULL);
+        za_free (scratch);
+    }
+    gpu->dense_backward (n, in_dim, units, g_in, g_k, g_out, act, g_dout, g_dk, g_db, g_din);
+    snprintf (what, sizeof what, "%sdense %dx%d dkernel", s_tag (p), in_dim, units);
+    s_compare (what, dk, g_dk, k_n, 1e-4);
+    snprintf (what, sizeof what, "%sdense %dx%d dbias", s_tag (p), in_dim, units);
+    s_compare (what, db, g_db, units, 1e-4);
+    snprintf (what, sizeof what, "%sdense %dx%d din", s_tag (p), in_dim, units);
+    s_compare (what, din, g_din, (size_t) n * in_dim, 1e-4);
+    za_free (r_in), za_free (r_k), za_free (r_dout);
     float *host [] = {in, k, b, dout, out, dk, db, din};
     float *dev [] = {g_in, g_k, g_b, g_dout, g_out, g_dk, g_db, g_din};
     for (int i = 0; i < 8; i++) {
@@ -194,6 +249,28 @@ s_softmax (void)
     s_gpu->buffer_free (g_z), s_gpu->buffer_free (g_dz), s_gpu->buffer_free (g_labels);
 }
 
+//  all_finite: 1 on finite numbers, 0 with one infinity or NaN among them.
+static void
+s_finite (void)
+{
+    size_t n = 100003;
+    float *x = s_random (n, 11);
+    float *g = s_up (x, n * 4);
+    int clean = s_gpu->all_finite (n, g);
+    x [n - 2] = INFINITY;
+    s_gpu->upload (g, x, n * 4);
+    int inf = s_gpu->all_finite (n, g);
+    x [n - 2] = NAN;
+    s_gpu->upload (g, x, n * 4);
+    int nan = s_gpu->all_finite (n, g);
+    int ok = clean == 1 && inf == 0 && nan == 0 && clean == s_cpu->all_finite (n - 3, x);
+    printf ("%-40s %10zu floats  finite %d, inf %d, nan %d  %s\n", "all_finite", n, clean, inf,
+            nan, ok? "ok": "FAIL");
+    s_failures += !ok;
+    za_free (x);
+    s_gpu->buffer_free (g);
+}
+
 static void
 s_optimizers (void)
 {
@@ -239,15 +316,22 @@ main (void)
     if (s_gpu->bind (0))
         return 1;
     printf ("cuda_layers: %s, %d device(s)\n", s_gpu->name, count);
-    s_conv (16, 28, 28, 1, 32, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU);
-    s_conv (16, 13, 13, 32, 64, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU);
-    s_conv (4, 9, 8, 3, 5, 3, 2, ZA_PADDING_SAME, ZA_ACT_NONE);
-    s_conv (4, 8, 8, 2, 3, 4, 2, ZA_PADDING_SAME, ZA_ACT_RELU);
-    s_dense (64, 576, 64, ZA_ACT_RELU);
-    s_dense (64, 64, 10, ZA_ACT_NONE);
+    for (int p = ZA_PRECISION_FP32; p <= ZA_PRECISION_FP16; p++) {
+        za_precision_t q = (za_precision_t) p;
+        s_conv (q, 16, 28, 28, 1, 32, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU);
+        s_conv (q, 16, 13, 13, 32, 64, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU);
+        s_conv (q, 4, 9, 8, 3, 5, 3, 2, ZA_PADDING_SAME, ZA_ACT_NONE);
+        s_conv (q, 4, 8, 8, 2, 3, 4, 2, ZA_PADDING_SAME, ZA_ACT_RELU);
+        s_dense (q, 64, 576, 64, ZA_ACT_RELU);
+        s_dense (q, 64, 64, 10, ZA_ACT_NONE);
+    }
+    printf ("cuda_layers: bf16 %s, fp16 %s on this GPU\n",
+            s_gpu->native (ZA_PRECISION_BF16)? "native": "converted by cuBLAS",
+            s_gpu->native (ZA_PRECISION_FP16)? "native": "converted by cuBLAS");
     s_pool_and_elementwise ();
     s_softmax ();
     s_optimizers ();
+    s_finite ();
     printf ("cuda_layers: %s\n", s_failures? "FAILED": "every layer within tolerance");
     return s_failures? 1: 0;
 }

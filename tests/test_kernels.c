@@ -251,7 +251,8 @@ Test (conv2d, forward_equals_the_definition_on_every_path)
         //  Built with oneDNN (and not switched off): it takes every one of these.
         const char *off = getenv ("ZA_DNNL");
         if (!off || strcmp (off, "0") != 0)
-            cr_expect_eq (za_cpu_dnnl_conv2d_forward (&d, in, k, bias, cases [t].act, out), 0,
+            cr_expect_eq (za_cpu_dnnl_conv2d_forward (&d, in, k, bias, cases [t].act, out,
+                                                      ZA_PRECISION_FP32), 0,
                           "case %zu: oneDNN declined", t);
 #endif
         za_free (in), za_free (k), za_free (bias), za_free (out), za_free (cols);

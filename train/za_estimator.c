@@ -55,6 +55,7 @@ za_estimator_new (const za_model_fn_t *model_fn, const void *params, za_input_sh
     za_replica_config_t replica = {
         .model_fn = model_fn, .params = params, .input = input, .threads = config->threads,
         .device = config->device, .replicas_per_device = config->replicas_per_device,
+        .precision = config->precision, .initial_loss_scale = config->initial_loss_scale,
         .train = optim != NULL, .optim = optim, .warm_start = &self->config.warm_start,
     };
     if (!(self->replica = za_replica_new (&replica, config->seed))) {
@@ -233,6 +234,7 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
         self->global_step++;
         ctx.global_step = self->global_step;
         ctx.loss = loss;
+        ctx.loss_scale = za_replica_loss_scale (self->replica, &ctx.skipped_steps);
         ctx.elapsed_secs = za_clock_mono () - start;
         stop = za_hooks_after_run (&hooks, &ctx);
         if (stop < 0)

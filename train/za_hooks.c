@@ -248,13 +248,16 @@ s_summary_after_run (void *arg, const za_run_context_t *ctx)
     double values [] = {s->loss_sum / (double) s->loss_count, steps_per_sec,
                         steps_per_sec * ctx->batch_size,
                         s->optim? za_optim_learning_rate (s->optim, ctx->global_step): 0};
-    char line [SUMMARY_LINE_MAX], rate [48] = "";
+    char line [SUMMARY_LINE_MAX], rate [48] = "", scale [80] = "";
     if (s->optim)
         snprintf (rate, sizeof rate, ", \"learning_rate\": %.6g", values [3]);
+    if (ctx->loss_scale > 0)
+        snprintf (scale, sizeof scale, ", \"loss_scale\": %.17g, \"skipped_steps\": %" PRId64,
+                  ctx->loss_scale, ctx->skipped_steps);
     snprintf (line, sizeof line,
               "{\"global_step\": %" PRId64 ", \"loss\": %.6f, \"steps_per_sec\": %.3f, "
-              "\"examples_per_sec\": %.1f%s, \"wall_time\": %.3f}", ctx->global_step,
-              values [0], values [1], values [2], rate, za_clock_wall ());
+              "\"examples_per_sec\": %.1f%s%s, \"wall_time\": %.3f}", ctx->global_step,
+              values [0], values [1], values [2], rate, scale, za_clock_wall ());
     static const char *const tags [] = {"loss", "global_step/sec", "examples/sec",
                                         "learning_rate"};
     //  Summaries are not the model: one the disk refuses is dropped, said

@@ -18,6 +18,9 @@
 //  many examples: activations and im2col buffers then stay in cache (the
 //  seed CNN runs ~25% faster per core at 16 than at 128 examples).
 #define MICRO_BATCH_MAX 16
+//  mixed_float16's loss scale: Keras's initial_scale and dynamic_growth_steps.
+#define LOSS_SCALE_INITIAL 32768.0f
+#define LOSS_SCALE_GROWTH_STEPS 2000
 #define CKPT_META_MODEL "model"
 #define CKPT_META_MODEL_FN "model_fn"
 #define SLOT_NAME_MAX (ZA_VAR_NAME_MAX + 16)
@@ -74,6 +77,9 @@ struct _za_replica_t {
     za_grads_final_fn *final_fn;
     void *final_arg;
     pthread_mutex_t final_mutex;
+    //  mixed_float16's dynamic loss scale (1 otherwise).
+    float loss_scale;
+    int64_t good_steps, skipped_steps;
 };
 
 //  Where a block's newest numbers are, on a device with memory of its own.
@@ -348,8 +354,12 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
     if (config->optim)
         self->optim = *config->optim;
     int first = 0;
-    if (!(self->be = za_device_backend (&config->device, &first, &self->device_count)))
+    if (!(self->be = za_device_backend (&config->device, &first, &self->device_count))
+        || !(self->be = za_backend_mixed (self->be, config->precision)))
         goto fail;
+    self->loss_scale = self->be->precision != ZA_PRECISION_FP16? 1.0f
+                     : config->initial_loss_scale > 0? config->initial_loss_scale
+                     : LOSS_SCALE_INITIAL;
     if (self->be->host_memory) {
         //  Our threads own the cores: one OpenBLAS thread under each.
         self->be->set_threads (1);
@@ -506,7 +516,9 @@ s_combine (s_batch_run_t *run, size_t lo, size_t hi)
     za_replica_t *self = run->self;
     const za_backend_t *be = self->be;
     float *sum = s_thread_grads (self, 0);
-    const float inv_n = 1.0f / (float) run->batch->size;
+    //  In mixed_float16 the model_fns' gradients come multiplied by the loss
+    //  scale: divided again here.
+    const float inv_n = 1.0f / ((float) run->batch->size * self->loss_scale);
     be->scale_add (hi - lo, (float) run->last_micro [0] * inv_n, sum + lo, 0.0f, NULL);
     for (int t = 1; t < self->threads; t++) {
         if (run->count [t] == 0)
@@ -627,9 +639,15 @@ s_batch_slice (void *arg, int t)
                       ^ ((uint64_t) (self->first_thread + t) << 40)
                       ^ (uint64_t) (lo - first);
         za_spec_t spec;
+        float scale = run->mode == ZA_MODE_TRAIN? self->loss_scale: 1.0f;
+        za_model_set_loss_scale (scale);
         run->rc [t] = self->model_fn->model_fn (self->states [t], features, labels, count,
                                                 run->mode, values, grads, (int64_t) seed,
                                                 &spec);
+        if (run->rc [t] == 0 && scale != 1.0f && !za_model_loss_scale_asked ())
+            run->rc [t] = za_error ("model_fn '%s' does not apply the loss scale that "
+                                    "--precision mixed_float16 needs (za_model_loss_scale, "
+                                    "za_model.h)", self->model_fn->name);
         if (run->rc [t] == 0 && on_device && run->mode == ZA_MODE_PREDICT)
             run->rc [t] = s_download_logits (self, t, &spec, count);
         run->specs [t].logits = spec.logits;
@@ -760,9 +778,57 @@ za_replica_clip_gradients (za_replica_t *self, float clip)
                                          clip);
 }
 
+//  The loss scale's step for the gradient block `grads` (in the back end's
+//  memory): 1 when its trainable runs are finite, else 0, the scale halved.
+static int
+s_loss_scale_step (za_replica_t *self, const float *grads)
+{
+    if (self->be->precision != ZA_PRECISION_FP16)
+        return 1;
+    int finite = 1;
+    for (int r = 0; r < self->run_count && finite; r++)
+        finite = self->be->all_finite (self->run_to [r] - self->run_from [r],
+                                       grads + self->run_from [r]);
+    if (finite) {
+        if (++self->good_steps >= LOSS_SCALE_GROWTH_STEPS) {
+            self->loss_scale *= 2.0f;
+            self->good_steps = 0;
+        }
+        return 1;
+    }
+    self->loss_scale = self->loss_scale > 2.0f? self->loss_scale / 2.0f: 1.0f;
+    self->good_steps = 0;
+    self->skipped_steps++;
+    return 0;
+}
+
+int
+za_replica_loss_scale_check (za_replica_t *self)
+{
+    if (self->be->precision != ZA_PRECISION_FP16 || !self->train)
+        return 1;
+    float *grads = za_replica_gradients (self);
+    if (s_loss_scale_step (self, grads))
+        return 1;
+    memset (grads, 0, self->vars.total * sizeof (float));
+    return 0;
+}
+
+float
+za_replica_loss_scale (const za_replica_t *self, int64_t *skipped)
+{
+    if (skipped)
+        *skipped = self->skipped_steps;
+    return self->be->precision == ZA_PRECISION_FP16? self->loss_scale: 0.0f;
+}
+
 void
 za_replica_apply (za_replica_t *self, int64_t step)
 {
+    //  An overflow in mixed_float16 updates nothing (values and slots as they were).
+    if (self->be->precision == ZA_PRECISION_FP16 && self->be->host_memory
+        && !s_loss_scale_step (self, self->grads))
+        return;
     if (self->optim.global_clipnorm > 0)
         za_replica_clip_gradients (self, self->optim.global_clipnorm);
     if (self->be->host_memory) {
@@ -772,7 +838,8 @@ za_replica_apply (za_replica_t *self, int64_t step)
     }
     //  On the device: a failed copy shows at the next step's sync.
     if (s_state_to_device (self)
-        || s_to_device (self, &self->grads_at, &self->grads, self->dev_grads, 1))
+        || s_to_device (self, &self->grads_at, &self->grads, self->dev_grads, 1)
+        || !s_loss_scale_step (self, self->dev_grads [0]))
         return;
     s_apply_trainable (self, step, self->device_values [0], self->dev_grads [0],
                        self->dev_slots, self->be->optim_apply);

@@ -39,6 +39,7 @@ typedef struct {
     int export_best;                //  1: keep the best checkpoint in export/best
     int threads;                    //  0: all cores
     za_device_t device;             //  where it evaluates (zero: the CPU)
+    const char *precision;          //  NULL or a --precision text (za_replica.h)
     double poll_secs;               //  how often model_dir is looked at when
                                     //  nothing tells us of a new checkpoint (0.2)
     void *trigger;                  //  NULL, or a zsock_t / zactor_t whose

@@ -25,6 +25,9 @@ typedef struct {
     double loss;                    //  mean loss of this step's batch (after_run)
     int batch_size;
     double elapsed_secs;            //  since this train call began
+    double loss_scale;              //  mixed_float16's loss scale after the step
+                                    //  (0 in other precisions)
+    int64_t skipped_steps;          //  and the steps it skipped so far
 } za_run_context_t;
 
 //  A session hook. Any callback may be NULL. after_run returns 0 to go on,
@@ -95,7 +98,8 @@ za_hook_t za_step_counter_hook (za_step_counter_t *state, int64_t every_steps, i
 // ---------------------------------------------------------------------------
 //  The summary saver: when due (every save_summary_steps), one line
 //  {"global_step", "loss", "steps_per_sec", "examples_per_sec", "wall_time"}
-//  (and "learning_rate", the rate of the step's update, with an optimizer)
+//  (and "learning_rate", the rate of the step's update, with an optimizer;
+//  "loss_scale" and "skipped_steps" in mixed_float16)
 //  appended to model_dir/metrics.jsonl and the same scalars ("loss",
 //  "global_step/sec", "examples/sec", "learning_rate") to a TensorBoard event file in
 //  model_dir (opened at the first line). loss is the mean of the steps since

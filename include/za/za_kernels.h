@@ -49,7 +49,27 @@ typedef struct {
 int za_pool2d_dims (za_pool2d_dims_t *dims, int n, int h, int w, int c,
                     int pool, int stride);
 
-typedef struct {
+//  What the matrix products (convolutions, dense) take their inputs in
+//  (TensorFlow's mixed-precision policies, PyTorch's autocast): FP32, or
+//  the inputs rounded to bfloat16 / float16 with sums and everything else
+//  (activations between layers, the loss, the optimizer, the weights) in
+//  fp32.
+typedef enum {
+    ZA_PRECISION_FP32 = 0,
+    ZA_PRECISION_BF16 = 1,          //  "mixed_bfloat16"
+    ZA_PRECISION_FP16 = 2           //  "mixed_float16": needs loss scaling
+} za_precision_t;
+
+//  "fp32" (or "float32"), "mixed_bfloat16", "mixed_float16" or "auto"
+//  (*is_auto set, *precision FP32: za_backend_mixed picks). 0, or -1 with
+//  an error listing what is accepted.
+int za_precision_parse (const char *text, za_precision_t *precision, int *is_auto);
+//  The policy's name: "float32", "mixed_bfloat16", "mixed_float16".
+const char *za_precision_text (za_precision_t precision);
+
+typedef struct za_backend_t za_backend_t;
+
+struct za_backend_t {
     const char *name;
 
     //  out[n,oh,ow,oc] = act (sum in * kernel + bias). `cols` (cols_floats)
@@ -142,6 +162,9 @@ typedef struct {
     void (*zero) (void *p, size_t bytes);
     //  y = alpha * y + beta * x over n floats (x NULL: y = alpha * y).
     void (*scale_add) (size_t n, float alpha, float *y, float beta, const float *x);
+    //  1 when none of n floats is an infinity or a NaN, else 0 (waits for
+    //  the thread's work on a device).
+    int (*all_finite) (size_t n, const float *x);
     //  za_optim_apply on this back end's buffers (`slots` is a host array of
     //  its buffers).
     void (*optim_apply) (const za_optim_config_t *config, int64_t step, float *params,
@@ -149,7 +172,22 @@ typedef struct {
     //  Waits until the calling thread's work is done. 0, or -1 with the
     //  first error since the last sync.
     int (*sync) (void);
-} za_backend_t;
+
+    //  The precision of this table's matrix products; the table of the
+    //  same device computing them in `precision` (itself for its own), or
+    //  NULL with an error where the device cannot (a CPU without bf16
+    //  instructions for BF16); and whether the device multiplies that
+    //  precision in hardware (1), or rounds the inputs and multiplies in
+    //  fp32 (0: right, but no faster), asked without an error.
+    za_precision_t precision;
+    const za_backend_t *(*mixed) (za_precision_t precision);
+    int (*native) (za_precision_t precision);
+};
+
+//  The table of `be` for a --precision text: "auto" is BF16 where the
+//  device computes it natively, else FP32. NULL with an error (a text not
+//  known, a precision the device cannot compute).
+const za_backend_t *za_backend_mixed (const za_backend_t *be, const char *precision);
 
 //  The CPU back end (OpenBLAS). Never NULL.
 const za_backend_t *za_backend_cpu (void);

@@ -106,6 +106,18 @@ typedef void (za_grads_final_fn) (void *arg, size_t offset);
 //  This thread's listener for za_model_grads_final (NULL: none).
 void za_model_on_grads_final (za_grads_final_fn *fn, void *arg);
 
+//  mixed_float16's loss scale for this call (1 in other precisions): a
+//  model_fn in TRAIN multiplies its loss's gradient (the logits' gradient
+//  softmax_xent gave) by it before its backward pass, so that small
+//  gradients survive float16 (Keras's LossScaleOptimizer). The replica
+//  divides the summed gradient by it again, and fails a model_fn that never
+//  asked while the scale is not 1.
+float za_model_loss_scale (void);
+//  The replica's: the scale of this thread's next model_fn call; and
+//  whether that call asked for it since.
+void za_model_set_loss_scale (float scale);
+int za_model_loss_scale_asked (void);
+
 // ---------------------------------------------------------------------------
 //  Layer stacks.
 

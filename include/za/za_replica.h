@@ -40,6 +40,12 @@ typedef struct {
                                     //  dropout masks' seeds, so N replicas draw the
                                     //  masks one process of N x threads threads draws
     za_device_t device;             //  where it computes (zero: the CPU)
+    const char *precision;          //  --precision: NULL (fp32), "fp32",
+                                    //  "mixed_bfloat16", "mixed_float16" or "auto"
+                                    //  (za_backend_mixed); the weights, slots and
+                                    //  checkpoints are fp32 in every one
+    float initial_loss_scale;       //  mixed_float16: the loss scale to start
+                                    //  from (0: 32768, Keras's 2^15)
     int replicas_per_device;        //  on a device: model copies per device, each
                                     //  with a slice of the batch (MirroredStrategy;
                                     //  0 means 1). `threads` is the CPU's alone
@@ -99,8 +105,21 @@ int za_replica_compute_gradients (za_replica_t *self, const za_batch_t *batch, i
                                   double *loss_mean);
 
 //  One optimizer update of the values with the gradient block; `step`
-//  counts updates including this one (1 for the first).
+//  counts updates including this one (1 for the first). In mixed_float16 a
+//  block with an infinity or a NaN is no update at all (za_replica_loss_scale_check).
 void za_replica_apply (za_replica_t *self, int64_t step);
+
+//  mixed_float16's dynamic loss scale, as Keras's LossScaleOptimizer: the
+//  loss is multiplied by the scale before backward and the summed gradient
+//  divided by it after. This check of the host gradient block says 1 when it
+//  is finite (after 2000 such steps in a row the scale doubles) and 0 when
+//  it holds an infinity or a NaN: the scale halves (not below 1), the step
+//  counts as skipped and the block is zeroed (a ps worker pushes zeros). 1
+//  in other precisions. za_replica_apply checks the block it applies alike.
+int za_replica_loss_scale_check (za_replica_t *self);
+//  The scale now (0 outside mixed_float16) and, in *skipped (may be NULL),
+//  the steps skipped so far.
+float za_replica_loss_scale (const za_replica_t *self, int64_t *skipped);
 
 //  Scales the gradient block (the variables that train) to a global norm of
 //  at most clip (> 0; tf.clip_by_global_norm), on the host. Returns the norm
