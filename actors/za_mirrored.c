@@ -242,6 +242,7 @@ typedef struct {
     int64_t num_workers;
     za_optim_config_t optim;
     int64_t bucket_floats;                      //  --bucket-kib: the rounds depend on it
+    int64_t wire_dtype;                         //  --wire-dtype: the chunks' dtype
 } s_start_t;
 
 #define START_FLOATS ((sizeof (s_start_t) + sizeof (float) - 1) / sizeof (float))
@@ -309,6 +310,7 @@ s_mirrored_new (const za_role_config_t *config, zsock_t *pipe)
         .rank = config->worker_index, .size = config->num_workers,
         .bind = config->bind_endpoint, .right = config->ring_right,
         .timeout_secs = config->timeout_secs, .interrupt = pipe,
+        .wire_dtype = config->wire_dtype,
     };
     self->ring = za_ring_new (&ring);
     if (!self->ring
@@ -354,6 +356,11 @@ s_compare_start (s_mirrored_t *self, const s_start_t *chief, const s_start_t *mi
         return za_error ("%s: the chief reduces in buckets of --bucket-kib %" PRId64 ", this "
                          "one %" PRId64 ": every worker must run the same job", self->who,
                          chief->bucket_floats / 256, mine->bucket_floats / 256);
+    if (chief->wire_dtype != mine->wire_dtype)
+        return za_error ("%s: the chief's gradients travel as --wire-dtype %s, this one's as "
+                         "%s: every worker must run the same job", self->who,
+                         chief->wire_dtype == ZA_DTYPE_BF16? "bf16": "fp32",
+                         mine->wire_dtype == ZA_DTYPE_BF16? "bf16": "fp32");
     if (a->kind != b->kind || a->learning_rate != b->learning_rate
         || a->momentum != b->momentum || a->nesterov != b->nesterov || a->beta1 != b->beta1
         || a->beta2 != b->beta2 || a->epsilon != b->epsilon
@@ -420,6 +427,7 @@ s_start (s_mirrored_t *self, int first)
         .floats = (int64_t) self->vars->total, .step = step,
         .num_workers = config->num_workers, .optim = *za_replica_optim (self->replica),
         .bucket_floats = (int64_t) config->bucket_floats,
+        .wire_dtype = (int64_t) config->wire_dtype,
     };
     float record [START_FLOATS];
     memset (record, 0, sizeof record);

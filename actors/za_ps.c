@@ -74,6 +74,10 @@ typedef struct {
     float *values [2];
     int current;
     za_wire_lease_t lease [2];
+    //  --wire-dtype bf16: each value block cast for replies (under its
+    //  block's lease), made at the first reply after the block changed.
+    uint16_t *low [2];
+    int low_valid [2];
     float *slots [ZA_OPTIM_MAX_SLOTS];
     za_wire_lease_t slot_lease;
     float *scratch;                         //  an unaligned gradient, copied
@@ -146,6 +150,8 @@ s_ps_destroy (s_ps_t **self_p)
     }
     za_free (self->values [0]);
     za_free (self->values [1]);
+    za_free (self->low [0]);
+    za_free (self->low [1]);
     for (int s = 0; s < ZA_OPTIM_MAX_SLOTS; s++)
         za_free (self->slots [s]);
     za_free (self->scratch);
@@ -209,6 +215,13 @@ s_ps_new (const za_role_config_t *config, zsock_t *pipe)
     self->offer_step = -1;
     if (!self->values [0] || !self->values [1] || !self->scratch)
         goto fail;
+    if (config->wire_dtype == ZA_DTYPE_BF16) {
+        size_t halves = (self->floats? self->floats: 1) * sizeof (uint16_t);
+        self->low [0] = (uint16_t *) za_alloc (halves);
+        self->low [1] = (uint16_t *) za_alloc (halves);
+        if (!self->low [0] || !self->low [1])
+            goto fail;
+    }
     if (config->strategy == ZA_STRATEGY_PS_SYNC) {
         self->aggregate = za_role_batches_per_step (config);
         self->accum = (float *) za_alloc (bytes);
@@ -275,17 +288,33 @@ s_reply_error (s_ps_t *self, zframe_t *routing_id, uint64_t seq, const char *cod
     s_reply (self, routing_id, NULL);
 }
 
-//  Puts our parts (from block) into self->out as tensors.
+//  Puts our parts (from block, of dtype F32 or BF16) into self->out as tensors.
 static void
-s_add_parts (s_ps_t *self, const float *block)
+s_add_parts (s_ps_t *self, const void *block, za_dtype_t dtype)
 {
     for (int i = 0; i < self->part_count; i++) {
         const za_part_t *part = &self->placement.parts [self->parts [i]];
         int64_t shape [ZA_MAX_DIMS];
         int ndim = za_role_part_shape (&self->vars, part, shape);
-        za_wire_msg_add (self->out, part->name, ZA_DTYPE_F32, ndim, shape,
-                         block + self->part_at [i]);
+        za_wire_msg_add (self->out, part->name, dtype, ndim, shape,
+                         (const char *) block + self->part_at [i] * za_dtype_size (dtype));
     }
+}
+
+//  The value block we answer pushes and pulls with: current, or its bf16
+//  cast (made once per block: an update, an init or a load clears it; the
+//  one that changed the block waited for its lease, which covers both).
+static const void *
+s_reply_block (s_ps_t *self)
+{
+    int c = self->current;
+    if (self->config->wire_dtype != ZA_DTYPE_BF16)
+        return self->values [c];
+    if (!self->low_valid [c]) {
+        za_f32_to_bf16 (self->values [c], self->low [c], self->floats);
+        self->low_valid [c] = 1;
+    }
+    return self->low [c];
 }
 
 //  Puts our optimizer slots into self->out as "<part>/<slot>" tensors.
@@ -325,7 +354,7 @@ s_reply_values (s_ps_t *self, zframe_t *routing_id, uint64_t seq, int32_t task)
     za_wire_msg_init (self->out, ZA_OP_VALUES);
     self->out->seq = seq;
     self->out->step = s_global_step (self);
-    s_add_parts (self, self->values [self->current]);
+    s_add_parts (self, s_reply_block (self), self->config->wire_dtype);
     s_reply (self, routing_id, &self->lease [self->current]);
     if (s_sends_slots (self, task)) {
         //  The slots change in place: they travel under the slot lease,
@@ -338,19 +367,26 @@ s_reply_values (s_ps_t *self, zframe_t *routing_id, uint64_t seq, int32_t task)
     }
 }
 
-//  1 when tensor t is part `part`'s: f32 of its shape (its variable's, or
-//  [size] when the variable is split). A wrong shape of the right byte
-//  count is as wrong as a wrong count (docs/PROTOCOL.md 9).
+//  1 when tensor t is part `part`'s: of dtype `dtype` (F32, or a push's
+//  the job's --wire-dtype) and its shape (its variable's, or [size] when the
+//  variable is split). A wrong shape of the right byte count is as wrong
+//  as a wrong count (docs/PROTOCOL.md 9).
 static int
-s_is_part (s_ps_t *self, const za_wire_tensor_t *t, const za_part_t *part)
+s_is_part (s_ps_t *self, const za_wire_tensor_t *t, const za_part_t *part, za_dtype_t dtype)
 {
     int64_t shape [ZA_MAX_DIMS];
     int ndim = za_role_part_shape (&self->vars, part, shape);
-    int same = t->dtype == ZA_DTYPE_F32 && t->ndim == ndim
-            && t->bytes == part->size * sizeof (float);
+    int same = t->dtype == dtype && t->ndim == ndim
+            && t->bytes == part->size * za_dtype_size (dtype);
     for (int d = 0; same && d < ndim; d++)
         same = t->shape [d] == shape [d];
     return same;
+}
+
+static const char *
+s_dtype_text (za_dtype_t dtype)
+{
+    return dtype == ZA_DTYPE_F32? "f32": dtype == ZA_DTYPE_BF16? "bf16": "i64";
 }
 
 //  "4x3", for messages.
@@ -378,15 +414,15 @@ s_check_parts (s_ps_t *self, const za_wire_msg_t *msg, int exact, char *why, siz
     for (int i = 0; i < self->part_count; i++) {
         const za_wire_tensor_t *t = &msg->tensors [i];
         const za_part_t *part = &self->placement.parts [self->parts [i]];
-        if (strcmp (t->name, part->name) != 0 || !s_is_part (self, t, part)) {
+        if (strcmp (t->name, part->name) != 0 || !s_is_part (self, t, part, ZA_DTYPE_F32)) {
             int64_t shape [ZA_MAX_DIMS];
             int ndim = za_role_part_shape (&self->vars, part, shape);
             char got [64], want [64];
             s_shape_text (t->ndim, t->shape, got, sizeof got);
             s_shape_text (ndim, shape, want, sizeof want);
             snprintf (why, size, "tensor %d is '%s' (%s %s); ps %d holds '%s' (f32 %s) there",
-                      i, t->name, t->dtype == ZA_DTYPE_F32? "f32": "i64", got,
-                      self->config->ps_index, part->name, want);
+                      i, t->name, s_dtype_text (t->dtype), got, self->config->ps_index,
+                      part->name, want);
             return -1;
         }
     }
@@ -404,7 +440,15 @@ s_match_push (s_ps_t *self, const za_wire_msg_t *msg, char *why, size_t size)
         const za_part_t *part = &self->placement.parts [self->parts [i]];
         self->pushed [i] = -1;
         if (t < msg->tensor_count && strcmp (msg->tensors [t].name, part->name) == 0) {
-            if (!s_is_part (self, &msg->tensors [t], part)) {
+            za_dtype_t wire = self->config->wire_dtype;
+            if (msg->tensors [t].dtype != wire) {
+                snprintf (why, size, "tensor %d ('%s') is %s; this job's gradients travel as %s "
+                          "(--wire-dtype %s)", t, part->name,
+                          s_dtype_text (msg->tensors [t].dtype), s_dtype_text (wire),
+                          wire == ZA_DTYPE_BF16? "bf16": "fp32");
+                return -1;
+            }
+            if (!s_is_part (self, &msg->tensors [t], part, wire)) {
                 snprintf (why, size, "tensor %d ('%s') is not the shape of ps %d's part", t,
                           part->name, self->config->ps_index);
                 return -1;
@@ -428,10 +472,15 @@ s_task_ok (s_ps_t *self, const za_wire_msg_t *msg)
 }
 
 //  A received float tensor, aligned for the loops (frames of a few bytes
-//  live inside libzmq's message and need not be 4-byte aligned).
+//  live inside libzmq's message and need not be 4-byte aligned); a bf16
+//  one widened to fp32.
 static const float *
 s_floats_of (s_ps_t *self, const za_wire_tensor_t *t)
 {
+    if (t->dtype == ZA_DTYPE_BF16) {
+        za_bf16_to_f32 (t->data, self->scratch, t->bytes / sizeof (uint16_t));
+        return self->scratch;
+    }
     if (((uintptr_t) t->data & (sizeof (float) - 1)) == 0)
         return (const float *) t->data;
     memcpy (self->scratch, t->data, t->bytes);
@@ -440,6 +489,12 @@ s_floats_of (s_ps_t *self, const za_wire_tensor_t *t)
 
 //  One optimizer update of our values into the other block, which becomes
 //  current: with the gradients of push `msg`, or (msg NULL) with accum.
+//  With --wire-dtype bf16 it goes a block of S_BLOCK floats at a time, each
+//  widened into scratch, applied and its values cast for the replies while
+//  they are in cache (three passes over memory would cost what the halved
+//  bytes save).
+#define S_BLOCK 4096
+
 static void
 s_update (s_ps_t *self, const za_wire_msg_t *msg)
 {
@@ -448,22 +503,35 @@ s_update (s_ps_t *self, const za_wire_msg_t *msg)
     za_wire_lease_wait (&self->slot_lease);
     const float *in = self->values [self->current];
     float *out = self->values [next];
+    int low = self->config->wire_dtype == ZA_DTYPE_BF16;
     int slot_count = za_optim_slot_count (self->optim.kind);
     for (int i = 0; i < self->part_count; i++) {
         size_t at = self->part_at [i];
         size_t n = self->placement.parts [self->parts [i]].size;
-        if (msg && self->pushed [i] < 0) {
-            memcpy (out + at, in + at, n * sizeof (float));     //  frozen: as it is
-            continue;
-        }
-        float *slots [ZA_OPTIM_MAX_SLOTS];
-        for (int s = 0; s < slot_count; s++)
-            slots [s] = self->slots [s] + at;
-        const float *grads = msg? s_floats_of (self, &msg->tensors [self->pushed [i]])
+        const za_wire_tensor_t *t = msg && self->pushed [i] >= 0
+                                  ? &msg->tensors [self->pushed [i]]: NULL;
+        const float *grads = msg? (t && t->dtype == ZA_DTYPE_F32? s_floats_of (self, t): NULL)
                                 : self->accum + at;
-        za_optim_apply_into (&self->optim, self->updates + 1, in + at, out + at, grads, slots,
-                             n);
+        for (size_t b = 0; b < n; b += low? S_BLOCK: n) {
+            size_t len = low && n - b > S_BLOCK? S_BLOCK: n - b;
+            if (msg && !t)
+                memcpy (out + at + b, in + at + b, len * sizeof (float));  //  frozen: as it is
+            else {
+                float *slots [ZA_OPTIM_MAX_SLOTS];
+                for (int s = 0; s < slot_count; s++)
+                    slots [s] = self->slots [s] + at + b;
+                const float *g = grads? grads + b: self->scratch;
+                if (!grads)
+                    za_bf16_to_f32 ((const char *) t->data + b * sizeof (uint16_t),
+                                    self->scratch, len);
+                za_optim_apply_into (&self->optim, self->updates + 1, in + at + b, out + at + b,
+                                     g, slots, len);
+            }
+            if (low)
+                za_f32_to_bf16 (out + at + b, self->low [next] + at + b, len);
+        }
     }
+    self->low_valid [next] = low;
     self->current = next;
     self->updates++;
 }
@@ -620,7 +688,8 @@ s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
             snprintf (name, sizeof name, "%s/%s", s_part_name (self, i),
                       za_optim_slot_name (optim.kind, s));
             if (strcmp (t->name, name)
-                || !s_is_part (self, t, &self->placement.parts [self->parts [i]])) {
+                || !s_is_part (self, t, &self->placement.parts [self->parts [i]],
+                               ZA_DTYPE_F32)) {
                 snprintf (why, sizeof why, "init: slot tensor '%s' where '%s' belongs",
                           t->name, name);
                 s_reply_error (self, routing_id, msg->seq, "bad_request", why);
@@ -652,6 +721,7 @@ s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
         if (s < slot_count && !self->slots [s])
             self->slots [s] = (float *) za_alloc ((self->floats? self->floats: 1) * sizeof (float));
     self->current = 0;
+    self->low_valid [0] = self->low_valid [1] = 0;
     for (int i = 0; i < self->part_count; i++) {
         memcpy (self->values [0] + self->part_at [i], msg->tensors [i].data,
                 msg->tensors [i].bytes);
@@ -690,8 +760,8 @@ s_snapshot (s_ps_t *self, zframe_t *routing_id, uint64_t seq)
     za_wire_msg_init (self->out, ZA_OP_SNAPSHOT_DATA);
     self->out->seq = seq;
     self->out->step = s_global_step (self);
-    //  Nothing changes while HELD.
-    s_add_parts (self, self->values [self->current]);
+    //  Nothing changes while HELD. Snapshots are checkpoints: fp32.
+    s_add_parts (self, self->values [self->current], ZA_DTYPE_F32);
     s_add_slots (self);
     self->snapshot_step = s_global_step (self);
     if (self->config->ps_index == 0)
@@ -1132,6 +1202,7 @@ s_load_final (s_ps_t *self, s_request_t *request)
         return -1;
     }
     self->current = 0;
+    self->low_valid [0] = self->low_valid [1] = 0;
     self->updates = za_checkpoint_step (ckpt);
     za_info ("ps %d: '%s' holds the final checkpoint (step %" PRId64 " >= max_steps %" PRId64
              "): training is over; answering done", config->ps_index, config->run.model_dir,

@@ -63,6 +63,8 @@ typedef struct {
     int64_t state_step;
     float *slot_copies [ZA_ROLE_MAX_PS][2];
     int64_t slot_steps [ZA_ROLE_MAX_PS][2];
+    uint16_t *low_grads;                        //  --wire-dtype bf16: the push's cast,
+                                                //  lent under `lease` as the block is
     za_wire_msg_t *spare;                       //  a received message is decoded here
     //  The step counter; for the chief the summary and checkpoint savers.
     za_role_hooks_t hooks;
@@ -97,6 +99,7 @@ s_worker_destroy (s_worker_t **self_p)
     }
     free (self->spare);
     za_wire_lease_wait (&self->lease);
+    za_free (self->low_grads);
     za_input_destroy (&self->input);
     za_hooks_end (&self->hooks.hooks, &self->hooks.context);
     za_replica_destroy (&self->replica);
@@ -150,6 +153,10 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
     if (za_partition_compute (self->vars, config->ps_count, config->partition_floats,
                               &self->placement))
         goto fail;
+    if (config->wire_dtype == ZA_DTYPE_BF16
+        && !(self->low_grads = (uint16_t *) za_alloc ((self->vars->total + 1)
+                                                      * sizeof (uint16_t))))
+        goto fail;
     double now = za_clock_mono ();
     for (int p = 0; p < self->ps_count; p++) {
         self->part_count [p] = za_partition_parts_of (&self->placement, p, self->parts [p],
@@ -196,8 +203,8 @@ fail:
 //  `suffix`, names them "<part>/<suffix>"; with `trained`, only the parts
 //  of variables that train (a push: a frozen variable's gradient is none).
 static void
-s_add_parts (s_worker_t *self, int p, const float *block, const char *suffix, int *name_at,
-             int trained)
+s_add_parts (s_worker_t *self, int p, const void *block, za_dtype_t dtype, const char *suffix,
+             int *name_at, int trained)
 {
     for (int i = 0; i < self->part_count [p]; i++) {
         const za_part_t *part = &self->placement.parts [self->parts [p][i]];
@@ -215,8 +222,8 @@ s_add_parts (s_worker_t *self, int p, const float *block, const char *suffix, in
             memcpy (buf, formatted, sizeof formatted);
             name = buf;
         }
-        za_wire_msg_add (self->out, name, ZA_DTYPE_F32, ndim, shape,
-                         block + var->offset + part->offset);
+        za_wire_msg_add (self->out, name, dtype, ndim, shape, (const char *) block
+                         + (var->offset + part->offset) * za_dtype_size (dtype));
     }
 }
 
@@ -231,16 +238,20 @@ s_build (s_worker_t *self, za_op_t op, int p)
         //  ps-sync: the step of the values these gradients were computed on.
         if (self->config->strategy == ZA_STRATEGY_PS_SYNC)
             self->out->step = self->global_step;
-        s_add_parts (self, p, za_replica_gradients (self->replica), NULL, NULL, 1);
+        if (self->low_grads)
+            s_add_parts (self, p, self->low_grads, ZA_DTYPE_BF16, NULL, NULL, 1);
+        else
+            s_add_parts (self, p, za_replica_gradients (self->replica), ZA_DTYPE_F32, NULL,
+                         NULL, 1);
     }
     else
     if (op == ZA_OP_INIT) {
         const za_optim_config_t *optim = za_replica_optim (self->replica);
         int name_at = 0;
-        s_add_parts (self, p, za_replica_values (self->replica), NULL, NULL, 0);
+        s_add_parts (self, p, za_replica_values (self->replica), ZA_DTYPE_F32, NULL, NULL, 0);
         int slot_count = za_optim_slot_count (optim->kind);
         for (int s = 0; s < slot_count; s++)
-            s_add_parts (self, p, za_replica_slot (self->replica, s),
+            s_add_parts (self, p, za_replica_slot (self->replica, s), ZA_DTYPE_F32,
                          za_optim_slot_name (optim->kind, s), &name_at, 0);
         self->out->step = self->init_step;
         if (p == 0)
@@ -254,7 +265,7 @@ s_build (s_worker_t *self, za_op_t op, int p)
     else
     if (op == ZA_OP_OFFER) {
         self->out->step = self->values_step;
-        s_add_parts (self, p, za_replica_values (self->replica), NULL, NULL, 0);
+        s_add_parts (self, p, za_replica_values (self->replica), ZA_DTYPE_F32, NULL, NULL, 0);
     }
 }
 
@@ -591,12 +602,18 @@ s_take_parts_of (s_worker_t *self, int with_slots, int skip_errors)
             for (int i = 0; i < n; i++) {
                 const za_wire_tensor_t *t = &r->tensors [(s + 1) * n + i];
                 const za_part_t *part = &self->placement.parts [self->parts [p][i]];
-                if (t->bytes != part->size * sizeof (float))
+                //  Values may come as bf16 (--wire-dtype), slots are f32.
+                int bf16 = s < 0 && t->dtype == ZA_DTYPE_BF16;
+                if ((t->dtype != ZA_DTYPE_F32 && !bf16)
+                    || t->bytes != part->size * za_dtype_size (t->dtype))
                     return za_error ("%s: ps %d sent '%s' of %zu bytes for '%s' (%zu floats)",
                                      s_who (self), p, t->name, t->bytes, part->name,
                                      part->size);
-                memcpy (block + self->vars->vars [part->var].offset + part->offset, t->data,
-                        t->bytes);
+                float *to = block + self->vars->vars [part->var].offset + part->offset;
+                if (bf16)
+                    za_bf16_to_f32 (t->data, to, part->size);
+                else
+                    memcpy (to, t->data, t->bytes);
             }
         }
     }
@@ -1066,6 +1083,11 @@ s_run_steps (s_worker_t *self)
         //  split among the ps (a ps sees only its part).
         if (config->optim.global_clipnorm > 0)
             za_replica_clip_gradients (self->replica, config->optim.global_clipnorm);
+        //  --wire-dtype bf16: the push carries the gradient's cast (its frames
+        //  came back at the lease wait above, as the block's did).
+        if (self->low_grads)
+            za_f32_to_bf16 (za_replica_gradients (self->replica), self->low_grads,
+                            self->vars->total);
         double t1 = za_clock_mono ();
         if (s_call_all (self, ZA_OP_PUSH))
             return -1;

@@ -4,6 +4,8 @@
 #  torch.distributed's gloo back end, at 4 KiB, 365 KiB (the seed CNN's
 #  gradients), 4 MiB and 16 MiB, the peers alternating round by round;
 #  medians of the per-round medians, in microseconds per all-reduce (mean).
+#  ZA_WIRE_DTYPE=bf16: zactor's chunks travel as bf16 (--wire-dtype bf16; the
+#  peers stay f32); bench/wire_dtype.sh sets zactor's two dtypes side by side.
 #  Usage: bench/allreduce.sh [BUILD] [ROUNDS] [ITERS]
 #  Needs: openmpi-bin libopenmpi-dev python3-torch (Debian).
 set -euo pipefail

@@ -6,8 +6,12 @@
     (tcp on 127.0.0.1, or ipc: what the ring takes for a loopback
     neighbour by default), in chunks of CHUNK_FLOATS (0: the ring's
     default), and prints from rank 0
-      ring bytes=B ranks=N transport=T median_us=M mean_us=A min_us=L busbw_gbps=G
-    bus bandwidth as NCCL counts it: 2 (N-1)/N x bytes / time.
+      ring bytes=B ranks=N transport=T dtype=D median_us=M mean_us=A min_us=L busbw_gbps=G
+    bus bandwidth as NCCL counts it: 2 (N-1)/N x bytes / time (BYTES are the
+    f32 block's whatever the dtype). ZA_WIRE_DTYPE=bf16: the chunks travel as
+    bf16 (--wire-dtype bf16). ZA_RING_RANK=R with ZA_RING_ENDPOINTS=E0,E1,..
+    runs rank R alone, for rings across hosts or network namespaces
+    (bench/wire_link.sh).
     bench/allreduce.sh runs it against Open MPI and torch.distributed gloo.  */
 #include "za/za_ring.h"
 #include "za/za_util.h"
@@ -48,6 +52,7 @@ s_compare (const void *a, const void *b)
 
 static size_t s_chunk_floats;
 static int s_tcp_only;
+static za_dtype_t s_dtype;          //  ZA_WIRE_DTYPE=bf16: the chunks in bf16
 
 static int
 s_rank (int rank, int ranks, char endpoints [][64], size_t floats, int iters)
@@ -55,7 +60,7 @@ s_rank (int rank, int ranks, char endpoints [][64], size_t floats, int iters)
     za_ring_config_t config = {
         .rank = rank, .size = ranks, .bind = endpoints [rank],
         .right = endpoints [(rank + 1) % ranks], .timeout_secs = 30,
-        .chunk_floats = s_chunk_floats, .tcp_only = s_tcp_only,
+        .chunk_floats = s_chunk_floats, .tcp_only = s_tcp_only, .wire_dtype = s_dtype,
     };
     za_ring_t *ring = za_ring_new (&config);
     float *data = (float *) malloc ((floats + 1) * sizeof (float));
@@ -80,9 +85,9 @@ s_rank (int rank, int ranks, char endpoints [][64], size_t floats, int iters)
         qsort (times, (size_t) iters, sizeof times [0], s_compare);
         double median = times [iters / 2];
         double bytes = (double) floats * sizeof (float);
-        printf ("ring bytes=%.0f ranks=%d transport=%s median_us=%.1f mean_us=%.1f "
+        printf ("ring bytes=%.0f ranks=%d transport=%s dtype=%s median_us=%.1f mean_us=%.1f "
                 "min_us=%.1f busbw_gbps=%.3f\n", bytes, ranks,
-                s_tcp_only? "tcp": "ipc", median * 1e6,
+                s_tcp_only? "tcp": "ipc", s_dtype == ZA_DTYPE_BF16? "bf16": "f32", median * 1e6,
                 sum / iters * 1e6, times [0] * 1e6,
                 2.0 * (ranks - 1) / ranks * bytes / median / 1e9);
     }
@@ -107,9 +112,29 @@ main (int argc, char **argv)
     int ipc = argc > 4 && streq (argv [4], "ipc");
     s_tcp_only = !ipc;
     s_chunk_floats = argc > 5? (size_t) atol (argv [5]): 0;
+    const char *dtype = getenv ("ZA_WIRE_DTYPE");
+    s_dtype = dtype && streq (dtype, "bf16")? ZA_DTYPE_BF16: ZA_DTYPE_F32;
     if (ranks < 1 || ranks > MAX_RANKS || iters < 1)
         return 2;
     char endpoints [MAX_RANKS][64];
+    //  One rank of a ring across hosts (or network namespaces): ZA_RING_RANK
+    //  and ZA_RING_ENDPOINTS (every rank's, comma-separated) run just it.
+    const char *list = getenv ("ZA_RING_ENDPOINTS"), *one = getenv ("ZA_RING_RANK");
+    if (list && one) {
+        int count = 0;
+        for (const char *at = list; *at && count < MAX_RANKS; count++) {
+            size_t len = strcspn (at, ",");
+            snprintf (endpoints [count], sizeof endpoints [count], "%.*s", (int) len, at);
+            at += len + (at [len] == ',');
+        }
+        int rank = atoi (one);
+        if (count != ranks || rank < 0 || rank >= ranks) {
+            fprintf (stderr, "bench_ring: ZA_RING_ENDPOINTS names %d ranks, RANKS is %d\n",
+                     count, ranks);
+            return 2;
+        }
+        return s_rank (rank, ranks, endpoints, floats, iters);
+    }
     for (int r = 0; r < ranks; r++) {
         snprintf (endpoints [r], sizeof endpoints [r], "tcp://127.0.0.1:%d", s_free_port ());
     }

@@ -24,6 +24,10 @@
     of one push over inproc; a round trip has two such messages) and the ps's
     SGD apply over its floats.
 
+    ZA_WIRE_DTYPE=bf16 in the environment: the job's --wire-dtype bf16 (the
+    push carries the gradients' cast, made in the timed round trip as a
+    worker makes it; the values come back in bf16 and are widened).
+
     bench_wire [ROUNDS] [SECONDS] [SIZES]  (defaults 7, 0.4, "4k,cnn,16m")
       -> wire size=B zactor_mb_s=F raw_mb_s=F ratio=F zactor_rt_s=F raw_rt_s=F  */
 #include "za/za_curve.h"
@@ -157,6 +161,8 @@ typedef struct {
     int part_count;
     size_t payload;                     //  bytes of one push (= one reply)
     float *grads;                       //  pushed
+    uint16_t *low;                      //  ZA_WIRE_DTYPE=bf16: their cast
+    float *widened;                     //  and the values' widening
     float *zeros;                       //  the init values
     zactor_t *ps;
     zactor_t *echo, *touch;
@@ -195,9 +201,9 @@ s_begin (s_bench_t *self, za_op_t op)
     self->out->task = 0;
 }
 
-//  Adds one tensor per part of the ps, from `block` (as a worker does).
+//  Adds one tensor per part of the ps, from `block` of dtype (as a worker does).
 static void
-s_add_parts (s_bench_t *self, const float *block)
+s_add_parts (s_bench_t *self, const void *block, za_dtype_t dtype)
 {
     for (int i = 0; i < self->part_count; i++) {
         const za_part_t *part = &self->placement.parts [self->parts [i]];
@@ -208,8 +214,8 @@ s_add_parts (s_bench_t *self, const float *block)
             memcpy (shape, var->shape, sizeof shape);
         else
             ndim = 1, shape [0] = (int64_t) part->size;
-        za_wire_msg_add (self->out, part->name, ZA_DTYPE_F32, ndim, shape,
-                         block + var->offset + part->offset);
+        za_wire_msg_add (self->out, part->name, dtype, ndim, shape, (const char *) block
+                         + (var->offset + part->offset) * za_dtype_size (dtype));
     }
 }
 
@@ -218,7 +224,12 @@ static void
 s_build_push (s_bench_t *self)
 {
     s_begin (self, ZA_OP_PUSH);
-    s_add_parts (self, self->grads);
+    if (self->low) {
+        za_f32_to_bf16 (self->grads, self->low, self->vars.total);
+        s_add_parts (self, self->low, ZA_DTYPE_BF16);
+    }
+    else
+        s_add_parts (self, self->grads, ZA_DTYPE_F32);
 }
 
 //  Sends self->out to the ps and waits for the reply `expect`.
@@ -243,6 +254,13 @@ s_call (s_bench_t *self, za_op_t expect)
     if (expect == ZA_OP_VALUES && self->in->tensor_count != self->part_count)
         rc = za_error ("values carries %d tensors, expected %d", self->in->tensor_count,
                        self->part_count);
+    else
+    if (expect == ZA_OP_VALUES && self->low)
+        for (int i = 0, at = 0; i < self->in->tensor_count; i++) {
+            const za_wire_tensor_t *t = &self->in->tensors [i];
+            za_bf16_to_f32 (t->data, self->widened + at, t->bytes / 2);
+            at += (int) (t->bytes / 2);
+        }
     zmsg_destroy (&reply);
     return rc;
 }
@@ -386,6 +404,8 @@ s_bench_destroy (s_bench_t *self)
     zactor_destroy (&self->touch);
     za_free (self->grads);
     za_free (self->zeros);
+    za_free (self->low);
+    za_free (self->widened);
     free (self->header);
     free (self->in);
     free (self->out);
@@ -430,6 +450,14 @@ s_bench_start (s_bench_t *self, const za_model_fn_t *model_fn, const void *param
         return -1;
     for (size_t i = 0; i < self->vars.total; i++)
         self->grads [i] = 1e-3f;
+    const char *dtype = getenv ("ZA_WIRE_DTYPE");
+    if (dtype && streq (dtype, "bf16")) {
+        config->wire_dtype = ZA_DTYPE_BF16;
+        self->low = (uint16_t *) za_alloc (block / 2);
+        self->widened = (float *) za_alloc (block);
+        if (!self->low || !self->widened)
+            return -1;
+    }
     s_codec_usecs (self, 1, &self->header_bytes);
     self->header = (char *) calloc (1, self->header_bytes? self->header_bytes: 1);
     if (!self->header_bytes || !self->header)
@@ -456,7 +484,7 @@ s_bench_start (s_bench_t *self, const za_model_fn_t *model_fn, const void *param
     static const int64_t step0 = 0;
     s_begin (self, ZA_OP_INIT);
     self->out->step = 0;
-    s_add_parts (self, self->zeros);
+    s_add_parts (self, self->zeros, ZA_DTYPE_F32);
     za_wire_msg_add (self->out, "global_step", ZA_DTYPE_I64, 0, NULL, &step0);
     self->out->has_optim = 1;
     self->out->optim = config->optim;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-#  Parameter-server training speed (ps-async unless ZA_STRATEGY): global steps/sec of the seed CNN
+#  Parameter-server training speed (ps-async unless ZA_STRATEGY; ZA_WIRE_DTYPE=bf16 for
+#  --wire-dtype bf16): global steps/sec of the seed CNN
 #  (batch 64 per worker, Adam 1e-3, --threads 1 in every process) for 1 and 2
 #  workers (1 = the chief alone, 2 = chief + 1 worker) x 1 and 2 ps, each role a
 #  real zactor-run process on tcp loopback. The configurations alternate,
@@ -51,7 +52,8 @@ JSON
                   --learning-rate 0.001 --threads 1 --max-steps "$max_steps" --no-eval
                   --save-checkpoints-steps 100000 --save-summary-steps 100
                   --log-step-count-steps 0 --model-dir "$dir/run" --seed 42
-                  --strategy "${ZA_STRATEGY:-ps-async}" ${ZA_CERTS:+--certs "$ZA_CERTS"})
+                  --strategy "${ZA_STRATEGY:-ps-async}" ${ZA_CERTS:+--certs "$ZA_CERTS"}
+                  ${ZA_WIRE_DTYPE:+--wire-dtype "$ZA_WIRE_DTYPE"})
     local pids=() i status=0
     for ((i = 0; i < ps; i++)); do
         "$run" "${common[@]}" --role ps --index "$i" 2> "$dir/ps$i.log" & pids+=($!)

@@ -2,6 +2,8 @@
     carries tensors (the wire, checkpoints).                                */
 #include "za/za_tensor.h"
 
+#include <string.h>
+
 int
 za_tensor_bytes (za_dtype_t dtype, int ndim, const int64_t *shape, uint64_t *bytes_p)
 {
@@ -18,4 +20,28 @@ za_tensor_bytes (za_dtype_t dtype, int ndim, const int64_t *shape, uint64_t *byt
         return -1;
     *bytes_p = count;
     return 0;
+}
+
+void
+za_f32_to_bf16 (const float *from, uint16_t *to, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy (&u, from + i, sizeof u);
+        uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        uint32_t quiet = (u >> 16) | 0x40u;
+        to [i] = (uint16_t) ((u & 0x7fffffffu) > 0x7f800000u? quiet: rounded);
+    }
+}
+
+void
+za_bf16_to_f32 (const void *from, float *to, size_t n)
+{
+    const unsigned char *bytes = (const unsigned char *) from;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy (&h, bytes + 2 * i, sizeof h);
+        uint32_t u = (uint32_t) h << 16;
+        memcpy (to + i, &u, sizeof u);
+    }
 }

@@ -34,7 +34,7 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
             size_t elements = 1;
             for (int d = 0; d < tensor->ndim; d++)
                 elements *= (size_t) tensor->shape [d];
-            size_t bytes = elements * (tensor->dtype == ZA_DTYPE_F32? 4: 8);
+            size_t bytes = elements * za_dtype_size (tensor->dtype);
             if (bytes > size)
                 abort ();           //  a tensor larger than the file
             for (size_t b = 0; b < bytes; b++)

@@ -50,7 +50,7 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
             size_t elements = 1;
             for (int d = 0; d < tensor->ndim; d++)
                 elements *= (size_t) tensor->shape [d];
-            if (tensor->bytes != elements * (tensor->dtype == ZA_DTYPE_F32? 4: 8))
+            if (tensor->bytes != elements * za_dtype_size (tensor->dtype))
                 abort ();
             for (size_t b = 0; b < tensor->bytes; b++)
                 sum ^= ((const uint8_t *) tensor->data) [b];

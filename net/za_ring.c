@@ -32,6 +32,8 @@ struct _za_ring_t {
     zpoller_t *poller;
     za_wire_msg_t *out, *in;
     za_wire_lease_t lease;          //  chunks lent to libzmq from the caller's block
+    uint16_t *low;                  //  wire_dtype bf16: the chunks' casts, lent as well:
+    size_t low_halves;              //  [0, n) the reduce phase's, [n, 2n) the gather's
     uint64_t sent, received;        //  messages on each link in this generation (their seq)
     uint64_t dropped;
     //  Generations: the ring's members agree on one state (the root's) at the
@@ -147,6 +149,7 @@ za_ring_destroy (za_ring_t **self_p)
     zsock_destroy (&self->right);
     zsock_destroy (&self->left);
     za_wire_lease_wait (&self->lease);
+    free (self->low);
     free (self->out);
     free (self->in);
     free (self);
@@ -199,16 +202,18 @@ s_send_resync (za_ring_t *self, int64_t gen)
     return 0;
 }
 
-//  Sends data [0..n) to the right neighbour as message number self->sent.
+//  Sends data [0..n) of dtype (F32 or BF16) to the right neighbour as
+//  message number self->sent.
 static int
-s_send (za_ring_t *self, za_op_t op, int64_t round, const float *data, size_t n)
+s_send (za_ring_t *self, za_op_t op, int64_t round, const void *data, za_dtype_t dtype,
+        size_t n)
 {
     za_wire_msg_init (self->out, op);
     self->out->seq = self->sent;
     self->out->step = s_step (self, round);
     self->out->task = self->config.rank;
     int64_t shape [1] = {(int64_t) n};
-    if (za_wire_msg_add (self->out, "chunk", ZA_DTYPE_F32, 1, shape, data)
+    if (za_wire_msg_add (self->out, "chunk", dtype, 1, shape, data)
         || za_wire_send (self->right, NULL, self->out, &self->lease))
         return za_error ("ring: rank %d cannot send to %s: %s", self->config.rank,
                          self->right_endpoint, za_last_error ());
@@ -225,7 +230,7 @@ s_left (const za_ring_t *self)
 //  Why the message decoded in self->in is not the one expected next; NULL
 //  when it is.
 static const char *
-s_unexpected (za_ring_t *self, za_op_t op, int64_t round, size_t n)
+s_unexpected (za_ring_t *self, za_op_t op, int64_t round, za_dtype_t dtype, size_t n)
 {
     const za_wire_msg_t *in = self->in;
     int left = s_left (self);
@@ -237,9 +242,11 @@ s_unexpected (za_ring_t *self, za_op_t op, int64_t round, size_t n)
         return "another round or generation";
     if (in->seq != self->received)
         return "out of turn";
-    if (in->tensor_count != 1 || in->tensors [0].dtype != ZA_DTYPE_F32
-        || in->tensors [0].bytes != n * sizeof (float))
-        return "not the chunk expected";
+    if (in->tensor_count != 1 || in->tensors [0].dtype != dtype
+        || in->tensors [0].bytes != n * za_dtype_size (dtype))
+        return in->tensor_count == 1 && in->tensors [0].dtype != dtype
+             ? "a chunk of another dtype (every rank must run the same --wire-dtype)"
+             : "not the chunk expected";
     return NULL;
 }
 
@@ -320,7 +327,8 @@ s_is_resync (const za_ring_t *self)
 //  chunk is self->in->tensors [0]), ZA_RING_RESYNC when the ring must be
 //  synced again first, or -1 with an error.
 static int
-s_receive (za_ring_t *self, za_op_t op, int64_t round, size_t n, zmsg_t **msg_p)
+s_receive (za_ring_t *self, za_op_t op, int64_t round, za_dtype_t dtype, size_t n,
+           zmsg_t **msg_p)
 {
     double start = za_clock_mono ();
     const char *why;
@@ -335,7 +343,7 @@ s_receive (za_ring_t *self, za_op_t op, int64_t round, size_t n, zmsg_t **msg_p)
             }
             continue;
         }
-        if (msg && !(why = s_unexpected (self, op, round, n))) {
+        if (msg && !(why = s_unexpected (self, op, round, dtype, n))) {
             self->received++;
             *msg_p = msg;
             rc = 0;
@@ -390,18 +398,44 @@ s_mod (int a, int n)
     return ((a % n) + n) % n;
 }
 
+//  Sends data [0..len) of an all-reduce: as it is, or its bf16 cast in
+//  the staging half `half` (0: the reduce phase, 1: the gather) at `at`,
+//  where it stays until the call's end (each position goes once a phase).
+static int
+s_send_chunk (za_ring_t *self, int64_t round, const float *data, size_t len, size_t n,
+              int half, size_t at)
+{
+    if (self->config.wire_dtype != ZA_DTYPE_BF16)
+        return s_send (self, ZA_OP_RING, round, data, ZA_DTYPE_F32, len);
+    uint16_t *low = self->low + (size_t) half * n + at;
+    za_f32_to_bf16 (data, low, len);
+    return s_send (self, ZA_OP_RING, round, low, ZA_DTYPE_BF16, len);
+}
+
 int
 za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
 {
     int rank = self->config.rank, size = self->config.size;
     if (size == 1)
         return 0;
+    za_dtype_t dtype = self->config.wire_dtype == ZA_DTYPE_BF16? ZA_DTYPE_BF16: ZA_DTYPE_F32;
+    if (dtype == ZA_DTYPE_BF16 && 2 * n > self->low_halves) {
+        //  The last call's chunks must be back (one that failed may not have drained).
+        if (za_wire_lease_busy (&self->lease) && s_drain (self))
+            return -1;
+        uint16_t *grown = (uint16_t *) malloc (2 * n * sizeof (uint16_t));
+        if (!grown)
+            return za_error ("ring: rank %d: out of memory for %zu bf16 values", rank, 2 * n);
+        free (self->low);
+        self->low = grown;
+        self->low_halves = 2 * n;
+    }
     size_t chunk = self->chunk_floats, begin, count;
     //  Hop 0: this rank's own segment, every chunk of it.
     s_segment (n, size, rank, &begin, &count);
     for (size_t at = 0; at < count; at += chunk)
-        if (s_send (self, ZA_OP_RING, round, data + begin + at,
-                    count - at < chunk? count - at: chunk))
+        if (s_send_chunk (self, round, data + begin + at,
+                          count - at < chunk? count - at: chunk, n, 0, begin + at))
             return -1;
     int hops = 2 * (size - 1);
     for (int hop = 0; hop < hops; hop++) {
@@ -411,28 +445,49 @@ za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
         for (size_t at = 0; at < count; at += chunk) {
             size_t len = count - at < chunk? count - at: chunk;
             zmsg_t *msg;
-            int got = s_receive (self, ZA_OP_RING, round, len, &msg);
+            int got = s_receive (self, ZA_OP_RING, round, dtype, len, &msg);
             if (got)
                 return got;
             //  Received frames are not always aligned: read them bytewise.
             const unsigned char *from = (const unsigned char *) self->in->tensors [0].data;
             float *to = data + begin + at;
             if (reduce) {
-                for (size_t i = 0; i < len; i++) {
-                    float v;
-                    memcpy (&v, from + i * sizeof v, sizeof v);
-                    to [i] += v;
-                }
+                if (dtype == ZA_DTYPE_BF16)
+                    for (size_t i = 0; i < len; i++) {
+                        uint16_t h;
+                        memcpy (&h, from + i * sizeof h, sizeof h);
+                        uint32_t bits = (uint32_t) h << 16;
+                        float v;
+                        memcpy (&v, &bits, sizeof v);
+                        to [i] += v;
+                    }
+                else
+                    for (size_t i = 0; i < len; i++) {
+                        float v;
+                        memcpy (&v, from + i * sizeof v, sizeof v);
+                        to [i] += v;
+                    }
                 //  The last reduce hop completes this segment's sum: the mean,
-                //  computed here once, is what every rank gets.
-                if (hop == size - 2)
+                //  computed here once, is what every rank gets (in bf16, this
+                //  rank rounds its own copy as the others will read it).
+                if (hop == size - 2) {
                     for (size_t i = 0; i < len; i++)
                         to [i] /= (float) size;
+                    if (dtype == ZA_DTYPE_BF16) {
+                        uint16_t *low = self->low + n + begin + at;
+                        za_f32_to_bf16 (to, low, len);
+                        za_bf16_to_f32 (low, to, len);
+                    }
+                }
             }
+            else
+            if (dtype == ZA_DTYPE_BF16)
+                za_bf16_to_f32 (from, to, len);
             else
                 memcpy (to, from, len * sizeof (float));
             zmsg_destroy (&msg);
-            if (hop < hops - 1 && s_send (self, ZA_OP_RING, round, to, len))
+            if (hop < hops - 1
+                && s_send_chunk (self, round, to, len, n, hop >= size - 2, begin + at))
                 return -1;
         }
     }
@@ -453,13 +508,13 @@ za_ring_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t rou
         size_t len = n - at < chunk? n - at: chunk;
         if (rank != root) {
             zmsg_t *msg;
-            int got = s_receive (self, ZA_OP_BROADCAST, round, len, &msg);
+            int got = s_receive (self, ZA_OP_BROADCAST, round, ZA_DTYPE_F32, len, &msg);
             if (got)
                 return got;
             memcpy (data + at, self->in->tensors [0].data, len * sizeof (float));
             zmsg_destroy (&msg);
         }
-        if (!last && s_send (self, ZA_OP_BROADCAST, round, data + at, len))
+        if (!last && s_send (self, ZA_OP_BROADCAST, round, data + at, ZA_DTYPE_F32, len))
             return -1;
     }
     return s_drain (self);

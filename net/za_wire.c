@@ -61,13 +61,13 @@ static const char *s_tensor_names [TENSOR_COUNT] = { "name", "dtype", "shape", "
 static const char *
 s_dtype_name (za_dtype_t dtype)
 {
-    return dtype == ZA_DTYPE_F32 ? "f32" : "i64";
+    return dtype == ZA_DTYPE_F32 ? "f32" : dtype == ZA_DTYPE_BF16 ? "bf16" : "i64";
 }
 
 static bool
 s_dtype_valid (za_dtype_t dtype)
 {
-    return dtype == ZA_DTYPE_F32 || dtype == ZA_DTYPE_I64;
+    return dtype == ZA_DTYPE_F32 || dtype == ZA_DTYPE_I64 || dtype == ZA_DTYPE_BF16;
 }
 
 //  "4x3", "0", or "scalar", for error messages.
@@ -898,10 +898,14 @@ s_decode_tensor (const msgpack_object *obj, int index, za_wire_msg_t *out, s_pay
     else
     if (dtype->via.str.size == 3 && memcmp (dtype->via.str.ptr, "i64", 3) == 0)
         tensor->dtype = ZA_DTYPE_I64;
+    else
+    if (dtype->via.str.size == 4 && memcmp (dtype->via.str.ptr, "bf16", 4) == 0)
+        tensor->dtype = ZA_DTYPE_BF16;
     else {
         char text [WIRE_QUOTE_BYTES];
-        return za_error ("wire: tensor '%s': unknown dtype '%s' (expected \"f32\" or \"i64\")",
-                         name, s_quote (dtype->via.str.ptr, dtype->via.str.size, text));
+        return za_error ("wire: tensor '%s': unknown dtype '%s' (expected \"f32\", \"bf16\" "
+                         "or \"i64\")", name,
+                         s_quote (dtype->via.str.ptr, dtype->via.str.size, text));
     }
 
     const msgpack_object *shape = values [TENSOR_SHAPE];

@@ -178,6 +178,12 @@ static const za_option_t s_options [] = {
                "ps-sync: gradients the ps average into each step (0: one from\n"
                "every worker); with fewer than the workers, the rest are backups\n"
                "whose late gradients are dropped"),
+    ZA_OPTION ("wire-dtype", T_CHOICE, wire_dtype, "T", "fp32", 0, 0, "fp32|bf16",
+               R_TRAIN | ZA_READ_PS, JOB, 0, NULL,
+               "what gradients and values travel as: fp32, or bf16 (half the\n"
+               "bytes, as Horovod's compression): pushes to the ps and the values\n"
+               "it returns, and the all-reduce ring's chunks; sums and the\n"
+               "optimizer stay fp32. Every task of a job must agree"),
     ZA_OPTION ("bucket-kib", T_INT, bucket_kib, "N", "0", 0, 1 << 20, NULL, R_TRAIN, JOB, 0,
                NULL,
                "allreduce: the gradients go round the ring in buckets of whole\n"

@@ -232,7 +232,7 @@ Test (checkpoint, roundtrip_values_shapes_names_metadata)
                           want->name, dim);
             count *= (size_t) want->shape [dim];
         }
-        size_t bytes = count * (want->dtype == ZA_DTYPE_F32 ? 4 : 8);
+        size_t bytes = count * za_dtype_size (want->dtype);
         if (bytes > 0)
             cr_assert_eq (memcmp (got->data, want->data, bytes), 0, "tensor %s", want->name);
         cr_assert_eq (za_checkpoint_find (ckpt, want->name), got);
@@ -331,7 +331,7 @@ Test (checkpoint, file_is_valid_safetensors_byte_by_byte)
         uint64_t end = (uint64_t) json_integer_value (json_array_get (offsets, 1));
         cr_assert_eq (begin, offset, "%s begins at %llu, expected %llu", want->name,
                       (unsigned long long) begin, (unsigned long long) offset);
-        cr_assert_eq (end - begin, count * (want->dtype == ZA_DTYPE_F32 ? 4 : 8));
+        cr_assert_eq (end - begin, count * za_dtype_size (want->dtype));
         if (end > begin)
             cr_assert_eq (memcmp (data + begin, want->data, end - begin), 0);
         offset = end;

@@ -266,6 +266,53 @@ Test (ps, a_wrong_shape_of_the_right_size_is_a_bad_request)
     s_ps_stop (&c);
 }
 
+//  --wire-dtype bf16: a push must come in bf16 (an f32 one is refused by
+//  name), and values come back in bf16; init stays f32.
+Test (ps, a_bf16_job_takes_bf16_pushes_and_answers_in_bf16)
+{
+    s_ps_case_t c;
+    memset (&c, 0, sizeof c);
+    s_ps_start (&c, 1);
+    zactor_destroy (&c.ps);
+    s_peer_close (&c.peer);
+    c.config.wire_dtype = ZA_DTYPE_BF16;
+    c.config.bind_endpoint = "inproc://conformance-ps-bf16";
+    c.ps = zactor_new (za_ps_actor, &c.config);
+    s_peer_open (&c.peer, "inproc://conformance-ps-bf16");
+    int64_t zero = 0;
+    cr_assert_eq (s_init (&c, 0.5, 0.999, s_kernel, &zero), ZA_OP_INIT_OK, "%s",
+                  c.peer.in->error);
+    //  An f32 push: refused, named, nothing applied.
+    za_wire_msg_init (c.peer.out, ZA_OP_PUSH);
+    c.peer.out->seq = 2;
+    c.peer.out->task = 0;
+    s_add (&c, s_kernel, 2, s_bias, 1);
+    cr_assert_eq (s_call (&c.peer), ZA_OP_ERROR);
+    cr_expect_str_eq (c.peer.in->code, "bad_request");
+    cr_expect (strstr (c.peer.in->error, "is f32; this job's gradients travel as bf16"), "%s",
+               c.peer.in->error);
+    //  A bf16 push of 0.25 everywhere: SGD at lr 0.5 takes 1.0 to 0.875.
+    uint16_t kernel [12], bias [3];
+    for (int i = 0; i < 12; i++)
+        kernel [i] = 0x3e80;                //  0.25
+    for (int i = 0; i < 3; i++)
+        bias [i] = 0x3e80;
+    za_wire_msg_init (c.peer.out, ZA_OP_PUSH);
+    c.peer.out->seq = 3;
+    c.peer.out->task = 0;
+    cr_assert_eq (za_wire_msg_add (c.peer.out, "dense/kernel", ZA_DTYPE_BF16, 2, s_kernel,
+                                   kernel), 0);
+    cr_assert_eq (za_wire_msg_add (c.peer.out, "dense/bias", ZA_DTYPE_BF16, 1, s_bias, bias), 0);
+    cr_assert_eq (s_call (&c.peer), ZA_OP_VALUES, "%s", c.peer.in->error);
+    const za_wire_tensor_t *t = &c.peer.in->tensors [0];
+    cr_assert_eq (t->dtype, ZA_DTYPE_BF16);
+    cr_assert_eq (t->bytes, 12 * sizeof (uint16_t));
+    float value;
+    za_bf16_to_f32 (t->data, &value, 1);
+    cr_expect_eq (value, 0.875f);
+    s_ps_stop (&c);
+}
+
 Test (ps, a_push_without_its_task_is_a_bad_request)
 {
     s_ps_case_t c;

@@ -46,6 +46,9 @@ typedef struct {
     s_rank_t ranks [MAX_RANKS];
 } s_ring_case_t;
 
+//  The chunks' dtype of the rings s_make makes (a test sets it first).
+static za_dtype_t s_wire_dtype = ZA_DTYPE_F32;
+
 //  `size` rings on endpoints PREFIX-0.. (inproc) or free tcp ports (tcp 1:
 //  the ring's choice, ipc, for these loopback neighbours; 2: tcp only).
 static void
@@ -67,7 +70,7 @@ s_make (s_ring_case_t *c, int size, int tcp, size_t chunk_floats, double timeout
         za_ring_config_t config = {
             .rank = r, .size = size, .bind = c->endpoints [r],
             .right = c->endpoints [(r + 1) % size], .chunk_floats = chunk_floats,
-            .timeout_secs = timeout_secs, .tcp_only = tcp == 2,
+            .timeout_secs = timeout_secs, .tcp_only = tcp == 2, .wire_dtype = s_wire_dtype,
         };
         c->ranks [r].ring = za_ring_new (&config);
         cr_assert_not_null (c->ranks [r].ring, "%s", za_last_error ());
@@ -265,6 +268,25 @@ s_send_raw (const char *endpoint, const za_wire_msg_t *msg, const char *garbage)
     zsock_destroy (&sock);
 }
 
+//  Two ranks all-reduce 150 floats, 0 on rank 0 and 2 on rank 1: each
+//  must end with 1.0 everywhere (exact in f32 and bf16).
+static void
+s_run_zeros_and_twos (s_ring_case_t *c)
+{
+    for (int r = 0; r < 2; r++) {
+        c->ranks [r].n = 150;
+        c->ranks [r].data = malloc (150 * sizeof (float));
+        for (size_t i = 0; i < 150; i++)
+            c->ranks [r].data [i] = (float) (r * 2);
+    }
+    s_run_all (c);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq (c->ranks [r].rc, 0, "%s", c->ranks [r].error);
+        for (size_t i = 0; i < 150; i++)
+            cr_assert_eq (c->ranks [r].data [i], 1.0f);
+    }
+}
+
 Test (ring, garbage_and_messages_out_of_turn_are_dropped_and_counted)
 {
     s_ring_case_t c;
@@ -290,20 +312,76 @@ Test (ring, garbage_and_messages_out_of_turn_are_dropped_and_counted)
         s_send_raw (c.endpoints [1], msg, NULL);
     }
     free (msg);
-    for (int r = 0; r < 2; r++) {
-        c.ranks [r].n = 150;
-        c.ranks [r].data = malloc (150 * sizeof (float));
-        for (size_t i = 0; i < 150; i++)
-            c.ranks [r].data [i] = (float) (r * 2);
-    }
-    s_run_all (&c);
-    for (int r = 0; r < 2; r++) {
-        cr_assert_eq (c.ranks [r].rc, 0, "%s", c.ranks [r].error);
-        for (size_t i = 0; i < 150; i++)
-            cr_assert_eq (c.ranks [r].data [i], 1.0f);
-    }
+    s_run_zeros_and_twos (&c);
     cr_expect_eq (za_ring_dropped (c.ranks [1].ring), 5);
     cr_expect_eq (za_ring_dropped (c.ranks [0].ring), 0);
+    s_destroy (&c);
+}
+
+//  --wire-dtype bf16: chunks travel as bf16, sums are made in fp32, and
+//  every rank ends with the same bits, each a bf16 value (the owner of a
+//  segment rounds its mean as the others read it), close to the mean: each
+//  of the (size - 1) partial sums sent and the mean itself is off by at most
+//  2^-9 of what it sums.
+Test (ring, bf16_chunks_sum_in_fp32_and_every_rank_ends_with_the_same_bits)
+{
+    s_wire_dtype = ZA_DTYPE_BF16;
+    const size_t sizes [] = {1, 7, 100, 1000, 4097};
+    for (int size = 2; size <= 4; size++)
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes [0]; k++) {
+            size_t n = sizes [k];
+            s_ring_case_t c;
+            s_make (&c, size, 0, k % 2? 16: 0, 10);
+            for (int r = 0; r < size; r++) {
+                c.ranks [r].n = n;
+                c.ranks [r].data = malloc ((n + 1) * sizeof (float));
+                for (size_t i = 0; i < n; i++)
+                    c.ranks [r].data [i] = s_value (r, i);
+            }
+            s_run_all (&c);
+            for (int r = 0; r < size; r++)
+                cr_assert_eq (c.ranks [r].rc, 0, "rank %d: %s", r, c.ranks [r].error);
+            for (size_t i = 0; i < n; i++) {
+                double mean = 0, magnitude = 0;
+                for (int r = 0; r < size; r++)
+                    mean += s_value (r, i), magnitude += fabs (s_value (r, i));
+                mean /= size;
+                float got = c.ranks [0].data [i];
+                uint32_t bits;
+                memcpy (&bits, &got, sizeof bits);
+                cr_assert_eq (bits & 0xffff, 0, "size %d, n %zu: [%zu] = %.9g is no bf16 value",
+                              size, n, i, (double) got);
+                cr_assert_leq (fabs (got - mean), size * 0x1p-9 * magnitude + 1e-7,
+                               "size %d, n %zu: [%zu] %g, the mean %g", size, n, i,
+                               (double) got, mean);
+                for (int r = 1; r < size; r++)
+                    cr_assert (memcmp (&c.ranks [r].data [i], &got, sizeof got) == 0,
+                               "size %d, n %zu: rank %d's [%zu] differs from rank 0's", size, n,
+                               r, i);
+            }
+            s_destroy (&c);
+        }
+}
+
+//  A chunk in f32 to a bf16 ring (a rank that runs another --wire-dtype)
+//  is dropped and counted, as any chunk that is not the one expected.
+Test (ring, an_f32_chunk_to_a_bf16_ring_is_dropped)
+{
+    s_wire_dtype = ZA_DTYPE_BF16;
+    s_ring_case_t c;
+    s_make (&c, 2, 1, 100, 10);
+    za_wire_msg_t *msg = malloc (sizeof *msg);
+    float chunk [75] = {0};
+    int64_t shape [1] = {75};
+    za_wire_msg_init (msg, ZA_OP_RING);
+    msg->task = 0;
+    msg->step = 1;
+    msg->seq = 0;
+    za_wire_msg_add (msg, "chunk", ZA_DTYPE_F32, 1, shape, chunk);
+    s_send_raw (c.endpoints [1], msg, NULL);
+    free (msg);
+    s_run_zeros_and_twos (&c);
+    cr_expect_eq (za_ring_dropped (c.ranks [1].ring), 1);
     s_destroy (&c);
 }
 

@@ -172,6 +172,23 @@ s_checkpoint_bytes (const char *model_dir, int64_t steps, size_t *size)
     return bytes;
 }
 
+//  Checks that model_dir/metrics.jsonl's last loss is below its first by
+//  0.03 or more (it learned); returns the text (caller frees).
+static char *
+s_expect_loss_down (const char *model_dir)
+{
+    char *metrics_path = za_test_join (model_dir, "metrics.jsonl");
+    char *metrics = (char *) za_test_read_file (metrics_path, NULL);
+    const char *first = strstr (metrics, "\"loss\": "), *last = strrchr (metrics, '{');
+    double first_loss = 0, last_loss = 99;
+    cr_assert (first && last && strstr (last, "\"loss\": "), "%s", metrics);
+    sscanf (first + 8, "%lf", &first_loss);
+    sscanf (strstr (last, "\"loss\": ") + 8, "%lf", &last_loss);
+    cr_expect_lt (last_loss, first_loss - 0.03, "%s", metrics);
+    free (metrics_path);
+    return metrics;
+}
+
 Test (allreduce, the_tutorials_two_workers_train_the_cnn_and_end_identical)
 {
     char *model_dir = za_test_path ("run");
@@ -206,14 +223,8 @@ Test (allreduce, the_tutorials_two_workers_train_the_cnn_and_end_identical)
     cr_expect_eq (step, atoi (STEPS));
     cr_expect_eq (saved, pair.crc [0], "checkpoint %08x, workers %08x", saved, pair.crc [0]);
     //  It learned: the loss went down.
-    char *metrics_path = za_test_join (model_dir, "metrics.jsonl");
-    char *metrics = (char *) za_test_read_file (metrics_path, NULL);
-    const char *first = strstr (metrics, "\"loss\": "), *last = strrchr (metrics, '{');
-    double first_loss = 0, last_loss = 99;
-    cr_assert (first && last && strstr (last, "\"loss\": "), "%s", metrics);
-    sscanf (first + 8, "%lf", &first_loss);
-    sscanf (strstr (last, "\"loss\": ") + 8, "%lf", &last_loss);
-    cr_expect_lt (last_loss, first_loss - 0.03, "%s", metrics);
+    char *metrics = s_expect_loss_down (model_dir);
+    const char *last = strrchr (metrics, '{');
     //  A global step is both workers' batches of 32.
     const char *steps_at = strstr (last, "\"steps_per_sec\": ");
     const char *examples_at = strstr (last, "\"examples_per_sec\": ");
@@ -224,7 +235,31 @@ Test (allreduce, the_tutorials_two_workers_train_the_cnn_and_end_identical)
     cr_expect (steps_per_sec > 0 && fabs (examples_per_sec / steps_per_sec - 64) < 0.1,
                "%s", last);
     free (metrics);
-    free (metrics_path);
+    s_pair_free (&pair);
+    free (model_dir);
+}
+
+//  --wire-dtype bf16: the chunks travel as bf16, and still both workers
+//  end with the same values (the owner of each segment rounds its mean as
+//  the others read it), and they learn.
+Test (allreduce, bf16_on_the_wire_two_workers_end_identical_and_learn)
+{
+    char *model_dir = za_test_path ("run");
+    const char *args [] = {"--strategy", "allreduce", "--model", "cnn", "--batch-size", "32",
+                           "--max-steps", STEPS, "--optimizer", "sgd", "--learning-rate", "0.05",
+                           "--model-dir", model_dir, "--save-summary-steps", "10", "--no-eval",
+                           "--wire-dtype", "bf16", NULL};
+    const char *const *both [2] = {args, args};
+    s_pair_t pair;
+    s_run_pair (both, &pair);
+    for (int w = 0; w < 2; w++) {
+        cr_expect_eq (pair.exit_code [w], 0, "worker %d: %s", w, pair.err [w]);
+        cr_expect_eq (pair.step [w], atoi (STEPS), "worker %d: %s", w, pair.err [w]);
+    }
+    cr_expect_neq (pair.crc [0], 0);
+    cr_expect_eq (pair.crc [0], pair.crc [1], "the workers differ: %08x, %08x", pair.crc [0],
+                  pair.crc [1]);
+    free (s_expect_loss_down (model_dir));
     s_pair_free (&pair);
     free (model_dir);
 }
@@ -334,6 +369,16 @@ Test (allreduce, a_worker_with_another_learning_rate_is_stopped_by_name)
     cr_expect_eq (pair.exit_code [1], 1, "%s", pair.err [1]);
     cr_expect (strstr (pair.err [1], "the chief reduces in buckets of --bucket-kib 0, this "
                        "one 16"), "%s", pair.err [1]);
+    s_pair_free (&pair);
+    //  Chunks of another dtype would never match the chief's: named first.
+    const char *other_d [] = {"--strategy", "allreduce", "--model", "linear", "--max-steps",
+                              "20", "--model-dir", model_dir, "--no-eval", "--timeout-secs",
+                              "5", "--wire-dtype", "bf16", NULL};
+    const char *const *args_d [2] = {chief_b, other_d};
+    s_run_pair (args_d, &pair);
+    cr_expect_eq (pair.exit_code [1], 1, "%s", pair.err [1]);
+    cr_expect (strstr (pair.err [1], "the chief's gradients travel as --wire-dtype fp32, this "
+                       "one's as bf16"), "%s", pair.err [1]);
     s_pair_free (&pair);
     free (model_dir);
 }
@@ -489,6 +534,29 @@ Test (allreduce, clusters_that_do_not_fit_the_strategy_are_refused)
     za_test_result_free (&result);
     free (with_ps);
     free (workers);
+}
+
+//  --wire-dtype bf16 with a ps, both ways it applies pushes: the gradients
+//  go as bf16, the values come back as bf16, and the model learns.
+Test (ps_sync, bf16_on_the_wire_trains_with_a_ps_async_and_sync)
+{
+    const char *strategies [] = {"ps-async", "ps-sync"};
+    for (int i = 0; i < 2; i++) {
+        char name [32];
+        snprintf (name, sizeof name, "run-%s", strategies [i]);
+        char *model_dir = za_test_path (name);
+        const char *args [] = {"--local", "--strategy", strategies [i], "--model", "cnn",
+                               "--workers", "1", "--evaluators", "0", "--max-steps", "300",
+                               "--batch-size", "32", "--wire-dtype", "bf16", "--model-dir",
+                               model_dir, NULL};
+        za_test_result_t r = za_test_run (args, RUN_TIMEOUT_S);
+        cr_assert_eq (r.exit_code, 0, "%s: %s", strategies [i], r.err);
+        double accuracy = za_test_accuracy (r.out);
+        cr_expect_geq (accuracy, 0.7, "%s, bf16 on the wire, 300 steps: %.4f", strategies [i],
+                       accuracy);
+        za_test_result_free (&r);
+        free (model_dir);
+    }
 }
 
 Test (ps_sync, local_workers_step_together_and_a_killed_ps_gets_the_current_state)

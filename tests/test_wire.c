@@ -6,6 +6,8 @@
 #include "za/za_wire.h"
 
 #include <criterion/criterion.h>
+#include <float.h>
+#include <math.h>
 #include <jansson.h>
 #include <msgpack.h>
 #include <stdint.h>
@@ -1212,6 +1214,46 @@ Test (wire, decode_rejects_bad_dtype)
     s_tensor (&header, "dense/kernel", "f16", 2, s_shape_4x3, 0);
     REJECT (header, 1, s_size_48, "unknown dtype 'f16'");
     s_header_destroy (&header);
+}
+
+//  bf16 (--wire-dtype): 2 bytes an element, so a 4x3 tensor is a frame of
+//  24 bytes; 48 (f32's) is a mismatch.
+Test (wire, decode_takes_bf16_of_its_own_size)
+{
+    static const size_t size_24 [1] = { 24 };
+    s_header_t header;
+    s_header_init (&header);
+    s_begin (&header, 4, ZA_WIRE_VERSION, "push");
+    s_tensors (&header, 1);
+    s_tensor (&header, "dense/kernel", "bf16", 2, s_shape_4x3, 0);
+    ACCEPT (header, 1, size_24);
+    cr_assert_eq (s_out.tensors [0].dtype, ZA_DTYPE_BF16);
+    cr_assert_eq (s_out.tensors [0].bytes, 24);
+    REJECT (header, 1, s_size_48, "48");
+    s_header_destroy (&header);
+}
+
+//  The casts to and from bf16: round to nearest even, NaN kept, exact back.
+Test (wire, bf16_casts_round_to_nearest_even)
+{
+    //  FLT_MAX is past bf16's largest (it rounds up to infinity); a subnormal
+    //  stays one (no flush to zero).
+    const float in [] = {1.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f, FLT_MAX, 0x1p-130f,
+                         INFINITY, NAN};
+    const uint16_t want [] = {0x3f80, 0x3f80, 0x3f82, 0xc020, 0x7f80, 0x0008, 0x7f80};
+    uint16_t out [8];
+    za_f32_to_bf16 (in, out, 8);
+    for (int i = 0; i < 7; i++)
+        cr_expect_eq (out [i], want [i], "%g: 0x%04x, not 0x%04x", (double) in [i], out [i],
+                      want [i]);
+    cr_expect ((out [7] & 0x7f80) == 0x7f80 && (out [7] & 0x7f), "NaN: 0x%04x", out [7]);
+    float back [8];
+    unsigned char odd [17];
+    memcpy (odd + 1, out, sizeof out);         //  an unaligned frame
+    za_bf16_to_f32 (odd + 1, back, 8);
+    cr_expect_eq (back [2], 1.0f + 0x1p-6f);
+    cr_expect_eq (back [3], -2.5f);
+    cr_expect (isinf (back [4]) && isnan (back [7]));
 }
 
 Test (wire, decode_rejects_bad_shapes)

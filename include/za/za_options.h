@@ -145,6 +145,7 @@ typedef struct {
     const char *strategy;
     int64_t replicas_to_aggregate;
     int64_t bucket_kib;
+    const char *wire_dtype;         //  fp32, bf16
     //  RunConfig
     const char *model_dir;
     int64_t save_checkpoints_steps;

@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "za/za_tensor.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -41,6 +43,12 @@ typedef struct {
                                     //  ends a wait: the call fails, the message stays
     int tcp_only;                   //  1: a loopback right neighbour over tcp too;
                                     //  0: over ipc (see za_ring_new)
+    za_dtype_t wire_dtype;          //  the all-reduce's chunks: ZA_DTYPE_F32 (0, the
+                                    //  default) or ZA_DTYPE_BF16 (half the bytes; the
+                                    //  sums stay fp32, and each segment's mean is
+                                    //  rounded to bf16 by its owner too, so every
+                                    //  rank ends with the same numbers). Broadcasts
+                                    //  copy bits: always f32
 } za_ring_config_t;
 
 typedef struct _za_ring_t za_ring_t;

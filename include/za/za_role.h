@@ -16,6 +16,7 @@
 #include "za/za_estimator.h"
 #include "za/za_peer.h"
 #include "za/za_role_stats.h"
+#include "za/za_tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,6 +55,8 @@ typedef struct {
     size_t bucket_floats;           //  allreduce: the least floats of a bucket; 0: one
                                     //  bucket, reduced after backward
                                     //  (default ZA_ROLE_BUCKET_FLOATS)
+    za_dtype_t wire_dtype;          //  gradients pushed, values returned, ring chunks:
+                                    //  ZA_DTYPE_F32 or ZA_DTYPE_BF16 (--wire-dtype)
     double timeout_secs;            //  a peer never heard from this long is unreachable
     za_heartbeat_t heartbeat;       //  a worker waiting on a ps pings it every interval
                                     //  and logs it as stopped, hung or restarting after

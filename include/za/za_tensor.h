@@ -11,14 +11,21 @@
 extern "C" {
 #endif
 
-typedef enum { ZA_DTYPE_F32 = 0, ZA_DTYPE_I64 = 1 } za_dtype_t;
+//  BF16 (bfloat16: a float's upper 16 bits) travels on the wire alone
+//  (--wire-dtype bf16); checkpoints hold F32 and I64.
+typedef enum { ZA_DTYPE_F32 = 0, ZA_DTYPE_I64 = 1, ZA_DTYPE_BF16 = 2 } za_dtype_t;
 
-//  Bytes of one element: 4 for F32, 8 for I64.
+//  Bytes of one element: 4 for F32, 8 for I64, 2 for BF16.
 static inline size_t
 za_dtype_size (za_dtype_t dtype)
 {
-    return dtype == ZA_DTYPE_F32? 4: 8;
+    return dtype == ZA_DTYPE_F32? 4: dtype == ZA_DTYPE_BF16? 2: 8;
 }
+
+//  n floats to bfloat16, rounded to nearest even (a NaN stays a NaN), and
+//  back (exact). `from` of za_bf16_to_f32 may be unaligned (a received frame).
+void za_f32_to_bf16 (const float *from, uint16_t *to, size_t n);
+void za_bf16_to_f32 (const void *from, float *to, size_t n);
 
 //  Bytes of a tensor: product (shape) * dtype size into *bytes_p. Returns 0,
 //  or -1 (no error recorded) when a dim is negative or the product overflows

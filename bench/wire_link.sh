@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+#  The all-reduce ring across a link slower than memory: two network
+#  namespaces joined by a veth pair whose both ends are shaped to RATE by
+#  tc's token bucket (a two-host stand-in this machine can run; needs root,
+#  iproute2), one bench_ring rank in each, over tcp. fp32 and --wire-dtype
+#  bf16 alternate, ROUNDS rounds; medians of the per-round medians, us per
+#  all-reduce, at 365 KiB and 16 MiB.
+#  Usage: bench/wire_link.sh [BUILD] [RATE] [ROUNDS] [ITERS]   (RATE: 10gbit)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-$here/../build}
+rate=${2:-10gbit}
+rounds=${3:-3}
+iters=${4:-40}
+[ "$(id -u)" = 0 ] || { echo "needs root (ip netns, tc)" >&2; exit 1; }
+a=zaw$$a b=zaw$$b
+cleanup () { ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; }
+trap cleanup EXIT
+ip netns add "$a"; ip netns add "$b"
+ip link add "v$$a" type veth peer name "v$$b"
+ip link set "v$$a" netns "$a"; ip link set "v$$b" netns "$b"
+ip -n "$a" addr add 10.77.0.1/24 dev "v$$a"; ip -n "$b" addr add 10.77.0.2/24 dev "v$$b"
+for n in "$a" "$b"; do ip -n "$n" link set lo up; done
+ip -n "$a" link set "v$$a" up; ip -n "$b" link set "v$$b" up
+tc -n "$a" qdisc add dev "v$$a" root tbf rate "$rate" burst 4mb latency 50ms
+tc -n "$b" qdisc add dev "v$$b" root tbf rate "$rate" burst 4mb latency 50ms
+ends="tcp://10.77.0.1:5601,tcp://10.77.0.2:5602"
+median () { sort -g | awk '{a[NR]=$1} END {print (NR%2)? a[(NR+1)/2]: (a[NR/2]+a[NR/2+1])/2}'; }
+ring () {
+    ip netns exec "$b" env ZA_WIRE_DTYPE="$1" ZA_RING_ENDPOINTS="$ends" ZA_RING_RANK=1 \
+        "$build/bench_ring" "$2" "$3" 2 tcp >/dev/null &
+    local other=$!
+    ip netns exec "$a" env ZA_WIRE_DTYPE="$1" ZA_RING_ENDPOINTS="$ends" ZA_RING_RANK=0 \
+        "$build/bench_ring" "$2" "$3" 2 tcp | sed -nE 's/.*median_us=([0-9.]+).*/\1/p'
+    wait "$other"
+}
+echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); link $rate (tc tbf on a veth pair)"
+printf '%-10s %12s %12s %10s\n' bytes fp32_us bf16_us bf16/fp32
+for bytes in 373760 16777216; do
+    n=$iters; [ "$bytes" -ge 4194304 ] && n=$((iters / 4 > 5? iters / 4: 5))
+    f=(); g=()
+    for ((r = 0; r < rounds; r++)); do
+        f+=("$(ring fp32 "$bytes" "$n")")
+        g+=("$(ring bf16 "$bytes" "$n")")
+    done
+    fm=$(printf '%s\n' "${f[@]}" | median); gm=$(printf '%s\n' "${g[@]}" | median)
+    printf '%-10s %12s %12s %10.2f\n' "$bytes" "$fm" "$gm" "$(echo "$gm / $fm" | bc -l)"
+done
