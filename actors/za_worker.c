@@ -63,6 +63,7 @@ typedef struct {
     int64_t state_step;
     float *slot_copies [ZA_ROLE_MAX_PS][2];
     int64_t slot_steps [ZA_ROLE_MAX_PS][2];
+    int skip_push;                              //  mixed_float16: this step overflowed
     uint16_t *low_grads;                        //  --wire-dtype bf16: the push's cast,
                                                 //  lent under `lease` as the block is
     za_wire_msg_t *spare;                       //  a received message is decoded here
@@ -238,6 +239,11 @@ s_build (s_worker_t *self, za_op_t op, int p)
         //  ps-sync: the step of the values these gradients were computed on.
         if (self->config->strategy == ZA_STRATEGY_PS_SYNC)
             self->out->step = self->global_step;
+        //  mixed_float16's overflow: no gradient at all (the ps keeps values
+        //  and slots as they are, as for a frozen variable; the step counts).
+        if (self->skip_push)
+            ;
+        else
         if (self->low_grads)
             s_add_parts (self, p, self->low_grads, ZA_DTYPE_BF16, NULL, NULL, 1);
         else
@@ -1049,6 +1055,8 @@ s_recover (s_worker_t *self)
 static int
 s_after_step (s_worker_t *self, double loss, int batch, double now)
 {
+    self->hooks.context.loss_scale = za_replica_loss_scale (self->replica,
+                                                            &self->hooks.context.skipped_steps);
     int rc = za_role_hooks_after_step (&self->hooks, self->config, self->global_step, loss,
                                        batch, now - self->start_time);
     if (rc < 0)
@@ -1076,9 +1084,9 @@ s_run_steps (s_worker_t *self)
         if (za_replica_compute_gradients (self->replica, &batch, self->global_step, &loss))
             return -1;
         s_alive (self, za_clock_mono ());
-        //  mixed_float16: a gradient that overflowed goes out as zeros (the
+        //  mixed_float16: a gradient that overflowed goes out as none (the
         //  loss scale halves for the next).
-        za_replica_loss_scale_check (self->replica);
+        self->skip_push = !za_replica_loss_scale_check (self->replica);
         //  The whole gradient is here: clipped by its global norm before it is
         //  split among the ps (a ps sees only its part).
         if (config->optim.global_clipnorm > 0)

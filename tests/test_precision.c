@@ -98,8 +98,7 @@ Test (precision, parse_and_names)
 static const za_backend_t *
 s_mixed (za_precision_t precision)
 {
-    return za_backend_cpu ()->native (precision) || precision == ZA_PRECISION_FP16
-         ? za_backend_cpu ()->mixed (precision): NULL;
+    return za_backend_cpu ()->mixed (precision);
 }
 
 // ---------------------------------------------------------------------------

@@ -21,6 +21,7 @@
 //  mixed_float16's loss scale: Keras's initial_scale and dynamic_growth_steps.
 #define LOSS_SCALE_INITIAL 32768.0f
 #define LOSS_SCALE_GROWTH_STEPS 2000
+#define LOSS_SCALE_MAX 0x1p24f          //  doubled no further (2^128 would be inf)
 #define CKPT_META_MODEL "model"
 #define CKPT_META_MODEL_FN "model_fn"
 #define SLOT_NAME_MAX (ZA_VAR_NAME_MAX + 16)
@@ -778,20 +779,22 @@ za_replica_clip_gradients (za_replica_t *self, float clip)
                                          clip);
 }
 
-//  The loss scale's step for the gradient block `grads` (in the back end's
-//  memory): 1 when its trainable runs are finite, else 0, the scale halved.
+//  The loss scale's step for the gradient block `grads` (in the memory of
+//  back end `be`): 1 when its trainable runs are finite, else 0, the scale
+//  halved.
 static int
-s_loss_scale_step (za_replica_t *self, const float *grads)
+s_loss_scale_step (za_replica_t *self, const za_backend_t *be, const float *grads)
 {
     if (self->be->precision != ZA_PRECISION_FP16)
         return 1;
     int finite = 1;
     for (int r = 0; r < self->run_count && finite; r++)
-        finite = self->be->all_finite (self->run_to [r] - self->run_from [r],
-                                       grads + self->run_from [r]);
+        finite = be->all_finite (self->run_to [r] - self->run_from [r],
+                                 grads + self->run_from [r]);
     if (finite) {
         if (++self->good_steps >= LOSS_SCALE_GROWTH_STEPS) {
-            self->loss_scale *= 2.0f;
+            if (self->loss_scale < LOSS_SCALE_MAX)
+                self->loss_scale *= 2.0f;
             self->good_steps = 0;
         }
         return 1;
@@ -808,7 +811,7 @@ za_replica_loss_scale_check (za_replica_t *self)
     if (self->be->precision != ZA_PRECISION_FP16 || !self->train)
         return 1;
     float *grads = za_replica_gradients (self);
-    if (s_loss_scale_step (self, grads))
+    if (s_loss_scale_step (self, za_backend_cpu (), grads))
         return 1;
     memset (grads, 0, self->vars.total * sizeof (float));
     return 0;
@@ -827,7 +830,7 @@ za_replica_apply (za_replica_t *self, int64_t step)
 {
     //  An overflow in mixed_float16 updates nothing (values and slots as they were).
     if (self->be->precision == ZA_PRECISION_FP16 && self->be->host_memory
-        && !s_loss_scale_step (self, self->grads))
+        && !s_loss_scale_step (self, self->be, self->grads))
         return;
     if (self->optim.global_clipnorm > 0)
         za_replica_clip_gradients (self, self->optim.global_clipnorm);
@@ -839,7 +842,7 @@ za_replica_apply (za_replica_t *self, int64_t step)
     //  On the device: a failed copy shows at the next step's sync.
     if (s_state_to_device (self)
         || s_to_device (self, &self->grads_at, &self->grads, self->dev_grads, 1)
-        || !s_loss_scale_step (self, self->dev_grads [0]))
+        || !s_loss_scale_step (self, self->be, self->dev_grads [0]))
         return;
     s_apply_trainable (self, step, self->device_values [0], self->dev_grads [0],
                        self->dev_slots, self->be->optim_apply);

@@ -114,8 +114,10 @@ void za_replica_apply (za_replica_t *self, int64_t step);
 //  divided by it after. This check of the host gradient block says 1 when it
 //  is finite (after 2000 such steps in a row the scale doubles) and 0 when
 //  it holds an infinity or a NaN: the scale halves (not below 1), the step
-//  counts as skipped and the block is zeroed (a ps worker pushes zeros). 1
-//  in other precisions. za_replica_apply checks the block it applies alike.
+//  counts as skipped and the block is zeroed (a ps worker then pushes no
+//  gradient). 1 in other precisions. za_replica_apply checks the block it
+//  applies alike. The scale doubles no further than 2^24; it starts again
+//  at 32768 in each process (it is not in checkpoints).
 int za_replica_loss_scale_check (za_replica_t *self);
 //  The scale now (0 outside mixed_float16) and, in *skipped (may be NULL),
 //  the steps skipped so far.

@@ -110,7 +110,8 @@ int za_op_parse (const char *name, za_op_t *op);
 //  One tensor of a message.
 typedef struct {
     char name [ZA_WIRE_NAME_MAX];       //  1..95 bytes, NUL-terminated
-    za_dtype_t dtype;                   //  ZA_DTYPE_F32 ("f32") or ZA_DTYPE_I64 ("i64")
+    za_dtype_t dtype;                   //  ZA_DTYPE_F32 ("f32"), ZA_DTYPE_BF16 ("bf16")
+                                        //  or ZA_DTYPE_I64 ("i64")
     int ndim;                           //  0..ZA_WIRE_MAX_DIMS; 0 is a scalar
     int64_t shape [ZA_WIRE_MAX_DIMS];
     //  Decode: points into the received frame, valid while that zmsg lives. It
