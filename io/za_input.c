@@ -64,6 +64,12 @@ struct _za_input_t {
     int *loaded;                //  [batch_size] 1: decoded
     uint8_t *staging;           //  [batch_size, feature_size]
     int wanted_count;
+    uint64_t *wanted_at;        //  [batch_size] their places in the stream
+
+    //  Augmentation: the stream's examples drawn so far (kept or not), and
+    //  one image of scratch.
+    uint64_t position;
+    float *augment_scratch;
 };
 
 #define SEED_STEP_MIX 0x9e3779b97f4a7c15ULL     //  2^64 / golden ratio
@@ -226,6 +232,17 @@ s_bytes_in (const za_input_t *self, const uint8_t *in, float *out, size_t row)
     s_values_in (self, NULL, in, out, row);
 }
 
+//  The configured augmentation of one example, the `position`-th of the stream.
+static void
+s_augment (za_input_t *self, float *out, uint64_t position)
+{
+    const za_dataset_t *d = self->dataset;
+    if (self->augment_scratch)
+        za_augment_apply (&self->config.augment, out, d->height, d->width, d->channels,
+                          self->scale, self->offset, self->config.seed, position,
+                          self->augment_scratch);
+}
+
 //  Fills a slot with the next batch: the next global batch's slice when the
 //  batches are split across replicas. Returns its size, 0 at the end of the
 //  stream (including a final partial batch dropped by drop_remainder). An
@@ -249,10 +266,12 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
         while (drawn < batch * replicas && s_input_example_next (self, &index)) {
             int keep = drawn >= first && drawn < first + batch;
             drawn++;
+            uint64_t position = self->position++;
             if (!keep)
                 continue;
             float *out = slot->features + (size_t) size * row;
             if (dataset->loader) {
+                self->wanted_at [self->wanted_count] = position;
                 self->wanted [self->wanted_count++] = index;
                 continue;
             }
@@ -260,6 +279,7 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
                 s_floats_in (self, dataset->features + (size_t) index * row, out, row);
             else                    //  the value the float loader stores, per batch
                 s_bytes_in (self, dataset->pixels + (size_t) index * row, out, row);
+            s_augment (self, out, position);
             slot->labels [size] = dataset->labels [index];
             slot->indices [size] = index;
             size++;
@@ -274,6 +294,7 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
                     continue;
                 s_bytes_in (self, self->staging + (size_t) i * row,
                              slot->features + (size_t) size * row, row);
+                s_augment (self, slot->features + (size_t) size * row, self->wanted_at [i]);
                 slot->indices [size] = self->wanted [i];
                 slot->labels [size++] = dataset->labels [self->wanted [i]];
             }
@@ -327,9 +348,10 @@ s_input_loader_new (za_input_t *self)
     int threads = self->config.threads > 0? self->config.threads: 1;
     size_t batch = (size_t) self->config.batch_size;
     self->wanted = malloc (batch * sizeof (int64_t));
+    self->wanted_at = malloc (batch * sizeof (uint64_t));
     self->loaded = malloc (batch * sizeof (int));
     self->staging = za_alloc (batch * (size_t) dataset->feature_size);
-    int ok = self->wanted && self->loaded && self->staging;
+    int ok = self->wanted && self->wanted_at && self->loaded && self->staging;
     for (int t = 0; ok && t < threads; t++)
         ok = (self->scratch [t] = dataset->loader->scratch_new (dataset->source)) != NULL;
     if (ok && threads > 1)
@@ -440,6 +462,11 @@ za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
     }
     if (dataset->loader && s_input_loader_new (self))
         return NULL;
+    if (za_augment_active (&c->augment)
+        && !(self->augment_scratch = za_alloc ((size_t) dataset->feature_size * sizeof (float)))) {
+        za_input_destroy (&self);
+        return NULL;
+    }
     if (c->prefetch > 0) {
         pthread_mutex_init (&self->mutex, NULL);
         pthread_cond_init (&self->ready, NULL);
@@ -541,6 +568,8 @@ za_input_destroy (za_input_t **self_p)
         if (self->scratch [t])
             self->dataset->loader->scratch_destroy (&self->scratch [t]);
     free (self->wanted);
+    free (self->wanted_at);
+    za_free (self->augment_scratch);
     free (self->loaded);
     za_free (self->staging);
     free (self);

@@ -118,6 +118,12 @@ static const za_option_t s_options [] = {
                "keep what the frozen layers below the lowest that trains make of\n"
                "each example (bf16, in memory, at most a quarter of it): the\n"
                "next epochs run the layers that train alone (CPU)"),
+    ZA_OPTION ("augment", T_STR, augment, "STEPS", NULL, 0, 0, NULL, R_TRAIN, JOB, 0, NULL,
+               "random augmentation of each training example (never evaluation's),\n"
+               "steps separated by spaces: pad_crop(P) (shift by up to P pixels,\n"
+               "black border), flip (left-right, half the time), brightness(D),\n"
+               "contrast(D); drawn from --seed, so a run repeats. Not with\n"
+               "--cache-frozen (the cache would keep one epoch's)"),
     ZA_OPTION ("preprocess", T_CHOICE, preprocess, "MODE", "none", 0, 0, "none|tf|torch|caffe",
                R_ALL, JOB, ZA_OPTION_IDX_INPUT, NULL,
                "pixels into the model's input (Keras's preprocess_input): none\n"

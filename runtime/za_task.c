@@ -245,6 +245,20 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     if (settings->lr_schedule && za_schedule_parse (settings->lr_schedule,
                                                     &settings->optim.schedule))
         return ZA_EXIT_USAGE;
+    //  Augmentation: zactor's pipeline's, and no cache of one epoch's features.
+    za_augment_t augment;
+    if (za_augment_parse (settings->augment, &augment))
+        return ZA_EXIT_USAGE;
+    if (za_augment_active (&augment) && settings->cache_frozen) {
+        za_error ("--augment changes every example each epoch, and --cache-frozen keeps the "
+                  "frozen layers' output of the first: use one or the other");
+        return ZA_EXIT_USAGE;
+    }
+    if (za_augment_active (&augment) && program->input_fn) {
+        za_error ("--augment works in zactor's input pipeline; this program's input_fn makes "
+                  "its own batches (augment them there)");
+        return ZA_EXIT_USAGE;
+    }
     //  A device that is not there is said before any data is read.
     za_device_t device;
     int first, count;
@@ -390,6 +404,8 @@ za_task_input (void *arg, const za_input_context_t *context)
         config.epochs = -1;
         config.threads = (int) s->input_threads;
         config.preprocess = (za_preprocess_t) za_preprocess_parse (s->preprocess);
+        //  Checked by za_task_prepare.
+        za_augment_parse (s->augment, &config.augment);
         return za_input_new (task->train, &config);
     }
     if (!task->eval && !(task->eval = s_data_load (s, 0, asked.data_dir, 1, 0)))

@@ -4,6 +4,7 @@
 #ifndef ZA_INPUT_H_INCLUDED
 #define ZA_INPUT_H_INCLUDED
 
+#include "za/za_augment.h"
 #include "za/za_dataset.h"
 
 #ifdef __cplusplus
@@ -45,6 +46,9 @@ typedef struct {
                                 //  (the producer's among them); default 1
     za_preprocess_t preprocess; //  of each pixel; a gray image takes the means
                                 //  of the three channels' constants
+    za_augment_t augment;       //  random steps per example (za_augment.h), drawn
+                                //  from (seed, the example's place in the stream:
+                                //  the same whatever the replicas); zero: none
 } za_input_config_t;
 
 //  Defaults: 1 shard, no shuffle, seed 0, 1 epoch, batch 32, keep remainder,

@@ -121,6 +121,7 @@ typedef struct {
     int64_t label_base;             //  TFRecord: the first class's label (0 or 1)
     int64_t input_threads;          //  decoding threads of a worker's input
     const char *preprocess;         //  none, tf, torch or caffe (za_input.h)
+    const char *augment;            //  "pad_crop(4) flip ..." (za_augment.h)
     const char *lr_schedule;        //  NULL: a constant rate (za_optim_config.h)
     int64_t lr_warmup_steps;
     const char *cache;              //  none, memory or disk (za_cache.h)
