@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+#  The seed CNN's final test accuracy with a recipe (issue 26's convergence
+#  target: >= 0.915 at 12 epochs, >= 0.91 at 5), for each number of EPOCHS
+#  and each SEED, in one process and as a --local cluster (1 ps, 1 worker
+#  and the chief, ps-async, 2 threads each). The recipe: Adam at 0.002,
+#  TensorFlow's cosine_decay over the whole run (decay_steps = the run's
+#  global steps, 938 an epoch at batch 64), batch 64; EXTRA (say
+#  "--augment flip") is added to every run.
+#  Usage: bench/convergence.sh [BUILD] [EPOCHS...] (env SEEDS="1 2 42", MODES="single local", EXTRA)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-$here/../build}
+shift || true
+epochs_list=${*:-5 12}
+seeds=${SEEDS:-1 2 42}
+modes=${MODES:-single local}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "recipe: --optimizer adam --learning-rate 0.002 --lr-schedule cosine_decay(decay_steps=938 x epochs) --batch-size 64 ${EXTRA:-}"
+printf '%-7s %-7s %5s %9s %8s\n' mode epochs seed accuracy seconds
+for mode in $modes; do
+    for epochs in $epochs_list; do
+        for seed in $seeds; do
+            dir="$work/$mode-$epochs-$seed"
+            local_flags=(); [ "$mode" = local ] && local_flags=(--local --workers 1 --evaluators 0)
+            start=$(date +%s.%N)
+            "$build/zactor-run" "${local_flags[@]}" --model cnn --optimizer adam \
+                --learning-rate 0.002 --batch-size 64 --epochs "$epochs" --seed "$seed" \
+                --threads 2 --lr-schedule "cosine_decay(decay_steps=$((938 * epochs)))" \
+                --log-step-count-steps 0 ${EXTRA:-} --model-dir "$dir" >"$dir.log" 2>&1 \
+                || { echo "$mode $epochs $seed failed:"; tail -5 "$dir.log"; exit 1; }
+            secs=$(echo "$(date +%s.%N) - $start" | bc -l)
+            acc=$(sed -nE 's/.*test accuracy ([0-9.]+).*/\1/p' "$dir.log" | tail -1)
+            printf '%-7s %-7s %5s %9s %8.0f\n' "$mode" "$epochs" "$seed" "$acc" "$secs"
+        done
+    done
+done
