@@ -23,6 +23,7 @@ on stderr.
 
 import argparse
 import gzip
+import math
 import os
 import sys
 import time
@@ -84,8 +85,11 @@ def make_model():
     return model
 
 
+LEARNING_RATE = 1e-3  # --lr
+
+
 def make_optimizer(model):
-    return torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
+    return torch.optim.Adam(model.parameters(), lr=LEARNING_RATE, eps=1e-7)
 
 
 AUTOCAST = None  # --bf16: the device type autocast computes bf16 on
@@ -167,6 +171,13 @@ def mode_accuracy(args):
     g = torch.Generator().manual_seed(args.seed)
     model = make_model()
     opt = make_optimizer(model)
+    # --cosine-steps D: TensorFlow's cosine_decay (alpha 0) of the step count
+    # before each update, as zactor's --lr-schedule "cosine_decay(decay_steps=D)"
+    sched = None
+    if args.cosine_steps > 0:
+        d = float(args.cosine_steps)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, d) / d)))
     loss_fn = nn.CrossEntropyLoss()
     n = x.shape[0]
     model.train()
@@ -176,6 +187,8 @@ def mode_accuracy(args):
         for i in range(0, n, args.batch):  # last partial batch kept (Keras does too)
             idx = perm[i:i + args.batch]
             train_step(model, opt, loss_fn, x[idx], y[idx])
+            if sched:
+                sched.step()
         secs = time.perf_counter() - t0
         acc, loss = evaluate(model, loss_fn, xt, yt)
         print("torch epoch=%d test_accuracy=%.6f test_loss=%.6f seconds=%.3f"
@@ -194,6 +207,9 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu or cuda (speed mode)")
     p.add_argument("--no-tf32", action="store_true", help="cuDNN convolutions in plain fp32")
+    p.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
+    p.add_argument("--cosine-steps", type=int, default=0,
+                   help="accuracy mode: cosine decay of the rate over this many steps")
     p.add_argument("--bf16", action="store_true",
                    help="torch.autocast to bfloat16 around forward and loss (mixed precision)")
     args = p.parse_args()
@@ -202,6 +218,8 @@ def main():
     if args.bf16:
         global AUTOCAST
         AUTOCAST = torch.device(args.device).type
+    global LEARNING_RATE
+    LEARNING_RATE = args.lr
     if args.batch < 1 or args.threads < 1 or args.steps < 1 or args.warmup < 0 \
             or args.epochs < 1:
         p.error("batch, threads, steps, epochs must be >= 1 and warmup >= 0")
