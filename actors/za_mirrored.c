@@ -526,10 +526,8 @@ s_run_steps (s_mirrored_t *self)
         za_role_bad_publish (self->stats, self->input);
         s_publish_wait (self, 1e3 * (za_ring_wait_secs (self->ring) - waited));
         //  The summaries' examples/sec count a global step's batches.
-        self->hooks.context.loss_scale = za_replica_loss_scale (
-            self->replica, &self->hooks.context.skipped_steps);
-        if (za_role_hooks_after_step (&self->hooks, config, self->global_step, loss,
-                                      batch.size * za_role_batches_per_step (config),
+        if (za_role_hooks_after_step (&self->hooks, config, self->replica, self->global_step,
+                                      loss, batch.size * za_role_batches_per_step (config),
                                       now - self->start_time) < 0)
             return -1;
     }

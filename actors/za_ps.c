@@ -74,10 +74,9 @@ typedef struct {
     float *values [2];
     int current;
     za_wire_lease_t lease [2];
-    //  --wire-dtype bf16: each value block cast for replies (under its
-    //  block's lease), made at the first reply after the block changed.
+    //  --wire-dtype bf16: each value block's cast, for replies (under its
+    //  block's lease), made wherever the block is written.
     uint16_t *low [2];
-    int low_valid [2];
     float *slots [ZA_OPTIM_MAX_SLOTS];
     za_wire_lease_t slot_lease;
     float *scratch;                         //  an unaligned gradient, copied
@@ -301,20 +300,21 @@ s_add_parts (s_ps_t *self, const void *block, za_dtype_t dtype)
     }
 }
 
-//  The value block we answer pushes and pulls with: current, or its bf16
-//  cast (made once per block: an update, an init or a load clears it; the
-//  one that changed the block waited for its lease, which covers both).
+//  The value block we answer pushes and pulls with: current, or its bf16 cast.
 static const void *
 s_reply_block (s_ps_t *self)
 {
     int c = self->current;
-    if (self->config->wire_dtype != ZA_DTYPE_BF16)
-        return self->values [c];
-    if (!self->low_valid [c]) {
-        za_f32_to_bf16 (self->values [c], self->low [c], self->floats);
-        self->low_valid [c] = 1;
-    }
-    return self->low [c];
+    return self->low [c]? (const void *) self->low [c]: self->values [c];
+}
+
+//  Block 0, just loaded (an init, a checkpoint), cast for the replies.
+static void
+s_loaded (s_ps_t *self)
+{
+    self->current = 0;
+    if (self->low [0])
+        za_f32_to_bf16 (self->values [0], self->low [0], self->floats);
 }
 
 //  Puts our optimizer slots into self->out as "<part>/<slot>" tensors.
@@ -503,7 +503,7 @@ s_update (s_ps_t *self, const za_wire_msg_t *msg)
     za_wire_lease_wait (&self->slot_lease);
     const float *in = self->values [self->current];
     float *out = self->values [next];
-    int low = self->config->wire_dtype == ZA_DTYPE_BF16;
+    int low = self->low [next] != NULL;
     int slot_count = za_optim_slot_count (self->optim.kind);
     for (int i = 0; i < self->part_count; i++) {
         size_t at = self->part_at [i];
@@ -531,7 +531,6 @@ s_update (s_ps_t *self, const za_wire_msg_t *msg)
                 za_f32_to_bf16 (out + at + b, self->low [next] + at + b, len);
         }
     }
-    self->low_valid [next] = low;
     self->current = next;
     self->updates++;
 }
@@ -720,8 +719,6 @@ s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
     for (int s = 0; s < ZA_OPTIM_MAX_SLOTS; s++)
         if (s < slot_count && !self->slots [s])
             self->slots [s] = (float *) za_alloc ((self->floats? self->floats: 1) * sizeof (float));
-    self->current = 0;
-    self->low_valid [0] = self->low_valid [1] = 0;
     for (int i = 0; i < self->part_count; i++) {
         memcpy (self->values [0] + self->part_at [i], msg->tensors [i].data,
                 msg->tensors [i].bytes);
@@ -736,6 +733,7 @@ s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
         memcpy (self->values [0], self->offer, self->floats * sizeof (float));
         self->updates = self->offer_step;
     }
+    s_loaded (self);
     za_free (self->offer);
     self->offer = NULL;
     self->offer_step = -1;
@@ -1201,8 +1199,7 @@ s_load_final (s_ps_t *self, s_request_t *request)
         za_checkpoint_destroy (&ckpt);
         return -1;
     }
-    self->current = 0;
-    self->low_valid [0] = self->low_valid [1] = 0;
+    s_loaded (self);
     self->updates = za_checkpoint_step (ckpt);
     za_info ("ps %d: '%s' holds the final checkpoint (step %" PRId64 " >= max_steps %" PRId64
              "): training is over; answering done", config->ps_index, config->run.model_dir,

@@ -303,9 +303,11 @@ za_role_hooks_init (za_role_hooks_t *self, const za_role_config_t *config, const
 
 int
 za_role_hooks_after_step (za_role_hooks_t *self, const za_role_config_t *config,
-                          int64_t global_step, double loss, int batch, double elapsed)
+                          const za_replica_t *replica, int64_t global_step, double loss,
+                          int batch, double elapsed)
 {
     za_run_context_t *ctx = &self->context;
+    ctx->loss_scale = za_replica_loss_scale (replica, &ctx->skipped_steps);
     ctx->global_step = global_step;
     ctx->max_steps = config->max_steps;
     ctx->loss = loss;

@@ -5,6 +5,7 @@
 
 #include "za/za_hooks.h"
 #include "za/za_partition.h"
+#include "za/za_replica.h"
 #include "za/za_role.h"
 #include "za/za_wire.h"
 
@@ -42,9 +43,10 @@ typedef struct {
 
 void za_role_hooks_init (za_role_hooks_t *self, const za_role_config_t *config,
                          const char *who, za_save_fn *save, void *arg);
-//  After a step: runs every hook; returns za_hooks_after_run's result.
+//  After a step of `replica`: runs every hook; returns za_hooks_after_run's result.
 int za_role_hooks_after_step (za_role_hooks_t *self, const za_role_config_t *config,
-                              int64_t global_step, double loss, int batch, double elapsed);
+                              const za_replica_t *replica, int64_t global_step, double loss,
+                              int batch, double elapsed);
 
 //  What a training loop publishes after each step (za_role_stats_t): rates
 //  over the last one to two windows of ZA_ROLE_RATE_WINDOW_SECS, and a

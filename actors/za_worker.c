@@ -1055,10 +1055,8 @@ s_recover (s_worker_t *self)
 static int
 s_after_step (s_worker_t *self, double loss, int batch, double now)
 {
-    self->hooks.context.loss_scale = za_replica_loss_scale (self->replica,
-                                                            &self->hooks.context.skipped_steps);
-    int rc = za_role_hooks_after_step (&self->hooks, self->config, self->global_step, loss,
-                                       batch, now - self->start_time);
+    int rc = za_role_hooks_after_step (&self->hooks, self->config, self->replica,
+                                       self->global_step, loss, batch, now - self->start_time);
     if (rc < 0)
         return -1;
     return rc > 0 && self->config->is_chief? self->hooks.saver.rc: 0;

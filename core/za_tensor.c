@@ -38,10 +38,6 @@ void
 za_bf16_to_f32 (const void *from, float *to, size_t n)
 {
     const unsigned char *bytes = (const unsigned char *) from;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy (&h, bytes + 2 * i, sizeof h);
-        uint32_t u = (uint32_t) h << 16;
-        memcpy (to + i, &u, sizeof u);
-    }
+    for (size_t i = 0; i < n; i++)
+        to [i] = za_bf16_load (bytes + 2 * i);
 }

@@ -8,7 +8,7 @@
     seed CNN trains 1.23x-1.35x faster (docs/performance.md).
 
     In bf16 (mixed_bfloat16) the input and the output's gradient are cast
-    here (round to nearest even, za_elem_bf16), the kernel by the reorder
+    here (round to nearest even, za_f32_to_bf16), the kernel by the reorder
     into oneDNN's layout; the results, the bias and every gradient stay
     fp32. Dense layers in bf16 are oneDNN matmuls over the same casts.
 
@@ -16,7 +16,7 @@
     keeps its own primitives, made once per geometry and freed when the
     thread ends.                                                             */
 #include "za_cpu_dnnl.h"
-#include "za_elem.h"
+#include "za/za_tensor.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -368,8 +368,7 @@ s_input (s_thread_t *self, dnnl_memory_t memory, const float *x, size_t count,
     uint16_t *low = (uint16_t *) s_grow (self, slot, count * sizeof (uint16_t));
     if (!low)
         return -1;
-    for (size_t i = 0; i < count; i++)
-        low [i] = za_elem_bf16 (x [i]);
+    za_f32_to_bf16 (x, low, count);
     return dnnl_memory_set_data_handle (memory, low)? -1: 0;
 }
 

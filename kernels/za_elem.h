@@ -286,7 +286,8 @@ za_elem_from_bits (uint32_t u)
 }
 
 //  x rounded to bfloat16 (round to nearest, ties to even; NaN stays NaN,
-//  overflow goes to infinity), as its 16 bits.
+//  overflow goes to infinity), as its 16 bits: za_f32_to_bf16's rounding
+//  (za_tensor.h), here for the GPU's kernels and the rounded CPU path.
 ZA_HD uint16_t
 za_elem_bf16 (float x)
 {

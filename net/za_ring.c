@@ -453,14 +453,8 @@ za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
             float *to = data + begin + at;
             if (reduce) {
                 if (dtype == ZA_DTYPE_BF16)
-                    for (size_t i = 0; i < len; i++) {
-                        uint16_t h;
-                        memcpy (&h, from + i * sizeof h, sizeof h);
-                        uint32_t bits = (uint32_t) h << 16;
-                        float v;
-                        memcpy (&v, &bits, sizeof v);
-                        to [i] += v;
-                    }
+                    for (size_t i = 0; i < len; i++)
+                        to [i] += za_bf16_load (from + i * sizeof (uint16_t));
                 else
                     for (size_t i = 0; i < len; i++) {
                         float v;

@@ -10,19 +10,11 @@
 #include "za/za_kernels.h"
 #include "../kernels/za_cpu_dnnl.h"
 #include "../kernels/za_elem.h"
+#include "za_test.h"
 
 #define FD_EPS 1e-2
 #define REL_TOL 2e-2
 #define ABS_TOL 2e-3
-
-static float *
-s_random (size_t n, za_rng_t *rng)
-{
-    float *x = (float *) za_alloc (n * sizeof (float));
-    for (size_t i = 0; i < n; i++)
-        x [i] = 2.0f * za_rng_uniform (rng) - 1.0f;
-    return x;
-}
 
 static void
 s_expect_close (double analytic, double numeric, const char *what, size_t index)
@@ -90,12 +82,12 @@ s_conv_gradcheck (int n, int h, int w, int c, int filters, int k, int stride,
     size_t in_n = (size_t) n * h * w * c, k_n = (size_t) k * k * c * filters;
     size_t out_n = (size_t) n * cc.d.oh * cc.d.ow * filters;
     size_t cols_n = za_conv2d_cols_floats (&cc.d);
-    cc.in = s_random (in_n, &rng);
-    cc.kernel = s_random (k_n, &rng);
-    cc.bias = s_random ((size_t) filters, &rng);
+    cc.in = za_test_random (in_n, &rng);
+    cc.kernel = za_test_random (k_n, &rng);
+    cc.bias = za_test_random ((size_t) filters, &rng);
     cc.cols = (float *) za_alloc (cols_n * sizeof (float));
     cc.out = (float *) za_alloc (out_n * sizeof (float));
-    cc.r = s_random (out_n, &rng);
+    cc.r = za_test_random (out_n, &rng);
     float *dout = (float *) za_alloc (out_n * sizeof (float));
     float *dkernel = (float *) za_alloc (k_n * sizeof (float));
     float *dbias = (float *) za_alloc ((size_t) filters * sizeof (float));
@@ -222,8 +214,8 @@ Test (conv2d, forward_equals_the_definition_on_every_path)
                                       cases [t].pad), 0);
         size_t n_in = (size_t) d.n * d.h * d.w * d.c, n_out = (size_t) d.n * d.oh * d.ow * d.oc;
         size_t n_cols = za_conv2d_cols_floats (&d);
-        float *in = s_random (n_in, &rng), *k = s_random ((size_t) d.kh * d.kw * d.c * d.oc, &rng);
-        float *bias = s_random ((size_t) d.oc, &rng);
+        float *in = za_test_random (n_in, &rng), *k = za_test_random ((size_t) d.kh * d.kw * d.c * d.oc, &rng);
+        float *bias = za_test_random ((size_t) d.oc, &rng);
         float *out = (float *) za_alloc (n_out * sizeof (float));
         float *cols = (float *) za_alloc (n_cols * sizeof (float));
         {
@@ -286,11 +278,11 @@ s_dense_gradcheck (int n, int in_dim, int units, za_act_t act, uint64_t seed)
     za_rng_t rng;
     za_rng_seed (&rng, seed);
     s_dense_case_t c = {n, in_dim, units, act, NULL, NULL, NULL, NULL, NULL};
-    c.in = s_random ((size_t) n * in_dim, &rng);
-    c.kernel = s_random ((size_t) in_dim * units, &rng);
-    c.bias = s_random ((size_t) units, &rng);
+    c.in = za_test_random ((size_t) n * in_dim, &rng);
+    c.kernel = za_test_random ((size_t) in_dim * units, &rng);
+    c.bias = za_test_random ((size_t) units, &rng);
     c.out = (float *) za_alloc ((size_t) n * units * sizeof (float));
-    c.r = s_random ((size_t) n * units, &rng);
+    c.r = za_test_random ((size_t) n * units, &rng);
     float *dout = (float *) za_alloc ((size_t) n * units * sizeof (float));
     float *dkernel = (float *) za_alloc ((size_t) in_dim * units * sizeof (float));
     float *dbias = (float *) za_alloc ((size_t) units * sizeof (float));
@@ -377,7 +369,7 @@ s_pool_gradcheck (int n, int h, int w, int c, int pool, int stride, uint64_t see
     }
     pc.out = (float *) za_alloc (out_n * sizeof (float));
     pc.argmax = (int32_t *) za_alloc (out_n * sizeof (int32_t));
-    pc.r = s_random (out_n, &rng);
+    pc.r = za_test_random (out_n, &rng);
     float *din = (float *) za_alloc (in_n * sizeof (float));
     s_pool_loss (&pc);
     za_backend_cpu ()->maxpool_backward (&pc.d, pc.r, pc.argmax, din);
@@ -437,9 +429,9 @@ Test (avgpool_global, gradient_and_forward_by_hand)
     za_rng_seed (&rng, 24);
     s_gap_case_t gc = {3, 7 * 5, 4, NULL, NULL, NULL};
     size_t in_n = (size_t) gc.n * gc.positions * gc.channels;
-    gc.in = s_random (in_n, &rng);
+    gc.in = za_test_random (in_n, &rng);
     gc.out = (float *) za_alloc ((size_t) gc.n * gc.channels * sizeof (float));
-    gc.r = s_random ((size_t) gc.n * gc.channels, &rng);
+    gc.r = za_test_random ((size_t) gc.n * gc.channels, &rng);
     float *din = (float *) za_alloc (in_n * sizeof (float));
     s_gap_loss (&gc);
     za_backend_cpu ()->avgpool_global_backward (gc.n, gc.positions, gc.channels, gc.r, din);
@@ -523,7 +515,7 @@ Test (softmax_xent, gradient)
     za_rng_t rng;
     za_rng_seed (&rng, 31);
     s_xent_case_t c = {5, 7, NULL, NULL};
-    c.logits = s_random (35, &rng);
+    c.logits = za_test_random (35, &rng);
     for (int i = 0; i < 35; i++)
         c.logits [i] *= 3;
     int32_t labels [5] = {0, 6, 3, 3, 1};
@@ -581,10 +573,10 @@ s_check_conv_elements (int n, int h, int w, int c, int filters, int kernel, int 
     za_rng_seed (&rng, 3);
     size_t in_count = (size_t) n * h * w * c, out_count = (size_t) n * d.oh * d.ow * filters;
     size_t cols_count = za_conv2d_cols_floats (&d);
-    float *in = s_random (in_count, &rng);
-    float *k = s_random ((size_t) kernel * kernel * c * filters, &rng);
-    float *bias = s_random (filters, &rng);
-    float *dout = s_random (out_count, &rng);
+    float *in = za_test_random (in_count, &rng);
+    float *k = za_test_random ((size_t) kernel * kernel * c * filters, &rng);
+    float *bias = za_test_random (filters, &rng);
+    float *dout = za_test_random (out_count, &rng);
     float *cols = (float *) za_alloc (cols_count * sizeof (float));
     float *dcols = (float *) za_alloc (cols_count * sizeof (float));
     float *out = (float *) za_alloc (out_count * sizeof (float));
@@ -625,11 +617,11 @@ s_check_pool_elements (int n, int h, int w, int c, int pool, int stride, int tie
     za_rng_t rng;
     za_rng_seed (&rng, 4);
     size_t in_count = (size_t) n * h * w * c, out_count = (size_t) n * d.oh * d.ow * c;
-    float *in = s_random (in_count, &rng);
+    float *in = za_test_random (in_count, &rng);
     if (ties)       //  ReLU outputs: many equal zeros, the first must win
         for (size_t i = 0; i < in_count; i++)
             in [i] = in [i] > 0.5f? in [i]: 0.0f;
-    float *dout = s_random (out_count, &rng);
+    float *dout = za_test_random (out_count, &rng);
     float *out = (float *) za_alloc (out_count * sizeof (float));
     int32_t *argmax = (int32_t *) za_alloc (out_count * sizeof (int32_t));
     float *din = (float *) za_alloc (in_count * sizeof (float));

@@ -105,15 +105,6 @@ s_mixed (za_precision_t precision)
 //  The layers against fp32
 
 static float *
-s_random (size_t n, za_rng_t *rng)
-{
-    float *x = (float *) za_alloc (n * sizeof (float));
-    for (size_t i = 0; i < n; i++)
-        x [i] = 2.0f * za_rng_uniform (rng) - 1.0f;
-    return x;
-}
-
-static float *
 s_copy (const float *x, size_t n)
 {
     float *y = (float *) za_alloc (n * sizeof (float));
@@ -221,8 +212,8 @@ s_conv_check (za_precision_t precision, const s_conv_case_t *k, uint64_t seed)
     za_rng_seed (&rng, seed);
     size_t n_in = (size_t) d.n * d.h * d.w * d.c, n_out = (size_t) d.n * d.oh * d.ow * d.oc;
     size_t n_k = (size_t) d.kh * d.kw * d.c * d.oc;
-    float *in = s_random (n_in, &rng), *kernel = s_random (n_k, &rng);
-    float *bias = s_random ((size_t) d.oc, &rng), *dout = s_random (n_out, &rng);
+    float *in = za_test_random (n_in, &rng), *kernel = za_test_random (n_k, &rng);
+    float *bias = za_test_random ((size_t) d.oc, &rng), *dout = za_test_random (n_out, &rng);
     float *r_in = s_rounded (in, n_in, precision), *r_kernel = s_rounded (kernel, n_k, precision);
     s_results_t exact = s_conv_run (fp32, &d, in, kernel, bias, k->act, dout, NULL);
     s_results_t mixed = s_conv_run (low, &d, in, kernel, bias, k->act, dout, exact.out);
@@ -286,8 +277,8 @@ s_dense_check (za_precision_t precision, int n, int in_dim, int units, za_act_t 
     za_rng_t rng;
     za_rng_seed (&rng, seed);
     size_t n_in = (size_t) n * in_dim, n_k = (size_t) in_dim * units, n_out = (size_t) n * units;
-    float *in = s_random (n_in, &rng), *kernel = s_random (n_k, &rng);
-    float *bias = s_random ((size_t) units, &rng), *dout = s_random (n_out, &rng);
+    float *in = za_test_random (n_in, &rng), *kernel = za_test_random (n_k, &rng);
+    float *bias = za_test_random ((size_t) units, &rng), *dout = za_test_random (n_out, &rng);
     float *r_in = s_rounded (in, n_in, precision), *r_kernel = s_rounded (kernel, n_k, precision);
     float *r_dout = s_rounded (dout, n_out, precision);
     s_results_t exact = s_dense_run (fp32, n, in_dim, units, in, kernel, bias, act, dout, NULL);

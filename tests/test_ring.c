@@ -107,8 +107,11 @@ s_value (int r, size_t i)
     return (float) sin ((double) (i * 7 + (size_t) r * 13 + 1)) * (float) (r + 1) * 0.37f;
 }
 
-//  All-reduces n floats over `size` ranks; checks every rank holds the same
-//  bits, each close to the mean.
+//  All-reduces n floats over `size` ranks (chunks of s_wire_dtype); checks
+//  every rank holds the same bits, each close to the mean: within 1e-5 in
+//  f32; in bf16 each a bf16 value (the owner of a segment rounds its mean as
+//  the others read it), off by at most 2^-9 of what each of the (size - 1)
+//  partial sums sent and the mean itself sum.
 static void
 s_check_mean (int size, size_t n, size_t chunk, int tcp)
 {
@@ -124,12 +127,21 @@ s_check_mean (int size, size_t n, size_t chunk, int tcp)
     for (int r = 0; r < size; r++)
         cr_assert_eq (c.ranks [r].rc, 0, "rank %d: %s", r, c.ranks [r].error);
     for (size_t i = 0; i < n; i++) {
-        double mean = 0;
+        double mean = 0, magnitude = 0;
         for (int r = 0; r < size; r++)
-            mean += s_value (r, i);
+            mean += s_value (r, i), magnitude += fabs (s_value (r, i));
         mean /= size;
-        cr_assert_float_eq (c.ranks [0].data [i], mean, 1e-5, "n %zu, size %d: [%zu] %g != %g",
-                            n, size, i, (double) c.ranks [0].data [i], mean);
+        float got = c.ranks [0].data [i];
+        double tolerance = 1e-5;
+        if (s_wire_dtype == ZA_DTYPE_BF16) {
+            uint32_t bits;
+            memcpy (&bits, &got, sizeof bits);
+            cr_assert_eq (bits & 0xffff, 0, "size %d, n %zu: [%zu] = %.9g is no bf16 value",
+                          size, n, i, (double) got);
+            tolerance = size * 0x1p-9 * magnitude + 1e-7;
+        }
+        cr_assert_leq (fabs (got - mean), tolerance, "n %zu, size %d: [%zu] %g != %g", n, size,
+                       i, (double) got, mean);
         for (int r = 1; r < size; r++)
             cr_assert (memcmp (&c.ranks [r].data [i], &c.ranks [0].data [i], sizeof (float))
                        == 0, "n %zu, size %d: rank %d's [%zu] differs from rank 0's", n, size,
@@ -319,48 +331,14 @@ Test (ring, garbage_and_messages_out_of_turn_are_dropped_and_counted)
 }
 
 //  --wire-dtype bf16: chunks travel as bf16, sums are made in fp32, and
-//  every rank ends with the same bits, each a bf16 value (the owner of a
-//  segment rounds its mean as the others read it), close to the mean: each
-//  of the (size - 1) partial sums sent and the mean itself is off by at most
-//  2^-9 of what it sums.
+//  every rank ends with the same bits (s_check_mean says how close).
 Test (ring, bf16_chunks_sum_in_fp32_and_every_rank_ends_with_the_same_bits)
 {
     s_wire_dtype = ZA_DTYPE_BF16;
     const size_t sizes [] = {1, 7, 100, 1000, 4097};
     for (int size = 2; size <= 4; size++)
-        for (size_t k = 0; k < sizeof sizes / sizeof sizes [0]; k++) {
-            size_t n = sizes [k];
-            s_ring_case_t c;
-            s_make (&c, size, 0, k % 2? 16: 0, 10);
-            for (int r = 0; r < size; r++) {
-                c.ranks [r].n = n;
-                c.ranks [r].data = malloc ((n + 1) * sizeof (float));
-                for (size_t i = 0; i < n; i++)
-                    c.ranks [r].data [i] = s_value (r, i);
-            }
-            s_run_all (&c);
-            for (int r = 0; r < size; r++)
-                cr_assert_eq (c.ranks [r].rc, 0, "rank %d: %s", r, c.ranks [r].error);
-            for (size_t i = 0; i < n; i++) {
-                double mean = 0, magnitude = 0;
-                for (int r = 0; r < size; r++)
-                    mean += s_value (r, i), magnitude += fabs (s_value (r, i));
-                mean /= size;
-                float got = c.ranks [0].data [i];
-                uint32_t bits;
-                memcpy (&bits, &got, sizeof bits);
-                cr_assert_eq (bits & 0xffff, 0, "size %d, n %zu: [%zu] = %.9g is no bf16 value",
-                              size, n, i, (double) got);
-                cr_assert_leq (fabs (got - mean), size * 0x1p-9 * magnitude + 1e-7,
-                               "size %d, n %zu: [%zu] %g, the mean %g", size, n, i,
-                               (double) got, mean);
-                for (int r = 1; r < size; r++)
-                    cr_assert (memcmp (&c.ranks [r].data [i], &got, sizeof got) == 0,
-                               "size %d, n %zu: rank %d's [%zu] differs from rank 0's", size, n,
-                               r, i);
-            }
-            s_destroy (&c);
-        }
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes [0]; k++)
+            s_check_mean (size, sizes [k], k % 2? 16: 0, 0);
 }
 
 //  A chunk in f32 to a bf16 ring (a rank that runs another --wire-dtype)

@@ -608,3 +608,13 @@ za_test_ckpt_crc_of_ps (const za_checkpoint_t *ckpt, const za_stack_spec_t *spec
     }
     return (uint32_t) crc;
 }
+
+float *
+za_test_random (size_t n, za_rng_t *rng)
+{
+    float *x = (float *) za_alloc (n * sizeof (float));
+    cr_assert_not_null (x);
+    for (size_t i = 0; i < n; i++)
+        x [i] = 2.0f * za_rng_uniform (rng) - 1.0f;
+    return x;
+}

@@ -16,6 +16,7 @@
 #include "za/za_checkpoint.h"
 #include "za/za_idx.h"
 #include "za/za_model.h"
+#include "za/za_util.h"
 
 //  How much slower a sanitizer makes the code (AddressSanitizer at -O0 runs the
 //  CNN some 10x slower): every time limit of the suites is multiplied by it.
@@ -187,6 +188,9 @@ int64_t za_test_expect_all_load (const char *dir, int *count_p);
 uint32_t za_test_ckpt_crc_of_ps (const za_checkpoint_t *ckpt, const za_stack_spec_t *spec,
                                  za_input_shape_t input, int ps_count,
                                  size_t partition_floats, int ps);
+
+//  n floats drawn uniformly from [-1, 1) by rng (za_alloc'd: za_free them).
+float *za_test_random (size_t n, za_rng_t *rng);
 
 //  The first `count` examples of the real Fashion-MNIST split "train" or "t10k",
 //  copied (count <= 0 or beyond the split: all of it). Fails the test when the

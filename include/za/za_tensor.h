@@ -27,6 +27,19 @@ za_dtype_size (za_dtype_t dtype)
 void za_f32_to_bf16 (const float *from, uint16_t *to, size_t n);
 void za_bf16_to_f32 (const void *from, float *to, size_t n);
 
+//  The float of the bf16 at `at` (maybe unaligned), for loops that use each
+//  value once (a sum) rather than widen a block first.
+static inline float
+za_bf16_load (const void *at)
+{
+    uint16_t half;
+    __builtin_memcpy (&half, at, sizeof half);
+    uint32_t bits = (uint32_t) half << 16;
+    float value;
+    __builtin_memcpy (&value, &bits, sizeof value);
+    return value;
+}
+
 //  Bytes of a tensor: product (shape) * dtype size into *bytes_p. Returns 0,
 //  or -1 (no error recorded) when a dim is negative or the product overflows
 //  a signed 64-bit integer.
