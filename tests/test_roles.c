@@ -23,6 +23,8 @@ typedef struct {
     za_stack_spec_t spec;
     za_dataset_t *train;
     za_role_stats_t ps_stats [4], worker_stats [4];
+    int num_workers;
+    _Atomic int arrived;                //  workers at the start line (s_together_input)
 } s_cluster_t;
 
 static void
@@ -30,6 +32,7 @@ s_cluster_setup (s_cluster_t *c, int ps_count, int num_workers, const char *tag,
                  int64_t max_steps, size_t partition_floats)
 {
     memset (c, 0, sizeof *c);
+    c->num_workers = num_workers;
     c->train = za_test_fashion ("train", 6000);
     cr_assert_eq (za_stack_parse ("flatten dense(32,relu) dense(10)", &c->spec), 0);
     za_role_config_t base;
@@ -71,6 +74,28 @@ s_cluster_setup (s_cluster_t *c, int ps_count, int num_workers, const char *tag,
     }
 }
 
+
+//  An input_fn that holds each worker at the start line (the ps initialised,
+//  the values pulled) until every worker is there: so all of them train.
+//  Without it a worker whose retry sleeps 100 ms while the ps wait for the
+//  chief's init may find the chief done with a small model's 400 steps.
+static za_input_t *
+s_together_input (void *arg, const za_input_context_t *context)
+{
+    s_cluster_t *c = (s_cluster_t *) arg;
+    atomic_fetch_add (&c->arrived, 1);
+    double deadline = za_clock_mono () + TIMEOUT_S;
+    while (atomic_load (&c->arrived) < c->num_workers && za_clock_mono () < deadline)
+        zclock_sleep (1);
+    za_input_config_t input = za_input_config_default ();
+    input.num_shards = context->num_shards;
+    input.shard_index = context->shard_index;
+    input.shuffle_buffer = 1000;
+    input.seed = context->seed;
+    input.epochs = -1;
+    input.batch_size = context->batch_size;
+    return za_input_new (c->train, &input);
+}
 
 static double
 s_first_or_last_loss (int last)
@@ -127,6 +152,10 @@ Test (roles, chief_worker_two_ps_train_and_checkpoint_matches_ps)
     s_cluster_t c;
     //  Split dense/kernel (25088 floats) so partitions travel too.
     s_cluster_setup (&c, 2, 2, "a", 400, 10000);
+    for (int w = 0; w < 2; w++) {
+        c.workers [w].input_fn = s_together_input;
+        c.workers [w].input_arg = &c;
+    }
     zactor_t *ps [4];
     s_run_cluster (&c, 2, 2, 400, ps);
     uint32_t ps_crc [4];
