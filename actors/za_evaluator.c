@@ -7,6 +7,7 @@
 #include "za_role_private.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -75,8 +76,10 @@ s_already_evaluated (s_eval_t *self)
     if (!f)
         return -1;
     int64_t last = -1;
-    char line [1024];
-    while (fgets (line, sizeof line, f)) {
+    char *line = NULL;
+    size_t size = 0;
+    //  Lines of any length: --eval-metrics makes long ones.
+    while (getline (&line, &size, f) > 0) {
         json_t *json = json_loads (line, JSON_DISABLE_EOF_CHECK, NULL);
         if (!json)
             continue;
@@ -88,6 +91,7 @@ s_already_evaluated (s_eval_t *self)
             self->best_accuracy = accuracy;
         json_decref (json);
     }
+    free (line);
     fclose (f);
     return last;
 }
@@ -201,10 +205,21 @@ s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
             snprintf (dir, sizeof dir, "%s/%s", self->config->model_dir, self->subdir);
             self->summary = za_summary_writer_new (dir);
         }
-        const char *tags [] = {"loss", "accuracy"};
-        double values [] = {result->loss, result->accuracy};
+        //  loss, accuracy and the metrics' scalars (an undefined one, NaN, left out)
+        const char *tags [2 + ZA_EVAL_SCALARS_MAX] = {"loss", "accuracy"};
+        double values [2 + ZA_EVAL_SCALARS_MAX] = {result->loss, result->accuracy};
+        int count = 2;
+        for (int i = 0; i < result->scalar_count; i++)
+            if (!isnan (result->scalars [i].value)) {
+                tags [count] = result->scalars [i].name;
+                values [count++] = result->scalars [i].value;
+            }
         rc = !self->summary
-          || za_summary_scalars (self->summary, result->global_step, tags, values, 2)
+          || za_summary_scalars (self->summary, result->global_step, tags, values, count)
+          || (result->confusion_png
+              && za_summary_image (self->summary, "confusion_matrix", result->global_step,
+                                   result->confusion_png, result->confusion_png_size,
+                                   result->confusion_width, result->confusion_height, 3))
           || s_export_best (self, path, result)? -1: 0;
     }
     else {
@@ -212,6 +227,7 @@ s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
                  za_last_error ());
         rc = 1;
     }
+    za_eval_result_free (result);
     free (path);
     return rc;
 }
@@ -524,6 +540,7 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
     run.threads = config->threads;
     run.device = config->device;
     run.precision = config->precision;
+    run.eval_metrics = config->eval_metrics;
     run.progress = 0;
     //  An evaluator runs no optimizer: no gradient, no slot is allocated.
     self.est = za_estimator_new (config->model_fn, config->params, config->input, NULL, &run);

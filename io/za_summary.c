@@ -39,6 +39,11 @@
 #define SUMMARY_VALUE 1
 #define VALUE_TAG 1
 #define VALUE_SIMPLE_VALUE 2
+#define VALUE_IMAGE 4
+#define IMAGE_HEIGHT 1
+#define IMAGE_WIDTH 2
+#define IMAGE_COLORSPACE 3
+#define IMAGE_ENCODED 4
 
 struct _za_summary_writer_t {
     char *path;
@@ -303,15 +308,39 @@ za_summary_writer_broken (const za_summary_writer_t *self)
     return self && self->broken;
 }
 
-int
-za_summary_scalars (za_summary_writer_t *self, int64_t step, const char *const *tags,
-                    const double *values, int count)
+//  0 when self takes another event, else -1 with an error.
+static int
+s_writable (za_summary_writer_t *self)
 {
     if (!self)
         return za_error ("summary: no writer");
     if (self->broken)
         return za_error ("'%s': an earlier write failed, the file is not written further",
                          self->path);
+    return 0;
+}
+
+//  Begins a record of one Event {wall_time, step, summary} whose Summary
+//  takes summary_size bytes: returns where its values go (NULL with an
+//  error) and the Event's size in *data_size.
+static uint8_t *
+s_summary_begin (za_summary_writer_t *self, int64_t step, size_t summary_size,
+                 size_t *data_size)
+{
+    *data_size = s_event_head_size (step) + s_len_field_size (summary_size);
+    uint8_t *out = s_record_begin (self, *data_size);
+    if (!out)
+        return NULL;
+    out = s_put_event_head (out, za_clock_wall (), step);
+    return s_put_len_field (out, EVENT_SUMMARY, NULL, summary_size);
+}
+
+int
+za_summary_scalars (za_summary_writer_t *self, int64_t step, const char *const *tags,
+                    const double *values, int count)
+{
+    if (s_writable (self))
+        return -1;
     if (count < 1 || count > ZA_SUMMARY_MAX_SCALARS)
         return za_error ("'%s': %d scalars in one event, want 1 to %d", self->path, count,
                          ZA_SUMMARY_MAX_SCALARS);
@@ -324,16 +353,53 @@ za_summary_scalars (za_summary_writer_t *self, int64_t step, const char *const *
             return za_error ("'%s': scalar %d has no tag", self->path, i);
         summary_size += s_len_field_size (s_value_size (tags [i]));
     }
-    size_t data_size = s_event_head_size (step) + s_len_field_size (summary_size);
-    uint8_t *out = s_record_begin (self, data_size);
+    size_t data_size;
+    uint8_t *out = s_summary_begin (self, step, summary_size, &data_size);
     if (!out)
         return -1;
-    out = s_put_event_head (out, za_clock_wall (), step);
-    out = s_put_len_field (out, EVENT_SUMMARY, NULL, summary_size);
     for (int i = 0; i < count; i++) {
         out = s_put_len_field (out, SUMMARY_VALUE, NULL, s_value_size (tags [i]));
         out = s_put_value (out, tags [i], values [i]);
     }
+    return s_record_write (self, data_size);
+}
+
+//  Summary.Image {height, width, colorspace, encoded_image_string}.
+static size_t
+s_image_size (int width, int height, int colorspace, size_t size)
+{
+    return 1 + s_varint_size ((uint64_t) height) + 1 + s_varint_size ((uint64_t) width)
+         + 1 + s_varint_size ((uint64_t) colorspace) + s_len_field_size (size);
+}
+
+int
+za_summary_image (za_summary_writer_t *self, const char *tag, int64_t step,
+                  const uint8_t *png, size_t size, int width, int height, int colorspace)
+{
+    if (s_writable (self))
+        return -1;
+    if (!tag || !*tag || !png || size == 0 || width < 1 || height < 1 || colorspace < 1
+        || colorspace > 4)
+        return za_error ("'%s': an image needs a tag, its bytes, a size and 1 to 4 channels",
+                         self->path);
+    size_t tag_len = strlen (tag);
+    size_t image_size = s_image_size (width, height, colorspace, size);
+    size_t value_size = s_len_field_size (tag_len) + s_len_field_size (image_size);
+    size_t summary_size = s_len_field_size (value_size);
+    size_t data_size;
+    uint8_t *out = s_summary_begin (self, step, summary_size, &data_size);
+    if (!out)
+        return -1;
+    out = s_put_len_field (out, SUMMARY_VALUE, NULL, value_size);
+    out = s_put_len_field (out, VALUE_TAG, tag, tag_len);
+    out = s_put_len_field (out, VALUE_IMAGE, NULL, image_size);
+    *out++ = PB_KEY (IMAGE_HEIGHT, PB_WIRE_VARINT);
+    out = s_put_varint (out, (uint64_t) height);
+    *out++ = PB_KEY (IMAGE_WIDTH, PB_WIRE_VARINT);
+    out = s_put_varint (out, (uint64_t) width);
+    *out++ = PB_KEY (IMAGE_COLORSPACE, PB_WIRE_VARINT);
+    out = s_put_varint (out, (uint64_t) colorspace);
+    s_put_len_field (out, IMAGE_ENCODED, png, size);
     return s_record_write (self, data_size);
 }
 

@@ -249,6 +249,12 @@ static const za_option_t s_options [] = {
                "--train-data, on SPEC's images (a folder, a pattern, TFRecords)"),
     ZA_OPTION ("eval-name", T_STR, eval_name, "NAME", NULL, 0, 0, NULL, R_EVAL, JOB, 0, NULL,
                "results in MODEL_DIR/eval_NAME (default: MODEL_DIR/eval)"),
+    ZA_OPTION ("eval-metrics", T_STR, eval_metrics, "LIST", NULL, 0, 0, NULL, R_EVAL, JOB, 0,
+               NULL,
+               "also report these (separated by spaces or commas), exactly over\n"
+               "the whole set: precision, recall, f1 (per class and macro),\n"
+               "auc, pr_auc (one class against the rest), top_k(K),\n"
+               "confusion_matrix (also an image in TensorBoard), or all"),
     ZA_OPTION ("eval-steps", T_INT, eval_steps, "N", NULL, 1, INT_MAX_D, NULL, R_EVAL, JOB, 0,
                NULL, "batches per evaluation (default: the whole set)"),
     ZA_OPTION ("start-delay-secs", T_NUM, start_delay_secs, "S",
@@ -377,6 +383,7 @@ za_settings_run_config (const za_settings_t *s)
     za_device_parse (s->device, &config.device);
     config.replicas_per_device = (int) s->replicas_per_device;
     config.precision = s->precision;
+    config.eval_metrics = s->eval_metrics;
     config.warm_start = (za_warm_start_t) {
         .from = s->warm_start_from, .vars = s->warm_start_vars,
         .rename = s->warm_start_rename,

@@ -245,6 +245,9 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     if (settings->lr_schedule && za_schedule_parse (settings->lr_schedule,
                                                     &settings->optim.schedule))
         return ZA_EXIT_USAGE;
+    za_eval_metrics_spec_t metrics;
+    if (za_eval_metrics_parse (settings->eval_metrics, &metrics))
+        return ZA_EXIT_USAGE;
     //  Augmentation: zactor's pipeline's, and no cache of one epoch's features.
     za_augment_t augment;
     if (za_augment_parse (settings->augment, &augment))
@@ -432,13 +435,19 @@ za_task_print_last_eval (const za_settings_t *s, int64_t evaluations)
     char subdir [300], path [4400];
     s_eval_subdir (s, subdir, sizeof subdir);
     snprintf (path, sizeof path, "%s/%s/metrics.jsonl", s->model_dir, subdir);
+    //  The last line (with --eval-metrics a long one).
     FILE *f = fopen (path, "r");
-    char line [1024], last [1024] = "";
-    while (f && fgets (line, sizeof line, f))
-        snprintf (last, sizeof last, "%s", line);
+    char *line = NULL, *last = NULL;
+    size_t size = 0;
+    while (f && getline (&line, &size, f) > 0) {
+        free (last);
+        last = strdup (line);
+    }
     if (f)
         fclose (f);
-    json_t *json = json_loads (last, JSON_DISABLE_EOF_CHECK, NULL);
+    free (line);
+    json_t *json = last? json_loads (last, JSON_DISABLE_EOF_CHECK, NULL): NULL;
+    free (last);
     if (!json) {
         za_error ("no evaluation in %s", path);
         return 1;
@@ -476,6 +485,7 @@ s_evaluator_config (za_task_t *task, za_evaluator_config_t *config)
     config->threads = (int) s->threads;
     za_device_parse (s->device, &config->device);
     config->precision = s->precision;
+    config->eval_metrics = s->eval_metrics;
     config->stats = task->stats;
 }
 
@@ -494,6 +504,7 @@ s_evaluate_final (za_task_t *task)
         printf ("test accuracy %.4f  loss %.4f  on %" PRId64 " examples at step %" PRId64
                 " (%s/eval/metrics.jsonl)\n", result.accuracy, result.loss, result.examples,
                 result.global_step, task->settings->model_dir);
+    za_eval_result_free (&result);
     fflush (stdout);
     za_estimator_destroy (&estimator);
     return rc? 1: 0;

@@ -160,8 +160,8 @@ Test (device, a_staged_replica_trains_as_the_cpu_does)
     cr_assert_eq (za_replica_restore_newest (back, dir, &restored, &step), 0);
     double sum_cpu, sum_back;
     int right_cpu, right_back;
-    cr_assert_eq (za_replica_evaluate_batch (resumed, &batch, &sum_cpu, &right_cpu), 0);
-    cr_assert_eq (za_replica_evaluate_batch (back, &batch, &sum_back, &right_back), 0);
+    cr_assert_eq (za_replica_evaluate_batch (resumed, &batch, &sum_cpu, &right_cpu, NULL), 0);
+    cr_assert_eq (za_replica_evaluate_batch (back, &batch, &sum_back, &right_back, NULL), 0);
     cr_expect (fabs (sum_cpu - sum_back) < 1e-4 * SIZE, "%g vs %g", sum_cpu, sum_back);
     cr_expect_eq (right_cpu, right_back);
     za_test_dir_remove ();

@@ -21,6 +21,8 @@ struct _za_estimator_t {
     char *model_dir;
     int64_t global_step;
     za_hooks_t hooks;               //  the caller's
+    const za_model_fn_t *model_fn;
+    za_eval_metrics_spec_t metrics; //  RunConfig's eval_metrics
 };
 
 za_run_config_t
@@ -50,6 +52,11 @@ za_estimator_new (const za_model_fn_t *model_fn, const void *params, za_input_sh
         return NULL;
     }
     self->config = *config;
+    self->model_fn = model_fn;
+    if (za_eval_metrics_parse (config->eval_metrics, &self->metrics)) {
+        free (self);
+        return NULL;
+    }
     self->model_dir = config->model_dir? strdup (config->model_dir): NULL;
     self->config.model_dir = self->model_dir;
     za_replica_config_t replica = {
@@ -269,6 +276,76 @@ s_load_for_inference (za_estimator_t *self, const char *what)
     return 0;
 }
 
+//  The line metrics.jsonl gets for a result, with the metrics' values (NULL:
+//  none), which also go into the result. 0, or -1 with an error.
+static int
+s_eval_line (za_estimator_t *self, za_eval_metrics_t *metrics, const char *ckpt_name,
+             za_eval_result_t *result, char **line_p)
+{
+    (void) self;
+    char head [EVAL_LINE_MAX], age [64] = "";
+    if (result->checkpoint_age_secs >= 0)
+        snprintf (age, sizeof age, ", \"checkpoint_age_secs\": %.4f",
+                  result->checkpoint_age_secs);
+    snprintf (head, sizeof head,
+              "{\"global_step\": %" PRId64 ", \"checkpoint\": \"%s\", \"loss\": %.6f, "
+              "\"accuracy\": %.6f, \"examples\": %" PRId64 ", \"seconds\": %.3f, "
+              "\"wall_time\": %.3f%s", result->global_step, ckpt_name, result->loss,
+              result->accuracy, result->examples, result->seconds, za_clock_wall (), age);
+    char *extra = NULL;
+    if (metrics) {
+        result->scalar_count = za_eval_metrics_scalars (metrics, result->scalars,
+                                                        ZA_EVAL_SCALARS_MAX);
+        json_t *json = za_eval_metrics_json (metrics);
+        extra = json? json_dumps (json, JSON_PRESERVE_ORDER
+                                        | JSON_REAL_PRECISION (6)): NULL;
+        json_decref (json);
+        if (!extra)
+            return za_error ("evaluate: out of memory for the metrics' line");
+        if (self->metrics.confusion_matrix
+            && za_eval_metrics_confusion_png (metrics, &result->confusion_png,
+                                              &result->confusion_png_size,
+                                              &result->confusion_width,
+                                              &result->confusion_height))
+            za_info ("warning: evaluate: %s (the metrics go without it)", za_last_error ());
+    }
+    //  The metrics' object without its braces joins the line's.
+    size_t extra_len = extra? strlen (extra): 0;
+    size_t size = strlen (head) + extra_len + 8;
+    char *line = (char *) malloc (size);
+    if (line)
+        snprintf (line, size, "%s%s%.*s}", head, extra_len > 2? ", ": "",
+                  extra_len > 2? (int) extra_len - 2: 0, extra_len > 2? extra + 1: "");
+    free (extra);
+    if (!line)
+        return za_error ("evaluate: out of memory for the metrics' line");
+    *line_p = line;
+    return 0;
+}
+
+void
+za_eval_result_free (za_eval_result_t *result)
+{
+    free (result->confusion_png);
+    result->confusion_png = NULL;
+    result->confusion_png_size = 0;
+}
+
+int
+za_eval_result_value (const za_eval_result_t *result, const char *name, double *value)
+{
+    if (!strcmp (name, "loss") || !strcmp (name, "accuracy")) {
+        *value = !strcmp (name, "loss")? result->loss: result->accuracy;
+        return 0;
+    }
+    for (int i = 0; i < result->scalar_count; i++)
+        if (!strcmp (result->scalars [i].name, name)) {
+            *value = result->scalars [i].value;
+            return 0;
+        }
+    return -1;
+}
+
 //  Evaluates the variables now loaded (from checkpoint `ckpt_name`), appends
 //  a line to model_dir/<subdir>/metrics.jsonl and fills *result.
 static int
@@ -278,6 +355,14 @@ s_evaluate_loaded (za_estimator_t *self, za_input_fn_t input_fn, void *arg, int6
     za_input_t *input = s_input (self, input_fn, arg, ZA_MODE_EVAL);
     if (!input)
         return -1;
+    const za_model_fn_t *model_fn = self->model_fn;
+    za_eval_metrics_t *metrics = NULL;
+    if (za_eval_metrics_any (&self->metrics, model_fn->metric_count)
+        && !(metrics = za_eval_metrics_new (&self->metrics, model_fn->metrics,
+                                            model_fn->metric_count))) {
+        za_input_destroy (&input);
+        return za_error ("evaluate: out of memory for the metrics");
+    }
     double start = za_clock_mono (), loss_sum = 0;
     int64_t correct = 0, examples = 0;
     int rc = 0;
@@ -287,7 +372,8 @@ s_evaluate_loaded (za_estimator_t *self, za_input_fn_t input_fn, void *arg, int6
             break;
         double batch_loss;
         int batch_correct;
-        if (za_replica_evaluate_batch (self->replica, &batch, &batch_loss, &batch_correct)) {
+        if (za_replica_evaluate_batch (self->replica, &batch, &batch_loss, &batch_correct,
+                                       metrics)) {
             rc = -1;
             break;
         }
@@ -296,26 +382,25 @@ s_evaluate_loaded (za_estimator_t *self, za_input_fn_t input_fn, void *arg, int6
         examples += batch.size;
     }
     za_input_destroy (&input);
-    if (rc)
-        return -1;
-    if (examples == 0)
-        return za_error ("evaluate: the input gave no examples");
-    result->global_step = self->global_step;
-    result->loss = loss_sum / (double) examples;
-    result->accuracy = (double) correct / (double) examples;
-    result->examples = examples;
-    result->seconds = za_clock_mono () - start;
-    char dir [4096], line [EVAL_LINE_MAX], age [64] = "";
-    snprintf (dir, sizeof dir, "%s/%s", self->model_dir, subdir);
-    if (result->checkpoint_age_secs >= 0)
-        snprintf (age, sizeof age, ", \"checkpoint_age_secs\": %.4f",
-                  result->checkpoint_age_secs);
-    snprintf (line, sizeof line,
-              "{\"global_step\": %" PRId64 ", \"checkpoint\": \"%s\", \"loss\": %.6f, "
-              "\"accuracy\": %.6f, \"examples\": %" PRId64 ", \"seconds\": %.3f, "
-              "\"wall_time\": %.3f%s}", result->global_step, ckpt_name, result->loss,
-              result->accuracy, result->examples, result->seconds, za_clock_wall (), age);
-    return s_append_line (dir, "metrics.jsonl", line);
+    if (rc == 0 && examples == 0)
+        rc = za_error ("evaluate: the input gave no examples");
+    char *line = NULL;
+    if (rc == 0) {
+        result->global_step = self->global_step;
+        result->loss = loss_sum / (double) examples;
+        result->accuracy = (double) correct / (double) examples;
+        result->examples = examples;
+        result->seconds = za_clock_mono () - start;
+        rc = s_eval_line (self, metrics, ckpt_name, result, &line);
+    }
+    za_eval_metrics_destroy (&metrics);
+    if (rc == 0) {
+        char dir [4096];
+        snprintf (dir, sizeof dir, "%s/%s", self->model_dir, subdir);
+        rc = s_append_line (dir, "metrics.jsonl", line);
+    }
+    free (line);
+    return rc;
 }
 
 int

@@ -850,47 +850,98 @@ za_replica_apply (za_replica_t *self, int64_t step)
     self->copies_stale = self->device_count > 1;
 }
 
+//  Runs `batch` in `mode` in views of at most one micro-batch per thread,
+//  so each thread's logits cover its whole slice, and gives rows_fn the
+//  logits of each slice in order (the examples from `at` in the batch).
+//  Sums the loss and the correct. 0, 1 when rows_fn said stop, or -1.
+typedef int (s_rows_fn_t) (void *arg, const za_batch_t *batch, int at, const float *logits,
+                           int count, int n_classes);
+
+static int
+s_run_in_views (za_replica_t *self, const za_batch_t *batch, za_mode_t mode,
+                s_rows_fn_t *rows_fn, void *arg, double *loss_sum, int *correct)
+{
+    int view_max = self->be->host_memory? self->threads * MICRO_BATCH_MAX: batch->size;
+    *loss_sum = 0;
+    *correct = 0;
+    s_batch_run_t run;
+    for (int lo = 0; lo < batch->size; lo += view_max) {
+        za_batch_t view = {batch->features + (size_t) lo * self->feature_size,
+                           batch->labels? batch->labels + lo: NULL,
+                           batch->size - lo < view_max? batch->size - lo: view_max,
+                           batch->feature_size, NULL};
+        double view_loss;
+        int view_correct;
+        if (s_batch_run (self, &view, mode, 0, &run, &view_loss, &view_correct))
+            return -1;
+        *loss_sum += view_loss;
+        *correct += view_correct;
+        for (int t = 0; t < self->threads; t++) {
+            int rc = rows_fn (arg, batch, lo + run.first [t], run.specs [t].logits,
+                              run.count [t], run.specs [t].n_classes);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+static int
+s_metrics_rows (void *arg, const za_batch_t *batch, int at, const float *logits, int count,
+                int n_classes)
+{
+    return count > 0? za_eval_metrics_update ((za_eval_metrics_t *) arg, logits,
+                                              batch->labels + at, count, n_classes): 0;
+}
+
 int
 za_replica_evaluate_batch (za_replica_t *self, const za_batch_t *batch, double *loss_sum,
-                           int *correct)
+                           int *correct, za_eval_metrics_t *metrics)
 {
+    if (metrics)
+        return s_run_in_views (self, batch, ZA_MODE_EVAL, s_metrics_rows, metrics, loss_sum,
+                               correct);
     s_batch_run_t run;
     return s_batch_run (self, batch, ZA_MODE_EVAL, 0, &run, loss_sum, correct);
+}
+
+typedef struct {
+    za_predict_fn_t fn;
+    void *arg;
+    int64_t *index;
+} s_predict_t;
+
+static int
+s_predict_rows (void *arg, const za_batch_t *batch, int at, const float *logits, int count,
+                int n_classes)
+{
+    s_predict_t *predict = (s_predict_t *) arg;
+    for (int r = 0; r < count; r++, at++) {
+        const float *z = logits + (size_t) r * n_classes;
+        int best = 0;
+        for (int k = 1; k < n_classes; k++)
+            if (z [k] > z [best])
+                best = k;
+        int64_t number = (*predict->index)++;
+        if (predict->fn (predict->arg, batch->indices? batch->indices [at]: number, z,
+                         n_classes, best))
+            return 1;
+    }
+    return 0;
 }
 
 int
 za_replica_predict_batch (za_replica_t *self, const za_batch_t *batch, za_predict_fn_t fn,
                           void *arg, int64_t *index)
 {
-    //  Views of at most one micro-batch per thread, so each thread's logits
-    //  cover its whole slice.
-    int view_max = self->be->host_memory? self->threads * MICRO_BATCH_MAX: batch->size;
-    s_batch_run_t run;
-    for (int lo = 0; lo < batch->size; lo += view_max) {
-        za_batch_t view = {batch->features + (size_t) lo * self->feature_size, NULL,
-                           batch->size - lo < view_max? batch->size - lo: view_max,
-                           batch->feature_size, NULL};
-        double unused_loss;
-        int unused_correct;
-        if (s_batch_run (self, &view, ZA_MODE_PREDICT, 0, &run, &unused_loss, &unused_correct))
-            return -1;
-        int at = lo;                    //  the example's place in the batch
-        for (int t = 0; t < self->threads; t++) {
-            const za_spec_t *spec = &run.specs [t];
-            for (int r = 0; r < run.count [t]; r++, at++) {
-                const float *z = spec->logits + (size_t) r * spec->n_classes;
-                int best = 0;
-                for (int k = 1; k < spec->n_classes; k++)
-                    if (z [k] > z [best])
-                        best = k;
-                int64_t number = (*index)++;
-                if (fn (arg, batch->indices? batch->indices [at]: number, z, spec->n_classes,
-                        best))
-                    return 1;
-            }
-        }
-    }
-    return 0;
+    //  PREDICT has no labels: the view's are NULL.
+    za_batch_t unlabelled = *batch;
+    unlabelled.labels = NULL;
+    s_predict_t predict = {fn, arg, index};
+    double unused_loss;
+    int unused_correct;
+    return s_run_in_views (self, &unlabelled, ZA_MODE_PREDICT, s_predict_rows, &predict,
+                           &unused_loss, &unused_correct);
 }
 
 // ---------------------------------------------------------------------------

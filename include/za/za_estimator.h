@@ -44,6 +44,8 @@ typedef struct {
     int progress;                   //  -1: a progress bar when stderr is a
                                     //  terminal; 0: log lines only; 1: bar
     za_warm_start_t warm_start;     //  WarmStartSettings: from NULL, none
+    const char *eval_metrics;       //  --eval-metrics (za_eval_metrics.h): what an
+                                    //  evaluation reports beyond loss and accuracy
 } za_run_config_t;
 
 za_run_config_t za_run_config_default (void);
@@ -84,7 +86,20 @@ typedef struct {
     double seconds;
     double checkpoint_age_secs;     //  how long after its checkpoint was written
                                     //  the evaluation started (-1: not known)
+    //  --eval-metrics' macro values and the model_fn's own, by name
+    za_eval_scalar_t scalars [ZA_EVAL_SCALARS_MAX];
+    int scalar_count;
+    uint8_t *confusion_png;         //  confusion_matrix: the image (za_eval_result_free)
+    size_t confusion_png_size;
+    int confusion_width, confusion_height;
 } za_eval_result_t;
+
+//  Frees what a result holds (the confusion image).
+void za_eval_result_free (za_eval_result_t *result);
+
+//  The value of `name` in a result: "loss", "accuracy" or one of its
+//  scalars ("auc", "top_5_accuracy", ...). 0, or -1 when it has none.
+int za_eval_result_value (const za_eval_result_t *result, const char *name, double *value);
 
 typedef struct _za_estimator_t za_estimator_t;
 

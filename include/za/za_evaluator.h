@@ -40,6 +40,7 @@ typedef struct {
     int threads;                    //  0: all cores
     za_device_t device;             //  where it evaluates (zero: the CPU)
     const char *precision;          //  NULL or a --precision text (za_replica.h)
+    const char *eval_metrics;       //  NULL or an --eval-metrics text (za_eval_metrics.h)
     double poll_secs;               //  how often model_dir is looked at when
                                     //  nothing tells us of a new checkpoint (0.2)
     void *trigger;                  //  NULL, or a zsock_t / zactor_t whose

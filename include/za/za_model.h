@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "za/za_eval_metrics.h"
 #include "za/za_kernels.h"
 
 #ifdef __cplusplus
@@ -92,6 +93,10 @@ typedef struct {
     //  buffer_alloc), so it runs on any device; 0: it reads or writes memory
     //  itself and runs on the CPU alone.
     int device_ready;
+    //  Its own evaluation metrics (tf.metrics, Keras's Metric), reported
+    //  beside loss and accuracy (za_eval_metrics.h); NULL: none.
+    const za_metric_fn_t *metrics;
+    int metric_count;
 } za_model_fn_t;
 
 //  Optional, from a model_fn in TRAIN: the gradients at offsets >= `offset`

@@ -122,6 +122,7 @@ typedef struct {
     int64_t input_threads;          //  decoding threads of a worker's input
     const char *preprocess;         //  none, tf, torch or caffe (za_input.h)
     const char *augment;            //  "pad_crop(4) flip ..." (za_augment.h)
+    const char *eval_metrics;       //  "precision recall auc ..." (za_eval_metrics.h)
     const char *lr_schedule;        //  NULL: a constant rate (za_optim_config.h)
     int64_t lr_warmup_steps;
     const char *cache;              //  none, memory or disk (za_cache.h)

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "za/za_checkpoint.h"
+#include "za/za_eval_metrics.h"
 #include "za/za_input.h"
 #include "za/za_model.h"
 #include "za/za_warm_start.h"
@@ -128,9 +129,10 @@ float za_replica_loss_scale (const za_replica_t *self, int64_t *skipped);
 //  before, or -1 when the gradients live on a device (not clipped).
 double za_replica_clip_gradients (za_replica_t *self, float clip);
 
-//  The batch's summed loss and its correctly classified examples (EVAL).
+//  The batch's summed loss and its correctly classified examples (EVAL);
+//  every example's logits and label also go into metrics (NULL: none).
 int za_replica_evaluate_batch (za_replica_t *self, const za_batch_t *batch, double *loss_sum,
-                               int *correct);
+                               int *correct, za_eval_metrics_t *metrics);
 
 //  Called for each predicted example; return non-zero to stop.
 typedef int (*za_predict_fn_t) (void *arg, int64_t index, const float *logits,

@@ -9,7 +9,8 @@
       4 bytes  little-endian u32 masked CRC32C of the data
     masked (crc) = ((crc >> 15) | (crc << 17)) + 0xa282ead8, mod 2^32.
     Event:   1 wall_time double, 2 step int64, 3 file_version string, 5 summary.
-    Summary: repeated 1 value; Summary.Value: 1 tag string, 2 simple_value float.
+    Summary: repeated 1 value; Summary.Value: 1 tag string, 2 simple_value float
+    or 4 image (Summary.Image: 1 height, 2 width, 3 colorspace, 4 the PNG).
     The first Event of every file is {wall_time, file_version: "brain.Event:2"}.
     Fields at their proto3 default (step 0, tag "") are left out, as TensorFlow's
     own serializer does, so the bytes are the canonical encoding.             */
@@ -47,6 +48,13 @@ za_summary_writer_t *za_summary_writer_new (const char *dir);
 //  write error). After a write error the file may end in a torn record, so the
 //  writer refuses every later call with -1.
 int za_summary_scalar (za_summary_writer_t *self, const char *tag, int64_t step, double value);
+
+//  Appends an image summary: Summary.Value {tag, image: Summary.Image
+//  {height, width, colorspace (1 gray, 3 RGB, 4 RGBA), encoded_image_string:
+//  the PNG's bytes}}, what TensorBoard's Images tab shows. 0, or -1 with an
+//  error.
+int za_summary_image (za_summary_writer_t *self, const char *tag, int64_t step,
+                      const uint8_t *png, size_t size, int width, int height, int colorspace);
 
 //  As za_summary_scalar with count scalars in one Event: tags [i] with
 //  values [i], in that order. 1 <= count <= ZA_SUMMARY_MAX_SCALARS, no tag NULL;
