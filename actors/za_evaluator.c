@@ -3,6 +3,7 @@
     best-checkpoint exporter.                                                */
 #include "za/za_evaluator.h"
 #include "za/za_checkpoint.h"
+#include "za/za_early_stop.h"
 #include "za/za_summary.h"
 #include "za_role_private.h"
 
@@ -42,7 +43,11 @@ typedef struct {
     const za_evaluator_config_t *config;
     za_estimator_t *est;
     char subdir [256];
-    double best_accuracy;
+    za_metric_goal_t goal;                  //  --best-metric
+    double best_value;                      //  the best checkpoint's (NaN: none yet)
+    int stopping;                           //  --stop-if-no-improvement: the rule in stop
+    za_early_stop_t stop;
+    int asked;                              //  the request is written
     za_summary_writer_t *summary;           //  TensorBoard scalars in the eval dir
     int inotify;                            //  -1: none (not watch_dir, or refused)
     int watch;                              //  on model_dir; -1: not yet there
@@ -66,7 +71,8 @@ s_input_fn (void *arg, const za_input_context_t *context)
 }
 
 //  The largest global_step in <eval dir>/metrics.jsonl (-1 if none): what a
-//  restarted evaluator has done already. Also the best accuracy there.
+//  restarted evaluator has done already. Also the best value there, and
+//  where early stopping's rule stands.
 static int64_t
 s_already_evaluated (s_eval_t *self)
 {
@@ -86,9 +92,12 @@ s_already_evaluated (s_eval_t *self)
         json_t *step = json_object_get (json, "global_step");
         if (json_is_integer (step) && json_integer_value (step) > last)
             last = json_integer_value (step);
-        double accuracy = json_number_value (json_object_get (json, "accuracy"));
-        if (accuracy > self->best_accuracy)
-            self->best_accuracy = accuracy;
+        json_t *best = json_object_get (json, self->goal.name);
+        double value = json_is_number (best)? json_number_value (best): NAN;
+        if (za_metric_goal_better (&self->goal, value, self->best_value))
+            self->best_value = value;
+        if (self->stopping && json_is_integer (step))
+            self->asked |= za_early_stop_add (&self->stop, json_integer_value (step), value);
         json_decref (json);
     }
     free (line);
@@ -132,12 +141,18 @@ za_evaluator_best_dir (const char *model_dir, const char *name, char *dir, size_
     snprintf (dir, size, "%s/export/best%s%s", model_dir, named? "_": "", named? name: "");
 }
 
-//  Keeps a copy of the best checkpoint so far (by accuracy) in the
+//  Keeps a copy of the best checkpoint so far (by --best-metric) in the
 //  evaluation's best folder (za_evaluator_best_dir), with best.json naming it.
 static int
 s_export_best (s_eval_t *self, const char *path, const za_eval_result_t *result)
 {
-    if (!self->config->export_best || result->accuracy <= self->best_accuracy)
+    double value;
+    if (!self->config->export_best)
+        return 0;
+    if (za_eval_result_value (result, self->goal.name, &value))
+        return za_error ("evaluator: --best-metric %s: the evaluation reports no such value "
+                         "(add it to --eval-metrics)", self->goal.name);
+    if (!za_metric_goal_better (&self->goal, value, self->best_value))
         return 0;
     char dir [4096], dst [4600], json [4700], previous [4600] = "";
     za_evaluator_best_dir (self->config->model_dir, self->config->name, dir, sizeof dir);
@@ -167,10 +182,11 @@ s_export_best (s_eval_t *self, const char *path, const za_eval_result_t *result)
             return 0;       //  deleted while we copied
         return -1;
     }
-    self->best_accuracy = result->accuracy;
-    json_t *best = json_pack ("{s:I, s:s, s:f, s:f}", "global_step",
-                              (json_int_t) result->global_step, "checkpoint", name, "accuracy",
-                              result->accuracy, "loss", result->loss);
+    self->best_value = value;
+    json_t *best = json_pack ("{s:I, s:s, s:s, s:f, s:f, s:f}", "global_step",
+                              (json_int_t) result->global_step, "checkpoint", name, "metric",
+                              self->goal.name, "value", value, "accuracy", result->accuracy,
+                              "loss", result->loss);
     char tmp [4800];
     snprintf (tmp, sizeof tmp, "%s.tmp", json);
     int rc = json_dump_file (best, tmp, JSON_INDENT (2)) == 0 && rename (tmp, json) == 0? 0: -1;
@@ -179,8 +195,8 @@ s_export_best (s_eval_t *self, const char *path, const za_eval_result_t *result)
         return za_error ("export: cannot write '%s'", json);
     if (*previous && strcmp (previous, dst) != 0)
         unlink (previous);
-    za_info ("evaluator: step %" PRId64 " is the best so far (accuracy %.4f): exported to %s",
-             result->global_step, result->accuracy, dir);
+    za_info ("evaluator: step %" PRId64 " is the best so far (%s %.4f): exported to %s",
+             result->global_step, self->goal.name, value, dir);
     return 0;
 }
 
@@ -460,10 +476,32 @@ s_newest (const char *model_dir)
     return newest;
 }
 
+//  Early stopping: after an evaluation, whether the metric improved within
+//  the rule's steps; if not, the request for the chief (once). 0 or -1.
+static int
+s_early_stop (s_eval_t *self, const za_eval_result_t *result)
+{
+    double value;
+    if (za_eval_result_value (result, self->stop.goal.name, &value))
+        return za_error ("evaluator: --stop-if-no-improvement %s: the evaluation reports no "
+                         "such value (add it to --eval-metrics)", self->stop.goal.name);
+    if (!za_early_stop_add (&self->stop, result->global_step, value) || self->asked)
+        return 0;
+    if (za_early_stop_request (self->config->model_dir, &self->stop, result->global_step))
+        return -1;
+    self->asked = 1;
+    za_info ("evaluator: %s has not improved for %" PRId64 " steps (best %.4f at step %" PRId64
+             "): asking the chief to stop (%s/%s)", self->stop.goal.name,
+             result->global_step - self->stop.best_step, self->stop.best,
+             self->stop.best_step, self->config->model_dir, ZA_EARLY_STOP_FILE);
+    return 0;
+}
+
 //  EvalSpec's schedule: after the start delay, the newest checkpoint not
 //  evaluated yet, at most once per throttle_secs, until one at or past
-//  max_steps. Returns 0, ZA_EVALUATOR_STOPPED, ZA_EVALUATOR_IDLE or -1;
-//  *done counts.
+//  max_steps (or, stopped early, the step the chief ended at, evaluated at
+//  once). Returns 0, ZA_EVALUATOR_STOPPED, ZA_EVALUATOR_IDLE or -1; *done
+//  counts.
 static int
 s_follow (s_eval_t *self, zsock_t *pipe, int *done)
 {
@@ -474,12 +512,26 @@ s_follow (s_eval_t *self, zsock_t *pipe, int *done)
                  "after it", self->subdir, last);
     double now = za_clock_mono (), started = now, last_new = now;
     double next_allowed = now + config->start_delay_secs;
-    int finished = config->max_steps > 0 && last >= config->max_steps;
+    int64_t end_step = config->max_steps;
+    int finished = end_step > 0 && last >= end_step, stopped_early = 0;
     int rc = 0;
     while (!finished && rc == 0) {
         s_lock (self);
         s_watch (self);
         now = za_clock_mono ();
+        //  Stopped early: the chief's final checkpoint is evaluated at once.
+        if (self->stopping && !stopped_early
+            && za_early_stop_final_step (config->model_dir, &end_step) == 0) {
+            stopped_early = 1;
+            za_info ("evaluator: the chief stopped training early at step %" PRId64, end_step);
+        }
+        if (stopped_early) {
+            if (last >= end_step) {
+                finished = 1;
+                break;
+            }
+            next_allowed = now;
+        }
         s_publish (config, *done? ZA_ROLE_RUNNING: ZA_ROLE_WAITING);
         int64_t newest = now < next_allowed? -1: s_newest (config->model_dir);
         if (newest > last) {
@@ -493,7 +545,9 @@ s_follow (s_eval_t *self, zsock_t *pipe, int *done)
                 s_publish_result (config, &result);
                 (*done)++;
                 next_allowed = eval_start + config->throttle_secs;
-                finished = config->max_steps > 0 && result.global_step >= config->max_steps;
+                finished = end_step > 0 && result.global_step >= end_step;
+                if (self->stopping && !finished && s_early_stop (self, &result))
+                    one = -1;
             }
             rc = one < 0? -1: 0;
             continue;
@@ -512,11 +566,11 @@ s_follow (s_eval_t *self, zsock_t *pipe, int *done)
     }
     if (finished && *done == 0)
         za_info ("evaluator: the final checkpoint (step >= %" PRId64 ") was evaluated before: "
-                 "nothing left to do", config->max_steps);
+                 "nothing left to do", end_step);
     else
     if (finished)
         za_info ("evaluator: evaluated the final checkpoint (step >= %" PRId64 ") after %.1f s;"
-                 " done", config->max_steps, za_clock_mono () - started);
+                 " done", end_step, za_clock_mono () - started);
     return rc;
 }
 
@@ -530,7 +584,16 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
         s_publish (config, ZA_ROLE_FAILED);
         return za_error ("evaluator: needs a model_dir and evaluation data");
     }
-    s_eval_t self = {.config = config, .inotify = -1, .watch = -1, .lock = -1};
+    s_eval_t self = {.config = config, .inotify = -1, .watch = -1, .lock = -1,
+                     .best_value = NAN};
+    if (za_metric_goal_parse ("--best-metric", config->best_metric? config->best_metric
+                                                                  : "accuracy", &self.goal)
+        || (config->stop_if_no_improvement
+            && za_early_stop_parse (config->stop_if_no_improvement, &self.stop))) {
+        s_publish (config, ZA_ROLE_FAILED);
+        return -1;
+    }
+    self.stopping = config->stop_if_no_improvement && !config->replay;
     if (config->name && *config->name)
         snprintf (self.subdir, sizeof self.subdir, "eval_%s", config->name);
     else

@@ -13,6 +13,7 @@
     steps, each of num_workers x batch_size examples; the chief writes the
     checkpoints and the metrics.                                           */
 #include "za_role_private.h"
+#include "za/za_early_stop.h"
 #include "za/za_ring.h"
 
 #include <inttypes.h>
@@ -243,6 +244,7 @@ typedef struct {
     za_optim_config_t optim;
     int64_t bucket_floats;                      //  --bucket-kib: the rounds depend on it
     int64_t wire_dtype;                         //  --wire-dtype: the chunks' dtype
+    int64_t early_stopping;                     //  a stop flag goes round after each step
 } s_start_t;
 
 #define START_FLOATS ((sizeof (s_start_t) + sizeof (float) - 1) / sizeof (float))
@@ -361,6 +363,11 @@ s_compare_start (s_mirrored_t *self, const s_start_t *chief, const s_start_t *mi
                          "%s: every worker must run the same job", self->who,
                          chief->wire_dtype == ZA_DTYPE_BF16? "bf16": "fp32",
                          mine->wire_dtype == ZA_DTYPE_BF16? "bf16": "fp32");
+    if (chief->early_stopping != mine->early_stopping)
+        return za_error ("%s: the chief %s --stop-if-no-improvement, this one %s: every worker "
+                         "must run the same job", self->who,
+                         chief->early_stopping? "has": "has no",
+                         mine->early_stopping? "has": "has no");
     if (a->kind != b->kind || a->learning_rate != b->learning_rate
         || a->momentum != b->momentum || a->nesterov != b->nesterov || a->beta1 != b->beta1
         || a->beta2 != b->beta2 || a->epsilon != b->epsilon
@@ -428,6 +435,7 @@ s_start (s_mirrored_t *self, int first)
         .num_workers = config->num_workers, .optim = *za_replica_optim (self->replica),
         .bucket_floats = (int64_t) config->bucket_floats,
         .wire_dtype = (int64_t) config->wire_dtype,
+        .early_stopping = config->run.early_stopping,
     };
     float record [START_FLOATS];
     memset (record, 0, sizeof record);
@@ -530,6 +538,18 @@ s_run_steps (s_mirrored_t *self)
                                       loss, batch.size * za_role_batches_per_step (config),
                                       now - self->start_time) < 0)
             return -1;
+        //  Early stopping: the chief's word goes round, so every rank ends
+        //  after the same step (a round of its own: the buckets leave the
+        //  last index free).
+        if (config->run.early_stopping) {
+            float stop = config->is_chief && self->hooks.stop.requested? 1.0f: 0.0f;
+            int rc = za_ring_broadcast (self->ring, &stop, 1, 0,
+                                        self->global_step * MAX_BUCKETS + MAX_BUCKETS - 1);
+            if (rc)
+                return rc;
+            if (stop != 0)
+                break;
+        }
     }
     return zsys_interrupted? za_error ("%s: interrupted", self->who): 0;
 }
@@ -570,6 +590,10 @@ s_train (s_mirrored_t *self)
     //  The final step is always saved (the saver may have done it).
     if (self->config->is_chief && self->global_step != self->hooks.saver.last_saved
         && s_save_at (self, self->global_step, 1))
+        return -1;
+    //  Stopped early: the evaluators learn where training ended.
+    if (self->config->is_chief && self->hooks.stop.requested
+        && za_early_stop_confirm (self->config->run.model_dir, self->global_step))
         return -1;
     return 0;
 }

@@ -288,7 +288,7 @@ za_role_hooks_init (za_role_hooks_t *self, const za_role_config_t *config, const
     const za_run_config_t *run = &config->run;
     snprintf (self->prefix, sizeof self->prefix, "%s: ", who);
     self->counter.who = self->prefix;
-    za_hook_t hooks [3];
+    za_hook_t hooks [4];
     int count = 0;
     hooks [count++] = za_step_counter_hook (&self->counter, run->log_step_count_steps, 0);
     if (config->is_chief) {
@@ -296,6 +296,8 @@ za_role_hooks_init (za_role_hooks_t *self, const za_role_config_t *config, const
                                            run->save_summary_steps, &config->optim);
         hooks [count++] = za_saver_hook (&self->saver, run->save_checkpoints_steps,
                                          run->save_checkpoints_secs, -1, save, arg);
+        if (run->early_stopping)
+            hooks [count++] = za_stop_hook (&self->stop, run->model_dir);
     }
     for (int h = 0; h < count; h++)
         za_hooks_add (&self->hooks, &hooks [h]);

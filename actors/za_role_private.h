@@ -38,6 +38,8 @@ typedef struct {
     za_step_counter_t counter;
     za_summary_hook_t summary;
     za_saver_hook_t saver;                      //  saver.last_saved: the newest checkpoint
+    za_stop_hook_t stop;                        //  the chief, --stop-if-no-improvement:
+                                                //  stop.requested ends training
     za_run_context_t context;
 } za_role_hooks_t;
 

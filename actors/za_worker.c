@@ -12,6 +12,7 @@
 #include "za_role_private.h"
 #include "za/za_curve.h"
 #include "za/za_checkpoint.h"
+#include "za/za_early_stop.h"
 #include "za/za_peer.h"
 
 #include <inttypes.h>
@@ -1068,7 +1069,8 @@ static int
 s_run_steps (s_worker_t *self)
 {
     const za_role_config_t *config = self->config;
-    while (self->global_step < config->max_steps && !zsys_interrupted) {
+    while (self->global_step < config->max_steps && !self->hooks.stop.requested
+           && !zsys_interrupted) {
         double step_start = za_clock_mono ();
         s_alive (self, step_start);
         za_batch_t batch;
@@ -1148,6 +1150,9 @@ s_train (s_worker_t *self)
         rc = s_run_steps (self);
         if (rc == 0 && config->is_chief)
             rc = s_checkpoint (self, 1);
+        //  Stopped early: the evaluators learn where training ended.
+        if (rc == 0 && self->hooks.stop.requested)
+            rc = za_early_stop_confirm (config->run.model_dir, self->global_step);
         if (rc == 0)
             return 0;
     }

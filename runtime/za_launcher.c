@@ -6,6 +6,7 @@
     and judges it with the peer class, like every role.                    */
 #include "za_launcher.h"
 #include "za/za_broker.h"
+#include "za/za_early_stop.h"
 #include "za/za_process.h"
 
 #include <errno.h>
@@ -274,10 +275,11 @@ s_duration (double secs, char *text, size_t size)
 }
 
 //  One line of progress from the broker's state.
-//  At 100% the time the job took (`elapsed`) stands where the ETA was.
+//  At 100% (or `over`, training stopped early) the time the job took
+//  (`elapsed`) stands where the ETA was.
 static void
 s_progress_line (const za_broker_state_t *state, char *line, size_t size, int bar,
-                 double elapsed)
+                 double elapsed, int over)
 {
     double loss = 0, steps_per_sec = 0, examples_per_sec = 0, eval_accuracy = -1;
     int64_t eval_step = -1;
@@ -301,7 +303,7 @@ s_progress_line (const za_broker_state_t *state, char *line, size_t size, int ba
     if (max_steps > 0 && step > max_steps)
         step = max_steps;
     double fraction = max_steps > 0? (double) step / (double) max_steps: 0;
-    int done = max_steps > 0 && step >= max_steps;
+    int done = over || (max_steps > 0 && step >= max_steps);
     char eta [32], eval [64] = "eval -", meter [PROGRESS_BAR_CHARS + 4] = "";
     s_duration (done? elapsed: steps_per_sec > 0? (double) (max_steps - step) / steps_per_sec
                                                 : -1, eta, sizeof eta);
@@ -317,8 +319,9 @@ s_progress_line (const za_broker_state_t *state, char *line, size_t size, int ba
         meter [PROGRESS_BAR_CHARS + 3] = 0;
     }
     snprintf (line, size, "%s%3.0f%% step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f ex/s  %s  "
-              "%s %s  restarts %d", meter, 100 * fraction, step, max_steps, loss,
-              examples_per_sec, eval, done? "took": "ETA", eta, restarts);
+              "%s %s  restarts %d%s", meter, 100 * fraction, step, max_steps, loss,
+              examples_per_sec, eval, done? "took": "ETA", eta, restarts,
+              over? "  (stopped early)": "");
 }
 
 //  Reaps what ended. Returns 1 when the job is over (rc set), else 0; a
@@ -395,7 +398,7 @@ s_on_state (s_local_t *self, double *last_log)
     if (za_broker_client_recv (self->client, &reply) == 0 && reply.op == ZA_OP_STATE) {
         double now = za_clock_mono ();
         s_progress_line (reply.state, self->line, sizeof self->line, self->tty,
-                         now - self->started);
+                         now - self->started, 0);
         if (!self->last)
             self->last = malloc (sizeof *self->last);
         if (self->last)
@@ -439,11 +442,15 @@ s_supervise (s_local_t *self)
         }
     }
     zpoller_destroy (&poller);
-    //  A job done ends on its 100% line, with the time it took, once.
+    //  A job done ends on its 100% line, with the time it took, once; one
+    //  stopped early at the step it ended at.
+    int64_t stopped = -1;
+    int early = self->settings->stop_if_no_improvement
+                && za_early_stop_final_step (self->settings->model_dir, &stopped) == 0;
     if (rc == 0 && self->last && self->last->max_steps > 0) {
-        self->last->global_step = self->last->max_steps;
+        self->last->global_step = early? stopped: self->last->max_steps;
         s_progress_line (self->last, self->line, sizeof self->line, self->tty,
-                         za_clock_mono () - self->started);
+                         za_clock_mono () - self->started, early);
         if (self->tty)
             printf ("\r\033[K");
         memset (self->shown, 0, sizeof self->shown);
@@ -465,9 +472,12 @@ s_report (const za_settings_t *s, const char *logs)
     za_evaluator_best_dir (s->model_dir, s->eval_name, best_dir, sizeof best_dir);
     snprintf (best_path, sizeof best_path, "%s/best.json", best_dir);
     json_t *best = json_load_file (best_path, 0, NULL);
+    //  best.json names its metric (an older one: accuracy).
+    json_t *metric = json_object_get (best, "metric"), *value = json_object_get (best, "value");
     if (best)
-        printf ("best evaluation %.4f at step %" JSON_INTEGER_FORMAT ", kept in %s\n",
-                json_number_value (json_object_get (best, "accuracy")),
+        printf ("best evaluation: %s %.4f at step %" JSON_INTEGER_FORMAT ", kept in %s\n",
+                metric? json_string_value (metric): "accuracy",
+                json_number_value (value? value: json_object_get (best, "accuracy")),
                 json_integer_value (json_object_get (best, "global_step")), best_dir);
     json_decref (best);
     printf ("checkpoints and TensorBoard events in %s, evaluations in %s/eval%s%s, events in "
@@ -501,6 +511,11 @@ za_launcher_run_local (const za_program_t *program, za_options_t *options, za_se
     za_task_release (&task);
     if (rc)
         return rc;
+    if (s->stop_if_no_improvement && s->evaluators < 1) {
+        za_error ("--stop-if-no-improvement needs an evaluator to watch the metric: add "
+                  "--evaluators 1");
+        return ZA_EXIT_USAGE;
+    }
     s_local_t self_data, *self = &self_data;
     memset (self, 0, sizeof *self);
     self->settings = s;

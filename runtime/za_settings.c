@@ -255,6 +255,17 @@ static const za_option_t s_options [] = {
                "the whole set: precision, recall, f1 (per class and macro),\n"
                "auc, pr_auc (one class against the rest), top_k(K),\n"
                "confusion_matrix (also an image in TensorBoard), or all"),
+    ZA_OPTION ("best-metric", T_STR, best_metric, "M[,max|min]", "accuracy", 0, 0, NULL, R_EVAL,
+               JOB, 0, NULL,
+               "keep the checkpoint best by M in MODEL_DIR/export/best: loss,\n"
+               "accuracy or one of --eval-metrics; names ending in loss are\n"
+               "better lower, others higher, unless ,max or ,min says"),
+    ZA_OPTION ("stop-if-no-improvement", T_STR, stop_if_no_improvement, "M,STEPS[,max|min]",
+               NULL, 0, 0, NULL, R_ALL, JOB, 0, NULL,
+               "early stopping: when the evaluations' M has not improved for\n"
+               "STEPS global steps, the evaluator asks the chief to stop; the\n"
+               "whole cluster ends cleanly with a final checkpoint, exit 0\n"
+               "(needs an evaluator: --train-and-evaluate, --evaluators N)"),
     ZA_OPTION ("eval-steps", T_INT, eval_steps, "N", NULL, 1, INT_MAX_D, NULL, R_EVAL, JOB, 0,
                NULL, "batches per evaluation (default: the whole set)"),
     ZA_OPTION ("start-delay-secs", T_NUM, start_delay_secs, "S",
@@ -384,6 +395,7 @@ za_settings_run_config (const za_settings_t *s)
     config.replicas_per_device = (int) s->replicas_per_device;
     config.precision = s->precision;
     config.eval_metrics = s->eval_metrics;
+    config.early_stopping = s->stop_if_no_improvement != NULL;
     config.warm_start = (za_warm_start_t) {
         .from = s->warm_start_from, .vars = s->warm_start_vars,
         .rename = s->warm_start_rename,

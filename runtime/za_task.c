@@ -6,6 +6,7 @@
 #include "za_input_json.h"
 #include "za/za_cache.h"
 #include "za/za_checkpoint.h"
+#include "za/za_early_stop.h"
 #include "za/za_kernels.h"
 #include "za/za_warm_start.h"
 #include "za/za_images.h"
@@ -230,6 +231,38 @@ s_check_warm_start (const za_task_t *task)
     return loaded < 0? ZA_EXIT_USAGE: 0;
 }
 
+//  --best-metric and --stop-if-no-improvement name what the evaluations
+//  report: loss, accuracy, --eval-metrics' values or the model_fn's own.
+static int
+s_check_goal (const za_task_t *task, const char *option, const char *name)
+{
+    za_eval_metrics_spec_t spec;
+    if (za_eval_metrics_parse (task->settings->eval_metrics, &spec))
+        return -1;
+    if (za_eval_metrics_reports (&spec, task->model_fn->metrics, task->model_fn->metric_count,
+                                 name))
+        return 0;
+    return za_error ("%s: the evaluations report no '%s' (loss, accuracy, and what "
+                     "--eval-metrics adds: precision, recall, f1, auc, pr_auc, top_K_accuracy)",
+                     option, name);
+}
+
+static int
+s_check_goals (const za_task_t *task)
+{
+    const za_settings_t *s = task->settings;
+    za_metric_goal_t goal;
+    za_early_stop_t stop;
+    if (s->best_metric && (za_metric_goal_parse ("--best-metric", s->best_metric, &goal)
+                           || s_check_goal (task, "--best-metric", goal.name)))
+        return -1;
+    if (s->stop_if_no_improvement
+        && (za_early_stop_parse (s->stop_if_no_improvement, &stop)
+            || s_check_goal (task, "--stop-if-no-improvement", stop.goal.name)))
+        return -1;
+    return 0;
+}
+
 int
 za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *options,
                  za_settings_t *settings, int need_eval, int replicas)
@@ -326,6 +359,8 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
         task->model_fn = program->model_fn;
         task->params = program->params;
     }
+    if (s_check_goals (task))
+        return ZA_EXIT_USAGE;
     if (settings->max_steps == 0) {
         if (task->epoch_examples <= 0) {
             za_error ("give --max-steps: %s does not say how many examples an epoch has",
@@ -486,6 +521,8 @@ s_evaluator_config (za_task_t *task, za_evaluator_config_t *config)
     za_device_parse (s->device, &config->device);
     config->precision = s->precision;
     config->eval_metrics = s->eval_metrics;
+    config->best_metric = s->best_metric;
+    config->stop_if_no_improvement = s->stop_if_no_improvement;
     config->stats = task->stats;
 }
 
@@ -527,6 +564,12 @@ za_task_run_single (za_task_t *task)
                                        / (double) task->epoch_examples: 0,
              task->epoch_examples, run.threads > 0? run.threads: (int) sysconf (_SC_NPROCESSORS_ONLN),
              s->model_dir);
+    if (s->stop_if_no_improvement && !s->train_and_evaluate) {
+        za_estimator_destroy (&estimator);
+        za_error ("--stop-if-no-improvement needs an evaluator to watch the metric: add "
+                  "--train-and-evaluate");
+        return ZA_EXIT_USAGE;
+    }
     double start = za_clock_mono ();
     int rc;
     if (s->train_and_evaluate) {

@@ -3,6 +3,7 @@
     prediction, over one replica of the model.                              */
 #include "za/za_estimator.h"
 #include "za/za_checkpoint.h"
+#include "za/za_early_stop.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -208,6 +209,7 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
     za_step_counter_t counter = {.who = ""};
     za_summary_hook_t summary;
     za_saver_hook_t saver;
+    za_stop_hook_t stopper;
     za_hooks_t hooks = {.count = 0};
     za_hook_t builtin [] = {
         za_step_counter_hook (&counter, config->log_step_count_steps,
@@ -219,6 +221,9 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
     };
     for (size_t h = 0; h < sizeof builtin / sizeof builtin [0]; h++)
         za_hooks_add (&hooks, &builtin [h]);
+    za_hook_t stop_hook = za_stop_hook (&stopper, self->model_dir);
+    if (config->early_stopping)
+        za_hooks_add (&hooks, &stop_hook);
     for (int h = 0; h < self->hooks.count; h++)
         za_hooks_add (&hooks, &self->hooks.hooks [h]);
     za_hooks_begin (&hooks, self->global_step);
@@ -252,6 +257,9 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
     if (rc == 0 && self->global_step != saver.last_saved && self->global_step > 0)
         rc = za_replica_save_through (self->replica, self->model_dir, self->global_step,
                                       self->config.keep_checkpoint_max, 1);
+    //  Stopped early: the evaluators learn where training ended.
+    if (rc == 0 && config->early_stopping && stopper.requested)
+        rc = za_early_stop_confirm (self->model_dir, self->global_step);
     za_hooks_end (&hooks, &ctx);
     return rc;
 }

@@ -112,6 +112,27 @@ za_eval_metrics_any (const za_eval_metrics_spec_t *spec, int own_count)
         || spec->confusion_matrix || spec->top_k_count > 0 || own_count > 0;
 }
 
+int
+za_eval_metrics_reports (const za_eval_metrics_spec_t *spec, const za_metric_fn_t *own,
+                         int own_count, const char *name)
+{
+    if (!strcmp (name, "loss") || !strcmp (name, "accuracy"))
+        return 1;
+    for (int m = 0; m < 5; m++)
+        if (s_wanted (spec, m) && !strcmp (name, s_metric_names [m]))
+            return 1;
+    for (int t = 0; t < spec->top_k_count; t++) {
+        char top [NAME_MAX_LEN];
+        snprintf (top, sizeof top, "top_%d_accuracy", spec->top_k [t]);
+        if (!strcmp (name, top))
+            return 1;
+    }
+    for (int i = 0; own && i < own_count; i++)
+        if (!strcmp (name, own [i].name))
+            return 1;
+    return 0;
+}
+
 za_eval_metrics_t *
 za_eval_metrics_new (const za_eval_metrics_spec_t *spec, const za_metric_fn_t *own,
                      int own_count)

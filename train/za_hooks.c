@@ -1,6 +1,7 @@
 /*  za_hooks.c: running a list of session hooks, the one rule for "due", and
     the built-in hooks: step counter, summary saver, checkpoint saver.      */
 #include "za/za_hooks.h"
+#include "za/za_early_stop.h"
 #include "za/za_optim.h"
 #include "za/za_util.h"
 
@@ -357,5 +358,32 @@ za_saver_hook (za_saver_hook_t *state, int64_t every_steps, double every_secs,
     state->every.secs = every_secs;
     state->last_saved = start_saved;
     za_hook_t hook = {.arg = state, .begin = s_saver_begin, .after_run = s_saver_after_run};
+    return hook;
+}
+
+// ---------------------------------------------------------------------------
+//  Early stopping's listener
+
+static int
+s_stop_after_run (void *arg, const za_run_context_t *ctx)
+{
+    za_stop_hook_t *s = (za_stop_hook_t *) arg;
+    double now = za_clock_mono ();
+    if (!s->requested && now >= s->next_check) {
+        s->next_check = now + ZA_EARLY_STOP_CHECK_SECS;
+        s->requested = za_early_stop_requested (s->model_dir);
+        if (s->requested)
+            za_info ("early stopping: the evaluator asks to stop (%s/%s): training ends at "
+                     "step %" PRId64, s->model_dir, ZA_EARLY_STOP_FILE, ctx->global_step);
+    }
+    return s->requested;
+}
+
+za_hook_t
+za_stop_hook (za_stop_hook_t *state, const char *model_dir)
+{
+    memset (state, 0, sizeof *state);
+    state->model_dir = model_dir;
+    za_hook_t hook = {.arg = state, .after_run = s_stop_after_run};
     return hook;
 }

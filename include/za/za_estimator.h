@@ -46,6 +46,8 @@ typedef struct {
     za_warm_start_t warm_start;     //  WarmStartSettings: from NULL, none
     const char *eval_metrics;       //  --eval-metrics (za_eval_metrics.h): what an
                                     //  evaluation reports beyond loss and accuracy
+    int early_stopping;             //  1: the chief (or one process) ends training
+                                    //  when an evaluator asks (za_early_stop.h)
 } za_run_config_t;
 
 za_run_config_t za_run_config_default (void);

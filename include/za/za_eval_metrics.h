@@ -64,6 +64,11 @@ typedef struct {
 
 typedef struct _za_eval_metrics_t za_eval_metrics_t;
 
+//  1 when an evaluation with spec and the own metrics reports `name`:
+//  loss, accuracy, precision, ..., top_K_accuracy, an own metric's.
+int za_eval_metrics_reports (const za_eval_metrics_spec_t *spec, const za_metric_fn_t *own,
+                             int own_count, const char *name);
+
 //  A new accumulation for one evaluation (own: the model_fn's metrics, may
 //  be NULL). NULL when out of memory.
 za_eval_metrics_t *za_eval_metrics_new (const za_eval_metrics_spec_t *spec,

@@ -41,6 +41,10 @@ typedef struct {
     za_device_t device;             //  where it evaluates (zero: the CPU)
     const char *precision;          //  NULL or a --precision text (za_replica.h)
     const char *eval_metrics;       //  NULL or an --eval-metrics text (za_eval_metrics.h)
+    const char *best_metric;        //  what export_best compares (za_early_stop.h);
+                                    //  NULL: accuracy
+    const char *stop_if_no_improvement; //  NULL, or early stopping's rule: the
+                                    //  evaluator asks the chief to stop (za_early_stop.h)
     double poll_secs;               //  how often model_dir is looked at when
                                     //  nothing tells us of a new checkpoint (0.2)
     void *trigger;                  //  NULL, or a zsock_t / zactor_t whose

@@ -151,6 +151,20 @@ typedef struct {
 za_hook_t za_saver_hook (za_saver_hook_t *state, int64_t every_steps, double every_secs,
                          int64_t start_saved, za_save_fn *save, void *arg);
 
+// ---------------------------------------------------------------------------
+//  Early stopping's listener on the chief (za_early_stop.h): every quarter second
+//  (and after the first step) it looks for the evaluator's request in
+//  model_dir; from then on after_run asks training to stop (> 0) and
+//  `requested` stays 1.
+
+typedef struct {
+    const char *model_dir;
+    double next_check;
+    int requested;
+} za_stop_hook_t;
+
+za_hook_t za_stop_hook (za_stop_hook_t *state, const char *model_dir);
+
 #ifdef __cplusplus
 }
 #endif

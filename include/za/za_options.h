@@ -123,6 +123,8 @@ typedef struct {
     const char *preprocess;         //  none, tf, torch or caffe (za_input.h)
     const char *augment;            //  "pad_crop(4) flip ..." (za_augment.h)
     const char *eval_metrics;       //  "precision recall auc ..." (za_eval_metrics.h)
+    const char *best_metric;        //  "accuracy", "loss", "auc,max" (za_early_stop.h)
+    const char *stop_if_no_improvement; //  "accuracy,2000" (za_early_stop.h)
     const char *lr_schedule;        //  NULL: a constant rate (za_optim_config.h)
     int64_t lr_warmup_steps;
     const char *cache;              //  none, memory or disk (za_cache.h)
