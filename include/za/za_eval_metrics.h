@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "za/za_model.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -44,17 +46,7 @@ typedef struct {
 //  or "none": none. 0, or -1 with an error naming what is accepted.
 int za_eval_metrics_parse (const char *text, za_eval_metrics_spec_t *spec);
 
-//  A model_fn's own metric: the evaluation zeroes state_size bytes, calls
-//  update for each batch's examples (their logits [n, n_classes] and labels;
-//  from several threads' slices, one call at a time) and result once at the
-//  end. Its value is the scalar `name` in metrics.jsonl and TensorBoard.
-typedef struct {
-    const char *name;
-    size_t state_size;
-    void (*update) (void *state, const float *logits, const int32_t *labels, int n,
-                    int n_classes);
-    double (*result) (const void *state);
-} za_metric_fn_t;
+//  A model_fn's own metric: za_metric_fn_t (za_model.h).
 
 //  One reported value.
 typedef struct {

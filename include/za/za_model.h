@@ -11,7 +11,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "za/za_eval_metrics.h"
 #include "za/za_kernels.h"
 
 #ifdef __cplusplus
@@ -67,6 +66,18 @@ typedef struct {
 typedef struct {
     int height, width, channels;
 } za_input_shape_t;
+
+//  A model_fn's own metric: the evaluation zeroes state_size bytes, calls
+//  update for each batch's examples (their logits [n, n_classes] and labels;
+//  from several threads' slices, one call at a time) and result once at the
+//  end. Its value is the scalar `name` in metrics.jsonl and TensorBoard.
+typedef struct {
+    const char *name;
+    size_t state_size;
+    void (*update) (void *state, const float *logits, const int32_t *labels, int n,
+                    int n_classes);
+    double (*result) (const void *state);
+} za_metric_fn_t;
 
 typedef struct {
     const char *name;
