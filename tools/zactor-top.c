@@ -9,6 +9,8 @@
 
 #include <getopt.h>
 #include <inttypes.h>
+#include <langinfo.h>
+#include <locale.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,82 @@
 
 #define EXIT_USAGE 2
 #define SHOWN_EVENTS 12
+#define TREND_POINTS 20                 //  a task's trend: its last values
+#define TREND_TASKS 256
+
+//  A task's trend, kept here across refreshes: a trainer's loss at each new
+//  step it reports, an evaluator's accuracy at each new evaluation.
+typedef struct {
+    int type, index;
+    int64_t step;                       //  of the last value taken
+    double values [TREND_POINTS];
+    int count;
+} s_trend_t;
+
+static s_trend_t s_trends [TREND_TASKS];
+static int s_trend_count;
+static int s_utf8;                      //  the terminal takes UTF-8: block sparklines
+
+static s_trend_t *
+s_trend_of (int type, int index)
+{
+    for (int t = 0; t < s_trend_count; t++)
+        if (s_trends [t].type == type && s_trends [t].index == index)
+            return &s_trends [t];
+    if (s_trend_count == TREND_TASKS)
+        return NULL;
+    s_trend_t *trend = &s_trends [s_trend_count++];
+    *trend = (s_trend_t) {.type = type, .index = index, .step = -1};
+    return trend;
+}
+
+//  Takes a row's newest figure into its trend.
+static void
+s_trend_take (const za_broker_task_row_t *row)
+{
+    int trainer = row->type == ZA_TASK_CHIEF || row->type == ZA_TASK_WORKER;
+    int64_t step = trainer? row->global_step: row->type == ZA_TASK_EVALUATOR? row->eval_step: -1;
+    double value = trainer? row->loss: row->eval_accuracy;
+    s_trend_t *trend = step >= 0? s_trend_of (row->type, row->index): NULL;
+    if (!trend || step == trend->step || !isfinite (value) || (trainer && value <= 0))
+        return;
+    trend->step = step;
+    if (trend->count == TREND_POINTS) {
+        memmove (trend->values, trend->values + 1, (TREND_POINTS - 1) * sizeof (double));
+        trend->count--;
+    }
+    trend->values [trend->count++] = value;
+}
+
+//  A sparkline of the trend, scaled from its least to its largest value
+//  (flat: mid-height): blocks in UTF-8, else ASCII. "-": nothing yet.
+static void
+s_sparkline (int type, int index, char *out, size_t size)
+{
+    static const char *blocks [] = {"\u2581", "\u2582", "\u2583", "\u2584", "\u2585",
+                                    "\u2586", "\u2587", "\u2588"};
+    static const char ascii [] = "_.-~=+*#";
+    s_trend_t *trend = s_trend_of (type, index);
+    snprintf (out, size, "-");
+    if (!trend || trend->count == 0)
+        return;
+    double low = trend->values [0], high = trend->values [0];
+    for (int i = 1; i < trend->count; i++) {
+        low = fmin (low, trend->values [i]);
+        high = fmax (high, trend->values [i]);
+    }
+    size_t at = 0;
+    for (int i = 0; i < trend->count && at + 4 < size; i++) {
+        int level = high > low? (int) lround (7 * (trend->values [i] - low) / (high - low)): 3;
+        if (s_utf8) {
+            memcpy (out + at, blocks [level], strlen (blocks [level]));
+            at += strlen (blocks [level]);
+        }
+        else
+            out [at++] = ascii [level];
+    }
+    out [at] = 0;
+}
 
 static void
 s_usage (FILE *out)
@@ -26,9 +104,11 @@ s_usage (FILE *out)
 "Usage: zactor-top --broker ADDR [--once] [--json] [--interval SECS] [--timeout SECS]\n"
 "                  [--certs DIR]\n"
 "Shows a running zactor cluster: one row per task (role, index, host, pid, state,\n"
-"global step, steps/s, examples/s, loss, last evaluation, restarts, heartbeat age)\n"
-"and the recent events (starts, restarts and their causes), refreshed every second\n"
-"until the job is done or Ctrl-C.\n"
+"global step, steps/s, examples/s, loss, last evaluation, restarts, heartbeat age,\n"
+"and a trend: a sparkline of a trainer's loss at its last 20 refreshes with a new\n"
+"step, of an evaluator's accuracy at its last 20 evaluations) and the recent events\n"
+"(starts, restarts and their causes), refreshed every second until the job is done\n"
+"or Ctrl-C.\n"
 "\n"
 "  --broker ADDR      the broker's endpoint, e.g. tcp://127.0.0.1:5555\n"
 "                     (zactor-run --local prints it)\n"
@@ -60,9 +140,10 @@ s_show (const za_broker_state_t *state)
         ring |= state->tasks [t].ring_rank >= 0;
         bad |= state->tasks [t].bad_images > 0;
     }
-    printf ("%-9s %3s %-15s %7s %-10s %8s %8s %8s %7s %-14s %8s %6s%s%s\n", "ROLE", "IDX",
+    printf ("%-9s %3s %-15s %7s %-10s %8s %8s %8s %7s %-14s %8s %6s%s%s  %s\n", "ROLE", "IDX",
             "HOST", "PID", "STATE", "STEP", "STEPS/S", "EX/S", "LOSS", "LAST EVAL", "RESTARTS",
-            "HB AGE", ring? "  RING  WAIT MS/STEP": "", bad? "  BAD IMAGES": "");
+            "HB AGE", ring? "  RING  WAIT MS/STEP": "", bad? "  BAD IMAGES": "",
+            "TREND (loss; evaluator: accuracy)");
     for (int t = 0; t < state->task_count; t++) {
         const za_broker_task_row_t *row = &state->tasks [t];
         char eval [32] = "-", age [16] = "-";
@@ -85,10 +166,13 @@ s_show (const za_broker_state_t *state)
             snprintf (examples, sizeof examples, "%.0f", row->examples_per_sec);
             snprintf (loss, sizeof loss, "%.4f", row->loss);
         }
-        printf ("%-9s %3d %-15.15s %7d %-10s %8" PRId64 " %8s %8s %7s %-14s %8d %6s%s%s\n",
+        s_trend_take (row);
+        char trend [TREND_POINTS * 4 + 8];
+        s_sparkline (row->type, row->index, trend, sizeof trend);
+        printf ("%-9s %3d %-15.15s %7d %-10s %8" PRId64 " %8s %8s %7s %-14s %8d %6s%s%s  %s\n",
                 za_task_type_name (row->type), row->index, row->host, row->pid, row->state,
                 row->global_step, rate, examples, loss, eval, row->restarts, age, place,
-                skipped);
+                skipped, row->type == ZA_TASK_PS? "-": trend);
     }
     printf ("\nrecent events:\n");
     int first = state->event_count > SHOWN_EVENTS? state->event_count - SHOWN_EVENTS: 0;
@@ -119,6 +203,8 @@ main (int argc, char **argv)
     };
     const char *broker = NULL, *certs = NULL;
     int once = 0, as_json = 0;
+    setlocale (LC_CTYPE, "");
+    s_utf8 = !strcmp (nl_langinfo (CODESET), "UTF-8");
     double interval = 1, timeout = 5;
     int opt;
     while ((opt = getopt_long (argc, argv, "h", options, NULL)) != -1) {

@@ -1,0 +1,139 @@
+/*  test_top.c: what a person sees in zactor-top, in a real terminal: tmux
+    runs zactor-top against a --local job and the test reads the screen
+    (tmux capture-pane) until the chief's loss trend and the evaluator's
+    accuracy trend are sparklines of several points, and checks that a ps
+    row shows "-" where a trainer's figures do not apply.                  */
+#include <criterion/criterion.h>
+#include <czmq.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "za_test.h"
+
+#define SCREEN_TIMEOUT_S 240.0
+
+static void
+s_setup (void)
+{
+    za_test_dir_create ("za_top");
+}
+
+static void
+s_teardown (void)
+{
+    za_test_dir_remove ();
+}
+
+TestSuite (top, .init = s_setup, .fini = s_teardown);
+
+//  The pane's text (caller frees), or NULL.
+static char *
+s_capture (const char *socket)
+{
+    char command [256];
+    snprintf (command, sizeof command, "tmux -L %s capture-pane -p -t top 2>/dev/null", socket);
+    FILE *pipe = popen (command, "r");
+    if (!pipe)
+        return NULL;
+    size_t size = 0, cap = 65536;
+    char *text = (char *) malloc (cap);
+    size_t got;
+    while (text && (got = fread (text + size, 1, cap - 1 - size, pipe)) > 0)
+        size += got;
+    pclose (pipe);
+    if (text)
+        text [size] = 0;
+    return text;
+}
+
+//  The screen's line that starts with `role` (then spaces and the index 0).
+static const char *
+s_row (const char *screen, const char *role, char *line, size_t size)
+{
+    for (const char *at = screen; at && *at; ) {
+        const char *end = strchr (at, '\n');
+        size_t len = end? (size_t) (end - at): strlen (at);
+        char index [8];
+        if (!strncmp (at, role, strlen (role)) && sscanf (at + strlen (role), "%7s", index) == 1
+            && !strcmp (index, "0")) {
+            snprintf (line, size, "%.*s", (int) len, at);
+            return line;
+        }
+        at = end? end + 1: NULL;
+    }
+    return NULL;
+}
+
+//  Block characters (U+2581 .. U+2588: E2 96 81 .. 88) in a line.
+static int
+s_blocks (const char *line)
+{
+    int count = 0;
+    for (const unsigned char *at = (const unsigned char *) line; at [0]; at++)
+        if (at [0] == 0xe2 && at [1] == 0x96 && at [2] >= 0x81 && at [2] <= 0x88)
+            count++;
+    return count;
+}
+
+Test (top, trends_and_dashes_on_a_terminal, .timeout = 400)
+{
+    cr_assert_eq (system ("tmux -V >/dev/null 2>&1"), 0, "tmux is needed (apt-get install tmux)");
+    char *model_dir = za_test_path ("run");
+    char *out = za_test_path ("local.out");
+    const char *args [] = {"--local", "--model-dir", model_dir, "--max-steps", "100000000",
+                           "--model", "flatten dense(32,relu) dense(10)",
+                           "--save-checkpoints-steps", "300", "--log-step-count-steps", "0",
+                           "--start-delay-secs", "0", "--throttle-secs", "0", NULL};
+    char broker [128];
+    pid_t local = za_test_start_local ("zactor-run", args, out, broker);
+    char socket [64], command [1024];
+    snprintf (socket, sizeof socket, "za_top_%d", (int) getpid ());
+    snprintf (command, sizeof command,
+              "tmux -L %s -f /dev/null -u new-session -d -s top -x 240 -y 40 "
+              "'env LANG=C.UTF-8 %s --broker %s --interval 0.2'", socket,
+              za_test_program ("zactor-top"), broker);
+    cr_assert_eq (system (command), 0, "%s", command);
+    //  Until the trends have several points (each refresh with a new step
+    //  adds one to a trainer's; each evaluation one to the evaluator's).
+    char chief [1024] = "", evaluator [1024] = "", ps [1024] = "";
+    char *screen = NULL;
+    double deadline = za_clock_mono () + SCREEN_TIMEOUT_S;
+    int seen = 0;
+    while (!seen && za_clock_mono () < deadline) {
+        free (screen);
+        screen = s_capture (socket);
+        seen = screen && s_row (screen, "chief", chief, sizeof chief)
+            && s_row (screen, "evaluator", evaluator, sizeof evaluator)
+            && s_row (screen, "ps", ps, sizeof ps)
+            && s_blocks (chief) >= 5 && s_blocks (evaluator) >= 3;
+        if (!seen)
+            zclock_sleep (200);
+    }
+    snprintf (command, sizeof command, "tmux -L %s kill-server", socket);
+    cr_expect_eq (system (command), 0);
+    kill (local, SIGINT);
+    za_test_wait (local, 120);
+    cr_assert (seen, "no trends on the screen within %.0f s:\n%s", SCREEN_TIMEOUT_S,
+               screen? screen: "(nothing)");
+    cr_expect (strstr (screen, "TREND"), "%s", screen);
+    //  A ps row: STEPS/S, EX/S, LOSS, LAST EVAL and TREND do not apply.
+    char role [16], index [8], host [64], pid [16], state [16], step [24], rate [16],
+         examples [16], loss [16], eval [32];
+    cr_assert_eq (sscanf (ps, "%15s %7s %63s %15s %15s %23s %15s %15s %15s %31s", role, index,
+                          host, pid, state, step, rate, examples, loss, eval), 10, "%s", ps);
+    cr_expect_str_eq (rate, "-", "%s", ps);
+    cr_expect_str_eq (examples, "-", "%s", ps);
+    cr_expect_str_eq (loss, "-", "%s", ps);
+    cr_expect_str_eq (eval, "-", "%s", ps);
+    cr_expect_eq (s_blocks (ps), 0, "%s", ps);
+    size_t len = strlen (ps);
+    while (len > 0 && ps [len - 1] == ' ')
+        len--;
+    cr_expect (len > 0 && ps [len - 1] == '-', "the ps row ends in '-': %s", ps);
+    free (screen);
+    free (model_dir);
+    free (out);
+}
