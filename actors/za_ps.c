@@ -650,7 +650,20 @@ s_init (s_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
         s_reply_error (self, routing_id, msg->seq, "bad_request", why);
         return -1;
     }
-    const za_optim_config_t optim = msg->optim;
+    za_optim_config_t optim = msg->optim;
+    //  The chief's schedule is its program's function: ours (the same
+    //  program), or the init is refused.
+    if (optim.schedule.kind == ZA_SCHEDULE_FUNCTION) {
+        const za_schedule_t *own = &self->config->optim.schedule;
+        if (own->kind != ZA_SCHEDULE_FUNCTION || !own->fn) {
+            s_reply_error (self, routing_id, msg->seq, "bad_request",
+                           "init: the chief's learning rate is its program's function, and this "
+                           "ps runs a program without one");
+            return -1;
+        }
+        optim.schedule.fn = own->fn;
+        optim.schedule.fn_arg = own->fn_arg;
+    }
     if (s_check_parts (self, msg, 0, why, sizeof why)) {
         s_reply_error (self, routing_id, msg->seq, "bad_request", why);
         return -1;

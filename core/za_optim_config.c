@@ -79,7 +79,7 @@ za_optim_config_check (const za_optim_config_t *config, char *why, size_t size)
     if ((unsigned) s->kind >= ZA_SCHEDULE_COUNT || s->boundary_count < 0
         || s->boundary_count > ZA_SCHEDULE_PIECES_MAX || s->warmup_steps < 0
         || (s->kind != ZA_SCHEDULE_CONSTANT && s->kind != ZA_SCHEDULE_PIECEWISE
-            && !(s->decay_steps > 0))) {
+            && s->kind != ZA_SCHEDULE_FUNCTION && !(s->decay_steps > 0))) {
         snprintf (why, size, "opt.schedule: an unknown kind, or decay steps not > 0");
         return -1;
     }
@@ -122,7 +122,7 @@ za_optim_name (za_optimizer_t kind)
 
 static const char *s_schedule_names [ZA_SCHEDULE_COUNT] = {
     "constant", "exponential_decay", "piecewise_constant", "cosine_decay",
-    "cosine_decay_restarts", "polynomial_decay",
+    "cosine_decay_restarts", "polynomial_decay", "function",
 };
 
 const char *
@@ -230,6 +230,9 @@ za_schedule_parse (const char *text, za_schedule_t *schedule)
     if (open)
         *open = 0;
     int kind = za_schedule_kind_of (copy);
+    if (kind == ZA_SCHEDULE_FUNCTION)
+        return za_error ("--lr-schedule '%s': a function schedule is a program's C function "
+                         "(za_program_t.learning_rate_fn), not a text", text);
     if (kind < 0 || (open && (!close || close [1])))
         return za_error ("--lr-schedule '%s': give constant, exponential_decay(...), "
                          "piecewise_constant(...), cosine_decay(...), "

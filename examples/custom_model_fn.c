@@ -11,6 +11,7 @@
 #include "za/za_idx.h"
 #include "za/za_run.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -21,6 +22,7 @@
 //  line, "l2" in a job file, handed to every task of a cluster.
 typedef struct {
     double l2;
+    double halve_every;         //  the learning rate halves every this many steps (0: never)
 } params_t;
 
 //  The model's state: buffers for one batch, planned once in create.
@@ -149,12 +151,28 @@ input_fn (void *arg, const za_input_context_t *context)
     return za_input_new (test, &config);
 }
 
+//  Its own learning-rate schedule (a model_fn's tf.train.exponential_decay
+//  with staircase, or a Keras LearningRateSchedule): the base rate halved
+//  every --halve-every global steps. Every process that applies updates (a
+//  ps, each all-reduce worker) calls it, with the settings it was given.
+static double
+step_decay (void *arg, double learning_rate, int64_t step)
+{
+    const params_t *p = (const params_t *) arg;
+    return p->halve_every > 0? learning_rate * pow (0.5, floor ((double) step / p->halve_every))
+                             : learning_rate;
+}
+
 static params_t params = {0};
 
 static const za_option_t options [] = {
     ZA_PARAM ("l2", ZA_OPTION_NUMBER, params_t, l2, "RATE", "0", 0, 1, NULL,
               ZA_READ_ALL, "The model (softmax regression over the pixels)",
               "L2 penalty on the kernel: RATE / 2 * |w|^2 added to the loss"),
+    ZA_PARAM ("halve-every", ZA_OPTION_NUMBER, params_t, halve_every, "STEPS", "0", 0, 1e12,
+              NULL, ZA_READ_ALL, NULL,
+              "its own schedule: the learning rate halves every STEPS global\n"
+              "steps (0: never)"),
     {NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, 0, 0, NULL, NULL},
 };
 
@@ -177,6 +195,8 @@ main (int argc, char **argv)
         .options = options,
         .defaults = defaults,
         .input_fn = input_fn,
+        .learning_rate_fn = step_decay,
+        .learning_rate_arg = &params,
     };
     return za_run_main (argc, argv, &program);
 }

@@ -242,6 +242,11 @@ za_elem_scheduled (const za_optim_config_t *c, double s)
             double cosine = 0.5 * pow (k->m_mul, restarts) * (1 + cos (ZA_ELEM_PI * fraction));
             return lr * ((1 - k->alpha) * cosine + k->alpha);
         }
+#ifndef __CUDA_ARCH__
+        //  The host's function (a GPU's updates take the rate from the host).
+        case ZA_SCHEDULE_FUNCTION:
+            return k->fn? k->fn (k->fn_arg, lr, (int64_t) s): NAN;
+#endif
         case ZA_SCHEDULE_POLYNOMIAL: {
             double t = s;
             if (k->cycle)

@@ -278,6 +278,15 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     if (settings->lr_schedule && za_schedule_parse (settings->lr_schedule,
                                                     &settings->optim.schedule))
         return ZA_EXIT_USAGE;
+    if (program->learning_rate_fn && settings->lr_schedule) {
+        za_error ("--lr-schedule: %s has its own learning-rate schedule", program->name);
+        return ZA_EXIT_USAGE;
+    }
+    if (program->learning_rate_fn) {
+        settings->optim.schedule.kind = ZA_SCHEDULE_FUNCTION;
+        settings->optim.schedule.fn = program->learning_rate_fn;
+        settings->optim.schedule.fn_arg = program->learning_rate_arg;
+    }
     za_eval_metrics_spec_t metrics;
     if (za_eval_metrics_parse (settings->eval_metrics, &metrics))
         return ZA_EXIT_USAGE;
@@ -632,6 +641,10 @@ s_role_config (za_task_t *task, const za_place_t *place, za_role_config_t *role)
         role->optim = s->optim;
     //  Every worker clips its whole gradient before its pushes.
     role->optim.global_clipnorm = s->optim.global_clipnorm;
+    //  A ps applies the chief's schedule; when that is the program's
+    //  function, its own copy of it (the same program).
+    if (s->optim.schedule.kind == ZA_SCHEDULE_FUNCTION)
+        role->optim.schedule = s->optim.schedule;
     role->run = za_settings_run_config (s);
     role->max_steps = s->max_steps;
     role->batch_size = (int) s->batch_size;

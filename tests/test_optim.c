@@ -222,6 +222,7 @@ Test (schedule, what_is_wrong_is_said)
         {"cosine_decay(decay_steps=10, gamma=2)", "no argument 'gamma'"},
         {"exponential_decay(decay_steps=10, decay_rate=0.5, staircase=maybe)",
          "true or false"},
+        {"function", "a program's C function"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases [0]; c++) {
         cr_expect_eq (za_schedule_parse (cases [c].text, &s), -1, "%s", cases [c].text);
@@ -414,5 +415,72 @@ Test (optim, clipping_across_two_ps_equals_one_process, .timeout = 900)
     cr_expect_gt (clipped, 1e-3, "the clip changes the training");
     cr_expect_gt (decay, 1e-4, "the weight decay changes the training");
     free (one), free (two), free (free_two), free (decayed);
+    za_test_dir_remove ();
+}
+
+//  A program's function as the schedule: called with the base rate and the
+//  global step before the update; a warm-up still goes first.
+static double
+s_tenth_after_5 (void *arg, double learning_rate, int64_t step)
+{
+    (void) arg;
+    return step < 5? learning_rate: learning_rate / 10;
+}
+
+Test (schedule, a_program_s_function)
+{
+    za_optim_config_t c = za_optim_config_default (ZA_OPT_SGD);
+    c.learning_rate = 0.1f;
+    c.schedule = (za_schedule_t) {.kind = ZA_SCHEDULE_FUNCTION, .fn = s_tenth_after_5};
+    cr_expect_float_eq (za_optim_learning_rate (&c, 1), 0.1, 1e-7);
+    cr_expect_float_eq (za_optim_learning_rate (&c, 5), 0.1, 1e-7, "the update from step 4");
+    cr_expect_float_eq (za_optim_learning_rate (&c, 6), 0.01, 1e-7);
+    char why [256];
+    cr_expect_eq (za_optim_config_check (&c, why, sizeof why), 0, "%s", why);
+    c.schedule.warmup_steps = 10;
+    cr_expect_float_eq (za_optim_learning_rate (&c, 1), 0.001, 1e-8, "1/10 of the rate at 10");
+    cr_expect_float_eq (za_optim_learning_rate (&c, 11), 0.01, 1e-8);
+}
+
+//  custom_model_fn's own schedule (--halve-every) in a --local cluster: the
+//  chief's metrics give the function's rate; the ps took the init (it runs
+//  the same program) and the job ends 0. With --lr-schedule too: exit 2.
+Test (schedule, a_program_s_function_in_a_cluster, .timeout = 600)
+{
+    za_test_dir_create ("za_schedule_fn");
+    char *model = za_test_path ("model");
+    const char *args [] = {"--local", "--workers", "1", "--evaluators", "0", "--no-eval",
+                           "--halve-every", "100", "--max-steps", "300",
+                           "--save-summary-steps", "50", "--model-dir", model, NULL};
+    za_test_result_t result = za_test_run_program ("custom_model_fn", args, 600);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    char *path = za_test_join (model, "metrics.jsonl");
+    char *text = za_test_read_file (path, NULL);
+    cr_assert_not_null (text, "%s", path);
+    int lines = 0, halved = 0;
+    for (char *save = NULL, *line = strtok_r (text, "\n", &save); line;
+         line = strtok_r (NULL, "\n", &save)) {
+        long step = 0;
+        double rate = -1;
+        const char *at = strstr (line, "\"learning_rate\": ");
+        cr_assert (at && sscanf (line, "{\"global_step\": %ld", &step) == 1
+                   && sscanf (at, "\"learning_rate\": %lf", &rate) == 1, "%s", line);
+        double want = 0.1 * pow (0.5, floor ((double) (step - 1) / 100));
+        cr_expect (fabs (rate - want) <= 1e-9, "step %ld: %g, not %g", step, rate, want);
+        halved += rate < 0.1;
+        lines++;
+    }
+    cr_expect_geq (lines, 4);
+    cr_expect_geq (halved, 2);
+    free (text), free (path);
+    const char *both [] = {"--halve-every", "100", "--lr-schedule",
+                           "cosine_decay(decay_steps=300)", "--max-steps", "10", "--model-dir",
+                           model, NULL};
+    result = za_test_run_program ("custom_model_fn", both, 60);
+    cr_expect_eq (result.exit_code, 2);
+    cr_expect (strstr (result.err, "has its own learning-rate schedule"), "%s", result.err);
+    za_test_result_free (&result);
+    free (model);
     za_test_dir_remove ();
 }

@@ -771,3 +771,55 @@ Test (ps, weight_decay_travels_in_the_init)
     const float expected [] = {0.45f};
     s_pushes_of_ones (s_decay, 1, expected);
 }
+
+//  A program's own schedule: 0.5 for the update from step 0, then 0.25
+//  (arg: how many calls).
+static double
+s_halving (void *arg, double learning_rate, int64_t step)
+{
+    (*(int *) arg)++;
+    return step == 0? learning_rate: learning_rate / 2;
+}
+
+static void
+s_function (za_optim_config_t *optim)
+{
+    optim->schedule.kind = ZA_SCHEDULE_FUNCTION;
+}
+
+//  The init says the schedule is the chief's program's function (the wire
+//  carries no function): the ps calls its own, the same program's; a ps
+//  without one refuses the init by name.
+Test (ps, a_function_schedule_is_the_ps_own_program_s)
+{
+    s_ps_case_t c;
+    s_configure (&c, NULL, 0, 1.0);
+    int calls = 0;
+    c.config.optim.schedule = (za_schedule_t) {.kind = ZA_SCHEDULE_FUNCTION, .fn = s_halving,
+                                               .fn_arg = &calls};
+    s_start (&c);
+    float grads_k [12], grads_b [3];
+    s_ones (&c, grads_k, grads_b);
+    int64_t zero = 0;
+    s_init_sgd (&c, 0.5f, &zero);
+    s_function (&c.out->optim);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
+    const float expected [] = {0.5f, 0.25f, 0.0f};
+    for (int push = 0; push < 3; push++) {
+        za_wire_msg_init (c.out, ZA_OP_PUSH);
+        c.out->task = 0;
+        s_add_params (&c, grads_k, grads_b);
+        cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_VALUES, "%s", c.in->error);
+        s_expect_floats (&c, expected [push]);
+    }
+    cr_expect_geq (calls, 3);
+    s_teardown (&c);
+    //  Without a function of its own.
+    s_setup (&c);
+    s_init_sgd (&c, 0.5f, &zero);
+    s_function (&c.out->optim);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "bad_request");
+    cr_expect (strstr (c.in->error, "program's function"), "%s", c.in->error);
+    s_teardown (&c);
+}

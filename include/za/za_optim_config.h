@@ -6,6 +6,7 @@
 #define ZA_OPTIM_CONFIG_H_INCLUDED
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,8 +31,18 @@ typedef enum {
     ZA_SCHEDULE_COSINE_RESTARTS,//  SGDR: periods decay_steps x t_mul ^ i, peaks m_mul ^ i
     ZA_SCHEDULE_POLYNOMIAL,     //  (lr - end) (1 - min (s, d) / d) ^ power + end (cycle:
                                 //  d x ceil (s / d))
+    ZA_SCHEDULE_FUNCTION,       //  fn (fn_arg, lr, s): the program's own (za_program_t's
+                                //  learning_rate_fn); the wire carries only the kind, and
+                                //  each process (a ps, every all-reduce rank) calls its own
     ZA_SCHEDULE_COUNT
 } za_schedule_kind_t;
+
+//  A program's learning-rate schedule (Keras's LearningRateSchedule
+//  subclass, a model_fn's tf.train.*_decay of global_step): the rate of the
+//  update from global step `step` (0 for the first), given the base rate.
+//  It must be a pure function of its arguments: every process that applies
+//  updates calls it with the same ones.
+typedef double (za_schedule_fn) (void *arg, double learning_rate, int64_t step);
 
 #define ZA_SCHEDULE_PIECES_MAX 8
 //  The numbers of a schedule, as the wire carries them (za_schedule_numbers).
@@ -52,6 +63,8 @@ typedef struct {
     double values [ZA_SCHEDULE_PIECES_MAX + 1];
     double warmup_steps;        //  > 0: the rate rises linearly, (s + 1) / warmup of the
                                 //  schedule's at warmup_steps, before it
+    za_schedule_fn *fn;         //  ZA_SCHEDULE_FUNCTION: the function, this process's
+    void *fn_arg;
 } za_schedule_t;
 
 typedef struct {

@@ -35,6 +35,12 @@ typedef struct {
     //  Checks the program's settings once they are all in (may be NULL):
     //  returns 0, or -1 with an error, and the program exits 2.
     int (*check) (void *params, const za_settings_t *settings);
+    //  Its own learning-rate schedule (NULL: --lr-schedule's): every process
+    //  that applies updates (one process, each ps, each all-reduce rank)
+    //  calls it with the base rate and the global step; --lr-warmup-steps
+    //  still goes before it.
+    za_schedule_fn *learning_rate_fn;
+    void *learning_rate_arg;
 } za_program_t;
 
 #ifdef __cplusplus

@@ -43,8 +43,10 @@ typedef struct {
     const void *params;
     za_input_shape_t input;
     za_optim_config_t optim;        //  the chief's: it initialises the ps with it (a
-                                    //  ps applies what that init says; others ignore it);
-                                    //  every all-reduce worker's (the chief checks it)
+                                    //  ps applies what that init says; others ignore it,
+                                    //  but for a ps's schedule.fn when the init's is
+                                    //  ZA_SCHEDULE_FUNCTION); every all-reduce worker's
+                                    //  (the chief checks it)
     za_run_config_t run;            //  model_dir (the chief writes it), checkpoint
                                     //  policy, seed, threads, logging
     int64_t max_steps;
