@@ -259,6 +259,27 @@ Test (schedule, numbers_round_trip)
 }
 
 //  The rate in effect is in metrics.jsonl (and TensorBoard): cosine over
+//  The (step, learning_rate) of each line of MODEL_DIR/metrics.jsonl, at
+//  most max; how many.
+static int
+s_rates (const char *model_dir, long *steps, double *rates, int max)
+{
+    char *path = za_test_join (model_dir, "metrics.jsonl");
+    char *text = za_test_read_file (path, NULL);
+    cr_assert_not_null (text, "%s", path);
+    int lines = 0;
+    for (char *save = NULL, *line = strtok_r (text, "\n", &save); line && lines < max;
+         line = strtok_r (NULL, "\n", &save), lines++) {
+        const char *at = strstr (line, "\"learning_rate\": ");
+        cr_assert (at && sscanf (line, "{\"global_step\": %ld", &steps [lines]) == 1
+                   && sscanf (at, "\"learning_rate\": %lf", &rates [lines]) == 1, "%s",
+                   line);
+    }
+    free (text);
+    free (path);
+    return lines;
+}
+
 //  300 steps, a line every 100.
 Test (schedule, the_rate_is_a_metric, .timeout = 600)
 {
@@ -270,24 +291,17 @@ Test (schedule, the_rate_is_a_metric, .timeout = 600)
     za_test_result_t result = za_test_run (args, 600);
     cr_assert_eq (result.exit_code, 0, "%s", result.err);
     za_test_result_free (&result);
-    char *path = za_test_join (model, "metrics.jsonl");
-    char *text = za_test_read_file (path, NULL);
-    cr_assert_not_null (text, "%s", path);
-    int lines = 0;
-    for (char *save = NULL, *line = strtok_r (text, "\n", &save); line;
-         line = strtok_r (NULL, "\n", &save)) {
-        long step = 0;
-        double rate = -1;
-        const char *at = strstr (line, "\"learning_rate\": ");
-        cr_assert (at && sscanf (line, "{\"global_step\": %ld", &step) == 1
-                   && sscanf (at, "\"learning_rate\": %lf", &rate) == 1, "%s", line);
-        double want = 0.001 * 0.5 * (1 + cos (3.14159265358979 * (double) (step - 1) / 300));
-        cr_expect (fabs (rate - want) <= 1e-6 * 0.001 + 1e-12, "step %ld: %g, not %g", step,
-                   rate, want);
-        lines++;
+    long steps [16];
+    double rates [16];
+    int lines = s_rates (model, steps, rates, 16);
+    for (int l = 0; l < lines; l++) {
+        double want = 0.001 * 0.5 * (1 + cos (3.14159265358979 * (double) (steps [l] - 1)
+                                               / 300));
+        cr_expect (fabs (rates [l] - want) <= 1e-6 * 0.001 + 1e-12, "step %ld: %g, not %g",
+                   steps [l], rates [l], want);
     }
     cr_expect_eq (lines, 3);
-    free (text), free (path), free (model);
+    free (model);
     za_test_dir_remove ();
 }
 
@@ -455,25 +469,17 @@ Test (schedule, a_program_s_function_in_a_cluster, .timeout = 600)
     za_test_result_t result = za_test_run_program ("custom_model_fn", args, 600);
     cr_assert_eq (result.exit_code, 0, "%s", result.err);
     za_test_result_free (&result);
-    char *path = za_test_join (model, "metrics.jsonl");
-    char *text = za_test_read_file (path, NULL);
-    cr_assert_not_null (text, "%s", path);
-    int lines = 0, halved = 0;
-    for (char *save = NULL, *line = strtok_r (text, "\n", &save); line;
-         line = strtok_r (NULL, "\n", &save)) {
-        long step = 0;
-        double rate = -1;
-        const char *at = strstr (line, "\"learning_rate\": ");
-        cr_assert (at && sscanf (line, "{\"global_step\": %ld", &step) == 1
-                   && sscanf (at, "\"learning_rate\": %lf", &rate) == 1, "%s", line);
-        double want = 0.1 * pow (0.5, floor ((double) (step - 1) / 100));
-        cr_expect (fabs (rate - want) <= 1e-9, "step %ld: %g, not %g", step, rate, want);
-        halved += rate < 0.1;
-        lines++;
+    long steps [16];
+    double rates [16];
+    int lines = s_rates (model, steps, rates, 16), halved = 0;
+    for (int l = 0; l < lines; l++) {
+        double want = 0.1 * pow (0.5, floor ((double) (steps [l] - 1) / 100));
+        cr_expect (fabs (rates [l] - want) <= 1e-9, "step %ld: %g, not %g", steps [l],
+                   rates [l], want);
+        halved += rates [l] < 0.1;
     }
     cr_expect_geq (lines, 4);
     cr_expect_geq (halved, 2);
-    free (text), free (path);
     const char *both [] = {"--halve-every", "100", "--lr-schedule",
                            "cosine_decay(decay_steps=300)", "--max-steps", "10", "--model-dir",
                            model, NULL};
