@@ -69,6 +69,8 @@ struct _za_replica_t {
     float *dev_peer;                //  on device 0: a gradient from another device
     float *dev_features [ZA_REPLICA_MAX_THREADS];
     int32_t *dev_labels [ZA_REPLICA_MAX_THREADS];
+    int logits_to_host;             //  on a device: each slice's logits downloaded
+                                    //  (PREDICT, and EVAL with metrics)
     float *host_logits [ZA_REPLICA_MAX_THREADS];
     size_t host_logits_floats [ZA_REPLICA_MAX_THREADS];
     //  Which copy is newer (s_at_t): values, gradient, slots.
@@ -649,7 +651,7 @@ s_batch_slice (void *arg, int t)
             run->rc [t] = za_error ("model_fn '%s' does not apply the loss scale that "
                                     "--precision mixed_float16 needs (za_model_loss_scale, "
                                     "za_model.h)", self->model_fn->name);
-        if (run->rc [t] == 0 && on_device && run->mode == ZA_MODE_PREDICT)
+        if (run->rc [t] == 0 && on_device && self->logits_to_host)
             run->rc [t] = s_download_logits (self, t, &spec, count);
         run->specs [t].logits = spec.logits;
         run->specs [t].n_classes = spec.n_classes;
@@ -865,25 +867,24 @@ s_run_in_views (za_replica_t *self, const za_batch_t *batch, za_mode_t mode,
     *loss_sum = 0;
     *correct = 0;
     s_batch_run_t run;
-    for (int lo = 0; lo < batch->size; lo += view_max) {
+    self->logits_to_host = 1;
+    int rc = 0;
+    for (int lo = 0; lo < batch->size && rc == 0; lo += view_max) {
         za_batch_t view = {batch->features + (size_t) lo * self->feature_size,
                            batch->labels? batch->labels + lo: NULL,
                            batch->size - lo < view_max? batch->size - lo: view_max,
                            batch->feature_size, NULL};
         double view_loss;
         int view_correct;
-        if (s_batch_run (self, &view, mode, 0, &run, &view_loss, &view_correct))
-            return -1;
+        rc = s_batch_run (self, &view, mode, 0, &run, &view_loss, &view_correct);
         *loss_sum += view_loss;
         *correct += view_correct;
-        for (int t = 0; t < self->threads; t++) {
-            int rc = rows_fn (arg, batch, lo + run.first [t], run.specs [t].logits,
-                              run.count [t], run.specs [t].n_classes);
-            if (rc)
-                return rc;
-        }
+        for (int t = 0; t < self->threads && rc == 0; t++)
+            rc = rows_fn (arg, batch, lo + run.first [t], run.specs [t].logits, run.count [t],
+                          run.specs [t].n_classes);
     }
-    return 0;
+    self->logits_to_host = 0;
+    return rc;
 }
 
 static int
