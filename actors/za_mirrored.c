@@ -245,6 +245,9 @@ typedef struct {
     int64_t bucket_floats;                      //  --bucket-kib: the rounds depend on it
     int64_t wire_dtype;                         //  --wire-dtype: the chunks' dtype
     int64_t early_stopping;                     //  a stop flag goes round after each step
+    int64_t loss_good_steps;                    //  mixed_float16: the source's loss scale,
+    float loss_scale;                           //  which every rank takes (the same scale
+                                                //  everywhere, or the mean is wrong)
 } s_start_t;
 
 #define START_FLOATS ((sizeof (s_start_t) + sizeof (float) - 1) / sizeof (float))
@@ -437,6 +440,7 @@ s_start (s_mirrored_t *self, int first)
         .wire_dtype = (int64_t) config->wire_dtype,
         .early_stopping = config->run.early_stopping,
     };
+    za_replica_loss_scale_state (self->replica, &mine.loss_scale, &mine.loss_good_steps);
     float record [START_FLOATS];
     memset (record, 0, sizeof record);
     memcpy (record, &mine, sizeof mine);
@@ -448,6 +452,7 @@ s_start (s_mirrored_t *self, int first)
     memcpy (&chief, record, sizeof chief);
     if (s_compare_start (self, &chief, &mine))
         return -1;
+    za_replica_set_loss_scale (self->replica, chief.loss_scale, chief.loss_good_steps);
     const za_optim_config_t *optim = za_replica_optim (self->replica);
     int slots = za_optim_slot_count (optim->kind);
     rc = za_ring_broadcast (self->ring, za_replica_values (self->replica), self->vars->total,

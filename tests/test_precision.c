@@ -487,6 +487,27 @@ Test (precision, loss_scale_skips_an_overflowing_step, .fini = s_teardown)
                   "skips went on after the scale fit");
     json_decref (line);
     za_estimator_destroy (&est);
+    //  The checkpoint keeps the scale: a new process that starts at 2^40
+    //  again takes the checkpoint's, and its next step skips nothing.
+    int found = 0;
+    za_checkpoint_t *ckpt = za_checkpoint_load_newest (dir, &found);
+    cr_assert_not_null (ckpt, "%s", za_last_error ());
+    const za_ckpt_tensor_t *kept = za_checkpoint_find (ckpt, "current_loss_scale");
+    cr_assert (kept && kept->dtype == ZA_DTYPE_F32 && kept->ndim == 0);
+    float kept_scale;
+    memcpy (&kept_scale, kept->data, sizeof kept_scale);
+    cr_expect_eq (kept_scale, (float) scale);
+    cr_expect_not_null (za_checkpoint_find (ckpt, "good_steps"));
+    za_checkpoint_destroy (&ckpt);
+    est = za_estimator_new (za_stack_model_fn (), &spec, shape, &optim, &config);
+    cr_assert_not_null (est, "%s", za_last_error ());
+    cr_assert_eq (za_estimator_train (est, s_input_fn, train, 81), 0, "%s", za_last_error ());
+    line = s_last_metrics (dir);
+    cr_expect_eq (json_integer_value (json_object_get (line, "skipped_steps")), 0,
+                  "the restored process skipped a step: its scale was not restored");
+    cr_expect_eq (json_number_value (json_object_get (line, "loss_scale")), scale);
+    json_decref (line);
+    za_estimator_destroy (&est);
     za_free (before);
     za_dataset_destroy (&train);
     free (dir);

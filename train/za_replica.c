@@ -23,6 +23,8 @@
 #define LOSS_SCALE_GROWTH_STEPS 2000
 #define LOSS_SCALE_MAX 0x1p24f          //  doubled no further (2^128 would be inf)
 #define CKPT_META_MODEL "model"
+#define CKPT_LOSS_SCALE "current_loss_scale"    //  Keras's LossScaleOptimizer's names
+#define CKPT_GOOD_STEPS "good_steps"
 #define CKPT_META_MODEL_FN "model_fn"
 #define SLOT_NAME_MAX (ZA_VAR_NAME_MAX + 16)
 
@@ -828,6 +830,23 @@ za_replica_loss_scale (const za_replica_t *self, int64_t *skipped)
 }
 
 void
+za_replica_loss_scale_state (const za_replica_t *self, float *scale, int64_t *good_steps)
+{
+    *scale = self->loss_scale;
+    *good_steps = self->good_steps;
+}
+
+void
+za_replica_set_loss_scale (za_replica_t *self, float scale, int64_t good_steps)
+{
+    if (self->be->precision != ZA_PRECISION_FP16 || !isfinite (scale) || scale < 1
+        || scale > LOSS_SCALE_MAX || good_steps < 0)
+        return;
+    self->loss_scale = scale;
+    self->good_steps = good_steps;
+}
+
+void
 za_replica_apply (za_replica_t *self, int64_t step)
 {
     //  An overflow in mixed_float16 updates nothing (values and slots as they were).
@@ -969,7 +988,7 @@ za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, int ke
     int slot_count = s_slot_count (self);
     s_to_host (self, &self->values_at, &self->values, self->device_values, 1, 0);
     s_to_host (self, &self->slots_at, self->slots, self->dev_slots, slot_count, 0);
-    za_ckpt_tensor_t tensors [ZA_MAX_VARS * (1 + ZA_OPTIM_MAX_SLOTS) + 1];
+    za_ckpt_tensor_t tensors [ZA_MAX_VARS * (1 + ZA_OPTIM_MAX_SLOTS) + 3];
     char names [ZA_MAX_VARS * ZA_OPTIM_MAX_SLOTS][SLOT_NAME_MAX];
     int t = 0;
     for (int v = 0; v < self->vars.count; v++)
@@ -986,6 +1005,15 @@ za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, int ke
         }
     tensors [t++] = (za_ckpt_tensor_t) {.name = "global_step", .dtype = ZA_DTYPE_I64,
                                         .ndim = 0, .data = &step};
+    //  mixed_float16: the loss scale goes on from where it was.
+    float scale = self->loss_scale;
+    int64_t good_steps = self->good_steps;
+    if (self->be->precision == ZA_PRECISION_FP16 && self->train) {
+        tensors [t++] = (za_ckpt_tensor_t) {.name = CKPT_LOSS_SCALE, .dtype = ZA_DTYPE_F32,
+                                            .ndim = 0, .data = &scale};
+        tensors [t++] = (za_ckpt_tensor_t) {.name = CKPT_GOOD_STEPS, .dtype = ZA_DTYPE_I64,
+                                            .ndim = 0, .data = &good_steps};
+    }
     char lr [32];
     snprintf (lr, sizeof lr, "%g", (double) self->optim.learning_rate);
     za_ckpt_meta_t meta [] = {
@@ -1098,6 +1126,18 @@ za_replica_restore (za_replica_t *self, const za_checkpoint_t *ckpt, int64_t *st
         za_info ("'%s' has no %s slots: starting them fresh",
                  za_checkpoint_filename (ckpt), za_optim_name (self->optim.kind));
         za_replica_reset_slots (self);
+    }
+    //  mixed_float16: the scale it had (a checkpoint of another precision
+    //  has none: the initial one stays).
+    const za_ckpt_tensor_t *scale = za_checkpoint_find (ckpt, CKPT_LOSS_SCALE);
+    const za_ckpt_tensor_t *good = za_checkpoint_find (ckpt, CKPT_GOOD_STEPS);
+    if (scale && good && scale->dtype == ZA_DTYPE_F32 && scale->ndim == 0
+        && good->dtype == ZA_DTYPE_I64 && good->ndim == 0) {
+        float value;
+        int64_t count;
+        memcpy (&value, scale->data, sizeof value);
+        memcpy (&count, good->data, sizeof count);
+        za_replica_set_loss_scale (self, value, count);
     }
     //  Every value and slot was written on the host.
     self->values_at = self->slots_at = S_AT_HOST;

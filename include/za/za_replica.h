@@ -117,12 +117,18 @@ void za_replica_apply (za_replica_t *self, int64_t step);
 //  it holds an infinity or a NaN: the scale halves (not below 1), the step
 //  counts as skipped and the block is zeroed (a ps worker then pushes no
 //  gradient). 1 in other precisions. za_replica_apply checks the block it
-//  applies alike. The scale doubles no further than 2^24; it starts again
-//  at 32768 in each process (it is not in checkpoints).
+//  applies alike. The scale doubles no further than 2^24. Checkpoints keep
+//  it with its count of good steps (Keras's current_loss_scale and
+//  good_steps), so training restored from one goes on with the scale it had.
 int za_replica_loss_scale_check (za_replica_t *self);
 //  The scale now (0 outside mixed_float16) and, in *skipped (may be NULL),
 //  the steps skipped so far.
 float za_replica_loss_scale (const za_replica_t *self, int64_t *skipped);
+//  The scale and its good steps, to hand on (an all-reduce generation's
+//  start: every rank takes its source's) and to take (nothing outside
+//  mixed_float16; a scale not finite and >= 1 is not taken).
+void za_replica_loss_scale_state (const za_replica_t *self, float *scale, int64_t *good_steps);
+void za_replica_set_loss_scale (za_replica_t *self, float scale, int64_t good_steps);
 
 //  Scales the gradient block (the variables that train) to a global norm of
 //  at most clip (> 0; tf.clip_by_global_norm), on the host. Returns the norm
