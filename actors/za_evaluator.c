@@ -97,7 +97,7 @@ s_already_evaluated (s_eval_t *self)
         if (za_metric_goal_better (&self->goal, value, self->best_value))
             self->best_value = value;
         if (self->stopping && json_is_integer (step))
-            self->asked |= za_early_stop_add (&self->stop, json_integer_value (step), value);
+            za_early_stop_add (&self->stop, json_integer_value (step), value);
         json_decref (json);
     }
     free (line);
@@ -487,6 +487,11 @@ s_early_stop (s_eval_t *self, const za_eval_result_t *result)
                          "such value (add it to --eval-metrics)", self->stop.goal.name);
     if (!za_early_stop_add (&self->stop, result->global_step, value) || self->asked)
         return 0;
+    //  Another evaluator's request, or one answered: nothing to add.
+    if (za_early_stop_requested (self->config->model_dir)) {
+        self->asked = 1;
+        return 0;
+    }
     if (za_early_stop_request (self->config->model_dir, &self->stop, result->global_step))
         return -1;
     self->asked = 1;

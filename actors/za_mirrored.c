@@ -123,7 +123,9 @@ s_reducer_start (s_reducer_t *self, za_ring_t *ring, float *grads, const za_vars
     if (least == 0)
         least = vars->total;
     size_t hi = vars->total;
-    for (int v = vars->count - 1; v >= 0 && self->bucket_count < MAX_BUCKETS - 1; v--)
+    //  At most MAX_BUCKETS - 1 with the last: the last round of a step is
+    //  early stopping's (s_run_steps).
+    for (int v = vars->count - 1; v >= 0 && self->bucket_count < MAX_BUCKETS - 2; v--)
         if (vars->vars [v].offset > self->first && hi - vars->vars [v].offset >= least) {
             self->lo [self->bucket_count] = vars->vars [v].offset;
             self->hi [self->bucket_count++] = hi;
@@ -597,8 +599,8 @@ s_train (s_mirrored_t *self)
         && s_save_at (self, self->global_step, 1))
         return -1;
     //  Stopped early: the evaluators learn where training ended.
-    if (self->config->is_chief && self->hooks.stop.requested
-        && za_early_stop_confirm (self->config->run.model_dir, self->global_step))
+    if (self->config->is_chief && self->config->run.early_stopping
+        && za_early_stop_end (self->config->run.model_dir, self->global_step))
         return -1;
     return 0;
 }

@@ -1151,8 +1151,8 @@ s_train (s_worker_t *self)
         if (rc == 0 && config->is_chief)
             rc = s_checkpoint (self, 1);
         //  Stopped early: the evaluators learn where training ended.
-        if (rc == 0 && self->hooks.stop.requested)
-            rc = za_early_stop_confirm (config->run.model_dir, self->global_step);
+        if (rc == 0 && config->run.early_stopping)
+            rc = za_early_stop_end (config->run.model_dir, self->global_step);
         if (rc == 0)
             return 0;
     }

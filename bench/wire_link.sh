@@ -4,7 +4,10 @@
 #  tc's token bucket (a two-host stand-in this machine can run; needs root,
 #  iproute2), one bench_ring rank in each, over tcp. fp32 and --wire-dtype
 #  bf16 alternate, ROUNDS rounds; medians of the per-round medians, us per
-#  all-reduce, at 365 KiB and 16 MiB.
+#  all-reduce, at 365 KiB and 16 MiB. Then the ps's push+reply round trip
+#  (bench_wire: a ps actor and a worker-like client) in a third namespace
+#  whose loopback is shaped to RATE: a push and its reply go one after the
+#  other, so one shaped device stands for the link both ways.
 #  Usage: bench/wire_link.sh [BUILD] [RATE] [ROUNDS] [ITERS]   (RATE: 10gbit)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,10 +16,12 @@ rate=${2:-10gbit}
 rounds=${3:-3}
 iters=${4:-40}
 [ "$(id -u)" = 0 ] || { echo "needs root (ip netns, tc)" >&2; exit 1; }
-a=zaw$$a b=zaw$$b
-cleanup () { ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; }
+a=zaw$$a b=zaw$$b c=zaw$$c
+cleanup () { for n in "$a" "$b" "$c"; do ip netns del "$n" 2>/dev/null || true; done; }
 trap cleanup EXIT
-ip netns add "$a"; ip netns add "$b"
+ip netns add "$a"; ip netns add "$b"; ip netns add "$c"
+ip -n "$c" link set lo up
+tc -n "$c" qdisc add dev lo root tbf rate "$rate" burst 4mb latency 50ms
 ip link add "v$$a" type veth peer name "v$$b"
 ip link set "v$$a" netns "$a"; ip link set "v$$b" netns "$b"
 ip -n "$a" addr add 10.77.0.1/24 dev "v$$a"; ip -n "$b" addr add 10.77.0.2/24 dev "v$$b"
@@ -45,4 +50,19 @@ for bytes in 373760 16777216; do
     done
     fm=$(printf '%s\n' "${f[@]}" | median); gm=$(printf '%s\n' "${g[@]}" | median)
     printf '%-10s %12s %12s %10.2f\n' "$bytes" "$fm" "$gm" "$(echo "$gm / $fm" | bc -l)"
+done
+printf '%-10s %12s %12s %10s\n' ps_push fp32_us bf16_us bf16/fp32
+ps_rt () {
+    ip netns exec "$c" env ZA_WIRE_DTYPE="$1" "$build/bench_wire" 3 0.3 "$2" 2>/dev/null \
+        | grep '^wire' | sed -nE 's/.*zactor_rt_s=([0-9.]+).*/\1/p' | head -1 \
+        | awk '{printf "%.1f\n", 1e6 / $1}'
+}
+for size in cnn 16m; do
+    f=(); g=()
+    for ((r = 0; r < rounds; r++)); do
+        f+=("$(ps_rt fp32 "$size")")
+        g+=("$(ps_rt bf16 "$size")")
+    done
+    fm=$(printf '%s\n' "${f[@]}" | median); gm=$(printf '%s\n' "${g[@]}" | median)
+    printf '%-10s %12s %12s %10.2f\n' "$size" "$fm" "$gm" "$(echo "$gm / $fm" | bc -l)"
 done

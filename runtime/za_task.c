@@ -543,7 +543,7 @@ s_evaluate_final (za_task_t *task)
     run.progress = 0;
     za_estimator_t *estimator = za_estimator_new (task->model_fn, task->params, task->input,
                                                   NULL, &run);
-    za_eval_result_t result;
+    za_eval_result_t result = {0};
     int rc = !estimator || za_estimator_evaluate (estimator, za_task_input, task,
                                                   task->settings->eval_steps, &result);
     if (!rc)

@@ -107,6 +107,10 @@ Test (early_stop, the_request_and_its_answer)
     cr_assert_eq (za_early_stop_confirm (dir, 230), 0);
     cr_assert_eq (za_early_stop_final_step (dir, &step), 0);
     cr_expect_eq (step, 230);
+    //  A second evaluator's request never replaces the answered one.
+    cr_assert_eq (za_early_stop_request (dir, &stop, 300), 0);
+    cr_assert_eq (za_early_stop_final_step (dir, &step), 0, "the answer was lost");
+    cr_expect_eq (step, 230);
     char *path = za_test_path (ZA_EARLY_STOP_FILE);
     json_t *json = json_load_file (path, 0, NULL);
     cr_assert_not_null (json);
@@ -199,6 +203,17 @@ Test (early_stop, one_process_train_and_evaluate, .timeout = 300)
     cr_expect (fabs (json_number_value (json_object_get (best, "value")) - least) < 1e-6,
                "best %f, least %f", json_number_value (json_object_get (best, "value")), least);
     json_decref (best);
+    za_test_result_free (&run);
+    //  Started again on that model dir: it ends before a step, where it was.
+    int64_t final_step = -1;
+    cr_assert_eq (za_early_stop_final_step (za_test_dir (), &final_step), 0);
+    run = za_test_run (args, 240);
+    cr_assert_eq (run.exit_code, 0, "%s", run.err);
+    cr_expect (strstr (run.err, "delete the file to train on"), "%s", run.err);
+    int64_t again = -1;
+    cr_assert_eq (za_early_stop_final_step (za_test_dir (), &again), 0);
+    cr_expect_eq (again, final_step);
+    cr_expect_eq (za_test_expect_all_load (za_test_dir (), NULL), final_step);
     za_test_result_free (&run);
 }
 

@@ -185,6 +185,29 @@ Test (eval_metrics, auc_with_ties_by_hand)
     za_eval_metrics_destroy (&metrics);
 }
 
+//  A logit that is not finite (an overflow): its label is in no top k, and
+//  the AUCs of the classes it makes NaN are undefined (null), not a crash.
+Test (eval_metrics, a_logit_not_finite)
+{
+    const float logits [] = {INFINITY, 0, NAN, 1, 2, 0, 0, 3};
+    const int32_t labels [] = {0, 1, 0, 1};
+    za_eval_metrics_spec_t spec;
+    cr_assert_eq (za_eval_metrics_parse ("auc top_k(1)", &spec), 0);
+    za_eval_metrics_t *metrics = za_eval_metrics_new (&spec, NULL, 0);
+    cr_assert_eq (za_eval_metrics_update (metrics, logits, labels, 4, 2), 0);
+    json_t *json = za_eval_metrics_json (metrics);
+    //  (inf, 0) label 0: its logit is no number to rank, a miss (and its
+    //  softmax NaN); (NaN, 1) label 1: nothing beats 1, in; (2, 0) label 0
+    //  and (0, 3) label 1: in. 3 of 4; no class has an AUC.
+    cr_expect (isnan (s_at (json, "auc_per_class", 0)));
+    cr_expect (isnan (s_at (json, "auc_per_class", 1)));
+    cr_expect (json_is_null (json_object_get (json, "auc")));
+    cr_expect (NEAR (s_get (json, "top_1_accuracy"), 3 / 4.0), "%f",
+               s_get (json, "top_1_accuracy"));
+    json_decref (json);
+    za_eval_metrics_destroy (&metrics);
+}
+
 // ---------------------------------------------------------------------------
 //  Against an independent implementation, and batching
 
@@ -363,6 +386,12 @@ Test (eval_metrics, estimator_batch_1_and_1000_and_an_own_metric)
     static const za_metric_fn_t own [] = {{"own_examples", sizeof (s_own_t), s_own_update,
                                            s_own_examples}};
     za_model_fn_t model_fn = *za_stack_model_fn ();
+    //  One named as one of zactor's is refused.
+    static const za_metric_fn_t clash [] = {{"auc", sizeof (s_own_t), s_own_update,
+                                             s_own_examples}};
+    cr_expect_eq (za_eval_metrics_check_own (clash, 1), -1);
+    cr_expect (strstr (za_last_error (), "'auc': the name is taken"), "%s", za_last_error ());
+    cr_expect_eq (za_eval_metrics_check_own (NULL, 0), 0);
     model_fn.metrics = own;
     model_fn.metric_count = 1;
     za_run_config_t run = za_run_config_default ();

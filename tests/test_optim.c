@@ -258,7 +258,6 @@ Test (schedule, numbers_round_trip)
     cr_expect_eq (memcmp (again, numbers, sizeof again), 0, "every field back");
 }
 
-//  The rate in effect is in metrics.jsonl (and TensorBoard): cosine over
 //  The (step, learning_rate) of each line of MODEL_DIR/metrics.jsonl, at
 //  most max; how many.
 static int
@@ -280,6 +279,7 @@ s_rates (const char *model_dir, long *steps, double *rates, int max)
     return lines;
 }
 
+//  The rate in effect is in metrics.jsonl (and TensorBoard): cosine over
 //  300 steps, a line every 100.
 Test (schedule, the_rate_is_a_metric, .timeout = 600)
 {

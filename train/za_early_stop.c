@@ -2,6 +2,7 @@
     rule, and the request the evaluator leaves for the chief (za_early_stop.h). */
 #include "za/za_early_stop.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -42,7 +43,7 @@ za_metric_goal_parse (const char *option, const char *text, za_metric_goal_t *go
 int
 za_metric_goal_better (const za_metric_goal_t *goal, double value, double best)
 {
-    if (isnan (value))
+    if (!isfinite (value))
         return 0;
     if (isnan (best))
         return 1;
@@ -89,17 +90,26 @@ s_path (const char *model_dir, char *path, size_t size)
     snprintf (path, size, "%s/%s", model_dir, ZA_EARLY_STOP_FILE);
 }
 
+//  Writes the file whole under a name of this process's, then into place:
+//  over what is there (replace), or only where nothing is (link; 1 when
+//  there was a request already). 0, 1, or -1 with an error.
 static int
-s_write (const char *model_dir, json_t *json)
+s_write (const char *model_dir, json_t *json, int replace)
 {
     char path [4200], tmp [4300];
     s_path (model_dir, path, sizeof path);
-    snprintf (tmp, sizeof tmp, "%s.tmp", path);
-    if (json_dump_file (json, tmp, JSON_INDENT (2) | JSON_PRESERVE_ORDER) || rename (tmp, path)) {
-        unlink (tmp);
-        return za_error ("early stopping: cannot write '%s'", path);
-    }
-    return 0;
+    snprintf (tmp, sizeof tmp, "%s.%d.tmp", path, (int) getpid ());
+    int rc = json_dump_file (json, tmp, JSON_INDENT (2) | JSON_PRESERVE_ORDER)? -1: 0;
+    if (rc == 0 && replace)
+        rc = rename (tmp, path)? -1: 0;
+    else
+    if (rc == 0)
+        rc = link (tmp, path) == 0? 0: errno == EEXIST? 1: -1;
+    int err = errno;
+    unlink (tmp);
+    if (rc < 0)
+        return za_error ("early stopping: cannot write '%s': %s", path, strerror (err));
+    return rc;
 }
 
 int
@@ -111,9 +121,9 @@ za_early_stop_request (const char *model_dir, const za_early_stop_t *self, int64
                               (json_int_t) self->best_step, "steps", (json_int_t) self->steps);
     if (json && isfinite (self->best))
         json_object_set_new (json, "best", json_real (self->best));
-    int rc = json? s_write (model_dir, json): za_error ("early stopping: out of memory");
+    int rc = json? s_write (model_dir, json, 0): za_error ("early stopping: out of memory");
     json_decref (json);
-    return rc;
+    return rc < 0? -1: 0;
 }
 
 int
@@ -135,7 +145,7 @@ za_early_stop_confirm (const char *model_dir, int64_t final_step)
     if (!json)
         return za_error ("early stopping: out of memory");
     json_object_set_new (json, "final_step", json_integer ((json_int_t) final_step));
-    int rc = s_write (model_dir, json);
+    int rc = s_write (model_dir, json, 1);
     json_decref (json);
     return rc;
 }
@@ -154,4 +164,11 @@ za_early_stop_final_step (const char *model_dir, int64_t *step)
         *step = (int64_t) json_integer_value (final);
     json_decref (json);
     return rc;
+}
+
+int
+za_early_stop_end (const char *model_dir, int64_t final_step)
+{
+    return za_early_stop_requested (model_dir)? za_early_stop_confirm (model_dir, final_step)
+                                              : 0;
 }

@@ -54,7 +54,8 @@ za_estimator_new (const za_model_fn_t *model_fn, const void *params, za_input_sh
     }
     self->config = *config;
     self->model_fn = model_fn;
-    if (za_eval_metrics_parse (config->eval_metrics, &self->metrics)) {
+    if (za_eval_metrics_parse (config->eval_metrics, &self->metrics)
+        || za_eval_metrics_check_own (model_fn->metrics, model_fn->metric_count)) {
         free (self);
         return NULL;
     }
@@ -229,7 +230,7 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
     za_hooks_begin (&hooks, self->global_step);
     double start = za_clock_mono ();
     za_run_context_t ctx = {.global_step = self->global_step, .max_steps = max_steps};
-    int rc = 0, stop = 0;
+    int rc = 0, stop = config->early_stopping && stopper.requested;
     while (self->global_step < max_steps && !stop) {
         za_batch_t batch;
         if (za_input_next (input, &batch) <= 0)
@@ -258,8 +259,8 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
         rc = za_replica_save_through (self->replica, self->model_dir, self->global_step,
                                       self->config.keep_checkpoint_max, 1);
     //  Stopped early: the evaluators learn where training ended.
-    if (rc == 0 && config->early_stopping && stopper.requested)
-        rc = za_early_stop_confirm (self->model_dir, self->global_step);
+    if (rc == 0 && config->early_stopping)
+        rc = za_early_stop_end (self->model_dir, self->global_step);
     za_hooks_end (&hooks, &ctx);
     return rc;
 }

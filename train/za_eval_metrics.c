@@ -17,7 +17,8 @@ struct _za_eval_metrics_t {
     za_eval_metrics_spec_t spec;
     int n_classes;                  //  0 until the first update
     int64_t examples;
-    int64_t *confusion;             //  [n_classes][n_classes]
+    int64_t *counts;                //  [3][n_classes]: true positives, predicted, actual
+    int64_t *confusion;             //  [n_classes][n_classes] (confusion_matrix only)
     int64_t top_k_hits [ZA_EVAL_TOP_K_MAX];
     float *probs;                   //  [examples][n_classes] (AUCs only)
     int32_t *labels;                //  [examples] (AUCs only)
@@ -133,6 +134,35 @@ za_eval_metrics_reports (const za_eval_metrics_spec_t *spec, const za_metric_fn_
     return 0;
 }
 
+int
+za_eval_metrics_check_own (const za_metric_fn_t *own, int own_count)
+{
+    static const char *taken [] = {"loss", "accuracy", "precision", "recall", "f1", "auc",
+                                   "pr_auc", "global_step", "checkpoint", "examples",
+                                   "seconds", "wall_time", "checkpoint_age_secs",
+                                   "confusion_matrix"};
+    if (own_count < 0 || (own_count > 0 && !own) || own_count > ZA_EVAL_OWN_MAX)
+        return za_error ("model_fn metrics: 0 to %d of them (got %d)", ZA_EVAL_OWN_MAX,
+                         own_count);
+    for (int i = 0; i < own_count; i++) {
+        const char *name = own [i].name;
+        if (!name || !*name || strlen (name) >= sizeof ((za_eval_scalar_t *) 0)->name
+            || !own [i].update || !own [i].result)
+            return za_error ("model_fn metric %d: needs a name (1 to %zu characters), "
+                             "update and result", i,
+                             sizeof ((za_eval_scalar_t *) 0)->name - 1);
+        int clash = !strncmp (name, "top_", 4) || strstr (name, "_per_class") != NULL;
+        for (size_t t = 0; t < sizeof taken / sizeof taken [0]; t++)
+            clash |= !strcmp (name, taken [t]);
+        for (int j = 0; j < i; j++)
+            clash |= !strcmp (name, own [j].name);
+        if (clash)
+            return za_error ("model_fn metric '%s': the name is taken (by zactor's own, or "
+                             "another of the model_fn's)", name);
+    }
+    return 0;
+}
+
 za_eval_metrics_t *
 za_eval_metrics_new (const za_eval_metrics_spec_t *spec, const za_metric_fn_t *own,
                      int own_count)
@@ -164,6 +194,7 @@ za_eval_metrics_destroy (za_eval_metrics_t **self_p)
     za_eval_metrics_t *self = *self_p;
     if (!self)
         return;
+    free (self->counts);
     free (self->confusion);
     free (self->probs);
     free (self->labels);
@@ -191,9 +222,15 @@ za_eval_metrics_update (za_eval_metrics_t *self, const float *logits, const int3
     if (self->n_classes == 0) {
         if (n_classes < 1)
             return za_error ("evaluation metrics: the model gives %d classes", n_classes);
-        self->confusion = (int64_t *) calloc ((size_t) n_classes * (size_t) n_classes,
-                                              sizeof (int64_t));
-        if (!self->confusion)
+        if (self->spec.confusion_matrix && n_classes > ZA_EVAL_CONFUSION_MAX)
+            return za_error ("evaluation metrics: a confusion matrix of %d classes (at most "
+                             "%d: leave confusion_matrix out)", n_classes,
+                             ZA_EVAL_CONFUSION_MAX);
+        self->counts = (int64_t *) calloc (3 * (size_t) n_classes, sizeof (int64_t));
+        if (self->spec.confusion_matrix)
+            self->confusion = (int64_t *) calloc ((size_t) n_classes * (size_t) n_classes,
+                                                  sizeof (int64_t));
+        if (!self->counts || (self->spec.confusion_matrix && !self->confusion))
             return za_error ("evaluation metrics: out of memory for %d classes", n_classes);
         self->n_classes = n_classes;
     }
@@ -225,14 +262,19 @@ za_eval_metrics_update (za_eval_metrics_t *self, const float *logits, const int3
         for (int k = 1; k < n_classes; k++)
             if (z [k] > z [best])
                 best = k;
-        self->confusion [(size_t) label * n_classes + best]++;
+        self->counts [best] += best == label;
+        self->counts [n_classes + best]++;
+        self->counts [2 * n_classes + label]++;
+        if (self->confusion)
+            self->confusion [(size_t) label * n_classes + best]++;
         //  TensorFlow's in_top_k: classes tied with the label's logit count
-        //  for it, so the label is in the top k when fewer than k beat it.
+        //  for it, so the label is in the top k when fewer than k beat it;
+        //  a label's logit that is not finite is in none.
         int above = 0;
         for (int k = 0; k < n_classes; k++)
             above += z [k] > z [label];
         for (int t = 0; t < self->spec.top_k_count; t++)
-            self->top_k_hits [t] += above < self->spec.top_k [t];
+            self->top_k_hits [t] += isfinite (z [label]) && above < self->spec.top_k [t];
         if (s_keeps_scores (self)) {
             float *p = self->probs + (size_t) (self->examples + i) * n_classes;
             double sum = 0;
@@ -266,18 +308,21 @@ s_by_score (const void *a, const void *b)
 }
 
 //  ROC-AUC and average precision of class c against the rest; NaN when the
-//  class never occurs or occurs in every example. scored: examples entries.
+//  class never occurs or occurs in every example, or a score is NaN (a
+//  logit not finite). scored: examples entries.
 static void
 s_auc_of (za_eval_metrics_t *self, int c, s_scored_t *scored, double *auc, double *ap)
 {
     int64_t n = self->examples, positives = 0;
+    int unordered = 0;
     for (int64_t i = 0; i < n; i++) {
         scored [i].score = self->probs [(size_t) i * self->n_classes + c];
         scored [i].positive = self->labels [i] == c;
         positives += scored [i].positive;
+        unordered |= isnan (scored [i].score);
     }
     *auc = *ap = NAN;
-    if (positives == 0)
+    if (positives == 0 || unordered)
         return;
     qsort (scored, (size_t) n, sizeof *scored, s_by_score);
     //  ROC-AUC (Mann-Whitney): the positives' ranks, ties at their mean rank.
@@ -320,11 +365,8 @@ s_finish (za_eval_metrics_t *self)
             return za_error ("evaluation metrics: out of memory");
     }
     for (int c = 0; c < C; c++) {
-        int64_t tp = self->confusion [(size_t) c * C + c], predicted = 0, actual = 0;
-        for (int k = 0; k < C; k++) {
-            predicted += self->confusion [(size_t) k * C + c];
-            actual += self->confusion [(size_t) c * C + k];
-        }
+        int64_t tp = self->counts [c], predicted = self->counts [C + c];
+        int64_t actual = self->counts [2 * C + c];
         double p = predicted? (double) tp / (double) predicted: 0;
         double r = actual? (double) tp / (double) actual: 0;
         self->per_class [M_PRECISION][c] = p;
@@ -359,13 +401,9 @@ s_macro (const za_eval_metrics_t *self, int metric)
             if (isnan (value))
                 continue;
         }
-        else {
-            int64_t seen = 0;
-            for (int k = 0; k < C; k++)
-                seen += self->confusion [(size_t) k * C + c] + self->confusion [(size_t) c * C + k];
-            if (!seen)
-                continue;
-        }
+        else
+        if (self->counts [C + c] + self->counts [2 * C + c] == 0)
+            continue;
         sum += value;
         count++;
     }
@@ -422,7 +460,7 @@ za_eval_metrics_json (za_eval_metrics_t *self)
         snprintf (key, sizeof key, "%s_per_class", s_metric_names [m]);
         json_object_set_new (json, key, array);
     }
-    if (self->spec.confusion_matrix) {
+    if (self->confusion) {
         json_t *rows = json_array ();
         for (int r = 0; r < C; r++) {
             json_t *row = json_array ();
@@ -442,9 +480,9 @@ za_eval_metrics_confusion_png (za_eval_metrics_t *self, uint8_t **png, size_t *s
     *png = NULL;
     *size = 0;
     int C = self->n_classes;
-    if (!self->spec.confusion_matrix || C == 0)
+    if (!self->confusion || C == 0)
         return za_error ("evaluation metrics: no confusion matrix");
-    int cell = 256 / C < 2? 2: 256 / C > 32? 32: 256 / C;
+    int cell = 256 / C < 1? 1: 256 / C > 32? 32: 256 / C;
     int side = C * cell;
     uint8_t *pixels = (uint8_t *) malloc ((size_t) side * (size_t) side * 3);
     if (!pixels)

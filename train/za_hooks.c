@@ -379,11 +379,24 @@ s_stop_after_run (void *arg, const za_run_context_t *ctx)
     return s->requested;
 }
 
+//  A request there before training starts (a chief started again): it ends
+//  before its first step.
+static void
+s_stop_begin (void *arg, int64_t global_step)
+{
+    za_stop_hook_t *s = (za_stop_hook_t *) arg;
+    s->requested = za_early_stop_requested (s->model_dir);
+    if (s->requested)
+        za_info ("early stopping: %s/%s asks to stop: training ends at step %" PRId64
+                 " (delete the file to train on)", s->model_dir, ZA_EARLY_STOP_FILE,
+                 global_step);
+}
+
 za_hook_t
 za_stop_hook (za_stop_hook_t *state, const char *model_dir)
 {
     memset (state, 0, sizeof *state);
     state->model_dir = model_dir;
-    za_hook_t hook = {.arg = state, .after_run = s_stop_after_run};
+    za_hook_t hook = {.arg = state, .begin = s_stop_begin, .after_run = s_stop_after_run};
     return hook;
 }

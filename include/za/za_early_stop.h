@@ -37,8 +37,8 @@ typedef struct {
 //  error that begins with `option`.
 int za_metric_goal_parse (const char *option, const char *text, za_metric_goal_t *goal);
 
-//  1 when value is better than best (anything beats a NaN best; a NaN
-//  value beats nothing).
+//  1 when value is better than best (any finite value beats a NaN best; a
+//  value not finite beats nothing).
 int za_metric_goal_better (const za_metric_goal_t *goal, double value, double best);
 
 //  The rule and where it stands.
@@ -56,8 +56,10 @@ int za_early_stop_parse (const char *text, za_early_stop_t *self);
 //  reads them). Returns 1 when step - best_step >= steps: time to stop.
 int za_early_stop_add (za_early_stop_t *self, int64_t step, double value);
 
-//  The evaluator: writes the request (step: the evaluation that decided;
-//  atomic). 0, or -1 with an error.
+//  The evaluator: writes the request (step: the evaluation that decided),
+//  unless there is one already (another evaluator's, or one answered): the
+//  file is made whole and linked into place, never over another. 0, or -1
+//  with an error.
 int za_early_stop_request (const char *model_dir, const za_early_stop_t *self, int64_t step);
 
 //  1 when model_dir holds a request (answered or not), else 0.
@@ -65,6 +67,12 @@ int za_early_stop_requested (const char *model_dir);
 
 //  The chief, after its final checkpoint: the step training ended at.
 int za_early_stop_confirm (const char *model_dir, int64_t final_step);
+
+//  The chief at the end of training with early stopping on, stopped early
+//  or at max_steps: a request in model_dir (one that came too late, too) is
+//  answered with the step training ended at, so every evaluator ends. 0 (also
+//  when there is none), or -1 with an error.
+int za_early_stop_end (const char *model_dir, int64_t final_step);
 
 //  0 with the step training ended at when the chief has answered a
 //  request; -1 when there is none or it is unanswered.

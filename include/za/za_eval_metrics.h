@@ -12,9 +12,12 @@
     scikit-learn's roc_auc_score and average_precision_score compute them).
     Where a class's value is undefined (AUC of a class that never occurs,
     or occurs in every example) it is null in metrics.jsonl and left out of
-    the macro mean; precision and recall of a class with nothing predicted
-    or nothing true are 0, and the macro means run over the classes that
-    occur or are predicted (scikit-learn's labels=None).                    */
+    the macro mean, as it is when a logit is not finite (its softmax is NaN;
+    such a label is in no top k); precision and recall of a class with
+    nothing predicted or nothing true are 0, and the macro means run over
+    the classes that occur or are predicted (scikit-learn's labels=None).
+    Memory: counts per class, the confusion matrix's C x C (up to
+    ZA_EVAL_CONFUSION_MAX classes) and, for the AUCs, C floats an example. */
 #ifndef ZA_EVAL_METRICS_H_INCLUDED
 #define ZA_EVAL_METRICS_H_INCLUDED
 
@@ -29,8 +32,12 @@ extern "C" {
 #endif
 
 #define ZA_EVAL_TOP_K_MAX 4
-//  The most scalars an evaluation reports besides loss and accuracy.
-#define ZA_EVAL_SCALARS_MAX 24
+//  The most scalars an evaluation reports besides loss and accuracy: the
+//  built-in (5 + ZA_EVAL_TOP_K_MAX) and a model_fn's own.
+#define ZA_EVAL_OWN_MAX 15
+#define ZA_EVAL_SCALARS_MAX (5 + ZA_EVAL_TOP_K_MAX + ZA_EVAL_OWN_MAX)
+//  The most classes a confusion matrix is kept for (its C x C counts).
+#define ZA_EVAL_CONFUSION_MAX 1000
 
 //  Which metrics (--eval-metrics).
 typedef struct {
@@ -60,6 +67,11 @@ typedef struct _za_eval_metrics_t za_eval_metrics_t;
 //  loss, accuracy, precision, ..., top_K_accuracy, an own metric's.
 int za_eval_metrics_reports (const za_eval_metrics_spec_t *spec, const za_metric_fn_t *own,
                              int own_count, const char *name);
+
+//  A model_fn's own metrics are usable: at most ZA_EVAL_OWN_MAX, each with
+//  a name (not one of zactor's, nor twice), update and result. 0, or -1
+//  with an error.
+int za_eval_metrics_check_own (const za_metric_fn_t *own, int own_count);
 
 //  A new accumulation for one evaluation (own: the model_fn's metrics, may
 //  be NULL). NULL when out of memory.

@@ -152,10 +152,10 @@ za_hook_t za_saver_hook (za_saver_hook_t *state, int64_t every_steps, double eve
                          int64_t start_saved, za_save_fn *save, void *arg);
 
 // ---------------------------------------------------------------------------
-//  Early stopping's listener on the chief (za_early_stop.h): every quarter second
-//  (and after the first step) it looks for the evaluator's request in
-//  model_dir; from then on after_run asks training to stop (> 0) and
-//  `requested` stays 1.
+//  Early stopping's listener on the chief (za_early_stop.h): at begin and
+//  every quarter second after a step it looks for the evaluator's request
+//  in model_dir; from then on after_run asks training to stop (> 0) and
+//  `requested` stays 1 (a loop that sees it at begin takes no step).
 
 typedef struct {
     const char *model_dir;
