@@ -172,12 +172,18 @@ def mode_accuracy(args):
     model = make_model()
     opt = make_optimizer(model)
     # --cosine-steps D: TensorFlow's cosine_decay (alpha 0) of the step count
-    # before each update, as zactor's --lr-schedule "cosine_decay(decay_steps=D)"
+    # before each update, as zactor's --lr-schedule "cosine_decay(decay_steps=D)";
+    # --lr-warmup-steps W: zactor's linear warm-up in front (update s + 1 of the
+    # first W at (s + 1) / W of the schedule's rate at step W)
     sched = None
-    if args.cosine_steps > 0:
-        d = float(args.cosine_steps)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, d) / d)))
+    d, w = float(args.cosine_steps), args.lr_warmup_steps
+
+    def factor(step):
+        decay = (lambda t: 0.5 * (1 + math.cos(math.pi * min(t, d) / d))) if d > 0 \
+            else (lambda t: 1.0)
+        return decay(w) * (step + 1) / w if step < w else decay(step)
+    if d > 0 or w > 0:
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     loss_fn = nn.CrossEntropyLoss()
     n = x.shape[0]
     model.train()
@@ -210,6 +216,8 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
     p.add_argument("--cosine-steps", type=int, default=0,
                    help="accuracy mode: cosine decay of the rate over this many steps")
+    p.add_argument("--lr-warmup-steps", type=int, default=0,
+                   help="accuracy mode: a linear warm-up over this many steps first")
     p.add_argument("--bf16", action="store_true",
                    help="torch.autocast to bfloat16 around forward and loss (mixed precision)")
     args = p.parse_args()
