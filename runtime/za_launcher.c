@@ -399,9 +399,20 @@ s_on_state (s_local_t *self, double *last_log)
         double now = za_clock_mono ();
         s_progress_line (reply.state, self->line, sizeof self->line, self->tty,
                          now - self->started, 0);
+        //  The job's last line shows the last state whose trainers were
+        //  training (one where they have ended says loss 0 and 0 ex/s).
+        int training = 0;
+        for (int t = 0; t < reply.state->task_count; t++) {
+            const za_broker_task_row_t *row = &reply.state->tasks [t];
+            training |= (row->type == ZA_TASK_CHIEF || row->type == ZA_TASK_WORKER)
+                        && row->examples_per_sec > 0;
+        }
         if (!self->last)
             self->last = malloc (sizeof *self->last);
-        if (self->last)
+        else
+        if (!training)
+            training = -1;          //  keep the one we have
+        if (self->last && training >= 0)
             memcpy (self->last, reply.state, sizeof *self->last);
         if (self->tty) {
             printf ("\r\033[K%s", self->line);
