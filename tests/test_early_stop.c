@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "za/za_early_stop.h"
+#include "za/za_util.h"
 #include "za_test.h"
 
 static void
@@ -114,6 +115,18 @@ Test (early_stop, the_request_and_its_answer)
     char *path = za_test_path (ZA_EARLY_STOP_FILE);
     json_t *json = json_load_file (path, 0, NULL);
     cr_assert_not_null (json);
+    //  A file torn or written by hand: still a request, with no answer, until
+    //  the chief's answer replaces it whole.
+    char *torn_dir = za_test_path ("torn");
+    cr_assert_eq (za_mkdirs (torn_dir), 0);
+    char *torn = za_test_write ("torn/" ZA_EARLY_STOP_FILE, "{\"final_step\": 12");
+    cr_expect_eq (za_early_stop_requested (torn_dir), 1);
+    cr_expect_eq (za_early_stop_final_step (torn_dir, &step), -1);
+    cr_assert_eq (za_early_stop_confirm (torn_dir, 40), 0);
+    cr_assert_eq (za_early_stop_final_step (torn_dir, &step), 0);
+    cr_expect_eq (step, 40);
+    free (torn);
+    free (torn_dir);
     cr_expect_str_eq (json_string_value (json_object_get (json, "metric")), "accuracy");
     cr_expect_eq (json_integer_value (json_object_get (json, "requested_at_step")), 200);
     cr_expect_eq (json_integer_value (json_object_get (json, "best_step")), 100);
