@@ -23,6 +23,9 @@
 #define RING_MIN_HWM 1000
 //  Dropped messages are logged the first time and then every this many.
 #define RING_DROP_LOG_EVERY 100
+//  A tensor of at most this many bytes goes round whole (s_allreduce_whole):
+//  size - 1 hops instead of 2 (size - 1), where latency, not bytes, is the cost.
+#define RING_WHOLE_BYTES 65536
 
 struct _za_ring_t {
     za_ring_config_t config;
@@ -34,6 +37,8 @@ struct _za_ring_t {
     za_wire_lease_t lease;          //  chunks lent to libzmq from the caller's block
     uint16_t *low;                  //  wire_dtype bf16: the chunks' casts, lent as well:
     size_t low_halves;              //  [0, n) the reduce phase's, [n, 2n) the gather's
+    float *whole;                   //  s_allreduce_whole: every rank's tensor [size][n]
+    size_t whole_floats;
     uint64_t sent, received;        //  messages on each link in this generation (their seq)
     uint64_t dropped;
     //  Generations: the ring's members agree on one state (the root's) at the
@@ -150,6 +155,7 @@ za_ring_destroy (za_ring_t **self_p)
     zsock_destroy (&self->left);
     za_wire_lease_wait (&self->lease);
     free (self->low);
+    free (self->whole);
     free (self->out);
     free (self->in);
     free (self);
@@ -412,12 +418,104 @@ s_send_chunk (za_ring_t *self, int64_t round, const float *data, size_t len, siz
     return s_send (self, ZA_OP_RING, round, low, ZA_DTYPE_BF16, len);
 }
 
+//  A small tensor: every rank's whole tensor goes round the ring (each rank
+//  sends its own, then passes on what comes from the left, size - 1
+//  messages in all), and every rank sums the size tensors in rank order:
+//  the same bits everywhere (for 2 ranks the same sum as the segments' way,
+//  a + b being b + a). In bf16 each tensor counts as its cast, the rank's
+//  own too, and the mean is rounded as the segments' owners round theirs.
+//  Returns 0, ZA_RING_RESYNC, or -1 with an error.
+static int
+s_allreduce_whole (za_ring_t *self, float *data, size_t n, int64_t round, za_dtype_t dtype)
+{
+    int rank = self->config.rank, size = self->config.size;
+    size_t need = (size_t) size * n;
+    if (need > self->whole_floats || (dtype == ZA_DTYPE_BF16 && need > self->low_halves)) {
+        //  The last call's messages must be back before their buffers go.
+        if (za_wire_lease_busy (&self->lease) && s_drain (self))
+            return -1;
+        float *whole = (float *) malloc (need * sizeof (float));
+        uint16_t *low = dtype == ZA_DTYPE_BF16? (uint16_t *) malloc (need * sizeof (uint16_t))
+                                               : NULL;
+        if (!whole || (dtype == ZA_DTYPE_BF16 && !low)) {
+            free (whole);
+            free (low);
+            return za_error ("ring: rank %d: out of memory for %zu floats", rank, need);
+        }
+        free (self->whole);
+        self->whole = whole;
+        self->whole_floats = need;
+        if (low) {
+            free (self->low);
+            self->low = low;
+            self->low_halves = need;
+        }
+    }
+    //  Our own, sent from our copy (the caller's block gets the mean while
+    //  libzmq may still hold the message).
+    float *own = self->whole + (size_t) rank * n;
+    if (dtype == ZA_DTYPE_BF16) {
+        uint16_t *low = self->low + (size_t) rank * n;
+        za_f32_to_bf16 (data, low, n);
+        za_bf16_to_f32 (low, own, n);
+        if (s_send (self, ZA_OP_RING, round, low, ZA_DTYPE_BF16, n))
+            return -1;
+    }
+    else {
+        memcpy (own, data, n * sizeof (float));
+        if (s_send (self, ZA_OP_RING, round, own, ZA_DTYPE_F32, n))
+            return -1;
+    }
+    for (int hop = 0; hop < size - 1; hop++) {
+        int origin = s_mod (rank - hop - 1, size);
+        zmsg_t *msg;
+        int got = s_receive (self, ZA_OP_RING, round, dtype, n, &msg);
+        if (got)
+            return got;
+        //  Received frames are not always aligned: read them bytewise.
+        const unsigned char *from = (const unsigned char *) self->in->tensors [0].data;
+        float *to = self->whole + (size_t) origin * n;
+        if (dtype == ZA_DTYPE_BF16) {
+            uint16_t *low = self->low + (size_t) origin * n;
+            memcpy (low, from, n * sizeof (uint16_t));
+            za_bf16_to_f32 (low, to, n);
+        }
+        else
+            memcpy (to, from, n * sizeof (float));
+        zmsg_destroy (&msg);
+        //  Passed on, but to the rank it came from.
+        if (hop < size - 2
+            && (dtype == ZA_DTYPE_BF16
+                ? s_send (self, ZA_OP_RING, round, self->low + (size_t) origin * n,
+                          ZA_DTYPE_BF16, n)
+                : s_send (self, ZA_OP_RING, round, to, ZA_DTYPE_F32, n)))
+            return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        float sum = self->whole [i];
+        for (int r = 1; r < size; r++)
+            sum += self->whole [(size_t) r * n + i];
+        data [i] = sum / (float) size;
+    }
+    if (dtype == ZA_DTYPE_BF16)
+        for (size_t i = 0; i < n; i++) {
+            uint16_t half;
+            za_f32_to_bf16 (data + i, &half, 1);
+            za_bf16_to_f32 (&half, data + i, 1);
+        }
+    return s_drain (self);
+}
+
 int
 za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
 {
     int rank = self->config.rank, size = self->config.size;
     if (size == 1)
         return 0;
+    if (n > 0 && n * sizeof (float) <= RING_WHOLE_BYTES)
+        return s_allreduce_whole (self, data, n, round,
+                                  self->config.wire_dtype == ZA_DTYPE_BF16? ZA_DTYPE_BF16
+                                                                          : ZA_DTYPE_F32);
     za_dtype_t dtype = self->config.wire_dtype == ZA_DTYPE_BF16? ZA_DTYPE_BF16: ZA_DTYPE_F32;
     if (dtype == ZA_DTYPE_BF16 && 2 * n > self->low_halves) {
         //  The last call's chunks must be back (one that failed may not have drained).
