@@ -25,7 +25,11 @@
 #define RING_DROP_LOG_EVERY 100
 //  A tensor of at most this many bytes goes round whole (s_allreduce_whole):
 //  size - 1 hops instead of 2 (size - 1), where latency, not bytes, is the cost.
+//  Its one frame must pass the left socket's ZMQ_MAXMSGSIZE, which is at least
+//  a header's most (za_wire_max_frame) whatever the chunk size.
 #define RING_WHOLE_BYTES 65536
+_Static_assert (RING_WHOLE_BYTES <= ZA_WIRE_MAX_HEADER_BYTES,
+                "a whole tensor's frame must pass any ring's ZMQ_MAXMSGSIZE");
 
 struct _za_ring_t {
     za_ring_config_t config;
