@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <malloc.h>
+#include <math.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -473,6 +474,33 @@ s_eval_subdir (const za_settings_t *s, char *subdir, size_t size)
               s->eval_name && *s->eval_name? s->eval_name: "");
 }
 
+//  --eval-metrics' values of an evaluation's line, on a line of their own
+//  under the accuracy ("  precision 0.8566  recall 0.8508 ..."); nothing
+//  when there are none. Undefined ones (null) print as "-".
+static void
+s_print_metrics (json_t *line)
+{
+    static const char *base [] = {"global_step", "checkpoint", "loss", "accuracy", "examples",
+                                  "seconds", "wall_time", "checkpoint_age_secs"};
+    const char *key;
+    json_t *value;
+    int printed = 0;
+    json_object_foreach (line, key, value) {
+        int skip = !(json_is_number (value) || json_is_null (value));
+        for (size_t b = 0; b < sizeof base / sizeof base [0] && !skip; b++)
+            skip = !strcmp (key, base [b]);
+        if (skip)
+            continue;
+        if (json_is_null (value))
+            printf ("  %s -", key);
+        else
+            printf ("  %s %.4f", key, json_number_value (value));
+        printed++;
+    }
+    if (printed)
+        printf ("\n");
+}
+
 int
 za_task_print_last_eval (const za_settings_t *s, int64_t evaluations)
 {
@@ -505,6 +533,7 @@ za_task_print_last_eval (const za_settings_t *s, int64_t evaluations)
             json_number_value (json_object_get (json, "loss")),
             (int64_t) json_integer_value (json_object_get (json, "examples")),
             (int64_t) json_integer_value (json_object_get (json, "global_step")), path, count);
+    s_print_metrics (json);
     json_decref (json);
     return 0;
 }
@@ -546,10 +575,18 @@ s_evaluate_final (za_task_t *task)
     za_eval_result_t result = {0};
     int rc = !estimator || za_estimator_evaluate (estimator, za_task_input, task,
                                                   task->settings->eval_steps, &result);
-    if (!rc)
+    if (!rc) {
         printf ("test accuracy %.4f  loss %.4f  on %" PRId64 " examples at step %" PRId64
                 " (%s/eval/metrics.jsonl)\n", result.accuracy, result.loss, result.examples,
                 result.global_step, task->settings->model_dir);
+        json_t *metrics = json_object ();
+        for (int i = 0; metrics && i < result.scalar_count; i++)
+            json_object_set_new (metrics, result.scalars [i].name,
+                                 isfinite (result.scalars [i].value)
+                                 ? json_real (result.scalars [i].value): json_null ());
+        s_print_metrics (metrics);
+        json_decref (metrics);
+    }
     za_eval_result_free (&result);
     fflush (stdout);
     za_estimator_destroy (&estimator);

@@ -495,9 +495,11 @@ Test (eval_metrics, zactor_run_writes_them_and_the_confusion_image, .timeout = 3
 {
     const char *model = "flatten dense(32,relu) dense(10)";
     const char *train [] = {"--max-steps", "150", "--model-dir", za_test_dir (), "--model", model,
-                            "--threads", "2", NULL};
+                            "--threads", "2", "--eval-metrics", "f1", NULL};
     za_test_result_t trained = za_test_run (train, 240);
     cr_assert_eq (trained.exit_code, 0, "%s", trained.err);
+    //  The final evaluation's metrics under its accuracy.
+    cr_expect (strstr (trained.out, "\n  f1 0."), "%s", trained.out);
     za_test_result_free (&trained);
     //  The evaluator replays the checkpoint with every metric.
     const char *replay [] = {"--role", "evaluator", "--replay", "--model-dir", za_test_dir (),
