@@ -169,6 +169,37 @@ za_clock_wall (void)
 }
 
 int
+za_next_word (const char **at, const char *seps, char *name, size_t size, int *has_arg,
+              double *arg)
+{
+    const char *p = *at + strspn (*at, seps);
+    *has_arg = 0;
+    *arg = 0;
+    if (!*p) {
+        *at = p;
+        return 0;
+    }
+    char stops [16];
+    snprintf (stops, sizeof stops, "%s(", seps);
+    size_t len = strcspn (p, stops);
+    snprintf (name, size, "%.*s", (int) (len < size? len: size - 1), p);
+    p += len;
+    int rc = 1;
+    if (*p == '(') {
+        char *end = NULL;
+        *has_arg = 1;
+        *arg = strtod (p + 1, &end);
+        if (end == p + 1 || *end != ')') {
+            rc = -1;
+            end = (char *) p + 1 + strcspn (p + 1, ")");
+        }
+        p = *end? end + 1: end;
+    }
+    *at = p;
+    return rc;
+}
+
+int
 za_mkdirs (const char *dir)
 {
     char *path = strdup (dir);

@@ -34,25 +34,12 @@ za_augment_parse (const char *text, za_augment_t *augment)
     if (!text || !*text || strcmp (text, "none") == 0)
         return 0;
     const char *at = text;
-    int seen [4] = {0};
-    while (*at) {
-        while (*at == ' ')
-            at++;
-        if (!*at)
-            break;
-        size_t len = strcspn (at, " (");
-        char name [AUGMENT_NAME_MAX];
-        snprintf (name, sizeof name, "%.*s", (int) (len < sizeof name? len: sizeof name - 1), at);
-        at += len;
-        int has_arg = *at == '(';
-        double arg = 0;
-        if (has_arg) {
-            char *end = NULL;
-            arg = strtod (at + 1, &end);
-            if (end == at + 1 || *end != ')')
-                return za_error ("--augment '%s': %s( needs one number and a ')'", text, name);
-            at = end + 1;
-        }
+    int seen [4] = {0}, got, has_arg;
+    char name [AUGMENT_NAME_MAX];
+    double arg;
+    while ((got = za_next_word (&at, " ", name, sizeof name, &has_arg, &arg))) {
+        if (got < 0)
+            return za_error ("--augment '%s': %s( needs one number and a ')'", text, name);
         int step = !strcmp (name, "pad_crop")? 0: !strcmp (name, "flip")? 1
                  : !strcmp (name, "brightness")? 2: !strcmp (name, "contrast")? 3: -1;
         if (step < 0)

@@ -407,12 +407,9 @@ s_on_state (s_local_t *self, double *last_log)
             training |= (row->type == ZA_TASK_CHIEF || row->type == ZA_TASK_WORKER)
                         && row->examples_per_sec > 0;
         }
-        if (!self->last)
-            self->last = malloc (sizeof *self->last);
-        else
-        if (!training)
-            training = -1;          //  keep the one we have
-        if (self->last && training >= 0)
+        if (!self->last && (self->last = malloc (sizeof *self->last)))
+            training = 1;           //  the first state: kept whatever it says
+        if (self->last && training)
             memcpy (self->last, reply.state, sizeof *self->last);
         if (self->tty) {
             printf ("\r\033[K%s", self->line);

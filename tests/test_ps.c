@@ -721,12 +721,16 @@ Test (ps, a_push_without_a_frozen_variable_leaves_it_as_it_is)
 
 //  An SGD ps at lr 0.5 whose optimizer `tune` changes (a schedule, a
 //  decay) is pushed gradients of 1 `pushes` times; its values after each
-//  are expected [push].
+//  are expected [push]. own: the ps's own schedule (its program's), or NULL.
 static void
-s_pushes_of_ones (void (*tune) (za_optim_config_t *), int pushes, const float *expected)
+s_pushes_of_ones_with (void (*tune) (za_optim_config_t *), const za_schedule_t *own,
+                       int pushes, const float *expected)
 {
     s_ps_case_t c;
-    s_setup (&c);
+    s_configure (&c, NULL, 0, 1.0);
+    if (own)
+        c.config.optim.schedule = *own;
+    s_start (&c);
     float grads_k [12], grads_b [3];
     s_ones (&c, grads_k, grads_b);
     int64_t zero = 0;
@@ -741,6 +745,12 @@ s_pushes_of_ones (void (*tune) (za_optim_config_t *), int pushes, const float *e
         s_expect_floats (&c, expected [push]);
     }
     s_teardown (&c);
+}
+
+static void
+s_pushes_of_ones (void (*tune) (za_optim_config_t *), int pushes, const float *expected)
+{
+    s_pushes_of_ones_with (tune, NULL, pushes, expected);
 }
 
 static void
@@ -792,28 +802,13 @@ s_function (za_optim_config_t *optim)
 //  without one refuses the init by name.
 Test (ps, a_function_schedule_is_the_ps_own_program_s)
 {
-    s_ps_case_t c;
-    s_configure (&c, NULL, 0, 1.0);
     int calls = 0;
-    c.config.optim.schedule = (za_schedule_t) {.kind = ZA_SCHEDULE_FUNCTION, .fn = s_halving,
-                                               .fn_arg = &calls};
-    s_start (&c);
-    float grads_k [12], grads_b [3];
-    s_ones (&c, grads_k, grads_b);
-    int64_t zero = 0;
-    s_init_sgd (&c, 0.5f, &zero);
-    s_function (&c.out->optim);
-    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
+    za_schedule_t own = {.kind = ZA_SCHEDULE_FUNCTION, .fn = s_halving, .fn_arg = &calls};
     const float expected [] = {0.5f, 0.25f, 0.0f};
-    for (int push = 0; push < 3; push++) {
-        za_wire_msg_init (c.out, ZA_OP_PUSH);
-        c.out->task = 0;
-        s_add_params (&c, grads_k, grads_b);
-        cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_VALUES, "%s", c.in->error);
-        s_expect_floats (&c, expected [push]);
-    }
+    s_pushes_of_ones_with (s_function, &own, 3, expected);
     cr_expect_geq (calls, 3);
-    s_teardown (&c);
+    s_ps_case_t c;
+    int64_t zero = 0;
     //  Without a function of its own.
     s_setup (&c);
     s_init_sgd (&c, 0.5f, &zero);

@@ -339,6 +339,19 @@ Test (allreduce, two_workers_at_batch_32_write_what_one_process_at_batch_64_writ
     }
 }
 
+//  The chief and another all-reduce worker whose job differs: the other
+//  stops (exit 1) saying `says`.
+static void
+s_expect_stopped (const char *const *chief, const char *const *other, const char *says)
+{
+    const char *const *args [2] = {chief, other};
+    s_pair_t pair;
+    s_run_pair (args, &pair);
+    cr_expect_eq (pair.exit_code [1], 1, "%s", pair.err [1]);
+    cr_expect (strstr (pair.err [1], says), "%s", pair.err [1]);
+    s_pair_free (&pair);
+}
+
 Test (allreduce, a_worker_with_another_learning_rate_is_stopped_by_name)
 {
     char *model_dir = za_test_path ("run");
@@ -364,22 +377,14 @@ Test (allreduce, a_worker_with_another_learning_rate_is_stopped_by_name)
     const char *other_b [] = {"--strategy", "allreduce", "--model", "linear", "--max-steps",
                               "20", "--model-dir", model_dir, "--no-eval", "--timeout-secs",
                               "5", "--bucket-kib", "16", NULL};
-    const char *const *args_b [2] = {chief_b, other_b};
-    s_run_pair (args_b, &pair);
-    cr_expect_eq (pair.exit_code [1], 1, "%s", pair.err [1]);
-    cr_expect (strstr (pair.err [1], "the chief reduces in buckets of --bucket-kib 0, this "
-                       "one 16"), "%s", pair.err [1]);
-    s_pair_free (&pair);
+    s_expect_stopped (chief_b, other_b, "the chief reduces in buckets of --bucket-kib 0, this "
+                      "one 16");
     //  Chunks of another dtype would never match the chief's: named first.
     const char *other_d [] = {"--strategy", "allreduce", "--model", "linear", "--max-steps",
                               "20", "--model-dir", model_dir, "--no-eval", "--timeout-secs",
                               "5", "--wire-dtype", "bf16", NULL};
-    const char *const *args_d [2] = {chief_b, other_d};
-    s_run_pair (args_d, &pair);
-    cr_expect_eq (pair.exit_code [1], 1, "%s", pair.err [1]);
-    cr_expect (strstr (pair.err [1], "the chief's gradients travel as --wire-dtype fp32, this "
-                       "one's as bf16"), "%s", pair.err [1]);
-    s_pair_free (&pair);
+    s_expect_stopped (chief_b, other_d, "the chief's gradients travel as --wire-dtype fp32, "
+                      "this one's as bf16");
     free (model_dir);
 }
 

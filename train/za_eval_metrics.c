@@ -52,24 +52,14 @@ za_eval_metrics_parse (const char *text, za_eval_metrics_spec_t *spec)
     if (!text || !*text || !strcmp (text, "none"))
         return 0;
     const char *at = text;
-    while (*at) {
-        at += strspn (at, " ,");
-        if (!*at)
-            break;
-        size_t len = strcspn (at, " ,(");
-        char name [NAME_MAX_LEN];
-        snprintf (name, sizeof name, "%.*s", (int) (len < sizeof name? len: sizeof name - 1), at);
-        at += len;
-        long k = 5;
-        int has_arg = *at == '(';
-        if (has_arg) {
-            char *end = NULL;
-            k = strtol (at + 1, &end, 10);
-            if (end == at + 1 || *end != ')')
-                return za_error ("--eval-metrics '%s': %s( needs a whole number and a ')'",
-                                 text, name);
-            at = end + 1;
-        }
+    char name [NAME_MAX_LEN];
+    int got, has_arg;
+    double arg;
+    while ((got = za_next_word (&at, " ,", name, sizeof name, &has_arg, &arg))) {
+        if (got < 0 || (has_arg && arg != floor (arg)))
+            return za_error ("--eval-metrics '%s': %s( needs a whole number and a ')'", text,
+                             name);
+        long k = !has_arg? 5: arg >= 1 && arg <= TOP_K_LIMIT? (long) arg: 0;
         if (has_arg && strcmp (name, "top_k"))
             return za_error ("--eval-metrics '%s': %s takes no argument", text, name);
         int *flag = !strcmp (name, "precision")? &spec->precision

@@ -71,8 +71,6 @@ struct _za_replica_t {
     float *dev_peer;                //  on device 0: a gradient from another device
     float *dev_features [ZA_REPLICA_MAX_THREADS];
     int32_t *dev_labels [ZA_REPLICA_MAX_THREADS];
-    int logits_to_host;             //  on a device: each slice's logits downloaded
-                                    //  (PREDICT, and EVAL with metrics)
     float *host_logits [ZA_REPLICA_MAX_THREADS];
     size_t host_logits_floats [ZA_REPLICA_MAX_THREADS];
     //  Which copy is newer (s_at_t): values, gradient, slots.
@@ -653,7 +651,9 @@ s_batch_slice (void *arg, int t)
             run->rc [t] = za_error ("model_fn '%s' does not apply the loss scale that "
                                     "--precision mixed_float16 needs (za_model_loss_scale, "
                                     "za_model.h)", self->model_fn->name);
-        if (run->rc [t] == 0 && on_device && self->logits_to_host)
+        //  EVAL and PREDICT on a device: the logits to the host (batch x classes
+        //  floats), for the metrics and the predictions.
+        if (run->rc [t] == 0 && on_device && run->mode != ZA_MODE_TRAIN)
             run->rc [t] = s_download_logits (self, t, &spec, count);
         run->specs [t].logits = spec.logits;
         run->specs [t].n_classes = spec.n_classes;
@@ -886,7 +886,6 @@ s_run_in_views (za_replica_t *self, const za_batch_t *batch, za_mode_t mode,
     *loss_sum = 0;
     *correct = 0;
     s_batch_run_t run;
-    self->logits_to_host = 1;
     int rc = 0;
     for (int lo = 0; lo < batch->size && rc == 0; lo += view_max) {
         za_batch_t view = {batch->features + (size_t) lo * self->feature_size,
@@ -902,7 +901,6 @@ s_run_in_views (za_replica_t *self, const za_batch_t *batch, za_mode_t mode,
             rc = rows_fn (arg, batch, lo + run.first [t], run.specs [t].logits, run.count [t],
                           run.specs [t].n_classes);
     }
-    self->logits_to_host = 0;
     return rc;
 }
 

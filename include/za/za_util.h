@@ -37,6 +37,15 @@ void za_error_clear (void);
 //  1 silences the stderr copy of errors (tests that provoke errors on purpose).
 void za_error_set_quiet (int quiet);
 
+//  The next word of a list such as "pad_crop(4) flip" or "auc, top_k(5)":
+//  words separated by any of `seps`, each with at most one number in
+//  parentheses. Its name goes into name [size] (cut to fit), *has_arg says
+//  whether it had a number, *arg holds it. Returns 1 for a word, 0 at the
+//  end of the text, -1 when a '(' holds no number or lacks its ')' (*at is
+//  past the word either way).
+int za_next_word (const char **at, const char *seps, char *name, size_t size, int *has_arg,
+                  double *arg);
+
 //  mkdir -p: creates dir and its missing parents (mode 0755). A path that
 //  exists but is not a directory is an error. Returns 0 or -1 with an error.
 int za_mkdirs (const char *dir);
