@@ -798,8 +798,8 @@ s_function (za_optim_config_t *optim)
 }
 
 //  The init says the schedule is the chief's program's function (the wire
-//  carries no function): the ps calls its own, the same program's; a ps
-//  without one refuses the init by name.
+//  carries no function): the ps calls its own, the same program's (and a ps
+//  without one refuses the init by name: the next test).
 Test (ps, a_function_schedule_is_the_ps_own_program_s)
 {
     int calls = 0;
@@ -807,9 +807,12 @@ Test (ps, a_function_schedule_is_the_ps_own_program_s)
     const float expected [] = {0.5f, 0.25f, 0.0f};
     s_pushes_of_ones_with (s_function, &own, 3, expected);
     cr_expect_geq (calls, 3);
+}
+
+Test (ps, a_ps_without_a_function_refuses_an_init_that_says_function)
+{
     s_ps_case_t c;
     int64_t zero = 0;
-    //  Without a function of its own.
     s_setup (&c);
     s_init_sgd (&c, 0.5f, &zero);
     s_function (&c.out->optim);
