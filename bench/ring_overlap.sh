@@ -2,7 +2,8 @@
 #  The all-reduce overlapped with backward: --strategy allreduce from the
 #  tutorial's TF_CONFIG (2 workers on this machine, batch 32 each, one thread
 #  each) with --bucket-kib 0 (one bucket, reduced after backward), 16 and 64
-#  (the default: buckets go round as backward makes them), against one
+#  (the default: buckets go round as backward makes them), and with one
+#  bucket over ipc instead of shared memory (ZA_SHM_DISABLE=1), against one
 #  process at batch 64 with 2 threads. The configurations alternate, ROUNDS
 #  times; medians are quoted:
 #    images/s: 64 x the chief's metrics.jsonl steps_per_sec (a line every
@@ -28,23 +29,27 @@ single () {     #  DIR
     "$run" "${common[@]}" --batch-size 64 --threads 2 --model-dir "$1" 2> "$1.err" > /dev/null
 }
 
-ring () {       #  DIR BUCKET_KIB
-    local port0 port1 i pids=()
+ring () {       #  DIR BUCKET_KIB [ENV=VALUE]
+    local port0 port1 i pids=() env=${3:-ZA_SHM_DISABLE=0}
     port0=$(port); port1=$(port)
     for i in 0 1; do
-        TF_CONFIG='{"cluster": {"worker": ["localhost:'$port0'", "localhost:'$port1'"]}, "task": {"type": "worker", "index": '$i'}}' \
+        env "$env" TF_CONFIG='{"cluster": {"worker": ["localhost:'$port0'", "localhost:'$port1'"]}, "task": {"type": "worker", "index": '$i'}}' \
             "$run" "${common[@]}" --strategy allreduce --batch-size 32 --threads 1 \
             --bucket-kib "$2" --model-dir "$1" > /dev/null 2> "$1.w$i.err" & pids+=($!)
     done
     for i in "${pids[@]}"; do wait "$i"; done
 }
 
-configs=("single" "ring 0" "ring 16" "ring 64")
+configs=("single" "ring 0" "ipc 0" "ring 16" "ring 64")
 for ((r = 1; r <= rounds; r++)); do
     for c in "${configs[@]}"; do
         set -- $c
         dir="$work/$1${2:+-$2}-r$r"
-        if [ "$1" = single ]; then single "$dir"; else ring "$dir" "$2"; fi
+        case $1 in
+            single) single "$dir";;
+            ipc) ring "$dir" "$2" ZA_SHM_DISABLE=1;;
+            *) ring "$dir" "$2";;
+        esac
         printf '.' >&2
     done
 done
@@ -69,7 +74,9 @@ for c in "${configs[@]}"; do
             | sed -E 's/.*per step ([0-9.]+) ms: compute ([0-9.]+) ms, all-reduce left after it ([0-9.]+) ms \(ring waits ([0-9.]+) ms\).*/\1 \2 \3 \4/' \
             | awk -v n="$1" '{print $n}' | median
     }
-    printf '%-36s %9.0f %9.3f %9.3f %11.3f %10.3f\n' "allreduce 2 x 32, --bucket-kib $2" "$images" \
+    label="allreduce 2 x 32, --bucket-kib $2"
+    [ "$1" = ipc ] && label="allreduce 2 x 32, one bucket, ipc"
+    printf '%-36s %9.0f %9.3f %9.3f %11.3f %10.3f\n' "$label" "$images" \
         "$(field 1)" "$(field 2)" "$(field 3)" "$(field 4)"
 done
 echo "logs: $work"

@@ -9,6 +9,7 @@
     is passed on the moment it is done: one schedule, 2(N-1) hops.      */
 #include "za/za_ring.h"
 #include "za/za_curve.h"
+#include "za/za_shm.h"
 #include "za/za_cluster.h"
 #include "za/za_util.h"
 #include "za/za_wire.h"
@@ -30,6 +31,16 @@
 #define RING_WHOLE_BYTES 65536
 _Static_assert (RING_WHOLE_BYTES <= ZA_WIRE_MAX_HEADER_BYTES,
                 "a whole tensor's frame must pass any ring's ZMQ_MAXMSGSIZE");
+//  Same host: a wait for the next record spins this long before it sleeps
+//  (a futex the writer wakes), and a sleep lasts at most this long before
+//  the ZeroMQ side (resync, the caller's interrupt) and the clock are read.
+#define RING_SHM_SPIN_USECS 50
+#define RING_SHM_SLEEP_USECS 2000
+//  ... or this long while records of our own wait for room on the right.
+#define RING_SHM_PENDING_SLEEP_USECS 50
+
+//  The same-host link to the right (sending) and from the left (receiving).
+typedef enum { SHM_OFF, SHM_OFFERED, SHM_ON } ring_shm_state_t;
 
 struct _za_ring_t {
     za_ring_config_t config;
@@ -52,7 +63,24 @@ struct _za_ring_t {
     int asked;                      //  a request went right since the last adoption
     double wait_secs;
     char right_endpoint [256];
+    //  Same host (za_shm.h): our segment to the right, offered at each
+    //  generation and used once the right neighbour says it attached;
+    //  records that found no room yet wait in `pending`, in order.
+    int shm_link;                   //  the right neighbour is on this host
+    za_shm_t *out_shm;
+    ring_shm_state_t out_state;
+    char out_nonce [33];
+    za_shm_record_t *pending;
+    size_t pending_first, pending_count, pending_size;
+    //  ... and the left neighbour's segment, read once it says "on".
+    za_shm_t *in_shm;
+    int in_on;
+    //  The message in self->in: a frame (in_msg) or a record of in_shm.
+    zmsg_t *in_msg;
+    int in_is_record;
 };
+
+static void s_shm_offer (za_ring_t *self);
 
 //  The PORT of tcp://HOST:PORT, or 0; *loopback set when HOST is a loopback
 //  address or localhost.
@@ -125,9 +153,12 @@ za_ring_new (const za_ring_config_t *config)
         za_info ("ring: rank %d cannot bind ipc://@zactor-ring-%d (%s): a neighbour on this "
                  "host must use tcp (tcp_only)", config->rank, port, zmq_strerror (zmq_errno ()));
     port = s_tcp_port (config->right, &loopback);
-    if (port && loopback && !config->tcp_only)
+    if (port && loopback && !config->tcp_only) {
         snprintf (self->right_endpoint, sizeof self->right_endpoint, "ipc://@zactor-ring-%d",
                   port);
+        const char *off = getenv ("ZA_SHM_DISABLE");
+        self->shm_link = !config->no_shm && !(off && *off && strcmp (off, "0"));
+    }
     else
         snprintf (self->right_endpoint, sizeof self->right_endpoint, "%s", config->right);
     if (zsock_connect (self->right, "%s", self->right_endpoint) < 0) {
@@ -140,6 +171,7 @@ za_ring_new (const za_ring_config_t *config)
         za_error ("ring: cannot make a poller");
         goto fail;
     }
+    s_shm_offer (self);             //  again at each generation
     return self;
 fail:
     za_ring_destroy (&self);
@@ -152,7 +184,11 @@ za_ring_destroy (za_ring_t **self_p)
     za_ring_t *self = *self_p;
     if (!self)
         return;
+    zmsg_destroy (&self->in_msg);
     zpoller_destroy (&self->poller);
+    za_shm_destroy (&self->in_shm);
+    za_shm_destroy (&self->out_shm);
+    free (self->pending);
     //  linger 0: what the right neighbour never took is dropped, and the
     //  chunks lent from the caller's block all come back.
     zsock_destroy (&self->right);
@@ -170,6 +206,12 @@ const char *
 za_ring_right_endpoint (const za_ring_t *self)
 {
     return self->right_endpoint;
+}
+
+int
+za_ring_shm_links (const za_ring_t *self)
+{
+    return (self->out_state == SHM_ON) + (self->in_on != 0);
 }
 
 uint64_t
@@ -212,19 +254,156 @@ s_send_resync (za_ring_t *self, int64_t gen)
     return 0;
 }
 
+// ---------------------------------------------------------------------------
+//  The same-host link (za_shm.h; PROTOCOL.md 14): the sender offers a new
+//  segment at each generation ("shm" "offer", over ZeroMQ), the receiver maps
+//  it and answers "attached" (or nothing: the link stays on ZeroMQ), and the
+//  sender's "on" is its last chunk-free word on ZeroMQ before the records:
+//  from then on the receiver reads chunks from the segment only.
+
+//  Sends an "shm" message of `code` with `body` right, or to `to` (a routing
+//  id) through the left socket.
+static int
+s_send_shm (za_ring_t *self, zframe_t *to, const char *code, const char *body, size_t len)
+{
+    za_wire_msg_init (self->out, ZA_OP_SHM);
+    snprintf (self->out->code, sizeof self->out->code, "%s", code);
+    self->out->task = self->config.rank;
+    self->out->body = body;
+    self->out->body_len = len;
+    return za_wire_send (to? self->left: self->right, to, self->out, NULL);
+}
+
+//  The body of an "attached" or "on" message, {"nonce":"HEX"}, in body
+//  (64 bytes); returns its length.
+static size_t
+s_nonce_body (const char *nonce, char *body)
+{
+    return (size_t) snprintf (body, 64, "{\"nonce\":\"%s\"}", nonce);
+}
+
+static int
+s_body_has_nonce (const za_wire_msg_t *msg, const char *nonce)
+{
+    char want [64];
+    size_t len = s_nonce_body (nonce, want);
+    return msg->body && msg->body_len == len && memcmp (msg->body, want, len) == 0;
+}
+
+//  A new generation: a new segment offered to the right (the old one, and
+//  any record of the last generation still waiting, are dropped).
+static void
+s_shm_offer (za_ring_t *self)
+{
+    if (!self->shm_link)
+        return;
+    //  A segment offered and never written to serves again (za_ring_new's,
+    //  when the first generation follows at once).
+    if (self->out_state == SHM_OFFERED && za_shm_unused (self->out_shm)) {
+        char offer [ZA_SHM_OFFER_MAX];
+        size_t len = za_shm_offer (self->out_shm, offer);
+        if (s_send_shm (self, NULL, "offer", offer, len) == 0)
+            return;
+    }
+    za_shm_destroy (&self->out_shm);
+    self->out_state = SHM_OFF;
+    self->pending_count = 0;
+    self->out_shm = za_shm_create (0);
+    char offer [ZA_SHM_OFFER_MAX];
+    size_t len = self->out_shm? za_shm_offer (self->out_shm, offer): 0;
+    if (!len || s_send_shm (self, NULL, "offer", offer, len)) {
+        za_info ("ring: rank %d: no shared memory to the right (%s); the link stays on "
+                 "ZeroMQ", self->config.rank, za_last_error ());
+        za_shm_destroy (&self->out_shm);
+        return;
+    }
+    za_shm_nonce (self->out_shm, self->out_nonce);
+    self->out_state = SHM_OFFERED;
+}
+
+//  The right neighbour's answer to our offer, if it came: the link turns on.
+static void
+s_shm_answered (za_ring_t *self)
+{
+    while (self->out_state == SHM_OFFERED && (zsock_events (self->right) & ZMQ_POLLIN)) {
+        zmsg_t *msg = zmsg_recv (self->right);
+        if (msg && za_wire_decode (msg, self->in) == 0 && self->in->op == ZA_OP_SHM
+            && streq (self->in->code, "attached") && s_body_has_nonce (self->in, self->out_nonce)) {
+            char body [64];
+            if (s_send_shm (self, NULL, "on", body, s_nonce_body (self->out_nonce, body)) == 0)
+                self->out_state = SHM_ON;
+        }
+        zmsg_destroy (&msg);
+    }
+}
+
+//  Writes what waits for room into the segment, in order, while it fits.
+//  Returns 0, or -1 with an error.
+static int
+s_shm_flush (za_ring_t *self)
+{
+    while (self->pending_count) {
+        int rc = za_shm_write (self->out_shm, &self->pending [self->pending_first]);
+        if (rc)
+            return rc < 0? -1: 0;
+        self->pending_first = (self->pending_first + 1) % self->pending_size;
+        self->pending_count--;
+    }
+    return 0;
+}
+
+//  Sends a record through the segment, or queues it behind those waiting
+//  (its bytes stay the caller's, as a lent frame's do, until it is written).
+static int
+s_shm_send (za_ring_t *self, const za_shm_record_t *record)
+{
+    if (s_shm_flush (self))
+        return -1;
+    if (!self->pending_count) {
+        int rc = za_shm_write (self->out_shm, record);
+        if (rc <= 0)
+            return rc;
+    }
+    if (self->pending_count == self->pending_size) {
+        size_t size = self->pending_size? 2 * self->pending_size: 64;
+        za_shm_record_t *grown = (za_shm_record_t *) malloc (size * sizeof *grown);
+        if (!grown)
+            return za_error ("out of memory");
+        for (size_t i = 0; i < self->pending_count; i++)
+            grown [i] = self->pending [(self->pending_first + i) % self->pending_size];
+        free (self->pending);
+        self->pending = grown;
+        self->pending_size = size;
+        self->pending_first = 0;
+    }
+    self->pending [(self->pending_first + self->pending_count++) % self->pending_size] = *record;
+    return 0;
+}
+
 //  Sends data [0..n) of dtype (F32 or BF16) to the right neighbour as
 //  message number self->sent.
 static int
 s_send (za_ring_t *self, za_op_t op, int64_t round, const void *data, za_dtype_t dtype,
         size_t n)
 {
-    za_wire_msg_init (self->out, op);
-    self->out->seq = self->sent;
-    self->out->step = s_step (self, round);
-    self->out->task = self->config.rank;
-    int64_t shape [1] = {(int64_t) n};
-    if (za_wire_msg_add (self->out, "chunk", dtype, 1, shape, data)
-        || za_wire_send (self->right, NULL, self->out, &self->lease))
+    s_shm_answered (self);
+    int rc;
+    if (self->out_state == SHM_ON) {
+        za_shm_record_t record = {.op = op, .dtype = dtype, .task = self->config.rank,
+                                  .seq = self->sent, .step = s_step (self, round), .data = data,
+                                  .bytes = n * za_dtype_size (dtype)};
+        rc = s_shm_send (self, &record);
+    }
+    else {
+        za_wire_msg_init (self->out, op);
+        self->out->seq = self->sent;
+        self->out->step = s_step (self, round);
+        self->out->task = self->config.rank;
+        int64_t shape [1] = {(int64_t) n};
+        rc = za_wire_msg_add (self->out, "chunk", dtype, 1, shape, data)
+          || za_wire_send (self->right, NULL, self->out, &self->lease);
+    }
+    if (rc)
         return za_error ("ring: rank %d cannot send to %s: %s", self->config.rank,
                          self->right_endpoint, za_last_error ());
     self->sent++;
@@ -292,35 +471,152 @@ s_on_resync (za_ring_t *self)
     return 0;
 }
 
-//  Waits (until `start` + timeout_secs) for the next message from the left
-//  and decodes it into self->in. Returns 1 with it in *msg_p (NULL when it
-//  did not decode: *why says so), 0 when the time is up, -1 when
-//  interrupted (SIGINT, the caller's interrupt socket).
-static int
-s_next (za_ring_t *self, double start, zmsg_t **msg_p, const char **why)
+//  Lets go of the message in self->in (a frame or a record).
+static void
+s_release (za_ring_t *self)
 {
-    *msg_p = NULL;
+    zmsg_destroy (&self->in_msg);
+    if (self->in_is_record && self->in_shm)
+        za_shm_release (self->in_shm);
+    self->in_is_record = 0;
+}
+
+//  An "shm" message from the left, decoded into self->in, with the routing
+//  id it came from: an offer is attached to and answered; "on" turns the
+//  segment on.
+static void
+s_on_shm (za_ring_t *self, zframe_t *from)
+{
+    const za_wire_msg_t *in = self->in;
+    if (in->task != s_left (self))
+        return;
+    if (streq (in->code, "offer")) {
+        //  A neighbour that cannot be mapped keeps the link as it was: its
+        //  chunks come over ZeroMQ, which the receiver reads in any case.
+        za_shm_t *shm = za_shm_attach (in->body, in->body_len);
+        char nonce [33], body [64];
+        if (!shm) {
+            za_info ("ring: rank %d: rank %d's shared memory cannot be used (%s); the link "
+                     "stays on ZeroMQ", self->config.rank, s_left (self), za_last_error ());
+            return;
+        }
+        za_shm_nonce (shm, nonce);
+        if (s_send_shm (self, from, "attached", body, s_nonce_body (nonce, body))) {
+            za_shm_destroy (&shm);
+            return;
+        }
+        za_shm_destroy (&self->in_shm);
+        self->in_shm = shm;
+        self->in_on = 0;
+    }
+    else
+    if (streq (in->code, "on") && self->in_shm) {
+        char nonce [33];
+        za_shm_nonce (self->in_shm, nonce);
+        if (s_body_has_nonce (in, nonce))
+            self->in_on = 1;
+    }
+}
+
+//  Takes the next frame from the left socket if one is there: 1 with it in
+//  self->in (or *why set when it did not decode), 0 when none is there or
+//  it was the link's own ("shm").
+static int
+s_take_frame (za_ring_t *self, const char **why)
+{
+    zmsg_t *msg = (zsock_events (self->left) & ZMQ_POLLIN)? zmsg_recv (self->left): NULL;
+    zframe_t *identity = msg? zmsg_pop (msg): NULL;
+    int got = 0;
+    if (msg) {
+        *why = NULL;
+        if (za_wire_decode (msg, self->in)) {
+            *why = za_last_error ();
+            zmsg_destroy (&msg);
+            got = 1;
+        }
+        else
+        if (self->in->op == ZA_OP_SHM) {
+            s_on_shm (self, identity);
+            zmsg_destroy (&msg);
+        }
+        else {
+            self->in_msg = msg;
+            got = 1;
+        }
+    }
+    zframe_destroy (&identity);
+    return got;
+}
+
+//  The next record of the left neighbour's segment, if one is there: 1 with
+//  it in self->in (or *why set when it is not a chunk), 0 when none is.
+static int
+s_take_record (za_ring_t *self, const char **why)
+{
+    za_shm_record_t record;
+    int got = za_shm_read (self->in_shm, &record);
+    if (got < 0) {
+        //  Nothing after this can be trusted: the round times out, as when
+        //  the left neighbour is silent.
+        za_error ("ring: rank %d: rank %d's segment: %s", self->config.rank, s_left (self),
+                  za_last_error ());
+        za_info ("%s", za_last_error ());
+        self->in_on = 0;
+        return 0;
+    }
+    if (got == 0)
+        return 0;
+    za_wire_msg_t *in = self->in;
+    za_wire_msg_init (in, (za_op_t) record.op);
+    in->seq = record.seq;
+    in->step = record.step;
+    in->task = record.task;
+    in->tensor_count = 1;
+    in->tensors [0].dtype = (za_dtype_t) record.dtype;
+    in->tensors [0].ndim = 1;
+    in->tensors [0].data = record.data;
+    in->tensors [0].bytes = record.bytes;
+    self->in_is_record = 1;
+    *why = record.op == ZA_OP_RING || record.op == ZA_OP_BROADCAST? NULL
+         : "a record that is no chunk";
+    return 1;
+}
+
+//  Waits (until `start` + timeout_secs) for the next message from the left
+//  and decodes it into self->in (a frame, or a record of the segment once
+//  the link is on). Returns 1 with it there (*why says why not when it is
+//  not a message: s_release it all the same), 0 when the time is up, -1
+//  when interrupted (SIGINT, the caller's interrupt socket).
+static int
+s_next (za_ring_t *self, double start, const char **why)
+{
+    s_release (self);
     while (!zsys_interrupted) {
+        if (self->in_on && s_take_record (self, why))
+            return 1;
+        if (s_take_frame (self, why))
+            return 1;
+        if (self->pending_count && s_shm_flush (self))
+            za_info ("%s", za_last_error ());
         double remaining = self->config.timeout_secs - (za_clock_mono () - start);
         if (remaining <= 0)
             return 0;
-        void *which = zpoller_wait (self->poller, (int) (remaining * 1000) + 1);
-        if (which == self->left) {
-            zmsg_t *msg = zmsg_recv (self->left);
-            zframe_t *identity = msg? zmsg_pop (msg): NULL;
-            zframe_destroy (&identity);
-            if (!msg)
+        //  While our own records wait for room, look again soon.
+        int usecs = (int) (remaining * 1e6) + 1;
+        if (self->pending_count && usecs > RING_SHM_PENDING_SLEEP_USECS)
+            usecs = RING_SHM_PENDING_SLEEP_USECS;
+        if (self->in_on) {
+            if (usecs > RING_SHM_SLEEP_USECS)
+                usecs = RING_SHM_SLEEP_USECS;
+            if (za_shm_wait (self->in_shm, RING_SHM_SPIN_USECS, usecs))
                 continue;
-            *why = NULL;
-            if (za_wire_decode (msg, self->in)) {
-                *why = za_last_error ();
-                zmsg_destroy (&msg);
-            }
-            *msg_p = msg;
-            return 1;
+            usecs = 0;          //  only a look at the sockets
         }
-        if (which || zpoller_terminated (self->poller))
-            return -1;              //  the caller's interrupt
+        void *which = zpoller_wait (self->poller, (usecs + 999) / 1000);
+        if (which && which != self->left)
+            return -1;          //  the caller's interrupt
+        if (!which && zpoller_terminated (self->poller))
+            return -1;
     }
     return -1;
 }
@@ -333,34 +629,32 @@ s_is_resync (const za_ring_t *self)
 }
 
 //  Waits for the next message from the left: a chunk of n floats of `op`
-//  and `round`. Returns 0 with it in *msg_p (the caller destroys it; the
-//  chunk is self->in->tensors [0]), ZA_RING_RESYNC when the ring must be
-//  synced again first, or -1 with an error.
+//  and `round`. Returns 0 with it in self->in (the chunk is tensors [0];
+//  the caller s_releases it), ZA_RING_RESYNC when the ring must be synced
+//  again first, or -1 with an error.
 static int
-s_receive (za_ring_t *self, za_op_t op, int64_t round, za_dtype_t dtype, size_t n,
-           zmsg_t **msg_p)
+s_receive (za_ring_t *self, za_op_t op, int64_t round, za_dtype_t dtype, size_t n)
 {
     double start = za_clock_mono ();
     const char *why;
-    zmsg_t *msg;
     int got, rc = -1;
-    while ((got = s_next (self, start, &msg, &why)) == 1) {
-        if (msg && s_is_resync (self)) {
-            zmsg_destroy (&msg);
-            if (s_on_resync (self)) {
+    while ((got = s_next (self, start, &why)) == 1) {
+        if (!why && s_is_resync (self)) {
+            int ends = s_on_resync (self);
+            s_release (self);
+            if (ends) {
                 rc = ZA_RING_RESYNC;
                 break;
             }
             continue;
         }
-        if (msg && !(why = s_unexpected (self, op, round, dtype, n))) {
+        if (!why && !(why = s_unexpected (self, op, round, dtype, n))) {
             self->received++;
-            *msg_p = msg;
             rc = 0;
             break;
         }
         s_drop (self, why);
-        zmsg_destroy (&msg);
+        s_release (self);
     }
     self->wait_secs += za_clock_mono () - start;
     if (got < 0)
@@ -373,14 +667,27 @@ s_receive (za_ring_t *self, za_op_t op, int64_t round, za_dtype_t dtype, size_t 
     return rc;
 }
 
+//  1 while chunks lent from the caller's block (or our buffers) are still
+//  in libzmq's hands or wait for room in the segment.
+static int
+s_busy (za_ring_t *self)
+{
+    return self->pending_count || za_wire_lease_busy (&self->lease);
+}
+
 //  Waits until libzmq has let go of every chunk lent from the caller's
-//  block (it may change it once we return), at most timeout_secs: a right
-//  neighbour that is gone keeps them queued. Returns 0, or -1 with an error.
+//  block and every record waiting went into the segment (the caller may
+//  change the block once we return), at most timeout_secs: a right
+//  neighbour that is gone keeps them. Returns 0, or -1 with an error.
 static int
 s_drain (za_ring_t *self)
 {
     double start = za_clock_mono ();
-    while (za_wire_lease_busy (&self->lease)) {
+    while (s_busy (self)) {
+        if (s_shm_flush (self))
+            return za_error ("ring: rank %d: %s", self->config.rank, za_last_error ());
+        if (!s_busy (self))
+            break;
         if (za_clock_mono () - start > self->config.timeout_secs || zsys_interrupted)
             return za_error ("ring: rank %d: %s took nothing for %.1f s", self->config.rank,
                              self->right_endpoint, self->config.timeout_secs);
@@ -436,7 +743,7 @@ s_allreduce_whole (za_ring_t *self, float *data, size_t n, int64_t round, za_dty
     size_t need = (size_t) size * n;
     if (need > self->whole_floats || (dtype == ZA_DTYPE_BF16 && need > self->low_halves)) {
         //  The last call's messages must be back before their buffers go.
-        if (za_wire_lease_busy (&self->lease) && s_drain (self))
+        if (s_busy (self) && s_drain (self))
             return -1;
         float *whole = (float *) malloc (need * sizeof (float));
         uint16_t *low = dtype == ZA_DTYPE_BF16? (uint16_t *) malloc (need * sizeof (uint16_t))
@@ -472,8 +779,7 @@ s_allreduce_whole (za_ring_t *self, float *data, size_t n, int64_t round, za_dty
     }
     for (int hop = 0; hop < size - 1; hop++) {
         int origin = s_mod (rank - hop - 1, size);
-        zmsg_t *msg;
-        int got = s_receive (self, ZA_OP_RING, round, dtype, n, &msg);
+        int got = s_receive (self, ZA_OP_RING, round, dtype, n);
         if (got)
             return got;
         //  Received frames are not always aligned: read them bytewise.
@@ -486,7 +792,7 @@ s_allreduce_whole (za_ring_t *self, float *data, size_t n, int64_t round, za_dty
         }
         else
             memcpy (to, from, n * sizeof (float));
-        zmsg_destroy (&msg);
+        s_release (self);
         //  Passed on, but to the rank it came from.
         if (hop < size - 2
             && (dtype == ZA_DTYPE_BF16
@@ -523,7 +829,7 @@ za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
     za_dtype_t dtype = self->config.wire_dtype == ZA_DTYPE_BF16? ZA_DTYPE_BF16: ZA_DTYPE_F32;
     if (dtype == ZA_DTYPE_BF16 && 2 * n > self->low_halves) {
         //  The last call's chunks must be back (one that failed may not have drained).
-        if (za_wire_lease_busy (&self->lease) && s_drain (self))
+        if (s_busy (self) && s_drain (self))
             return -1;
         uint16_t *grown = (uint16_t *) malloc (2 * n * sizeof (uint16_t));
         if (!grown)
@@ -546,8 +852,7 @@ za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
         s_segment (n, size, segment, &begin, &count);
         for (size_t at = 0; at < count; at += chunk) {
             size_t len = count - at < chunk? count - at: chunk;
-            zmsg_t *msg;
-            int got = s_receive (self, ZA_OP_RING, round, dtype, len, &msg);
+            int got = s_receive (self, ZA_OP_RING, round, dtype, len);
             if (got)
                 return got;
             //  Received frames are not always aligned: read them bytewise.
@@ -581,7 +886,7 @@ za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
                 za_bf16_to_f32 (from, to, len);
             else
                 memcpy (to, from, len * sizeof (float));
-            zmsg_destroy (&msg);
+            s_release (self);
             if (hop < hops - 1
                 && s_send_chunk (self, round, to, len, n, hop >= size - 2, begin + at))
                 return -1;
@@ -603,12 +908,11 @@ za_ring_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t rou
     for (size_t at = 0; at < n; at += chunk) {
         size_t len = n - at < chunk? n - at: chunk;
         if (rank != root) {
-            zmsg_t *msg;
-            int got = s_receive (self, ZA_OP_BROADCAST, round, ZA_DTYPE_F32, len, &msg);
+            int got = s_receive (self, ZA_OP_BROADCAST, round, ZA_DTYPE_F32, len);
             if (got)
                 return got;
             memcpy (data + at, self->in->tensors [0].data, len * sizeof (float));
-            zmsg_destroy (&msg);
+            s_release (self);
         }
         if (!last && s_send (self, ZA_OP_BROADCAST, round, data + at, ZA_DTYPE_F32, len))
             return -1;
@@ -636,6 +940,7 @@ s_adopt (za_ring_t *self, int64_t gen)
     self->pending_gen = 0;
     self->asked = 0;
     self->sent = self->received = 0;
+    s_shm_offer (self);
 }
 
 int
@@ -654,14 +959,13 @@ za_ring_resync (za_ring_t *self)
     //  requests once; anything else is of an earlier generation.
     double start = za_clock_mono ();
     const char *why;
-    zmsg_t *msg;
     int got = 1;
-    while (!self->pending_gen && (got = s_next (self, start, &msg, &why)) == 1) {
-        if (msg && s_is_resync (self))
+    while (!self->pending_gen && (got = s_next (self, start, &why)) == 1) {
+        if (!why && s_is_resync (self))
             s_on_resync (self);
         else
-            s_drop (self, msg? "of an earlier generation": why);
-        zmsg_destroy (&msg);
+            s_drop (self, why? why: "of an earlier generation");
+        s_release (self);
     }
     if (!self->pending_gen)
         return got == 0? za_error ("ring: rank %d: no word from the root through rank %d for "

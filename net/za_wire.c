@@ -26,9 +26,10 @@ static const char *s_op_names [] = {
     NULL, "init", "init_ok", "pull", "push", "values", "hold", "held", "snapshot",
     "snapshot_data", "release", "released", "stop", "stopping", "bye", "bye_ok",
     "error", "ping", "pong", "register", "welcome", "report", "view", "watch", "state",
-    "ring", "broadcast", "resync", "checkpoint", "slots", "offer"
+    "ring", "broadcast", "resync", "checkpoint", "slots", "offer",
+    "shm"
 };
-#define WIRE_OP_LAST ZA_OP_OFFER
+#define WIRE_OP_LAST ZA_OP_SHM
 
 //  Header keys, in the order they are written.
 typedef enum {

@@ -1,13 +1,20 @@
 /*  test_ring.c: the all-reduce ring (za_ring.h), ranks as threads of one
-    process over inproc and tcp: the mean is right and the same bits on
-    every rank, whatever the size and the chunking; a broadcast copies; what
-    is not the message expected is dropped and counted; a silent neighbour
-    is an error after the timeout, not a hang.                            */
+    process over inproc, tcp and shared memory, and as processes: the mean
+    is right and the same bits on every rank, whatever the size, the
+    chunking and the path; a broadcast copies; what is not the message
+    expected is dropped and counted; a silent neighbour is an error after
+    the timeout, not a hang; a rank killed mid-transfer rejoins and leaves
+    no segment behind.                                                    */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "za/za_ring.h"
 #include "za/za_util.h"
@@ -46,8 +53,10 @@ typedef struct {
     s_rank_t ranks [MAX_RANKS];
 } s_ring_case_t;
 
-//  The chunks' dtype of the rings s_make makes (a test sets it first).
+//  The chunks' dtype of the rings s_make makes (a test sets it first), and
+//  whether a neighbour on this host may be reached through shared memory.
 static za_dtype_t s_wire_dtype = ZA_DTYPE_F32;
+static int s_no_shm;
 
 //  `size` rings on endpoints PREFIX-0.. (inproc) or free tcp ports (tcp 1:
 //  the ring's choice, ipc, for these loopback neighbours; 2: tcp only).
@@ -71,6 +80,7 @@ s_make (s_ring_case_t *c, int size, int tcp, size_t chunk_floats, double timeout
             .rank = r, .size = size, .bind = c->endpoints [r],
             .right = c->endpoints [(r + 1) % size], .chunk_floats = chunk_floats,
             .timeout_secs = timeout_secs, .tcp_only = tcp == 2, .wire_dtype = s_wire_dtype,
+            .no_shm = s_no_shm,
         };
         c->ranks [r].ring = za_ring_new (&config);
         cr_assert_not_null (c->ranks [r].ring, "%s", za_last_error ());
@@ -475,4 +485,229 @@ Test (ring, a_restarted_member_asks_and_the_ring_reforms_with_the_roots_state)
     cr_expect_eq (za_ring_generation (rank1->ring), survivor.gen);
     cr_expect (memcmp (fresh, survivor.data, sizeof fresh) == 0);
     s_destroy (&c);
+}
+
+//  Runs rounds of 1000 floats until every link of the case is on shared
+//  memory (at most 100 times 20 rounds): a few messages after the start.
+static int
+s_until_shared (s_ring_case_t *c)
+{
+    int links = 0;
+    for (int r = 0; r < c->size; r++) {
+        c->ranks [r].n = 1000;
+        c->ranks [r].rounds = 20;
+    }
+    for (int tries = 0; tries < 100 && links < 2 * c->size; tries++) {
+        s_run_all (c);
+        links = 0;
+        for (int r = 0; r < c->size; r++) {
+            cr_assert_eq (c->ranks [r].rc, 0, "rank %d: %s", r, c->ranks [r].error);
+            links += za_ring_shm_links (c->ranks [r].ring);
+        }
+    }
+    for (int r = 0; r < c->size; r++)
+        c->ranks [r].rounds = 1;
+    return links;
+}
+
+//  Neighbours on this host (loopback endpoints) move their chunks through
+//  shared memory once the link is on, and the means are the bits the ipc
+//  path gives; with no_shm the links stay on ipc.
+Test (ring, a_neighbour_on_this_host_is_reached_through_shared_memory_same_bits)
+{
+    const size_t n = 91350;
+    float *result [2][3];
+    for (int off = 0; off <= 1; off++) {
+        s_no_shm = off;
+        s_ring_case_t c;
+        s_make (&c, 3, 1, 0, 10);
+        for (int r = 0; r < 3; r++)
+            c.ranks [r].data = calloc (n, sizeof (float));
+        int links = s_until_shared (&c);
+        cr_expect_eq (links, off? 0: 6, "links on shared memory: %d", links);
+        for (int r = 0; r < 3; r++) {
+            c.ranks [r].n = n;
+            for (size_t i = 0; i < n; i++)
+                c.ranks [r].data [i] = s_value (r, i);
+        }
+        s_run_all (&c);
+        for (int r = 0; r < 3; r++) {
+            cr_assert_eq (c.ranks [r].rc, 0, "%s", c.ranks [r].error);
+            result [off][r] = c.ranks [r].data;
+            c.ranks [r].data = NULL;
+            cr_expect_eq (za_ring_dropped (c.ranks [r].ring), 0);
+        }
+        s_destroy (&c);
+    }
+    for (int r = 0; r < 3; r++) {
+        cr_expect (memcmp (result [0][r], result [1][r], n * sizeof (float)) == 0, "rank %d",
+                   r);
+        cr_expect (memcmp (result [0][r], result [0][0], n * sizeof (float)) == 0, "rank %d",
+                   r);
+    }
+    for (int r = 0; r < 3; r++) {
+        free (result [0][r]);
+        free (result [1][r]);
+    }
+    s_no_shm = 0;
+}
+
+//  16 MiB: a rank's first hop alone is more than its segment holds, so
+//  records wait for room (and nothing deadlocks); the mean is right.
+Test (ring, a_tensor_larger_than_the_segment_goes_through_it)
+{
+    const size_t n = 4u << 20;
+    s_ring_case_t c;
+    s_make (&c, 2, 1, 0, 20);
+    for (int r = 0; r < 2; r++)
+        c.ranks [r].data = calloc (n, sizeof (float));
+    cr_assert_eq (s_until_shared (&c), 4);
+    for (int r = 0; r < 2; r++) {
+        c.ranks [r].n = n;
+        c.ranks [r].rounds = 2;
+        for (size_t i = 0; i < n; i++)
+            c.ranks [r].data [i] = (float) (i % 1000) * (float) (r + 1);
+    }
+    s_run_all (&c);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq (c.ranks [r].rc, 0, "%s", c.ranks [r].error);
+        //  The mean of x and 2x is 1.5x; of 1.5x and 1.5x the same.
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq (c.ranks [r].data [i], 1.5f * (float) (i % 1000), "[%zu]", i);
+    }
+    s_destroy (&c);
+}
+
+//  The memfd segments this process maps (their distinct inodes).
+static int
+s_segments_mapped (void)
+{
+    FILE *maps = fopen ("/proc/self/maps", "r");
+    char line [512];
+    unsigned long inodes [64];
+    int count = 0;
+    while (maps && fgets (line, sizeof line, maps)) {
+        unsigned long inode;
+        if (!strstr (line, "memfd:zactor-ring")
+            || sscanf (line, "%*s %*s %*s %*s %lu", &inode) != 1)
+            continue;
+        int seen = 0;
+        for (int k = 0; k < count; k++)
+            seen |= inodes [k] == inode;
+        if (!seen && count < 64)
+            inodes [count++] = inode;
+    }
+    if (maps)
+        fclose (maps);
+    return count;
+}
+
+#define KILL_RANKS 3
+#define KILL_FLOATS (1u << 20)
+
+//  Rank `rank` of a ring of processes: a survivor all-reduces 4 MiB until
+//  the ring must reform (telling `progress` of each round), a rank that
+//  rejoins asks for that; then the new generation's broadcast and rounds
+//  until every link is on shared memory again (the ranks agree through the
+//  ring itself). Exits 0 when every mean was right and the process maps
+//  just its two segments; otherwise a code that says where it failed.
+static void
+s_rank_process (int rank, char endpoints [][64], int rejoin, int progress)
+{
+    za_ring_config_t config = {
+        .rank = rank, .size = KILL_RANKS, .bind = endpoints [rank],
+        .right = endpoints [(rank + 1) % KILL_RANKS], .timeout_secs = 30,
+    };
+    za_ring_t *ring = za_ring_new (&config);
+    float *data = malloc (KILL_FLOATS * sizeof (float));
+    if (!ring || !data)
+        _exit (20);
+    int rc;
+    if (rejoin && za_ring_ask_resync (ring))
+        _exit (21);
+    if (!rejoin) {
+        if (za_ring_resync (ring))
+            _exit (22);
+        for (int64_t round = 1;; round++) {
+            for (size_t i = 0; i < KILL_FLOATS; i++)
+                data [i] = (float) (rank + 1);
+            if ((rc = za_ring_allreduce_mean (ring, data, KILL_FLOATS, round)))
+                break;
+            if (progress >= 0 && write (progress, "r", 1) != 1)
+                _exit (23);
+        }
+        if (rc != ZA_RING_RESYNC)
+            _exit (24);
+    }
+    if (za_ring_resync (ring) || za_ring_broadcast (ring, data, KILL_FLOATS, 0, 0))
+        _exit (25);
+    float waiting = 1;
+    for (int64_t round = 1; waiting > 0 && round < 2000; round++) {
+        for (size_t i = 0; i < KILL_FLOATS; i++)
+            data [i] = (float) (rank + 1 + round);
+        if (za_ring_allreduce_mean (ring, data, KILL_FLOATS, round))
+            _exit (26);
+        for (size_t i = 0; i < KILL_FLOATS; i++)
+            if (data [i] != (float) (2 + round))
+                _exit (27);
+        waiting = za_ring_shm_links (ring) == 2? 0: 1;
+        if (za_ring_allreduce_mean (ring, &waiting, 1, round + 100000))
+            _exit (28);
+    }
+    if (waiting > 0)
+        _exit (29);
+    if (s_segments_mapped () != 2)
+        _exit (30);
+    za_ring_destroy (&ring);
+    free (data);
+    _exit (0);
+}
+
+static pid_t
+s_fork_rank (int rank, char endpoints [][64], int rejoin, int progress)
+{
+    pid_t pid = fork ();
+    cr_assert_geq (pid, 0);
+    if (pid == 0) {
+        prctl (PR_SET_PDEATHSIG, SIGKILL);      //  ends with the test, whatever happens
+        s_rank_process (rank, endpoints, rejoin, progress);
+    }
+    return pid;
+}
+
+//  Three processes over shared memory; rank 2 is killed in the middle of
+//  its rounds and started again: the ring reforms, every link goes back to
+//  shared memory, nobody maps a dead rank's segment any more, and when
+//  they are gone nothing of theirs is left (memfd: no name in /dev/shm).
+Test (ring, a_rank_killed_mid_transfer_rejoins_and_leaves_no_segment, .timeout = 120)
+{
+    char endpoints [KILL_RANKS][64];
+    for (int r = 0; r < KILL_RANKS; r++)
+        snprintf (endpoints [r], sizeof endpoints [r], "tcp://127.0.0.1:%d",
+                  za_test_free_port ());
+    int progress [2];
+    cr_assert_eq (pipe (progress), 0);
+    pid_t pids [KILL_RANKS];
+    for (int r = 0; r < KILL_RANKS; r++)
+        pids [r] = s_fork_rank (r, endpoints, 0, r == 0? progress [1]: -1);
+    close (progress [1]);
+    //  Rank 0 has all-reduced three rounds: the ring is busy, the links on.
+    char seen;
+    for (int rounds = 0; rounds < 3; rounds++)
+        cr_assert_eq (read (progress [0], &seen, 1), 1);
+    cr_assert_eq (kill (pids [2], SIGKILL), 0);
+    cr_assert_eq (waitpid (pids [2], NULL, 0), pids [2]);
+    pids [2] = s_fork_rank (2, endpoints, 1, -1);
+    for (int r = 0; r < KILL_RANKS; r++) {
+        int status = za_test_wait (pids [r], 90);
+        cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 0, "rank %d exited %d", r,
+                   WIFEXITED (status)? WEXITSTATUS (status): -WTERMSIG (status));
+    }
+    close (progress [0]);
+    DIR *dir = opendir ("/dev/shm");
+    struct dirent *entry;
+    while (dir && (entry = readdir (dir)))
+        cr_expect_null (strstr (entry->d_name, "zactor"), "/dev/shm/%s", entry->d_name);
+    if (dir)
+        closedir (dir);
 }

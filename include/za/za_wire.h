@@ -92,14 +92,16 @@ typedef enum {
     //  ps-sync: a ps's optimizer slots, after the values sent to the chief
     ZA_OP_SLOTS,
     //  ps-async: a worker's values of a ps's shard, offered to a ps without state
-    ZA_OP_OFFER
+    ZA_OP_OFFER,
+    //  The ring: a same-host link's shared-memory segment (section 14)
+    ZA_OP_SHM
 } za_op_t;
 
 //  The op's wire name: "init", "init_ok", "pull", "push", "values", "hold",
 //  "held", "snapshot", "snapshot_data", "release", "released", "stop",
 //  "stopping", "bye", "bye_ok", "error", "ping", "pong", "register", "welcome",
 //  "report", "view", "watch", "state", "ring", "broadcast", "resync", "checkpoint",
-//  "slots", "offer". Returns a static
+//  "slots", "offer", "shm". Returns a static
 //  string, or NULL when op is not one of za_op_t's values.
 const char *za_op_name (za_op_t op);
 

@@ -1,0 +1,93 @@
+/*  za_shm.h: a one-way pipe of records between two processes of one host,
+    through a shared-memory segment (the ring's same-host data path).
+
+    The sending process makes the segment (memfd: no name anywhere, gone
+    with the last process that maps it, sealed against resizing) and offers
+    it to the receiver over the authenticated ZeroMQ link (za_shm_offer):
+    its pid, its fd and a random nonce. The receiver opens /proc/PID/fd/FD,
+    which Linux allows only to the same user (or root), maps it and checks
+    the size and the nonce (za_shm_attach). Records then go in order through
+    a ring of bytes: the writer copies a record in and publishes it; the
+    reader reads it in place and releases it. One writer, one reader.
+
+    What the reader takes from the segment is checked before it is read: a
+    record's length, its place and its payload's size must fit what was
+    published; a record that does not is the end of the pipe (an error, the
+    pipe refuses everything after).                                       */
+#ifndef ZA_SHM_H_INCLUDED
+#define ZA_SHM_H_INCLUDED
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//  A segment's records, in bytes, when the caller says 0.
+#define ZA_SHM_DEFAULT_BYTES (4u << 20)
+//  The most a segment may hold (and so a record).
+#define ZA_SHM_MAX_BYTES (UINT64_C (1) << 32)
+//  An offer's text (za_shm_offer): at most this many bytes.
+#define ZA_SHM_OFFER_MAX 160
+
+typedef struct _za_shm_t za_shm_t;
+
+//  One record: a message of the ring without its ZeroMQ frame.
+typedef struct {
+    int32_t op, dtype, task;
+    uint64_t seq;
+    int64_t step;
+    const void *data;               //  write: the caller's bytes; read: in the segment,
+                                    //  valid until za_shm_release
+    size_t bytes;
+} za_shm_record_t;
+
+//  The sending end: a new segment of `bytes` of records (0: the default;
+//  rounded up to 64), mapped and sealed. Returns NULL with an error.
+za_shm_t *za_shm_create (size_t bytes);
+
+//  The receiving end: opens and maps the segment an offer describes, and
+//  checks that it is the one offered (its size, its nonce). Returns NULL
+//  with an error (the sender gone, another pid namespace, another user, a
+//  segment not as offered).
+za_shm_t *za_shm_attach (const char *offer, size_t offer_len);
+
+//  Unmaps and closes (the segment itself goes with the last process).
+void za_shm_destroy (za_shm_t **self_p);
+
+//  The sending end's offer, "{"pid":P,"fd":F,"bytes":B,"nonce":"HEX"}", in
+//  `text` (at least ZA_SHM_OFFER_MAX bytes). Returns its length.
+size_t za_shm_offer (const za_shm_t *self, char *text);
+
+//  The segment's nonce as 32 hex digits and a NUL, into `hex` (33 bytes).
+void za_shm_nonce (const za_shm_t *self, char *hex);
+
+//  Copies a record in and publishes it. Returns 0, 1 when it does not fit
+//  now (the reader has not released enough: try again later), or -1 with
+//  an error when it can never fit.
+int za_shm_write (za_shm_t *self, const za_shm_record_t *record);
+
+//  The next record, in place. Returns 1 with *record, 0 when none is
+//  published yet, -1 with an error when the segment holds something no
+//  writer of ours wrote (then always -1).
+int za_shm_read (za_shm_t *self, za_shm_record_t *record);
+
+//  Gives the record last read back to the writer.
+void za_shm_release (za_shm_t *self);
+
+//  Waits until the writer publishes something new (or not), at most
+//  `usecs`: spins first for up to spin_usecs, then sleeps (futex) until a
+//  write wakes it. Returns 1 when a record may be there, 0 when not.
+int za_shm_wait (za_shm_t *self, int spin_usecs, int usecs);
+
+//  1 when the reader has released everything written.
+int za_shm_empty (const za_shm_t *self);
+
+//  1 when nothing was ever written (the sending end).
+int za_shm_unused (const za_shm_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,359 @@
+/*  za_shm.c: a one-way pipe of records through a memfd segment (za_shm.h).
+
+    The segment: a header (the nonce, the size, then the writer's and the
+    reader's counters on cache lines of their own) and a ring of bytes.
+    head and tail count bytes ever published and released; a record starts
+    at head mod size, is a multiple of 64 bytes and never wraps (a pad
+    record fills the end when the next does not fit).                   */
+#define _GNU_SOURCE
+#include "za/za_shm.h"
+#include "za/za_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <sched.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHM_MAGIC UINT64_C (0x7a6163746f72736d)      //  "zactorsm"
+#define SHM_LINE 64
+#define SHM_NONCE_BYTES 16
+#define SHM_OP_PAD (-1)
+
+typedef struct {
+    uint64_t magic;
+    uint64_t bytes;                         //  the ring's size
+    uint8_t nonce [SHM_NONCE_BYTES];
+    char pad0 [SHM_LINE - 32];
+    _Atomic uint64_t head;                  //  written by the writer
+    _Atomic uint32_t published;             //  the futex word: bumped by every write
+    char pad1 [SHM_LINE - 12];
+    _Atomic uint64_t tail;                  //  written by the reader
+    _Atomic uint32_t sleeping;              //  the reader sleeps on `published`
+    char pad2 [SHM_LINE - 12];
+} shm_header_t;
+
+typedef struct {
+    uint64_t length;                        //  the record's bytes, this header included
+    uint64_t seq;
+    int64_t step;
+    uint64_t bytes;                         //  the payload's
+    int32_t op, dtype, task;
+} shm_record_t;
+
+_Static_assert (sizeof (shm_header_t) == 3 * SHM_LINE, "one line for each party");
+_Static_assert (sizeof (shm_record_t) <= SHM_LINE, "a record's header fits a line");
+
+struct _za_shm_t {
+    int fd;
+    int writer;                             //  1: the creating (sending) end
+    shm_header_t *header;
+    unsigned char *ring;
+    uint64_t bytes;
+    size_t mapped;
+    uint64_t head, tail;                    //  this end's view: the writer's head, the
+                                            //  reader's tail (and what it read past it)
+    uint64_t reading;                       //  the length of the record read, 0 when none
+    int broken;
+};
+
+static uint64_t
+s_round_up (uint64_t n)
+{
+    return (n + SHM_LINE - 1) / SHM_LINE * SHM_LINE;
+}
+
+static int
+s_map (za_shm_t *self)
+{
+    void *at = mmap (NULL, self->mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                     self->fd, 0);
+    if (at == MAP_FAILED)
+        return za_error ("shm: cannot map %zu bytes: %s", self->mapped, strerror (errno));
+    self->header = (shm_header_t *) at;
+    self->ring = (unsigned char *) at + sizeof (shm_header_t);
+    return 0;
+}
+
+za_shm_t *
+za_shm_create (size_t bytes)
+{
+    uint64_t ring = s_round_up (bytes? bytes: ZA_SHM_DEFAULT_BYTES);
+    if (ring > ZA_SHM_MAX_BYTES) {
+        za_error ("shm: a segment of %zu bytes (at most %" PRIu64 ")", bytes, ZA_SHM_MAX_BYTES);
+        return NULL;
+    }
+    za_shm_t *self = (za_shm_t *) calloc (1, sizeof *self);
+    if (!self) {
+        za_error ("shm: out of memory");
+        return NULL;
+    }
+    self->writer = 1;
+    self->bytes = ring;
+    self->mapped = sizeof (shm_header_t) + (size_t) ring;
+    self->fd = memfd_create ("zactor-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (self->fd < 0) {
+        za_error ("shm: cannot make a segment: %s", strerror (errno));
+        free (self);
+        return NULL;
+    }
+    //  Sealed at its size: the reader's mapping can never lose its pages.
+    if (ftruncate (self->fd, (off_t) self->mapped)
+        || fcntl (self->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+        za_error ("shm: cannot size a segment of %zu bytes: %s", self->mapped, strerror (errno));
+        goto fail;
+    }
+    if (s_map (self))
+        goto fail;
+    shm_header_t *header = self->header;
+    header->bytes = ring;
+    if (getrandom (header->nonce, SHM_NONCE_BYTES, 0) != SHM_NONCE_BYTES) {
+        za_error ("shm: no random bytes for a nonce: %s", strerror (errno));
+        goto fail;
+    }
+    atomic_store (&header->head, 0);
+    atomic_store (&header->tail, 0);
+    header->magic = SHM_MAGIC;
+    return self;
+fail:
+    za_shm_destroy (&self);
+    return NULL;
+}
+
+void
+za_shm_nonce (const za_shm_t *self, char *hex)
+{
+    for (int i = 0; i < SHM_NONCE_BYTES; i++)
+        snprintf (hex + 2 * i, 3, "%02x", self->header->nonce [i]);
+}
+
+size_t
+za_shm_offer (const za_shm_t *self, char *text)
+{
+    char nonce [2 * SHM_NONCE_BYTES + 1];
+    za_shm_nonce (self, nonce);
+    int len = snprintf (text, ZA_SHM_OFFER_MAX,
+                        "{\"pid\":%ld,\"fd\":%d,\"bytes\":%" PRIu64 ",\"nonce\":\"%s\"}",
+                        (long) getpid (), self->fd, self->bytes, nonce);
+    return len > 0 && len < ZA_SHM_OFFER_MAX? (size_t) len: 0;
+}
+
+za_shm_t *
+za_shm_attach (const char *offer, size_t offer_len)
+{
+    json_error_t error;
+    json_t *root = json_loadb (offer, offer_len, 0, &error);
+    json_int_t pid = 0, fd = -1, bytes = 0;
+    const char *nonce = NULL;
+    if (!root || json_unpack (root, "{s:I,s:I,s:I,s:s}", "pid", &pid, "fd", &fd, "bytes", &bytes,
+                              "nonce", &nonce)
+        || pid <= 0 || fd < 0 || bytes <= 0 || (uint64_t) bytes > ZA_SHM_MAX_BYTES
+        || (uint64_t) bytes % SHM_LINE || strlen (nonce) != 2 * SHM_NONCE_BYTES) {
+        json_decref (root);
+        za_error ("shm: an offer that is not one");
+        return NULL;
+    }
+    za_shm_t *self = (za_shm_t *) calloc (1, sizeof *self);
+    char path [64];
+    snprintf (path, sizeof path, "/proc/%" JSON_INTEGER_FORMAT "/fd/%" JSON_INTEGER_FORMAT,
+              pid, fd);
+    if (!self) {
+        za_error ("shm: out of memory");
+        json_decref (root);
+        return NULL;
+    }
+    self->bytes = (uint64_t) bytes;
+    self->mapped = sizeof (shm_header_t) + (size_t) bytes;
+    //  Whatever the fd is now, opening it must not wait or take a terminal.
+    self->fd = open (path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    struct stat st;
+    if (self->fd < 0 || fstat (self->fd, &st) || !S_ISREG (st.st_mode)
+        || (size_t) st.st_size != self->mapped) {
+        za_error ("shm: cannot open the segment offered (%s): %s", path,
+                  self->fd < 0? strerror (errno): "not of the size offered");
+        goto fail;
+    }
+    if (s_map (self))
+        goto fail;
+    char have [2 * SHM_NONCE_BYTES + 1];
+    za_shm_nonce (self, have);
+    if (self->header->magic != SHM_MAGIC || self->header->bytes != self->bytes
+        || strcmp (have, nonce)) {
+        za_error ("shm: %s is not the segment offered", path);
+        goto fail;
+    }
+    self->tail = atomic_load (&self->header->tail);
+    json_decref (root);
+    return self;
+fail:
+    json_decref (root);
+    za_shm_destroy (&self);
+    return NULL;
+}
+
+void
+za_shm_destroy (za_shm_t **self_p)
+{
+    za_shm_t *self = *self_p;
+    if (!self)
+        return;
+    if (self->header)
+        munmap (self->header, self->mapped);
+    if (self->fd >= 0)
+        close (self->fd);
+    free (self);
+    *self_p = NULL;
+}
+
+static long
+s_futex (_Atomic uint32_t *word, int op, uint32_t value, const struct timespec *timeout)
+{
+    return syscall (SYS_futex, (uint32_t *) word, op, value, timeout, NULL, 0);
+}
+
+int
+za_shm_write (za_shm_t *self, const za_shm_record_t *record)
+{
+    uint64_t length = s_round_up (SHM_LINE + (uint64_t) record->bytes);
+    if (length > self->bytes)
+        return za_error ("shm: a record of %zu bytes in a segment of %" PRIu64, record->bytes,
+                         self->bytes);
+    shm_header_t *header = self->header;
+    uint64_t tail = atomic_load_explicit (&header->tail, memory_order_acquire);
+    uint64_t at = self->head % self->bytes;
+    uint64_t pad = self->bytes - at < length? self->bytes - at: 0;
+    if (self->head + pad + length - tail > self->bytes)
+        return 1;
+    if (pad) {
+        shm_record_t mark = {.length = pad, .op = SHM_OP_PAD};
+        memcpy (self->ring + at, &mark, sizeof mark);
+        at = 0;
+    }
+    shm_record_t head = {.length = length, .seq = record->seq, .step = record->step,
+                         .bytes = record->bytes, .op = record->op, .dtype = record->dtype,
+                         .task = record->task};
+    memcpy (self->ring + at, &head, sizeof head);
+    if (record->bytes)
+        memcpy (self->ring + at + SHM_LINE, record->data, record->bytes);
+    self->head += pad + length;
+    atomic_store_explicit (&header->head, self->head, memory_order_seq_cst);
+    atomic_fetch_add_explicit (&header->published, 1, memory_order_seq_cst);
+    if (atomic_load_explicit (&header->sleeping, memory_order_seq_cst))
+        s_futex (&header->published, FUTEX_WAKE, 1, NULL);
+    return 0;
+}
+
+int
+za_shm_read (za_shm_t *self, za_shm_record_t *record)
+{
+    if (self->broken)
+        return za_error ("shm: the segment held something unreadable");
+    if (self->reading)
+        za_shm_release (self);
+    shm_header_t *header = self->header;
+    for (;;) {
+        uint64_t head = atomic_load_explicit (&header->head, memory_order_acquire);
+        if (head == self->tail)
+            return 0;
+        //  What was published, and where: checked before anything is read.
+        uint64_t at = self->tail % self->bytes, published = head - self->tail;
+        shm_record_t mark;
+        if (published > self->bytes || published < SHM_LINE || self->bytes - at < SHM_LINE)
+            goto broken;
+        memcpy (&mark, self->ring + at, sizeof mark);
+        if (mark.length < SHM_LINE || mark.length % SHM_LINE || mark.length > published
+            || mark.length > self->bytes - at)
+            goto broken;
+        if (mark.op == SHM_OP_PAD) {
+            self->tail += mark.length;
+            atomic_store_explicit (&header->tail, self->tail, memory_order_release);
+            continue;
+        }
+        if (mark.bytes > mark.length - SHM_LINE)
+            goto broken;
+        record->op = mark.op;
+        record->dtype = mark.dtype;
+        record->task = mark.task;
+        record->seq = mark.seq;
+        record->step = mark.step;
+        record->bytes = (size_t) mark.bytes;
+        record->data = self->ring + at + SHM_LINE;
+        self->reading = mark.length;
+        return 1;
+    }
+broken:
+    self->broken = 1;
+    return za_error ("shm: the segment held something unreadable");
+}
+
+void
+za_shm_release (za_shm_t *self)
+{
+    if (!self->reading)
+        return;
+    self->tail += self->reading;
+    self->reading = 0;
+    atomic_store_explicit (&self->header->tail, self->tail, memory_order_release);
+}
+
+int
+za_shm_empty (const za_shm_t *self)
+{
+    return atomic_load_explicit (&self->header->tail, memory_order_acquire) == self->head;
+}
+
+int
+za_shm_unused (const za_shm_t *self)
+{
+    return self->head == 0;
+}
+
+static int
+s_ready (const za_shm_t *self)
+{
+    return atomic_load_explicit (&self->header->head, memory_order_acquire)
+           != self->tail + self->reading;
+}
+
+int
+za_shm_wait (za_shm_t *self, int spin_usecs, int usecs)
+{
+    if (s_ready (self))
+        return 1;
+    double start = za_clock_mono ();
+    if (spin_usecs > 0) {
+        double until = start + spin_usecs * 1e-6;
+        for (int i = 1;; i++) {
+            if (s_ready (self))
+                return 1;
+            //  A process waiting for this core runs (more ranks than cores);
+            //  none waiting, the call returns at once.
+            sched_yield ();
+            if (i % 8 == 0 && za_clock_mono () >= until)
+                break;
+        }
+    }
+    int left = usecs - (int) ((za_clock_mono () - start) * 1e6);
+    if (left <= 0)
+        return s_ready (self);
+    shm_header_t *header = self->header;
+    uint32_t seen = atomic_load_explicit (&header->published, memory_order_seq_cst);
+    atomic_store_explicit (&header->sleeping, 1, memory_order_seq_cst);
+    if (!s_ready (self)) {
+        struct timespec timeout = {left / 1000000, (long) (left % 1000000) * 1000};
+        s_futex (&header->published, FUTEX_WAIT, seen, &timeout);
+    }
+    atomic_store_explicit (&header->sleeping, 0, memory_order_relaxed);
+    return s_ready (self);
+}
