@@ -31,6 +31,8 @@
 #include "za/za_curve.h"
 #include "za/za_checkpoint.h"
 #include "za/za_peer.h"
+#include "za/za_shm.h"
+#include "za/za_shm_link.h"
 
 #include <inttypes.h>
 #include <stdint.h>
@@ -46,6 +48,8 @@
 //  that the silent ones are forgotten, so a peer that connects, speaks once
 //  and goes costs nothing lasting.
 #define PS_MAX_PEERS 1024
+//  Peers on this host whose tensors come through shared memory, at most.
+#define PS_MAX_LINKS 64
 //  How often a ps waiting for init looks for a final checkpoint in model_dir.
 #define FINAL_CHECK_SECS 1.0
 
@@ -90,6 +94,9 @@ typedef struct {
     int64_t snapshot_step;                  //  sent as global_step in snapshots
     zlist_t *queued;                        //  pushes held back while HELD
     zhashx_t *peers;                        //  routing ids (hex) of the peers heard from
+    zhashx_t *links;                        //  routing id (hex) -> za_shm_link_t *: a peer
+                                            //  on this host (za_shm_link.h)
+    int shm;                                //  links allowed (za_shm_enabled)
     int byes;                               //  tasks that said bye, each once
     uint8_t gone [ZA_PS_MAX_WORKERS];       //  which
     uint64_t dropped;
@@ -127,6 +134,13 @@ s_free_item (void **item)
     *item = NULL;
 }
 
+//  self->links' destructor.
+static void
+s_free_link (void **item)
+{
+    za_shm_link_destroy ((za_shm_link_t **) item);
+}
+
 static void
 s_ps_destroy (s_ps_t **self_p)
 {
@@ -141,6 +155,7 @@ s_ps_destroy (s_ps_t **self_p)
     za_wire_lease_wait (&self->slot_lease);
     zframe_destroy (&self->holder);
     zhashx_destroy (&self->peers);
+    zhashx_destroy (&self->links);
     if (self->queued) {
         zmsg_t *msg;
         while ((msg = (zmsg_t *) zlist_pop (self->queued)))
@@ -184,6 +199,10 @@ s_ps_new (const za_role_config_t *config, zsock_t *pipe)
     self->peers = zhashx_new ();
     if (self->peers)
         zhashx_set_destructor (self->peers, s_free_item);
+    self->links = zhashx_new ();
+    if (self->links)
+        zhashx_set_destructor (self->links, s_free_link);
+    self->shm = za_shm_enabled ();
     za_wire_lease_init (&self->lease [0]);
     za_wire_lease_init (&self->lease [1]);
     za_wire_lease_init (&self->slot_lease);
@@ -192,7 +211,7 @@ s_ps_new (const za_role_config_t *config, zsock_t *pipe)
                   ZA_PS_MAX_WORKERS);
         goto fail;
     }
-    if (!self->in || !self->out || !self->queued || !self->peers
+    if (!self->in || !self->out || !self->queued || !self->peers || !self->links
         || za_role_model_vars (config, &self->vars)
         || za_partition_compute (&self->vars, config->ps_count, config->partition_floats,
                                  &self->placement))
@@ -267,11 +286,20 @@ s_global_step (s_ps_t *self)
 
 //  Replies to `routing_id` with self->out. A peer that is gone is not an
 //  error worth more than a line.
+static void s_peer_key (zframe_t *routing_id, char *key, size_t size);
+
 static void
 s_reply (s_ps_t *self, zframe_t *routing_id, za_wire_lease_t *lease)
 {
     self->out->ps = self->config->ps_index;
-    if (za_wire_send (self->router, routing_id, self->out, lease))
+    za_shm_link_t *link = NULL;
+    if (zhashx_size (self->links)) {
+        char peer [2 * 255 + 1];
+        s_peer_key (routing_id, peer, sizeof peer);
+        link = (za_shm_link_t *) zhashx_lookup (self->links, peer);
+    }
+    if (link? za_shm_link_send (link, self->router, routing_id, self->out, lease)
+            : za_wire_send (self->router, routing_id, self->out, lease))
         za_info ("ps %d: reply to a departed peer dropped", self->config->ps_index);
 }
 
@@ -836,6 +864,41 @@ s_peer_key (zframe_t *routing_id, char *key, size_t size)
     key [2 * n] = 0;
 }
 
+//  The link of connection `peer`: known, or made when msg carries a word
+//  (a peer on this host offers its segment) and fewer than PS_MAX_LINKS
+//  are known. NULL: its tensors come as frames.
+static za_shm_link_t *
+s_link_of (s_ps_t *self, const char *peer, zmsg_t *msg)
+{
+    za_shm_link_t *link = (za_shm_link_t *) zhashx_lookup (self->links, peer);
+    char word [ZA_WIRE_MAX_SHM_BYTES + 1];
+    if (link || !self->shm || zhashx_size (self->links) >= PS_MAX_LINKS
+        || za_wire_peek_shm (msg, word, sizeof word) <= 0)
+        return link;
+    link = za_shm_link_new (0, 0);
+    if (link)
+        zhashx_insert (self->links, peer, link);
+    return link;
+}
+
+//  A link's peer said which task it is: a link of that task on another
+//  connection is of an earlier life of it (restarted), and goes.
+static void
+s_link_task (s_ps_t *self, const char *peer, za_shm_link_t *link, int task)
+{
+    za_shm_link_set_task (link, task);
+    zlist_t *gone = zlist_new ();
+    for (za_shm_link_t *other = (za_shm_link_t *) zhashx_first (self->links); other && gone;
+         other = (za_shm_link_t *) zhashx_next (self->links))
+        if (other != link && task >= 0 && za_shm_link_task (other) == task)
+            zlist_append (gone, (void *) zhashx_cursor (self->links));
+    for (const char *key = gone? (const char *) zlist_first (gone): NULL; key;
+         key = (const char *) zlist_next (gone))
+        if (strcmp (key, peer))
+            zhashx_delete (self->links, key);
+    zlist_destroy (&gone);
+}
+
 // ---------------------------------------------------------------------------
 //  The actions of the state table. Each answers its request (when there is
 //  one) and returns 0 to take the row's next state, or -1 to stay.
@@ -884,6 +947,7 @@ s_bye (s_ps_t *self, s_request_t *request)
     char peer [2 * 255 + 1];
     s_peer_key (request->routing_id, peer, sizeof peer);
     zhashx_delete (self->peers, peer);
+    zhashx_delete (self->links, peer);
     if (!self->gone [request->msg->task]) {
         self->gone [request->msg->task] = 1;
         self->byes++;
@@ -1279,7 +1343,16 @@ za_ps_actor (zsock_t *pipe, void *args)
             if (!msg)
                 break;
             zframe_t *routing_id = zmsg_pop (msg);
-            if (routing_id && za_wire_decode (msg, self->in) == 0) {
+            char peer [2 * 255 + 1];
+            za_shm_link_t *link = NULL;
+            if (routing_id) {
+                s_peer_key (routing_id, peer, sizeof peer);
+                link = s_link_of (self, peer, msg);
+            }
+            if (routing_id && (!link || za_shm_link_receive (link, msg) == 0)
+                && za_wire_decode (msg, self->in) == 0) {
+                if (link && za_shm_link_task (link) != self->in->task)
+                    s_link_task (self, peer, link, self->in->task);
                 self->last_heard = now;
                 if (self->holder && zframe_eq (self->holder, routing_id))
                     za_peer_heard (&self->holder_peer, now);

@@ -14,6 +14,8 @@
 #include "za/za_checkpoint.h"
 #include "za/za_early_stop.h"
 #include "za/za_peer.h"
+#include "za/za_shm.h"
+#include "za/za_shm_link.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -35,6 +37,9 @@ typedef struct {
     char who [32];                              //  "chief 0", "worker 2"
     int ps_count;
     zsock_t *dealers [ZA_ROLE_MAX_PS];
+    za_shm_link_t *links [ZA_ROLE_MAX_PS];      //  a ps on this host: tensors through
+                                                //  shared memory (NULL: all as frames)
+    int said_shm [ZA_ROLE_MAX_PS];              //  the log said so once
     za_replica_t *replica;                      //  gradients; slots for the chief only
     const za_vars_t *vars;
     za_partition_t placement;
@@ -94,6 +99,7 @@ s_worker_destroy (s_worker_t **self_p)
     //  can the frames lent from our blocks all come back.
     for (int p = 0; p < self->ps_count; p++) {
         zsock_destroy (&self->dealers [p]);
+        za_shm_link_destroy (&self->links [p]);
         zmsg_destroy (&self->reply_msgs [p]);
         za_free (self->slot_copies [p][0]);
         za_free (self->slot_copies [p][1]);
@@ -184,6 +190,16 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
             za_error ("%s: cannot connect to ps %d at %s", s_who (self), p,
                       config->ps_endpoints [p]);
             goto fail;
+        }
+        //  A ps on this host: our pushes through a segment of twice a push.
+        if (za_curve_loopback (config->ps_endpoints [p]) && za_shm_enabled ()) {
+            size_t push = 0;
+            for (int i = 0; i < self->part_count [p]; i++)
+                push += self->placement.parts [self->parts [p][i]].size * sizeof (float) + 4096;
+            self->links [p] = za_shm_link_new (1, 2 * push);
+            if (!self->links [p])
+                za_info ("%s: no shared memory for ps %d (%s): tensors go as frames",
+                         s_who (self), p, za_last_error ());
         }
         za_peer_init (&self->peers [p], config->heartbeat, now);
     }
@@ -428,6 +444,16 @@ s_restore_slots (s_worker_t *self, int64_t step)
     return 0;
 }
 
+//  Sends self->out to ps p: through the link to a ps on this host, else as
+//  frames lent from our blocks. Returns 0, or -1 with an error.
+static int
+s_send_to (s_worker_t *self, int p)
+{
+    return self->links [p]
+         ? za_shm_link_send (self->links [p], self->dealers [p], NULL, self->out, &self->lease)
+         : za_wire_send (self->dealers [p], NULL, self->out, &self->lease);
+}
+
 //  Sends `op` to every ps and waits for every answer (with our seq) into
 //  self->replies, at most timeout_secs. A ps silent for a heartbeat interval
 //  x liveness is stopped, hung or being restarted (a supervisor restarts a
@@ -440,7 +466,7 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
     for (int p = 0; p < self->ps_count; p++) {
         zmsg_destroy (&self->reply_msgs [p]);
         s_build (self, op, p);
-        if (za_wire_send (self->dealers [p], NULL, self->out, &self->lease))
+        if (s_send_to (self, p))
             return za_error ("%s: cannot send %s to ps %d", s_who (self), za_op_name (op), p);
     }
     zpoller_t *poller = zpoller_new (self->pipe, NULL);
@@ -489,6 +515,15 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
         zmsg_t *msg = zmsg_recv (self->dealers [p]);
         if (!msg)
             continue;
+        if (self->links [p] && za_shm_link_receive (self->links [p], msg)) {
+            za_info ("%s: ps %d: %s", s_who (self), p, za_last_error ());
+            zmsg_destroy (&msg);
+            continue;
+        }
+        if (self->links [p] && !self->said_shm [p] && za_shm_link_state (self->links [p]) == 3) {
+            self->said_shm [p] = 1;
+            za_info ("%s: ps %d is on this host: tensors through shared memory", s_who (self), p);
+        }
         now = za_clock_mono ();
         double silence = za_peer_silence (&self->peers [p], now);
         if (za_peer_heard (&self->peers [p], now))
@@ -967,7 +1002,7 @@ s_offer (s_worker_t *self)
         if (r->op != ZA_OP_ERROR || !streq (r->code, "not_ready"))
             continue;
         s_build (self, ZA_OP_OFFER, p);
-        if (za_wire_send (self->dealers [p], NULL, self->out, &self->lease))
+        if (s_send_to (self, p))
             za_info ("%s: cannot offer ps %d our values: %s", s_who (self), p,
                      za_last_error ());
         else

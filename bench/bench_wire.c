@@ -28,13 +28,18 @@
     push carries the gradients' cast, made in the timed round trip as a
     worker makes it; the values come back in bf16 and are widened).
 
-    bench_wire [ROUNDS] [SECONDS] [SIZES]  (defaults 7, 0.4, "4k,cnn,16m")
+    The ps is on this host: the client's tensors and the ps's go through
+    shared memory (za_shm_link.h) unless ZA_SHM_DISABLE=1.
+
+    bench_wire [ROUNDS] [SECONDS] [SIZES]  (defaults 7, 0.4, "4k,cnn,16m"; also 4m)
       -> wire size=B zactor_mb_s=F raw_mb_s=F ratio=F zactor_rt_s=F raw_rt_s=F  */
 #include "za/za_curve.h"
 #include "za/za_model.h"
 #include "za/za_optim.h"
 #include "za/za_partition.h"
 #include "za/za_role.h"
+#include "za/za_shm.h"
+#include "za/za_shm_link.h"
 #include "za/za_wire.h"
 
 #include <arpa/inet.h>
@@ -167,6 +172,8 @@ typedef struct {
     zactor_t *ps;
     zactor_t *echo, *touch;
     zsock_t *to_ps;
+    za_shm_link_t *link;                //  the ps on this host: tensors through shared
+                                        //  memory, as a worker's (NULL: ZA_SHM_DISABLE=1)
     zsock_t *to_echo, *to_touch;
     za_wire_msg_t *out, *in;
     za_wire_lease_t lease;
@@ -236,12 +243,16 @@ s_build_push (s_bench_t *self)
 static int
 s_call (s_bench_t *self, za_op_t expect)
 {
-    if (za_wire_send (self->to_ps, NULL, self->out, &self->lease))
+    if (self->link? za_shm_link_send (self->link, self->to_ps, NULL, self->out, &self->lease)
+                  : za_wire_send (self->to_ps, NULL, self->out, &self->lease))
         return -1;
     zmsg_t *reply = zmsg_recv (self->to_ps);
     if (!reply)
         return za_error ("no reply from the ps");
     int rc = 0;
+    if (self->link && za_shm_link_receive (self->link, reply))
+        rc = -1;
+    else
     if (za_wire_decode (reply, self->in))
         rc = -1;
     else
@@ -397,6 +408,7 @@ s_bench_destroy (s_bench_t *self)
 {
     za_wire_lease_wait (&self->lease);
     zsock_destroy (&self->to_ps);
+    za_shm_link_destroy (&self->link);
     zsock_destroy (&self->to_echo);
     zsock_destroy (&self->to_touch);
     zactor_destroy (&self->ps);
@@ -479,6 +491,8 @@ s_bench_start (s_bench_t *self, const za_model_fn_t *model_fn, const void *param
     za_curve_client (self->to_ps);
     if (zsock_connect (self->to_ps, "%s", self->endpoint) < 0)
         return za_error ("cannot connect to %s", self->endpoint);
+    if (za_shm_enabled () && !(self->link = za_shm_link_new (1, 2 * self->payload + 65536)))
+        return -1;
 
     //  init: the values (zeros), no slots for SGD, global_step 0 on ps 0.
     static const int64_t step0 = 0;
@@ -616,7 +630,7 @@ main (int argc, char **argv)
     const char *sizes = argc > 3? argv [3]: "4k,cnn,16m";
     if (rounds < 3 || rounds > MAX_ROUNDS || secs <= 0) {
         fprintf (stderr, "usage: bench_wire [ROUNDS 3..%d] [SECONDS per round] "
-                 "[SIZES: any of 4k,cnn,16m]\n", MAX_ROUNDS);
+                 "[SIZES: any of 4k,cnn,4m,16m]\n", MAX_ROUNDS);
         return 2;
     }
     //  The ps logs a few lines per size: keep stdout for the results.
@@ -650,12 +664,15 @@ main (int argc, char **argv)
     if (za_stack_parse (ZA_SEED_CNN, &cnn))
         return 1;
     za_input_shape_t mnist = {28, 28, 1}, none = {1, 1, 1};
-    s_one_params_t small = {.floats = 1024}, large = {.floats = 4 << 20};
+    s_one_params_t small = {.floats = 1024}, medium = {.floats = 1 << 20},
+                   large = {.floats = 4 << 20};
     int rc = 0;
     if (strstr (sizes, "4k"))
         rc |= s_run_size ("one 4 KiB tensor", &s_one_model, &small, none, rounds, secs);
     if (strstr (sizes, "cnn"))
         rc |= s_run_size ("seed CNN, 1 ps", za_stack_model_fn (), &cnn, mnist, rounds, secs);
+    if (strstr (sizes, "4m"))
+        rc |= s_run_size ("one 4 MiB tensor", &s_one_model, &medium, none, rounds, secs);
     if (strstr (sizes, "16m"))
         rc |= s_run_size ("one 16 MiB tensor", &s_one_model, &large, none, rounds, secs);
     return rc? 1: 0;

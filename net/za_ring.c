@@ -70,14 +70,17 @@ struct _za_ring_t {
     za_shm_t *out_shm;
     ring_shm_state_t out_state;
     char out_nonce [33];
+    int said_shm;                   //  the log said so once
     za_shm_record_t *pending;
     size_t pending_first, pending_count, pending_size;
     //  ... and the left neighbour's segment, read once it says "on".
     za_shm_t *in_shm;
     int in_on;
-    //  The message in self->in: a frame (in_msg) or a record of in_shm.
+    //  The message in self->in: a frame (in_msg) or a record of in_shm;
+    //  in_held: taken while draining, for the next wait to have first.
     zmsg_t *in_msg;
     int in_is_record;
+    int in_held;
 };
 
 static void s_shm_offer (za_ring_t *self);
@@ -156,8 +159,7 @@ za_ring_new (const za_ring_config_t *config)
     if (port && loopback && !config->tcp_only) {
         snprintf (self->right_endpoint, sizeof self->right_endpoint, "ipc://@zactor-ring-%d",
                   port);
-        const char *off = getenv ("ZA_SHM_DISABLE");
-        self->shm_link = !config->no_shm && !(off && *off && strcmp (off, "0"));
+        self->shm_link = !config->no_shm && za_shm_enabled ();
     }
     else
         snprintf (self->right_endpoint, sizeof self->right_endpoint, "%s", config->right);
@@ -308,7 +310,9 @@ s_shm_offer (za_ring_t *self)
     za_shm_destroy (&self->out_shm);
     self->out_state = SHM_OFF;
     self->pending_count = 0;
-    self->out_shm = za_shm_create (0);
+    //  Room for two of the largest chunk, whatever the chunk size.
+    size_t bytes = 2 * (self->chunk_floats * sizeof (float) + 128);
+    self->out_shm = za_shm_create (bytes > ZA_SHM_DEFAULT_BYTES? bytes: ZA_SHM_DEFAULT_BYTES);
     char offer [ZA_SHM_OFFER_MAX];
     size_t len = self->out_shm? za_shm_offer (self->out_shm, offer): 0;
     if (!len || s_send_shm (self, NULL, "offer", offer, len)) {
@@ -330,8 +334,12 @@ s_shm_answered (za_ring_t *self)
         if (msg && za_wire_decode (msg, self->in) == 0 && self->in->op == ZA_OP_SHM
             && streq (self->in->code, "attached") && s_body_has_nonce (self->in, self->out_nonce)) {
             char body [64];
-            if (s_send_shm (self, NULL, "on", body, s_nonce_body (self->out_nonce, body)) == 0)
+            if (s_send_shm (self, NULL, "on", body, s_nonce_body (self->out_nonce, body)) == 0) {
                 self->out_state = SHM_ON;
+                if (!self->said_shm++)
+                    za_info ("ring: rank %d sends to rank %d through shared memory",
+                             self->config.rank, (self->config.rank + 1) % self->config.size);
+            }
         }
         zmsg_destroy (&msg);
     }
@@ -491,8 +499,11 @@ s_on_shm (za_ring_t *self, zframe_t *from)
     if (in->task != s_left (self))
         return;
     if (streq (in->code, "offer")) {
-        //  A neighbour that cannot be mapped keeps the link as it was: its
-        //  chunks come over ZeroMQ, which the receiver reads in any case.
+        //  A new segment of the left neighbour's (it restarted, or a new
+        //  generation began): the old one is of no more use. One that
+        //  cannot be mapped leaves the link on ZeroMQ.
+        za_shm_destroy (&self->in_shm);
+        self->in_on = 0;
         za_shm_t *shm = za_shm_attach (in->body, in->body_len);
         char nonce [33], body [64];
         if (!shm) {
@@ -501,13 +512,10 @@ s_on_shm (za_ring_t *self, zframe_t *from)
             return;
         }
         za_shm_nonce (shm, nonce);
-        if (s_send_shm (self, from, "attached", body, s_nonce_body (nonce, body))) {
+        if (s_send_shm (self, from, "attached", body, s_nonce_body (nonce, body)) == 0)
+            self->in_shm = shm;
+        else
             za_shm_destroy (&shm);
-            return;
-        }
-        za_shm_destroy (&self->in_shm);
-        self->in_shm = shm;
-        self->in_on = 0;
     }
     else
     if (streq (in->code, "on") && self->in_shm) {
@@ -590,6 +598,11 @@ s_take_record (za_ring_t *self, const char **why)
 static int
 s_next (za_ring_t *self, double start, const char **why)
 {
+    if (self->in_held) {
+        self->in_held = 0;
+        *why = NULL;
+        return 1;
+    }
     s_release (self);
     while (!zsys_interrupted) {
         if (self->in_on && s_take_record (self, why))
@@ -602,7 +615,7 @@ s_next (za_ring_t *self, double start, const char **why)
         if (remaining <= 0)
             return 0;
         //  While our own records wait for room, look again soon.
-        int usecs = (int) (remaining * 1e6) + 1;
+        int usecs = remaining > 1000? 1000000000: (int) (remaining * 1e6) + 1;
         if (self->pending_count && usecs > RING_SHM_PENDING_SLEEP_USECS)
             usecs = RING_SHM_PENDING_SLEEP_USECS;
         if (self->in_on) {
@@ -650,6 +663,12 @@ s_receive (za_ring_t *self, za_op_t op, int64_t round, za_dtype_t dtype, size_t 
         }
         if (!why && !(why = s_unexpected (self, op, round, dtype, n))) {
             self->received++;
+            if (self->in_on && !self->in_is_record) {
+                //  The left neighbour sends over ZeroMQ again (it restarted
+                //  without shared memory): stop looking at its old segment.
+                self->in_on = 0;
+                za_shm_destroy (&self->in_shm);
+            }
             rc = 0;
             break;
         }
@@ -691,6 +710,28 @@ s_drain (za_ring_t *self)
         if (za_clock_mono () - start > self->config.timeout_secs || zsys_interrupted)
             return za_error ("ring: rank %d: %s took nothing for %.1f s", self->config.rank,
                              self->right_endpoint, self->config.timeout_secs);
+        //  Records no reader takes (the right neighbour died): a new
+        //  generation may be on its way round, which ends the wait. Anything
+        //  else that comes is kept for the next call.
+        const char *why;
+        if (self->pending_count && !self->in_held) {
+            s_release (self);
+            if (s_take_frame (self, &why)) {
+                if (!why && s_is_resync (self)) {
+                    int ends = s_on_resync (self);
+                    s_release (self);
+                    if (ends)
+                        return ZA_RING_RESYNC;
+                }
+                else
+                if (why) {
+                    s_drop (self, why);
+                    s_release (self);
+                }
+                else
+                    self->in_held = 1;
+            }
+        }
         usleep (20);
     }
     return 0;
@@ -743,8 +784,9 @@ s_allreduce_whole (za_ring_t *self, float *data, size_t n, int64_t round, za_dty
     size_t need = (size_t) size * n;
     if (need > self->whole_floats || (dtype == ZA_DTYPE_BF16 && need > self->low_halves)) {
         //  The last call's messages must be back before their buffers go.
-        if (s_busy (self) && s_drain (self))
-            return -1;
+        int drained = s_busy (self)? s_drain (self): 0;
+        if (drained)
+            return drained;
         float *whole = (float *) malloc (need * sizeof (float));
         uint16_t *low = dtype == ZA_DTYPE_BF16? (uint16_t *) malloc (need * sizeof (uint16_t))
                                                : NULL;
@@ -816,8 +858,8 @@ s_allreduce_whole (za_ring_t *self, float *data, size_t n, int64_t round, za_dty
     return s_drain (self);
 }
 
-int
-za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
+static int
+s_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
 {
     int rank = self->config.rank, size = self->config.size;
     if (size == 1)
@@ -829,8 +871,9 @@ za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
     za_dtype_t dtype = self->config.wire_dtype == ZA_DTYPE_BF16? ZA_DTYPE_BF16: ZA_DTYPE_F32;
     if (dtype == ZA_DTYPE_BF16 && 2 * n > self->low_halves) {
         //  The last call's chunks must be back (one that failed may not have drained).
-        if (s_busy (self) && s_drain (self))
-            return -1;
+        int drained = s_busy (self)? s_drain (self): 0;
+        if (drained)
+            return drained;
         uint16_t *grown = (uint16_t *) malloc (2 * n * sizeof (uint16_t));
         if (!grown)
             return za_error ("ring: rank %d: out of memory for %zu bf16 values", rank, 2 * n);
@@ -895,8 +938,8 @@ za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
     return s_drain (self);
 }
 
-int
-za_ring_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t round)
+static int
+s_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t round)
 {
     int rank = self->config.rank, size = self->config.size;
     if (size == 1)
@@ -918,6 +961,26 @@ za_ring_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t rou
             return -1;
     }
     return s_drain (self);
+}
+
+//  A call that did not end well leaves no record pointing into the
+//  caller's block (who may free it): they were of this call only.
+int
+za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
+{
+    int rc = s_allreduce_mean (self, data, n, round);
+    if (rc)
+        self->pending_count = 0;
+    return rc;
+}
+
+int
+za_ring_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t round)
+{
+    int rc = s_broadcast (self, data, n, root, round);
+    if (rc)
+        self->pending_count = 0;
+    return rc;
 }
 
 // ---------------------------------------------------------------------------

@@ -65,6 +65,7 @@ struct _za_shm_t {
     uint64_t head, tail;                    //  this end's view: the writer's head, the
                                             //  reader's tail (and what it read past it)
     uint64_t reading;                       //  the length of the record read, 0 when none
+    uint64_t written;                       //  where the last record written starts
     int broken;
 };
 
@@ -74,11 +75,20 @@ s_round_up (uint64_t n)
     return (n + SHM_LINE - 1) / SHM_LINE * SHM_LINE;
 }
 
+int
+za_shm_enabled (void)
+{
+    const char *off = getenv ("ZA_SHM_DISABLE");
+    return !(off && *off && strcmp (off, "0"));
+}
+
+//  The writer populates the pages it made; the reader maps them as they are
+//  (an offer's size is the peer's to say: nothing is committed for it here).
 static int
 s_map (za_shm_t *self)
 {
-    void *at = mmap (NULL, self->mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-                     self->fd, 0);
+    void *at = mmap (NULL, self->mapped, PROT_READ | PROT_WRITE,
+                     MAP_SHARED | (self->writer? MAP_POPULATE: 0), self->fd, 0);
     if (at == MAP_FAILED)
         return za_error ("shm: cannot map %zu bytes: %s", self->mapped, strerror (errno));
     self->header = (shm_header_t *) at;
@@ -184,6 +194,12 @@ za_shm_attach (const char *offer, size_t offer_len)
                   self->fd < 0? strerror (errno): "not of the size offered");
         goto fail;
     }
+    //  Sealed at its size, or a peer could truncate it under our reads (SIGBUS).
+    int seals = fcntl (self->fd, F_GET_SEALS);
+    if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+        za_error ("shm: %s is not sealed at its size", path);
+        goto fail;
+    }
     if (s_map (self))
         goto fail;
     char have [2 * SHM_NONCE_BYTES + 1];
@@ -223,11 +239,15 @@ s_futex (_Atomic uint32_t *word, int op, uint32_t value, const struct timespec *
 }
 
 int
-za_shm_write (za_shm_t *self, const za_shm_record_t *record)
+za_shm_writev (za_shm_t *self, const za_shm_record_t *record, const struct iovec *parts,
+               int count)
 {
-    uint64_t length = s_round_up (SHM_LINE + (uint64_t) record->bytes);
+    uint64_t bytes = 0;
+    for (int i = 0; i < count; i++)
+        bytes += parts [i].iov_len;
+    uint64_t length = s_round_up (SHM_LINE + bytes);
     if (length > self->bytes)
-        return za_error ("shm: a record of %zu bytes in a segment of %" PRIu64, record->bytes,
+        return za_error ("shm: a record of %" PRIu64 " bytes in a segment of %" PRIu64, bytes,
                          self->bytes);
     shm_header_t *header = self->header;
     uint64_t tail = atomic_load_explicit (&header->tail, memory_order_acquire);
@@ -241,17 +261,29 @@ za_shm_write (za_shm_t *self, const za_shm_record_t *record)
         at = 0;
     }
     shm_record_t head = {.length = length, .seq = record->seq, .step = record->step,
-                         .bytes = record->bytes, .op = record->op, .dtype = record->dtype,
+                         .bytes = bytes, .op = record->op, .dtype = record->dtype,
                          .task = record->task};
     memcpy (self->ring + at, &head, sizeof head);
-    if (record->bytes)
-        memcpy (self->ring + at + SHM_LINE, record->data, record->bytes);
+    self->written = self->head + pad;
+    unsigned char *to = self->ring + at + SHM_LINE;
+    for (int i = 0; i < count; i++) {
+        if (parts [i].iov_len)
+            memcpy (to, parts [i].iov_base, parts [i].iov_len);
+        to += parts [i].iov_len;
+    }
     self->head += pad + length;
     atomic_store_explicit (&header->head, self->head, memory_order_seq_cst);
     atomic_fetch_add_explicit (&header->published, 1, memory_order_seq_cst);
     if (atomic_load_explicit (&header->sleeping, memory_order_seq_cst))
         s_futex (&header->published, FUTEX_WAKE, 1, NULL);
     return 0;
+}
+
+int
+za_shm_write (za_shm_t *self, const za_shm_record_t *record)
+{
+    struct iovec part = {(void *) record->data, record->bytes};
+    return za_shm_writev (self, record, &part, 1);
 }
 
 int
@@ -295,6 +327,33 @@ za_shm_read (za_shm_t *self, za_shm_record_t *record)
 broken:
     self->broken = 1;
     return za_error ("shm: the segment held something unreadable");
+}
+
+int
+za_shm_read_at (za_shm_t *self, uint64_t at, za_shm_record_t *record)
+{
+    if (self->reading)
+        za_shm_release (self);
+    if (self->broken)
+        return za_error ("shm: the segment held something unreadable");
+    uint64_t head = atomic_load_explicit (&self->header->head, memory_order_acquire);
+    if (at < self->tail || at >= head || head - self->tail > self->bytes || at % SHM_LINE)
+        return za_error ("shm: no record at %" PRIu64 " (%" PRIu64 " to %" PRIu64 " readable)",
+                         at, self->tail, head);
+    self->tail = at;
+    atomic_store_explicit (&self->header->tail, self->tail, memory_order_release);
+    int got = za_shm_read (self, record);
+    if (got == 0)
+        return za_error ("shm: nothing published at %" PRIu64, at);
+    if (got == 1 && self->tail != at)
+        return za_error ("shm: a pad, not a record, at %" PRIu64, at);
+    return got;
+}
+
+uint64_t
+za_shm_written (const za_shm_t *self)
+{
+    return self->written;
 }
 
 void

@@ -34,10 +34,10 @@ static const char *s_op_names [] = {
 //  Header keys, in the order they are written.
 typedef enum {
     KEY_V, KEY_OP, KEY_SEQ, KEY_STEP, KEY_TASK, KEY_PS, KEY_CODE, KEY_ERROR, KEY_OPT,
-    KEY_BODY, KEY_TENSORS, KEY_COUNT
+    KEY_BODY, KEY_SHM, KEY_TENSORS, KEY_COUNT
 } s_key_t;
 static const char *s_key_names [KEY_COUNT] = {
-    "v", "op", "seq", "step", "task", "ps", "code", "error", "opt", "body", "tensors"
+    "v", "op", "seq", "step", "task", "ps", "code", "error", "opt", "body", "shm", "tensors"
 };
 
 //  Keys of the "opt" map; all are required.
@@ -352,7 +352,8 @@ s_pack_header (msgpack_packer *pk, const za_wire_msg_t *msg)
         [KEY_V] = true, [KEY_OP] = true, [KEY_SEQ] = true,
         [KEY_STEP] = msg->step != -1, [KEY_TASK] = msg->task != -1, [KEY_PS] = msg->ps != -1,
         [KEY_CODE] = msg->code [0] != 0, [KEY_ERROR] = msg->error [0] != 0,
-        [KEY_OPT] = msg->has_optim != 0, [KEY_BODY] = msg->body != NULL, [KEY_TENSORS] = msg->tensor_count > 0
+        [KEY_OPT] = msg->has_optim != 0, [KEY_BODY] = msg->body != NULL, [KEY_SHM] = msg->shm != NULL,
+        [KEY_TENSORS] = msg->tensor_count > 0
     };
     size_t count = 0;
     for (int key = 0; key < KEY_COUNT; key++)
@@ -378,6 +379,9 @@ s_pack_header (msgpack_packer *pk, const za_wire_msg_t *msg)
             case KEY_BODY:    rc = msgpack_pack_str (pk, msg->body_len)
                                 || msgpack_pack_str_body (pk, msg->body, msg->body_len);
                               break;
+            case KEY_SHM:     rc = msgpack_pack_str (pk, msg->shm_len)
+                                || msgpack_pack_str_body (pk, msg->shm, msg->shm_len);
+                              break;
             case KEY_TENSORS: rc = s_pack_tensors (pk, msg); break;
             case KEY_COUNT:   break;
         }
@@ -397,7 +401,7 @@ s_check_outgoing (const za_wire_msg_t *msg, const za_wire_lease_t *lease)
     if (msg->tensor_count < 0 || msg->tensor_count > ZA_WIRE_MAX_TENSORS)
         return za_error ("wire: cannot send: %d tensors (0..%d allowed)", msg->tensor_count,
                          ZA_WIRE_MAX_TENSORS);
-    if (msg->tensor_count > 0 && !lease)
+    if (msg->tensor_count > 0 && !lease && !msg->payload_elsewhere)
         return za_error ("wire: cannot send %s with %d tensors without a lease",
                          za_op_name (msg->op), msg->tensor_count);
     if (msg->step < -1 || msg->task < -1 || msg->ps < -1)
@@ -411,6 +415,9 @@ s_check_outgoing (const za_wire_msg_t *msg, const za_wire_lease_t *lease)
                          ZA_WIRE_MAX_BODY_BYTES);
     if (msg->body && memchr (msg->body, 0, msg->body_len))
         return za_error ("wire: cannot send: the body contains a NUL byte");
+    if (msg->shm && (msg->shm_len > ZA_WIRE_MAX_SHM_BYTES || memchr (msg->shm, 0, msg->shm_len)))
+        return za_error ("wire: cannot send: an shm word of %zu bytes or with a NUL byte",
+                         msg->shm_len);
     if (msg->has_optim) {
         if (!za_optim_known (msg->optim.kind))
             return za_error ("wire: cannot send: has_optim but no known optimizer kind");
@@ -470,13 +477,13 @@ za_wire_send (zsock_t *sock, zframe_t *routing_id, const za_wire_msg_t *msg,
             goto failed;
         started = true;
     }
-    if (zmq_send (handle, header.data, header.size,
-                  msg->tensor_count > 0 ? ZMQ_SNDMORE : 0) == -1)
+    int frames = msg->payload_elsewhere? 0: msg->tensor_count;
+    if (zmq_send (handle, header.data, header.size, frames > 0 ? ZMQ_SNDMORE : 0) == -1)
         goto failed;
     started = true;
     msgpack_sbuffer_destroy (&header);
 
-    for (int i = 0; i < msg->tensor_count; i++) {
+    for (int i = 0; i < frames; i++) {
         const za_wire_tensor_t *tensor = &msg->tensors [i];
         zmq_msg_t part;
         if (zmq_msg_init_data (&part, (void *) tensor->data, tensor->bytes, s_release, lease)) {
@@ -487,7 +494,7 @@ za_wire_send (zsock_t *sock, zframe_t *routing_id, const za_wire_msg_t *msg,
         }
         //  Counted before the send, so the release can never come first.
         atomic_fetch_add (&lease->pending, 1);
-        if (zmq_msg_send (&part, handle, i + 1 < msg->tensor_count ? ZMQ_SNDMORE : 0) == -1) {
+        if (zmq_msg_send (&part, handle, i + 1 < frames ? ZMQ_SNDMORE : 0) == -1) {
             int err = errno;
             zmq_msg_close (&part);      //  still ours: this releases it from the lease
             s_end_message (handle);
@@ -1099,6 +1106,14 @@ s_decode_header (const msgpack_object *map, za_wire_msg_t *out, s_payload_t *pay
                 out->body = value->via.str.ptr;
                 out->body_len = value->via.str.size;
                 break;
+            case KEY_SHM:
+                if (value->type != MSGPACK_OBJECT_STR || value->via.str.size > ZA_WIRE_MAX_SHM_BYTES
+                    || memchr (value->via.str.ptr, 0, value->via.str.size))
+                    return za_error ("wire: 'shm' must be a str of at most %d bytes, no NUL",
+                                     ZA_WIRE_MAX_SHM_BYTES);
+                out->shm = value->via.str.ptr;
+                out->shm_len = value->via.str.size;
+                break;
             case KEY_TENSORS:
                 if (s_decode_tensors (value, out, payload, count_p))
                     return -1;
@@ -1172,6 +1187,42 @@ za_wire_decode (zmsg_t *msg, za_wire_msg_t *out)
     msgpack_unpacked_destroy (&unpacked);
     out->tensor_count = rc == 0 ? tensor_count : 0;
     return rc;
+}
+
+int
+za_wire_peek_shm (zmsg_t *msg, char *text, size_t size)
+{
+    zframe_t *header = msg? zmsg_first (msg): NULL;
+    size_t header_size = header? zframe_size (header): 0;
+    if (header_size == 0 || header_size > ZA_WIRE_MAX_HEADER_BYTES
+        || s_scan_header (zframe_data (header), header_size))
+        return -1;
+    msgpack_unpacked unpacked;
+    msgpack_unpacked_init (&unpacked);
+    size_t offset = 0;
+    int len = -1;
+    if (msgpack_unpack_next (&unpacked, (const char *) zframe_data (header), header_size,
+                             &offset) == MSGPACK_UNPACK_SUCCESS
+        && unpacked.data.type == MSGPACK_OBJECT_MAP) {
+        len = 0;
+        const msgpack_object_map *map = &unpacked.data.via.map;
+        for (uint32_t i = 0; i < map->size; i++) {
+            const msgpack_object *key = &map->ptr [i].key, *value = &map->ptr [i].val;
+            if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == 3
+                && memcmp (key->via.str.ptr, "shm", 3) == 0) {
+                if (value->type != MSGPACK_OBJECT_STR || value->via.str.size >= size)
+                    len = -1;
+                else {
+                    len = (int) value->via.str.size;
+                    memcpy (text, value->via.str.ptr, (size_t) len);
+                    text [len] = 0;
+                }
+                break;
+            }
+        }
+    }
+    msgpack_unpacked_destroy (&unpacked);
+    return len;
 }
 
 int64_t

@@ -1,7 +1,10 @@
 /*  test_shm.c: the same-host pipe of records (za_shm.h): records arrive in
     order and whole across the ring's end, a full segment says so, another
     process attaches and reads while it is written, and what is not the
-    segment offered, or a segment scribbled on, is refused with an error.  */
+    segment offered, or a segment scribbled on, is refused with an error.
+    And a connection's link (za_shm_link.h) over real sockets: tensors go
+    through shared memory once both ends can, a restarted end reads on,
+    and what cannot be read is refused.                                   */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -13,7 +16,9 @@
 #include <unistd.h>
 
 #include "za/za_shm.h"
+#include "za/za_shm_link.h"
 #include "za/za_util.h"
+#include "za/za_wire.h"
 
 //  Record k: k's bytes, a size that is no multiple of 64 and varies.
 static size_t
@@ -126,11 +131,14 @@ Test (shm, another_process_reads_while_it_is_written)
         za_shm_destroy (&in);
         _exit (0);
     }
-    for (int k = 0; k < 5000; k++)
-        while (s_write (out, k) == 1)
+    int status, ended = 0;
+    for (int k = 0; k < 5000 && !ended; k++)
+        while (s_write (out, k) == 1 && !ended) {
             usleep (k % 100 == 0? 1000: 0);     //  now and then the reader sleeps
-    int status;
-    cr_assert_eq (waitpid (child, &status, 0), child);
+            ended = waitpid (child, &status, WNOHANG) == child;     //  it gave up
+        }
+    if (!ended)
+        cr_assert_eq (waitpid (child, &status, 0), child);
     cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 0, "the reader: %d",
                WEXITSTATUS (status));
     za_shm_destroy (&out);
@@ -159,8 +167,10 @@ Test (shm, what_is_not_the_segment_offered_is_refused)
               (int) getpid (), fd, ZA_SHM_DEFAULT_BYTES, other);
     snprintf (cases [1], sizeof cases [1], "{\"pid\":%d,\"fd\":%d,\"bytes\":%u,\"nonce\":\"%s\"}",
               (int) getpid (), fd, ZA_SHM_DEFAULT_BYTES / 2, nonce);
+    int fds [2];
+    cr_assert_eq (pipe (fds), 0);
     snprintf (cases [2], sizeof cases [2], "{\"pid\":%d,\"fd\":%d,\"bytes\":%u,\"nonce\":\"%s\"}",
-              (int) getpid (), 0, ZA_SHM_DEFAULT_BYTES, nonce);
+              (int) getpid (), fds [0], ZA_SHM_DEFAULT_BYTES, nonce);
     snprintf (cases [3], sizeof cases [3], "{\"pid\":%d,\"fd\":%d,\"bytes\":%u,\"nonce\":\"%s\"}",
               (int) gone, fd, ZA_SHM_DEFAULT_BYTES, nonce);
     snprintf (cases [4], sizeof cases [4], "{\"pid\":%d,\"fd\":%d,\"bytes\":70,\"nonce\":\"%s\"}",
@@ -173,6 +183,8 @@ Test (shm, what_is_not_the_segment_offered_is_refused)
         cr_expect (strstr (za_last_error (), "shm: "), "case %d: '%s'", k, za_last_error ());
         za_shm_destroy (&in);
     }
+    close (fds [0]);
+    close (fds [1]);
     za_shm_destroy (&out);
 }
 
@@ -202,4 +214,190 @@ Test (shm, a_scribbled_record_is_an_error_and_the_pipe_stays_shut)
     munmap (map, 3 * 64 + 8192);
     za_shm_destroy (&in);
     za_shm_destroy (&out);
+}
+
+// ---------------------------------------------------------------------------
+//  za_shm_link: a worker's DEALER and a ps's ROUTER on loopback tcp, each
+//  end with the link a worker and a ps have.
+
+typedef struct {
+    zsock_t *dealer, *router;
+    za_shm_link_t *worker, *ps;
+    za_wire_msg_t *msg;
+    za_wire_lease_t lease;
+    zframe_t *id;                   //  the worker's routing id at the ps
+    float floats [5000];
+} s_pair_t;
+
+static void
+s_pair_make (s_pair_t *p)
+{
+    memset (p, 0, sizeof *p);
+    p->router = zsock_new (ZMQ_ROUTER);
+    p->dealer = zsock_new (ZMQ_DEALER);
+    cr_assert_not_null (p->router);
+    int port = zsock_bind (p->router, "tcp://127.0.0.1:*");
+    cr_assert_gt (port, 0);
+    cr_assert_eq (zsock_connect (p->dealer, "tcp://127.0.0.1:%d", port), 0);
+    zsock_set_rcvtimeo (p->dealer, 10000);
+    zsock_set_rcvtimeo (p->router, 10000);
+    p->worker = za_shm_link_new (1, 0);
+    p->ps = za_shm_link_new (0, 0);
+    cr_assert (p->worker && p->ps, "%s", za_last_error ());
+    p->msg = malloc (sizeof *p->msg);
+    za_wire_lease_init (&p->lease);
+}
+
+static void
+s_pair_destroy (s_pair_t *p)
+{
+    zsock_destroy (&p->dealer);
+    zsock_destroy (&p->router);
+    za_wire_lease_wait (&p->lease);
+    za_shm_link_destroy (&p->worker);
+    za_shm_link_destroy (&p->ps);
+    zframe_destroy (&p->id);
+    free (p->msg);
+}
+
+//  One message of 5000 floats of `value` from one end (its link and
+//  socket) to the other; returns how many frames went over ZeroMQ, and
+//  checks that the other end decodes the floats.
+static int
+s_pass (s_pair_t *p, int to_ps, float value)
+{
+    for (int i = 0; i < 5000; i++)
+        p->floats [i] = value + (float) i;
+    za_wire_msg_init (p->msg, to_ps? ZA_OP_PUSH: ZA_OP_VALUES);
+    int64_t shape [1] = {5000};
+    za_wire_msg_add (p->msg, "w", ZA_DTYPE_F32, 1, shape, p->floats);
+    int rc = to_ps? za_shm_link_send (p->worker, p->dealer, NULL, p->msg, &p->lease)
+                  : za_shm_link_send (p->ps, p->router, p->id, p->msg, &p->lease);
+    cr_assert_eq (rc, 0, "%s", za_last_error ());
+    za_wire_lease_wait (&p->lease);
+    zmsg_t *msg = zmsg_recv (to_ps? p->router: p->dealer);
+    cr_assert_not_null (msg);
+    if (to_ps) {
+        zframe_destroy (&p->id);
+        p->id = zmsg_pop (msg);
+    }
+    int frames = (int) zmsg_size (msg);
+    cr_assert_eq (za_shm_link_receive (to_ps? p->ps: p->worker, msg), 0, "%s",
+                  za_last_error ());
+    cr_assert_eq (za_wire_decode (msg, p->msg), 0, "%s", za_last_error ());
+    cr_assert_eq (p->msg->tensor_count, 1);
+    float got [5000];
+    memcpy (got, p->msg->tensors [0].data, sizeof got);
+    for (int i = 0; i < 5000; i++)
+        cr_assert_eq (got [i], value + (float) i, "[%d]", i);
+    zmsg_destroy (&msg);
+    return frames;
+}
+
+//  The first push offers the worker's segment (its tensors as frames); the
+//  ps maps it, and its answer offers its own and says ok; from then on
+//  both ways the tensors go through shared memory (the header alone over
+//  ZeroMQ), and arrive the same.
+Test (shm_link, tensors_go_through_shared_memory_once_both_ends_can)
+{
+    s_pair_t p;
+    s_pair_make (&p);
+    cr_expect_eq (s_pass (&p, 1, 1), 2, "the first push: frames");
+    cr_expect_eq (za_shm_link_state (p.ps), 2, "the ps reads the worker's");
+    cr_expect_eq (s_pass (&p, 0, 2), 2, "the answer: frames (the worker never said ok)");
+    cr_expect_eq (za_shm_link_state (p.worker), 3);
+    for (int round = 0; round < 50; round++) {
+        cr_expect_eq (s_pass (&p, 1, 3 + round), 1, "round %d: push by the header alone", round);
+        cr_expect_eq (s_pass (&p, 0, 4 + round), 1, "round %d: values too", round);
+    }
+    cr_expect_eq (za_shm_link_state (p.ps), 3);
+    s_pair_destroy (&p);
+}
+
+//  A ps that restarts has a new link: it maps the worker's segment from the
+//  next word and reads the record where the word says, whatever an earlier
+//  life read.
+Test (shm_link, a_restarted_end_maps_the_segment_from_the_next_word)
+{
+    s_pair_t p;
+    s_pair_make (&p);
+    s_pass (&p, 1, 1);
+    s_pass (&p, 0, 2);
+    cr_assert_eq (s_pass (&p, 1, 3), 1);
+    za_shm_link_destroy (&p.ps);
+    p.ps = za_shm_link_new (0, 0);
+    cr_expect_eq (s_pass (&p, 1, 4), 1, "still through the segment: read by the new ps");
+    cr_expect_eq (s_pass (&p, 0, 5), 2, "the new ps's answer: frames, and its offer");
+    cr_expect_eq (s_pass (&p, 1, 6), 1);
+    cr_expect_eq (s_pass (&p, 0, 7), 1, "the new ps's segment, once the worker said ok");
+    s_pair_destroy (&p);
+}
+
+//  A word that is not one, a record where there is none, a record whose
+//  table does not add up, a segment that cannot be mapped: an error, or
+//  frames, never a wrong tensor.
+Test (shm_link, what_cannot_be_read_is_refused)
+{
+    s_pair_t p;
+    s_pair_make (&p);
+    s_pass (&p, 1, 1);
+    s_pass (&p, 0, 2);
+    //  A header whose word names a record at a place never written.
+    za_shm_t *seg = za_shm_create (65536);
+    char offer [ZA_SHM_OFFER_MAX], word [ZA_WIRE_MAX_SHM_BYTES];
+    size_t len = za_shm_offer (seg, offer);
+    snprintf (word, sizeof word, "%.*s,\"at\":4096}", (int) len - 1, offer);
+    za_wire_msg_init (p.msg, ZA_OP_PUSH);
+    p.msg->shm = word;
+    p.msg->shm_len = strlen (word);
+    cr_assert_eq (za_wire_send (p.dealer, NULL, p.msg, NULL), 0, "%s", za_last_error ());
+    zmsg_t *msg = zmsg_recv (p.router);
+    zframe_t *id = zmsg_pop (msg);
+    za_shm_link_t *fresh = za_shm_link_new (0, 0);
+    cr_expect_eq (za_shm_link_receive (fresh, msg), -1);
+    cr_expect (strstr (za_last_error (), "no record at 4096"), "%s", za_last_error ());
+    zmsg_destroy (&msg);
+    //  A record whose table claims 1000 tensors.
+    uint64_t table [2] = {1000, 8};
+    za_shm_record_t record = {.data = table, .bytes = sizeof table};
+    cr_assert_eq (za_shm_write (seg, &record), 0);
+    snprintf (word, sizeof word, "%.*s,\"at\":%llu}", (int) len - 1, offer,
+              (unsigned long long) za_shm_written (seg));
+    p.msg->shm_len = strlen (word);
+    cr_assert_eq (za_wire_send (p.dealer, NULL, p.msg, NULL), 0);
+    msg = zmsg_recv (p.router);
+    zframe_destroy (&id);
+    id = zmsg_pop (msg);
+    cr_expect_eq (za_shm_link_receive (fresh, msg), -1);
+    cr_expect (strstr (za_last_error (), "not a message's tensors"), "%s", za_last_error ());
+    zmsg_destroy (&msg);
+    //  An offer that cannot be mapped (another nonce): the message is whole
+    //  (no tensors in a segment), nothing is mapped, and no ok goes back.
+    snprintf (word, sizeof word, "%.*s", (int) len, offer);
+    char *nonce = strstr (word, "\"nonce\":\"") + 9;
+    nonce [0] = nonce [0] == 'a'? 'b': 'a';
+    p.msg->shm_len = strlen (word);
+    cr_assert_eq (za_wire_send (p.dealer, NULL, p.msg, NULL), 0);
+    msg = zmsg_recv (p.router);
+    zframe_destroy (&id);
+    id = zmsg_pop (msg);
+    za_shm_link_t *other = za_shm_link_new (0, 0);
+    cr_expect_eq (za_shm_link_receive (other, msg), 0);
+    cr_expect_eq (za_shm_link_state (other), 0);
+    zmsg_destroy (&msg);
+    //  Not JSON at all.
+    snprintf (word, sizeof word, "{\"nonce\": 12");
+    p.msg->shm_len = strlen (word);
+    cr_assert_eq (za_wire_send (p.dealer, NULL, p.msg, NULL), 0);
+    msg = zmsg_recv (p.router);
+    zframe_destroy (&id);
+    id = zmsg_pop (msg);
+    cr_expect_eq (za_shm_link_receive (other, msg), -1);
+    zmsg_destroy (&msg);
+    p.msg->shm = NULL;
+    zframe_destroy (&id);
+    za_shm_link_destroy (&fresh);
+    za_shm_link_destroy (&other);
+    za_shm_destroy (&seg);
+    s_pair_destroy (&p);
 }

@@ -299,7 +299,8 @@ Test (allreduce, two_runs_with_one_seed_write_the_same_checkpoint_bytes)
 Test (allreduce, two_workers_at_batch_32_write_what_one_process_at_batch_64_writes)
 {
     const char *model = "conv2d(8,3,relu) maxpool(2) flatten dense(32,relu) dropout(0.4) dense(10)";
-    char *dirs [3] = {za_test_path ("single"), za_test_path ("ring"), za_test_path ("pssync")};
+    char *dirs [4] = {za_test_path ("single"), za_test_path ("ring"), za_test_path ("pssync"),
+                      za_test_path ("frames")};
     const char *single [] = {"--model", model, "--batch-size", "64", "--threads", "2",
                              "--max-steps", "30", "--seed", "7", "--model-dir", dirs [0],
                              "--no-eval", NULL};
@@ -316,24 +317,42 @@ Test (allreduce, two_workers_at_batch_32_write_what_one_process_at_batch_64_writ
     s_run_pair (both, &pair);
     cr_assert_eq (pair.exit_code [0], 0, "%s", pair.err [0]);
     cr_assert_eq (pair.exit_code [1], 0, "%s", pair.err [1]);
+    //  Two processes of one host: the ring's chunks through shared memory.
+    for (int w = 0; w < 2; w++)
+        cr_expect (strstr (pair.err [w], "through shared memory"), "%s", pair.err [w]);
     s_pair_free (&pair);
-    const char *pssync [] = {"--local", "--strategy", "ps-sync", "--model", model,
-                             "--workers", "1", "--evaluators", "0", "--batch-size", "32",
-                             "--threads", "1", "--max-steps", "30", "--seed", "7",
-                             "--model-dir", dirs [2], NULL};
-    result = za_test_run (pssync, RUN_TIMEOUT_S);
-    cr_assert_eq (result.exit_code, 0, "%s", result.err);
-    za_test_result_free (&result);
-    size_t sizes [3];
-    char *bytes [3];
-    for (int run = 0; run < 3; run++) {
+    //  ps-sync on this host, its tensors through shared memory, and again
+    //  all as frames (ZA_SHM_DISABLE=1): the same bytes both ways.
+    for (int run = 2; run < 4; run++) {
+        const char *pssync [] = {"--local", "--strategy", "ps-sync", "--model", model,
+                                 "--workers", "1", "--evaluators", "0", "--batch-size", "32",
+                                 "--threads", "1", "--max-steps", "30", "--seed", "7",
+                                 "--model-dir", dirs [run], NULL};
+        if (run == 3)
+            setenv ("ZA_SHM_DISABLE", "1", 1);
+        result = za_test_run (pssync, RUN_TIMEOUT_S);
+        unsetenv ("ZA_SHM_DISABLE");
+        cr_assert_eq (result.exit_code, 0, "%s", result.err);
+        za_test_result_free (&result);
+        char *log_path = za_test_join (dirs [run], "logs/chief-0.log");
+        char *log = (char *) za_test_read_file (log_path, NULL);
+        cr_assert_not_null (log, "%s", log_path);
+        cr_expect_eq (strstr (log, "ps 0 is on this host: tensors through shared memory") != NULL,
+                      run == 2, "%s", log);
+        free (log);
+        free (log_path);
+    }
+    size_t sizes [4];
+    char *bytes [4];
+    for (int run = 0; run < 4; run++) {
         bytes [run] = s_checkpoint_bytes (dirs [run], 30, &sizes [run]);
         cr_assert_not_null (bytes [run], "no checkpoint of step 30 in %s", dirs [run]);
     }
-    for (int run = 1; run < 3; run++)
+    const char *names [4] = {"", "allreduce", "ps-sync", "ps-sync without shared memory"};
+    for (int run = 1; run < 4; run++)
         cr_expect (sizes [run] == sizes [0] && memcmp (bytes [run], bytes [0], sizes [0]) == 0,
-                   "%s differs from one process at batch 64", run == 1? "allreduce": "ps-sync");
-    for (int run = 0; run < 3; run++) {
+                   "%s differs from one process at batch 64", names [run]);
+    for (int run = 0; run < 4; run++) {
         free (bytes [run]);
         free (dirs [run]);
     }

@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,6 +33,10 @@ extern "C" {
 #define ZA_SHM_OFFER_MAX 160
 
 typedef struct _za_shm_t za_shm_t;
+
+//  0 when ZA_SHM_DISABLE is set (and not "0") in the environment: every
+//  same-host path stays on ZeroMQ.
+int za_shm_enabled (void);
 
 //  One record: a message of the ring without its ZeroMQ frame.
 typedef struct {
@@ -68,13 +73,28 @@ void za_shm_nonce (const za_shm_t *self, char *hex);
 //  an error when it can never fit.
 int za_shm_write (za_shm_t *self, const za_shm_record_t *record);
 
+//  The same, the payload gathered from `count` parts (record->data and
+//  record->bytes are not read).
+int za_shm_writev (za_shm_t *self, const za_shm_record_t *record, const struct iovec *parts,
+                   int count);
+
 //  The next record, in place. Returns 1 with *record, 0 when none is
 //  published yet, -1 with an error when the segment holds something no
 //  writer of ours wrote (then always -1).
 int za_shm_read (za_shm_t *self, za_shm_record_t *record);
 
+//  The record that starts at `at` (a position za_shm_written gave the
+//  writer), in place: everything before it is released unread (a reader
+//  that attached late, or records of a peer's earlier life). Returns 1 with
+//  *record, or -1 with an error when no whole record was published there
+//  (a position already released, not yet published, or not a record's).
+int za_shm_read_at (za_shm_t *self, uint64_t at, za_shm_record_t *record);
+
 //  Gives the record last read back to the writer.
 void za_shm_release (za_shm_t *self);
+
+//  Where the record last written starts (for za_shm_read_at).
+uint64_t za_shm_written (const za_shm_t *self);
 
 //  Waits until the writer publishes something new (or not), at most
 //  `usecs`: spins first for up to spin_usecs, then sleeps (futex) until a

@@ -47,6 +47,8 @@ extern "C" {
 #define ZA_WIRE_CURVE_BYTES 256
 //  A control message's JSON body, in bytes (it lives in the header frame).
 #define ZA_WIRE_MAX_BODY_BYTES (60 * 1024)
+//  A same-host link's word ("shm"), in bytes.
+#define ZA_WIRE_MAX_SHM_BYTES 512
 
 //  The largest frame a socket that carries tensors of at most
 //  largest_tensor_bytes each takes: that or a header, whichever is larger,
@@ -147,6 +149,15 @@ typedef struct {
     //  Encode: the caller's bytes, copied into the header.
     const char *body;
     size_t body_len;
+    //  A same-host link's word ("shm", za_shm_link.h; PROTOCOL.md 9): a JSON
+    //  text of at most ZA_WIRE_MAX_SHM_BYTES, not NUL-terminated; NULL when
+    //  absent. Decode: points into the header frame.
+    const char *shm;
+    size_t shm_len;
+    //  Encode only: the tensors' bytes went through a segment: only the
+    //  header frame is sent (its tensors name frames as ever; the receiver's
+    //  link appends them before decoding).
+    int payload_elsewhere;
     int tensor_count;
     za_wire_tensor_t tensors [ZA_WIRE_MAX_TENSORS];
 } za_wire_msg_t;
@@ -223,6 +234,13 @@ int za_wire_send (zsock_t *sock, zframe_t *routing_id, const za_wire_msg_t *msg,
 //  unspecified fields. Never touches anything but *out and msg's frame cursor
 //  (it walks the frames with zmsg_first/zmsg_next).
 int za_wire_decode (zmsg_t *msg, za_wire_msg_t *out);
+
+//  The "shm" text of a received message's header (routing id popped), for a
+//  same-host link to read before the message is whole: copies it into
+//  text (size bytes, NUL-terminated) and returns its length, 0 when the
+//  header has none, or -1 when the header does not decode (za_wire_decode
+//  says why).
+int za_wire_peek_shm (zmsg_t *msg, char *text, size_t size);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,62 @@
+/*  za_shm_link.h: one ZeroMQ connection's same-host data path (a worker
+    and its ps): every message's header still goes over ZeroMQ, its tensors
+    through a shared-memory segment (za_shm.h) when both ends can.
+
+    Each end may have a segment of its own to send through. Every message
+    an end sends carries its word (the header's "shm", PROTOCOL.md 9): its
+    segment's offer, "ok" with the nonce of the peer's segment it has mapped,
+    and "at" where this message's tensors are when they went through the
+    segment. An end sends through its segment only once the peer said "ok"
+    to it, so a peer that cannot map it (another host, user or pid
+    namespace) never misses a tensor; a peer that restarted maps the segment
+    from the next word it gets, and a record is found by its position, so
+    nothing depends on what an earlier life of either end read. A message
+    whose tensors do not fit the segment goes as frames, as ever.        */
+#ifndef ZA_SHM_LINK_H_INCLUDED
+#define ZA_SHM_LINK_H_INCLUDED
+
+#include <czmq.h>
+
+#include "za/za_wire.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct _za_shm_link_t za_shm_link_t;
+
+//  A link. offers 1: this end makes its segment now (`bytes` of records, 0:
+//  ZA_SHM_DEFAULT_BYTES) and offers it in every message (a worker, to a ps
+//  on this host); 0: it makes one (at least twice the first message's
+//  tensors) only when it has mapped the peer's, which shows the peer is on
+//  this host (a ps). Returns NULL with an error.
+za_shm_link_t *za_shm_link_new (int offers, size_t bytes);
+void za_shm_link_destroy (za_shm_link_t **self_p);
+
+//  Sends msg as za_wire_send does (the lease as there), with this end's
+//  word; its tensors through the segment when the peer reads it and they
+//  fit (then nothing is lent). msg is left as it was given. Returns 0, or
+//  -1 with an error.
+int za_shm_link_send (za_shm_link_t *self, zsock_t *sock, zframe_t *routing_id,
+                      za_wire_msg_t *msg, za_wire_lease_t *lease);
+
+//  Reads the word of a message just received (its routing id popped, not
+//  yet decoded): maps the peer's segment when it offers a new one, and when
+//  the tensors came through it, appends them to msg as frames (copied; the
+//  record goes back at once), so that za_wire_decode reads msg as ever.
+//  Returns 0 (msg is whole, or had no word), or -1 with an error: the
+//  tensors cannot be had, drop the message.
+int za_shm_link_receive (za_shm_link_t *self, zmsg_t *msg);
+
+//  What goes through shared memory now: 1 what this end sends, 2 what it
+//  receives (or both, 3; 0 none).
+int za_shm_link_state (const za_shm_link_t *self);
+
+//  The task the link's peer said it is (kept by the caller; -1 unknown).
+int za_shm_link_task (const za_shm_link_t *self);
+void za_shm_link_set_task (za_shm_link_t *self, int task);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
