@@ -1349,14 +1349,28 @@ za_ps_actor (zsock_t *pipe, void *args)
                 s_peer_key (routing_id, peer, sizeof peer);
                 link = s_link_of (self, peer, msg);
             }
-            if (routing_id && (!link || za_shm_link_receive (link, msg) == 0)
-                && za_wire_decode (msg, self->in) == 0) {
+            //  Tensors through shared memory are read where they are.
+            const void *const *held = NULL;
+            const size_t *sizes = NULL;
+            int count = 0;
+            int got = link? za_shm_link_receive_in_place (link, msg, &held, &sizes, &count): 0;
+            if (routing_id && got >= 0
+                && (got? za_wire_decode_payloads (msg, held, sizes, count, self->in)
+                       : za_wire_decode (msg, self->in)) == 0) {
                 if (link && za_shm_link_task (link) != self->in->task)
                     s_link_task (self, peer, link, self->in->task);
                 self->last_heard = now;
                 if (self->holder && zframe_eq (self->holder, routing_id))
                     za_peer_heard (&self->holder_peer, now);
+                zmsg_t *raw = msg;
                 s_handle (self, routing_id, &msg);
+                //  A push kept for later (while HELD) outlives the record: it
+                //  takes copies. (A bye may have taken the link.)
+                link = (za_shm_link_t *) zhashx_lookup (self->links, peer);
+                if (got && !msg && link && za_shm_link_copy_held (link, raw))
+                    za_info ("ps %d: %s", config->ps_index, za_last_error ());
+                if (link)
+                    za_shm_link_done (link);
             }
             else {
                 self->dropped++;

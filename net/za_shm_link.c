@@ -27,6 +27,11 @@ struct _za_shm_link_t {
     char in_nonce [33];
     int task;
     char word [ZA_WIRE_MAX_SHM_BYTES];
+    //  The tensors of the record read, in place, until za_shm_link_done.
+    const void *held_data [ZA_WIRE_MAX_TENSORS];
+    size_t held_size [ZA_WIRE_MAX_TENSORS];
+    int held_count;
+    int holding;
 };
 
 static int
@@ -62,6 +67,7 @@ za_shm_link_destroy (za_shm_link_t **self_p)
     za_shm_link_t *self = *self_p;
     if (!self)
         return;
+    za_shm_link_done (self);
     za_shm_destroy (&self->out);
     za_shm_destroy (&self->in);
     free (self);
@@ -154,15 +160,17 @@ za_shm_link_send (za_shm_link_t *self, zsock_t *sock, zframe_t *routing_id,
     return rc;
 }
 
-//  Appends the tensors of the record at `at` of the peer's segment to msg.
+//  Holds the tensors of the record at `at` of the peer's segment, in place:
+//  the table must name at most ZA_WIRE_MAX_TENSORS tensors whose sizes add
+//  up to the record's. Returns 0, or -1 with an error (nothing held).
 static int
-s_append_tensors (za_shm_link_t *self, zmsg_t *msg, uint64_t at)
+s_hold_tensors (za_shm_link_t *self, uint64_t at)
 {
     za_shm_record_t record;
     if (za_shm_read_at (self->in, at, &record) != 1)
         return -1;
     const unsigned char *bytes = (const unsigned char *) record.data;
-    uint64_t count, size;
+    uint64_t count = 0, size;
     int rc = 0;
     if (record.bytes < sizeof count)
         rc = -1;
@@ -171,33 +179,33 @@ s_append_tensors (za_shm_link_t *self, zmsg_t *msg, uint64_t at)
         if (count > ZA_WIRE_MAX_TENSORS || record.bytes < (1 + count) * sizeof count)
             rc = -1;
     }
-    //  The table, then the tensors: their sizes must add up to the record's.
     uint64_t left = rc? 0: record.bytes - (1 + count) * sizeof count;
+    const unsigned char *from = bytes + (1 + count) * sizeof count;
     for (uint64_t i = 0; rc == 0 && i < count; i++) {
         memcpy (&size, bytes + (1 + i) * sizeof size, sizeof size);
         if (size > left)
             rc = -1;
-        else
+        else {
+            self->held_data [i] = from;
+            self->held_size [i] = (size_t) size;
+            from += size;
             left -= size;
+        }
     }
-    if (rc == 0 && left)
-        rc = -1;
-    const unsigned char *from = rc? NULL: bytes + (1 + count) * sizeof count;
-    for (uint64_t i = 0; rc == 0 && i < count; i++) {
-        memcpy (&size, bytes + (1 + i) * sizeof size, sizeof size);
-        zframe_t *frame = zframe_new (from, (size_t) size);
-        if (!frame || zmsg_append (msg, &frame))
-            rc = -1;
-        from += size;
+    if (rc || left) {
+        za_shm_release (self->in);
+        return za_error ("shm link: the record at %" PRIu64 " is not a message's tensors", at);
     }
-    za_shm_release (self->in);
-    return rc? za_error ("shm link: the record at %" PRIu64 " is not a message's tensors", at)
-             : 0;
+    self->held_count = (int) count;
+    self->holding = 1;
+    return 0;
 }
 
 int
-za_shm_link_receive (za_shm_link_t *self, zmsg_t *msg)
+za_shm_link_receive_in_place (za_shm_link_t *self, zmsg_t *msg, const void *const **data,
+                              const size_t **sizes, int *count)
 {
+    za_shm_link_done (self);
     char word [ZA_WIRE_MAX_SHM_BYTES + 1];
     int len = za_wire_peek_shm (msg, word, sizeof word);
     if (len <= 0)
@@ -225,9 +233,47 @@ za_shm_link_receive (za_shm_link_t *self, zmsg_t *msg)
     }
     int rc = 0;
     if (at >= 0)
-        rc = self->in && nonce && streq (nonce, self->in_nonce)
-           ? s_append_tensors (self, msg, (uint64_t) at)
-           : za_error ("shm link: tensors in a segment not mapped here");
+        rc = !(self->in && nonce && streq (nonce, self->in_nonce))
+           ? za_error ("shm link: tensors in a segment not mapped here")
+           : s_hold_tensors (self, (uint64_t) at)? -1: 1;
     json_decref (root);
+    if (rc == 1) {
+        *data = self->held_data;
+        *sizes = self->held_size;
+        *count = self->held_count;
+    }
+    return rc;
+}
+
+int
+za_shm_link_copy_held (za_shm_link_t *self, zmsg_t *msg)
+{
+    for (int i = 0; self->holding && i < self->held_count; i++) {
+        zframe_t *frame = zframe_new (self->held_data [i], self->held_size [i]);
+        if (!frame || zmsg_append (msg, &frame))
+            return za_error ("shm link: out of memory");
+    }
+    return 0;
+}
+
+void
+za_shm_link_done (za_shm_link_t *self)
+{
+    if (self->holding && self->in)
+        za_shm_release (self->in);
+    self->holding = 0;
+    self->held_count = 0;
+}
+
+int
+za_shm_link_receive (za_shm_link_t *self, zmsg_t *msg)
+{
+    const void *const *data;
+    const size_t *sizes;
+    int count;
+    int rc = za_shm_link_receive_in_place (self, msg, &data, &sizes, &count);
+    if (rc == 1)
+        rc = za_shm_link_copy_held (self, msg);
+    za_shm_link_done (self);
     return rc;
 }

@@ -858,9 +858,11 @@ s_decode_optim (const msgpack_object *obj, za_wire_msg_t *out)
     return 0;
 }
 
-//  What decoding the tensors needs to know about the payload frames.
+//  What decoding the tensors needs to know about the payload frames (or the
+//  payloads a same-host link holds in place of them).
 typedef struct {
-    zframe_t *frames [ZA_WIRE_MAX_TENSORS];
+    const void *data [ZA_WIRE_MAX_TENSORS];
+    size_t size [ZA_WIRE_MAX_TENSORS];
     int count;
     int16_t user [ZA_WIRE_MAX_TENSORS]; //  1 + index of the tensor using a frame, 0 if none
 } s_payload_t;
@@ -979,7 +981,7 @@ s_decode_tensor (const msgpack_object *obj, int index, za_wire_msg_t *out, s_pay
     }
     payload->user [frame_index] = (int16_t) (index + 1);
 
-    size_t frame_bytes = zframe_size (payload->frames [frame_index]);
+    size_t frame_bytes = payload->size [frame_index];
     if (frame_bytes != bytes) {
         s_shape_text (tensor->ndim, tensor->shape, shape_text, sizeof shape_text);
         return za_error ("wire: tensor '%s' declares %s %s (%" PRIu64 " bytes) but frame %d "
@@ -987,7 +989,7 @@ s_decode_tensor (const msgpack_object *obj, int index, za_wire_msg_t *out, s_pay
                          bytes, frame_index, frame_bytes);
     }
     tensor->bytes = frame_bytes;
-    tensor->data = zframe_data (payload->frames [frame_index]);
+    tensor->data = payload->data [frame_index];
     return 0;
 }
 
@@ -1133,8 +1135,12 @@ s_decode_header (const msgpack_object *map, za_wire_msg_t *out, s_payload_t *pay
     return 0;
 }
 
-int
-za_wire_decode (zmsg_t *msg, za_wire_msg_t *out)
+//  Decodes msg's header with its payloads: msg's frames after the header,
+//  or (data != NULL) `count` payloads held elsewhere, msg being the header
+//  alone.
+static int
+s_decode (zmsg_t *msg, const void *const *data, const size_t *sizes, int count,
+          za_wire_msg_t *out)
 {
     if (!out)
         return za_error ("wire: za_wire_decode: no output message");
@@ -1145,8 +1151,8 @@ za_wire_decode (zmsg_t *msg, za_wire_msg_t *out)
     if (!msg)
         return za_error ("wire: za_wire_decode: no message");
 
-    size_t frame_count = zmsg_size (msg);
-    if (frame_count == 0)
+    size_t frame_count = data? 1 + (size_t) count: zmsg_size (msg);
+    if (frame_count == 0 || (data && zmsg_size (msg) != 1))
         return za_error ("wire: empty message (no header frame)");
     if (frame_count - 1 > ZA_WIRE_MAX_TENSORS)
         return za_error ("wire: message has %zu payload frames, more than the limit of %d",
@@ -1155,8 +1161,11 @@ za_wire_decode (zmsg_t *msg, za_wire_msg_t *out)
     payload.count = (int) frame_count - 1;
     memset (payload.user, 0, sizeof payload.user);
     zframe_t *header = zmsg_first (msg);
-    for (int i = 0; i < payload.count; i++)
-        payload.frames [i] = zmsg_next (msg);
+    for (int i = 0; i < payload.count; i++) {
+        zframe_t *frame = data? NULL: zmsg_next (msg);
+        payload.data [i] = data? data [i]: zframe_data (frame);
+        payload.size [i] = data? sizes [i]: zframe_size (frame);
+    }
 
     size_t header_size = zframe_size (header);
     if (header_size == 0)
@@ -1187,6 +1196,21 @@ za_wire_decode (zmsg_t *msg, za_wire_msg_t *out)
     msgpack_unpacked_destroy (&unpacked);
     out->tensor_count = rc == 0 ? tensor_count : 0;
     return rc;
+}
+
+int
+za_wire_decode (zmsg_t *msg, za_wire_msg_t *out)
+{
+    return s_decode (msg, NULL, NULL, 0, out);
+}
+
+int
+za_wire_decode_payloads (zmsg_t *msg, const void *const *data, const size_t *sizes, int count,
+                         za_wire_msg_t *out)
+{
+    if (!data || count < 0)
+        return za_error ("wire: za_wire_decode_payloads: no payloads");
+    return s_decode (msg, data, sizes, count, out);
 }
 
 int

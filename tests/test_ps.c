@@ -15,6 +15,7 @@
 #include "za/za_checkpoint.h"
 #include "za/za_partition.h"
 #include "za/za_role.h"
+#include "za/za_shm_link.h"
 #include "za/za_wire.h"
 #include "za_test.h"
 
@@ -25,6 +26,7 @@ typedef struct {
     za_role_config_t config;
     zactor_t *ps;
     zsock_t *client;
+    za_shm_link_t *link;                //  NULL, or the client's same-host link
     za_wire_msg_t *out, *in;
     zmsg_t *reply;
     za_wire_lease_t lease;
@@ -94,6 +96,7 @@ s_teardown (s_ps_case_t *c)
 {
     zmsg_destroy (&c->reply);
     zsock_destroy (&c->client);
+    za_shm_link_destroy (&c->link);
     zactor_destroy (&c->ps);
     za_wire_lease_wait (&c->lease);
     free (c->out);
@@ -107,11 +110,14 @@ s_call (s_ps_case_t *c, int wait_ms)
     c->out->seq = ++c->seq;
     //  Over inproc our frames may be the ps's: let the last reply go first.
     zmsg_destroy (&c->reply);
-    cr_assert_eq (za_wire_send (c->client, NULL, c->out, &c->lease), 0);
+    cr_assert_eq (c->link? za_shm_link_send (c->link, c->client, NULL, c->out, &c->lease)
+                         : za_wire_send (c->client, NULL, c->out, &c->lease), 0);
     zsock_set_rcvtimeo (c->client, wait_ms);
     c->reply = zmsg_recv (c->client);
     if (!c->reply)
         return -1;
+    if (c->link)
+        cr_assert_eq (za_shm_link_receive (c->link, c->reply), 0, "%s", za_last_error ());
     cr_assert_eq (za_wire_decode (c->reply, c->in), 0, "%s", za_last_error ());
     return (int) c->in->op;
 }
@@ -819,5 +825,66 @@ Test (ps, a_ps_without_a_function_refuses_an_init_that_says_function)
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
     cr_expect_str_eq (c.in->code, "bad_request");
     cr_expect (strstr (c.in->error, "program's function"), "%s", c.in->error);
+    s_teardown (&c);
+}
+
+//  A client on this host (a worker's link): its pushes and the ps's values
+//  go through shared memory once both have said so, and are applied as
+//  ever; a push held back while another client holds the ps outlives the
+//  record it came in (the ps copies it) and is applied at the release.
+Test (ps, pushes_through_shared_memory_and_one_held_back_are_applied)
+{
+    s_ps_case_t c;
+    s_setup (&c);
+    c.link = za_shm_link_new (1, 0);
+    cr_assert_not_null (c.link);
+    int64_t step0 = 0;
+    s_init_sgd (&c, 0.25f, &step0);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
+    float grads_k [12], grads_b [3];
+    for (int i = 0; i < 12; i++)
+        grads_k [i] = 1;
+    for (int i = 0; i < 3; i++)
+        grads_b [i] = 1;
+    for (int k = 1; k <= 3; k++) {
+        za_wire_msg_init (c.out, ZA_OP_PUSH);
+        c.out->task = 0;
+        s_add_params (&c, grads_k, grads_b);
+        cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_VALUES);
+        s_expect_floats (&c, -0.25f * (float) k);
+    }
+    cr_expect_eq (za_shm_link_state (c.link), 3, "both ways through shared memory");
+    //  Another client holds; our push waits, then the release applies it.
+    zsock_t *holder = zsock_new_dealer (">inproc://test-ps");
+    za_wire_msg_t *msg = malloc (sizeof *msg);
+    za_wire_msg_init (msg, ZA_OP_HOLD);
+    msg->seq = 1;
+    cr_assert_eq (za_wire_send (holder, NULL, msg, NULL), 0);
+    zsock_set_rcvtimeo (holder, REPLY_MS);
+    zmsg_t *answer = zmsg_recv (holder);
+    cr_assert_not_null (answer);
+    cr_assert_eq (za_wire_decode (answer, msg), 0);
+    cr_assert_eq (msg->op, ZA_OP_HELD);
+    zmsg_destroy (&answer);
+    za_wire_msg_init (c.out, ZA_OP_PUSH);
+    c.out->task = 0;
+    s_add_params (&c, grads_k, grads_b);
+    cr_expect_eq (s_call (&c, 300), -1, "a push was applied while held");
+    za_wire_msg_init (msg, ZA_OP_RELEASE);
+    msg->seq = 2;
+    cr_assert_eq (za_wire_send (holder, NULL, msg, NULL), 0);
+    answer = zmsg_recv (holder);
+    cr_assert_not_null (answer);
+    zmsg_destroy (&answer);
+    zsock_set_rcvtimeo (c.client, REPLY_MS);
+    zmsg_t *late = zmsg_recv (c.client);
+    cr_assert_not_null (late, "the held push was never answered");
+    cr_assert_eq (za_shm_link_receive (c.link, late), 0, "%s", za_last_error ());
+    cr_assert_eq (za_wire_decode (late, c.in), 0, "%s", za_last_error ());
+    cr_expect_eq (c.in->op, ZA_OP_VALUES);
+    s_expect_floats (&c, -1.0f);
+    zmsg_destroy (&late);
+    free (msg);
+    zsock_destroy (&holder);
     s_teardown (&c);
 }

@@ -48,6 +48,21 @@ int za_shm_link_send (za_shm_link_t *self, zsock_t *sock, zframe_t *routing_id,
 //  tensors cannot be had, drop the message.
 int za_shm_link_receive (za_shm_link_t *self, zmsg_t *msg);
 
+//  The same, but the tensors that came through the segment stay there:
+//  returns 1 with them in *data, *sizes and *count (for
+//  za_wire_decode_payloads; valid until za_shm_link_done or the next
+//  receive), 0 when msg is whole as it came (or had no word), -1 with an
+//  error (drop the message).
+int za_shm_link_receive_in_place (za_shm_link_t *self, zmsg_t *msg, const void *const **data,
+                                  const size_t **sizes, int *count);
+
+//  Appends copies of the tensors held in place to msg (the header alone),
+//  which then outlives the record. Returns 0, or -1 with an error.
+int za_shm_link_copy_held (za_shm_link_t *self, zmsg_t *msg);
+
+//  Gives the record held in place back to its writer.
+void za_shm_link_done (za_shm_link_t *self);
+
 //  What goes through shared memory now: 1 what this end sends, 2 what it
 //  receives (or both, 3; 0 none).
 int za_shm_link_state (const za_shm_link_t *self);

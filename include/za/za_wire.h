@@ -235,6 +235,13 @@ int za_wire_send (zsock_t *sock, zframe_t *routing_id, const za_wire_msg_t *msg,
 //  (it walks the frames with zmsg_first/zmsg_next).
 int za_wire_decode (zmsg_t *msg, za_wire_msg_t *out);
 
+//  The same for a message that is its header frame alone, its `count`
+//  payloads held elsewhere (a same-host link's segment: za_shm_link.h):
+//  data [i] and sizes [i] stand for payload frame i, checked as frames are;
+//  the tensors point into them (keep them while using the tensors).
+int za_wire_decode_payloads (zmsg_t *msg, const void *const *data, const size_t *sizes,
+                             int count, za_wire_msg_t *out);
+
 //  The "shm" text of a received message's header (routing id popped), for a
 //  same-host link to read before the message is whole: copies it into
 //  text (size bytes, NUL-terminated) and returns its length, 0 when the
