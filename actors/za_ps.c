@@ -821,8 +821,10 @@ s_forget_silent (s_ps_t *self, double now)
         if (now - *last > self->config->timeout_secs)
             zlist_append (silent, (void *) zhashx_cursor (self->peers));
     for (const char *key = silent? (const char *) zlist_first (silent): NULL; key;
-         key = (const char *) zlist_next (silent))
+         key = (const char *) zlist_next (silent)) {
+        zhashx_delete (self->links, key);       //  before its key goes with the peer
         zhashx_delete (self->peers, key);
+    }
     zlist_destroy (&silent);
 }
 
@@ -873,11 +875,11 @@ s_link_of (s_ps_t *self, const char *peer, zmsg_t *msg)
     za_shm_link_t *link = (za_shm_link_t *) zhashx_lookup (self->links, peer);
     char word [ZA_WIRE_MAX_SHM_BYTES + 1];
     if (link || !self->shm || zhashx_size (self->links) >= PS_MAX_LINKS
-        || za_wire_peek_shm (msg, word, sizeof word) <= 0)
+        || za_wire_peek_shm (msg, word, sizeof word, NULL) <= 0)
         return link;
     link = za_shm_link_new (0, 0);
-    if (link)
-        zhashx_insert (self->links, peer, link);
+    if (link && zhashx_insert (self->links, peer, link))
+        za_shm_link_destroy (&link);
     return link;
 }
 
@@ -1373,10 +1375,18 @@ za_ps_actor (zsock_t *pipe, void *args)
                     za_shm_link_done (link);
             }
             else {
+                if (link && got == 1)
+                    za_shm_link_done (link);
                 self->dropped++;
                 if (self->dropped <= MAX_LOGGED_DROPS)
                     za_info ("ps %d: dropped a bad message (%" PRIu64 " so far): %s",
                              config->ps_index, self->dropped, za_last_error ());
+                //  Tensors in a segment we cannot read (no link here, or one
+                //  that could not map it): the sender sends them again as frames.
+                uint64_t seq;
+                if (routing_id && za_shm_link_names_record (msg, &seq))
+                    s_reply_error (self, routing_id, seq, "shm_unreadable",
+                                   "this ps cannot read your shared memory: send frames");
             }
             zframe_destroy (&routing_id);
             zmsg_destroy (&msg);

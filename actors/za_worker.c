@@ -191,8 +191,10 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
                       config->ps_endpoints [p]);
             goto fail;
         }
-        //  A ps on this host: our pushes through a segment of twice a push.
-        if (za_curve_loopback (config->ps_endpoints [p]) && za_shm_enabled ()) {
+        //  A ps on this host, in another process: our pushes through a segment
+        //  of twice a push (inproc frames are zero-copy already).
+        if (za_curve_loopback (config->ps_endpoints [p]) && za_shm_enabled ()
+            && strncmp (config->ps_endpoints [p], "inproc://", 9)) {
             size_t push = 0;
             for (int i = 0; i < self->part_count [p]; i++)
                 push += self->placement.parts [self->parts [p][i]].size * sizeof (float) + 4096;
@@ -338,7 +340,11 @@ s_heartbeats (s_worker_t *self, za_op_t op, double now, double left)
             za_wire_msg_init (ping, ZA_OP_PING);
             ping->seq = 0;          //  requests count from 1: a pong is never a reply
             ping->task = self->config->worker_index;
-            za_wire_send (self->dealers [p], NULL, ping, NULL);
+            //  Through the link: its word keeps telling the ps what we read.
+            if (self->links [p])
+                za_shm_link_send (self->links [p], self->dealers [p], NULL, ping, NULL);
+            else
+                za_wire_send (self->dealers [p], NULL, ping, NULL);
         }
     }
 }
@@ -539,6 +545,19 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
         }
         if (self->spare->op == ZA_OP_SLOTS) {
             s_keep_slots (self, p, &msg);
+            continue;
+        }
+        //  Our tensors came through a segment this ps cannot read (it
+        //  restarted without shared memory): the link knows now, and the
+        //  request goes again as frames.
+        if (self->spare->op == ZA_OP_ERROR && streq (self->spare->code, "shm_unreadable")
+            && self->spare->seq == self->seq && !self->reply_msgs [p]) {
+            zmsg_destroy (&msg);
+            s_build (self, op, p);
+            if (s_send_to (self, p)) {
+                rc = za_error ("%s: cannot send %s to ps %d", s_who (self), za_op_name (op), p);
+                break;
+            }
             continue;
         }
         if (self->reply_msgs [p]) {

@@ -25,6 +25,7 @@ struct _za_shm_link_t {
     int peer_reads;                 //  the peer said "ok" to out_nonce
     za_shm_t *in;                   //  the peer's, mapped
     char in_nonce [33];
+    char failed_nonce [33];         //  a segment that could not be mapped: not tried again
     int task;
     char word [ZA_WIRE_MAX_SHM_BYTES];
     //  The tensors of the record read, in place, until za_shm_link_done.
@@ -143,7 +144,8 @@ za_shm_link_send (za_shm_link_t *self, zsock_t *sock, zframe_t *routing_id,
         len += (size_t) snprintf (self->word + len, sizeof self->word - len, "%s\"ok\":\"%s\"",
                                   len? ",": "{", self->in_nonce);
     uint64_t at;
-    int through = self->out && self->peer_reads && msg->tensor_count > 0 && len
+    int through = self->out && self->peer_reads && msg->tensor_count > 0
+               && msg->tensor_count <= ZA_WIRE_MAX_TENSORS && len
                && s_write_tensors (self, msg, &at) == 0;
     if (through)
         len += (size_t) snprintf (self->word + len, sizeof self->word - len, ",\"at\":%" PRIu64,
@@ -207,7 +209,10 @@ za_shm_link_receive_in_place (za_shm_link_t *self, zmsg_t *msg, const void *cons
 {
     za_shm_link_done (self);
     char word [ZA_WIRE_MAX_SHM_BYTES + 1];
-    int len = za_wire_peek_shm (msg, word, sizeof word);
+    int len = za_wire_peek_shm (msg, word, sizeof word, NULL);
+    //  Every message says whether the peer reads our segment now: one that
+    //  says nothing (a peer restarted without shared memory) gets frames.
+    self->peer_reads = 0;
     if (len <= 0)
         return 0;                   //  no word, or a header that will not decode
     json_error_t error;
@@ -218,24 +223,32 @@ za_shm_link_receive_in_place (za_shm_link_t *self, zmsg_t *msg, const void *cons
         json_decref (root);
         return za_error ("shm link: a word that is not one");
     }
-    if (ok && self->out && streq (ok, self->out_nonce))
-        self->peer_reads = 1;
-    if (nonce && (!self->in || strcmp (nonce, self->in_nonce))) {
+    self->peer_reads = ok && self->out && streq (ok, self->out_nonce);
+    if (nonce && (!self->in || strcmp (nonce, self->in_nonce))
+        && strcmp (nonce, self->failed_nonce)) {
         za_shm_t *in = za_shm_attach (word, (size_t) len);
         if (in) {
             za_shm_destroy (&self->in);
             self->in = in;
             snprintf (self->in_nonce, sizeof self->in_nonce, "%s", nonce);
         }
-        else
+        else {
+            snprintf (self->failed_nonce, sizeof self->failed_nonce, "%s", nonce);
             za_info ("shm link: the peer's segment cannot be used (%s); its tensors must "
                      "come as frames", za_last_error ());
+        }
     }
     int rc = 0;
     if (at >= 0)
         rc = !(self->in && nonce && streq (nonce, self->in_nonce))
            ? za_error ("shm link: tensors in a segment not mapped here")
            : s_hold_tensors (self, (uint64_t) at)? -1: 1;
+    if (rc < 0 && self->in && at >= 0 && nonce && streq (nonce, self->in_nonce)) {
+        //  What the peer's segment holds cannot be read: stop saying "ok",
+        //  so that it sends frames again.
+        snprintf (self->failed_nonce, sizeof self->failed_nonce, "%s", self->in_nonce);
+        za_shm_destroy (&self->in);
+    }
     json_decref (root);
     if (rc == 1) {
         *data = self->held_data;
@@ -243,6 +256,18 @@ za_shm_link_receive_in_place (za_shm_link_t *self, zmsg_t *msg, const void *cons
         *count = self->held_count;
     }
     return rc;
+}
+
+int
+za_shm_link_names_record (zmsg_t *msg, uint64_t *seq)
+{
+    char word [ZA_WIRE_MAX_SHM_BYTES + 1];
+    int len = za_wire_peek_shm (msg, word, sizeof word, seq);
+    json_error_t error;
+    json_t *root = len > 0? json_loadb (word, (size_t) len, 0, &error): NULL;
+    int names = root && json_is_integer (json_object_get (root, "at"));
+    json_decref (root);
+    return names;
 }
 
 int

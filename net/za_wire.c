@@ -1214,10 +1214,12 @@ za_wire_decode_payloads (zmsg_t *msg, const void *const *data, const size_t *siz
 }
 
 int
-za_wire_peek_shm (zmsg_t *msg, char *text, size_t size)
+za_wire_peek_shm (zmsg_t *msg, char *text, size_t size, uint64_t *seq)
 {
     zframe_t *header = msg? zmsg_first (msg): NULL;
     size_t header_size = header? zframe_size (header): 0;
+    if (seq)
+        *seq = 0;
     if (header_size == 0 || header_size > ZA_WIRE_MAX_HEADER_BYTES
         || s_scan_header (zframe_data (header), header_size))
         return -1;
@@ -1232,8 +1234,12 @@ za_wire_peek_shm (zmsg_t *msg, char *text, size_t size)
         const msgpack_object_map *map = &unpacked.data.via.map;
         for (uint32_t i = 0; i < map->size; i++) {
             const msgpack_object *key = &map->ptr [i].key, *value = &map->ptr [i].val;
-            if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == 3
-                && memcmp (key->via.str.ptr, "shm", 3) == 0) {
+            if (key->type != MSGPACK_OBJECT_STR)
+                continue;
+            if (seq && key->via.str.size == 3 && memcmp (key->via.str.ptr, "seq", 3) == 0
+                && value->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                *seq = value->via.u64;
+            if (key->via.str.size == 3 && memcmp (key->via.str.ptr, "shm", 3) == 0) {
                 if (value->type != MSGPACK_OBJECT_STR || value->via.str.size >= size)
                     len = -1;
                 else {
@@ -1241,7 +1247,6 @@ za_wire_peek_shm (zmsg_t *msg, char *text, size_t size)
                     memcpy (text, value->via.str.ptr, (size_t) len);
                     text [len] = 0;
                 }
-                break;
             }
         }
     }

@@ -888,3 +888,34 @@ Test (ps, pushes_through_shared_memory_and_one_held_back_are_applied)
     zsock_destroy (&holder);
     s_teardown (&c);
 }
+
+//  A ps that restarts where a client's tensors went through shared memory,
+//  but without it (ZA_SHM_DISABLE=1): it cannot read the client's record and
+//  says so ("shm_unreadable"), the link hears that the ps reads nothing of
+//  ours, and the request sent again goes as frames.
+Test (ps, a_ps_that_cannot_read_the_segment_says_so_and_frames_follow)
+{
+    s_ps_case_t c;
+    s_setup (&c);
+    c.link = za_shm_link_new (1, 0);
+    int64_t step0 = 0;
+    for (int k = 0; k < 3; k++) {
+        s_init_sgd (&c, 0.25f, &step0);
+        cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
+    }
+    cr_assert_eq (za_shm_link_state (c.link) & 1, 1, "our tensors go through the segment");
+    zmsg_destroy (&c.reply);
+    zsock_destroy (&c.client);
+    zactor_destroy (&c.ps);
+    setenv ("ZA_SHM_DISABLE", "1", 1);
+    c.ps = zactor_new (za_ps_actor, &c.config);
+    unsetenv ("ZA_SHM_DISABLE");
+    c.client = zsock_new_dealer (">inproc://test-ps");
+    s_init_sgd (&c, 0.25f, &step0);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "shm_unreadable");
+    cr_expect_eq (za_shm_link_state (c.link) & 1, 0, "the link knows the ps reads nothing");
+    s_init_sgd (&c, 0.25f, &step0);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
+    s_teardown (&c);
+}

@@ -356,6 +356,7 @@ Test (shm_link, what_cannot_be_read_is_refused)
     za_shm_link_t *fresh = za_shm_link_new (0, 0);
     cr_expect_eq (za_shm_link_receive (fresh, msg), -1);
     cr_expect (strstr (za_last_error (), "no record at 4096"), "%s", za_last_error ());
+    cr_expect_eq (za_shm_link_state (fresh), 0, "it stops reading that segment");
     zmsg_destroy (&msg);
     //  A record whose table claims 1000 tensors.
     uint64_t table [2] = {1000, 8};
@@ -368,6 +369,9 @@ Test (shm_link, what_cannot_be_read_is_refused)
     msg = zmsg_recv (p.router);
     zframe_destroy (&id);
     id = zmsg_pop (msg);
+    //  (fresh stopped reading that segment at its bad record: another link.)
+    za_shm_link_destroy (&fresh);
+    fresh = za_shm_link_new (0, 0);
     cr_expect_eq (za_shm_link_receive (fresh, msg), -1);
     cr_expect (strstr (za_last_error (), "not a message's tensors"), "%s", za_last_error ());
     zmsg_destroy (&msg);

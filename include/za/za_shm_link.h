@@ -63,6 +63,12 @@ int za_shm_link_copy_held (za_shm_link_t *self, zmsg_t *msg);
 //  Gives the record held in place back to its writer.
 void za_shm_link_done (za_shm_link_t *self);
 
+//  1 when a received message (routing id popped) says its tensors are in a
+//  segment (its word has "at"), with its seq in *seq: a receiver that
+//  cannot read them answers "shm_unreadable" and the sender sends again as
+//  frames. 0 otherwise.
+int za_shm_link_names_record (zmsg_t *msg, uint64_t *seq);
+
 //  What goes through shared memory now: 1 what this end sends, 2 what it
 //  receives (or both, 3; 0 none).
 int za_shm_link_state (const za_shm_link_t *self);

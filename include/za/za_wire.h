@@ -246,8 +246,8 @@ int za_wire_decode_payloads (zmsg_t *msg, const void *const *data, const size_t 
 //  same-host link to read before the message is whole: copies it into
 //  text (size bytes, NUL-terminated) and returns its length, 0 when the
 //  header has none, or -1 when the header does not decode (za_wire_decode
-//  says why).
-int za_wire_peek_shm (zmsg_t *msg, char *text, size_t size);
+//  says why). seq (NULL: not wanted) gets the header's seq (0: none).
+int za_wire_peek_shm (zmsg_t *msg, char *text, size_t size, uint64_t *seq);
 
 #ifdef __cplusplus
 }
