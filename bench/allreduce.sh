@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 #  The all-reduce alone, 2 processes on this machine: zactor's ring
 #  (build/bench_ring: through shared memory, the default between processes
-#  of one host; over ipc with ZA_SHM_DISABLE=1; over tcp) against Open MPI's MPI_Allreduce and
+#  of one host; over ipc with ZA_SHM_DISABLE=1; over tcp, on a connection of
+#  the ring's own, as between hosts) against Open MPI's MPI_Allreduce and
 #  torch.distributed's gloo back end, at 4 KiB, 365 KiB (the seed CNN's
 #  gradients), 4 MiB and 16 MiB, the peers alternating round by round;
 #  medians of the per-round medians, in microseconds per all-reduce (mean).

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 #  The all-reduce across a link between two hosts' stand-ins: two network
 #  namespaces joined by a veth pair (no shaping), one rank in each, over
-#  tcp: zactor's ring (build/bench_ring) against torch.distributed's gloo,
+#  tcp: zactor's ring (build/bench_ring: each link on a tcp connection of
+#  its own; ZA_SHM_DISABLE=1 in the environment: ZeroMQ's) against
+#  torch.distributed's gloo,
 #  each rank in its namespace, at 4 KiB, 365 KiB, 4 MiB and 16 MiB, the
 #  peers alternating round by round; medians of the per-round medians, us
 #  per all-reduce (mean). Open MPI cannot run here: its launcher (PMIx)

@@ -3,9 +3,10 @@
     bench_ring BYTES [ITERS] [RANKS] [TRANSPORT] [CHUNK_FLOATS]
     forks RANKS (2) processes that all-reduce (mean) a block of BYTES
     floats ITERS (200) times after 20 warm-up rounds, over TRANSPORT
-    (tcp on 127.0.0.1, or ipc: what the ring takes for a loopback
-    neighbour by default, which turns to shared memory unless
-    ZA_SHM_DISABLE=1: the line says shm when it did), in chunks of
+    (tcp on 127.0.0.1, as between hosts: a tcp connection of the link's own
+    unless ZA_SHM_DISABLE=1, the line says tcp-direct when it did; or ipc:
+    what the ring takes for a loopback neighbour by default, which turns to
+    shared memory unless ZA_SHM_DISABLE=1: the line says shm), in chunks of
     CHUNK_FLOATS (0: the ring's default), and prints from rank 0
       ring bytes=B ranks=N transport=T dtype=D median_us=M mean_us=A min_us=L busbw_gbps=G
     bus bandwidth as NCCL counts it: 2 (N-1)/N x bytes / time (BYTES are the
@@ -86,9 +87,11 @@ s_rank (int rank, int ranks, char endpoints [][64], size_t floats, int iters)
         qsort (times, (size_t) iters, sizeof times [0], s_compare);
         double median = times [iters / 2];
         double bytes = (double) floats * sizeof (float);
+        int direct = za_ring_direct_links (ring) == 2;
         printf ("ring bytes=%.0f ranks=%d transport=%s dtype=%s median_us=%.1f mean_us=%.1f "
                 "min_us=%.1f busbw_gbps=%.3f\n", bytes, ranks,
-                s_tcp_only? "tcp": za_ring_shm_links (ring) == 2? "shm": "ipc", s_dtype == ZA_DTYPE_BF16? "bf16": "f32", median * 1e6,
+                s_tcp_only? (direct? "tcp-direct": "tcp"): direct? "shm": "ipc",
+                s_dtype == ZA_DTYPE_BF16? "bf16": "f32", median * 1e6,
                 sum / iters * 1e6, times [0] * 1e6,
                 2.0 * (ranks - 1) / ranks * bytes / median / 1e9);
     }

@@ -10,11 +10,14 @@
 #include "za/za_ring.h"
 #include "za/za_curve.h"
 #include "za/za_shm.h"
+#include "za/za_tcp_pipe.h"
 #include "za/za_cluster.h"
 #include "za/za_util.h"
 #include "za/za_wire.h"
 
 #include <czmq.h>
+#include <errno.h>
+#include <jansson.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +41,10 @@ _Static_assert (RING_WHOLE_BYTES <= ZA_WIRE_MAX_HEADER_BYTES,
 #define RING_SHM_SLEEP_USECS 2000
 //  ... or this long while records of our own wait for room on the right.
 #define RING_SHM_PENDING_SLEEP_USECS 50
+
+//  Where the record in self->in came from.
+#define RECORD_OF_SHM 1
+#define RECORD_OF_TCP 2
 
 //  The same-host link to the right (sending) and from the left (receiving).
 typedef enum { SHM_OFF, SHM_OFFERED, SHM_ON } ring_shm_state_t;
@@ -67,6 +74,12 @@ struct _za_ring_t {
     //  generation and used once the right neighbour says it attached;
     //  records that found no room yet wait in `pending`, in order.
     int shm_link;                   //  the right neighbour is on this host
+    int tcp_link;                   //  ... or reached over tcp in a job without CURVE:
+                                    //  a tcp connection of the link's own (za_tcp_pipe.h)
+    za_tcp_pipe_t *out_tcp;         //  ours, once the right neighbour said where
+    int tcp_asks;                   //  asks sent: the answer names the one it answers
+    za_tcp_pipe_t *in_tcp;          //  the left neighbour's, listening then connected
+    int in_tcp_on;
     za_shm_t *out_shm;
     ring_shm_state_t out_state;
     char out_nonce [33];
@@ -79,7 +92,7 @@ struct _za_ring_t {
     //  The message in self->in: a frame (in_msg) or a record of in_shm;
     //  in_held: taken while draining, for the next wait to have first.
     zmsg_t *in_msg;
-    int in_is_record;
+    int in_is_record;               //  0, RECORD_OF_SHM or RECORD_OF_TCP
     int in_held;
 };
 
@@ -161,8 +174,12 @@ za_ring_new (const za_ring_config_t *config)
                   port);
         self->shm_link = !config->no_shm && za_shm_enabled ();
     }
-    else
+    else {
         snprintf (self->right_endpoint, sizeof self->right_endpoint, "%s", config->right);
+        //  CURVE protects ZeroMQ's bytes only: a job with --certs keeps them there.
+        self->tcp_link = port > 0 && !config->no_shm && za_shm_enabled ()
+                      && !za_curve_enabled ();
+    }
     if (zsock_connect (self->right, "%s", self->right_endpoint) < 0) {
         za_error ("ring: rank %d cannot connect to %s: %s", config->rank, self->right_endpoint,
                   zmq_strerror (zmq_errno ()));
@@ -190,6 +207,8 @@ za_ring_destroy (za_ring_t **self_p)
     zpoller_destroy (&self->poller);
     za_shm_destroy (&self->in_shm);
     za_shm_destroy (&self->out_shm);
+    za_tcp_pipe_destroy (&self->in_tcp);
+    za_tcp_pipe_destroy (&self->out_tcp);
     free (self->pending);
     //  linger 0: what the right neighbour never took is dropped, and the
     //  chunks lent from the caller's block all come back.
@@ -211,9 +230,9 @@ za_ring_right_endpoint (const za_ring_t *self)
 }
 
 int
-za_ring_shm_links (const za_ring_t *self)
+za_ring_direct_links (const za_ring_t *self)
 {
-    return (self->out_state == SHM_ON) + (self->in_on != 0);
+    return (self->out_state == SHM_ON) + (self->in_on || self->in_tcp_on);
 }
 
 uint64_t
@@ -297,6 +316,18 @@ s_body_has_nonce (const za_wire_msg_t *msg, const char *nonce)
 static void
 s_shm_offer (za_ring_t *self)
 {
+    if (self->tcp_link) {
+        //  A tcp link asks the right neighbour where to connect.
+        za_tcp_pipe_destroy (&self->out_tcp);
+        self->pending_count = 0;
+        //  Numbered: only the answer to the latest ask is acted on (an
+        //  earlier one's listener is closed by the time it would be used).
+        char body [32];
+        int len = snprintf (body, sizeof body, "{\"ask\":%d}", ++self->tcp_asks);
+        self->out_state = s_send_shm (self, NULL, "tcp_ask", body, (size_t) len) == 0
+                        ? SHM_OFFERED: SHM_OFF;
+        return;
+    }
     if (!self->shm_link)
         return;
     //  A segment offered and never written to serves again (za_ring_new's,
@@ -325,12 +356,57 @@ s_shm_offer (za_ring_t *self)
     self->out_state = SHM_OFFERED;
 }
 
+//  The right neighbour's answer to our tcp_ask (in self->in): where it
+//  listens, and the nonce to say first. Connected, the link turns on.
+static void
+s_tcp_connect (za_ring_t *self)
+{
+    json_error_t error;
+    json_t *root = self->in->body? json_loadb (self->in->body, self->in->body_len, 0, &error)
+                                 : NULL;
+    json_int_t port = 0;
+    const char *nonce = NULL;
+    char host [ZA_CLUSTER_ENDPOINT_MAX];
+    int right_port;
+    json_int_t ask = 0;
+    if (root && json_unpack (root, "{s:I,s:s,s:I}", "port", &port, "nonce", &nonce, "ask", &ask)
+        == 0 && ask == self->tcp_asks && port > 0 && port < 65536
+        && za_cluster_endpoint_split (self->config.right, host, sizeof host, &right_port) == 0) {
+        //  [::1] and names: the pipe speaks IPv4 (names resolved).
+        self->out_tcp = za_tcp_pipe_connect (host, (int) port, nonce,
+                                             self->config.timeout_secs > 0
+                                             ? self->config.timeout_secs: 10);
+        if (self->out_tcp) {
+            char body [64];
+            if (s_send_shm (self, NULL, "tcp_on", body, s_nonce_body (nonce, body)) == 0) {
+                self->out_state = SHM_ON;
+                if (!self->said_shm++)
+                    za_info ("ring: rank %d sends to rank %d over a tcp connection of its own",
+                             self->config.rank, (self->config.rank + 1) % self->config.size);
+            }
+            else
+                za_tcp_pipe_destroy (&self->out_tcp);
+        }
+        else
+            za_info ("ring: rank %d: %s; the link stays on ZeroMQ", self->config.rank,
+                     za_last_error ());
+    }
+    int stale = ask != self->tcp_asks;
+    json_decref (root);
+    if (self->out_state != SHM_ON && !stale)
+        self->out_state = SHM_OFF;
+}
+
 //  The right neighbour's answer to our offer, if it came: the link turns on.
 static void
 s_shm_answered (za_ring_t *self)
 {
     while (self->out_state == SHM_OFFERED && (zsock_events (self->right) & ZMQ_POLLIN)) {
         zmsg_t *msg = zmsg_recv (self->right);
+        if (self->tcp_link && msg && za_wire_decode (msg, self->in) == 0
+            && self->in->op == ZA_OP_SHM && streq (self->in->code, "tcp_port"))
+            s_tcp_connect (self);
+        else
         if (msg && za_wire_decode (msg, self->in) == 0 && self->in->op == ZA_OP_SHM
             && streq (self->in->code, "attached") && s_body_has_nonce (self->in, self->out_nonce)) {
             char body [64];
@@ -348,10 +424,47 @@ s_shm_answered (za_ring_t *self)
 //  Writes what waits for room into the segment, in order, while it fits.
 //  Returns 0, or -1 with an error.
 static int
+s_out_write (za_ring_t *self, const za_shm_record_t *record)
+{
+    return self->out_tcp? za_tcp_pipe_write (self->out_tcp, record)
+                        : za_shm_write (self->out_shm, record);
+}
+
+//  The right neighbour's tcp connection broke (it died): what waited for it
+//  goes nowhere, and the link is back on ZeroMQ until the next generation.
+static void
+s_tcp_lost (za_ring_t *self)
+{
+    za_info ("ring: rank %d: %s; the link to rank %d is back on ZeroMQ", self->config.rank,
+             za_last_error (), (self->config.rank + 1) % self->config.size);
+    za_tcp_pipe_destroy (&self->out_tcp);
+    self->out_state = SHM_OFF;
+    self->pending_count = 0;
+}
+
+//  1 while chunks of ours wait: records for room, or one partly sent.
+static int
+s_out_waiting (const za_ring_t *self)
+{
+    return self->pending_count || (self->out_tcp && za_tcp_pipe_busy (self->out_tcp));
+}
+
+static int
 s_shm_flush (za_ring_t *self)
 {
+    if (self->out_tcp && za_tcp_pipe_busy (self->out_tcp)) {
+        int rc = za_tcp_pipe_flush (self->out_tcp);
+        if (rc < 0)
+            s_tcp_lost (self);
+        if (rc)
+            return 0;
+    }
     while (self->pending_count) {
-        int rc = za_shm_write (self->out_shm, &self->pending [self->pending_first]);
+        int rc = s_out_write (self, &self->pending [self->pending_first]);
+        if (rc < 0 && self->out_tcp) {
+            s_tcp_lost (self);
+            return 0;
+        }
         if (rc)
             return rc < 0? -1: 0;
         self->pending_first = (self->pending_first + 1) % self->pending_size;
@@ -368,7 +481,7 @@ s_shm_send (za_ring_t *self, const za_shm_record_t *record)
     if (s_shm_flush (self))
         return -1;
     if (!self->pending_count) {
-        int rc = za_shm_write (self->out_shm, record);
+        int rc = s_out_write (self, record);
         if (rc <= 0)
             return rc;
     }
@@ -401,8 +514,10 @@ s_send (za_ring_t *self, za_op_t op, int64_t round, const void *data, za_dtype_t
                                   .seq = self->sent, .step = s_step (self, round), .data = data,
                                   .bytes = n * za_dtype_size (dtype)};
         rc = s_shm_send (self, &record);
+        if (rc && self->out_tcp)
+            s_tcp_lost (self);          //  this one goes over ZeroMQ, below
     }
-    else {
+    if (self->out_state != SHM_ON) {
         za_wire_msg_init (self->out, op);
         self->out->seq = self->sent;
         self->out->step = s_step (self, round);
@@ -484,7 +599,7 @@ static void
 s_release (za_ring_t *self)
 {
     zmsg_destroy (&self->in_msg);
-    if (self->in_is_record && self->in_shm)
+    if (self->in_is_record == RECORD_OF_SHM && self->in_shm)
         za_shm_release (self->in_shm);
     self->in_is_record = 0;
 }
@@ -516,6 +631,49 @@ s_on_shm (za_ring_t *self, zframe_t *from)
             self->in_shm = shm;
         else
             za_shm_destroy (&shm);
+    }
+    else
+    if (streq (in->code, "tcp_ask")) {
+        //  The left neighbour (another host) asks where to connect: a port
+        //  of our own address, and a nonce to say first.
+        za_tcp_pipe_destroy (&self->in_tcp);
+        self->in_tcp_on = 0;
+        char host [ZA_CLUSTER_ENDPOINT_MAX], nonce [33], body [128];
+        int port;
+        size_t most = self->chunk_floats * sizeof (float);
+        if (za_cluster_endpoint_split (self->config.bind, host, sizeof host, &port) == 0)
+            self->in_tcp = za_tcp_pipe_listen (host, most > RING_WHOLE_BYTES? most
+                                                                             : RING_WHOLE_BYTES);
+        if (!self->in_tcp) {
+            za_info ("ring: rank %d: no tcp connection of its own from rank %d (%s); the link "
+                     "stays on ZeroMQ", self->config.rank, s_left (self), za_last_error ());
+            return;
+        }
+        za_tcp_pipe_nonce (self->in_tcp, nonce);
+        json_error_t error;
+        json_t *asked = in->body? json_loadb (in->body, in->body_len, 0, &error): NULL;
+        json_int_t ask = asked? json_integer_value (json_object_get (asked, "ask")): 0;
+        json_decref (asked);
+        int len = snprintf (body, sizeof body,
+                            "{\"port\":%d,\"nonce\":\"%s\",\"ask\":%" JSON_INTEGER_FORMAT "}",
+                            za_tcp_pipe_port (self->in_tcp), nonce, ask);
+        if (s_send_shm (self, from, "tcp_port", body, (size_t) len))
+            za_tcp_pipe_destroy (&self->in_tcp);
+    }
+    else
+    if (streq (in->code, "tcp_on") && self->in_tcp && !self->in_tcp_on) {
+        char nonce [33];
+        za_tcp_pipe_nonce (self->in_tcp, nonce);
+        //  It connected before it said so: the accept is at once.
+        if (s_body_has_nonce (in, nonce)
+            && za_tcp_pipe_accept (self->in_tcp, self->config.timeout_secs > 0
+                                                 ? self->config.timeout_secs: 10) == 0)
+            self->in_tcp_on = 1;
+        else {
+            za_info ("ring: rank %d: rank %d's tcp connection: %s", self->config.rank,
+                     s_left (self), za_last_error ());
+            za_tcp_pipe_destroy (&self->in_tcp);
+        }
     }
     else
     if (streq (in->code, "on") && self->in_shm) {
@@ -556,6 +714,25 @@ s_take_frame (za_ring_t *self, const char **why)
     return got;
 }
 
+//  A record (of `from`) as the message in self->in.
+static void
+s_record_in (za_ring_t *self, const za_shm_record_t *record, int from, const char **why)
+{
+    za_wire_msg_t *in = self->in;
+    za_wire_msg_init (in, (za_op_t) record->op);
+    in->seq = record->seq;
+    in->step = record->step;
+    in->task = record->task;
+    in->tensor_count = 1;
+    in->tensors [0].dtype = (za_dtype_t) record->dtype;
+    in->tensors [0].ndim = 1;
+    in->tensors [0].data = record->data;
+    in->tensors [0].bytes = record->bytes;
+    self->in_is_record = from;
+    *why = record->op == ZA_OP_RING || record->op == ZA_OP_BROADCAST? NULL
+         : "a record that is no chunk";
+}
+
 //  The next record of the left neighbour's segment, if one is there: 1 with
 //  it in self->in (or *why set when it is not a chunk), 0 when none is.
 static int
@@ -574,20 +751,52 @@ s_take_record (za_ring_t *self, const char **why)
     }
     if (got == 0)
         return 0;
-    za_wire_msg_t *in = self->in;
-    za_wire_msg_init (in, (za_op_t) record.op);
-    in->seq = record.seq;
-    in->step = record.step;
-    in->task = record.task;
-    in->tensor_count = 1;
-    in->tensors [0].dtype = (za_dtype_t) record.dtype;
-    in->tensors [0].ndim = 1;
-    in->tensors [0].data = record.data;
-    in->tensors [0].bytes = record.bytes;
-    self->in_is_record = 1;
-    *why = record.op == ZA_OP_RING || record.op == ZA_OP_BROADCAST? NULL
-         : "a record that is no chunk";
+    s_record_in (self, &record, RECORD_OF_SHM, why);
     return 1;
+}
+
+//  The next record of the left neighbour's tcp connection, if a whole one
+//  is there: 1 with it in self->in (or *why set), 0 when none is.
+static int
+s_take_tcp_record (za_ring_t *self, const char **why)
+{
+    za_shm_record_t record;
+    int got = za_tcp_pipe_read (self->in_tcp, &record);
+    if (got < 0) {
+        za_info ("ring: rank %d: rank %d's tcp connection: %s", self->config.rank,
+                 s_left (self), za_last_error ());
+        za_tcp_pipe_destroy (&self->in_tcp);
+        self->in_tcp_on = 0;
+        return 0;
+    }
+    if (got == 0)
+        return 0;
+    s_record_in (self, &record, RECORD_OF_TCP, why);
+    return 1;
+}
+
+//  Waits at most timeout_ms for the left socket, the left neighbour's tcp
+//  connection, or room on ours while records wait. Returns 0, or -1 when
+//  the caller's interrupt has a message (or the context is ending).
+static int
+s_poll (za_ring_t *self, int timeout_ms)
+{
+    zmq_pollitem_t items [4] = {{zsock_resolve (self->left), 0, ZMQ_POLLIN, 0}};
+    int count = 1, interrupt = -1;
+    if (self->config.interrupt) {
+        interrupt = count;
+        items [count++] = (zmq_pollitem_t) {zsock_resolve (self->config.interrupt), 0,
+                                             ZMQ_POLLIN, 0};
+    }
+    if (self->in_tcp_on)
+        items [count++] = (zmq_pollitem_t) {NULL, za_tcp_pipe_fd (self->in_tcp), ZMQ_POLLIN, 0};
+    if (self->out_tcp && s_out_waiting (self))
+        items [count++] = (zmq_pollitem_t) {NULL, za_tcp_pipe_fd (self->out_tcp), ZMQ_POLLOUT,
+                                             0};
+    int rc = zmq_poll (items, count, timeout_ms);
+    if (rc < 0)
+        return errno == EINTR? 0: -1;
+    return interrupt >= 0 && (items [interrupt].revents & ZMQ_POLLIN)? -1: 0;
 }
 
 //  Waits (until `start` + timeout_secs) for the next message from the left
@@ -607,16 +816,18 @@ s_next (za_ring_t *self, double start, const char **why)
     while (!zsys_interrupted) {
         if (self->in_on && s_take_record (self, why))
             return 1;
+        if (self->in_tcp_on && s_take_tcp_record (self, why))
+            return 1;
         if (s_take_frame (self, why))
             return 1;
-        if (self->pending_count && s_shm_flush (self))
+        if (s_out_waiting (self) && s_shm_flush (self))
             za_info ("%s", za_last_error ());
         double remaining = self->config.timeout_secs - (za_clock_mono () - start);
         if (remaining <= 0)
             return 0;
         //  While our own records wait for room, look again soon.
         int usecs = remaining > 1000? 1000000000: (int) (remaining * 1e6) + 1;
-        if (self->pending_count && usecs > RING_SHM_PENDING_SLEEP_USECS)
+        if (s_out_waiting (self) && usecs > RING_SHM_PENDING_SLEEP_USECS)
             usecs = RING_SHM_PENDING_SLEEP_USECS;
         if (self->in_on) {
             if (usecs > RING_SHM_SLEEP_USECS)
@@ -625,11 +836,8 @@ s_next (za_ring_t *self, double start, const char **why)
                 continue;
             usecs = 0;          //  only a look at the sockets
         }
-        void *which = zpoller_wait (self->poller, (usecs + 999) / 1000);
-        if (which && which != self->left)
+        if (s_poll (self, (usecs + 999) / 1000) < 0)
             return -1;          //  the caller's interrupt
-        if (!which && zpoller_terminated (self->poller))
-            return -1;
     }
     return -1;
 }
@@ -663,11 +871,12 @@ s_receive (za_ring_t *self, za_op_t op, int64_t round, za_dtype_t dtype, size_t 
         }
         if (!why && !(why = s_unexpected (self, op, round, dtype, n))) {
             self->received++;
-            if (self->in_on && !self->in_is_record) {
+            if ((self->in_on || self->in_tcp_on) && !self->in_is_record) {
                 //  The left neighbour sends over ZeroMQ again (it restarted
-                //  without shared memory): stop looking at its old segment.
-                self->in_on = 0;
+                //  without our path): stop looking at the old one.
+                self->in_on = self->in_tcp_on = 0;
                 za_shm_destroy (&self->in_shm);
+                za_tcp_pipe_destroy (&self->in_tcp);
             }
             rc = 0;
             break;
@@ -691,7 +900,7 @@ s_receive (za_ring_t *self, za_op_t op, int64_t round, za_dtype_t dtype, size_t 
 static int
 s_busy (za_ring_t *self)
 {
-    return self->pending_count || za_wire_lease_busy (&self->lease);
+    return s_out_waiting (self) || za_wire_lease_busy (&self->lease);
 }
 
 //  Waits until libzmq has let go of every chunk lent from the caller's
@@ -714,7 +923,7 @@ s_drain (za_ring_t *self)
         //  generation may be on its way round, which ends the wait. Anything
         //  else that comes is kept for the next call.
         const char *why;
-        if (self->pending_count && !self->in_held) {
+        if (s_out_waiting (self) && !self->in_held) {
             s_release (self);
             if (s_take_frame (self, &why)) {
                 if (!why && s_is_resync (self)) {

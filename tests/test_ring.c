@@ -501,7 +501,7 @@ s_until_shared (s_ring_case_t *c)
         links = 0;
         for (int r = 0; r < c->size; r++) {
             cr_assert_eq (c->ranks [r].rc, 0, "rank %d: %s", r, c->ranks [r].error);
-            links += za_ring_shm_links (c->ranks [r].ring);
+            links += za_ring_direct_links (c->ranks [r].ring);
         }
     }
     for (int r = 0; r < c->size; r++)
@@ -510,20 +510,22 @@ s_until_shared (s_ring_case_t *c)
 }
 
 //  Neighbours on this host (loopback endpoints) move their chunks through
-//  shared memory once the link is on, and the means are the bits the ipc
-//  path gives; with no_shm the links stay on ipc.
-Test (ring, a_neighbour_on_this_host_is_reached_through_shared_memory_same_bits)
+//  shared memory once the link is on, and neighbours over tcp (tcp_only,
+//  as another host would be) through a tcp connection of the link's own;
+//  the means are the bits ZeroMQ gives (no_shm: the links stay on it).
+static void
+s_check_direct_same_bits (int tcp)
 {
     const size_t n = 91350;
     float *result [2][3];
     for (int off = 0; off <= 1; off++) {
         s_no_shm = off;
         s_ring_case_t c;
-        s_make (&c, 3, 1, 0, 10);
+        s_make (&c, 3, tcp, 0, 10);
         for (int r = 0; r < 3; r++)
             c.ranks [r].data = calloc (n, sizeof (float));
         int links = s_until_shared (&c);
-        cr_expect_eq (links, off? 0: 6, "links on shared memory: %d", links);
+        cr_expect_eq (links, off? 0: 6, "tcp %d: direct links: %d", tcp, links);
         for (int r = 0; r < 3; r++) {
             c.ranks [r].n = n;
             for (size_t i = 0; i < n; i++)
@@ -551,16 +553,26 @@ Test (ring, a_neighbour_on_this_host_is_reached_through_shared_memory_same_bits)
     s_no_shm = 0;
 }
 
-//  16 MiB: a rank's first hop alone is more than its segment holds, so
-//  records wait for room (and nothing deadlocks); the mean is right. With
-//  chunks of 8 MiB, more than the default segment, the segment is sized
-//  for them.
+Test (ring, a_neighbour_on_this_host_is_reached_through_shared_memory_same_bits)
+{
+    s_check_direct_same_bits (1);
+}
+
+Test (ring, a_neighbour_over_tcp_gets_a_connection_of_its_own_same_bits)
+{
+    s_check_direct_same_bits (2);
+}
+
+//  16 MiB: a rank's first hop alone is more than its segment holds (or its
+//  socket buffer takes), so records wait for room (and nothing deadlocks);
+//  the mean is right. With chunks of 8 MiB, more than the default segment,
+//  the segment is sized for them. Through shared memory, then over tcp.
 Test (ring, a_tensor_larger_than_the_segment_goes_through_it)
 {
     const size_t n = 4u << 20, chunks [2] = {0, 2u << 20};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 4; k++) {
         s_ring_case_t c;
-        s_make (&c, 2, 1, chunks [k], 20);
+        s_make (&c, 2, 1 + k / 2, chunks [k % 2], 20);
         for (int r = 0; r < 2; r++)
             c.ranks [r].data = calloc (n, sizeof (float));
         cr_assert_eq (s_until_shared (&c), 4);
@@ -573,7 +585,7 @@ Test (ring, a_tensor_larger_than_the_segment_goes_through_it)
         s_run_all (&c);
         for (int r = 0; r < 2; r++) {
             cr_assert_eq (c.ranks [r].rc, 0, "%s", c.ranks [r].error);
-            cr_assert_eq (za_ring_shm_links (c.ranks [r].ring), 2);
+            cr_assert_eq (za_ring_direct_links (c.ranks [r].ring), 2);
             //  The mean of x and 2x is 1.5x; of 1.5x and 1.5x the same.
             for (size_t i = 0; i < n; i++)
                 cr_assert_eq (c.ranks [r].data [i], 1.5f * (float) (i % 1000), "[%zu]", i);
@@ -607,6 +619,9 @@ s_segments_mapped (void)
 }
 
 #define KILL_RANKS 3
+//  1: the ranks talk over tcp (as hosts would), each link on a tcp
+//  connection of its own, not shared memory.
+static int s_kill_over_tcp;
 #define KILL_FLOATS (1u << 20)
 
 //  Rank `rank` of a ring of processes: a survivor all-reduces 4 MiB until
@@ -621,6 +636,7 @@ s_rank_process (int rank, char endpoints [][64], int rejoin, int progress)
     za_ring_config_t config = {
         .rank = rank, .size = KILL_RANKS, .bind = endpoints [rank],
         .right = endpoints [(rank + 1) % KILL_RANKS], .timeout_secs = 30,
+        .tcp_only = s_kill_over_tcp,
     };
     za_ring_t *ring = za_ring_new (&config);
     float *data = malloc (KILL_FLOATS * sizeof (float));
@@ -654,13 +670,13 @@ s_rank_process (int rank, char endpoints [][64], int rejoin, int progress)
         for (size_t i = 0; i < KILL_FLOATS; i++)
             if (data [i] != (float) (2 + round))
                 _exit (27);
-        waiting = za_ring_shm_links (ring) == 2? 0: 1;
+        waiting = za_ring_direct_links (ring) == 2? 0: 1;
         if (za_ring_allreduce_mean (ring, &waiting, 1, round + 100000))
             _exit (28);
     }
     if (waiting > 0)
         _exit (29);
-    if (s_segments_mapped () != 2)
+    if (s_segments_mapped () != (s_kill_over_tcp? 0: 2))
         _exit (30);
     za_ring_destroy (&ring);
     free (data);
@@ -684,7 +700,8 @@ s_fork_rank (int rank, char endpoints [][64], int rejoin, int progress)
 //  shared memory, and nobody maps a dead rank's segment any more (each
 //  process maps just its two; a segment has no name anywhere, memfd, so
 //  nothing outlives the processes that map it).
-Test (ring, a_rank_killed_mid_transfer_rejoins_and_leaves_no_segment, .timeout = 120)
+static void
+s_kill_and_rejoin (void)
 {
     char endpoints [KILL_RANKS][64];
     for (int r = 0; r < KILL_RANKS; r++)
@@ -709,4 +726,17 @@ Test (ring, a_rank_killed_mid_transfer_rejoins_and_leaves_no_segment, .timeout =
                    WIFEXITED (status)? WEXITSTATUS (status): -WTERMSIG (status));
     }
     close (progress [0]);
+}
+
+Test (ring, a_rank_killed_mid_transfer_rejoins_and_leaves_no_segment, .timeout = 120)
+{
+    s_kill_and_rejoin ();
+}
+
+//  The same over tcp: the killed rank's connections break, its neighbours
+//  go back to ZeroMQ, and the new generation's links get connections anew.
+Test (ring, a_rank_killed_mid_transfer_over_tcp_rejoins_on_new_connections, .timeout = 120)
+{
+    s_kill_over_tcp = 1;
+    s_kill_and_rejoin ();
 }

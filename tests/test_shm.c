@@ -405,3 +405,95 @@ Test (shm_link, what_cannot_be_read_is_refused)
     za_shm_destroy (&seg);
     s_pair_destroy (&p);
 }
+
+// ---------------------------------------------------------------------------
+//  za_tcp_pipe: records over a tcp connection of their own (the ring's path
+//  between hosts): only the connection that says the nonce is taken, and
+//  what is no record closes it.
+
+#include "za/za_tcp_pipe.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+//  A plain client of the pipe's port that says `said` (32 bytes).
+static int
+s_stranger (int port, const char *said)
+{
+    int fd = socket (AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons ((uint16_t) port)};
+    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    cr_assert_eq (connect (fd, (struct sockaddr *) &addr, sizeof addr), 0);
+    cr_assert_eq (send (fd, said, 32, 0), 32);
+    return fd;
+}
+
+Test (tcp_pipe, only_the_nonce_s_connection_is_taken_and_records_arrive_whole)
+{
+    za_tcp_pipe_t *in = za_tcp_pipe_listen ("127.0.0.1", 1 << 22);
+    cr_assert_not_null (in, "%s", za_last_error ());
+    int port = za_tcp_pipe_port (in);
+    char nonce [33];
+    za_tcp_pipe_nonce (in, nonce);
+    //  A stranger first, saying something else: closed, and the sender taken.
+    int stranger = s_stranger (port, "0123456789abcdef0123456789abcdef");
+    za_tcp_pipe_t *out = za_tcp_pipe_connect ("127.0.0.1", port, nonce, 5);
+    cr_assert_not_null (out, "%s", za_last_error ());
+    cr_assert_eq (za_tcp_pipe_accept (in, 10), 0, "%s", za_last_error ());
+    close (stranger);
+    //  Records of 0 bytes to 4 MiB, read while they are written (the socket
+    //  takes a part of the large ones at a time).
+    static unsigned char big [1 << 22];
+    for (size_t i = 0; i < sizeof big; i++)
+        big [i] = (unsigned char) (i * 13);
+    const size_t sizes [] = {0, 1, 4096, 1 << 22, 77, 1 << 20};
+    size_t written = 0, read = 0, count = sizeof sizes / sizeof sizes [0];
+    double deadline = za_clock_mono () + 30;
+    while (read < count && za_clock_mono () < deadline) {
+        if (written < count && !za_tcp_pipe_busy (out)) {
+            za_shm_record_t record = {.op = 26, .dtype = 1, .task = 2, .seq = written,
+                                      .step = 5, .data = big, .bytes = sizes [written]};
+            cr_assert_geq (za_tcp_pipe_write (out, &record), 0);
+            written++;
+        }
+        else
+            cr_assert_geq (za_tcp_pipe_flush (out), 0);
+        za_shm_record_t got;
+        int rc = za_tcp_pipe_read (in, &got);
+        cr_assert_geq (rc, 0, "%s", za_last_error ());
+        if (rc == 1) {
+            cr_assert_eq (got.seq, read);
+            cr_assert_eq (got.bytes, sizes [read]);
+            cr_assert (got.op == 26 && got.dtype == 1 && got.task == 2 && got.step == 5);
+            cr_assert (memcmp (got.data, big, got.bytes) == 0, "record %zu came changed", read);
+            read++;
+        }
+    }
+    cr_expect_eq (read, count);
+    //  A header that is no record's: the reader closes the connection.
+    unsigned char garbage [64];
+    memset (garbage, 0x5a, sizeof garbage);
+    cr_assert_eq (send (za_tcp_pipe_fd (out), garbage, sizeof garbage, 0), 64);
+    za_shm_record_t got;
+    int rc;
+    while ((rc = za_tcp_pipe_read (in, &got)) == 0 && za_clock_mono () < deadline)
+        usleep (1000);
+    cr_expect_eq (rc, -1);
+    cr_expect (strstr (za_last_error (), "no record"), "%s", za_last_error ());
+    cr_expect_eq (za_tcp_pipe_fd (in), -1);
+    za_tcp_pipe_destroy (&in);
+    za_tcp_pipe_destroy (&out);
+}
+
+Test (tcp_pipe, nobody_with_the_nonce_is_an_error_after_the_timeout)
+{
+    za_tcp_pipe_t *in = za_tcp_pipe_listen ("127.0.0.1", 4096);
+    cr_assert_not_null (in);
+    int stranger = s_stranger (za_tcp_pipe_port (in), "not the nonce, not at all, no....");
+    cr_expect_eq (za_tcp_pipe_accept (in, 1.5), -1);
+    cr_expect (strstr (za_last_error (), "no connection with the nonce"), "%s",
+               za_last_error ());
+    close (stranger);
+    za_tcp_pipe_destroy (&in);
+}

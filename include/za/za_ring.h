@@ -43,8 +43,10 @@ typedef struct {
                                     //  ends a wait: the call fails, the message stays
     int tcp_only;                   //  1: a loopback right neighbour over tcp too;
                                     //  0: over ipc (see za_ring_new)
-    int no_shm;                     //  1: a neighbour on this host over ipc, not shared
-                                    //  memory (also ZA_SHM_DISABLE=1 in the environment)
+    int no_shm;                     //  1: every chunk over ZeroMQ: a neighbour on this
+                                    //  host over ipc, not shared memory, and one on
+                                    //  another over ZeroMQ's tcp, not a connection of
+                                    //  the ring's own (also ZA_SHM_DISABLE=1)
     za_dtype_t wire_dtype;          //  the all-reduce's chunks: ZA_DTYPE_F32 (0, the
                                     //  default) or ZA_DTYPE_BF16 (half the bytes; the
                                     //  sums stay fp32, and each segment's mean is
@@ -100,11 +102,13 @@ int za_ring_resync (za_ring_t *self);
 //  The generation adopted (0 before the first za_ring_resync).
 int64_t za_ring_generation (const za_ring_t *self);
 
-//  This rank's links on shared memory now: 0, 1 (to the right or from the
-//  left) or 2 (both). A link to a neighbour on this host turns to shared
-//  memory a few messages after each generation starts (za_shm.h; unless
-//  no_shm or ZA_SHM_DISABLE=1); one the neighbour cannot map stays on ipc.
-int za_ring_shm_links (const za_ring_t *self);
+//  This rank's links whose chunks bypass ZeroMQ now: 0, 1 (to the right or
+//  from the left) or 2 (both). A link to a neighbour on this host turns to
+//  shared memory (za_shm.h), one to another host in a job without CURVE to
+//  a tcp connection of its own (za_tcp_pipe.h), a few messages after each
+//  generation starts (unless no_shm or ZA_SHM_DISABLE=1); one that cannot
+//  stays on ZeroMQ.
+int za_ring_direct_links (const za_ring_t *self);
 
 //  Messages dropped since the ring was made (garbage, out of turn, wrong).
 uint64_t za_ring_dropped (const za_ring_t *self);
