@@ -41,6 +41,13 @@ _Static_assert (RING_WHOLE_BYTES <= ZA_WIRE_MAX_HEADER_BYTES,
 #define RING_SHM_SLEEP_USECS 2000
 //  ... or this long while records of our own wait for room on the right.
 #define RING_SHM_PENDING_SLEEP_USECS 50
+//  ... or this long while a segment comes in and a tcp connection of ours
+//  waits for room (the futex cannot hear the socket).
+#define RING_SHM_MIXED_SLEEP_USECS 200
+
+//  A tcp connection of the link's own that does not connect in this long
+//  (a firewall that drops the port) leaves the link on ZeroMQ.
+#define RING_TCP_CONNECT_SECS 3.0
 
 //  Where the record in self->in came from.
 #define RECORD_OF_SHM 1
@@ -373,9 +380,7 @@ s_tcp_connect (za_ring_t *self)
         == 0 && ask == self->tcp_asks && port > 0 && port < 65536
         && za_cluster_endpoint_split (self->config.right, host, sizeof host, &right_port) == 0) {
         //  [::1] and names: the pipe speaks IPv4 (names resolved).
-        self->out_tcp = za_tcp_pipe_connect (host, (int) port, nonce,
-                                             self->config.timeout_secs > 0
-                                             ? self->config.timeout_secs: 10);
+        self->out_tcp = za_tcp_pipe_connect (host, (int) port, nonce, RING_TCP_CONNECT_SECS);
         if (self->out_tcp) {
             char body [64];
             if (s_send_shm (self, NULL, "tcp_on", body, s_nonce_body (nonce, body)) == 0) {
@@ -387,9 +392,12 @@ s_tcp_connect (za_ring_t *self)
             else
                 za_tcp_pipe_destroy (&self->out_tcp);
         }
-        else
+        else {
+            //  Not again in this ring's life: each try would cost its wait.
             za_info ("ring: rank %d: %s; the link stays on ZeroMQ", self->config.rank,
                      za_last_error ());
+            self->tcp_link = 0;
+        }
     }
     int stale = ask != self->tcp_asks;
     json_decref (root);
@@ -426,17 +434,21 @@ s_shm_answered (za_ring_t *self)
 static int
 s_out_write (za_ring_t *self, const za_shm_record_t *record)
 {
-    return self->out_tcp? za_tcp_pipe_write (self->out_tcp, record)
-                        : za_shm_write (self->out_shm, record);
+    if (self->out_tcp)
+        return za_tcp_pipe_write (self->out_tcp, record);
+    if (self->out_shm)
+        return za_shm_write (self->out_shm, record);
+    return za_error ("no path of the link's own");
 }
 
-//  The right neighbour's tcp connection broke (it died): what waited for it
-//  goes nowhere, and the link is back on ZeroMQ until the next generation.
+//  The right neighbour's tcp connection broke (it died), or a call failed
+//  with a chunk of the caller's partly sent: what waited for it goes
+//  nowhere, and the link is back on ZeroMQ until the next generation.
 static void
-s_tcp_lost (za_ring_t *self)
+s_tcp_lost (za_ring_t *self, const char *why)
 {
     za_info ("ring: rank %d: %s; the link to rank %d is back on ZeroMQ", self->config.rank,
-             za_last_error (), (self->config.rank + 1) % self->config.size);
+             why, (self->config.rank + 1) % self->config.size);
     za_tcp_pipe_destroy (&self->out_tcp);
     self->out_state = SHM_OFF;
     self->pending_count = 0;
@@ -455,14 +467,14 @@ s_shm_flush (za_ring_t *self)
     if (self->out_tcp && za_tcp_pipe_busy (self->out_tcp)) {
         int rc = za_tcp_pipe_flush (self->out_tcp);
         if (rc < 0)
-            s_tcp_lost (self);
+            s_tcp_lost (self, za_last_error ());
         if (rc)
             return 0;
     }
     while (self->pending_count) {
         int rc = s_out_write (self, &self->pending [self->pending_first]);
         if (rc < 0 && self->out_tcp) {
-            s_tcp_lost (self);
+            s_tcp_lost (self, za_last_error ());
             return 0;
         }
         if (rc)
@@ -478,8 +490,8 @@ s_shm_flush (za_ring_t *self)
 static int
 s_shm_send (za_ring_t *self, const za_shm_record_t *record)
 {
-    if (s_shm_flush (self))
-        return -1;
+    if (s_shm_flush (self) || self->out_state != SHM_ON)
+        return -1;                  //  (the connection broke: ZeroMQ takes it)
     if (!self->pending_count) {
         int rc = s_out_write (self, record);
         if (rc <= 0)
@@ -515,7 +527,7 @@ s_send (za_ring_t *self, za_op_t op, int64_t round, const void *data, za_dtype_t
                                   .bytes = n * za_dtype_size (dtype)};
         rc = s_shm_send (self, &record);
         if (rc && self->out_tcp)
-            s_tcp_lost (self);          //  this one goes over ZeroMQ, below
+            s_tcp_lost (self, za_last_error ());    //  this one goes over ZeroMQ, below
     }
     if (self->out_state != SHM_ON) {
         za_wire_msg_init (self->out, op);
@@ -635,9 +647,12 @@ s_on_shm (za_ring_t *self, zframe_t *from)
     else
     if (streq (in->code, "tcp_ask")) {
         //  The left neighbour (another host) asks where to connect: a port
-        //  of our own address, and a nonce to say first.
+        //  of our own address, and a nonce to say first (unless this rank
+        //  keeps every chunk on ZeroMQ: then it answers nothing).
         za_tcp_pipe_destroy (&self->in_tcp);
         self->in_tcp_on = 0;
+        if (self->config.no_shm || !za_shm_enabled () || za_curve_enabled ())
+            return;
         char host [ZA_CLUSTER_ENDPOINT_MAX], nonce [33], body [128];
         int port;
         size_t most = self->chunk_floats * sizeof (float);
@@ -827,11 +842,14 @@ s_next (za_ring_t *self, double start, const char **why)
             return 0;
         //  While our own records wait for room, look again soon.
         int usecs = remaining > 1000? 1000000000: (int) (remaining * 1e6) + 1;
-        if (s_out_waiting (self) && usecs > RING_SHM_PENDING_SLEEP_USECS)
+        //  (Room on a tcp connection wakes the poll; a segment's does not.)
+        if (s_out_waiting (self) && !self->out_tcp && usecs > RING_SHM_PENDING_SLEEP_USECS)
             usecs = RING_SHM_PENDING_SLEEP_USECS;
         if (self->in_on) {
             if (usecs > RING_SHM_SLEEP_USECS)
                 usecs = RING_SHM_SLEEP_USECS;
+            if (self->out_tcp && s_out_waiting (self) && usecs > RING_SHM_MIXED_SLEEP_USECS)
+                usecs = RING_SHM_MIXED_SLEEP_USECS;     //  a segment in, a connection out
             if (za_shm_wait (self->in_shm, RING_SHM_SPIN_USECS, usecs))
                 continue;
             usecs = 0;          //  only a look at the sockets
@@ -941,7 +959,10 @@ s_drain (za_ring_t *self)
                     self->in_held = 1;
             }
         }
-        usleep (20);
+        if (self->out_tcp && s_out_waiting (self) && !self->in_held)
+            s_poll (self, 1);           //  room on the connection wakes it
+        else
+            usleep (20);
     }
     return 0;
 }
@@ -1174,22 +1195,27 @@ s_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t round)
 
 //  A call that did not end well leaves no record pointing into the
 //  caller's block (who may free it): they were of this call only.
+static int
+s_ended (za_ring_t *self, int rc)
+{
+    if (rc) {
+        self->pending_count = 0;
+        if (self->out_tcp && za_tcp_pipe_busy (self->out_tcp))
+            s_tcp_lost (self, "a call ended with a chunk partly sent");
+    }
+    return rc;
+}
+
 int
 za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
 {
-    int rc = s_allreduce_mean (self, data, n, round);
-    if (rc)
-        self->pending_count = 0;
-    return rc;
+    return s_ended (self, s_allreduce_mean (self, data, n, round));
 }
 
 int
 za_ring_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t round)
 {
-    int rc = s_broadcast (self, data, n, root, round);
-    if (rc)
-        self->pending_count = 0;
-    return rc;
+    return s_ended (self, s_broadcast (self, data, n, root, round));
 }
 
 // ---------------------------------------------------------------------------

@@ -34,6 +34,8 @@ typedef struct {
 } pipe_header_t;
 #define PIPE_MAGIC 0x7a617470u                      //  "zatp"
 _Static_assert (sizeof (pipe_header_t) <= PIPE_HEADER_BYTES, "a header fits its bytes");
+//  Headers go in host order: the protocol's little-endian.
+_Static_assert (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "a little-endian machine");
 
 struct _za_tcp_pipe_t {
     int listener, fd;
@@ -158,7 +160,10 @@ s_read_all (int fd, void *to, size_t n, double deadline)
     while (got < n) {
         int left_ms = (int) ((deadline - za_clock_mono ()) * 1000);
         struct pollfd item = {fd, POLLIN, 0};
-        if (left_ms <= 0 || poll (&item, 1, left_ms) <= 0)
+        int ready = left_ms > 0? poll (&item, 1, left_ms): 0;
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready <= 0)
             return -1;
         ssize_t rc = read (fd, (char *) to + got, n - got);
         if (rc <= 0 && !(rc < 0 && (errno == EAGAIN || errno == EINTR)))
@@ -180,8 +185,10 @@ za_tcp_pipe_accept (za_tcp_pipe_t *self, double timeout_secs)
         if (poll (&item, 1, left_ms) <= 0)
             continue;
         int fd = accept4 (self->listener, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0)
+        if (fd < 0) {
+            usleep (1000);              //  out of fds, say: not a busy loop
             continue;
+        }
         char said [PIPE_NONCE_HEX];
         //  A connection that is not the sender's gets a second at most.
         double until = za_clock_mono () + 1.0 < deadline? za_clock_mono () + 1.0: deadline;
