@@ -40,10 +40,10 @@ _Static_assert (RING_WHOLE_BYTES <= ZA_WIRE_MAX_HEADER_BYTES,
 #define RING_SHM_SPIN_USECS 50
 #define RING_SHM_SLEEP_USECS 2000
 //  ... or this long while records of our own wait for room on the right.
-#define RING_SHM_PENDING_SLEEP_USECS 50
+#define RING_PENDING_SLEEP_USECS 50
 //  ... or this long while a segment comes in and a tcp connection of ours
 //  waits for room (the futex cannot hear the socket).
-#define RING_SHM_MIXED_SLEEP_USECS 200
+#define RING_MIXED_SLEEP_USECS 200
 
 //  A tcp connection of the link's own that does not connect in this long
 //  (a firewall that drops the port) leaves the link on ZeroMQ.
@@ -54,15 +54,16 @@ _Static_assert (RING_WHOLE_BYTES <= ZA_WIRE_MAX_HEADER_BYTES,
 #define RECORD_OF_TCP 2
 
 //  The same-host link to the right (sending) and from the left (receiving).
-typedef enum { SHM_OFF, SHM_OFFERED, SHM_ON } ring_shm_state_t;
+typedef enum { DIRECT_OFF, DIRECT_ASKED, DIRECT_ON } ring_direct_state_t;
 
 struct _za_ring_t {
     za_ring_config_t config;
     size_t chunk_floats;
     zsock_t *left;                  //  ROUTER: the left neighbour sends here
     zsock_t *right;                 //  DEALER to the right neighbour's ROUTER
-    zpoller_t *poller;
     za_wire_msg_t *out, *in;
+    za_wire_msg_t *answer;          //  the right neighbour's answers (self->in may hold
+                                    //  a message kept for the next call)
     za_wire_lease_t lease;          //  chunks lent to libzmq from the caller's block
     uint16_t *low;                  //  wire_dtype bf16: the chunks' casts, lent as well:
     size_t low_halves;              //  [0, n) the reduce phase's, [n, 2n) the gather's
@@ -88,9 +89,9 @@ struct _za_ring_t {
     za_tcp_pipe_t *in_tcp;          //  the left neighbour's, listening then connected
     int in_tcp_on;
     za_shm_t *out_shm;
-    ring_shm_state_t out_state;
+    ring_direct_state_t out_state;
     char out_nonce [33];
-    int said_shm;                   //  the log said so once
+    int said_direct;                   //  the log said so once
     za_shm_record_t *pending;
     size_t pending_first, pending_count, pending_size;
     //  ... and the left neighbour's segment, read once it says "on".
@@ -103,7 +104,7 @@ struct _za_ring_t {
     int in_held;
 };
 
-static void s_shm_offer (za_ring_t *self);
+static void s_direct_offer (za_ring_t *self);
 
 //  The PORT of tcp://HOST:PORT, or 0; *loopback set when HOST is a loopback
 //  address or localhost.
@@ -118,6 +119,13 @@ s_tcp_port (const char *endpoint, int *loopback)
     *loopback = streq (host, "localhost") || streq (host, "[::1]")
              || strncmp (host, "127.", 4) == 0;
     return port;
+}
+
+//  1 unless this rank keeps every chunk on ZeroMQ (no_shm, ZA_SHM_DISABLE).
+static int
+s_direct_allowed (const za_ring_config_t *config)
+{
+    return !config->no_shm && za_shm_enabled ();
 }
 
 za_ring_t *
@@ -140,7 +148,8 @@ za_ring_new (const za_ring_config_t *config)
     za_wire_lease_init (&self->lease);
     self->out = (za_wire_msg_t *) malloc (sizeof *self->out);
     self->in = (za_wire_msg_t *) malloc (sizeof *self->in);
-    if (!self->out || !self->in) {
+    self->answer = (za_wire_msg_t *) malloc (sizeof *self->answer);
+    if (!self->out || !self->in || !self->answer) {
         za_error ("ring: out of memory");
         goto fail;
     }
@@ -179,25 +188,19 @@ za_ring_new (const za_ring_config_t *config)
     if (port && loopback && !config->tcp_only) {
         snprintf (self->right_endpoint, sizeof self->right_endpoint, "ipc://@zactor-ring-%d",
                   port);
-        self->shm_link = !config->no_shm && za_shm_enabled ();
+        self->shm_link = s_direct_allowed (config);
     }
     else {
         snprintf (self->right_endpoint, sizeof self->right_endpoint, "%s", config->right);
         //  CURVE protects ZeroMQ's bytes only: a job with --certs keeps them there.
-        self->tcp_link = port > 0 && !config->no_shm && za_shm_enabled ()
-                      && !za_curve_enabled ();
+        self->tcp_link = port > 0 && s_direct_allowed (config) && !za_curve_enabled ();
     }
     if (zsock_connect (self->right, "%s", self->right_endpoint) < 0) {
         za_error ("ring: rank %d cannot connect to %s: %s", config->rank, self->right_endpoint,
                   zmq_strerror (zmq_errno ()));
         goto fail;
     }
-    self->poller = zpoller_new (self->left, config->interrupt, NULL);
-    if (!self->poller) {
-        za_error ("ring: cannot make a poller");
-        goto fail;
-    }
-    s_shm_offer (self);             //  again at each generation
+    s_direct_offer (self);             //  again at each generation
     return self;
 fail:
     za_ring_destroy (&self);
@@ -211,7 +214,6 @@ za_ring_destroy (za_ring_t **self_p)
     if (!self)
         return;
     zmsg_destroy (&self->in_msg);
-    zpoller_destroy (&self->poller);
     za_shm_destroy (&self->in_shm);
     za_shm_destroy (&self->out_shm);
     za_tcp_pipe_destroy (&self->in_tcp);
@@ -226,6 +228,7 @@ za_ring_destroy (za_ring_t **self_p)
     free (self->whole);
     free (self->out);
     free (self->in);
+    free (self->answer);
     free (self);
     *self_p = NULL;
 }
@@ -239,7 +242,7 @@ za_ring_right_endpoint (const za_ring_t *self)
 int
 za_ring_direct_links (const za_ring_t *self)
 {
-    return (self->out_state == SHM_ON) + (self->in_on || self->in_tcp_on);
+    return (self->out_state == DIRECT_ON) + (self->in_on || self->in_tcp_on);
 }
 
 uint64_t
@@ -292,9 +295,9 @@ s_send_resync (za_ring_t *self, int64_t gen)
 //  Sends an "shm" message of `code` with `body` right, or to `to` (a routing
 //  id) through the left socket.
 static int
-s_send_shm (za_ring_t *self, zframe_t *to, const char *code, const char *body, size_t len)
+s_send_link (za_ring_t *self, zframe_t *to, const char *code, const char *body, size_t len)
 {
-    za_wire_msg_init (self->out, ZA_OP_SHM);
+    za_wire_msg_init (self->out, ZA_OP_LINK);
     snprintf (self->out->code, sizeof self->out->code, "%s", code);
     self->out->task = self->config.rank;
     self->out->body = body;
@@ -321,7 +324,7 @@ s_body_has_nonce (const za_wire_msg_t *msg, const char *nonce)
 //  A new generation: a new segment offered to the right (the old one, and
 //  any record of the last generation still waiting, are dropped).
 static void
-s_shm_offer (za_ring_t *self)
+s_direct_offer (za_ring_t *self)
 {
     if (self->tcp_link) {
         //  A tcp link asks the right neighbour where to connect.
@@ -331,46 +334,56 @@ s_shm_offer (za_ring_t *self)
         //  earlier one's listener is closed by the time it would be used).
         char body [32];
         int len = snprintf (body, sizeof body, "{\"ask\":%d}", ++self->tcp_asks);
-        self->out_state = s_send_shm (self, NULL, "tcp_ask", body, (size_t) len) == 0
-                        ? SHM_OFFERED: SHM_OFF;
+        self->out_state = s_send_link (self, NULL, "tcp_ask", body, (size_t) len) == 0
+                        ? DIRECT_ASKED: DIRECT_OFF;
         return;
     }
     if (!self->shm_link)
         return;
     //  A segment offered and never written to serves again (za_ring_new's,
     //  when the first generation follows at once).
-    if (self->out_state == SHM_OFFERED && za_shm_unused (self->out_shm)) {
+    if (self->out_state == DIRECT_ASKED && za_shm_unused (self->out_shm)) {
         char offer [ZA_SHM_OFFER_MAX];
         size_t len = za_shm_offer (self->out_shm, offer);
-        if (s_send_shm (self, NULL, "offer", offer, len) == 0)
+        if (s_send_link (self, NULL, "offer", offer, len) == 0)
             return;
     }
     za_shm_destroy (&self->out_shm);
-    self->out_state = SHM_OFF;
+    self->out_state = DIRECT_OFF;
     self->pending_count = 0;
     //  Room for two of the largest chunk, whatever the chunk size.
     size_t bytes = 2 * (self->chunk_floats * sizeof (float) + 128);
     self->out_shm = za_shm_create (bytes > ZA_SHM_DEFAULT_BYTES? bytes: ZA_SHM_DEFAULT_BYTES);
     char offer [ZA_SHM_OFFER_MAX];
     size_t len = self->out_shm? za_shm_offer (self->out_shm, offer): 0;
-    if (!len || s_send_shm (self, NULL, "offer", offer, len)) {
+    if (!len || s_send_link (self, NULL, "offer", offer, len)) {
         za_info ("ring: rank %d: no shared memory to the right (%s); the link stays on "
                  "ZeroMQ", self->config.rank, za_last_error ());
         za_shm_destroy (&self->out_shm);
         return;
     }
     za_shm_nonce (self->out_shm, self->out_nonce);
-    self->out_state = SHM_OFFERED;
+    self->out_state = DIRECT_ASKED;
 }
 
-//  The right neighbour's answer to our tcp_ask (in self->in): where it
+//  The link to the right turns on (what it goes through, for the log).
+static void
+s_direct_on (za_ring_t *self, const char *how)
+{
+    self->out_state = DIRECT_ON;
+    if (!self->said_direct++)
+        za_info ("ring: rank %d sends to rank %d %s", self->config.rank,
+                 (self->config.rank + 1) % self->config.size, how);
+}
+
+//  The right neighbour's answer to our tcp_ask (in self->answer): where it
 //  listens, and the nonce to say first. Connected, the link turns on.
 static void
 s_tcp_connect (za_ring_t *self)
 {
     json_error_t error;
-    json_t *root = self->in->body? json_loadb (self->in->body, self->in->body_len, 0, &error)
-                                 : NULL;
+    json_t *root = self->answer->body
+                 ? json_loadb (self->answer->body, self->answer->body_len, 0, &error): NULL;
     json_int_t port = 0;
     const char *nonce = NULL;
     char host [ZA_CLUSTER_ENDPOINT_MAX];
@@ -380,49 +393,46 @@ s_tcp_connect (za_ring_t *self)
         == 0 && ask == self->tcp_asks && port > 0 && port < 65536
         && za_cluster_endpoint_split (self->config.right, host, sizeof host, &right_port) == 0) {
         //  [::1] and names: the pipe speaks IPv4 (names resolved).
+        double tried = za_clock_mono ();
         self->out_tcp = za_tcp_pipe_connect (host, (int) port, nonce, RING_TCP_CONNECT_SECS);
         if (self->out_tcp) {
             char body [64];
-            if (s_send_shm (self, NULL, "tcp_on", body, s_nonce_body (nonce, body)) == 0) {
-                self->out_state = SHM_ON;
-                if (!self->said_shm++)
-                    za_info ("ring: rank %d sends to rank %d over a tcp connection of its own",
-                             self->config.rank, (self->config.rank + 1) % self->config.size);
-            }
+            if (s_send_link (self, NULL, "tcp_on", body, s_nonce_body (nonce, body)) == 0)
+                s_direct_on (self, "over a tcp connection of its own");
             else
                 za_tcp_pipe_destroy (&self->out_tcp);
         }
         else {
-            //  Not again in this ring's life: each try would cost its wait.
             za_info ("ring: rank %d: %s; the link stays on ZeroMQ", self->config.rank,
                      za_last_error ());
-            self->tcp_link = 0;
+            //  A port that drops what comes (a firewall) costs the whole wait:
+            //  not again in this ring's life. Refused at once (the neighbour
+            //  restarting): asked again at the next generation.
+            if (za_clock_mono () - tried >= RING_TCP_CONNECT_SECS)
+                self->tcp_link = 0;
         }
     }
     int stale = ask != self->tcp_asks;
     json_decref (root);
-    if (self->out_state != SHM_ON && !stale)
-        self->out_state = SHM_OFF;
+    if (self->out_state != DIRECT_ON && !stale)
+        self->out_state = DIRECT_OFF;
 }
 
 //  The right neighbour's answer to our offer, if it came: the link turns on.
 static void
-s_shm_answered (za_ring_t *self)
+s_direct_answered (za_ring_t *self)
 {
-    while (self->out_state == SHM_OFFERED && (zsock_events (self->right) & ZMQ_POLLIN)) {
+    while (self->out_state == DIRECT_ASKED && (zsock_events (self->right) & ZMQ_POLLIN)) {
         zmsg_t *msg = zmsg_recv (self->right);
-        if (self->tcp_link && msg && za_wire_decode (msg, self->in) == 0
-            && self->in->op == ZA_OP_SHM && streq (self->in->code, "tcp_port"))
-            s_tcp_connect (self);
-        else
-        if (msg && za_wire_decode (msg, self->in) == 0 && self->in->op == ZA_OP_SHM
-            && streq (self->in->code, "attached") && s_body_has_nonce (self->in, self->out_nonce)) {
-            char body [64];
-            if (s_send_shm (self, NULL, "on", body, s_nonce_body (self->out_nonce, body)) == 0) {
-                self->out_state = SHM_ON;
-                if (!self->said_shm++)
-                    za_info ("ring: rank %d sends to rank %d through shared memory",
-                             self->config.rank, (self->config.rank + 1) % self->config.size);
+        const za_wire_msg_t *answer = self->answer;
+        if (msg && za_wire_decode (msg, self->answer) == 0 && answer->op == ZA_OP_LINK) {
+            if (self->tcp_link && streq (answer->code, "tcp_port"))
+                s_tcp_connect (self);
+            else
+            if (streq (answer->code, "attached") && s_body_has_nonce (answer, self->out_nonce)) {
+                char body [64];
+                if (s_send_link (self, NULL, "on", body, s_nonce_body (self->out_nonce, body)) == 0)
+                    s_direct_on (self, "through shared memory");
             }
         }
         zmsg_destroy (&msg);
@@ -450,7 +460,7 @@ s_tcp_lost (za_ring_t *self, const char *why)
     za_info ("ring: rank %d: %s; the link to rank %d is back on ZeroMQ", self->config.rank,
              why, (self->config.rank + 1) % self->config.size);
     za_tcp_pipe_destroy (&self->out_tcp);
-    self->out_state = SHM_OFF;
+    self->out_state = DIRECT_OFF;
     self->pending_count = 0;
 }
 
@@ -462,7 +472,7 @@ s_out_waiting (const za_ring_t *self)
 }
 
 static int
-s_shm_flush (za_ring_t *self)
+s_direct_flush (za_ring_t *self)
 {
     if (self->out_tcp && za_tcp_pipe_busy (self->out_tcp)) {
         int rc = za_tcp_pipe_flush (self->out_tcp);
@@ -488,9 +498,9 @@ s_shm_flush (za_ring_t *self)
 //  Sends a record through the segment, or queues it behind those waiting
 //  (its bytes stay the caller's, as a lent frame's do, until it is written).
 static int
-s_shm_send (za_ring_t *self, const za_shm_record_t *record)
+s_direct_send (za_ring_t *self, const za_shm_record_t *record)
 {
-    if (s_shm_flush (self) || self->out_state != SHM_ON)
+    if (s_direct_flush (self) || self->out_state != DIRECT_ON)
         return -1;                  //  (the connection broke: ZeroMQ takes it)
     if (!self->pending_count) {
         int rc = s_out_write (self, record);
@@ -519,17 +529,17 @@ static int
 s_send (za_ring_t *self, za_op_t op, int64_t round, const void *data, za_dtype_t dtype,
         size_t n)
 {
-    s_shm_answered (self);
+    s_direct_answered (self);
     int rc;
-    if (self->out_state == SHM_ON) {
+    if (self->out_state == DIRECT_ON) {
         za_shm_record_t record = {.op = op, .dtype = dtype, .task = self->config.rank,
                                   .seq = self->sent, .step = s_step (self, round), .data = data,
                                   .bytes = n * za_dtype_size (dtype)};
-        rc = s_shm_send (self, &record);
+        rc = s_direct_send (self, &record);
         if (rc && self->out_tcp)
             s_tcp_lost (self, za_last_error ());    //  this one goes over ZeroMQ, below
     }
-    if (self->out_state != SHM_ON) {
+    if (self->out_state != DIRECT_ON) {
         za_wire_msg_init (self->out, op);
         self->out->seq = self->sent;
         self->out->step = s_step (self, round);
@@ -620,7 +630,7 @@ s_release (za_ring_t *self)
 //  id it came from: an offer is attached to and answered; "on" turns the
 //  segment on.
 static void
-s_on_shm (za_ring_t *self, zframe_t *from)
+s_on_link (za_ring_t *self, zframe_t *from)
 {
     const za_wire_msg_t *in = self->in;
     if (in->task != s_left (self))
@@ -628,9 +638,12 @@ s_on_shm (za_ring_t *self, zframe_t *from)
     if (streq (in->code, "offer")) {
         //  A new segment of the left neighbour's (it restarted, or a new
         //  generation began): the old one is of no more use. One that
-        //  cannot be mapped leaves the link on ZeroMQ.
+        //  cannot be mapped, or a rank that keeps its chunks on ZeroMQ,
+        //  leaves the link there.
         za_shm_destroy (&self->in_shm);
         self->in_on = 0;
+        if (!s_direct_allowed (&self->config))
+            return;
         za_shm_t *shm = za_shm_attach (in->body, in->body_len);
         char nonce [33], body [64];
         if (!shm) {
@@ -639,7 +652,7 @@ s_on_shm (za_ring_t *self, zframe_t *from)
             return;
         }
         za_shm_nonce (shm, nonce);
-        if (s_send_shm (self, from, "attached", body, s_nonce_body (nonce, body)) == 0)
+        if (s_send_link (self, from, "attached", body, s_nonce_body (nonce, body)) == 0)
             self->in_shm = shm;
         else
             za_shm_destroy (&shm);
@@ -651,7 +664,7 @@ s_on_shm (za_ring_t *self, zframe_t *from)
         //  keeps every chunk on ZeroMQ: then it answers nothing).
         za_tcp_pipe_destroy (&self->in_tcp);
         self->in_tcp_on = 0;
-        if (self->config.no_shm || !za_shm_enabled () || za_curve_enabled ())
+        if (!s_direct_allowed (&self->config) || za_curve_enabled ())
             return;
         char host [ZA_CLUSTER_ENDPOINT_MAX], nonce [33], body [128];
         int port;
@@ -672,7 +685,7 @@ s_on_shm (za_ring_t *self, zframe_t *from)
         int len = snprintf (body, sizeof body,
                             "{\"port\":%d,\"nonce\":\"%s\",\"ask\":%" JSON_INTEGER_FORMAT "}",
                             za_tcp_pipe_port (self->in_tcp), nonce, ask);
-        if (s_send_shm (self, from, "tcp_port", body, (size_t) len))
+        if (s_send_link (self, from, "tcp_port", body, (size_t) len))
             za_tcp_pipe_destroy (&self->in_tcp);
     }
     else
@@ -716,8 +729,8 @@ s_take_frame (za_ring_t *self, const char **why)
             got = 1;
         }
         else
-        if (self->in->op == ZA_OP_SHM) {
-            s_on_shm (self, identity);
+        if (self->in->op == ZA_OP_LINK) {
+            s_on_link (self, identity);
             zmsg_destroy (&msg);
         }
         else {
@@ -835,7 +848,7 @@ s_next (za_ring_t *self, double start, const char **why)
             return 1;
         if (s_take_frame (self, why))
             return 1;
-        if (s_out_waiting (self) && s_shm_flush (self))
+        if (s_out_waiting (self) && s_direct_flush (self))
             za_info ("%s", za_last_error ());
         double remaining = self->config.timeout_secs - (za_clock_mono () - start);
         if (remaining <= 0)
@@ -843,19 +856,23 @@ s_next (za_ring_t *self, double start, const char **why)
         //  While our own records wait for room, look again soon.
         int usecs = remaining > 1000? 1000000000: (int) (remaining * 1e6) + 1;
         //  (Room on a tcp connection wakes the poll; a segment's does not.)
-        if (s_out_waiting (self) && !self->out_tcp && usecs > RING_SHM_PENDING_SLEEP_USECS)
-            usecs = RING_SHM_PENDING_SLEEP_USECS;
+        if (s_out_waiting (self) && !self->out_tcp && usecs > RING_PENDING_SLEEP_USECS)
+            usecs = RING_PENDING_SLEEP_USECS;
         if (self->in_on) {
             if (usecs > RING_SHM_SLEEP_USECS)
                 usecs = RING_SHM_SLEEP_USECS;
-            if (self->out_tcp && s_out_waiting (self) && usecs > RING_SHM_MIXED_SLEEP_USECS)
-                usecs = RING_SHM_MIXED_SLEEP_USECS;     //  a segment in, a connection out
+            if (self->out_tcp && s_out_waiting (self) && usecs > RING_MIXED_SLEEP_USECS)
+                usecs = RING_MIXED_SLEEP_USECS;     //  a segment in, a connection out
             if (za_shm_wait (self->in_shm, RING_SHM_SPIN_USECS, usecs))
                 continue;
             usecs = 0;          //  only a look at the sockets
         }
-        if (s_poll (self, (usecs + 999) / 1000) < 0)
+        //  Less than a millisecond (records waiting for room): a look at the
+        //  sockets, then a short sleep.
+        if (s_poll (self, usecs < 1000? 0: usecs / 1000) < 0)
             return -1;          //  the caller's interrupt
+        if (usecs < 1000 && usecs > 0)
+            usleep ((useconds_t) usecs);
     }
     return -1;
 }
@@ -930,7 +947,7 @@ s_drain (za_ring_t *self)
 {
     double start = za_clock_mono ();
     while (s_busy (self)) {
-        if (s_shm_flush (self))
+        if (s_direct_flush (self))
             return za_error ("ring: rank %d: %s", self->config.rank, za_last_error ());
         if (!s_busy (self))
             break;
@@ -1238,7 +1255,7 @@ s_adopt (za_ring_t *self, int64_t gen)
     self->pending_gen = 0;
     self->asked = 0;
     self->sent = self->received = 0;
-    s_shm_offer (self);
+    s_direct_offer (self);
 }
 
 int

@@ -27,9 +27,9 @@ static const char *s_op_names [] = {
     "snapshot_data", "release", "released", "stop", "stopping", "bye", "bye_ok",
     "error", "ping", "pong", "register", "welcome", "report", "view", "watch", "state",
     "ring", "broadcast", "resync", "checkpoint", "slots", "offer",
-    "shm"
+    "link"
 };
-#define WIRE_OP_LAST ZA_OP_SHM
+#define WIRE_OP_LAST ZA_OP_LINK
 
 //  Header keys, in the order they are written.
 typedef enum {

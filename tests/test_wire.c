@@ -314,7 +314,7 @@ Test (wire, op_names_round_trip)
                              "snapshot", "snapshot_data", "release", "released", "stop",
                              "stopping", "bye", "bye_ok", "error", "ping", "pong",
                              "register", "welcome", "report", "view", "watch", "state",
-                             "ring", "broadcast", "resync", "checkpoint", "slots", "offer", "shm" };
+                             "ring", "broadcast", "resync", "checkpoint", "slots", "offer", "link" };
     for (int i = 0; i < (int) (sizeof names / sizeof names [0]); i++) {
         za_op_t op = (za_op_t) (ZA_OP_INIT + i);
         cr_assert_str_eq (za_op_name (op), names [i]);
@@ -323,7 +323,7 @@ Test (wire, op_names_round_trip)
         cr_assert_eq (parsed, op);
     }
     cr_assert_null (za_op_name ((za_op_t) 0));
-    cr_assert_null (za_op_name ((za_op_t) (ZA_OP_SHM + 1)));
+    cr_assert_null (za_op_name ((za_op_t) (ZA_OP_LINK + 1)));
     za_op_t op;
     cr_assert_eq (za_op_parse ("PUSH", &op), -1);
     cr_assert_eq (za_op_parse ("", &op), -1);

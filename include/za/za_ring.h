@@ -1,4 +1,4 @@
-/*  za_ring.h: N processes (ranks 0..N-1) in a ring over ZeroMQ, for the
+/*  za_ring.h: N processes (ranks 0..N-1) in a ring, for the
     synchronous all-reduce strategy (TensorFlow's MultiWorkerMirrored with
     its RING collective). Each rank binds a ROUTER where its left neighbour
     (rank - 1) sends, and connects a DEALER to its right neighbour's.
@@ -10,12 +10,16 @@
     ends with the same bits, and the order of the additions is fixed by the
     ranks, so the same inputs give the same mean on every run.
 
-    Every message is a wire message (docs/PROTOCOL.md section 14): op "ring"
-    or "broadcast", seq its number on this link, step the caller's round,
-    task the sender's rank, one f32 tensor. Anything else - garbage, another
-    round, another sender, a number out of turn, a wrong size - is dropped
-    and counted, never used; a round whose next message does not come
-    within timeout_secs fails with an error naming the left neighbour.   */
+    Every chunk (docs/PROTOCOL.md section 14) has op "ring" or "broadcast",
+    seq its number on this link, step the caller's round, task the sender's
+    rank, one tensor (f32, or bf16 with --wire-dtype). It goes over ZeroMQ,
+    or once a link has a path of its own, through shared memory (a
+    neighbour on this host, za_shm.h) or a tcp connection of the link's own
+    (another host, a job without CURVE, za_tcp_pipe.h); ZeroMQ keeps the
+    rest. Anything else - garbage, another round, another sender, a number
+    out of turn, a wrong size - is dropped and counted, never used; a round
+    whose next message does not come within timeout_secs fails with an
+    error naming the left neighbour.                                     */
 #ifndef ZA_RING_H_INCLUDED
 #define ZA_RING_H_INCLUDED
 
@@ -61,13 +65,15 @@ typedef struct _za_ring_t za_ring_t;
 //  ipc://@zactor-ring-PORT (Linux's abstract namespace: no file, nothing to
 //  clean up), and a right neighbour at a loopback address (127.x, localhost,
 //  [::1]: the same host and network namespace) is reached over that instead
-//  unless tcp_only: bench/allreduce.sh measures ipc 1.4x faster than tcp at 4
-//  and 16 MiB and equal below. Returns NULL with an error (a rank out of
-//  range, an endpoint that cannot be bound or connected).
+//  unless tcp_only, and its chunks then move through shared memory once the
+//  link is on; a neighbour over tcp gets a tcp connection of the link's own
+//  in a job without CURVE (za_ring_direct_links). Returns NULL with an error
+//  (a rank out of range, an endpoint that cannot be bound or connected).
 za_ring_t *za_ring_new (const za_ring_config_t *config);
 void za_ring_destroy (za_ring_t **self_p);
 
-//  Where this rank sends: the right neighbour's endpoint, or its ipc alias.
+//  Where this rank's ZeroMQ link goes: the right neighbour's endpoint, or
+//  its ipc alias (its chunks may go through the link's own path instead).
 const char *za_ring_right_endpoint (const za_ring_t *self);
 
 //  Replaces data [0..n) on every rank by the mean of all ranks' data, the

@@ -1,9 +1,11 @@
 /*  za_shm.h: a one-way pipe of records between two processes of one host,
-    through a shared-memory segment (the ring's same-host data path).
+    through a shared-memory segment (the same-host data path of the ring's
+    links, and of a worker's and its ps's: za_shm_link.h).
 
     The sending process makes the segment (memfd: no name anywhere, gone
     with the last process that maps it, sealed against resizing) and offers
-    it to the receiver over the authenticated ZeroMQ link (za_shm_offer):
+    it to the receiver over their ZeroMQ link (za_shm_offer; CURVE-protected
+    with --certs):
     its pid, its fd and a random nonce. The receiver opens /proc/PID/fd/FD,
     which Linux allows only to the same user (or root), maps it and checks
     the size and the nonce (za_shm_attach). Records then go in order through

@@ -3,7 +3,7 @@
     through a shared-memory segment (za_shm.h) when both ends can.
 
     Each end may have a segment of its own to send through. Every message
-    an end sends carries its word (the header's "shm", PROTOCOL.md 9): its
+    an end sends carries its word (the header's "shm", PROTOCOL.md 3): its
     segment's offer, "ok" with the nonce of the peer's segment it has mapped,
     and "at" where this message's tensors are when they went through the
     segment. An end sends through its segment only once the peer said "ok"

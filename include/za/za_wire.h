@@ -95,15 +95,15 @@ typedef enum {
     ZA_OP_SLOTS,
     //  ps-async: a worker's values of a ps's shard, offered to a ps without state
     ZA_OP_OFFER,
-    //  The ring: a same-host link's shared-memory segment (section 14)
-    ZA_OP_SHM
+    //  The ring: a link's own data path, shared memory or tcp (section 14)
+    ZA_OP_LINK
 } za_op_t;
 
 //  The op's wire name: "init", "init_ok", "pull", "push", "values", "hold",
 //  "held", "snapshot", "snapshot_data", "release", "released", "stop",
 //  "stopping", "bye", "bye_ok", "error", "ping", "pong", "register", "welcome",
 //  "report", "view", "watch", "state", "ring", "broadcast", "resync", "checkpoint",
-//  "slots", "offer", "shm". Returns a static
+//  "slots", "offer", "link". Returns a static
 //  string, or NULL when op is not one of za_op_t's values.
 const char *za_op_name (za_op_t op);
 
@@ -149,7 +149,7 @@ typedef struct {
     //  Encode: the caller's bytes, copied into the header.
     const char *body;
     size_t body_len;
-    //  A same-host link's word ("shm", za_shm_link.h; PROTOCOL.md 9): a JSON
+    //  A same-host link's word ("shm", za_shm_link.h; PROTOCOL.md 3): a JSON
     //  text of at most ZA_WIRE_MAX_SHM_BYTES, not NUL-terminated; NULL when
     //  absent. Decode: points into the header frame.
     const char *shm;
