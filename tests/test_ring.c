@@ -58,7 +58,8 @@ static za_dtype_t s_wire_dtype = ZA_DTYPE_F32;
 static int s_no_shm;
 
 //  `size` rings on endpoints PREFIX-0.. (inproc) or free tcp ports (tcp 1:
-//  the ring's choice, ipc, for these loopback neighbours; 2: tcp only).
+//  the ring's choice, ipc, for these loopback neighbours; 2: tcp only; 3:
+//  tcp only from the odd ranks, as two hosts of two ranks each would be).
 static void
 s_make (s_ring_case_t *c, int size, int tcp, size_t chunk_floats, double timeout_secs)
 {
@@ -78,7 +79,8 @@ s_make (s_ring_case_t *c, int size, int tcp, size_t chunk_floats, double timeout
         za_ring_config_t config = {
             .rank = r, .size = size, .bind = c->endpoints [r],
             .right = c->endpoints [(r + 1) % size], .chunk_floats = chunk_floats,
-            .timeout_secs = timeout_secs, .tcp_only = tcp == 2, .wire_dtype = s_wire_dtype,
+            .timeout_secs = timeout_secs, .wire_dtype = s_wire_dtype,
+            .tcp_only = tcp == 2 || (tcp == 3 && r % 2 == 1),
             .no_shm = s_no_shm,
         };
         c->ranks [r].ring = za_ring_new (&config);
@@ -739,4 +741,38 @@ Test (ring, a_rank_killed_mid_transfer_over_tcp_rejoins_on_new_connections, .tim
 {
     s_kill_over_tcp = 1;
     s_kill_and_rejoin ();
+}
+
+//  Two "hosts" of two ranks each (the odd ranks reach their right
+//  neighbour over tcp): links 0->1 and 2->3 through shared memory, 1->2 and
+//  3->0 over tcp connections of their own, so two ranks read a segment and
+//  write a connection and two the other way round; means and bits as ever,
+//  at 365 KiB and at 16 MiB.
+Test (ring, two_hosts_of_two_ranks_mix_shared_memory_and_tcp)
+{
+    const size_t sizes [2] = {91350, 4u << 20};
+    s_ring_case_t c;
+    s_make (&c, 4, 3, 0, 20);
+    for (int r = 0; r < 4; r++)
+        c.ranks [r].data = calloc (sizes [1], sizeof (float));
+    cr_assert_eq (s_until_shared (&c), 8);
+    for (int k = 0; k < 2; k++) {
+        size_t n = sizes [k];
+        for (int r = 0; r < 4; r++) {
+            c.ranks [r].n = n;
+            for (size_t i = 0; i < n; i++)
+                c.ranks [r].data [i] = (float) (i % 1000) * (float) (r + 1);
+        }
+        s_run_all (&c);
+        for (int r = 0; r < 4; r++) {
+            cr_assert_eq (c.ranks [r].rc, 0, "%s", c.ranks [r].error);
+            //  The mean of x, 2x, 3x and 4x: 2.5x (exact in float for these x).
+            for (size_t i = 0; i < n; i++)
+                cr_assert_eq (c.ranks [r].data [i], 2.5f * (float) (i % 1000), "n %zu [%zu]",
+                              n, i);
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        cr_expect_eq (za_ring_dropped (c.ranks [r].ring), 0);
+    s_destroy (&c);
 }
