@@ -341,19 +341,16 @@ s_direct_offer (za_ring_t *self)
     if (!self->shm_link)
         return;
     //  A segment offered and never written to serves again (za_ring_new's,
-    //  when the first generation follows at once).
-    if (self->out_state == DIRECT_ASKED && za_shm_unused (self->out_shm)) {
-        char offer [ZA_SHM_OFFER_MAX];
-        size_t len = za_shm_offer (self->out_shm, offer);
-        if (s_send_link (self, NULL, "offer", offer, len) == 0)
-            return;
+    //  when the first generation follows at once); else a new one, with
+    //  room for two of the largest chunk, whatever the chunk size.
+    if (self->out_state != DIRECT_ASKED || !za_shm_unused (self->out_shm)) {
+        za_shm_destroy (&self->out_shm);
+        self->pending_count = 0;
+        size_t bytes = 2 * (self->chunk_floats * sizeof (float) + 128);
+        self->out_shm = za_shm_create (bytes > ZA_SHM_DEFAULT_BYTES? bytes
+                                                                  : ZA_SHM_DEFAULT_BYTES);
     }
-    za_shm_destroy (&self->out_shm);
     self->out_state = DIRECT_OFF;
-    self->pending_count = 0;
-    //  Room for two of the largest chunk, whatever the chunk size.
-    size_t bytes = 2 * (self->chunk_floats * sizeof (float) + 128);
-    self->out_shm = za_shm_create (bytes > ZA_SHM_DEFAULT_BYTES? bytes: ZA_SHM_DEFAULT_BYTES);
     char offer [ZA_SHM_OFFER_MAX];
     size_t len = self->out_shm? za_shm_offer (self->out_shm, offer): 0;
     if (!len || s_send_link (self, NULL, "offer", offer, len)) {
@@ -761,45 +758,28 @@ s_record_in (za_ring_t *self, const za_shm_record_t *record, int from, const cha
          : "a record that is no chunk";
 }
 
-//  The next record of the left neighbour's segment, if one is there: 1 with
-//  it in self->in (or *why set when it is not a chunk), 0 when none is.
+//  The next record of the left neighbour's path of its own (its segment or
+//  its tcp connection), if one is whole: 1 with it in self->in (or *why set
+//  when it is not a chunk), 0 when none is. A path that fails is dropped:
+//  what follows on it cannot be trusted, and the round times out as when
+//  the left neighbour is silent (or its chunks come over ZeroMQ again).
 static int
 s_take_record (za_ring_t *self, const char **why)
 {
     za_shm_record_t record;
-    int got = za_shm_read (self->in_shm, &record);
+    int from = self->in_on? RECORD_OF_SHM: RECORD_OF_TCP;
+    int got = from == RECORD_OF_SHM? za_shm_read (self->in_shm, &record)
+                                   : za_tcp_pipe_read (self->in_tcp, &record);
     if (got < 0) {
-        //  Nothing after this can be trusted: the round times out, as when
-        //  the left neighbour is silent.
-        za_error ("ring: rank %d: rank %d's segment: %s", self->config.rank, s_left (self),
-                  za_last_error ());
-        za_info ("%s", za_last_error ());
-        self->in_on = 0;
-        return 0;
-    }
-    if (got == 0)
-        return 0;
-    s_record_in (self, &record, RECORD_OF_SHM, why);
-    return 1;
-}
-
-//  The next record of the left neighbour's tcp connection, if a whole one
-//  is there: 1 with it in self->in (or *why set), 0 when none is.
-static int
-s_take_tcp_record (za_ring_t *self, const char **why)
-{
-    za_shm_record_t record;
-    int got = za_tcp_pipe_read (self->in_tcp, &record);
-    if (got < 0) {
-        za_info ("ring: rank %d: rank %d's tcp connection: %s", self->config.rank,
-                 s_left (self), za_last_error ());
+        za_info ("ring: rank %d: rank %d's %s: %s", self->config.rank, s_left (self),
+                 from == RECORD_OF_SHM? "segment": "tcp connection", za_last_error ());
+        self->in_on = self->in_tcp_on = 0;
         za_tcp_pipe_destroy (&self->in_tcp);
-        self->in_tcp_on = 0;
         return 0;
     }
     if (got == 0)
         return 0;
-    s_record_in (self, &record, RECORD_OF_TCP, why);
+    s_record_in (self, &record, from, why);
     return 1;
 }
 
@@ -842,9 +822,7 @@ s_next (za_ring_t *self, double start, const char **why)
     }
     s_release (self);
     while (!zsys_interrupted) {
-        if (self->in_on && s_take_record (self, why))
-            return 1;
-        if (self->in_tcp_on && s_take_tcp_record (self, why))
+        if ((self->in_on || self->in_tcp_on) && s_take_record (self, why))
             return 1;
         if (s_take_frame (self, why))
             return 1;
@@ -884,6 +862,16 @@ s_is_resync (const za_ring_t *self)
     return self->in->op == ZA_OP_RESYNC && self->in->task == s_left (self);
 }
 
+//  Handles the resync message in self->in and lets it go: 1 when it ends
+//  the call (s_on_resync).
+static int
+s_resync_taken (za_ring_t *self)
+{
+    int ends = s_on_resync (self);
+    s_release (self);
+    return ends;
+}
+
 //  Waits for the next message from the left: a chunk of n floats of `op`
 //  and `round`. Returns 0 with it in self->in (the chunk is tensors [0];
 //  the caller s_releases it), ZA_RING_RESYNC when the ring must be synced
@@ -896,9 +884,7 @@ s_receive (za_ring_t *self, za_op_t op, int64_t round, za_dtype_t dtype, size_t 
     int got, rc = -1;
     while ((got = s_next (self, start, &why)) == 1) {
         if (!why && s_is_resync (self)) {
-            int ends = s_on_resync (self);
-            s_release (self);
-            if (ends) {
+            if (s_resync_taken (self)) {
                 rc = ZA_RING_RESYNC;
                 break;
             }
@@ -962,9 +948,7 @@ s_drain (za_ring_t *self)
             s_release (self);
             if (s_take_frame (self, &why)) {
                 if (!why && s_is_resync (self)) {
-                    int ends = s_on_resync (self);
-                    s_release (self);
-                    if (ends)
+                    if (s_resync_taken (self))
                         return ZA_RING_RESYNC;
                 }
                 else
