@@ -97,6 +97,7 @@ typedef struct {
     zhashx_t *links;                        //  routing id (hex) -> za_shm_link_t *: a peer
                                             //  on this host (za_shm_link.h)
     int shm;                                //  links allowed (za_shm_enabled)
+    za_shm_bell_t *bell;                    //  rung by a linked worker's whole messages
     int byes;                               //  tasks that said bye, each once
     uint8_t gone [ZA_PS_MAX_WORKERS];       //  which
     uint64_t dropped;
@@ -156,6 +157,7 @@ s_ps_destroy (s_ps_t **self_p)
     zframe_destroy (&self->holder);
     zhashx_destroy (&self->peers);
     zhashx_destroy (&self->links);
+    za_shm_bell_destroy (&self->bell);
     if (self->queued) {
         zmsg_t *msg;
         while ((msg = (zmsg_t *) zlist_pop (self->queued)))
@@ -203,6 +205,10 @@ s_ps_new (const za_role_config_t *config, zsock_t *pipe)
     if (self->links)
         zhashx_set_destructor (self->links, s_free_link);
     self->shm = za_shm_enabled ();
+    //  Without a bell, linked workers' headers come over ZeroMQ (their
+    //  tensors still through their segments).
+    if (self->shm && !(self->bell = za_shm_bell_new ()))
+        za_info ("ps %d: %s", config->ps_index, za_last_error ());
     za_wire_lease_init (&self->lease [0]);
     za_wire_lease_init (&self->lease [1]);
     za_wire_lease_init (&self->slot_lease);
@@ -870,7 +876,7 @@ s_peer_key (zframe_t *routing_id, char *key, size_t size)
 //  (a peer on this host offers its segment) and fewer than PS_MAX_LINKS
 //  are known. NULL: its tensors come as frames.
 static za_shm_link_t *
-s_link_of (s_ps_t *self, const char *peer, zmsg_t *msg)
+s_link_of (s_ps_t *self, zframe_t *routing_id, const char *peer, zmsg_t *msg)
 {
     za_shm_link_t *link = (za_shm_link_t *) zhashx_lookup (self->links, peer);
     char word [ZA_WIRE_MAX_SHM_BYTES + 1];
@@ -878,6 +884,10 @@ s_link_of (s_ps_t *self, const char *peer, zmsg_t *msg)
         || za_wire_peek_shm (msg, word, sizeof word, NULL) <= 0)
         return link;
     link = za_shm_link_new (0, 0);
+    if (link) {
+        za_shm_link_set_bell (link, self->bell);
+        za_shm_link_set_route (link, routing_id);
+    }
     if (link && zhashx_insert (self->links, peer, link))
         za_shm_link_destroy (&link);
     return link;
@@ -1309,6 +1319,86 @@ s_crc (s_ps_t *self)
     return (uint32_t) crc;
 }
 
+//  One message from peer `routing_id` (key `peer`, its link or NULL): its
+//  tensors in frames (got 0) or held in place in the link's record (got 1;
+//  -1: they cannot be had). Decoded, handled, and destroyed.
+static void
+s_on_message (s_ps_t *self, zframe_t *routing_id, const char *peer, za_shm_link_t *link,
+              zmsg_t **msg_p, int got, const void *const *held, const size_t *sizes, int count,
+              double now)
+{
+    zmsg_t *msg = *msg_p;
+    if (routing_id && got >= 0
+        && (got? za_wire_decode_payloads (msg, held, sizes, count, self->in)
+               : za_wire_decode (msg, self->in)) == 0) {
+        if (link && za_shm_link_task (link) != self->in->task)
+            s_link_task (self, peer, link, self->in->task);
+        self->last_heard = now;
+        if (self->holder && zframe_eq (self->holder, routing_id))
+            za_peer_heard (&self->holder_peer, now);
+        zmsg_t *raw = msg;
+        s_handle (self, routing_id, &msg);
+        //  A push kept for later (while HELD) outlives the record: it
+        //  takes copies. (A bye may have taken the link.)
+        link = (za_shm_link_t *) zhashx_lookup (self->links, peer);
+        if (got && !msg && link && za_shm_link_copy_held (link, raw))
+            za_info ("ps %d: %s", self->config->ps_index, za_last_error ());
+        if (link)
+            za_shm_link_done (link);
+    }
+    else {
+        if (link && got == 1)
+            za_shm_link_done (link);
+        self->dropped++;
+        if (self->dropped <= MAX_LOGGED_DROPS)
+            za_info ("ps %d: dropped a bad message (%" PRIu64 " so far): %s",
+                     self->config->ps_index, self->dropped, za_last_error ());
+        //  Tensors in a segment we cannot read (no link here, or one
+        //  that could not map it): the sender sends them again as frames.
+        uint64_t seq;
+        if (routing_id && msg && za_shm_link_names_record (msg, &seq))
+            s_reply_error (self, routing_id, seq, "shm_unreadable",
+                           "this ps cannot read your shared memory: send frames");
+    }
+    zmsg_destroy (&msg);
+    *msg_p = NULL;
+}
+
+//  The bell rang: every link's whole messages, in order (a link handled
+//  may go, or take others with it: each is looked up again).
+static void
+s_on_bell (s_ps_t *self, double now)
+{
+    za_shm_bell_quiet (self->bell);
+    zlistx_t *keys = zhashx_keys (self->links);
+    for (const char *peer = keys? (const char *) zlistx_first (keys): NULL; peer;
+         peer = (const char *) zlistx_next (keys)) {
+        for (;;) {
+            za_shm_link_t *link = (za_shm_link_t *) zhashx_lookup (self->links, peer);
+            if (!link)
+                break;
+            zmsg_t *msg;
+            const void *const *held = NULL;
+            const size_t *sizes = NULL;
+            int count = 0;
+            int got = za_shm_link_take (link, &msg, &held, &sizes, &count);
+            if (got == 0)
+                break;
+            if (got < 0) {
+                self->dropped++;
+                if (self->dropped <= MAX_LOGGED_DROPS)
+                    za_info ("ps %d: dropped a bad message (%" PRIu64 " so far): %s",
+                             self->config->ps_index, self->dropped, za_last_error ());
+                break;
+            }
+            zframe_t *routing_id = zframe_dup (za_shm_link_route (link));
+            s_on_message (self, routing_id, peer, link, &msg, got, held, sizes, count, now);
+            zframe_destroy (&routing_id);
+        }
+    }
+    zlistx_destroy (&keys);
+}
+
 void
 za_ps_actor (zsock_t *pipe, void *args)
 {
@@ -1323,24 +1413,27 @@ za_ps_actor (zsock_t *pipe, void *args)
     za_info ("ps %d: serving %d parts (%zu floats) on %s", config->ps_index, self->part_count,
              self->floats, config->bind_endpoint);
     s_look_for_final (self, za_clock_mono ());
-    zpoller_t *poller = zpoller_new (pipe, self->router, NULL);
+    zmq_pollitem_t items [3] = {
+        {zsock_resolve (pipe), 0, ZMQ_POLLIN, 0},
+        {zsock_resolve (self->router), 0, ZMQ_POLLIN, 0},
+        {NULL, self->bell? za_shm_bell_fd (self->bell): -1, ZMQ_POLLIN, 0},
+    };
     int rc = 0, running = 1;
     while (running && !zsys_interrupted) {
-        void *which = zpoller_wait (poller, POLL_MS);
+        if (zmq_poll (items, self->bell? 3: 2, POLL_MS) < 0 && zmq_errno () != EINTR)
+            break;
         double now = za_clock_mono ();
-        if (which == pipe) {
+        if (items [0].revents & ZMQ_POLLIN) {
             char *command = zstr_recv (pipe);
             running = !(command && streq (command, "$TERM"));
             zstr_free (&command);
             if (!running) {
-                zpoller_destroy (&poller);
                 s_ps_destroy (&self);
                 za_role_stats_publish (config->stats, ZA_ROLE_DONE, za_clock_mono ());
                 return;
             }
         }
-        else
-        if (which == self->router) {
+        if (items [1].revents & ZMQ_POLLIN) {
             zmsg_t *msg = zmsg_recv (self->router);
             if (!msg)
                 break;
@@ -1349,48 +1442,18 @@ za_ps_actor (zsock_t *pipe, void *args)
             za_shm_link_t *link = NULL;
             if (routing_id) {
                 s_peer_key (routing_id, peer, sizeof peer);
-                link = s_link_of (self, peer, msg);
+                link = s_link_of (self, routing_id, peer, msg);
             }
             //  Tensors through shared memory are read where they are.
             const void *const *held = NULL;
             const size_t *sizes = NULL;
             int count = 0;
             int got = link? za_shm_link_receive_in_place (link, msg, &held, &sizes, &count): 0;
-            if (routing_id && got >= 0
-                && (got? za_wire_decode_payloads (msg, held, sizes, count, self->in)
-                       : za_wire_decode (msg, self->in)) == 0) {
-                if (link && za_shm_link_task (link) != self->in->task)
-                    s_link_task (self, peer, link, self->in->task);
-                self->last_heard = now;
-                if (self->holder && zframe_eq (self->holder, routing_id))
-                    za_peer_heard (&self->holder_peer, now);
-                zmsg_t *raw = msg;
-                s_handle (self, routing_id, &msg);
-                //  A push kept for later (while HELD) outlives the record: it
-                //  takes copies. (A bye may have taken the link.)
-                link = (za_shm_link_t *) zhashx_lookup (self->links, peer);
-                if (got && !msg && link && za_shm_link_copy_held (link, raw))
-                    za_info ("ps %d: %s", config->ps_index, za_last_error ());
-                if (link)
-                    za_shm_link_done (link);
-            }
-            else {
-                if (link && got == 1)
-                    za_shm_link_done (link);
-                self->dropped++;
-                if (self->dropped <= MAX_LOGGED_DROPS)
-                    za_info ("ps %d: dropped a bad message (%" PRIu64 " so far): %s",
-                             config->ps_index, self->dropped, za_last_error ());
-                //  Tensors in a segment we cannot read (no link here, or one
-                //  that could not map it): the sender sends them again as frames.
-                uint64_t seq;
-                if (routing_id && za_shm_link_names_record (msg, &seq))
-                    s_reply_error (self, routing_id, seq, "shm_unreadable",
-                                   "this ps cannot read your shared memory: send frames");
-            }
+            s_on_message (self, routing_id, peer, link, &msg, got, held, sizes, count, now);
             zframe_destroy (&routing_id);
-            zmsg_destroy (&msg);
         }
+        if (self->bell && (items [2].revents & ZMQ_POLLIN))
+            s_on_bell (self, now);
         s_publish (self, now);
         if (self->state == S_HELD && za_peer_expired (&self->holder_peer, now)) {
             s_request_t none = {NULL, NULL, NULL, 0};
@@ -1418,7 +1481,6 @@ za_ps_actor (zsock_t *pipe, void *args)
             break;
         }
     }
-    zpoller_destroy (&poller);
     uint32_t crc = s_crc (self);
     za_info ("ps %d: done at step %" PRId64 ", %zu floats, crc32 %08x, %" PRIu64
              " bad messages dropped", config->ps_index, s_global_step (self), self->floats,

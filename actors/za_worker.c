@@ -40,6 +40,9 @@ typedef struct {
     za_shm_link_t *links [ZA_ROLE_MAX_PS];      //  a ps on this host: tensors through
                                                 //  shared memory (NULL: all as frames)
     int said_shm [ZA_ROLE_MAX_PS];              //  the log said so once
+    za_shm_bell_t *bell;                        //  rung by a linked ps's whole replies
+    unsigned char *landing [ZA_ROLE_MAX_PS];    //  a whole reply's tensors, copied out
+    size_t landing_bytes [ZA_ROLE_MAX_PS];      //  of the ps's segment
     za_replica_t *replica;                      //  gradients; slots for the chief only
     const za_vars_t *vars;
     za_partition_t placement;
@@ -101,6 +104,9 @@ s_worker_destroy (s_worker_t **self_p)
         zsock_destroy (&self->dealers [p]);
         za_shm_link_destroy (&self->links [p]);
         zmsg_destroy (&self->reply_msgs [p]);
+        za_free (self->landing [p]);
+        if (p == self->ps_count - 1)
+            za_shm_bell_destroy (&self->bell);
         za_free (self->slot_copies [p][0]);
         za_free (self->slot_copies [p][1]);
         free (self->replies [p]);
@@ -202,6 +208,10 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
             if (!self->links [p])
                 za_info ("%s: no shared memory for ps %d (%s): tensors go as frames",
                          s_who (self), p, za_last_error ());
+            if (self->links [p] && !self->bell && !(self->bell = za_shm_bell_new ()))
+                za_info ("%s: %s; headers go over ZeroMQ", s_who (self), za_last_error ());
+            if (self->links [p])
+                za_shm_link_set_bell (self->links [p], self->bell);
         }
         za_peer_init (&self->peers [p], config->heartbeat, now);
     }
@@ -460,6 +470,111 @@ s_send_to (s_worker_t *self, int p)
          : za_wire_send (self->dealers [p], NULL, self->out, &self->lease);
 }
 
+//  Points the reply of ps p, whose tensors are held in its segment, at
+//  copies in p's landing block (one copy, no allocation once it is big
+//  enough). Returns 0, or -1 with an error.
+static int
+s_land (s_worker_t *self, int p, za_wire_msg_t *reply)
+{
+    size_t bytes = 0;
+    for (int i = 0; i < reply->tensor_count; i++)
+        bytes += (reply->tensors [i].bytes + 63) & ~(size_t) 63;
+    if (bytes > self->landing_bytes [p]) {
+        za_free (self->landing [p]);
+        self->landing_bytes [p] = 0;
+        if (!(self->landing [p] = (unsigned char *) za_alloc (bytes)))
+            return za_error ("%s: out of memory for ps %d's reply", s_who (self), p);
+        self->landing_bytes [p] = bytes;
+    }
+    unsigned char *to = self->landing [p];
+    for (int i = 0; i < reply->tensor_count; i++) {
+        za_wire_tensor_t *tensor = &reply->tensors [i];
+        memcpy (to, tensor->data, tensor->bytes);
+        tensor->data = to;
+        to += (tensor->bytes + 63) & ~(size_t) 63;
+    }
+    return 0;
+}
+
+//  A message from ps p while we wait for the answers to `op`, its tensors in
+//  its frames (data NULL) or held in p's segment until za_shm_link_done (a
+//  whole message): a reply (counted off *missing), slots, a sign of life, or
+//  the ps's word that it cannot read our segment (the request goes again as
+//  frames). Takes *msg_p. Returns 0, or -1 with an error.
+static int
+s_take_held (s_worker_t *self, za_op_t op, int p, zmsg_t **msg_p, int *missing,
+             const void *const *data, const size_t *sizes, int count)
+{
+    zmsg_t *msg = *msg_p;
+    *msg_p = NULL;
+    if (self->links [p] && !self->said_shm [p] && za_shm_link_state (self->links [p]) == 3) {
+        self->said_shm [p] = 1;
+        za_info ("%s: ps %d is on this host: tensors through shared memory%s", s_who (self), p,
+                 za_shm_link_rings (self->links [p])? ", headers too (its bell rung)": "");
+    }
+    double now = za_clock_mono ();
+    double silence = za_peer_silence (&self->peers [p], now);
+    if (za_peer_heard (&self->peers [p], now))
+        za_info ("%s: ps %d at %s answers again after %.1f s of silence", s_who (self), p,
+                 self->config->ps_endpoints [p], silence);
+    //  Decoded aside: a ps's slots are kept whatever we wait for; after
+    //  p's reply anything more from p is only a sign of life (as is what
+    //  fails to decode); a reply takes the place of p's (in place: its
+    //  tensors point into msg, or into p's landing block).
+    if (data? za_wire_decode_payloads (msg, data, sizes, count, self->spare)
+            : za_wire_decode (msg, self->spare)) {
+        zmsg_destroy (&msg);
+        return 0;
+    }
+    if (self->spare->op == ZA_OP_SLOTS) {
+        s_keep_slots (self, p, &msg);
+        return 0;
+    }
+    //  Our tensors came through a segment this ps cannot read (it
+    //  restarted without shared memory): the link knows now, and the
+    //  request goes again as frames.
+    if (self->spare->op == ZA_OP_ERROR && streq (self->spare->code, "shm_unreadable")
+        && self->spare->seq == self->seq && !self->reply_msgs [p]) {
+        zmsg_destroy (&msg);
+        s_build (self, op, p);
+        if (s_send_to (self, p))
+            return za_error ("%s: cannot send %s to ps %d", s_who (self), za_op_name (op), p);
+        return 0;
+    }
+    if (self->reply_msgs [p]) {
+        zmsg_destroy (&msg);
+        return 0;
+    }
+    za_wire_msg_t *reply = self->spare;
+    self->spare = self->replies [p];
+    self->replies [p] = reply;
+    if (reply->seq != self->seq) {
+        //  A stale reply or a pong: a sign of life, unless the pong says
+        //  the ps has no state (an init is answered in any case).
+        if (reply->op != ZA_OP_PONG || !streq (reply->code, "not_ready")
+            || op == ZA_OP_INIT) {
+            zmsg_destroy (&msg);
+            return 0;
+        }
+        s_lost_state_reply (self, reply);
+    }
+    //  Kept past the record, which goes back to the ps now.
+    if (data && s_land (self, p, reply)) {
+        zmsg_destroy (&msg);
+        return -1;
+    }
+    self->reply_msgs [p] = msg;
+    (*missing)--;
+    return 0;
+}
+
+//  The same, its tensors in its frames.
+static int
+s_take (s_worker_t *self, za_op_t op, int p, zmsg_t **msg_p, int *missing)
+{
+    return s_take_held (self, op, p, msg_p, missing, NULL, NULL, 0);
+}
+
 //  Sends `op` to every ps and waits for every answer (with our seq) into
 //  self->replies, at most timeout_secs. A ps silent for a heartbeat interval
 //  x liveness is stopped, hung or being restarted (a supervisor restarts a
@@ -475,16 +590,42 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
         if (s_send_to (self, p))
             return za_error ("%s: cannot send %s to ps %d", s_who (self), za_op_name (op), p);
     }
-    zpoller_t *poller = zpoller_new (self->pipe, NULL);
+    zmq_pollitem_t items [2 + ZA_ROLE_MAX_PS];
+    items [0] = (zmq_pollitem_t) {zsock_resolve (self->pipe), 0, ZMQ_POLLIN, 0};
     for (int p = 0; p < self->ps_count; p++)
-        zpoller_add (poller, self->dealers [p]);
+        items [1 + p] = (zmq_pollitem_t) {zsock_resolve (self->dealers [p]), 0, ZMQ_POLLIN, 0};
+    int item_count = 1 + self->ps_count;
+    if (self->bell)
+        items [item_count++] = (zmq_pollitem_t) {NULL, za_shm_bell_fd (self->bell), ZMQ_POLLIN, 0};
     int missing = self->ps_count, rc = 0;
     double now = za_clock_mono ();
     double deadline = now + timeout_secs;
     //  Between two requests we do not listen: each ps's silence counts from here.
     for (int p = 0; p < self->ps_count; p++)
         za_peer_expect (&self->peers [p], now);
-    while (missing > 0) {
+    while (missing > 0 && rc == 0) {
+        //  Whole messages a ps on this host wrote (its bell rang, or they
+        //  came while we did not listen), then its sockets.
+        if (self->bell) {
+            za_shm_bell_quiet (self->bell);
+            for (int p = 0; p < self->ps_count && rc == 0; p++) {
+                zmsg_t *msg = NULL;
+                const void *const *data;
+                const size_t *sizes;
+                int got, count;
+                while (rc == 0 && self->links [p]
+                       && (got = za_shm_link_take (self->links [p], &msg, &data, &sizes,
+                                                   &count)) != 0) {
+                    if (got < 0)
+                        za_info ("%s: ps %d: %s", s_who (self), p, za_last_error ());
+                    else
+                        rc = s_take_held (self, op, p, &msg, &missing, data, sizes, count);
+                    za_shm_link_done (self->links [p]);
+                }
+            }
+            if (rc || missing == 0)
+                break;
+        }
         now = za_clock_mono ();
         s_alive (self, now);
         double left = deadline - now;
@@ -501,10 +642,9 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
         for (int p = 0; p < self->ps_count; p++)
             if (!self->reply_msgs [p] && za_peer_next_due (&self->peers [p], now) < wait)
                 wait = za_peer_next_due (&self->peers [p], now);
-        void *which = zpoller_wait (poller, (int) (wait * 1000) + 1);
-        if (!which)
+        if (zmq_poll (items, item_count, (long) (wait * 1000) + 1) <= 0)
             continue;
-        if (which == self->pipe) {
+        if (items [0].revents & ZMQ_POLLIN) {
             char *command = zstr_recv (self->pipe);
             int term = !command || streq (command, "$TERM");
             zstr_free (&command);
@@ -513,74 +653,21 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
                 rc = za_error ("%s: stopped", s_who (self));
                 break;
             }
-            continue;
         }
-        int p = 0;
-        while (p < self->ps_count && self->dealers [p] != which)
-            p++;
-        zmsg_t *msg = zmsg_recv (self->dealers [p]);
-        if (!msg)
-            continue;
-        if (self->links [p] && za_shm_link_receive (self->links [p], msg)) {
-            za_info ("%s: ps %d: %s", s_who (self), p, za_last_error ());
-            zmsg_destroy (&msg);
-            continue;
-        }
-        if (self->links [p] && !self->said_shm [p] && za_shm_link_state (self->links [p]) == 3) {
-            self->said_shm [p] = 1;
-            za_info ("%s: ps %d is on this host: tensors through shared memory", s_who (self), p);
-        }
-        now = za_clock_mono ();
-        double silence = za_peer_silence (&self->peers [p], now);
-        if (za_peer_heard (&self->peers [p], now))
-            za_info ("%s: ps %d at %s answers again after %.1f s of silence", s_who (self), p,
-                     self->config->ps_endpoints [p], silence);
-        //  Decoded aside: a ps's slots are kept whatever we wait for; after
-        //  p's reply anything more from p is only a sign of life (as is what
-        //  fails to decode); a reply takes the place of p's (in place: its
-        //  tensors point into msg).
-        if (za_wire_decode (msg, self->spare)) {
-            zmsg_destroy (&msg);
-            continue;
-        }
-        if (self->spare->op == ZA_OP_SLOTS) {
-            s_keep_slots (self, p, &msg);
-            continue;
-        }
-        //  Our tensors came through a segment this ps cannot read (it
-        //  restarted without shared memory): the link knows now, and the
-        //  request goes again as frames.
-        if (self->spare->op == ZA_OP_ERROR && streq (self->spare->code, "shm_unreadable")
-            && self->spare->seq == self->seq && !self->reply_msgs [p]) {
-            zmsg_destroy (&msg);
-            s_build (self, op, p);
-            if (s_send_to (self, p)) {
-                rc = za_error ("%s: cannot send %s to ps %d", s_who (self), za_op_name (op), p);
-                break;
-            }
-            continue;
-        }
-        if (self->reply_msgs [p]) {
-            zmsg_destroy (&msg);
-            continue;
-        }
-        za_wire_msg_t *reply = self->spare;
-        self->spare = self->replies [p];
-        self->replies [p] = reply;
-        if (reply->seq != self->seq) {
-            //  A stale reply or a pong: a sign of life, unless the pong says
-            //  the ps has no state (an init is answered in any case).
-            if (reply->op != ZA_OP_PONG || !streq (reply->code, "not_ready")
-                || op == ZA_OP_INIT) {
+        for (int p = 0; p < self->ps_count && rc == 0; p++) {
+            if (!(items [1 + p].revents & ZMQ_POLLIN))
+                continue;
+            zmsg_t *msg = zmsg_recv (self->dealers [p]);
+            if (!msg)
+                continue;
+            if (self->links [p] && za_shm_link_receive (self->links [p], msg)) {
+                za_info ("%s: ps %d: %s", s_who (self), p, za_last_error ());
                 zmsg_destroy (&msg);
                 continue;
             }
-            s_lost_state_reply (self, reply);
+            rc = s_take (self, op, p, &msg, &missing);
         }
-        self->reply_msgs [p] = msg;
-        missing--;
     }
-    zpoller_destroy (&poller);
     return rc;
 }
 

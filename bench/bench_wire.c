@@ -174,6 +174,8 @@ typedef struct {
     zsock_t *to_ps;
     za_shm_link_t *link;                //  the ps on this host: tensors through shared
                                         //  memory, as a worker's (NULL: ZA_SHM_DISABLE=1)
+    za_shm_bell_t *bell;                //  and its whole replies ring this
+    unsigned char *landing;             //  where a reply's tensors go from the segment
     zsock_t *to_echo, *to_touch;
     za_wire_msg_t *out, *in;
     za_wire_lease_t lease;
@@ -239,21 +241,16 @@ s_build_push (s_bench_t *self)
         s_add_parts (self, self->grads, ZA_DTYPE_F32);
 }
 
-//  Sends self->out to the ps and waits for the reply `expect`.
+//  Decodes the reply (its tensors in its frames, or held in the link's
+//  record: copied out into self->landing, then the record goes back) and
+//  checks it is `expect` to our seq. Destroys *reply_p. Returns 0, or -1.
 static int
-s_call (s_bench_t *self, za_op_t expect)
+s_check_reply (s_bench_t *self, za_op_t expect, zmsg_t **reply_p, const void *const *data,
+               const size_t *sizes, int count)
 {
-    if (self->link? za_shm_link_send (self->link, self->to_ps, NULL, self->out, &self->lease)
-                  : za_wire_send (self->to_ps, NULL, self->out, &self->lease))
-        return -1;
-    zmsg_t *reply = zmsg_recv (self->to_ps);
-    if (!reply)
-        return za_error ("no reply from the ps");
     int rc = 0;
-    if (self->link && za_shm_link_receive (self->link, reply))
-        rc = -1;
-    else
-    if (za_wire_decode (reply, self->in))
+    if (data? za_wire_decode_payloads (*reply_p, data, sizes, count, self->in)
+            : za_wire_decode (*reply_p, self->in))
         rc = -1;
     else
     if (self->in->op != expect || self->in->seq != self->out->seq)
@@ -266,14 +263,68 @@ s_call (s_bench_t *self, za_op_t expect)
         rc = za_error ("values carries %d tensors, expected %d", self->in->tensor_count,
                        self->part_count);
     else
-    if (expect == ZA_OP_VALUES && self->low)
+    if (data)
         for (int i = 0, at = 0; i < self->in->tensor_count; i++) {
             const za_wire_tensor_t *t = &self->in->tensors [i];
-            za_bf16_to_f32 (t->data, self->widened + at, t->bytes / 2);
+            memcpy (self->landing + at, t->data, t->bytes);
+            at += (int) t->bytes;
+        }
+    if (rc == 0 && expect == ZA_OP_VALUES && self->low)
+        for (int i = 0, at = 0; i < self->in->tensor_count; i++) {
+            const za_wire_tensor_t *t = &self->in->tensors [i];
+            za_bf16_to_f32 (data? (const uint16_t *) (self->landing + 2 * at)
+                                : (const uint16_t *) t->data, self->widened + at, t->bytes / 2);
             at += (int) (t->bytes / 2);
         }
-    zmsg_destroy (&reply);
+    if (data)
+        za_shm_link_done (self->link);
+    zmsg_destroy (reply_p);
     return rc;
+}
+
+//  Sends self->out to the ps and waits for the reply `expect`.
+static int
+s_call (s_bench_t *self, za_op_t expect)
+{
+    if (self->link? za_shm_link_send (self->link, self->to_ps, NULL, self->out, &self->lease)
+                  : za_wire_send (self->to_ps, NULL, self->out, &self->lease))
+        return -1;
+    //  As a worker waits: a whole reply through the ps's segment (the bell
+    //  rings), or one over ZeroMQ.
+    zmsg_t *reply = NULL;
+    int rc = 0;
+    while (!reply && rc == 0) {
+        if (self->bell) {
+            za_shm_bell_quiet (self->bell);
+            //  In place, then into a block of ours, as a worker keeps a reply.
+            const void *const *data;
+            const size_t *sizes;
+            int count;
+            int got = za_shm_link_take (self->link, &reply, &data, &sizes, &count);
+            if (got < 0)
+                return -1;
+            if (got == 1)
+                return s_check_reply (self, expect, &reply, data, sizes, count);
+        }
+        zmq_pollitem_t items [2] = {
+            {zsock_resolve (self->to_ps), 0, ZMQ_POLLIN, 0},
+            {NULL, self->bell? za_shm_bell_fd (self->bell): -1, ZMQ_POLLIN, 0},
+        };
+        int n = zmq_poll (items, self->bell? 2: 1, RECV_TIMEOUT_MS);
+        if (n == 0)
+            rc = za_error ("no reply from the ps");
+        if (n > 0 && (items [0].revents & ZMQ_POLLIN)) {
+            reply = zmsg_recv (self->to_ps);
+            if (!reply)
+                rc = za_error ("no reply from the ps");
+            else
+            if (self->link && za_shm_link_receive (self->link, reply))
+                rc = -1;
+        }
+    }
+    if (rc)
+        zmsg_destroy (&reply);
+    return rc? rc: s_check_reply (self, expect, &reply, NULL, NULL, 0);
 }
 
 static int
@@ -409,6 +460,7 @@ s_bench_destroy (s_bench_t *self)
     za_wire_lease_wait (&self->lease);
     zsock_destroy (&self->to_ps);
     za_shm_link_destroy (&self->link);
+    za_shm_bell_destroy (&self->bell);
     zsock_destroy (&self->to_echo);
     zsock_destroy (&self->to_touch);
     zactor_destroy (&self->ps);
@@ -418,6 +470,7 @@ s_bench_destroy (s_bench_t *self)
     za_free (self->zeros);
     za_free (self->low);
     za_free (self->widened);
+    za_free (self->landing);
     free (self->header);
     free (self->in);
     free (self->out);
@@ -493,6 +546,11 @@ s_bench_start (s_bench_t *self, const za_model_fn_t *model_fn, const void *param
         return za_error ("cannot connect to %s", self->endpoint);
     if (za_shm_enabled () && !(self->link = za_shm_link_new (1, 2 * self->payload + 65536)))
         return -1;
+    if (self->link && (!(self->bell = za_shm_bell_new ())
+                       || !(self->landing = (unsigned char *) za_alloc (self->payload))))
+        return -1;
+    if (self->link)
+        za_shm_link_set_bell (self->link, self->bell);
 
     //  init: the values (zeros), no slots for SGD, global_step 0 on ps 0.
     static const int64_t step0 = 0;

@@ -13,7 +13,9 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -415,4 +417,116 @@ za_shm_wait (za_shm_t *self, int spin_usecs, int usecs)
     }
     atomic_store_explicit (&header->sleeping, 0, memory_order_relaxed);
     return s_ready (self);
+}
+
+void
+za_shm_skip (za_shm_t *self)
+{
+    self->reading = 0;
+    self->tail = atomic_load_explicit (&self->header->head, memory_order_acquire);
+    atomic_store_explicit (&self->header->tail, self->tail, memory_order_release);
+}
+
+void
+za_shm_put_back (za_shm_t *self)
+{
+    self->reading = 0;
+}
+
+// ---------------------------------------------------------------------------
+//  The bell.
+
+struct _za_shm_bell_t {
+    int fds [2];                    //  the pipe: read, write
+};
+
+za_shm_bell_t *
+za_shm_bell_new (void)
+{
+    za_shm_bell_t *self = (za_shm_bell_t *) calloc (1, sizeof *self);
+    if (!self) {
+        za_error ("shm: out of memory");
+        return NULL;
+    }
+    if (pipe2 (self->fds, O_CLOEXEC | O_NONBLOCK)) {
+        za_error ("shm: cannot make a bell: %s", strerror (errno));
+        free (self);
+        return NULL;
+    }
+    return self;
+}
+
+void
+za_shm_bell_destroy (za_shm_bell_t **self_p)
+{
+    za_shm_bell_t *self = *self_p;
+    if (!self)
+        return;
+    close (self->fds [0]);
+    close (self->fds [1]);
+    free (self);
+    *self_p = NULL;
+}
+
+int
+za_shm_bell_fd (const za_shm_bell_t *self)
+{
+    return self->fds [0];
+}
+
+int
+za_shm_bell_offer_fd (const za_shm_bell_t *self)
+{
+    return self->fds [1];
+}
+
+void
+za_shm_bell_quiet (za_shm_bell_t *self)
+{
+    char drain [512];
+    while (read (self->fds [0], drain, sizeof drain) == (ssize_t) sizeof drain)
+        ;
+}
+
+int
+za_shm_bell_open (long pid, int fd)
+{
+    char path [64];
+    snprintf (path, sizeof path, "/proc/%ld/fd/%d", pid, fd);
+    //  A pipe opened for writing does not wait for a reader with O_NONBLOCK
+    //  (it fails when there is none).
+    int bell = pid > 0 && fd >= 0? open (path, O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
+                                 : -1;
+    struct stat st;
+    if (bell < 0 || fstat (bell, &st) || !S_ISFIFO (st.st_mode)) {
+        //  The caller says what it means.
+        char text [160];
+        snprintf (text, sizeof text, "shm: cannot open the bell offered (%s): %s", path,
+                  bell < 0? strerror (errno): "not a pipe");
+        za_error_adopt (text);
+        if (bell >= 0)
+            close (bell);
+        return -1;
+    }
+    return bell;
+}
+
+int
+za_shm_bell_ring (int fd)
+{
+    //  A pipe whose reader is gone raises SIGPIPE in the writing thread:
+    //  held back here, and taken if it came.
+    sigset_t pipe_set, old;
+    sigemptyset (&pipe_set);
+    sigaddset (&pipe_set, SIGPIPE);
+    pthread_sigmask (SIG_BLOCK, &pipe_set, &old);
+    ssize_t n = write (fd, "", 1);
+    int err = errno;
+    if (n < 0 && err == EPIPE) {
+        struct timespec none = {0, 0};
+        sigtimedwait (&pipe_set, NULL, &none);
+    }
+    pthread_sigmask (SIG_SETMASK, &old, NULL);
+    //  A full pipe has rung already. (The caller says what a gone owner means.)
+    return n < 0 && err != EAGAIN? -1: 0;
 }

@@ -443,30 +443,53 @@ s_end_message (void *handle)
     zmq_send (handle, "", 0, 0);
 }
 
+//  Packs msg's header into *header (initialised here; the caller destroys
+//  it). Returns 0, or -1 with an error.
+static int
+s_pack (const za_wire_msg_t *msg, za_wire_lease_t *lease, msgpack_sbuffer *header)
+{
+    msgpack_sbuffer_init (header);
+    if (s_check_outgoing (msg, lease))
+        return -1;
+    msgpack_packer packer;
+    msgpack_packer_init (&packer, header, msgpack_sbuffer_write);
+    if (s_pack_header (&packer, msg))
+        return za_error ("wire: cannot send %s: out of memory packing the header",
+                         za_op_name (msg->op));
+    if (header->size > ZA_WIRE_MAX_HEADER_BYTES)
+        return za_error ("wire: cannot send %s: header of %zu bytes exceeds the limit of %d",
+                         za_op_name (msg->op), header->size, ZA_WIRE_MAX_HEADER_BYTES);
+    return 0;
+}
+
+int
+za_wire_pack (const za_wire_msg_t *msg, char *bytes, size_t size)
+{
+    if (!msg || !msg->payload_elsewhere)
+        return za_error ("wire: za_wire_pack: a message whose payloads are held elsewhere");
+    msgpack_sbuffer header;
+    int rc = s_pack (msg, NULL, &header);
+    if (rc == 0 && header.size > size)
+        rc = za_error ("wire: za_wire_pack: a header of %zu bytes for %zu", header.size, size);
+    if (rc == 0) {
+        memcpy (bytes, header.data, header.size);
+        rc = (int) header.size;
+    }
+    msgpack_sbuffer_destroy (&header);
+    return rc;
+}
+
 int
 za_wire_send (zsock_t *sock, zframe_t *routing_id, const za_wire_msg_t *msg,
               za_wire_lease_t *lease)
 {
     if (!sock || !msg)
         return za_error ("wire: za_wire_send: no socket or no message");
-    if (s_check_outgoing (msg, lease))
-        return -1;
     void *handle = zsock_resolve (sock);
-
     msgpack_sbuffer header;
-    msgpack_sbuffer_init (&header);
-    msgpack_packer packer;
-    msgpack_packer_init (&packer, &header, msgpack_sbuffer_write);
-    if (s_pack_header (&packer, msg)) {
+    if (s_pack (msg, lease, &header)) {
         msgpack_sbuffer_destroy (&header);
-        return za_error ("wire: cannot send %s: out of memory packing the header",
-                         za_op_name (msg->op));
-    }
-    if (header.size > ZA_WIRE_MAX_HEADER_BYTES) {
-        size_t size = header.size;
-        msgpack_sbuffer_destroy (&header);
-        return za_error ("wire: cannot send %s: header of %zu bytes exceeds the limit of %d",
-                         za_op_name (msg->op), size, ZA_WIRE_MAX_HEADER_BYTES);
+        return -1;
     }
 
     //  The header is copied (it is small); only tensor bytes go zero-copy.

@@ -27,6 +27,9 @@ typedef struct {
     zactor_t *ps;
     zsock_t *client;
     za_shm_link_t *link;                //  NULL, or the client's same-host link
+    za_shm_bell_t *bell;                //  and its bell (NULL: the ps's replies come
+                                        //  over ZeroMQ)
+    int whole_replies;                  //  replies that came through the ps's segment
     za_wire_msg_t *out, *in;
     zmsg_t *reply;
     za_wire_lease_t lease;
@@ -97,6 +100,7 @@ s_teardown (s_ps_case_t *c)
     zmsg_destroy (&c->reply);
     zsock_destroy (&c->client);
     za_shm_link_destroy (&c->link);
+    za_shm_bell_destroy (&c->bell);
     zactor_destroy (&c->ps);
     za_wire_lease_wait (&c->lease);
     free (c->out);
@@ -112,12 +116,31 @@ s_call (s_ps_case_t *c, int wait_ms)
     zmsg_destroy (&c->reply);
     cr_assert_eq (c->link? za_shm_link_send (c->link, c->client, NULL, c->out, &c->lease)
                          : za_wire_send (c->client, NULL, c->out, &c->lease), 0);
-    zsock_set_rcvtimeo (c->client, wait_ms);
-    c->reply = zmsg_recv (c->client);
-    if (!c->reply)
-        return -1;
-    if (c->link)
-        cr_assert_eq (za_shm_link_receive (c->link, c->reply), 0, "%s", za_last_error ());
+    //  A client with a bell waits on it too: the ps's whole replies.
+    zmq_pollitem_t items [2] = {
+        {zsock_resolve (c->client), 0, ZMQ_POLLIN, 0},
+        {NULL, c->bell? za_shm_bell_fd (c->bell): -1, ZMQ_POLLIN, 0},
+    };
+    if (c->bell)
+        za_shm_bell_quiet (c->bell);
+    while (c->bell && za_shm_link_take_copy (c->link, &c->reply) == 0) {
+        if (zmq_poll (items, 2, wait_ms) <= 0)
+            return -1;
+        if (items [0].revents & ZMQ_POLLIN)
+            break;
+        za_shm_bell_quiet (c->bell);
+    }
+    if (c->reply)
+        c->whole_replies++;
+    else {
+        zsock_set_rcvtimeo (c->client, wait_ms);
+        c->reply = zmsg_recv (c->client);
+        if (!c->reply)
+            return -1;
+        if (c->link)
+            cr_assert_eq (za_shm_link_receive (c->link, c->reply), 0, "%s",
+                          za_last_error ());
+    }
     cr_assert_eq (za_wire_decode (c->reply, c->in), 0, "%s", za_last_error ());
     return (int) c->in->op;
 }
@@ -832,12 +855,18 @@ Test (ps, a_ps_without_a_function_refuses_an_init_that_says_function)
 //  go through shared memory once both have said so, and are applied as
 //  ever; a push held back while another client holds the ps outlives the
 //  record it came in (the ps copies it) and is applied at the release.
-Test (ps, pushes_through_shared_memory_and_one_held_back_are_applied)
+static void
+s_pushes_through_shared_memory (int bell)
 {
     s_ps_case_t c;
     s_setup (&c);
     c.link = za_shm_link_new (1, 0);
     cr_assert_not_null (c.link);
+    if (bell) {
+        c.bell = za_shm_bell_new ();
+        cr_assert_not_null (c.bell);
+        za_shm_link_set_bell (c.link, c.bell);
+    }
     int64_t step0 = 0;
     s_init_sgd (&c, 0.25f, &step0);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
@@ -876,10 +905,22 @@ Test (ps, pushes_through_shared_memory_and_one_held_back_are_applied)
     answer = zmsg_recv (holder);
     cr_assert_not_null (answer);
     zmsg_destroy (&answer);
-    zsock_set_rcvtimeo (c.client, REPLY_MS);
-    zmsg_t *late = zmsg_recv (c.client);
+    zmsg_t *late = NULL;
+    if (bell) {
+        zmq_pollitem_t item = {NULL, za_shm_bell_fd (c.bell), ZMQ_POLLIN, 0};
+        while (za_shm_link_take_copy (c.link, &late) == 0 && zmq_poll (&item, 1, REPLY_MS) > 0)
+            za_shm_bell_quiet (c.bell);
+        //  The first values made the ps's segment (as frames: we had not
+        //  mapped it); the next two came whole, as the held push's.
+        cr_expect_eq (c.whole_replies, 2, "values came whole through the ps's segment");
+    }
+    else {
+        zsock_set_rcvtimeo (c.client, REPLY_MS);
+        late = zmsg_recv (c.client);
+        cr_assert_not_null (late, "the held push was never answered");
+        cr_assert_eq (za_shm_link_receive (c.link, late), 0, "%s", za_last_error ());
+    }
     cr_assert_not_null (late, "the held push was never answered");
-    cr_assert_eq (za_shm_link_receive (c.link, late), 0, "%s", za_last_error ());
     cr_assert_eq (za_wire_decode (late, c.in), 0, "%s", za_last_error ());
     cr_expect_eq (c.in->op, ZA_OP_VALUES);
     s_expect_floats (&c, -1.0f);
@@ -889,10 +930,25 @@ Test (ps, pushes_through_shared_memory_and_one_held_back_are_applied)
     s_teardown (&c);
 }
 
-//  A ps that restarts where a client's tensors went through shared memory,
-//  but without it (ZA_SHM_DISABLE=1): it cannot read the client's record and
-//  says so ("shm_unreadable"), the link hears that the ps reads nothing of
-//  ours, and the request sent again goes as frames.
+Test (ps, pushes_through_shared_memory_and_one_held_back_are_applied)
+{
+    s_pushes_through_shared_memory (0);
+}
+
+//  The same with a client that has a bell, as a worker: its requests and
+//  the ps's answers go whole through the segments (nothing over ZeroMQ once
+//  both rang), the held push outlives its record.
+Test (ps, whole_messages_through_shared_memory_and_one_held_back_are_applied)
+{
+    s_pushes_through_shared_memory (1);
+}
+
+//  A ps that restarts where a client's messages went through shared memory,
+//  but without it (ZA_SHM_DISABLE=1): the client's bell to the ps it knew is
+//  gone, so its request goes as frames and is answered; the new ps says ok
+//  to nothing of ours. A message whose tensors are in a record it cannot
+//  read (a client without a bell) gets "shm_unreadable", and the same
+//  request sent again as frames is answered.
 Test (ps, a_ps_that_cannot_read_the_segment_says_so_and_frames_follow)
 {
     s_ps_case_t c;
@@ -904,17 +960,46 @@ Test (ps, a_ps_that_cannot_read_the_segment_says_so_and_frames_follow)
         cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
     }
     cr_assert_eq (za_shm_link_state (c.link) & 1, 1, "our tensors go through the segment");
+    cr_assert (za_shm_link_rings (c.link), "the ps's bell is ours to ring");
     zmsg_destroy (&c.reply);
     zsock_destroy (&c.client);
     zactor_destroy (&c.ps);
+    //  (At an endpoint of its own: libzmq lets an inproc name go a little
+    //  after its socket is closed.)
     setenv ("ZA_SHM_DISABLE", "1", 1);
+    c.config.bind_endpoint = "inproc://test-ps-again";
     c.ps = zactor_new (za_ps_actor, &c.config);
     unsetenv ("ZA_SHM_DISABLE");
-    c.client = zsock_new_dealer (">inproc://test-ps");
+    c.client = zsock_new_dealer (">inproc://test-ps-again");
     s_init_sgd (&c, 0.25f, &step0);
-    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
-    cr_expect_str_eq (c.in->code, "shm_unreadable");
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
+    cr_expect_not (za_shm_link_rings (c.link), "the old ps's bell is closed");
     cr_expect_eq (za_shm_link_state (c.link) & 1, 0, "the link knows the ps reads nothing");
+    //  Tensors named in a record of a segment this ps cannot read.
+    za_shm_t *seg = za_shm_create (65536);
+    cr_assert_not_null (seg);
+    float values [15] = {0};
+    za_shm_record_t record = {.data = values, .bytes = sizeof values};
+    cr_assert_eq (za_shm_write (seg, &record), 0);
+    char offer [ZA_SHM_OFFER_MAX], word [ZA_WIRE_MAX_SHM_BYTES];
+    size_t len = za_shm_offer (seg, offer);
+    snprintf (word, sizeof word, "%.*s,\"at\":%llu}", (int) len - 1, offer,
+              (unsigned long long) za_shm_written (seg));
+    s_init_sgd (&c, 0.25f, &step0);
+    c.out->shm = word;
+    c.out->shm_len = strlen (word);
+    c.out->payload_elsewhere = 1;
+    c.out->seq = ++c.seq;
+    cr_assert_eq (za_wire_send (c.client, NULL, c.out, NULL), 0, "%s", za_last_error ());
+    zsock_set_rcvtimeo (c.client, REPLY_MS);
+    zmsg_t *answer = zmsg_recv (c.client);
+    cr_assert_not_null (answer);
+    cr_assert_eq (za_wire_decode (answer, c.in), 0, "%s", za_last_error ());
+    cr_expect_eq (c.in->op, ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "shm_unreadable");
+    cr_expect_eq (c.in->seq, c.seq);
+    zmsg_destroy (&answer);
+    za_shm_destroy (&seg);
     s_init_sgd (&c, 0.25f, &step0);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
     s_teardown (&c);

@@ -4,7 +4,10 @@
     segment offered, or a segment scribbled on, is refused with an error.
     And a connection's link (za_shm_link.h) over real sockets: tensors go
     through shared memory once both ends can, a restarted end reads on,
-    and what cannot be read is refused.                                   */
+    and what cannot be read is refused; with bells, whole messages (header
+    and tensors) go through the segments and nothing over ZeroMQ, a bell
+    whose owner is gone sends frames, and a whole record that is not one is
+    refused.                                                              */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -223,6 +226,7 @@ Test (shm, a_scribbled_record_is_an_error_and_the_pipe_stays_shut)
 typedef struct {
     zsock_t *dealer, *router;
     za_shm_link_t *worker, *ps;
+    za_shm_bell_t *worker_bell, *ps_bell;   //  s_pair_ring: whole messages both ways
     za_wire_msg_t *msg;
     za_wire_lease_t lease;
     zframe_t *id;                   //  the worker's routing id at the ps
@@ -256,6 +260,8 @@ s_pair_destroy (s_pair_t *p)
     za_wire_lease_wait (&p->lease);
     za_shm_link_destroy (&p->worker);
     za_shm_link_destroy (&p->ps);
+    za_shm_bell_destroy (&p->worker_bell);
+    za_shm_bell_destroy (&p->ps_bell);
     zframe_destroy (&p->id);
     free (p->msg);
 }
@@ -263,18 +269,26 @@ s_pair_destroy (s_pair_t *p)
 //  One message of 5000 floats of `value` from one end (its link and
 //  socket) to the other; returns how many frames went over ZeroMQ, and
 //  checks that the other end decodes the floats.
-static int
-s_pass (s_pair_t *p, int to_ps, float value)
+//  Sends the 5000 floats of `value` (seq: the value) through one end.
+static void
+s_send_floats (s_pair_t *p, int to_ps, float value)
 {
     for (int i = 0; i < 5000; i++)
         p->floats [i] = value + (float) i;
     za_wire_msg_init (p->msg, to_ps? ZA_OP_PUSH: ZA_OP_VALUES);
+    p->msg->seq = (uint64_t) value;
     int64_t shape [1] = {5000};
     za_wire_msg_add (p->msg, "w", ZA_DTYPE_F32, 1, shape, p->floats);
     int rc = to_ps? za_shm_link_send (p->worker, p->dealer, NULL, p->msg, &p->lease)
                   : za_shm_link_send (p->ps, p->router, p->id, p->msg, &p->lease);
     cr_assert_eq (rc, 0, "%s", za_last_error ());
     za_wire_lease_wait (&p->lease);
+}
+
+static int
+s_pass (s_pair_t *p, int to_ps, float value)
+{
+    s_send_floats (p, to_ps, value);
     zmsg_t *msg = zmsg_recv (to_ps? p->router: p->dealer);
     cr_assert_not_null (msg);
     if (to_ps) {
@@ -292,6 +306,194 @@ s_pass (s_pair_t *p, int to_ps, float value)
         cr_assert_eq (got [i], value + (float) i, "[%d]", i);
     zmsg_destroy (&msg);
     return frames;
+}
+
+//  Gives both ends of a pair a bell.
+static void
+s_pair_ring (s_pair_t *p)
+{
+    p->worker_bell = za_shm_bell_new ();
+    p->ps_bell = za_shm_bell_new ();
+    cr_assert (p->worker_bell && p->ps_bell, "%s", za_last_error ());
+    za_shm_link_set_bell (p->worker, p->worker_bell);
+    za_shm_link_set_bell (p->ps, p->ps_bell);
+}
+
+//  As s_pass, but the receiving end waits as a role does, on its socket
+//  and its bell: returns 0 when the message came whole through the
+//  segment (nothing over ZeroMQ), else the frames it came in.
+static int
+s_pass_rung (s_pair_t *p, int to_ps, float value)
+{
+    s_send_floats (p, to_ps, value);
+    za_shm_link_t *link = to_ps? p->ps: p->worker;
+    za_shm_bell_t *bell = to_ps? p->ps_bell: p->worker_bell;
+    zmq_pollitem_t items [2] = {
+        {zsock_resolve (to_ps? p->router: p->dealer), 0, ZMQ_POLLIN, 0},
+        {NULL, za_shm_bell_fd (bell), ZMQ_POLLIN, 0},
+    };
+    cr_assert_gt (zmq_poll (items, 2, 10000), 0, "nothing came");
+    int frames = 0;
+    zmsg_t *msg = NULL;
+    const void *const *data = NULL;
+    const size_t *sizes = NULL;
+    int count = 0;
+    if (items [1].revents & ZMQ_POLLIN) {
+        za_shm_bell_quiet (bell);
+        cr_assert_eq (za_shm_link_take (link, &msg, &data, &sizes, &count), 1, "%s",
+                      za_last_error ());
+        cr_expect_eq ((uintptr_t) data [0] % 64, 0, "a tensor read in place is aligned");
+        cr_assert_eq (za_wire_decode_payloads (msg, data, sizes, count, p->msg), 0, "%s",
+                      za_last_error ());
+    }
+    else {
+        msg = zmsg_recv ((zsock_t *) (to_ps? p->router: p->dealer));
+        cr_assert_not_null (msg);
+        if (to_ps) {
+            zframe_destroy (&p->id);
+            p->id = zmsg_pop (msg);
+        }
+        frames = (int) zmsg_size (msg);
+        cr_assert_eq (za_shm_link_receive (link, msg), 0, "%s", za_last_error ());
+        cr_assert_eq (za_wire_decode (msg, p->msg), 0, "%s", za_last_error ());
+    }
+    cr_assert_eq (p->msg->tensor_count, 1);
+    cr_expect_eq (p->msg->seq, (uint64_t) value);
+    for (int i = 0; i < 5000; i++)
+        cr_assert_eq (((const float *) p->msg->tensors [0].data) [i], value + (float) i, "[%d]", i);
+    za_shm_link_done (link);
+    zmsg_destroy (&msg);
+    return frames;
+}
+
+//  With bells, once each end reads the other's segment, messages go whole
+//  through it (the header too: nothing over ZeroMQ), ring the reader, and
+//  arrive the same; the segment's records go round many times.
+Test (shm_link, with_bells_whole_messages_go_through_shared_memory)
+{
+    s_pair_t p;
+    s_pair_make (&p);
+    s_pair_ring (&p);
+    cr_expect_eq (s_pass_rung (&p, 1, 1), 2, "the first push: frames");
+    cr_expect_eq (s_pass_rung (&p, 0, 2), 2, "the answer: frames (the worker never said ok)");
+    cr_expect (za_shm_link_rings (p.worker) && za_shm_link_rings (p.ps), "bells opened");
+    cr_expect_eq (s_pass_rung (&p, 1, 3), 0, "the worker's push: whole, through its segment");
+    for (int round = 0; round < 300; round++) {
+        cr_expect_eq (s_pass_rung (&p, 0, 4 + round), 0, "round %d: values whole", round);
+        cr_expect_eq (s_pass_rung (&p, 1, 5 + round), 0, "round %d: push whole", round);
+    }
+    cr_expect_eq (zsock_events (p.router) & ZMQ_POLLIN, 0, "nothing left over ZeroMQ");
+    cr_expect_eq (zsock_events (p.dealer) & ZMQ_POLLIN, 0);
+    s_pair_destroy (&p);
+}
+
+//  A reader gone (its bell's pipe has no reader): the ring fails without a
+//  SIGPIPE and the message goes as frames; its next life, a new link on
+//  the same segment, reads none of what was written for the earlier one.
+Test (shm_link, a_bell_whose_owner_is_gone_sends_frames_and_a_new_reader_skips_the_old)
+{
+    s_pair_t p;
+    s_pair_make (&p);
+    s_pair_ring (&p);
+    s_pass_rung (&p, 1, 1);
+    s_pass_rung (&p, 0, 2);
+    cr_assert_eq (s_pass_rung (&p, 1, 3), 0);
+    //  A record for the ps that it never reads: then the ps goes.
+    za_wire_msg_init (p.msg, ZA_OP_PUSH);
+    int64_t shape [1] = {5000};
+    za_wire_msg_add (p.msg, "w", ZA_DTYPE_F32, 1, shape, p.floats);
+    cr_assert_eq (za_shm_link_send (p.worker, p.dealer, NULL, p.msg, &p.lease), 0);
+    za_shm_link_destroy (&p.ps);
+    za_shm_bell_destroy (&p.ps_bell);
+    p.ps = za_shm_link_new (0, 0);
+    p.ps_bell = za_shm_bell_new ();
+    za_shm_link_set_bell (p.ps, p.ps_bell);
+    cr_expect_eq (s_pass_rung (&p, 1, 4), 2, "the bell's owner is gone: frames");
+    cr_expect_not (za_shm_link_rings (p.worker));
+    za_shm_bell_quiet (p.ps_bell);
+    zmsg_t *msg;
+    const void *const *data;
+    const size_t *sizes;
+    int count;
+    cr_expect_eq (za_shm_link_take (p.ps, &msg, &data, &sizes, &count), 0,
+                  "the new ps reads nothing written before it mapped the segment");
+    cr_expect_eq (s_pass_rung (&p, 0, 5), 2, "the new ps's answer: frames, its bell offered");
+    cr_expect_eq (s_pass_rung (&p, 1, 6), 0, "whole again, to the new ps's bell");
+    cr_expect_eq (s_pass_rung (&p, 0, 7), 0);
+    s_pair_destroy (&p);
+}
+
+//  Whole messages that are not: a table that does not add up, a header
+//  that names a record: the reader refuses the segment (an error, no ok
+//  from then on: the peer sends frames); a header that does not decode is
+//  the caller's to drop (the wire says why).
+Test (shm_link, a_whole_message_that_is_not_one_is_refused)
+{
+    for (int kind = 0; kind < 3; kind++) {
+        s_pair_t p;
+        s_pair_make (&p);
+        s_pair_ring (&p);
+        s_pass_rung (&p, 1, 1);
+        s_pass_rung (&p, 0, 2);
+        //  A segment of our making, offered over the pair's sockets to a
+        //  link of its own, which maps it.
+        za_shm_t *seg = za_shm_create (65536);
+        cr_assert_not_null (seg);
+        char offer [ZA_SHM_OFFER_MAX], word [ZA_WIRE_MAX_SHM_BYTES];
+        size_t len = za_shm_offer (seg, offer);
+        za_shm_link_t *reader = za_shm_link_new (0, 0);
+        za_wire_msg_init (p.msg, ZA_OP_PING);
+        snprintf (word, sizeof word, "%.*s}", (int) len - 1, offer);
+        p.msg->shm = word;
+        p.msg->shm_len = strlen (word);
+        cr_assert_eq (za_wire_send (p.dealer, NULL, p.msg, NULL), 0);
+        zmsg_t *msg = zmsg_recv (p.router);
+        zframe_t *id = zmsg_pop (msg);
+        cr_assert_eq (za_shm_link_receive (reader, msg), 0, "%s", za_last_error ());
+        cr_assert_eq (za_shm_link_state (reader), 2, "the reader mapped our segment");
+        zmsg_destroy (&msg);
+        zframe_destroy (&id);
+        //  The record: a ping's header whose word names a record (kind 1),
+        //  and a table of 2 (kind 0: one short) or a header scribbled on.
+        snprintf (word, sizeof word, "%.*s,\"at\":64}", (int) len - 1, offer);
+        p.msg->shm_len = strlen (word);
+        p.msg->payload_elsewhere = 1;
+        char header [1024];
+        int header_bytes = za_wire_pack (p.msg, header, sizeof header);
+        cr_assert_gt (header_bytes, 0, "%s", za_last_error ());
+        p.msg->shm = NULL;
+        p.msg->payload_elsewhere = 0;
+        uint64_t table [3] = {kind == 0? 2: 1, (uint64_t) header_bytes, 4096};
+        if (kind == 2)
+            memcpy (header, "\x81\xa1v", 3);              //  a map of one key and no value
+        struct iovec parts [2] = {{table, 2 * sizeof (uint64_t)},
+                                  {header, (size_t) header_bytes}};
+        za_shm_record_t record = {.op = ZA_OP_PING, .dtype = 0x776c};
+        cr_assert_eq (za_shm_writev (seg, &record, parts, 2), 0);
+        const void *const *data;
+        const size_t *sizes;
+        int count;
+        int got = za_shm_link_take (reader, &msg, &data, &sizes, &count);
+        if (kind == 0) {
+            cr_expect_eq (got, -1, "a table that does not add up");
+            cr_expect_eq (za_shm_link_state (reader), 0, "the segment is refused");
+        }
+        else
+        if (kind == 1) {
+            cr_expect_eq (got, -1, "a whole message that names a record");
+            cr_expect (strstr (za_last_error (), "names a record"), "%s", za_last_error ());
+        }
+        else {
+            cr_expect_eq (got, 1, "a header that does not decode: the caller's to drop");
+            za_wire_msg_t decoded;
+            cr_expect_eq (za_wire_decode_payloads (msg, data, sizes, count, &decoded), -1);
+            za_shm_link_done (reader);
+        }
+        zmsg_destroy (&msg);
+        za_shm_link_destroy (&reader);
+        za_shm_destroy (&seg);
+        s_pair_destroy (&p);
+    }
 }
 
 //  The first push offers the worker's segment (its tensors as frames); the

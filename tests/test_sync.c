@@ -339,7 +339,8 @@ Test (allreduce, two_workers_at_batch_32_write_what_one_process_at_batch_64_writ
         char *log_path = za_test_join (dirs [run], "logs/chief-0.log");
         char *log = (char *) za_test_read_file (log_path, NULL);
         cr_assert_not_null (log, "%s", log_path);
-        cr_expect_eq (strstr (log, "ps 0 is on this host: tensors through shared memory") != NULL,
+        cr_expect_eq (strstr (log, "ps 0 is on this host: tensors through shared memory, "
+                                   "headers too") != NULL,
                       run == 2 && za_shm_enabled (), "%s", log);
         free (log);
         free (log_path);

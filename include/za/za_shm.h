@@ -109,6 +109,36 @@ int za_shm_empty (const za_shm_t *self);
 //  1 when nothing was ever written (the sending end).
 int za_shm_unused (const za_shm_t *self);
 
+//  The reader: releases everything published so far unread (a reader that
+//  attached reads only what is written after).
+void za_shm_skip (za_shm_t *self);
+//  The reader: the record just read stays unread (the next read returns it
+//  again).
+void za_shm_put_back (za_shm_t *self);
+
+//  A bell: how a process that reads several segments, and waits on its
+//  ZeroMQ sockets as well, learns that a record was written. A pipe: its
+//  owner polls the read end with its sockets; the write end's number goes
+//  next to a segment's offer, and a writer opens it through /proc/PID/fd/N
+//  as it opens the segment (the same user only). A ring is a hint, never a
+//  message: the owner drains the bell, then reads every segment it maps.
+typedef struct _za_shm_bell_t za_shm_bell_t;
+//  Returns NULL with an error.
+za_shm_bell_t *za_shm_bell_new (void);
+void za_shm_bell_destroy (za_shm_bell_t **self_p);
+//  The read end, to poll (POLLIN).
+int za_shm_bell_fd (const za_shm_bell_t *self);
+//  The write end's number, for offers.
+int za_shm_bell_offer_fd (const za_shm_bell_t *self);
+//  Drains what rang so far.
+void za_shm_bell_quiet (za_shm_bell_t *self);
+//  The writer: opens process pid's bell `fd` (nonblocking, a pipe or not at
+//  all). Returns the fd, or -1 with an error.
+int za_shm_bell_open (long pid, int fd);
+//  Rings a bell za_shm_bell_open opened (never blocks, never raises
+//  SIGPIPE). Returns 0, or -1 when its owner is gone (no error set).
+int za_shm_bell_ring (int fd);
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,12 +11,20 @@
     namespace) never misses a tensor; a peer that restarted maps the segment
     from the next word it gets, and a record is found by its position, so
     nothing depends on what an earlier life of either end read. A message
-    whose tensors do not fit the segment goes as frames, as ever.        */
+    whose tensors do not fit the segment goes as frames, as ever.
+    An end with a bell (za_shm.h: a pipe it polls with its sockets) offers
+    it in its word; the peer then writes whole messages (the header too,
+    its tensors aligned) into its segment and rings the bell, and ZeroMQ
+    carries none of them: no I/O thread, no socket, between a worker and a
+    ps of one host. The reader takes them in order; a bell whose owner is
+    gone sends the message as frames, and a reader that maps a segment
+    anew reads nothing written before.                                   */
 #ifndef ZA_SHM_LINK_H_INCLUDED
 #define ZA_SHM_LINK_H_INCLUDED
 
 #include <czmq.h>
 
+#include "za/za_shm.h"
 #include "za/za_wire.h"
 
 #ifdef __cplusplus
@@ -68,6 +76,31 @@ void za_shm_link_done (za_shm_link_t *self);
 //  cannot read them answers "shm_unreadable" and the sender sends again as
 //  frames. 0 otherwise.
 int za_shm_link_names_record (zmsg_t *msg, uint64_t *seq);
+
+//  The next whole message the peer wrote into its segment (one that rang
+//  our bell: za_shm_link_set_bell), read in order: returns 1 with *msg_p
+//  its header alone (a new zmsg, ours to destroy) and its tensors in place
+//  in *data, *sizes, *count (for za_wire_decode_payloads; until
+//  za_shm_link_done or the next receive); 0 when none is waiting; -1 with
+//  an error (the segment is refused: the peer sends frames from then on).
+int za_shm_link_take (za_shm_link_t *self, zmsg_t **msg_p, const void *const **data,
+                      const size_t **sizes, int *count);
+
+//  The same, the tensors copied into *msg_p as frames (za_wire_decode reads
+//  it as ever; the record goes back at once).
+int za_shm_link_take_copy (za_shm_link_t *self, zmsg_t **msg_p);
+
+//  This end's bell (the caller's, polled with its sockets): offered in
+//  every word, so that the peer sends whole messages (header and tensors)
+//  through its segment and rings it, and ZeroMQ carries none of them.
+void za_shm_link_set_bell (za_shm_link_t *self, za_shm_bell_t *bell);
+
+//  1 when this end has the peer's bell (it sends whole messages).
+int za_shm_link_rings (const za_shm_link_t *self);
+
+//  The peer's routing id, kept for the caller (a copy; NULL: none).
+void za_shm_link_set_route (za_shm_link_t *self, zframe_t *route);
+zframe_t *za_shm_link_route (const za_shm_link_t *self);
 
 //  What goes through shared memory now: 1 what this end sends, 2 what it
 //  receives (or both, 3; 0 none).

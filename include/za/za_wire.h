@@ -242,6 +242,13 @@ int za_wire_decode (zmsg_t *msg, za_wire_msg_t *out);
 int za_wire_decode_payloads (zmsg_t *msg, const void *const *data, const size_t *sizes,
                              int count, za_wire_msg_t *out);
 
+//  The header frame of msg, whose payloads are held elsewhere
+//  (payload_elsewhere: a same-host link's segment carries the whole
+//  message), checked as za_wire_send checks it, into `bytes` (`size` of
+//  them; ZA_WIRE_MAX_HEADER_BYTES always do). Returns its length, or -1
+//  with an error.
+int za_wire_pack (const za_wire_msg_t *msg, char *bytes, size_t size);
+
 //  The "shm" text of a received message's header (routing id popped), for a
 //  same-host link to read before the message is whole: copies it into
 //  text (size bytes, NUL-terminated) and returns its length, 0 when the
