@@ -41,6 +41,8 @@
 #include <zlib.h>
 
 #define POLL_MS 100
+//  A linked worker's whole messages taken at a time (s_on_bell).
+#define BELL_BATCH 16
 #define MAX_LOGGED_DROPS 20
 //  Workers (the chief included) a ps serves at most.
 #define ZA_PS_MAX_WORKERS 256
@@ -1319,13 +1321,28 @@ s_crc (s_ps_t *self)
     return (uint32_t) crc;
 }
 
+//  A whole message of `link`'s that cannot be used (its record or its
+//  header): the link stops reading that segment, and the sender hears
+//  "shm_unreadable" for its seq, so that it sends the request again as
+//  frames (the answer's word no longer says "ok").
+static void
+s_refuse_whole (s_ps_t *self, za_shm_link_t *link)
+{
+    za_shm_link_refuse (link);
+    zframe_t *route = za_shm_link_route (link);
+    if (route && za_shm_link_taken_seq (link))
+        s_reply_error (self, route, za_shm_link_taken_seq (link), "shm_unreadable",
+                       "this ps cannot use the message in your shared memory: send frames");
+}
+
 //  One message from peer `routing_id` (key `peer`, its link or NULL): its
 //  tensors in frames (got 0) or held in place in the link's record (got 1;
-//  -1: they cannot be had). Decoded, handled, and destroyed.
+//  -1: they cannot be had); `whole` when it came whole through the link's
+//  segment. Decoded, handled, and destroyed.
 static void
 s_on_message (s_ps_t *self, zframe_t *routing_id, const char *peer, za_shm_link_t *link,
               zmsg_t **msg_p, int got, const void *const *held, const size_t *sizes, int count,
-              double now)
+              int whole, double now)
 {
     zmsg_t *msg = *msg_p;
     if (routing_id && got >= 0
@@ -1356,6 +1373,9 @@ s_on_message (s_ps_t *self, zframe_t *routing_id, const char *peer, za_shm_link_
         //  Tensors in a segment we cannot read (no link here, or one
         //  that could not map it): the sender sends them again as frames.
         uint64_t seq;
+        if (whole && link)
+            s_refuse_whole (self, link);
+        else
         if (routing_id && msg && za_shm_link_names_record (msg, &seq))
             s_reply_error (self, routing_id, seq, "shm_unreadable",
                            "this ps cannot read your shared memory: send frames");
@@ -1364,19 +1384,26 @@ s_on_message (s_ps_t *self, zframe_t *routing_id, const char *peer, za_shm_link_
     *msg_p = NULL;
 }
 
-//  The bell rang: every link's whole messages, in order (a link handled
-//  may go, or take others with it: each is looked up again).
+//  The bell rang: every link's whole messages, in order, at most
+//  BELL_BATCH of each link's before the sockets are looked at again (then
+//  the bell rings itself, so that the loop comes back at once). A link
+//  handled may go, or take others with it: each is looked up again.
 static void
 s_on_bell (s_ps_t *self, double now)
 {
     za_shm_bell_quiet (self->bell);
+    int more = 0;
     zlistx_t *keys = zhashx_keys (self->links);
     for (const char *peer = keys? (const char *) zlistx_first (keys): NULL; peer;
          peer = (const char *) zlistx_next (keys)) {
-        for (;;) {
+        for (int n = 0;; n++) {
             za_shm_link_t *link = (za_shm_link_t *) zhashx_lookup (self->links, peer);
             if (!link)
                 break;
+            if (n == BELL_BATCH) {
+                more = 1;
+                break;
+            }
             zmsg_t *msg;
             const void *const *held = NULL;
             const size_t *sizes = NULL;
@@ -1389,14 +1416,17 @@ s_on_bell (s_ps_t *self, double now)
                 if (self->dropped <= MAX_LOGGED_DROPS)
                     za_info ("ps %d: dropped a bad message (%" PRIu64 " so far): %s",
                              self->config->ps_index, self->dropped, za_last_error ());
+                s_refuse_whole (self, link);
                 break;
             }
             zframe_t *routing_id = zframe_dup (za_shm_link_route (link));
-            s_on_message (self, routing_id, peer, link, &msg, got, held, sizes, count, now);
+            s_on_message (self, routing_id, peer, link, &msg, got, held, sizes, count, 1, now);
             zframe_destroy (&routing_id);
         }
     }
     zlistx_destroy (&keys);
+    if (more)
+        za_shm_bell_ring (za_shm_bell_offer_fd (self->bell));
 }
 
 void
@@ -1420,8 +1450,12 @@ za_ps_actor (zsock_t *pipe, void *args)
     };
     int rc = 0, running = 1;
     while (running && !zsys_interrupted) {
-        if (zmq_poll (items, self->bell? 3: 2, POLL_MS) < 0 && zmq_errno () != EINTR)
-            break;
+        //  (Interrupted, it leaves the last pass's revents: nothing is ready.)
+        if (zmq_poll (items, self->bell? 3: 2, POLL_MS) < 0) {
+            if (zmq_errno () != EINTR)
+                break;
+            continue;
+        }
         double now = za_clock_mono ();
         if (items [0].revents & ZMQ_POLLIN) {
             char *command = zstr_recv (pipe);
@@ -1449,7 +1483,7 @@ za_ps_actor (zsock_t *pipe, void *args)
             const size_t *sizes = NULL;
             int count = 0;
             int got = link? za_shm_link_receive_in_place (link, msg, &held, &sizes, &count): 0;
-            s_on_message (self, routing_id, peer, link, &msg, got, held, sizes, count, now);
+            s_on_message (self, routing_id, peer, link, &msg, got, held, sizes, count, 0, now);
             zframe_destroy (&routing_id);
         }
         if (self->bell && (items [2].revents & ZMQ_POLLIN))

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 #  The all-reduce overlapped with backward: --strategy allreduce from the
 #  tutorial's TF_CONFIG (2 workers on this machine, batch 32 each, one thread
-#  each) with --bucket-kib 0 (one bucket, reduced after backward), 16 and 64
-#  (the default: buckets go round as backward makes them), and with one
+#  each) with --bucket-kib 0 (the default: one bucket, reduced after
+#  backward), 16 and 64 (buckets go round as backward makes them), and with one
 #  bucket over ipc instead of shared memory (ZA_SHM_DISABLE=1), against one
 #  process at batch 64 with 2 threads. The configurations alternate, ROUNDS
 #  times; medians are quoted:

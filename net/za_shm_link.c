@@ -36,6 +36,8 @@ struct _za_shm_link_t {
     long failed_bell_pid;           //  a bell that could not be opened
     int failed_bell_fd;
     int whole;                      //  our segment carries whole messages now
+    long in_pid;                    //  the process whose segment `in` is
+    uint64_t taken_seq;             //  the seq of the last whole record taken
     zframe_t *route;                //  the caller's: the peer's routing id
     char *header;                   //  a whole message's header, packed
     //  The tensors of the record read, in place, until za_shm_link_done (a
@@ -251,6 +253,10 @@ za_shm_link_send (za_shm_link_t *self, zsock_t *sock, zframe_t *routing_id,
                                   len? ",": "{", self->in_nonce);
     msg->shm = len? self->word: NULL;
     msg->shm_len = len;
+    //  A peer without a bell (any more) reads records named by "at" again,
+    //  once it has read every whole one.
+    if (self->whole && self->peer_bell < 0 && self->out && za_shm_empty (self->out))
+        self->whole = 0;
     //  The whole message through the segment, when the peer reads it and
     //  has a bell (once its at-records are read: the peer reads whole ones
     //  in order). The word goes in its header, closed.
@@ -374,6 +380,8 @@ s_read_word (za_shm_link_t *self, const char *word, int len, int may_map, int64_
         if (in) {
             za_shm_destroy (&self->in);
             self->in = in;
+            self->in_pid = (long) pid;
+            self->failed_bell_pid = 0;      //  a new segment: its bell is tried
             //  Whole messages are read in order from here: what was written
             //  before this message (for an earlier life of ours) is not for
             //  us. (A record this message names is found where it says.)
@@ -387,9 +395,11 @@ s_read_word (za_shm_link_t *self, const char *word, int len, int may_map, int64_
                      "come as frames", za_last_error ());
         }
     }
-    //  The peer's bell: opened when it names one we do not have open (a
-    //  bell that cannot be opened is not tried again).
-    if (bell >= 0 && pid > 0
+    //  The peer's bell: opened when it names one we do not have open, of
+    //  the process whose segment we mapped (its nonce proved it the peer:
+    //  no word makes us write into another process's pipe). A bell that
+    //  cannot be opened is not tried again for that segment.
+    if (bell >= 0 && pid > 0 && self->in && pid == self->in_pid
         && (self->peer_bell < 0 || pid != self->peer_bell_pid || bell != self->peer_bell_fd)
         && !(pid == self->failed_bell_pid && bell == self->failed_bell_fd)) {
         if (self->peer_bell >= 0)
@@ -441,12 +451,15 @@ za_shm_link_take (za_shm_link_t *self, zmsg_t **msg_p, const void *const **data,
 {
     za_shm_link_done (self);
     *msg_p = NULL;
+    self->taken_seq = 0;
     if (!self->in)
         return 0;
     za_shm_record_t record;
     int got = za_shm_read (self->in, &record);
     if (got == 0)
         return 0;
+    if (got == 1)
+        self->taken_seq = record.seq;
     if (got == 1 && record.dtype != LINK_WHOLE) {
         //  Tensors whose header comes over ZeroMQ: read when it does.
         za_shm_put_back (self->in);
@@ -481,6 +494,20 @@ za_shm_link_take (za_shm_link_t *self, zmsg_t **msg_p, const void *const **data,
     *sizes = self->held_size + 1;
     *count = self->held_count - 1;
     return 1;
+}
+
+uint64_t
+za_shm_link_taken_seq (const za_shm_link_t *self)
+{
+    return self->taken_seq;
+}
+
+void
+za_shm_link_refuse (za_shm_link_t *self)
+{
+    za_shm_link_done (self);
+    if (self->in)
+        s_refuse_in (self);
 }
 
 int

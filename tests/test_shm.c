@@ -429,7 +429,7 @@ Test (shm_link, a_bell_whose_owner_is_gone_sends_frames_and_a_new_reader_skips_t
 //  the caller's to drop (the wire says why).
 Test (shm_link, a_whole_message_that_is_not_one_is_refused)
 {
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < 7; kind++) {
         s_pair_t p;
         s_pair_make (&p);
         s_pair_ring (&p);
@@ -468,8 +468,27 @@ Test (shm_link, a_whole_message_that_is_not_one_is_refused)
             memcpy (header, "\x81\xa1v", 3);              //  a map of one key and no value
         struct iovec parts [2] = {{table, 2 * sizeof (uint64_t)},
                                   {header, (size_t) header_bytes}};
+        int part_count = 2;
+        //  3: no parts; 4: a tensor of 2^64-1 bytes; 5: fewer bytes than a
+        //  count; 6: a tensor whose padding runs past the record's end.
+        uint64_t odd [4] = {0, 8, 64, 0};
+        if (kind == 3)
+            parts [0].iov_len = sizeof (uint64_t);
+        if (kind == 4)
+            odd [0] = 2, odd [1] = 8, odd [2] = UINT64_MAX;
+        if (kind == 5)
+            parts [0].iov_len = 4;
+        if (kind == 6)
+            odd [0] = 2, odd [1] = 8, odd [2] = 8;      //  the tensor's 8 bytes follow
+        if (kind >= 3) {
+            parts [0].iov_base = odd;
+            if (kind == 4 || kind == 6)
+                parts [0].iov_len = 3 * sizeof (uint64_t);
+            parts [1] = (struct iovec) {header, 16};   //  8 of header, 8 more
+            part_count = kind == 4 || kind == 6? 2: 1;
+        }
         za_shm_record_t record = {.op = ZA_OP_PING, .dtype = 0x776c};
-        cr_assert_eq (za_shm_writev (seg, &record, parts, 2), 0);
+        cr_assert_eq (za_shm_writev (seg, &record, parts, part_count), 0);
         const void *const *data;
         const size_t *sizes;
         int count;
@@ -482,6 +501,11 @@ Test (shm_link, a_whole_message_that_is_not_one_is_refused)
         if (kind == 1) {
             cr_expect_eq (got, -1, "a whole message that names a record");
             cr_expect (strstr (za_last_error (), "names a record"), "%s", za_last_error ());
+        }
+        else
+        if (kind >= 3) {
+            cr_expect_eq (got, -1, "kind %d: a record that is not a whole message", kind);
+            cr_expect_eq (za_shm_link_state (reader), 0, "kind %d: the segment is refused", kind);
         }
         else {
             cr_expect_eq (got, 1, "a header that does not decode: the caller's to drop");

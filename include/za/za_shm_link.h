@@ -86,6 +86,14 @@ int za_shm_link_names_record (zmsg_t *msg, uint64_t *seq);
 int za_shm_link_take (za_shm_link_t *self, zmsg_t **msg_p, const void *const **data,
                       const size_t **sizes, int *count);
 
+//  The seq of the record za_shm_link_take last read (whole or refused; 0:
+//  none), for an answer to a whole message that cannot be used.
+uint64_t za_shm_link_taken_seq (const za_shm_link_t *self);
+
+//  Stops reading the peer's segment (a whole message in it could not be
+//  used): no "ok" from now on, so the peer sends frames.
+void za_shm_link_refuse (za_shm_link_t *self);
+
 //  The same, the tensors copied into *msg_p as frames (za_wire_decode reads
 //  it as ever; the record goes back at once).
 int za_shm_link_take_copy (za_shm_link_t *self, zmsg_t **msg_p);
