@@ -41,8 +41,8 @@ typedef struct {
                                                 //  shared memory (NULL: all as frames)
     int said_shm [ZA_ROLE_MAX_PS];              //  the log said so once
     za_shm_bell_t *bell;                        //  rung by a linked ps's whole replies
-    unsigned char *landing [ZA_ROLE_MAX_PS];    //  a whole reply's tensors, copied out
-    size_t landing_bytes [ZA_ROLE_MAX_PS];      //  of the ps's segment
+    int held_reply [ZA_ROLE_MAX_PS];            //  ps p's reply is read where it is, in
+                                                //  its segment, until the next call
     za_replica_t *replica;                      //  gradients; slots for the chief only
     const za_vars_t *vars;
     za_partition_t placement;
@@ -102,9 +102,8 @@ s_worker_destroy (s_worker_t **self_p)
     //  can the frames lent from our blocks all come back.
     for (int p = 0; p < self->ps_count; p++) {
         zsock_destroy (&self->dealers [p]);
-        za_shm_link_destroy (&self->links [p]);
+        za_shm_link_destroy (&self->links [p]);     //  (with a record it held)
         zmsg_destroy (&self->reply_msgs [p]);
-        za_free (self->landing [p]);
         if (p == self->ps_count - 1)
             za_shm_bell_destroy (&self->bell);
         za_free (self->slot_copies [p][0]);
@@ -470,37 +469,12 @@ s_send_to (s_worker_t *self, int p)
          : za_wire_send (self->dealers [p], NULL, self->out, &self->lease);
 }
 
-//  Points the reply of ps p, whose tensors are held in its segment, at
-//  copies in p's landing block (one copy, no allocation once it is big
-//  enough). Returns 0, or -1 with an error.
-static int
-s_land (s_worker_t *self, int p, za_wire_msg_t *reply)
-{
-    size_t bytes = 0;
-    for (int i = 0; i < reply->tensor_count; i++)
-        bytes += (reply->tensors [i].bytes + 63) & ~(size_t) 63;
-    if (bytes > self->landing_bytes [p]) {
-        za_free (self->landing [p]);
-        self->landing_bytes [p] = 0;
-        if (!(self->landing [p] = (unsigned char *) za_alloc (bytes)))
-            return za_error ("%s: out of memory for ps %d's reply", s_who (self), p);
-        self->landing_bytes [p] = bytes;
-    }
-    unsigned char *to = self->landing [p];
-    for (int i = 0; i < reply->tensor_count; i++) {
-        za_wire_tensor_t *tensor = &reply->tensors [i];
-        memcpy (to, tensor->data, tensor->bytes);
-        tensor->data = to;
-        to += (tensor->bytes + 63) & ~(size_t) 63;
-    }
-    return 0;
-}
-
 //  A message from ps p while we wait for the answers to `op`, its tensors in
 //  its frames (data NULL) or held in p's segment until za_shm_link_done (a
-//  whole message): a reply (counted off *missing), slots, a sign of life, or
-//  the ps's word that it cannot read our segment (the request goes again as
-//  frames). Takes *msg_p. Returns 0, or -1 with an error.
+//  whole message; a reply stays held there: held_reply): a reply (counted
+//  off *missing), slots, a sign of life, or the ps's word that it cannot
+//  read our segment (the request goes again as frames). Takes *msg_p.
+//  Returns 0, or -1 with an error.
 static int
 s_take_held (s_worker_t *self, za_op_t op, int p, zmsg_t **msg_p, int *missing,
              const void *const *data, const size_t *sizes, int count)
@@ -520,7 +494,7 @@ s_take_held (s_worker_t *self, za_op_t op, int p, zmsg_t **msg_p, int *missing,
     //  Decoded aside: a ps's slots are kept whatever we wait for; after
     //  p's reply anything more from p is only a sign of life (as is what
     //  fails to decode); a reply takes the place of p's (in place: its
-    //  tensors point into msg, or into p's landing block).
+    //  tensors point into msg, or into p's segment).
     if (data? za_wire_decode_payloads (msg, data, sizes, count, self->spare)
             : za_wire_decode (msg, self->spare)) {
         zmsg_destroy (&msg);
@@ -558,11 +532,9 @@ s_take_held (s_worker_t *self, za_op_t op, int p, zmsg_t **msg_p, int *missing,
         }
         s_lost_state_reply (self, reply);
     }
-    //  Kept past the record, which goes back to the ps now.
-    if (data && s_land (self, p, reply)) {
-        zmsg_destroy (&msg);
-        return -1;
-    }
+    //  A whole reply is read where it is: its record goes back to the ps at
+    //  the next call (s_let_go), and nothing more of p's is taken till then.
+    self->held_reply [p] = data != NULL;
     self->reply_msgs [p] = msg;
     (*missing)--;
     return 0;
@@ -580,12 +552,22 @@ s_take (s_worker_t *self, za_op_t op, int p, zmsg_t **msg_p, int *missing)
 //  x liveness is stopped, hung or being restarted (a supervisor restarts a
 //  hung ps): we say so once and wait on. Returns 0, or -1 with an error on
 //  the timeout or $TERM.
+//  Lets ps p's last reply go (and the record it was read from).
+static void
+s_let_go (s_worker_t *self, int p)
+{
+    zmsg_destroy (&self->reply_msgs [p]);
+    if (self->held_reply [p] && self->links [p])
+        za_shm_link_done (self->links [p]);
+    self->held_reply [p] = 0;
+}
+
 static int
 s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
 {
     self->seq++;
     for (int p = 0; p < self->ps_count; p++) {
-        zmsg_destroy (&self->reply_msgs [p]);
+        s_let_go (self, p);
         s_build (self, op, p);
         if (s_send_to (self, p))
             return za_error ("%s: cannot send %s to ps %d", s_who (self), za_op_name (op), p);
@@ -613,14 +595,15 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
                 const void *const *data;
                 const size_t *sizes;
                 int got, count;
-                while (rc == 0 && self->links [p]
+                while (rc == 0 && self->links [p] && !self->held_reply [p]
                        && (got = za_shm_link_take (self->links [p], &msg, &data, &sizes,
                                                    &count)) != 0) {
                     if (got < 0)
                         za_info ("%s: ps %d: %s", s_who (self), p, za_last_error ());
                     else
                         rc = s_take_held (self, op, p, &msg, &missing, data, sizes, count);
-                    za_shm_link_done (self->links [p]);
+                    if (!self->held_reply [p])
+                        za_shm_link_done (self->links [p]);
                 }
             }
             if (rc || missing == 0)
@@ -660,6 +643,13 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
             zmsg_t *msg = zmsg_recv (self->dealers [p]);
             if (!msg)
                 continue;
+            //  (While p's reply is held in its segment, what else p sends is
+            //  only a sign of life: its word waits for the next message.)
+            if (self->held_reply [p]) {
+                za_peer_heard (&self->peers [p], za_clock_mono ());
+                zmsg_destroy (&msg);
+                continue;
+            }
             if (self->links [p] && za_shm_link_receive (self->links [p], msg)) {
                 za_info ("%s: ps %d: %s", s_who (self), p, za_last_error ());
                 zmsg_destroy (&msg);

@@ -175,7 +175,6 @@ typedef struct {
     za_shm_link_t *link;                //  the ps on this host: tensors through shared
                                         //  memory, as a worker's (NULL: ZA_SHM_DISABLE=1)
     za_shm_bell_t *bell;                //  and its whole replies ring this
-    unsigned char *landing;             //  where a reply's tensors go from the segment
     zsock_t *to_echo, *to_touch;
     za_wire_msg_t *out, *in;
     za_wire_lease_t lease;
@@ -242,8 +241,9 @@ s_build_push (s_bench_t *self)
 }
 
 //  Decodes the reply (its tensors in its frames, or held in the link's
-//  record: copied out into self->landing, then the record goes back) and
-//  checks it is `expect` to our seq. Destroys *reply_p. Returns 0, or -1.
+//  record, read there until the next call, as a worker reads its reply)
+//  and checks it is `expect` to our seq. Destroys *reply_p. Returns 0, or
+//  -1.
 static int
 s_check_reply (s_bench_t *self, za_op_t expect, zmsg_t **reply_p, const void *const *data,
                const size_t *sizes, int count)
@@ -262,21 +262,13 @@ s_check_reply (s_bench_t *self, za_op_t expect, zmsg_t **reply_p, const void *co
     if (expect == ZA_OP_VALUES && self->in->tensor_count != self->part_count)
         rc = za_error ("values carries %d tensors, expected %d", self->in->tensor_count,
                        self->part_count);
-    else
-    if (data)
-        for (int i = 0, at = 0; i < self->in->tensor_count; i++) {
-            const za_wire_tensor_t *t = &self->in->tensors [i];
-            memcpy (self->landing + at, t->data, t->bytes);
-            at += (int) t->bytes;
-        }
     if (rc == 0 && expect == ZA_OP_VALUES && self->low)
         for (int i = 0, at = 0; i < self->in->tensor_count; i++) {
             const za_wire_tensor_t *t = &self->in->tensors [i];
-            za_bf16_to_f32 (data? (const uint16_t *) (self->landing + 2 * at)
-                                : (const uint16_t *) t->data, self->widened + at, t->bytes / 2);
+            za_bf16_to_f32 ((const uint16_t *) t->data, self->widened + at, t->bytes / 2);
             at += (int) (t->bytes / 2);
         }
-    if (data)
+    if (data && rc)
         za_shm_link_done (self->link);
     zmsg_destroy (reply_p);
     return rc;
@@ -286,6 +278,9 @@ s_check_reply (s_bench_t *self, za_op_t expect, zmsg_t **reply_p, const void *co
 static int
 s_call (s_bench_t *self, za_op_t expect)
 {
+    //  The last reply, read in place, goes back to the ps first.
+    if (self->link)
+        za_shm_link_done (self->link);
     if (self->link? za_shm_link_send (self->link, self->to_ps, NULL, self->out, &self->lease)
                   : za_wire_send (self->to_ps, NULL, self->out, &self->lease))
         return -1;
@@ -470,7 +465,6 @@ s_bench_destroy (s_bench_t *self)
     za_free (self->zeros);
     za_free (self->low);
     za_free (self->widened);
-    za_free (self->landing);
     free (self->header);
     free (self->in);
     free (self->out);
@@ -546,8 +540,7 @@ s_bench_start (s_bench_t *self, const za_model_fn_t *model_fn, const void *param
         return za_error ("cannot connect to %s", self->endpoint);
     if (za_shm_enabled () && !(self->link = za_shm_link_new (1, 2 * self->payload + 65536)))
         return -1;
-    if (self->link && (!(self->bell = za_shm_bell_new ())
-                       || !(self->landing = (unsigned char *) za_alloc (self->payload))))
+    if (self->link && !(self->bell = za_shm_bell_new ()))
         return -1;
     if (self->link)
         za_shm_link_set_bell (self->link, self->bell);
