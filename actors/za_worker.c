@@ -37,12 +37,13 @@ typedef struct {
     char who [32];                              //  "chief 0", "worker 2"
     int ps_count;
     zsock_t *dealers [ZA_ROLE_MAX_PS];
-    za_shm_link_t *links [ZA_ROLE_MAX_PS];      //  a ps on this host: tensors through
+    za_shm_link_t *links [ZA_ROLE_MAX_PS];      //  a ps on this host: messages through
                                                 //  shared memory (NULL: all as frames)
     int said_shm [ZA_ROLE_MAX_PS];              //  the log said so once
     za_shm_bell_t *bell;                        //  rung by a linked ps's whole replies
     int held_reply [ZA_ROLE_MAX_PS];            //  ps p's reply is read where it is, in
                                                 //  its segment, until the next call
+                                                //  (set only with reply_msgs [p])
     za_replica_t *replica;                      //  gradients; slots for the chief only
     const za_vars_t *vars;
     za_partition_t placement;
@@ -68,7 +69,8 @@ typedef struct {
     //  ps-sync, the chief: the step of the values the replica holds when every
     //  ps agreed on it (-1: none), and copies of each ps's latest two `slots`
     //  messages (PROTOCOL.md 9) since the last init, with their steps (-1:
-    //  none). Copies: the ps lends the frames, and waits for them back.
+    //  none). Copies: the ps lends the frames, and waits for them back (or the
+    //  record they came whole in goes back).
     int64_t state_step;
     float *slot_copies [ZA_ROLE_MAX_PS][2];
     int64_t slot_steps [ZA_ROLE_MAX_PS][2];
@@ -345,6 +347,7 @@ s_heartbeats (s_worker_t *self, za_op_t op, double now, double left)
                      "(%.0f s more)", s_who (self), p, self->config->ps_endpoints [p],
                      peer->beat.liveness, za_peer_silence (peer, now), za_op_name (op), left);
         if (za_peer_ping_due (peer, now)) {
+            //  (p has no reply yet, held or not: its message is free.)
             za_wire_msg_t *ping = self->replies [p];
             za_wire_msg_init (ping, ZA_OP_PING);
             ping->seq = 0;          //  requests count from 1: a pong is never a reply
@@ -497,6 +500,12 @@ s_take_held (s_worker_t *self, za_op_t op, int p, zmsg_t **msg_p, int *missing,
     //  tensors point into msg, or into p's segment).
     if (data? za_wire_decode_payloads (msg, data, sizes, count, self->spare)
             : za_wire_decode (msg, self->spare)) {
+        //  A whole message that does not decode: p's segment is refused.
+        if (data) {
+            za_info ("%s: ps %d: %s; its segment is refused", s_who (self), p,
+                     za_last_error ());
+            za_shm_link_refuse (self->links [p]);
+        }
         zmsg_destroy (&msg);
         return 0;
     }
@@ -547,11 +556,6 @@ s_take (s_worker_t *self, za_op_t op, int p, zmsg_t **msg_p, int *missing)
     return s_take_held (self, op, p, msg_p, missing, NULL, NULL, 0);
 }
 
-//  Sends `op` to every ps and waits for every answer (with our seq) into
-//  self->replies, at most timeout_secs. A ps silent for a heartbeat interval
-//  x liveness is stopped, hung or being restarted (a supervisor restarts a
-//  hung ps): we say so once and wait on. Returns 0, or -1 with an error on
-//  the timeout or $TERM.
 //  Lets ps p's last reply go (and the record it was read from).
 static void
 s_let_go (s_worker_t *self, int p)
@@ -562,6 +566,12 @@ s_let_go (s_worker_t *self, int p)
     self->held_reply [p] = 0;
 }
 
+//  Sends `op` to every ps and waits for every answer (with our seq) into
+//  self->replies, at most timeout_secs; their tensors are valid until the
+//  next call (a whole reply's are in the ps's segment till then). A ps
+//  silent for a heartbeat interval x liveness is stopped, hung or being
+//  restarted (a supervisor restarts a hung ps): we say so once and wait on.
+//  Returns 0, or -1 with an error on the timeout or $TERM.
 static int
 s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
 {
@@ -598,8 +608,13 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
                 while (rc == 0 && self->links [p] && !self->held_reply [p]
                        && (got = za_shm_link_take (self->links [p], &msg, &data, &sizes,
                                                    &count)) != 0) {
-                    if (got < 0)
-                        za_info ("%s: ps %d: %s", s_who (self), p, za_last_error ());
+                    if (got < 0) {
+                        //  Not sent again (a push is not idempotent): the
+                        //  call times out, saying which ps did not answer.
+                        za_info ("%s: ps %d: %s; its segment is refused", s_who (self), p,
+                                 za_last_error ());
+                        za_shm_link_refuse (self->links [p]);
+                    }
                     else
                         rc = s_take_held (self, op, p, &msg, &missing, data, sizes, count);
                     if (!self->held_reply [p])
@@ -643,11 +658,19 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
             zmsg_t *msg = zmsg_recv (self->dealers [p]);
             if (!msg)
                 continue;
-            //  (While p's reply is held in its segment, what else p sends is
-            //  only a sign of life: its word waits for the next message.)
+            //  While p's reply is held in its segment, its link is not
+            //  touched (a receive would let the record go): a message with
+            //  its frames is taken as ever (slots are kept; anything else
+            //  is a sign of life), one whose tensors are in a record waits
+            //  for nothing (its word, for the next message).
             if (self->held_reply [p]) {
-                za_peer_heard (&self->peers [p], za_clock_mono ());
-                zmsg_destroy (&msg);
+                uint64_t seq;
+                if (za_shm_link_names_record (msg, &seq)) {
+                    za_peer_heard (&self->peers [p], za_clock_mono ());
+                    zmsg_destroy (&msg);
+                }
+                else
+                    rc = s_take (self, op, p, &msg, &missing);
                 continue;
             }
             if (self->links [p] && za_shm_link_receive (self->links [p], msg)) {

@@ -26,7 +26,9 @@
 
     ZA_WIRE_DTYPE=bf16 in the environment: the job's --wire-dtype bf16 (the
     push carries the gradients' cast, made in the timed round trip as a
-    worker makes it; the values come back in bf16 and are widened).
+    worker makes it; the values come back in bf16 and are widened). Either
+    way the values received are copied out into a block, as a worker takes
+    them into its replica (and ps-lite's ZPull into the caller's array).
 
     The ps is on this host: the client's tensors and the ps's go through
     shared memory (za_shm_link.h) unless ZA_SHM_DISABLE=1.
@@ -167,7 +169,8 @@ typedef struct {
     size_t payload;                     //  bytes of one push (= one reply)
     float *grads;                       //  pushed
     uint16_t *low;                      //  ZA_WIRE_DTYPE=bf16: their cast
-    float *widened;                     //  and the values' widening
+    float *widened;                     //  the values, copied out (widened from bf16)
+                                        //  as a worker copies them into its replica
     float *zeros;                       //  the init values
     zactor_t *ps;
     zactor_t *echo, *touch;
@@ -262,11 +265,16 @@ s_check_reply (s_bench_t *self, za_op_t expect, zmsg_t **reply_p, const void *co
     if (expect == ZA_OP_VALUES && self->in->tensor_count != self->part_count)
         rc = za_error ("values carries %d tensors, expected %d", self->in->tensor_count,
                        self->part_count);
-    if (rc == 0 && expect == ZA_OP_VALUES && self->low)
+    //  The values go where a worker's replica would take them.
+    if (rc == 0 && expect == ZA_OP_VALUES)
         for (int i = 0, at = 0; i < self->in->tensor_count; i++) {
             const za_wire_tensor_t *t = &self->in->tensors [i];
-            za_bf16_to_f32 ((const uint16_t *) t->data, self->widened + at, t->bytes / 2);
-            at += (int) (t->bytes / 2);
+            size_t floats = t->bytes / za_dtype_size (t->dtype);
+            if (self->low)
+                za_bf16_to_f32 ((const uint16_t *) t->data, self->widened + at, floats);
+            else
+                memcpy (self->widened + at, t->data, t->bytes);
+            at += (int) floats;
         }
     if (data && rc)
         za_shm_link_done (self->link);
@@ -291,7 +299,7 @@ s_call (s_bench_t *self, za_op_t expect)
     while (!reply && rc == 0) {
         if (self->bell) {
             za_shm_bell_quiet (self->bell);
-            //  In place, then into a block of ours, as a worker keeps a reply.
+            //  Read in place, as a worker reads its reply.
             const void *const *data;
             const size_t *sizes;
             int count;
@@ -513,10 +521,10 @@ s_bench_start (s_bench_t *self, const za_model_fn_t *model_fn, const void *param
     if (dtype && streq (dtype, "bf16")) {
         config->wire_dtype = ZA_DTYPE_BF16;
         self->low = (uint16_t *) za_alloc (block / 2);
-        self->widened = (float *) za_alloc (block);
-        if (!self->low || !self->widened)
-            return -1;
     }
+    self->widened = (float *) za_alloc (block);
+    if ((dtype && streq (dtype, "bf16") && !self->low) || !self->widened)
+        return -1;
     s_codec_usecs (self, 1, &self->header_bytes);
     self->header = (char *) calloc (1, self->header_bytes? self->header_bytes: 1);
     if (!self->header_bytes || !self->header)

@@ -1,8 +1,11 @@
-/*  za_shm_link.c: a connection's tensors through shared memory, its headers
-    over ZeroMQ (za_shm_link.h).
+/*  za_shm_link.c: a connection's messages through shared memory
+    (za_shm_link.h).
 
-    A record holds one message's tensors: a table (the count, then each
-    tensor's bytes, as uint64) and the tensors' bytes one after the other. */
+    A record named by "at" holds one message's tensors (its header goes
+    over ZeroMQ): a table (the count, then each tensor's bytes, as uint64)
+    and the tensors' bytes one after the other. A whole record (dtype
+    LINK_WHOLE, read in order) holds the header as its first part, and each
+    tensor after it starts at a multiple of 64 bytes of the payload.      */
 #include "za/za_shm_link.h"
 #include "za/za_shm.h"
 #include "za/za_util.h"
@@ -485,7 +488,7 @@ za_shm_link_take (za_shm_link_t *self, zmsg_t **msg_p, const void *const **data,
         rc = za_error ("shm link: a whole message that names a record");
     if (rc) {
         zmsg_destroy (&msg);
-        za_shm_link_done (self);
+        za_shm_link_refuse (self);
         return -1;
     }
     *msg_p = msg;

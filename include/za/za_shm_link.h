@@ -1,6 +1,7 @@
 /*  za_shm_link.h: one ZeroMQ connection's same-host data path (a worker
-    and its ps): every message's header still goes over ZeroMQ, its tensors
-    through a shared-memory segment (za_shm.h) when both ends can.
+    and its ps): its tensors through a shared-memory segment (za_shm.h)
+    when both ends can, the header over ZeroMQ; or, with bells (below),
+    whole messages through the segment and nothing over ZeroMQ.
 
     Each end may have a segment of its own to send through. Every message
     an end sends carries its word (the header's "shm", PROTOCOL.md 3): its
@@ -42,9 +43,11 @@ za_shm_link_t *za_shm_link_new (int offers, size_t bytes);
 void za_shm_link_destroy (za_shm_link_t **self_p);
 
 //  Sends msg as za_wire_send does (the lease as there), with this end's
-//  word; its tensors through the segment when the peer reads it and they
-//  fit (then nothing is lent). msg is left as it was given. Returns 0, or
-//  -1 with an error.
+//  word: whole through the segment (nothing on sock) when the peer reads
+//  it, has a bell and it fits; else its tensors through the segment when
+//  the peer reads it and they fit (then nothing is lent), the header on
+//  sock; else as frames. msg is left as it was given. Returns 0, or -1
+//  with an error.
 int za_shm_link_send (za_shm_link_t *self, zsock_t *sock, zframe_t *routing_id,
                       za_wire_msg_t *msg, za_wire_lease_t *lease);
 
@@ -52,6 +55,7 @@ int za_shm_link_send (za_shm_link_t *self, zsock_t *sock, zframe_t *routing_id,
 //  yet decoded): maps the peer's segment when it offers a new one, and when
 //  the tensors came through it, appends them to msg as frames (copied; the
 //  record goes back at once), so that za_wire_decode reads msg as ever.
+//  (Any receive or take first lets go of a record held in place.)
 //  Returns 0 (msg is whole, or had no word), or -1 with an error: the
 //  tensors cannot be had, drop the message.
 int za_shm_link_receive (za_shm_link_t *self, zmsg_t *msg);
