@@ -282,6 +282,12 @@ za_shm_writev (za_shm_t *self, const za_shm_record_t *record, const struct iovec
 }
 
 int
+za_shm_fits (const za_shm_t *self, size_t bytes)
+{
+    return bytes <= self->bytes && s_round_up (SHM_LINE + bytes) <= self->bytes;
+}
+
+int
 za_shm_write (za_shm_t *self, const za_shm_record_t *record)
 {
     struct iovec part = {(void *) record->data, record->bytes};

@@ -161,6 +161,12 @@ s_write_tensors (za_shm_link_t *self, const za_wire_msg_t *msg, uint64_t *at)
     }
     parts [0].iov_base = table;
     parts [0].iov_len = (1 + (size_t) msg->tensor_count) * sizeof table [0];
+    //  A message larger than the segment goes as frames, quietly.
+    size_t bytes = 0;
+    for (int i = 0; i <= msg->tensor_count; i++)
+        bytes += parts [i].iov_len;
+    if (!za_shm_fits (self->out, bytes))
+        return 1;
     za_shm_record_t record = {.op = (int32_t) msg->op, .seq = msg->seq, .step = msg->step,
                               .task = msg->task};
     int rc = za_shm_writev (self->out, &record, parts, 1 + msg->tensor_count);
@@ -207,7 +213,8 @@ s_write_whole (za_shm_link_t *self, za_wire_msg_t *msg)
     }
     za_shm_record_t record = {.op = (int32_t) msg->op, .dtype = LINK_WHOLE, .seq = msg->seq,
                               .step = msg->step, .task = msg->task};
-    if (za_shm_writev (self->out, &record, parts, count))
+    //  A message larger than the segment goes as frames, quietly.
+    if (!za_shm_fits (self->out, at) || za_shm_writev (self->out, &record, parts, count))
         return 1;
     self->whole = 1;
     if (za_shm_bell_ring (self->peer_bell) == 0)

@@ -387,6 +387,40 @@ Test (shm_link, with_bells_whole_messages_go_through_shared_memory)
     s_pair_destroy (&p);
 }
 
+//  A message larger than the sender's segment goes as frames, with no error
+//  (the next small one goes whole again).
+Test (shm_link, a_message_larger_than_the_segment_goes_as_frames_quietly)
+{
+    s_pair_t p;
+    s_pair_make (&p);
+    za_shm_link_destroy (&p.worker);
+    p.worker = za_shm_link_new (1, 65536);
+    cr_assert_not_null (p.worker);
+    s_pair_ring (&p);
+    s_pass_rung (&p, 1, 1);
+    s_pass_rung (&p, 0, 2);
+    cr_assert_eq (s_pass_rung (&p, 1, 3), 0, "20 KB: whole");
+    static float big [20000];
+    za_wire_msg_init (p.msg, ZA_OP_PUSH);
+    int64_t shape [1] = {20000};
+    za_wire_msg_add (p.msg, "w", ZA_DTYPE_F32, 1, shape, big);
+    za_error_clear ();
+    cr_assert_eq (za_shm_link_send (p.worker, p.dealer, NULL, p.msg, &p.lease), 0);
+    cr_expect_str_eq (za_last_error (), "", "an error for a message that only goes as frames");
+    za_wire_lease_wait (&p.lease);
+    zmsg_t *msg = zmsg_recv (p.router);
+    cr_assert_not_null (msg, "80 KB: over ZeroMQ");
+    zframe_destroy (&p.id);
+    p.id = zmsg_pop (msg);
+    cr_expect_eq (zmsg_size (msg), 2, "the header and its frame");
+    cr_assert_eq (za_shm_link_receive (p.ps, msg), 0, "%s", za_last_error ());
+    cr_assert_eq (za_wire_decode (msg, p.msg), 0, "%s", za_last_error ());
+    cr_expect_eq (p.msg->tensors [0].bytes, sizeof big);
+    zmsg_destroy (&msg);
+    cr_expect_eq (s_pass_rung (&p, 1, 4), 0, "whole again");
+    s_pair_destroy (&p);
+}
+
 //  A reader gone (its bell's pipe has no reader): the ring fails without a
 //  SIGPIPE and the message goes as frames; its next life, a new link on
 //  the same segment, reads none of what was written for the earlier one.

@@ -75,6 +75,9 @@ void za_shm_nonce (const za_shm_t *self, char *hex);
 //  an error when it can never fit.
 int za_shm_write (za_shm_t *self, const za_shm_record_t *record);
 
+//  1 when a record of `bytes` of payload can fit the segment at all (when
+//  it is empty), 0 when za_shm_write would say it never can.
+int za_shm_fits (const za_shm_t *self, size_t bytes);
 //  The same, the payload gathered from `count` parts (record->data and
 //  record->bytes are not read).
 int za_shm_writev (za_shm_t *self, const za_shm_record_t *record, const struct iovec *parts,
