@@ -661,19 +661,16 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
             //  While p's reply is held in its segment, its link is not
             //  touched (a receive would let the record go): a message with
             //  its frames is taken as ever (slots are kept; anything else
-            //  is a sign of life), one whose tensors are in a record waits
-            //  for nothing (its word, for the next message).
-            if (self->held_reply [p]) {
-                uint64_t seq;
-                if (za_shm_link_names_record (msg, &seq)) {
-                    za_peer_heard (&self->peers [p], za_clock_mono ());
-                    zmsg_destroy (&msg);
-                }
-                else
-                    rc = s_take (self, op, p, &msg, &missing);
+            //  is a sign of life), one whose tensors are in a record is a
+            //  sign of life only (its word waits for the next message).
+            uint64_t seq;
+            if (self->held_reply [p] && za_shm_link_names_record (msg, &seq)) {
+                za_peer_heard (&self->peers [p], za_clock_mono ());
+                zmsg_destroy (&msg);
                 continue;
             }
-            if (self->links [p] && za_shm_link_receive (self->links [p], msg)) {
+            if (self->links [p] && !self->held_reply [p]
+                && za_shm_link_receive (self->links [p], msg)) {
                 za_info ("%s: ps %d: %s", s_who (self), p, za_last_error ());
                 zmsg_destroy (&msg);
                 continue;

@@ -241,6 +241,12 @@ s_futex (_Atomic uint32_t *word, int op, uint32_t value, const struct timespec *
 }
 
 int
+za_shm_fits (const za_shm_t *self, size_t bytes)
+{
+    return bytes <= self->bytes && s_round_up (SHM_LINE + bytes) <= self->bytes;
+}
+
+int
 za_shm_writev (za_shm_t *self, const za_shm_record_t *record, const struct iovec *parts,
                int count)
 {
@@ -248,7 +254,7 @@ za_shm_writev (za_shm_t *self, const za_shm_record_t *record, const struct iovec
     for (int i = 0; i < count; i++)
         bytes += parts [i].iov_len;
     uint64_t length = s_round_up (SHM_LINE + bytes);
-    if (length > self->bytes)
+    if (!za_shm_fits (self, bytes))
         return za_error ("shm: a record of %" PRIu64 " bytes in a segment of %" PRIu64, bytes,
                          self->bytes);
     shm_header_t *header = self->header;
@@ -279,12 +285,6 @@ za_shm_writev (za_shm_t *self, const za_shm_record_t *record, const struct iovec
     if (atomic_load_explicit (&header->sleeping, memory_order_seq_cst))
         s_futex (&header->published, FUTEX_WAKE, 1, NULL);
     return 0;
-}
-
-int
-za_shm_fits (const za_shm_t *self, size_t bytes)
-{
-    return bytes <= self->bytes && s_round_up (SHM_LINE + bytes) <= self->bytes;
 }
 
 int

@@ -32,6 +32,11 @@ struct _za_shm_link_t {
     char failed_nonce [33];         //  a segment that could not be mapped: not tried again
     int task;
     char word [ZA_WIRE_MAX_SHM_BYTES];
+    //  The word's start while our segment and bell stay: the offer and the
+    //  bell, unclosed (made once, not for every message).
+    char prefix [ZA_SHM_OFFER_MAX + 32];
+    size_t prefix_len;
+    int prefix_made;
     za_shm_bell_t *bell;            //  ours (the caller's), offered in the word
     int peer_bell;                  //  the peer's, opened (-1: none)
     long peer_bell_pid;             //  whose, and its number there
@@ -66,7 +71,32 @@ s_make_segment (za_shm_link_t *self, size_t bytes)
         return -1;
     za_shm_nonce (self->out, self->out_nonce);
     self->peer_reads = 0;
+    self->prefix_made = 0;
     return 0;
+}
+
+//  Makes self->prefix: our segment's offer (without its '}') and our bell.
+static void
+s_make_prefix (za_shm_link_t *self)
+{
+    size_t len = 0;
+    if (self->out) {
+        char offer [ZA_SHM_OFFER_MAX];
+        size_t offer_len = za_shm_offer (self->out, offer);
+        if (offer_len > 1) {
+            memcpy (self->prefix, offer, offer_len - 1);
+            len = offer_len - 1;
+        }
+    }
+    if (self->bell) {
+        if (!len)
+            len = (size_t) snprintf (self->prefix, sizeof self->prefix, "{\"pid\":%ld",
+                                     (long) getpid ());
+        len += (size_t) snprintf (self->prefix + len, sizeof self->prefix - len,
+                                  ",\"bell\":%d", za_shm_bell_offer_fd (self->bell));
+    }
+    self->prefix_len = len;
+    self->prefix_made = 1;
 }
 
 za_shm_link_t *
@@ -125,6 +155,7 @@ void
 za_shm_link_set_bell (za_shm_link_t *self, za_shm_bell_t *bell)
 {
     self->bell = bell;
+    self->prefix_made = 0;
 }
 
 int
@@ -242,22 +273,10 @@ za_shm_link_send (za_shm_link_t *self, zsock_t *sock, zframe_t *routing_id,
         if (s_make_segment (self, bytes < ZA_SHM_DEFAULT_BYTES? ZA_SHM_DEFAULT_BYTES: bytes))
             za_info ("shm link: %s; tensors go as frames", za_last_error ());
     }
-    size_t len = 0;
-    char offer [ZA_SHM_OFFER_MAX];
-    if (self->out) {
-        size_t offer_len = za_shm_offer (self->out, offer);
-        if (offer_len > 1) {
-            memcpy (self->word, offer, offer_len - 1);      //  without its '}'
-            len = offer_len - 1;
-        }
-    }
-    if (self->bell) {
-        if (!len)
-            len = (size_t) snprintf (self->word, sizeof self->word, "{\"pid\":%ld",
-                                     (long) getpid ());
-        len += (size_t) snprintf (self->word + len, sizeof self->word - len, ",\"bell\":%d",
-                                  za_shm_bell_offer_fd (self->bell));
-    }
+    if (!self->prefix_made)
+        s_make_prefix (self);
+    size_t len = self->prefix_len;
+    memcpy (self->word, self->prefix, len);
     if (self->in)
         len += (size_t) snprintf (self->word + len, sizeof self->word - len, "%s\"ok\":\"%s\"",
                                   len? ",": "{", self->in_nonce);
