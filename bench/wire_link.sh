@@ -7,7 +7,8 @@
 #  all-reduce, at 365 KiB and 16 MiB. Then the ps's push+reply round trip
 #  (bench_wire: a ps actor and a worker-like client) in a third namespace
 #  whose loopback is shaped to RATE: a push and its reply go one after the
-#  other, so one shaped device stands for the link both ways.
+#  other, so one shaped device stands for the link both ways (ZA_SHM_DISABLE:
+#  on one host the two would share memory and leave the link unused).
 #  Usage: bench/wire_link.sh [BUILD] [RATE] [ROUNDS] [ITERS]   (RATE: 10gbit)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -53,7 +54,7 @@ for bytes in 373760 16777216; do
 done
 printf '%-10s %12s %12s %10s\n' ps_push fp32_us bf16_us bf16/fp32
 ps_rt () {
-    ip netns exec "$c" env ZA_WIRE_DTYPE="$1" "$build/bench_wire" 3 0.3 "$2" 2>/dev/null \
+    ip netns exec "$c" env ZA_WIRE_DTYPE="$1" ZA_SHM_DISABLE=1 "$build/bench_wire" 3 0.3 "$2" 2>/dev/null \
         | grep '^wire' | sed -nE 's/.*zactor_rt_s=([0-9.]+).*/\1/p' | head -1 \
         | awk '{printf "%.1f\n", 1e6 / $1}'
 }

@@ -990,14 +990,16 @@ s_mod (int a, int n)
 //  Sends data [0..len) of an all-reduce: as it is, or its bf16 cast in
 //  the staging half `half` (0: the reduce phase, 1: the gather) at `at`,
 //  where it stays until the call's end (each position goes once a phase).
+//  The gather's values are bf16 already: their half holds them (`cast`).
 static int
 s_send_chunk (za_ring_t *self, int64_t round, const float *data, size_t len, size_t n,
-              int half, size_t at)
+              int half, size_t at, int cast)
 {
     if (self->config.wire_dtype != ZA_DTYPE_BF16)
         return s_send (self, ZA_OP_RING, round, data, ZA_DTYPE_F32, len);
     uint16_t *low = self->low + (size_t) half * n + at;
-    za_f32_to_bf16 (data, low, len);
+    if (!cast)
+        za_f32_to_bf16 (data, low, len);
     return s_send (self, ZA_OP_RING, round, low, ZA_DTYPE_BF16, len);
 }
 
@@ -1081,11 +1083,7 @@ s_allreduce_whole (za_ring_t *self, float *data, size_t n, int64_t round, za_dty
         data [i] = sum / (float) size;
     }
     if (dtype == ZA_DTYPE_BF16)
-        for (size_t i = 0; i < n; i++) {
-            uint16_t half;
-            za_f32_to_bf16 (data + i, &half, 1);
-            za_bf16_to_f32 (&half, data + i, 1);
-        }
+        za_bf16_round (data, n);
     return s_drain (self);
 }
 
@@ -1117,7 +1115,7 @@ s_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
     s_segment (n, size, rank, &begin, &count);
     for (size_t at = 0; at < count; at += chunk)
         if (s_send_chunk (self, round, data + begin + at,
-                          count - at < chunk? count - at: chunk, n, 0, begin + at))
+                          count - at < chunk? count - at: chunk, n, 0, begin + at, 0))
             return -1;
     int hops = 2 * (size - 1);
     for (int hop = 0; hop < hops; hop++) {
@@ -1156,13 +1154,19 @@ s_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
                 }
             }
             else
-            if (dtype == ZA_DTYPE_BF16)
-                za_bf16_to_f32 (from, to, len);
+            if (dtype == ZA_DTYPE_BF16) {
+                //  Kept as it came for the next rank (if any), and widened for us.
+                const void *low = from;
+                if (hop < hops - 1)
+                    low = memcpy (self->low + n + begin + at, from, len * sizeof (uint16_t));
+                za_bf16_to_f32 (low, to, len);
+            }
             else
                 memcpy (to, from, len * sizeof (float));
             s_release (self);
             if (hop < hops - 1
-                && s_send_chunk (self, round, to, len, n, hop >= size - 2, begin + at))
+                && s_send_chunk (self, round, to, len, n, hop >= size - 2, begin + at,
+                                 hop >= size - 2))
                 return -1;
         }
     }

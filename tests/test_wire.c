@@ -1256,6 +1256,80 @@ Test (wire, bf16_casts_round_to_nearest_even)
     cr_expect (isinf (back [4]) && isnan (back [7]));
 }
 
+//  The cast's vector loops (AVX512-BF16 where the CPU has it, AVX2) give
+//  the bits of the formula, for every kind of float: the ring's ranks must
+//  round alike whatever CPU each runs on. Normal values with a subnormal,
+//  a NaN or an infinity now and then, at every length and alignment near a
+//  block's, then random bits (all kinds mixed in one block).
+static uint16_t
+s_bf16_by_hand (float x)
+{
+    uint32_t u;
+    memcpy (&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t) ((u >> 16) | 0x40u);
+    return (uint16_t) ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static void
+s_casts_agree (void)
+{
+    enum { N = 4096 };
+    float *in = (float *) malloc ((N + 1) * sizeof (float));
+    uint16_t *out = (uint16_t *) malloc ((N + 1) * sizeof (uint16_t));
+    cr_assert (in && out);
+    uint32_t state = 12345;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i <= N; i++) {
+            state = state * 1664525u + 1013904223u;
+            uint32_t bits = state ^ (state >> 13);
+            if (pass == 0) {
+                float x = (float) (int32_t) bits * 0x1p-40f;
+                int kind = (int) (bits % 97);
+                if (kind == 0)
+                    x = 0x1p-133f * (float) (1 + bits % 127);      //  a subnormal
+                else if (kind == 1)
+                    x = (bits & 1)? INFINITY: -NAN;
+                in [i] = x;
+            }
+            else
+                memcpy (&in [i], &bits, sizeof bits);
+        }
+        for (size_t n = 0; n <= 70; n++)
+            for (size_t at = 0; at < 2; at++) {
+                za_f32_to_bf16 (in + at, out + at, n);
+                for (size_t i = 0; i < n; i++)
+                    cr_assert_eq (out [at + i], s_bf16_by_hand (in [at + i]),
+                                  "pass %d, n %zu, at %zu, value %zu (%a): 0x%04x", pass, n, at,
+                                  i, (double) in [at + i], out [at + i]);
+            }
+        za_f32_to_bf16 (in + 1, out + 1, N);
+        for (size_t i = 1; i <= N; i++)
+            cr_assert_eq (out [i], s_bf16_by_hand (in [i]), "pass %d, value %zu", pass, i);
+    }
+    //  Rounding in place is the cast and back.
+    float round [3] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 0x1p-130f * 3};
+    za_bf16_round (round, 3);
+    cr_expect_eq (round [0], 1.0f);
+    cr_expect_eq (round [1], 1.0f + 0x1p-6f);
+    cr_expect_eq (round [2], 0x1p-130f * 3, "a subnormal bf16 has it exactly");
+    free (in);
+    free (out);
+}
+
+Test (wire, bf16_casts_vector_loops_agree)
+{
+    s_casts_agree ();
+}
+
+//  The same on the AVX2 loop: DNNL_MAX_CPU_ISA below AVX512_CORE_BF16 keeps
+//  the casts off AVX512-BF16 (read once, at the first cast of a process).
+Test (wire, bf16_casts_avx2_loop_agrees)
+{
+    setenv ("DNNL_MAX_CPU_ISA", "AVX512_CORE", 1);
+    s_casts_agree ();
+}
+
 Test (wire, decode_rejects_bad_shapes)
 {
     s_header_t header;

@@ -27,6 +27,9 @@ za_dtype_size (za_dtype_t dtype)
 void za_f32_to_bf16 (const float *from, uint16_t *to, size_t n);
 void za_bf16_to_f32 (const void *from, float *to, size_t n);
 
+//  Rounds n floats in place to their nearest bf16 (the cast and back).
+void za_bf16_round (float *data, size_t n);
+
 //  The float of the bf16 at `at` (maybe unaligned), for loops that use each
 //  value once (a sum) rather than widen a block first.
 static inline float
