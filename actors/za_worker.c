@@ -1129,6 +1129,32 @@ s_offer (s_worker_t *self)
     za_wire_lease_wait (&self->lease);
 }
 
+//  Why the chief (ps-sync) cannot give every ps the state of the step it is
+//  at: into why, for the log that says it reloads a checkpoint instead.
+static void
+s_why_no_state (s_worker_t *self, char *why, size_t size)
+{
+    *why = 0;
+    if (!self->config->is_chief || !s_keeps_state (self))
+        return;
+    int64_t step = self->global_step;
+    if (self->state_step < 0 || self->state_step != step) {
+        snprintf (why, size, " (the chief holds no whole state of step %" PRId64 ")", step);
+        return;
+    }
+    for (int p = 0; p < self->ps_count; p++) {
+        int64_t newest = self->slot_steps [p][0];
+        if (newest == step || self->slot_steps [p][1] == step)
+            continue;
+        if (newest < 0)
+            snprintf (why, size, " (ps %d sent no slots since its init)", p);
+        else
+            snprintf (why, size, " (ps %d's slots of step %" PRId64 " did not come; its newest "
+                      "are of step %" PRId64 ")", p, step, newest);
+        return;
+    }
+}
+
 //  A ps lost its state: it answered not_ready, so it was restarted (by a
 //  supervisor or by hand, at the same endpoint). The chief brings every ps
 //  back to one consistent state: under ps-async without going back
@@ -1172,6 +1198,8 @@ s_recover (s_worker_t *self)
     if (self->config->is_chief) {
         int restored;
         int64_t step = 0;
+        char why [160];
+        s_why_no_state (self, why, sizeof why);
         if (s_call_all (self, ZA_OP_RELEASE)
             || za_replica_restore_newest (self->replica, self->config->run.model_dir,
                                           &restored, &step))
@@ -1180,9 +1208,9 @@ s_recover (s_worker_t *self)
         if (!restored)
             step = self->global_step;
         za_info ("chief: ps %d lost its state (restarted?): reloading step %" PRId64
-                 " from %s into all %d ps", lost, step,
+                 " from %s into all %d ps%s", lost, step,
                  restored? self->config->run.model_dir: "the chief's newest values",
-                 self->ps_count);
+                 self->ps_count, why);
         if (s_init_all (self, step))
             return -1;
         self->hooks.saver.last_saved = restored? step: -1;
