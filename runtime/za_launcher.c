@@ -8,6 +8,7 @@
 #include "za/za_broker.h"
 #include "za/za_early_stop.h"
 #include "za/za_process.h"
+#include "za/za_shm.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -524,6 +525,10 @@ za_launcher_run_local (const za_program_t *program, za_options_t *options, za_se
                   "--evaluators 1");
         return ZA_EXIT_USAGE;
     }
+    if (s->wire_dtype && streq (s->wire_dtype, "bf16") && za_shm_enabled ())
+        za_info ("--wire-dtype bf16: the tasks of one host pass tensors through shared "
+                 "memory, where bf16 saves no time (it pays across links: "
+                 "docs/precision.md)");
     s_local_t self_data, *self = &self_data;
     memset (self, 0, sizeof *self);
     self->settings = s;

@@ -189,7 +189,9 @@ static const za_option_t s_options [] = {
                "what gradients and values travel as: fp32, or bf16 (half the\n"
                "bytes, as Horovod's compression): pushes to the ps and the values\n"
                "it returns, and the all-reduce ring's chunks; sums and the\n"
-               "optimizer stay fp32. Every task of a job must agree"),
+               "optimizer stay fp32. Every task of a job must agree. It pays\n"
+               "across links; tasks on one host share memory, where fp32 is\n"
+               "as fast"),
     ZA_OPTION ("bucket-kib", T_INT, bucket_kib, "N", "0", 0, 1 << 20, NULL, R_TRAIN, JOB, 0,
                NULL,
                "allreduce: the gradients go round the ring in buckets of whole\n"
