@@ -1135,16 +1135,17 @@ static void
 s_why_no_state (s_worker_t *self, char *why, size_t size)
 {
     *why = 0;
-    if (!self->config->is_chief || !s_keeps_state (self))
+    if (!self->config->is_chief || self->config->strategy != ZA_STRATEGY_PS_SYNC)
         return;
     int64_t step = self->global_step;
     if (self->state_step < 0 || self->state_step != step) {
         snprintf (why, size, " (the chief holds no whole state of step %" PRId64 ")", step);
         return;
     }
-    for (int p = 0; p < self->ps_count; p++) {
-        int64_t newest = self->slot_steps [p][0];
-        if (newest == step || self->slot_steps [p][1] == step)
+    for (int p = 0; p < self->ps_count && s_keeps_state (self); p++) {
+        int64_t newest = self->slot_steps [p][0] > self->slot_steps [p][1]
+                       ? self->slot_steps [p][0]: self->slot_steps [p][1];
+        if (self->slot_steps [p][0] == step || self->slot_steps [p][1] == step)
             continue;
         if (newest < 0)
             snprintf (why, size, " (ps %d sent no slots since its init)", p);

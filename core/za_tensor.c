@@ -90,8 +90,9 @@ s_to_bf16_avx2 (const float *from, uint16_t *to, size_t n)
     return i;
 }
 
-//  Whether to use AVX512-BF16: the CPU has it and DNNL_MAX_CPU_ISA, which
-//  makes oneDNN answer as a CPU without bf16, does not say otherwise (the
+//  Whether to use AVX512-BF16: the CPU has it and ONEDNN_MAX_CPU_ISA (or
+//  DNNL_MAX_CPU_ISA), which makes oneDNN answer as a CPU without bf16, does
+//  not say otherwise (the
 //  same setting then keeps these casts off it too, and the tests reach the
 //  AVX2 loop on a CPU that has both). Asked once a process: 1 yes, 0 no.
 static int
@@ -101,7 +102,9 @@ s_use_avx512_bf16 (void)
     int known = __atomic_load_n (&answer, __ATOMIC_RELAXED);
     if (known >= 0)
         return known;
-    const char *isa = getenv ("DNNL_MAX_CPU_ISA");
+    const char *isa = getenv ("ONEDNN_MAX_CPU_ISA");
+    if (!isa || !*isa)
+        isa = getenv ("DNNL_MAX_CPU_ISA");
     if (!isa || !*isa)
         isa = "ALL";
     char name [64];
@@ -136,12 +139,14 @@ za_bf16_to_f32 (const void *from, float *to, size_t n)
         to [i] = za_bf16_load (bytes + 2 * i);
 }
 
+#define S_ROUND_BLOCK 1024
+
 void
 za_bf16_round (float *data, size_t n)
 {
-    uint16_t half [1024];
-    for (size_t at = 0; at < n; at += 1024) {
-        size_t len = n - at < 1024? n - at: 1024;
+    uint16_t half [S_ROUND_BLOCK];
+    for (size_t at = 0; at < n; at += S_ROUND_BLOCK) {
+        size_t len = n - at < S_ROUND_BLOCK? n - at: S_ROUND_BLOCK;
         za_f32_to_bf16 (data + at, half, len);
         za_bf16_to_f32 (half, data + at, len);
     }

@@ -990,15 +990,16 @@ s_mod (int a, int n)
 //  Sends data [0..len) of an all-reduce: as it is, or its bf16 cast in
 //  the staging half `half` (0: the reduce phase, 1: the gather) at `at`,
 //  where it stays until the call's end (each position goes once a phase).
-//  The gather's values are bf16 already: their half holds them (`cast`).
+//  With `staged` the bf16 is there already (the mean a rank rounded, what
+//  the gather received): it goes as it is.
 static int
 s_send_chunk (za_ring_t *self, int64_t round, const float *data, size_t len, size_t n,
-              int half, size_t at, int cast)
+              int half, size_t at, int staged)
 {
     if (self->config.wire_dtype != ZA_DTYPE_BF16)
         return s_send (self, ZA_OP_RING, round, data, ZA_DTYPE_F32, len);
     uint16_t *low = self->low + (size_t) half * n + at;
-    if (!cast)
+    if (!staged)
         za_f32_to_bf16 (data, low, len);
     return s_send (self, ZA_OP_RING, round, low, ZA_DTYPE_BF16, len);
 }

@@ -1274,38 +1274,51 @@ s_bf16_by_hand (float x)
 static void
 s_casts_agree (void)
 {
+    //  The edge of each rule: ties (to even, either way), rounding up into
+    //  infinity, -0, infinities, NaNs whose payload is in the low half
+    //  only, quiet or not, and subnormal ties.
+    static const uint32_t edges [] = {
+        0x3f808000, 0x3f818000, 0x3f808001, 0x7f7fffff, 0x7f7f8000, 0xff7f8000, 0x80000000,
+        0x00000000, 0x7f800000, 0xff800000, 0x7f800001, 0xff800001, 0x7fbfffff, 0x7fc00000,
+        0x00008000, 0x00018000, 0x807fffff, 0x00000001, 0x80008000, 0x3f7fffff};
+    const int edge_count = (int) (sizeof edges / sizeof edges [0]);
     enum { N = 4096 };
     float *in = (float *) malloc ((N + 1) * sizeof (float));
-    uint16_t *out = (uint16_t *) malloc ((N + 1) * sizeof (uint16_t));
+    uint16_t *out = (uint16_t *) malloc ((N + 2) * sizeof (uint16_t));
     cr_assert (in && out);
     uint32_t state = 12345;
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 3; pass++) {
         for (int i = 0; i <= N; i++) {
             state = state * 1664525u + 1013904223u;
             uint32_t bits = state ^ (state >> 13);
-            if (pass == 0) {
-                float x = (float) (int32_t) bits * 0x1p-40f;
-                int kind = (int) (bits % 97);
-                if (kind == 0)
-                    x = 0x1p-133f * (float) (1 + bits % 127);      //  a subnormal
-                else if (kind == 1)
-                    x = (bits & 1)? INFINITY: -NAN;
-                in [i] = x;
-            }
-            else
-                memcpy (&in [i], &bits, sizeof bits);
+            float x = (float) (int32_t) bits * 0x1p-40f;
+            int kind = (int) (bits % 97);
+            if (pass == 0 && kind == 0)
+                x = 0x1p-133f * (float) (1 + bits % 127);      //  a subnormal
+            else if (pass == 0 && kind == 1)
+                x = (bits & 1)? INFINITY: -NAN;
+            else if (pass == 1)
+                memcpy (&x, &bits, sizeof x);
+            else if (pass == 2 && i % 3)                       //  edges in every block
+                memcpy (&x, &edges [(i / 3) % edge_count], sizeof x);
+            in [i] = x;
         }
+        //  Every value written, and none past n (out starts all ones).
         for (size_t n = 0; n <= 70; n++)
             for (size_t at = 0; at < 2; at++) {
+                memset (out, 0xff, (N + 2) * sizeof (uint16_t));
                 za_f32_to_bf16 (in + at, out + at, n);
                 for (size_t i = 0; i < n; i++)
                     cr_assert_eq (out [at + i], s_bf16_by_hand (in [at + i]),
                                   "pass %d, n %zu, at %zu, value %zu (%a): 0x%04x", pass, n, at,
                                   i, (double) in [at + i], out [at + i]);
+                cr_assert_eq (out [at + n], 0xffff, "pass %d, n %zu: written past n", pass, n);
             }
+        memset (out, 0xff, (N + 2) * sizeof (uint16_t));
         za_f32_to_bf16 (in + 1, out + 1, N);
         for (size_t i = 1; i <= N; i++)
             cr_assert_eq (out [i], s_bf16_by_hand (in [i]), "pass %d, value %zu", pass, i);
+        cr_assert_eq (out [N + 1], 0xffff, "pass %d: written past N", pass);
     }
     //  Rounding in place is the cast and back.
     float round [3] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 0x1p-130f * 3};
@@ -1326,6 +1339,7 @@ Test (wire, bf16_casts_vector_loops_agree)
 //  the casts off AVX512-BF16 (read once, at the first cast of a process).
 Test (wire, bf16_casts_avx2_loop_agrees)
 {
+    unsetenv ("ONEDNN_MAX_CPU_ISA");
     setenv ("DNNL_MAX_CPU_ISA", "AVX512_CORE", 1);
     s_casts_agree ();
 }
