@@ -4,6 +4,7 @@
 #include "za/za_tensor.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined (__x86_64__) && defined (__AVX2__)
@@ -108,10 +109,9 @@ s_use_avx512_bf16 (void)
     if (!isa || !*isa)
         isa = "ALL";
     char name [64];
-    size_t length = 0;
-    for (; isa [length] && length < sizeof name - 1; length++)
-        name [length] = (char) toupper ((unsigned char) isa [length]);
-    name [length] = 0;
+    snprintf (name, sizeof name, "%s", isa);
+    for (char *c = name; *c; c++)
+        *c = (char) toupper ((unsigned char) *c);
     int allowed = strcmp (name, "ALL") == 0 || strstr (name, "BF16") || strstr (name, "AMX")
                || strstr (name, "FP16") || strncmp (name, "AVX10", 5) == 0;
     known = allowed && __builtin_cpu_supports ("avx512bf16");
