@@ -1411,17 +1411,12 @@ s_on_bell (s_ps_t *self, double now)
             int got = za_shm_link_take (link, &msg, &held, &sizes, &count);
             if (got == 0)
                 break;
-            if (got < 0) {
-                self->dropped++;
-                if (self->dropped <= MAX_LOGGED_DROPS)
-                    za_info ("ps %d: dropped a bad message (%" PRIu64 " so far): %s",
-                             self->config->ps_index, self->dropped, za_last_error ());
-                s_refuse_whole (self, link);
-                break;
-            }
+            //  (One that cannot be had is dropped there, and refused.)
             zframe_t *routing_id = zframe_dup (za_shm_link_route (link));
             s_on_message (self, routing_id, peer, link, &msg, got, held, sizes, count, 1, now);
             zframe_destroy (&routing_id);
+            if (got < 0)
+                break;
         }
     }
     zlistx_destroy (&keys);

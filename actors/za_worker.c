@@ -106,12 +106,11 @@ s_worker_destroy (s_worker_t **self_p)
         zsock_destroy (&self->dealers [p]);
         za_shm_link_destroy (&self->links [p]);     //  (with a record it held)
         zmsg_destroy (&self->reply_msgs [p]);
-        if (p == self->ps_count - 1)
-            za_shm_bell_destroy (&self->bell);
         za_free (self->slot_copies [p][0]);
         za_free (self->slot_copies [p][1]);
         free (self->replies [p]);
     }
+    za_shm_bell_destroy (&self->bell);
     free (self->spare);
     za_wire_lease_wait (&self->lease);
     za_free (self->low_grads);
@@ -434,6 +433,13 @@ s_forget_slots (s_worker_t *self)
         self->slot_steps [p][0] = self->slot_steps [p][1] = -1;
 }
 
+//  Which of ps p's two slot copies holds `step`'s (0, 1), or -1: neither.
+static int
+s_slot_copy_of (const s_worker_t *self, int p, int64_t step)
+{
+    return self->slot_steps [p][0] == step? 0: self->slot_steps [p][1] == step? 1: -1;
+}
+
 //  Copies every ps's slots of `step` into the replica, all or none. Returns
 //  0, or -1 when a ps's are missing.
 static int
@@ -443,7 +449,7 @@ s_restore_slots (s_worker_t *self, int64_t step)
         return 0;
     int which [ZA_ROLE_MAX_PS];
     for (int p = 0; p < self->ps_count; p++) {
-        which [p] = self->slot_steps [p][0] == step? 0: self->slot_steps [p][1] == step? 1: -1;
+        which [p] = s_slot_copy_of (self, p, step);
         if (which [p] < 0)
             return -1;
     }
@@ -470,6 +476,15 @@ s_send_to (s_worker_t *self, int p)
     return self->links [p]
          ? za_shm_link_send (self->links [p], self->dealers [p], NULL, self->out, &self->lease)
          : za_wire_send (self->dealers [p], NULL, self->out, &self->lease);
+}
+
+//  A whole message in ps p's segment that cannot be used: says so and
+//  refuses the segment (the ps then sends frames).
+static void
+s_refuse_segment (s_worker_t *self, int p)
+{
+    za_info ("%s: ps %d: %s; its segment is refused", s_who (self), p, za_last_error ());
+    za_shm_link_refuse (self->links [p]);
 }
 
 //  A message from ps p while we wait for the answers to `op`, its tensors in
@@ -501,11 +516,8 @@ s_take_held (s_worker_t *self, za_op_t op, int p, zmsg_t **msg_p, int *missing,
     if (data? za_wire_decode_payloads (msg, data, sizes, count, self->spare)
             : za_wire_decode (msg, self->spare)) {
         //  A whole message that does not decode: p's segment is refused.
-        if (data) {
-            za_info ("%s: ps %d: %s; its segment is refused", s_who (self), p,
-                     za_last_error ());
-            za_shm_link_refuse (self->links [p]);
-        }
+        if (data)
+            s_refuse_segment (self, p);
         zmsg_destroy (&msg);
         return 0;
     }
@@ -608,13 +620,10 @@ s_call_all_within (s_worker_t *self, za_op_t op, double timeout_secs)
                 while (rc == 0 && self->links [p] && !self->held_reply [p]
                        && (got = za_shm_link_take (self->links [p], &msg, &data, &sizes,
                                                    &count)) != 0) {
-                    if (got < 0) {
+                    if (got < 0)
                         //  Not sent again (a push is not idempotent): the
                         //  call times out, saying which ps did not answer.
-                        za_info ("%s: ps %d: %s; its segment is refused", s_who (self), p,
-                                 za_last_error ());
-                        za_shm_link_refuse (self->links [p]);
-                    }
+                        s_refuse_segment (self, p);
                     else
                         rc = s_take_held (self, op, p, &msg, &missing, data, sizes, count);
                     if (!self->held_reply [p])
@@ -1142,11 +1151,13 @@ s_why_no_state (s_worker_t *self, char *why, size_t size)
         snprintf (why, size, " (the chief holds no whole state of step %" PRId64 ")", step);
         return;
     }
-    for (int p = 0; p < self->ps_count && s_keeps_state (self); p++) {
-        int64_t newest = self->slot_steps [p][0] > self->slot_steps [p][1]
-                       ? self->slot_steps [p][0]: self->slot_steps [p][1];
-        if (self->slot_steps [p][0] == step || self->slot_steps [p][1] == step)
+    if (!s_keeps_state (self))
+        return;
+    for (int p = 0; p < self->ps_count; p++) {
+        if (s_slot_copy_of (self, p, step) >= 0)
             continue;
+        const int64_t *steps = self->slot_steps [p];
+        int64_t newest = steps [0] > steps [1]? steps [0]: steps [1];
         if (newest < 0)
             snprintf (why, size, " (ps %d sent no slots since its init)", p);
         else

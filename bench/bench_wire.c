@@ -523,7 +523,7 @@ s_bench_start (s_bench_t *self, const za_model_fn_t *model_fn, const void *param
         self->low = (uint16_t *) za_alloc (block / 2);
     }
     self->widened = (float *) za_alloc (block);
-    if ((dtype && streq (dtype, "bf16") && !self->low) || !self->widened)
+    if ((config->wire_dtype == ZA_DTYPE_BF16 && !self->low) || !self->widened)
         return -1;
     s_codec_usecs (self, 1, &self->header_bytes);
     self->header = (char *) calloc (1, self->header_bytes? self->header_bytes: 1);

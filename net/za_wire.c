@@ -466,7 +466,8 @@ int
 za_wire_pack (const za_wire_msg_t *msg, char *bytes, size_t size)
 {
     if (!msg || !msg->payload_elsewhere)
-        return za_error ("wire: za_wire_pack: a message whose payloads are held elsewhere");
+        return za_error ("wire: za_wire_pack: only for a message whose payloads are held "
+                         "elsewhere");
     msgpack_sbuffer header;
     int rc = s_pack (msg, NULL, &header);
     if (rc == 0 && header.size > size)
