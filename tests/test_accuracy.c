@@ -187,12 +187,16 @@ Test (accuracy, long_cnn_12_epochs, .timeout = 3600)
     cr_assert_geq (best, 0.91, "seed CNN: best t10k accuracy within 12 epochs %.4f", best);
 }
 
-//  --wire-dtype bf16 against fp32 in a --local cluster (2 workers, 1 ps for
-//  the ps strategies), the seed CNN, 2 epochs, seeds 1-3: the mean of the
-//  three test accuracies within 0.3 points of fp32's in ps-sync and
-//  all-reduce. ps-async is not repeatable (pushes interleave as they come:
-//  one seed's fp32 runs spread over 1.4 points), so there the mean is held
-//  to 1.5 points. About 17 s a run on 2 cores, 18 runs: ZA_LONG=1 only.
+//  --wire-dtype bf16 against fp32 in a --local cluster of the seed CNN, 2
+//  epochs, seeds 1-8: the mean of the eight test accuracies within 0.3 points
+//  of fp32's. ps-sync and all-reduce run 2 workers beside the chief. ps-async
+//  runs the chief alone with its ps: with several trainers the pushes
+//  interleave as they come, so a run does not repeat (one seed's fp32 runs
+//  spread over 3 points, far above the 0.3 asked), while one trainer's pushes
+//  come in one order and a seed gives the same accuracy every run. A seed's
+//  bf16 and fp32 differ by up to 0.4 points either way (the rounding sends
+//  training down another path, as another seed would), hence eight seeds.
+//  About 20 s a run on 2 cores, 48 runs: ZA_LONG=1 only.
 static double
 s_cluster_accuracy (const char *strategy, const char *dtype, int seed)
 {
@@ -202,9 +206,11 @@ s_cluster_accuracy (const char *strategy, const char *dtype, int seed)
     if (!*za_test_dir ())
         za_test_dir_create ("za_accuracy_test");
     char *model_dir = za_test_path (name);
-    const char *args [] = {"--local", "--workers", "2", "--strategy", strategy, "--wire-dtype",
-                           dtype, "--epochs", "2", "--seed", seed_text, "--threads", "1",
-                           "--log-step-count-steps", "0", "--model-dir", model_dir, NULL};
+    const char *workers = strcmp (strategy, "ps-async")? "2": "0";
+    const char *args [] = {"--local", "--workers", workers, "--strategy", strategy,
+                           "--wire-dtype", dtype, "--epochs", "2", "--seed", seed_text,
+                           "--threads", "1", "--log-step-count-steps", "0", "--model-dir",
+                           model_dir, NULL};
     za_test_result_t result = za_test_run (args, LONG_TIMEOUT_S);
     cr_assert_eq (result.exit_code, 0, "%s: exit %d, stderr: %s", name, result.exit_code,
                   result.err);
@@ -218,21 +224,23 @@ s_cluster_accuracy (const char *strategy, const char *dtype, int seed)
     return accuracy;
 }
 
-Test (accuracy, wire_bf16_clusters_end_where_fp32_ends, .timeout = 3600)
+Test (accuracy, wire_bf16_clusters_end_where_fp32_ends, .timeout = 5400)
 {
     if (!s_long_enabled ())
-        cr_skip_test ("18 cluster trainings: set ZA_LONG=1 to run");
+        cr_skip_test ("48 cluster trainings: set ZA_LONG=1 to run");
     const char *strategies [] = {"ps-sync", "allreduce", "ps-async"};
-    const double points [] = {0.3, 0.3, 1.5};
+    enum { SEEDS = 8 };
     for (int k = 0; k < 3; k++) {
         double mean [2] = {0, 0};
-        for (int seed = 1; seed <= 3; seed++) {
-            mean [0] += s_cluster_accuracy (strategies [k], "fp32", seed) / 3;
-            mean [1] += s_cluster_accuracy (strategies [k], "bf16", seed) / 3;
+        for (int seed = 1; seed <= SEEDS; seed++) {
+            mean [0] += s_cluster_accuracy (strategies [k], "fp32", seed) / SEEDS;
+            mean [1] += s_cluster_accuracy (strategies [k], "bf16", seed) / SEEDS;
         }
-        cr_expect_leq (fabs (mean [1] - mean [0]) * 100, points [k],
-                       "%s, 2 epochs, seeds 1-3: bf16 %.4f, fp32 %.4f", strategies [k],
-                       mean [1], mean [0]);
+        fprintf (stderr, "test_accuracy: %s, seeds 1-%d: bf16 %.4f, fp32 %.4f\n",
+                 strategies [k], SEEDS, mean [1], mean [0]);
+        cr_expect_leq (fabs (mean [1] - mean [0]) * 100, 0.3,
+                       "%s, 2 epochs, seeds 1-%d: bf16 %.4f, fp32 %.4f", strategies [k],
+                       SEEDS, mean [1], mean [0]);
     }
 }
 
