@@ -68,47 +68,60 @@ za_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float 
     za_optim_apply_into (c, step, w, w, g, slots, n);
 }
 
+//  The loops below run vectorised whether `in` is `w` or another block: the
+//  two are the same or do not overlap (za_optim.h), so no iteration reads
+//  what another writes, which `ivdep` tells the compiler (its run-time
+//  overlap test would otherwise send the in-place update, the common one,
+//  to a scalar loop). The settings are read into locals first: a store
+//  through w could be a store into *c as far as the compiler knows.
 void
 za_optim_apply_into (const za_optim_config_t *c, int64_t step, const float *in, float *w,
                      const float *g, float **slots, size_t n)
 {
     const float lr = za_elem_learning_rate (c, step);
+    const float mu = c->momentum, b1 = c->beta1, b2 = c->beta2, eps = c->epsilon;
     //  Decoupled weight decay first (Keras's weight_decay), then the update
     //  on the decayed values, in place.
     if (c->weight_decay > 0) {
         const float keep = 1.0f - lr * c->weight_decay;
+#pragma GCC ivdep
         for (size_t i = 0; i < n; i++)
             w [i] = in [i] * keep;
         in = w;
     }
     switch (c->kind) {
         case ZA_OPT_SGD:
+#pragma GCC ivdep
             for (size_t i = 0; i < n; i++)
                 w [i] = za_elem_sgd (lr, in [i], g [i]);
             break;
         case ZA_OPT_MOMENTUM: {
-            float *a = slots [0];
+            float *restrict a = slots [0];
             if (c->nesterov)
+#pragma GCC ivdep
                 for (size_t i = 0; i < n; i++)
-                    w [i] = za_elem_momentum (lr, c->momentum, 1, in [i], g [i], &a [i]);
+                    w [i] = za_elem_momentum (lr, mu, 1, in [i], g [i], &a [i]);
             else
+#pragma GCC ivdep
                 for (size_t i = 0; i < n; i++)
-                    w [i] = za_elem_momentum (lr, c->momentum, 0, in [i], g [i], &a [i]);
+                    w [i] = za_elem_momentum (lr, mu, 0, in [i], g [i], &a [i]);
             break;
         }
         case ZA_OPT_ADAM: {
-            float *m = slots [0], *v = slots [1];
-            const float m_scale = za_elem_bias_correction (c->beta1, step);
-            const float v_scale = za_elem_bias_correction (c->beta2, step);
+            float *restrict m = slots [0], *restrict v = slots [1];
+            const float m_scale = za_elem_bias_correction (b1, step);
+            const float v_scale = za_elem_bias_correction (b2, step);
+#pragma GCC ivdep
             for (size_t i = 0; i < n; i++)
-                w [i] = za_elem_adam (lr, c->beta1, c->beta2, c->epsilon, m_scale, v_scale,
-                                      in [i], g [i], &m [i], &v [i]);
+                w [i] = za_elem_adam (lr, b1, b2, eps, m_scale, v_scale, in [i], g [i], &m [i],
+                                      &v [i]);
             break;
         }
         case ZA_OPT_ADAGRAD: {
-            float *a = slots [0];
+            float *restrict a = slots [0];
+#pragma GCC ivdep
             for (size_t i = 0; i < n; i++)
-                w [i] = za_elem_adagrad (lr, c->epsilon, in [i], g [i], &a [i]);
+                w [i] = za_elem_adagrad (lr, eps, in [i], g [i], &a [i]);
             break;
         }
         case ZA_OPT_UNKNOWN:        //  never applied: za_optim_config_check refuses it

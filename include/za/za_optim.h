@@ -42,9 +42,9 @@ double za_optim_learning_rate (const za_optim_config_t *config, int64_t step);
 
 void za_optim_apply (const za_optim_config_t *config, int64_t step, float *params,
                      const float *grads, float **slots, size_t n);
-//  The same update written to `out` from `in` (they may be the same block;
-//  slots are updated in place). A ps uses it to keep two value blocks, one
-//  being sent while the other is updated.
+//  The same update written to `out` from `in` (the same block, or two that do
+//  not overlap; slots are updated in place). A ps uses it to keep two value
+//  blocks, one being sent while the other is updated.
 void za_optim_apply_into (const za_optim_config_t *config, int64_t step, const float *in,
                           float *out, const float *grads, float **slots, size_t n);
 
