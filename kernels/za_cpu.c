@@ -100,6 +100,43 @@ s_maxpool_backward (const za_pool2d_dims_t *d, const float *dout,
         return;
     }
     const int covered_h = d->oh * d->pool, covered_w = d->ow * d->pool;
+    if (d->pool == 2) {
+        //  The common window: each output's gradient and argmax read once,
+        //  its four inputs written from them (0 where the max was not).
+        const int32_t right = C, down = d->w * C;
+        for (int n = 0; n < d->n; n++) {
+            float *image = din + (size_t) n * d->h * d->w * C;
+            for (int oh = 0; oh < d->oh; oh++) {
+                float *restrict top = image + (size_t) 2 * oh * d->w * C;
+                float *restrict bottom = top + down;
+                for (int ow = 0; ow < d->ow; ow++) {
+                    size_t o = (((size_t) n * d->oh + oh) * d->ow + ow) * C;
+                    const float *restrict g = dout + o;
+                    const int32_t *restrict where = argmax + o;
+                    float *restrict d0 = top + (size_t) 2 * ow * C, *restrict d1 = d0 + C;
+                    float *restrict d2 = bottom + (size_t) 2 * ow * C, *restrict d3 = d2 + C;
+                    const int32_t first = (int32_t) (d0 - din);
+                    for (int c = 0; c < C; c++) {
+                        int32_t at = where [c] - first - c;
+                        d0 [c] = at == 0? g [c]: 0.0f;
+                        d1 [c] = at == right? g [c]: 0.0f;
+                        d2 [c] = at == down? g [c]: 0.0f;
+                        d3 [c] = at == down + right? g [c]: 0.0f;
+                    }
+                }
+                if (covered_w < d->w) {
+                    memset (top + (size_t) covered_w * C, 0,
+                            sizeof (float) * (size_t) (d->w - covered_w) * C);
+                    memset (bottom + (size_t) covered_w * C, 0,
+                            sizeof (float) * (size_t) (d->w - covered_w) * C);
+                }
+            }
+            if (covered_h < d->h)
+                memset (image + (size_t) covered_h * d->w * C, 0,
+                        sizeof (float) * (size_t) (d->h - covered_h) * d->w * C);
+        }
+        return;
+    }
     for (int n = 0; n < d->n; n++)
         for (int ih = 0; ih < d->h; ih++) {
             float *restrict row = din + ((size_t) n * d->h + ih) * d->w * C;
