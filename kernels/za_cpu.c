@@ -116,12 +116,15 @@ s_maxpool_backward (const za_pool2d_dims_t *d, const float *dout,
                     float *restrict d0 = top + (size_t) 2 * ow * C, *restrict d1 = d0 + C;
                     float *restrict d2 = bottom + (size_t) 2 * ow * C, *restrict d3 = d2 + C;
                     const int32_t first = (int32_t) (d0 - din);
+                    //  g [c] read once, always: read under the condition it
+                    //  became masked loads, slow on AMD.
                     for (int c = 0; c < C; c++) {
-                        int32_t at = where [c] - first - c;
-                        d0 [c] = at == 0? g [c]: 0.0f;
-                        d1 [c] = at == right? g [c]: 0.0f;
-                        d2 [c] = at == down? g [c]: 0.0f;
-                        d3 [c] = at == down + right? g [c]: 0.0f;
+                        const int32_t at = where [c] - first - c;
+                        const float v = g [c];
+                        d0 [c] = at == 0? v: 0.0f;
+                        d1 [c] = at == right? v: 0.0f;
+                        d2 [c] = at == down? v: 0.0f;
+                        d3 [c] = at == down + right? v: 0.0f;
                     }
                 }
                 if (covered_w < d->w) {
@@ -155,8 +158,10 @@ s_maxpool_backward (const za_pool2d_dims_t *d, const float *dout,
                 const float *restrict g = dout + o;
                 const int32_t *restrict where = argmax + o;
                 int32_t self_index = (int32_t) (dst - din);
-                for (int c = 0; c < C; c++)
-                    dst [c] = where [c] == self_index + c? g [c]: 0.0f;
+                for (int c = 0; c < C; c++) {
+                    const float v = g [c];
+                    dst [c] = where [c] == self_index + c? v: 0.0f;
+                }
             }
         }
 }
@@ -197,8 +202,12 @@ s_relu_forward (size_t count, const float *in, float *out)
 static void
 s_relu_backward (size_t count, const float *out, const float *dout, float *din)
 {
-    for (size_t i = 0; i < count; i++)
-        din [i] = out [i] > 0? dout [i]: 0;
+    //  dout [i] read always (read under the condition it became masked
+    //  loads, slow on AMD).
+    for (size_t i = 0; i < count; i++) {
+        const float g = dout [i];
+        din [i] = out [i] > 0? g: 0;
+    }
 }
 
 static void
