@@ -1,5 +1,7 @@
 /*  bench_layers: times each back-end call of the seed CNN's training step at
-    one batch size, so the slow layer is visible. Prints ms and GFLOP/s.  */
+    one batch size, so the slow layer is visible. Prints ms and GFLOP/s.
+    Usage: bench_layers [BATCH] [THREADS] [PRECISION] (fp32, mixed_bfloat16,
+    mixed_float16 or auto; fp32 by default).                               */
 #include "za/za_kernels.h"
 
 #include <stdio.h>
@@ -33,10 +35,15 @@ main (int argc, char **argv)
 {
     int n = argc > 1? atoi (argv [1]): 64;
     int threads = argc > 2? atoi (argv [2]): 2;
-    const za_backend_t *be = za_backend_cpu ();
+    const char *precision = argc > 3? argv [3]: "fp32";
+    const za_backend_t *be = za_backend_mixed (za_backend_cpu (), precision);
+    if (!be) {
+        fprintf (stderr, "bench_layers: %s\n", za_last_error ());
+        return 1;
+    }
     be->set_threads (threads);
-    printf ("batch %d, threads %d, OPENBLAS_CORETYPE=%s\n", n, threads,
-            getenv ("OPENBLAS_CORETYPE")? getenv ("OPENBLAS_CORETYPE"): "(unset)");
+    printf ("batch %d, threads %d, %s (%s), OPENBLAS_CORETYPE=%s\n", n, threads, precision,
+            be->name, getenv ("OPENBLAS_CORETYPE")? getenv ("OPENBLAS_CORETYPE"): "(unset)");
     double total = 0;
     //  conv1 28x28x1 -> 26x26x32, pool -> 13x13x32, conv2 -> 11x11x64, pool -> 5x5x64,
     //  conv3 -> 3x3x64, dense 576 -> 64 -> 10.
