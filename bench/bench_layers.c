@@ -37,10 +37,8 @@ main (int argc, char **argv)
     int threads = argc > 2? atoi (argv [2]): 2;
     const char *precision = argc > 3? argv [3]: "fp32";
     const za_backend_t *be = za_backend_mixed (za_backend_cpu (), precision);
-    if (!be) {
-        fprintf (stderr, "bench_layers: %s\n", za_last_error ());
-        return 1;
-    }
+    if (!be)
+        return 1;               //  za_error said why
     be->set_threads (threads);
     printf ("batch %d, threads %d, %s (%s), OPENBLAS_CORETYPE=%s\n", n, threads, precision,
             be->name, getenv ("OPENBLAS_CORETYPE")? getenv ("OPENBLAS_CORETYPE"): "(unset)");
