@@ -70,10 +70,18 @@ za_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float 
 
 //  The loops below run vectorised whether `in` is `w` or another block: the
 //  two are the same or do not overlap (za_optim.h), so no iteration reads
-//  what another writes, which `ivdep` tells the compiler (its run-time
+//  what another writes, which S_IVDEP tells the compiler (its run-time
 //  overlap test would otherwise send the in-place update, the common one,
 //  to a scalar loop). The settings are read into locals first: a store
-//  through w could be a store into *c as far as the compiler knows.
+//  through w could be a store into *c as far as the compiler knows. Clang
+//  (the fuzzing build) gets no hint: its "vectorize(assume_safety)" is an
+//  error under -Werror wherever it cannot vectorise, as with sanitizers.
+#if defined (__GNUC__) && !defined (__clang__)
+#   define S_IVDEP _Pragma ("GCC ivdep")
+#else
+#   define S_IVDEP
+#endif
+
 void
 za_optim_apply_into (const za_optim_config_t *c, int64_t step, const float *in, float *w,
                      const float *g, float **slots, size_t n)
@@ -84,34 +92,36 @@ za_optim_apply_into (const za_optim_config_t *c, int64_t step, const float *in, 
     //  on the decayed values, in place.
     if (c->weight_decay > 0) {
         const float keep = 1.0f - lr * c->weight_decay;
-#pragma GCC ivdep
+        S_IVDEP
         for (size_t i = 0; i < n; i++)
             w [i] = in [i] * keep;
         in = w;
     }
     switch (c->kind) {
         case ZA_OPT_SGD:
-#pragma GCC ivdep
+            S_IVDEP
             for (size_t i = 0; i < n; i++)
                 w [i] = za_elem_sgd (lr, in [i], g [i]);
             break;
         case ZA_OPT_MOMENTUM: {
             float *restrict a = slots [0];
-            if (c->nesterov)
-#pragma GCC ivdep
+            if (c->nesterov) {
+                S_IVDEP
                 for (size_t i = 0; i < n; i++)
                     w [i] = za_elem_momentum (lr, mu, 1, in [i], g [i], &a [i]);
-            else
-#pragma GCC ivdep
+            }
+            else {
+                S_IVDEP
                 for (size_t i = 0; i < n; i++)
                     w [i] = za_elem_momentum (lr, mu, 0, in [i], g [i], &a [i]);
+            }
             break;
         }
         case ZA_OPT_ADAM: {
             float *restrict m = slots [0], *restrict v = slots [1];
             const float m_scale = za_elem_bias_correction (b1, step);
             const float v_scale = za_elem_bias_correction (b2, step);
-#pragma GCC ivdep
+            S_IVDEP
             for (size_t i = 0; i < n; i++)
                 w [i] = za_elem_adam (lr, b1, b2, eps, m_scale, v_scale, in [i], g [i], &m [i],
                                       &v [i]);
@@ -119,7 +129,7 @@ za_optim_apply_into (const za_optim_config_t *c, int64_t step, const float *in, 
         }
         case ZA_OPT_ADAGRAD: {
             float *restrict a = slots [0];
-#pragma GCC ivdep
+            S_IVDEP
             for (size_t i = 0; i < n; i++)
                 w [i] = za_elem_adagrad (lr, eps, in [i], g [i], &a [i]);
             break;
