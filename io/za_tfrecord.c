@@ -415,14 +415,16 @@ s_map_entry (const uint8_t *entry, size_t size, const char *key, za_feature_t *f
     feature->kind = ZA_FEATURE_NONE;
     feature->list = NULL;
     feature->size = 0;
+    if (!value)                 //  the key without a Feature: a feature of no kind
+        return 1;
     p = value, end = value + value_size;
-    while (value && (rc = s_next_field (&p, end, &field)) == 1)
+    while ((rc = s_next_field (&p, end, &field)) == 1)
         if (field.wire == WIRE_LEN && field.number >= 1 && field.number <= 3) {
             feature->kind = (za_feature_kind_t) field.number;
             feature->list = field.bytes;
             feature->size = field.size;
         }
-    return value && rc < 0? -1: 1;
+    return rc < 0? -1: 1;
 }
 
 int

@@ -252,3 +252,23 @@ Test (tfrecord, patterns_with_double_star_label_by_parent_folder)
     za_dataset_destroy (&fashion);
     za_test_dir_remove ();
 }
+
+Test (tfrecord, a_key_without_a_feature_is_a_feature_of_no_kind)
+{
+    //  Example {features {feature {key: "k"}}}: the map entry has no value.
+    const uint8_t bare [] = {0x0a, 0x05, 0x0a, 0x03, 0x0a, 0x01, 'k'};
+    za_feature_t feature = {ZA_FEATURE_BYTES, bare, 1};
+    cr_expect_eq (za_example_feature (bare, sizeof bare, "k", &feature), 1);
+    cr_expect_eq (feature.kind, ZA_FEATURE_NONE);
+    cr_expect_null (feature.list);
+    cr_expect_eq (feature.size, 0);
+    cr_expect_eq (za_example_feature (bare, sizeof bare, "x", &feature), 0);
+    //  ... {key: "k" value {int64_list {}}}: an empty list of its kind.
+    const uint8_t empty [] = {0x0a, 0x09, 0x0a, 0x07, 0x0a, 0x01, 'k', 0x12, 0x02, 0x1a, 0x00};
+    cr_expect_eq (za_example_feature (empty, sizeof empty, "k", &feature), 1);
+    cr_expect_eq (feature.kind, ZA_FEATURE_INT64);
+    cr_expect_eq (feature.size, 0);
+    //  A value cut short: not an Example.
+    const uint8_t cut [] = {0x0a, 0x09, 0x0a, 0x07, 0x0a, 0x01, 'k', 0x12, 0x02, 0x1a, 0x05};
+    cr_expect_eq (za_example_feature (cut, sizeof cut, "k", &feature), -1);
+}
