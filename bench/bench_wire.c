@@ -518,10 +518,10 @@ s_bench_start (s_bench_t *self, const za_model_fn_t *model_fn, const void *param
     for (size_t i = 0; i < self->vars.total; i++)
         self->grads [i] = 1e-3f;
     const char *dtype = getenv ("ZA_WIRE_DTYPE");
-    if (dtype && streq (dtype, "bf16")) {
+    if (dtype && streq (dtype, "bf16"))
         config->wire_dtype = ZA_DTYPE_BF16;
+    if (config->wire_dtype == ZA_DTYPE_BF16)
         self->low = (uint16_t *) za_alloc (block / 2);
-    }
     self->widened = (float *) za_alloc (block);
     if ((config->wire_dtype == ZA_DTYPE_BF16 && !self->low) || !self->widened)
         return -1;

@@ -93,9 +93,9 @@ s_to_bf16_avx2 (const float *from, uint16_t *to, size_t n)
 
 //  Whether to use AVX512-BF16: the CPU has it and ONEDNN_MAX_CPU_ISA (or
 //  DNNL_MAX_CPU_ISA), which makes oneDNN answer as a CPU without bf16, does
-//  not say otherwise (the
-//  same setting then keeps these casts off it too, and the tests reach the
-//  AVX2 loop on a CPU that has both). Asked once a process: 1 yes, 0 no.
+//  not say otherwise (the same setting then keeps these casts off it too,
+//  and the tests reach the AVX2 loop on a CPU that has both). Asked once a
+//  process: 1 yes, 0 no.
 static int
 s_use_avx512_bf16 (void)
 {

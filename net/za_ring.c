@@ -987,19 +987,19 @@ s_mod (int a, int n)
     return ((a % n) + n) % n;
 }
 
-//  Sends data [0..len) of an all-reduce: as it is, or its bf16 cast in
-//  the staging half `half` (0: the reduce phase, 1: the gather) at `at`,
-//  where it stays until the call's end (each position goes once a phase).
-//  With `staged` the bf16 is there already (the mean a rank rounded, what
-//  the gather received): it goes as it is.
+//  Sends data [0..len) of an all-reduce: as it is, or in bf16 from the
+//  staging half `half` at `at`, where it stays until the call's end (each
+//  position goes once a phase). Half 0, the reduce phase: data's cast goes
+//  there now. Half 1, the gather: the bf16 is there already (the mean this
+//  rank rounded, what the gather received) and goes as it is.
 static int
 s_send_chunk (za_ring_t *self, int64_t round, const float *data, size_t len, size_t n,
-              int half, size_t at, int staged)
+              int half, size_t at)
 {
     if (self->config.wire_dtype != ZA_DTYPE_BF16)
         return s_send (self, ZA_OP_RING, round, data, ZA_DTYPE_F32, len);
     uint16_t *low = self->low + (size_t) half * n + at;
-    if (!staged)
+    if (half == 0)
         za_f32_to_bf16 (data, low, len);
     return s_send (self, ZA_OP_RING, round, low, ZA_DTYPE_BF16, len);
 }
@@ -1116,7 +1116,7 @@ s_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
     s_segment (n, size, rank, &begin, &count);
     for (size_t at = 0; at < count; at += chunk)
         if (s_send_chunk (self, round, data + begin + at,
-                          count - at < chunk? count - at: chunk, n, 0, begin + at, 0))
+                          count - at < chunk? count - at: chunk, n, 0, begin + at))
             return -1;
     int hops = 2 * (size - 1);
     for (int hop = 0; hop < hops; hop++) {
@@ -1166,8 +1166,7 @@ s_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
                 memcpy (to, from, len * sizeof (float));
             s_release (self);
             if (hop < hops - 1
-                && s_send_chunk (self, round, to, len, n, hop >= size - 2, begin + at,
-                                 hop >= size - 2))
+                && s_send_chunk (self, round, to, len, n, hop >= size - 2, begin + at))
                 return -1;
         }
     }
