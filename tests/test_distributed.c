@@ -15,6 +15,7 @@
 #include <zlib.h>
 
 #include "za/za_checkpoint.h"
+#include "za/za_evaluator.h"
 #include "za/za_partition.h"
 #include "za/za_util.h"
 #include "za/za_wire.h"
@@ -249,16 +250,31 @@ Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300 * ZA_TEST_SL
 //  processes; all four exit 0 and the evaluator has results for the final step.
 //  As in TensorFlow, the cluster does not name the evaluator: the chief, which
 //  would evaluate the end when no evaluator does, sees this one follow
-//  model_dir and leaves it the final evaluation (one line for the end).
+//  model_dir and leaves it the final evaluation (one line for the end). The
+//  evaluator starts first and the others once it follows model_dir: a chief
+//  that ends before an evaluator has started evaluates the end itself (and
+//  600 steps of this model take well under a second).
 Test (distributed, with_an_evaluator_task, .timeout = 300 * ZA_TEST_SLOWDOWN)
 {
     za_test_dir_create ("za_distributed_eval");
     char *cluster = s_cluster_file (1, 1, 0, NULL);
     char *model_dir = za_test_path ("run");
-    const char *roles [4][2] = {{"ps", "0"}, {"evaluator", "0"}, {"chief", "0"}, {"worker", "0"}};
+    const char *roles [4][2] = {{"evaluator", "0"}, {"ps", "0"}, {"chief", "0"}, {"worker", "0"}};
     pid_t pids [4];
     char *errs [4];
+    cr_assert_eq (za_mkdirs (model_dir), 0);
     for (int t = 0; t < 4; t++) {
+        if (t == 1) {               //  the evaluator follows model_dir before the rest start
+            double deadline = za_clock_mono () + TIMEOUT_S;
+            while (!za_evaluator_following (model_dir, NULL, 0) && za_clock_mono () < deadline
+                   && waitpid (pids [0], NULL, WNOHANG) == 0)
+                zclock_sleep (10);
+            if (!za_evaluator_following (model_dir, NULL, 0)) {
+                kill (pids [0], SIGKILL);
+                waitpid (pids [0], NULL, 0);
+                cr_assert_fail ("the evaluator never followed %s", model_dir);
+            }
+        }
         const char *args [] = {"--cluster", cluster, "--role", roles [t][0], "--index",
                                roles [t][1], "--model", "dnn", "--batch-size", "32",
                                "--max-steps", "600", "--save-checkpoints-steps", "100",
