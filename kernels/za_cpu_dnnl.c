@@ -2,10 +2,12 @@
     library PyTorch and TensorFlow compute convolutions with on CPUs):
     forward with the bias and ReLU fused, the kernel's gradient and the
     input's. NHWC activations as zactor keeps them; the HWIO kernel (and its
-    gradient) reordered each call to and from the layouts oneDNN's kernels
-    want, since it changes every step. Measured on an AMD EPYC (avx512), one
-    thread: forward 1.2x-3.5x im2col + OpenBLAS, backward 1.0x-2.0x; the
-    seed CNN trains 1.23x-1.35x faster (docs/performance.md).
+    gradient) reordered to and from the layouts oneDNN's kernels want: the
+    kernel once a batch (it changes every step, but not between a batch's
+    micro-batches: za_model_values_epoch), its gradient each call. Measured
+    on an AMD EPYC (avx512), one thread: forward 1.2x-3.5x im2col +
+    OpenBLAS, backward 1.0x-2.0x; the seed CNN trains 1.23x-1.35x faster
+    (docs/performance.md).
 
     In bf16 (mixed_bfloat16) the input and the output's gradient are cast
     here (round to nearest even, za_f32_to_bf16), the kernel by the reorder
@@ -16,6 +18,7 @@
     keeps its own primitives, made once per geometry and freed when the
     thread ends.                                                             */
 #include "za_cpu_dnnl.h"
+#include "za/za_model.h"
 #include "za/za_tensor.h"
 
 #include <stdint.h>
@@ -29,6 +32,22 @@
 
 #define S_CONVS_MAX 64
 #define S_MATMULS_MAX 32
+//  A thread keeps reordered kernels (one per convolution and pass) in
+//  buffers of their own up to this many bytes; beyond, they take turns in
+//  its scratch and are reordered at every call (VGG16's would take 118 MB
+//  a thread in fp32).
+#define S_KEPT_BYTES_MAX ((size_t) 64 << 20)
+
+//  A kernel reordered into oneDNN's layout for one pass, kept while the
+//  values epoch it was made in holds (za_model.h).
+typedef struct {
+    void *buffer;                   //  its own, or NULL: the thread's scratch
+    size_t bytes;
+    uint64_t epoch;                 //  0: nothing kept
+    const float *kernel;            //  reordered from
+} s_kept_t;
+
+typedef enum { S_KEPT_FORWARD, S_KEPT_DATA, S_KEPT_PASSES } s_kept_pass_t;
 
 //  One geometry's primitives. Forward: the kernel reordered (when oneDNN
 //  wants another layout), then the convolution with bias and ReLU. Backward
@@ -45,6 +64,7 @@ typedef struct {
     dnnl_memory_t src, weights, blocked, bias, dst;
     dnnl_primitive_t data, data_reorder, filter, filter_add;
     dnnl_memory_t data_weights, diff_src, diff_dst, diff_blocked, diff_weights;
+    s_kept_t kept [S_KEPT_PASSES];  //  blocked's and data_weights' contents
 } s_conv_t;
 
 //  One bf16 matmul's primitive: c [m, n] (+)= a [m, k] @ b [k, n], a and b
@@ -56,10 +76,10 @@ typedef struct {
     dnnl_memory_t a, b, c;
 } s_matmul_t;
 
-//  The kernel in oneDNN's layouts and the bf16 casts live only through a
-//  call: every geometry of a thread takes its turn in the thread's scratch
-//  buffers, one per role (VGG16 would otherwise keep three copies of its
-//  weights per thread).
+//  The bf16 casts and the kernel's gradient in oneDNN's layout live only
+//  through a call: every geometry of a thread takes its turn in the
+//  thread's scratch buffers, one per role (so do the reordered kernels past
+//  S_KEPT_BYTES_MAX).
 typedef enum { S_WEIGHTS, S_SRC, S_DDST, S_SLOTS } s_slot_t;
 
 typedef struct {
@@ -73,6 +93,7 @@ typedef struct {
     s_matmul_t matmuls [S_MATMULS_MAX];
     int matmul_count;
     uint64_t clock;                 //  calls so far
+    size_t kept_bytes;              //  the s_kept_t buffers of its convolutions
 } s_thread_t;
 
 static _Thread_local s_thread_t s_self;
@@ -93,10 +114,19 @@ s_destroy (dnnl_primitive_t **primitives, size_t n_primitives, dnnl_memory_t **m
             dnnl_memory_destroy (*memories [i]), *memories [i] = NULL;
 }
 
+static void
+s_kept_free (s_thread_t *self, s_kept_t *kept)
+{
+    free (kept->buffer);
+    self->kept_bytes -= kept->bytes;
+    memset (kept, 0, sizeof *kept);
+}
+
 //  The backward's part of c (the forward's stays).
 static void
-s_backward_free (s_conv_t *c)
+s_backward_free (s_thread_t *self, s_conv_t *c)
 {
+    s_kept_free (self, &c->kept [S_KEPT_DATA]);
     dnnl_primitive_t *primitives [] = {&c->data, &c->data_reorder, &c->filter, &c->filter_add};
     dnnl_memory_t *memories [] = {&c->data_weights, &c->diff_src, &c->diff_dst,
                                   &c->diff_blocked, &c->diff_weights};
@@ -104,9 +134,10 @@ s_backward_free (s_conv_t *c)
 }
 
 static void
-s_conv_free (s_conv_t *c)
+s_conv_free (s_thread_t *self, s_conv_t *c)
 {
-    s_backward_free (c);
+    s_backward_free (self, c);
+    s_kept_free (self, &c->kept [S_KEPT_FORWARD]);
     dnnl_primitive_t *primitives [] = {&c->conv, &c->reorder};
     dnnl_memory_t *memories [] = {&c->src, &c->weights, &c->blocked, &c->bias, &c->dst};
     s_destroy (primitives, 2, memories, 5);
@@ -127,7 +158,7 @@ s_thread_free (void *arg)
 {
     s_thread_t *self = (s_thread_t *) arg;
     for (int i = 0; i < self->count; i++)
-        s_conv_free (&self->convs [i]);
+        s_conv_free (self, &self->convs [i]);
     for (int i = 0; i < self->matmul_count; i++)
         s_matmul_free (&self->matmuls [i]);
     if (self->stream)
@@ -357,6 +388,42 @@ s_scratch (s_thread_t *self, dnnl_memory_t memory, s_slot_t slot)
     return buffer && dnnl_memory_set_data_handle (memory, buffer) == 0? 0: -1;
 }
 
+//  Points `to` at the kernel in the layout `reorder` makes from `from`:
+//  as kept from an earlier call of this values epoch (za_model.h) for the
+//  same kernel, else reordered now: into a buffer of its own (then kept)
+//  while the thread's kept buffers stay within S_KEPT_BYTES_MAX, else into
+//  the thread's scratch. 0 or -1.
+static int
+s_reordered (s_thread_t *self, s_kept_t *kept, dnnl_primitive_t reorder, dnnl_memory_t from,
+             dnnl_memory_t to, const float *kernel)
+{
+    uint64_t epoch = za_model_values_epoch ();
+    if (epoch && kept->epoch == epoch && kept->kernel == kernel)
+        return 0;
+    kept->epoch = 0;
+    const dnnl_memory_desc_t *desc;
+    if (!kept->buffer && dnnl_memory_get_memory_desc (to, &desc) == dnnl_success) {
+        size_t bytes = dnnl_memory_desc_get_size (desc);
+        void *buffer = NULL;
+        if (self->kept_bytes + bytes <= S_KEPT_BYTES_MAX
+            && posix_memalign (&buffer, 64, bytes) == 0) {
+            kept->buffer = buffer;
+            kept->bytes = bytes;
+            self->kept_bytes += bytes;
+        }
+    }
+    dnnl_exec_arg_t args [2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    if ((kept->buffer? dnnl_memory_set_data_handle (to, kept->buffer) != dnnl_success
+                     : s_scratch (self, to, S_WEIGHTS) != 0)
+    ||  dnnl_primitive_execute (reorder, self->stream, 2, args))
+        return -1;
+    if (kept->buffer) {
+        kept->epoch = epoch;
+        kept->kernel = kernel;
+    }
+    return 0;
+}
+
 //  Points memory at x: itself in fp32, else its bf16 cast in scratch
 //  `slot` (count values). 0 or -1.
 static int
@@ -392,7 +459,7 @@ s_conv (s_thread_t *self, const za_conv2d_dims_t *d, za_act_t act, za_precision_
         for (int i = 1; i < self->count; i++)
             if (self->convs [i].used < c->used)
                 c = &self->convs [i];
-        s_conv_free (c);
+        s_conv_free (self, c);
     }
     c->used = self->clock;
     c->d = *d;
@@ -400,7 +467,7 @@ s_conv (s_thread_t *self, const za_conv2d_dims_t *d, za_act_t act, za_precision_
     c->precision = precision;
     if (s_forward_make (self, c)) {
         //  Kept as a geometry oneDNN declines: not asked again.
-        s_conv_free (c);
+        s_conv_free (self, c);
         c->d = *d;
         c->act = act;
         c->precision = precision;
@@ -446,12 +513,9 @@ za_cpu_dnnl_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const fl
     ||  dnnl_memory_set_data_handle (c->bias, (void *) bias)
     ||  dnnl_memory_set_data_handle (c->dst, out))
         return -1;
-    if (c->reorder) {
-        dnnl_exec_arg_t args [2] = {{DNNL_ARG_FROM, c->weights}, {DNNL_ARG_TO, c->blocked}};
-        if (s_scratch (self, c->blocked, S_WEIGHTS)
-        ||  dnnl_primitive_execute (c->reorder, self->stream, 2, args))
-            return -1;
-    }
+    if (c->reorder && s_reordered (self, &c->kept [S_KEPT_FORWARD], c->reorder, c->weights,
+                                   c->blocked, kernel))
+        return -1;
     dnnl_exec_arg_t args [4] = {
         {DNNL_ARG_SRC, c->src}, {DNNL_ARG_WEIGHTS, c->reorder? c->blocked: c->weights},
         {DNNL_ARG_BIAS, c->bias}, {DNNL_ARG_DST, c->dst}
@@ -475,7 +539,7 @@ za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const f
         c->tried = 2;
         //  Declined: the forward stays, backward is the caller's for this geometry.
         if (s_backward_make (self, c))
-            s_backward_free (c);
+            s_backward_free (self, c);
     }
     if (!c->filter)
         return -1;
@@ -489,14 +553,13 @@ za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const f
     //  The input's gradient first (overwritten: safe to redo), the sum into
     //  dkernel last, so a failure comes before dkernel changed.
     if (din) {
-        dnnl_exec_arg_t reorder [2] = {{DNNL_ARG_FROM, c->weights}, {DNNL_ARG_TO, c->data_weights}};
         dnnl_exec_arg_t data [3] = {
             {DNNL_ARG_DIFF_DST, c->diff_dst}, {DNNL_ARG_WEIGHTS, c->data_weights},
             {DNNL_ARG_DIFF_SRC, c->diff_src}
         };
         if (dnnl_memory_set_data_handle (c->diff_src, din)
-        ||  s_scratch (self, c->data_weights, S_WEIGHTS)
-        ||  dnnl_primitive_execute (c->data_reorder, self->stream, 2, reorder)
+        ||  s_reordered (self, &c->kept [S_KEPT_DATA], c->data_reorder, c->weights,
+                         c->data_weights, kernel)
         ||  dnnl_primitive_execute (c->data, self->stream, 3, data)
         ||  dnnl_stream_wait (self->stream))
             return -1;

@@ -86,6 +86,20 @@ za_model_loss_scale_asked (void)
     return s_loss_scale_asked;
 }
 
+static __thread uint64_t s_values_epoch;
+
+void
+za_model_set_values_epoch (uint64_t epoch)
+{
+    s_values_epoch = epoch;
+}
+
+uint64_t
+za_model_values_epoch (void)
+{
+    return s_values_epoch;
+}
+
 void
 za_model_grads_final (size_t offset)
 {

@@ -324,3 +324,76 @@ Test (stack, dropout_is_identity_in_eval_and_masks_in_train)
     fn->destroy (&state);
     za_free (values), za_free (grads);
 }
+
+//  The mean-loss gradient of a TRAIN call, into grads (cleared first).
+static void
+s_grads (void *state, const float *features, const int32_t *labels, int n,
+         const float *values, float *grads, size_t total)
+{
+    memset (grads, 0, total * sizeof (float));
+    za_spec_t out;
+    cr_assert_eq (za_stack_model_fn ()->model_fn (state, features, labels, n, ZA_MODE_TRAIN,
+                                                  values, grads, 0, &out), 0, "%s",
+                  za_last_error ());
+}
+
+//  A back end may keep what it derives from a kernel (oneDNN's reordered
+//  copy) while the values epoch holds (za_model_set_values_epoch): two
+//  convolutions of one geometry still each compute with their own kernel,
+//  and values changed in place under a new epoch are read anew. The
+//  gradients are, to the bit, those of calls that keep nothing (epoch 0).
+static void
+s_epoch_case (const char *precision)
+{
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse ("conv2d(8,3,relu,padding=same) conv2d(8,3,relu,padding=same)"
+                                  " conv2d(8,3,relu,padding=same) flatten dense(3)", &spec), 0);
+    const za_backend_t *be = za_backend_mixed (za_backend_cpu (), precision);
+    cr_assert_not_null (be, "%s", precision);
+    enum { N = 4 };
+    za_input_shape_t input = {8, 8, 1};
+    za_vars_t vars = {0};
+    void *state = za_stack_model_fn ()->create (&spec, input, N, be, &vars);
+    cr_assert_not_null (state, "%s", za_last_error ());
+    size_t total = vars.total, bytes = total * sizeof (float);
+    float *values = (float *) za_alloc (bytes), *first = (float *) za_alloc (bytes);
+    float *grads = (float *) za_alloc (bytes), *want [2];
+    want [0] = (float *) za_alloc (bytes), want [1] = (float *) za_alloc (bytes);
+    za_stack_model_fn ()->init_vars (state, &vars, values, 7);
+    memcpy (first, values, bytes);
+    za_rng_t rng;
+    za_rng_seed (&rng, 7);
+    float features [N * 64];
+    int32_t labels [N] = {0, 1, 2, 1};
+    for (int i = 0; i < N * 64; i++)
+        features [i] = za_rng_uniform (&rng);
+    //  The references, nothing kept: at the first values, then changed in place.
+    za_model_set_values_epoch (0);
+    s_grads (state, features, labels, N, values, want [0], total);
+    for (size_t i = 0; i < total; i++)
+        values [i] = 1.25f * values [i] + 0.01f;
+    s_grads (state, features, labels, N, values, want [1], total);
+    memcpy (values, first, bytes);
+
+    za_model_set_values_epoch (5);
+    for (int call = 0; call < 2; call++) {
+        s_grads (state, features, labels, N, values, grads, total);
+        cr_expect_eq (memcmp (grads, want [0], bytes), 0, "%s, epoch 5, call %d", precision,
+                      call);
+    }
+    for (size_t i = 0; i < total; i++)
+        values [i] = 1.25f * values [i] + 0.01f;
+    za_model_set_values_epoch (6);
+    s_grads (state, features, labels, N, values, grads, total);
+    cr_expect_eq (memcmp (grads, want [1], bytes), 0, "%s, epoch 6: the changed values",
+                  precision);
+    za_model_set_values_epoch (0);
+    za_stack_model_fn ()->destroy (&state);
+    za_free (values), za_free (first), za_free (grads), za_free (want [0]), za_free (want [1]);
+}
+
+Test (stack, kept_kernels_follow_the_values_epoch)
+{
+    s_epoch_case ("fp32");
+    s_epoch_case ("mixed_bfloat16");
+}

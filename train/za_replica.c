@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,7 @@ struct _s_batch_run_t {
     const za_batch_t *batch;
     za_mode_t mode;
     int64_t step;
+    uint64_t values_epoch;                      //  za_model_set_values_epoch's, for this batch
     int first [ZA_REPLICA_MAX_THREADS];         //  each thread's slice of the batch
     int count [ZA_REPLICA_MAX_THREADS];
     int last_micro [ZA_REPLICA_MAX_THREADS];    //  examples in its last micro-batch
@@ -606,6 +608,9 @@ s_batch_slice (void *arg, int t)
     float *grads = run->mode == ZA_MODE_TRAIN? s_thread_grads (self, t): NULL;
     if (grads)
         be->zero (grads, self->vars.total * sizeof (float));
+    //  The values stay as they are until the batch ends: what a back end
+    //  derives from them in one micro-batch serves the next.
+    za_model_set_values_epoch (run->values_epoch);
     //  A thread without examples adds nothing: final once cleared (thread
     //  0's buffer is where the others combine).
     if (grads && run->streaming && first == last)
@@ -662,6 +667,7 @@ s_batch_slice (void *arg, int t)
         if (streamed)
             za_model_on_grads_final (NULL, NULL);
     }
+    za_model_set_values_epoch (0);
     //  A device's work ends here, so the batch's end is the threads' join.
     if (on_device && be->sync () && run->rc [t] == 0)
         run->rc [t] = -1;
@@ -690,6 +696,10 @@ s_batch_run (za_replica_t *self, const za_batch_t *batch, za_mode_t mode, int64_
     run->batch = batch;
     run->mode = mode;
     run->step = step;
+    //  Unique in the process (replicas of one process share its back end's
+    //  threads' state), never 0.
+    static _Atomic uint64_t epochs;
+    run->values_epoch = atomic_fetch_add (&epochs, 1) + 1;
     run->streaming = mode == ZA_MODE_TRAIN && self->final_fn && self->be->host_memory;
     if (s_values_to_devices (self))
         return -1;

@@ -134,6 +134,15 @@ float za_model_loss_scale (void);
 void za_model_set_loss_scale (float scale);
 int za_model_loss_scale_asked (void);
 
+//  A number that stays the same while the values this thread's model_fn
+//  calls read stay the same: the replica gives every batch a new one (its
+//  threads read the values, nothing writes them, until the batch ends).
+//  0, the default, says nothing: every call reads the values anew. A back
+//  end may keep what it derives from a kernel (oneDNN's reordered copy)
+//  for as long as the number holds.
+void za_model_set_values_epoch (uint64_t epoch);
+uint64_t za_model_values_epoch (void);
+
 // ---------------------------------------------------------------------------
 //  Layer stacks.
 
