@@ -91,41 +91,53 @@ s_to_bf16_avx2 (const float *from, uint16_t *to, size_t n)
     return i;
 }
 
-//  Whether to use AVX512-BF16: the CPU has it and ONEDNN_MAX_CPU_ISA (or
-//  DNNL_MAX_CPU_ISA), which makes oneDNN answer as a CPU without bf16, does
-//  not say otherwise (the same setting then keeps these casts off it too,
-//  and the tests reach the AVX2 loop on a CPU that has both). Asked once a
-//  process: 1 yes, 0 no.
+#endif
+
+//  What ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) allows, as oneDNN reads
+//  it: ALL, or a name at or above the level (AVX512_CORE_BF16, AMX_BF16,
+//  AVX10_1_512, ...). Unset is ALL.
 static int
-s_use_avx512_bf16 (void)
+s_isa_allows (za_isa_t isa)
 {
-    static int answer = -1;
-    int known = __atomic_load_n (&answer, __ATOMIC_RELAXED);
-    if (known >= 0)
-        return known;
-    const char *isa = getenv ("ONEDNN_MAX_CPU_ISA");
-    if (!isa || !*isa)
-        isa = getenv ("DNNL_MAX_CPU_ISA");
-    if (!isa || !*isa)
-        isa = "ALL";
+    const char *env = getenv ("ONEDNN_MAX_CPU_ISA");
+    if (!env || !*env)
+        env = getenv ("DNNL_MAX_CPU_ISA");
+    if (!env || !*env)
+        return 1;
     char name [64];
-    snprintf (name, sizeof name, "%s", isa);
+    snprintf (name, sizeof name, "%s", env);
     for (char *c = name; *c; c++)
         *c = (char) toupper ((unsigned char) *c);
-    int allowed = strcmp (name, "ALL") == 0 || strstr (name, "BF16") || strstr (name, "AMX")
-               || strstr (name, "FP16") || strncmp (name, "AVX10", 5) == 0;
-    known = allowed && __builtin_cpu_supports ("avx512bf16");
-    __atomic_store_n (&answer, known, __ATOMIC_RELAXED);
+    if (strcmp (name, "ALL") == 0 || strstr (name, "AMX") || strncmp (name, "AVX10", 5) == 0)
+        return 1;
+    if (isa == ZA_ISA_AVX512_BF16)
+        return strstr (name, "BF16") || strstr (name, "FP16");
+    return strncmp (name, "AVX512", 6) == 0;
+}
+
+int
+za_cpu_has (za_isa_t isa)
+{
+    static int answer [2] = {-1, -1};
+    int known = __atomic_load_n (&answer [isa], __ATOMIC_RELAXED);
+    if (known >= 0)
+        return known;
+    known = 0;
+#if defined (__x86_64__)
+    if (s_isa_allows (isa))
+        known = isa == ZA_ISA_AVX512_BF16? __builtin_cpu_supports ("avx512bf16") != 0
+                                         : __builtin_cpu_supports ("avx512f") != 0;
+#endif
+    __atomic_store_n (&answer [isa], known, __ATOMIC_RELAXED);
     return known;
 }
-#endif
 
 void
 za_f32_to_bf16 (const float *from, uint16_t *to, size_t n)
 {
     size_t i = 0;
 #if defined (__x86_64__) && defined (__AVX2__)
-    i = s_use_avx512_bf16 ()? s_to_bf16_avx512 (from, to, n): s_to_bf16_avx2 (from, to, n);
+    i = za_cpu_has (ZA_ISA_AVX512_BF16)? s_to_bf16_avx512 (from, to, n): s_to_bf16_avx2 (from, to, n);
 #endif
     for (; i < n; i++)
         to [i] = s_bf16_of (from + i);

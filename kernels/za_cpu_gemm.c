@@ -8,6 +8,7 @@
 #include "za_cpu_gemm.h"
 #include "za_cpu_dnnl.h"
 #include "za_elem.h"
+#include "za/za_tensor.h"
 
 #include <cblas.h>
 #include <pthread.h>
@@ -262,12 +263,195 @@ s_small_k_dkernel (int P, int K, int OC, const float *cols, const float *dout,
     }
 }
 
+// ---------------------------------------------------------------------------
+//  A 3x3 convolution of one channel on AVX-512: one pass each way
+
+//  A first layer on grayscale images (3x3 on one channel, up to 64 filters)
+//  gives oneDNN's kernels nine products per output: they run the seed
+//  CNN's first layer at a quarter of the rate they reach on its second. On
+//  an AVX-512 CPU these loops read the input in place (zero-padded first
+//  where the padding asks), 16 output channels to a register, 32 at a time
+//  with their nine kernel rows (or gradient sums) held in registers. The
+//  forward writes each output once (bias and ReLU in registers, two pixels
+//  at a time). The backward, where no input gradient is wanted (a first
+//  layer), masks the output's gradient, sums the bias's, rounds it (bf16)
+//  and sums the kernel's gradient in the same pass: none of the masked copy
+//  and bf16 copy of the gradient that the oneDNN path writes. In bf16 the
+//  input and the kernel are rounded first, the gradient in registers: the
+//  products oneDNN's bf16 kernels form, summed in fp32.
+#define DIRECT_LANES 16
+#define DIRECT_OC_MAX 64
+#define DIRECT_TAPS 9
+#define DIRECT_CHUNK 2                  //  vectors of channels a pass keeps in registers
+#define S_AVX512 __attribute__ ((target ("avx512f")))
+
+typedef float v16f __attribute__ ((vector_size (64), aligned (4)));
+typedef unsigned v16u __attribute__ ((vector_size (64), aligned (4)));
+
+static int
+s_direct (const za_conv2d_dims_t *d, za_precision_t precision)
+{
+    return (precision == ZA_PRECISION_FP32 || precision == ZA_PRECISION_BF16)
+        && d->kh == 3 && d->kw == 3 && d->c == 1 && d->oc % DIRECT_LANES == 0
+        && d->oc <= DIRECT_OC_MAX && za_cpu_has (ZA_ISA_AVX512);
+}
+
+//  The input as the loops read it: n images of h x w (one channel) in
+//  which every tap of every output lies.
+typedef struct {
+    const float *x;
+    int h, w;
+} s_plane_t;
+
+//  x rounded to bf16 lane by lane, as za_elem_round (a NaN stays a NaN).
+static inline S_AVX512 v16f
+s_round_bf16 (v16f x)
+{
+    const v16u u = (v16u) x;
+    const v16u rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    const v16u quiet = (u & 0xffff0000u) | 0x00400000u;
+    const v16u nan = (v16u) ((u & 0x7fffffffu) > 0x7f800000u);
+    return (v16f) ((rounded & ~nan) | (quiet & nan));
+}
+
+//  Where output pixel (n, oh, ow)'s taps start.
+static inline const float *
+s_plane_pixel (const s_plane_t *plane, const za_conv2d_dims_t *d, int n, int oh, int ow)
+{
+    return plane->x + ((size_t) n * plane->h + (size_t) oh * d->stride) * plane->w
+                    + (size_t) ow * d->stride;
+}
+
+//  Channels [c0, c0 + V * 16) of nine rows of OC ([9][OC]: a kernel or its
+//  gradient) and of one ([OC]: a bias or its gradient), into registers.
+static inline __attribute__ ((always_inline)) S_AVX512 void
+s_direct_load (const int V, int c0, int OC, const float *rows, const float *one,
+               v16f to_rows [DIRECT_TAPS][DIRECT_CHUNK], v16f to_one [DIRECT_CHUNK])
+{
+    for (int v = 0; v < V; v++) {
+        to_one [v] = *(const v16f *) (one + c0 + v * DIRECT_LANES);
+        for (int t = 0; t < DIRECT_TAPS; t++)
+            to_rows [t][v] = *(const v16f *) (rows + (size_t) t * OC + c0 + v * DIRECT_LANES);
+    }
+}
+
+//  Output channels [c0, c0 + V * 16) of every pixel.
+static inline __attribute__ ((always_inline)) S_AVX512 void
+s_direct_forward_v (const int V, int c0, const za_conv2d_dims_t *d, const s_plane_t *plane,
+                    const float *restrict kernel, const float *restrict bias, za_act_t act,
+                    float *restrict out)
+{
+    const int OC = d->oc, row = plane->w;
+    const v16f zero = {0};
+    v16f w [DIRECT_TAPS][DIRECT_CHUNK], b [DIRECT_CHUNK];
+    s_direct_load (V, c0, OC, kernel, bias, w, b);
+    for (int n = 0; n < d->n; n++)
+        for (int oh = 0; oh < d->oh; oh++)
+            for (int ow = 0; ow < d->ow; ow += 2) {
+                //  An odd row's last pixel is its own pair (computed and stored twice).
+                const int ow1 = ow + 1 < d->ow? ow + 1: ow;
+                const float *restrict x0 = s_plane_pixel (plane, d, n, oh, ow);
+                const float *restrict x1 = s_plane_pixel (plane, d, n, oh, ow1);
+                v16f a0 [DIRECT_CHUNK], a1 [DIRECT_CHUNK];
+                for (int v = 0; v < V; v++)
+                    a0 [v] = a1 [v] = b [v];
+                for (int kh = 0; kh < 3; kh++)
+                    for (int kw = 0; kw < 3; kw++) {
+                        const float t0 = x0 [kh * row + kw], t1 = x1 [kh * row + kw];
+                        for (int v = 0; v < V; v++) {
+                            a0 [v] += t0 * w [kh * 3 + kw][v];
+                            a1 [v] += t1 * w [kh * 3 + kw][v];
+                        }
+                    }
+                float *restrict o = out + (((size_t) n * d->oh + oh) * d->ow + ow) * OC + c0;
+                for (int v = 0; v < V; v++) {
+                    if (act == ZA_ACT_RELU) {
+                        a0 [v] = (v16f) ((v16u) a0 [v] & (v16u) (a0 [v] > zero));
+                        a1 [v] = (v16f) ((v16u) a1 [v] & (v16u) (a1 [v] > zero));
+                    }
+                    *(v16f *) (o + v * DIRECT_LANES) = a0 [v];
+                    *(v16f *) (o + (size_t) (ow1 - ow) * OC + v * DIRECT_LANES) = a1 [v];
+                }
+            }
+}
+
+static S_AVX512 void
+s_direct_forward (const za_conv2d_dims_t *d, const s_plane_t *plane, const float *kernel,
+                  const float *bias, za_act_t act, float *out)
+{
+    for (int c0 = 0; c0 < d->oc; c0 += DIRECT_CHUNK * DIRECT_LANES)
+        if (d->oc - c0 >= DIRECT_CHUNK * DIRECT_LANES)
+            s_direct_forward_v (2, c0, d, plane, kernel, bias, act, out);
+        else
+            s_direct_forward_v (1, c0, d, plane, kernel, bias, act, out);
+}
+
+//  The gradients of output channels [c0, c0 + V * 16).
+static inline __attribute__ ((always_inline)) S_AVX512 void
+s_direct_backward_v (const int V, int c0, const za_conv2d_dims_t *d, const s_plane_t *plane,
+                     const float *restrict out, za_act_t act, const float *restrict dout,
+                     int bf16, float *restrict dkernel, float *restrict dbias)
+{
+    const int OC = d->oc, row = plane->w;
+    const v16f zero = {0};
+    v16f acc [DIRECT_TAPS][DIRECT_CHUNK], b [DIRECT_CHUNK];
+    s_direct_load (V, c0, OC, dkernel, dbias, acc, b);
+    for (int n = 0; n < d->n; n++)
+        for (int oh = 0; oh < d->oh; oh++)
+            for (int ow = 0; ow < d->ow; ow++) {
+                const float *restrict x = s_plane_pixel (plane, d, n, oh, ow);
+                const size_t at = (((size_t) n * d->oh + oh) * d->ow + ow) * OC + c0;
+                v16f g [DIRECT_CHUNK];
+                for (int v = 0; v < V; v++) {
+                    g [v] = *(const v16f *) (dout + at + v * DIRECT_LANES);
+                    if (act == ZA_ACT_RELU)
+                        g [v] = (v16f) ((v16u) g [v]
+                                        & (v16u) (*(const v16f *) (out + at + v * DIRECT_LANES)
+                                                  > zero));
+                    b [v] += g [v];
+                    if (bf16)
+                        g [v] = s_round_bf16 (g [v]);
+                }
+                for (int kh = 0; kh < 3; kh++)
+                    for (int kw = 0; kw < 3; kw++) {
+                        const float t = x [kh * row + kw];
+                        for (int v = 0; v < V; v++)
+                            acc [kh * 3 + kw][v] += t * g [v];
+                    }
+            }
+    for (int v = 0; v < V; v++) {
+        *(v16f *) (dbias + c0 + v * DIRECT_LANES) = b [v];
+        for (int t = 0; t < DIRECT_TAPS; t++)
+            *(v16f *) (dkernel + (size_t) t * OC + c0 + v * DIRECT_LANES) = acc [t][v];
+    }
+}
+
+//  dkernel +=, dbias +=; dout is read, not masked in place.
+static S_AVX512 void
+s_direct_backward (const za_conv2d_dims_t *d, const s_plane_t *plane, const float *out,
+                   za_act_t act, const float *dout, int bf16, float *dkernel, float *dbias)
+{
+    for (int c0 = 0; c0 < d->oc; c0 += DIRECT_CHUNK * DIRECT_LANES)
+        if (d->oc - c0 >= DIRECT_CHUNK * DIRECT_LANES)
+            s_direct_backward_v (2, c0, d, plane, out, act, dout, bf16, dkernel, dbias);
+        else
+            s_direct_backward_v (1, c0, d, plane, out, act, dout, bf16, dkernel, dbias);
+}
+
+static int s_direct_plane (s_plane_t *plane, const za_conv2d_dims_t *d, const float *in,
+                           za_precision_t precision);
+
 void
 za_cpu_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
                        const float *bias, za_act_t act, float *cols, float *out)
 {
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
+    s_plane_t plane;
+    if (s_direct (d, ZA_PRECISION_FP32) && s_direct_plane (&plane, d, in, ZA_PRECISION_FP32) == 0) {
+        s_direct_forward (d, &plane, kernel, bias, act, out);
+        return;
+    }
     //  oneDNN where it is built in and takes the geometry: no im2col matrix
     //  (its backward reads the input itself).
     if (za_cpu_dnnl_conv2d_forward (d, in, kernel, bias, act, out, ZA_PRECISION_FP32) == 0)
@@ -310,12 +494,20 @@ za_cpu_conv2d_backward (const za_conv2d_dims_t *d, const float *in, float *cols,
                         const float *kernel, const float *out, za_act_t act, float *dout,
                         float *dkernel, float *dbias, float *dcols, float *din)
 {
+    s_plane_t plane;
+    if (!din && s_direct (d, ZA_PRECISION_FP32)
+        && s_direct_plane (&plane, d, in, ZA_PRECISION_FP32) == 0) {
+        s_direct_backward (d, &plane, out, act, dout, 0, dkernel, dbias);
+        return;
+    }
     s_act_bias_backward ((size_t) d->n * d->oh * d->ow, d->oc, out, act, dout, dbias);
     if (za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, dkernel, din,
                                      ZA_PRECISION_FP32) == 0)
         return;
-    //  With oneDNN on, the forward may have left no im2col matrix.
-    s_conv2d_backward_gemm (d, in, cols, za_cpu_dnnl_on (), kernel, dout, dkernel, dcols, din);
+    //  With oneDNN on, or the direct loops, the forward may have left no
+    //  im2col matrix.
+    s_conv2d_backward_gemm (d, in, cols, za_cpu_dnnl_on () || s_direct (d, ZA_PRECISION_FP32),
+                            kernel, dout, dkernel, dcols, din);
 }
 
 void
@@ -343,10 +535,11 @@ za_cpu_dense_backward (int n, int in_dim, int units, const float *in, const floa
 // ---------------------------------------------------------------------------
 //  Mixed precision
 
-//  A thread's buffers for rounded copies of a layer's input and kernel.
+//  A thread's buffers for rounded copies of a layer's input and kernel,
+//  and for the direct loops' plane.
 typedef struct {
-    float *buffer [2];
-    size_t floats [2];
+    float *buffer [3];
+    size_t floats [3];
 } s_rounding_t;
 
 static pthread_key_t s_rounding_key;
@@ -356,8 +549,8 @@ static void
 s_rounding_free (void *arg)
 {
     s_rounding_t *self = (s_rounding_t *) arg;
-    free (self->buffer [0]);
-    free (self->buffer [1]);
+    for (int slot = 0; slot < 3; slot++)
+        free (self->buffer [slot]);
     free (self);
 }
 
@@ -367,30 +560,73 @@ s_rounding_key_new (void)
     pthread_key_create (&s_rounding_key, s_rounding_free);
 }
 
-//  x rounded to the precision, in this thread's buffer `slot` (0 or 1);
-//  x itself where no memory is left for the copy (then fp32 it is).
-static const float *
-s_rounded (int slot, const float *x, size_t n, za_precision_t precision)
+//  This thread's buffer `slot` (0 to 2), of n floats at least, or NULL.
+static float *
+s_buffer (int slot, size_t n)
 {
     pthread_once (&s_rounding_once, s_rounding_key_new);
     s_rounding_t *self = (s_rounding_t *) pthread_getspecific (s_rounding_key);
     if (!self) {
         if (!(self = (s_rounding_t *) calloc (1, sizeof *self)))
-            return x;
+            return NULL;
         pthread_setspecific (s_rounding_key, self);
     }
     if (n > self->floats [slot]) {
         float *grown = (float *) malloc (n * sizeof (float));
         if (!grown)
-            return x;
+            return NULL;
         free (self->buffer [slot]);
         self->buffer [slot] = grown;
         self->floats [slot] = n;
     }
-    float *y = self->buffer [slot];
+    return self->buffer [slot];
+}
+
+//  x rounded to the precision, in this thread's buffer `slot` (0 or 1);
+//  x itself where no memory is left for the copy (then fp32 it is).
+static const float *
+s_rounded (int slot, const float *x, size_t n, za_precision_t precision)
+{
+    float *y = s_buffer (slot, n);
+    if (!y)
+        return x;
     for (size_t i = 0; i < n; i++)
         y [i] = za_elem_round (x [i], precision);
     return y;
+}
+
+//  The input as the direct loops read it: `in` itself where every tap lies
+//  inside it and nothing is rounded; else a copy in this thread's buffer 2
+//  of the rows and columns the taps reach, zero where the padding is,
+//  rounded to the precision. 0, or -1 when no memory is left for the copy
+//  (then the caller goes the other way, forward and backward alike).
+static int
+s_direct_plane (s_plane_t *plane, const za_conv2d_dims_t *d, const float *in,
+                za_precision_t precision)
+{
+    const int h = (d->oh - 1) * d->stride + d->kh, w = (d->ow - 1) * d->stride + d->kw;
+    const int inside = d->pad_top == 0 && d->pad_left == 0 && h <= d->h && w <= d->w;
+    plane->h = inside? d->h: h;
+    plane->w = inside? d->w: w;
+    if (inside && precision == ZA_PRECISION_FP32) {
+        plane->x = in;
+        return 0;
+    }
+    float *x = s_buffer (2, (size_t) d->n * plane->h * plane->w);
+    if (!x)
+        return -1;
+    plane->x = x;
+    for (int n = 0; n < d->n; n++)
+        for (int r = 0; r < plane->h; r++) {
+            const int ih = r - d->pad_top;
+            const float *from = in + ((size_t) n * d->h + (ih < 0? 0: ih)) * d->w;
+            for (int col = 0; col < plane->w; col++) {
+                const int iw = col - d->pad_left;
+                *x++ = ih >= 0 && ih < d->h && iw >= 0 && iw < d->w
+                     ? za_elem_round (from [iw], precision): 0.0f;
+            }
+        }
+    return 0;
 }
 
 static void
@@ -405,10 +641,15 @@ s_conv2d_forward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, con
                         const float *kernel, const float *bias, za_act_t act, float *cols,
                         float *out)
 {
-    if (za_cpu_dnnl_conv2d_forward (d, in, kernel, bias, act, out, precision) == 0)
-        return;
     size_t inputs = (size_t) d->n * d->h * d->w * d->c;
     size_t weights = (size_t) d->kh * d->kw * d->c * d->oc;
+    s_plane_t plane;
+    if (s_direct (d, precision) && s_direct_plane (&plane, d, in, precision) == 0) {
+        s_direct_forward (d, &plane, s_rounded (1, kernel, weights, precision), bias, act, out);
+        return;
+    }
+    if (za_cpu_dnnl_conv2d_forward (d, in, kernel, bias, act, out, precision) == 0)
+        return;
     za_cpu_conv2d_forward (d, s_rounded (0, in, inputs, precision),
                            s_rounded (1, kernel, weights, precision), bias, act, cols, out);
 }
@@ -419,6 +660,12 @@ s_conv2d_backward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, co
                          float *dout, float *dkernel, float *dbias, float *dcols, float *din)
 {
     size_t outputs = (size_t) d->n * d->oh * d->ow * d->oc;
+    s_plane_t plane;
+    if (!din && s_direct (d, precision) && s_direct_plane (&plane, d, in, precision) == 0) {
+        s_direct_backward (d, &plane, out, act, dout, precision == ZA_PRECISION_BF16, dkernel,
+                           dbias);
+        return;
+    }
     s_act_bias_backward ((size_t) d->n * d->oh * d->ow, d->oc, out, act, dout, dbias);
     if (za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, dkernel, din, precision) == 0)
         return;

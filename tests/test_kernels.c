@@ -70,9 +70,11 @@ s_conv_loss_thunk (void *arg)
     return s_conv_loss ((s_conv_case_t *) arg);
 }
 
+//  first: no input gradient is asked (a first layer's backward), and the
+//  gradients are checked to add into what dkernel and dbias held.
 static void
-s_conv_gradcheck (int n, int h, int w, int c, int filters, int k, int stride,
-                  za_padding_t padding, za_act_t act, uint64_t seed)
+s_conv_gradcheck_as (int first, int n, int h, int w, int c, int filters, int k, int stride,
+                     za_padding_t padding, za_act_t act, uint64_t seed)
 {
     const za_backend_t *be = za_backend_cpu ();
     za_rng_t rng;
@@ -96,13 +98,37 @@ s_conv_gradcheck (int n, int h, int w, int c, int filters, int k, int stride,
     s_conv_loss (&cc);
     memcpy (dout, cc.r, out_n * sizeof (float));
     be->conv2d_backward (&cc.d, cc.in, cc.cols, cc.kernel, cc.out, act, dout, dkernel, dbias,
-                         dcols, din);
+                         dcols, first? NULL: din);
     s_check_numeric ("dkernel", cc.kernel, dkernel, k_n, s_conv_loss_thunk, &cc, &rng);
     s_check_numeric ("dbias", cc.bias, dbias, (size_t) filters, s_conv_loss_thunk, &cc, &rng);
-    s_check_numeric ("din", cc.in, din, in_n, s_conv_loss_thunk, &cc, &rng);
+    if (!first)
+        s_check_numeric ("din", cc.in, din, in_n, s_conv_loss_thunk, &cc, &rng);
+    else {
+        //  Once more from the same forward: the gradients add up to twice.
+        float *once = (float *) za_alloc ((k_n + (size_t) filters) * sizeof (float));
+        memcpy (once, dkernel, k_n * sizeof (float));
+        memcpy (once + k_n, dbias, (size_t) filters * sizeof (float));
+        s_conv_loss (&cc);
+        memcpy (dout, cc.r, out_n * sizeof (float));
+        be->conv2d_backward (&cc.d, cc.in, cc.cols, cc.kernel, cc.out, act, dout, dkernel,
+                             dbias, dcols, NULL);
+        for (size_t i = 0; i < k_n + (size_t) filters; i++) {
+            float twice = i < k_n? dkernel [i]: dbias [i - k_n];
+            cr_expect (fabsf (twice - 2 * once [i]) <= 1e-5f * (1 + fabsf (twice)),
+                       "gradient %zu: %g after two calls, %g after one", i, twice, once [i]);
+        }
+        za_free (once);
+    }
     za_free (cc.in), za_free (cc.kernel), za_free (cc.bias), za_free (cc.cols);
     za_free (cc.out), za_free (cc.r), za_free (dout), za_free (dkernel), za_free (dbias);
     za_free (dcols), za_free (din);
+}
+
+static void
+s_conv_gradcheck (int n, int h, int w, int c, int filters, int k, int stride,
+                  za_padding_t padding, za_act_t act, uint64_t seed)
+{
+    s_conv_gradcheck_as (0, n, h, w, c, filters, k, stride, padding, act, seed);
 }
 
 Test (conv2d, gradient_valid_stride1)
@@ -145,6 +171,65 @@ Test (conv2d, gradient_direct_path_same_stride2_relu)
 Test (conv2d, gradient_direct_path_64_filters)
 {
     s_conv_gradcheck (1, 5, 5, 2, 64, 2, 1, ZA_PADDING_VALID, ZA_ACT_NONE, 9);
+}
+
+//  A first layer's backward (no input gradient asked) against the same
+//  layer's with it (which takes the path every other layer takes): the
+//  same kernel and bias gradients, ReLU masks included, where finite
+//  differences would cross the ReLU's kinks.
+static void
+s_conv_first_as_full (int n, int h, int w, int filters, int stride, za_padding_t padding,
+                      za_act_t act, uint64_t seed)
+{
+    const za_backend_t *be = za_backend_cpu ();
+    za_rng_t rng;
+    za_rng_seed (&rng, seed);
+    za_conv2d_dims_t d;
+    cr_assert_eq (za_conv2d_dims (&d, n, h, w, 1, filters, 3, stride, padding), 0);
+    size_t in_n = (size_t) n * h * w, k_n = (size_t) 9 * filters;
+    size_t out_n = (size_t) n * d.oh * d.ow * filters, cols_n = za_conv2d_cols_floats (&d);
+    float *in = za_test_random (in_n, &rng), *kernel = za_test_random (k_n, &rng);
+    float *bias = za_test_random ((size_t) filters, &rng), *r = za_test_random (out_n, &rng);
+    float *out = (float *) za_alloc (out_n * sizeof (float));
+    float *cols = (float *) za_alloc (cols_n * sizeof (float));
+    float *dcols = (float *) za_alloc (cols_n * sizeof (float));
+    float *din = (float *) za_alloc (in_n * sizeof (float));
+    float *dout = (float *) za_alloc (out_n * sizeof (float));
+    float *dk [2], *db [2];
+    for (int way = 0; way < 2; way++) {
+        dk [way] = (float *) za_alloc (k_n * sizeof (float));
+        db [way] = (float *) za_alloc ((size_t) filters * sizeof (float));
+        be->conv2d_forward (&d, in, kernel, bias, act, cols, out);
+        memcpy (dout, r, out_n * sizeof (float));
+        be->conv2d_backward (&d, in, cols, kernel, out, act, dout, dk [way], db [way], dcols,
+                             way? din: NULL);
+    }
+    cr_expect_gt (fabs (dk [0][0]) + fabs (db [0][0]), 0, "something was summed");
+    for (size_t i = 0; i < k_n; i++)
+        cr_expect (fabsf (dk [0][i] - dk [1][i]) <= 1e-4f * (1 + fabsf (dk [1][i])),
+                   "%d filters: dkernel[%zu] %g, with din %g", filters, i, dk [0][i], dk [1][i]);
+    for (int i = 0; i < filters; i++)
+        cr_expect (fabsf (db [0][i] - db [1][i]) <= 1e-4f * (1 + fabsf (db [1][i])),
+                   "%d filters: dbias[%d] %g, with din %g", filters, i, db [0][i], db [1][i]);
+    za_free (in), za_free (kernel), za_free (bias), za_free (r), za_free (out), za_free (cols);
+    za_free (dcols), za_free (din), za_free (dout);
+    for (int way = 0; way < 2; way++)
+        za_free (dk [way]), za_free (db [way]);
+}
+
+//  A first layer (no input gradient) of 3x3 on one channel: on an AVX-512
+//  CPU the CPU back end's one-pass loops (za_cpu_gemm.c), 16, 32, 48 and 64
+//  filters, with and without padding and stride.
+Test (conv2d, gradient_first_layer_3x3_one_channel)
+{
+    s_conv_gradcheck_as (1, 2, 8, 7, 1, 32, 3, 1, ZA_PADDING_VALID, ZA_ACT_NONE, 10);
+    s_conv_gradcheck_as (1, 2, 7, 6, 1, 16, 3, 2, ZA_PADDING_SAME, ZA_ACT_NONE, 11);
+    s_conv_gradcheck_as (1, 3, 6, 9, 1, 48, 3, 1, ZA_PADDING_SAME, ZA_ACT_NONE, 12);
+    s_conv_gradcheck_as (1, 1, 5, 5, 1, 64, 3, 1, ZA_PADDING_VALID, ZA_ACT_NONE, 13);
+    s_conv_first_as_full (4, 28, 28, 32, 1, ZA_PADDING_VALID, ZA_ACT_RELU, 14);
+    s_conv_first_as_full (2, 9, 8, 48, 2, ZA_PADDING_SAME, ZA_ACT_RELU, 15);
+    s_conv_first_as_full (1, 7, 6, 64, 1, ZA_PADDING_SAME, ZA_ACT_RELU, 16);
+    s_conv_first_as_full (3, 6, 7, 16, 1, ZA_PADDING_VALID, ZA_ACT_NONE, 17);
 }
 
 Test (conv2d, gradient_1x1)
@@ -204,6 +289,9 @@ Test (conv2d, forward_equals_the_definition_on_every_path)
         {2, 6, 6, 16, 8, 1, 1, ZA_PADDING_VALID, ZA_ACT_NONE},
         {2, 28, 28, 1, 32, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU},
         {1, 13, 13, 32, 64, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU},
+        {2, 9, 8, 1, 48, 3, 2, ZA_PADDING_SAME, ZA_ACT_RELU},
+        {1, 7, 9, 1, 64, 3, 1, ZA_PADDING_SAME, ZA_ACT_NONE},
+        {1, 6, 5, 1, 16, 3, 1, ZA_PADDING_VALID, ZA_ACT_NONE},
     };
     za_rng_t rng;
     za_rng_seed (&rng, 17);

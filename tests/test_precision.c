@@ -173,6 +173,7 @@ typedef struct {
     int n, h, w, c, filters, kernel, stride;
     za_padding_t padding;
     za_act_t act;
+    int first;                      //  a first layer: no input gradient asked
 } s_conv_case_t;
 
 //  Forward, then backward with the ReLU's mask taken from `mask` (the
@@ -181,7 +182,7 @@ typedef struct {
 static s_results_t
 s_conv_run (const za_backend_t *be, const za_conv2d_dims_t *d, const float *in,
             const float *kernel, const float *bias, za_act_t act, const float *dout_given,
-            const float *mask)
+            const float *mask, int first)
 {
     size_t n_in = (size_t) d->n * d->h * d->w * d->c, n_out = (size_t) d->n * d->oh * d->ow * d->oc;
     size_t n_k = (size_t) d->kh * d->kw * d->c * d->oc, n_cols = za_conv2d_cols_floats (d);
@@ -195,7 +196,7 @@ s_conv_run (const za_backend_t *be, const za_conv2d_dims_t *d, const float *in,
     float *dout = s_copy (dout_given, n_out);
     be->conv2d_forward (d, in, kernel, bias, act, cols, r.out);
     be->conv2d_backward (d, in, cols, kernel, mask? mask: r.out, act, dout, r.dkernel, r.dbias,
-                         dcols, r.din);
+                         dcols, first? NULL: r.din);
     za_free (cols), za_free (dcols), za_free (dout);
     return r;
 }
@@ -215,18 +216,21 @@ s_conv_check (za_precision_t precision, const s_conv_case_t *k, uint64_t seed)
     float *in = za_test_random (n_in, &rng), *kernel = za_test_random (n_k, &rng);
     float *bias = za_test_random ((size_t) d.oc, &rng), *dout = za_test_random (n_out, &rng);
     float *r_in = s_rounded (in, n_in, precision), *r_kernel = s_rounded (kernel, n_k, precision);
-    s_results_t exact = s_conv_run (fp32, &d, in, kernel, bias, k->act, dout, NULL);
-    s_results_t mixed = s_conv_run (low, &d, in, kernel, bias, k->act, dout, exact.out);
+    s_results_t exact = s_conv_run (fp32, &d, in, kernel, bias, k->act, dout, NULL, k->first);
+    s_results_t mixed = s_conv_run (low, &d, in, kernel, bias, k->act, dout, exact.out,
+                                    k->first);
     //  fp32 on the rounded inputs: the output's gradient rounded too, but the
     //  bias's gradient is summed from the exact one (as the mixed layer does).
     float *r_dout = s_rounded (dout, n_out, precision);
-    s_results_t same = s_conv_run (fp32, &d, r_in, r_kernel, bias, k->act, r_dout, exact.out);
+    s_results_t same = s_conv_run (fp32, &d, r_in, r_kernel, bias, k->act, r_dout, exact.out,
+                                   k->first);
     memcpy (same.dbias, exact.dbias, (size_t) d.oc * sizeof (float));
     char what [96];
-    snprintf (what, sizeof what, "%s conv %dx%dx%d k%d s%d %s -> %d", za_precision_text (precision),
-              k->h, k->w, k->c, k->kernel, k->stride,
-              k->padding == ZA_PADDING_SAME? "same": "valid", k->filters);
-    size_t sizes [] = {n_out, n_k, (size_t) d.oc, n_in};
+    snprintf (what, sizeof what, "%s conv %dx%dx%d k%d s%d %s -> %d%s",
+              za_precision_text (precision), k->h, k->w, k->c, k->kernel, k->stride,
+              k->padding == ZA_PADDING_SAME? "same": "valid", k->filters,
+              k->first? " (first layer)": "");
+    size_t sizes [] = {n_out, n_k, (size_t) d.oc, k->first? 0: n_in};
     s_compare (what, &mixed, &same, &exact, sizes,
                precision == ZA_PRECISION_BF16? BF16_TOL: FP16_TOL);
     s_results_free (&mixed), s_results_free (&same), s_results_free (&exact);
@@ -235,11 +239,15 @@ s_conv_check (za_precision_t precision, const s_conv_case_t *k, uint64_t seed)
 }
 
 static const s_conv_case_t s_conv_cases [] = {
-    {4, 28, 28, 1, 32, 3, 1, ZA_PADDING_SAME, ZA_ACT_RELU},     //  the seed CNN's first
-    {4, 14, 14, 32, 64, 3, 1, ZA_PADDING_SAME, ZA_ACT_RELU},    //  and second
-    {3, 11, 9, 3, 8, 5, 2, ZA_PADDING_VALID, ZA_ACT_NONE},
-    {2, 8, 8, 16, 24, 1, 1, ZA_PADDING_SAME, ZA_ACT_NONE},
-    {2, 9, 9, 8, 16, 4, 2, ZA_PADDING_SAME, ZA_ACT_RELU},
+    {4, 28, 28, 1, 32, 3, 1, ZA_PADDING_SAME, ZA_ACT_RELU, 0},  //  the seed CNN's first
+    {4, 14, 14, 32, 64, 3, 1, ZA_PADDING_SAME, ZA_ACT_RELU, 0}, //  and second
+    {3, 11, 9, 3, 8, 5, 2, ZA_PADDING_VALID, ZA_ACT_NONE, 0},
+    {2, 8, 8, 16, 24, 1, 1, ZA_PADDING_SAME, ZA_ACT_NONE, 0},
+    {2, 9, 9, 8, 16, 4, 2, ZA_PADDING_SAME, ZA_ACT_RELU, 0},
+    //  First layers (no input gradient): on AVX-512 the CPU's one-pass loops.
+    {4, 28, 28, 1, 32, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU, 1},
+    {3, 13, 11, 1, 48, 3, 2, ZA_PADDING_SAME, ZA_ACT_RELU, 1},
+    {2, 9, 9, 3, 16, 3, 1, ZA_PADDING_SAME, ZA_ACT_NONE, 1},
 };
 
 static void
@@ -312,6 +320,38 @@ Test (precision, layers_bf16_against_fp32)
         cr_skip_test ("this CPU has no bf16 instructions");
     s_conv_all (ZA_PRECISION_BF16);
     s_dense_all (ZA_PRECISION_BF16);
+}
+
+//  A NaN in a first layer's output gradient whose payload is all in the low
+//  half (rounding to bf16 by adding would carry it into an infinity) gives
+//  NaN kernel gradients in bf16, as in fp32; the other filters' stay finite.
+Test (precision, a_nan_gradient_stays_nan_in_bf16)
+{
+    const za_backend_t *low = s_mixed (ZA_PRECISION_BF16);
+    cr_assert_not_null (low);
+    za_conv2d_dims_t d;
+    cr_assert_eq (za_conv2d_dims (&d, 1, 6, 6, 1, 16, 3, 1, ZA_PADDING_VALID), 0);
+    enum { OUT = 4 * 4 * 16 };
+    float in [36], kernel [9 * 16], bias [16] = {0}, out [OUT], dout [OUT];
+    float dkernel [9 * 16] = {0}, dbias [16] = {0};
+    float *cols = (float *) za_alloc (za_conv2d_cols_floats (&d) * sizeof (float));
+    for (int i = 0; i < 36; i++)
+        in [i] = 0.5f;
+    for (int i = 0; i < 9 * 16; i++)
+        kernel [i] = 0.125f * (float) (i % 5) - 0.25f;
+    low->conv2d_forward (&d, in, kernel, bias, ZA_ACT_NONE, cols, out);
+    for (int i = 0; i < OUT; i++)
+        dout [i] = 0.25f;
+    dout [0] = za_elem_from_bits (0x7f800001u);
+    low->conv2d_backward (&d, in, cols, kernel, out, ZA_ACT_NONE, dout, dkernel, dbias, NULL,
+                          NULL);
+    for (int t = 0; t < 9; t++) {
+        cr_expect (isnan (dkernel [t * 16]), "tap %d of filter 0: %g", t, dkernel [t * 16]);
+        cr_expect (isfinite (dkernel [t * 16 + 1]), "tap %d of filter 1: %g", t,
+                   dkernel [t * 16 + 1]);
+    }
+    cr_expect (isnan (dbias [0]) && isfinite (dbias [1]), "%g %g", dbias [0], dbias [1]);
+    za_free (cols);
 }
 
 Test (precision, layers_fp16_against_fp32)

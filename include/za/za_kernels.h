@@ -77,11 +77,12 @@ struct za_backend_t {
     void (*conv2d_forward) (const za_conv2d_dims_t *d, const float *in,
                             const float *kernel, const float *bias, za_act_t act,
                             float *cols, float *out);
-    //  dout is the gradient w.r.t. out; with act RELU it is masked in place by
-    //  out > 0 first. dkernel += , dbias += ; din (may be NULL: not needed for
-    //  the first layer) is overwritten. `in` is the forward's input and cols
-    //  what the forward left there (the back end may write it again); dcols
-    //  is scratch of cols_floats.
+    //  dout is the gradient w.r.t. out, masked by out > 0 with act RELU (the
+    //  back end may do so in place: dout is its to overwrite). dkernel +=,
+    //  dbias +=; din (may be NULL: not needed for the first layer) is
+    //  overwritten. `in` is the forward's input and cols what the forward
+    //  left there (the back end may write it again); dcols is scratch of
+    //  cols_floats.
     void (*conv2d_backward) (const za_conv2d_dims_t *d, const float *in, float *cols,
                              const float *kernel, const float *out, za_act_t act,
                              float *dout, float *dkernel, float *dbias,

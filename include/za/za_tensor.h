@@ -27,6 +27,14 @@ za_dtype_size (za_dtype_t dtype)
 void za_f32_to_bf16 (const float *from, uint16_t *to, size_t n);
 void za_bf16_to_f32 (const void *from, float *to, size_t n);
 
+//  The vector instructions zactor's own loops may use here: what the CPU
+//  has, lowered by ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) as oneDNN is
+//  (AVX512_CORE: no bf16; AVX2: neither), so that one setting makes this
+//  CPU answer as a smaller one for oneDNN and zactor alike, and the tests
+//  reach the narrower loops. Asked once a process: 1 yes, 0 no.
+typedef enum { ZA_ISA_AVX512 = 0, ZA_ISA_AVX512_BF16 = 1 } za_isa_t;
+int za_cpu_has (za_isa_t isa);
+
 //  Rounds n floats in place to their nearest bf16 (the cast and back).
 void za_bf16_round (float *data, size_t n);
 
