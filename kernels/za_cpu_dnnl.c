@@ -545,10 +545,10 @@ za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const f
         return -1;
     size_t inputs = (size_t) d->n * d->h * d->w * d->c;
     size_t outputs = (size_t) d->n * d->oh * d->ow * d->oc;
-    if (s_input (self, c->src, in, inputs, precision, S_SRC)
+    if ((dkernel && s_input (self, c->src, in, inputs, precision, S_SRC))
     ||  dnnl_memory_set_data_handle (c->weights, (void *) kernel)
     ||  s_input (self, c->diff_dst, dout, outputs, precision, S_DDST)
-    ||  dnnl_memory_set_data_handle (c->diff_weights, dkernel))
+    ||  (dkernel && dnnl_memory_set_data_handle (c->diff_weights, dkernel)))
         return -1;
     //  The input's gradient first (overwritten: safe to redo), the sum into
     //  dkernel last, so a failure comes before dkernel changed.
@@ -564,6 +564,8 @@ za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const f
         ||  dnnl_stream_wait (self->stream))
             return -1;
     }
+    if (!dkernel)
+        return 0;
     dnnl_exec_arg_t filter [3] = {
         {DNNL_ARG_SRC, c->src}, {DNNL_ARG_DIFF_DST, c->diff_dst},
         {DNNL_ARG_DIFF_WEIGHTS, c->diff_blocked}

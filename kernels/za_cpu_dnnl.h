@@ -15,9 +15,10 @@ int za_cpu_dnnl_conv2d_forward (const za_conv2d_dims_t *d, const float *in, cons
                                 const float *bias, za_act_t act, float *out,
                                 za_precision_t precision);
 
-//  dkernel += the kernel's gradient for dout (already masked by the ReLU),
-//  and din = the input's gradient when din is not NULL. 0, or -1 as above,
-//  before dkernel changed (din may hold part: the caller computes it again).
+//  dkernel += the kernel's gradient for dout (already masked by the ReLU)
+//  when dkernel is not NULL, and din = the input's gradient when din is not
+//  NULL. 0, or -1 as above, before dkernel changed (din may hold part: the
+//  caller computes it again).
 int za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
                                  za_act_t act, const float *dout, float *dkernel, float *din,
                                  za_precision_t precision);

@@ -535,6 +535,10 @@ za_cpu_dense_backward (int n, int in_dim, int units, const float *in, const floa
 // ---------------------------------------------------------------------------
 //  Mixed precision
 
+//  Output planes of at most this many pixels take the kernel's gradient in
+//  bf16 as a matmul (s_conv2d_backward_mixed).
+#define SMALL_PLANE_MAX 16
+
 //  A thread's buffers for rounded copies of a layer's input and kernel,
 //  and for the direct loops' plane.
 typedef struct {
@@ -667,10 +671,30 @@ s_conv2d_backward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, co
         return;
     }
     s_act_bias_backward ((size_t) d->n * d->oh * d->ow, d->oc, out, act, dout, dbias);
-    if (za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, dkernel, din, precision) == 0)
-        return;
     size_t inputs = (size_t) d->n * d->h * d->w * d->c;
     size_t weights = (size_t) d->kh * d->kw * d->c * d->oc;
+    //  On a small plane (the seed CNN's third layer: 3x3 outputs) oneDNN's
+    //  bf16 kernels take the kernel's gradient at a third of the peak; as
+    //  one matmul over the im2col matrix it runs at twice their rate
+    //  (docs/precision.md). The input's gradient stays theirs, and comes
+    //  first: a failure there leaves dkernel as it was.
+    if (precision == ZA_PRECISION_BF16 && d->oh * d->ow <= SMALL_PLANE_MAX
+        && (!din || za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, NULL, din,
+                                                 precision) == 0)) {
+        s_im2col (d, in, cols);
+        if (za_cpu_dnnl_matmul (d->kh * d->kw * d->c, d->n * d->oh * d->ow, d->oc, cols, 1,
+                                dout, 0, 1, dkernel, precision) == 0)
+            return;
+        if (din) {
+            //  The input's gradient is done: the kernel's alone, rounded.
+            s_round_in_place (dout, outputs, precision);
+            s_conv2d_backward_gemm (d, s_rounded (0, in, inputs, precision), cols, 1, NULL,
+                                    dout, dkernel, dcols, NULL);
+            return;
+        }
+    }
+    if (za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, dkernel, din, precision) == 0)
+        return;
     s_round_in_place (dout, outputs, precision);
     //  The forward may have gone through oneDNN: im2col again, rounded.
     s_conv2d_backward_gemm (d, s_rounded (0, in, inputs, precision), cols, 1,

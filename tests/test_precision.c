@@ -194,6 +194,12 @@ s_conv_run (const za_backend_t *be, const za_conv2d_dims_t *d, const float *in,
     float *cols = (float *) za_alloc (n_cols * sizeof (float));
     float *dcols = (float *) za_alloc (n_cols * sizeof (float));
     float *dout = s_copy (dout_given, n_out);
+    //  The gradients add into what the buffers hold (a batch's earlier
+    //  micro-batches, earlier layers): start them off zero.
+    for (size_t i = 0; i < n_k; i++)
+        r.dkernel [i] = 0.5f;
+    for (int i = 0; i < d->oc; i++)
+        r.dbias [i] = 0.5f;
     be->conv2d_forward (d, in, kernel, bias, act, cols, r.out);
     be->conv2d_backward (d, in, cols, kernel, mask? mask: r.out, act, dout, r.dkernel, r.dbias,
                          dcols, first? NULL: r.din);
@@ -244,6 +250,9 @@ static const s_conv_case_t s_conv_cases [] = {
     {3, 11, 9, 3, 8, 5, 2, ZA_PADDING_VALID, ZA_ACT_NONE, 0},
     {2, 8, 8, 16, 24, 1, 1, ZA_PADDING_SAME, ZA_ACT_NONE, 0},
     {2, 9, 9, 8, 16, 4, 2, ZA_PADDING_SAME, ZA_ACT_RELU, 0},
+    //  Small planes: in bf16 the kernel's gradient as a matmul over im2col.
+    {4, 5, 5, 64, 64, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU, 0},   //  the seed CNN's third
+    {2, 4, 4, 8, 16, 3, 1, ZA_PADDING_VALID, ZA_ACT_NONE, 1},
     //  First layers (no input gradient): on AVX-512 the CPU's one-pass loops.
     {4, 28, 28, 1, 32, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU, 1},
     {3, 13, 11, 1, 48, 3, 2, ZA_PADDING_SAME, ZA_ACT_RELU, 1},
