@@ -86,5 +86,14 @@ main (int argc, char **argv)
     TIME ("pool1 bwd", 0, be->maxpool_backward (&p1, g2, am1, g1));
     TIME ("conv1 bwd", f1, be->conv2d_backward (&c1, x, cols1, k1, o1, ZA_ACT_RELU, g1, dk, db, dcols, NULL));
     printf ("%-22s %8.3f ms  -> %.0f images/s (kernels only)\n", "total", total, n / total * 1000);
+    //  What a step runs in place of conv1 and pool1 where the back end
+    //  takes them as one (not in the total above).
+    if (be->conv2d_pool_forward
+        && be->conv2d_pool_forward (&c1, &p1, x, k1, b1, ZA_ACT_RELU, o2, am1) == 0) {
+        TIME ("conv1+pool1 fwd", f1, be->conv2d_pool_forward (&c1, &p1, x, k1, b1, ZA_ACT_RELU,
+                                                              o2, am1));
+        TIME ("conv1+pool1 bwd", f1, be->conv2d_pool_backward (&c1, &p1, x, o2, am1,
+                                                               ZA_ACT_RELU, g2, dk, db));
+    }
     return 0;
 }

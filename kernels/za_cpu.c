@@ -337,9 +337,13 @@ s_sync (void)
     .dense_forward = dense_f,                             \
     .dense_backward = dense_b
 #define S_FP32 S_GEMMS (za_cpu_conv2d_forward, za_cpu_conv2d_backward, \
-                        za_cpu_dense_forward, za_cpu_dense_backward)
+                        za_cpu_dense_forward, za_cpu_dense_backward), \
+               .conv2d_pool_forward = za_cpu_conv2d_pool_forward, \
+               .conv2d_pool_backward = za_cpu_conv2d_pool_backward
 #define S_BF16 S_GEMMS (za_cpu_conv2d_forward_bf16, za_cpu_conv2d_backward_bf16, \
-                        za_cpu_dense_forward_bf16, za_cpu_dense_backward_bf16)
+                        za_cpu_dense_forward_bf16, za_cpu_dense_backward_bf16), \
+               .conv2d_pool_forward = za_cpu_conv2d_pool_forward_bf16, \
+               .conv2d_pool_backward = za_cpu_conv2d_pool_backward_bf16
 #define S_FP16 S_GEMMS (za_cpu_conv2d_forward_fp16, za_cpu_conv2d_backward_fp16, \
                         za_cpu_dense_forward_fp16, za_cpu_dense_backward_fp16)
 

@@ -335,6 +335,50 @@ s_direct_load (const int V, int c0, int OC, const float *rows, const float *one,
     }
 }
 
+//  The gradients' registers back: the inverse of s_direct_load.
+static inline __attribute__ ((always_inline)) S_AVX512 void
+s_direct_store (const int V, int c0, int OC, v16f rows [DIRECT_TAPS][DIRECT_CHUNK],
+                const v16f one [DIRECT_CHUNK], float *to_rows, float *to_one)
+{
+    for (int v = 0; v < V; v++) {
+        *(v16f *) (to_one + c0 + v * DIRECT_LANES) = one [v];
+        for (int t = 0; t < DIRECT_TAPS; t++)
+            *(v16f *) (to_rows + (size_t) t * OC + c0 + v * DIRECT_LANES) = rows [t][v];
+    }
+}
+
+//  An output's gradient g (V registers at dout), masked by the ReLU where
+//  out (there) is not above 0, summed into the bias's (b), then rounded
+//  in bf16 for the products.
+static inline __attribute__ ((always_inline)) S_AVX512 void
+s_direct_gradient (const int V, const float *restrict dout, const float *restrict out,
+                   za_act_t act, int bf16, v16f b [DIRECT_CHUNK], v16f g [DIRECT_CHUNK])
+{
+    const v16f zero = {0};
+    for (int v = 0; v < V; v++) {
+        g [v] = *(const v16f *) (dout + v * DIRECT_LANES);
+        if (act == ZA_ACT_RELU)
+            g [v] = (v16f) ((v16u) g [v]
+                            & (v16u) (*(const v16f *) (out + v * DIRECT_LANES) > zero));
+        b [v] += g [v];
+        if (bf16)
+            g [v] = s_round_bf16 (g [v]);
+    }
+}
+
+//  The kernel's gradient rows += each tap of the pixel at x times g.
+static inline __attribute__ ((always_inline)) S_AVX512 void
+s_direct_taps (const int V, const float *restrict x, int row, const v16f g [DIRECT_CHUNK],
+               v16f acc [DIRECT_TAPS][DIRECT_CHUNK])
+{
+    for (int kh = 0; kh < 3; kh++)
+        for (int kw = 0; kw < 3; kw++) {
+            const float t = x [kh * row + kw];
+            for (int v = 0; v < V; v++)
+                acc [kh * 3 + kw][v] += t * g [v];
+        }
+}
+
 //  Output channels [c0, c0 + V * 16) of every pixel.
 static inline __attribute__ ((always_inline)) S_AVX512 void
 s_direct_forward_v (const int V, int c0, const za_conv2d_dims_t *d, const s_plane_t *plane,
@@ -393,37 +437,17 @@ s_direct_backward_v (const int V, int c0, const za_conv2d_dims_t *d, const s_pla
                      int bf16, float *restrict dkernel, float *restrict dbias)
 {
     const int OC = d->oc, row = plane->w;
-    const v16f zero = {0};
     v16f acc [DIRECT_TAPS][DIRECT_CHUNK], b [DIRECT_CHUNK];
     s_direct_load (V, c0, OC, dkernel, dbias, acc, b);
     for (int n = 0; n < d->n; n++)
         for (int oh = 0; oh < d->oh; oh++)
             for (int ow = 0; ow < d->ow; ow++) {
-                const float *restrict x = s_plane_pixel (plane, d, n, oh, ow);
                 const size_t at = (((size_t) n * d->oh + oh) * d->ow + ow) * OC + c0;
                 v16f g [DIRECT_CHUNK];
-                for (int v = 0; v < V; v++) {
-                    g [v] = *(const v16f *) (dout + at + v * DIRECT_LANES);
-                    if (act == ZA_ACT_RELU)
-                        g [v] = (v16f) ((v16u) g [v]
-                                        & (v16u) (*(const v16f *) (out + at + v * DIRECT_LANES)
-                                                  > zero));
-                    b [v] += g [v];
-                    if (bf16)
-                        g [v] = s_round_bf16 (g [v]);
-                }
-                for (int kh = 0; kh < 3; kh++)
-                    for (int kw = 0; kw < 3; kw++) {
-                        const float t = x [kh * row + kw];
-                        for (int v = 0; v < V; v++)
-                            acc [kh * 3 + kw][v] += t * g [v];
-                    }
+                s_direct_gradient (V, dout + at, out + at, act, bf16, b, g);
+                s_direct_taps (V, s_plane_pixel (plane, d, n, oh, ow), row, g, acc);
             }
-    for (int v = 0; v < V; v++) {
-        *(v16f *) (dbias + c0 + v * DIRECT_LANES) = b [v];
-        for (int t = 0; t < DIRECT_TAPS; t++)
-            *(v16f *) (dkernel + (size_t) t * OC + c0 + v * DIRECT_LANES) = acc [t][v];
-    }
+    s_direct_store (V, c0, OC, acc, b, dkernel, dbias);
 }
 
 //  dkernel +=, dbias +=; dout is read, not masked in place.
@@ -436,6 +460,154 @@ s_direct_backward (const za_conv2d_dims_t *d, const s_plane_t *plane, const floa
             s_direct_backward_v (2, c0, d, plane, out, act, dout, bf16, dkernel, dbias);
         else
             s_direct_backward_v (1, c0, d, plane, out, act, dout, bf16, dkernel, dbias);
+}
+
+//  The first layer and the 2x2 max-pool after it, as one: the convolution's
+//  output (the largest tensor of the seed CNN) is neither written nor read
+//  again. Forward: the four outputs under each window in registers, the
+//  pool's max and argmax from them (maxpool_forward's choice: the first
+//  of equals). Backward: from the pool's output gradient, each window's
+//  four positions take it where argmax says (masked by the ReLU where the
+//  max was not above 0), into the kernel's and the bias's gradients.
+typedef int v16i __attribute__ ((vector_size (64), aligned (4)));
+
+static int
+s_conv_pool (const za_conv2d_dims_t *d, const za_pool2d_dims_t *p, za_precision_t precision)
+{
+    return s_direct (d, precision) && p->pool == 2 && p->stride == 2 && p->n == d->n
+        && p->h == d->oh && p->w == d->ow && p->c == d->oc;
+}
+
+//  Lane indexes 0 to 15.
+static inline S_AVX512 v16i
+s_lanes (void)
+{
+    return (v16i) {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+}
+
+static inline __attribute__ ((always_inline)) S_AVX512 void
+s_conv_pool_forward_v (const int V, int c0, const za_conv2d_dims_t *d,
+                       const za_pool2d_dims_t *p, const s_plane_t *plane,
+                       const float *restrict kernel, const float *restrict bias, za_act_t act,
+                       float *restrict pool_out, int32_t *restrict argmax)
+{
+    const int OC = d->oc, row = plane->w;
+    //  From a window's first output's taps to its other three's.
+    const int right = d->stride, down = d->stride * row;
+    const v16f zero = {0};
+    const v16i lanes = s_lanes ();
+    v16f w [DIRECT_TAPS][DIRECT_CHUNK], b [DIRECT_CHUNK];
+    s_direct_load (V, c0, OC, kernel, bias, w, b);
+    for (int n = 0; n < p->n; n++)
+        for (int ph = 0; ph < p->oh; ph++)
+            for (int pw = 0; pw < p->ow; pw++) {
+                //  The window's four outputs side by side (eight independent
+                //  sums), then the max in the pool's order.
+                const float *restrict x = s_plane_pixel (plane, d, n, 2 * ph, 2 * pw);
+                v16f a [4][DIRECT_CHUNK];
+                for (int q = 0; q < 4; q++)
+                    for (int v = 0; v < V; v++)
+                        a [q][v] = b [v];
+                for (int kh = 0; kh < 3; kh++) {
+                    const float *restrict top = x + kh * row, *restrict bottom = top + down;
+                    for (int kw = 0; kw < 3; kw++) {
+                        const float t [4] = {top [kw], top [kw + right], bottom [kw],
+                                             bottom [kw + right]};
+                        for (int q = 0; q < 4; q++)
+                            for (int v = 0; v < V; v++)
+                                a [q][v] += t [q] * w [kh * 3 + kw][v];
+                    }
+                }
+                v16f best [DIRECT_CHUNK];
+                v16i at [DIRECT_CHUNK];
+                for (int q = 0; q < 4; q++) {
+                    const int oh = 2 * ph + (q >> 1), ow = 2 * pw + (q & 1);
+                    const int32_t first = (int32_t) ((((size_t) n * d->oh + oh) * d->ow + ow) * OC
+                                                     + c0);
+                    for (int v = 0; v < V; v++) {
+                        v16f y = a [q][v];
+                        if (act == ZA_ACT_RELU)
+                            y = (v16f) ((v16u) y & (v16u) (y > zero));
+                        const v16i here = lanes + (first + v * DIRECT_LANES);
+                        if (q == 0) {
+                            best [v] = y;
+                            at [v] = here;
+                            continue;
+                        }
+                        const v16i above = (v16i) (y > best [v]);
+                        best [v] = (v16f) (((v16i) y & above) | ((v16i) best [v] & ~above));
+                        at [v] = (here & above) | (at [v] & ~above);
+                    }
+                }
+                const size_t o = (((size_t) n * p->oh + ph) * p->ow + pw) * OC + c0;
+                for (int v = 0; v < V; v++) {
+                    *(v16f *) (pool_out + o + v * DIRECT_LANES) = best [v];
+                    *(v16i *) (argmax + o + v * DIRECT_LANES) = at [v];
+                }
+            }
+}
+
+static inline __attribute__ ((always_inline)) S_AVX512 void
+s_conv_pool_backward_v (const int V, int c0, const za_conv2d_dims_t *d,
+                        const za_pool2d_dims_t *p, const s_plane_t *plane,
+                        const float *restrict pool_out, const int32_t *restrict argmax,
+                        za_act_t act, const float *restrict pool_dout, int bf16,
+                        float *restrict dkernel, float *restrict dbias)
+{
+    const int OC = d->oc, row = plane->w;
+    const v16i lanes = s_lanes ();
+    v16f acc [DIRECT_TAPS][DIRECT_CHUNK], b [DIRECT_CHUNK];
+    s_direct_load (V, c0, OC, dkernel, dbias, acc, b);
+    for (int n = 0; n < p->n; n++)
+        for (int ph = 0; ph < p->oh; ph++)
+            for (int pw = 0; pw < p->ow; pw++) {
+                const size_t o = (((size_t) n * p->oh + ph) * p->ow + pw) * OC + c0;
+                v16f g [DIRECT_CHUNK];
+                v16i where [DIRECT_CHUNK];
+                //  The max's output is the pool's: the ReLU's mask from it.
+                s_direct_gradient (V, pool_dout + o, pool_out + o, act, bf16, b, g);
+                for (int v = 0; v < V; v++)
+                    where [v] = *(const v16i *) (argmax + o + v * DIRECT_LANES);
+                for (int q = 0; q < 4; q++) {
+                    const int oh = 2 * ph + (q >> 1), ow = 2 * pw + (q & 1);
+                    const float *restrict x = s_plane_pixel (plane, d, n, oh, ow);
+                    const int32_t first = (int32_t) ((((size_t) n * d->oh + oh) * d->ow + ow) * OC
+                                                     + c0);
+                    v16f gq [DIRECT_CHUNK];
+                    for (int v = 0; v < V; v++)
+                        gq [v] = (v16f) ((v16i) g [v]
+                                         & (where [v] == lanes + (first + v * DIRECT_LANES)));
+                    s_direct_taps (V, x, row, gq, acc);
+                }
+            }
+    s_direct_store (V, c0, OC, acc, b, dkernel, dbias);
+}
+
+static S_AVX512 void
+s_conv_pool_forward (const za_conv2d_dims_t *d, const za_pool2d_dims_t *p,
+                     const s_plane_t *plane, const float *kernel, const float *bias,
+                     za_act_t act, float *pool_out, int32_t *argmax)
+{
+    for (int c0 = 0; c0 < d->oc; c0 += DIRECT_CHUNK * DIRECT_LANES)
+        if (d->oc - c0 >= DIRECT_CHUNK * DIRECT_LANES)
+            s_conv_pool_forward_v (2, c0, d, p, plane, kernel, bias, act, pool_out, argmax);
+        else
+            s_conv_pool_forward_v (1, c0, d, p, plane, kernel, bias, act, pool_out, argmax);
+}
+
+static S_AVX512 void
+s_conv_pool_backward (const za_conv2d_dims_t *d, const za_pool2d_dims_t *p,
+                      const s_plane_t *plane, const float *pool_out, const int32_t *argmax,
+                      za_act_t act, const float *pool_dout, int bf16, float *dkernel,
+                      float *dbias)
+{
+    for (int c0 = 0; c0 < d->oc; c0 += DIRECT_CHUNK * DIRECT_LANES)
+        if (d->oc - c0 >= DIRECT_CHUNK * DIRECT_LANES)
+            s_conv_pool_backward_v (2, c0, d, p, plane, pool_out, argmax, act, pool_dout, bf16,
+                                    dkernel, dbias);
+        else
+            s_conv_pool_backward_v (1, c0, d, p, plane, pool_out, argmax, act, pool_dout, bf16,
+                                    dkernel, dbias);
 }
 
 static int s_direct_plane (s_plane_t *plane, const za_conv2d_dims_t *d, const float *in,
@@ -773,3 +945,57 @@ za_cpu_dense_backward_##suffix (int n, int in_dim, int units, const float *in,  
 
 S_MIXED (bf16, ZA_PRECISION_BF16)
 S_MIXED (fp16, ZA_PRECISION_FP16)
+
+// ---------------------------------------------------------------------------
+//  The first layer and its max-pool as one, fp32 and bf16
+
+static const float *s_rounded (int slot, const float *x, size_t n, za_precision_t precision);
+
+static int
+s_conv_pool_forward_in (za_precision_t precision, const za_conv2d_dims_t *d,
+                        const za_pool2d_dims_t *p, const float *in, const float *kernel,
+                        const float *bias, za_act_t act, float *pool_out, int32_t *argmax)
+{
+    s_plane_t plane;
+    if (!s_conv_pool (d, p, precision) || s_direct_plane (&plane, d, in, precision))
+        return -1;
+    size_t weights = (size_t) 9 * d->oc;
+    s_conv_pool_forward (d, p, &plane, s_rounded (1, kernel, weights, precision), bias, act,
+                         pool_out, argmax);
+    return 0;
+}
+
+static int
+s_conv_pool_backward_in (za_precision_t precision, const za_conv2d_dims_t *d,
+                         const za_pool2d_dims_t *p, const float *in, const float *pool_out,
+                         const int32_t *argmax, za_act_t act, const float *pool_dout,
+                         float *dkernel, float *dbias)
+{
+    s_plane_t plane;
+    if (!s_conv_pool (d, p, precision) || s_direct_plane (&plane, d, in, precision))
+        return -1;
+    s_conv_pool_backward (d, p, &plane, pool_out, argmax, act, pool_dout,
+                          precision == ZA_PRECISION_BF16, dkernel, dbias);
+    return 0;
+}
+
+#define S_CONV_POOL(suffix, precision)                                                        \
+int                                                                                           \
+za_cpu_conv2d_pool_forward##suffix (const za_conv2d_dims_t *d, const za_pool2d_dims_t *p,     \
+                                    const float *in, const float *kernel, const float *bias,  \
+                                    za_act_t act, float *pool_out, int32_t *argmax)           \
+{                                                                                             \
+    return s_conv_pool_forward_in (precision, d, p, in, kernel, bias, act, pool_out, argmax); \
+}                                                                                             \
+int                                                                                           \
+za_cpu_conv2d_pool_backward##suffix (const za_conv2d_dims_t *d, const za_pool2d_dims_t *p,    \
+                                     const float *in, const float *pool_out,                  \
+                                     const int32_t *argmax, za_act_t act,                     \
+                                     const float *pool_dout, float *dkernel, float *dbias)    \
+{                                                                                             \
+    return s_conv_pool_backward_in (precision, d, p, in, pool_out, argmax, act, pool_dout,    \
+                                    dkernel, dbias);                                          \
+}
+
+S_CONV_POOL (, ZA_PRECISION_FP32)
+S_CONV_POOL (_bf16, ZA_PRECISION_BF16)

@@ -440,6 +440,8 @@ static int s_native (za_precision_t precision);
         .conv2d_backward = za_cuda_conv2d_backward<P>,            \
         .dense_forward = za_cuda_dense_forward<P>,                \
         .dense_backward = za_cuda_dense_backward<P>,              \
+        .conv2d_pool_forward = NULL,                              \
+        .conv2d_pool_backward = NULL,                             \
         .maxpool_forward = s_maxpool_forward,                     \
         .maxpool_backward = s_maxpool_backward,                   \
         .avgpool_global_forward = s_avgpool_global_forward,       \

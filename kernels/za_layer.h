@@ -148,6 +148,16 @@ const za_layer_ops_t *za_layer_ops_find (const char *name);
 //  "conv2d, maxpool, ..." for messages.
 const char *za_layer_names (void);
 
+//  A conv2d layer and the maxpool layer after it as one, where the back end
+//  takes the pair (za_backend_t's conv2d_pool_*): the forward writes the
+//  pool's output and argmax, not the convolution's; the backward (a first
+//  layer's: no input gradient) reads the pool's output gradient. call is
+//  the convolution's. 0, or -1 when each goes on its own (nothing written).
+int za_layer_conv2d_pool_forward (const za_layer_t *conv, const za_layer_t *pool,
+                                  const za_layer_call_t *call);
+int za_layer_conv2d_pool_backward (const za_layer_t *conv, const za_layer_t *pool,
+                                   const za_layer_call_t *call);
+
 //  Glorot uniform (Keras's default) into a kernel, zeros into its bias.
 void za_layer_init_glorot (const za_layer_t *layer, const za_vars_t *vars, float *values,
                            uint64_t seed, double fan_in, double fan_out);

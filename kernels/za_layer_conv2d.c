@@ -118,6 +118,41 @@ s_backward (const za_layer_t *l, const za_layer_call_t *call)
                                call->dkernel, call->dbias, call->scratch, call->din);
 }
 
+//  The pool's geometry over this layer's output, for a batch of n.
+static int
+s_pool_dims (za_pool2d_dims_t *p, const za_layer_t *l, const za_layer_t *pool, int n)
+{
+    return za_pool2d_dims (p, n, l->out_shape.h, l->out_shape.w, l->out_shape.c,
+                           pool->spec.pool, pool->spec.stride);
+}
+
+int
+za_layer_conv2d_pool_forward (const za_layer_t *l, const za_layer_t *pool,
+                              const za_layer_call_t *call)
+{
+    za_conv2d_dims_t d;
+    za_pool2d_dims_t p;
+    if (!call->be->conv2d_pool_forward || s_dims (&d, &l->spec, call->n, l->in_shape)
+        || s_pool_dims (&p, l, pool, call->n))
+        return -1;
+    return call->be->conv2d_pool_forward (&d, &p, call->in, call->kernel, call->bias,
+                                          l->spec.act, pool->out, pool->argmax);
+}
+
+int
+za_layer_conv2d_pool_backward (const za_layer_t *l, const za_layer_t *pool,
+                               const za_layer_call_t *call)
+{
+    za_conv2d_dims_t d;
+    za_pool2d_dims_t p;
+    if (call->din || !call->be->conv2d_pool_backward
+        || s_dims (&d, &l->spec, call->n, l->in_shape) || s_pool_dims (&p, l, pool, call->n))
+        return -1;
+    return call->be->conv2d_pool_backward (&d, &p, call->in, pool->out, pool->argmax,
+                                           l->spec.act, pool->dout, call->dkernel,
+                                           call->dbias);
+}
+
 const za_layer_ops_t za_layer_conv2d = {
     .name = "conv2d",
     .takes = ZA_TAKES_STRIDE | ZA_TAKES_PADDING | ZA_TAKES_ACTIVATION,

@@ -26,6 +26,8 @@ typedef struct {
                                         //  trains: no backward at all)
     za_feature_cache_t *cache;          //  --cache-frozen: the output of layer
                                         //  lowest_trainable - 1 per example, or NULL
+    uint8_t fused [ZA_MAX_LAYERS];      //  1: conv2d i and the maxpool after it went
+                                        //  as one in the last forward
 } s_stack_t;
 
 //  Output shape of each layer for one example, checked at a batch of n.
@@ -301,6 +303,17 @@ s_var (const s_stack_t *self, const float *block, int var)
     return var >= 0? (float *) block + self->vars [var].offset: NULL;
 }
 
+//  Whether layer i (a conv2d) may go as one with the maxpool after it: its
+//  input's gradient is never asked (nothing below it trains), which the
+//  pair's backward does not compute.
+static int
+s_fusable (const s_stack_t *self, int i)
+{
+    return i + 1 < self->count && self->layers [i].spec.type == ZA_LAYER_CONV2D
+        && self->layers [i + 1].spec.type == ZA_LAYER_MAXPOOL
+        && (self->lowest_trainable < 0 || self->lowest_trainable >= i);
+}
+
 static void
 s_forward (s_stack_t *self, const float *features, int n, int train, const float *values,
            int64_t step, int from)
@@ -308,6 +321,7 @@ s_forward (s_stack_t *self, const float *features, int n, int train, const float
     //  Each layer's draws (dropout's mask) come from (step, layer).
     uint64_t step_seed = (uint64_t) step * 0x9e3779b97f4a7c15ULL + 1;
     const float *in = from > 0? self->layers [from - 1].out: features;
+    memset (self->fused, 0, sizeof self->fused);
     for (int i = from; i < self->count; i++) {
         za_layer_t *l = &self->layers [i];
         za_layer_call_t call = {
@@ -316,6 +330,14 @@ s_forward (s_stack_t *self, const float *features, int n, int train, const float
             .bias = s_var (self, values, l->bias_var),
             .seed = za_elem_hash (step_seed, (uint64_t) i),
         };
+        //  A first layer and its max-pool, as one where the back end takes
+        //  them: the convolution's output is never written.
+        self->fused [i] = s_fusable (self, i)
+                       && za_layer_conv2d_pool_forward (l, &self->layers [i + 1], &call) == 0;
+        if (self->fused [i]) {
+            in = self->layers [++i].out;
+            continue;
+        }
         za_layer_ops (l->spec.type)->forward (l, &call);
         in = l->out;
     }
@@ -335,6 +357,10 @@ s_backward (s_stack_t *self, const float *features, int n, const float *values,
     for (int i = self->count - 1; i >= self->lowest_trainable; i--) {
         za_layer_t *l = &self->layers [i];
         za_layer_t *below = i > 0? &self->layers [i - 1]: NULL;
+        //  The max-pool of a pair that went as one: its gradient goes into
+        //  the convolution's with it.
+        if (below && self->fused [i - 1])
+            continue;
         float *din = below && i > self->lowest_trainable? below->dout: NULL;
         //  A leading flatten's gradient would go nowhere: none is computed.
         if (i == 1 && za_layer_ops (below->spec.type)->reshapes)
@@ -343,12 +369,26 @@ s_backward (s_stack_t *self, const float *features, int n, const float *values,
             .be = self->be, .n = n, .train = 1,
             .in = below? below->out: features,
             .kernel = s_var (self, values, l->kernel_var),
+            .bias = s_var (self, values, l->bias_var),
             .din = din,
             .dkernel = s_var (self, grads, l->kernel_var),
             .dbias = s_var (self, grads, l->bias_var),
             .scratch = self->scratch,
         };
-        za_layer_ops (l->spec.type)->backward (l, &call);
+        if (self->fused [i]
+            && za_layer_conv2d_pool_backward (l, &self->layers [i + 1], &call) != 0) {
+            //  Not taken after all (the back end's forward did take it):
+            //  what the pair did not keep, made again, then each on its own.
+            za_layer_t *pool = &self->layers [i + 1];
+            za_layer_call_t pooled = call;
+            pooled.in = l->out;
+            pooled.din = l->dout;
+            za_layer_ops (l->spec.type)->forward (l, &call);
+            za_layer_ops (pool->spec.type)->backward (pool, &pooled);
+            self->fused [i] = 0;
+        }
+        if (!self->fused [i])
+            za_layer_ops (l->spec.type)->backward (l, &call);
         //  L2 on the kernel (Keras's kernel_regularizer): the gradient of
         //  l2 sum (w^2), added once per call like the mean loss's.
         if (l->spec.l2 > 0 && call.dkernel && !self->vars [l->kernel_var].frozen)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "za/za_kernels.h"
+#include "za/za_tensor.h"
 #include "../kernels/za_cpu_dnnl.h"
 #include "../kernels/za_elem.h"
 #include "za_test.h"
@@ -478,6 +479,111 @@ Test (maxpool, gradient_odd_input_drops_edge)
 Test (maxpool, gradient_overlapping_3_stride_2)
 {
     s_pool_gradcheck (2, 7, 7, 2, 3, 2, 23);
+}
+
+//  A first layer and its 2x2 max-pool as one (conv2d_pool_*, where the
+//  back end takes them: 3x3 on one channel on AVX-512) against the two on
+//  their own: the same pooled values and argmax to the bit (ties to the
+//  first, as ReLU's zeros make them), the same kernel and bias gradients
+//  up to the order of the sums; in fp32 and in bf16.
+static void
+s_conv_pool_case (const za_backend_t *be, int n, int h, int w, int filters,
+                  za_padding_t padding, za_act_t act, uint64_t seed)
+{
+    za_rng_t rng;
+    za_rng_seed (&rng, seed);
+    za_conv2d_dims_t d;
+    za_pool2d_dims_t p;
+    cr_assert_eq (za_conv2d_dims (&d, n, h, w, 1, filters, 3, 1, padding), 0);
+    cr_assert_eq (za_pool2d_dims (&p, n, d.oh, d.ow, filters, 2, 2), 0);
+    size_t in_n = (size_t) n * h * w, k_n = (size_t) 9 * filters;
+    size_t out_n = (size_t) n * d.oh * d.ow * filters, pooled = (size_t) n * p.oh * p.ow * filters;
+    float *in = za_test_random (in_n, &rng), *kernel = za_test_random (k_n, &rng);
+    float *bias = za_test_random ((size_t) filters, &rng), *g = za_test_random (pooled, &rng);
+    float *out = (float *) za_alloc (out_n * sizeof (float));
+    float *dout = (float *) za_alloc (out_n * sizeof (float));
+    float *cols = (float *) za_alloc (za_conv2d_cols_floats (&d) * sizeof (float));
+    float *pool_out [2], *dk [2], *db [2];
+    int32_t *argmax [2];
+    for (int way = 0; way < 2; way++) {
+        pool_out [way] = (float *) za_alloc (pooled * sizeof (float));
+        argmax [way] = (int32_t *) za_alloc (pooled * sizeof (int32_t));
+        dk [way] = (float *) za_alloc (k_n * sizeof (float));
+        db [way] = (float *) za_alloc ((size_t) filters * sizeof (float));
+    }
+    //  The two on their own.
+    be->conv2d_forward (&d, in, kernel, bias, act, cols, out);
+    be->maxpool_forward (&p, out, pool_out [1], argmax [1]);
+    be->maxpool_backward (&p, g, argmax [1], dout);
+    be->conv2d_backward (&d, in, cols, kernel, out, act, dout, dk [1], db [1], NULL, NULL);
+    //  As one.
+    cr_assert_not_null (be->conv2d_pool_forward);
+    if (be->conv2d_pool_forward (&d, &p, in, kernel, bias, act, pool_out [0], argmax [0])) {
+        cr_expect (!za_cpu_has (ZA_ISA_AVX512), "declined on a CPU with AVX-512");
+        goto done;
+    }
+    cr_expect_eq (memcmp (pool_out [0], pool_out [1], pooled * sizeof (float)), 0, "pooled");
+    cr_expect_eq (memcmp (argmax [0], argmax [1], pooled * sizeof (int32_t)), 0, "argmax");
+    cr_assert_eq (be->conv2d_pool_backward (&d, &p, in, pool_out [0], argmax [0], act, g, dk [0],
+                                            db [0]), 0);
+    for (size_t i = 0; i < k_n; i++)
+        cr_expect (fabsf (dk [0][i] - dk [1][i]) <= 1e-4f * (1 + fabsf (dk [1][i])),
+                   "%s, %d filters: dkernel[%zu] %g as one, %g on their own", be->name, filters,
+                   i, dk [0][i], dk [1][i]);
+    for (int i = 0; i < filters; i++)
+        cr_expect (fabsf (db [0][i] - db [1][i]) <= 1e-4f * (1 + fabsf (db [1][i])),
+                   "%s, %d filters: dbias[%d] %g as one, %g on their own", be->name, filters,
+                   i, db [0][i], db [1][i]);
+done:
+    za_free (in), za_free (kernel), za_free (bias), za_free (g), za_free (out), za_free (dout);
+    za_free (cols);
+    for (int way = 0; way < 2; way++)
+        za_free (pool_out [way]), za_free (argmax [way]), za_free (dk [way]), za_free (db [way]);
+}
+
+Test (maxpool, first_layer_and_pool_as_one)
+{
+    const za_backend_t *tables [2] = {za_backend_cpu (), za_backend_mixed (za_backend_cpu (),
+                                                                          "mixed_bfloat16")};
+    cr_assert_not_null (tables [0]);
+    //  (bf16 where this CPU, as DNNL_MAX_CPU_ISA has it answer, computes it.)
+    for (int t = 0; t < 2 && tables [t]; t++) {
+        s_conv_pool_case (tables [t], 4, 28, 28, 32, ZA_PADDING_VALID, ZA_ACT_RELU, 20);
+        s_conv_pool_case (tables [t], 2, 9, 8, 48, ZA_PADDING_SAME, ZA_ACT_RELU, 21);
+        s_conv_pool_case (tables [t], 3, 8, 9, 16, ZA_PADDING_VALID, ZA_ACT_NONE, 22);
+        s_conv_pool_case (tables [t], 1, 7, 7, 64, ZA_PADDING_SAME, ZA_ACT_RELU, 23);
+    }
+}
+
+//  Ties as one and on their own: a kernel that passes the input through
+//  (its centre tap 1) and windows whose top right and bottom left are equal
+//  and the largest: the pool keeps the first in its order, (0,1).
+Test (maxpool, first_layer_and_pool_as_one_keep_the_first_of_equals)
+{
+    const za_backend_t *be = za_backend_cpu ();
+    za_conv2d_dims_t d;
+    za_pool2d_dims_t p;
+    cr_assert_eq (za_conv2d_dims (&d, 1, 6, 6, 1, 16, 3, 1, ZA_PADDING_VALID), 0);
+    cr_assert_eq (za_pool2d_dims (&p, 1, 4, 4, 16, 2, 2), 0);
+    float in [36] = {0}, kernel [9 * 16] = {0}, bias [16] = {0}, out [4 * 4 * 16];
+    float pooled [2][2 * 2 * 16];
+    int32_t argmax [2][2 * 2 * 16];
+    for (int f = 0; f < 16; f++)
+        kernel [4 * 16 + f] = 1.0f;
+    const float window [4] = {0.1f, 0.5f, 0.5f, 0.2f};
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++)
+            in [(r + 1) * 6 + c + 1] = window [(r % 2) * 2 + c % 2];
+    float *cols = (float *) za_alloc (za_conv2d_cols_floats (&d) * sizeof (float));
+    be->conv2d_forward (&d, in, kernel, bias, ZA_ACT_RELU, cols, out);
+    be->maxpool_forward (&p, out, pooled [1], argmax [1]);
+    cr_expect_eq (argmax [1][0], 1 * 16, "the pool's own choice: (0,1)");
+    if (be->conv2d_pool_forward (&d, &p, in, kernel, bias, ZA_ACT_RELU, pooled [0], argmax [0])
+        == 0) {
+        cr_expect_eq (memcmp (argmax [0], argmax [1], sizeof argmax [0]), 0);
+        cr_expect_eq (memcmp (pooled [0], pooled [1], sizeof pooled [0]), 0);
+    }
+    za_free (cols);
 }
 
 Test (maxpool, forward_by_hand)

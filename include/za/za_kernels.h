@@ -97,6 +97,20 @@ struct za_backend_t {
                             const float *kernel, const float *out, za_act_t act,
                             float *dout, float *dkernel, float *dbias, float *din);
 
+    //  A convolution (d) and the max-pool (p) over its output as one, where
+    //  the back end has it for this geometry (else NULL or -1, and each goes
+    //  on its own; nothing written). Forward: pool_out and argmax as
+    //  maxpool_forward leaves them from the convolution's output, which is
+    //  not written. Backward, for a first layer (no input gradient): dkernel
+    //  +=, dbias += from the pool's output gradient, after such a forward.
+    int (*conv2d_pool_forward) (const za_conv2d_dims_t *d, const za_pool2d_dims_t *p,
+                                const float *in, const float *kernel, const float *bias,
+                                za_act_t act, float *pool_out, int32_t *argmax);
+    int (*conv2d_pool_backward) (const za_conv2d_dims_t *d, const za_pool2d_dims_t *p,
+                                 const float *in, const float *pool_out,
+                                 const int32_t *argmax, za_act_t act, const float *pool_dout,
+                                 float *dkernel, float *dbias);
+
     //  Max-pool; argmax[i] remembers which input fed out[i].
     void (*maxpool_forward) (const za_pool2d_dims_t *d, const float *in,
                              float *out, int32_t *argmax);
