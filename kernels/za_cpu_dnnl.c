@@ -32,10 +32,10 @@
 
 #define S_CONVS_MAX 64
 #define S_MATMULS_MAX 32
-//  A thread keeps reordered kernels (one per convolution and pass) in
-//  buffers of their own up to this many bytes; beyond, they take turns in
-//  its scratch and are reordered at every call (VGG16's would take 118 MB
-//  a thread in fp32).
+//  A thread keeps reordered kernels (one per geometry and pass: layers of
+//  one geometry take turns in it, each reordered anew) in buffers of their
+//  own up to this many bytes; beyond, they take turns in its scratch and
+//  are reordered at every call (VGG16's would take 118 MB a thread in fp32).
 #define S_KEPT_BYTES_MAX ((size_t) 64 << 20)
 
 //  A kernel reordered into oneDNN's layout for one pass, kept while the
@@ -391,8 +391,10 @@ s_scratch (s_thread_t *self, dnnl_memory_t memory, s_slot_t slot)
 //  Points `to` at the kernel in the layout `reorder` makes from `from`:
 //  as kept from an earlier call of this values epoch (za_model.h) for the
 //  same kernel, else reordered now: into a buffer of its own (then kept)
-//  while the thread's kept buffers stay within S_KEPT_BYTES_MAX, else into
-//  the thread's scratch. 0 or -1.
+//  while the thread's kept buffers stay within S_KEPT_BYTES_MAX, else (and
+//  in epoch 0, which keeps nothing) into the thread's scratch. The kernel
+//  is known by its address: a caller whose kernel is not the values' (a
+//  rounded copy) calls in epoch 0. 0 or -1.
 static int
 s_reordered (s_thread_t *self, s_kept_t *kept, dnnl_primitive_t reorder, dnnl_memory_t from,
              dnnl_memory_t to, const float *kernel)
@@ -402,7 +404,7 @@ s_reordered (s_thread_t *self, s_kept_t *kept, dnnl_primitive_t reorder, dnnl_me
         return 0;
     kept->epoch = 0;
     const dnnl_memory_desc_t *desc;
-    if (!kept->buffer && dnnl_memory_get_memory_desc (to, &desc) == dnnl_success) {
+    if (epoch && !kept->buffer && dnnl_memory_get_memory_desc (to, &desc) == dnnl_success) {
         size_t bytes = dnnl_memory_desc_get_size (desc);
         void *buffer = NULL;
         if (self->kept_bytes + bytes <= S_KEPT_BYTES_MAX
@@ -531,6 +533,8 @@ za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const f
                              za_act_t act, const float *dout, float *dkernel, float *din,
                              za_precision_t precision)
 {
+    if (!dkernel && !din)
+        return -1;
     s_thread_t *self = precision == ZA_PRECISION_FP16? NULL: s_ready ();
     s_conv_t *c = self? s_conv (self, d, act, precision): NULL;
     if (!c || !c->conv)

@@ -8,6 +8,7 @@
 #include "za_cpu_gemm.h"
 #include "za_cpu_dnnl.h"
 #include "za_elem.h"
+#include "za/za_model.h"
 #include "za/za_tensor.h"
 
 #include <cblas.h>
@@ -795,7 +796,8 @@ s_direct_plane (s_plane_t *plane, const za_conv2d_dims_t *d, const float *in,
     for (int n = 0; n < d->n; n++)
         for (int r = 0; r < plane->h; r++) {
             const int ih = r - d->pad_top;
-            const float *from = in + ((size_t) n * d->h + (ih < 0? 0: ih)) * d->w;
+            const int inside_row = ih < 0? 0: ih < d->h? ih: d->h - 1;
+            const float *from = in + ((size_t) n * d->h + inside_row) * d->w;
             for (int col = 0; col < plane->w; col++) {
                 const int iw = col - d->pad_left;
                 *x++ = ih >= 0 && ih < d->h && iw >= 0 && iw < d->w
@@ -826,8 +828,14 @@ s_conv2d_forward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, con
     }
     if (za_cpu_dnnl_conv2d_forward (d, in, kernel, bias, act, out, precision) == 0)
         return;
+    //  The rounded kernel is in this thread's buffer, which every layer
+    //  shares: nothing a back end derives from it may be kept (a kept
+    //  reorder goes by the kernel's address).
+    uint64_t epoch = za_model_values_epoch ();
+    za_model_set_values_epoch (0);
     za_cpu_conv2d_forward (d, s_rounded (0, in, inputs, precision),
                            s_rounded (1, kernel, weights, precision), bias, act, cols, out);
+    za_model_set_values_epoch (epoch);
 }
 
 static void
@@ -850,7 +858,7 @@ s_conv2d_backward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, co
     //  one matmul over the im2col matrix it runs at twice their rate
     //  (docs/precision.md). The input's gradient stays theirs, and comes
     //  first: a failure there leaves dkernel as it was.
-    if (precision == ZA_PRECISION_BF16 && d->oh * d->ow <= SMALL_PLANE_MAX
+    if (precision == ZA_PRECISION_BF16 && d->oh * d->ow <= SMALL_PLANE_MAX && za_cpu_dnnl_on ()
         && (!din || za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, NULL, din,
                                                  precision) == 0)) {
         s_im2col (d, in, cols);

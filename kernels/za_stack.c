@@ -378,7 +378,9 @@ s_backward (s_stack_t *self, const float *features, int n, const float *values,
         if (self->fused [i]
             && za_layer_conv2d_pool_backward (l, &self->layers [i + 1], &call) != 0) {
             //  Not taken after all (the back end's forward did take it):
-            //  what the pair did not keep, made again, then each on its own.
+            //  what the pair did not keep, made again, then each on its own
+            //  (another path may round the last bits otherwise than the
+            //  pair did; argmax stays the pair's).
             za_layer_t *pool = &self->layers [i + 1];
             za_layer_call_t pooled = call;
             pooled.in = l->out;
