@@ -309,7 +309,10 @@ za_shm_read (za_shm_t *self, za_shm_record_t *record)
         //  What was published, and where: checked before anything is read.
         uint64_t at = self->tail % self->bytes, published = head - self->tail;
         shm_record_t mark;
-        if (published > self->bytes || published < SHM_LINE || self->bytes - at < SHM_LINE)
+        //  Records start on lines: a tail elsewhere (the reader's counter is
+        //  in the segment too, where the peer can write) is not ours.
+        if (published > self->bytes || published < SHM_LINE || self->bytes - at < SHM_LINE
+            || at % SHM_LINE)
             goto broken;
         memcpy (&mark, self->ring + at, sizeof mark);
         if (mark.length < SHM_LINE || mark.length % SHM_LINE || mark.length > published
@@ -362,6 +365,13 @@ uint64_t
 za_shm_written (const za_shm_t *self)
 {
     return self->written;
+}
+
+const void *
+za_shm_ring (const za_shm_t *self, size_t *bytes)
+{
+    *bytes = (size_t) self->bytes;
+    return self->ring;
 }
 
 void

@@ -109,6 +109,10 @@ int za_shm_wait (za_shm_t *self, int spin_usecs, int usecs);
 //  1 when the reader has released everything written.
 int za_shm_empty (const za_shm_t *self);
 
+//  The ring's first byte and its size, as this end maps it (what a record
+//  read in place must lie inside: the fuzz harness checks it).
+const void *za_shm_ring (const za_shm_t *self, size_t *bytes);
+
 //  1 when nothing was ever written (the sending end).
 int za_shm_unused (const za_shm_t *self);
 
