@@ -265,6 +265,69 @@ s_small_k_dkernel (int P, int K, int OC, const float *cols, const float *dout,
 }
 
 // ---------------------------------------------------------------------------
+//  A thread's buffers
+
+//  A thread's buffers for rounded copies of a layer's input and kernel,
+//  and for the direct loops' plane.
+typedef struct {
+    float *buffer [3];
+    size_t floats [3];
+} s_rounding_t;
+
+static pthread_key_t s_rounding_key;
+static pthread_once_t s_rounding_once = PTHREAD_ONCE_INIT;
+
+static void
+s_rounding_free (void *arg)
+{
+    s_rounding_t *self = (s_rounding_t *) arg;
+    for (int slot = 0; slot < 3; slot++)
+        free (self->buffer [slot]);
+    free (self);
+}
+
+static void
+s_rounding_key_new (void)
+{
+    pthread_key_create (&s_rounding_key, s_rounding_free);
+}
+
+//  This thread's buffer `slot` (0 to 2), of n floats at least, or NULL.
+static float *
+s_buffer (int slot, size_t n)
+{
+    pthread_once (&s_rounding_once, s_rounding_key_new);
+    s_rounding_t *self = (s_rounding_t *) pthread_getspecific (s_rounding_key);
+    if (!self) {
+        if (!(self = (s_rounding_t *) calloc (1, sizeof *self)))
+            return NULL;
+        pthread_setspecific (s_rounding_key, self);
+    }
+    if (n > self->floats [slot]) {
+        float *grown = (float *) malloc (n * sizeof (float));
+        if (!grown)
+            return NULL;
+        free (self->buffer [slot]);
+        self->buffer [slot] = grown;
+        self->floats [slot] = n;
+    }
+    return self->buffer [slot];
+}
+
+//  x rounded to the precision, in this thread's buffer `slot` (0 or 1);
+//  x itself where no memory is left for the copy (then fp32 it is).
+static const float *
+s_rounded (int slot, const float *x, size_t n, za_precision_t precision)
+{
+    float *y = s_buffer (slot, n);
+    if (!y)
+        return x;
+    for (size_t i = 0; i < n; i++)
+        y [i] = za_elem_round (x [i], precision);
+    return y;
+}
+
+// ---------------------------------------------------------------------------
 //  A 3x3 convolution of one channel on AVX-512: one pass each way
 
 //  A first layer on grayscale images (3x3 on one channel, up to 64 filters)
@@ -285,6 +348,14 @@ s_small_k_dkernel (int P, int K, int OC, const float *cols, const float *dout,
 #define DIRECT_TAPS 9
 #define DIRECT_CHUNK 2                  //  vectors of channels a pass keeps in registers
 #define S_AVX512 __attribute__ ((target ("avx512f")))
+//  Calls fn (V, c0, ...) over d's output channels, DIRECT_CHUNK registers of
+//  them at a time (V a constant in each call: the sums stay in registers).
+#define S_BY_CHUNKS(d, fn, ...)                                                \
+    for (int c0 = 0; c0 < (d)->oc; c0 += DIRECT_CHUNK * DIRECT_LANES)          \
+        if ((d)->oc - c0 >= DIRECT_CHUNK * DIRECT_LANES)                       \
+            fn (2, c0, __VA_ARGS__);                                           \
+        else                                                                   \
+            fn (1, c0, __VA_ARGS__)
 
 typedef float v16f __attribute__ ((vector_size (64), aligned (4)));
 typedef unsigned v16u __attribute__ ((vector_size (64), aligned (4)));
@@ -303,6 +374,41 @@ typedef struct {
     const float *x;
     int h, w;
 } s_plane_t;
+
+//  The input as the direct loops read it: `in` itself where every tap lies
+//  inside it and nothing is rounded; else a copy in this thread's buffer 2
+//  of the rows and columns the taps reach, zero where the padding is,
+//  rounded to the precision. 0, or -1 when no memory is left for the copy
+//  (then the caller goes the other way, forward and backward alike).
+static int
+s_direct_plane (s_plane_t *plane, const za_conv2d_dims_t *d, const float *in,
+                za_precision_t precision)
+{
+    const int h = (d->oh - 1) * d->stride + d->kh, w = (d->ow - 1) * d->stride + d->kw;
+    const int inside = d->pad_top == 0 && d->pad_left == 0 && h <= d->h && w <= d->w;
+    plane->h = inside? d->h: h;
+    plane->w = inside? d->w: w;
+    if (inside && precision == ZA_PRECISION_FP32) {
+        plane->x = in;
+        return 0;
+    }
+    float *x = s_buffer (2, (size_t) d->n * plane->h * plane->w);
+    if (!x)
+        return -1;
+    plane->x = x;
+    for (int n = 0; n < d->n; n++)
+        for (int r = 0; r < plane->h; r++) {
+            const int ih = r - d->pad_top;
+            const int inside_row = ih < 0? 0: ih < d->h? ih: d->h - 1;
+            const float *from = in + ((size_t) n * d->h + inside_row) * d->w;
+            for (int col = 0; col < plane->w; col++) {
+                const int iw = col - d->pad_left;
+                *x++ = ih >= 0 && ih < d->h && iw >= 0 && iw < d->w
+                     ? za_elem_round (from [iw], precision): 0.0f;
+            }
+        }
+    return 0;
+}
 
 //  x rounded to bf16 lane by lane, as za_elem_round (a NaN stays a NaN).
 static inline S_AVX512 v16f
@@ -424,11 +530,7 @@ static S_AVX512 void
 s_direct_forward (const za_conv2d_dims_t *d, const s_plane_t *plane, const float *kernel,
                   const float *bias, za_act_t act, float *out)
 {
-    for (int c0 = 0; c0 < d->oc; c0 += DIRECT_CHUNK * DIRECT_LANES)
-        if (d->oc - c0 >= DIRECT_CHUNK * DIRECT_LANES)
-            s_direct_forward_v (2, c0, d, plane, kernel, bias, act, out);
-        else
-            s_direct_forward_v (1, c0, d, plane, kernel, bias, act, out);
+    S_BY_CHUNKS (d, s_direct_forward_v, d, plane, kernel, bias, act, out);
 }
 
 //  The gradients of output channels [c0, c0 + V * 16).
@@ -456,11 +558,7 @@ static S_AVX512 void
 s_direct_backward (const za_conv2d_dims_t *d, const s_plane_t *plane, const float *out,
                    za_act_t act, const float *dout, int bf16, float *dkernel, float *dbias)
 {
-    for (int c0 = 0; c0 < d->oc; c0 += DIRECT_CHUNK * DIRECT_LANES)
-        if (d->oc - c0 >= DIRECT_CHUNK * DIRECT_LANES)
-            s_direct_backward_v (2, c0, d, plane, out, act, dout, bf16, dkernel, dbias);
-        else
-            s_direct_backward_v (1, c0, d, plane, out, act, dout, bf16, dkernel, dbias);
+    S_BY_CHUNKS (d, s_direct_backward_v, d, plane, out, act, dout, bf16, dkernel, dbias);
 }
 
 //  The first layer and the 2x2 max-pool after it, as one: the convolution's
@@ -589,11 +687,7 @@ s_conv_pool_forward (const za_conv2d_dims_t *d, const za_pool2d_dims_t *p,
                      const s_plane_t *plane, const float *kernel, const float *bias,
                      za_act_t act, float *pool_out, int32_t *argmax)
 {
-    for (int c0 = 0; c0 < d->oc; c0 += DIRECT_CHUNK * DIRECT_LANES)
-        if (d->oc - c0 >= DIRECT_CHUNK * DIRECT_LANES)
-            s_conv_pool_forward_v (2, c0, d, p, plane, kernel, bias, act, pool_out, argmax);
-        else
-            s_conv_pool_forward_v (1, c0, d, p, plane, kernel, bias, act, pool_out, argmax);
+    S_BY_CHUNKS (d, s_conv_pool_forward_v, d, p, plane, kernel, bias, act, pool_out, argmax);
 }
 
 static S_AVX512 void
@@ -602,17 +696,39 @@ s_conv_pool_backward (const za_conv2d_dims_t *d, const za_pool2d_dims_t *p,
                       za_act_t act, const float *pool_dout, int bf16, float *dkernel,
                       float *dbias)
 {
-    for (int c0 = 0; c0 < d->oc; c0 += DIRECT_CHUNK * DIRECT_LANES)
-        if (d->oc - c0 >= DIRECT_CHUNK * DIRECT_LANES)
-            s_conv_pool_backward_v (2, c0, d, p, plane, pool_out, argmax, act, pool_dout, bf16,
-                                    dkernel, dbias);
-        else
-            s_conv_pool_backward_v (1, c0, d, p, plane, pool_out, argmax, act, pool_dout, bf16,
-                                    dkernel, dbias);
+    S_BY_CHUNKS (d, s_conv_pool_backward_v, d, p, plane, pool_out, argmax, act, pool_dout,
+                 bf16, dkernel, dbias);
 }
 
-static int s_direct_plane (s_plane_t *plane, const za_conv2d_dims_t *d, const float *in,
-                           za_precision_t precision);
+//  The direct loops for this layer in `precision`, where they apply: 0, or
+//  -1 with nothing written (the caller goes the other way). The kernel is
+//  rounded here in bf16; the input, with the plane.
+static int
+s_direct_conv_forward (za_precision_t precision, const za_conv2d_dims_t *d, const float *in,
+                       const float *kernel, const float *bias, za_act_t act, float *out)
+{
+    s_plane_t plane;
+    if (!s_direct (d, precision) || s_direct_plane (&plane, d, in, precision))
+        return -1;
+    if (precision != ZA_PRECISION_FP32)
+        kernel = s_rounded (1, kernel, (size_t) DIRECT_TAPS * d->oc, precision);
+    s_direct_forward (d, &plane, kernel, bias, act, out);
+    return 0;
+}
+
+//  The same backward, for a layer whose input's gradient is not asked.
+static int
+s_direct_conv_backward (za_precision_t precision, const za_conv2d_dims_t *d, const float *in,
+                        const float *out, za_act_t act, const float *dout, float *dkernel,
+                        float *dbias, const float *din)
+{
+    s_plane_t plane;
+    if (din || !s_direct (d, precision) || s_direct_plane (&plane, d, in, precision))
+        return -1;
+    s_direct_backward (d, &plane, out, act, dout, precision == ZA_PRECISION_BF16, dkernel,
+                       dbias);
+    return 0;
+}
 
 void
 za_cpu_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
@@ -620,11 +736,8 @@ za_cpu_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float *
 {
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
-    s_plane_t plane;
-    if (s_direct (d, ZA_PRECISION_FP32) && s_direct_plane (&plane, d, in, ZA_PRECISION_FP32) == 0) {
-        s_direct_forward (d, &plane, kernel, bias, act, out);
+    if (s_direct_conv_forward (ZA_PRECISION_FP32, d, in, kernel, bias, act, out) == 0)
         return;
-    }
     //  oneDNN where it is built in and takes the geometry: no im2col matrix
     //  (its backward reads the input itself).
     if (za_cpu_dnnl_conv2d_forward (d, in, kernel, bias, act, out, ZA_PRECISION_FP32) == 0)
@@ -667,12 +780,9 @@ za_cpu_conv2d_backward (const za_conv2d_dims_t *d, const float *in, float *cols,
                         const float *kernel, const float *out, za_act_t act, float *dout,
                         float *dkernel, float *dbias, float *dcols, float *din)
 {
-    s_plane_t plane;
-    if (!din && s_direct (d, ZA_PRECISION_FP32)
-        && s_direct_plane (&plane, d, in, ZA_PRECISION_FP32) == 0) {
-        s_direct_backward (d, &plane, out, act, dout, 0, dkernel, dbias);
+    if (s_direct_conv_backward (ZA_PRECISION_FP32, d, in, out, act, dout, dkernel, dbias,
+                                din) == 0)
         return;
-    }
     s_act_bias_backward ((size_t) d->n * d->oh * d->ow, d->oc, out, act, dout, dbias);
     if (za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, dkernel, din,
                                      ZA_PRECISION_FP32) == 0)
@@ -712,101 +822,6 @@ za_cpu_dense_backward (int n, int in_dim, int units, const float *in, const floa
 //  bf16 as a matmul (s_conv2d_backward_mixed).
 #define SMALL_PLANE_MAX 16
 
-//  A thread's buffers for rounded copies of a layer's input and kernel,
-//  and for the direct loops' plane.
-typedef struct {
-    float *buffer [3];
-    size_t floats [3];
-} s_rounding_t;
-
-static pthread_key_t s_rounding_key;
-static pthread_once_t s_rounding_once = PTHREAD_ONCE_INIT;
-
-static void
-s_rounding_free (void *arg)
-{
-    s_rounding_t *self = (s_rounding_t *) arg;
-    for (int slot = 0; slot < 3; slot++)
-        free (self->buffer [slot]);
-    free (self);
-}
-
-static void
-s_rounding_key_new (void)
-{
-    pthread_key_create (&s_rounding_key, s_rounding_free);
-}
-
-//  This thread's buffer `slot` (0 to 2), of n floats at least, or NULL.
-static float *
-s_buffer (int slot, size_t n)
-{
-    pthread_once (&s_rounding_once, s_rounding_key_new);
-    s_rounding_t *self = (s_rounding_t *) pthread_getspecific (s_rounding_key);
-    if (!self) {
-        if (!(self = (s_rounding_t *) calloc (1, sizeof *self)))
-            return NULL;
-        pthread_setspecific (s_rounding_key, self);
-    }
-    if (n > self->floats [slot]) {
-        float *grown = (float *) malloc (n * sizeof (float));
-        if (!grown)
-            return NULL;
-        free (self->buffer [slot]);
-        self->buffer [slot] = grown;
-        self->floats [slot] = n;
-    }
-    return self->buffer [slot];
-}
-
-//  x rounded to the precision, in this thread's buffer `slot` (0 or 1);
-//  x itself where no memory is left for the copy (then fp32 it is).
-static const float *
-s_rounded (int slot, const float *x, size_t n, za_precision_t precision)
-{
-    float *y = s_buffer (slot, n);
-    if (!y)
-        return x;
-    for (size_t i = 0; i < n; i++)
-        y [i] = za_elem_round (x [i], precision);
-    return y;
-}
-
-//  The input as the direct loops read it: `in` itself where every tap lies
-//  inside it and nothing is rounded; else a copy in this thread's buffer 2
-//  of the rows and columns the taps reach, zero where the padding is,
-//  rounded to the precision. 0, or -1 when no memory is left for the copy
-//  (then the caller goes the other way, forward and backward alike).
-static int
-s_direct_plane (s_plane_t *plane, const za_conv2d_dims_t *d, const float *in,
-                za_precision_t precision)
-{
-    const int h = (d->oh - 1) * d->stride + d->kh, w = (d->ow - 1) * d->stride + d->kw;
-    const int inside = d->pad_top == 0 && d->pad_left == 0 && h <= d->h && w <= d->w;
-    plane->h = inside? d->h: h;
-    plane->w = inside? d->w: w;
-    if (inside && precision == ZA_PRECISION_FP32) {
-        plane->x = in;
-        return 0;
-    }
-    float *x = s_buffer (2, (size_t) d->n * plane->h * plane->w);
-    if (!x)
-        return -1;
-    plane->x = x;
-    for (int n = 0; n < d->n; n++)
-        for (int r = 0; r < plane->h; r++) {
-            const int ih = r - d->pad_top;
-            const int inside_row = ih < 0? 0: ih < d->h? ih: d->h - 1;
-            const float *from = in + ((size_t) n * d->h + inside_row) * d->w;
-            for (int col = 0; col < plane->w; col++) {
-                const int iw = col - d->pad_left;
-                *x++ = ih >= 0 && ih < d->h && iw >= 0 && iw < d->w
-                     ? za_elem_round (from [iw], precision): 0.0f;
-            }
-        }
-    return 0;
-}
-
 static void
 s_round_in_place (float *x, size_t n, za_precision_t precision)
 {
@@ -821,11 +836,8 @@ s_conv2d_forward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, con
 {
     size_t inputs = (size_t) d->n * d->h * d->w * d->c;
     size_t weights = (size_t) d->kh * d->kw * d->c * d->oc;
-    s_plane_t plane;
-    if (s_direct (d, precision) && s_direct_plane (&plane, d, in, precision) == 0) {
-        s_direct_forward (d, &plane, s_rounded (1, kernel, weights, precision), bias, act, out);
+    if (s_direct_conv_forward (precision, d, in, kernel, bias, act, out) == 0)
         return;
-    }
     if (za_cpu_dnnl_conv2d_forward (d, in, kernel, bias, act, out, precision) == 0)
         return;
     //  The rounded kernel is in this thread's buffer, which every layer
@@ -844,12 +856,8 @@ s_conv2d_backward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, co
                          float *dout, float *dkernel, float *dbias, float *dcols, float *din)
 {
     size_t outputs = (size_t) d->n * d->oh * d->ow * d->oc;
-    s_plane_t plane;
-    if (!din && s_direct (d, precision) && s_direct_plane (&plane, d, in, precision) == 0) {
-        s_direct_backward (d, &plane, out, act, dout, precision == ZA_PRECISION_BF16, dkernel,
-                           dbias);
+    if (s_direct_conv_backward (precision, d, in, out, act, dout, dkernel, dbias, din) == 0)
         return;
-    }
     s_act_bias_backward ((size_t) d->n * d->oh * d->ow, d->oc, out, act, dout, dbias);
     size_t inputs = (size_t) d->n * d->h * d->w * d->c;
     size_t weights = (size_t) d->kh * d->kw * d->c * d->oc;
@@ -957,8 +965,6 @@ S_MIXED (fp16, ZA_PRECISION_FP16)
 // ---------------------------------------------------------------------------
 //  The first layer and its max-pool as one, fp32 and bf16
 
-static const float *s_rounded (int slot, const float *x, size_t n, za_precision_t precision);
-
 static int
 s_conv_pool_forward_in (za_precision_t precision, const za_conv2d_dims_t *d,
                         const za_pool2d_dims_t *p, const float *in, const float *kernel,
@@ -967,9 +973,9 @@ s_conv_pool_forward_in (za_precision_t precision, const za_conv2d_dims_t *d,
     s_plane_t plane;
     if (!s_conv_pool (d, p, precision) || s_direct_plane (&plane, d, in, precision))
         return -1;
-    size_t weights = (size_t) 9 * d->oc;
-    s_conv_pool_forward (d, p, &plane, s_rounded (1, kernel, weights, precision), bias, act,
-                         pool_out, argmax);
+    if (precision != ZA_PRECISION_FP32)
+        kernel = s_rounded (1, kernel, (size_t) DIRECT_TAPS * d->oc, precision);
+    s_conv_pool_forward (d, p, &plane, kernel, bias, act, pool_out, argmax);
     return 0;
 }
 

@@ -118,12 +118,15 @@ s_backward (const za_layer_t *l, const za_layer_call_t *call)
                                call->dkernel, call->dbias, call->scratch, call->din);
 }
 
-//  The pool's geometry over this layer's output, for a batch of n.
+//  The pair's geometries for a batch of n: this layer's, and the pool's
+//  over its output. 0 or -1.
 static int
-s_pool_dims (za_pool2d_dims_t *p, const za_layer_t *l, const za_layer_t *pool, int n)
+s_pair_dims (za_conv2d_dims_t *d, za_pool2d_dims_t *p, const za_layer_t *l,
+             const za_layer_t *pool, int n)
 {
-    return za_pool2d_dims (p, n, l->out_shape.h, l->out_shape.w, l->out_shape.c,
-                           pool->spec.pool, pool->spec.stride);
+    return s_dims (d, &l->spec, n, l->in_shape)
+        || za_pool2d_dims (p, n, l->out_shape.h, l->out_shape.w, l->out_shape.c,
+                           pool->spec.pool, pool->spec.stride)? -1: 0;
 }
 
 int
@@ -132,8 +135,7 @@ za_layer_conv2d_pool_forward (const za_layer_t *l, const za_layer_t *pool,
 {
     za_conv2d_dims_t d;
     za_pool2d_dims_t p;
-    if (!call->be->conv2d_pool_forward || s_dims (&d, &l->spec, call->n, l->in_shape)
-        || s_pool_dims (&p, l, pool, call->n))
+    if (!call->be->conv2d_pool_forward || s_pair_dims (&d, &p, l, pool, call->n))
         return -1;
     return call->be->conv2d_pool_forward (&d, &p, call->in, call->kernel, call->bias,
                                           l->spec.act, pool->out, pool->argmax);
@@ -145,8 +147,7 @@ za_layer_conv2d_pool_backward (const za_layer_t *l, const za_layer_t *pool,
 {
     za_conv2d_dims_t d;
     za_pool2d_dims_t p;
-    if (call->din || !call->be->conv2d_pool_backward
-        || s_dims (&d, &l->spec, call->n, l->in_shape) || s_pool_dims (&p, l, pool, call->n))
+    if (call->din || !call->be->conv2d_pool_backward || s_pair_dims (&d, &p, l, pool, call->n))
         return -1;
     return call->be->conv2d_pool_backward (&d, &p, call->in, pool->out, pool->argmax,
                                            l->spec.act, pool->dout, call->dkernel,
