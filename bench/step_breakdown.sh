@@ -7,7 +7,10 @@
 #  brgconv, AVX512-BF16's jit) and at what rate. DNNL_VERBOSE=1 prints every
 #  primitive's time; two runs of STEPS and 2 x STEPS steps are subtracted,
 #  so start-up and warm-up fall out. Printing costs a little: the step time
-#  here is a few percent above bench/train_vs_torch.sh's.
+#  here is a few percent above bench/train_vs_torch.sh's. Then the same
+#  step by layer (bench_train's ZA_BENCH_PROFILE): a layer's time less its
+#  primitives' is zactor's code around them. On a CPU with AMX, bf16 runs
+#  again with DNNL_MAX_CPU_ISA=AVX512_CORE_BF16: the same code without AMX.
 #  Usage: bench/step_breakdown.sh [BUILD] [BATCH] [THREADS] [STEPS] [PRECISIONS]
 #  (PRECISIONS: "fp32 mixed_bfloat16", the default)
 set -euo pipefail
@@ -17,6 +20,12 @@ batch=${2:-64}
 threads=${3:-1}
 steps=${4:-40}
 precisions=${5:-fp32 mixed_bfloat16}
+#  On AMX, bf16 again without it (oneDNN's and zactor's AVX512-BF16 code):
+#  what AMX changes, in the convolutions and in the code around them.
+if [ -z "${DNNL_MAX_CPU_ISA:-}" ] && grep -q -w amx_bf16 /proc/cpuinfo \
+   && [[ " $precisions " == *" mixed_bfloat16 "* ]]; then
+    again=1
+fi
 bench="$build/bench_train"
 [ -x "$bench" ] || { echo "build first: $bench is missing" >&2; exit 1; }
 work=$(mktemp -d)
@@ -80,4 +89,26 @@ for precision in $precisions; do
                 printf "%9.3f %5.1f%% %8s  %s\n", row[k], 100 * row[k] / step, rate[k], k \
                     | "sort -rn"
         }' "$work/a" "$work/b"
+    #  The same step by layer (wall time, oneDNN's calls and zactor's code
+    #  around them together; without DNNL_VERBOSE's printing): a layer's
+    #  time less its primitives' above is zactor's own code in that layer.
+    echo "by layer (ms/step; conv2d+maxpool: the first pair, as one):"
+    ZA_BENCH_PROFILE=1 ZA_BENCH_PRECISION=$precision "$bench" speed "$batch" "$threads" \
+        $((2 * steps)) 10 2>/dev/null \
+        | awk '/^profile row=/ {
+                   for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+                   printf "  %-5s %-15s forward %7s  backward %7s\n", v["row"], v["name"],
+                          v["forward_ms"], v["backward_ms"]
+               }
+               /^profile step_ms=/ {
+                   for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+                   printf "  step %s ms: layers and loss %s, outside them %s " \
+                          "(optimizer, input, hand-offs)\n",
+                          v["step_ms"], v["layers_ms"], v["outside_ms"]
+               }'
 done
+if [ "${again:-0}" = 1 ]; then
+    echo
+    echo "== again with DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 (no AMX)"
+    DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 "$0" "$build" "$batch" "$threads" "$steps" mixed_bfloat16
+fi

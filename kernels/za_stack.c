@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -29,6 +30,60 @@ typedef struct {
     uint8_t fused [ZA_MAX_LAYERS];      //  1: conv2d i and the maxpool after it went
                                         //  as one in the last forward
 } s_stack_t;
+
+//  The profile (za_model.h): nanoseconds per row and pass, the rows' names.
+static _Atomic int s_profile_on;
+static _Atomic uint64_t s_profile_ns [ZA_MAX_LAYERS + 1][2];
+static const char *_Atomic s_profile_name [ZA_MAX_LAYERS + 1];
+
+void
+za_stack_profile_start (void)
+{
+    for (int i = 0; i <= ZA_MAX_LAYERS; i++) {
+        s_profile_ns [i][0] = s_profile_ns [i][1] = 0;
+        s_profile_name [i] = NULL;
+    }
+    s_profile_on = 1;
+}
+
+void
+za_stack_profile_stop (void)
+{
+    s_profile_on = 0;
+}
+
+int
+za_stack_profile_get (int i, double *forward, double *backward, const char **name)
+{
+    if (i < 0 || i > ZA_MAX_LAYERS)
+        return -1;
+    *forward = (double) s_profile_ns [i][0] / 1e9;
+    *backward = (double) s_profile_ns [i][1] / 1e9;
+    *name = s_profile_name [i];
+    return 0;
+}
+
+//  The profile's clock: 0 while it is off.
+static uint64_t
+s_profile_clock (void)
+{
+    if (!s_profile_on)
+        return 0;
+    struct timespec ts;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+}
+
+//  Adds the time since `from` (a s_profile_clock) to row i's pass.
+static void
+s_profile_add (uint64_t from, int i, int pass, const char *name)
+{
+    uint64_t now = s_profile_clock ();
+    if (!from || !now)
+        return;
+    s_profile_ns [i][pass] += now - from;
+    s_profile_name [i] = name;
+}
 
 //  Output shape of each layer for one example, checked at a batch of n.
 //  Returns 0 or -1 with an error.
@@ -332,13 +387,16 @@ s_forward (s_stack_t *self, const float *features, int n, int train, const float
         };
         //  A first layer and its max-pool, as one where the back end takes
         //  them: the convolution's output is never written.
+        uint64_t t0 = s_profile_clock ();
         self->fused [i] = s_fusable (self, i)
                        && za_layer_conv2d_pool_forward (l, &self->layers [i + 1], &call) == 0;
         if (self->fused [i]) {
+            s_profile_add (t0, i, 0, "conv2d+maxpool");
             in = self->layers [++i].out;
             continue;
         }
         za_layer_ops (l->spec.type)->forward (l, &call);
+        s_profile_add (t0, i, 0, za_layer_ops (l->spec.type)->name);
         in = l->out;
     }
 }
@@ -375,6 +433,8 @@ s_backward (s_stack_t *self, const float *features, int n, const float *values,
             .dbias = s_var (self, grads, l->bias_var),
             .scratch = self->scratch,
         };
+        uint64_t t0 = s_profile_clock ();
+        const char *name = self->fused [i]? "conv2d+maxpool": za_layer_ops (l->spec.type)->name;
         if (self->fused [i]
             && za_layer_conv2d_pool_backward (l, &self->layers [i + 1], &call) != 0) {
             //  Not taken after all (the back end's forward did take it):
@@ -391,6 +451,7 @@ s_backward (s_stack_t *self, const float *features, int n, const float *values,
         }
         if (!self->fused [i])
             za_layer_ops (l->spec.type)->backward (l, &call);
+        s_profile_add (t0, i, 1, name);
         //  L2 on the kernel (Keras's kernel_regularizer): the gradient of
         //  l2 sum (w^2), added once per call like the mean loss's.
         if (l->spec.l2 > 0 && call.dkernel && !self->vars [l->kernel_var].frozen)
@@ -454,9 +515,11 @@ s_stack_model_fn (void *state, const float *features, const int32_t *labels, int
     if (mode == ZA_MODE_PREDICT || !labels)
         return 0;
     int invalid = 0;
+    uint64_t t0 = s_profile_clock ();
     spec->loss_sum = self->be->softmax_xent (n, self->n_classes, last->out, labels,
                                              train? last->dout: NULL, &spec->correct,
                                              &invalid);
+    s_profile_add (t0, ZA_MAX_LAYERS, 0, "loss");
     if (invalid)
         return za_error ("model: %d labels outside [0, %d)", invalid, self->n_classes);
     if (train) {

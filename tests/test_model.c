@@ -325,6 +325,61 @@ Test (stack, dropout_is_identity_in_eval_and_masks_in_train)
     za_free (values), za_free (grads);
 }
 
+//  The profile (bench_train's ZA_BENCH_PROFILE) names each row a step used
+//  and adds its time only while on; row ZA_MAX_LAYERS is the loss.
+Test (stack, profile_counts_each_layer_while_on)
+{
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse ("conv2d(8,3,relu) maxpool(2) flatten dense(10)", &spec), 0);
+    za_vars_t vars = {0};
+    za_input_shape_t input = {12, 12, 1};
+    const za_model_fn_t *fn = za_stack_model_fn ();
+    void *state = fn->create (&spec, input, 4, za_backend_cpu (), &vars);
+    cr_assert_not_null (state);
+    float *values = (float *) za_alloc (vars.total * sizeof (float));
+    float *grads = (float *) za_alloc (vars.total * sizeof (float));
+    fn->init_vars (state, &vars, values, 1);
+    float features [4 * 144];
+    for (int i = 0; i < 4 * 144; i++)
+        features [i] = (float) (i % 13) / 13.0f;
+    int32_t labels [4] = {1, 2, 3, 4};
+    za_spec_t out;
+    double forward, backward;
+    const char *name;
+    za_stack_profile_start ();
+    for (int step = 0; step < 3; step++)
+        cr_assert_eq (fn->model_fn (state, features, labels, 4, ZA_MODE_TRAIN, values, grads,
+                                    step, &out), 0);
+    za_stack_profile_stop ();
+    //  The first convolution either goes as one with its pool (row 0 holds
+    //  both, row 1 stays unnamed) or on its own.
+    cr_assert_eq (za_stack_profile_get (0, &forward, &backward, &name), 0);
+    cr_assert_not_null (name);
+    cr_expect (strncmp (name, "conv2d", 6) == 0, "row 0: %s", name);
+    cr_expect (forward > 0 && backward > 0, "row 0: %g %g", forward, backward);
+    cr_assert_eq (za_stack_profile_get (3, &forward, &backward, &name), 0);
+    cr_assert_not_null (name);
+    cr_expect_str_eq (name, "dense");
+    cr_expect (forward > 0 && backward > 0, "dense: %g %g", forward, backward);
+    cr_assert_eq (za_stack_profile_get (4, &forward, &backward, &name), 0);
+    cr_expect_null (name, "no fifth layer");
+    cr_assert_eq (za_stack_profile_get (ZA_MAX_LAYERS, &forward, &backward, &name), 0);
+    cr_assert_not_null (name);
+    cr_expect_str_eq (name, "loss");
+    cr_expect (forward > 0, "loss: %g", forward);
+    //  Off: another step adds nothing.
+    double before;
+    za_stack_profile_get (0, &before, &backward, &name);
+    cr_assert_eq (fn->model_fn (state, features, labels, 4, ZA_MODE_TRAIN, values, grads, 3,
+                                &out), 0);
+    za_stack_profile_get (0, &forward, &backward, &name);
+    cr_expect_eq (forward, before);
+    cr_expect_eq (za_stack_profile_get (ZA_MAX_LAYERS + 1, &forward, &backward, &name), -1);
+    cr_expect_eq (za_stack_profile_get (-1, &forward, &backward, &name), -1);
+    fn->destroy (&state);
+    za_free (values), za_free (grads);
+}
+
 //  The mean-loss gradient of a TRAIN call, into grads (cleared first).
 static void
 s_grads (void *state, const float *features, const int32_t *labels, int n,

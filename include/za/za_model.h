@@ -254,6 +254,18 @@ const za_model_fn_t *za_stack_model_fn (void);
 //  stack (multiply-add = 2), for GFLOP/s figures. -1 on a bad stack.
 double za_stack_forward_flops (const za_stack_spec_t *spec, za_input_shape_t input);
 
+//  Where a step's time goes, layer by layer, for benchmarks (bench_train's
+//  ZA_BENCH_PROFILE): off until started. While on, the stacks of every
+//  thread add each layer's wall time to row i (its index in the stack; a
+//  convolution that went as one with the max-pool after it holds the
+//  pair's) and the loss's to row ZA_MAX_LAYERS. Meant for CPU back ends: a
+//  GPU's calls return before its kernels end.
+void za_stack_profile_start (void);
+void za_stack_profile_stop (void);
+//  Row i's summed forward and backward seconds and the layer's name (NULL
+//  for a row no layer used): 0, or -1 for i outside [0, ZA_MAX_LAYERS].
+int za_stack_profile_get (int i, double *forward, double *backward, const char **name);
+
 #ifdef __cplusplus
 }
 #endif
