@@ -10,7 +10,9 @@
 #  here is a few percent above bench/train_vs_torch.sh's. Then the same
 #  step by layer (bench_train's ZA_BENCH_PROFILE): a layer's time less its
 #  primitives' is zactor's code around them. On a CPU with AMX, bf16 runs
-#  again with DNNL_MAX_CPU_ISA=AVX512_CORE_BF16: the same code without AMX.
+#  again with DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 (the same code without AMX)
+#  and with ZA_MICRO_BATCH=BATCH (one product per layer and thread a step,
+#  where the default splits a thread's examples into micro-batches of 16).
 #  Usage: bench/step_breakdown.sh [BUILD] [BATCH] [THREADS] [STEPS] [PRECISIONS]
 #  (PRECISIONS: "fp32 mixed_bfloat16", the default)
 set -euo pipefail
@@ -111,4 +113,8 @@ if [ "${again:-0}" = 1 ]; then
     echo
     echo "== again with DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 (no AMX)"
     DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 "$0" "$build" "$batch" "$threads" "$steps" mixed_bfloat16
+    echo
+    echo "== again on AMX with micro-batches of $batch (ZA_MICRO_BATCH: fewer, larger products)"
+    ZA_MICRO_BATCH=$batch DNNL_MAX_CPU_ISA=ALL "$0" "$build" "$batch" "$threads" "$steps" \
+        mixed_bfloat16
 fi

@@ -212,6 +212,47 @@ Test (device, values_written_between_batches_are_read_anew)
     za_dataset_destroy (&data);
 }
 
+//  ZA_MICRO_BATCH (a measuring knob) splits a thread's slice otherwise: the
+//  same mean gradient within rounding, other bits (another order of sums);
+//  a value outside 1..4096 or not a number is the default's, to the bit.
+Test (device, micro_batch_from_the_environment_keeps_the_gradient)
+{
+    enum { SIZE = 40 };
+    za_dataset_t *data = za_test_fashion ("train", SIZE);
+    za_batch_t batch = {data->features, data->labels, SIZE, 784, NULL};
+    const char *settings [] = {NULL, "5", "40", "0", "x16", "5000", ""};
+    float *reference = NULL;
+    size_t bytes = 0;
+    for (size_t i = 0; i < sizeof settings / sizeof settings [0]; i++) {
+        if (settings [i])
+            setenv ("ZA_MICRO_BATCH", settings [i], 1);
+        else
+            unsetenv ("ZA_MICRO_BATCH");
+        za_replica_t *replica = s_replica (ZA_DEVICE_CPU, S_MODEL);
+        size_t total = za_replica_vars (replica)->total;
+        double loss;
+        cr_assert_eq (za_replica_compute_gradients (replica, &batch, 1, &loss), 0);
+        if (!reference) {
+            bytes = total * sizeof (float);
+            reference = (float *) malloc (bytes);
+            memcpy (reference, za_replica_gradients (replica), bytes);
+        }
+        else if (i <= 2) {
+            cr_expect_lt (s_max_diff (reference, za_replica_gradients (replica), total), 1e-5,
+                          "ZA_MICRO_BATCH=%s", settings [i]);
+            cr_expect_neq (memcmp (reference, za_replica_gradients (replica), bytes), 0,
+                           "ZA_MICRO_BATCH=%s: split as the default", settings [i]);
+        }
+        else
+            cr_expect_eq (memcmp (reference, za_replica_gradients (replica), bytes), 0,
+                          "ZA_MICRO_BATCH=%s: not the default", settings [i]);
+        za_replica_destroy (&replica);
+    }
+    unsetenv ("ZA_MICRO_BATCH");
+    free (reference);
+    za_dataset_destroy (&data);
+}
+
 static int s_predicted [2][64];
 
 static int

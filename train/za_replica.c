@@ -168,12 +168,25 @@ s_plan_runs (za_replica_t *self)
         self->run_to [self->run_count - 1] = vars->total;
 }
 
+//  The micro-batch's examples: MICRO_BATCH_MAX, or ZA_MICRO_BATCH from the
+//  environment (1 to 4096; for measuring, as bench/step_breakdown.sh does:
+//  a matrix unit such as AMX may want larger products than cache does).
+static int
+s_micro_batch (void)
+{
+    const char *text = getenv ("ZA_MICRO_BATCH");
+    char *end = NULL;
+    long n = text? strtol (text, &end, 10): 0;
+    return text && *text && !*end && n >= 1 && n <= 4096? (int) n: MICRO_BATCH_MAX;
+}
+
 static int
 s_plan (za_replica_t *self, int batch_max)
 {
     int per_thread = (batch_max + self->threads - 1) / self->threads;
-    if (per_thread > MICRO_BATCH_MAX && self->be->host_memory)
-        per_thread = MICRO_BATCH_MAX;
+    int micro = s_micro_batch ();
+    if (per_thread > micro && self->be->host_memory)
+        per_thread = micro;
     if (self->states [0] && per_thread <= self->per_thread)
         return 0;
     s_destroy_states (self);
