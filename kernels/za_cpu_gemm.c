@@ -12,6 +12,7 @@
 #include "za/za_tensor.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -268,10 +269,10 @@ s_small_k_dkernel (int P, int K, int OC, const float *cols, const float *dout,
 //  A thread's buffers
 
 //  A thread's buffers for rounded copies of a layer's input and kernel,
-//  and for the direct loops' plane.
+//  and for the direct loops' plane and its pairs.
 typedef struct {
-    float *buffer [3];
-    size_t floats [3];
+    float *buffer [4];
+    size_t floats [4];
 } s_rounding_t;
 
 static pthread_key_t s_rounding_key;
@@ -281,7 +282,7 @@ static void
 s_rounding_free (void *arg)
 {
     s_rounding_t *self = (s_rounding_t *) arg;
-    for (int slot = 0; slot < 3; slot++)
+    for (int slot = 0; slot < 4; slot++)
         free (self->buffer [slot]);
     free (self);
 }
@@ -292,7 +293,7 @@ s_rounding_key_new (void)
     pthread_key_create (&s_rounding_key, s_rounding_free);
 }
 
-//  This thread's buffer `slot` (0 to 2), of n floats at least, or NULL.
+//  This thread's buffer `slot` (0 to 3), of n floats at least, or NULL.
 static float *
 s_buffer (int slot, size_t n)
 {
@@ -342,7 +343,8 @@ s_rounded (int slot, const float *x, size_t n, za_precision_t precision)
 //  and sums the kernel's gradient in the same pass: none of the masked copy
 //  and bf16 copy of the gradient that the oneDNN path writes. In bf16 the
 //  input and the kernel are rounded first, the gradient in registers: the
-//  products oneDNN's bf16 kernels form, summed in fp32.
+//  products oneDNN's bf16 kernels form, summed in fp32; where the CPU has
+//  AVX512-BF16 (and the stride is 1), two at a time (below, "pairs").
 #define DIRECT_LANES 16
 #define DIRECT_OC_MAX 64
 #define DIRECT_TAPS 9
@@ -375,6 +377,28 @@ typedef struct {
     int h, w;
 } s_plane_t;
 
+//  x rounded to bf16 lane by lane, as za_elem_round (a NaN stays a NaN).
+static inline S_AVX512 v16f
+s_round_bf16 (v16f x)
+{
+    const v16u u = (v16u) x;
+    const v16u rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    const v16u quiet = (u & 0xffff0000u) | 0x00400000u;
+    const v16u nan = (v16u) ((u & 0x7fffffffu) > 0x7f800000u);
+    return (v16f) ((rounded & ~nan) | (quiet & nan));
+}
+
+//  n floats rounded to bf16 (as za_elem_round), 16 at a time.
+static S_AVX512 void
+s_round_bf16_into (const float *from, float *to, size_t n)
+{
+    size_t i = 0;
+    for (; i + DIRECT_LANES <= n; i += DIRECT_LANES)
+        *(v16f *) (to + i) = s_round_bf16 (*(const v16f *) (from + i));
+    for (; i < n; i++)
+        to [i] = za_elem_round (from [i], ZA_PRECISION_BF16);
+}
+
 //  The input as the direct loops read it: `in` itself where every tap lies
 //  inside it and nothing is rounded; else a copy in this thread's buffer 2
 //  of the rows and columns the taps reach, zero where the padding is,
@@ -396,6 +420,10 @@ s_direct_plane (s_plane_t *plane, const za_conv2d_dims_t *d, const float *in,
     if (!x)
         return -1;
     plane->x = x;
+    if (inside && precision == ZA_PRECISION_BF16) {
+        s_round_bf16_into (in, x, (size_t) d->n * d->h * d->w);
+        return 0;
+    }
     for (int n = 0; n < d->n; n++)
         for (int r = 0; r < plane->h; r++) {
             const int ih = r - d->pad_top;
@@ -408,17 +436,6 @@ s_direct_plane (s_plane_t *plane, const za_conv2d_dims_t *d, const float *in,
             }
         }
     return 0;
-}
-
-//  x rounded to bf16 lane by lane, as za_elem_round (a NaN stays a NaN).
-static inline S_AVX512 v16f
-s_round_bf16 (v16f x)
-{
-    const v16u u = (v16u) x;
-    const v16u rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    const v16u quiet = (u & 0xffff0000u) | 0x00400000u;
-    const v16u nan = (v16u) ((u & 0x7fffffffu) > 0x7f800000u);
-    return (v16f) ((rounded & ~nan) | (quiet & nan));
 }
 
 //  Where output pixel (n, oh, ow)'s taps start.
@@ -584,6 +601,43 @@ s_lanes (void)
     return (v16i) {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 }
 
+//  Window (n, ph, pw)'s four outputs (a: their sums before the ReLU) to
+//  the pool's max and argmax, in the pool's order (the first of equals).
+static inline __attribute__ ((always_inline)) S_AVX512 void
+s_window_pool (const int V, int c0, const za_conv2d_dims_t *d, const za_pool2d_dims_t *p,
+               int n, int ph, int pw, za_act_t act, v16f a [4][DIRECT_CHUNK],
+               float *restrict pool_out, int32_t *restrict argmax)
+{
+    const int OC = d->oc;
+    const v16f zero = {0};
+    const v16i lanes = s_lanes ();
+    v16f best [DIRECT_CHUNK];
+    v16i at [DIRECT_CHUNK];
+    for (int q = 0; q < 4; q++) {
+        const int oh = 2 * ph + (q >> 1), ow = 2 * pw + (q & 1);
+        const int32_t first = (int32_t) ((((size_t) n * d->oh + oh) * d->ow + ow) * OC + c0);
+        for (int v = 0; v < V; v++) {
+            v16f y = a [q][v];
+            if (act == ZA_ACT_RELU)
+                y = (v16f) ((v16u) y & (v16u) (y > zero));
+            const v16i here = lanes + (first + v * DIRECT_LANES);
+            if (q == 0) {
+                best [v] = y;
+                at [v] = here;
+                continue;
+            }
+            const v16i above = (v16i) (y > best [v]);
+            best [v] = (v16f) (((v16i) y & above) | ((v16i) best [v] & ~above));
+            at [v] = (here & above) | (at [v] & ~above);
+        }
+    }
+    const size_t o = (((size_t) n * p->oh + ph) * p->ow + pw) * OC + c0;
+    for (int v = 0; v < V; v++) {
+        *(v16f *) (pool_out + o + v * DIRECT_LANES) = best [v];
+        *(v16i *) (argmax + o + v * DIRECT_LANES) = at [v];
+    }
+}
+
 static inline __attribute__ ((always_inline)) S_AVX512 void
 s_conv_pool_forward_v (const int V, int c0, const za_conv2d_dims_t *d,
                        const za_pool2d_dims_t *p, const s_plane_t *plane,
@@ -593,8 +647,6 @@ s_conv_pool_forward_v (const int V, int c0, const za_conv2d_dims_t *d,
     const int OC = d->oc, row = plane->w;
     //  From a window's first output's taps to its other three's.
     const int right = d->stride, down = d->stride * row;
-    const v16f zero = {0};
-    const v16i lanes = s_lanes ();
     v16f w [DIRECT_TAPS][DIRECT_CHUNK], b [DIRECT_CHUNK];
     s_direct_load (V, c0, OC, kernel, bias, w, b);
     for (int n = 0; n < p->n; n++)
@@ -617,32 +669,7 @@ s_conv_pool_forward_v (const int V, int c0, const za_conv2d_dims_t *d,
                                 a [q][v] += t [q] * w [kh * 3 + kw][v];
                     }
                 }
-                v16f best [DIRECT_CHUNK];
-                v16i at [DIRECT_CHUNK];
-                for (int q = 0; q < 4; q++) {
-                    const int oh = 2 * ph + (q >> 1), ow = 2 * pw + (q & 1);
-                    const int32_t first = (int32_t) ((((size_t) n * d->oh + oh) * d->ow + ow) * OC
-                                                     + c0);
-                    for (int v = 0; v < V; v++) {
-                        v16f y = a [q][v];
-                        if (act == ZA_ACT_RELU)
-                            y = (v16f) ((v16u) y & (v16u) (y > zero));
-                        const v16i here = lanes + (first + v * DIRECT_LANES);
-                        if (q == 0) {
-                            best [v] = y;
-                            at [v] = here;
-                            continue;
-                        }
-                        const v16i above = (v16i) (y > best [v]);
-                        best [v] = (v16f) (((v16i) y & above) | ((v16i) best [v] & ~above));
-                        at [v] = (here & above) | (at [v] & ~above);
-                    }
-                }
-                const size_t o = (((size_t) n * p->oh + ph) * p->ow + pw) * OC + c0;
-                for (int v = 0; v < V; v++) {
-                    *(v16f *) (pool_out + o + v * DIRECT_LANES) = best [v];
-                    *(v16i *) (argmax + o + v * DIRECT_LANES) = at [v];
-                }
+                s_window_pool (V, c0, d, p, n, ph, pw, act, a, pool_out, argmax);
             }
 }
 
@@ -682,6 +709,271 @@ s_conv_pool_backward_v (const int V, int c0, const za_conv2d_dims_t *d,
     s_direct_store (V, c0, OC, acc, b, dkernel, dbias);
 }
 
+//  In bf16 on a CPU with AVX512-BF16, the backward as bf16 dot products
+//  (vdpbf16ps: two products a lane, where the loop above makes one FMA
+//  each): the window's outputs go by pairs, side by side in a row, and so
+//  do their taps, which for a stride of 1 are neighbours in the plane's
+//  row. pairs [i] holds plane values i and i + 1 as two bf16 (the plane is
+//  rounded already: the top halves of its floats). Each lane's gradient is
+//  nonzero at one output of four (argmax's), as above; the products are
+//  the same, summed two at a time.
+#define S_AVX512_BF16 __attribute__ ((target ("avx512f,avx512bf16")))
+
+static int
+s_conv_pool_pairs (const za_conv2d_dims_t *d, za_precision_t precision)
+{
+    return precision == ZA_PRECISION_BF16 && d->stride == 1 && za_cpu_has (ZA_ISA_AVX512_BF16);
+}
+
+//  The plane's neighbours as bf16 pairs, into this thread's buffer 3, or
+//  NULL: pairs [i] holds values i and i + 1 (in a row), and with `below`,
+//  pairs [count + i] values i and i + row (in a column).
+static const uint32_t *
+s_plane_pairs (const s_plane_t *plane, int n, int below)
+{
+    const size_t count = (size_t) n * plane->h * plane->w, row = (size_t) plane->w;
+    uint32_t *pairs = (uint32_t *) s_buffer (3, below? 2 * count: count);
+    if (!pairs)
+        return NULL;
+    const uint32_t *x = (const uint32_t *) plane->x;
+    for (size_t i = 0; i + 1 < count; i++)
+        pairs [i] = (x [i] >> 16) | (x [i + 1] & 0xffff0000u);
+    pairs [count - 1] = x [count - 1] >> 16;
+    if (below) {
+        for (size_t i = 0; i + row < count; i++)
+            pairs [count + i] = (x [i] >> 16) | (x [i + row] & 0xffff0000u);
+        for (size_t i = count > row? count - row: 0; i < count; i++)
+            pairs [count + i] = x [i] >> 16;
+    }
+    return pairs;
+}
+
+//  The kernel's taps as the pairs the forward takes (channels [c0, c0 +
+//  V * 16)): each row's first two taps, then the third column's first two;
+//  the last tap alone.
+static inline __attribute__ ((always_inline)) S_AVX512_BF16 void
+s_kernel_pairs (const int V, int c0, int OC, const float *kernel, v16u wp [4][DIRECT_CHUNK],
+                v16f last [DIRECT_CHUNK])
+{
+    static const int tap [4][2] = {{0, 1}, {3, 4}, {6, 7}, {2, 5}};
+    for (int v = 0; v < V; v++) {
+        for (int k = 0; k < 4; k++) {
+            const v16u a = *(const v16u *) (kernel + (size_t) tap [k][0] * OC + c0 + v * 16);
+            const v16u b = *(const v16u *) (kernel + (size_t) tap [k][1] * OC + c0 + v * 16);
+            wp [k][v] = (a >> 16) | (b & 0xffff0000u);
+        }
+        last [v] = *(const v16f *) (kernel + (size_t) 8 * OC + c0 + v * 16);
+    }
+}
+
+//  One output's sums (a, holding the bias) += its nine taps times the
+//  kernel, in bf16 pairs: four dot products and one FMA where the fp32
+//  loop makes nine FMAs. at: the output's first tap's index in the plane.
+static inline __attribute__ ((always_inline)) S_AVX512_BF16 void
+s_output_pairs (const int V, const uint32_t *restrict pairs, size_t count, size_t at,
+                const float *restrict x, int row, const v16u wp [4][DIRECT_CHUNK],
+                const v16f last [DIRECT_CHUNK], v16f a [DIRECT_CHUNK])
+{
+    for (int kh = 0; kh < 3; kh++) {
+        const __m512bh t = (__m512bh) _mm512_set1_epi32 ((int) pairs [at + (size_t) kh * row]);
+        for (int v = 0; v < V; v++)
+            a [v] = (v16f) _mm512_dpbf16_ps ((__m512) a [v], (__m512bh) wp [kh][v], t);
+    }
+    const __m512bh t = (__m512bh) _mm512_set1_epi32 ((int) pairs [count + at + 2]);
+    const float alone = x [at + (size_t) 2 * row + 2];
+    for (int v = 0; v < V; v++) {
+        a [v] = (v16f) _mm512_dpbf16_ps ((__m512) a [v], (__m512bh) wp [3][v], t);
+        a [v] += alone * last [v];
+    }
+}
+
+//  The kernel's gradient rows += each tap pair at x (two neighbouring
+//  outputs' taps) times the pair of their gradients: s_direct_taps for two
+//  outputs, a dot product each.
+static inline __attribute__ ((always_inline)) S_AVX512_BF16 void
+s_taps_pairs (const int V, const uint32_t *restrict x, int row, const v16u pair [DIRECT_CHUNK],
+              v16f acc [DIRECT_TAPS][DIRECT_CHUNK])
+{
+    for (int kh = 0; kh < 3; kh++)
+        for (int kw = 0; kw < 3; kw++) {
+            const __m512bh taps = (__m512bh) _mm512_set1_epi32 ((int) x [kh * row + kw]);
+            for (int v = 0; v < V; v++)
+                acc [kh * 3 + kw][v] = (v16f) _mm512_dpbf16_ps (
+                    (__m512) acc [kh * 3 + kw][v], (__m512bh) pair [v], taps);
+        }
+}
+
+//  The pool's forward in bf16 pairs: each window output's sums by
+//  s_output_pairs, then as s_conv_pool_forward_v.
+static inline __attribute__ ((always_inline)) S_AVX512_BF16 void
+s_conv_pool_forward_pairs_v (const int V, int c0, const za_conv2d_dims_t *d,
+                             const za_pool2d_dims_t *p, const s_plane_t *plane,
+                             const uint32_t *restrict pairs, const float *restrict kernel,
+                             const float *restrict bias, za_act_t act,
+                             float *restrict pool_out, int32_t *restrict argmax)
+{
+    const int OC = d->oc, row = plane->w;
+    const size_t count = (size_t) d->n * plane->h * plane->w;
+    v16u wp [4][DIRECT_CHUNK];
+    v16f last [DIRECT_CHUNK], b [DIRECT_CHUNK];
+    s_kernel_pairs (V, c0, OC, kernel, wp, last);
+    for (int v = 0; v < V; v++)
+        b [v] = *(const v16f *) (bias + c0 + v * DIRECT_LANES);
+    for (int n = 0; n < p->n; n++)
+        for (int ph = 0; ph < p->oh; ph++)
+            for (int pw = 0; pw < p->ow; pw++) {
+                v16f a [4][DIRECT_CHUNK];
+                for (int q = 0; q < 4; q++) {
+                    const size_t at = (size_t) (s_plane_pixel (plane, d, n, 2 * ph + (q >> 1),
+                                                               2 * pw + (q & 1)) - plane->x);
+                    for (int v = 0; v < V; v++)
+                        a [q][v] = b [v];
+                    s_output_pairs (V, pairs, count, at, plane->x, row, wp, last, a [q]);
+                }
+                s_window_pool (V, c0, d, p, n, ph, pw, act, a, pool_out, argmax);
+            }
+}
+
+static S_AVX512_BF16 void
+s_conv_pool_forward_pairs (const za_conv2d_dims_t *d, const za_pool2d_dims_t *p,
+                           const s_plane_t *plane, const uint32_t *pairs, const float *kernel,
+                           const float *bias, za_act_t act, float *pool_out, int32_t *argmax)
+{
+    S_BY_CHUNKS (d, s_conv_pool_forward_pairs_v, d, p, plane, pairs, kernel, bias, act,
+                 pool_out, argmax);
+}
+
+//  The convolution alone in bf16 pairs (its outputs' sums as the pool's
+//  forward makes them, to the bit).
+static inline __attribute__ ((always_inline)) S_AVX512_BF16 void
+s_direct_forward_pairs_v (const int V, int c0, const za_conv2d_dims_t *d,
+                          const s_plane_t *plane, const uint32_t *restrict pairs,
+                          const float *restrict kernel, const float *restrict bias,
+                          za_act_t act, float *restrict out)
+{
+    const int OC = d->oc, row = plane->w;
+    const size_t count = (size_t) d->n * plane->h * plane->w;
+    const v16f zero = {0};
+    v16u wp [4][DIRECT_CHUNK];
+    v16f last [DIRECT_CHUNK], b [DIRECT_CHUNK];
+    s_kernel_pairs (V, c0, OC, kernel, wp, last);
+    for (int v = 0; v < V; v++)
+        b [v] = *(const v16f *) (bias + c0 + v * DIRECT_LANES);
+    for (int n = 0; n < d->n; n++)
+        for (int oh = 0; oh < d->oh; oh++)
+            for (int ow = 0; ow < d->ow; ow++) {
+                const size_t at = (size_t) (s_plane_pixel (plane, d, n, oh, ow) - plane->x);
+                v16f a [DIRECT_CHUNK];
+                for (int v = 0; v < V; v++)
+                    a [v] = b [v];
+                s_output_pairs (V, pairs, count, at, plane->x, row, wp, last, a);
+                float *restrict o = out + (((size_t) n * d->oh + oh) * d->ow + ow) * OC + c0;
+                for (int v = 0; v < V; v++) {
+                    if (act == ZA_ACT_RELU)
+                        a [v] = (v16f) ((v16u) a [v] & (v16u) (a [v] > zero));
+                    *(v16f *) (o + v * DIRECT_LANES) = a [v];
+                }
+            }
+}
+
+static S_AVX512_BF16 void
+s_direct_forward_pairs (const za_conv2d_dims_t *d, const s_plane_t *plane,
+                        const uint32_t *pairs, const float *kernel, const float *bias,
+                        za_act_t act, float *out)
+{
+    S_BY_CHUNKS (d, s_direct_forward_pairs_v, d, plane, pairs, kernel, bias, act, out);
+}
+
+static inline __attribute__ ((always_inline)) S_AVX512_BF16 void
+s_conv_pool_backward_pairs_v (const int V, int c0, const za_conv2d_dims_t *d,
+                              const za_pool2d_dims_t *p, const s_plane_t *plane,
+                              const uint32_t *restrict pairs, const float *restrict pool_out,
+                              const int32_t *restrict argmax, za_act_t act,
+                              const float *restrict pool_dout, float *restrict dkernel,
+                              float *restrict dbias)
+{
+    const int OC = d->oc, row = plane->w;
+    const v16i lanes = s_lanes ();
+    v16f acc [DIRECT_TAPS][DIRECT_CHUNK], b [DIRECT_CHUNK];
+    s_direct_load (V, c0, OC, dkernel, dbias, acc, b);
+    for (int n = 0; n < p->n; n++)
+        for (int ph = 0; ph < p->oh; ph++)
+            for (int pw = 0; pw < p->ow; pw++) {
+                const size_t o = (((size_t) n * p->oh + ph) * p->ow + pw) * OC + c0;
+                v16f g [DIRECT_CHUNK];
+                v16i where [DIRECT_CHUNK];
+                s_direct_gradient (V, pool_dout + o, pool_out + o, act, 1, b, g);
+                for (int v = 0; v < V; v++)
+                    where [v] = *(const v16i *) (argmax + o + v * DIRECT_LANES);
+                //  Row 2 ph's two outputs, then row 2 ph + 1's.
+                for (int half = 0; half < 2; half++) {
+                    const int oh = 2 * ph + half, ow = 2 * pw;
+                    const int32_t first = (int32_t) ((((size_t) n * d->oh + oh) * d->ow + ow) * OC
+                                                     + c0);
+                    v16u pair [DIRECT_CHUNK];
+                    for (int v = 0; v < V; v++) {
+                        const v16i at = lanes + (first + v * DIRECT_LANES);
+                        const v16u left = (v16u) g [v] & (v16u) (where [v] == at);
+                        const v16u right = (v16u) g [v] & (v16u) (where [v] == at + OC);
+                        pair [v] = (left >> 16) | right;
+                    }
+                    s_taps_pairs (V, pairs + (s_plane_pixel (plane, d, n, oh, ow) - plane->x),
+                                  row, pair, acc);
+                }
+            }
+    s_direct_store (V, c0, OC, acc, b, dkernel, dbias);
+}
+
+//  The convolution's backward alone in bf16 pairs: two neighbouring
+//  outputs of a row a dot product (an odd row's last by the FMA loop's step).
+static inline __attribute__ ((always_inline)) S_AVX512_BF16 void
+s_direct_backward_pairs_v (const int V, int c0, const za_conv2d_dims_t *d,
+                           const s_plane_t *plane, const uint32_t *restrict pairs,
+                           const float *restrict out, za_act_t act,
+                           const float *restrict dout, float *restrict dkernel,
+                           float *restrict dbias)
+{
+    const int OC = d->oc, row = plane->w;
+    v16f acc [DIRECT_TAPS][DIRECT_CHUNK], b [DIRECT_CHUNK];
+    s_direct_load (V, c0, OC, dkernel, dbias, acc, b);
+    for (int n = 0; n < d->n; n++)
+        for (int oh = 0; oh < d->oh; oh++)
+            for (int ow = 0; ow < d->ow; ow += 2) {
+                const size_t at = (((size_t) n * d->oh + oh) * d->ow + ow) * OC + c0;
+                v16f g [DIRECT_CHUNK], g1 [DIRECT_CHUNK];
+                s_direct_gradient (V, dout + at, out + at, act, 1, b, g);
+                if (ow + 1 == d->ow) {
+                    s_direct_taps (V, s_plane_pixel (plane, d, n, oh, ow), row, g, acc);
+                    continue;
+                }
+                s_direct_gradient (V, dout + at + OC, out + at + OC, act, 1, b, g1);
+                v16u pair [DIRECT_CHUNK];
+                for (int v = 0; v < V; v++)
+                    pair [v] = ((v16u) g [v] >> 16) | (v16u) g1 [v];
+                s_taps_pairs (V, pairs + (s_plane_pixel (plane, d, n, oh, ow) - plane->x), row,
+                              pair, acc);
+            }
+    s_direct_store (V, c0, OC, acc, b, dkernel, dbias);
+}
+
+static S_AVX512_BF16 void
+s_direct_backward_pairs (const za_conv2d_dims_t *d, const s_plane_t *plane,
+                         const uint32_t *pairs, const float *out, za_act_t act,
+                         const float *dout, float *dkernel, float *dbias)
+{
+    S_BY_CHUNKS (d, s_direct_backward_pairs_v, d, plane, pairs, out, act, dout, dkernel, dbias);
+}
+
+static S_AVX512_BF16 void
+s_conv_pool_backward_pairs (const za_conv2d_dims_t *d, const za_pool2d_dims_t *p,
+                            const s_plane_t *plane, const uint32_t *pairs,
+                            const float *pool_out, const int32_t *argmax, za_act_t act,
+                            const float *pool_dout, float *dkernel, float *dbias)
+{
+    S_BY_CHUNKS (d, s_conv_pool_backward_pairs_v, d, p, plane, pairs, pool_out, argmax, act,
+                 pool_dout, dkernel, dbias);
+}
+
 static S_AVX512 void
 s_conv_pool_forward (const za_conv2d_dims_t *d, const za_pool2d_dims_t *p,
                      const s_plane_t *plane, const float *kernel, const float *bias,
@@ -712,7 +1004,12 @@ s_direct_conv_forward (za_precision_t precision, const za_conv2d_dims_t *d, cons
         return -1;
     if (precision != ZA_PRECISION_FP32)
         kernel = s_rounded (1, kernel, (size_t) DIRECT_TAPS * d->oc, precision);
-    s_direct_forward (d, &plane, kernel, bias, act, out);
+    const uint32_t *pairs = s_conv_pool_pairs (d, precision)? s_plane_pairs (&plane, d->n, 1)
+                                                             : NULL;
+    if (pairs)
+        s_direct_forward_pairs (d, &plane, pairs, kernel, bias, act, out);
+    else
+        s_direct_forward (d, &plane, kernel, bias, act, out);
     return 0;
 }
 
@@ -725,8 +1022,13 @@ s_direct_conv_backward (za_precision_t precision, const za_conv2d_dims_t *d, con
     s_plane_t plane;
     if (din || !s_direct (d, precision) || s_direct_plane (&plane, d, in, precision))
         return -1;
-    s_direct_backward (d, &plane, out, act, dout, precision == ZA_PRECISION_BF16, dkernel,
-                       dbias);
+    const uint32_t *pairs = s_conv_pool_pairs (d, precision)? s_plane_pairs (&plane, d->n, 0)
+                                                             : NULL;
+    if (pairs)
+        s_direct_backward_pairs (d, &plane, pairs, out, act, dout, dkernel, dbias);
+    else
+        s_direct_backward (d, &plane, out, act, dout, precision == ZA_PRECISION_BF16, dkernel,
+                           dbias);
     return 0;
 }
 
@@ -975,7 +1277,12 @@ s_conv_pool_forward_in (za_precision_t precision, const za_conv2d_dims_t *d,
         return -1;
     if (precision != ZA_PRECISION_FP32)
         kernel = s_rounded (1, kernel, (size_t) DIRECT_TAPS * d->oc, precision);
-    s_conv_pool_forward (d, p, &plane, kernel, bias, act, pool_out, argmax);
+    const uint32_t *pairs = s_conv_pool_pairs (d, precision)? s_plane_pairs (&plane, d->n, 1)
+                                                             : NULL;
+    if (pairs)
+        s_conv_pool_forward_pairs (d, p, &plane, pairs, kernel, bias, act, pool_out, argmax);
+    else
+        s_conv_pool_forward (d, p, &plane, kernel, bias, act, pool_out, argmax);
     return 0;
 }
 
@@ -988,8 +1295,14 @@ s_conv_pool_backward_in (za_precision_t precision, const za_conv2d_dims_t *d,
     s_plane_t plane;
     if (!s_conv_pool (d, p, precision) || s_direct_plane (&plane, d, in, precision))
         return -1;
-    s_conv_pool_backward (d, p, &plane, pool_out, argmax, act, pool_dout,
-                          precision == ZA_PRECISION_BF16, dkernel, dbias);
+    const uint32_t *pairs = s_conv_pool_pairs (d, precision)? s_plane_pairs (&plane, d->n, 0)
+                                                             : NULL;
+    if (pairs)
+        s_conv_pool_backward_pairs (d, p, &plane, pairs, pool_out, argmax, act, pool_dout,
+                                    dkernel, dbias);
+    else
+        s_conv_pool_backward (d, p, &plane, pool_out, argmax, act, pool_dout,
+                              precision == ZA_PRECISION_BF16, dkernel, dbias);
     return 0;
 }
 

@@ -257,6 +257,10 @@ static const s_conv_case_t s_conv_cases [] = {
     {4, 28, 28, 1, 32, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU, 1},
     {3, 13, 11, 1, 48, 3, 2, ZA_PADDING_SAME, ZA_ACT_RELU, 1},
     {2, 9, 9, 3, 16, 3, 1, ZA_PADDING_SAME, ZA_ACT_NONE, 1},
+    //  Rows of an odd count of outputs: in bf16 the loops take outputs two
+    //  at a time (AVX512-BF16's dot products), the last of a row alone.
+    {2, 10, 9, 1, 16, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU, 1},
+    {3, 7, 7, 1, 32, 3, 1, ZA_PADDING_SAME, ZA_ACT_NONE, 1},
 };
 
 static void
