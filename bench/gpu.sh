@@ -13,10 +13,15 @@
 #    6. mixed precision: images/s in fp32, mixed_bfloat16 and mixed_float16
 #       against PyTorch (TF32 as it comes, bf16 autocast), VGG16 in bf16, and
 #       the seed CNN's EPOCHS epochs in each precision
+#    7. the host's CPU in bf16 (an AMX Xeon on the lent machines so far):
+#       bench/step_breakdown.sh (by primitive and by layer; with AMX, again
+#       without it and with whole-batch products), bench_layers, and
+#       bench/train_vs_torch.sh at batch 32, 64 and 128 on 1 and 2 threads,
+#       2 rounds of 80 steps (about 5 minutes); not in the default list
 #  PyTorch runs twice: as it comes (cuDNN's convolutions in TF32) and with
 #  --no-tf32 (plain fp32, as zactor computes).
 #  Usage: bench/gpu.sh [BUILD_DIR] [LOG_DIR] [EPOCHS] [ROUNDS]
-#  ONLY="2 4" runs those checks alone.
+#  ONLY="2 4" runs those checks alone (default: 1 to 6; ONLY="7" the CPU's).
 #  Fashion-MNIST is read from /usr/share/datasets/fashion-mnist.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -181,5 +186,11 @@ for p in fp32 mixed_bfloat16 mixed_float16; do
     echo "$p: rc=$? $(grep -E 'test accuracy|trained to|rror' "$logs/accuracy_$p.txt" | tr '\n' ' ')"
 done
 grep -h '"loss_scale"' /tmp/zactor-gpu-mixed_float16/metrics.jsonl 2>/dev/null | tail -1
+fi
+if want 7; then
+say "7. the host's CPU in bf16: where a step goes, each layer, against PyTorch"
+timeout 150 bash "$here/step_breakdown.sh" "$build" 64 1 40
+timeout 40 "$build/bench_layers" 16 1 mixed_bfloat16
+PYTHON=${PYTHON:-python3} BATCHES="32 64 128" timeout 420 bash "$here/train_vs_torch.sh" "$build" 2 80
 fi
 tail -5 "$logs/speed.err"
