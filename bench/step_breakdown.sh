@@ -24,7 +24,7 @@ steps=${4:-40}
 precisions=${5:-fp32 mixed_bfloat16}
 #  On AMX, bf16 again without it (oneDNN's and zactor's AVX512-BF16 code):
 #  what AMX changes, in the convolutions and in the code around them.
-if [ -z "${DNNL_MAX_CPU_ISA:-}" ] && grep -q -w amx_bf16 /proc/cpuinfo \
+if [ -z "${DNNL_MAX_CPU_ISA:-}${ONEDNN_MAX_CPU_ISA:-}" ] && grep -q -w amx_bf16 /proc/cpuinfo \
    && [[ " $precisions " == *" mixed_bfloat16 "* ]]; then
     again=1
 fi
@@ -97,24 +97,29 @@ for precision in $precisions; do
     echo "by layer (ms/step; conv2d+maxpool: the first pair, as one):"
     ZA_BENCH_PROFILE=1 ZA_BENCH_PRECISION=$precision "$bench" speed "$batch" "$threads" \
         $((2 * steps)) 10 2>/dev/null \
-        | awk '/^profile row=/ {
+        | awk -v threads="$threads" '/^profile row=/ {
                    for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
                    printf "  %-5s %-15s forward %7s  backward %7s\n", v["row"], v["name"],
                           v["forward_ms"], v["backward_ms"]
                }
                /^profile step_ms=/ {
                    for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-                   printf "  step %s ms: layers and loss %s, outside them %s " \
-                          "(optimizer, input, hand-offs)\n",
-                          v["step_ms"], v["layers_ms"], v["outside_ms"]
-               }'
+                   if (threads == 1)
+                       printf "  step %s ms: layers and loss %s, outside them %s " \
+                              "(optimizer, input, hand-offs)\n",
+                              v["step_ms"], v["layers_ms"], v["outside_ms"]
+                   else
+                       printf "  step %s ms; layers and loss %s ms summed over %d " \
+                              "threads\n", v["step_ms"], v["layers_ms"], threads
+               }' || echo "  (the profiled run failed)"
 done
 if [ "${again:-0}" = 1 ]; then
     echo
     echo "== again with DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 (no AMX)"
-    DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 "$0" "$build" "$batch" "$threads" "$steps" mixed_bfloat16
+    DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 bash "$0" "$build" "$batch" "$threads" "$steps" \
+        mixed_bfloat16 || echo "(failed)"
     echo
-    echo "== again on AMX with micro-batches of $batch (ZA_MICRO_BATCH: fewer, larger products)"
-    ZA_MICRO_BATCH=$batch DNNL_MAX_CPU_ISA=ALL "$0" "$build" "$batch" "$threads" "$steps" \
-        mixed_bfloat16
+    echo "== again on AMX, each thread's examples one micro-batch (ZA_MICRO_BATCH=$batch)"
+    ZA_MICRO_BATCH=$batch DNNL_MAX_CPU_ISA=ALL bash "$0" "$build" "$batch" "$threads" "$steps" \
+        mixed_bfloat16 || echo "(failed)"
 fi

@@ -212,47 +212,6 @@ Test (device, values_written_between_batches_are_read_anew)
     za_dataset_destroy (&data);
 }
 
-//  ZA_MICRO_BATCH (a measuring knob) splits a thread's slice otherwise: the
-//  same mean gradient within rounding, other bits (another order of sums);
-//  a value outside 1..4096 or not a number is the default's, to the bit.
-Test (device, micro_batch_from_the_environment_keeps_the_gradient)
-{
-    enum { SIZE = 40 };
-    za_dataset_t *data = za_test_fashion ("train", SIZE);
-    za_batch_t batch = {data->features, data->labels, SIZE, 784, NULL};
-    const char *settings [] = {NULL, "5", "40", "0", "x16", "5000", ""};
-    float *reference = NULL;
-    size_t bytes = 0;
-    for (size_t i = 0; i < sizeof settings / sizeof settings [0]; i++) {
-        if (settings [i])
-            setenv ("ZA_MICRO_BATCH", settings [i], 1);
-        else
-            unsetenv ("ZA_MICRO_BATCH");
-        za_replica_t *replica = s_replica (ZA_DEVICE_CPU, S_MODEL);
-        size_t total = za_replica_vars (replica)->total;
-        double loss;
-        cr_assert_eq (za_replica_compute_gradients (replica, &batch, 1, &loss), 0);
-        if (!reference) {
-            bytes = total * sizeof (float);
-            reference = (float *) malloc (bytes);
-            memcpy (reference, za_replica_gradients (replica), bytes);
-        }
-        else if (i <= 2) {
-            cr_expect_lt (s_max_diff (reference, za_replica_gradients (replica), total), 1e-5,
-                          "ZA_MICRO_BATCH=%s", settings [i]);
-            cr_expect_neq (memcmp (reference, za_replica_gradients (replica), bytes), 0,
-                           "ZA_MICRO_BATCH=%s: split as the default", settings [i]);
-        }
-        else
-            cr_expect_eq (memcmp (reference, za_replica_gradients (replica), bytes), 0,
-                          "ZA_MICRO_BATCH=%s: not the default", settings [i]);
-        za_replica_destroy (&replica);
-    }
-    unsetenv ("ZA_MICRO_BATCH");
-    free (reference);
-    za_dataset_destroy (&data);
-}
-
 static int s_predicted [2][64];
 
 static int
@@ -261,6 +220,64 @@ s_note (void *arg, int64_t index, const float *logits, int n_classes, int class_
     (void) logits, (void) n_classes;
     ((int *) arg) [index] = class_id;
     return 0;
+}
+
+//  ZA_MICRO_BATCH (a measuring knob) splits a thread's slice otherwise: the
+//  same mean gradient within rounding, other bits (another order of sums),
+//  and the same evaluation and predictions (each view's logits whole, below
+//  16 too); a value outside 1..4096 or not a number is the default's, to
+//  the bit.
+Test (device, micro_batch_from_the_environment_keeps_the_gradient)
+{
+    enum { SIZE = 40 };
+    za_dataset_t *data = za_test_fashion ("train", SIZE);
+    za_batch_t batch = {data->features, data->labels, SIZE, 784, NULL};
+    const char *settings [] = {NULL, "5", "40", "0", "x16", "5000", ""};
+    float *reference = NULL;
+    size_t bytes = 0;
+    double eval_reference = 0;
+    int right_reference = 0;
+    for (size_t i = 0; i < sizeof settings / sizeof settings [0]; i++) {
+        if (settings [i])
+            setenv ("ZA_MICRO_BATCH", settings [i], 1);
+        else
+            unsetenv ("ZA_MICRO_BATCH");
+        za_replica_t *replica = s_replica (ZA_DEVICE_CPU, S_MODEL);
+        size_t total = za_replica_vars (replica)->total;
+        double loss, eval;
+        int right;
+        cr_assert_eq (za_replica_compute_gradients (replica, &batch, 1, &loss), 0);
+        cr_assert_eq (za_replica_evaluate_batch (replica, &batch, &eval, &right, NULL), 0);
+        int64_t index = 0;
+        int *predicted = s_predicted [reference? 1: 0];
+        cr_assert_eq (za_replica_predict_batch (replica, &batch, s_note, predicted, &index), 0);
+        if (!reference) {
+            bytes = total * sizeof (float);
+            reference = (float *) malloc (bytes);
+            memcpy (reference, za_replica_gradients (replica), bytes);
+            eval_reference = eval;
+            right_reference = right;
+        }
+        const char *setting = settings [i]? settings [i]: "(unset)";
+        cr_expect (fabs (eval - eval_reference) < 1e-4 * SIZE, "ZA_MICRO_BATCH=%s: %g vs %g",
+                   setting, eval, eval_reference);
+        cr_expect_eq (right, right_reference, "ZA_MICRO_BATCH=%s", setting);
+        cr_expect_eq (memcmp (s_predicted [0], predicted, SIZE * sizeof (int)), 0,
+                      "ZA_MICRO_BATCH=%s: other predictions", setting);
+        if (i > 0 && i <= 2) {
+            cr_expect_lt (s_max_diff (reference, za_replica_gradients (replica), total), 1e-5,
+                          "ZA_MICRO_BATCH=%s", settings [i]);
+            cr_expect_neq (memcmp (reference, za_replica_gradients (replica), bytes), 0,
+                           "ZA_MICRO_BATCH=%s: split as the default", settings [i]);
+        }
+        else if (i > 2)
+            cr_expect_eq (memcmp (reference, za_replica_gradients (replica), bytes), 0,
+                          "ZA_MICRO_BATCH=%s: not the default", settings [i]);
+        za_replica_destroy (&replica);
+    }
+    unsetenv ("ZA_MICRO_BATCH");
+    free (reference);
+    za_dataset_destroy (&data);
 }
 
 //  Two replicas on one device, each half of the batch, make one replica's

@@ -704,8 +704,8 @@ Test (runtime, a_ps_lost_three_times_costs_no_accuracy)
     //  SIGKILLed at steps 300, 700 and 1100 of 1500. The restarted ps gets the
     //  chief's newest values and the newest checkpoint's slots: global_step
     //  goes back at most 2 (the pushes of one trainer in flight) and the final
-    //  accuracy stays within 0.5 points (0.8758 against 0.8761 here; seeds 1,
-    //  7 and 42 undisturbed: 0.8774, 0.8749, 0.8761). A chief restart is left
+    //  accuracy is not 0.5 points below (0.8758 against 0.8761 when written;
+    //  seeds 1, 7 and 42 undisturbed: 0.8774, 0.8749, 0.8761). A chief restart is left
     //  out: the restarted chief's shuffle takes its starting step (as a resumed
     //  run's does), a new order worth as much as another seed, more than 0.5
     //  points apart at this length (bench/ps_loss.sh runs it, 10 epochs long;
@@ -756,8 +756,14 @@ Test (runtime, a_ps_lost_three_times_costs_no_accuracy)
     cr_log_info ("test accuracy undisturbed %.4f, the ps lost three times %.4f", undisturbed,
                  lost);
     cr_expect (undisturbed > 0.80, "undisturbed: %.4f", undisturbed);
-    cr_expect (fabs (lost - undisturbed) <= 0.005, "the ps lost three times: %.4f, "
-               "undisturbed: %.4f", lost, undisturbed);
+    //  No accuracy lost: at most 0.5 points below. Above is no loss: after a
+    //  restart the slots come from a checkpoint up to 100 steps old, and the
+    //  run goes another path, as another seed would (with the first layer's
+    //  own loops the undisturbed run here is 0.8700, the lost one 0.8707 to
+    //  0.8762 in 9 runs); more than 1.5 points above would say it is not the
+    //  same job.
+    cr_expect (lost >= undisturbed - 0.005 && lost <= undisturbed + 0.015,
+               "the ps lost three times: %.4f, undisturbed: %.4f", lost, undisturbed);
     for (int run = 0; run < 2; run++) {
         free (dirs [run]);
         free (outs [run]);

@@ -54,6 +54,7 @@ struct _za_replica_t {
     void *states [ZA_REPLICA_MAX_THREADS];
     float *thread_grads [ZA_REPLICA_MAX_THREADS];
     int per_thread;                 //  examples each state is planned for
+    int micro;                      //  on the CPU: a micro-batch's examples at most
     size_t feature_size;
     za_vars_t vars;
     float *values;                  //  [vars.total]
@@ -184,9 +185,8 @@ static int
 s_plan (za_replica_t *self, int batch_max)
 {
     int per_thread = (batch_max + self->threads - 1) / self->threads;
-    int micro = s_micro_batch ();
-    if (per_thread > micro && self->be->host_memory)
-        per_thread = micro;
+    if (per_thread > self->micro && self->be->host_memory)
+        per_thread = self->micro;
     if (self->states [0] && per_thread <= self->per_thread)
         return 0;
     s_destroy_states (self);
@@ -387,6 +387,7 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
             self->threads = 1;
         if (self->threads > ZA_REPLICA_MAX_THREADS)
             self->threads = ZA_REPLICA_MAX_THREADS;
+        self->micro = s_micro_batch ();
     }
     else {
         char text [ZA_DEVICE_TEXT_MAX];
@@ -905,7 +906,7 @@ static int
 s_run_in_views (za_replica_t *self, const za_batch_t *batch, za_mode_t mode,
                 s_rows_fn_t *rows_fn, void *arg, double *loss_sum, int *correct)
 {
-    int view_max = self->be->host_memory? self->threads * MICRO_BATCH_MAX: batch->size;
+    int view_max = self->be->host_memory? self->threads * self->micro: batch->size;
     *loss_sum = 0;
     *correct = 0;
     s_batch_run_t run;
