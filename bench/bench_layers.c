@@ -8,11 +8,27 @@
 #include <stdlib.h>
 
 #define REPEATS 50
+#define BUFFERS_MAX 64
+
+//  Every buffer taken, freed at the end.
+static void *s_buffers [BUFFERS_MAX];
+static int s_buffer_count;
+
+static void *
+s_take (size_t bytes)
+{
+    void *p = za_alloc (bytes);
+    if (!p || s_buffer_count == BUFFERS_MAX) {
+        fprintf (stderr, "bench_layers: out of memory\n");
+        exit (1);
+    }
+    return s_buffers [s_buffer_count++] = p;
+}
 
 static float *
 s_buf (size_t n)
 {
-    float *p = (float *) za_alloc (n * sizeof (float));
+    float *p = (float *) s_take (n * sizeof (float));
     for (size_t i = 0; i < n; i++)
         p [i] = (float) ((i * 2654435761u) % 1000) / 1000.0f - 0.3f;
     return p;
@@ -65,8 +81,8 @@ main (int argc, char **argv)
     float *g1 = s_buf (a1), *g2 = s_buf (a2), *g3 = s_buf (a3), *g4 = s_buf (a4), *g5 = s_buf (a5);
     float *g6 = s_buf ((size_t) n * 64), *g7 = s_buf ((size_t) n * 10);
     float *dk = s_buf (576 * 64), *db = s_buf (64);
-    int32_t *am1 = (int32_t *) za_alloc (a2 * 4), *am2 = (int32_t *) za_alloc (a4 * 4);
-    int32_t *labels = (int32_t *) za_alloc ((size_t) n * 4);
+    int32_t *am1 = (int32_t *) s_take (a2 * 4), *am2 = (int32_t *) s_take (a4 * 4);
+    int32_t *labels = (int32_t *) s_take ((size_t) n * 4);
     double f1 = 2.0 * n * 676 * 32 * 9, f2 = 2.0 * n * 121 * 64 * 288;
     double f3 = 2.0 * n * 9 * 64 * 576, f4 = 2.0 * n * 576 * 64, f5 = 2.0 * n * 640;
     TIME ("conv1 fwd", f1, be->conv2d_forward (&c1, x, k1, b1, ZA_ACT_RELU, cols1, o1));
@@ -95,5 +111,7 @@ main (int argc, char **argv)
         TIME ("conv1+pool1 bwd", f1, be->conv2d_pool_backward (&c1, &p1, x, o2, am1,
                                                                ZA_ACT_RELU, g2, dk, db));
     }
+    while (s_buffer_count)
+        za_free (s_buffers [--s_buffer_count]);
     return 0;
 }
