@@ -340,7 +340,9 @@ s_hold (za_shm_link_t *self, const za_shm_record_t *record, uint64_t most, int w
             rc = -1;
     }
     uint64_t left = rc? 0: record->bytes - (1 + count) * sizeof count;
-    const unsigned char *from = bytes + (1 + count) * sizeof count;
+    //  (Past the table only once the table is known to fit: a count read
+    //  from the record may be anything.)
+    const unsigned char *from = rc? bytes: bytes + (1 + count) * sizeof count;
     for (uint64_t i = 0; rc == 0 && i < count; i++) {
         memcpy (&size, bytes + (1 + i) * sizeof size, sizeof size);
         //  A whole message's tensors (after its header) start aligned.
