@@ -344,7 +344,7 @@ s_rounded (int slot, const float *x, size_t n, za_precision_t precision)
 //  and bf16 copy of the gradient that the oneDNN path writes. In bf16 the
 //  input and the kernel are rounded first, the gradient in registers: the
 //  products oneDNN's bf16 kernels form, summed in fp32; where the CPU has
-//  AVX512-BF16 (and the stride is 1), two at a time (below, "pairs").
+//  AVX512-BF16, two at a time (below, "pairs"; backward at a stride of 1).
 #define DIRECT_LANES 16
 #define DIRECT_OC_MAX 64
 #define DIRECT_TAPS 9
@@ -719,10 +719,14 @@ s_conv_pool_backward_v (const int V, int c0, const za_conv2d_dims_t *d,
 //  the same, summed two at a time.
 #define S_AVX512_BF16 __attribute__ ((target ("avx512f,avx512bf16")))
 
+//  Whether the loops go by pairs: in bf16 where the CPU has AVX512-BF16;
+//  backward (two neighbouring outputs' taps side by side) at a stride of 1
+//  alone, forward (one output's own taps) at any.
 static int
-s_conv_pool_pairs (const za_conv2d_dims_t *d, za_precision_t precision)
+s_conv_pool_pairs (const za_conv2d_dims_t *d, za_precision_t precision, int backward)
 {
-    return precision == ZA_PRECISION_BF16 && d->stride == 1 && za_cpu_has (ZA_ISA_AVX512_BF16);
+    return precision == ZA_PRECISION_BF16 && (d->stride == 1 || !backward)
+        && za_cpu_has (ZA_ISA_AVX512_BF16);
 }
 
 //  The plane's neighbours as bf16 pairs, into this thread's buffer 3, or
@@ -1004,7 +1008,7 @@ s_direct_conv_forward (za_precision_t precision, const za_conv2d_dims_t *d, cons
         return -1;
     if (precision != ZA_PRECISION_FP32)
         kernel = s_rounded (1, kernel, (size_t) DIRECT_TAPS * d->oc, precision);
-    const uint32_t *pairs = s_conv_pool_pairs (d, precision)? s_plane_pairs (&plane, d->n, 1)
+    const uint32_t *pairs = s_conv_pool_pairs (d, precision, 0)? s_plane_pairs (&plane, d->n, 1)
                                                              : NULL;
     if (pairs)
         s_direct_forward_pairs (d, &plane, pairs, kernel, bias, act, out);
@@ -1022,7 +1026,7 @@ s_direct_conv_backward (za_precision_t precision, const za_conv2d_dims_t *d, con
     s_plane_t plane;
     if (din || !s_direct (d, precision) || s_direct_plane (&plane, d, in, precision))
         return -1;
-    const uint32_t *pairs = s_conv_pool_pairs (d, precision)? s_plane_pairs (&plane, d->n, 0)
+    const uint32_t *pairs = s_conv_pool_pairs (d, precision, 1)? s_plane_pairs (&plane, d->n, 0)
                                                              : NULL;
     if (pairs)
         s_direct_backward_pairs (d, &plane, pairs, out, act, dout, dkernel, dbias);
@@ -1277,7 +1281,7 @@ s_conv_pool_forward_in (za_precision_t precision, const za_conv2d_dims_t *d,
         return -1;
     if (precision != ZA_PRECISION_FP32)
         kernel = s_rounded (1, kernel, (size_t) DIRECT_TAPS * d->oc, precision);
-    const uint32_t *pairs = s_conv_pool_pairs (d, precision)? s_plane_pairs (&plane, d->n, 1)
+    const uint32_t *pairs = s_conv_pool_pairs (d, precision, 0)? s_plane_pairs (&plane, d->n, 1)
                                                              : NULL;
     if (pairs)
         s_conv_pool_forward_pairs (d, p, &plane, pairs, kernel, bias, act, pool_out, argmax);
@@ -1295,7 +1299,7 @@ s_conv_pool_backward_in (za_precision_t precision, const za_conv2d_dims_t *d,
     s_plane_t plane;
     if (!s_conv_pool (d, p, precision) || s_direct_plane (&plane, d, in, precision))
         return -1;
-    const uint32_t *pairs = s_conv_pool_pairs (d, precision)? s_plane_pairs (&plane, d->n, 0)
+    const uint32_t *pairs = s_conv_pool_pairs (d, precision, 1)? s_plane_pairs (&plane, d->n, 0)
                                                              : NULL;
     if (pairs)
         s_conv_pool_backward_pairs (d, p, &plane, pairs, pool_out, argmax, act, pool_dout,
