@@ -446,6 +446,13 @@ s_plane_pixel (const s_plane_t *plane, const za_conv2d_dims_t *d, int n, int oh,
                     + (size_t) ow * d->stride;
 }
 
+//  Output (n, oh, ow)'s channel c0 in the NHWC output (or its gradient).
+static inline size_t
+s_out_at (const za_conv2d_dims_t *d, int n, int oh, int ow, int c0)
+{
+    return (((size_t) n * d->oh + oh) * d->ow + ow) * d->oc + c0;
+}
+
 //  Channels [c0, c0 + V * 16) of nine rows of OC ([9][OC]: a kernel or its
 //  gradient) and of one ([OC]: a bias or its gradient), into registers.
 static inline __attribute__ ((always_inline)) S_AVX512 void
@@ -531,7 +538,7 @@ s_direct_forward_v (const int V, int c0, const za_conv2d_dims_t *d, const s_plan
                             a1 [v] += t1 * w [kh * 3 + kw][v];
                         }
                     }
-                float *restrict o = out + (((size_t) n * d->oh + oh) * d->ow + ow) * OC + c0;
+                float *restrict o = out + s_out_at (d, n, oh, ow, c0);
                 for (int v = 0; v < V; v++) {
                     if (act == ZA_ACT_RELU) {
                         a0 [v] = (v16f) ((v16u) a0 [v] & (v16u) (a0 [v] > zero));
@@ -562,7 +569,7 @@ s_direct_backward_v (const int V, int c0, const za_conv2d_dims_t *d, const s_pla
     for (int n = 0; n < d->n; n++)
         for (int oh = 0; oh < d->oh; oh++)
             for (int ow = 0; ow < d->ow; ow++) {
-                const size_t at = (((size_t) n * d->oh + oh) * d->ow + ow) * OC + c0;
+                const size_t at = s_out_at (d, n, oh, ow, c0);
                 v16f g [DIRECT_CHUNK];
                 s_direct_gradient (V, dout + at, out + at, act, bf16, b, g);
                 s_direct_taps (V, s_plane_pixel (plane, d, n, oh, ow), row, g, acc);
@@ -601,6 +608,28 @@ s_lanes (void)
     return (v16i) {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 }
 
+//  Pooled output (n, ph, pw)'s channel c0 (its max, argmax, gradient).
+static inline size_t
+s_pool_at (const za_pool2d_dims_t *p, int n, int ph, int pw, int c0)
+{
+    return (((size_t) n * p->oh + ph) * p->ow + pw) * p->c + c0;
+}
+
+//  Window (n, ph, pw)'s gradient g (s_direct_gradient: masked where the
+//  pool's output, the max, is not above 0, summed into b, rounded in bf16)
+//  and each lane's argmax.
+static inline __attribute__ ((always_inline)) S_AVX512 void
+s_window_gradient (const int V, int c0, const za_pool2d_dims_t *p, int n, int ph, int pw,
+                   const float *restrict pool_out, const int32_t *restrict argmax,
+                   za_act_t act, const float *restrict pool_dout, int bf16,
+                   v16f b [DIRECT_CHUNK], v16f g [DIRECT_CHUNK], v16i where [DIRECT_CHUNK])
+{
+    const size_t o = s_pool_at (p, n, ph, pw, c0);
+    s_direct_gradient (V, pool_dout + o, pool_out + o, act, bf16, b, g);
+    for (int v = 0; v < V; v++)
+        where [v] = *(const v16i *) (argmax + o + v * DIRECT_LANES);
+}
+
 //  Window (n, ph, pw)'s four outputs (a: their sums before the ReLU) to
 //  the pool's max and argmax, in the pool's order (the first of equals).
 static inline __attribute__ ((always_inline)) S_AVX512 void
@@ -608,14 +637,13 @@ s_window_pool (const int V, int c0, const za_conv2d_dims_t *d, const za_pool2d_d
                int n, int ph, int pw, za_act_t act, v16f a [4][DIRECT_CHUNK],
                float *restrict pool_out, int32_t *restrict argmax)
 {
-    const int OC = d->oc;
     const v16f zero = {0};
     const v16i lanes = s_lanes ();
     v16f best [DIRECT_CHUNK];
     v16i at [DIRECT_CHUNK];
     for (int q = 0; q < 4; q++) {
         const int oh = 2 * ph + (q >> 1), ow = 2 * pw + (q & 1);
-        const int32_t first = (int32_t) ((((size_t) n * d->oh + oh) * d->ow + ow) * OC + c0);
+        const int32_t first = (int32_t) s_out_at (d, n, oh, ow, c0);
         for (int v = 0; v < V; v++) {
             v16f y = a [q][v];
             if (act == ZA_ACT_RELU)
@@ -631,7 +659,7 @@ s_window_pool (const int V, int c0, const za_conv2d_dims_t *d, const za_pool2d_d
             at [v] = (here & above) | (at [v] & ~above);
         }
     }
-    const size_t o = (((size_t) n * p->oh + ph) * p->ow + pw) * OC + c0;
+    const size_t o = s_pool_at (p, n, ph, pw, c0);
     for (int v = 0; v < V; v++) {
         *(v16f *) (pool_out + o + v * DIRECT_LANES) = best [v];
         *(v16i *) (argmax + o + v * DIRECT_LANES) = at [v];
@@ -687,18 +715,14 @@ s_conv_pool_backward_v (const int V, int c0, const za_conv2d_dims_t *d,
     for (int n = 0; n < p->n; n++)
         for (int ph = 0; ph < p->oh; ph++)
             for (int pw = 0; pw < p->ow; pw++) {
-                const size_t o = (((size_t) n * p->oh + ph) * p->ow + pw) * OC + c0;
                 v16f g [DIRECT_CHUNK];
                 v16i where [DIRECT_CHUNK];
-                //  The max's output is the pool's: the ReLU's mask from it.
-                s_direct_gradient (V, pool_dout + o, pool_out + o, act, bf16, b, g);
-                for (int v = 0; v < V; v++)
-                    where [v] = *(const v16i *) (argmax + o + v * DIRECT_LANES);
+                s_window_gradient (V, c0, p, n, ph, pw, pool_out, argmax, act, pool_dout, bf16,
+                                   b, g, where);
                 for (int q = 0; q < 4; q++) {
                     const int oh = 2 * ph + (q >> 1), ow = 2 * pw + (q & 1);
                     const float *restrict x = s_plane_pixel (plane, d, n, oh, ow);
-                    const int32_t first = (int32_t) ((((size_t) n * d->oh + oh) * d->ow + ow) * OC
-                                                     + c0);
+                    const int32_t first = (int32_t) s_out_at (d, n, oh, ow, c0);
                     v16f gq [DIRECT_CHUNK];
                     for (int v = 0; v < V; v++)
                         gq [v] = (v16f) ((v16i) g [v]
@@ -754,19 +778,21 @@ s_plane_pairs (const s_plane_t *plane, int n, int below)
 
 //  The kernel's taps as the pairs the forward takes (channels [c0, c0 +
 //  V * 16)): each row's first two taps, then the third column's first two;
-//  the last tap alone.
+//  the last tap alone; and the bias.
 static inline __attribute__ ((always_inline)) S_AVX512_BF16 void
-s_kernel_pairs (const int V, int c0, int OC, const float *kernel, v16u wp [4][DIRECT_CHUNK],
-                v16f last [DIRECT_CHUNK])
+s_kernel_pairs (const int V, int c0, int OC, const float *kernel, const float *bias,
+                v16u wp [4][DIRECT_CHUNK], v16f last [DIRECT_CHUNK], v16f b [DIRECT_CHUNK])
 {
     static const int tap [4][2] = {{0, 1}, {3, 4}, {6, 7}, {2, 5}};
     for (int v = 0; v < V; v++) {
+        const size_t c = (size_t) c0 + v * DIRECT_LANES;
         for (int k = 0; k < 4; k++) {
-            const v16u a = *(const v16u *) (kernel + (size_t) tap [k][0] * OC + c0 + v * 16);
-            const v16u b = *(const v16u *) (kernel + (size_t) tap [k][1] * OC + c0 + v * 16);
-            wp [k][v] = (a >> 16) | (b & 0xffff0000u);
+            const v16u first = *(const v16u *) (kernel + (size_t) tap [k][0] * OC + c);
+            const v16u second = *(const v16u *) (kernel + (size_t) tap [k][1] * OC + c);
+            wp [k][v] = (first >> 16) | (second & 0xffff0000u);
         }
-        last [v] = *(const v16f *) (kernel + (size_t) 8 * OC + c0 + v * 16);
+        last [v] = *(const v16f *) (kernel + (size_t) 8 * OC + c);
+        b [v] = *(const v16f *) (bias + c);
     }
 }
 
@@ -820,9 +846,7 @@ s_conv_pool_forward_pairs_v (const int V, int c0, const za_conv2d_dims_t *d,
     const size_t count = (size_t) d->n * plane->h * plane->w;
     v16u wp [4][DIRECT_CHUNK];
     v16f last [DIRECT_CHUNK], b [DIRECT_CHUNK];
-    s_kernel_pairs (V, c0, OC, kernel, wp, last);
-    for (int v = 0; v < V; v++)
-        b [v] = *(const v16f *) (bias + c0 + v * DIRECT_LANES);
+    s_kernel_pairs (V, c0, OC, kernel, bias, wp, last, b);
     for (int n = 0; n < p->n; n++)
         for (int ph = 0; ph < p->oh; ph++)
             for (int pw = 0; pw < p->ow; pw++) {
@@ -860,9 +884,7 @@ s_direct_forward_pairs_v (const int V, int c0, const za_conv2d_dims_t *d,
     const v16f zero = {0};
     v16u wp [4][DIRECT_CHUNK];
     v16f last [DIRECT_CHUNK], b [DIRECT_CHUNK];
-    s_kernel_pairs (V, c0, OC, kernel, wp, last);
-    for (int v = 0; v < V; v++)
-        b [v] = *(const v16f *) (bias + c0 + v * DIRECT_LANES);
+    s_kernel_pairs (V, c0, OC, kernel, bias, wp, last, b);
     for (int n = 0; n < d->n; n++)
         for (int oh = 0; oh < d->oh; oh++)
             for (int ow = 0; ow < d->ow; ow++) {
@@ -871,7 +893,7 @@ s_direct_forward_pairs_v (const int V, int c0, const za_conv2d_dims_t *d,
                 for (int v = 0; v < V; v++)
                     a [v] = b [v];
                 s_output_pairs (V, pairs, count, at, plane->x, row, wp, last, a);
-                float *restrict o = out + (((size_t) n * d->oh + oh) * d->ow + ow) * OC + c0;
+                float *restrict o = out + s_out_at (d, n, oh, ow, c0);
                 for (int v = 0; v < V; v++) {
                     if (act == ZA_ACT_RELU)
                         a [v] = (v16f) ((v16u) a [v] & (v16u) (a [v] > zero));
@@ -903,17 +925,14 @@ s_conv_pool_backward_pairs_v (const int V, int c0, const za_conv2d_dims_t *d,
     for (int n = 0; n < p->n; n++)
         for (int ph = 0; ph < p->oh; ph++)
             for (int pw = 0; pw < p->ow; pw++) {
-                const size_t o = (((size_t) n * p->oh + ph) * p->ow + pw) * OC + c0;
                 v16f g [DIRECT_CHUNK];
                 v16i where [DIRECT_CHUNK];
-                s_direct_gradient (V, pool_dout + o, pool_out + o, act, 1, b, g);
-                for (int v = 0; v < V; v++)
-                    where [v] = *(const v16i *) (argmax + o + v * DIRECT_LANES);
+                s_window_gradient (V, c0, p, n, ph, pw, pool_out, argmax, act, pool_dout, 1,
+                                   b, g, where);
                 //  Row 2 ph's two outputs, then row 2 ph + 1's.
                 for (int half = 0; half < 2; half++) {
                     const int oh = 2 * ph + half, ow = 2 * pw;
-                    const int32_t first = (int32_t) ((((size_t) n * d->oh + oh) * d->ow + ow) * OC
-                                                     + c0);
+                    const int32_t first = (int32_t) s_out_at (d, n, oh, ow, c0);
                     v16u pair [DIRECT_CHUNK];
                     for (int v = 0; v < V; v++) {
                         const v16i at = lanes + (first + v * DIRECT_LANES);
@@ -943,7 +962,7 @@ s_direct_backward_pairs_v (const int V, int c0, const za_conv2d_dims_t *d,
     for (int n = 0; n < d->n; n++)
         for (int oh = 0; oh < d->oh; oh++)
             for (int ow = 0; ow < d->ow; ow += 2) {
-                const size_t at = (((size_t) n * d->oh + oh) * d->ow + ow) * OC + c0;
+                const size_t at = s_out_at (d, n, oh, ow, c0);
                 v16f g [DIRECT_CHUNK], g1 [DIRECT_CHUNK];
                 s_direct_gradient (V, dout + at, out + at, act, 1, b, g);
                 if (ow + 1 == d->ow) {

@@ -396,7 +396,7 @@ s_forward (s_stack_t *self, const float *features, int n, int train, const float
             continue;
         }
         za_layer_ops (l->spec.type)->forward (l, &call);
-        s_profile_add (t0, i, 0, za_layer_ops (l->spec.type)->name);
+        s_profile_add (t0, i, 0, t0? za_layer_ops (l->spec.type)->name: NULL);
         in = l->out;
     }
 }
@@ -434,7 +434,8 @@ s_backward (s_stack_t *self, const float *features, int n, const float *values,
             .scratch = self->scratch,
         };
         uint64_t t0 = s_profile_clock ();
-        const char *name = self->fused [i]? "conv2d+maxpool": za_layer_ops (l->spec.type)->name;
+        const char *name = !t0? NULL: self->fused [i]? "conv2d+maxpool"
+                                                    : za_layer_ops (l->spec.type)->name;
         if (self->fused [i]
             && za_layer_conv2d_pool_backward (l, &self->layers [i + 1], &call) != 0) {
             //  Not taken after all (the back end's forward did take it):
