@@ -458,6 +458,20 @@ Test (allreduce, local_runs_a_supervised_ring_with_a_ps_free_job)
     free (model_dir);
 }
 
+//  za_test_task_back, and both ring members' heartbeats have placed them in
+//  the ring: the chief's row can pass step 100 before the worker's next
+//  heartbeat carries its rank.
+static int
+s_ring_shown (json_t *state, void *arg)
+{
+    if (!za_test_task_back (state, arg))
+        return 0;
+    json_t *chief = za_test_row (state, "chief", 0), *worker = za_test_row (state, "worker", 0);
+    return json_is_integer (json_object_get (chief, "ring_rank"))
+        && json_is_integer (json_object_get (worker, "ring_rank"))
+        && json_is_number (json_object_get (worker, "wait_ms"));
+}
+
 //  Runs --local --strategy allreduce (a chief and one worker, no checkpoint
 //  on the way, the gradients in buckets reduced beside backward) to max_steps, SIGKILLing `role` 0 once it is past step 100;
 //  checks zactor-top's ring rows, the exit, that both end at max_steps with
@@ -478,7 +492,8 @@ s_local_ring_with_a_kill (const char *model_dir, const char *role, int max_steps
     char broker [128];
     pid_t local = za_test_start_local ("zactor-run", args, out, broker);
     za_test_want_t want = {role, 0, 0, 100};
-    json_t *state = za_test_wait_for (broker, za_test_task_back, &want, "step 100", 240);
+    json_t *state = za_test_wait_for (broker, s_ring_shown, &want,
+                                      "step 100, both in the ring", 240);
     //  zactor-top's rows place each in the ring, with its wait per step.
     json_t *chief_row = za_test_row (state, "chief", 0), *worker = za_test_row (state, "worker", 0);
     cr_expect_eq (json_integer_value (json_object_get (chief_row, "ring_rank")), 0);
