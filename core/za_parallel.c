@@ -1,11 +1,19 @@
 /*  za_parallel.c: the fork-join pool. A generation counter under one mutex
-    wakes the workers; a count of finished workers wakes the caller.      */
+    wakes the workers; a count of finished workers wakes the caller. Both
+    sides first watch their counter for a short while (SPIN_S) before they
+    sleep: a training step forks every millisecond or so, and a sleeping
+    thread takes tens of microseconds to wake (a futex, the scheduler, on a
+    virtual machine an interrupt between cores).                          */
 #include "za/za_parallel.h"
 #include "za/za_util.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+//  How long a thread watches for the next run (a worker) or for the
+//  workers' end (the caller) before it sleeps on the condition.
+#define SPIN_S 200e-6
 
 struct _za_parallel_t {
     int threads;
@@ -14,8 +22,8 @@ struct _za_parallel_t {
     pthread_mutex_t lock;
     pthread_cond_t work_ready;
     pthread_cond_t work_done;
-    unsigned long generation;       //  bumped for each run
-    int pending;                    //  workers still busy with this run
+    unsigned long generation;       //  bumped for each run (read unlocked while spinning)
+    int pending;                    //  workers still busy with this run (likewise)
     int stopping;
     za_parallel_fn *fn;
     void *arg;
@@ -25,6 +33,15 @@ typedef struct {
     za_parallel_t *pool;
     int index;
 } s_worker_arg_t;
+
+//  1 while the SPIN_S from `until` - SPIN_S have not passed, after a pause.
+static int
+s_spinning (double until)
+{
+    for (int i = 0; i < 8; i++)
+        __builtin_ia32_pause ();
+    return za_clock_mono () < until;
+}
 
 static void *
 s_worker (void *p)
@@ -36,6 +53,15 @@ s_worker (void *p)
     unsigned long seen = 0;
     pthread_mutex_lock (&self->lock);
     while (1) {
+        if (self->generation == seen && !self->stopping) {
+            pthread_mutex_unlock (&self->lock);
+            double until = za_clock_mono () + SPIN_S;
+            while (__atomic_load_n (&self->generation, __ATOMIC_ACQUIRE) == seen
+                   && !__atomic_load_n (&self->stopping, __ATOMIC_ACQUIRE)
+                   && s_spinning (until))
+                ;
+            pthread_mutex_lock (&self->lock);
+        }
         while (self->generation == seen && !self->stopping)
             pthread_cond_wait (&self->work_ready, &self->lock);
         if (self->stopping)
@@ -46,7 +72,7 @@ s_worker (void *p)
         pthread_mutex_unlock (&self->lock);
         fn (arg, index);
         pthread_mutex_lock (&self->lock);
-        if (--self->pending == 0)
+        if (__atomic_sub_fetch (&self->pending, 1, __ATOMIC_RELEASE) == 0)
             pthread_cond_signal (&self->work_done);
     }
     pthread_mutex_unlock (&self->lock);
@@ -96,11 +122,14 @@ za_parallel_run (za_parallel_t *self, za_parallel_fn *fn, void *arg)
     pthread_mutex_lock (&self->lock);
     self->fn = fn;
     self->arg = arg;
-    self->pending = self->threads - 1;
-    self->generation++;
+    __atomic_store_n (&self->pending, self->threads - 1, __ATOMIC_RELEASE);
+    __atomic_store_n (&self->generation, self->generation + 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast (&self->work_ready);
     pthread_mutex_unlock (&self->lock);
     fn (arg, 0);
+    double until = za_clock_mono () + SPIN_S;
+    while (__atomic_load_n (&self->pending, __ATOMIC_ACQUIRE) > 0 && s_spinning (until))
+        ;
     pthread_mutex_lock (&self->lock);
     while (self->pending > 0)
         pthread_cond_wait (&self->work_done, &self->lock);
@@ -120,7 +149,7 @@ za_parallel_destroy (za_parallel_t **self_p)
     if (!self)
         return;
     pthread_mutex_lock (&self->lock);
-    self->stopping = 1;
+    __atomic_store_n (&self->stopping, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast (&self->work_ready);
     pthread_mutex_unlock (&self->lock);
     for (int i = 1; i <= self->started; i++)
