@@ -644,9 +644,10 @@ s_matmul (s_thread_t *self, int m, int k, int n, int ta, int tb, int sum)
     return mm;
 }
 
-int
-za_cpu_dnnl_matmul (int m, int k, int n, const float *a, int ta, const float *b, int tb,
-                    int accumulate, float *c, za_precision_t precision)
+//  za_cpu_dnnl_matmul with `a` given as float (a16 NULL) or as bf16 (a16).
+static int
+s_matmul_run (int m, int k, int n, const float *a, const uint16_t *a16, int ta, const float *b,
+              int tb, int accumulate, float *c, za_precision_t precision)
 {
     if (precision != ZA_PRECISION_BF16)
         return -1;
@@ -657,13 +658,35 @@ za_cpu_dnnl_matmul (int m, int k, int n, const float *a, int ta, const float *b,
     dnnl_exec_arg_t args [3] = {
         {DNNL_ARG_SRC, mm->a}, {DNNL_ARG_WEIGHTS, mm->b}, {DNNL_ARG_DST, mm->c}
     };
-    if (s_input (self, mm->a, a, (size_t) m * k, precision, S_SRC)
+    if ((a16? dnnl_memory_set_data_handle (mm->a, (void *) a16) != dnnl_success
+            : s_input (self, mm->a, a, (size_t) m * k, precision, S_SRC) != 0)
     ||  s_input (self, mm->b, b, (size_t) k * n, precision, S_WEIGHTS)
     ||  dnnl_memory_set_data_handle (mm->c, c)
     ||  dnnl_primitive_execute (mm->matmul, self->stream, 3, args))
         return -1;
     dnnl_stream_wait (self->stream);
     return 0;
+}
+
+int
+za_cpu_dnnl_matmul (int m, int k, int n, const float *a, int ta, const float *b, int tb,
+                    int accumulate, float *c, za_precision_t precision)
+{
+    return s_matmul_run (m, k, n, a, NULL, ta, b, tb, accumulate, c, precision);
+}
+
+int
+za_cpu_dnnl_matmul_bf16a (int m, int k, int n, const uint16_t *a, int ta, const float *b,
+                          int tb, int accumulate, float *c)
+{
+    return s_matmul_run (m, k, n, NULL, a, ta, b, tb, accumulate, c, ZA_PRECISION_BF16);
+}
+
+int
+za_cpu_dnnl_amx (void)
+{
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa ();
+    return (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
 }
 
 int
@@ -707,6 +730,21 @@ za_cpu_dnnl_matmul (int m, int k, int n, const float *a, int ta, const float *b,
     (void) m, (void) k, (void) n, (void) a, (void) ta, (void) b, (void) tb, (void) accumulate;
     (void) c, (void) precision;
     return -1;
+}
+
+int
+za_cpu_dnnl_matmul_bf16a (int m, int k, int n, const uint16_t *a, int ta, const float *b,
+                          int tb, int accumulate, float *c)
+{
+    (void) m, (void) k, (void) n, (void) a, (void) ta, (void) b, (void) tb, (void) accumulate;
+    (void) c;
+    return -1;
+}
+
+int
+za_cpu_dnnl_amx (void)
+{
+    return 0;
 }
 
 int

@@ -30,6 +30,13 @@ int za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, con
 int za_cpu_dnnl_matmul (int m, int k, int n, const float *a, int ta, const float *b, int tb,
                         int accumulate, float *c, za_precision_t precision);
 
+//  za_cpu_dnnl_matmul with `a` already in bf16.
+int za_cpu_dnnl_matmul_bf16a (int m, int k, int n, const uint16_t *a, int ta, const float *b,
+                              int tb, int accumulate, float *c);
+
+//  1 where oneDNN multiplies bf16 on AMX's tiles (DNNL_MAX_CPU_ISA can lower it).
+int za_cpu_dnnl_amx (void);
+
 //  1 where oneDNN computes bf16 with this CPU's own instructions
 //  (AVX512-BF16 or AMX; DNNL_MAX_CPU_ISA in the environment can lower it).
 int za_cpu_dnnl_bf16_native (void);

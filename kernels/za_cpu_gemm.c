@@ -101,6 +101,44 @@ s_im2col (const za_conv2d_dims_t *d, const float *in, float *cols)
     }
 }
 
+//  s_im2col in bf16: each run of the patch rounded as it is copied.
+static void
+s_im2col_bf16 (const za_conv2d_dims_t *d, const float *in, uint16_t *cols)
+{
+    const int K = d->kh * d->kw * d->c;
+    const int run = d->kw * d->c;
+    uint16_t *row = cols;
+    for (int n = 0; n < d->n; n++) {
+        const float *image = in + (size_t) n * d->h * d->w * d->c;
+        for (int oh = 0; oh < d->oh; oh++) {
+            for (int ow = 0; ow < d->ow; ow++, row += K) {
+                int iw0 = ow * d->stride - d->pad_left;
+                int ih0 = oh * d->stride - d->pad_top;
+                for (int kh = 0; kh < d->kh; kh++) {
+                    int ih = ih0 + kh;
+                    uint16_t *dst = row + kh * run;
+                    if (ih < 0 || ih >= d->h) {
+                        memset (dst, 0, sizeof (uint16_t) * run);
+                        continue;
+                    }
+                    const float *src = image + ((size_t) ih * d->w) * d->c;
+                    if (iw0 >= 0 && iw0 + d->kw <= d->w)
+                        za_f32_to_bf16 (src + (size_t) iw0 * d->c, dst, run);
+                    else
+                        for (int kw = 0; kw < d->kw; kw++) {
+                            int iw = iw0 + kw;
+                            if (iw < 0 || iw >= d->w)
+                                memset (dst + kw * d->c, 0, sizeof (uint16_t) * d->c);
+                            else
+                                za_f32_to_bf16 (src + (size_t) iw * d->c, dst + kw * d->c,
+                                                d->c);
+                        }
+                }
+            }
+        }
+    }
+}
+
 //  The adjoint of s_im2col: din = 0, then each patch row is added back.
 static void
 s_col2im (const za_conv2d_dims_t *d, const float *dcols, float *din)
@@ -1175,6 +1213,19 @@ s_conv2d_forward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, con
     za_model_set_values_epoch (epoch);
 }
 
+//  The input's gradient in bf16 as one matmul, dcols = dout @ kernel^T, and
+//  col2im. 0, or -1 (din untouched) where oneDNN declines.
+static int
+s_din_matmul (const za_conv2d_dims_t *d, const float *kernel, const float *dout, float *dcols,
+              float *din)
+{
+    if (za_cpu_dnnl_matmul (d->n * d->oh * d->ow, d->oc, d->kh * d->kw * d->c, dout, 0, kernel,
+                            1, 0, dcols, ZA_PRECISION_BF16))
+        return -1;
+    s_col2im (d, dcols, din);
+    return 0;
+}
+
 static void
 s_conv2d_backward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, const float *in,
                          float *cols, const float *kernel, const float *out, za_act_t act,
@@ -1189,14 +1240,14 @@ s_conv2d_backward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, co
     //  On a small plane (the seed CNN's third layer: 3x3 outputs) oneDNN's
     //  bf16 kernels take the kernel's gradient at a third of the peak; as
     //  one matmul over the im2col matrix it runs at twice their rate
-    //  (docs/precision.md). The input's gradient stays theirs, and comes
-    //  first: a failure there leaves dkernel as it was.
+    //  (docs/precision.md), and the input's gradient as a matmul and col2im
+    //  at about 2.5x. The input's comes first: a failure there leaves
+    //  dkernel as it was.
     if (precision == ZA_PRECISION_BF16 && d->oh * d->ow <= SMALL_PLANE_MAX && za_cpu_dnnl_on ()
-        && (!din || za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, NULL, din,
-                                                 precision) == 0)) {
-        s_im2col (d, in, cols);
-        if (za_cpu_dnnl_matmul (d->kh * d->kw * d->c, d->n * d->oh * d->ow, d->oc, cols, 1,
-                                dout, 0, 1, dkernel, precision) == 0)
+        && (!din || s_din_matmul (d, kernel, dout, dcols, din) == 0)) {
+        s_im2col_bf16 (d, in, (uint16_t *) cols);
+        if (za_cpu_dnnl_matmul_bf16a (d->kh * d->kw * d->c, d->n * d->oh * d->ow, d->oc,
+                                      (const uint16_t *) cols, 1, dout, 0, 1, dkernel) == 0)
             return;
         if (din) {
             //  The input's gradient is done: the kernel's alone, rounded.

@@ -250,9 +250,11 @@ static const s_conv_case_t s_conv_cases [] = {
     {3, 11, 9, 3, 8, 5, 2, ZA_PADDING_VALID, ZA_ACT_NONE, 0},
     {2, 8, 8, 16, 24, 1, 1, ZA_PADDING_SAME, ZA_ACT_NONE, 0},
     {2, 9, 9, 8, 16, 4, 2, ZA_PADDING_SAME, ZA_ACT_RELU, 0},
-    //  Small planes: in bf16 the kernel's gradient as a matmul over im2col.
+    //  Small planes: in bf16 the kernel's gradient as a matmul over im2col
+    //  (rounded as it is copied), the input's as a matmul and col2im.
     {4, 5, 5, 64, 64, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU, 0},   //  the seed CNN's third
     {2, 4, 4, 8, 16, 3, 1, ZA_PADDING_VALID, ZA_ACT_NONE, 1},
+    {3, 6, 6, 16, 8, 3, 2, ZA_PADDING_SAME, ZA_ACT_RELU, 0},
     //  First layers (no input gradient): on AVX-512 the CPU's one-pass loops.
     {4, 28, 28, 1, 32, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU, 1},
     {3, 13, 11, 1, 48, 3, 2, ZA_PADDING_SAME, ZA_ACT_RELU, 1},
