@@ -470,6 +470,7 @@ static int s_native (za_precision_t precision);
         .precision = P,                                           \
         .mixed = s_mixed,                                         \
         .native = s_native,                                       \
+        .micro_batch = NULL,                                      \
     }
 
 static za_backend_t s_cuda [3] = {

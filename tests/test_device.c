@@ -280,6 +280,46 @@ Test (device, micro_batch_from_the_environment_keeps_the_gradient)
     za_dataset_destroy (&data);
 }
 
+//  With threads, the optimizer's update is split over them (a share of
+//  each run of variables per thread): every value and slot ends as one
+//  update over the whole block makes it, bit for bit.
+Test (device, the_optimizer_split_over_threads_updates_each_value_once)
+{
+    enum { SIZE = 30 };
+    za_dataset_t *data = za_test_fashion ("train", SIZE);
+    za_batch_t batch = {data->features, data->labels, SIZE, 784, NULL};
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_ADAM);
+    cr_assert_eq (za_stack_parse ("conv2d(8,3,relu) maxpool(2) flatten dense(64,relu) dense(10)",
+                                  &s_spec), 0);
+    za_replica_config_t config = {
+        .model_fn = za_stack_model_fn (), .params = &s_spec, .input = {28, 28, 1},
+        .threads = 3, .train = 1, .optim = &optim, .device = {.kind = ZA_DEVICE_CPU},
+    };
+    za_replica_t *replica = za_replica_new (&config, 11);
+    cr_assert (replica, "%s", za_last_error ());
+    size_t total = za_replica_vars (replica)->total, bytes = total * sizeof (float);
+    cr_assert_gt (total, 3 * 16384, "big enough to be split");
+    double loss;
+    for (int64_t step = 1; step <= 2; step++) {
+        cr_assert_eq (za_replica_compute_gradients (replica, &batch, step, &loss), 0);
+        float *values = (float *) malloc (bytes), *m = (float *) malloc (bytes);
+        float *v = (float *) malloc (bytes);
+        memcpy (values, za_replica_values (replica), bytes);
+        memcpy (m, za_replica_slot (replica, 0), bytes);
+        memcpy (v, za_replica_slot (replica, 1), bytes);
+        float *slots [] = {m, v};
+        za_optim_apply (&optim, step, values, za_replica_gradients (replica), slots, total);
+        za_replica_apply (replica, step);
+        cr_expect_eq (memcmp (values, za_replica_values (replica), bytes), 0, "step %lld",
+                      (long long) step);
+        cr_expect_eq (memcmp (m, za_replica_slot (replica, 0), bytes), 0);
+        cr_expect_eq (memcmp (v, za_replica_slot (replica, 1), bytes), 0);
+        free (values), free (m), free (v);
+    }
+    za_replica_destroy (&replica);
+    za_dataset_destroy (&data);
+}
+
 //  Two replicas on one device, each half of the batch, make one replica's
 //  step at the whole batch within rounding (MirroredStrategy's promise).
 Test (device, two_replicas_per_device_equal_one_at_twice_the_batch)

@@ -16,9 +16,14 @@
 #include <unistd.h>
 
 //  Each thread walks its slice of a batch in micro-batches of at most this
-//  many examples: activations and im2col buffers then stay in cache (the
-//  seed CNN runs ~25% faster per core at 16 than at 128 examples).
+//  many examples, unless the back end asks for another size: activations
+//  and im2col buffers then stay in cache (the seed CNN runs ~25% faster
+//  per core at 16 than at 128 examples).
 #define MICRO_BATCH_MAX 16
+//  Values from which the gradients' sum and the optimizer's update are
+//  split over the threads (below, one thread takes less than waking the
+//  others).
+#define APPLY_SPLIT_MIN 16384
 //  mixed_float16's loss scale: Keras's initial_scale and dynamic_growth_steps.
 #define LOSS_SCALE_INITIAL 32768.0f
 #define LOSS_SCALE_GROWTH_STEPS 2000
@@ -169,16 +174,20 @@ s_plan_runs (za_replica_t *self)
         self->run_to [self->run_count - 1] = vars->total;
 }
 
-//  The micro-batch's examples: MICRO_BATCH_MAX, or ZA_MICRO_BATCH from the
-//  environment (1 to 4096; for measuring, as bench/step_breakdown.sh does:
-//  a matrix unit such as AMX may want larger products than cache does).
+//  The micro-batch's examples: ZA_MICRO_BATCH from the environment (1 to
+//  4096; for measuring, as bench/step_breakdown.sh does), else what the
+//  back end asks for (a matrix unit such as AMX may want larger products
+//  than cache does), else MICRO_BATCH_MAX.
 static int
-s_micro_batch (void)
+s_micro_batch (const za_backend_t *be)
 {
     const char *text = getenv ("ZA_MICRO_BATCH");
     char *end = NULL;
     long n = text? strtol (text, &end, 10): 0;
-    return text && *text && !*end && n >= 1 && n <= 4096? (int) n: MICRO_BATCH_MAX;
+    if (text && *text && !*end && n >= 1 && n <= 4096)
+        return (int) n;
+    int wanted = be->micro_batch? be->micro_batch (): 0;
+    return wanted > 0? wanted: MICRO_BATCH_MAX;
 }
 
 static int
@@ -387,7 +396,7 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
             self->threads = 1;
         if (self->threads > ZA_REPLICA_MAX_THREADS)
             self->threads = ZA_REPLICA_MAX_THREADS;
-        self->micro = s_micro_batch ();
+        self->micro = s_micro_batch (self->be);
     }
     else {
         char text [ZA_DEVICE_TEXT_MAX];
@@ -549,6 +558,16 @@ s_combine (s_batch_run_t *run, size_t lo, size_t hi)
         }
         be->scale_add (hi - lo, 1.0f, sum + lo, (float) run->last_micro [t] * inv_n, g + lo);
     }
+}
+
+//  In host memory: thread t combines the t-th share of what is not
+//  combined yet (element by element: the same sums however it is split).
+static void
+s_combine_share (void *arg, int t)
+{
+    s_batch_run_t *run = (s_batch_run_t *) arg;
+    int threads = run->self->threads;
+    s_combine (run, run->combined * t / threads, run->combined * (t + 1) / threads);
 }
 
 //  A thread's model_fn says its buffer is final from `offset` up: once every
@@ -739,7 +758,10 @@ s_batch_run (za_replica_t *self, const za_batch_t *batch, za_mode_t mode, int64_
         //  What the threads did not say was final is final now.
         if (!self->be->host_memory && self->be->bind (self->device_of [0]))
             return -1;
-        s_combine (run, 0, run->combined);
+        if (self->be->host_memory && self->threads > 1 && run->combined >= APPLY_SPLIT_MIN)
+            za_parallel_run (self->pool, s_combine_share, run);
+        else
+            s_combine (run, 0, run->combined);
         run->combined = 0;
         if (run->streaming)
             self->final_fn (self->final_arg, 0);
@@ -792,6 +814,32 @@ s_apply_trainable (za_replica_t *self, int64_t step, float *values, const float 
             views [s] = slots [s] + from;
         apply (&self->optim, step, values + from, grads + from, views,
                self->run_to [r] - from);
+    }
+}
+
+//  The optimizer's update in host memory split over the replica's threads:
+//  thread t takes the t-th share of every run (the update is element by
+//  element, so the values are the same however it is split).
+typedef struct {
+    za_replica_t *self;
+    int64_t step;
+} s_apply_run_t;
+
+static void
+s_apply_share (void *arg, int t)
+{
+    s_apply_run_t *run = (s_apply_run_t *) arg;
+    za_replica_t *self = run->self;
+    int slot_count = s_slot_count (self), threads = self->threads;
+    for (int r = 0; r < self->run_count; r++) {
+        size_t length = self->run_to [r] - self->run_from [r];
+        size_t from = self->run_from [r] + length * t / threads;
+        size_t to = self->run_from [r] + length * (t + 1) / threads;
+        float *views [ZA_OPTIM_MAX_SLOTS];
+        for (int s = 0; s < slot_count; s++)
+            views [s] = self->slots [s] + from;
+        za_optim_apply (&self->optim, run->step, self->values + from, self->grads + from, views,
+                        to - from);
     }
 }
 
@@ -880,8 +928,12 @@ za_replica_apply (za_replica_t *self, int64_t step)
     if (self->optim.global_clipnorm > 0)
         za_replica_clip_gradients (self, self->optim.global_clipnorm);
     if (self->be->host_memory) {
-        s_apply_trainable (self, step, self->values, self->grads, self->slots,
-                           za_optim_apply);
+        s_apply_run_t run = {self, step};
+        if (self->threads > 1 && self->vars.total >= APPLY_SPLIT_MIN)
+            za_parallel_run (self->pool, s_apply_share, &run);
+        else
+            s_apply_trainable (self, step, self->values, self->grads, self->slots,
+                               za_optim_apply);
         return;
     }
     //  On the device: a failed copy shows at the next step's sync.

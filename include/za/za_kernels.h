@@ -197,6 +197,9 @@ struct za_backend_t {
     za_precision_t precision;
     const za_backend_t *(*mixed) (za_precision_t precision);
     int (*native) (za_precision_t precision);
+    //  With host_memory: the examples per micro-batch this table's products
+    //  run fastest at on this machine, or 0 (and NULL): the replica's default.
+    int (*micro_batch) (void);
 };
 
 //  The table of `be` for a --precision text: "auto" is BF16 where the
