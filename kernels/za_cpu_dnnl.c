@@ -644,13 +644,10 @@ s_matmul (s_thread_t *self, int m, int k, int n, int ta, int tb, int sum)
     return mm;
 }
 
-//  za_cpu_dnnl_matmul with `a` given as float (a16 NULL) or as bf16 (a16).
-static int
-s_matmul_run (int m, int k, int n, const float *a, const uint16_t *a16, int ta, const float *b,
-              int tb, int accumulate, float *c, za_precision_t precision)
+int
+za_cpu_dnnl_matmul_mixed (int m, int k, int n, const float *a, const uint16_t *a16, int ta,
+                          const float *b, const uint16_t *b16, int tb, int accumulate, float *c)
 {
-    if (precision != ZA_PRECISION_BF16)
-        return -1;
     s_thread_t *self = s_ready ();
     s_matmul_t *mm = self? s_matmul (self, m, k, n, ta, tb, accumulate): NULL;
     if (!mm)
@@ -659,8 +656,9 @@ s_matmul_run (int m, int k, int n, const float *a, const uint16_t *a16, int ta, 
         {DNNL_ARG_SRC, mm->a}, {DNNL_ARG_WEIGHTS, mm->b}, {DNNL_ARG_DST, mm->c}
     };
     if ((a16? dnnl_memory_set_data_handle (mm->a, (void *) a16) != dnnl_success
-            : s_input (self, mm->a, a, (size_t) m * k, precision, S_SRC) != 0)
-    ||  s_input (self, mm->b, b, (size_t) k * n, precision, S_WEIGHTS)
+            : s_input (self, mm->a, a, (size_t) m * k, ZA_PRECISION_BF16, S_SRC) != 0)
+    ||  (b16? dnnl_memory_set_data_handle (mm->b, (void *) b16) != dnnl_success
+            : s_input (self, mm->b, b, (size_t) k * n, ZA_PRECISION_BF16, S_WEIGHTS) != 0)
     ||  dnnl_memory_set_data_handle (mm->c, c)
     ||  dnnl_primitive_execute (mm->matmul, self->stream, 3, args))
         return -1;
@@ -672,14 +670,9 @@ int
 za_cpu_dnnl_matmul (int m, int k, int n, const float *a, int ta, const float *b, int tb,
                     int accumulate, float *c, za_precision_t precision)
 {
-    return s_matmul_run (m, k, n, a, NULL, ta, b, tb, accumulate, c, precision);
-}
-
-int
-za_cpu_dnnl_matmul_bf16a (int m, int k, int n, const uint16_t *a, int ta, const float *b,
-                          int tb, int accumulate, float *c)
-{
-    return s_matmul_run (m, k, n, NULL, a, ta, b, tb, accumulate, c, ZA_PRECISION_BF16);
+    if (precision != ZA_PRECISION_BF16)
+        return -1;
+    return za_cpu_dnnl_matmul_mixed (m, k, n, a, NULL, ta, b, NULL, tb, accumulate, c);
 }
 
 int
@@ -733,11 +726,11 @@ za_cpu_dnnl_matmul (int m, int k, int n, const float *a, int ta, const float *b,
 }
 
 int
-za_cpu_dnnl_matmul_bf16a (int m, int k, int n, const uint16_t *a, int ta, const float *b,
-                          int tb, int accumulate, float *c)
+za_cpu_dnnl_matmul_mixed (int m, int k, int n, const float *a, const uint16_t *a16, int ta,
+                          const float *b, const uint16_t *b16, int tb, int accumulate, float *c)
 {
-    (void) m, (void) k, (void) n, (void) a, (void) ta, (void) b, (void) tb, (void) accumulate;
-    (void) c;
+    (void) m, (void) k, (void) n, (void) a, (void) a16, (void) ta, (void) b, (void) b16;
+    (void) tb, (void) accumulate, (void) c;
     return -1;
 }
 

@@ -30,9 +30,11 @@ int za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, con
 int za_cpu_dnnl_matmul (int m, int k, int n, const float *a, int ta, const float *b, int tb,
                         int accumulate, float *c, za_precision_t precision);
 
-//  za_cpu_dnnl_matmul with `a` already in bf16.
-int za_cpu_dnnl_matmul_bf16a (int m, int k, int n, const uint16_t *a, int ta, const float *b,
-                              int tb, int accumulate, float *c);
+//  za_cpu_dnnl_matmul in bf16 with each of a and b given in fp32 (cast
+//  here; its *16 NULL) or already in bf16 (a16, b16).
+int za_cpu_dnnl_matmul_mixed (int m, int k, int n, const float *a, const uint16_t *a16, int ta,
+                              const float *b, const uint16_t *b16, int tb, int accumulate,
+                              float *c);
 
 //  1 where oneDNN multiplies bf16 on AMX's tiles (DNNL_MAX_CPU_ISA can lower it).
 int za_cpu_dnnl_amx (void);

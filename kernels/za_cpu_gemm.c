@@ -1246,8 +1246,9 @@ s_conv2d_backward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, co
     if (precision == ZA_PRECISION_BF16 && d->oh * d->ow <= SMALL_PLANE_MAX && za_cpu_dnnl_on ()
         && (!din || s_din_matmul (d, kernel, dout, dcols, din) == 0)) {
         s_im2col_bf16 (d, in, (uint16_t *) cols);
-        if (za_cpu_dnnl_matmul_bf16a (d->kh * d->kw * d->c, d->n * d->oh * d->ow, d->oc,
-                                      (const uint16_t *) cols, 1, dout, 0, 1, dkernel) == 0)
+        if (za_cpu_dnnl_matmul_mixed (d->kh * d->kw * d->c, d->n * d->oh * d->ow, d->oc, NULL,
+                                      (const uint16_t *) cols, 1, dout, NULL, 0, 1,
+                                      dkernel) == 0)
             return;
         if (din) {
             //  The input's gradient is done: the kernel's alone, rounded.
