@@ -61,15 +61,31 @@ za_conv2d_cols_floats (const za_conv2d_dims_t *d)
     return (size_t) d->n * d->oh * d->ow * d->kh * d->kw * d->c;
 }
 
+//  Copies n floats of a patch row to element `at` of cols: as they are, or
+//  rounded to bf16 (cols then holds uint16_t); from NULL: zeros.
+static inline void
+s_patch_run (void *cols, size_t at, const float *from, int n, int bf16)
+{
+    size_t size = bf16? sizeof (uint16_t): sizeof (float);
+    void *to = (char *) cols + at * size;
+    if (!from)
+        memset (to, 0, n * size);
+    else
+    if (bf16)
+        za_f32_to_bf16 (from, (uint16_t *) to, (size_t) n);
+    else
+        memcpy (to, from, n * size);
+}
+
 //  Row (n, oh, ow) of cols is the patch under the kernel, laid out (kh, kw, c)
-//  to match the HWIO kernel, so a patch row is copied kw * c floats at a time
-//  when it lies inside the image.
+//  to match the HWIO kernel, so a patch row is copied kw * c values at a time
+//  when it lies inside the image; in fp32, or rounded to bf16 with `bf16`.
 static void
-s_im2col (const za_conv2d_dims_t *d, const float *in, float *cols)
+s_im2col_as (const za_conv2d_dims_t *d, const float *in, void *cols, int bf16)
 {
     const int K = d->kh * d->kw * d->c;
     const int run = d->kw * d->c;
-    float *row = cols;
+    size_t row = 0;
     for (int n = 0; n < d->n; n++) {
         const float *image = in + (size_t) n * d->h * d->w * d->c;
         for (int oh = 0; oh < d->oh; oh++) {
@@ -78,22 +94,20 @@ s_im2col (const za_conv2d_dims_t *d, const float *in, float *cols)
                 int ih0 = oh * d->stride - d->pad_top;
                 for (int kh = 0; kh < d->kh; kh++) {
                     int ih = ih0 + kh;
-                    float *dst = row + kh * run;
+                    size_t at = row + (size_t) kh * run;
                     if (ih < 0 || ih >= d->h) {
-                        memset (dst, 0, sizeof (float) * run);
+                        s_patch_run (cols, at, NULL, run, bf16);
                         continue;
                     }
                     const float *src = image + ((size_t) ih * d->w) * d->c;
                     if (iw0 >= 0 && iw0 + d->kw <= d->w)
-                        memcpy (dst, src + (size_t) iw0 * d->c, sizeof (float) * run);
+                        s_patch_run (cols, at, src + (size_t) iw0 * d->c, run, bf16);
                     else
                         for (int kw = 0; kw < d->kw; kw++) {
                             int iw = iw0 + kw;
-                            if (iw < 0 || iw >= d->w)
-                                memset (dst + kw * d->c, 0, sizeof (float) * d->c);
-                            else
-                                memcpy (dst + kw * d->c, src + (size_t) iw * d->c,
-                                        sizeof (float) * d->c);
+                            int inside = iw >= 0 && iw < d->w;
+                            s_patch_run (cols, at + (size_t) kw * d->c,
+                                         inside? src + (size_t) iw * d->c: NULL, d->c, bf16);
                         }
                 }
             }
@@ -101,42 +115,16 @@ s_im2col (const za_conv2d_dims_t *d, const float *in, float *cols)
     }
 }
 
-//  s_im2col in bf16: each run of the patch rounded as it is copied.
+static void
+s_im2col (const za_conv2d_dims_t *d, const float *in, float *cols)
+{
+    s_im2col_as (d, in, cols, 0);
+}
+
 static void
 s_im2col_bf16 (const za_conv2d_dims_t *d, const float *in, uint16_t *cols)
 {
-    const int K = d->kh * d->kw * d->c;
-    const int run = d->kw * d->c;
-    uint16_t *row = cols;
-    for (int n = 0; n < d->n; n++) {
-        const float *image = in + (size_t) n * d->h * d->w * d->c;
-        for (int oh = 0; oh < d->oh; oh++) {
-            for (int ow = 0; ow < d->ow; ow++, row += K) {
-                int iw0 = ow * d->stride - d->pad_left;
-                int ih0 = oh * d->stride - d->pad_top;
-                for (int kh = 0; kh < d->kh; kh++) {
-                    int ih = ih0 + kh;
-                    uint16_t *dst = row + kh * run;
-                    if (ih < 0 || ih >= d->h) {
-                        memset (dst, 0, sizeof (uint16_t) * run);
-                        continue;
-                    }
-                    const float *src = image + ((size_t) ih * d->w) * d->c;
-                    if (iw0 >= 0 && iw0 + d->kw <= d->w)
-                        za_f32_to_bf16 (src + (size_t) iw0 * d->c, dst, run);
-                    else
-                        for (int kw = 0; kw < d->kw; kw++) {
-                            int iw = iw0 + kw;
-                            if (iw < 0 || iw >= d->w)
-                                memset (dst + kw * d->c, 0, sizeof (uint16_t) * d->c);
-                            else
-                                za_f32_to_bf16 (src + (size_t) iw * d->c, dst + kw * d->c,
-                                                d->c);
-                        }
-                }
-            }
-        }
-    }
+    s_im2col_as (d, in, cols, 1);
 }
 
 //  The adjoint of s_im2col: din = 0, then each patch row is added back.
