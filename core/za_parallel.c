@@ -1,19 +1,15 @@
 /*  za_parallel.c: the fork-join pool. A generation counter under one mutex
-    wakes the workers; a count of finished workers wakes the caller. Both
-    sides first watch their counter for a short while (SPIN_S) before they
-    sleep: a training step forks every millisecond or so, and a sleeping
-    thread takes tens of microseconds to wake (a futex, the scheduler, on a
-    virtual machine an interrupt between cores).                          */
+    wakes the workers; a count of finished workers wakes the caller. With a
+    spin set (za_parallel_set_spin), both sides first watch their counter
+    that long before they sleep: a training step forks every millisecond or
+    so, and a sleeping thread takes tens of microseconds to wake (a futex,
+    the scheduler, on a virtual machine an interrupt between cores).      */
 #include "za/za_parallel.h"
 #include "za/za_util.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-//  How long a thread watches for the next run (a worker) or for the
-//  workers' end (the caller) before it sleeps on the condition.
-#define SPIN_S 200e-6
 
 struct _za_parallel_t {
     int threads;
@@ -27,6 +23,7 @@ struct _za_parallel_t {
     int stopping;
     za_parallel_fn *fn;
     void *arg;
+    double spin_s;                  //  how long a waiting thread watches before it sleeps
 };
 
 typedef struct {
@@ -34,7 +31,7 @@ typedef struct {
     int index;
 } s_worker_arg_t;
 
-//  1 while the SPIN_S from `until` - SPIN_S have not passed, after a pause.
+//  1 while `until` (za_clock_mono) has not passed, after a pause.
 static int
 s_spinning (double until)
 {
@@ -53,9 +50,9 @@ s_worker (void *p)
     unsigned long seen = 0;
     pthread_mutex_lock (&self->lock);
     while (1) {
-        if (self->generation == seen && !self->stopping) {
+        if (self->generation == seen && !self->stopping && self->spin_s > 0) {
+            double until = za_clock_mono () + self->spin_s;
             pthread_mutex_unlock (&self->lock);
-            double until = za_clock_mono () + SPIN_S;
             while (__atomic_load_n (&self->generation, __ATOMIC_ACQUIRE) == seen
                    && !__atomic_load_n (&self->stopping, __ATOMIC_ACQUIRE)
                    && s_spinning (until))
@@ -127,12 +124,21 @@ za_parallel_run (za_parallel_t *self, za_parallel_fn *fn, void *arg)
     pthread_cond_broadcast (&self->work_ready);
     pthread_mutex_unlock (&self->lock);
     fn (arg, 0);
-    double until = za_clock_mono () + SPIN_S;
-    while (__atomic_load_n (&self->pending, __ATOMIC_ACQUIRE) > 0 && s_spinning (until))
+    double until = za_clock_mono () + self->spin_s;
+    while (self->spin_s > 0 && __atomic_load_n (&self->pending, __ATOMIC_ACQUIRE) > 0
+           && s_spinning (until))
         ;
     pthread_mutex_lock (&self->lock);
     while (self->pending > 0)
         pthread_cond_wait (&self->work_done, &self->lock);
+    pthread_mutex_unlock (&self->lock);
+}
+
+void
+za_parallel_set_spin (za_parallel_t *self, double seconds)
+{
+    pthread_mutex_lock (&self->lock);
+    self->spin_s = seconds > 0? seconds: 0;
     pthread_mutex_unlock (&self->lock);
 }
 

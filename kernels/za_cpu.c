@@ -418,7 +418,7 @@ s_native (za_precision_t precision)
 static int
 s_micro_batch_bf16 (void)
 {
-    return za_cpu_dnnl_amx ()? 32: 0;
+    return za_cpu_dnnl_amx () && za_cpu_dnnl_on ()? 32: 0;
 }
 
 static int

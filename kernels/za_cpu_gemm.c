@@ -1169,8 +1169,8 @@ za_cpu_dense_backward (int n, int in_dim, int units, const float *in, const floa
 // ---------------------------------------------------------------------------
 //  Mixed precision
 
-//  Output planes of at most this many pixels take the kernel's gradient in
-//  bf16 as a matmul (s_conv2d_backward_mixed).
+//  Output planes of at most this many pixels take the kernel's gradient and
+//  the input's in bf16 as matmuls (s_conv2d_backward_mixed).
 #define SMALL_PLANE_MAX 16
 
 static void

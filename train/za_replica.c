@@ -20,6 +20,10 @@
 //  and im2col buffers then stay in cache (the seed CNN runs ~25% faster
 //  per core at 16 than at 128 examples).
 #define MICRO_BATCH_MAX 16
+//  How long the CPU's threads watch for the next fork before they sleep
+//  (za_parallel_set_spin): a step forks every millisecond or so, and waking
+//  a sleeping thread took tens of microseconds on a 2-core VM.
+#define POOL_SPIN_S 200e-6
 //  Values from which the gradients' sum and the optimizer's update are
 //  split over the threads (below, one thread takes less than waking the
 //  others).
@@ -423,6 +427,10 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
     self->feature_size = (size_t) input.height * input.width * input.channels;
     if (!(self->pool = za_parallel_new (self->threads)) || s_plan (self, 1))
         goto fail;
+    //  On the CPU, threads that own a core each watch for the next step
+    //  briefly instead of sleeping (more threads than cores: never spun).
+    if (self->be->host_memory && self->threads <= sysconf (_SC_NPROCESSORS_ONLN))
+        za_parallel_set_spin (self->pool, POOL_SPIN_S);
     size_t bytes = self->vars.total * sizeof (float);
     //  On a device, one host gradient block mirrors the combined one.
     int host_grads = !self->train? 0: self->be->host_memory? self->threads: 1;

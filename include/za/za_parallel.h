@@ -23,6 +23,13 @@ za_parallel_t *za_parallel_new (int threads);
 //  caller's thread; returns when every call has returned.
 void za_parallel_run (za_parallel_t *self, za_parallel_fn *fn, void *arg);
 
+//  How long (seconds, 0 by default) a worker watches for the next run and
+//  the caller for the workers' end before each sleeps on its condition:
+//  for a pool that forks often and owns its cores (a replica's threads);
+//  0 for one that shares them (an input pipeline's decoders). Call it
+//  between runs.
+void za_parallel_set_spin (za_parallel_t *self, double seconds);
+
 int za_parallel_threads (const za_parallel_t *self);
 
 //  Stops and joins the workers; sets *self_p to NULL. Safe on NULL.
