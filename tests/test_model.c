@@ -187,29 +187,56 @@ s_model_loss (s_model_case_t *c)
     return spec.loss_sum / c->n;
 }
 
+//  A layer stack of `text` on the CPU for batches of up to n, with a block
+//  of values (zeros until the caller initialises them) and of gradients.
+typedef struct {
+    za_stack_spec_t spec;
+    const za_model_fn_t *fn;
+    za_vars_t vars;
+    void *state;
+    float *values, *grads;
+} s_stack_t;
+
+static void
+s_stack_new (s_stack_t *s, const char *text, za_input_shape_t input, int n)
+{
+    memset (s, 0, sizeof *s);
+    cr_assert_eq (za_stack_parse (text, &s->spec), 0, "%s", za_last_error ());
+    s->fn = za_stack_model_fn ();
+    s->state = s->fn->create (&s->spec, input, n, za_backend_cpu (), &s->vars);
+    cr_assert_not_null (s->state, "%s", za_last_error ());
+    s->values = (float *) za_alloc (s->vars.total * sizeof (float));
+    s->grads = (float *) za_alloc (s->vars.total * sizeof (float));
+}
+
+static void
+s_stack_free (s_stack_t *s)
+{
+    s->fn->destroy (&s->state);
+    za_free (s->values), za_free (s->grads);
+}
+
 static void
 s_stack_gradcheck (const char *text, za_input_shape_t input, int n, uint64_t seed)
 {
-    za_stack_spec_t spec;
-    cr_assert_eq (za_stack_parse (text, &spec), 0, "%s", za_last_error ());
-    const za_model_fn_t *fn = za_stack_model_fn ();
-    za_vars_t vars = {0};
-    void *state = fn->create (&spec, input, n, za_backend_cpu (), &vars);
-    cr_assert_not_null (state);
-    float *values = (float *) za_alloc (vars.total * sizeof (float));
-    float *grads = (float *) za_alloc (vars.total * sizeof (float));
-    fn->init_vars (state, &vars, values, seed);
+    s_stack_t stack;
+    s_stack_new (&stack, text, input, n);
+    const za_model_fn_t *fn = stack.fn;
+    const za_vars_t *vars = &stack.vars;
+    void *state = stack.state;
+    float *values = stack.values, *grads = stack.grads;
+    fn->init_vars (state, vars, values, seed);
     za_rng_t rng;
     za_rng_seed (&rng, seed);
     //  Biases start at zero; nudge them so relu kinks are not all at one place.
-    for (size_t i = 0; i < vars.total; i++)
+    for (size_t i = 0; i < vars->total; i++)
         values [i] += 0.05f * (2 * za_rng_uniform (&rng) - 1);
     size_t in_size = (size_t) input.height * input.width * input.channels;
     float *features = (float *) za_alloc ((size_t) n * in_size * sizeof (float));
     int32_t labels [16];
     for (size_t i = 0; i < (size_t) n * in_size; i++)
         features [i] = za_rng_uniform (&rng);
-    int classes = spec.layers [spec.count - 1].units;
+    int classes = stack.spec.layers [stack.spec.count - 1].units;
     for (int i = 0; i < n; i++)
         labels [i] = (int32_t) za_rng_below (&rng, (uint32_t) classes);
     za_spec_t out;
@@ -218,8 +245,8 @@ s_stack_gradcheck (const char *text, za_input_shape_t input, int n, uint64_t see
     s_model_case_t c = {state, features, labels, n, values};
     //  Small enough that no relu or max-pool choice flips under the probe.
     const double eps = 3e-3;
-    for (int v = 0; v < vars.count; v++) {
-        const za_var_t *var = &vars.vars [v];
+    for (int v = 0; v < vars->count; v++) {
+        const za_var_t *var = &vars->vars [v];
         for (int p = 0; p < 6; p++) {
             size_t i = var->offset + za_rng_below (&rng, (uint32_t) var->size);
             float saved = values [i];
@@ -235,8 +262,8 @@ s_stack_gradcheck (const char *text, za_input_shape_t input, int n, uint64_t see
                        grads [i], numeric);
         }
     }
-    fn->destroy (&state);
-    za_free (values), za_free (grads), za_free (features);
+    s_stack_free (&stack);
+    za_free (features);
 }
 
 Test (stack, whole_model_gradient_cnn)
@@ -297,17 +324,13 @@ Test (stack, add_appends_layers_like_keras_model_add)
 
 Test (stack, dropout_is_identity_in_eval_and_masks_in_train)
 {
-    za_stack_spec_t spec;
-    cr_assert_eq (za_stack_parse ("flatten dropout(0.5) dense(2)", &spec), 0);
-    za_vars_t vars = {0};
-    za_input_shape_t input = {1, 1, 64};
-    const za_model_fn_t *fn = za_stack_model_fn ();
-    void *state = fn->create (&spec, input, 1, za_backend_cpu (), &vars);
-    cr_assert_not_null (state);
-    float *values = (float *) za_alloc (vars.total * sizeof (float));
-    float *grads = (float *) za_alloc (vars.total * sizeof (float));
+    s_stack_t stack;
+    s_stack_new (&stack, "flatten dropout(0.5) dense(2)", (za_input_shape_t) {1, 1, 64}, 1);
+    const za_model_fn_t *fn = stack.fn;
+    void *state = stack.state;
+    float *values = stack.values, *grads = stack.grads;
     //  Kernel of ones on column 0: logit 0 = sum of the (dropped-out) inputs.
-    const za_var_t *kernel = &vars.vars [za_vars_find (&vars, "dense/kernel")];
+    const za_var_t *kernel = &stack.vars.vars [za_vars_find (&stack.vars, "dense/kernel")];
     for (int i = 0; i < 64; i++)
         values [kernel->offset + (size_t) i * 2] = 1.0f;
     float features [64];
@@ -321,24 +344,20 @@ Test (stack, dropout_is_identity_in_eval_and_masks_in_train)
     //  Each input is 0 or 2: the sum is even and (almost surely) not 64.
     float logit = out.logits [0];
     cr_expect (fmodf (logit, 2.0f) == 0.0f && logit != 64.0f, "logit %f", logit);
-    fn->destroy (&state);
-    za_free (values), za_free (grads);
+    s_stack_free (&stack);
 }
 
 //  The profile (bench_train's ZA_BENCH_PROFILE) names each row a step used
 //  and adds its time only while on; row ZA_MAX_LAYERS is the loss.
 Test (stack, profile_counts_each_layer_while_on)
 {
-    za_stack_spec_t spec;
-    cr_assert_eq (za_stack_parse ("conv2d(8,3,relu) maxpool(2) flatten dense(10)", &spec), 0);
-    za_vars_t vars = {0};
-    za_input_shape_t input = {12, 12, 1};
-    const za_model_fn_t *fn = za_stack_model_fn ();
-    void *state = fn->create (&spec, input, 4, za_backend_cpu (), &vars);
-    cr_assert_not_null (state);
-    float *values = (float *) za_alloc (vars.total * sizeof (float));
-    float *grads = (float *) za_alloc (vars.total * sizeof (float));
-    fn->init_vars (state, &vars, values, 1);
+    s_stack_t stack;
+    s_stack_new (&stack, "conv2d(8,3,relu) maxpool(2) flatten dense(10)",
+                 (za_input_shape_t) {12, 12, 1}, 4);
+    const za_model_fn_t *fn = stack.fn;
+    void *state = stack.state;
+    float *values = stack.values, *grads = stack.grads;
+    fn->init_vars (state, &stack.vars, values, 1);
     float features [4 * 144];
     for (int i = 0; i < 4 * 144; i++)
         features [i] = (float) (i % 13) / 13.0f;
@@ -376,8 +395,7 @@ Test (stack, profile_counts_each_layer_while_on)
     cr_expect_eq (forward, before);
     cr_expect_eq (za_stack_profile_get (ZA_MAX_LAYERS + 1, &forward, &backward, &name), -1);
     cr_expect_eq (za_stack_profile_get (-1, &forward, &backward, &name), -1);
-    fn->destroy (&state);
-    za_free (values), za_free (grads);
+    s_stack_free (&stack);
 }
 
 //  The mean-loss gradient of a TRAIN call, into grads (cleared first).

@@ -807,27 +807,30 @@ za_replica_compute_gradients (za_replica_t *self, const za_batch_t *batch, int64
     return 0;
 }
 
-//  Calls the optimizer over each run of variables that train (frozen ones
-//  are never updated), on values, grads and slots in either memory.
+//  Calls the optimizer over share `share` of `shares` of each run of
+//  variables that train (frozen ones are never updated; the update is
+//  element by element, so the values are the same however it is split), on
+//  values, grads and slots in either memory.
 static void
 s_apply_trainable (za_replica_t *self, int64_t step, float *values, const float *grads,
                    float **slots, void (*apply) (const za_optim_config_t *, int64_t, float *,
-                                                 const float *, float **, size_t))
+                                                 const float *, float **, size_t),
+                   int share, int shares)
 {
     int slot_count = s_slot_count (self);
     for (int r = 0; r < self->run_count; r++) {
-        size_t from = self->run_from [r];
+        size_t length = self->run_to [r] - self->run_from [r];
+        size_t from = self->run_from [r] + length * share / shares;
+        size_t to = self->run_from [r] + length * (share + 1) / shares;
         float *views [ZA_OPTIM_MAX_SLOTS];
         for (int s = 0; s < slot_count; s++)
             views [s] = slots [s] + from;
-        apply (&self->optim, step, values + from, grads + from, views,
-               self->run_to [r] - from);
+        apply (&self->optim, step, values + from, grads + from, views, to - from);
     }
 }
 
 //  The optimizer's update in host memory split over the replica's threads:
-//  thread t takes the t-th share of every run (the update is element by
-//  element, so the values are the same however it is split).
+//  thread t takes the t-th share.
 typedef struct {
     za_replica_t *self;
     int64_t step;
@@ -838,17 +841,8 @@ s_apply_share (void *arg, int t)
 {
     s_apply_run_t *run = (s_apply_run_t *) arg;
     za_replica_t *self = run->self;
-    int slot_count = s_slot_count (self), threads = self->threads;
-    for (int r = 0; r < self->run_count; r++) {
-        size_t length = self->run_to [r] - self->run_from [r];
-        size_t from = self->run_from [r] + length * t / threads;
-        size_t to = self->run_from [r] + length * (t + 1) / threads;
-        float *views [ZA_OPTIM_MAX_SLOTS];
-        for (int s = 0; s < slot_count; s++)
-            views [s] = self->slots [s] + from;
-        za_optim_apply (&self->optim, run->step, self->values + from, self->grads + from, views,
-                        to - from);
-    }
+    s_apply_trainable (self, run->step, self->values, self->grads, self->slots, za_optim_apply,
+                       t, self->threads);
 }
 
 double
@@ -941,7 +935,7 @@ za_replica_apply (za_replica_t *self, int64_t step)
             za_parallel_run (self->pool, s_apply_share, &run);
         else
             s_apply_trainable (self, step, self->values, self->grads, self->slots,
-                               za_optim_apply);
+                               za_optim_apply, 0, 1);
         return;
     }
     //  On the device: a failed copy shows at the next step's sync.
@@ -950,7 +944,7 @@ za_replica_apply (za_replica_t *self, int64_t step)
         || !s_loss_scale_step (self, self->be, self->dev_grads [0]))
         return;
     s_apply_trainable (self, step, self->device_values [0], self->dev_grads [0],
-                       self->dev_slots, self->be->optim_apply);
+                       self->dev_slots, self->be->optim_apply, 0, 1);
     self->values_at = self->slots_at = S_AT_DEVICE;
     self->copies_stale = self->device_count > 1;
 }
