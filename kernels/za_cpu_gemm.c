@@ -6,6 +6,7 @@
     precision and multiplied in fp32, the same numbers up to the order of
     the sums.                                                               */
 #include "za_cpu_gemm.h"
+#include "za_cpu_amx.h"
 #include "za_cpu_dnnl.h"
 #include "za_elem.h"
 #include "za/za_model.h"
@@ -1245,6 +1246,19 @@ s_conv2d_backward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, co
                                     dout, dkernel, dcols, NULL);
             return;
         }
+    }
+    //  On AMX the kernel's gradient is zactor's own (za_cpu_amx.c says why),
+    //  the input's oneDNN's; the input's first, as above. Its copies take the
+    //  direct loops' buffer (theirs fill it anew at every call).
+    float *scratch;
+    if (precision == ZA_PRECISION_BF16 && dkernel && za_cpu_amx_conv2d_takes (d)
+        && (!din || za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, NULL, din,
+                                                 precision) == 0)
+        && (scratch = s_buffer (2, za_cpu_amx_conv2d_bytes (d) / sizeof (float) + 16))) {
+        //  At a cache line's start: a tile's rows are 64 bytes.
+        za_cpu_amx_conv2d_dkernel (d, in, dout, dkernel,
+                                   (void *) (((uintptr_t) scratch + 63) & ~(uintptr_t) 63));
+        return;
     }
     if (za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, dkernel, din, precision) == 0)
         return;

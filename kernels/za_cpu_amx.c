@@ -1,0 +1,316 @@
+/*  za_cpu_amx.c: a convolution's kernel gradient on AMX's tiles.
+
+    oneDNN 2.6's bf16 kernel gradient runs the seed CNN's second layer
+    (13x13x32 in, 64 filters of 3x3) at about a third of the rate its
+    forward reaches on the same tiles, and an im2col matrix for a matmul
+    leaves L2 (docs/precision.md). Here the gradient is a sum of tile
+    products over two compact bf16 copies, read in place:
+
+    dkernel [kh][kw][ic][oc] += sum over n, oh, ow of
+        in [n][oh + kh][ow + kw][ic] * dout [n][oh][ow][oc]
+
+    A tile product C [16 x 16] += A [16 x 32] B [32 x 16] sums over 32
+    terms; here the 32 are 16 examples times two neighbouring outputs in a
+    row (ow and ow + 1: a row's outputs go by pairs, the last pair of an
+    odd row padded with a zero gradient). C's rows are 16 input channels of
+    one tap (kh, kw), its columns 16 filters: a block of dkernel itself,
+    loaded, summed into and stored back.
+    - A, the input: copy X [example block][y][x][ic][16 examples][2], where
+      [2] is pixels x and x + 1. A's 16 rows (channels) are 64 contiguous
+      bytes each: one tile load at any tap and output pair.
+    - B, the output's gradient in AMX's pair layout: copy
+      D [example block][oh][pair][16 examples][oc][2], [2] outputs 2 pair and
+      2 pair + 1; a row of B is one example's 16 filters, two outputs each.
+    Each step loads two A and two B tiles and makes four products (eight
+    tiles, all AMX has). Padding (SAME) and examples past n are zeros in the
+    copies. The copies are made with AVX-512 (16 x 16 transposes, rounding
+    to nearest even as za_f32_to_bf16) in the caller's scratch.             */
+#include "za_cpu_amx.h"
+#include "za_cpu_dnnl.h"
+#include "za/za_tensor.h"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+//  Copies larger than this decline (VGG16's first block would want 200 MB):
+//  oneDNN's primitive takes those.
+#define ZA_CPU_AMX_BYTES_MAX ((size_t) 16 << 20)
+#define S_EXAMPLES 16                   //  a tile's 32 terms: 16 examples x 2 outputs
+#define S_BLOCK 32                      //  channels and filters a step covers (2 tiles)
+
+//  Linux gives a process AMX's tile data only when it asks (arch_prctl).
+#define S_ARCH_REQ_XCOMP_PERM 0x1023
+#define S_XFEATURE_XTILEDATA 18
+
+#define S_AMX __attribute__ ((target ("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
+
+// ---------------------------------------------------------------------------
+//  Whether the tiles run here
+
+static int s_permitted;
+static pthread_once_t s_permit_once = PTHREAD_ONCE_INIT;
+
+static void
+s_permit (void)
+{
+    s_permitted = syscall (SYS_arch_prctl, S_ARCH_REQ_XCOMP_PERM, S_XFEATURE_XTILEDATA) == 0;
+}
+
+static int
+s_on (void)
+{
+    const char *off = getenv ("ZA_AMX");
+    if ((off && strcmp (off, "0") == 0) || !za_cpu_dnnl_on () || !za_cpu_dnnl_amx ()
+        || !za_cpu_has (ZA_ISA_AVX512_BF16))
+        return 0;
+    pthread_once (&s_permit_once, s_permit);
+    return s_permitted;
+}
+
+// ---------------------------------------------------------------------------
+//  The copies' geometry
+
+typedef struct {
+    int blocks;                         //  of S_EXAMPLES examples
+    int pairs;                          //  output pairs in a row: ceil (ow / 2)
+    int rows, cols;                     //  of X: padded input rows, pair starts
+    size_t x_elems, d_elems;            //  bf16 values of X and D
+} s_plan_t;
+
+static void
+s_plan (s_plan_t *p, const za_conv2d_dims_t *d)
+{
+    p->blocks = (d->n + S_EXAMPLES - 1) / S_EXAMPLES;
+    p->pairs = (d->ow + 1) / 2;
+    p->rows = d->oh + d->kh - 1;
+    p->cols = 2 * p->pairs + d->kw - 2;
+    p->x_elems = (size_t) p->blocks * p->rows * p->cols * d->c * 2 * S_EXAMPLES;
+    p->d_elems = (size_t) p->blocks * d->oh * p->pairs * S_EXAMPLES * d->oc * 2;
+}
+
+//  X's row buffer: one padded input row, transposed, (cols + 1) x c x 16.
+static size_t
+s_row_elems (const s_plan_t *p, const za_conv2d_dims_t *d)
+{
+    return (size_t) (p->cols + 1) * d->c * S_EXAMPLES;
+}
+
+size_t
+za_cpu_amx_conv2d_bytes (const za_conv2d_dims_t *d)
+{
+    s_plan_t p;
+    s_plan (&p, d);
+    return (p.x_elems + p.d_elems + s_row_elems (&p, d)) * sizeof (uint16_t);
+}
+
+int
+za_cpu_amx_conv2d_takes (const za_conv2d_dims_t *d)
+{
+    if (d->stride != 1 || d->c % S_BLOCK || d->oc % S_BLOCK || d->n < 1)
+        return 0;
+    return za_cpu_amx_conv2d_bytes (d) <= ZA_CPU_AMX_BYTES_MAX && s_on ();
+}
+
+// ---------------------------------------------------------------------------
+//  The copies
+
+//  r [i] becomes column i of the 16 x 16 matrix whose rows r held.
+static inline S_AMX void
+s_transpose16 (__m512 r [16])
+{
+    __m512 t [16];
+    for (int i = 0; i < 16; i += 2) {
+        t [i] = _mm512_unpacklo_ps (r [i], r [i + 1]);
+        t [i + 1] = _mm512_unpackhi_ps (r [i], r [i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) {
+        __m512d a = _mm512_castps_pd (t [g]), b = _mm512_castps_pd (t [g + 1]);
+        __m512d c = _mm512_castps_pd (t [g + 2]), e = _mm512_castps_pd (t [g + 3]);
+        r [g] = _mm512_castpd_ps (_mm512_unpacklo_pd (a, c));
+        r [g + 1] = _mm512_castpd_ps (_mm512_unpackhi_pd (a, c));
+        r [g + 2] = _mm512_castpd_ps (_mm512_unpacklo_pd (b, e));
+        r [g + 3] = _mm512_castpd_ps (_mm512_unpackhi_pd (b, e));
+    }
+    for (int k = 0; k < 4; k++) {
+        t [k] = _mm512_shuffle_f32x4 (r [k], r [4 + k], 0x88);
+        t [4 + k] = _mm512_shuffle_f32x4 (r [k], r [4 + k], 0xdd);
+        t [8 + k] = _mm512_shuffle_f32x4 (r [8 + k], r [12 + k], 0x88);
+        t [12 + k] = _mm512_shuffle_f32x4 (r [8 + k], r [12 + k], 0xdd);
+    }
+    for (int k = 0; k < 8; k++) {
+        r [k] = _mm512_shuffle_f32x4 (t [k], t [8 + k], 0x88);
+        r [8 + k] = _mm512_shuffle_f32x4 (t [k], t [8 + k], 0xdd);
+    }
+}
+
+//  a [0..15] and b [0..15] (bf16) as 32 values a0 b0 a1 b1 ...
+static inline S_AMX __m512i
+s_interleave (__m256i a, __m256i b)
+{
+    const __m512i order = _mm512_set_epi16 (31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
+                                            25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
+                                            19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16 (order,
+                                     _mm512_inserti64x4 (_mm512_castsi256_si512 (a), b, 1));
+}
+
+static inline S_AMX __m256i
+s_bf16 (__m512 x)
+{
+    return (__m256i) _mm512_cvtneps_pbh (x);
+}
+
+//  X for one example block and padded row y: `row` takes the row's pixels
+//  transposed (pixel x: c channels x 16 examples), then X's pair starts.
+static S_AMX void
+s_copy_input_row (const za_conv2d_dims_t *d, const s_plan_t *p, const float *in, int block,
+                  int y, uint16_t *row, uint16_t *x_out)
+{
+    const int c = d->c, iy = y - d->pad_top;
+    const size_t plane = (size_t) d->h * d->w * c;
+    for (int x = 0; x <= p->cols; x++) {
+        uint16_t *t = row + (size_t) x * c * S_EXAMPLES;
+        const int ix = x - d->pad_left;
+        if (iy < 0 || iy >= d->h || ix < 0 || ix >= d->w) {
+            memset (t, 0, (size_t) c * S_EXAMPLES * sizeof (uint16_t));
+            continue;
+        }
+        const float *at = in + ((size_t) block * S_EXAMPLES * d->h * d->w
+                                + (size_t) iy * d->w + ix) * c;
+        const int examples = d->n - block * S_EXAMPLES;
+        for (int c0 = 0; c0 < c; c0 += 16) {
+            __m512 r [16];
+            for (int e = 0; e < 16; e++)
+                r [e] = e < examples? _mm512_loadu_ps (at + e * plane + c0): _mm512_setzero_ps ();
+            s_transpose16 (r);
+            for (int k = 0; k < 16; k++)
+                _mm256_storeu_si256 ((__m256i *) (t + (size_t) (c0 + k) * S_EXAMPLES),
+                                     s_bf16 (r [k]));
+        }
+    }
+    for (int x = 0; x < p->cols; x++) {
+        const uint16_t *a = row + (size_t) x * c * S_EXAMPLES;
+        const uint16_t *b = a + (size_t) c * S_EXAMPLES;
+        uint16_t *out = x_out + (size_t) x * c * 2 * S_EXAMPLES;
+        for (int k = 0; k < c; k++)
+            _mm512_storeu_si512 (out + (size_t) k * 2 * S_EXAMPLES,
+                s_interleave (_mm256_loadu_si256 ((const __m256i *) (a + k * S_EXAMPLES)),
+                              _mm256_loadu_si256 ((const __m256i *) (b + k * S_EXAMPLES))));
+    }
+}
+
+//  D: each example's outputs 2 pair and 2 pair + 1, filters interleaved
+//  (read in order: an example's rows one after another).
+static S_AMX void
+s_copy_dout (const za_conv2d_dims_t *d, const s_plan_t *p, const float *dout, uint16_t *d_out)
+{
+    const int oc = d->oc;
+    const __m512 zero = _mm512_setzero_ps ();
+    const size_t row = (size_t) oc * 2;                 //  one example's, in D
+    for (int n = 0; n < p->blocks * S_EXAMPLES; n++)
+        for (int oh = 0; oh < d->oh; oh++) {
+            uint16_t *out = d_out + (((size_t) (n / S_EXAMPLES) * d->oh + oh) * p->pairs
+                                     * S_EXAMPLES + n % S_EXAMPLES) * row;
+            const float *a = dout + ((size_t) n * d->oh + oh) * d->ow * oc;
+            for (int ow = 0; ow < 2 * p->pairs; ow += 2) {
+                int here = n < d->n, next = here && ow + 1 < d->ow;
+                for (int o = 0; o < oc; o += 16) {
+                    __m512 va = here? _mm512_loadu_ps (a + o): zero;
+                    __m512 vb = next? _mm512_loadu_ps (a + oc + o): zero;
+                    _mm512_storeu_si512 (out + 2 * o, s_interleave (s_bf16 (va), s_bf16 (vb)));
+                }
+                a += 2 * oc;
+                out += S_EXAMPLES * row;
+            }
+        }
+}
+
+// ---------------------------------------------------------------------------
+//  The products
+
+typedef struct __attribute__ ((packed, aligned (64))) {
+    uint8_t palette;
+    uint8_t start_row;
+    uint8_t reserved [14];
+    uint16_t colsb [16];
+    uint8_t rows [16];
+} s_tile_config_t;
+
+static S_AMX void
+s_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *x,
+            const uint16_t *dd, float *dkernel)
+{
+    s_tile_config_t config;
+    memset (&config, 0, sizeof config);
+    config.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        config.rows [t] = 16;
+        config.colsb [t] = 64;
+    }
+    _tile_loadconfig (&config);
+    const int c = d->c, oc = d->oc;
+    const long c_stride = (long) oc * sizeof (float);
+    const long b_stride = (long) oc * 2 * sizeof (uint16_t);
+    const size_t x_pixel = (size_t) c * 2 * S_EXAMPLES;
+    const size_t x_row = (size_t) p->cols * x_pixel;
+    const size_t x_block = (size_t) p->rows * x_row;
+    const size_t d_pair = (size_t) S_EXAMPLES * oc * 2;
+    for (int kh = 0; kh < d->kh; kh++)
+        for (int kw = 0; kw < d->kw; kw++)
+            for (int c0 = 0; c0 < c; c0 += S_BLOCK)
+                for (int o0 = 0; o0 < oc; o0 += S_BLOCK) {
+                    float *sum = dkernel + ((size_t) (kh * d->kw + kw) * c + c0) * oc + o0;
+                    _tile_loadd (0, sum, c_stride);
+                    _tile_loadd (1, sum + 16, c_stride);
+                    _tile_loadd (2, sum + (size_t) 16 * oc, c_stride);
+                    _tile_loadd (3, sum + (size_t) 16 * oc + 16, c_stride);
+                    for (int block = 0; block < p->blocks; block++)
+                        for (int oh = 0; oh < d->oh; oh++) {
+                            const uint16_t *a = x + block * x_block + (size_t) (oh + kh) * x_row
+                                              + (size_t) kw * x_pixel + (size_t) c0 * 2 * S_EXAMPLES;
+                            const uint16_t *b = dd + ((size_t) block * d->oh + oh) * p->pairs
+                                              * d_pair + (size_t) o0 * 2;
+                            for (int pair = 0; pair < p->pairs; pair++) {
+                                _tile_loadd (4, a, 64);
+                                _tile_loadd (5, a + 16 * 2 * S_EXAMPLES, 64);
+                                _tile_loadd (6, b, b_stride);
+                                _tile_loadd (7, b + 32, b_stride);
+                                _tile_dpbf16ps (0, 4, 6);
+                                _tile_dpbf16ps (1, 4, 7);
+                                _tile_dpbf16ps (2, 5, 6);
+                                _tile_dpbf16ps (3, 5, 7);
+                                a += 2 * x_pixel;
+                                b += d_pair;
+                            }
+                        }
+                    _tile_stored (0, sum, c_stride);
+                    _tile_stored (1, sum + 16, c_stride);
+                    _tile_stored (2, sum + (size_t) 16 * oc, c_stride);
+                    _tile_stored (3, sum + (size_t) 16 * oc + 16, c_stride);
+                }
+    _tile_release ();
+}
+
+void
+za_cpu_amx_conv2d_dkernel (const za_conv2d_dims_t *d, const float *in, const float *dout,
+                           float *dkernel, void *scratch)
+{
+    s_plan_t p;
+    s_plan (&p, d);
+    uint16_t *x = (uint16_t *) scratch, *dd = x + p.x_elems, *row = dd + p.d_elems;
+    for (int block = 0; block < p.blocks; block++)
+        for (int y = 0; y < p.rows; y++)
+            s_copy_input_row (d, &p, in, block, y, row,
+                              x + ((size_t) block * p.rows + y) * p.cols * d->c * 2 * S_EXAMPLES);
+    s_copy_dout (d, &p, dout, dd);
+    //  The tile loads and stores are asm that names no memory: the copies
+    //  are written before, dkernel read after.
+    __asm__ volatile ("" ::: "memory");
+    s_products (d, &p, x, dd, dkernel);
+    __asm__ volatile ("" ::: "memory");
+}

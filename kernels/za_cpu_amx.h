@@ -1,0 +1,26 @@
+/*  za_cpu_amx.h: zactor's own loops on AMX's tiles (Intel's matrix units:
+    bf16 products summed in fp32), where they measure faster than oneDNN's
+    primitives. Internal to kernels/; not installed.                        */
+#ifndef ZA_CPU_AMX_H_INCLUDED
+#define ZA_CPU_AMX_H_INCLUDED
+
+#include "za/za_kernels.h"
+
+//  1 where za_cpu_amx_conv2d_dkernel computes this geometry on this thread:
+//  oneDNN is on and multiplies bf16 on AMX here (DNNL_MAX_CPU_ISA can lower
+//  it), Linux lets the process use the tiles, ZA_AMX is not 0 in the
+//  environment; a stride of 1, channels and filters in multiples of 32, and
+//  its scratch (below) within 16 MiB.
+int za_cpu_amx_conv2d_takes (const za_conv2d_dims_t *d);
+
+//  Bytes of scratch za_cpu_amx_conv2d_dkernel takes for the geometry.
+size_t za_cpu_amx_conv2d_bytes (const za_conv2d_dims_t *d);
+
+//  dkernel (HWIO) += the kernel's gradient of a convolution that
+//  za_cpu_amx_conv2d_takes, from its input (NHWC) and its output's gradient
+//  (NHWC, masked by the activation already), both rounded to bf16 into
+//  `scratch` (za_cpu_amx_conv2d_bytes), the products summed in fp32.
+void za_cpu_amx_conv2d_dkernel (const za_conv2d_dims_t *d, const float *in, const float *dout,
+                                float *dkernel, void *scratch);
+
+#endif
