@@ -42,6 +42,7 @@
 #define ZA_CPU_AMX_BYTES_MAX ((size_t) 16 << 20)
 #define S_EXAMPLES 16                   //  a tile's 32 terms: 16 examples x 2 outputs
 #define S_BLOCK 32                      //  channels and filters a step covers (2 tiles)
+#define S_TILE 16                       //  a tile's rows
 
 //  Linux gives a process AMX's tile data only when it asks (arch_prctl).
 #define S_ARCH_REQ_XCOMP_PERM 0x1023
@@ -79,7 +80,11 @@ typedef struct {
     int blocks;                         //  of S_EXAMPLES examples
     int pairs;                          //  output pairs in a row: ceil (ow / 2)
     int rows, cols;                     //  of X: padded input rows, pair starts
-    size_t x_elems, d_elems;            //  bf16 values of X and D
+    int zr, zc;                         //  the frame's zero rows above, columns left
+    int hf, wf;                         //  the frame's rows and columns an example
+    int groups;                         //  of 32 frame pixels (the input's gradient)
+    size_t x_elems, d_elems, row_elems; //  bf16 values of X, D and X's row buffer
+    size_t f_elems, k_elems;            //  of the frame and the kernel's pairs
 } s_plan_t;
 
 static void
@@ -89,15 +94,18 @@ s_plan (s_plan_t *p, const za_conv2d_dims_t *d)
     p->pairs = (d->ow + 1) / 2;
     p->rows = d->oh + d->kh - 1;
     p->cols = 2 * p->pairs + d->kw - 2;
+    p->zr = d->kh - 1 - d->pad_top;
+    p->zc = d->kw - 1 - d->pad_left;
+    p->hf = d->h + d->pad_top > p->zr + d->oh? d->h + d->pad_top: p->zr + d->oh;
+    p->wf = d->w + d->pad_left > p->zc + d->ow? d->w + d->pad_left: p->zc + d->ow;
+    p->groups = (int) (((size_t) d->n * p->hf * p->wf + 2 * S_TILE - 1) / (2 * S_TILE));
     p->x_elems = (size_t) p->blocks * p->rows * p->cols * d->c * 2 * S_EXAMPLES;
     p->d_elems = (size_t) p->blocks * d->oh * p->pairs * S_EXAMPLES * d->oc * 2;
-}
-
-//  X's row buffer: one padded input row, transposed, (cols + 1) x c x 16.
-static size_t
-s_row_elems (const s_plan_t *p, const za_conv2d_dims_t *d)
-{
-    return (size_t) (p->cols + 1) * d->c * S_EXAMPLES;
+    p->row_elems = (size_t) (p->cols + 1) * d->c * S_EXAMPLES;
+    //  The last group's taps read past the last example: zeros.
+    p->f_elems = ((size_t) p->groups * 2 * S_TILE + (size_t) (d->kh - 1) * p->wf + d->kw)
+               * d->oc;
+    p->k_elems = (size_t) d->kh * d->kw * d->c * d->oc;
 }
 
 size_t
@@ -105,13 +113,15 @@ za_cpu_amx_conv2d_bytes (const za_conv2d_dims_t *d)
 {
     s_plan_t p;
     s_plan (&p, d);
-    return (p.x_elems + p.d_elems + s_row_elems (&p, d)) * sizeof (uint16_t);
+    return (p.x_elems + p.d_elems + p.row_elems + p.f_elems + p.k_elems) * sizeof (uint16_t)
+         + (size_t) 2 * S_TILE * S_BLOCK * sizeof (float);
 }
 
 int
 za_cpu_amx_conv2d_takes (const za_conv2d_dims_t *d)
 {
-    if (d->stride != 1 || d->c % S_BLOCK || d->oc % S_BLOCK || d->n < 1)
+    if (d->stride != 1 || d->c % S_BLOCK || d->oc % S_BLOCK || d->n < 1
+        || d->pad_top > d->kh - 1 || d->pad_left > d->kw - 1)
         return 0;
     return za_cpu_amx_conv2d_bytes (d) <= ZA_CPU_AMX_BYTES_MAX && s_on ();
 }
@@ -204,30 +214,77 @@ s_copy_input_row (const za_conv2d_dims_t *d, const s_plan_t *p, const float *in,
     }
 }
 
-//  D: each example's outputs 2 pair and 2 pair + 1, filters interleaved
-//  (read in order: an example's rows one after another).
+//  The output's gradient in bf16, in a frame of zeros: hf rows of wf
+//  pixels an example, dout's pixel (oh, ow) at (zr + oh, zc + ow), and
+//  zeros after the last example.
 static S_AMX void
-s_copy_dout (const za_conv2d_dims_t *d, const s_plan_t *p, const float *dout, uint16_t *d_out)
+s_copy_frame (const za_conv2d_dims_t *d, const s_plan_t *p, const float *dout, uint16_t *f)
 {
     const int oc = d->oc;
-    const __m512 zero = _mm512_setzero_ps ();
+    uint16_t *out = f;
+    for (int n = 0; n < d->n; n++)
+        for (int r = 0; r < p->hf; r++)
+            for (int col = 0; col < p->wf; col++, out += oc) {
+                const int oh = r - p->zr, ow = col - p->zc;
+                if (oh < 0 || oh >= d->oh || ow < 0 || ow >= d->ow) {
+                    memset (out, 0, (size_t) oc * sizeof (uint16_t));
+                    continue;
+                }
+                const float *from = dout + (((size_t) n * d->oh + oh) * d->ow + ow) * oc;
+                for (int o = 0; o < oc; o += 32)
+                    _mm512_storeu_si512 (out + o, (__m512i) _mm512_cvtne2ps_pbh (
+                        _mm512_loadu_ps (from + o + 16), _mm512_loadu_ps (from + o)));
+            }
+    memset (out, 0, (p->f_elems - (size_t) (out - f)) * sizeof (uint16_t));
+}
+
+//  D from the frame: each example's outputs 2 pair and 2 pair + 1, filters
+//  interleaved (the second zero past a row's end, and past the last example).
+static S_AMX void
+s_copy_dout (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *f, uint16_t *d_out)
+{
+    const int oc = d->oc;
+    const __m256i zero = _mm256_setzero_si256 ();
     const size_t row = (size_t) oc * 2;                 //  one example's, in D
     for (int n = 0; n < p->blocks * S_EXAMPLES; n++)
         for (int oh = 0; oh < d->oh; oh++) {
             uint16_t *out = d_out + (((size_t) (n / S_EXAMPLES) * d->oh + oh) * p->pairs
                                      * S_EXAMPLES + n % S_EXAMPLES) * row;
-            const float *a = dout + ((size_t) n * d->oh + oh) * d->ow * oc;
+            const uint16_t *a = f + (((size_t) n * p->hf + p->zr + oh) * p->wf + p->zc) * oc;
             for (int ow = 0; ow < 2 * p->pairs; ow += 2) {
                 int here = n < d->n, next = here && ow + 1 < d->ow;
                 for (int o = 0; o < oc; o += 16) {
-                    __m512 va = here? _mm512_loadu_ps (a + o): zero;
-                    __m512 vb = next? _mm512_loadu_ps (a + oc + o): zero;
-                    _mm512_storeu_si512 (out + 2 * o, s_interleave (s_bf16 (va), s_bf16 (vb)));
+                    __m256i va = here? _mm256_loadu_si256 ((const __m256i *) (a + o)): zero;
+                    __m256i vb = next? _mm256_loadu_si256 ((const __m256i *) (a + oc + o))
+                                     : zero;
+                    _mm512_storeu_si512 (out + 2 * o, s_interleave (va, vb));
                 }
                 a += 2 * oc;
                 out += S_EXAMPLES * row;
             }
         }
+}
+
+//  The kernel's filters in pairs for B: pairs [tap][oc / 2][ic][2], from
+//  HWIO (a row of filters is pairs already: 16 x 16 transposes of them).
+static S_AMX void
+s_copy_kernel (const za_conv2d_dims_t *d, const float *kernel, uint16_t *pairs)
+{
+    const int c = d->c, oc = d->oc;
+    for (int tap = 0; tap < d->kh * d->kw; tap++)
+        for (int c0 = 0; c0 < c; c0 += 16)
+            for (int o0 = 0; o0 < oc; o0 += 32) {
+                __m512 r [16];
+                for (int i = 0; i < 16; i++) {
+                    const float *k = kernel + ((size_t) tap * c + c0 + i) * oc + o0;
+                    r [i] = _mm512_castsi512_ps ((__m512i) _mm512_cvtne2ps_pbh (
+                        _mm512_loadu_ps (k + 16), _mm512_loadu_ps (k)));
+                }
+                s_transpose16 (r);
+                for (int i = 0; i < 16; i++)
+                    _mm512_storeu_ps ((float *) (pairs + (((size_t) tap * oc / 2 + o0 / 2 + i)
+                                                          * c + c0) * 2), r [i]);
+            }
 }
 
 // ---------------------------------------------------------------------------
@@ -241,18 +298,93 @@ typedef struct __attribute__ ((packed, aligned (64))) {
     uint8_t rows [16];
 } s_tile_config_t;
 
+//  Eight tiles of 16 rows of 64 bytes: C 0-3, A 4-5, B 6-7.
 static S_AMX void
-s_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *x,
-            const uint16_t *dd, float *dkernel)
+s_configure (void)
 {
     s_tile_config_t config;
     memset (&config, 0, sizeof config);
     config.palette = 1;
     for (int t = 0; t < 8; t++) {
-        config.rows [t] = 16;
+        config.rows [t] = S_TILE;
         config.colsb [t] = 64;
     }
     _tile_loadconfig (&config);
+}
+
+//  din = the input's gradient: a 32-pixel group of the frame (its outputs
+//  at the frame's layout) times 32 channels is four C tiles; a tap moves
+//  the group's pixels by a fixed offset in the frame, so A is 16 frame
+//  pixels in a row (32 filters each), B the tap's filter pairs. Where the
+//  frame is din's own layout (VALID: hf = h, wf = w) C goes to din
+//  directly, else through `temp` to the pixels that are din's.
+static S_AMX void
+s_din_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *f,
+                const uint16_t *pairs, float *din, float *temp)
+{
+    s_configure ();
+    const int c = d->c, oc = d->oc;
+    const long a_stride = (long) oc * sizeof (uint16_t);
+    const long b_stride = (long) c * 2 * sizeof (uint16_t);
+    const long c_stride = (long) c * sizeof (float);
+    const long t_stride = (long) S_BLOCK * sizeof (float);
+    const size_t pixels = (size_t) d->n * d->h * d->w, frame = (size_t) p->hf * p->wf;
+    const int direct = p->hf == d->h && p->wf == d->w;
+    for (int g = 0; g < p->groups; g++) {
+        const size_t v0 = (size_t) g * 2 * S_TILE;
+        for (int c0 = 0; c0 < c; c0 += S_BLOCK) {
+            _tile_zero (0);
+            _tile_zero (1);
+            _tile_zero (2);
+            _tile_zero (3);
+            for (int kh = 0; kh < d->kh; kh++)
+                for (int kw = 0; kw < d->kw; kw++) {
+                    const size_t at = v0 + (size_t) (d->kh - 1 - kh) * p->wf + d->kw - 1 - kw;
+                    const int tap = kh * d->kw + kw;
+                    for (int o0 = 0; o0 < oc; o0 += S_BLOCK) {
+                        const uint16_t *a = f + at * oc + o0;
+                        const uint16_t *b = pairs + (((size_t) tap * oc / 2 + o0 / 2) * c + c0)
+                                                    * 2;
+                        _tile_loadd (4, a, a_stride);
+                        _tile_loadd (5, a + (size_t) S_TILE * oc, a_stride);
+                        _tile_loadd (6, b, b_stride);
+                        _tile_loadd (7, b + 2 * S_TILE, b_stride);
+                        _tile_dpbf16ps (0, 4, 6);
+                        _tile_dpbf16ps (1, 4, 7);
+                        _tile_dpbf16ps (2, 5, 6);
+                        _tile_dpbf16ps (3, 5, 7);
+                    }
+                }
+            if (direct && v0 + 2 * S_TILE <= pixels) {
+                float *out = din + v0 * c + c0;
+                _tile_stored (0, out, c_stride);
+                _tile_stored (1, out + S_TILE, c_stride);
+                _tile_stored (2, out + (size_t) S_TILE * c, c_stride);
+                _tile_stored (3, out + (size_t) S_TILE * c + S_TILE, c_stride);
+                continue;
+            }
+            _tile_stored (0, temp, t_stride);
+            _tile_stored (1, temp + S_TILE, t_stride);
+            _tile_stored (2, temp + S_TILE * S_BLOCK, t_stride);
+            _tile_stored (3, temp + S_TILE * S_BLOCK + S_TILE, t_stride);
+            __asm__ volatile ("" ::: "memory");
+            for (int i = 0; i < 2 * S_TILE; i++) {
+                const size_t v = v0 + i, n = v / frame;
+                const int y = (int) (v % frame / p->wf), x = (int) (v % p->wf);
+                if (n < (size_t) d->n && y < d->h && x < d->w)
+                    memcpy (din + ((n * d->h + y) * d->w + x) * c + c0, temp + i * S_BLOCK,
+                            S_BLOCK * sizeof (float));
+            }
+        }
+    }
+    _tile_release ();
+}
+
+static S_AMX void
+s_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *x,
+            const uint16_t *dd, float *dkernel)
+{
+    s_configure ();
     const int c = d->c, oc = d->oc;
     const long c_stride = (long) oc * sizeof (float);
     const long b_stride = (long) oc * 2 * sizeof (uint16_t);
@@ -297,19 +429,27 @@ s_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *x,
 }
 
 void
-za_cpu_amx_conv2d_dkernel (const za_conv2d_dims_t *d, const float *in, const float *dout,
-                           float *dkernel, void *scratch)
+za_cpu_amx_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
+                            const float *dout, float *dkernel, float *din, void *scratch)
 {
     s_plan_t p;
     s_plan (&p, d);
-    uint16_t *x = (uint16_t *) scratch, *dd = x + p.x_elems, *row = dd + p.d_elems;
+    uint16_t *f = (uint16_t *) scratch, *pairs = f + p.f_elems, *x = pairs + p.k_elems;
+    uint16_t *dd = x + p.x_elems, *row = dd + p.d_elems;
+    float *temp = (float *) (row + p.row_elems);
+    s_copy_frame (d, &p, dout, f);
+    //  The tile loads and stores are asm that names no memory: what they
+    //  read is written before them, what they write read after.
+    if (din) {
+        s_copy_kernel (d, kernel, pairs);
+        __asm__ volatile ("" ::: "memory");
+        s_din_products (d, &p, f, pairs, din, temp);
+    }
     for (int block = 0; block < p.blocks; block++)
         for (int y = 0; y < p.rows; y++)
             s_copy_input_row (d, &p, in, block, y, row,
                               x + ((size_t) block * p.rows + y) * p.cols * d->c * 2 * S_EXAMPLES);
-    s_copy_dout (d, &p, dout, dd);
-    //  The tile loads and stores are asm that names no memory: the copies
-    //  are written before, dkernel read after.
+    s_copy_dout (d, &p, f, dd);
     __asm__ volatile ("" ::: "memory");
     s_products (d, &p, x, dd, dkernel);
     __asm__ volatile ("" ::: "memory");

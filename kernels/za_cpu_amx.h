@@ -6,21 +6,24 @@
 
 #include "za/za_kernels.h"
 
-//  1 where za_cpu_amx_conv2d_dkernel computes this geometry on this thread:
-//  oneDNN is on and multiplies bf16 on AMX here (DNNL_MAX_CPU_ISA can lower
-//  it), Linux lets the process use the tiles, ZA_AMX is not 0 in the
-//  environment; a stride of 1, channels and filters in multiples of 32, and
-//  its scratch (below) within 16 MiB.
+//  1 where za_cpu_amx_conv2d_backward computes this geometry on this
+//  thread: oneDNN is on and multiplies bf16 on AMX here (DNNL_MAX_CPU_ISA
+//  can lower it), Linux lets the process use the tiles, ZA_AMX is not 0 in
+//  the environment; a stride of 1, channels and filters in multiples of 32,
+//  and its scratch (below) within 16 MiB.
 int za_cpu_amx_conv2d_takes (const za_conv2d_dims_t *d);
 
-//  Bytes of scratch za_cpu_amx_conv2d_dkernel takes for the geometry.
+//  Bytes of scratch za_cpu_amx_conv2d_backward takes for the geometry.
 size_t za_cpu_amx_conv2d_bytes (const za_conv2d_dims_t *d);
 
-//  dkernel (HWIO) += the kernel's gradient of a convolution that
-//  za_cpu_amx_conv2d_takes, from its input (NHWC) and its output's gradient
-//  (NHWC, masked by the activation already), both rounded to bf16 into
-//  `scratch` (za_cpu_amx_conv2d_bytes), the products summed in fp32.
-void za_cpu_amx_conv2d_dkernel (const za_conv2d_dims_t *d, const float *in, const float *dout,
-                                float *dkernel, void *scratch);
+//  A convolution's backward where za_cpu_amx_conv2d_takes it: dkernel
+//  (HWIO) += the kernel's gradient, and din (NHWC) = the input's where din
+//  is not NULL, from the input (NHWC), the kernel and the output's gradient
+//  (NHWC, masked by the activation already), all rounded to bf16 into
+//  `scratch` (za_cpu_amx_conv2d_bytes, 64-byte aligned), the products
+//  summed in fp32.
+void za_cpu_amx_conv2d_backward (const za_conv2d_dims_t *d, const float *in,
+                                 const float *kernel, const float *dout, float *dkernel,
+                                 float *din, void *scratch);
 
 #endif

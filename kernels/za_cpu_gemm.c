@@ -1247,17 +1247,14 @@ s_conv2d_backward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, co
             return;
         }
     }
-    //  On AMX the kernel's gradient is zactor's own (za_cpu_amx.c says why),
-    //  the input's oneDNN's; the input's first, as above. Its copies take the
-    //  direct loops' buffer (theirs fill it anew at every call).
+    //  On AMX zactor's own tiles (za_cpu_amx.c says why). Their copies take
+    //  the direct loops' buffer (theirs fill it anew at every call).
     float *scratch;
     if (precision == ZA_PRECISION_BF16 && dkernel && za_cpu_amx_conv2d_takes (d)
-        && (!din || za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, NULL, din,
-                                                 precision) == 0)
         && (scratch = s_buffer (2, za_cpu_amx_conv2d_bytes (d) / sizeof (float) + 16))) {
         //  At a cache line's start: a tile's rows are 64 bytes.
-        za_cpu_amx_conv2d_dkernel (d, in, dout, dkernel,
-                                   (void *) (((uintptr_t) scratch + 63) & ~(uintptr_t) 63));
+        za_cpu_amx_conv2d_backward (d, in, kernel, dout, dkernel, din,
+                                    (void *) (((uintptr_t) scratch + 63) & ~(uintptr_t) 63));
         return;
     }
     if (za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, dkernel, din, precision) == 0)

@@ -250,11 +250,13 @@ static const s_conv_case_t s_conv_cases [] = {
     {3, 11, 9, 3, 8, 5, 2, ZA_PADDING_VALID, ZA_ACT_NONE, 0},
     {2, 8, 8, 16, 24, 1, 1, ZA_PADDING_SAME, ZA_ACT_NONE, 0},
     {2, 9, 9, 8, 16, 4, 2, ZA_PADDING_SAME, ZA_ACT_RELU, 0},
-    //  On AMX the kernel's gradient on zactor's tiles (a stride of 1, channels
-    //  and filters in 32s): rows of an odd count of outputs, a second block
-    //  of examples only partly filled, two blocks of channels.
+    //  On AMX zactor's tiles (a stride of 1, channels and filters in 32s):
+    //  rows of an odd count of outputs, a second block of examples only
+    //  partly filled, two blocks of channels; the input's gradient straight
+    //  into din (VALID) and through the frame (SAME).
     {20, 13, 13, 32, 64, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU, 0},   //  the seed CNN's second
     {3, 9, 7, 64, 32, 3, 1, ZA_PADDING_SAME, ZA_ACT_NONE, 0},
+    {17, 6, 5, 64, 32, 2, 1, ZA_PADDING_VALID, ZA_ACT_RELU, 0},
     //  Small planes: in bf16 the kernel's gradient as a matmul over im2col
     //  (rounded as it is copied), the input's as a matmul and col2im.
     {4, 5, 5, 64, 64, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU, 0},   //  the seed CNN's third
