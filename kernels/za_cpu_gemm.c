@@ -1226,7 +1226,19 @@ s_conv2d_backward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, co
     s_act_bias_backward ((size_t) d->n * d->oh * d->ow, d->oc, out, act, dout, dbias);
     size_t inputs = (size_t) d->n * d->h * d->w * d->c;
     size_t weights = (size_t) d->kh * d->kw * d->c * d->oc;
-    //  On a small plane (the seed CNN's third layer: 3x3 outputs) oneDNN's
+    //  On AMX zactor's own tiles (za_cpu_amx.c says why), small planes too
+    //  (the seed CNN's third layer: 0.15 to 0.08 ms a step against the
+    //  matmuls below). Their copies take the direct loops' buffer (theirs
+    //  fill it anew at every call).
+    float *scratch;
+    if (precision == ZA_PRECISION_BF16 && dkernel && za_cpu_amx_conv2d_takes (d)
+        && (scratch = s_buffer (2, za_cpu_amx_conv2d_bytes (d) / sizeof (float) + 16))) {
+        //  At a cache line's start: a tile's rows are 64 bytes.
+        za_cpu_amx_conv2d_backward (d, in, kernel, dout, dkernel, din,
+                                    (void *) (((uintptr_t) scratch + 63) & ~(uintptr_t) 63));
+        return;
+    }
+    //  Elsewhere (AVX512-BF16 alone), on a small plane (3x3 outputs) oneDNN's
     //  bf16 kernels take the kernel's gradient at a third of the peak; as
     //  one matmul over the im2col matrix it runs at twice their rate
     //  (docs/precision.md), and the input's gradient as a matmul and col2im
@@ -1246,16 +1258,6 @@ s_conv2d_backward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, co
                                     dout, dkernel, dcols, NULL);
             return;
         }
-    }
-    //  On AMX zactor's own tiles (za_cpu_amx.c says why). Their copies take
-    //  the direct loops' buffer (theirs fill it anew at every call).
-    float *scratch;
-    if (precision == ZA_PRECISION_BF16 && dkernel && za_cpu_amx_conv2d_takes (d)
-        && (scratch = s_buffer (2, za_cpu_amx_conv2d_bytes (d) / sizeof (float) + 16))) {
-        //  At a cache line's start: a tile's rows are 64 bytes.
-        za_cpu_amx_conv2d_backward (d, in, kernel, dout, dkernel, din,
-                                    (void *) (((uintptr_t) scratch + 63) & ~(uintptr_t) 63));
-        return;
     }
     if (za_cpu_dnnl_conv2d_backward (d, in, kernel, act, dout, dkernel, din, precision) == 0)
         return;
