@@ -1,30 +1,41 @@
-/*  za_cpu_amx.c: a convolution's kernel gradient on AMX's tiles.
+/*  za_cpu_amx.c: a bf16 convolution's backward on AMX's tiles.
 
-    oneDNN 2.6's bf16 kernel gradient runs the seed CNN's second layer
-    (13x13x32 in, 64 filters of 3x3) at about a third of the rate its
-    forward reaches on the same tiles, and an im2col matrix for a matmul
-    leaves L2 (docs/precision.md). Here the gradient is a sum of tile
-    products over two compact bf16 copies, read in place:
+    oneDNN 2.6's bf16 backward runs the seed CNN's second layer (13x13x32
+    in, 64 filters of 3x3) at about a third of the rate its forward reaches
+    on the same tiles, and an im2col matrix for a matmul leaves L2
+    (docs/precision.md). Here both gradients are sums of tile products over
+    compact bf16 copies, read in place. A tile product C [16 x 16] +=
+    A [16 x 32] B [32 x 16] sums over 32 terms, B in AMX's pair layout (row
+    k holds terms 2k and 2k + 1 of each column side by side). Each step
+    loads two A and two B tiles and makes four products (eight tiles, all
+    AMX has).
 
+    The kernel's gradient:
     dkernel [kh][kw][ic][oc] += sum over n, oh, ow of
         in [n][oh + kh][ow + kw][ic] * dout [n][oh][ow][oc]
-
-    A tile product C [16 x 16] += A [16 x 32] B [32 x 16] sums over 32
-    terms; here the 32 are 16 examples times two neighbouring outputs in a
-    row (ow and ow + 1: a row's outputs go by pairs, the last pair of an
-    odd row padded with a zero gradient). C's rows are 16 input channels of
-    one tap (kh, kw), its columns 16 filters: a block of dkernel itself,
-    loaded, summed into and stored back.
+    The 32 terms are 16 examples times two neighbouring outputs in a row
+    (ow and ow + 1: a row's outputs go by pairs, the last pair of an odd
+    row padded with a zero gradient). C's rows are 16 input channels of one
+    tap (kh, kw), its columns 16 filters: a block of dkernel itself, loaded,
+    summed into and stored back.
     - A, the input: copy X [example block][y][x][ic][16 examples][2], where
       [2] is pixels x and x + 1. A's 16 rows (channels) are 64 contiguous
       bytes each: one tile load at any tap and output pair.
-    - B, the output's gradient in AMX's pair layout: copy
-      D [example block][oh][pair][16 examples][oc][2], [2] outputs 2 pair and
-      2 pair + 1; a row of B is one example's 16 filters, two outputs each.
-    Each step loads two A and two B tiles and makes four products (eight
-    tiles, all AMX has). Padding (SAME) and examples past n are zeros in the
-    copies. The copies are made with AVX-512 (16 x 16 transposes, rounding
-    to nearest even as za_f32_to_bf16) in the caller's scratch.             */
+    - B, the output's gradient: copy D [example block][oh][pair][16
+      examples][oc][2], [2] outputs 2 pair and 2 pair + 1; a row of B is one
+      example's 16 filters, two outputs each.
+    Padding (SAME) and examples past n are zeros in the copies.
+
+    The input's gradient:
+    din [n][y][x][ic] = sum over kh, kw, oc of
+        dout [n][y + pad_top - kh][x + pad_left - kw][oc] * kernel [kh][kw][ic][oc]
+    The output's gradient goes into a frame of zeros (below) in which each
+    tap is one offset: C is 16 frame pixels in a row by 16 channels, A 16
+    frame pixels (32 filters each), B the tap's filter pairs.
+
+    The copies are made with AVX-512 (16 x 16 transposes; rounding to
+    nearest even, subnormals to zero as the tiles take them) in the
+    caller's scratch.                                                        */
 #include "za_cpu_amx.h"
 #include "za_cpu_dnnl.h"
 #include "za/za_tensor.h"
@@ -195,7 +206,7 @@ s_copy_input_row (const za_conv2d_dims_t *d, const s_plan_t *p, const float *in,
         const int examples = d->n - block * S_EXAMPLES;
         for (int c0 = 0; c0 < c; c0 += 16) {
             __m512 r [16];
-            for (int e = 0; e < 16; e++)
+            for (int e = 0; e < S_EXAMPLES; e++)
                 r [e] = e < examples? _mm512_loadu_ps (at + e * plane + c0): _mm512_setzero_ps ();
             s_transpose16 (r);
             for (int k = 0; k < 16; k++)
@@ -250,9 +261,11 @@ s_copy_dout (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *f, ui
         for (int oh = 0; oh < d->oh; oh++) {
             uint16_t *out = d_out + (((size_t) (n / S_EXAMPLES) * d->oh + oh) * p->pairs
                                      * S_EXAMPLES + n % S_EXAMPLES) * row;
-            const uint16_t *a = f + (((size_t) n * p->hf + p->zr + oh) * p->wf + p->zc) * oc;
+            const int here = n < d->n;
+            const uint16_t *a = here? f + (((size_t) n * p->hf + p->zr + oh) * p->wf + p->zc) * oc
+                                    : f;
             for (int ow = 0; ow < 2 * p->pairs; ow += 2) {
-                int here = n < d->n, next = here && ow + 1 < d->ow;
+                const int next = here && ow + 1 < d->ow;
                 for (int o = 0; o < oc; o += 16) {
                     __m256i va = here? _mm256_loadu_si256 ((const __m256i *) (a + o)): zero;
                     __m256i vb = next? _mm256_loadu_si256 ((const __m256i *) (a + oc + o))
@@ -380,8 +393,10 @@ s_din_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *f,
     _tile_release ();
 }
 
+//  dkernel += the kernel's gradient: for each tap, 32 channels by 32
+//  filters in four C tiles, over every example block, row and output pair.
 static S_AMX void
-s_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *x,
+s_dkernel_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *x,
             const uint16_t *dd, float *dkernel)
 {
     s_configure ();
@@ -398,9 +413,9 @@ s_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *x,
                 for (int o0 = 0; o0 < oc; o0 += S_BLOCK) {
                     float *sum = dkernel + ((size_t) (kh * d->kw + kw) * c + c0) * oc + o0;
                     _tile_loadd (0, sum, c_stride);
-                    _tile_loadd (1, sum + 16, c_stride);
-                    _tile_loadd (2, sum + (size_t) 16 * oc, c_stride);
-                    _tile_loadd (3, sum + (size_t) 16 * oc + 16, c_stride);
+                    _tile_loadd (1, sum + S_TILE, c_stride);
+                    _tile_loadd (2, sum + (size_t) S_TILE * oc, c_stride);
+                    _tile_loadd (3, sum + (size_t) S_TILE * oc + S_TILE, c_stride);
                     for (int block = 0; block < p->blocks; block++)
                         for (int oh = 0; oh < d->oh; oh++) {
                             const uint16_t *a = x + block * x_block + (size_t) (oh + kh) * x_row
@@ -409,9 +424,9 @@ s_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *x,
                                               * d_pair + (size_t) o0 * 2;
                             for (int pair = 0; pair < p->pairs; pair++) {
                                 _tile_loadd (4, a, 64);
-                                _tile_loadd (5, a + 16 * 2 * S_EXAMPLES, 64);
+                                _tile_loadd (5, a + S_TILE * 2 * S_EXAMPLES, 64);
                                 _tile_loadd (6, b, b_stride);
-                                _tile_loadd (7, b + 32, b_stride);
+                                _tile_loadd (7, b + 2 * S_TILE, b_stride);
                                 _tile_dpbf16ps (0, 4, 6);
                                 _tile_dpbf16ps (1, 4, 7);
                                 _tile_dpbf16ps (2, 5, 6);
@@ -421,9 +436,9 @@ s_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *x,
                             }
                         }
                     _tile_stored (0, sum, c_stride);
-                    _tile_stored (1, sum + 16, c_stride);
-                    _tile_stored (2, sum + (size_t) 16 * oc, c_stride);
-                    _tile_stored (3, sum + (size_t) 16 * oc + 16, c_stride);
+                    _tile_stored (1, sum + S_TILE, c_stride);
+                    _tile_stored (2, sum + (size_t) S_TILE * oc, c_stride);
+                    _tile_stored (3, sum + (size_t) S_TILE * oc + S_TILE, c_stride);
                 }
     _tile_release ();
 }
@@ -451,6 +466,6 @@ za_cpu_amx_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const fl
                               x + ((size_t) block * p.rows + y) * p.cols * d->c * 2 * S_EXAMPLES);
     s_copy_dout (d, &p, f, dd);
     __asm__ volatile ("" ::: "memory");
-    s_products (d, &p, x, dd, dkernel);
+    s_dkernel_products (d, &p, x, dd, dkernel);
     __asm__ volatile ("" ::: "memory");
 }

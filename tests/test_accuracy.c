@@ -146,7 +146,7 @@ Test (accuracy, cnn_5_epochs, .timeout = 1800)
 //  seed's pair differs by up to 0.4 points either way (the rounding sends
 //  training down another path, as another seed would: seed 42 gave +0.41,
 //  seeds 1-3 -0.01, +0.12, -0.21 on an AMX Xeon), so one pair alone cannot
-//  tell a bias from that noise. About 4 x (17 s + 8 s) on 2 cores. Each run
+//  tell a bias from that noise. About 4 x (17 s + 7 s) on 2 cores. Each run
 //  in a model dir of its own.
 Test (accuracy, cnn_5_epochs_mixed_bfloat16, .timeout = 3600)
 {

@@ -8,8 +8,10 @@
     mixed_bfloat16 against fp32 (5 epochs, same seed); a checkpoint written
     in one precision and read in the other.
 
-    Under ctest it runs twice: as built (oneDNN's bf16 kernels) and with
-    ZA_DNNL=0 (test_precision_rounded: the rounded inputs through OpenBLAS).  */
+    Under ctest it runs three times: as built (oneDNN's bf16 kernels, and on
+    AMX zactor's own backward on the tiles, za_cpu_amx.c), with ZA_AMX=0
+    (test_precision_dnnl: oneDNN's backward there too) and with ZA_DNNL=0
+    (test_precision_rounded: the rounded inputs through OpenBLAS).          */
 #include <criterion/criterion.h>
 
 #include <float.h>
@@ -19,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kernels/za_cpu_amx.h"
+#include "../kernels/za_cpu_dnnl.h"
 #include "../kernels/za_elem.h"
 #include "za/za_checkpoint.h"
 #include "za/za_estimator.h"
@@ -257,7 +261,11 @@ static const s_conv_case_t s_conv_cases [] = {
     {20, 13, 13, 32, 64, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU, 0},   //  the seed CNN's second
     {3, 9, 7, 64, 32, 3, 1, ZA_PADDING_SAME, ZA_ACT_NONE, 0},
     {17, 6, 5, 64, 32, 2, 1, ZA_PADDING_VALID, ZA_ACT_RELU, 0},
-    //  Small planes: in bf16 the kernel's gradient as a matmul over im2col
+    {2, 7, 6, 32, 32, 2, 1, ZA_PADDING_SAME, ZA_ACT_NONE, 0},   //  even SAME: pad below only
+    {5, 4, 3, 32, 64, 1, 1, ZA_PADDING_VALID, ZA_ACT_RELU, 0},
+    {3, 8, 8, 32, 32, 3, 1, ZA_PADDING_SAME, ZA_ACT_RELU, 1},   //  no input gradient
+    //  Small planes: in bf16 on AVX512-BF16 alone (and on AMX with ZA_AMX=0
+    //  or channels not in 32s) the kernel's gradient as a matmul over im2col
     //  (rounded as it is copied), the input's as a matmul and col2im.
     {4, 5, 5, 64, 64, 3, 1, ZA_PADDING_VALID, ZA_ACT_RELU, 0},   //  the seed CNN's third
     {2, 4, 4, 8, 16, 3, 1, ZA_PADDING_VALID, ZA_ACT_NONE, 1},
@@ -342,6 +350,14 @@ Test (precision, layers_bf16_against_fp32)
         cr_skip_test ("this CPU has no bf16 instructions");
     s_conv_all (ZA_PRECISION_BF16);
     s_dense_all (ZA_PRECISION_BF16);
+    //  Where oneDNN multiplies on AMX, the cases above went to zactor's
+    //  tiles, unless ZA_AMX=0 says otherwise: not silently to oneDNN.
+    const char *amx = getenv ("ZA_AMX");
+    za_conv2d_dims_t d;
+    cr_assert_eq (za_conv2d_dims (&d, 20, 13, 13, 32, 64, 3, 1, ZA_PADDING_VALID), 0);
+    cr_assert_eq (za_cpu_amx_conv2d_takes (&d),
+                  za_cpu_dnnl_amx () && za_cpu_dnnl_on () && !(amx && strcmp (amx, "0") == 0),
+                  "AMX's tiles taken or declined against what oneDNN says of this CPU");
 }
 
 //  A NaN in a first layer's output gradient whose payload is all in the low
