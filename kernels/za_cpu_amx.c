@@ -48,9 +48,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-//  Copies larger than this decline (VGG16's first block would want 200 MB):
-//  oneDNN's primitive takes those.
-#define ZA_CPU_AMX_BYTES_MAX ((size_t) 16 << 20)
+//  The kernel's gradient sweeps X and D once per tap and block of 32 x 32
+//  channels: they must stay in a core's L2 (2 MiB on AMX's Xeons). Beyond,
+//  the sweeps go to memory (VGG16's 32x32x128 layer: 13 MB, its backward 3x
+//  oneDNN's time) and oneDNN's primitive takes the geometry.
+#define S_SWEPT_MAX ((size_t) 2 << 20)
 #define S_EXAMPLES 16                   //  a tile's 32 terms: 16 examples x 2 outputs
 #define S_BLOCK 32                      //  channels and filters a step covers (2 tiles)
 #define S_TILE 16                       //  a tile's rows
@@ -134,7 +136,9 @@ za_cpu_amx_conv2d_takes (const za_conv2d_dims_t *d)
     if (d->stride != 1 || d->c % S_BLOCK || d->oc % S_BLOCK || d->n < 1
         || d->pad_top > d->kh - 1 || d->pad_left > d->kw - 1)
         return 0;
-    return za_cpu_amx_conv2d_bytes (d) <= ZA_CPU_AMX_BYTES_MAX && s_on ();
+    s_plan_t p;
+    s_plan (&p, d);
+    return (p.x_elems + p.d_elems) * sizeof (uint16_t) <= S_SWEPT_MAX && s_on ();
 }
 
 // ---------------------------------------------------------------------------

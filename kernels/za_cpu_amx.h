@@ -10,7 +10,7 @@
 //  thread: oneDNN is on and multiplies bf16 on AMX here (DNNL_MAX_CPU_ISA
 //  can lower it), Linux lets the process use the tiles, ZA_AMX is not 0 in
 //  the environment; a stride of 1, channels and filters in multiples of 32,
-//  and its scratch (below) within 16 MiB.
+//  and the copies its kernel gradient sweeps within a core's L2 (2 MiB).
 int za_cpu_amx_conv2d_takes (const za_conv2d_dims_t *d);
 
 //  Bytes of scratch za_cpu_amx_conv2d_backward takes for the geometry.
