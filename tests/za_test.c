@@ -476,7 +476,14 @@ za_test_kill (json_t *state, const char *role, int index)
     pid_t pid = (pid_t) json_integer_value (json_object_get (za_test_row (state, role, index),
                                                              "pid"));
     cr_assert_gt (pid, 1, "no pid for %s %d", role, index);
-    cr_assert_eq (kill (pid, SIGKILL), 0, "kill -9 %s %d (pid %d)", role, index, (int) pid);
+    if (kill (pid, SIGKILL)) {
+        //  The row named a process that is gone: say what the broker said of
+        //  it (restarted in between? by whom?), so that a failure explains itself.
+        int error = errno;
+        char *row = json_dumps (za_test_row (state, role, index), JSON_COMPACT);
+        cr_assert_fail ("kill -9 %s %d (pid %d): %s; the broker's row: %s", role, index,
+                        (int) pid, strerror (error), row? row: "?");
+    }
     return json_integer_value (json_object_get (state, "global_step"));
 }
 
