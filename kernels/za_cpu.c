@@ -411,8 +411,9 @@ s_native (za_precision_t precision)
         || (precision == ZA_PRECISION_BF16 && za_cpu_dnnl_bf16_native () && za_cpu_dnnl_on ());
 }
 
-//  On AMX, bf16 micro-batches of 32: oneDNN's calls then take 6-10% less
-//  of a seed CNN step than at the default 16, and bigger ones stop
+//  On AMX, bf16 micro-batches of 32: oneDNN's calls then took 6-10% less
+//  of a seed CNN step than at the default 16 (and with the backward on the
+//  tiles, za_cpu_amx.c, 32 still beats 16 by 5-10%), and bigger ones stop
 //  fitting the cache (docs/precision.md). In fp32 and without AMX, 32 is
 //  no faster.
 static int

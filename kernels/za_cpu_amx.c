@@ -69,18 +69,20 @@
 static int s_permitted;
 static pthread_once_t s_permit_once = PTHREAD_ONCE_INIT;
 
+//  Once a process: ZA_AMX (read at the first call, not at every layer's)
+//  and Linux's permission.
 static void
 s_permit (void)
 {
-    s_permitted = syscall (SYS_arch_prctl, S_ARCH_REQ_XCOMP_PERM, S_XFEATURE_XTILEDATA) == 0;
+    const char *off = getenv ("ZA_AMX");
+    s_permitted = !(off && strcmp (off, "0") == 0)
+               && syscall (SYS_arch_prctl, S_ARCH_REQ_XCOMP_PERM, S_XFEATURE_XTILEDATA) == 0;
 }
 
 static int
 s_on (void)
 {
-    const char *off = getenv ("ZA_AMX");
-    if ((off && strcmp (off, "0") == 0) || !za_cpu_dnnl_on () || !za_cpu_dnnl_amx ()
-        || !za_cpu_has (ZA_ISA_AVX512_BF16))
+    if (!za_cpu_dnnl_on () || !za_cpu_dnnl_amx () || !za_cpu_has (ZA_ISA_AVX512_BF16))
         return 0;
     pthread_once (&s_permit_once, s_permit);
     return s_permitted;
@@ -122,23 +124,17 @@ s_plan (s_plan_t *p, const za_conv2d_dims_t *d)
 }
 
 size_t
-za_cpu_amx_conv2d_bytes (const za_conv2d_dims_t *d)
-{
-    s_plan_t p;
-    s_plan (&p, d);
-    return (p.x_elems + p.d_elems + p.row_elems + p.f_elems + p.k_elems) * sizeof (uint16_t)
-         + (size_t) 2 * S_TILE * S_BLOCK * sizeof (float);
-}
-
-int
-za_cpu_amx_conv2d_takes (const za_conv2d_dims_t *d)
+za_cpu_amx_conv2d_scratch (const za_conv2d_dims_t *d)
 {
     if (d->stride != 1 || d->c % S_BLOCK || d->oc % S_BLOCK || d->n < 1
         || d->pad_top > d->kh - 1 || d->pad_left > d->kw - 1)
         return 0;
     s_plan_t p;
     s_plan (&p, d);
-    return (p.x_elems + p.d_elems) * sizeof (uint16_t) <= S_SWEPT_MAX && s_on ();
+    if ((p.x_elems + p.d_elems) * sizeof (uint16_t) > S_SWEPT_MAX || !s_on ())
+        return 0;
+    return (p.x_elems + p.d_elems + p.row_elems + p.f_elems + p.k_elems) * sizeof (uint16_t)
+         + (size_t) 2 * S_TILE * S_BLOCK * sizeof (float);
 }
 
 // ---------------------------------------------------------------------------
@@ -329,6 +325,46 @@ s_configure (void)
     _tile_loadconfig (&config);
 }
 
+#define S_INLINE static inline __attribute__ ((always_inline)) S_AMX
+
+//  One step: A tiles 4 and 5 (at a and a + a_next, rows a_stride bytes
+//  apart), B tiles 6 and 7 (at b and the next 16 columns of its pairs),
+//  and the four products into C tiles 0-3.
+S_INLINE void
+s_step (const uint16_t *a, long a_stride, size_t a_next, const uint16_t *b, long b_stride)
+{
+    _tile_loadd (4, a, a_stride);
+    _tile_loadd (5, a + a_next, a_stride);
+    _tile_loadd (6, b, b_stride);
+    _tile_loadd (7, b + 2 * S_TILE, b_stride);
+    _tile_dpbf16ps (0, 4, 6);
+    _tile_dpbf16ps (1, 4, 7);
+    _tile_dpbf16ps (2, 5, 6);
+    _tile_dpbf16ps (3, 5, 7);
+}
+
+//  C tiles 0-3 as a 32 x 32 block of floats at sum, rows `row` floats
+//  apart: tile 0 top left, 1 top right, 2 bottom left, 3 bottom right.
+S_INLINE void
+s_block_load (const float *sum, size_t row)
+{
+    const long stride = (long) (row * sizeof (float));
+    _tile_loadd (0, sum, stride);
+    _tile_loadd (1, sum + S_TILE, stride);
+    _tile_loadd (2, sum + S_TILE * row, stride);
+    _tile_loadd (3, sum + S_TILE * row + S_TILE, stride);
+}
+
+S_INLINE void
+s_block_store (float *sum, size_t row)
+{
+    const long stride = (long) (row * sizeof (float));
+    _tile_stored (0, sum, stride);
+    _tile_stored (1, sum + S_TILE, stride);
+    _tile_stored (2, sum + S_TILE * row, stride);
+    _tile_stored (3, sum + S_TILE * row + S_TILE, stride);
+}
+
 //  din = the input's gradient: a 32-pixel group of the frame (its outputs
 //  at the frame's layout) times 32 channels is four C tiles; a tap moves
 //  the group's pixels by a fixed offset in the frame, so A is 16 frame
@@ -343,8 +379,6 @@ s_din_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *f,
     const int c = d->c, oc = d->oc;
     const long a_stride = (long) oc * sizeof (uint16_t);
     const long b_stride = (long) c * 2 * sizeof (uint16_t);
-    const long c_stride = (long) c * sizeof (float);
-    const long t_stride = (long) S_BLOCK * sizeof (float);
     const size_t pixels = (size_t) d->n * d->h * d->w, frame = (size_t) p->hf * p->wf;
     const int direct = p->hf == d->h && p->wf == d->w;
     for (int g = 0; g < p->groups; g++) {
@@ -362,28 +396,14 @@ s_din_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *f,
                         const uint16_t *a = f + at * oc + o0;
                         const uint16_t *b = pairs + (((size_t) tap * oc / 2 + o0 / 2) * c + c0)
                                                     * 2;
-                        _tile_loadd (4, a, a_stride);
-                        _tile_loadd (5, a + (size_t) S_TILE * oc, a_stride);
-                        _tile_loadd (6, b, b_stride);
-                        _tile_loadd (7, b + 2 * S_TILE, b_stride);
-                        _tile_dpbf16ps (0, 4, 6);
-                        _tile_dpbf16ps (1, 4, 7);
-                        _tile_dpbf16ps (2, 5, 6);
-                        _tile_dpbf16ps (3, 5, 7);
+                        s_step (a, a_stride, (size_t) S_TILE * oc, b, b_stride);
                     }
                 }
             if (direct && v0 + 2 * S_TILE <= pixels) {
-                float *out = din + v0 * c + c0;
-                _tile_stored (0, out, c_stride);
-                _tile_stored (1, out + S_TILE, c_stride);
-                _tile_stored (2, out + (size_t) S_TILE * c, c_stride);
-                _tile_stored (3, out + (size_t) S_TILE * c + S_TILE, c_stride);
+                s_block_store (din + v0 * c + c0, (size_t) c);
                 continue;
             }
-            _tile_stored (0, temp, t_stride);
-            _tile_stored (1, temp + S_TILE, t_stride);
-            _tile_stored (2, temp + S_TILE * S_BLOCK, t_stride);
-            _tile_stored (3, temp + S_TILE * S_BLOCK + S_TILE, t_stride);
+            s_block_store (temp, S_BLOCK);
             __asm__ volatile ("" ::: "memory");
             for (int i = 0; i < 2 * S_TILE; i++) {
                 const size_t v = v0 + i, n = v / frame;
@@ -401,11 +421,10 @@ s_din_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *f,
 //  filters in four C tiles, over every example block, row and output pair.
 static S_AMX void
 s_dkernel_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t *x,
-            const uint16_t *dd, float *dkernel)
+                    const uint16_t *dd, float *dkernel)
 {
     s_configure ();
     const int c = d->c, oc = d->oc;
-    const long c_stride = (long) oc * sizeof (float);
     const long b_stride = (long) oc * 2 * sizeof (uint16_t);
     const size_t x_pixel = (size_t) c * 2 * S_EXAMPLES;
     const size_t x_row = (size_t) p->cols * x_pixel;
@@ -416,10 +435,7 @@ s_dkernel_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t
             for (int c0 = 0; c0 < c; c0 += S_BLOCK)
                 for (int o0 = 0; o0 < oc; o0 += S_BLOCK) {
                     float *sum = dkernel + ((size_t) (kh * d->kw + kw) * c + c0) * oc + o0;
-                    _tile_loadd (0, sum, c_stride);
-                    _tile_loadd (1, sum + S_TILE, c_stride);
-                    _tile_loadd (2, sum + (size_t) S_TILE * oc, c_stride);
-                    _tile_loadd (3, sum + (size_t) S_TILE * oc + S_TILE, c_stride);
+                    s_block_load (sum, (size_t) oc);
                     for (int block = 0; block < p->blocks; block++)
                         for (int oh = 0; oh < d->oh; oh++) {
                             const uint16_t *a = x + block * x_block + (size_t) (oh + kh) * x_row
@@ -427,22 +443,12 @@ s_dkernel_products (const za_conv2d_dims_t *d, const s_plan_t *p, const uint16_t
                             const uint16_t *b = dd + ((size_t) block * d->oh + oh) * p->pairs
                                               * d_pair + (size_t) o0 * 2;
                             for (int pair = 0; pair < p->pairs; pair++) {
-                                _tile_loadd (4, a, 64);
-                                _tile_loadd (5, a + S_TILE * 2 * S_EXAMPLES, 64);
-                                _tile_loadd (6, b, b_stride);
-                                _tile_loadd (7, b + 2 * S_TILE, b_stride);
-                                _tile_dpbf16ps (0, 4, 6);
-                                _tile_dpbf16ps (1, 4, 7);
-                                _tile_dpbf16ps (2, 5, 6);
-                                _tile_dpbf16ps (3, 5, 7);
+                                s_step (a, 64, S_TILE * 2 * S_EXAMPLES, b, b_stride);
                                 a += 2 * x_pixel;
                                 b += d_pair;
                             }
                         }
-                    _tile_stored (0, sum, c_stride);
-                    _tile_stored (1, sum + S_TILE, c_stride);
-                    _tile_stored (2, sum + (size_t) S_TILE * oc, c_stride);
-                    _tile_stored (3, sum + (size_t) S_TILE * oc + S_TILE, c_stride);
+                    s_block_store (sum, (size_t) oc);
                 }
     _tile_release ();
 }

@@ -1230,9 +1230,9 @@ s_conv2d_backward_mixed (za_precision_t precision, const za_conv2d_dims_t *d, co
     //  (the seed CNN's third layer: 0.15 to 0.08 ms a step against the
     //  matmuls below). Their copies take the direct loops' buffer (theirs
     //  fill it anew at every call).
-    float *scratch;
-    if (precision == ZA_PRECISION_BF16 && dkernel && za_cpu_amx_conv2d_takes (d)
-        && (scratch = s_buffer (2, za_cpu_amx_conv2d_bytes (d) / sizeof (float) + 16))) {
+    size_t bytes = precision == ZA_PRECISION_BF16 && dkernel? za_cpu_amx_conv2d_scratch (d): 0;
+    float *scratch = bytes? s_buffer (2, bytes / sizeof (float) + 16): NULL;
+    if (scratch) {
         //  At a cache line's start: a tile's rows are 64 bytes.
         za_cpu_amx_conv2d_backward (d, in, kernel, dout, dkernel, din,
                                     (void *) (((uintptr_t) scratch + 63) & ~(uintptr_t) 63));
