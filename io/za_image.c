@@ -18,7 +18,7 @@
 #define LUMA_B 0.114f
 
 struct za_image_decoder_t {
-    tjhandle jpeg;
+    tjhandle jpeg;                      //  NULL after a failure, until the next JPEG
     uint8_t *file;                      //  the file's bytes
     size_t file_capacity;
     uint8_t *decoded;                   //  the image at its decoded size
@@ -77,7 +77,8 @@ za_image_decoder_destroy (za_image_decoder_t **self_p)
     za_image_decoder_t *self = *self_p;
     if (!self)
         return;
-    tjDestroy (self->jpeg);
+    if (self->jpeg)
+        tjDestroy (self->jpeg);
     free (self->file);
     free (self->decoded);
     free (self->rows);
@@ -249,25 +250,63 @@ s_jpeg_scale (int w, int h, const za_image_spec_t *spec)
     return best;
 }
 
+//  A JPEG that failed leaves libjpeg-turbo 2.1's TurboJPEG handle as the
+//  failure left it, and TurboJPEG has no reset: after a corrupt Huffman or
+//  quantisation table every later JPEG of the handle failed with the same
+//  words; after a file cut before its first scan (no SOS marker) the next
+//  one's header "succeeded" with no size written (read as 32618x-1178605888).
+//  So a failure frees the handle, and the next JPEG takes a new one.
+static void
+s_jpeg_forget (za_image_decoder_t *self)
+{
+    if (self->jpeg)
+        tjDestroy (self->jpeg);
+    self->jpeg = NULL;
+}
+
+static int
+s_jpeg_fail (za_image_decoder_t *self, const char *fmt, ...) __attribute__ ((format (printf, 2, 3)));
+
+static int
+s_jpeg_fail (za_image_decoder_t *self, const char *fmt, ...)
+{
+    va_list args;
+    va_start (args, fmt);
+    vsnprintf (self->error, sizeof self->error, fmt, args);
+    va_end (args);
+    s_jpeg_forget (self);
+    return -1;
+}
+
 static int
 s_decode_jpeg (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
                const za_image_spec_t *spec, uint8_t *out)
 {
-    int w, h, subsampling, colorspace;
+    if (!self->jpeg && !(self->jpeg = tjInitDecompress ()))
+        return s_fail (self, "JPEG: out of memory");
+    //  A stream of tables alone (no frame) also "succeeds" with no size.
+    int w = 0, h = 0, subsampling, colorspace;
     if (tjDecompressHeader3 (self->jpeg, bytes, (unsigned long) size, &w, &h, &subsampling,
                              &colorspace))
-        return s_fail (self, "not a readable JPEG: %s", tjGetErrorStr2 (self->jpeg));
-    if (w <= 0 || h <= 0 || w > ZA_IMAGE_SIDE_MAX || h > ZA_IMAGE_SIDE_MAX)
-        return s_fail (self, "a JPEG of %dx%d (at most %d a side)", w, h, ZA_IMAGE_SIDE_MAX);
+        return s_jpeg_fail (self, "not a readable JPEG: %s", tjGetErrorStr2 (self->jpeg));
+    if (w <= 0 || h <= 0)
+        return s_jpeg_fail (self, "a JPEG with no image in it (tables only)");
+    if (w > ZA_IMAGE_SIDE_MAX || h > ZA_IMAGE_SIDE_MAX)
+        return s_jpeg_fail (self, "a JPEG of %dx%d (at most %d a side)", w, h,
+                            ZA_IMAGE_SIDE_MAX);
     tjscalingfactor scale = s_jpeg_scale (w, h, spec);
     int sw = TJSCALED (w, scale), sh = TJSCALED (h, scale), c = spec->channels;
-    if (s_reserve (self, (void **) &self->decoded, &self->decoded_capacity, (size_t) sw * sh * c))
+    if (s_reserve (self, (void **) &self->decoded, &self->decoded_capacity,
+                   (size_t) sw * sh * c)) {
+        s_jpeg_forget (self);
         return -1;
+    }
     int format = c == 1? TJPF_GRAY: TJPF_RGB;
     //  A warning (a truncated file is filled with gray) is an error here.
     if (tjDecompress2 (self->jpeg, bytes, (unsigned long) size, self->decoded, sw, 0, sh, format,
                        TJFLAG_STOPONWARNING))
-        return s_fail (self, "a corrupt or truncated JPEG: %s", tjGetErrorStr2 (self->jpeg));
+        return s_jpeg_fail (self, "a corrupt or truncated JPEG: %s",
+                            tjGetErrorStr2 (self->jpeg));
     return s_resize (self, self->decoded, sh, sw, c, spec, out);
 }
 
@@ -294,6 +333,10 @@ s_decode_png (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
         rc = s_reserve (self, (void **) &self->decoded, &self->decoded_capacity, rgb_size)? -1: 0;
     if (!rc)
         rc = spng_decode_image (png, self->decoded, rgb_size, SPNG_FMT_RGB8, SPNG_DECODE_TRNS);
+    //  The image's last IDAT chunk's CRC is checked only when the chunks after
+    //  it are read (libpng, as TensorFlow's decode_png, refuses a bad one too).
+    if (!rc)
+        rc = spng_decode_chunks (png);
     spng_ctx_free (png);
     if (rc)
         return s_fail (self, "a corrupt or truncated PNG: %s",

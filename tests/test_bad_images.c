@@ -1,0 +1,266 @@
+/*  test_bad_images.c: one damaged image costs one image. Each kind of
+    damage (a truncated JPEG, a corrupt Huffman or quantisation table, a
+    progressive JPEG cut in its scans, a JPEG cut before its first scan, a
+    PNG whose CRC is wrong, a text file named .jpg) sits first among valid
+    JPEG and PNG files, read from the folder and from TFRecord shards of it
+    on 1 and on 3 loading threads: exactly that image is skipped, and every
+    other is the pixels a decoder that never saw it makes.                   */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include "za/za_image.h"
+#include "za/za_images.h"
+#include "za/za_input.h"
+#include "za/za_util.h"
+#include "za_test.h"
+#include "za_test_images.h"
+
+#define SIDE ZA_TEST_IMAGES_SIDE
+#define GOOD_EXAMPLES 20                //  each written as a JPEG and as a PNG
+#define BATCH 8
+#define PROGRESSIVE_SIDE 56             //  large enough for several scans' bytes
+
+typedef enum {
+    DAMAGE_TRUNCATED,                   //  a baseline JPEG cut in half
+    DAMAGE_HUFFMAN,                     //  a DHT whose counts sum past 256
+    DAMAGE_QUANTISATION,                //  a DQT naming table 7 at 16 bits
+    DAMAGE_PROGRESSIVE_CUT,             //  a progressive JPEG cut in its scans
+    DAMAGE_NO_SCAN,                     //  a JPEG cut just before its SOS marker
+    DAMAGE_PNG_CRC,                     //  a PNG whose IDAT CRC has a flipped bit
+    DAMAGE_TEXT                         //  a text file named .jpg
+} s_damage_t;
+
+//  The offset of the first JPEG marker 0xFF `code` in bytes, or fails.
+static size_t
+s_marker (const uint8_t *bytes, size_t size, uint8_t code)
+{
+    for (size_t i = 2; i + 1 < size; i++)
+        if (bytes [i] == 0xff && bytes [i + 1] == code)
+            return i;
+    cr_assert_fail ("no marker 0xff%02x in the JPEG", code);
+    return 0;
+}
+
+//  A progressive JPEG of Fashion-MNIST example 0 upscaled to RGB (TurboJPEG's
+//  own writer: za_image_write_jpeg writes baseline ones). Caller frees.
+static uint8_t *
+s_progressive_jpeg (const za_dataset_t *fashion, size_t *size)
+{
+    uint8_t gray [SIDE * SIDE];
+    za_test_images_pixels (fashion, 0, gray);
+    const int side = PROGRESSIVE_SIDE, scale = PROGRESSIVE_SIDE / SIDE;
+    uint8_t *rgb = malloc ((size_t) side * side * 3);
+    for (int y = 0; y < side; y++)
+        for (int x = 0; x < side; x++)
+            for (int k = 0; k < 3; k++)
+                rgb [(y * side + x) * 3 + k] = gray [(y / scale) * SIDE + x / scale];
+    tjhandle jpeg = tjInitCompress ();
+    unsigned char *data = NULL;
+    unsigned long length = 0;
+    cr_assert_eq (tjCompress2 (jpeg, rgb, side, 0, side, TJPF_RGB, &data, &length, TJSAMP_420,
+                               90, TJFLAG_PROGRESSIVE), 0, "%s", tjGetErrorStr2 (jpeg));
+    uint8_t *copy = malloc (length);
+    memcpy (copy, data, length);
+    *size = length;
+    tjFree (data);
+    tjDestroy (jpeg);
+    free (rgb);
+    return copy;
+}
+
+//  The damaged file's bytes (caller frees), its name in class_0 (first
+//  there: "00000-" sorts before "00000."), and words of the error it gets.
+static uint8_t *
+s_damaged (s_damage_t kind, const za_dataset_t *fashion, size_t *size, const char **name,
+           const char **words)
+{
+    uint8_t gray [SIDE * SIDE];
+    za_test_images_pixels (fashion, 1, gray);
+    char *whole = za_test_path (kind == DAMAGE_PNG_CRC? "whole.png": "whole.jpg");
+    if (kind == DAMAGE_PNG_CRC)
+        cr_assert_eq (za_image_write_png (whole, gray, SIDE, SIDE, 1), 0);
+    else
+        cr_assert_eq (za_image_write_jpeg (whole, gray, SIDE, SIDE, 1, 95), 0);
+    uint8_t *bytes = za_test_read_file (whole, size);
+    unlink (whole);
+    free (whole);
+    *name = "00000-damaged.jpg";
+    switch (kind) {
+        case DAMAGE_TRUNCATED:
+            *size /= 2;
+            *words = "Premature end of JPEG file";
+            break;
+        case DAMAGE_HUFFMAN: {
+            //  After the DHT's length (2) and class/id (1): 16 counts.
+            size_t at = s_marker (bytes, *size, 0xc4) + 5;
+            memset (bytes + at, 0xff, 16);
+            *words = "Bogus Huffman table definition";
+            break;
+        }
+        case DAMAGE_QUANTISATION:
+            bytes [s_marker (bytes, *size, 0xdb) + 4] = 0x17;
+            *words = "Bogus DQT index 7";
+            break;
+        case DAMAGE_PROGRESSIVE_CUT: {
+            free (bytes);
+            bytes = s_progressive_jpeg (fashion, size);
+            size_t scan = s_marker (bytes, *size, 0xda);
+            cr_assert (scan < *size * 6 / 10, "the cut falls after the first scan's start");
+            *size = *size * 6 / 10;
+            *words = "Premature end of JPEG file";
+            break;
+        }
+        case DAMAGE_NO_SCAN:
+            *size = s_marker (bytes, *size, 0xda);
+            *words = "missing SOS marker";
+            break;
+        case DAMAGE_PNG_CRC:
+            //  The last chunk is IEND (12 bytes); IDAT's CRC comes before it.
+            bytes [*size - 12 - 4] ^= 0x01;
+            *name = "00000-damaged.png";
+            *words = "invalid chunk checksum";
+            break;
+        case DAMAGE_TEXT:
+            free (bytes);
+            bytes = (uint8_t *) strdup ("these are my notes, not a picture\n");
+            *size = strlen ((char *) bytes);
+            *words = "not a JPEG or PNG";
+            break;
+    }
+    return bytes;
+}
+
+//  Reads `dataset` in order on `threads` loading threads: every example but
+//  `damaged` comes, in the listing's order, with the pixels a fresh decoder
+//  makes of its file in `folder`, and one image is counted skipped.
+static void
+s_expect_one_skipped (const za_dataset_t *dataset, const za_dataset_t *folder, int64_t damaged,
+                      int threads, const char *what)
+{
+    za_input_config_t config = za_input_config_default ();
+    config.batch_size = BATCH;
+    config.threads = threads;
+    za_input_t *input = za_input_new (dataset, &config);
+    cr_assert_not_null (input, "%s", za_last_error ());
+    za_image_spec_t spec = za_test_images_config ("").image;
+    uint8_t expected [SIDE * SIDE];
+    int64_t seen = 0, due = 0;
+    za_batch_t batch;
+    while (za_input_next (input, &batch) > 0)
+        for (int k = 0; k < batch.size; k++, seen++, due++) {
+            if (due == damaged)
+                due++;
+            int64_t i = batch.indices [k];
+            cr_assert_eq (i, due, "%s, %d threads: example %lld where %lld was due", what,
+                          threads, (long long) i, (long long) due);
+            const char *path = za_images_path (folder, i);
+            za_image_decoder_t *fresh = za_image_decoder_new ();
+            cr_assert_eq (za_image_load (fresh, path, &spec, expected), 0, "%s",
+                          za_image_error (fresh));
+            za_image_decoder_destroy (&fresh);
+            const float *features = batch.features + (size_t) k * SIDE * SIDE;
+            for (int p = 0; p < SIDE * SIDE; p++)
+                cr_assert_eq (features [p], (float) expected [p] / ZA_DATASET_PIXEL_MAX,
+                              "%s, %d threads: %s, pixel %d", what, threads, path, p);
+            cr_assert_eq (batch.labels [k], folder->labels [i], "%s: %s", what, path);
+        }
+    cr_expect_eq (seen, folder->count - 1, "%s, %d threads: %lld of the %lld valid images", what,
+                  threads, (long long) seen, (long long) folder->count - 1);
+    cr_expect_eq (za_input_bad (input), 1, "%s, %d threads: %lld skipped", what, threads,
+                  (long long) za_input_bad (input));
+    za_input_destroy (&input);
+}
+
+//  The damaged file first in class_0 among GOOD_EXAMPLES JPEGs and PNGs;
+//  the folder and its TFRecord shards, each read on 1 and 3 threads.
+static void
+s_one_damaged (s_damage_t kind)
+{
+    za_test_dir_create ("za_bad_images");
+    za_dataset_t *fashion = za_test_fashion ("train", GOOD_EXAMPLES);
+    char *dir = za_test_images_folder (fashion, GOOD_EXAMPLES, "mixed", ZA_TEST_JPEG, 1);
+    free (za_test_images_folder (fashion, GOOD_EXAMPLES, "mixed", ZA_TEST_PNG, 1));
+    size_t size;
+    const char *name, *words;
+    uint8_t *bytes = s_damaged (kind, fashion, &size, &name, &words);
+    char path [600];
+    snprintf (path, sizeof path, "%s/class_0/%s", dir, name);
+    FILE *file = fopen (path, "wb");
+    cr_assert_not_null (file);
+    cr_assert_eq (fwrite (bytes, 1, size, file), size);
+    fclose (file);
+    free (bytes);
+    //  It is damaged the way this kind means, by libjpeg-turbo's or libspng's words.
+    za_image_spec_t spec = za_test_images_config ("").image;
+    uint8_t pixels [SIDE * SIDE];
+    za_image_decoder_t *decoder = za_image_decoder_new ();
+    cr_assert_eq (za_image_load (decoder, path, &spec, pixels), -1, "%s decodes", name);
+    cr_assert (strstr (za_image_error (decoder), words), "%s: '%s' lacks '%s'", name,
+               za_image_error (decoder), words);
+    za_image_decoder_destroy (&decoder);
+
+    za_images_config_t config = za_test_images_config (dir);
+    za_dataset_t *folder = za_images_load (&config);
+    cr_assert_not_null (folder, "%s", za_last_error ());
+    cr_assert_eq (folder->count, 2 * GOOD_EXAMPLES + 1);
+    int64_t damaged = -1;
+    for (int64_t i = 0; i < folder->count; i++)
+        if (strcmp (za_images_path (folder, i), path) == 0)
+            damaged = i;
+    cr_assert_eq (damaged, 0, "the damaged file is read first of its thread");
+    char *pattern = za_test_images_tfrecords (dir, "records", 2, -1, 0);
+    char source [700];
+    snprintf (source, sizeof source, "tfrecord:%s", pattern);
+    for (int from = 0; from < 2; from++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+            config.source = from? source: dir;
+            za_dataset_t *dataset = za_images_load (&config);
+            cr_assert_not_null (dataset, "%s", za_last_error ());
+            s_expect_one_skipped (dataset, folder, damaged, threads,
+                                  from? "TFRecord shards": "the folder");
+            za_dataset_destroy (&dataset);
+        }
+    free (pattern), free (dir);
+    za_dataset_destroy (&folder);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
+
+Test (bad_images, a_truncated_jpeg_costs_one_image)
+{
+    s_one_damaged (DAMAGE_TRUNCATED);
+}
+
+Test (bad_images, a_corrupt_huffman_table_costs_one_image)
+{
+    s_one_damaged (DAMAGE_HUFFMAN);
+}
+
+Test (bad_images, a_corrupt_quantisation_table_costs_one_image)
+{
+    s_one_damaged (DAMAGE_QUANTISATION);
+}
+
+Test (bad_images, a_progressive_jpeg_cut_in_its_scans_costs_one_image)
+{
+    s_one_damaged (DAMAGE_PROGRESSIVE_CUT);
+}
+
+Test (bad_images, a_jpeg_cut_before_its_scan_costs_one_image)
+{
+    s_one_damaged (DAMAGE_NO_SCAN);
+}
+
+Test (bad_images, a_png_with_a_bad_crc_costs_one_image)
+{
+    s_one_damaged (DAMAGE_PNG_CRC);
+}
+
+Test (bad_images, a_text_file_named_jpg_costs_one_image)
+{
+    s_one_damaged (DAMAGE_TEXT);
+}
