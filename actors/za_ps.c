@@ -465,17 +465,32 @@ s_check_parts (s_ps_t *self, const za_wire_msg_t *msg, int exact, char *why, siz
     return 0;
 }
 
-//  A push's tensors: the parts whose variables train, in our order (a frozen
-//  variable's parts are left out: they are not updated). Fills self->pushed.
-//  0, or -1 with why.
+//  A push's tensors: exactly the parts whose variables train, in our order
+//  (a frozen variable's parts are left out: they are not updated), or none
+//  at all (mixed_float16's overflowed step: nothing is updated, the step
+//  counts). Which variables train is the job's (its model, --freeze), as
+//  our parts and their shapes are. Fills self->pushed. 0, or -1 with why.
 static int
 s_match_push (s_ps_t *self, const za_wire_msg_t *msg, char *why, size_t size)
 {
     int t = 0;
     for (int i = 0; i < self->part_count; i++) {
         const za_part_t *part = &self->placement.parts [self->parts [i]];
+        int frozen = self->vars.vars [part->var].frozen;
         self->pushed [i] = -1;
-        if (t < msg->tensor_count && strcmp (msg->tensors [t].name, part->name) == 0) {
+        int named = t < msg->tensor_count && strcmp (msg->tensors [t].name, part->name) == 0;
+        if (named && frozen) {
+            snprintf (why, size, "tensor %d ('%s') is a frozen variable's: a push leaves it "
+                      "out", t, part->name);
+            return -1;
+        }
+        if (!named && !frozen && msg->tensor_count > 0) {
+            snprintf (why, size, "the push lacks '%s' (a variable that trains) at tensor %d: "
+                      "a push carries every part of ps %d whose variable trains, in order, or "
+                      "none", part->name, t, self->config->ps_index);
+            return -1;
+        }
+        if (named) {
             za_dtype_t wire = self->config->wire_dtype;
             if (msg->tensors [t].dtype != wire) {
                 snprintf (why, size, "tensor %d ('%s') is %s; this job's gradients travel as %s "

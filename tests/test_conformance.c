@@ -118,11 +118,15 @@ typedef struct {
     float kernel [12], bias [3];            //  dense/kernel 4x3, dense/bias 3
 } s_ps_case_t;
 
+//  A ps of `flatten dense(3)` for num_workers, the variables `freeze`
+//  selects (NULL: none) frozen.
 static void
-s_ps_start (s_ps_case_t *c, int num_workers)
+s_ps_start_freezing (s_ps_case_t *c, int num_workers, const char *freeze)
 {
     memset (c, 0, sizeof *c);
     cr_assert_eq (za_stack_parse ("flatten dense(3)", &c->spec), 0);
+    if (freeze)
+        snprintf (c->spec.freeze, sizeof c->spec.freeze, "%s", freeze);
     za_role_config_init (&c->config);
     c->config.model_fn = za_stack_model_fn ();
     c->config.params = &c->spec;
@@ -138,6 +142,12 @@ s_ps_start (s_ps_case_t *c, int num_workers)
         c->kernel [i] = 1.0f;
     for (int i = 0; i < 3; i++)
         c->bias [i] = 1.0f;
+}
+
+static void
+s_ps_start (s_ps_case_t *c, int num_workers)
+{
+    s_ps_start_freezing (c, num_workers, NULL);
 }
 
 static void
@@ -369,6 +379,123 @@ Test (ps, a_bye_counts_once_per_task_of_the_cluster)
     //  The chief's bye: now every task has left, and so does the ps.
     cr_expect_eq (s_bye (&c, 0), ZA_OP_BYE_OK);
     cr_expect_eq (za_role_wait (c.ps, 10, NULL, NULL, NULL), 0);
+    s_ps_stop (&c);
+}
+
+//  A push of the tensors `names` (NULL-terminated, each dense/kernel or
+//  dense/bias) with the case's kernel and bias as gradients; the reply's op.
+static int
+s_push_named (s_ps_case_t *c, uint64_t seq, const char *const *names)
+{
+    za_wire_msg_init (c->peer.out, ZA_OP_PUSH);
+    c->peer.out->seq = seq;
+    c->peer.out->task = 0;
+    for (int i = 0; names [i]; i++) {
+        int kernel = strcmp (names [i], "dense/kernel") == 0;
+        cr_assert_eq (za_wire_msg_add (c->peer.out, names [i], ZA_DTYPE_F32, kernel? 2: 1,
+                                       kernel? s_kernel: s_bias, kernel? c->kernel: c->bias), 0);
+    }
+    return s_call (&c->peer);
+}
+
+//  The ps's values after a pull: kernel [12], bias [3].
+static void
+s_pulled (s_ps_case_t *c, float *kernel, float *bias)
+{
+    za_wire_msg_init (c->peer.out, ZA_OP_PULL);
+    c->peer.out->seq = 90;
+    c->peer.out->task = 0;
+    cr_assert_eq (s_call (&c->peer), ZA_OP_VALUES);
+    cr_assert_eq (c->peer.in->tensor_count, 2);
+    memcpy (kernel, c->peer.in->tensors [0].data, 12 * sizeof (float));
+    memcpy (bias, c->peer.in->tensors [1].data, 3 * sizeof (float));
+}
+
+//  A push carries exactly the parts whose variables train, or none (a
+//  skipped mixed_float16 step): one that leaves out a variable that trains,
+//  or carries a frozen one's, is bad_request and changes nothing.
+Test (ps, a_push_carries_exactly_the_parts_that_train)
+{
+    const char *kernel_only [] = {"dense/kernel", NULL}, *both [] = {"dense/kernel",
+                                                                     "dense/bias", NULL};
+    const char *none [] = {NULL};
+    float kernel [12], bias [3];
+    int64_t zero = 0;
+    //  Nothing frozen: the bias is left out of a push, which is refused.
+    s_ps_case_t c;
+    s_ps_start (&c, 1);
+    cr_assert_eq (s_init (&c, 0.5, 0.999, s_kernel, &zero), ZA_OP_INIT_OK);
+    cr_assert_eq (s_push_named (&c, 2, kernel_only), ZA_OP_ERROR);
+    cr_expect_str_eq (c.peer.in->code, "bad_request");
+    cr_expect (strstr (c.peer.in->error, "lacks 'dense/bias' (a variable that trains)"), "%s",
+               c.peer.in->error);
+    s_pulled (&c, kernel, bias);
+    cr_expect (kernel [0] == 1.0f && bias [0] == 1.0f, "the refused push changed the values");
+    cr_expect_eq (c.peer.in->step, 0, "the refused push counted a step");
+    //  None at all: nothing is updated, the step counts.
+    cr_assert_eq (s_push_named (&c, 3, none), ZA_OP_VALUES, "%s", c.peer.in->error);
+    cr_expect_eq (c.peer.in->step, 1);
+    s_pulled (&c, kernel, bias);
+    cr_expect (kernel [0] == 1.0f && bias [0] == 1.0f);
+    //  Every part: applied (SGD at lr 0.5: 1 - 0.5 x 1).
+    cr_assert_eq (s_push_named (&c, 4, both), ZA_OP_VALUES, "%s", c.peer.in->error);
+    s_pulled (&c, kernel, bias);
+    cr_expect (kernel [0] == 0.5f && bias [0] == 0.5f);
+    s_ps_stop (&c);
+    //  The bias frozen (--freeze dense/bias): a push with it is refused,
+    //  one without it (what a worker sends) is taken.
+    s_ps_start_freezing (&c, 1, "dense/bias");
+    cr_assert_eq (s_init (&c, 0.5, 0.999, s_kernel, &zero), ZA_OP_INIT_OK);
+    cr_assert_eq (s_push_named (&c, 2, both), ZA_OP_ERROR);
+    cr_expect_str_eq (c.peer.in->code, "bad_request");
+    cr_expect (strstr (c.peer.in->error, "('dense/bias') is a frozen variable's"), "%s",
+               c.peer.in->error);
+    s_pulled (&c, kernel, bias);
+    cr_expect (kernel [0] == 1.0f && bias [0] == 1.0f, "the refused push changed the values");
+    cr_assert_eq (s_push_named (&c, 3, kernel_only), ZA_OP_VALUES, "%s", c.peer.in->error);
+    s_pulled (&c, kernel, bias);
+    cr_expect (kernel [0] == 0.5f && bias [0] == 1.0f, "kernel %g, bias %g", kernel [0],
+               bias [0]);
+    s_ps_stop (&c);
+}
+
+//  w - lr x g in float32 rounded twice (the product, then the difference);
+//  volatile so that the compiler cannot fuse them.
+static float
+s_two_roundings (float w, float lr, float g)
+{
+    volatile float product = lr * g;
+    volatile float difference = w - product;
+    return difference;
+}
+
+//  PROTOCOL.md's SGD: one fused multiply-add, w' = fmaf (-lr, g, w),
+//  rounded once, bit for bit; gradients picked where two roundings differ.
+Test (ps, sgd_is_one_fused_multiply_add_bit_for_bit)
+{
+    s_ps_case_t c;
+    s_ps_start (&c, 1);
+    const float lr = 0.1f;
+    float w [12], g [12], b [3];
+    for (int i = 0; i < 12; i++) {
+        w [i] = c.kernel [i] = 1.0f + 0.0371f * (float) i;
+        //  The first gradient from 0.3 up where one and two roundings differ.
+        float grad = 0.3f;
+        while (fmaf (-lr, grad, w [i]) == s_two_roundings (w [i], lr, grad))
+            grad = nextafterf (grad, 1.0f);
+        g [i] = grad;
+    }
+    int64_t zero = 0;
+    cr_assert_eq (s_init (&c, lr, 0.999, s_kernel, &zero), ZA_OP_INIT_OK);
+    memcpy (c.kernel, g, sizeof g);
+    const char *both [] = {"dense/kernel", "dense/bias", NULL};
+    cr_assert_eq (s_push_named (&c, 2, both), ZA_OP_VALUES, "%s", c.peer.in->error);
+    float kernel [12];
+    s_pulled (&c, kernel, b);
+    for (int i = 0; i < 12; i++)
+        cr_expect_eq (kernel [i], fmaf (-lr, g [i], w [i]),
+                      "element %d: %a, fmaf gives %a, two roundings %a", i, kernel [i],
+                      fmaf (-lr, g [i], w [i]), s_two_roundings (w [i], lr, g [i]));
     s_ps_stop (&c);
 }
 
