@@ -69,11 +69,17 @@ Test (eval_metrics, parse_names_and_errors)
     cr_expect_not (za_eval_metrics_any (&spec, 0));
     cr_expect (za_eval_metrics_any (&spec, 1));
     cr_assert_eq (za_eval_metrics_parse ("none", &spec), 0);
+    //  Keras's metrics=['accuracy']: taken, and nothing more to compute.
+    cr_assert_eq (za_eval_metrics_parse ("accuracy", &spec), 0, "%s", za_last_error ());
+    cr_expect_not (za_eval_metrics_any (&spec, 0));
+    cr_assert_eq (za_eval_metrics_parse ("acc, auc sparse_categorical_accuracy", &spec), 0);
+    cr_expect (spec.auc && !spec.precision);
     const char *bad [][2] = {
         {"precison", "unknown metric 'precison'"},
         {"top_k(0)", "K from 1"},
         {"top_k(x)", "needs a whole number"},
         {"auc(2)", "takes no argument"},
+        {"accuracy(2)", "takes no argument"},
         {"top_k(1) top_k(2) top_k(3) top_k(4) top_k(5)", "at most 4"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad [0]; i++) {

@@ -62,6 +62,10 @@ za_eval_metrics_parse (const char *text, za_eval_metrics_spec_t *spec)
         long k = !has_arg? 5: arg >= 1 && arg <= TOP_K_LIMIT? (long) arg: 0;
         if (has_arg && strcmp (name, "top_k"))
             return za_error ("--eval-metrics '%s': %s takes no argument", text, name);
+        //  Keras's metrics=['accuracy'] (and its other names): always reported.
+        if (!strcmp (name, "accuracy") || !strcmp (name, "acc")
+            || !strcmp (name, "sparse_categorical_accuracy"))
+            continue;
         int *flag = !strcmp (name, "precision")? &spec->precision
                   : !strcmp (name, "recall")? &spec->recall
                   : !strcmp (name, "f1")? &spec->f1
@@ -91,7 +95,7 @@ za_eval_metrics_parse (const char *text, za_eval_metrics_spec_t *spec)
         if (!flag)
             return za_error ("--eval-metrics '%s': unknown metric '%s' (use precision, "
                              "recall, f1, auc, pr_auc, top_k(K), confusion_matrix, all or "
-                             "none)", text, name);
+                             "none; accuracy and loss are always reported)", text, name);
     }
     return 0;
 }
