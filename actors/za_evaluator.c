@@ -54,6 +54,8 @@ typedef struct {
     int lock;                               //  MODEL_DIR/<subdir>/.evaluator, held;
                                             //  -1: not yet; -2: another evaluator's
     int told;                               //  a trigger has announced a checkpoint
+    int bad_data;                           //  the evaluation set failed on its
+                                            //  images (--max-bad-images)
 } s_eval_t;
 
 //  The evaluation data: the config's input_fn, or its data set in batches.
@@ -237,6 +239,12 @@ s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
                                    result->confusion_png, result->confusion_png_size,
                                    result->confusion_width, result->confusion_height, 3))
           || s_export_best (self, path, result)? -1: 0;
+    }
+    else
+    if (result->input_failed) {
+        //  Every checkpoint would meet the same files: the evaluator ends.
+        self->bad_data = 1;
+        rc = -1;
     }
     else {
         za_info ("evaluator: skipped the checkpoint of step %" PRId64 ": %s", step,
@@ -628,6 +636,8 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
         close (self.lock);          //  and the lock with it
     if (evaluations)
         *evaluations = done;
+    if (self.bad_data)
+        rc = ZA_EVALUATOR_BAD_DATA;
     s_publish (config, rc == 0 || rc == ZA_EVALUATOR_STOPPED? ZA_ROLE_DONE: ZA_ROLE_FAILED);
     return rc;
 }
@@ -641,7 +651,8 @@ za_evaluator_actor (zsock_t *pipe, void *args)
     int rc = za_evaluator_run (config, pipe, &evaluations);
     //  Stopped by $TERM: the caller is already waiting for us to end.
     if (rc != ZA_EVALUATOR_STOPPED)
-        za_role_report_done (pipe, rc == 0? 0: 1, 0, 0, evaluations);
+        za_role_report_done (pipe, rc == 0? 0: rc == ZA_EVALUATOR_BAD_DATA? ZA_EXIT_DATA: 1,
+                             0, 0, evaluations);
 }
 
 int

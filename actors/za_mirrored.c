@@ -506,8 +506,8 @@ s_run_steps (s_mirrored_t *self)
         double step_start = za_clock_mono ();
         za_role_stats_publish (self->stats, ZA_ROLE_RUNNING, step_start);
         za_batch_t batch;
-        if (za_input_next (self->input, &batch) <= 0)
-            return za_error ("%s: the input ended", self->who);
+        if (za_role_next_batch (self->input, self->who, &batch))
+            return -1;
         self->input_secs += za_clock_mono () - step_start;
         double loss, t0 = za_clock_mono (), waited = za_ring_wait_secs (self->ring);
         //  The buckets go round as backward makes them final.
@@ -622,7 +622,8 @@ za_mirrored_actor (zsock_t *pipe, void *args)
         za_info ("%s: the gradients go round in %d buckets, the first of %zu floats, each "
                  "beside backward", self->who, self->reducer.bucket_count,
                  self->reducer.hi [0] - self->reducer.lo [0]);
-    int rc = s_train (self) == 0? 0: 1;
+    int failed = s_train (self);         //  before its input is looked at: s_train makes it
+    int rc = za_role_end_status (failed, self->input);
     if (rc)
         s_check_term (self);
     za_role_publish_end (config, rc, self->global_step);

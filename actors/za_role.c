@@ -202,8 +202,23 @@ za_role_rates_publish (za_role_rates_t *self, za_role_stats_t *stats, int64_t gl
 void
 za_role_bad_publish (za_role_stats_t *stats, const za_input_t *input)
 {
-    if (stats)
-        atomic_store_explicit (&stats->bad_images, za_input_bad (input), memory_order_relaxed);
+    if (!stats)
+        return;
+    atomic_store_explicit (&stats->bad_images, za_input_bad (input), memory_order_relaxed);
+    atomic_store_explicit (&stats->images, za_input_listed (input), memory_order_relaxed);
+}
+
+int
+za_role_next_batch (za_input_t *input, const char *who, za_batch_t *batch)
+{
+    int got = za_input_next (input, batch);
+    return got > 0? 0: got < 0? -1: za_error ("%s: the input ended", who);
+}
+
+int
+za_role_end_status (int failed, const za_input_t *input)
+{
+    return !failed? 0: za_input_failed (input)? ZA_EXIT_DATA: 1;
 }
 
 // ---------------------------------------------------------------------------

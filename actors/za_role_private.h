@@ -7,6 +7,7 @@
 #include "za/za_partition.h"
 #include "za/za_replica.h"
 #include "za/za_role.h"
+#include "za/za_process.h"
 #include "za/za_wire.h"
 
 //  The model's variable table (planned for one example, then let go).
@@ -69,8 +70,18 @@ void za_role_rates_publish (za_role_rates_t *self, za_role_stats_t *stats,
                             int64_t global_step, int64_t own_steps, double loss, int batch,
                             double now);
 
-//  Publishes how many of input's examples could not be decoded so far.
+//  Publishes how many of input's examples could not be decoded so far, and
+//  how many it lists.
 void za_role_bad_publish (za_role_stats_t *stats, const za_input_t *input);
+
+//  A training role's next batch into *batch: 0, or -1 with an error when
+//  its input failed on its data (said by the input) or ended (said here).
+int za_role_next_batch (za_input_t *input, const char *who, za_batch_t *batch);
+
+//  The status a training role ends with after its training returned
+//  `failed` (0 or not): 0, ZA_EXIT_DATA when its input failed on its data
+//  (a restart would meet the same files), else 1.
+int za_role_end_status (int failed, const za_input_t *input);
 
 //  A role that could not start: FAILED to its watchers, DONE 1 on the pipe.
 void za_role_failed_start (zsock_t *pipe, za_role_stats_t *stats);

@@ -1265,8 +1265,8 @@ s_run_steps (s_worker_t *self)
         double step_start = za_clock_mono ();
         s_alive (self, step_start);
         za_batch_t batch;
-        if (za_input_next (self->input, &batch) <= 0)
-            return za_error ("%s: the input ended", s_who (self));
+        if (za_role_next_batch (self->input, s_who (self), &batch))
+            return -1;
         self->input_secs += za_clock_mono () - step_start;
         //  The last push's gradient frames must be let go before we overwrite.
         za_wire_lease_wait (&self->lease);
@@ -1363,7 +1363,8 @@ za_worker_actor (zsock_t *pipe, void *args)
     za_info ("%s (shard %d of %d): %d ps, batch %d, up to step %" PRId64, s_who (self),
              config->worker_index, config->num_workers, config->ps_count, config->batch_size,
              config->max_steps);
-    int rc = s_train (self) == 0? 0: 1;
+    int failed = s_train (self);         //  before its input is looked at: s_train makes it
+    int rc = za_role_end_status (failed, self->input);
     if (!self->terminated) {
         //  Leave: every ps counts our bye before it exits. After a failure a ps
         //  may be gone, so we do not wait long; one that lost its state has

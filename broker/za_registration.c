@@ -154,6 +154,13 @@ za_registration_parse (json_t *body, int report, const int *counts, za_registrat
         return -1;
     }
     reg->bad_images = value;
+    value = 0;
+    if (json_object_get (body, "images")
+        && s_integer (body, "images", 0, INT64_MAX, &value)) {
+        snprintf (why, size, "images: an integer >= 0, or nothing");
+        return -1;
+    }
+    reg->images = value;
     return 0;
 }
 

@@ -31,6 +31,7 @@ typedef struct {
     int ring_rank;              //  -1: none
     double wait_ms;
     int64_t bad_images;         //  0 when not said
+    int64_t images;             //  0 when not said
 } za_registration_t;
 
 //  Checks every field of a register (report 0) or report (1) of a job with

@@ -3,6 +3,7 @@
 #include "za_registry.h"
 #include "za_supervisor.h"
 #include "za/za_checkpoint.h"
+#include "za/za_process.h"
 #include "za/za_role_stats.h"
 #include "za/za_util.h"
 
@@ -18,7 +19,7 @@
 #define STABLE_SECS 30.0                //  running this long resets the backoff
 #define STOP_GRACE_SECS 5.0             //  SIGTERM, then SIGKILL after this
 #define STOP_POLL_MS 50
-#define CAUSE_MAX (3 * ZA_REGISTRY_TEXT_MAX)
+#define CAUSE_MAX (4 * ZA_REGISTRY_TEXT_MAX)
 
 static const char *s_state_names [] = {
     "empty", "started", "live", "lost", "killed", "backoff", "done"
@@ -95,9 +96,9 @@ s_spawn (za_registry_t *self, za_entry_t *task)
         za_supervisor_retire (task->pid, role, task->index);
         task->own = 0;
     }
-    char log [4096];
+    char *log = task->log;
     pid_t pid = za_supervisor_start (self->config, role, task->index, task->restarts,
-                                     task->token, log, sizeof log);
+                                     task->token, log, sizeof task->log);
     if (pid < 0)
         return -1;
     task->pid = pid;
@@ -141,6 +142,7 @@ typedef enum {
 //  What came with an event.
 typedef struct {
     const char *cause;          //  how it failed, for the events
+    int final;                  //  a failure no restart mends (its data: ZA_EXIT_DATA)
     zframe_t *identity;         //  E_REGISTERED: who sent it
     const za_registration_t *reg;   //  E_REGISTERED: what it says of itself
 } s_happening_t;
@@ -163,6 +165,12 @@ s_fail (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
     if (!config->supervise) {
         task->state = ZA_ENTRY_LOST;
         s_event (self, task, "lost", "%s", what->cause);
+        return 0;
+    }
+    if (what->final) {
+        s_event (self, task, "gave_up", "%s; not restarted: it would meet the same data",
+                 what->cause);
+        self->failed = 1;
         return 0;
     }
     if (task->restarts >= config->max_restarts) {
@@ -350,13 +358,20 @@ s_supervise_task (za_registry_t *self, za_entry_t *task, double now, int grace)
 {
     const za_broker_config_t *config = self->config;
     char how [ZA_REGISTRY_TEXT_MAX], cause [CAUSE_MAX];
-    int ok;
-    if (task->own && task->pid > 0 && za_supervisor_reaped (task->pid, how, sizeof how, &ok)) {
+    int code;
+    if (task->own && task->pid > 0 && za_supervisor_reaped (task->pid, how, sizeof how, &code)) {
         task->own = 0;
-        snprintf (cause, sizeof cause, "%s%s%s", ok? "": task->cause,
-                  !ok && *task->cause? ", then ": "", how);
+        int ok = code == 0, data = code == ZA_EXIT_DATA;
+        char error [CAUSE_MAX * 5 / 8] = "";
+        if (data)                       //  what was wrong with it, in its own words
+            za_supervisor_last_error (task->log, error, sizeof error);
+        if (*error)
+            snprintf (cause, sizeof cause, "%s (%s)", error, how);
+        else
+            snprintf (cause, sizeof cause, "%s%s%s", ok? "": task->cause,
+                      !ok && *task->cause? ", then ": "", how);
         s_happen (self, task, ok? E_EXITED_OK: E_EXITED_FAILED,
-                  &(s_happening_t) {.cause = cause});
+                  &(s_happening_t) {.cause = cause, .final = data});
         return;
     }
     if (task->state == ZA_ENTRY_LIVE && za_peer_expired (&task->peer, now)) {
@@ -482,11 +497,16 @@ za_registry_report (za_registry_t *self, za_entry_t *task, zframe_t *identity,
                     const za_registration_t *reg)
 {
     int ended = streq (reg->state, "done") || streq (reg->state, "failed");
-    //  A report sent before the process ended, read after: old news.
+    //  A report sent before the process ended, read after: old news for
+    //  its state, but its counts of images are still its last (its final
+    //  report has the images of its last steps).
     if (reg->pid == task->pid && (task->state == ZA_ENTRY_BACKOFF
                                   || task->state == ZA_ENTRY_KILLED
-                                  || task->state == ZA_ENTRY_DONE))
+                                  || task->state == ZA_ENTRY_DONE)) {
+        task->bad_images = reg->bad_images;
+        task->images = reg->images;
         return;
+    }
     if (!ended)
         za_registry_register (self, task, identity, reg);
     memcpy (task->role_state, reg->state, sizeof task->role_state);
@@ -499,6 +519,7 @@ za_registry_report (za_registry_t *self, za_entry_t *task, zframe_t *identity,
     task->ring_rank = reg->ring_rank;
     task->wait_ms = reg->wait_ms;
     task->bad_images = reg->bad_images;
+    task->images = reg->images;
     if (ended && task->pid == reg->pid && task->state != ZA_ENTRY_DONE) {
         int done = streq (reg->state, "done");
         s_happening_t end = {.cause = done? "finished": "it reported a failure"};
@@ -596,6 +617,8 @@ s_row (const za_entry_t *task, double now)
     if (*task->endpoint)
         json_object_set_new (row, "endpoint", json_string (task->endpoint));
     json_object_set_new (row, "bad_images", json_integer (task->bad_images));
+    if (task->images > 0)
+        json_object_set_new (row, "images", json_integer (task->images));
     if (task->ring_rank >= 0) {
         json_object_set_new (row, "ring_rank", json_integer (task->ring_rank));
         json_object_set_new (row, "wait_ms", json_real (task->wait_ms));

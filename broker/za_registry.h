@@ -31,6 +31,7 @@
 
 #define ZA_REGISTRY_TEXT_MAX 256
 #define ZA_REGISTRY_CODE_MAX 16         //  a refusal's code: "full", "busy", "done"
+#define ZA_REGISTRY_LOG_MAX 4096
 
 typedef enum {
     ZA_ENTRY_EMPTY, ZA_ENTRY_STARTED, ZA_ENTRY_LIVE, ZA_ENTRY_LOST, ZA_ENTRY_KILLED,
@@ -62,6 +63,8 @@ typedef struct {
     int ring_rank;              //  -1: not in a ring
     double wait_ms;
     int64_t bad_images;         //  input examples it skipped
+    int64_t images;             //  of the files and records its input lists
+    char log [ZA_REGISTRY_LOG_MAX];     //  where its output goes, when we started it
 } za_entry_t;
 
 typedef struct za_registry_t za_registry_t;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #define REAP_TRIES 100
+#define LOG_TAIL_BYTES 16384            //  where a role's last error is looked for
 #define REAP_WAIT_MS 10
 
 pid_t
@@ -87,7 +88,7 @@ s_describe_status (int status, char *text, size_t size)
 }
 
 int
-za_supervisor_reaped (pid_t pid, char *how, size_t size, int *ok)
+za_supervisor_reaped (pid_t pid, char *how, size_t size, int *code)
 {
     int status = 0;
     pid_t got = waitpid (pid, &status, WNOHANG);
@@ -97,6 +98,34 @@ za_supervisor_reaped (pid_t pid, char *how, size_t size, int *ok)
         snprintf (how, size, "gone");
     else
         s_describe_status (status, how, size);
-    *ok = got == pid && WIFEXITED (status) && WEXITSTATUS (status) == 0;
+    *code = got == pid && WIFEXITED (status)? WEXITSTATUS (status): -1;
     return 1;
+}
+
+void
+za_supervisor_last_error (const char *log, char *text, size_t size)
+{
+    static const char prefix [] = "zactor: error: ";
+    char tail [LOG_TAIL_BYTES + 1];
+    size_t got = 0;
+    *text = 0;
+    FILE *file = log && *log? fopen (log, "rb"): NULL;
+    if (!file)
+        return;
+    if (fseek (file, 0, SEEK_END) == 0) {
+        long end = ftell (file);
+        if (end > LOG_TAIL_BYTES)
+            fseek (file, end - LOG_TAIL_BYTES, SEEK_SET);
+        else
+            rewind (file);
+        got = fread (tail, 1, LOG_TAIL_BYTES, file);
+    }
+    fclose (file);
+    tail [got] = 0;
+    const char *found = NULL;
+    for (const char *at = tail; (at = strstr (at, prefix)); at++)
+        if (at == tail || at [-1] == '\n')
+            found = at + strlen (prefix);
+    if (found)
+        snprintf (text, size, "%.*s", (int) strcspn (found, "\n"), found);
 }

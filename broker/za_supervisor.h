@@ -28,8 +28,12 @@ int za_supervisor_is_role_process (pid_t pid, const char *role, int index);
 void za_supervisor_retire (pid_t pid, const char *role, int index);
 
 //  Whether our child pid has ended (reaped now): 1 with how ("exit code 1",
-//  "killed by signal 9 (SIGKILL)", "gone") and *ok (exit code 0); 0 while
-//  it runs.
-int za_supervisor_reaped (pid_t pid, char *how, size_t size, int *ok);
+//  "killed by signal 9 (SIGKILL)", "gone") and *code (its exit code; -1
+//  when it did not exit); 0 while it runs.
+int za_supervisor_reaped (pid_t pid, char *how, size_t size, int *code);
+
+//  The last error a role wrote to its log ("zactor: error: WHAT": WHAT)
+//  into text [size], or "" when its log's end holds none.
+void za_supervisor_last_error (const char *log, char *text, size_t size);
 
 #endif

@@ -199,6 +199,26 @@ za_next_word (const char **at, const char *seps, char *name, size_t size, int *h
     return rc;
 }
 
+const char *
+za_count_text (int64_t n, char *text, size_t size)
+{
+    char digits [24];
+    int length = snprintf (digits, sizeof digits, "%llu",
+                           (unsigned long long) (n < 0? -(uint64_t) n: (uint64_t) n));
+    char grouped [ZA_COUNT_TEXT_MAX];
+    int at = 0;
+    if (n < 0)
+        grouped [at++] = '-';
+    for (int d = 0; d < length; d++) {
+        if (d > 0 && (length - d) % 3 == 0)
+            grouped [at++] = ',';
+        grouped [at++] = digits [d];
+    }
+    grouped [at] = 0;
+    snprintf (text, size, "%s", grouped);
+    return text;
+}
+
 int
 za_mkdirs (const char *dir)
 {

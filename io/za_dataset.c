@@ -136,6 +136,12 @@ za_dataset_destroy (za_dataset_t **self_p)
 }
 
 int64_t
+za_dataset_listed (const za_dataset_t *self)
+{
+    return self && self->loader? self->count: 0;
+}
+
+int64_t
 za_dataset_bad (const za_dataset_t *self)
 {
     return self && self->loader && self->loader->bad? self->loader->bad (self->source): 0;

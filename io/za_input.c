@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +71,7 @@ struct _za_input_t {
     //  one image of scratch.
     uint64_t position;
     float *augment_scratch;
+    int failed;                 //  more files failed than config.max_bad allows
 };
 
 #define SEED_STEP_MIX 0x9e3779b97f4a7c15ULL     //  2^64 / golden ratio
@@ -243,6 +245,54 @@ s_augment (za_input_t *self, float *out, uint64_t position)
                           self->augment_scratch);
 }
 
+int
+za_bad_limit_parse (const char *text, za_bad_limit_t *limit)
+{
+    memset (limit, 0, sizeof *limit);
+    char *end = NULL;
+    double value = text? strtod (text, &end): -1;
+    int percent = end && *end == '%';
+    if (!text || end == text || !(value >= 0) || (percent? end [1] != 0: *end != 0)
+        || (percent && value > 100) || (!percent && (value != (double) (int64_t) value
+                                                     || value > 1e15))
+        || strlen (text) >= sizeof limit->text)
+        return za_error ("--max-bad-images '%s': give a count of images (0, 25) or a share of "
+                         "them ('1%%', '100%%' for any)", text? text: "");
+    limit->set = 1;
+    limit->count = percent? -1: (int64_t) value;
+    limit->fraction = percent? value / 100: -1;
+    snprintf (limit->text, sizeof limit->text, "%s", text);
+    return 0;
+}
+
+int64_t
+za_bad_limit_most (const za_bad_limit_t *limit, int64_t listed)
+{
+    if (!limit->set || (limit->fraction >= 1 && limit->count < 0))
+        return INT64_MAX;
+    return limit->count >= 0? limit->count: (int64_t) (limit->fraction * (double) listed);
+}
+
+//  1 (said once) when more of the data set's files failed to decode than
+//  config.max_bad allows: the stream ends there, and za_input_next fails.
+static int
+s_too_many_bad (za_input_t *self)
+{
+    const za_dataset_t *dataset = self->dataset;
+    int64_t bad = za_dataset_bad (dataset);
+    int64_t most = za_bad_limit_most (&self->config.max_bad, dataset->count);
+    if (bad <= most)
+        return 0;
+    char bad_text [ZA_COUNT_TEXT_MAX], listed [ZA_COUNT_TEXT_MAX], most_text [ZA_COUNT_TEXT_MAX];
+    za_error ("%s of %s images could not be decoded, more than --max-bad-images %s allows "
+              "(%s): mend or remove them (a warning names each), or give a larger "
+              "--max-bad-images", za_count_text (bad, bad_text, sizeof bad_text),
+              za_count_text (dataset->count, listed, sizeof listed),
+              self->config.max_bad.text, za_count_text (most, most_text, sizeof most_text));
+    self->failed = 1;
+    return 1;
+}
+
 //  Fills a slot with the next batch: the next global batch's slice when the
 //  batches are split across replicas. Returns its size, 0 at the end of the
 //  stream (including a final partial batch dropped by drop_remainder). An
@@ -298,6 +348,10 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
                 slot->indices [size] = self->wanted [i];
                 slot->labels [size++] = dataset->labels [self->wanted [i]];
             }
+        }
+        if (dataset->loader && self->wanted_count && s_too_many_bad (self)) {
+            size = 0;
+            break;
         }
         if (size == 0 && dataset->loader && ++empty > empty_max) {
             za_error ("input: no example of this shard could be made (every image failed "
@@ -518,7 +572,7 @@ za_input_next (za_input_t *self, za_batch_t *batch)
         pthread_mutex_unlock (&self->mutex);
     }
     if (!slot)
-        return 0;
+        return self->failed? -1: 0;
     batch->features = slot->features;
     batch->labels = slot->labels;
     batch->indices = slot->indices;
@@ -531,6 +585,18 @@ int64_t
 za_input_bad (const za_input_t *self)
 {
     return self? za_dataset_bad (self->dataset): 0;
+}
+
+int64_t
+za_input_listed (const za_input_t *self)
+{
+    return self? za_dataset_listed (self->dataset): 0;
+}
+
+int
+za_input_failed (const za_input_t *self)
+{
+    return self? self->failed: 0;
 }
 
 int64_t

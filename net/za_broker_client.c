@@ -189,6 +189,9 @@ za_broker_client_report (za_broker_client_t *self, const za_task_registration_t 
         int64_t bad_images = atomic_load (&s->bad_images);
         if (bad_images > 0)
             json_object_set_new (body, "bad_images", json_integer (bad_images));
+        int64_t images = atomic_load (&s->images);
+        if (images > 0)
+            json_object_set_new (body, "images", json_integer (images));
         int ring_rank = atomic_load (&s->ring_rank);
         if (ring_rank >= 0) {
             json_object_set_new (body, "ring_rank", json_integer (ring_rank));
@@ -337,6 +340,7 @@ s_decode_task_row (json_t *row, za_broker_task_row_t *task)
     task->ring_rank = (int) s_number (row, "ring_rank", -1);
     task->wait_ms = s_number (row, "wait_ms", 0);
     task->bad_images = (int64_t) s_number (row, "bad_images", 0);
+    task->images = (int64_t) s_number (row, "images", 0);
     return 0;
 }
 

@@ -23,5 +23,6 @@ za_role_stats_init (za_role_stats_t *stats)
     atomic_store (&stats->ring_rank, -1);
     atomic_store (&stats->wait_ms, 0.0);
     atomic_store (&stats->bad_images, (int64_t) 0);
+    atomic_store (&stats->images, (int64_t) 0);
     atomic_store (&stats->state, ZA_ROLE_STARTING);
 }

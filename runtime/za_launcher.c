@@ -190,7 +190,12 @@ typedef struct {
     char line [512];
     char shown [512];                   //  the last line a log got
     double started;                     //  the job's start, for its total time
+    double started_wall;                //  the same, on the wall clock (events' time)
     za_broker_state_t *last;            //  the last state heard, or NULL
+    //  The trainers' images skipped and listed, the most each reported (a
+    //  restarted one counts its shard again): the chief's at 0, worker i's
+    //  at 1 + i.
+    int64_t bad [1 + ZA_BROKER_MAX_TASKS], images [1 + ZA_BROKER_MAX_TASKS];
 } s_local_t;
 
 //  Starts a supervising broker of this program in a process group of its own
@@ -405,8 +410,15 @@ s_on_state (s_local_t *self, double *last_log)
         int training = 0;
         for (int t = 0; t < reply.state->task_count; t++) {
             const za_broker_task_row_t *row = &reply.state->tasks [t];
-            training |= (row->type == ZA_TASK_CHIEF || row->type == ZA_TASK_WORKER)
-                        && row->examples_per_sec > 0;
+            int trainer = row->type == ZA_TASK_CHIEF || row->type == ZA_TASK_WORKER;
+            training |= trainer && row->examples_per_sec > 0;
+            int slot = row->type == ZA_TASK_CHIEF? 0: 1 + row->index;
+            if (trainer && slot >= 0 && slot <= ZA_BROKER_MAX_TASKS) {
+                if (row->bad_images > self->bad [slot])
+                    self->bad [slot] = row->bad_images;
+                if (row->images > self->images [slot])
+                    self->images [slot] = row->images;
+            }
         }
         if (!self->last && (self->last = malloc (sizeof *self->last)))
             training = 1;           //  the first state: kept whatever it says
@@ -434,6 +446,7 @@ s_supervise (s_local_t *self)
     zpoller_t *poller = zpoller_new (za_broker_client_sock (self->client), NULL);
     double now = za_clock_mono (), last_log = now, last_watch = 0;
     self->started = now;
+    self->started_wall = za_clock_wall ();
     int rc = 1;
     while (1) {
         if (zsys_interrupted) {
@@ -471,12 +484,20 @@ s_supervise (s_local_t *self)
     return rc;
 }
 
-//  What the job left: the final evaluation, the best one, where things are.
+//  What the job left: the final evaluation, the images skipped, the best
+//  evaluation, where things are.
 static int
-s_report (const za_settings_t *s, const char *logs)
+s_report (const s_local_t *self)
 {
+    const za_settings_t *s = self->settings;
+    const char *logs = self->logs;
     //  With --no-eval and no evaluator task, no evaluation is the plan.
-    int rc = s->no_eval && s->evaluators == 0? 0: za_task_print_last_eval (s, -1);
+    int evaluated = !(s->no_eval && s->evaluators == 0);
+    int rc = evaluated? za_task_print_last_eval (s, -1): 0;
+    int64_t bad = 0, images = 0;
+    for (int slot = 0; slot <= ZA_BROKER_MAX_TASKS; slot++)
+        bad += self->bad [slot], images += self->images [slot];
+    za_task_print_skipped (s, bad, images, evaluated, logs);
     char best_dir [4200], best_path [4300];
     za_evaluator_best_dir (s->model_dir, s->eval_name, best_dir, sizeof best_dir);
     snprintf (best_path, sizeof best_path, "%s/best.json", best_dir);
@@ -494,6 +515,32 @@ s_report (const za_settings_t *s, const char *logs)
             s->eval_name && *s->eval_name? "_": "", s->eval_name? s->eval_name: "",
             s->model_dir, logs);
     return rc;
+}
+
+//  Why the broker gave up on a task, from this job's "gave_up" events in
+//  MODEL_DIR/events.jsonl: one line each.
+static void
+s_print_gave_up (const s_local_t *self)
+{
+    char path [4200];
+    snprintf (path, sizeof path, "%.4095s/events.jsonl", self->settings->model_dir);
+    FILE *file = fopen (path, "r");
+    char *line = NULL;
+    size_t size = 0;
+    while (file && getline (&line, &size, file) > 0) {
+        json_t *event = json_loads (line, 0, NULL);
+        const char *kind = json_string_value (json_object_get (event, "event"));
+        if (kind && streq (kind, "gave_up")
+            && json_number_value (json_object_get (event, "time")) >= self->started_wall)
+            fprintf (stderr, "zactor: %s %d: %s\n",
+                     json_string_value (json_object_get (event, "role")),
+                     (int) json_integer_value (json_object_get (event, "index")),
+                     json_string_value (json_object_get (event, "cause")));
+        json_decref (event);
+    }
+    free (line);
+    if (file)
+        fclose (file);
 }
 
 //  Writes the job for the broker to MODEL_DIR/job.json. 0, or -1.
@@ -572,9 +619,11 @@ za_launcher_run_local (const za_program_t *program, za_options_t *options, za_se
         fprintf (stderr, "zactor: interrupted; every process of the job is stopped\n");
     else
     if (rc == 0)
-        rc = s_report (s, self->logs);
-    else
+        rc = s_report (self);
+    else {
+        s_print_gave_up (self);
         fprintf (stderr, "zactor: the job failed: see %s/events.jsonl and %s\n",
                  s->model_dir, self->logs);
+    }
     return rc;
 }

@@ -131,6 +131,12 @@ static const za_option_t s_options [] = {
                "caffe BGR minus ImageNet's mean (Keras's VGG16 weights)"),
     ZA_OPTION ("input-threads", T_INT, input_threads, "N", "1", 1, 64, NULL, R_TRAIN, JOB,
                ZA_OPTION_IDX_INPUT, NULL, "threads decoding a worker's images"),
+    ZA_OPTION ("max-bad-images", T_STR, max_bad_images, "N|F%", "1%", 0, 0, NULL, R_ALL, JOB,
+               ZA_OPTION_IDX_INPUT, NULL,
+               "images that do not decode are skipped, each named once; when\n"
+               "more than N (or F% of the images a task reads: its shard, the\n"
+               "evaluation set) fail, the run ends with an error instead of\n"
+               "training on what is left ('100%': skip any number)"),
     ZA_OPTION ("batch-size", T_INT, batch_size, "N",
                ZA_TEXT (ZA_ROLE_BATCH_SIZE), 1, 65536, NULL, R_TRAIN | R_LOCAL, JOB, 0, NULL,
                "training batch size, per worker"),
@@ -256,7 +262,8 @@ static const za_option_t s_options [] = {
                "also report these (separated by spaces or commas), exactly over\n"
                "the whole set: precision, recall, f1 (per class and macro),\n"
                "auc, pr_auc (one class against the rest), top_k(K),\n"
-               "confusion_matrix (also an image in TensorBoard), or all"),
+               "confusion_matrix (also an image in TensorBoard), or all;\n"
+               "accuracy and loss are always reported (accuracy is taken)"),
     ZA_OPTION ("best-metric", T_STR, best_metric, "M[,max|min]", "accuracy", 0, 0, NULL, R_EVAL,
                JOB, 0, NULL,
                "keep the checkpoint best by M in MODEL_DIR/export/best: loss,\n"

@@ -7,6 +7,7 @@
 
 #include "za/za_estimator.h"
 #include "za/za_options.h"
+#include "za/za_process.h"          //  ZA_EXIT_DATA
 #include "za/za_role.h"
 
 #define ZA_EXIT_USAGE 2

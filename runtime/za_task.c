@@ -293,7 +293,8 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
         return ZA_EXIT_USAGE;
     //  Augmentation: zactor's pipeline's, and no cache of one epoch's features.
     za_augment_t augment;
-    if (za_augment_parse (settings->augment, &augment))
+    if (za_augment_parse (settings->augment, &augment)
+        || za_bad_limit_parse (settings->max_bad_images, &task->max_bad))
         return ZA_EXIT_USAGE;
     if (za_augment_active (&augment) && settings->cache_frozen) {
         za_error ("--augment changes every example each epoch, and --cache-frozen keeps the "
@@ -454,12 +455,14 @@ za_task_input (void *arg, const za_input_context_t *context)
         config.preprocess = (za_preprocess_t) za_preprocess_parse (s->preprocess);
         //  Checked by za_task_prepare.
         za_augment_parse (s->augment, &config.augment);
+        config.max_bad = task->max_bad;
         return za_input_new (task->train, &config);
     }
     if (!task->eval && !(task->eval = s_data_load (s, 0, asked.data_dir, 1, 0)))
         return NULL;
     config.threads = (int) s->input_threads;
     config.preprocess = (za_preprocess_t) za_preprocess_parse (s->preprocess);
+    config.max_bad = task->max_bad;
     return za_input_new (task->eval, &config);
 }
 
@@ -481,7 +484,8 @@ static void
 s_print_metrics (json_t *line)
 {
     static const char *base [] = {"global_step", "checkpoint", "loss", "accuracy", "examples",
-                                  "seconds", "wall_time", "checkpoint_age_secs"};
+                                  "seconds", "wall_time", "checkpoint_age_secs", "images",
+                                  "skipped_images"};
     const char *key;
     json_t *value;
     int printed = 0;
@@ -501,12 +505,14 @@ s_print_metrics (json_t *line)
         printf ("\n");
 }
 
-int
-za_task_print_last_eval (const za_settings_t *s, int64_t evaluations)
+//  The newest evaluation: the last line of MODEL_DIR/eval[_NAME]/metrics.jsonl
+//  (whose path goes into path [4400]), or NULL.
+static json_t *
+s_last_eval (const za_settings_t *s, char *path)
 {
-    char subdir [300], path [4400];
+    char subdir [300];
     s_eval_subdir (s, subdir, sizeof subdir);
-    snprintf (path, sizeof path, "%s/%s/metrics.jsonl", s->model_dir, subdir);
+    snprintf (path, 4400, "%s/%s/metrics.jsonl", s->model_dir, subdir);
     //  The last line (with --eval-metrics a long one).
     FILE *f = fopen (path, "r");
     char *line = NULL, *last = NULL;
@@ -520,6 +526,14 @@ za_task_print_last_eval (const za_settings_t *s, int64_t evaluations)
     free (line);
     json_t *json = last? json_loads (last, JSON_DISABLE_EOF_CHECK, NULL): NULL;
     free (last);
+    return json;
+}
+
+int
+za_task_print_last_eval (const za_settings_t *s, int64_t evaluations)
+{
+    char path [4400];
+    json_t *json = s_last_eval (s, path);
     if (!json) {
         za_error ("no evaluation in %s", path);
         return 1;
@@ -536,6 +550,32 @@ za_task_print_last_eval (const za_settings_t *s, int64_t evaluations)
     s_print_metrics (json);
     json_decref (json);
     return 0;
+}
+
+void
+za_task_print_skipped (const za_settings_t *s, int64_t bad, int64_t images, int evaluated,
+                       const char *named_in)
+{
+    char path [4400], text [4][ZA_COUNT_TEXT_MAX];
+    json_t *eval = evaluated? s_last_eval (s, path): NULL;
+    int64_t eval_images = json_integer_value (json_object_get (eval, "images"));
+    int64_t eval_bad = json_integer_value (json_object_get (eval, "skipped_images"));
+    json_decref (eval);
+    if (images <= 0 && eval_images <= 0)
+        return;                         //  data in memory (IDX): nothing to decode
+    char training [96] = "", evaluation [96] = "";
+    if (images > 0)
+        snprintf (training, sizeof training, "%s of %s images skipped in training",
+                  za_count_text (bad, text [0], sizeof text [0]),
+                  za_count_text (images, text [1], sizeof text [1]));
+    if (eval_images > 0)
+        snprintf (evaluation, sizeof evaluation, "%s of %s%s in evaluation",
+                  za_count_text (eval_bad, text [2], sizeof text [2]),
+                  za_count_text (eval_images, text [3], sizeof text [3]),
+                  images > 0? "": " images skipped");
+    printf ("%s%s%s%s%s\n", training, images > 0 && eval_images > 0? ", ": "", evaluation,
+            bad + eval_bad > 0? ": they could not be decoded, each is named in ": "",
+            bad + eval_bad > 0? named_in: "");
 }
 
 static void
@@ -635,6 +675,9 @@ za_task_run_single (za_task_t *task)
     za_estimator_destroy (&estimator);
     if (!rc && !s->no_eval && !s->train_and_evaluate)
         rc = s_evaluate_final (task);
+    if (!rc)
+        za_task_print_skipped (s, za_dataset_bad (task->train), za_dataset_listed (task->train),
+                               !s->no_eval || s->train_and_evaluate, "the log above");
     return rc;
 }
 
@@ -655,7 +698,8 @@ za_task_run_evaluator (za_task_t *task, zactor_t *client)
              "), model %s", config.replay? "replaying": "following", s->model_dir,
              config.start_delay_secs, config.throttle_secs, s->max_steps, s_model_text (task));
     int evaluations = 0;
-    return za_evaluator_run (&config, NULL, &evaluations) == 0? 0: 1;
+    int rc = za_evaluator_run (&config, NULL, &evaluations);
+    return rc == 0? 0: rc == ZA_EVALUATOR_BAD_DATA? ZA_EXIT_DATA: 1;
 }
 
 //  The role's config: the job's settings, and this task's place.
@@ -730,7 +774,7 @@ za_task_run_role (za_task_t *task, const za_place_t *place, zactor_t *client)
     int rc = actor? za_role_wait_relay (actor, client): -1;
     zactor_destroy (&actor);
     if (rc)
-        return 1;
+        return rc == ZA_EXIT_DATA? ZA_EXIT_DATA: 1;
     //  A cluster spec seldom names its evaluator (TF_CONFIG does not): one
     //  started apart says it follows model_dir, and evaluates the end itself.
     char who [256];

@@ -26,6 +26,7 @@ typedef struct {
     int train_shards, train_shard;
     za_dataset_t *eval;             //  the evaluation set, loaded when first asked for
     za_role_stats_t *stats;         //  NULL, or what the broker client reports
+    za_bad_limit_t max_bad;         //  --max-bad-images, parsed
 } za_task_t;
 
 //  Where a task is in its cluster (za_place.c works it out, from TF_CONFIG
@@ -60,6 +61,14 @@ za_input_t *za_task_input (void *arg, const za_input_context_t *context);
 //  result; `evaluations` (-1: not said) how many there were. Returns 0, or
 //  1 with an error when there is none.
 int za_task_print_last_eval (const za_settings_t *settings, int64_t evaluations);
+
+//  Prints how many images were skipped (could not be decoded) of how many:
+//  `bad` of the training set's `images` (0: data in memory), and with
+//  `evaluated` those of the newest evaluation (its metrics.jsonl line);
+//  `named_in` says where the skipped are named. Nothing when no data was
+//  decoded from files.
+void za_task_print_skipped (const za_settings_t *settings, int64_t bad, int64_t images,
+                            int evaluated, const char *named_in);
 
 //  Training in this process (with --train-and-evaluate, the evaluator too).
 int za_task_run_single (za_task_t *task);

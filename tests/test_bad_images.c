@@ -6,6 +6,7 @@
     on 1 and on 3 loading threads: exactly that image is skipped, and every
     other is the pixels a decoder that never saw it makes.                   */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,4 +264,179 @@ Test (bad_images, a_png_with_a_bad_crc_costs_one_image)
 Test (bad_images, a_text_file_named_jpg_costs_one_image)
 {
     s_one_damaged (DAMAGE_TEXT);
+}
+
+// ---------------------------------------------------------------------------
+//  Never a silent fraction: the run says how many were skipped of how many,
+//  and ends with an error when more than --max-bad-images are.
+
+#define RUN_TIMEOUT_S 600
+
+//  Writes `count` files that are not images (text named .jpg) into dir's
+//  class folders.
+static void
+s_write_damaged (const char *dir, int count)
+{
+    for (int i = 0; i < count; i++) {
+        char path [600];
+        snprintf (path, sizeof path, "%s/class_%d/damaged-%03d.jpg", dir, i % 10, i);
+        FILE *file = fopen (path, "w");
+        cr_assert_not_null (file);
+        fputs ("not a picture at all\n", file);
+        fclose (file);
+    }
+}
+
+//  1 when a file in dir holds text.
+static int
+s_some_file_holds (const char *dir, const char *text)
+{
+    DIR *d = opendir (dir);
+    struct dirent *entry;
+    int found = 0;
+    while (d && !found && (entry = readdir (d)))
+        if (entry->d_name [0] != '.') {
+            char *path = za_test_join (dir, entry->d_name);
+            char *content = za_test_read_file (path, NULL);
+            found = content && strstr (content, text);
+            free (content), free (path);
+        }
+    if (d)
+        closedir (d);
+    return found;
+}
+
+//  zactor-run with the flags of an image run (28x28 gray, a few steps) and
+//  `extra` (NULL-terminated).
+static za_test_result_t
+s_run_images (const char *train, const char *eval, const char *model, const char *const *extra)
+{
+    const char *args [40] = {"--train-data", train, "--eval-data", eval, "--image-size", "28",
+                             "--channels", "1", "--batch-size", "16", "--model-dir", model};
+    int n = 12;
+    for (int i = 0; extra && extra [i]; i++)
+        args [n++] = extra [i];
+    args [n] = NULL;
+    return za_test_run (args, RUN_TIMEOUT_S);
+}
+
+//  The line, in one process and in a cluster: "1 of 601 images skipped in
+//  training, 0 of 60 in evaluation", and the evaluation's counts in its
+//  metrics.jsonl line. The cluster's count is what its tasks reported: they
+//  train long enough (300 steps, each trainer some 8 passes of its shard)
+//  for their last reports to hold every pass's.
+Test (bad_images, one_damaged_image_is_one_skipped_and_said_at_the_end, .timeout = 1200)
+{
+    za_test_dir_create ("za_bad_images");
+    za_dataset_t *fashion = za_test_fashion ("train", 660);
+    char *train = za_test_images_folder (fashion, 600, "train", ZA_TEST_PNG, 1);
+    s_write_damaged (train, 1);
+    za_dataset_t *rest = za_dataset_from_arrays (fashion->features + (size_t) 600 * SIDE * SIDE,
+                                                 fashion->labels + 600, 60, SIDE, SIDE, 1);
+    char *eval = za_test_images_folder (rest, 60, "eval", ZA_TEST_PNG, 1);
+    for (int local = 0; local < 2; local++) {
+        char *model = za_test_path (local? "local": "single");
+        const char *extra [] = {"--max-steps", local? "300": "60", local? "--local": NULL, NULL};
+        za_test_result_t result = s_run_images (train, eval, model, extra);
+        cr_expect_eq (result.exit_code, 0, "%s", result.err);
+        cr_expect (strstr (result.out, "1 of 601 images skipped in training, 0 of 60 in "
+                                       "evaluation: they could not be decoded"),
+                   "%s: %s", local? "--local": "one process", result.out);
+        //  Named where the reader's output goes: here, or a role's log.
+        const char *words = "damaged-000.jpg: not a JPEG or PNG";
+        char *logs = za_test_join (model, "logs");
+        cr_expect (local? s_some_file_holds (logs, words): strstr (result.err, words) != NULL,
+                   "%s: the damaged file is not named", local? logs: "stderr");
+        free (logs);
+        za_test_result_free (&result);
+        char *metrics = za_test_join (model, "eval/metrics.jsonl");
+        char *text = za_test_read_file (metrics, NULL);
+        cr_expect (strstr (text, "\"images\": 60, \"skipped_images\": 0"), "%s", text);
+        free (text), free (metrics), free (model);
+    }
+    free (train), free (eval);
+    za_dataset_destroy (&rest);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
+
+//  Most of a folder damaged: exit 1, with the count and the setting, in one
+//  process and in a cluster (whose broker gives up at once instead of
+//  restarting the task: the data would be the same); the same for an
+//  evaluation set. The setting allows more when asked.
+Test (bad_images, a_folder_mostly_damaged_ends_the_run_with_the_count, .timeout = 1200)
+{
+    za_test_dir_create ("za_bad_images");
+    za_dataset_t *fashion = za_test_fashion ("train", 40);
+    char *good = za_test_images_folder (fashion, 40, "good", ZA_TEST_PNG, 1);
+    char *most = za_test_images_folder (fashion, 40, "most", ZA_TEST_PNG, 1);
+    s_write_damaged (most, 60);
+    //  Training on it, then evaluating on it.
+    for (int which = 0; which < 2; which++)
+        for (int local = 0; local < 2; local++) {
+            char name [32];
+            snprintf (name, sizeof name, "model-%d-%d", which, local);
+            char *model = za_test_path (name);
+            const char *extra [] = {"--max-steps", "60", local? "--local": NULL, NULL};
+            za_test_result_t result = s_run_images (which? good: most, which? most: good, model,
+                                                    extra);
+            const char *what = which? "an evaluation set": "a training set";
+            cr_expect_eq (result.exit_code, 1, "%s%s: %s", what, local? ", --local": "",
+                          result.err);
+            cr_expect (strstr (result.err, "images could not be decoded, more than "
+                                           "--max-bad-images 1% allows"),
+                       "%s%s: %s", what, local? ", --local": "", result.err);
+            if (local) {
+                cr_expect (strstr (result.err, "not restarted: it would meet the same data"),
+                           "%s: %s", what, result.err);
+                char *events = za_test_join (model, "events.jsonl");
+                char *text = za_test_read_file (events, NULL);
+                const char *gave_up = strstr (text, "\"event\":\"gave_up\"");
+                cr_expect (gave_up && strstr (gave_up, "\"restarts\":0"), "%s", text);
+                free (text), free (events);
+            }
+            za_test_result_free (&result);
+            free (model);
+        }
+    //  '100%': every damaged one skipped, and said.
+    char *model = za_test_path ("any");
+    const char *any [] = {"--max-bad-images", "100%", "--max-steps", "60", NULL};
+    za_test_result_t result = s_run_images (most, good, model, any);
+    cr_expect_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect (strstr (result.out, "60 of 100 images skipped in training"), "%s", result.out);
+    za_test_result_free (&result);
+    free (model), free (good), free (most);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
+
+//  A count or a share; anything else is exit 2 with what to give.
+Test (bad_images, max_bad_images_takes_a_count_or_a_share)
+{
+    za_bad_limit_t limit;
+    cr_assert_eq (za_bad_limit_parse ("1%", &limit), 0);
+    cr_expect_eq (za_bad_limit_most (&limit, 12001), 120);
+    cr_expect_eq (za_bad_limit_most (&limit, 50), 0);
+    cr_assert_eq (za_bad_limit_parse ("25", &limit), 0);
+    cr_expect_eq (za_bad_limit_most (&limit, 12001), 25);
+    cr_assert_eq (za_bad_limit_parse ("0", &limit), 0);
+    cr_expect_eq (za_bad_limit_most (&limit, 12001), 0);
+    cr_assert_eq (za_bad_limit_parse ("100%", &limit), 0);
+    cr_expect_eq (za_bad_limit_most (&limit, 12001), INT64_MAX);
+    za_error_set_quiet (1);
+    const char *bad [] = {"1.5", "-1", "150%", "5%%", "%", "", "lots", "1e3x", NULL};
+    for (int i = 0; bad [i]; i++)
+        cr_expect_eq (za_bad_limit_parse (bad [i], &limit), -1, "'%s' is taken", bad [i]);
+    za_error_set_quiet (0);
+    za_test_dir_create ("za_bad_images");
+    char *model = za_test_path ("model");
+    const char *args [] = {"--max-bad-images", "1.5", "--max-steps", "5", "--model-dir", model,
+                           NULL};
+    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+    cr_expect_eq (result.exit_code, 2, "%s", result.err);
+    cr_expect (strstr (result.err, "--max-bad-images '1.5': give a count of images"), "%s",
+               result.err);
+    za_test_result_free (&result);
+    free (model);
+    za_test_dir_remove ();
 }

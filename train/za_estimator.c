@@ -233,7 +233,10 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
     int rc = 0, stop = config->early_stopping && stopper.requested;
     while (self->global_step < max_steps && !stop) {
         za_batch_t batch;
-        if (za_input_next (input, &batch) <= 0)
+        int got = za_input_next (input, &batch);
+        if (got < 0)
+            rc = -1;
+        if (got <= 0)
             break;
         ctx.global_step = self->global_step;
         ctx.batch_size = batch.size;
@@ -301,6 +304,13 @@ s_eval_line (za_estimator_t *self, za_eval_metrics_t *metrics, const char *ckpt_
               "\"accuracy\": %.6f, \"examples\": %" PRId64 ", \"seconds\": %.3f, "
               "\"wall_time\": %.3f%s", result->global_step, ckpt_name, result->loss,
               result->accuracy, result->examples, result->seconds, za_clock_wall (), age);
+    //  A set of files: how many it lists, and how many of them were skipped.
+    if (result->images > 0) {
+        size_t used = strlen (head);
+        snprintf (head + used, sizeof head - used,
+                  ", \"images\": %" PRId64 ", \"skipped_images\": %" PRId64, result->images,
+                  result->bad_images);
+    }
     char *extra = NULL;
     if (metrics) {
         result->scalar_count = za_eval_metrics_scalars (metrics, result->scalars,
@@ -377,7 +387,10 @@ s_evaluate_loaded (za_estimator_t *self, za_input_fn_t input_fn, void *arg, int6
     int rc = 0;
     for (int64_t b = 0; steps <= 0 || b < steps; b++) {
         za_batch_t batch;
-        if (za_input_next (input, &batch) <= 0)
+        int got = za_input_next (input, &batch);
+        if (got < 0)
+            rc = -1;
+        if (got <= 0)
             break;
         double batch_loss;
         int batch_correct;
@@ -390,6 +403,9 @@ s_evaluate_loaded (za_estimator_t *self, za_input_fn_t input_fn, void *arg, int6
         correct += batch_correct;
         examples += batch.size;
     }
+    result->images = za_input_listed (input);
+    result->bad_images = za_input_bad (input);
+    result->input_failed = za_input_failed (input);
     za_input_destroy (&input);
     if (rc == 0 && examples == 0)
         rc = za_error ("evaluate: the input gave no examples");
@@ -482,7 +498,10 @@ za_estimator_predict_from (za_estimator_t *self, const char *checkpoint_path,
     int rc = 0;
     while (rc == 0) {
         za_batch_t batch;
-        if (za_input_next (input, &batch) <= 0)
+        int got = za_input_next (input, &batch);
+        if (got < 0)
+            rc = -1;
+        if (got <= 0)
             break;
         rc = za_replica_predict_batch (self->replica, &batch, fn, fn_arg, &index);
     }

@@ -93,6 +93,7 @@ typedef struct {
     int ring_rank;                  //  the all-reduce ring's rank; -1: none
     double wait_ms;                 //  ring: time per step waiting for peers
     int64_t bad_images;             //  input examples skipped (undecodable)
+    int64_t images;                 //  of the files and records its input lists
 } za_broker_task_row_t;
 
 //  One event: a start, registration, failure, restart, end.

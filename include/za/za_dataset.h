@@ -66,6 +66,9 @@ za_dataset_t *za_dataset_new_loaded (int64_t count, int height, int width, int c
 //  How many of its examples a loader could not make so far (0 for data in
 //  memory): corrupt or truncated images, skipped.
 int64_t za_dataset_bad (const za_dataset_t *self);
+//  How many examples it lists to be made by its loader (files, records);
+//  0 for data in memory, which cannot fail.
+int64_t za_dataset_listed (const za_dataset_t *self);
 
 //  Sets n_classes to 1 + the largest label, once a source has filled them.
 void za_dataset_count_classes (za_dataset_t *self);

@@ -94,6 +94,12 @@ typedef struct {
     uint8_t *confusion_png;         //  confusion_matrix: the image (za_eval_result_free)
     size_t confusion_png_size;
     int confusion_width, confusion_height;
+    //  Set whether or not the evaluation succeeded: the files and records
+    //  the evaluation set lists (0: data held in memory), those of them that
+    //  could not be decoded, and 1 when more failed than the input's
+    //  max_bad allows (the evaluation failed on its data).
+    int64_t images, bad_images;
+    int input_failed;
 } za_eval_result_t;
 
 //  Frees what a result holds (the confusion image).

@@ -71,10 +71,12 @@ void za_evaluator_config_init (za_evaluator_config_t *config);
 //  deleted by retention before it was opened is reported and skipped. A
 //  restarted evaluator skips what its metrics.jsonl says it evaluated.
 //  Returns 0 at the end, ZA_EVALUATOR_IDLE on an idle timeout,
-//  ZA_EVALUATOR_STOPPED on $TERM, -1 on an error; *evaluations (may be NULL)
-//  counts the evaluations done.
+//  ZA_EVALUATOR_STOPPED on $TERM, ZA_EVALUATOR_BAD_DATA when more of the
+//  evaluation set's images failed to decode than its input allows, -1 on
+//  another error; *evaluations (may be NULL) counts the evaluations done.
 #define ZA_EVALUATOR_IDLE 1
 #define ZA_EVALUATOR_STOPPED 2
+#define ZA_EVALUATOR_BAD_DATA 3
 int za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evaluations);
 
 //  1 when an evaluator is following model_dir now (za_evaluator_run holds

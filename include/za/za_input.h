@@ -27,6 +27,23 @@ int za_preprocess_parse (const char *name);
 
 #define ZA_INPUT_CHANNELS_MAX 4
 
+//  How many of a data set's files may fail to decode before its input fails
+//  (--max-bad-images): a count, or a fraction of the examples it lists.
+//  All zero (set 0): no limit.
+typedef struct {
+    int set;                    //  1: a limit is given
+    int64_t count;              //  at most this many, when fraction is < 0
+    double fraction;            //  at most this fraction of the listed (0 .. 1)
+    char text [24];             //  as given ("1%", "25"), for messages
+} za_bad_limit_t;
+
+//  "N" (a count >= 0) or "F%" (0 <= F <= 100) into *limit. 0, or -1 with
+//  an error that says what to give.
+int za_bad_limit_parse (const char *text, za_bad_limit_t *limit);
+
+//  The most of `listed` examples that may fail under limit (INT64_MAX: any).
+int64_t za_bad_limit_most (const za_bad_limit_t *limit, int64_t listed);
+
 typedef struct {
     int num_shards;             //  shard (num_shards, shard_index): keep examples
     int shard_index;            //  i, i + n, i + 2n, ...; default 1, 0 (all)
@@ -49,6 +66,9 @@ typedef struct {
     za_augment_t augment;       //  random steps per example (za_augment.h), drawn
                                 //  from (seed, the example's place in the stream:
                                 //  the same whatever the replicas); zero: none
+    za_bad_limit_t max_bad;     //  a data set of files: when more than this fail
+                                //  to decode, the input fails (za_input_next -1);
+                                //  zero: no limit
 } za_input_config_t;
 
 //  Defaults: 1 shard, no shuffle, seed 0, 1 epoch, batch 32, keep remainder,
@@ -79,11 +99,20 @@ typedef struct _za_input_t za_input_t;
 za_input_t *za_input_new (const za_dataset_t *dataset, const za_input_config_t *config);
 
 //  Fills *batch with the next batch. Returns 1 when a batch was produced,
-//  0 at the end of the stream.
+//  0 at the end of the stream, -1 when more of its data set's files failed
+//  to decode than config.max_bad allows (za_input_failed; said once, with
+//  the count and the limit).
 int za_input_next (za_input_t *self, za_batch_t *batch);
 
-//  Examples of its data set that could not be made so far (za_dataset_bad).
+//  Examples of its data set that could not be made so far (za_dataset_bad),
+//  and how many it lists (its files and records; 0 for data held in memory,
+//  which cannot fail).
 int64_t za_input_bad (const za_input_t *self);
+int64_t za_input_listed (const za_input_t *self);
+
+//  1 once the input failed on config.max_bad: a fault of the data, which a
+//  restart would meet again.
+int za_input_failed (const za_input_t *self);
 
 //  Examples one pass (epoch) over this iterator's shard yields.
 int64_t za_input_shard_count (const za_input_t *self);

@@ -120,6 +120,7 @@ typedef struct {
     const char *label_key;          //  TFRecord: the label's feature
     int64_t label_base;             //  TFRecord: the first class's label (0 or 1)
     int64_t input_threads;          //  decoding threads of a worker's input
+    const char *max_bad_images;     //  "25" or "1%" (za_input.h's za_bad_limit_t)
     const char *preprocess;         //  none, tf, torch or caffe (za_input.h)
     const char *augment;            //  "pad_crop(4) flip ..." (za_augment.h)
     const char *eval_metrics;       //  "precision recall auc ..." (za_eval_metrics.h)

@@ -9,6 +9,11 @@
 extern "C" {
 #endif
 
+//  The exit status of a role whose data is at fault (more of its images
+//  failed to decode than --max-bad-images allows; sysexits.h's EX_DATAERR):
+//  a supervisor does not start it again, for it would meet the same files.
+#define ZA_EXIT_DATA 65
+
 //  Starts exe with argv (argv [0] included, NULL-terminated), this process's
 //  environment with the NAME=VALUE strings of env (NULL-terminated, may be
 //  NULL) replacing or adding variables, stdin from /dev/null and stdout and

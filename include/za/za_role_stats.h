@@ -43,6 +43,7 @@ typedef struct {
     _Atomic int ring_rank;              //  the all-reduce ring's rank; -1: no ring
     _Atomic double wait_ms;             //  ring: recent time per step waiting for peers
     _Atomic int64_t bad_images;         //  input examples skipped: could not be decoded
+    _Atomic int64_t images;             //  files and records its input lists (0: none)
 } za_role_stats_t;
 
 //  Zeroes stats and sets eval_step, eval_accuracy and ring_rank to -1.

@@ -50,6 +50,11 @@ int za_next_word (const char **at, const char *seps, char *name, size_t size, in
 //  exists but is not a directory is an error. Returns 0 or -1 with an error.
 int za_mkdirs (const char *dir);
 
+//  n with a comma between each three digits ("12,001"), into text [size];
+//  returns text. 27 bytes hold any int64.
+#define ZA_COUNT_TEXT_MAX 27
+const char *za_count_text (int64_t n, char *text, size_t size);
+
 //  Informational log line to stderr: "zactor: MSG".
 void za_info (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
 
