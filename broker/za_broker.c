@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #define POLL_MS 100
+#define DRAIN_QUIET_MS 50               //  at the end: the last reports, until this quiet
+#define DRAIN_MAX_MS 1000
 #define PAUSE_SECS 1.0                  //  a loop turn this late means we were paused
 #define HOST_MAX 256
 
@@ -389,6 +391,16 @@ fail:
     return NULL;
 }
 
+//  Takes what the router holds until it has been quiet for DRAIN_QUIET_MS
+//  (at most DRAIN_MAX_MS in all).
+static void
+s_drain (s_broker_t *self, zpoller_t *poller)
+{
+    double until = za_clock_mono () + DRAIN_MAX_MS / 1000.0;
+    while (za_clock_mono () < until && zpoller_wait (poller, DRAIN_QUIET_MS) == self->router)
+        s_on_message (self);
+}
+
 void
 za_broker_actor (zsock_t *pipe, void *args)
 {
@@ -429,14 +441,24 @@ za_broker_actor (zsock_t *pipe, void *args)
         if (za_registry_failed (self->registry))
             rc = 1;
         else
-        if (za_registry_done (self->registry))
+        if (za_registry_done (self->registry)) {
+            //  The tasks' last reports, sent as they exited, may come after
+            //  their exits were reaped: they hold the final counts.
+            s_drain (self, poller);
             rc = 0;
+        }
     }
     if (rc != 0)
         za_registry_stop_all (self->registry);
+    int64_t bad, images;
+    za_registry_images (self->registry, &bad, &images);
+    char counts [96] = "";
+    if (images > 0)
+        snprintf (counts, sizeof counts, "; " ZA_BROKER_SKIPPED_TEXT "%" PRId64 " of %" PRId64
+                  " images", bad, images);
     za_events_add (self->events, rc == 0? "done": "stopped", NULL, 0, 0, config->restarts,
-                   "%s", rc == 0? "every task finished"
-                   : rc > 0? "the job failed": "interrupted");
+                   "%s%s", rc == 0? "every task finished"
+                   : rc > 0? "the job failed": "interrupted", counts);
     zpoller_destroy (&poller);
     s_broker_destroy (&self);
     if (terminated)

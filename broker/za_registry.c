@@ -530,6 +530,17 @@ za_registry_report (za_registry_t *self, za_entry_t *task, zframe_t *identity,
 // ---------------------------------------------------------------------------
 //  What the broker shows
 
+void
+za_registry_images (const za_registry_t *self, int64_t *bad, int64_t *images)
+{
+    *bad = *images = 0;
+    FOR_EACH_TASK (self, task)
+        if (task->kind == ZA_TASK_CHIEF || task->kind == ZA_TASK_WORKER) {
+            *bad += task->bad_images;
+            *images += task->images;
+        }
+}
+
 int
 za_registry_done (const za_registry_t *self)
 {

@@ -95,6 +95,10 @@ void za_registry_stop_all (za_registry_t *self);
 //  A broker paused for `gap` seconds: every task gets a fresh heartbeat window.
 void za_registry_postpone (za_registry_t *self, double gap);
 
+//  The images the trainers (chief, workers) skipped, and listed, by their
+//  last reports: their shards' sums.
+void za_registry_images (const za_registry_t *self, int64_t *bad, int64_t *images);
+
 //  1 when every task is DONE; 1 when the job has failed.
 int za_registry_done (const za_registry_t *self);
 int za_registry_failed (const za_registry_t *self);

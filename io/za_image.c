@@ -256,28 +256,6 @@ s_jpeg_scale (int w, int h, const za_image_spec_t *spec)
 //  words; after a file cut before its first scan (no SOS marker) the next
 //  one's header "succeeded" with no size written (read as 32618x-1178605888).
 //  So a failure frees the handle, and the next JPEG takes a new one.
-static void
-s_jpeg_forget (za_image_decoder_t *self)
-{
-    if (self->jpeg)
-        tjDestroy (self->jpeg);
-    self->jpeg = NULL;
-}
-
-static int
-s_jpeg_fail (za_image_decoder_t *self, const char *fmt, ...) __attribute__ ((format (printf, 2, 3)));
-
-static int
-s_jpeg_fail (za_image_decoder_t *self, const char *fmt, ...)
-{
-    va_list args;
-    va_start (args, fmt);
-    vsnprintf (self->error, sizeof self->error, fmt, args);
-    va_end (args);
-    s_jpeg_forget (self);
-    return -1;
-}
-
 static int
 s_decode_jpeg (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
                const za_image_spec_t *spec, uint8_t *out)
@@ -288,25 +266,20 @@ s_decode_jpeg (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
     int w = 0, h = 0, subsampling, colorspace;
     if (tjDecompressHeader3 (self->jpeg, bytes, (unsigned long) size, &w, &h, &subsampling,
                              &colorspace))
-        return s_jpeg_fail (self, "not a readable JPEG: %s", tjGetErrorStr2 (self->jpeg));
+        return s_fail (self, "not a readable JPEG: %s", tjGetErrorStr2 (self->jpeg));
     if (w <= 0 || h <= 0)
-        return s_jpeg_fail (self, "a JPEG with no image in it (tables only)");
+        return s_fail (self, "a JPEG with no image in it (tables only)");
     if (w > ZA_IMAGE_SIDE_MAX || h > ZA_IMAGE_SIDE_MAX)
-        return s_jpeg_fail (self, "a JPEG of %dx%d (at most %d a side)", w, h,
-                            ZA_IMAGE_SIDE_MAX);
+        return s_fail (self, "a JPEG of %dx%d (at most %d a side)", w, h, ZA_IMAGE_SIDE_MAX);
     tjscalingfactor scale = s_jpeg_scale (w, h, spec);
     int sw = TJSCALED (w, scale), sh = TJSCALED (h, scale), c = spec->channels;
-    if (s_reserve (self, (void **) &self->decoded, &self->decoded_capacity,
-                   (size_t) sw * sh * c)) {
-        s_jpeg_forget (self);
+    if (s_reserve (self, (void **) &self->decoded, &self->decoded_capacity, (size_t) sw * sh * c))
         return -1;
-    }
     int format = c == 1? TJPF_GRAY: TJPF_RGB;
     //  A warning (a truncated file is filled with gray) is an error here.
     if (tjDecompress2 (self->jpeg, bytes, (unsigned long) size, self->decoded, sw, 0, sh, format,
                        TJFLAG_STOPONWARNING))
-        return s_jpeg_fail (self, "a corrupt or truncated JPEG: %s",
-                            tjGetErrorStr2 (self->jpeg));
+        return s_fail (self, "a corrupt or truncated JPEG: %s", tjGetErrorStr2 (self->jpeg));
     return s_resize (self, self->decoded, sh, sw, c, spec, out);
 }
 
@@ -329,18 +302,21 @@ s_decode_png (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
     }
     if (!rc)
         rc = spng_decoded_image_size (png, SPNG_FMT_RGB8, &rgb_size);
-    if (!rc)
-        rc = s_reserve (self, (void **) &self->decoded, &self->decoded_capacity, rgb_size)? -1: 0;
+    if (!rc && s_reserve (self, (void **) &self->decoded, &self->decoded_capacity, rgb_size)) {
+        spng_ctx_free (png);
+        return -1;
+    }
     if (!rc)
         rc = spng_decode_image (png, self->decoded, rgb_size, SPNG_FMT_RGB8, SPNG_DECODE_TRNS);
     //  The image's last IDAT chunk's CRC is checked only when the chunks after
-    //  it are read (libpng, as TensorFlow's decode_png, refuses a bad one too).
+    //  it are read, to IEND (libpng, as TensorFlow's decode_png and PIL, also
+    //  refuses a bad CRC there, and a file without its IEND).
     if (!rc)
         rc = spng_decode_chunks (png);
     spng_ctx_free (png);
     if (rc)
         return s_fail (self, "a corrupt or truncated PNG: %s",
-                         rc > 0? spng_strerror (rc): "out of memory");
+                       rc == SPNG_IO_EOF? "the file ends early": spng_strerror (rc));
     int w = (int) ihdr.width, h = (int) ihdr.height;
     if (spec->channels == 1) {
         //  Gray in place: for a gray PNG (r = g = b) each value is kept exactly.
@@ -363,8 +339,14 @@ za_image_decode (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
         || (spec->channels != 1 && spec->channels != 3))
         return s_fail (self, "image: cannot make %dx%dx%d pixels", spec->height, spec->width,
                          spec->channels);
-    if (size >= 3 && bytes [0] == 0xff && bytes [1] == 0xd8 && bytes [2] == 0xff)
-        return s_decode_jpeg (self, bytes, size, spec, out);
+    if (size >= 3 && bytes [0] == 0xff && bytes [1] == 0xd8 && bytes [2] == 0xff) {
+        int rc = s_decode_jpeg (self, bytes, size, spec, out);
+        if (rc && self->jpeg) {         //  the next JPEG takes a new handle
+            tjDestroy (self->jpeg);
+            self->jpeg = NULL;
+        }
+        return rc;
+    }
     if (size >= 8 && memcmp (bytes, png_magic, 8) == 0)
         return s_decode_png (self, bytes, size, spec, out);
     return s_fail (self, "not a JPEG or PNG (its first bytes are neither's)");

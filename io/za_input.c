@@ -71,7 +71,9 @@ struct _za_input_t {
     //  one image of scratch.
     uint64_t position;
     float *augment_scratch;
-    int failed;                 //  more files failed than config.max_bad allows
+    int failed;                 //  more files failed than config.max_bad allows:
+                                //  the producer's, read once it is done
+    int failed_seen;            //  the consumer's: za_input_next returned -1
 };
 
 #define SEED_STEP_MIX 0x9e3779b97f4a7c15ULL     //  2^64 / golden ratio
@@ -245,16 +247,20 @@ s_augment (za_input_t *self, float *out, uint64_t position)
                           self->augment_scratch);
 }
 
+#define BAD_LIMIT_COUNT_MAX 1e15
+
 int
 za_bad_limit_parse (const char *text, za_bad_limit_t *limit)
 {
     memset (limit, 0, sizeof *limit);
-    char *end = NULL;
-    double value = text? strtod (text, &end): -1;
-    int percent = end && *end == '%';
-    if (!text || end == text || !(value >= 0) || (percent? end [1] != 0: *end != 0)
-        || (percent && value > 100) || (!percent && (value != (double) (int64_t) value
-                                                     || value > 1e15))
+    //  Digits (a share: with one '.' among them, then '%'), nothing else.
+    size_t digits = text? strspn (text, "0123456789"): 0;
+    size_t number = digits + (text && text [digits] == '.'? 1 + strspn (text + digits + 1,
+                                                                          "0123456789"): 0);
+    int percent = text && number > 0 && text [number] == '%' && text [number + 1] == 0;
+    double value = digits > 0? strtod (text, NULL): -1;
+    if (!text || digits == 0 || (!percent && (number != digits || text [digits] != 0))
+        || (percent && value > 100) || (!percent && value > BAD_LIMIT_COUNT_MAX)
         || strlen (text) >= sizeof limit->text)
         return za_error ("--max-bad-images '%s': give a count of images (0, 25) or a share of "
                          "them ('1%%', '100%%' for any)", text? text: "");
@@ -284,9 +290,9 @@ s_too_many_bad (za_input_t *self)
     if (bad <= most)
         return 0;
     char bad_text [ZA_COUNT_TEXT_MAX], listed [ZA_COUNT_TEXT_MAX], most_text [ZA_COUNT_TEXT_MAX];
-    za_error ("%s of %s images could not be decoded, more than --max-bad-images %s allows "
-              "(%s): mend or remove them (a warning names each), or give a larger "
-              "--max-bad-images", za_count_text (bad, bad_text, sizeof bad_text),
+    za_error ("%s images could not be decoded so far, of %s listed: more than "
+              "--max-bad-images %s allows (%s). Mend or remove them (a warning names each), "
+              "or give a larger --max-bad-images", za_count_text (bad, bad_text, sizeof bad_text),
               za_count_text (dataset->count, listed, sizeof listed),
               self->config.max_bad.text, za_count_text (most, most_text, sizeof most_text));
     self->failed = 1;
@@ -571,8 +577,11 @@ za_input_next (za_input_t *self, za_batch_t *batch)
         }
         pthread_mutex_unlock (&self->mutex);
     }
-    if (!slot)
+    if (!slot) {
+        //  producer_done was seen (under the mutex, or on this thread): so is failed.
+        self->failed_seen = self->failed;
         return self->failed? -1: 0;
+    }
     batch->features = slot->features;
     batch->labels = slot->labels;
     batch->indices = slot->indices;
@@ -596,7 +605,7 @@ za_input_listed (const za_input_t *self)
 int
 za_input_failed (const za_input_t *self)
 {
-    return self? self->failed: 0;
+    return self? self->failed_seen: 0;
 }
 
 int64_t

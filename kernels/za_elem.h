@@ -164,10 +164,13 @@ za_elem_avgpool_global_backward (int positions, int channels, const float *dout,
 //  One parameter's update (za_optim.h has the formulas): each takes the
 //  value w and gradient g, updates its slots in place and returns the new
 //  value. m_scale and v_scale are Adam's bias corrections for this step.
+//  SGD is one fused multiply-add, rounded once, whatever the build's
+//  optimisation (-ffp-contract fuses only from -O2): docs/PROTOCOL.md gives
+//  it to clients that must reproduce a ps bit for bit.
 ZA_HD float
 za_elem_sgd (float lr, float w, float g)
 {
-    return w - lr * g;
+    return fmaf (-lr, g, w);
 }
 
 ZA_HD float

@@ -105,7 +105,7 @@ za_optim_apply_into (const za_optim_config_t *c, int64_t step, const float *in, 
     //  Decoupled weight decay first (Keras's weight_decay), then the update
     //  on the decayed values, in place.
     if (c->weight_decay > 0) {
-        const float keep = 1.0f - lr * c->weight_decay;
+        const float keep = fmaf (-lr, c->weight_decay, 1.0f);
         S_IVDEP
         for (size_t i = 0; i < n; i++)
             w [i] = in [i] * keep;

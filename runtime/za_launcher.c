@@ -192,10 +192,6 @@ typedef struct {
     double started;                     //  the job's start, for its total time
     double started_wall;                //  the same, on the wall clock (events' time)
     za_broker_state_t *last;            //  the last state heard, or NULL
-    //  The trainers' images skipped and listed, the most each reported (a
-    //  restarted one counts its shard again): the chief's at 0, worker i's
-    //  at 1 + i.
-    int64_t bad [1 + ZA_BROKER_MAX_TASKS], images [1 + ZA_BROKER_MAX_TASKS];
 } s_local_t;
 
 //  Starts a supervising broker of this program in a process group of its own
@@ -410,15 +406,8 @@ s_on_state (s_local_t *self, double *last_log)
         int training = 0;
         for (int t = 0; t < reply.state->task_count; t++) {
             const za_broker_task_row_t *row = &reply.state->tasks [t];
-            int trainer = row->type == ZA_TASK_CHIEF || row->type == ZA_TASK_WORKER;
-            training |= trainer && row->examples_per_sec > 0;
-            int slot = row->type == ZA_TASK_CHIEF? 0: 1 + row->index;
-            if (trainer && slot >= 0 && slot <= ZA_BROKER_MAX_TASKS) {
-                if (row->bad_images > self->bad [slot])
-                    self->bad [slot] = row->bad_images;
-                if (row->images > self->images [slot])
-                    self->images [slot] = row->images;
-            }
+            training |= (row->type == ZA_TASK_CHIEF || row->type == ZA_TASK_WORKER)
+                        && row->examples_per_sec > 0;
         }
         if (!self->last && (self->last = malloc (sizeof *self->last)))
             training = 1;           //  the first state: kept whatever it says
@@ -484,6 +473,55 @@ s_supervise (s_local_t *self)
     return rc;
 }
 
+//  Calls fn with each event of this job (since it started) in
+//  MODEL_DIR/events.jsonl, oldest first.
+typedef void (s_event_fn) (json_t *event, const char *kind, int64_t *a, int64_t *b);
+
+static void
+s_events (const s_local_t *self, s_event_fn *fn, int64_t *a, int64_t *b)
+{
+    char path [4200];
+    snprintf (path, sizeof path, "%.4095s/events.jsonl", self->settings->model_dir);
+    FILE *file = fopen (path, "r");
+    char *line = NULL;
+    size_t size = 0;
+    while (file && getline (&line, &size, file) > 0) {
+        json_t *event = json_loads (line, 0, NULL);
+        const char *kind = json_string_value (json_object_get (event, "event"));
+        if (kind && json_number_value (json_object_get (event, "time")) >= self->started_wall)
+            fn (event, kind, a, b);
+        json_decref (event);
+    }
+    free (line);
+    if (file)
+        fclose (file);
+}
+
+//  Why the broker gave up on a task: one line each.
+static void
+s_print_gave_up (json_t *event, const char *kind, int64_t *a, int64_t *b)
+{
+    (void) a, (void) b;
+    if (streq (kind, "gave_up"))
+        fprintf (stderr, "zactor: %s %d: %s\n",
+                 json_string_value (json_object_get (event, "role")),
+                 (int) json_integer_value (json_object_get (event, "index")),
+                 json_string_value (json_object_get (event, "cause")));
+}
+
+//  The images the trainers skipped (*bad) and listed (*images), from the
+//  broker's last "done" event (the last of them, after a broker restart).
+static void
+s_broker_counts (json_t *event, const char *kind, int64_t *bad, int64_t *images)
+{
+    const char *cause = json_string_value (json_object_get (event, "cause"));
+    const char *at = cause && streq (kind, "done")? strstr (cause, ZA_BROKER_SKIPPED_TEXT)
+                                                  : NULL;
+    if (at && sscanf (at + strlen (ZA_BROKER_SKIPPED_TEXT), "%" SCNd64 " of %" SCNd64,
+                      bad, images) != 2)
+        *bad = *images = 0;
+}
+
 //  What the job left: the final evaluation, the images skipped, the best
 //  evaluation, where things are.
 static int
@@ -495,8 +533,7 @@ s_report (const s_local_t *self)
     int evaluated = !(s->no_eval && s->evaluators == 0);
     int rc = evaluated? za_task_print_last_eval (s, -1): 0;
     int64_t bad = 0, images = 0;
-    for (int slot = 0; slot <= ZA_BROKER_MAX_TASKS; slot++)
-        bad += self->bad [slot], images += self->images [slot];
+    s_events (self, s_broker_counts, &bad, &images);
     za_task_print_skipped (s, bad, images, evaluated, logs);
     char best_dir [4200], best_path [4300];
     za_evaluator_best_dir (s->model_dir, s->eval_name, best_dir, sizeof best_dir);
@@ -515,32 +552,6 @@ s_report (const s_local_t *self)
             s->eval_name && *s->eval_name? "_": "", s->eval_name? s->eval_name: "",
             s->model_dir, logs);
     return rc;
-}
-
-//  Why the broker gave up on a task, from this job's "gave_up" events in
-//  MODEL_DIR/events.jsonl: one line each.
-static void
-s_print_gave_up (const s_local_t *self)
-{
-    char path [4200];
-    snprintf (path, sizeof path, "%.4095s/events.jsonl", self->settings->model_dir);
-    FILE *file = fopen (path, "r");
-    char *line = NULL;
-    size_t size = 0;
-    while (file && getline (&line, &size, file) > 0) {
-        json_t *event = json_loads (line, 0, NULL);
-        const char *kind = json_string_value (json_object_get (event, "event"));
-        if (kind && streq (kind, "gave_up")
-            && json_number_value (json_object_get (event, "time")) >= self->started_wall)
-            fprintf (stderr, "zactor: %s %d: %s\n",
-                     json_string_value (json_object_get (event, "role")),
-                     (int) json_integer_value (json_object_get (event, "index")),
-                     json_string_value (json_object_get (event, "cause")));
-        json_decref (event);
-    }
-    free (line);
-    if (file)
-        fclose (file);
 }
 
 //  Writes the job for the broker to MODEL_DIR/job.json. 0, or -1.
@@ -621,7 +632,7 @@ za_launcher_run_local (const za_program_t *program, za_options_t *options, za_se
     if (rc == 0)
         rc = s_report (self);
     else {
-        s_print_gave_up (self);
+        s_events (self, s_print_gave_up, NULL, NULL);
         fprintf (stderr, "zactor: the job failed: see %s/events.jsonl and %s\n",
                  s->model_dir, self->logs);
     }

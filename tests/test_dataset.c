@@ -228,7 +228,7 @@ Test (fashion_mnist, shuffled_shard_epoch)
     int64_t total = 0;
     int batches = 0;
     za_batch_t batch;
-    while (za_input_next (input, &batch)) {
+    while (za_input_next (input, &batch) > 0) {
         for (int b = 0; b < batch.size; b++) {
             cr_assert (batch.features [b * 784 + 400] >= 0.0f
                        && batch.features [b * 784 + 400] <= 1.0f);
@@ -738,7 +738,7 @@ s_collect (const za_dataset_t *dataset, const za_input_config_t *config,
     int64_t total = 0;
     int batches = 0;
     za_batch_t batch;
-    while (za_input_next (input, &batch)) {
+    while (za_input_next (input, &batch) > 0) {
         cr_assert (batch.size > 0 && batch.size <= config->batch_size);
         cr_assert_eq ((uintptr_t) batch.features % ZA_ALIGN_BYTES, 0);
         for (int b = 0; b < batch.size; b++) {

@@ -80,7 +80,7 @@ za_test_images_read_all (const za_dataset_t *dataset, int batch, int threads, fl
     cr_assert_not_null (input, "%s", za_last_error ());
     za_batch_t b;
     int64_t n = 0;
-    while (za_input_next (input, &b)) {
+    while (za_input_next (input, &b) > 0) {
         memcpy (features + n * SIDE * SIDE, b.features, sizeof (float) * b.size * SIDE * SIDE);
         memcpy (labels + n, b.labels, sizeof (int32_t) * b.size);
         n += b.size;

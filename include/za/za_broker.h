@@ -22,6 +22,12 @@
 
 #include "za/za_broker_config.h"
 
+//  The broker's last event ("done" or "stopped") ends its cause with the
+//  images the trainers skipped and listed (their last reports' sums), for
+//  --local's last lines: "every task finished; the trainers skipped B of N
+//  images".
+#define ZA_BROKER_SKIPPED_TEXT "the trainers skipped "
+
 #ifdef __cplusplus
 extern "C" {
 #endif
