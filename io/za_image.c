@@ -13,6 +13,9 @@
 #include <turbojpeg.h>
 
 #define FILE_MAX_BYTES (256u << 20)     //  an image file larger is refused
+#define JPEG_SCANS_BYTES_MAX (192u << 20)   //  what a JPEG of several scans may take
+#define JPEG_BLOCK_BYTES 128            //  a block's 64 coefficients, 2 bytes each
+#define JPEG_COMPONENTS_MAX 4
 #define LUMA_R 0.299f                   //  ITU-R BT.601, as libjpeg's gray
 #define LUMA_G 0.587f
 #define LUMA_B 0.114f
@@ -256,6 +259,57 @@ s_jpeg_scale (int w, int h, const za_image_spec_t *spec)
 //  words; after a file cut before its first scan (no SOS marker) the next
 //  one's header "succeeded" with no size written (read as 32618x-1178605888).
 //  So a failure frees the handle, and the next JPEG takes a new one.
+//  What libjpeg keeps to decode a JPEG of several scans (progressive, or
+//  components in scans of their own): every block's coefficients of the
+//  whole image, whatever the scale it is decoded at; 0 for a JPEG of one
+//  scan, which it decodes a row of blocks at a time. Read from the frame
+//  (SOF) and the first scan's (SOS) markers. A 25-byte progressive file
+//  declaring 14888x10014 made it allocate 298 MB for one component.
+static size_t
+s_jpeg_scans_bytes (const uint8_t *bytes, size_t size)
+{
+    int progressive = 0, comps = 0, w = 0, h = 0, hmax = 1, vmax = 1;
+    int hs [JPEG_COMPONENTS_MAX] = {1, 1, 1, 1}, vs [JPEG_COMPONENTS_MAX] = {1, 1, 1, 1};
+    size_t at = 2;
+    while (at + 4 <= size && bytes [at] == 0xff) {
+        uint8_t marker = bytes [at + 1];
+        if (marker == 0xff) {           //  fill bytes before a marker
+            at++;
+            continue;
+        }
+        size_t length = (size_t) bytes [at + 2] << 8 | bytes [at + 3];
+        int frame = marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8
+                 && marker != 0xcc;
+        if (frame && at + 10 <= size) {
+            progressive = (marker & 0x03) == 0x02;      //  SOF2, SOF6, SOF10, SOF14
+            h = bytes [at + 5] << 8 | bytes [at + 6];
+            w = bytes [at + 7] << 8 | bytes [at + 8];
+            comps = bytes [at + 9];
+            for (int c = 0; c < comps && c < JPEG_COMPONENTS_MAX && at + 11 + 3 * c < size;
+                 c++) {
+                hs [c] = bytes [at + 11 + 3 * c] >> 4;
+                vs [c] = bytes [at + 11 + 3 * c] & 0x0f;
+                hmax = hs [c] > hmax? hs [c]: hmax;
+                vmax = vs [c] > vmax? vs [c]: vmax;
+            }
+        }
+        if (marker == 0xda) {           //  the first scan: all components in it?
+            if (!progressive && at + 4 < size && bytes [at + 4] >= comps)
+                return 0;
+            break;
+        }
+        at += 2 + length;
+    }
+    size_t total = 0;
+    for (int c = 0; c < comps; c++) {
+        int k = c < JPEG_COMPONENTS_MAX? c: 0;
+        size_t cw = ((size_t) w * (hs [k]? hs [k]: 1) + hmax - 1) / hmax;
+        size_t ch = ((size_t) h * (vs [k]? vs [k]: 1) + vmax - 1) / vmax;
+        total += (cw + 7) / 8 * ((ch + 7) / 8) * JPEG_BLOCK_BYTES;
+    }
+    return total;
+}
+
 static int
 s_decode_jpeg (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
                const za_image_spec_t *spec, uint8_t *out)
@@ -271,6 +325,11 @@ s_decode_jpeg (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
         return s_fail (self, "a JPEG with no image in it (tables only)");
     if (w > ZA_IMAGE_SIDE_MAX || h > ZA_IMAGE_SIDE_MAX)
         return s_fail (self, "a JPEG of %dx%d (at most %d a side)", w, h, ZA_IMAGE_SIDE_MAX);
+    size_t scans_bytes = s_jpeg_scans_bytes (bytes, size);
+    if (scans_bytes > JPEG_SCANS_BYTES_MAX)
+        return s_fail (self, "a progressive (or multi-scan) JPEG of %dx%d: libjpeg would keep "
+                       "%zu MiB of it to decode it (at most %u MiB)", w, h, scans_bytes >> 20,
+                       JPEG_SCANS_BYTES_MAX >> 20);
     tjscalingfactor scale = s_jpeg_scale (w, h, spec);
     int sw = TJSCALED (w, scale), sh = TJSCALED (h, scale), c = spec->channels;
     if (s_reserve (self, (void **) &self->decoded, &self->decoded_capacity, (size_t) sw * sh * c))

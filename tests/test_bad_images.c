@@ -464,3 +464,34 @@ Test (bad_images, max_bad_images_takes_a_count_or_a_share)
     free (model);
     za_test_dir_remove ();
 }
+
+//  A 25-byte progressive JPEG that declares 14888 x 10014 (fuzz_image's
+//  find): libjpeg would keep 284 MiB of coefficients to decode it. It is
+//  refused before that, saying why, and the next JPEG decodes.
+Test (bad_images, a_tiny_progressive_jpeg_of_a_huge_image_is_refused_before_decoding)
+{
+    static const uint8_t huge [] = {
+        0xff, 0xd8, 0xff, 0xc2, 0x00, 0x0b, 0x08, 0x27, 0x1e, 0x3a, 0x28, 0x01, 0x01,
+        0x11, 0x40, 0xff, 0xda, 0x00, 0x08, 0x01, 0x01, 0xc8, 0xc9, 0xca, 0x97,
+    };
+    za_test_dir_create ("za_bad_images");
+    za_dataset_t *fashion = za_test_fashion ("train", 1);
+    size_t size;
+    uint8_t *progressive = s_progressive_jpeg (fashion, &size);
+    za_image_spec_t spec = za_test_images_config ("").image;
+    uint8_t pixels [SIDE * SIDE], fresh_pixels [SIDE * SIDE];
+    za_image_decoder_t *decoder = za_image_decoder_new (), *fresh = za_image_decoder_new ();
+    cr_assert_eq (za_image_decode (decoder, huge, sizeof huge, &spec, pixels), -1);
+    cr_expect (strstr (za_image_error (decoder), "progressive (or multi-scan) JPEG of "
+                                                 "14888x10014: libjpeg would keep 284 MiB"),
+               "%s", za_image_error (decoder));
+    cr_assert_eq (za_image_decode (decoder, progressive, size, &spec, pixels), 0, "%s",
+                  za_image_error (decoder));
+    cr_assert_eq (za_image_decode (fresh, progressive, size, &spec, fresh_pixels), 0);
+    cr_expect_eq (memcmp (pixels, fresh_pixels, sizeof pixels), 0);
+    za_image_decoder_destroy (&decoder);
+    za_image_decoder_destroy (&fresh);
+    free (progressive);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
