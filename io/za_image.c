@@ -16,6 +16,7 @@
 #define JPEG_SCANS_BYTES_MAX (192u << 20)   //  what a JPEG of several scans may take
 #define JPEG_BLOCK_BYTES 128            //  a block's 64 coefficients, 2 bytes each
 #define JPEG_COMPONENTS_MAX 4
+#define PNG_DEFLATE_RATIO_MAX 1100      //  deflate makes at most some 1032 bytes of one
 #define LUMA_R 0.299f                   //  ITU-R BT.601, as libjpeg's gray
 #define LUMA_G 0.587f
 #define LUMA_B 0.114f
@@ -259,31 +260,57 @@ s_jpeg_scale (int w, int h, const za_image_spec_t *spec)
 //  words; after a file cut before its first scan (no SOS marker) the next
 //  one's header "succeeded" with no size written (read as 32618x-1178605888).
 //  So a failure frees the handle, and the next JPEG takes a new one.
+//  The next marker from `at` as libjpeg finds it (next_marker in jdmarker.c):
+//  past any byte that is not 0xFF (garbage, which it warns of), past 0xFF
+//  fill bytes, and past 0xFF 0x00 (not a marker). The offset of the 0xFF
+//  before the marker's code, or size when there is none.
+static size_t
+s_jpeg_next_marker (const uint8_t *bytes, size_t size, size_t at)
+{
+    while (at + 1 < size) {
+        while (at < size && bytes [at] != 0xff)
+            at++;
+        while (at + 1 < size && bytes [at + 1] == 0xff)
+            at++;
+        if (at + 1 >= size)
+            break;
+        if (bytes [at + 1] != 0x00)
+            return at;
+        at += 2;
+    }
+    return size;
+}
+
 //  What libjpeg keeps to decode a JPEG of several scans (progressive, or
 //  components in scans of their own): every block's coefficients of the
 //  whole image, whatever the scale it is decoded at; 0 for a JPEG of one
 //  scan, which it decodes a row of blocks at a time. Read from the frame
-//  (SOF) and the first scan's (SOS) markers. A 25-byte progressive file
-//  declaring 14888x10014 made it allocate 298 MB for one component.
+//  (SOF) and the first scan's (SOS) markers, found as libjpeg finds them,
+//  with the frame's size into *w, *h (0: none found). A 25-byte progressive
+//  file declaring 14888x10014 made libjpeg allocate 298 MB for one component.
 static size_t
-s_jpeg_scans_bytes (const uint8_t *bytes, size_t size)
+s_jpeg_scans_bytes (const uint8_t *bytes, size_t size, int *w, int *h)
 {
-    int progressive = 0, comps = 0, w = 0, h = 0, hmax = 1, vmax = 1;
+    int progressive = 0, comps = 0, hmax = 1, vmax = 1;
     int hs [JPEG_COMPONENTS_MAX] = {1, 1, 1, 1}, vs [JPEG_COMPONENTS_MAX] = {1, 1, 1, 1};
-    size_t at = 2;
-    while (at + 4 <= size && bytes [at] == 0xff) {
+    *w = *h = 0;
+    for (size_t at = s_jpeg_next_marker (bytes, size, 2); at + 1 < size;
+         at = s_jpeg_next_marker (bytes, size, at)) {
         uint8_t marker = bytes [at + 1];
-        if (marker == 0xff) {           //  fill bytes before a marker
-            at++;
+        //  Markers without a length: RSTn, SOI, EOI, TEM.
+        if ((marker >= 0xd0 && marker <= 0xd9) || marker == 0x01) {
+            at += 2;
             continue;
         }
+        if (at + 4 > size)
+            break;
         size_t length = (size_t) bytes [at + 2] << 8 | bytes [at + 3];
         int frame = marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8
                  && marker != 0xcc;
         if (frame && at + 10 <= size) {
             progressive = (marker & 0x03) == 0x02;      //  SOF2, SOF6, SOF10, SOF14
-            h = bytes [at + 5] << 8 | bytes [at + 6];
-            w = bytes [at + 7] << 8 | bytes [at + 8];
+            *h = bytes [at + 5] << 8 | bytes [at + 6];
+            *w = bytes [at + 7] << 8 | bytes [at + 8];
             comps = bytes [at + 9];
             for (int c = 0; c < comps && c < JPEG_COMPONENTS_MAX && at + 11 + 3 * c < size;
                  c++) {
@@ -303,8 +330,8 @@ s_jpeg_scans_bytes (const uint8_t *bytes, size_t size)
     size_t total = 0;
     for (int c = 0; c < comps; c++) {
         int k = c < JPEG_COMPONENTS_MAX? c: 0;
-        size_t cw = ((size_t) w * (hs [k]? hs [k]: 1) + hmax - 1) / hmax;
-        size_t ch = ((size_t) h * (vs [k]? vs [k]: 1) + vmax - 1) / vmax;
+        size_t cw = ((size_t) *w * (hs [k]? hs [k]: 1) + hmax - 1) / hmax;
+        size_t ch = ((size_t) *h * (vs [k]? vs [k]: 1) + vmax - 1) / vmax;
         total += (cw + 7) / 8 * ((ch + 7) / 8) * JPEG_BLOCK_BYTES;
     }
     return total;
@@ -325,7 +352,13 @@ s_decode_jpeg (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
         return s_fail (self, "a JPEG with no image in it (tables only)");
     if (w > ZA_IMAGE_SIDE_MAX || h > ZA_IMAGE_SIDE_MAX)
         return s_fail (self, "a JPEG of %dx%d (at most %d a side)", w, h, ZA_IMAGE_SIDE_MAX);
-    size_t scans_bytes = s_jpeg_scans_bytes (bytes, size);
+    //  Its frame must be the one libjpeg read: else what it would keep is
+    //  not known, and a file read two ways is a damaged one.
+    int frame_w, frame_h;
+    size_t scans_bytes = s_jpeg_scans_bytes (bytes, size, &frame_w, &frame_h);
+    if (frame_w != w || frame_h != h)
+        return s_fail (self, "a JPEG whose frame marker zactor finds at another place than "
+                       "libjpeg (%dx%d, not %dx%d): damaged", frame_w, frame_h, w, h);
     if (scans_bytes > JPEG_SCANS_BYTES_MAX)
         return s_fail (self, "a progressive (or multi-scan) JPEG of %dx%d: libjpeg would keep "
                        "%zu MiB of it to decode it (at most %u MiB)", w, h, scans_bytes >> 20,
@@ -358,6 +391,17 @@ s_decode_png (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
         spng_ctx_free (png);
         return s_fail (self, "a PNG of %ux%u (at most %d a side)", ihdr.width, ihdr.height,
                          ZA_IMAGE_SIDE_MAX);
+    }
+    //  Before its pixels are allocated: a file too small to hold them, even
+    //  at deflate's best, is cut short (a 33-byte header declared 8468x11020).
+    static const int channels_of [7] = {1, 0, 3, 1, 2, 0, 4};   //  by color type
+    size_t row = rc? 0: 1 + ((size_t) ihdr.width * (ihdr.color_type <= 6
+                                                    ? channels_of [ihdr.color_type]: 4)
+                             * ihdr.bit_depth + 7) / 8;
+    if (!rc && (size_t) ihdr.height * row / PNG_DEFLATE_RATIO_MAX > size) {
+        spng_ctx_free (png);
+        return s_fail (self, "a PNG of %ux%u in %zu bytes: too few to hold it (cut short)",
+                       ihdr.width, ihdr.height, size);
     }
     if (!rc)
         rc = spng_decoded_image_size (png, SPNG_FMT_RGB8, &rgb_size);

@@ -711,12 +711,15 @@ Test (ps, an_init_newer_than_the_offer_keeps_its_values)
     s_teardown (&c);
 }
 
-//  A push may leave out a frozen variable's parts: they are not updated,
-//  on either value block, while the others are.
+//  A push leaves out a frozen variable's parts (here the kernel's, --freeze
+//  dense/kernel): they are not updated, on either value block, while the
+//  others are.
 Test (ps, a_push_without_a_frozen_variable_leaves_it_as_it_is)
 {
     s_ps_case_t c;
-    s_setup (&c);
+    s_configure (&c, NULL, 0, 1.0);
+    snprintf (c.spec.freeze, sizeof c.spec.freeze, "dense/kernel");
+    s_start (&c);
     float grads_b [3] = {1, 1, 1};
     for (int i = 0; i < 12; i++)
         c.kernel [i] = 1;
