@@ -147,20 +147,17 @@ za_registration_parse (json_t *body, int report, const int *counts, za_registrat
     }
     if (has_ring)
         reg->ring_rank = (int) value;
-    value = 0;
-    if (json_object_get (body, "bad_images")
-        && s_integer (body, "bad_images", 0, INT64_MAX, &value)) {
-        snprintf (why, size, "bad_images: an integer >= 0, or nothing");
-        return -1;
+    //  Counts a report may leave out (0).
+    const char *keys [] = {"bad_images", "images"};
+    int64_t *fields [] = {&reg->bad_images, &reg->images};
+    for (int k = 0; k < 2; k++) {
+        value = 0;
+        if (json_object_get (body, keys [k]) && s_integer (body, keys [k], 0, INT64_MAX, &value)) {
+            snprintf (why, size, "%s: an integer >= 0, or nothing", keys [k]);
+            return -1;
+        }
+        *fields [k] = value;
     }
-    reg->bad_images = value;
-    value = 0;
-    if (json_object_get (body, "images")
-        && s_integer (body, "images", 0, INT64_MAX, &value)) {
-        snprintf (why, size, "images: an integer >= 0, or nothing");
-        return -1;
-    }
-    reg->images = value;
     return 0;
 }
 
