@@ -550,10 +550,10 @@ s_run_steps (s_mirrored_t *self)
         //  last index free).
         if (config->run.early_stopping) {
             float stop = config->is_chief && self->hooks.stop.requested? 1.0f: 0.0f;
-            int rc = za_ring_broadcast (self->ring, &stop, 1, 0,
-                                        self->global_step * MAX_BUCKETS + MAX_BUCKETS - 1);
-            if (rc)
-                return rc;
+            int said = za_ring_broadcast (self->ring, &stop, 1, 0,
+                                          self->global_step * MAX_BUCKETS + MAX_BUCKETS - 1);
+            if (said)
+                return said;
             if (stop != 0)
                 break;
         }

@@ -199,6 +199,9 @@ fuzz_cleanup (void)
     free (s_in);
 }
 
+int LLVMFuzzerInitialize (int *argc, char ***argv);
+int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
+
 int
 LLVMFuzzerInitialize (int *argc, char ***argv)
 {

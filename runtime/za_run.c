@@ -2,6 +2,7 @@
     them found before any work, then the one mode the command line asks for:
     the whole cluster here (--local), the broker, a task that joins a broker,
     a task of a static cluster, or training in this process.               */
+#include "za/za_run.h"
 #include "za_launcher.h"
 #include "za_input_json.h"
 #include "za_place.h"

@@ -341,8 +341,7 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     task->epoch_examples = program->examples_per_epoch > 0? program->examples_per_epoch
                                                           : train.count;
     if (stack) {
-        int rc = s_stack_model (task, train.n_classes > 2? train.n_classes: 2);
-        if (rc)
+        if ((rc = s_stack_model (task, train.n_classes > 2? train.n_classes: 2)))
             return rc;
         int model_classes = task->spec.layers [task->spec.count - 1].units;
         int data_classes = train.n_classes > eval.n_classes? train.n_classes: eval.n_classes;
@@ -382,11 +381,8 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
         settings->max_steps = (settings->epochs * task->epoch_examples + global_batch - 1)
                             / global_batch;
     }
-    if (settings->warm_start_from && !settings->predict) {
-        int rc = s_check_warm_start (task);
-        if (rc)
-            return rc;
-    }
+    if (settings->warm_start_from && !settings->predict && (rc = s_check_warm_start (task)))
+        return rc;
     //  What predict needs to read images as training did: written once, by
     //  the process that trains alone, the launcher or the chief (the class
     //  names take a listing of the source).

@@ -18,6 +18,11 @@ void *__real_malloc (size_t size);
 void *__real_calloc (size_t count, size_t size);
 void *__real_realloc (void *p, size_t size);
 void *__real_aligned_alloc (size_t alignment, size_t size);
+//  What the linker's --wrap sends every call of malloc and the others to.
+void *__wrap_malloc (size_t size);
+void *__wrap_calloc (size_t count, size_t size);
+void *__wrap_realloc (void *p, size_t size);
+void *__wrap_aligned_alloc (size_t alignment, size_t size);
 
 void *
 __wrap_malloc (size_t size)
