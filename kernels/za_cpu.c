@@ -2,6 +2,7 @@
     loops (pooling, relu, dropout, softmax); the matrix products (conv2d and
     dense, OpenBLAS) are za_cpu_gemm.c.                                    */
 #include "za/za_kernels.h"
+#include "za_cpu_conv.h"
 #include "za_cpu_gemm.h"
 #include "za_cpu_dnnl.h"
 #include "za_elem.h"
