@@ -348,31 +348,17 @@ s_sync (void)
 #define S_FP16 S_GEMMS (za_cpu_conv2d_forward_fp16, za_cpu_conv2d_backward_fp16, \
                         za_cpu_dense_forward_fp16, za_cpu_dense_backward_fp16)
 
-#define S_CPU_TABLE                                       \
-    .maxpool_forward = s_maxpool_forward,                 \
-    .maxpool_backward = s_maxpool_backward,               \
-    .avgpool_global_forward = s_avgpool_global_forward,   \
-    .avgpool_global_backward = s_avgpool_global_backward, \
-    .relu_forward = s_relu_forward,                       \
-    .relu_backward = s_relu_backward,                     \
-    .dropout_forward = s_dropout_forward,                 \
-    .dropout_backward = s_dropout_backward,               \
-    .softmax_xent = s_softmax_xent,                       \
-    .buffer_alloc = s_buffer_alloc,                       \
-    .buffer_free = za_free,                               \
-    .set_threads = s_set_threads,                         \
-    .device_count = 1,                                    \
-    .bind = s_bind,                                       \
-    .host_alloc = s_buffer_alloc,                         \
-    .host_free = za_free,                                 \
-    .upload = s_memcpy,                                   \
-    .download = s_memcpy,                                 \
-    .copy = s_memcpy,                                     \
-    .zero = s_zero,                                       \
-    .scale_add = s_scale_add,                             \
-    .all_finite = s_all_finite,                           \
-    .optim_apply = za_optim_apply,                        \
-    .sync = s_sync
+//  The slots whose function is another's: host memory is the device's.
+#define s_buffer_free za_free
+#define s_host_alloc s_buffer_alloc
+#define s_host_free za_free
+#define s_upload s_memcpy
+#define s_download s_memcpy
+#define s_copy s_memcpy
+#define s_optim_apply za_optim_apply
+#define S_SLOT(slot) .slot = s_##slot,
+#define S_CPU_TABLE \
+    ZA_BACKEND_LAYER_SLOTS (S_SLOT) .device_count = 1, ZA_BACKEND_MEMORY_SLOTS (S_SLOT)
 
 static const za_backend_t *s_cpu_mixed (za_precision_t precision);
 static int s_micro_batch_bf16 (void);
@@ -380,21 +366,21 @@ static const za_backend_t *s_staged_mixed (za_precision_t precision);
 static int s_native (za_precision_t precision);
 
 static const za_backend_t s_cpu [3] = {
-    {.name = "cpu (OpenBLAS)", .host_memory = 1, S_CPU_TABLE, S_FP32,
+    {.name = "cpu (OpenBLAS)", .host_memory = 1, S_CPU_TABLE S_FP32,
      .precision = ZA_PRECISION_FP32, .mixed = s_cpu_mixed, .native = s_native},
-    {.name = "cpu (oneDNN bf16)", .host_memory = 1, S_CPU_TABLE, S_BF16,
+    {.name = "cpu (oneDNN bf16)", .host_memory = 1, S_CPU_TABLE S_BF16,
      .precision = ZA_PRECISION_BF16, .mixed = s_cpu_mixed, .native = s_native,
      .micro_batch = s_micro_batch_bf16},
-    {.name = "cpu (float16 inputs, fp32 products)", .host_memory = 1, S_CPU_TABLE, S_FP16,
+    {.name = "cpu (float16 inputs, fp32 products)", .host_memory = 1, S_CPU_TABLE S_FP16,
      .precision = ZA_PRECISION_FP16, .mixed = s_cpu_mixed, .native = s_native}
 };
 
 static const za_backend_t s_cpu_staged [3] = {
-    {.name = "cpu-staged (OpenBLAS behind device copies)", .host_memory = 0, S_CPU_TABLE,
+    {.name = "cpu-staged (OpenBLAS behind device copies)", .host_memory = 0, S_CPU_TABLE
      S_FP32, .precision = ZA_PRECISION_FP32, .mixed = s_staged_mixed, .native = s_native},
-    {.name = "cpu-staged (bf16)", .host_memory = 0, S_CPU_TABLE, S_BF16,
+    {.name = "cpu-staged (bf16)", .host_memory = 0, S_CPU_TABLE S_BF16,
      .precision = ZA_PRECISION_BF16, .mixed = s_staged_mixed, .native = s_native},
-    {.name = "cpu-staged (float16)", .host_memory = 0, S_CPU_TABLE, S_FP16,
+    {.name = "cpu-staged (float16)", .host_memory = 0, S_CPU_TABLE S_FP16,
      .precision = ZA_PRECISION_FP16, .mixed = s_staged_mixed, .native = s_native}
 };
 

@@ -433,6 +433,7 @@ s_sync (void)
 static const za_backend_t *s_mixed (za_precision_t precision);
 static int s_native (za_precision_t precision);
 
+#define S_SLOT(slot) .slot = s_##slot,
 #define S_TABLE(P, text)                                          \
     {                                                             \
         .name = text,                                             \
@@ -442,31 +443,10 @@ static int s_native (za_precision_t precision);
         .dense_backward = za_cuda_dense_backward<P>,              \
         .conv2d_pool_forward = NULL,                              \
         .conv2d_pool_backward = NULL,                             \
-        .maxpool_forward = s_maxpool_forward,                     \
-        .maxpool_backward = s_maxpool_backward,                   \
-        .avgpool_global_forward = s_avgpool_global_forward,       \
-        .avgpool_global_backward = s_avgpool_global_backward,     \
-        .relu_forward = s_relu_forward,                           \
-        .relu_backward = s_relu_backward,                         \
-        .dropout_forward = s_dropout_forward,                     \
-        .dropout_backward = s_dropout_backward,                   \
-        .softmax_xent = s_softmax_xent,                           \
-        .buffer_alloc = s_buffer_alloc,                           \
-        .buffer_free = s_buffer_free,                             \
-        .set_threads = s_set_threads,                             \
+        ZA_BACKEND_LAYER_SLOTS (S_SLOT)                           \
         .host_memory = 0,                                         \
         .device_count = 0,                                        \
-        .bind = s_bind,                                           \
-        .host_alloc = s_host_alloc,                               \
-        .host_free = s_host_free,                                 \
-        .upload = s_upload,                                       \
-        .download = s_download,                                   \
-        .copy = s_copy,                                           \
-        .zero = s_zero,                                           \
-        .scale_add = s_scale_add,                                 \
-        .all_finite = s_all_finite,                               \
-        .optim_apply = s_optim_apply,                             \
-        .sync = s_sync,                                           \
+        ZA_BACKEND_MEMORY_SLOTS (S_SLOT)                          \
         .precision = P,                                           \
         .mixed = s_mixed,                                         \
         .native = s_native,                                       \

@@ -219,7 +219,7 @@ s_conv_first_as_full (int n, int h, int w, int filters, int stride, za_padding_t
 }
 
 //  A first layer (no input gradient) of 3x3 on one channel: on an AVX-512
-//  CPU the CPU back end's one-pass loops (za_cpu_gemm.c), 16, 32, 48 and 64
+//  CPU the CPU back end's one-pass loops (za_cpu_direct.c), 16, 32, 48 and 64
 //  filters, with and without padding and stride.
 Test (conv2d, gradient_first_layer_3x3_one_channel)
 {

@@ -202,6 +202,20 @@ struct za_backend_t {
     int (*micro_batch) (void);
 };
 
+//  The slots every back end fills with a function of its own file named
+//  s_<slot>, said once for all of them, in the struct's order (C++ keeps
+//  it): a back end's table writes ZA_BACKEND_LAYER_SLOTS (S_SLOT), its
+//  host_memory and device_count, then ZA_BACKEND_MEMORY_SLOTS (S_SLOT), with
+//  `#define S_SLOT(slot) .slot = s_##slot,` (the matrix products and the
+//  precision it writes itself).
+#define ZA_BACKEND_LAYER_SLOTS(X)                                                            \
+    X (maxpool_forward) X (maxpool_backward) X (avgpool_global_forward)                      \
+    X (avgpool_global_backward) X (relu_forward) X (relu_backward) X (dropout_forward)       \
+    X (dropout_backward) X (softmax_xent) X (buffer_alloc) X (buffer_free) X (set_threads)
+#define ZA_BACKEND_MEMORY_SLOTS(X)                                                           \
+    X (bind) X (host_alloc) X (host_free) X (upload) X (download) X (copy) X (zero)          \
+    X (scale_add) X (all_finite) X (optim_apply) X (sync)
+
 //  The table of `be` for a --precision text: "auto" is BF16 where the
 //  device computes it natively, else FP32. NULL with an error (a text not
 //  known, a precision the device cannot compute).
