@@ -1,11 +1,12 @@
-/*  za_images.c: images as a data set: the source (a folder of class folders,
-    a pattern of images, TFRecord files) listed into paths, offsets and
-    labels (no image decoded), the split and the shard kept, and the loader
-    that decodes an example when it is needed.                              */
+/*  za_images.c: images as a data set: its source (one of za_source.h's rows:
+    TFRecord files, a folder of class folders, a pattern of images) listed
+    into paths, offsets and labels (no image decoded), the split and the
+    shard kept, and the loader that decodes an example when it is needed.  */
 #define _GNU_SOURCE                     //  pread
 #include "za/za_images.h"
 #include "za/za_cache.h"
 #include "za_listing.h"
+#include "za_source.h"
 #include "za/za_tfrecord.h"
 #include "za/za_util.h"
 
@@ -17,13 +18,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define TFRECORD_PREFIX "tfrecord:"
 //  ZA_IMAGES_TRACE=PREFIX: every process writes the images it reads, one a
 //  line (FILE, or FILE@OFFSET for a record), to PREFIX.PID.
 #define TRACE_ENV "ZA_IMAGES_TRACE"
 #define MESSAGE_MAX 1024
 
-typedef enum { SOURCE_FOLDER, SOURCE_PATTERN, SOURCE_TFRECORD } s_kind_t;
+//  The sources, asked in this order which takes a spec.
+static const za_source_t *s_sources [] = {
+    &za_source_tfrecord, &za_source_folder, &za_source_pattern,
+};
 
 //  What the loader decodes from.
 typedef struct {
@@ -46,11 +49,10 @@ typedef struct {
 } s_scratch_t;
 
 // ---------------------------------------------------------------------------
-//  Classes
+//  Classes, as the sources share them
 
-//  The class names given as "a,b,c": their count (names in *names), or -1.
-static int
-s_classes_given (const char *text, char ***names)
+int
+za_source_classes_given (const char *text, char ***names)
 {
     char *copy = strdup (text);
     char **list = calloc (ZA_IMAGES_MAX_CLASSES + 1, sizeof *list);
@@ -68,27 +70,9 @@ s_classes_given (const char *text, char ***names)
     return count < 0? za_error ("out of memory"): count;
 }
 
-//  A class name and its label, for looking names up.
-typedef struct {
-    const char *name;
-    int32_t label;
-} s_class_t;
 
-static int
-s_compare_classes (const void *a, const void *b)
-{
-    return strcmp (((const s_class_t *) a)->name, ((const s_class_t *) b)->name);
-}
-
-static int
-s_compare_names (const void *a, const void *b)
-{
-    return strcmp (*(char *const *) a, *(char *const *) b);
-}
-
-//  "a,b,c" of names (malloc'd) into *joined, when joined is not NULL.
-static void
-s_join_names (char **names, int count, char **joined)
+void
+za_source_join_names (char **names, int count, char **joined)
 {
     if (!joined || count <= 0)
         return;
@@ -103,311 +87,18 @@ s_join_names (char **names, int count, char **joined)
 }
 
 // ---------------------------------------------------------------------------
-//  Listing a folder of class folders
-
-static int
-s_list_folder (const za_images_config_t *config, za_listing_t *list, int *n_classes, int warn,
-               char **joined)
-{
-    char **names;
-    int classes = config->class_names? s_classes_given (config->class_names, &names)
-                                     : za_listing_subfolders (config->source, &names);
-    int rc = classes < 0? -1: 0;
-    if (classes == 0)
-        rc = za_error ("%s has no class folders: put each class's images in a folder of "
-                       "its own (%s/CLASS/IMAGE.jpg)", config->source, config->source);
-    char path [ZA_LISTING_PATH_MAX];
-    for (int c = 0; c < classes && !rc; c++) {
-        snprintf (path, sizeof path, "%s/%s", config->source, names [c]);
-        int64_t before = list->count;
-        struct stat st;
-        if (stat (path, &st) || !S_ISDIR (st.st_mode))
-            rc = za_error ("class '%s' has no folder %s", names [c], path);
-        else
-        if (!(rc = za_listing_walk (list, path, c)) && list->count == before && warn)
-            za_info ("warning: class %d ('%s') has no images in %s: it keeps its label", c,
-                     names [c], path);
-    }
-    s_join_names (names, classes, joined);
-    za_listing_free_names (names, classes);
-    if (!rc && list->count == 0)
-        rc = za_error ("%s has no images (.jpg, .jpeg or .png) in its class folders",
-                       config->source);
-    *n_classes = classes;
-    return rc;
-}
-
-// ---------------------------------------------------------------------------
-//  Listing a pattern of images: the label from the parent folder's name
-
-//  The parent folder's name of path, into name.
-static void
-s_parent_name (const char *path, char *name, size_t size)
-{
-    const char *end = strrchr (path, '/');
-    const char *start = end;
-    while (start && start > path && start [-1] != '/')
-        start--;
-    size_t length = end? (size_t) (end - start): 0;
-    if (length >= size)
-        length = size - 1;
-    memcpy (name, end? start: "", length);
-    name [length] = 0;
-}
-
-static int
-s_label_parents (const za_images_config_t *config, const char *pattern, za_listing_t *list,
-                 int *n_classes, int warn, char **joined)
-{
-    char **names = NULL;
-    int classes = 0;
-    char parent [ZA_LISTING_PATH_MAX];
-    if (config->class_names)
-        classes = s_classes_given (config->class_names, &names);
-    else {                              //  the parents' names, sorted, once each
-        names = calloc (ZA_IMAGES_MAX_CLASSES + 1, sizeof *names);
-        s_class_t *seen = calloc (ZA_IMAGES_MAX_CLASSES + 1, sizeof *seen);
-        for (int64_t i = 0; names && seen && i < list->count && classes >= 0; i++) {
-            s_parent_name (za_listing_path (list, i), parent, sizeof parent);
-            s_class_t key = {.name = parent};
-            if (bsearch (&key, seen, (size_t) classes, sizeof *seen, s_compare_classes))
-                continue;
-            if (classes == ZA_IMAGES_MAX_CLASSES)
-                classes = za_error ("%s: more than %d parent folders (classes)", pattern,
-                                    ZA_IMAGES_MAX_CLASSES);
-            else
-            if (!(names [classes] = strdup (parent)))
-                classes = za_error ("out of memory");
-            else {
-                seen [classes].name = names [classes];
-                classes++;
-                qsort (seen, (size_t) classes, sizeof *seen, s_compare_classes);
-            }
-        }
-        free (seen);
-        if (!names)
-            classes = za_error ("out of memory");
-        else
-        if (classes > 0)
-            qsort (names, (size_t) classes, sizeof *names, s_compare_names);
-    }
-    s_class_t *table = classes > 0? calloc ((size_t) classes, sizeof *table): NULL;
-    int64_t kept = 0, other = 0;
-    for (int c = 0; table && c < classes; c++)
-        table [c] = (s_class_t) {.name = names [c], .label = c};
-    if (table)
-        qsort (table, (size_t) classes, sizeof *table, s_compare_classes);
-    for (int64_t i = 0; table && i < list->count; i++) {
-        s_parent_name (za_listing_path (list, i), parent, sizeof parent);
-        s_class_t key = {.name = parent};
-        const s_class_t *found = bsearch (&key, table, (size_t) classes, sizeof *table,
-                                          s_compare_classes);
-        if (!found)
-            other++;
-        else {
-            list->items [kept] = list->items [i];
-            list->items [kept++].label = found->label;
-        }
-    }
-    list->count = kept;
-    if (other && warn)
-        za_info ("warning: %s: %lld images are in folders that are not among the %d "
-                 "classes: they are left out", pattern, (long long) other, classes);
-    free (table);
-    s_join_names (names, classes, joined);
-    za_listing_free_names (names, classes > 0? classes: ZA_IMAGES_MAX_CLASSES);
-    *n_classes = classes;
-    if (classes >= 0 && kept == 0)
-        return za_error ("%s: no image of the classes matches", pattern);
-    return classes < 0? -1: 0;
-}
-
-// ---------------------------------------------------------------------------
-//  Listing TFRecord files: every record's CRCs and label, no image decoded
-
-typedef struct {
-    const za_images_config_t *config;
-    const char *image_key, *label_key;
-    int warn;
-    int spill;                          //  where GZIP files' records go, or -1
-    int64_t spill_size;
-    int named;                          //  the classes given, or 0
-    int64_t max_label;
-    int count_only;                     //  1: the records counted, not read
-} s_scan_t;
-
-//  Copies a GZIP file's record (data, size bytes and its CRC) into the
-//  spill, framed as in a file. Its offset there, or -1 with an error.
-static int64_t
-s_spill (s_scan_t *scan, const uint8_t *data, size_t size)
-{
-    uint8_t head [ZA_TFRECORD_HEAD_BYTES];
-    za_tfrecord_head (head, size);
-    int64_t at = scan->spill_size;
-    if (pwrite (scan->spill, head, sizeof head, at) != (ssize_t) sizeof head
-    ||  pwrite (scan->spill, data, size + ZA_TFRECORD_CRC_BYTES, at + (int64_t) sizeof head)
-        != (ssize_t) (size + ZA_TFRECORD_CRC_BYTES))
-        return za_error ("cannot keep a GZIP file's records uncompressed in the temp folder "
-                         "($TMPDIR): %s", strerror (errno));
-    scan->spill_size += (int64_t) (sizeof head + size + ZA_TFRECORD_CRC_BYTES);
-    return at;
-}
-
-//  The record's label, or a reason it has none (returned as -1, why in why).
-static int
-s_record_label (const s_scan_t *scan, const uint8_t *data, size_t size, int64_t *label,
-                const char **why)
-{
-    za_feature_t feature;
-    const uint8_t *image;
-    size_t image_size;
-    if (za_example_feature (data, size, scan->label_key, &feature) != 1
-    ||  za_feature_int64 (&feature, label))
-        *why = "no int64 label under the label key";
-    else
-    if (za_example_feature (data, size, scan->image_key, &feature) != 1
-    ||  za_feature_bytes (&feature, &image, &image_size))
-        *why = "no image bytes under the image key";
-    else
-        return 0;
-    return -1;
-}
-
-static int
-s_scan_file (s_scan_t *scan, za_listing_t *list, const char *path)
-{
-    za_tfrecord_reader_t *reader = za_tfrecord_reader_new (path);
-    int64_t at = reader? za_listing_text (list, path): -1;
-    if (at < 0) {
-        za_tfrecord_reader_destroy (&reader);
-        return -1;
-    }
-    const uint8_t *data;
-    size_t size;
-    uint64_t offset;
-    int rc = 0;
-    za_tfrecord_status_t status;
-    //  Only counting (the classes are given): the heads, no data.
-    while (!rc && scan->count_only
-           && (status = za_tfrecord_skip (reader, &size, &offset)) != ZA_TFRECORD_END) {
-        if (status == ZA_TFRECORD_OK)
-            rc = za_listing_add (list, (za_listing_item_t) {
-                .at = at, .offset = (int64_t) offset, .spill_at = -1});
-        else
-            break;
-    }
-    while (!rc && !scan->count_only
-           && (status = za_tfrecord_next (reader, &data, &size, &offset))
-              != ZA_TFRECORD_END) {
-        if (status != ZA_TFRECORD_OK) {
-            if (scan->warn)
-                za_info ("warning: %s", za_tfrecord_error (reader));
-            if (status == ZA_TFRECORD_BROKEN)
-                break;
-            continue;
-        }
-        int64_t label;
-        const char *why;
-        if (s_record_label (scan, data, size, &label, &why)
-        &&  !(scan->config->unlabeled && strstr (why, "label"))) {
-            if (scan->warn)
-                za_info ("warning: %s: the record at offset %llu has %s ('%s', '%s'): it "
-                         "is skipped", path, (unsigned long long) offset, why,
-                         scan->image_key, scan->label_key);
-            continue;
-        }
-        int64_t classes = scan->named? scan->named: ZA_IMAGES_MAX_CLASSES;
-        if (scan->config->unlabeled)
-            label = scan->config->label_base;
-        else
-        if (label - scan->config->label_base < 0
-        ||  label - scan->config->label_base >= classes) {
-            rc = za_error ("%s: the record at offset %llu has label %lld, outside %d..%lld%s%s",
-                           path, (unsigned long long) offset, (long long) label,
-                           scan->config->label_base,
-                           (long long) (classes - 1 + scan->config->label_base),
-                           scan->config->label_base? "": " (labels that start at 1, as "
-                           "build_image_data.py writes them: --label-base 1)",
-                           scan->named? " (the classes given)": "");
-            break;
-        }
-        label -= scan->config->label_base;
-        int64_t spill_at = -1;
-        if (scan->spill >= 0 && za_tfrecord_compressed (reader)
-        &&  (spill_at = s_spill (scan, data, size)) < 0)
-            rc = -1;
-        else
-            rc = za_listing_add (list, (za_listing_item_t) {
-                .at = at, .offset = (int64_t) offset, .spill_at = spill_at,
-                .label = (int32_t) label});
-        if (label > scan->max_label)
-            scan->max_label = label;
-    }
-    za_tfrecord_reader_destroy (&reader);
-    return rc;
-}
-
-//  Lists the records of the files of pattern. With *shards > 1 and at
-//  least as many files, and no split that needs every record, only this
-//  shard's files are opened (file i of the sorted list when i mod n =
-//  shard), and *shards becomes 1: what is listed is the shard.
-static int
-s_list_tfrecord (const za_images_config_t *config, const char *pattern, za_listing_t *list,
-                 int *n_classes, int warn, int spill, int *shards)
-{
-    za_listing_t files = {0};
-    struct stat st;
-    int rc = strpbrk (pattern, "*?[")? za_listing_glob (&files, pattern)
-           : stat (pattern, &st)? za_error ("%s: cannot read: %s", pattern, strerror (errno))
-           : za_listing_add_file (&files, pattern, -1);
-    if (!rc && files.count == 0)
-        rc = za_error ("%s: no file matches", pattern);
-    //  What the source holds, when the classes are given, is a count: the
-    //  records' heads, no data read (the load reads and checks them all).
-    s_scan_t scan = {
-        .config = config, .warn = warn, .spill = spill, .max_label = -1,
-        .count_only = !warn && spill < 0 && config->class_names && !config->unlabeled,
-        .image_key = config->image_key? config->image_key: ZA_IMAGES_IMAGE_KEY,
-        .label_key = config->label_key? config->label_key: ZA_IMAGES_LABEL_KEY,
-    };
-    char **names = NULL;
-    if (!rc && config->class_names && (scan.named = s_classes_given (config->class_names,
-                                                                     &names)) < 0)
-        rc = -1;
-    za_listing_free_names (names, scan.named);
-    int file_shards = 1;
-    if (*shards > 1 && files.count >= *shards && config->validation_split == 0)
-        file_shards = *shards, *shards = 1;
-    for (int64_t f = 0; f < files.count && !rc; f++)
-        if (file_shards == 1 || f % file_shards == config->shard_index)
-            rc = s_scan_file (&scan, list, za_listing_path (&files, f));
-    if (!rc && list->count == 0)
-        rc = za_error ("%s: no record with an image and a label ('%s', '%s') in %lld "
-                       "file%s", pattern, scan.image_key, scan.label_key,
-                       (long long) files.count, files.count == 1? "": "s");
-    za_listing_free (&files);
-    *n_classes = scan.named? scan.named: (int) scan.max_label + 1;
-    return rc;
-}
-
-// ---------------------------------------------------------------------------
 //  The source, its split and its shard
 
-//  What config->source names, and the pattern to list (the source itself,
-//  or what follows "tfrecord:").
-static s_kind_t
-s_kind (const za_images_config_t *config, const char **pattern)
+//  The row that takes config->source, and the pattern it lists.
+static const za_source_t *
+s_source_of (const za_images_config_t *config, const char **pattern)
 {
-    *pattern = config->source;
-    if (!strncmp (config->source, TFRECORD_PREFIX, strlen (TFRECORD_PREFIX))) {
-        *pattern += strlen (TFRECORD_PREFIX);
-        return SOURCE_TFRECORD;
-    }
-    struct stat st;
-    if (stat (config->source, &st) == 0)
-        return S_ISDIR (st.st_mode)? SOURCE_FOLDER
-             : za_listing_is_image (config->source)? SOURCE_PATTERN: SOURCE_TFRECORD;
-    return SOURCE_PATTERN;              //  images or TFRecords: the files tell
+    size_t count = sizeof s_sources / sizeof s_sources [0];
+    for (size_t s = 0; s < count - 1; s++)
+        if (s_sources [s]->takes (config, pattern))
+            return s_sources [s];
+    s_sources [count - 1]->takes (config, pattern);
+    return s_sources [count - 1];
 }
 
 //  Keras's split (shuffled with the seed, training the first part), then
@@ -451,54 +142,17 @@ s_list (const za_images_config_t *config, za_listing_t *list, int *n_classes, in
         return za_error ("label base %d: give 0, or 1 for labels that start at 1",
                          config->label_base);
     const char *pattern;
-    s_kind_t kind = s_kind (config, &pattern);
-    int shards = config->num_shards > 0? config->num_shards: 1;
-    int rc = 0;
-    if (kind == SOURCE_PATTERN) {
-        if (!strpbrk (pattern, "*?[") && access (pattern, F_OK))
-            rc = za_error ("%s: cannot read: %s", pattern, strerror (errno));
-        else
-        if (!(rc = za_listing_glob (list, pattern)) && list->count == 0)
-            rc = za_error ("%s: no file matches", pattern);
-        int images = 1;
-        for (int64_t i = 0; !rc && images && i < list->count; i++)
-            images = za_listing_is_image (za_listing_path (list, i));
-        if (!rc && !images)
-            kind = SOURCE_TFRECORD, za_listing_free (list);
-    }
-    if (rc)
-        ;
-    else
-    if (config->unlabeled && kind == SOURCE_FOLDER) {
-        //  Every image below, in the folder's order; no class needed.
-        if (!(rc = za_listing_walk (list, config->source, 0)) && list->count == 0)
-            rc = za_error ("%s has no images (.jpg, .jpeg or .png)", config->source);
-        *n_classes = 1;
-    }
-    else
-    if (config->unlabeled && kind == SOURCE_PATTERN) {
-        for (int64_t i = 0; i < list->count; i++)
-            list->items [i].label = 0;
-        *n_classes = 1;
-    }
-    else
-    if (kind == SOURCE_FOLDER)
-        rc = s_list_folder (config, list, n_classes, warn, joined);
-    else
-    if (kind == SOURCE_PATTERN)
-        rc = s_label_parents (config, pattern, list, n_classes, warn, joined);
-    else {
-        rc = s_list_tfrecord (config, pattern, list, n_classes, warn, spill, &shards);
-        if (!rc && joined && config->class_names)
-            *joined = strdup (config->class_names);
-    }
-    if (rc) {
+    const za_source_t *source = s_source_of (config, &pattern);
+    za_source_ask_t ask = {.warn = warn, .spill = spill, .joined = joined,
+                           .shards = config->num_shards > 0? config->num_shards: 1};
+    if (source->list (config, pattern, list, n_classes, &ask)) {
         za_listing_free (list);
         return -1;
     }
-    s_select (config, list, shards);
+    s_select (config, list, ask.shards);
     return 0;
 }
+
 
 int
 za_images_info (const za_images_config_t *config, za_dataset_info_t *info)
@@ -717,7 +371,7 @@ za_images_load (const za_images_config_t *config)
     }
     source->spill = -1;
     const char *pattern;
-    if (s_kind (config, &pattern) != SOURCE_FOLDER && (source->spill = s_spill_new ()) < 0) {
+    if (s_source_of (config, &pattern)->spills && (source->spill = s_spill_new ()) < 0) {
         free (source);
         return NULL;
     }
