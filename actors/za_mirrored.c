@@ -302,13 +302,11 @@ s_mirrored_new (const za_role_config_t *config, zsock_t *pipe)
     self->stats = config->stats;
     self->start_time = za_clock_mono ();
     za_role_who (config, self->who, sizeof self->who);
-    za_replica_config_t replica = {
-        .model_fn = config->model_fn, .params = config->params, .input = config->input,
-        .threads = config->run.threads, .train = 1, .optim = &config->optim,
-        .device = config->run.device, .replicas_per_device = config->run.replicas_per_device,
-        .precision = config->run.precision,
-        .replica_index = config->worker_index, .warm_start = &config->run.warm_start,
-    };
+    za_replica_config_t replica = za_run_config_replica (&config->run, config->model_fn,
+                                                         config->params, config->input);
+    replica.train = 1;
+    replica.optim = &config->optim;
+    replica.replica_index = config->worker_index;
     self->replica = za_replica_new (&replica, config->run.seed);
     if (!self->replica)
         goto fail;

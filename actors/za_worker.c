@@ -119,14 +119,11 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
     }
     //  The ps apply the updates: only the chief, who initialises them and
     //  checkpoints their snapshots, holds optimizer slots.
-    za_replica_config_t replica = {
-        .model_fn = config->model_fn, .params = config->params, .input = config->input,
-        .threads = config->run.threads, .train = 1,
-        .device = config->run.device, .replicas_per_device = config->run.replicas_per_device,
-        .precision = config->run.precision,
-        .optim = config->is_chief? &config->optim: NULL,
-        .replica_index = config->worker_index, .warm_start = &config->run.warm_start,
-    };
+    za_replica_config_t replica = za_run_config_replica (&config->run, config->model_fn,
+                                                         config->params, config->input);
+    replica.train = 1;
+    replica.optim = config->is_chief? &config->optim: NULL;
+    replica.replica_index = config->worker_index;
     self->replica = za_replica_new (&replica, config->run.seed);
     if (!self->replica)
         goto fail;

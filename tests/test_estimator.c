@@ -1196,3 +1196,32 @@ Test (estimator, refused_restore_changes_no_variable)
     za_estimator_destroy (&b);
     za_dataset_destroy (&train);
 }
+
+//  The one place the estimator, a worker and an all-reduce worker make
+//  their replica's config: every RunConfig setting a replica takes (the
+//  initial loss scale too, which the workers' own copies had left out).
+Test (estimator, a_replica_takes_every_run_config_setting)
+{
+    za_run_config_t run = za_run_config_default ();
+    run.threads = 3;
+    run.replicas_per_device = 2;
+    run.precision = "mixed_float16";
+    run.initial_loss_scale = 1024.0f;
+    run.device.kind = ZA_DEVICE_CUDA;
+    run.warm_start.from = "runs/elsewhere";
+    za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse ("flatten dense(3)", &spec), 0);
+    za_input_shape_t input = {2, 2, 1};
+    za_replica_config_t replica = za_run_config_replica (&run, za_stack_model_fn (), &spec,
+                                                         input);
+    cr_expect_eq (replica.threads, 3);
+    cr_expect_eq (replica.replicas_per_device, 2);
+    cr_expect_str_eq (replica.precision, "mixed_float16");
+    cr_expect_eq (replica.initial_loss_scale, 1024.0f);
+    cr_expect_eq (replica.device.kind, ZA_DEVICE_CUDA);
+    cr_expect_eq (replica.warm_start, &run.warm_start);
+    cr_expect_eq (replica.params, &spec);
+    cr_expect (replica.input.height == 2 && replica.input.width == 2 && replica.input.channels == 1);
+    cr_expect (!replica.train && !replica.optim && !replica.replica_index,
+               "what a role decides is left to it");
+}

@@ -26,6 +26,19 @@ struct _za_estimator_t {
     za_eval_metrics_spec_t metrics; //  RunConfig's eval_metrics
 };
 
+za_replica_config_t
+za_run_config_replica (const za_run_config_t *run, const za_model_fn_t *model_fn,
+                       const void *params, za_input_shape_t input)
+{
+    za_replica_config_t replica = {
+        .model_fn = model_fn, .params = params, .input = input, .threads = run->threads,
+        .device = run->device, .replicas_per_device = run->replicas_per_device,
+        .precision = run->precision, .initial_loss_scale = run->initial_loss_scale,
+        .warm_start = &run->warm_start,
+    };
+    return replica;
+}
+
 za_run_config_t
 za_run_config_default (void)
 {
@@ -61,12 +74,10 @@ za_estimator_new (const za_model_fn_t *model_fn, const void *params, za_input_sh
     }
     self->model_dir = config->model_dir? strdup (config->model_dir): NULL;
     self->config.model_dir = self->model_dir;
-    za_replica_config_t replica = {
-        .model_fn = model_fn, .params = params, .input = input, .threads = config->threads,
-        .device = config->device, .replicas_per_device = config->replicas_per_device,
-        .precision = config->precision, .initial_loss_scale = config->initial_loss_scale,
-        .train = optim != NULL, .optim = optim, .warm_start = &self->config.warm_start,
-    };
+    za_replica_config_t replica = za_run_config_replica (&self->config, model_fn, params,
+                                                         input);
+    replica.train = optim != NULL;
+    replica.optim = optim;
     if (!(self->replica = za_replica_new (&replica, config->seed))) {
         za_error ("estimator: %s", za_last_error ());
         za_estimator_destroy (&self);

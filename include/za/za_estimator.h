@@ -52,6 +52,15 @@ typedef struct {
 
 za_run_config_t za_run_config_default (void);
 
+//  A replica's config as a RunConfig sets it (threads, device, replicas per
+//  device, precision, initial loss scale, warm start: run must outlive the
+//  replica), for model_fn's model of `input`. The caller adds what its role
+//  decides: train, optim, replica_index. The one place the estimator, a
+//  worker and an all-reduce worker make theirs.
+za_replica_config_t za_run_config_replica (const za_run_config_t *run,
+                                           const za_model_fn_t *model_fn, const void *params,
+                                           za_input_shape_t input);
+
 //  What an input_fn is asked for (TensorFlow's InputContext, and a little
 //  more): the mode, this task's shard of the training data, and the seed
 //  and batch size the run wants. An input_fn that ignores it still works in
