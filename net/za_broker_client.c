@@ -569,22 +569,19 @@ s_fail (s_actor_t *self, const char *why)
 
 //  The broker judges our reports by the job's heartbeat, which may not be
 //  the one this process started with (a task the broker starts, or one
-//  started by hand, gets the job only now): reports keep the job's pace from
-//  here, and the broker's silence is judged by it too.
+//  started by hand, gets the job only with its welcome): the role, once it
+//  has applied the job, says it ("HEARTBEAT" on the pipe, "IVL_SECS
+//  LIVENESS"). Reports keep its pace from then, and the broker's silence
+//  is judged by it too.
 static void
-s_take_heartbeat (s_actor_t *self, const char *job)
+s_take_heartbeat (s_actor_t *self, const char *text)
 {
-    json_t *root = job? json_loads (job, 0, NULL): NULL;
-    //  A job leaves out what is at its default.
-    if (json_is_object (root))
-        self->beat = za_heartbeat_default ();
-    json_t *ivl = json_object_get (root, "heartbeat_ivl_ms");
-    json_t *liveness = json_object_get (root, "heartbeat_liveness");
-    if (json_is_integer (ivl) && json_integer_value (ivl) > 0)
-        self->beat.ivl_secs = (double) json_integer_value (ivl) / 1000.0;
-    if (json_is_integer (liveness) && json_integer_value (liveness) > 0)
-        self->beat.liveness = (int) json_integer_value (liveness);
-    json_decref (root);
+    double ivl_secs = 0;
+    int liveness = 0;
+    if (!text || sscanf (text, "%lf %d", &ivl_secs, &liveness) != 2 || !(ivl_secs > 0)
+        || liveness < 1)
+        return;
+    self->beat = (za_heartbeat_t) {ivl_secs, liveness};
     za_broker_client_peer (self->client)->beat = self->beat;
 }
 
@@ -605,7 +602,6 @@ s_on_reply (s_actor_t *self)
     }
     if (reply.op == ZA_OP_WELCOME && !self->welcomed) {
         self->welcomed = 1;
-        s_take_heartbeat (self, reply.job);
         self->task.index = reply.index;
         if (*reply.token)
             memcpy (self->token, reply.token, sizeof self->token);
@@ -666,6 +662,9 @@ s_on_pipe (s_actor_t *self)
         self->finished = arg && streq (arg, "0")? 1: 2;
         s_report (self);
     }
+    else
+    if (streq (command, "HEARTBEAT"))
+        s_take_heartbeat (self, arg);
     else
     if (streq (command, "CHECKPOINT") && arg && self->welcomed)
         za_broker_client_checkpoint (self->client, strtoll (arg, NULL, 10));

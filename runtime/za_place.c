@@ -396,6 +396,11 @@ za_place_run_with_broker (const za_program_t *program, za_options_t *options, za
     za_task_t task;
     memset (&task, 0, sizeof task);
     if (!rc) {
+        //  The job's heartbeat, which the broker judges our reports by.
+        za_heartbeat_t beat = za_settings_heartbeat (s);
+        char text [64];
+        snprintf (text, sizeof text, "%.17g %d", beat.ivl_secs, beat.liveness);
+        zstr_sendx (client, "HEARTBEAT", text, NULL);
         za_info ("%s %d: registered with the broker at %s", role, place.index, s->broker);
         if (streq (host, "127.0.0.1"))
             s_share_cores (options, s, (int) (1 + s->workers + s->ps + s->evaluators));

@@ -199,6 +199,9 @@ typedef struct {
 //    "CHECKPOINT" STEP             (an evaluator) the chief has written the
 //                                  checkpoint of STEP
 //  and it takes:
+//    "HEARTBEAT" "IVL_SECS LIVENESS"  the job's heartbeat, once the role
+//                                  has applied the job from its welcome:
+//                                  reports go at its pace from now on
 //    "ENDPOINT" EP                 where this ps (or ring member) serves
 //                                  (reported from now on)
 //    "CHECKPOINT" STEP             (the chief) the checkpoint of STEP is
