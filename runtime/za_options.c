@@ -15,6 +15,7 @@
 #define OPTIONS_MAX 128
 #define NAME_MAX_CHARS 64
 #define TEXT_MAX_CHARS 1024
+#define LIST_VALUE_MAX 9.2e18           //  as large as an int64 parses to exactly enough
 #define HELP_COLUMN 25
 #define HELP_WIDTH 92
 //  The task counts a job may give as "roles".
@@ -214,20 +215,61 @@ s_enum_name (const char *choices, int index, char *buf, size_t size)
     return buf;
 }
 
+//  Calls each (item, arg) with the items of a list text, until one fails.
+//  The count, or -1.
+static int
+s_list_items (const char *text, int (*each) (const char *item, int index, void *arg),
+              void *arg)
+{
+    char list [TEXT_MAX_CHARS];
+    if (!text || strlen (text) >= sizeof list || !*text)
+        return -1;
+    snprintf (list, sizeof list, "%s", text);
+    char *save = NULL;
+    int count = 0;
+    for (char *item = strtok_r (list, ",", &save); item; item = strtok_r (NULL, ",", &save))
+        if (each (item, count++, arg))
+            return -1;
+    return count;
+}
+
+typedef struct {
+    const char *what;
+    const za_option_t *option;
+    int64_t *values;
+    int max;
+} s_list_ask_t;
+
+static int
+s_list_item (const char *item, int index, void *arg)
+{
+    s_list_ask_t *ask = (s_list_ask_t *) arg;
+    int64_t value;
+    if (ask->option? s_parse_int (ask->what, item, ask->option->min, ask->option->max, &value)
+                   : s_parse_int ("a list", item, -LIST_VALUE_MAX, LIST_VALUE_MAX, &value))
+        return -1;
+    if (ask->values && index < ask->max)
+        ask->values [index] = value;
+    return 0;
+}
+
 static int
 s_parse_list (const char *what, const za_option_t *option, const char *text)
 {
-    char list [TEXT_MAX_CHARS];
-    if (strlen (text) >= sizeof list || !*text)
-        return za_error ("%s wants a list of integers such as 256,128, got '%s'", what, text);
-    snprintf (list, sizeof list, "%s", text);
-    char *save = NULL;
-    for (char *item = strtok_r (list, ",", &save); item; item = strtok_r (NULL, ",", &save)) {
-        int64_t unused;
-        if (s_parse_int (what, item, option->min, option->max, &unused))
-            return -1;
-    }
+    s_list_ask_t ask = {.what = what, .option = option};
+    if (s_list_items (text, s_list_item, &ask) < 0)
+        return za_error ("%s wants a list of integers such as 256,128, got '%s'", what,
+                         text? text: "");
     return 0;
+}
+
+int
+za_options_list (const char *text, int64_t *values, int max)
+{
+    s_list_ask_t ask = {.values = values, .max = max};
+    int count = s_list_items (text, s_list_item, &ask);
+    return count < 0? za_error ("'%s' is not a list of integers such as 256,128",
+                                text? text: ""): count;
 }
 
 //  Checks text for the option and writes it to its field. `what` names it.
@@ -662,11 +704,11 @@ s_job_value (const za_options_t *self, const za_option_t *option)
         }
         case ZA_OPTION_LIST: {
             json_t *list = json_array ();
-            char copy [TEXT_MAX_CHARS], *save = NULL;
-            snprintf (copy, sizeof copy, "%s", *(const char *const *) field);
-            for (char *item = strtok_r (copy, ",", &save); item;
-                 item = strtok_r (NULL, ",", &save))
-                json_array_append_new (list, json_integer (strtoll (item, NULL, 10)));
+            int64_t values [TEXT_MAX_CHARS / 2];
+            int count = za_options_list (*(const char *const *) field, values,
+                                         TEXT_MAX_CHARS / 2);
+            for (int i = 0; i < count; i++)
+                json_array_append_new (list, json_integer (values [i]));
             return list;
         }
         default: {

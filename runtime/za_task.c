@@ -24,7 +24,6 @@
 //  Received frames of a few hundred KB are freed every step: a role keeps
 //  that memory in the heap instead of mapping and faulting it in each time.
 #define MALLOC_KEEP_BYTES (256 * 1024 * 1024)
-#define HIDDEN_LIST_MAX 256
 
 static const char *s_no_data =
     "cannot read the data set in '%s' (on Debian: apt-get install dataset-fashion-mnist, "
@@ -40,20 +39,15 @@ static int
 s_images_config (const za_settings_t *s, int train, za_images_config_t *config)
 {
     memset (config, 0, sizeof *config);
-    int size [2], sides = 0;
-    char text [64];
-    snprintf (text, sizeof text, "%s", s->image_size);
-    char *save = NULL;
-    for (char *item = strtok_r (text, ",", &save); item && sides < 3;
-         item = strtok_r (NULL, ",", &save))
-        size [sides < 2? sides: 1] = atoi (item), sides++;
+    int64_t size [2];
+    int sides = za_options_list (s->image_size, size, 2);
     if (sides < 1 || sides > 2 || (s->channels != 1 && s->channels != 3)) {
         za_error ("--image-size %s --channels %d: give H,W (or one side) and 1 or 3 "
                   "channels", s->image_size, (int) s->channels);
         return ZA_EXIT_USAGE;
     }
     config->image = (za_image_spec_t) {
-        .height = size [0], .width = sides == 2? size [1]: size [0],
+        .height = (int) size [0], .width = (int) size [sides == 2? 1: 0],
         .channels = (int) s->channels, .resize = (za_resize_t) za_resize_parse (s->resize),
         .crop_to_aspect_ratio = s->crop_to_aspect_ratio,
     };
@@ -166,16 +160,14 @@ s_stack_model (za_task_t *task, int classes)
         za_error ("--hidden-units applies to --model dnn only");
         return ZA_EXIT_USAGE;
     }
-    char list [HIDDEN_LIST_MAX];
-    snprintf (list, sizeof list, "%s", s->hidden_units);
-    char *save = NULL;
-    for (char *item = strtok_r (list, ",", &save); item; item = strtok_r (NULL, ",", &save)) {
-        if (unit_count >= ZA_MAX_LAYERS - 2) {
-            za_error ("--hidden-units: at most %d layers", ZA_MAX_LAYERS - 2);
-            return ZA_EXIT_USAGE;
-        }
-        units [unit_count++] = atoi (item);
+    int64_t widths [ZA_MAX_LAYERS - 2];
+    unit_count = za_options_list (s->hidden_units, widths, ZA_MAX_LAYERS - 2);
+    if (unit_count < 0 || unit_count > ZA_MAX_LAYERS - 2) {
+        za_error ("--hidden-units: at most %d layers", ZA_MAX_LAYERS - 2);
+        return ZA_EXIT_USAGE;
     }
+    for (int u = 0; u < unit_count; u++)
+        units [u] = (int) widths [u];
     int bad;
     if (streq (model, "cnn")) {
         //  The seed CNN, its last layer one unit per class of the data (10

@@ -271,6 +271,11 @@ char *za_options_job_text (const za_options_t *self, json_t *extra);
 void za_options_usage (const za_options_t *self, FILE *out, const char *about,
                        unsigned readers);
 
+//  A LIST option's value ("256,128", checked when it was set) as integers:
+//  at most `max` of them into values; returns how many it holds (more than
+//  max when it holds more), or -1 with an error for a text that is not one.
+int za_options_list (const char *text, int64_t *values, int max);
+
 //  The options, in table order (built-in first), and one by flag or key.
 int za_options_count (const za_options_t *self);
 const za_option_t *za_options_at (const za_options_t *self, int index);
