@@ -244,7 +244,7 @@ static int
 s_list_item (const char *item, int index, void *arg)
 {
     s_list_ask_t *ask = (s_list_ask_t *) arg;
-    int64_t value;
+    int64_t value = 0;
     if (ask->option? s_parse_int (ask->what, item, ask->option->min, ask->option->max, &value)
                    : s_parse_int ("a list", item, -LIST_VALUE_MAX, LIST_VALUE_MAX, &value))
         return -1;
