@@ -5,7 +5,7 @@
 #include "za_cpu_conv.h"
 #include "za_cpu_amx.h"
 #include "za_cpu_dnnl.h"
-#include "za_cpu_gemm.h"
+#include "za_cpu_ways.h"
 #include "za/za_model.h"
 
 #include <inttypes.h>

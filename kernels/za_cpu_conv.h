@@ -1,6 +1,6 @@
-/*  za_cpu_conv.h: the CPU's 2-D convolution: the back end's entries (fp32,
-    bf16, float16) and the ways each pass may go, tried in the order of
-    za_cpu_conv.c's tables. Internal to kernels/; not installed.            */
+/*  za_cpu_conv.h: the CPU's 2-D convolution, the back end's entries (fp32,
+    bf16, float16; za_cpu_conv.c's tables choose the way each pass goes,
+    za_cpu_ways.h has the ways). Internal to kernels/; not installed.       */
 #ifndef ZA_CPU_CONV_H_INCLUDED
 #define ZA_CPU_CONV_H_INCLUDED
 
@@ -41,47 +41,5 @@ int za_cpu_conv2d_pool_backward##suffix (const za_conv2d_dims_t *d,             
                                          float *dkernel, float *dbias);
 ZA_CPU_CONV_POOL ()
 ZA_CPU_CONV_POOL (_bf16)
-
-//  One pass of one convolution, as a way takes it: the entry's arguments
-//  and the precision of its products. Forward: in, kernel, bias, act, cols
-//  (the im2col matrix, the way's to fill), out. Backward: also dout, dkernel
-//  (+=), dbias (+=), dcols (scratch), din (NULL: not asked).
-typedef struct {
-    za_precision_t precision;
-    const za_conv2d_dims_t *d;
-    const float *in, *kernel, *bias, *out_values;   //  out_values: the forward's out
-    za_act_t act;
-    float *cols, *out;
-    float *dout, *dkernel, *dbias, *dcols, *din;
-} za_cpu_conv_t;
-
-//  A way: 0 when it did the whole pass, -1 when it does not take this
-//  geometry, precision or CPU (nothing written).
-typedef int (za_cpu_conv_fn) (const za_cpu_conv_t *call);
-
-//  The ways of other files, in the tables' order (za_cpu_conv.c has the
-//  oneDNN and AMX ones):
-//  za_cpu_direct.c: a 3x3 kernel on one channel, AVX-512 (fp32 and bf16;
-//  backward where no input gradient is asked).
-za_cpu_conv_fn za_cpu_direct_forward;
-za_cpu_conv_fn za_cpu_direct_backward;
-//  1 when those loops take d in precision.
-int za_cpu_direct_takes (const za_conv2d_dims_t *d, za_precision_t precision);
-//  za_cpu_gemm.c, over the im2col matrix: patches of at most 32 values
-//  (the small-K loops); any patch (one OpenBLAS sgemm); a bf16 backward on
-//  planes of at most 16 outputs (oneDNN's matmuls); any mixed backward
-//  (rounded inputs, fp32 products). Backward ways take dout masked.
-za_cpu_conv_fn za_cpu_small_k_forward;
-za_cpu_conv_fn za_cpu_im2col_forward;
-za_cpu_conv_fn za_cpu_im2col_backward;
-za_cpu_conv_fn za_cpu_small_plane_backward;
-za_cpu_conv_fn za_cpu_rounded_im2col_backward;
-
-//  ZA_CONV_TRACE=1: 1 when asked to say which way takes each layer's pass
-//  (read once); and the saying, once per layer and pass: "conv2d
-//  16x13x13x32 -> 64, 3x3, stride 1, bf16, backward: oneDNN".
-int za_cpu_conv_tracing (void);
-void za_cpu_conv_trace (const za_conv2d_dims_t *d, za_precision_t precision, int backward,
-                        int input_gradient, const char *way);
 
 #endif

@@ -4,7 +4,7 @@
     with the 2x2 max-pool after it as one. The convolution's ways table
     (za_cpu_conv.c) tries them first.                                       */
 #include "za_cpu_conv.h"
-#include "za_cpu_gemm.h"
+#include "za_cpu_ways.h"
 #include "za_elem.h"
 #include "za/za_tensor.h"
 

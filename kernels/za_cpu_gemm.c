@@ -6,8 +6,8 @@
     mixed precision (bf16 through oneDNN where the CPU has it, else the
     inputs rounded and multiplied in fp32). Also what the convolution's
     other files share: a thread's buffers and rounded copies.              */
-#include "za_cpu_conv.h"
 #include "za_cpu_gemm.h"
+#include "za_cpu_ways.h"
 #include "za_cpu_dnnl.h"
 #include "za_elem.h"
 #include "za/za_model.h"
