@@ -132,6 +132,26 @@ za_op_parse (const char *name, za_op_t *op)
     return -1;
 }
 
+const char *
+za_wire_name (za_wire_names_t list, int i)
+{
+    static const char *opt_optional [] = {WIRE_OPT_SCHEDULE, WIRE_OPT_WEIGHT_DECAY};
+    if (i < 0)
+        return NULL;
+    switch (list) {
+        case ZA_WIRE_OPS:
+            return i < WIRE_OP_LAST? s_op_names [ZA_OP_INIT + i]: NULL;
+        case ZA_WIRE_HEADER_KEYS:
+            return i < KEY_COUNT? s_key_names [i]: NULL;
+        case ZA_WIRE_OPT_KEYS:
+            return i < OPT_COUNT? s_opt_names [i]: i < OPT_COUNT + 2? opt_optional [i - OPT_COUNT]
+                 : NULL;
+        case ZA_WIRE_TENSOR_KEYS:
+            return i < TENSOR_COUNT? s_tensor_names [i]: NULL;
+    }
+    return NULL;
+}
+
 //  za_op_parse over a msgpack string (not NUL-terminated).
 static int
 s_op_parse_bytes (const char *bytes, size_t size, za_op_t *op)

@@ -4,6 +4,7 @@
 #include "za/za_broker_client.h"
 #include "za/za_util.h"
 #include "za/za_wire.h"
+#include "za_test.h"
 
 #include <criterion/criterion.h>
 #include <float.h>
@@ -1747,4 +1748,123 @@ Test (wire, fuzz_control_plane_replies_at_the_client)
     zframe_destroy (&identity);
     za_broker_client_destroy (&client);
     zsock_destroy (&router);
+}
+
+// ---------------------------------------------------------------------------
+//  docs/PROTOCOL.md and the codec name the same things
+
+//  The part of doc from the line that starts with `from` to the next line
+//  that starts with `to` (or the end): a copy, freed by the caller.
+static char *
+s_doc_part (const char *doc, const char *from, const char *to)
+{
+    const char *start = strstr (doc, from);
+    cr_assert_not_null (start, "PROTOCOL.md has no '%s'", from);
+    const char *end = to? strstr (start + strlen (from), to): NULL;
+    size_t length = end? (size_t) (end - start): strlen (start);
+    char *part = malloc (length + 1);
+    memcpy (part, start, length);
+    part [length] = 0;
+    return part;
+}
+
+//  1 when the part's first table (after its heading) has a row whose first
+//  cell is `name`, in backticks.
+static int
+s_table_has (const char *part, const char *name)
+{
+    char cell [128];
+    snprintf (cell, sizeof cell, "\n| `%s` |", name);
+    const char *table = strstr (part, "\n|");
+    const char *end = table? strstr (table, "\n\n"): NULL;
+    const char *found = table? strstr (table, cell): NULL;
+    return found && (!end || found < end);
+}
+
+//  The number of rows of the part's first table (its header and rule aside).
+static int
+s_table_rows (const char *part)
+{
+    const char *table = strstr (part, "\n|");
+    const char *end = table? strstr (table, "\n\n"): NULL;
+    int rows = 0;
+    for (const char *at = table; at && (!end || at < end); at = strstr (at + 1, "\n|"))
+        rows++;
+    return rows - 2;
+}
+
+//  Every header key, opt key and tensor key the codec knows is a row of its
+//  table in PROTOCOL.md, and the tables have no other rows; every op the
+//  codec knows is described there (a ps op's heading, a row of the broker's
+//  table, the ring's op row), and every op described is one the codec knows.
+Test (wire, protocol_md_names_what_the_codec_knows)
+{
+    size_t size;
+    char *doc = za_test_read_file (ZA_SOURCE_DIR "/docs/PROTOCOL.md", &size);
+    cr_assert_not_null (doc);
+    struct {
+        za_wire_names_t list;
+        const char *from, *to;
+    } tables [] = {
+        {ZA_WIRE_HEADER_KEYS, "## 2. The header", "### The `opt` map"},
+        {ZA_WIRE_OPT_KEYS, "### The `opt` map", "## 3."},
+        {ZA_WIRE_TENSOR_KEYS, "## 3. Tensors and payload frames", "Dtypes ("},
+    };
+    for (size_t t = 0; t < sizeof tables / sizeof tables [0]; t++) {
+        char *part = s_doc_part (doc, tables [t].from, tables [t].to);
+        int count = 0;
+        for (const char *name; (name = za_wire_name (tables [t].list, count)); count++)
+            cr_expect (s_table_has (part, name), "'%s' has no row for the codec's key '%s'",
+                       tables [t].from, name);
+        cr_expect_eq (s_table_rows (part), count, "'%s': %d rows for the codec's %d keys",
+                      tables [t].from, s_table_rows (part), count);
+        free (part);
+    }
+    //  The ops: section 9's headings, section 13's table, section 14's op row.
+    char *ps = s_doc_part (doc, "## 9. Operations", "## 10.");
+    char *broker = s_doc_part (doc, "## 13. The broker", "## 14.");
+    char *ring = s_doc_part (doc, "## 14. The all-reduce ring", "## 15.");
+    char *ring_ops = s_doc_part (ring, "| `op` |", "\n");
+    int described = 0;
+    for (int i = 0; za_wire_name (ZA_WIRE_OPS, i); i++) {
+        const char *name = za_wire_name (ZA_WIRE_OPS, i);
+        char heading [64], listed [64], quoted [64];
+        snprintf (heading, sizeof heading, "\n### %s ", name);
+        snprintf (listed, sizeof listed, ", %s", name);
+        snprintf (quoted, sizeof quoted, "`%s`", name);
+        int in_ps = strstr (ps, heading) != NULL;
+        //  "### init_ok, held, ..., error": the replies' heading.
+        const char *replies = strstr (ps, "\n### init_ok");
+        const char *replies_end = replies? strchr (replies + 1, '\n'): NULL;
+        const char *at = replies? strstr (replies, listed): NULL;
+        in_ps |= at && at < replies_end;
+        in_ps |= replies && strncmp (replies + 5, name, strlen (name)) == 0
+                 && replies [5 + strlen (name)] == ',';
+        int in_broker = s_table_has (broker, name);
+        int in_ring = strstr (ring_ops, quoted) != NULL;
+        cr_expect (in_ps || in_broker || in_ring, "PROTOCOL.md describes no op '%s'", name);
+        described += in_ps || in_broker || in_ring;
+    }
+    //  And the other way: each heading of section 9 and each op of the
+    //  broker's table is one the codec knows.
+    for (const char *h = strstr (ps, "\n### "); h; h = strstr (h + 1, "\n### ")) {
+        char name [64];
+        if (sscanf (h + 5, "%63[a-z_]", name) == 1) {
+            za_op_t op;
+            cr_expect_eq (za_op_parse (name, &op), 0, "section 9 describes '%s', which the "
+                          "codec does not know", name);
+        }
+    }
+    const char *table = strstr (broker, "\n| op |");
+    const char *end = table? strstr (table, "\n\n"): NULL;
+    for (const char *row = table? strstr (table, "\n| `"): NULL; row && (!end || row < end);
+         row = strstr (row + 1, "\n| `")) {
+        char name [64];
+        za_op_t op;
+        if (sscanf (row, "\n| `%63[a-z_]`", name) == 1)
+            cr_expect_eq (za_op_parse (name, &op), 0, "section 13 describes '%s', which the "
+                          "codec does not know", name);
+    }
+    cr_expect_gt (described, 20);
+    free (ring_ops), free (ring), free (broker), free (ps), free (doc);
 }

@@ -111,6 +111,15 @@ const char *za_op_name (za_op_t op);
 //  *op, or -1 (no error is recorded: the caller knows the context).
 int za_op_parse (const char *name, za_op_t *op);
 
+//  The names the codec knows, said once here and listed in docs/PROTOCOL.md
+//  (tests/test_wire.c holds the two together): every op; the header's keys;
+//  the keys of init's `opt` map; a tensor map's keys. The i-th name of a
+//  list, or NULL past its last.
+typedef enum {
+    ZA_WIRE_OPS, ZA_WIRE_HEADER_KEYS, ZA_WIRE_OPT_KEYS, ZA_WIRE_TENSOR_KEYS
+} za_wire_names_t;
+const char *za_wire_name (za_wire_names_t list, int i);
+
 //  One tensor of a message.
 typedef struct {
     char name [ZA_WIRE_NAME_MAX];       //  1..95 bytes, NUL-terminated
