@@ -1781,6 +1781,23 @@ s_table_has (const char *part, const char *name)
     return found && (!end || found < end);
 }
 
+//  The second cell of the row s_table_has finds, copied into text ("" when
+//  there is no such row).
+static const char *
+s_table_type (const char *part, const char *name, char *text, size_t size)
+{
+    text [0] = 0;
+    if (!s_table_has (part, name))
+        return text;
+    char cell [128];
+    snprintf (cell, sizeof cell, "\n| `%s` | ", name);
+    const char *start = strstr (strstr (part, "\n|"), cell) + strlen (cell);
+    const char *end = strstr (start, " |");
+    size_t length = end? (size_t) (end - start): 0;
+    snprintf (text, size, "%.*s", (int) length, start);
+    return text;
+}
+
 //  The number of rows of the part's first table (its header and rule aside).
 static int
 s_table_rows (const char *part)
@@ -1794,7 +1811,9 @@ s_table_rows (const char *part)
 }
 
 //  Every header key, opt key and tensor key the codec knows is a row of its
-//  table in PROTOCOL.md, and the tables have no other rows; every op the
+//  table in PROTOCOL.md whose type cell is the codec's type and limits for
+//  it (za_wire_type, from the rows the codec walks), and the tables have no
+//  other rows; every op the
 //  codec knows is described there (a ps op's heading, a row of the broker's
 //  table, the ring's op row), and every op described is one the codec knows.
 Test (wire, protocol_md_names_what_the_codec_knows)
@@ -1813,9 +1832,18 @@ Test (wire, protocol_md_names_what_the_codec_knows)
     for (size_t t = 0; t < sizeof tables / sizeof tables [0]; t++) {
         char *part = s_doc_part (doc, tables [t].from, tables [t].to);
         int count = 0;
-        for (const char *name; (name = za_wire_name (tables [t].list, count)); count++)
+        for (const char *name; (name = za_wire_name (tables [t].list, count)); count++) {
             cr_expect (s_table_has (part, name), "'%s' has no row for the codec's key '%s'",
                        tables [t].from, name);
+            //  The type cell is what the codec's row for the key says.
+            char documented [256], codec [256];
+            s_table_type (part, name, documented, sizeof documented);
+            cr_expect_not_null (za_wire_type (tables [t].list, count, codec, sizeof codec));
+            cr_expect_str_eq (documented, codec, "'%s': `%s` is \"%s\" there, \"%s\" in the "
+                              "codec", tables [t].from, name, documented, codec);
+        }
+        char text [64];
+        cr_expect_null (za_wire_type (tables [t].list, count, text, sizeof text));
         cr_expect_eq (s_table_rows (part), count, "'%s': %d rows for the codec's %d keys",
                       tables [t].from, s_table_rows (part), count);
         free (part);

@@ -119,6 +119,10 @@ typedef enum {
     ZA_WIRE_OPS, ZA_WIRE_HEADER_KEYS, ZA_WIRE_OPT_KEYS, ZA_WIRE_TENSOR_KEYS
 } za_wire_names_t;
 const char *za_wire_name (za_wire_names_t list, int i);
+//  The msgpack type the codec takes for the i-th key of a list (not
+//  ZA_WIRE_OPS), with its limits, written into text as PROTOCOL.md's tables
+//  write it ("int, 0 .. 2^63-1", "str, 0..31 bytes"); NULL past the last.
+const char *za_wire_type (za_wire_names_t list, int i, char *text, size_t size);
 
 //  One tensor of a message.
 typedef struct {
