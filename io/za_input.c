@@ -424,56 +424,60 @@ s_input_loader_new (za_input_t *self)
     return 0;
 }
 
-za_input_t *
-za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
+//  Checks what za_input_new is given: the data set, and a configuration whose
+//  sizes and counts fit; the replicas (at least 1) go to *replicas_p and a
+//  batch's floats to *batch_floats_p. 0, or -1 with an error.
+static int
+s_input_config_check (const za_dataset_t *dataset, const za_input_config_t *config,
+                      int *replicas_p, size_t *batch_floats_p)
 {
     if (!dataset || !config) {
         za_error ("za_input_new: dataset and config are required");
-        return NULL;
+        return -1;
     }
     if (dataset->count <= 0 || dataset->feature_size <= 0
     ||  (!dataset->features && !dataset->pixels && !dataset->loader) || !dataset->labels) {
         za_error ("za_input_new: dataset is empty or malformed");
-        return NULL;
+        return -1;
     }
     const za_input_config_t *c = config;
     if (c->batch_size <= 0) {
         za_error ("za_input_new: batch_size is %d (must be > 0)", c->batch_size);
-        return NULL;
+        return -1;
     }
     if (c->num_shards <= 0 || c->shard_index < 0 || c->shard_index >= c->num_shards) {
         za_error ("za_input_new: shard_index %d out of range for %d shards",
                   c->shard_index, c->num_shards);
-        return NULL;
+        return -1;
     }
     int replicas = c->replicas > 0? c->replicas: 1;
     if (c->replicas < 0 || c->replica < 0 || c->replica >= replicas) {
         za_error ("za_input_new: replica %d out of range for %d replicas", c->replica,
                   c->replicas);
-        return NULL;
+        return -1;
     }
     if ((int64_t) c->batch_size * replicas > INT_MAX) {
         za_error ("za_input_new: a global batch of %d x %d examples is too large",
                   c->batch_size, replicas);
-        return NULL;
+        return -1;
     }
     if (c->epochs == 0 || c->epochs < -1) {
         za_error ("za_input_new: epochs is %d (must be > 0, or -1 for forever)",
                   c->epochs);
-        return NULL;
+        return -1;
     }
     if (c->shuffle_buffer < 0 || c->prefetch < 0) {
         za_error ("za_input_new: shuffle_buffer %d and prefetch %d must be >= 0",
                   c->shuffle_buffer, c->prefetch);
-        return NULL;
+        return -1;
     }
     if (c->threads < 0 || c->threads > ZA_PARALLEL_MAX_THREADS) {
         za_error ("za_input_new: %d threads (0 to %d)", c->threads, ZA_PARALLEL_MAX_THREADS);
-        return NULL;
+        return -1;
     }
     if (c->prefetch >= INT_MAX) {
         za_error ("za_input_new: prefetch %d is too large", c->prefetch);
-        return NULL;
+        return -1;
     }
     size_t batch_floats;
     if (__builtin_mul_overflow ((size_t) c->batch_size, (size_t) dataset->feature_size,
@@ -481,8 +485,42 @@ za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
     ||  batch_floats > PTRDIFF_MAX / sizeof (float)) {
         za_error ("za_input_new: batch of %d examples of %lld features is too large",
                   c->batch_size, (long long) dataset->feature_size);
-        return NULL;
+        return -1;
     }
+    *replicas_p = replicas;
+    *batch_floats_p = batch_floats;
+    return 0;
+}
+
+//  Starts the prefetch thread, with the lock and the conditions it shares
+//  with the consumer. 0, or -1 with an error (the lock and the conditions
+//  destroyed again).
+static int
+s_input_prefetch_start (za_input_t *self)
+{
+    pthread_mutex_init (&self->mutex, NULL);
+    pthread_cond_init (&self->ready, NULL);
+    pthread_cond_init (&self->space, NULL);
+    int rc = pthread_create (&self->thread, NULL, s_input_producer, self);
+    if (rc != 0) {
+        za_error ("za_input_new: cannot start the prefetch thread: %s", strerror (rc));
+        pthread_cond_destroy (&self->space);
+        pthread_cond_destroy (&self->ready);
+        pthread_mutex_destroy (&self->mutex);
+        return -1;
+    }
+    self->thread_started = 1;
+    return 0;
+}
+
+za_input_t *
+za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
+{
+    int replicas;
+    size_t batch_floats;
+    if (s_input_config_check (dataset, config, &replicas, &batch_floats))
+        return NULL;
+    const za_input_config_t *c = config;
 
     za_input_t *self = calloc (1, sizeof *self);
     if (!self) {
@@ -527,20 +565,9 @@ za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
         za_input_destroy (&self);
         return NULL;
     }
-    if (c->prefetch > 0) {
-        pthread_mutex_init (&self->mutex, NULL);
-        pthread_cond_init (&self->ready, NULL);
-        pthread_cond_init (&self->space, NULL);
-        int rc = pthread_create (&self->thread, NULL, s_input_producer, self);
-        if (rc != 0) {
-            za_error ("za_input_new: cannot start the prefetch thread: %s", strerror (rc));
-            pthread_cond_destroy (&self->space);
-            pthread_cond_destroy (&self->ready);
-            pthread_mutex_destroy (&self->mutex);
-            za_input_destroy (&self);
-            return NULL;
-        }
-        self->thread_started = 1;
+    if (c->prefetch > 0 && s_input_prefetch_start (self)) {
+        za_input_destroy (&self);
+        return NULL;
     }
     return self;
 }
