@@ -1,0 +1,108 @@
+/*  za_replica_private.h: what the files of the replica share: its state
+    (za_replica_t), where each block's newest copy is, and the functions one
+    file of it offers the others. za_replica.c is the replica's life, its
+    plan of states per thread and its blocks on the host and a device;
+    za_replica_batch.c one batch over the threads and micro-batches (train,
+    evaluate, predict); za_replica_apply.c the optimizer's update, clipping
+    and mixed_float16's loss scale; za_replica_ckpt.c checkpoints and a warm
+    start.                                                                  */
+#ifndef ZA_REPLICA_PRIVATE_H_INCLUDED
+#define ZA_REPLICA_PRIVATE_H_INCLUDED
+
+#include "za/za_replica.h"
+#include "za/za_parallel.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+//  Values from which the gradients' sum and the optimizer's update are
+//  split over the threads (below, one thread takes less than waking the
+//  others).
+#define APPLY_SPLIT_MIN 16384
+
+struct _za_replica_t {
+    const za_model_fn_t *model_fn;
+    const void *params;
+    za_input_shape_t input;
+    const za_backend_t *be;
+    int has_optim;
+    za_optim_config_t optim;
+    int train;
+    const za_warm_start_t *warm_start;
+    //  The block's runs of variables that train, [from, to): set once the
+    //  variables are declared; one run [0, total) when nothing is frozen
+    //  (a frozen variable's floats are never updated, clipped or summed).
+    size_t run_from [ZA_MAX_VARS], run_to [ZA_MAX_VARS];
+    int run_count;
+    int frozen_count;
+
+    //  Data parallelism inside the process: each batch is split over `threads`
+    //  threads, each with its own model state and gradient buffer (thread 0's
+    //  is `grads`); OpenBLAS runs single-threaded under them.
+    int threads;
+    int first_thread;               //  thread 0's number in the dropout seeds
+    za_parallel_t *pool;
+    void *states [ZA_REPLICA_MAX_THREADS];
+    float *thread_grads [ZA_REPLICA_MAX_THREADS];
+    int per_thread;                 //  examples each state is planned for
+    int micro;                      //  on the CPU: a micro-batch's examples at most
+    size_t feature_size;
+    za_vars_t vars;
+    float *values;                  //  [vars.total]
+    float *grads;                   //  = thread_grads [0], or NULL
+    float *slots [ZA_OPTIM_MAX_SLOTS];
+    int disk_failing;               //  a save failed on the disk: said, until one succeeds
+    //  On a device with memory of its own (be->host_memory 0) the blocks
+    //  above are host mirrors of these; thread t runs on device
+    //  device_of [t], its gradient in dev_grads [t]; device_values [d] is the
+    //  values' copy on the d-th device used (0 holds the slots and applies).
+    int device_count;
+    int device_of [ZA_REPLICA_MAX_THREADS];
+    float *device_values [ZA_DEVICE_MAX];
+    float *dev_grads [ZA_REPLICA_MAX_THREADS];
+    float *dev_slots [ZA_OPTIM_MAX_SLOTS];
+    float *dev_peer;                //  on device 0: a gradient from another device
+    float *dev_features [ZA_REPLICA_MAX_THREADS];
+    int32_t *dev_labels [ZA_REPLICA_MAX_THREADS];
+    float *host_logits [ZA_REPLICA_MAX_THREADS];
+    size_t host_logits_floats [ZA_REPLICA_MAX_THREADS];
+    //  Which copy is newer (replica_at_t): values, gradient, slots.
+    int values_at, grads_at, slots_at;
+    int copies_stale;               //  device_values [1..] older than [0]
+    //  Who hears of the gradient as it becomes final (za_replica_on_gradients).
+    za_grads_final_fn *final_fn;
+    void *final_arg;
+    pthread_mutex_t final_mutex;
+    //  mixed_float16's dynamic loss scale (1 otherwise).
+    float loss_scale;
+    int64_t good_steps, skipped_steps;
+};
+
+//  Where a block's newest numbers are, on a device with memory of its own.
+typedef enum { REPLICA_AT_BOTH = 0, REPLICA_AT_HOST, REPLICA_AT_DEVICE } replica_at_t;
+
+//  The optimizer's slots per variable (0 without one).
+static inline int
+za_replica_slot_count (const za_replica_t *self)
+{
+    return self->has_optim? za_optim_slot_count (self->optim.kind): 0;
+}
+
+//  za_replica.c
+//  (Re)plans the threads' model states for batches of up to batch_max
+//  examples. 0, or -1 with no state left.
+int za_replica_plan (za_replica_t *self, int batch_max);
+//  The host copies of `count` blocks that move together up to date;
+//  `write`: the caller will change them.
+void za_replica_to_host (za_replica_t *self, int *at, float *const *host,
+                         float *const *device, int count, int write);
+//  The first device's copies of `count` blocks up to date. 0 or -1.
+int za_replica_to_device (za_replica_t *self, int *at, float *const *host,
+                          float *const *device, int count);
+//  The first device's values and slots up to date. 0 or -1.
+int za_replica_state_to_device (za_replica_t *self);
+//  Before a step: that, and the values' copies on the other devices. 0 or -1.
+int za_replica_values_to_devices (za_replica_t *self);
+
+#endif
