@@ -171,7 +171,11 @@ s_speed (const char *model, const char *freeze, int cache, za_dataset_t *train, 
     const char *replicas = getenv ("ZA_BENCH_REPLICAS");
     config.replicas_per_device = replicas? atoi (replicas): 0;
     const char *precision = getenv ("ZA_BENCH_PRECISION");
-    config.precision = precision && *precision? precision: "fp32";
+    precision = precision && *precision? precision: "fp32";
+    if (za_policy_parse (precision, &config.precision)) {
+        fprintf (stderr, "bench_train: ZA_BENCH_PRECISION: %s\n", za_last_error ());
+        return 1;
+    }
     za_optim_config_t optim = za_optim_config_default (ZA_OPT_ADAM);
     za_input_shape_t shape = {train->height, train->width, train->channels};
     za_estimator_t *estimator = za_estimator_new (za_stack_model_fn (), &spec, shape, &optim,
@@ -193,7 +197,7 @@ s_speed (const char *model, const char *freeze, int cache, za_dataset_t *train, 
                 "gflops=%.1f device=%s replicas=%d precision=%s window=%.3f,%.3f\n",
                 images / seconds, batch, threads, steps, seconds, flops / seconds / 1e9,
                 device && *device? device: "cpu",
-                config.replicas_per_device? config.replicas_per_device: 1, config.precision,
+                config.replicas_per_device? config.replicas_per_device: 1, precision,
                 timer.wall_start, timer.wall_end);
     if (rc == 0 && timer.profile)
         s_profile_print (steps, seconds);

@@ -45,27 +45,54 @@ za_device_parse (const char *text, za_device_t *device)
                      "cuda:all", text, ZA_DEVICE_MAX - 1);
 }
 
+//  The place of the policy named by `len` bytes at `name` among
+//  ZA_POLICY_CHOICES ("name" or "alias=name", the names in za_policy_t's
+//  order), through its alias; -1 when none.
+static int
+s_policy_index (const char *name, size_t len)
+{
+    const char *target = NULL;
+    size_t target_len = 0;
+    int index = 0;
+    const char *at = ZA_POLICY_CHOICES;
+    while (*at) {
+        size_t n = strcspn (at, "|");
+        const char *equals = memchr (at, '=', n);
+        size_t key = equals? (size_t) (equals - at): n;
+        if (key == len && strncmp (at, name, len) == 0) {
+            if (!equals)
+                return index;
+            target = equals + 1;
+            target_len = n - key - 1;
+        }
+        index += !equals;
+        at += n + (at [n] == '|');
+    }
+    return target? s_policy_index (target, target_len): -1;
+}
+
+int
+za_policy_parse (const char *text, za_policy_t *policy)
+{
+    *policy = ZA_POLICY_FP32;
+    if (!text)
+        return 0;
+    int index = s_policy_index (text, strlen (text));
+    if (index < 0)
+        return za_error ("unknown precision '%s': use fp32, mixed_bfloat16, mixed_float16 or "
+                         "auto", text);
+    *policy = (za_policy_t) index;
+    return 0;
+}
+
 int
 za_precision_parse (const char *text, za_precision_t *precision, int *is_auto)
 {
-    *precision = ZA_PRECISION_FP32;
-    *is_auto = 0;
-    if (!text || strcmp (text, "fp32") == 0 || strcmp (text, "float32") == 0)
-        return 0;
-    if (strcmp (text, "auto") == 0) {
-        *is_auto = 1;
-        return 0;
-    }
-    if (strcmp (text, "mixed_bfloat16") == 0 || strcmp (text, "bf16") == 0) {
-        *precision = ZA_PRECISION_BF16;
-        return 0;
-    }
-    if (strcmp (text, "mixed_float16") == 0 || strcmp (text, "fp16") == 0) {
-        *precision = ZA_PRECISION_FP16;
-        return 0;
-    }
-    return za_error ("unknown precision '%s': use fp32, mixed_bfloat16, mixed_float16 or "
-                     "auto", text);
+    za_policy_t policy;
+    int rc = za_policy_parse (text, &policy);
+    *is_auto = policy == ZA_POLICY_AUTO;
+    *precision = *is_auto? ZA_PRECISION_FP32: (za_precision_t) policy;
+    return rc;
 }
 
 const char *
@@ -76,15 +103,22 @@ za_precision_text (za_precision_t precision)
 }
 
 const za_backend_t *
+za_backend_policy (const za_backend_t *be, za_policy_t policy)
+{
+    if (!be)
+        return NULL;
+    if (policy == ZA_POLICY_AUTO)
+        return be->mixed (be->native (ZA_PRECISION_BF16)? ZA_PRECISION_BF16: ZA_PRECISION_FP32);
+    return be->mixed ((za_precision_t) policy);
+}
+
+const za_backend_t *
 za_backend_mixed (const za_backend_t *be, const char *text)
 {
-    za_precision_t precision;
-    int is_auto;
-    if (!be || za_precision_parse (text, &precision, &is_auto))
+    za_policy_t policy;
+    if (!be || za_policy_parse (text, &policy))
         return NULL;
-    if (is_auto)
-        precision = be->native (ZA_PRECISION_BF16)? ZA_PRECISION_BF16: ZA_PRECISION_FP32;
-    return be->mixed (precision);
+    return za_backend_policy (be, policy);
 }
 
 const char *

@@ -314,11 +314,13 @@ s_store (za_options_t *self, const za_option_t *option, const char *text, const 
         case ZA_OPTION_CHOICE:
         case ZA_OPTION_ENUM:
             if (!s_choice (option->choices, text, choice, sizeof choice)) {
-                char known [TEXT_MAX_CHARS];
-                snprintf (known, sizeof known, "%s", option->choices);
-                for (char *c = known; *c; c++)
-                    if (*c == '|')
-                        *c = ',';
+                char known [TEXT_MAX_CHARS], name [NAME_MAX_CHARS];
+                known [0] = 0;
+                //  The names, not their aliases.
+                for (int i = 0; strcmp (s_enum_name (option->choices, i, name, sizeof name), "?");
+                     i++)
+                    snprintf (known + strlen (known), sizeof known - strlen (known), "%s%s",
+                              i? ",": "", name);
                 return za_error ("%s: '%s' is not one of %s", what, text, known);
             }
             if (option->type == ZA_OPTION_ENUM)

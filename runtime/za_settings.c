@@ -238,7 +238,7 @@ static const za_option_t s_options [] = {
                "cuda:all (a replica per GPU, the batch split across them, as\n"
                "TensorFlow's MirroredStrategy); needs a build with the CUDA back\n"
                "end (-DZA_CUDA) and a GPU. Checkpoints are the same on any device"),
-    ZA_OPTION ("precision", T_STR, precision, "P", "fp32", 0, 0, NULL,
+    ZA_OPTION ("precision", T_ENUM, precision, "P", "fp32", 0, 0, ZA_POLICY_CHOICES,
                R_TRAIN | ZA_READ_EVALUATOR, JOB, 0, NULL,
                "the matrix products' inputs, as Keras's mixed-precision policies:\n"
                "fp32 (float32), mixed_bfloat16 (bf16 inputs, fp32 sums: CPUs with\n"

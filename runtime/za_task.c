@@ -302,7 +302,7 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     za_device_t device;
     int first, count;
     if (za_device_parse (settings->device, &device)
-        || !za_backend_mixed (za_device_backend (&device, &first, &count), settings->precision))
+        || !za_backend_policy (za_device_backend (&device, &first, &count), settings->precision))
         return ZA_EXIT_USAGE;
     //  A layer stack given as text is checked before any data is read.
     int stack = !program->model_fn;

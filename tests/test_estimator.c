@@ -1205,7 +1205,7 @@ Test (estimator, a_replica_takes_every_run_config_setting)
     za_run_config_t run = za_run_config_default ();
     run.threads = 3;
     run.replicas_per_device = 2;
-    run.precision = "mixed_float16";
+    run.precision = ZA_POLICY_FP16;
     run.initial_loss_scale = 1024.0f;
     run.device.kind = ZA_DEVICE_CUDA;
     run.warm_start.from = "runs/elsewhere";
@@ -1216,7 +1216,7 @@ Test (estimator, a_replica_takes_every_run_config_setting)
                                                          input);
     cr_expect_eq (replica.threads, 3);
     cr_expect_eq (replica.replicas_per_device, 2);
-    cr_expect_str_eq (replica.precision, "mixed_float16");
+    cr_expect_eq (replica.precision, ZA_POLICY_FP16);
     cr_expect_eq (replica.initial_loss_scale, 1024.0f);
     cr_expect_eq (replica.device.kind, ZA_DEVICE_CUDA);
     cr_expect_eq (replica.warm_start, &run.warm_start);

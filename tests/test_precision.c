@@ -87,7 +87,22 @@ Test (precision, parse_and_names)
     cr_expect_eq (za_precision_parse ("half", &p, &is_auto), -1);
     cr_expect (strstr (za_last_error (), "mixed_bfloat16"), "%s", za_last_error ());
     cr_expect_str_eq (za_precision_text (ZA_PRECISION_BF16), "mixed_bfloat16");
+    //  The policy --precision holds: each name and alias of its choices.
+    const struct { const char *text; za_policy_t policy; } policies [] = {
+        {"fp32", ZA_POLICY_FP32}, {"float32", ZA_POLICY_FP32}, {"bf16", ZA_POLICY_BF16},
+        {"mixed_bfloat16", ZA_POLICY_BF16}, {"fp16", ZA_POLICY_FP16},
+        {"mixed_float16", ZA_POLICY_FP16}, {"auto", ZA_POLICY_AUTO}, {NULL, ZA_POLICY_FP32}};
+    for (size_t i = 0; i < sizeof policies / sizeof policies [0]; i++) {
+        za_policy_t policy = ZA_POLICY_AUTO;
+        cr_expect_eq (za_policy_parse (policies [i].text, &policy), 0, "%s", policies [i].text);
+        cr_expect_eq (policy, policies [i].policy, "%s", policies [i].text);
+    }
+    za_policy_t policy;
+    cr_expect_eq (za_policy_parse ("mixed", &policy), -1);
+    cr_expect_eq (za_policy_parse ("bf1", &policy), -1);
     const za_backend_t *cpu = za_backend_cpu ();
+    cr_expect_eq (za_backend_policy (cpu, ZA_POLICY_FP32), cpu);
+    cr_expect_eq (za_backend_policy (cpu, ZA_POLICY_FP16)->precision, ZA_PRECISION_FP16);
     const za_backend_t *fp16 = za_backend_mixed (cpu, "mixed_float16");
     cr_assert_not_null (fp16, "float16 rounds on any CPU: %s", za_last_error ());
     cr_expect_eq (fp16->precision, ZA_PRECISION_FP16);
@@ -434,7 +449,8 @@ Test (precision, refused_without_bf16_instructions, .fini = s_teardown)
                           "--model-dir", dir, NULL};
     r = za_test_run (bad, 60);
     cr_expect_eq (r.exit_code, 2, "exit %d: %s", r.exit_code, r.err);
-    cr_expect (strstr (r.err, "unknown precision 'half'"), "%s", r.err);
+    cr_expect (strstr (r.err, "--precision: 'half' is not one of fp32,mixed_bfloat16,"
+                              "mixed_float16,auto"), "%s", r.err);
     za_test_result_free (&r);
     free (dir);
 }
@@ -529,7 +545,7 @@ Test (precision, loss_scale_skips_an_overflowing_step, .fini = s_teardown)
     config.progress = 0;
     config.log_step_count_steps = 0;
     config.save_summary_steps = 1;
-    config.precision = "mixed_float16";
+    config.precision = ZA_POLICY_FP16;
     config.initial_loss_scale = 0x1p40f;
     za_optim_config_t optim = za_optim_config_default (ZA_OPT_ADAM);
     za_input_shape_t shape = {train->height, train->width, train->channels};

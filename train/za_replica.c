@@ -335,7 +335,7 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
         self->optim = *config->optim;
     int first = 0;
     if (!(self->be = za_device_backend (&config->device, &first, &self->device_count))
-        || !(self->be = za_backend_mixed (self->be, config->precision)))
+        || !(self->be = za_backend_policy (self->be, config->precision)))
         goto fail;
     self->loss_scale = self->be->precision != ZA_PRECISION_FP16? 1.0f
                      : config->initial_loss_scale > 0? config->initial_loss_scale

@@ -38,7 +38,7 @@ typedef struct {
                                     //  runs single-threaded OpenBLAS); 0: all
                                     //  online cores; at most 64
     za_device_t device;             //  where it computes (zero: the CPU)
-    const char *precision;          //  NULL or a --precision text (za_replica.h)
+    za_policy_t precision;          //  --precision (za_replica.h); zero: fp32
     float initial_loss_scale;       //  mixed_float16 (za_replica.h); 0: 32768
     int replicas_per_device;        //  on a GPU: replicas on each (0 means 1)
     int progress;                   //  -1: a progress bar when stderr is a

@@ -39,7 +39,7 @@ typedef struct {
     int export_best;                //  1: keep the best checkpoint in export/best
     int threads;                    //  0: all cores
     za_device_t device;             //  where it evaluates (zero: the CPU)
-    const char *precision;          //  NULL or a --precision text (za_replica.h)
+    za_policy_t precision;          //  --precision (za_replica.h); zero: fp32
     const char *eval_metrics;       //  NULL or an --eval-metrics text (za_eval_metrics.h)
     const char *best_metric;        //  what export_best compares (za_early_stop.h);
                                     //  NULL: accuracy

@@ -60,9 +60,25 @@ typedef enum {
     ZA_PRECISION_FP16 = 2           //  "mixed_float16": needs loss scaling
 } za_precision_t;
 
-//  "fp32" (or "float32"), "mixed_bfloat16", "mixed_float16" or "auto"
-//  (*is_auto set, *precision FP32: za_backend_mixed picks). 0, or -1 with
-//  an error listing what is accepted.
+//  A --precision as asked, Keras's policy: a precision, or auto (BF16 where
+//  the device computes it natively, else FP32; za_backend_policy picks).
+//  The order is --precision's choices'; zero is FP32.
+typedef enum {
+    ZA_POLICY_FP32 = ZA_PRECISION_FP32,
+    ZA_POLICY_BF16 = ZA_PRECISION_BF16,
+    ZA_POLICY_FP16 = ZA_PRECISION_FP16,
+    ZA_POLICY_AUTO
+} za_policy_t;
+//  --precision's choices, in za_policy_t's order, and their aliases (the
+//  option table's ENUM form).
+#define ZA_POLICY_CHOICES "fp32|mixed_bfloat16|mixed_float16|auto|float32=fp32|" \
+                          "bf16=mixed_bfloat16|fp16=mixed_float16"
+
+//  "fp32" (or "float32"), "mixed_bfloat16" ("bf16"), "mixed_float16"
+//  ("fp16") or "auto"; NULL is fp32. 0, or -1 with an error listing what is
+//  accepted.
+int za_policy_parse (const char *text, za_policy_t *policy);
+//  The same, as a precision and whether it was auto (*precision FP32 then).
 int za_precision_parse (const char *text, za_precision_t *precision, int *is_auto);
 //  The policy's name: "float32", "mixed_bfloat16", "mixed_float16".
 const char *za_precision_text (za_precision_t precision);
@@ -216,9 +232,12 @@ struct za_backend_t {
     X (bind) X (host_alloc) X (host_free) X (upload) X (download) X (copy) X (zero)          \
     X (scale_add) X (all_finite) X (optim_apply) X (sync)
 
-//  The table of `be` for a --precision text: "auto" is BF16 where the
-//  device computes it natively, else FP32. NULL with an error (a text not
-//  known, a precision the device cannot compute).
+//  The table of `be` for a policy: auto is BF16 where the device computes it
+//  natively, else FP32. NULL with an error (a precision the device cannot
+//  compute).
+const za_backend_t *za_backend_policy (const za_backend_t *be, za_policy_t policy);
+//  The same for a --precision text (za_policy_parse); NULL also for a text
+//  not known.
 const za_backend_t *za_backend_mixed (const za_backend_t *be, const char *precision);
 
 //  The CPU back end (OpenBLAS). Never NULL.

@@ -12,6 +12,7 @@
 #define ZA_OPTIONS_H_INCLUDED
 
 #include <jansson.h>
+#include "za/za_kernels.h"          //  za_policy_t
 #include "za/za_optim_config.h"
 
 #include <stddef.h>
@@ -161,7 +162,7 @@ typedef struct {
     int64_t seed;
     int64_t threads;                //  0: the cores, shared by the tasks of this machine
     const char *device;             //  cpu, cuda, cuda:N, cuda:all
-    const char *precision;          //  fp32, mixed_bfloat16, mixed_float16, auto
+    za_policy_t precision;          //  fp32, mixed_bfloat16, mixed_float16, auto
     int64_t replicas_per_device;
     //  Evaluation (EvalSpec)
     int train_and_evaluate;

@@ -41,10 +41,9 @@ typedef struct {
                                     //  dropout masks' seeds, so N replicas draw the
                                     //  masks one process of N x threads threads draws
     za_device_t device;             //  where it computes (zero: the CPU)
-    const char *precision;          //  --precision: NULL (fp32), "fp32",
-                                    //  "mixed_bfloat16", "mixed_float16" or "auto"
-                                    //  (za_backend_mixed); the weights, slots and
-                                    //  checkpoints are fp32 in every one
+    za_policy_t precision;          //  --precision (zero: fp32; za_backend_policy);
+                                    //  the weights, slots and checkpoints are fp32
+                                    //  in every one
     float initial_loss_scale;       //  mixed_float16: the loss scale to start
                                     //  from (0: 32768, Keras's 2^15)
     int replicas_per_device;        //  on a device: model copies per device, each
