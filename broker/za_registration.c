@@ -53,11 +53,12 @@ s_has_pair (json_t *body, const char *first, const char *second)
     return count == 2? 1: count == 0? 0: -1;
 }
 
-int
-za_registration_parse (json_t *body, int report, const int *counts, za_registration_t *reg,
-                       char *why, size_t size)
+//  The fields a register and a report share: who the task is and where
+//  it runs. 0, or -1 with why the first wrong field is refused.
+static int
+s_parse_identity (json_t *body, int report, const int *counts, za_registration_t *reg,
+                  char *why, size_t size)
 {
-    memset (reg, 0, sizeof *reg);
     char role [16];
     json_int_t value;
     reg->kind = s_string (body, "role", role, sizeof role)? -1: za_registration_kind_parse (role);
@@ -103,8 +104,16 @@ za_registration_parse (json_t *body, int report, const int *counts, za_registrat
         snprintf (why, size, "token: the 32 hex digits of a welcome, or no token");
         return -1;
     }
-    if (!report)
-        return 0;
+    return 0;
+}
+
+//  The fields only a report has: the task's state, progress and rates, the
+//  pairs that come both or neither, and the counts it may leave out. 0, or
+//  -1 with why the first wrong field is refused.
+static int
+s_parse_report (json_t *body, za_registration_t *reg, char *why, size_t size)
+{
+    json_int_t value;
     reg->eval_step = -1;
     int state_known = 0;
     if (s_string (body, "state", reg->state, sizeof reg->state) == 0)
@@ -159,6 +168,18 @@ za_registration_parse (json_t *body, int report, const int *counts, za_registrat
         *fields [k] = value;
     }
     return 0;
+}
+
+int
+za_registration_parse (json_t *body, int report, const int *counts, za_registration_t *reg,
+                       char *why, size_t size)
+{
+    memset (reg, 0, sizeof *reg);
+    if (s_parse_identity (body, report, counts, reg, why, size))
+        return -1;
+    if (!report)
+        return 0;
+    return s_parse_report (body, reg, why, size);
 }
 
 int
