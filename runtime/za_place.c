@@ -354,19 +354,62 @@ s_view_resolved (const za_place_t *place, double timeout_secs)
     return za_cluster_wait_for_hosts (endpoints, who, count, timeout_secs)? 1: 0;
 }
 
+//  The task type --role names into *type. 0, or -1 (said, *type untouched)
+//  when it names none.
+static int
+s_role_type (const char *role, za_task_type_t *type)
+{
+    int known = 0;
+    for (int k = ZA_TASK_CHIEF; k <= ZA_TASK_EVALUATOR; k++)
+        if (role && streq (role, za_task_type_name ((za_task_type_t) k)))
+            *type = (za_task_type_t) k, known = 1;
+    if (!known) {
+        za_error ("--broker needs --role chief, worker, ps or evaluator");
+        return -1;
+    }
+    return 0;
+}
+
+//  Where the welcome put this task in the job, and the endpoint it binds
+//  when it serves (told to the broker when it is a ring's). Returns 0, 1
+//  when no port is free, or ZA_EXIT_USAGE when the bind is not allowed.
+static int
+s_place_set (za_place_t *place, za_task_type_t type, const za_settings_t *s, const char *host,
+             const char *old_endpoint, zactor_t *client)
+{
+    int rc = 0;
+    place->type = type;
+    place->is_chief = type == ZA_TASK_CHIEF;
+    place->worker_index = type == ZA_TASK_CHIEF? 0
+                        : type == ZA_TASK_WORKER? place->index + 1: -1;
+    place->num_workers = (int) (1 + s->workers);
+    place->ps_count = (int) s->ps;
+    place->evaluators = (int) s->evaluators;
+    //  The ps serve; so do the chief and workers of the all-reduce ring, which
+    //  say where before the view can be complete. A restarted task binds
+    //  where its index was, so that its peers' sockets find it again.
+    int ring = za_settings_strategy (s) == ZA_STRATEGY_ALLREDUCE && place->worker_index >= 0;
+    if (type == ZA_TASK_PS || ring) {
+        if (*old_endpoint)
+            snprintf (place->bind, sizeof place->bind, "%s", old_endpoint);
+        else
+        if (za_cluster_free_endpoint (host, place->bind, sizeof place->bind))
+            rc = 1;
+    }
+    if (!rc && *place->bind && za_settings_bind_allowed (s, place->bind))
+        rc = ZA_EXIT_USAGE;
+    if (!rc && ring)
+        zstr_sendx (client, "ENDPOINT", place->bind, NULL);
+    return rc;
+}
+
 int
 za_place_run_with_broker (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
     const char *role = s->role;
     za_task_type_t type = ZA_TASK_CHIEF;
-    int known = 0;
-    for (int k = ZA_TASK_CHIEF; k <= ZA_TASK_EVALUATOR; k++)
-        if (role && streq (role, za_task_type_name ((za_task_type_t) k)))
-            type = (za_task_type_t) k, known = 1;
-    if (!known) {
-        za_error ("--broker needs --role chief, worker, ps or evaluator");
+    if (s_role_type (role, &type))
         return ZA_EXIT_USAGE;
-    }
     char host [256];
     s_my_host (s, host, sizeof host);
     static za_role_stats_t stats;
@@ -404,28 +447,7 @@ za_place_run_with_broker (const za_program_t *program, za_options_t *options, za
         za_info ("%s %d: registered with the broker at %s", role, place.index, s->broker);
         if (streq (host, "127.0.0.1"))
             s_share_cores (options, s, (int) (1 + s->workers + s->ps + s->evaluators));
-        place.type = type;
-        place.is_chief = type == ZA_TASK_CHIEF;
-        place.worker_index = type == ZA_TASK_CHIEF? 0
-                           : type == ZA_TASK_WORKER? place.index + 1: -1;
-        place.num_workers = (int) (1 + s->workers);
-        place.ps_count = (int) s->ps;
-        place.evaluators = (int) s->evaluators;
-        //  The ps serve; so do the chief and workers of the all-reduce ring, which
-        //  say where before the view can be complete. A restarted task binds
-        //  where its index was, so that its peers' sockets find it again.
-        int ring = za_settings_strategy (s) == ZA_STRATEGY_ALLREDUCE && place.worker_index >= 0;
-        if (type == ZA_TASK_PS || ring) {
-            if (*old_endpoint)
-                snprintf (place.bind, sizeof place.bind, "%s", old_endpoint);
-            else
-            if (za_cluster_free_endpoint (host, place.bind, sizeof place.bind))
-                rc = 1;
-        }
-        if (!rc && *place.bind && za_settings_bind_allowed (s, place.bind))
-            rc = ZA_EXIT_USAGE;
-        if (!rc && ring)
-            zstr_sendx (client, "ENDPOINT", place.bind, NULL);
+        rc = s_place_set (&place, type, s, host, old_endpoint, client);
         int need_eval = type == ZA_TASK_EVALUATOR
                      || (place.is_chief && !s->no_eval && !place.evaluators);
         if (!rc)
