@@ -188,6 +188,44 @@ s_show (const za_broker_state_t *state)
     }
 }
 
+//  Asks the broker for the job's state every interval seconds and shows it
+//  (once, or until the job is done or we are interrupted). Returns 0, or 1
+//  when the broker did not answer within timeout seconds.
+static int
+s_watch (za_broker_client_t *client, const char *broker, const char *certs, double interval,
+         double timeout, int once, int as_json)
+{
+    int rc = 0, tty = isatty (STDOUT_FILENO);
+    while (!zsys_interrupted) {
+        za_broker_state_t *state = NULL;
+        char *text = NULL;
+        if (za_broker_client_state (client, timeout, &state, &text)) {
+            if (!zsys_interrupted) {
+                fprintf (stderr, "zactor-top: no answer from the broker at %s within %g s%s\n",
+                         broker, timeout, certs? " (is it the job of the certificate in --certs?)"
+                         : " (a job started with --certs answers only --certs DIR)");
+                rc = 1;
+            }
+            break;
+        }
+        int done = state->done;
+        if (as_json)
+            printf ("%s\n", text);
+        else {
+            if (tty && !once)
+                printf ("\033[H\033[2J");
+            s_show (state);
+        }
+        fflush (stdout);
+        free (state);
+        free (text);
+        if (once || done)
+            break;
+        zclock_sleep ((int) (interval * 1000));
+    }
+    return rc;
+}
+
 int
 main (int argc, char **argv)
 {
@@ -245,34 +283,7 @@ main (int argc, char **argv)
                  "tcp://127.0.0.1:5555)\n", broker);
         return EXIT_USAGE;
     }
-    int rc = 0, tty = isatty (STDOUT_FILENO);
-    while (!zsys_interrupted) {
-        za_broker_state_t *state = NULL;
-        char *text = NULL;
-        if (za_broker_client_state (client, timeout, &state, &text)) {
-            if (!zsys_interrupted) {
-                fprintf (stderr, "zactor-top: no answer from the broker at %s within %g s%s\n",
-                         broker, timeout, certs? " (is it the job of the certificate in --certs?)"
-                         : " (a job started with --certs answers only --certs DIR)");
-                rc = 1;
-            }
-            break;
-        }
-        int done = state->done;
-        if (as_json)
-            printf ("%s\n", text);
-        else {
-            if (tty && !once)
-                printf ("\033[H\033[2J");
-            s_show (state);
-        }
-        fflush (stdout);
-        free (state);
-        free (text);
-        if (once || done)
-            break;
-        zclock_sleep ((int) (interval * 1000));
-    }
+    int rc = s_watch (client, broker, certs, interval, timeout, once, as_json);
     za_broker_client_destroy (&client);
     za_curve_stop ();
     return rc;
