@@ -191,6 +191,42 @@ s_input (za_estimator_t *self, za_input_fn_t input_fn, void *arg, za_mode_t mode
 // ---------------------------------------------------------------------------
 //  Train
 
+//  The steps of a train, from ctx's global_step until its max_steps, the
+//  input's end, a hook's stop or an error; ctx is left at the last step for
+//  the hooks' end. Returns 0 or -1.
+static int
+s_train_steps (za_estimator_t *self, za_input_t *input, za_hooks_t *hooks,
+               za_run_context_t *ctx, double start, int stop)
+{
+    int rc = 0;
+    while (self->global_step < ctx->max_steps && !stop) {
+        za_batch_t batch;
+        int got = za_input_next (input, &batch);
+        if (got < 0)
+            rc = -1;
+        if (got <= 0)
+            break;
+        ctx->global_step = self->global_step;
+        ctx->batch_size = batch.size;
+        za_hooks_before_run (hooks, ctx);
+        double loss;
+        if (za_replica_compute_gradients (self->replica, &batch, self->global_step, &loss)) {
+            rc = -1;
+            break;
+        }
+        za_replica_apply (self->replica, self->global_step + 1);
+        self->global_step++;
+        ctx->global_step = self->global_step;
+        ctx->loss = loss;
+        ctx->loss_scale = za_replica_loss_scale (self->replica, &ctx->skipped_steps);
+        ctx->elapsed_secs = za_clock_mono () - start;
+        stop = za_hooks_after_run (hooks, ctx);
+        if (stop < 0)
+            rc = -1;
+    }
+    return rc;
+}
+
 int
 za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
                     int64_t max_steps)
@@ -241,32 +277,8 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
     za_hooks_begin (&hooks, self->global_step);
     double start = za_clock_mono ();
     za_run_context_t ctx = {.global_step = self->global_step, .max_steps = max_steps};
-    int rc = 0, stop = config->early_stopping && stopper.requested;
-    while (self->global_step < max_steps && !stop) {
-        za_batch_t batch;
-        int got = za_input_next (input, &batch);
-        if (got < 0)
-            rc = -1;
-        if (got <= 0)
-            break;
-        ctx.global_step = self->global_step;
-        ctx.batch_size = batch.size;
-        za_hooks_before_run (&hooks, &ctx);
-        double loss;
-        if (za_replica_compute_gradients (self->replica, &batch, self->global_step, &loss)) {
-            rc = -1;
-            break;
-        }
-        za_replica_apply (self->replica, self->global_step + 1);
-        self->global_step++;
-        ctx.global_step = self->global_step;
-        ctx.loss = loss;
-        ctx.loss_scale = za_replica_loss_scale (self->replica, &ctx.skipped_steps);
-        ctx.elapsed_secs = za_clock_mono () - start;
-        stop = za_hooks_after_run (&hooks, &ctx);
-        if (stop < 0)
-            rc = -1;
-    }
+    int stop = config->early_stopping && stopper.requested;
+    int rc = s_train_steps (self, input, &hooks, &ctx, start, stop);
     za_input_destroy (&input);
     //  The final step is always saved, also when the input ended early.
     if (rc == 0 && self->global_step != saver.last_saved && self->global_step > 0)
