@@ -43,6 +43,23 @@ za_stack_finish (za_stack_spec_t *spec)
     return 0;
 }
 
+//  Refuses a shared option the type does not take, at where it was given
+//  (padding_at, act_at: NULL when not given). 0 or -1.
+static int
+s_options_taken (const za_layer_args_t *args, const za_layer_ops_t *type,
+                 const char *padding_at, const char *act_at)
+{
+    if (args->stride_at && !(type->takes & ZA_TAKES_STRIDE))
+        return za_layer_args_error (args, args->stride_at, "%s takes no stride", args->name);
+    if (padding_at && !(type->takes & ZA_TAKES_PADDING))
+        return za_layer_args_error (args, padding_at, "%s takes no padding (conv2d does)",
+                                    args->name);
+    if (act_at && !(type->takes & ZA_TAKES_ACTIVATION))
+        return za_layer_args_error (args, act_at,
+                                    "%s takes no activation (add a relu layer)", args->name);
+    return 0;
+}
+
 //  Reads the options every layer shares out of args' values (keeping the
 //  positional ones) and refuses those the type does not take. 0 or -1.
 static int
@@ -119,15 +136,7 @@ s_read_options (za_layer_args_t *args, char (*text) [ARG_CHARS], const za_layer_
         }
     }
     args->count = kept;
-    if (args->stride_at && !(type->takes & ZA_TAKES_STRIDE))
-        return za_layer_args_error (args, args->stride_at, "%s takes no stride", args->name);
-    if (padding_at && !(type->takes & ZA_TAKES_PADDING))
-        return za_layer_args_error (args, padding_at, "%s takes no padding (conv2d does)",
-                                    args->name);
-    if (act_at && !(type->takes & ZA_TAKES_ACTIVATION))
-        return za_layer_args_error (args, act_at,
-                                    "%s takes no activation (add a relu layer)", args->name);
-    return 0;
+    return s_options_taken (args, type, padding_at, act_at);
 }
 
 //  Reads "(ARG, ARG, ...)" at *p into args and text. 0 or -1.
