@@ -32,8 +32,8 @@ za_evaluator_config_init (za_evaluator_config_t *config)
 {
     memset (config, 0, sizeof *config);
     config->batch_size = DEFAULT_BATCH;
-    config->start_delay_secs = ZA_EVAL_START_DELAY_SECS;
-    config->throttle_secs = ZA_EVAL_THROTTLE_SECS;
+    config->spec.start_delay_secs = ZA_EVAL_START_DELAY_SECS;
+    config->spec.throttle_secs = ZA_EVAL_THROTTLE_SECS;
     config->export_best = 1;
     config->poll_secs = DEFAULT_POLL_SECS;
     config->watch_dir = 1;
@@ -157,7 +157,7 @@ s_export_best (s_eval_t *self, const char *path, const za_eval_result_t *result)
     if (!za_metric_goal_better (&self->goal, value, self->best_value))
         return 0;
     char dir [4096], dst [4600], json [4700], previous [4600] = "";
-    za_evaluator_best_dir (self->config->model_dir, self->config->name, dir, sizeof dir);
+    za_evaluator_best_dir (self->config->model_dir, self->config->spec.name, dir, sizeof dir);
     if (za_mkdirs (dir))
         return -1;
     snprintf (json, sizeof json, "%s/best.json", dir);
@@ -212,7 +212,7 @@ s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
     if (!path)
         return -1;
     int rc = za_estimator_evaluate_checkpoint (self->est, path, s_input_fn,
-                                               (void *) self->config, self->config->steps,
+                                               (void *) self->config, self->config->spec.steps,
                                                self->subdir, result);
     if (rc == 0) {
         za_info ("evaluator: step %" PRId64 ": accuracy %.4f, loss %.4f on %" PRId64
@@ -524,7 +524,7 @@ s_follow (s_eval_t *self, zsock_t *pipe, int *done)
         za_info ("evaluator: %s/metrics.jsonl says step %" PRId64 " was evaluated: going on "
                  "after it", self->subdir, last);
     double now = za_clock_mono (), started = now, last_new = now;
-    double next_allowed = now + config->start_delay_secs;
+    double next_allowed = now + config->spec.start_delay_secs;
     int64_t end_step = config->max_steps;
     int finished = end_step > 0 && last >= end_step, stopped_early = 0;
     int rc = 0;
@@ -557,7 +557,7 @@ s_follow (s_eval_t *self, zsock_t *pipe, int *done)
             if (one == 0) {
                 s_publish_result (config, &result);
                 (*done)++;
-                next_allowed = eval_start + config->throttle_secs;
+                next_allowed = eval_start + config->spec.throttle_secs;
                 finished = end_step > 0 && result.global_step >= end_step;
                 if (self->stopping && !finished && s_early_stop (self, &result))
                     one = -1;
@@ -599,16 +599,16 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
     }
     s_eval_t self = {.config = config, .inotify = -1, .watch = -1, .lock = -1,
                      .best_value = NAN};
-    if (za_metric_goal_parse ("--best-metric", config->best_metric? config->best_metric
-                                                                  : "accuracy", &self.goal)
-        || (config->stop_if_no_improvement
-            && za_early_stop_parse (config->stop_if_no_improvement, &self.stop))) {
+    const char *best = config->spec.best_metric? config->spec.best_metric: "accuracy";
+    if (za_metric_goal_parse ("--best-metric", best, &self.goal)
+        || (config->spec.stop_if_no_improvement
+            && za_early_stop_parse (config->spec.stop_if_no_improvement, &self.stop))) {
         s_publish (config, ZA_ROLE_FAILED);
         return -1;
     }
-    self.stopping = config->stop_if_no_improvement && !config->replay;
-    if (config->name && *config->name)
-        snprintf (self.subdir, sizeof self.subdir, "eval_%s", config->name);
+    self.stopping = config->spec.stop_if_no_improvement && !config->spec.replay;
+    if (config->spec.name && *config->spec.name)
+        snprintf (self.subdir, sizeof self.subdir, "eval_%s", config->spec.name);
     else
         snprintf (self.subdir, sizeof self.subdir, "eval");
     za_run_config_t run = za_run_config_default ();
@@ -616,7 +616,7 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
     run.threads = config->threads;
     run.device = config->device;
     run.precision = config->precision;
-    run.eval_metrics = config->eval_metrics;
+    run.eval_metrics = config->spec.eval_metrics;
     run.progress = 0;
     //  An evaluator runs no optimizer: no gradient, no slot is allocated.
     self.est = za_estimator_new (config->model_fn, config->params, config->input, NULL, &run);
@@ -624,10 +624,10 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
         s_publish (config, ZA_ROLE_FAILED);
         return -1;
     }
-    if (config->watch_dir && !config->replay)
+    if (config->watch_dir && !config->spec.replay)
         self.inotify = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
-    s_publish (config, config->replay? ZA_ROLE_RUNNING: ZA_ROLE_WAITING);
-    int rc = config->replay? s_replay (&self, &done): s_follow (&self, pipe, &done);
+    s_publish (config, config->spec.replay? ZA_ROLE_RUNNING: ZA_ROLE_WAITING);
+    int rc = config->spec.replay? s_replay (&self, &done): s_follow (&self, pipe, &done);
     za_estimator_destroy (&self.est);
     za_summary_writer_destroy (&self.summary);
     if (self.inotify >= 0)

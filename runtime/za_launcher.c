@@ -456,7 +456,7 @@ s_supervise (s_local_t *self)
     //  A job done ends on its 100% line, with the time it took, once; one
     //  stopped early at the step it ended at.
     int64_t stopped = -1;
-    int early = self->settings->stop_if_no_improvement
+    int early = self->settings->eval.stop_if_no_improvement
                 && za_early_stop_final_step (self->settings->model_dir, &stopped) == 0;
     if (rc == 0 && self->last && self->last->max_steps > 0) {
         self->last->global_step = early? stopped: self->last->max_steps;
@@ -536,7 +536,7 @@ s_report (const s_local_t *self)
     s_events (self, s_broker_counts, &bad, &images);
     za_task_print_skipped (s, bad, images, evaluated, logs);
     char best_dir [4200], best_path [4300];
-    za_evaluator_best_dir (s->model_dir, s->eval_name, best_dir, sizeof best_dir);
+    za_evaluator_best_dir (s->model_dir, s->eval.name, best_dir, sizeof best_dir);
     snprintf (best_path, sizeof best_path, "%s/best.json", best_dir);
     json_t *best = json_load_file (best_path, 0, NULL);
     //  best.json names its metric (an older one: accuracy).
@@ -549,7 +549,7 @@ s_report (const s_local_t *self)
     json_decref (best);
     printf ("checkpoints and TensorBoard events in %s, evaluations in %s/eval%s%s, events in "
             "%s/events.jsonl, logs in %s\n", s->model_dir, s->model_dir,
-            s->eval_name && *s->eval_name? "_": "", s->eval_name? s->eval_name: "",
+            s->eval.name && *s->eval.name? "_": "", s->eval.name? s->eval.name: "",
             s->model_dir, logs);
     return rc;
 }
@@ -578,7 +578,7 @@ za_launcher_run_local (const za_program_t *program, za_options_t *options, za_se
     za_task_release (&task);
     if (rc)
         return rc;
-    if (s->stop_if_no_improvement && s->evaluators < 1) {
+    if (s->eval.stop_if_no_improvement && s->evaluators < 1) {
         za_error ("--stop-if-no-improvement needs an evaluator to watch the metric: add "
                   "--evaluators 1");
         return ZA_EXIT_USAGE;

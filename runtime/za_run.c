@@ -113,7 +113,7 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
         return ZA_EXIT_USAGE;
     }
     int is_evaluator = s->role && streq (s->role, "evaluator");
-    if (s->replay && !is_evaluator) {
+    if (s->eval.replay && !is_evaluator) {
         za_error ("--replay goes with --role evaluator");
         return ZA_EXIT_USAGE;
     }

@@ -255,33 +255,33 @@ static const za_option_t s_options [] = {
     ZA_OPTION ("eval-data", T_STR, eval_data, "SPEC", NULL, 0, 0, NULL, R_EVAL, JOB, 0, NULL,
                "evaluate on SPEC/t10k-* (default: --dataset-dir's); with\n"
                "--train-data, on SPEC's images (a folder, a pattern, TFRecords)"),
-    ZA_OPTION ("eval-name", T_STR, eval_name, "NAME", NULL, 0, 0, NULL, R_EVAL, JOB, 0, NULL,
+    ZA_OPTION ("eval-name", T_STR, eval.name, "NAME", NULL, 0, 0, NULL, R_EVAL, JOB, 0, NULL,
                "results in MODEL_DIR/eval_NAME (default: MODEL_DIR/eval)"),
-    ZA_OPTION ("eval-metrics", T_STR, eval_metrics, "LIST", NULL, 0, 0, NULL, R_EVAL, JOB, 0,
-               NULL,
+    ZA_OPTION ("eval-metrics", T_STR, eval.eval_metrics, "LIST", NULL, 0, 0, NULL, R_EVAL, JOB,
+               0, NULL,
                "also report these (separated by spaces or commas), exactly over\n"
                "the whole set: precision, recall, f1 (per class and macro),\n"
                "auc, pr_auc (one class against the rest), top_k(K),\n"
                "confusion_matrix (also an image in TensorBoard), or all;\n"
                "accuracy and loss are always reported (accuracy is taken)"),
-    ZA_OPTION ("best-metric", T_STR, best_metric, "M[,max|min]", "accuracy", 0, 0, NULL, R_EVAL,
-               JOB, 0, NULL,
+    ZA_OPTION ("best-metric", T_STR, eval.best_metric, "M[,max|min]", "accuracy", 0, 0, NULL,
+               R_EVAL, JOB, 0, NULL,
                "keep the checkpoint best by M in MODEL_DIR/export/best: loss,\n"
                "accuracy or one of --eval-metrics; names ending in loss are\n"
                "better lower, others higher, unless ,max or ,min says"),
-    ZA_OPTION ("stop-if-no-improvement", T_STR, stop_if_no_improvement, "M,STEPS[,max|min]",
-               NULL, 0, 0, NULL, R_ALL, JOB, 0, NULL,
+    ZA_OPTION ("stop-if-no-improvement", T_STR, eval.stop_if_no_improvement,
+               "M,STEPS[,max|min]", NULL, 0, 0, NULL, R_ALL, JOB, 0, NULL,
                "early stopping: when the evaluations' M has not improved for\n"
                "STEPS global steps, the evaluator asks the chief to stop; the\n"
                "whole cluster ends cleanly with a final checkpoint, exit 0\n"
                "(needs an evaluator: --train-and-evaluate, --evaluators N)"),
-    ZA_OPTION ("eval-steps", T_INT, eval_steps, "N", NULL, 1, INT_MAX_D, NULL, R_EVAL, JOB, 0,
+    ZA_OPTION ("eval-steps", T_INT, eval.steps, "N", NULL, 1, INT_MAX_D, NULL, R_EVAL, JOB, 0,
                NULL, "batches per evaluation (default: the whole set)"),
-    ZA_OPTION ("start-delay-secs", T_NUM, start_delay_secs, "S",
+    ZA_OPTION ("start-delay-secs", T_NUM, eval.start_delay_secs, "S",
                ZA_TEXT (ZA_EVAL_START_DELAY_SECS), 0, NO_MAX, NULL,
                ZA_READ_SINGLE | ZA_READ_EVALUATOR, JOB, 0, NULL,
                "the evaluator starts after S seconds"),
-    ZA_OPTION ("throttle-secs", T_NUM, throttle_secs, "S",
+    ZA_OPTION ("throttle-secs", T_NUM, eval.throttle_secs, "S",
                ZA_TEXT (ZA_EVAL_THROTTLE_SECS), 0, NO_MAX, NULL,
                ZA_READ_SINGLE | ZA_READ_EVALUATOR, JOB, 0, NULL,
                "at most one evaluation per S seconds"),
@@ -297,8 +297,8 @@ static const za_option_t s_options [] = {
                PROC, 0, NULL,
                "one line per image: jsonl ({\"file\", \"class\", \"probabilities\"})\n"
                "or csv (file,class,p_CLASS...)"),
-    ZA_OPTION ("replay", T_FLAG, replay, NULL, NULL, 0, 0, NULL, ZA_READ_EVALUATOR, PROC, 0,
-               NULL, "with --role evaluator: evaluate every checkpoint in --model-dir\n"
+    ZA_OPTION ("replay", T_FLAG, eval.replay, NULL, NULL, 0, 0, NULL, ZA_READ_EVALUATOR, PROC,
+               0, NULL, "with --role evaluator: evaluate every checkpoint in --model-dir\n"
                "in step order, then exit"),
     ZA_OPTION ("role", T_CHOICE, role, "ROLE", NULL, 0, 0, "chief|worker|ps|evaluator|broker",
                R_CLUSTER | ZA_READ_BROKER, PROC, 0,
@@ -403,8 +403,8 @@ za_settings_run_config (const za_settings_t *s)
     za_device_parse (s->device, &config.device);
     config.replicas_per_device = (int) s->replicas_per_device;
     config.precision = s->precision;
-    config.eval_metrics = s->eval_metrics;
-    config.early_stopping = s->stop_if_no_improvement != NULL;
+    config.eval_metrics = s->eval.eval_metrics;
+    config.early_stopping = s->eval.stop_if_no_improvement != NULL;
     config.warm_start = (za_warm_start_t) {
         .from = s->warm_start_from, .vars = s->warm_start_vars,
         .rename = s->warm_start_rename,

@@ -230,7 +230,7 @@ static int
 s_check_goal (const za_task_t *task, const char *option, const char *name)
 {
     za_eval_metrics_spec_t spec;
-    if (za_eval_metrics_parse (task->settings->eval_metrics, &spec))
+    if (za_eval_metrics_parse (task->settings->eval.eval_metrics, &spec))
         return -1;
     if (za_eval_metrics_reports (&spec, task->model_fn->metrics, task->model_fn->metric_count,
                                  name))
@@ -246,11 +246,12 @@ s_check_goals (const za_task_t *task)
     const za_settings_t *s = task->settings;
     za_metric_goal_t goal;
     za_early_stop_t stop;
-    if (s->best_metric && (za_metric_goal_parse ("--best-metric", s->best_metric, &goal)
-                           || s_check_goal (task, "--best-metric", goal.name)))
+    const char *best = s->eval.best_metric;
+    if (best && (za_metric_goal_parse ("--best-metric", best, &goal)
+                 || s_check_goal (task, "--best-metric", goal.name)))
         return -1;
-    if (s->stop_if_no_improvement
-        && (za_early_stop_parse (s->stop_if_no_improvement, &stop)
+    if (s->eval.stop_if_no_improvement
+        && (za_early_stop_parse (s->eval.stop_if_no_improvement, &stop)
             || s_check_goal (task, "--stop-if-no-improvement", stop.goal.name)))
         return -1;
     return 0;
@@ -281,7 +282,7 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
         settings->optim.schedule.fn_arg = program->learning_rate_arg;
     }
     za_eval_metrics_spec_t metrics;
-    if (za_eval_metrics_parse (settings->eval_metrics, &metrics))
+    if (za_eval_metrics_parse (settings->eval.eval_metrics, &metrics))
         return ZA_EXIT_USAGE;
     //  Augmentation: zactor's pipeline's, and no cache of one epoch's features.
     za_augment_t augment;
@@ -461,8 +462,8 @@ za_task_input (void *arg, const za_input_context_t *context)
 static void
 s_eval_subdir (const za_settings_t *s, char *subdir, size_t size)
 {
-    snprintf (subdir, size, "eval%s%s", s->eval_name && *s->eval_name? "_": "",
-              s->eval_name && *s->eval_name? s->eval_name: "");
+    snprintf (subdir, size, "eval%s%s", s->eval.name && *s->eval.name? "_": "",
+              s->eval.name && *s->eval.name? s->eval.name: "");
 }
 
 //  --eval-metrics' values of an evaluation's line, on a line of their own
@@ -575,20 +576,13 @@ s_evaluator_config (za_task_t *task, za_evaluator_config_t *config)
     config->params = task->params;
     config->input = task->input;
     config->model_dir = s->model_dir;
-    config->name = s->eval_name;
+    config->spec = s->eval;
     config->input_fn = za_task_input;
     config->input_arg = task;
-    config->steps = s->eval_steps;
-    config->start_delay_secs = s->start_delay_secs;
-    config->throttle_secs = s->throttle_secs;
     config->max_steps = s->max_steps;
-    config->replay = s->replay;
     config->threads = (int) s->threads;
     za_device_parse (s->device, &config->device);
     config->precision = s->precision;
-    config->eval_metrics = s->eval_metrics;
-    config->best_metric = s->best_metric;
-    config->stop_if_no_improvement = s->stop_if_no_improvement;
     config->stats = task->stats;
 }
 
@@ -602,7 +596,7 @@ s_evaluate_final (za_task_t *task)
                                                   NULL, &run);
     za_eval_result_t result = {0};
     int rc = !estimator || za_estimator_evaluate (estimator, za_task_input, task,
-                                                  task->settings->eval_steps, &result);
+                                                  task->settings->eval.steps, &result);
     if (!rc) {
         printf ("test accuracy %.4f  loss %.4f  on %" PRId64 " examples at step %" PRId64
                 " (%s/eval/metrics.jsonl)\n", result.accuracy, result.loss, result.examples,
@@ -638,7 +632,7 @@ za_task_run_single (za_task_t *task)
                                        / (double) task->epoch_examples: 0,
              task->epoch_examples, run.threads > 0? run.threads: (int) sysconf (_SC_NPROCESSORS_ONLN),
              s->model_dir);
-    if (s->stop_if_no_improvement && !s->train_and_evaluate) {
+    if (s->eval.stop_if_no_improvement && !s->train_and_evaluate) {
         za_estimator_destroy (&estimator);
         za_error ("--stop-if-no-improvement needs an evaluator to watch the metric: add "
                   "--train-and-evaluate");
@@ -683,8 +677,9 @@ za_task_run_evaluator (za_task_t *task, zactor_t *client)
     config.trigger = both || streq (wake, "broker")? client: NULL;
     config.watch_dir = both || streq (wake, "inotify");
     za_info ("evaluator: %s '%s' (start delay %g s, throttle %g s, until step %" PRId64
-             "), model %s", config.replay? "replaying": "following", s->model_dir,
-             config.start_delay_secs, config.throttle_secs, s->max_steps, s_model_text (task));
+             "), model %s", config.spec.replay? "replaying": "following", s->model_dir,
+             config.spec.start_delay_secs, config.spec.throttle_secs, s->max_steps,
+             s_model_text (task));
     int evaluations = 0;
     int rc = za_evaluator_run (&config, NULL, &evaluations);
     return rc == 0? 0: rc == ZA_EVALUATOR_BAD_DATA? ZA_EXIT_DATA: 1;

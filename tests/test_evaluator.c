@@ -100,8 +100,8 @@ Test (evaluator, start_delay_throttle_and_the_final_checkpoint)
 {
     s_case_t c;
     s_case_setup (&c, 0);
-    c.config.start_delay_secs = 1.0;
-    c.config.throttle_secs = 1.5;
+    c.config.spec.start_delay_secs = 1.0;
+    c.config.spec.throttle_secs = 1.5;
     c.config.max_steps = 100;
     double t0 = za_clock_wall ();
     zactor_t *evaluator = zactor_new (za_evaluator_actor, &c.config);
@@ -155,8 +155,8 @@ Test (evaluator, no_new_checkpoint_means_no_evaluation)
 {
     s_case_t c;
     s_case_setup (&c, 0);
-    c.config.start_delay_secs = 0;
-    c.config.throttle_secs = 0.2;
+    c.config.spec.start_delay_secs = 0;
+    c.config.spec.throttle_secs = 0.2;
     c.config.max_steps = 50;
     s_save (&c, 10);
     zactor_t *evaluator = zactor_new (za_evaluator_actor, &c.config);
@@ -176,8 +176,8 @@ Test (evaluator, retention_and_corrupt_checkpoints_are_skipped)
 {
     s_case_t c;
     s_case_setup (&c, 1);           //  retention keeps one: the others vanish
-    c.config.start_delay_secs = 0;
-    c.config.throttle_secs = 0;
+    c.config.spec.start_delay_secs = 0;
+    c.config.spec.throttle_secs = 0;
     c.config.max_steps = 60;
     zactor_t *evaluator = zactor_new (za_evaluator_actor, &c.config);
     for (int64_t step = 1; step <= 40; step++)
@@ -211,8 +211,8 @@ Test (evaluator, replay_evaluates_every_checkpoint_in_order)
     s_case_setup (&c, 0);
     for (int64_t step = 30; step >= 10; step -= 10)
         s_save (&c, step);          //  written out of order on purpose
-    c.config.replay = 1;
-    c.config.name = "replay";
+    c.config.spec.replay = 1;
+    c.config.spec.name = "replay";
     int evaluations = 0;
     cr_assert_eq (za_evaluator_run (&c.config, NULL, &evaluations), 0, "%s", za_last_error ());
     cr_expect_eq (evaluations, 3);
@@ -235,8 +235,8 @@ Test (evaluator, a_restarted_evaluator_skips_what_it_did)
 {
     s_case_t c;
     s_case_setup (&c, 0);
-    c.config.start_delay_secs = 0;
-    c.config.throttle_secs = 0;
+    c.config.spec.start_delay_secs = 0;
+    c.config.spec.throttle_secs = 0;
     c.config.max_steps = 20;
     s_save (&c, 20);
     int evaluations = 0;
@@ -282,8 +282,8 @@ Test (evaluator, train_and_evaluate_in_one_call)
     za_input_shape_t shape = {28, 28, 1};
     c.trainer = za_estimator_new (za_stack_model_fn (), &c.spec, shape, &optim, &run);
     s_train_input_t input = {za_test_fashion ("train", 2000)};
-    c.config.start_delay_secs = 0;
-    c.config.throttle_secs = 0;
+    c.config.spec.start_delay_secs = 0;
+    c.config.spec.throttle_secs = 0;
     int evaluations = 0;
     cr_assert_eq (za_train_and_evaluate (c.trainer, s_train_input_fn, &input, 200, &c.config,
                                          &evaluations), 0, "%s", za_last_error ());
@@ -313,8 +313,8 @@ static void
 s_case_setup_prompt (s_case_t *c)
 {
     s_case_setup (c, 0);
-    c->config.start_delay_secs = 0;
-    c->config.throttle_secs = 0;
+    c->config.spec.start_delay_secs = 0;
+    c->config.spec.throttle_secs = 0;
     c->config.max_steps = 20;
     c->config.poll_secs = 30;
     c->config.idle_timeout_secs = 0;

@@ -175,12 +175,12 @@ Test (options, new_options_never_keep_a_freed_string)
     json_t *job = json_loads ("{\"eval_spec\": {\"eval_name\": \"replayed\"}}", 0, NULL);
     cr_assert_eq (za_options_apply_job (options, job, "job.json", ZA_FROM_JOB), 0, "%s",
                   za_last_error ());
-    cr_assert_str_eq (settings.eval_name, "replayed");
+    cr_assert_str_eq (settings.eval.name, "replayed");
     json_decref (job);
     za_options_destroy (&options);
     options = za_options_new ("zactor-run", NULL, &settings, 0);
     cr_assert_not_null (options);
-    cr_expect_null (settings.eval_name, "a freed string was kept");
+    cr_expect_null (settings.eval.name, "a freed string was kept");
     char *text = za_options_settings_text (options);
     json_t *shown = json_loads (text, 0, NULL);
     cr_expect (json_is_null (json_object_get (shown, "eval_name")), "%s", text);

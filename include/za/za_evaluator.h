@@ -20,31 +20,38 @@
 extern "C" {
 #endif
 
+//  EvalSpec: what an evaluation is and when it runs, as the settings hold it
+//  (--eval-name, --eval-steps, --start-delay-secs, --throttle-secs, --replay,
+//  --eval-metrics, --best-metric, --stop-if-no-improvement).
 typedef struct {
-    const za_model_fn_t *model_fn;
-    const void *params;
-    za_input_shape_t input;
-    const char *model_dir;
-    const char *name;               //  EvalSpec.name: results in model_dir/eval_<name>
+    const char *name;               //  results in model_dir/eval_<name>
                                     //  ("" or NULL: model_dir/eval)
-    const za_dataset_t *data;       //  what to evaluate on, in batches of batch_size;
-    za_input_fn_t input_fn;         //  or (when set) what this gives in EVAL mode,
-    void *input_arg;                //  asked for batches of batch_size
-    int batch_size;                 //  500
     int64_t steps;                  //  batches per evaluation; <= 0: the whole set
-    double start_delay_secs;        //  120 (EvalSpec)
-    double throttle_secs;           //  600 (EvalSpec)
-    int64_t max_steps;              //  the training's: the end (<= 0: never ends)
+    double start_delay_secs;        //  120
+    double throttle_secs;           //  600
     int replay;                     //  evaluate every checkpoint once, in step order
-    int export_best;                //  1: keep the best checkpoint in export/best
-    int threads;                    //  0: all cores
-    za_device_t device;             //  where it evaluates (zero: the CPU)
-    za_policy_t precision;          //  --precision (za_replica.h); zero: fp32
     const char *eval_metrics;       //  NULL or an --eval-metrics text (za_eval_metrics.h)
     const char *best_metric;        //  what export_best compares (za_early_stop.h);
                                     //  NULL: accuracy
     const char *stop_if_no_improvement; //  NULL, or early stopping's rule: the
                                     //  evaluator asks the chief to stop (za_early_stop.h)
+} za_eval_spec_t;
+
+typedef struct {
+    const za_model_fn_t *model_fn;
+    const void *params;
+    za_input_shape_t input;
+    const char *model_dir;
+    za_eval_spec_t spec;
+    const za_dataset_t *data;       //  what to evaluate on, in batches of batch_size;
+    za_input_fn_t input_fn;         //  or (when set) what this gives in EVAL mode,
+    void *input_arg;                //  asked for batches of batch_size
+    int batch_size;                 //  500
+    int64_t max_steps;              //  the training's: the end (<= 0: never ends)
+    int export_best;                //  1: keep the best checkpoint in export/best
+    int threads;                    //  0: all cores
+    za_device_t device;             //  where it evaluates (zero: the CPU)
+    za_policy_t precision;          //  --precision (za_replica.h); zero: fp32
     double poll_secs;               //  how often model_dir is looked at when
                                     //  nothing tells us of a new checkpoint (0.2)
     void *trigger;                  //  NULL, or a zsock_t / zactor_t whose

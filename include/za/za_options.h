@@ -12,6 +12,7 @@
 #define ZA_OPTIONS_H_INCLUDED
 
 #include <jansson.h>
+#include "za/za_evaluator.h"        //  za_eval_spec_t
 #include "za/za_kernels.h"          //  za_policy_t
 #include "za/za_optim_config.h"
 
@@ -124,9 +125,6 @@ typedef struct {
     const char *max_bad_images;     //  "25" or "1%" (za_input.h's za_bad_limit_t)
     const char *preprocess;         //  none, tf, torch or caffe (za_input.h)
     const char *augment;            //  "pad_crop(4) flip ..." (za_augment.h)
-    const char *eval_metrics;       //  "precision recall auc ..." (za_eval_metrics.h)
-    const char *best_metric;        //  "accuracy", "loss", "auc,max" (za_early_stop.h)
-    const char *stop_if_no_improvement; //  "accuracy,2000" (za_early_stop.h)
     const char *lr_schedule;        //  NULL: a constant rate (za_optim_config.h)
     int64_t lr_warmup_steps;
     const char *cache;              //  none, memory or disk (za_cache.h)
@@ -167,17 +165,17 @@ typedef struct {
     //  Evaluation (EvalSpec)
     int train_and_evaluate;
     const char *eval_data;
-    const char *eval_name;
+    //  --eval-name, --eval-steps (0: the whole set), --start-delay-secs,
+    //  --throttle-secs, --replay, --eval-metrics ("precision recall auc ..."),
+    //  --best-metric ("accuracy", "loss", "auc,max"), --stop-if-no-improvement
+    //  ("accuracy,2000"): as the evaluator takes them
+    za_eval_spec_t eval;
     //  Prediction (zactor-run predict)
     int predict;                    //  1: the predict subcommand (not an option)
     const char *data;               //  what to predict: images (za_images.h)
     const char *checkpoint;         //  NULL: the newest in model_dir
     const char *output;             //  "-": standard output
     const char *format;             //  jsonl or csv
-    int64_t eval_steps;             //  0: the whole set
-    double start_delay_secs;
-    double throttle_secs;
-    int replay;
     //  This task in a cluster
     const char *role;
     int64_t index;                  //  -1: not said
