@@ -1,6 +1,8 @@
 /*  za_worker_calls.c: a worker's requests to every ps: each built from the
     replica's blocks, sent (through shared memory to a ps on this host),
-    its replies waited for under heartbeats and taken back into the replica.  */
+    its replies waited for under heartbeats and taken back into the replica.
+    The call to one ps is a state table (s_transitions below, after
+    docs/PROTOCOL.md 7); za_worker_call_all_within runs every ps's at once. */
 #include "za_worker_private.h"
 
 //  Adds the parts held by ps p, taken from `block`, to self->out; with
@@ -92,156 +94,6 @@ za_worker_set_state (za_worker_t *self, za_role_state_t state)
     za_role_stats_publish (self->stats, state, za_clock_mono ());
 }
 
-//  A pong that says not_ready comes from a ps that has nothing to answer
-//  the request we wait for: it was restarted without state, or our request
-//  went down with its old process (PROTOCOL.md 7.5). Makes the pong in
-//  `reply` that ps's `error not_ready`.
-static void
-s_lost_state_reply (za_worker_t *self, za_wire_msg_t *reply)
-{
-    reply->op = ZA_OP_ERROR;
-    reply->seq = self->seq;
-    reply->tensor_count = 0;
-    snprintf (reply->error, sizeof reply->error, "the ps has no state (restarted?)");
-}
-
-//  Pings every ps we still wait for whose ping is due, and says once that a
-//  ps which answered before has gone silent.
-static void
-s_heartbeats (za_worker_t *self, za_op_t op, double now, double left)
-{
-    for (int p = 0; p < self->ps_count; p++) {
-        za_peer_t *peer = &self->peers [p];
-        if (self->reply_msgs [p])
-            continue;
-        if (peer->heard && za_peer_went_silent (peer, now))
-            za_info ("%s: ps %d at %s missed %d heartbeats (silent %.1f s while we waited "
-                     "for %s): stopped, hung or restarting; waiting up to --timeout-secs "
-                     "(%.0f s more)", self->who, p, self->config->ps_endpoints [p],
-                     peer->beat.liveness, za_peer_silence (peer, now), za_op_name (op), left);
-        if (za_peer_ping_due (peer, now)) {
-            //  (p has no reply yet, held or not: its message is free.)
-            za_wire_msg_t *ping = self->replies [p];
-            za_wire_msg_init (ping, ZA_OP_PING);
-            ping->seq = 0;          //  requests count from 1: a pong is never a reply
-            ping->task = self->config->worker_index;
-            //  Through the link: its word keeps telling the ps what we read.
-            if (self->links [p])
-                za_shm_link_send (self->links [p], self->dealers [p], NULL, ping, NULL);
-            else
-                za_wire_send (self->dealers [p], NULL, ping, NULL);
-        }
-    }
-}
-
-//  ps-sync: the chief holds the ps's optimizer slots too (each ps sends
-//  them after every `values` to task 0), so that a restarted ps can be
-//  given the state of the current step instead of a checkpoint's.
-int
-za_worker_keeps_state (za_worker_t *self)
-{
-    const za_optim_config_t *optim = za_replica_optim (self->replica);
-    return self->config->is_chief && self->config->strategy == ZA_STRATEGY_PS_SYNC
-        && optim && za_optim_slot_count (optim->kind) > 0;
-}
-
-//  Floats of ps p's slots (all its parts, every slot).
-static size_t
-s_slot_floats (za_worker_t *self, int p)
-{
-    size_t floats = 0;
-    for (int i = 0; i < self->part_count [p]; i++)
-        floats += self->placement.parts [self->parts [p][i]].size;
-    return floats * za_optim_slot_count (za_replica_optim (self->replica)->kind);
-}
-
-//  Copies ps p's `slots` message (decoded in self->spare) as its latest, the
-//  one before becoming the previous, and destroys *msg_p at once (the ps
-//  waits for its frames before it updates its slots). One of another shape
-//  is dropped.
-static void
-s_keep_slots (za_worker_t *self, int p, zmsg_t **msg_p)
-{
-    const za_wire_msg_t *m = self->spare;
-    int64_t step = m->step;
-    int n = self->part_count [p];
-    if (!za_worker_keeps_state (self) || step < 0
-        || m->tensor_count != n * za_optim_slot_count (za_replica_optim (self->replica)->kind)) {
-        zmsg_destroy (msg_p);
-        return;
-    }
-    int k = step == self->slot_steps [p][0]? 0: 1;
-    if (k == 1) {
-        //  The latest becomes the previous; the previous's buffer takes this.
-        float *older = self->slot_copies [p][1];
-        self->slot_copies [p][1] = self->slot_copies [p][0];
-        self->slot_steps [p][1] = self->slot_steps [p][0];
-        self->slot_copies [p][0] = older;
-    }
-    self->slot_steps [p][0] = -1;
-    if (!self->slot_copies [p][0]
-        && !(self->slot_copies [p][0] = (float *) za_alloc (s_slot_floats (self, p)
-                                                            * sizeof (float)))) {
-        zmsg_destroy (msg_p);
-        return;
-    }
-    float *to = self->slot_copies [p][0];
-    for (int t = 0; t < m->tensor_count; t++) {
-        const za_part_t *part = &self->placement.parts [self->parts [p][t % n]];
-        if (m->tensors [t].bytes != part->size * sizeof (float)) {
-            zmsg_destroy (msg_p);
-            return;
-        }
-        memcpy (to, m->tensors [t].data, m->tensors [t].bytes);
-        to += part->size;
-    }
-    self->slot_steps [p][0] = step;
-    zmsg_destroy (msg_p);
-}
-
-//  Forgets the slots kept: an init gives every ps a state of its own.
-void
-za_worker_forget_slots (za_worker_t *self)
-{
-    for (int p = 0; p < self->ps_count; p++)
-        self->slot_steps [p][0] = self->slot_steps [p][1] = -1;
-}
-
-//  Which of ps p's two slot copies holds `step`'s (0, 1), or -1: neither.
-int
-za_worker_slot_copy_of (const za_worker_t *self, int p, int64_t step)
-{
-    return self->slot_steps [p][0] == step? 0: self->slot_steps [p][1] == step? 1: -1;
-}
-
-//  Copies every ps's slots of `step` into the replica, all or none. Returns
-//  0, or -1 when a ps's are missing.
-int
-za_worker_restore_slots (za_worker_t *self, int64_t step)
-{
-    if (!za_worker_keeps_state (self))
-        return 0;
-    int which [ZA_ROLE_MAX_PS];
-    for (int p = 0; p < self->ps_count; p++) {
-        which [p] = za_worker_slot_copy_of (self, p, step);
-        if (which [p] < 0)
-            return -1;
-    }
-    int slot_count = za_optim_slot_count (za_replica_optim (self->replica)->kind);
-    for (int p = 0; p < self->ps_count; p++) {
-        const float *from = self->slot_copies [p][which [p]];
-        for (int s = 0; s < slot_count; s++)
-            for (int i = 0; i < self->part_count [p]; i++) {
-                const za_part_t *part = &self->placement.parts [self->parts [p][i]];
-                memcpy (za_replica_slot (self->replica, s)
-                        + self->vars->vars [part->var].offset + part->offset, from,
-                        part->size * sizeof (float));
-                from += part->size;
-            }
-    }
-    return 0;
-}
-
 //  Sends self->out to ps p: through the link to a ps on this host, else as
 //  frames lent from our blocks. Returns 0, or -1 with an error.
 int
@@ -261,18 +113,273 @@ s_refuse_segment (za_worker_t *self, int p)
     za_shm_link_refuse (self->links [p]);
 }
 
-//  A message from ps p while we wait for the answers to `op`, its tensors in
-//  its frames (data NULL) or held in p's segment until za_shm_link_done (a
-//  whole message; a reply stays held there: held_reply): a reply (counted
-//  off *missing), slots, a sign of life, or the ps's word that it cannot
-//  read our segment (the request goes again as frames). Takes *msg_p.
-//  Returns 0, or -1 with an error.
+// ---------------------------------------------------------------------------
+//  A call to one ps, as a state table: its events, its actions, the table
+//  (s_transitions), and what feeds it (p's messages, the clock).
+
+//  What happens to the call to ps p: messages from p, decoded, and the
+//  call's own steps and clock. E_ANY is the table's.
+typedef enum {
+    E_ANY = 0,              //  matches any message
+    E_NEW_CALL,             //  a call begins: the last answer goes
+    E_SEND,                 //  our request goes to p
+    E_REPLY,                //  a message with our seq: the reply op, or an error
+    E_SHM_UNREADABLE,       //  error shm_unreadable with our seq: p cannot read our segment
+    E_PONG_NOT_READY,       //  pong not_ready: p has nothing to answer (an init is answered)
+    E_SLOTS,                //  slots (ps-sync, to the chief): kept whatever we wait for
+    E_STALE,                //  an older request's reply, a plain pong
+    E_UNDECODABLE,          //  a message that does not decode
+    E_WENT_SILENT,          //  p answered once, then missed interval x liveness
+    E_PING_DUE,             //  an interval since we last sent p anything
+    E_TIME_UP               //  the call's time is up (or we were interrupted)
+} s_event_t;
+
+//  The call, and what its actions are given for one event of ps p's.
+typedef struct {
+    za_op_t op;                 //  what every ps is asked
+    double timeout_secs;        //  the call's limit
+    int p;
+    zmsg_t *msg;                //  what came from p (NULL: no message); an action that
+                                //  keeps it takes it, else it is destroyed after
+    int whole;                  //  msg came whole in p's segment, its tensors read there
+    double now, left;           //  the clock's events: when, and the seconds still left
+} s_call_t;
+
+typedef int (s_action_fn) (za_worker_t *self, s_call_t *call);
+
+//  The actions. Each returns 0, or -1 with an error, which ends the call.
+
+//  A new call: p's last answer goes (and the record it was read from).
 static int
-s_take_held (za_worker_t *self, za_op_t op, int p, zmsg_t **msg_p, int *missing,
-             const void *const *data, const size_t *sizes, int count)
+s_let_go (za_worker_t *self, s_call_t *call)
 {
-    zmsg_t *msg = *msg_p;
-    *msg_p = NULL;
+    int p = call->p;
+    zmsg_destroy (&self->reply_msgs [p]);
+    if (self->held_reply [p] && self->links [p])
+        za_shm_link_done (self->links [p]);
+    self->held_reply [p] = 0;
+    return 0;
+}
+
+//  Our request, built for p and sent.
+static int
+s_send (za_worker_t *self, s_call_t *call)
+{
+    za_worker_build (self, call->op, call->p);
+    if (za_worker_send_to (self, call->p))
+        return za_error ("%s: cannot send %s to ps %d", self->who, za_op_name (call->op),
+                         call->p);
+    return 0;
+}
+
+//  Our tensors came through a segment this ps cannot read (it restarted
+//  without shared memory): the link knows now, and the request goes again
+//  as frames.
+static int
+s_send_as_frames (za_worker_t *self, s_call_t *call)
+{
+    zmsg_destroy (&call->msg);
+    return s_send (self, call);
+}
+
+//  A whole message that does not decode: p's segment is refused.
+static int
+s_drop_undecodable (za_worker_t *self, s_call_t *call)
+{
+    if (call->whole)
+        s_refuse_segment (self, call->p);
+    return 0;
+}
+
+static int
+s_slots (za_worker_t *self, s_call_t *call)
+{
+    za_worker_keep_slots (self, call->p, &call->msg);
+    return 0;
+}
+
+//  What p sent while we wait (decoded in self->spare) goes where its answer
+//  does, replies [p], in place: its tensors point into the message, or
+//  into p's segment. (replies [p] is free until the answer comes.)
+static void
+s_set_in_reply (za_worker_t *self, int p)
+{
+    za_wire_msg_t *reply = self->spare;
+    self->spare = self->replies [p];
+    self->replies [p] = reply;
+}
+
+//  p's answer. A whole answer is read where it is: its record goes back to
+//  the ps at the next call (s_let_go), and nothing more of p's segment is
+//  taken till then.
+static int
+s_take_reply (za_worker_t *self, s_call_t *call)
+{
+    int p = call->p;
+    s_set_in_reply (self, p);
+    self->held_reply [p] = call->whole;
+    self->reply_msgs [p] = call->msg;
+    call->msg = NULL;
+    return 0;
+}
+
+//  A pong that says not_ready comes from a ps that has nothing to answer
+//  the request we wait for: it was restarted without state, or our request
+//  went down with its old process (PROTOCOL.md 7.5). It is taken as that
+//  ps's `error not_ready`.
+static int
+s_take_not_ready (za_worker_t *self, s_call_t *call)
+{
+    s_take_reply (self, call);
+    za_wire_msg_t *reply = self->replies [call->p];
+    reply->op = ZA_OP_ERROR;
+    reply->seq = self->seq;
+    reply->tensor_count = 0;
+    snprintf (reply->error, sizeof reply->error, "the ps has no state (restarted?)");
+    return 0;
+}
+
+//  An older request's reply, or a plain pong, while we wait: a sign of
+//  life only, set where an answer goes as any message we wait on is.
+static int
+s_stale (za_worker_t *self, s_call_t *call)
+{
+    s_set_in_reply (self, call->p);
+    return 0;
+}
+
+//  Said once per silence: we wait on, until the call's time is up.
+static int
+s_say_silent (za_worker_t *self, s_call_t *call)
+{
+    int p = call->p;
+    za_peer_t *peer = &self->peers [p];
+    za_info ("%s: ps %d at %s missed %d heartbeats (silent %.1f s while we waited "
+             "for %s): stopped, hung or restarting; waiting up to --timeout-secs "
+             "(%.0f s more)", self->who, p, self->config->ps_endpoints [p],
+             peer->beat.liveness, za_peer_silence (peer, call->now), za_op_name (call->op),
+             call->left);
+    return 0;
+}
+
+static int
+s_ping (za_worker_t *self, s_call_t *call)
+{
+    int p = call->p;
+    //  (p has no reply yet, held or not: its message is free.)
+    za_wire_msg_t *ping = self->replies [p];
+    za_wire_msg_init (ping, ZA_OP_PING);
+    ping->seq = 0;          //  requests count from 1: a pong is never a reply
+    ping->task = self->config->worker_index;
+    //  Through the link: its word keeps telling the ps what we read.
+    if (self->links [p])
+        za_shm_link_send (self->links [p], self->dealers [p], NULL, ping, NULL);
+    else
+        za_wire_send (self->dealers [p], NULL, ping, NULL);
+    return 0;
+}
+
+static int
+s_did_not_answer (za_worker_t *self, s_call_t *call)
+{
+    int p = call->p;
+    return za_error ("%s: ps %d at %s did not answer %s within %.0f s", self->who, p,
+                     self->config->ps_endpoints [p], za_op_name (call->op),
+                     call->timeout_secs);
+}
+
+//  Heard (any message is a heartbeat), and nothing more.
+static int
+s_sign_of_life (za_worker_t *self, s_call_t *call)
+{
+    (void) self;
+    (void) call;
+    return 0;
+}
+
+//  The call to one ps as a state table: the requester's side of
+//  docs/PROTOCOL.md section 7 (7.1 a request and its reply matched by seq,
+//  7.3 shm_unreadable, 7.4 heartbeats, 7.5's first step: a pong not_ready
+//  stands for a reply that will never come) and section 9's ping and slots;
+//  section 8 is the ps's side (za_ps.c). The first row that matches the
+//  state and the event wins; an action that fails keeps the state (and
+//  ends the call). A message no other row takes
+//  (anything after p's answer) is a sign of life; a clock's event no row
+//  takes is nothing. What the answers say (values, error not_ready,
+//  rewound, done) is for the caller to judge, all the ps's together
+//  (za_worker_outcome, s_pull_when_ready: 7.3's last column).
+static const struct {
+    za_call_state_t state;
+    s_event_t event;
+    s_action_fn *action;
+    za_call_state_t next;
+} s_transitions [] = {
+    //  state           event               action              next
+    {CALL_ANY,          E_NEW_CALL,         s_let_go,           CALL_IDLE},
+    {CALL_IDLE,         E_SEND,             s_send,             CALL_WAITING},
+    {CALL_ANY,          E_UNDECODABLE,      s_drop_undecodable, CALL_SAME},
+    {CALL_ANY,          E_SLOTS,            s_slots,            CALL_SAME},
+    {CALL_WAITING,      E_REPLY,            s_take_reply,       CALL_ANSWERED},
+    {CALL_WAITING,      E_SHM_UNREADABLE,   s_send_as_frames,   CALL_WAITING},
+    {CALL_WAITING,      E_PONG_NOT_READY,   s_take_not_ready,   CALL_ANSWERED},
+    {CALL_WAITING,      E_STALE,            s_stale,            CALL_WAITING},
+    {CALL_WAITING,      E_WENT_SILENT,      s_say_silent,       CALL_WAITING},
+    {CALL_WAITING,      E_PING_DUE,         s_ping,             CALL_WAITING},
+    {CALL_WAITING,      E_TIME_UP,          s_did_not_answer,   CALL_WAITING},
+    {CALL_ANY,          E_ANY,              s_sign_of_life,     CALL_SAME},
+};
+
+//  Runs the row of (ps p's call state, event). What came from p and was not
+//  taken is destroyed. Returns the action's 0, or -1 with an error.
+static int
+s_dispatch (za_worker_t *self, s_call_t *call, s_event_t event)
+{
+    za_call_state_t *state = &self->call_state [call->p];
+    size_t rows = sizeof s_transitions / sizeof s_transitions [0];
+    int rc = 0;
+    for (size_t r = 0; r < rows; r++) {
+        if ((s_transitions [r].state != CALL_ANY && s_transitions [r].state != *state)
+            || (s_transitions [r].event != E_ANY && s_transitions [r].event != event))
+            continue;
+        if (!call->msg && s_transitions [r].event == E_ANY)
+            break;              //  a clock's event this state does not take
+        rc = s_transitions [r].action (self, call);
+        if (rc == 0 && s_transitions [r].next != CALL_SAME)
+            *state = s_transitions [r].next;
+        break;
+    }
+    zmsg_destroy (&call->msg);
+    return rc;
+}
+
+//  What a message decoded into self->spare is to the call: a ps's slots are
+//  kept whatever we wait for; a message with our seq is the reply (unless
+//  it says our segment is unreadable); a pong not_ready stands for a reply
+//  that will never come (7.4), except to an init, which is answered in any
+//  case; anything else is older.
+static s_event_t
+s_event_of (za_worker_t *self, za_op_t op)
+{
+    const za_wire_msg_t *m = self->spare;
+    if (m->op == ZA_OP_SLOTS)
+        return E_SLOTS;
+    if (m->seq == self->seq)
+        return m->op == ZA_OP_ERROR && streq (m->code, "shm_unreadable")? E_SHM_UNREADABLE
+                                                                        : E_REPLY;
+    if (m->op == ZA_OP_PONG && streq (m->code, "not_ready") && op != ZA_OP_INIT)
+        return E_PONG_NOT_READY;
+    return E_STALE;
+}
+
+//  A message from ps p (call->msg) while we wait for the answers, its
+//  tensors in its frames (data NULL) or held in p's segment until
+//  za_shm_link_done (a whole message): heard, decoded aside into
+//  self->spare, and run as its event. Takes call->msg. 0, or -1.
+static int
+s_on_message (za_worker_t *self, s_call_t *call, const void *const *data,
+              const size_t *sizes, int count)
+{
+    int p = call->p;
     if (self->links [p] && !self->said_shm [p] && za_shm_link_state (self->links [p]) == 3) {
         self->said_shm [p] = 1;
         za_info ("%s: ps %d is on this host: tensors through shared memory%s", self->who, p,
@@ -283,101 +390,33 @@ s_take_held (za_worker_t *self, za_op_t op, int p, zmsg_t **msg_p, int *missing,
     if (za_peer_heard (&self->peers [p], now))
         za_info ("%s: ps %d at %s answers again after %.1f s of silence", self->who, p,
                  self->config->ps_endpoints [p], silence);
-    //  Decoded aside: a ps's slots are kept whatever we wait for; after
-    //  p's reply anything more from p is only a sign of life (as is what
-    //  fails to decode); a reply takes the place of p's (in place: its
-    //  tensors point into msg, or into p's segment).
-    if (data? za_wire_decode_payloads (msg, data, sizes, count, self->spare)
-            : za_wire_decode (msg, self->spare)) {
-        //  A whole message that does not decode: p's segment is refused.
-        if (data)
-            s_refuse_segment (self, p);
-        zmsg_destroy (&msg);
-        return 0;
-    }
-    if (self->spare->op == ZA_OP_SLOTS) {
-        s_keep_slots (self, p, &msg);
-        return 0;
-    }
-    //  Our tensors came through a segment this ps cannot read (it
-    //  restarted without shared memory): the link knows now, and the
-    //  request goes again as frames.
-    if (self->spare->op == ZA_OP_ERROR && streq (self->spare->code, "shm_unreadable")
-        && self->spare->seq == self->seq && !self->reply_msgs [p]) {
-        zmsg_destroy (&msg);
-        za_worker_build (self, op, p);
-        if (za_worker_send_to (self, p))
-            return za_error ("%s: cannot send %s to ps %d", self->who, za_op_name (op), p);
-        return 0;
-    }
-    if (self->reply_msgs [p]) {
-        zmsg_destroy (&msg);
-        return 0;
-    }
-    za_wire_msg_t *reply = self->spare;
-    self->spare = self->replies [p];
-    self->replies [p] = reply;
-    if (reply->seq != self->seq) {
-        //  A stale reply or a pong: a sign of life, unless the pong says
-        //  the ps has no state (an init is answered in any case).
-        if (reply->op != ZA_OP_PONG || !streq (reply->code, "not_ready")
-            || op == ZA_OP_INIT) {
-            zmsg_destroy (&msg);
-            return 0;
-        }
-        s_lost_state_reply (self, reply);
-    }
-    //  A whole reply is read where it is: its record goes back to the ps at
-    //  the next call (s_let_go), and nothing more of p's is taken till then.
-    self->held_reply [p] = data != NULL;
-    self->reply_msgs [p] = msg;
-    (*missing)--;
-    return 0;
+    call->whole = data != NULL;
+    int bad = data? za_wire_decode_payloads (call->msg, data, sizes, count, self->spare)
+                  : za_wire_decode (call->msg, self->spare);
+    return s_dispatch (self, call, bad? E_UNDECODABLE: s_event_of (self, call->op));
 }
 
-//  The same, its tensors in its frames.
-static int
-s_take (za_worker_t *self, za_op_t op, int p, zmsg_t **msg_p, int *missing)
-{
-    return s_take_held (self, op, p, msg_p, missing, NULL, NULL, 0);
-}
-
-//  Lets ps p's last reply go (and the record it was read from).
-static void
-s_let_go (za_worker_t *self, int p)
-{
-    zmsg_destroy (&self->reply_msgs [p]);
-    if (self->held_reply [p] && self->links [p])
-        za_shm_link_done (self->links [p]);
-    self->held_reply [p] = 0;
-}
-
-//  Sends `op` to every ps and waits for every answer (with our seq) into
-//  self->replies, at most timeout_secs; their tensors are valid until the
-//  next call (a whole reply's are in the ps's segment till then). A ps
-//  silent for a heartbeat interval x liveness is stopped, hung or being
-//  restarted (a supervisor restarts a hung ps): we say so once and wait on.
-//  Returns 0, or -1 with an error on the timeout or $TERM.
 //  Whole messages of a ps on this host (its bell rang, or they came while
-//  we did not listen), taken while we wait for `op`'s answers. 0, or -1.
+//  we did not listen), taken while we wait for the answers. 0, or -1.
 static int
-s_take_linked (za_worker_t *self, za_op_t op, int *missing)
+s_take_linked (za_worker_t *self, s_call_t *call)
 {
     za_shm_bell_quiet (self->bell);
     int rc = 0;
     for (int p = 0; p < self->ps_count && rc == 0; p++) {
-        zmsg_t *msg = NULL;
         const void *const *data;
         const size_t *sizes;
         int got, count;
+        call->p = p;
         while (rc == 0 && self->links [p] && !self->held_reply [p]
-               && (got = za_shm_link_take (self->links [p], &msg, &data, &sizes, &count)) != 0) {
+               && (got = za_shm_link_take (self->links [p], &call->msg, &data, &sizes,
+                                           &count)) != 0) {
             if (got < 0)
                 //  Not sent again (a push is not idempotent): the call
                 //  times out, saying which ps did not answer.
                 s_refuse_segment (self, p);
             else
-                rc = s_take_held (self, op, p, &msg, missing, data, sizes, count);
+                rc = s_on_message (self, call, data, sizes, count);
             if (!self->held_reply [p])
                 za_shm_link_done (self->links [p]);
         }
@@ -385,10 +424,11 @@ s_take_linked (za_worker_t *self, za_op_t op, int *missing)
     return rc;
 }
 
-//  A message on ps p's socket while we wait for `op`'s answers. 0, or -1.
+//  A message on ps p's socket while we wait for the answers. 0, or -1.
 static int
-s_take_socket (za_worker_t *self, za_op_t op, int p, int *missing)
+s_take_socket (za_worker_t *self, s_call_t *call)
 {
+    int p = call->p;
     zmsg_t *msg = zmsg_recv (self->dealers [p]);
     if (!msg)
         return 0;
@@ -408,7 +448,47 @@ s_take_socket (za_worker_t *self, za_op_t op, int p, int *missing)
         zmsg_destroy (&msg);
         return 0;
     }
-    return s_take (self, op, p, &msg, missing);
+    call->msg = msg;
+    return s_on_message (self, call, NULL, NULL, 0);
+}
+
+//  The clock's events of every ps we wait for (a ps that answered is not
+//  listened to): its silence, said once, and its ping when due.
+static void
+s_heartbeats (za_worker_t *self, s_call_t *call)
+{
+    for (int p = 0; p < self->ps_count; p++) {
+        za_peer_t *peer = &self->peers [p];
+        if (self->call_state [p] != CALL_WAITING)
+            continue;
+        call->p = p;
+        if (peer->heard && za_peer_went_silent (peer, call->now))
+            s_dispatch (self, call, E_WENT_SILENT);
+        if (za_peer_ping_due (peer, call->now))
+            s_dispatch (self, call, E_PING_DUE);
+    }
+}
+
+//  The call's time is up: the first ps that has not answered says so. -1.
+static int
+s_time_up (za_worker_t *self, s_call_t *call)
+{
+    int rc = 0;
+    for (int p = 0; p < self->ps_count && rc == 0; p++) {
+        call->p = p;
+        rc = s_dispatch (self, call, E_TIME_UP);
+    }
+    return rc;
+}
+
+//  How many ps we still wait for.
+static int
+s_waiting (za_worker_t *self)
+{
+    int waiting = 0;
+    for (int p = 0; p < self->ps_count; p++)
+        waiting += self->call_state [p] == CALL_WAITING;
+    return waiting;
 }
 
 //  How long to poll: until the deadline, or the first ping due.
@@ -417,21 +497,38 @@ s_wait_secs (za_worker_t *self, double now, double left)
 {
     double wait = left;
     for (int p = 0; p < self->ps_count; p++)
-        if (!self->reply_msgs [p] && za_peer_next_due (&self->peers [p], now) < wait)
+        if (self->call_state [p] == CALL_WAITING
+            && za_peer_next_due (&self->peers [p], now) < wait)
             wait = za_peer_next_due (&self->peers [p], now);
     return wait;
 }
 
+//  1 when the pipe says $TERM (or is gone): the call stops.
+static int
+s_terminated (za_worker_t *self)
+{
+    char *command = zstr_recv (self->pipe);
+    int term = !command || streq (command, "$TERM");
+    zstr_free (&command);
+    return term;
+}
+
+//  Every ps's call at once: each sent its request, then one poll for all
+//  until each has answered, each message and each tick of the clock an
+//  event of its ps's call (the pipe's $TERM ends them all).
 int
 za_worker_call_all_within (za_worker_t *self, za_op_t op, double timeout_secs)
 {
+    s_call_t call = {.op = op, .timeout_secs = timeout_secs};
+    int rc = 0;
     self->seq++;
-    for (int p = 0; p < self->ps_count; p++) {
-        s_let_go (self, p);
-        za_worker_build (self, op, p);
-        if (za_worker_send_to (self, p))
-            return za_error ("%s: cannot send %s to ps %d", self->who, za_op_name (op), p);
+    for (int p = 0; p < self->ps_count && rc == 0; p++) {
+        call.p = p;
+        s_dispatch (self, &call, E_NEW_CALL);
+        rc = s_dispatch (self, &call, E_SEND);
     }
+    if (rc)
+        return rc;
     zmq_pollitem_t items [2 + ZA_ROLE_MAX_PS];
     items [0] = (zmq_pollitem_t) {zsock_resolve (self->pipe), 0, ZMQ_POLLIN, 0};
     for (int p = 0; p < self->ps_count; p++)
@@ -439,42 +536,35 @@ za_worker_call_all_within (za_worker_t *self, za_op_t op, double timeout_secs)
     int item_count = 1 + self->ps_count;
     if (self->bell)
         items [item_count++] = (zmq_pollitem_t) {NULL, za_shm_bell_fd (self->bell), ZMQ_POLLIN, 0};
-    int missing = self->ps_count, rc = 0;
     double now = za_clock_mono ();
     double deadline = now + timeout_secs;
     //  Between two requests we do not listen: each ps's silence counts from here.
     for (int p = 0; p < self->ps_count; p++)
         za_peer_expect (&self->peers [p], now);
-    while (missing > 0 && rc == 0) {
-        if (self->bell && ((rc = s_take_linked (self, op, &missing)) || missing == 0))
+    while (s_waiting (self) > 0 && rc == 0) {
+        if (self->bell && ((rc = s_take_linked (self, &call)) || s_waiting (self) == 0))
             break;
-        now = za_clock_mono ();
+        call.now = now = za_clock_mono ();
         za_worker_alive (self, now);
-        double left = deadline - now;
-        if (left <= 0 || zsys_interrupted) {
-            int p = 0;
-            while (p < self->ps_count && self->reply_msgs [p])
-                p++;
-            rc = za_error ("%s: ps %d at %s did not answer %s within %.0f s", self->who, p,
-                           self->config->ps_endpoints [p], za_op_name (op), timeout_secs);
+        call.left = deadline - now;
+        if (call.left <= 0 || zsys_interrupted) {
+            rc = s_time_up (self, &call);
             break;
         }
-        s_heartbeats (self, op, now, left);
-        if (zmq_poll (items, item_count, (long) (s_wait_secs (self, now, left) * 1000) + 1) <= 0)
+        s_heartbeats (self, &call);
+        if (zmq_poll (items, item_count, (long) (s_wait_secs (self, now, call.left) * 1000) + 1)
+            <= 0)
             continue;
-        if (items [0].revents & ZMQ_POLLIN) {
-            char *command = zstr_recv (self->pipe);
-            int term = !command || streq (command, "$TERM");
-            zstr_free (&command);
-            if (term) {
-                self->terminated = 1;
-                rc = za_error ("%s: stopped", self->who);
-                break;
-            }
+        if ((items [0].revents & ZMQ_POLLIN) && s_terminated (self)) {
+            self->terminated = 1;
+            rc = za_error ("%s: stopped", self->who);
+            break;
         }
         for (int p = 0; p < self->ps_count && rc == 0; p++)
-            if (items [1 + p].revents & ZMQ_POLLIN)
-                rc = s_take_socket (self, op, p, &missing);
+            if (items [1 + p].revents & ZMQ_POLLIN) {
+                call.p = p;
+                rc = s_take_socket (self, &call);
+            }
     }
     return rc;
 }

@@ -1,6 +1,7 @@
 /*  za_worker_chief.c: the chief's duties beside training: every ps
-    initialised (or, after a restart, given the freshest state there is),
-    consistent checkpoints (hold, snapshot, release), the ps stopped at the end.  */
+    initialised (or, after a restart, given the freshest state there is,
+    with ps-sync's slots it keeps), consistent checkpoints (hold, snapshot,
+    release), the ps stopped at the end.                                   */
 #include "za_worker_private.h"
 
 //  Initialises every ps with the replica's values and slots at `step`.
@@ -260,6 +261,114 @@ za_worker_chief_init (za_worker_t *self)
         return -1;
     self->hooks.saver.last_saved = restored? step: -1;
     za_info ("chief: %d ps initialised at step %" PRId64, self->ps_count, step);
+    return 0;
+}
+
+//  ps-sync: the chief holds the ps's optimizer slots too (each ps sends
+//  them after every `values` to task 0), so that a restarted ps can be
+//  given the state of the current step instead of a checkpoint's.
+int
+za_worker_keeps_state (za_worker_t *self)
+{
+    const za_optim_config_t *optim = za_replica_optim (self->replica);
+    return self->config->is_chief && self->config->strategy == ZA_STRATEGY_PS_SYNC
+        && optim && za_optim_slot_count (optim->kind) > 0;
+}
+
+//  Floats of ps p's slots (all its parts, every slot).
+static size_t
+s_slot_floats (za_worker_t *self, int p)
+{
+    size_t floats = 0;
+    for (int i = 0; i < self->part_count [p]; i++)
+        floats += self->placement.parts [self->parts [p][i]].size;
+    return floats * za_optim_slot_count (za_replica_optim (self->replica)->kind);
+}
+
+//  Copies ps p's `slots` message (decoded in self->spare) as its latest, the
+//  one before becoming the previous, and destroys *msg_p at once (the ps
+//  waits for its frames before it updates its slots). One of another shape
+//  is dropped.
+void
+za_worker_keep_slots (za_worker_t *self, int p, zmsg_t **msg_p)
+{
+    const za_wire_msg_t *m = self->spare;
+    int64_t step = m->step;
+    int n = self->part_count [p];
+    if (!za_worker_keeps_state (self) || step < 0
+        || m->tensor_count != n * za_optim_slot_count (za_replica_optim (self->replica)->kind)) {
+        zmsg_destroy (msg_p);
+        return;
+    }
+    int k = step == self->slot_steps [p][0]? 0: 1;
+    if (k == 1) {
+        //  The latest becomes the previous; the previous's buffer takes this.
+        float *older = self->slot_copies [p][1];
+        self->slot_copies [p][1] = self->slot_copies [p][0];
+        self->slot_steps [p][1] = self->slot_steps [p][0];
+        self->slot_copies [p][0] = older;
+    }
+    self->slot_steps [p][0] = -1;
+    if (!self->slot_copies [p][0]
+        && !(self->slot_copies [p][0] = (float *) za_alloc (s_slot_floats (self, p)
+                                                            * sizeof (float)))) {
+        zmsg_destroy (msg_p);
+        return;
+    }
+    float *to = self->slot_copies [p][0];
+    for (int t = 0; t < m->tensor_count; t++) {
+        const za_part_t *part = &self->placement.parts [self->parts [p][t % n]];
+        if (m->tensors [t].bytes != part->size * sizeof (float)) {
+            zmsg_destroy (msg_p);
+            return;
+        }
+        memcpy (to, m->tensors [t].data, m->tensors [t].bytes);
+        to += part->size;
+    }
+    self->slot_steps [p][0] = step;
+    zmsg_destroy (msg_p);
+}
+
+//  Forgets the slots kept: an init gives every ps a state of its own.
+void
+za_worker_forget_slots (za_worker_t *self)
+{
+    for (int p = 0; p < self->ps_count; p++)
+        self->slot_steps [p][0] = self->slot_steps [p][1] = -1;
+}
+
+//  Which of ps p's two slot copies holds `step`'s (0, 1), or -1: neither.
+int
+za_worker_slot_copy_of (const za_worker_t *self, int p, int64_t step)
+{
+    return self->slot_steps [p][0] == step? 0: self->slot_steps [p][1] == step? 1: -1;
+}
+
+//  Copies every ps's slots of `step` into the replica, all or none. Returns
+//  0, or -1 when a ps's are missing.
+int
+za_worker_restore_slots (za_worker_t *self, int64_t step)
+{
+    if (!za_worker_keeps_state (self))
+        return 0;
+    int which [ZA_ROLE_MAX_PS];
+    for (int p = 0; p < self->ps_count; p++) {
+        which [p] = za_worker_slot_copy_of (self, p, step);
+        if (which [p] < 0)
+            return -1;
+    }
+    int slot_count = za_optim_slot_count (za_replica_optim (self->replica)->kind);
+    for (int p = 0; p < self->ps_count; p++) {
+        const float *from = self->slot_copies [p][which [p]];
+        for (int s = 0; s < slot_count; s++)
+            for (int i = 0; i < self->part_count [p]; i++) {
+                const za_part_t *part = &self->placement.parts [self->parts [p][i]];
+                memcpy (za_replica_slot (self->replica, s)
+                        + self->vars->vars [part->var].offset + part->offset, from,
+                        part->size * sizeof (float));
+                from += part->size;
+            }
+    }
     return 0;
 }
 

@@ -1,7 +1,8 @@
 /*  za_worker_private.h: what the files of the worker share: its state
     (za_worker_t) and the functions one file of it offers the others.
     za_worker.c is the actor and its training loop; za_worker_calls.c its
-    requests to every ps; za_worker_chief.c the chief's duties.             */
+    requests to every ps (a call to one ps as a state table);
+    za_worker_chief.c the chief's duties.                                  */
 #ifndef ZA_WORKER_PRIVATE_H_INCLUDED
 #define ZA_WORKER_PRIVATE_H_INCLUDED
 
@@ -24,6 +25,16 @@
 //  and lost its state, and the caller recovers.
 #define WORKER_OVER 1
 #define WORKER_PS_LOST 2
+
+//  Where the call to one ps stands (za_worker_calls.c's state table, after
+//  docs/PROTOCOL.md 7); CALL_ANY and CALL_SAME are the table's.
+typedef enum {
+    CALL_IDLE,                  //  nothing asked (at the start, or our request did not go)
+    CALL_WAITING,               //  our request went; its answer has not come
+    CALL_ANSWERED,              //  its answer is in replies [p] until the next call
+    CALL_ANY,
+    CALL_SAME
+} za_call_state_t;
 
 typedef struct {
     const za_role_config_t *config;
@@ -48,6 +59,7 @@ typedef struct {
     za_wire_msg_t *out;
     za_wire_msg_t *replies [ZA_ROLE_MAX_PS];
     zmsg_t *reply_msgs [ZA_ROLE_MAX_PS];
+    za_call_state_t call_state [ZA_ROLE_MAX_PS];
     za_wire_lease_t lease;                      //  pushed gradients, init values
     //  Heartbeats: any message from a ps counts as one. A ps that answered
     //  once and then stays silent for ivl x liveness is stopped or hung.
@@ -98,21 +110,6 @@ void za_worker_alive (za_worker_t *self, double now);
 //  Our role's state for watchers (za_role_stats.h).
 void za_worker_set_state (za_worker_t *self, za_role_state_t state);
 
-//  ps-sync: the chief holds the ps's optimizer slots too (each ps sends
-//  them after every `values` to task 0), so that a restarted ps can be
-//  given the state of the current step instead of a checkpoint's.
-int za_worker_keeps_state (za_worker_t *self);
-
-//  Forgets the slots kept: an init gives every ps a state of its own.
-void za_worker_forget_slots (za_worker_t *self);
-
-//  Which of ps p's two slot copies holds `step`'s (0, 1), or -1: neither.
-int za_worker_slot_copy_of (const za_worker_t *self, int p, int64_t step);
-
-//  Copies every ps's slots of `step` into the replica, all or none. Returns
-//  0, or -1 when a ps's are missing.
-int za_worker_restore_slots (za_worker_t *self, int64_t step);
-
 //  Sends self->out to ps p: through the link to a ps on this host, else as
 //  frames lent from our blocks. Returns 0, or -1 with an error.
 int za_worker_send_to (za_worker_t *self, int p);
@@ -122,6 +119,7 @@ int za_worker_send_to (za_worker_t *self, int p);
 //  next call (a whole reply's are in the ps's segment till then). A ps
 //  silent for a heartbeat interval x liveness is stopped, hung or being
 //  restarted (a supervisor restarts a hung ps): we say so once and wait on.
+//  Each ps's call follows the state table of za_worker_calls.c.
 //  Returns 0, or -1 with an error on the timeout or $TERM.
 int za_worker_call_all_within (za_worker_t *self, za_op_t op, double timeout_secs);
 
@@ -159,7 +157,7 @@ int za_worker_take_values (za_worker_t *self);
 
 // ---------------------------------------------------------------------------
 //  za_worker_chief.c: the chief's duties: the ps initialised, checkpointed,
-//  stopped; a lost ps given a state
+//  stopped; a lost ps given a state; ps-sync's slots kept
 
 //  Initialises every ps with the replica's values and slots at `step`.
 int za_worker_init_all (za_worker_t *self, int64_t step);
@@ -190,6 +188,27 @@ int za_worker_reinit_lost (za_worker_t *self, int with_pulled);
 //  Returns 0 when the ps hold a state to train from, WORKER_OVER when they
 //  say training is over already, -1 on an error.
 int za_worker_chief_init (za_worker_t *self);
+
+//  ps-sync: the chief holds the ps's optimizer slots too (each ps sends
+//  them after every `values` to task 0), so that a restarted ps can be
+//  given the state of the current step instead of a checkpoint's.
+int za_worker_keeps_state (za_worker_t *self);
+
+//  Copies ps p's `slots` message (decoded in self->spare) as its latest, the
+//  one before becoming the previous, and destroys *msg_p at once (the ps
+//  waits for its frames before it updates its slots). One of another shape
+//  is dropped.
+void za_worker_keep_slots (za_worker_t *self, int p, zmsg_t **msg_p);
+
+//  Forgets the slots kept: an init gives every ps a state of its own.
+void za_worker_forget_slots (za_worker_t *self);
+
+//  Which of ps p's two slot copies holds `step`'s (0, 1), or -1: neither.
+int za_worker_slot_copy_of (const za_worker_t *self, int p, int64_t step);
+
+//  Copies every ps's slots of `step` into the replica, all or none. Returns
+//  0, or -1 when a ps's are missing.
+int za_worker_restore_slots (za_worker_t *self, int64_t step);
 
 //  Why the chief (ps-sync) cannot give every ps the state of the step it is
 //  at: into why, for the log that says it reloads a checkpoint instead.
