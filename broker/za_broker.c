@@ -372,11 +372,7 @@ s_broker_new (const za_broker_config_t *config, zsock_t *pipe)
     zsock_set_sndtimeo (self->router, 0);
     //  ZMTP heartbeats close the connections of peers that vanished without
     //  a word (a machine gone), so their pipes do not pile up.
-    int ivl_ms = (int) (config->heartbeat.ivl_secs * 1000);
-    if (ivl_ms > 0) {
-        zsock_set_heartbeat_ivl (self->router, ivl_ms);
-        zsock_set_heartbeat_timeout (self->router, ivl_ms * config->heartbeat.liveness);
-    }
+    za_heartbeat_zmtp (self->router, config->heartbeat);
     if (za_curve_server (self->router))
         goto fail;
     if (zsock_bind (self->router, "%s", config->bind) < 0) {

@@ -62,11 +62,7 @@ za_broker_client_new (const char *endpoint, za_heartbeat_t beat)
     zsock_set_maxmsgsize (self->dealer, CONTROL_MAX_BYTES);
     //  ZMTP heartbeats find a broker host that vanished without closing the
     //  connection; the broker's replies judge a broker that is merely hung.
-    int ivl_ms = (int) (beat.ivl_secs * 1000);
-    if (ivl_ms > 0) {
-        zsock_set_heartbeat_ivl (self->dealer, ivl_ms);
-        zsock_set_heartbeat_timeout (self->dealer, ivl_ms * beat.liveness);
-    }
+    za_heartbeat_zmtp (self->dealer, beat);
     za_curve_client (self->dealer);
     if (!endpoint || zsock_connect (self->dealer, "%s", endpoint) < 0) {
         za_error ("cannot connect to the broker at '%s' (an endpoint such as "

@@ -1,11 +1,23 @@
 /*  za_peer.c: one peer's heartbeat clock: heard, ping due, silent, back.    */
 #include "za/za_peer.h"
 
+#include <czmq.h>
+
 za_heartbeat_t
 za_heartbeat_default (void)
 {
     za_heartbeat_t beat = {ZA_HEARTBEAT_IVL_MS / 1000.0, ZA_HEARTBEAT_LIVENESS};
     return beat;
+}
+
+void
+za_heartbeat_zmtp (void *sock, za_heartbeat_t beat)
+{
+    int ivl_ms = (int) (beat.ivl_secs * 1000);
+    if (ivl_ms > 0) {
+        zsock_set_heartbeat_ivl (sock, ivl_ms);
+        zsock_set_heartbeat_timeout (sock, ivl_ms * beat.liveness);
+    }
 }
 
 void

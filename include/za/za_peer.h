@@ -26,6 +26,12 @@ typedef struct {
 //  ZA_HEARTBEAT_IVL_MS and ZA_HEARTBEAT_LIVENESS.
 za_heartbeat_t za_heartbeat_default (void);
 
+//  ZMTP's own heartbeats on a socket (a zsock_t): a PING every interval,
+//  the connection closed after interval x liveness without a word, so a
+//  peer whose machine vanished without closing it is found. Nothing with
+//  an interval of 0. The one place a beat becomes libzmq's milliseconds.
+void za_heartbeat_zmtp (void *sock, za_heartbeat_t beat);
+
 typedef struct {
     za_heartbeat_t beat;
     double last_heard;              //  the last sign of life (or when we began to wait)
