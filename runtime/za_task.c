@@ -39,18 +39,8 @@ static int
 s_images_config (const za_settings_t *s, int train, za_images_config_t *config)
 {
     memset (config, 0, sizeof *config);
-    int64_t size [2];
-    int sides = za_options_list (s->image_size, size, 2);
-    if (sides < 1 || sides > 2 || (s->channels != 1 && s->channels != 3)) {
-        za_error ("--image-size %s --channels %d: give H,W (or one side) and 1 or 3 "
-                  "channels", s->image_size, (int) s->channels);
+    if (za_settings_image_spec (s, &config->image))
         return ZA_EXIT_USAGE;
-    }
-    config->image = (za_image_spec_t) {
-        .height = (int) size [0], .width = (int) size [sides == 2? 1: 0],
-        .channels = (int) s->channels, .resize = (za_resize_t) za_resize_parse (s->resize),
-        .crop_to_aspect_ratio = s->crop_to_aspect_ratio,
-    };
     config->class_names = s->class_names;
     config->image_key = s->image_key;
     config->label_key = s->label_key;
@@ -257,16 +247,11 @@ s_check_goals (const za_task_t *task)
     return 0;
 }
 
-int
-za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *options,
-                 za_settings_t *settings, int need_eval, int replicas)
+//  The optimizer the settings name, made whole once: every role takes it
+//  from here as it is (the ps through the wire, as the same struct).
+static int
+s_resolve_optim (const za_program_t *program, za_settings_t *settings)
 {
-    memset (task, 0, sizeof *task);
-    task->program = program;
-    task->options = options;
-    task->settings = settings;
-    //  The optimizer the settings name, made whole once: every role takes it
-    //  from here as it is (the ps through the wire, as the same struct).
     za_optim_config_resolve (&settings->optim);
     settings->optim.schedule.warmup_steps = (double) settings->lr_warmup_steps;
     if (settings->lr_schedule && za_schedule_parse (settings->lr_schedule,
@@ -281,6 +266,15 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
         settings->optim.schedule.fn = program->learning_rate_fn;
         settings->optim.schedule.fn_arg = program->learning_rate_arg;
     }
+    return 0;
+}
+
+//  What can be refused before any data is read: the metrics, the
+//  augmentation and the bad-image limit, the device and precision, a layer
+//  stack given as text.
+static int
+s_check_early (za_task_t *task, const za_program_t *program, const za_settings_t *settings)
+{
     za_eval_metrics_spec_t metrics;
     if (za_eval_metrics_parse (settings->eval.eval_metrics, &metrics))
         return ZA_EXIT_USAGE;
@@ -302,21 +296,67 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     //  A device that is not there is said before any data is read.
     za_device_t device;
     int first, count;
-    if (za_device_parse (settings->device, &device)
-        || !za_backend_policy (za_device_backend (&device, &first, &count), settings->precision))
+    const za_backend_t *backend = za_device_parse (settings->device, &device)? NULL
+                                : za_device_backend (&device, &first, &count);
+    if (!backend || !za_backend_policy (backend, settings->precision))
         return ZA_EXIT_USAGE;
     //  A layer stack given as text is checked before any data is read.
-    int stack = !program->model_fn;
     const char *model = settings->model;
     int premade = streq (model, "cnn") || streq (model, "dnn") || streq (model, "linear")
                 || streq (model, "vgg16");
-    if (stack && !premade && za_stack_parse (model, &task->spec))
+    if (!program->model_fn && !premade && za_stack_parse (model, &task->spec))
         return ZA_EXIT_USAGE;
+    return 0;
+}
+
+//  The layer stack for the data: its last layer's units, and the input's
+//  shape through every layer (a model that cannot take the images is said
+//  now, not when training starts).
+static int
+s_stack_for_data (za_task_t *task, const za_dataset_info_t *train,
+                  const za_dataset_info_t *eval)
+{
+    int rc;
+    if ((rc = s_stack_model (task, train->n_classes > 2? train->n_classes: 2)))
+        return rc;
+    int model_classes = task->spec.layers [task->spec.count - 1].units;
+    int data_classes = train->n_classes > eval->n_classes? train->n_classes: eval->n_classes;
+    if (data_classes > model_classes) {
+        za_error ("the data has labels up to %d but the model's last layer has %d units: "
+                  "give a model ending in dense(%d)", data_classes - 1, model_classes,
+                  data_classes);
+        return ZA_EXIT_USAGE;
+    }
+    za_error_set_quiet (1);
+    int fits = za_stack_forward_flops (&task->spec, task->input) >= 0;
+    za_error_set_quiet (0);
+    if (!fits) {
+        za_error ("the model cannot take %dx%dx%d inputs: %s; give a larger "
+                  "--image-size, or a model that shrinks them less", task->input.height,
+                  task->input.width, task->input.channels, za_last_error ());
+        return ZA_EXIT_USAGE;
+    }
+    task->model_fn = za_stack_model_fn ();
+    task->params = &task->spec;
+    return 0;
+}
+
+int
+za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *options,
+                 za_settings_t *settings, int need_eval, int replicas)
+{
+    memset (task, 0, sizeof *task);
+    task->program = program;
+    task->options = options;
+    task->settings = settings;
+    int rc;
+    if ((rc = s_resolve_optim (program, settings))
+        || (rc = s_check_early (task, program, settings)))
+        return rc;
     //  What the data holds: the model's input, an epoch, the classes.
     za_dataset_info_t train = {0}, eval = {0};
     int own_input = program->input_fn != NULL;
     int need_train = !own_input || !program->examples_per_epoch || !program->input.height;
-    int rc;
     if (need_train && (rc = s_data_info (settings, 1, &train)))
         return rc;
     if (need_eval && !own_input && (rc = s_data_info (settings, 0, &eval)))
@@ -333,32 +373,9 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
                 : (za_input_shape_t) {train.height, train.width, train.channels};
     task->epoch_examples = program->examples_per_epoch > 0? program->examples_per_epoch
                                                           : train.count;
-    if (stack) {
-        if ((rc = s_stack_model (task, train.n_classes > 2? train.n_classes: 2)))
-            return rc;
-        int model_classes = task->spec.layers [task->spec.count - 1].units;
-        int data_classes = train.n_classes > eval.n_classes? train.n_classes: eval.n_classes;
-        if (data_classes > model_classes) {
-            za_error ("the data has labels up to %d but the model's last layer has %d units: "
-                      "give a model ending in dense(%d)", data_classes - 1, model_classes,
-                      data_classes);
-            return ZA_EXIT_USAGE;
-        }
-        //  The input's shape through every layer: a model that cannot take
-        //  the images is said now, not when training starts.
-        za_error_set_quiet (1);
-        int fits = za_stack_forward_flops (&task->spec, task->input) >= 0;
-        za_error_set_quiet (0);
-        if (!fits) {
-            za_error ("the model cannot take %dx%dx%d inputs: %s; give a larger "
-                      "--image-size, or a model that shrinks them less", task->input.height,
-                      task->input.width, task->input.channels, za_last_error ());
-            return ZA_EXIT_USAGE;
-        }
-        task->model_fn = za_stack_model_fn ();
-        task->params = &task->spec;
-    }
-    else {
+    if (!program->model_fn && (rc = s_stack_for_data (task, &train, &eval)))
+        return rc;
+    if (program->model_fn) {
         task->model_fn = program->model_fn;
         task->params = program->params;
     }
