@@ -9,8 +9,6 @@
 #include <string.h>
 #include <zlib.h>
 
-#define DEFAULT_PARTITION_FLOATS (1u << 20)
-
 void
 za_role_config_init (za_role_config_t *config)
 {
@@ -18,7 +16,7 @@ za_role_config_init (za_role_config_t *config)
     config->run = za_run_config_default ();
     config->optim = za_optim_config_default (ZA_OPT_ADAM);
     config->batch_size = ZA_ROLE_BATCH_SIZE;
-    config->partition_floats = DEFAULT_PARTITION_FLOATS;
+    config->partition_floats = ZA_ROLE_PARTITION_KIB * (1024 / sizeof (float));
     config->bucket_floats = ZA_ROLE_BUCKET_FLOATS;
     config->timeout_secs = ZA_ROLE_TIMEOUT_SECS;
     config->heartbeat = za_heartbeat_default ();

@@ -190,6 +190,11 @@ static const za_option_t s_options [] = {
                "ps-sync: gradients the ps average into each step (0: one from\n"
                "every worker); with fewer than the workers, the rest are backups\n"
                "whose late gradients are dropped"),
+    ZA_OPTION ("partition-kib", T_INT, partition_kib, "N", ZA_TEXT (ZA_ROLE_PARTITION_KIB), 0,
+               1 << 30, NULL, R_TRAIN | ZA_READ_PS, JOB, 0, NULL,
+               "ps: a variable of more than N KiB is split into parts of at most\n"
+               "N KiB spread over the ps, as TensorFlow's MaxSizePartitioner\n"
+               "(0: never split). Every task of a job must agree"),
     ZA_OPTION ("wire-dtype", T_CHOICE, wire_dtype, "T", "fp32", 0, 0, "fp32|bf16",
                R_TRAIN | ZA_READ_PS, JOB, 0, NULL,
                "what gradients and values travel as: fp32, or bf16 (half the\n"

@@ -714,6 +714,7 @@ s_role_config (za_task_t *task, const za_place_t *place, za_role_config_t *role)
     role->strategy = za_settings_strategy (s);
     role->replicas_to_aggregate = (int) s->replicas_to_aggregate;
     role->bucket_floats = (size_t) s->bucket_kib * (1024 / sizeof (float));
+    role->partition_floats = (size_t) s->partition_kib * (1024 / sizeof (float));
     role->wire_dtype = s->wire_dtype && streq (s->wire_dtype, "bf16")? ZA_DTYPE_BF16
                                                                      : ZA_DTYPE_F32;
     //  The chief initialises the ps with the job's optimizer: the one source.

@@ -608,6 +608,44 @@ Test (runtime, heartbeats_of_200_ms_find_a_stopped_ps_in_about_0_6_s)
     free (endpoint);
 }
 
+//  --partition-kib reaches the ps, as every other job setting does (the
+//  workers place the variables by the same rule, or their pushes are
+//  refused): the seed CNN's three variables above 64 KiB, the kernels of
+//  its second and third convolutions ([3, 3, 32, 64], 72 KiB; [3, 3, 64,
+//  64], 144 KiB) and of its first dense layer ([576, 64], 144 KiB), are one
+//  part each by default and 2, 3 and 3 under --partition-kib 64: five more.
+Test (runtime, partition_kib_reaches_the_ps)
+{
+    const char *kib [2] = {"4096", "64"};
+    int parts [2] = {0, 0};
+    for (int run = 0; run < 2; run++) {
+        char name [32];
+        snprintf (name, sizeof name, "partition-%s", kib [run]);
+        char *dir = za_test_path (name);
+        snprintf (name, sizeof name, "partition-%s.out", kib [run]);
+        char *out = za_test_path (name);
+        const char *args [] = {"--local", "--workers", "0", "--evaluators", "0", "--threads",
+                               "1", "--max-steps", "2", "--model-dir", dir,
+                               "--log-step-count-steps", "0", "--partition-kib", kib [run],
+                               NULL};
+        char broker [128];
+        pid_t job = za_test_start_local ("zactor-run", args, out, broker);
+        cr_expect_eq (s_exit_code (za_test_wait (job, RUN_TIMEOUT_S)), 0, "run %d", run);
+        char *log_path = za_test_join (dir, "logs/ps-0.log");
+        char *log = (char *) za_test_read_file (log_path, NULL);
+        const char *at = log? strstr (log, ": serving "): NULL;
+        cr_expect_not_null (at, "%s", log? log: "(no ps log)");
+        parts [run] = at? atoi (at + strlen (": serving ")): -1;
+        free (log);
+        free (log_path);
+        free (out);
+        free (dir);
+    }
+    cr_expect (parts [0] > 0 && parts [1] == parts [0] + 5,
+               "the ps served %d parts by default, %d under --partition-kib 64", parts [0],
+               parts [1]);
+}
+
 Test (runtime, a_ps_lost_after_chief_restarts_costs_no_steps)
 {
     //  The chief killed twice, then the ps: the restarted ps gets the values the

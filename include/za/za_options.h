@@ -149,6 +149,7 @@ typedef struct {
     const char *strategy;
     int64_t replicas_to_aggregate;
     int64_t bucket_kib;
+    int64_t partition_kib;          //  variables above it split over the ps; 0: never
     const char *wire_dtype;         //  fp32, bf16
     //  RunConfig
     const char *model_dir;

@@ -27,6 +27,9 @@ extern "C" {
 #define ZA_ROLE_BATCH_SIZE 64
 //  The all-reduce's least bucket (--bucket-kib 0: one bucket).
 #define ZA_ROLE_BUCKET_FLOATS 0
+//  A variable above this many KiB is split over the ps (--partition-kib):
+//  2^20 floats.
+#define ZA_ROLE_PARTITION_KIB 4096
 
 
 //  How the workers combine their gradients.
@@ -52,7 +55,8 @@ typedef struct {
     int64_t max_steps;
     int batch_size;
     int shuffle_buffer;             //  0: none
-    size_t partition_floats;        //  split variables above this over the ps (0: never)
+    size_t partition_floats;        //  split variables above this over the ps (0: never;
+                                    //  default ZA_ROLE_PARTITION_KIB's floats)
     int replicas_to_aggregate;      //  ps-sync: pushes per step (0: num_workers)
     size_t bucket_floats;           //  allreduce: the least floats of a bucket; 0: one
                                     //  bucket, reduced after backward
