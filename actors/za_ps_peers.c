@@ -97,17 +97,3 @@ za_ps_link_task (za_ps_t *self, const char *peer, za_shm_link_t *link, int task)
             zhashx_delete (self->links, key);
     zlist_destroy (&gone);
 }
-
-//  A whole message of `link`'s that cannot be used (its record or its
-//  header): the link stops reading that segment, and the sender hears
-//  "shm_unreadable" for its seq, so that it sends the request again as
-//  frames (the answer's word no longer says "ok").
-void
-za_ps_refuse_whole (za_ps_t *self, za_shm_link_t *link)
-{
-    za_shm_link_refuse (link);
-    zframe_t *route = za_shm_link_route (link);
-    if (route && za_shm_link_taken_seq (link))
-        za_ps_reply_error (self, route, za_shm_link_taken_seq (link), "shm_unreadable",
-                           "this ps cannot use the message in your shared memory: send frames");
-}

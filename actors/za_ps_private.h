@@ -129,6 +129,12 @@ void za_ps_reply (za_ps_t *self, zframe_t *routing_id, za_wire_lease_t *lease);
 void za_ps_reply_error (za_ps_t *self, zframe_t *routing_id, uint64_t seq, const char *code,
                         const char *message);
 
+//  A whole message of `link`'s that cannot be used (its record or its
+//  header): the link stops reading that segment, and the sender hears
+//  "shm_unreadable" for its seq, so that it sends the request again as
+//  frames (the answer's word no longer says "ok").
+void za_ps_refuse_whole (za_ps_t *self, za_shm_link_t *link);
+
 //  Block 0, just loaded (an init, a checkpoint), cast for the replies.
 void za_ps_loaded (za_ps_t *self);
 
@@ -225,11 +231,5 @@ za_shm_link_t *za_ps_link_of (za_ps_t *self, zframe_t *routing_id, const char *p
 //  A link's peer said which task it is: a link of that task on another
 //  connection is of an earlier life of it (restarted), and goes.
 void za_ps_link_task (za_ps_t *self, const char *peer, za_shm_link_t *link, int task);
-
-//  A whole message of `link`'s that cannot be used (its record or its
-//  header): the link stops reading that segment, and the sender hears
-//  "shm_unreadable" for its seq, so that it sends the request again as
-//  frames (the answer's word no longer says "ok").
-void za_ps_refuse_whole (za_ps_t *self, za_shm_link_t *link);
 
 #endif

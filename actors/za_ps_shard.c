@@ -44,6 +44,20 @@ za_ps_reply_error (za_ps_t *self, zframe_t *routing_id, uint64_t seq, const char
     za_ps_reply (self, routing_id, NULL);
 }
 
+//  A whole message of `link`'s that cannot be used (its record or its
+//  header): the link stops reading that segment, and the sender hears
+//  "shm_unreadable" for its seq, so that it sends the request again as
+//  frames (the answer's word no longer says "ok").
+void
+za_ps_refuse_whole (za_ps_t *self, za_shm_link_t *link)
+{
+    za_shm_link_refuse (link);
+    zframe_t *route = za_shm_link_route (link);
+    if (route && za_shm_link_taken_seq (link))
+        za_ps_reply_error (self, route, za_shm_link_taken_seq (link), "shm_unreadable",
+                           "this ps cannot use the message in your shared memory: send frames");
+}
+
 //  Puts our parts (from block, of dtype F32 or BF16) into self->out as tensors.
 static void
 s_add_parts (za_ps_t *self, const void *block, za_dtype_t dtype)
