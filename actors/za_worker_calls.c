@@ -114,6 +114,74 @@ s_refuse_segment (za_worker_t *self, int p)
 }
 
 // ---------------------------------------------------------------------------
+//  ps-sync's slots, kept for the chief as they come in a call
+
+//  ps-sync: the chief holds the ps's optimizer slots too (each ps sends
+//  them after every `values` to task 0), so that a restarted ps can be
+//  given the state of the current step instead of a checkpoint's.
+int
+za_worker_keeps_state (za_worker_t *self)
+{
+    const za_optim_config_t *optim = za_replica_optim (self->replica);
+    return self->config->is_chief && self->config->strategy == ZA_STRATEGY_PS_SYNC
+        && optim && za_optim_slot_count (optim->kind) > 0;
+}
+
+//  Floats of ps p's slots (all its parts, every slot).
+static size_t
+s_slot_floats (za_worker_t *self, int p)
+{
+    size_t floats = 0;
+    for (int i = 0; i < self->part_count [p]; i++)
+        floats += self->placement.parts [self->parts [p][i]].size;
+    return floats * za_optim_slot_count (za_replica_optim (self->replica)->kind);
+}
+
+//  Copies ps p's `slots` message (decoded in self->spare) as its latest, the
+//  one before becoming the previous, and destroys *msg_p at once (the ps
+//  waits for its frames before it updates its slots). One of another shape
+//  is dropped.
+static void
+s_keep_slots (za_worker_t *self, int p, zmsg_t **msg_p)
+{
+    const za_wire_msg_t *m = self->spare;
+    int64_t step = m->step;
+    int n = self->part_count [p];
+    if (!za_worker_keeps_state (self) || step < 0
+        || m->tensor_count != n * za_optim_slot_count (za_replica_optim (self->replica)->kind)) {
+        zmsg_destroy (msg_p);
+        return;
+    }
+    int k = step == self->slot_steps [p][0]? 0: 1;
+    if (k == 1) {
+        //  The latest becomes the previous; the previous's buffer takes this.
+        float *older = self->slot_copies [p][1];
+        self->slot_copies [p][1] = self->slot_copies [p][0];
+        self->slot_steps [p][1] = self->slot_steps [p][0];
+        self->slot_copies [p][0] = older;
+    }
+    self->slot_steps [p][0] = -1;
+    if (!self->slot_copies [p][0]
+        && !(self->slot_copies [p][0] = (float *) za_alloc (s_slot_floats (self, p)
+                                                            * sizeof (float)))) {
+        zmsg_destroy (msg_p);
+        return;
+    }
+    float *to = self->slot_copies [p][0];
+    for (int t = 0; t < m->tensor_count; t++) {
+        const za_part_t *part = &self->placement.parts [self->parts [p][t % n]];
+        if (m->tensors [t].bytes != part->size * sizeof (float)) {
+            zmsg_destroy (msg_p);
+            return;
+        }
+        memcpy (to, m->tensors [t].data, m->tensors [t].bytes);
+        to += part->size;
+    }
+    self->slot_steps [p][0] = step;
+    zmsg_destroy (msg_p);
+}
+
+// ---------------------------------------------------------------------------
 //  A call to one ps, as a state table: its events, its actions, the table
 //  (s_transitions), and what feeds it (p's messages, the clock).
 
@@ -194,7 +262,7 @@ s_drop_undecodable (za_worker_t *self, s_call_t *call)
 static int
 s_slots (za_worker_t *self, s_call_t *call)
 {
-    za_worker_keep_slots (self, call->p, &call->msg);
+    s_keep_slots (self, call->p, &call->msg);
     return 0;
 }
 

@@ -155,9 +155,15 @@ int za_worker_take_parts (za_worker_t *self, int with_slots);
 //  chief) their step when the ps agree on it.
 int za_worker_take_values (za_worker_t *self);
 
+//  ps-sync: the chief holds the ps's optimizer slots too (each ps sends
+//  them after every `values` to task 0), so that a restarted ps can be
+//  given the state of the current step instead of a checkpoint's. The
+//  calls keep each `slots` message that comes; the chief's duties use them.
+int za_worker_keeps_state (za_worker_t *self);
+
 // ---------------------------------------------------------------------------
 //  za_worker_chief.c: the chief's duties: the ps initialised, checkpointed,
-//  stopped; a lost ps given a state; ps-sync's slots kept
+//  stopped; a lost ps given a state; ps-sync's kept slots given back
 
 //  Initialises every ps with the replica's values and slots at `step`.
 int za_worker_init_all (za_worker_t *self, int64_t step);
@@ -188,17 +194,6 @@ int za_worker_reinit_lost (za_worker_t *self, int with_pulled);
 //  Returns 0 when the ps hold a state to train from, WORKER_OVER when they
 //  say training is over already, -1 on an error.
 int za_worker_chief_init (za_worker_t *self);
-
-//  ps-sync: the chief holds the ps's optimizer slots too (each ps sends
-//  them after every `values` to task 0), so that a restarted ps can be
-//  given the state of the current step instead of a checkpoint's.
-int za_worker_keeps_state (za_worker_t *self);
-
-//  Copies ps p's `slots` message (decoded in self->spare) as its latest, the
-//  one before becoming the previous, and destroys *msg_p at once (the ps
-//  waits for its frames before it updates its slots). One of another shape
-//  is dropped.
-void za_worker_keep_slots (za_worker_t *self, int p, zmsg_t **msg_p);
 
 //  Forgets the slots kept: an init gives every ps a state of its own.
 void za_worker_forget_slots (za_worker_t *self);
