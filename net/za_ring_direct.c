@@ -24,6 +24,12 @@ za_ring_direct_allowed (const za_ring_config_t *config)
     return !config->no_shm && za_shm_enabled ();
 }
 
+int
+za_ring_left (const za_ring_t *self)
+{
+    return (self->config.rank + self->config.size - 1) % self->config.size;
+}
+
 //  Sends an "shm" message of `code` with `body` right, or to `to` (a routing
 //  id) through the left socket.
 static int

@@ -72,12 +72,6 @@ za_ring_send (za_ring_t *self, za_op_t op, int64_t round, const void *data,
     return 0;
 }
 
-int
-za_ring_left (const za_ring_t *self)
-{
-    return (self->config.rank + self->config.size - 1) % self->config.size;
-}
-
 //  Why the message decoded in self->in is not the one expected next; NULL
 //  when it is.
 static const char *

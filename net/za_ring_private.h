@@ -90,9 +90,6 @@ struct _za_ring_t {
 // ---------------------------------------------------------------------------
 //  za_ring_msg.c: one link's messages
 
-//  The left neighbour's rank.
-int za_ring_left (const za_ring_t *self);
-
 //  Sends data [0..n) of dtype (F32 or BF16) to the right neighbour as
 //  message number self->sent.
 int za_ring_send (za_ring_t *self, za_op_t op, int64_t round, const void *data,
@@ -121,6 +118,9 @@ int za_ring_drain (za_ring_t *self);
 
 //  1 unless this rank keeps every chunk on ZeroMQ (no_shm, ZA_SHM_DISABLE).
 int za_ring_direct_allowed (const za_ring_config_t *config);
+
+//  The left neighbour's rank (here, below za_ring_msg.c, which asks it too).
+int za_ring_left (const za_ring_t *self);
 
 //  A new generation: a new segment offered to the right (the old one, and
 //  any record of the last generation still waiting, are dropped), or over
