@@ -9,14 +9,9 @@
 #include "za/za_model.h"
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#define TRACE_ENV "ZA_CONV_TRACE"
-#define TRACE_SEEN_MAX 256              //  layers and passes said, at most
 #define AMX_ROW_BYTES 64                //  a tile's row: its copies start on one
 
 // ---------------------------------------------------------------------------
@@ -113,49 +108,6 @@ static const s_way_t s_backward_mixed [] = {
 };
 
 #define S_COUNT(table) (sizeof (table) / sizeof (table) [0])
-
-// ---------------------------------------------------------------------------
-//  ZA_CONV_TRACE
-
-static pthread_mutex_t s_trace_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t s_trace_seen [TRACE_SEEN_MAX];
-static int s_trace_count;
-
-int
-za_cpu_conv_tracing (void)
-{
-    static int asked = -1;
-    if (asked < 0) {
-        const char *value = getenv (TRACE_ENV);
-        asked = value && *value && strcmp (value, "0") != 0;
-    }
-    return asked;
-}
-
-void
-za_cpu_conv_trace (const za_conv2d_dims_t *d, za_precision_t precision, int backward,
-                   int input_gradient, const char *way)
-{
-    int fields [] = {d->n, d->h, d->w, d->c, d->kh, d->kw, d->stride, d->oc,
-                     (int) precision, backward, input_gradient};
-    uint64_t key = 14695981039346656037ull;
-    for (size_t i = 0; i < sizeof fields / sizeof fields [0]; i++)
-        key = (key ^ (uint64_t) (uint32_t) fields [i]) * 1099511628211ull;
-    pthread_mutex_lock (&s_trace_lock);
-    int seen = 0;
-    for (int i = 0; i < s_trace_count && !seen; i++)
-        seen = s_trace_seen [i] == key;
-    if (!seen && s_trace_count < TRACE_SEEN_MAX) {
-        s_trace_seen [s_trace_count++] = key;
-        static const char *precisions [] = {"fp32", "bf16", "float16"};
-        za_info ("conv2d %dx%dx%dx%d -> %d, %dx%d, stride %d, %s, %s%s: %s", d->n, d->h, d->w,
-                 d->c, d->oc, d->kh, d->kw, d->stride,
-                 precisions [precision <= ZA_PRECISION_FP16? precision: 0],
-                 backward? "backward": "forward",
-                 backward && !input_gradient? " (no input gradient)": "", way);
-    }
-    pthread_mutex_unlock (&s_trace_lock);
-}
 
 //  Tries the ways in order until one takes the pass.
 static void

@@ -27,8 +27,8 @@
 //  input and the kernel are rounded first, the gradient in registers: the
 //  products oneDNN's bf16 kernels form, summed in fp32; where the CPU has
 //  AVX512-BF16, two at a time (below, "pairs"; backward at a stride of 1).
-#define DIRECT_LANES 16
-#define DIRECT_OC_MAX 64
+//  Which layers they take (DIRECT_LANES, DIRECT_OC_MAX) is za_cpu_ways.h's
+//  za_cpu_direct_takes, which za_cpu_gemm.c asks too.
 #define DIRECT_TAPS 9
 #define DIRECT_CHUNK 2                  //  vectors of channels a pass keeps in registers
 #define S_AVX512 __attribute__ ((target ("avx512f")))
@@ -43,14 +43,6 @@
 
 typedef float v16f __attribute__ ((vector_size (64), aligned (4)));
 typedef unsigned v16u __attribute__ ((vector_size (64), aligned (4)));
-
-int
-za_cpu_direct_takes (const za_conv2d_dims_t *d, za_precision_t precision)
-{
-    return (precision == ZA_PRECISION_FP32 || precision == ZA_PRECISION_BF16)
-        && d->kh == 3 && d->kw == 3 && d->c == 1 && d->oc % DIRECT_LANES == 0
-        && d->oc <= DIRECT_OC_MAX && za_cpu_has (ZA_ISA_AVX512);
-}
 
 //  The input as the loops read it: n images of h x w (one channel) in
 //  which every tap of every output lies.

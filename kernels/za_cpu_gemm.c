@@ -4,8 +4,8 @@
     rounded inputs in fp32 products), which za_cpu_conv.c's table tries in
     order, and dense, with the bias and activation folded in, in fp32 and
     mixed precision (bf16 through oneDNN where the CPU has it, else the
-    inputs rounded and multiplied in fp32). Also what the convolution's
-    other files share: a thread's buffers and rounded copies.              */
+    inputs rounded and multiplied in fp32). Also the mask of an
+    activation's gradient, which dense and the convolution's table share. */
 #include "za_cpu_gemm.h"
 #include "za_cpu_ways.h"
 #include "za_cpu_dnnl.h"
@@ -14,7 +14,6 @@
 #include "za/za_tensor.h"
 
 #include <cblas.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,69 +288,6 @@ s_small_k_dkernel (int P, int K, int OC, const float *cols, const float *dout,
         CASE (1) CASE (2) CASE (3) CASE (4) CASE (5) CASE (6) CASE (7) CASE (8)
 #undef CASE
     }
-}
-
-// ---------------------------------------------------------------------------
-//  A thread's buffers
-
-//  A thread's buffers for rounded copies of a layer's input and kernel,
-//  and for the direct loops' plane and its pairs.
-typedef struct {
-    float *buffer [4];
-    size_t floats [4];
-} s_rounding_t;
-
-static pthread_key_t s_rounding_key;
-static pthread_once_t s_rounding_once = PTHREAD_ONCE_INIT;
-
-static void
-s_rounding_free (void *arg)
-{
-    s_rounding_t *self = (s_rounding_t *) arg;
-    for (int slot = 0; slot < 4; slot++)
-        free (self->buffer [slot]);
-    free (self);
-}
-
-static void
-s_rounding_key_new (void)
-{
-    pthread_key_create (&s_rounding_key, s_rounding_free);
-}
-
-//  This thread's buffer `slot` (0 to 3), of n floats at least, or NULL.
-float *
-za_cpu_buffer (int slot, size_t n)
-{
-    pthread_once (&s_rounding_once, s_rounding_key_new);
-    s_rounding_t *self = (s_rounding_t *) pthread_getspecific (s_rounding_key);
-    if (!self) {
-        if (!(self = (s_rounding_t *) calloc (1, sizeof *self)))
-            return NULL;
-        pthread_setspecific (s_rounding_key, self);
-    }
-    if (n > self->floats [slot]) {
-        float *grown = (float *) malloc (n * sizeof (float));
-        if (!grown)
-            return NULL;
-        free (self->buffer [slot]);
-        self->buffer [slot] = grown;
-        self->floats [slot] = n;
-    }
-    return self->buffer [slot];
-}
-
-//  x rounded to the precision, in this thread's buffer `slot` (0 or 1);
-//  x itself where no memory is left for the copy (then fp32 it is).
-const float *
-za_cpu_rounded (int slot, const float *x, size_t n, za_precision_t precision)
-{
-    float *y = za_cpu_buffer (slot, n);
-    if (!y)
-        return x;
-    for (size_t i = 0; i < n; i++)
-        y [i] = za_elem_round (x [i], precision);
-    return y;
 }
 
 // ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 /*  za_cpu_ways.h: what the files of the CPU's convolution share: one pass
     of a call as a way takes it, the ways of each file (za_cpu_direct.c,
     za_cpu_gemm.c; za_cpu_conv.c's tables order them), a thread's buffers
-    and rounded copies, the mask of an activation's gradient, and the trace.
+    and rounded copies, the mask of an activation's gradient, and the trace
+    (za_cpu_ways.c; the mask is za_cpu_gemm.c's, dense's too).
     Internal to kernels/; not installed.                                    */
 #ifndef ZA_CPU_WAYS_H_INCLUDED
 #define ZA_CPU_WAYS_H_INCLUDED
@@ -31,7 +32,12 @@ typedef int (za_cpu_conv_fn) (const za_cpu_conv_t *call);
 //  backward where no input gradient is asked).
 za_cpu_conv_fn za_cpu_direct_forward;
 za_cpu_conv_fn za_cpu_direct_backward;
-//  1 when those loops take d in precision.
+//  1 when those loops take d in precision (za_cpu_ways.c, for
+//  za_cpu_gemm.c to know too): a 3x3 kernel on one channel, up to
+//  DIRECT_OC_MAX output channels, DIRECT_LANES (one AVX-512 register of
+//  floats) at a time.
+#define DIRECT_LANES 16
+#define DIRECT_OC_MAX 64
 int za_cpu_direct_takes (const za_conv2d_dims_t *d, za_precision_t precision);
 //  za_cpu_gemm.c, over the im2col matrix: patches of at most 32 values
 //  (the small-K loops); any patch (one OpenBLAS sgemm); a bf16 backward on
