@@ -418,22 +418,6 @@ za_settings_run_config (const za_settings_t *s)
     return config;
 }
 
-int
-za_settings_image_spec (const za_settings_t *s, za_image_spec_t *spec)
-{
-    int64_t size [2];
-    int sides = za_options_list (s->image_size, size, 2);
-    if (sides < 1 || sides > 2 || (s->channels != 1 && s->channels != 3))
-        return za_error ("--image-size %s --channels %d: give H,W (or one side) and 1 or 3 "
-                         "channels", s->image_size, (int) s->channels);
-    *spec = (za_image_spec_t) {
-        .height = (int) size [0], .width = (int) size [sides == 2? 1: 0],
-        .channels = (int) s->channels, .resize = (za_resize_t) za_resize_parse (s->resize),
-        .crop_to_aspect_ratio = s->crop_to_aspect_ratio,
-    };
-    return 0;
-}
-
 za_heartbeat_t
 za_settings_heartbeat (const za_settings_t *s)
 {

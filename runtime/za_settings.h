@@ -6,7 +6,6 @@
 #define ZA_SETTINGS_H_INCLUDED
 
 #include "za/za_estimator.h"
-#include "za/za_image.h"
 #include "za/za_options.h"
 #include "za/za_process.h"          //  ZA_EXIT_DATA
 #include "za/za_role.h"
@@ -17,10 +16,6 @@
 #define ZA_EVAL_BATCH 500
 
 za_run_config_t za_settings_run_config (const za_settings_t *settings);
-//  --image-size (H,W or one side), --channels, --resize and
-//  --crop-to-aspect-ratio as the pixels every example becomes (za_image.h):
-//  the one place they become that. 0, or -1 with an error that names them.
-int za_settings_image_spec (const za_settings_t *settings, za_image_spec_t *spec);
 //  --heartbeat-ivl-ms and --heartbeat-liveness as every class that judges
 //  a peer takes them (za_peer.h): the one place they become that.
 za_heartbeat_t za_settings_heartbeat (const za_settings_t *settings);

@@ -33,13 +33,32 @@ static const char *s_no_data =
 //  The data: the IDX files of --dataset-dir (and --eval-data), or the image
 //  folders of --train-data (and --eval-data, or its --validation-split).
 
+//  --image-size (H,W or one side), --channels, --resize and
+//  --crop-to-aspect-ratio as the pixels every example becomes (za_image.h):
+//  the one place they become that. 0, or -1 with an error that names them.
+static int
+s_image_spec (const za_settings_t *s, za_image_spec_t *spec)
+{
+    int64_t size [2];
+    int sides = za_options_list (s->image_size, size, 2);
+    if (sides < 1 || sides > 2 || (s->channels != 1 && s->channels != 3))
+        return za_error ("--image-size %s --channels %d: give H,W (or one side) and 1 or 3 "
+                         "channels", s->image_size, (int) s->channels);
+    *spec = (za_image_spec_t) {
+        .height = (int) size [0], .width = (int) size [sides == 2? 1: 0],
+        .channels = (int) s->channels, .resize = (za_resize_t) za_resize_parse (s->resize),
+        .crop_to_aspect_ratio = s->crop_to_aspect_ratio,
+    };
+    return 0;
+}
+
 //  The image folder the settings name for training (train 1) or evaluation.
 //  Returns 0, or ZA_EXIT_USAGE after one message.
 static int
 s_images_config (const za_settings_t *s, int train, za_images_config_t *config)
 {
     memset (config, 0, sizeof *config);
-    if (za_settings_image_spec (s, &config->image))
+    if (s_image_spec (s, &config->image))
         return ZA_EXIT_USAGE;
     config->class_names = s->class_names;
     config->image_key = s->image_key;
