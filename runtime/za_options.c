@@ -1,6 +1,6 @@
-/*  za_options.c: one table of settings turned into a command line, job files,
-    the job handed to every task, --help and validation.                     */
-#include "za/za_options.h"
+/*  za_options.c: one table of settings turned into a command line, --help
+    and validation; za_options_job.c reads and writes them as jobs.         */
+#include "za_options_private.h"
 #include "za/za_util.h"
 
 #include <czmq.h>
@@ -12,27 +12,9 @@
 #include <string.h>
 #include <strings.h>
 
-#define OPTIONS_MAX 128
-#define NAME_MAX_CHARS 64
-#define TEXT_MAX_CHARS 1024
 #define LIST_VALUE_MAX 9.2e18           //  as large as an int64 parses to exactly enough
 #define HELP_COLUMN 25
 #define HELP_WIDTH 92
-//  The task counts a job may give as "roles".
-#define ROLES_KEY "roles"
-
-struct _za_options_t {
-    const char *program;
-    za_settings_t *settings;
-    unsigned hide;
-    int print_asked;                //  --print-settings
-    int count;
-    za_option_t options [OPTIONS_MAX];
-    za_option_source_t from [OPTIONS_MAX];
-    const char *program_default [OPTIONS_MAX];
-    zlist_t *strings;               //  every string value, owned
-    int from_wire;                  //  applying a job that came over the network
-};
 
 void
 za_option_key (const za_option_t *option, char *key, size_t size)
@@ -43,9 +25,8 @@ za_option_key (const za_option_t *option, char *key, size_t size)
             *c = '_';
 }
 
-//  The option named `name` (a flag, or its job key), or -1.
-static int
-s_index_of (const za_options_t *self, const char *name)
+int
+za_options_index_of (const za_options_t *self, const char *name)
 {
     char flag [NAME_MAX_CHARS];
     snprintf (flag, sizeof flag, "%s", name);
@@ -61,7 +42,7 @@ s_index_of (const za_options_t *self, const char *name)
 const za_option_t *
 za_options_find (const za_options_t *self, const char *name)
 {
-    int i = s_index_of (self, name);
+    int i = za_options_index_of (self, name);
     return i < 0? NULL: &self->options [i];
 }
 
@@ -77,8 +58,8 @@ za_options_at (const za_options_t *self, int index)
     return index >= 0 && index < self->count? &self->options [index]: NULL;
 }
 
-static void *
-s_field (const za_options_t *self, const za_option_t *option)
+void *
+za_options_field (const za_options_t *self, const za_option_t *option)
 {
     char *base = option->flags & ZA_OPTION_PARAM? (char *) self->settings->params
                                                 : (char *) self->settings;
@@ -89,7 +70,7 @@ s_field (const za_options_t *self, const za_option_t *option)
 static void
 s_clear (const za_options_t *self, const za_option_t *option)
 {
-    void *field = s_field (self, option);
+    void *field = za_options_field (self, option);
     switch (option->type) {
         case ZA_OPTION_FLAG: *(int *) field = 0; break;
         case ZA_OPTION_INT: *(int64_t *) field = 0; break;
@@ -100,8 +81,8 @@ s_clear (const za_options_t *self, const za_option_t *option)
     }
 }
 
-static int
-s_hidden (const za_options_t *self, const za_option_t *option)
+int
+za_options_hidden (const za_options_t *self, const za_option_t *option)
 {
     return (option->flags & self->hide) != 0;
 }
@@ -276,7 +257,7 @@ za_options_list (const char *text, int64_t *values, int max)
 static int
 s_store (za_options_t *self, const za_option_t *option, const char *text, const char *what)
 {
-    void *field = s_field (self, option);
+    void *field = za_options_field (self, option);
     char choice [NAME_MAX_CHARS];
     switch (option->type) {
         case ZA_OPTION_FLAG:
@@ -347,8 +328,8 @@ int
 za_options_set (za_options_t *self, const char *name, const char *text,
                 za_option_source_t source, const char *what)
 {
-    int i = s_index_of (self, name);
-    if (i < 0 || s_hidden (self, &self->options [i]))
+    int i = za_options_index_of (self, name);
+    if (i < 0 || za_options_hidden (self, &self->options [i]))
         return za_error ("%s: no such option", what);
     if (source < self->from [i])
         return 0;               //  a stronger source said otherwise
@@ -361,7 +342,7 @@ za_options_set (za_options_t *self, const char *name, const char *text,
 int
 za_options_given (const za_options_t *self, const char *name, za_option_source_t than)
 {
-    int i = s_index_of (self, name);
+    int i = za_options_index_of (self, name);
     return i >= 0 && self->from [i] > than;
 }
 
@@ -369,7 +350,7 @@ void
 za_options_value_text (const za_options_t *self, const za_option_t *option, char *text,
                        size_t size)
 {
-    const void *field = s_field ((za_options_t *) self, option);
+    const void *field = za_options_field ((za_options_t *) self, option);
     switch (option->type) {
         case ZA_OPTION_FLAG:
             snprintf (text, size, "%s", *(const int *) field? "true": "false");
@@ -425,7 +406,7 @@ za_options_new (const char *program, const za_option_t *extra, za_settings_t *se
     const za_option_t *tables [2] = {za_settings_options (), extra};
     for (int t = 0; t < 2; t++)
         for (const za_option_t *option = tables [t]; option && option->flag; option++) {
-            if (self->count >= OPTIONS_MAX || s_index_of (self, option->flag) >= 0
+            if (self->count >= OPTIONS_MAX || za_options_index_of (self, option->flag) >= 0
                 || ((option->flags & ZA_OPTION_PARAM) && !settings->params)) {
                 za_error ("%s: option --%s is declared twice, has no params to write to, "
                           "or is one too many", program, option->flag);
@@ -465,7 +446,7 @@ za_options_destroy (za_options_t **self_p)
 int
 za_options_default (za_options_t *self, const char *name, const char *text)
 {
-    int i = s_index_of (self, name);
+    int i = za_options_index_of (self, name);
     char what [NAME_MAX_CHARS + 32];
     snprintf (what, sizeof what, "%s's default of --%s", self->program, name);
     if (i < 0)
@@ -503,7 +484,7 @@ za_options_parse_args (za_options_t *self, int argc, char **argv)
         for (int o = 0; o < self->count && i < 0; o++)
             if (streq (self->options [o].flag, name))
                 i = o;
-        if (i < 0 || s_hidden (self, &self->options [i])) {
+        if (i < 0 || za_options_hidden (self, &self->options [i])) {
             if (i >= 0)
                 return za_error ("--%s: %s has its own %s", name, self->program,
                                  self->options [i].flags & ZA_OPTION_STACK? "model_fn"
@@ -532,245 +513,10 @@ za_options_parse_args (za_options_t *self, int argc, char **argv)
     return 0;
 }
 
-// ---------------------------------------------------------------------------
-//  Jobs
-
-//  A job value as the text its flag would take, into text. -1 with an error
-//  when no flag takes it.
-static int
-s_job_text (const za_option_t *option, json_t *value, const char *what, char *text,
-            size_t size)
-{
-    text [0] = 0;
-    if (json_is_string (value))
-        snprintf (text, size, "%s", json_string_value (value));
-    else
-    if (json_is_integer (value))
-        snprintf (text, size, "%" JSON_INTEGER_FORMAT, json_integer_value (value));
-    else
-    if (json_is_real (value))
-        snprintf (text, size, "%.17g", json_real_value (value));
-    else
-    if (json_is_boolean (value) && option->type == ZA_OPTION_FLAG)
-        snprintf (text, size, "%s", json_is_true (value)? "true": "false");
-    else
-    if (json_is_array (value) && option->type == ZA_OPTION_LIST) {
-        size_t i;
-        json_t *item;
-        json_array_foreach (value, i, item) {
-            if (!json_is_integer (item))
-                return za_error ("%s: wants a list of integers", what);
-            size_t used = strlen (text);
-            snprintf (text + used, size - used, "%s%" JSON_INTEGER_FORMAT, i? ",": "",
-                      json_integer_value (item));
-        }
-    }
-    else
-        return za_error ("%s: %s", what, option->type == ZA_OPTION_FLAG
-                         ? "wants true or false" : "wants a string, a number or a list of integers");
-    if (strlen (text) >= size - 1)
-        return za_error ("%s: the value is longer than %zu bytes", what, size - 2);
-    return 0;
-}
-
-//  "roles": {"chief": 1, "worker": 2, "ps": 1, "evaluator": 1}.
-static int
-s_apply_roles (za_options_t *self, json_t *roles, const char *source, za_option_source_t from)
-{
-    static const char *const kinds [][2] = {
-        {"chief", NULL}, {"worker", "workers"}, {"ps", "ps"}, {"evaluator", "evaluators"}
-    };
-    const char *kind;
-    json_t *count;
-    json_object_foreach (roles, kind, count) {
-        char what [300];
-        snprintf (what, sizeof what, "%s: roles.%s", source, kind);
-        int found = -1;
-        for (int k = 0; k < 4; k++)
-            if (streq (kind, kinds [k][0]))
-                found = k;
-        if (found < 0 || !json_is_integer (count))
-            return za_error ("%s: roles are chief, worker, ps and evaluator, each an integer "
-                             "count", what);
-        json_int_t n = json_integer_value (count);
-        if (found == 0) {
-            if (n != 1)
-                return za_error ("%s is %" JSON_INTEGER_FORMAT ": 1 to 1", what, n);
-            continue;
-        }
-        const za_option_t *option = za_options_find (self, kinds [found][1]);
-        if (n < option->min || n > option->max)
-            return za_error ("%s is %" JSON_INTEGER_FORMAT ": %.0f to %.0f", what, n,
-                             option->min, option->max);
-        char text [32];
-        snprintf (text, sizeof text, "%" JSON_INTEGER_FORMAT, n);
-        if (za_options_set (self, kinds [found][1], text, from, what))
-            return -1;
-    }
-    return 0;
-}
-
-static int
-s_apply_object (za_options_t *self, json_t *object, const char *section, const char *source,
-                za_option_source_t from)
-{
-    const char *key;
-    json_t *value;
-    json_object_foreach (object, key, value) {
-        char what [300];
-        snprintf (what, sizeof what, "%s: %s%s%s", source, section? section: "",
-                  section? ".": "", key);
-        if (!section && streq (key, ROLES_KEY) && json_is_object (value)) {
-            if (s_apply_roles (self, value, source, from))
-                return -1;
-            continue;
-        }
-        if (!section && json_is_object (value)) {
-            if (s_apply_object (self, value, key, source, from))
-                return -1;
-            continue;
-        }
-        int i = s_index_of (self, key);
-        if (i < 0 || s_hidden (self, &self->options [i]) || strchr (key, '-'))
-            return za_error ("%s: not a job key (job keys are the flags of '%s --help' with "
-                             "'_' for '-')", what, self->program);
-        const za_option_t *option = &self->options [i];
-        if (option->scope == ZA_SCOPE_COMMAND)
-            return za_error ("%s: goes on the command line, not in a job", what);
-        //  From the network: the job's settings only (no --bind, --certs,
-        //  --insecure, --host of ours), and no text with control characters
-        //  (a path or a name is used as given).
-        if (self->from_wire && option->scope != ZA_SCOPE_JOB)
-            return za_error ("%s: this process's own setting; a job from the network may "
-                             "not set it", what);
-        const char *text_value = json_string_value (value);
-        for (const char *c = text_value; self->from_wire && c && *c; c++)
-            if ((unsigned char) *c < 0x20 || *c == 0x7f)
-                return za_error ("%s: a control character in a text from the network", what);
-        char text [TEXT_MAX_CHARS];
-        if (s_job_text (option, value, what, text, sizeof text)
-            || za_options_set (self, key, text, from, what))
-            return -1;
-    }
-    return 0;
-}
-
-int
-za_options_apply_job (za_options_t *self, json_t *job, const char *source,
-                      za_option_source_t from)
-{
-    if (!json_is_object (job))
-        return za_error ("%s: the job is not a JSON object", source);
-    return s_apply_object (self, job, NULL, source, from);
-}
-
-int
-za_options_apply_wire_job (za_options_t *self, json_t *job, const char *source)
-{
-    self->from_wire = 1;
-    int rc = za_options_apply_job (self, job, source, ZA_FROM_JOB);
-    self->from_wire = 0;
-    return rc;
-}
-
-int
-za_options_apply_job_file (za_options_t *self, const char *path)
-{
-    json_error_t error;
-    json_t *job = json_load_file (path, 0, &error);
-    if (!job) {
-        if (error.line > 0)
-            return za_error ("%s: line %d column %d: %s", path, error.line, error.column,
-                             error.text);
-        return za_error ("%s: %s", path, error.text);
-    }
-    int rc = za_options_apply_job (self, job, path, ZA_FROM_JOB);
-    json_decref (job);
-    return rc;
-}
-
-static json_t *
-s_job_value (const za_options_t *self, const za_option_t *option)
-{
-    const void *field = s_field ((za_options_t *) self, option);
-    switch (option->type) {
-        case ZA_OPTION_FLAG: return json_boolean (*(const int *) field);
-        case ZA_OPTION_INT: return json_integer (*(const int64_t *) field);
-        case ZA_OPTION_NUMBER: return json_real (*(const double *) field);
-        case ZA_OPTION_REAL:        //  as --help and --print-settings write them
-        case ZA_OPTION_ENUM: {
-            char text [NAME_MAX_CHARS];
-            za_options_value_text (self, option, text, sizeof text);
-            return option->type == ZA_OPTION_REAL? json_real (strtod (text, NULL))
-                                                  : json_string (text);
-        }
-        case ZA_OPTION_LIST: {
-            json_t *list = json_array ();
-            int64_t values [TEXT_MAX_CHARS / 2];
-            int count = za_options_list (*(const char *const *) field, values,
-                                         TEXT_MAX_CHARS / 2);
-            for (int i = 0; i < count; i++)
-                json_array_append_new (list, json_integer (values [i]));
-            return list;
-        }
-        default: {
-            const char *text = *(const char *const *) field;
-            return text? json_string (text): json_null ();
-        }
-    }
-}
-
-char *
-za_options_job_text (const za_options_t *self, json_t *extra)
-{
-    json_t *job = json_object ();
-    for (int i = 0; i < self->count; i++) {
-        const za_option_t *option = &self->options [i];
-        if (option->scope != ZA_SCOPE_JOB || self->from [i] == ZA_FROM_DEFAULT
-            || streq (option->flag, "workers") || streq (option->flag, "ps")
-            || streq (option->flag, "evaluators"))
-            continue;
-        char key [NAME_MAX_CHARS];
-        za_option_key (option, key, sizeof key);
-        json_t *value = s_job_value (self, option);
-        if (!json_is_null (value))
-            json_object_set_new (job, key, value);
-        else
-            json_decref (value);
-    }
-    const za_settings_t *s = self->settings;
-    json_object_set_new (job, ROLES_KEY, json_pack ("{s:i, s:I, s:I, s:I}", "chief", 1,
-                                                    "worker", (json_int_t) s->workers,
-                                                    "ps", (json_int_t) s->ps,
-                                                    "evaluator", (json_int_t) s->evaluators));
-    if (extra)
-        json_object_update (job, extra);
-    char *text = json_dumps (job, JSON_INDENT (2) | JSON_SORT_KEYS);
-    json_decref (job);
-    return text;
-}
-
 int
 za_options_print_asked (const za_options_t *self)
 {
     return self->print_asked;
-}
-
-char *
-za_options_settings_text (const za_options_t *self)
-{
-    json_t *settings = json_object ();
-    for (int i = 0; i < self->count; i++) {
-        const za_option_t *option = &self->options [i];
-        if (s_hidden (self, option) || option->scope == ZA_SCOPE_COMMAND)
-            continue;
-        char key [NAME_MAX_CHARS];
-        za_option_key (option, key, sizeof key);
-        json_object_set_new (settings, key, s_job_value (self, option));
-    }
-    char *text = json_dumps (settings, JSON_INDENT (2));
-    json_decref (settings);
-    return text;
 }
 
 // ---------------------------------------------------------------------------
@@ -785,7 +531,7 @@ za_options_usage (const za_options_t *self, FILE *out, const char *about, unsign
         const za_option_t *option = &self->options [i];
         if (option->section)
             section = option->section;
-        if (s_hidden (self, option) || (readers && !(option->readers & readers)))
+        if (za_options_hidden (self, option) || (readers && !(option->readers & readers)))
             continue;
         if (section) {
             fprintf (out, "\n%s:\n", section);
