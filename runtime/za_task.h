@@ -1,6 +1,6 @@
 /*  za_task.h: the model and the data of this process (za_task.c), and the
-    runs that use them: training in this process, a training role at its
-    place in a cluster, the evaluator.                                      */
+    runs that use them (za_task_run.c): training in this process, a
+    training role at its place in a cluster, the evaluator.                 */
 #ifndef ZA_TASK_H_INCLUDED
 #define ZA_TASK_H_INCLUDED
 
