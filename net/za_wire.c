@@ -272,8 +272,8 @@ s_pack_field (msgpack_packer *pk, const wire_field_t *field, const za_wire_msg_t
                                 : msgpack_pack_int32 (pk, *(const int32_t *) at);
         case WIRE_TEXT:    return s_pack_str (pk, at);
         case WIRE_BYTES: {
-            const char *bytes = *(const char *const *) at;
-            size_t len = *(const size_t *) ((const char *) msg + field->width);
+            size_t len;
+            const char *bytes = za_wire_field_bytes (field, msg, &len);
             return msgpack_pack_str (pk, len) || msgpack_pack_str_body (pk, bytes, len) ? -1 : 0;
         }
         case WIRE_OPTIM:   return s_pack_optim (pk, &msg->optim);
@@ -316,14 +316,16 @@ s_check_outgoing (const za_wire_msg_t *msg, const za_wire_lease_t *lease)
     if (strnlen (msg->code, WIRE_CODE_BYTES) == WIRE_CODE_BYTES
     ||  strnlen (msg->error, WIRE_ERROR_BYTES) == WIRE_ERROR_BYTES)
         return za_error ("wire: cannot send: code or error is not NUL-terminated");
-    if (msg->body && msg->body_len > ZA_WIRE_MAX_BODY_BYTES)
-        return za_error ("wire: cannot send: a body of %zu bytes (at most %d)", msg->body_len,
-                         ZA_WIRE_MAX_BODY_BYTES);
-    if (msg->body && memchr (msg->body, 0, msg->body_len))
-        return za_error ("wire: cannot send: the body contains a NUL byte");
-    if (msg->shm && (msg->shm_len > ZA_WIRE_MAX_SHM_BYTES || memchr (msg->shm, 0, msg->shm_len)))
-        return za_error ("wire: cannot send: an shm word of %zu bytes or with a NUL byte",
-                         msg->shm_len);
+    //  body, shm: what the decoder takes (their rows' limits).
+    for (int key = 0; key < KEY_COUNT; key++) {
+        const wire_field_t *field = &za_wire_header_fields [key];
+        size_t len;
+        const char *bytes = field->form == WIRE_BYTES? za_wire_field_bytes (field, msg, &len)
+                                                     : NULL;
+        if (bytes && (len > (size_t) field->max || memchr (bytes, 0, len)))
+            return za_error ("wire: cannot send: a '%s' of %zu bytes (at most %" PRId64
+                             ", no NUL byte)", field->name, len, field->max);
+    }
     if (msg->has_optim) {
         if (!za_optim_known (msg->optim.kind))
             return za_error ("wire: cannot send: has_optim but no known optimizer kind");

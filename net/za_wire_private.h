@@ -77,6 +77,10 @@ extern const char *const za_wire_op_names [WIRE_OP_LAST + 1];
 //  empty or NULL).
 bool za_wire_field_present (const wire_field_t *field, const za_wire_msg_t *msg);
 
+//  A WIRE_BYTES field's bytes in msg (NULL when absent), and its length.
+const char *za_wire_field_bytes (const wire_field_t *field, const za_wire_msg_t *msg,
+                                 size_t *len);
+
 //  Index of a str key among fields [0..count), or -1 (not a str, or not known).
 int za_wire_field_index (const msgpack_object *key, const wire_field_t *fields, int count);
 

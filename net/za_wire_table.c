@@ -89,14 +89,9 @@ za_wire_name (za_wire_names_t list, int i)
 static const char *
 s_limit_text (int64_t max, char *text, size_t size)
 {
-    int bits = 0;
-    while (bits < 63 && ((int64_t) 1 << bits) - 1 < max)
-        bits++;
-    if (bits == 63 && max == INT64_MAX)
-        snprintf (text, size, "2^63-1");
-    else
-    if (bits < 63 && ((int64_t) 1 << bits) - 1 == max && max > 1024)
-        snprintf (text, size, "2^%d-1", bits);
+    uint64_t value = (uint64_t) max;
+    if (value > 1 && (value & (value + 1)) == 0)
+        snprintf (text, size, "2^%d-1", __builtin_popcountll (value));
     else
         snprintf (text, size, "%" PRId64, max);
     return text;
@@ -170,6 +165,13 @@ za_wire_field_present (const wire_field_t *field, const za_wire_msg_t *msg)
         case WIRE_TENSORS: return msg->tensor_count > 0;
         default:           return true;
     }
+}
+
+const char *
+za_wire_field_bytes (const wire_field_t *field, const za_wire_msg_t *msg, size_t *len)
+{
+    *len = *(const size_t *) ((const char *) msg + field->width);
+    return *(const char *const *) ((const char *) msg + field->at);
 }
 
 int
