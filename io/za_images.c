@@ -1,7 +1,9 @@
 /*  za_images.c: images as a data set: its source (one of za_source.h's rows:
-    TFRecord files, a folder of class folders, a pattern of images) listed
-    into paths, offsets and labels (no image decoded), the split and the
-    shard kept, and the loader that decodes an example when it is needed.  */
+    IDX files, TFRecord files, a folder of class folders, a pattern of
+    images) listed into paths, offsets and labels (no image decoded), the
+    split and the shard kept, and the loader that decodes an example when it
+    is needed; or, for a row that reads its files whole, what that row
+    reads.                                                                  */
 #define _GNU_SOURCE                     //  pread
 #include "za/za_images.h"
 #include "za/za_cache.h"
@@ -25,7 +27,7 @@
 
 //  The sources, asked in this order which takes a spec.
 static const za_source_t *s_sources [] = {
-    &za_source_tfrecord, &za_source_folder, &za_source_pattern,
+    &za_source_idx, &za_source_tfrecord, &za_source_folder, &za_source_pattern,
 };
 
 //  What the loader decodes from.
@@ -143,6 +145,8 @@ s_list (const za_images_config_t *config, za_listing_t *list, int *n_classes, in
                          config->label_base);
     const char *pattern;
     const za_source_t *source = s_source_of (config, &pattern);
+    if (!source->list)
+        return za_error ("%s: %s files are read whole, not listed", pattern, source->name);
     za_source_ask_t ask = {.warn = warn, .spill = spill, .joined = joined,
                            .shards = config->num_shards > 0? config->num_shards: 1};
     if (source->list (config, pattern, list, n_classes, &ask)) {
@@ -157,6 +161,10 @@ s_list (const za_images_config_t *config, za_listing_t *list, int *n_classes, in
 int
 za_images_info (const za_images_config_t *config, za_dataset_info_t *info)
 {
+    const char *pattern;
+    const za_source_t *source = s_source_of (config, &pattern);
+    if (source->info)
+        return source->info (config, pattern, info);
     za_listing_t list;
     int classes;
     if (s_list (config, &list, &classes, 0, -1, NULL))
@@ -351,6 +359,9 @@ za_images_config_hash (const za_images_config_t *c)
 char *
 za_images_class_names (const za_images_config_t *config)
 {
+    const char *pattern;
+    if (!s_source_of (config, &pattern)->list)
+        return NULL;                    //  IDX files name no classes
     za_listing_t list;
     int classes;
     char *joined = NULL;
@@ -363,6 +374,10 @@ za_images_class_names (const za_images_config_t *config)
 za_dataset_t *
 za_images_load (const za_images_config_t *config)
 {
+    const char *pattern;
+    const za_source_t *row = s_source_of (config, &pattern);
+    if (row->load)
+        return row->load (config, pattern);
     s_source_t *source = calloc (1, sizeof *source);
     int classes;
     if (!source) {
@@ -370,8 +385,7 @@ za_images_load (const za_images_config_t *config)
         return NULL;
     }
     source->spill = -1;
-    const char *pattern;
-    if (s_source_of (config, &pattern)->spills && (source->spill = s_spill_new ()) < 0) {
+    if (row->spills && (source->spill = s_spill_new ()) < 0) {
         free (source);
         return NULL;
     }

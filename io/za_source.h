@@ -1,10 +1,12 @@
-/*  za_source.h: the sources a data set of images is listed from, one file
-    and one table row each, as a layer is: TFRecord files
-    (za_source_tfrecord.c), a folder of class folders (za_source_folder.c),
-    a pattern of images labelled by their folders (za_source_pattern.c).
-    za_images.c asks the rows in that order which takes a source, and has it
-    list the examples (paths, or records' offsets, and labels; no image
-    decoded). Private to io/.                                              */
+/*  za_source.h: the sources a data set is read from, one file and one
+    table row each, as a layer is: IDX files (za_source_idx.c), TFRecord
+    files (za_source_tfrecord.c), a folder of class folders
+    (za_source_folder.c), a pattern of images labelled by their folders
+    (za_source_pattern.c). za_images.c asks the rows in that order which
+    takes a source. A row of images lists the examples (paths, or records'
+    offsets, and labels; no image decoded), which za_images.c's loader
+    decodes when they are needed; a row of small files (IDX) reads them
+    whole instead. Private to io/.                                          */
 #ifndef ZA_SOURCE_H_INCLUDED
 #define ZA_SOURCE_H_INCLUDED
 
@@ -30,8 +32,15 @@ typedef struct {
     //  there are. 0, or -1 with an error (list then freed by the caller).
     int (*list) (const za_images_config_t *config, const char *pattern, za_listing_t *list,
                  int *n_classes, za_source_ask_t *ask);
+    //  Or, for files read whole (list NULL): what pattern holds for config
+    //  (0, or -1 with an error), and its data set (the shard's), or NULL
+    //  with an error.
+    int (*info) (const za_images_config_t *config, const char *pattern,
+                 za_dataset_info_t *info);
+    za_dataset_t *(*load) (const za_images_config_t *config, const char *pattern);
 } za_source_t;
 
+extern const za_source_t za_source_idx;
 extern const za_source_t za_source_tfrecord;
 extern const za_source_t za_source_folder;
 extern const za_source_t za_source_pattern;

@@ -46,7 +46,9 @@ s_image_spec (const za_settings_t *s, za_image_spec_t *spec)
     return 0;
 }
 
-//  The image folder the settings name for training (train 1) or evaluation.
+//  The data the settings name for training (train 1) or evaluation, as one
+//  of io's sources: the IDX files of --dataset-dir (or --eval-data), or
+//  the images of --train-data (and --eval-data, or its --validation-split).
 //  Returns 0, or ZA_EXIT_USAGE after one message.
 static int
 s_images_config (const za_settings_t *s, int train, za_images_config_t *config)
@@ -60,6 +62,11 @@ s_images_config (const za_settings_t *s, int train, za_images_config_t *config)
     config->label_base = (int) s->label_base;
     config->seed = (uint64_t) s->seed;
     config->validation_split = s->validation_split;
+    if (!s->train_data) {
+        config->source = train || !s->eval_data? s->dataset_dir: s->eval_data;
+        config->idx_split = train? "train": "t10k";
+    }
+    else
     if (s->predict) {                   //  every image of --data, labels unknown
         config->source = s->data;
         config->unlabeled = 1;
@@ -91,33 +98,29 @@ s_images_config (const za_settings_t *s, int train, za_images_config_t *config)
 static int
 s_data_info (const za_settings_t *s, int train, za_dataset_info_t *info)
 {
-    if (s->train_data) {
-        za_images_config_t config;
-        if (s_images_config (s, train, &config) || za_images_info (&config, info))
+    za_images_config_t config;
+    if (s_images_config (s, train, &config))
+        return ZA_EXIT_USAGE;
+    if (za_images_info (&config, info)) {
+        if (!config.idx_split)
             return ZA_EXIT_USAGE;
-        //  Predictions: the classes are the model's (its class names), not
-        //  the data's.
-        if (s->predict && s->class_names) {
-            info->n_classes = 1;
-            for (const char *c = s->class_names; (c = strchr (c, ',')); c++)
-                info->n_classes++;
-        }
-        return 0;
-    }
-    const char *dir = train || !s->eval_data? s->dataset_dir: s->eval_data;
-    if (za_idx_info_dir (dir, train? "train": "t10k", info)) {
-        za_info (s_no_data, dir);
+        za_info (s_no_data, config.source);
         return 1;
+    }
+    //  Predictions: the classes are the model's (its class names), not the
+    //  data's.
+    if (s->predict && s->class_names) {
+        info->n_classes = 1;
+        for (const char *c = s->class_names; (c = strchr (c, ',')); c++)
+            info->n_classes++;
     }
     return 0;
 }
 
 //  The training data's shard (or the evaluation data's whole), or NULL.
 static za_dataset_t *
-s_data_load (const za_settings_t *s, int train, const char *dir, int shards, int shard)
+s_data_load (const za_settings_t *s, int train, int shards, int shard)
 {
-    if (!s->train_data)
-        return za_idx_load_dir_shard (dir, train? "train": "t10k", shards, shard);
     za_images_config_t config;
     if (s_images_config (s, train, &config))
         return NULL;
@@ -125,7 +128,7 @@ s_data_load (const za_settings_t *s, int train, const char *dir, int shards, int
     config.shard_index = shard;
     za_dataset_t *dataset = za_images_load (&config);
     za_cache_kind_t cache = (za_cache_kind_t) za_cache_parse (s->cache);
-    if (dataset && cache != ZA_CACHE_NONE) {
+    if (dataset && za_dataset_listed (dataset) && cache != ZA_CACHE_NONE) {
         char path [4096];
         snprintf (path, sizeof path, "%s/cache/%s-%016llx.zacache", s->model_dir,
                   train? "train": "eval", (unsigned long long) za_images_config_hash (&config));
@@ -449,7 +452,7 @@ za_task_input (void *arg, const za_input_context_t *context)
         if (task->train && (task->train_shards != shards || task->train_shard != shard))
             za_dataset_destroy (&task->train);
         if (!task->train) {
-            task->train = s_data_load (s, 1, asked.data_dir, shards, shard);
+            task->train = s_data_load (s, 1, shards, shard);
             task->train_shards = shards;
             task->train_shard = shard;
         }
@@ -470,7 +473,7 @@ za_task_input (void *arg, const za_input_context_t *context)
         config.max_bad = task->max_bad;
         return za_input_new (task->train, &config);
     }
-    if (!task->eval && !(task->eval = s_data_load (s, 0, asked.data_dir, 1, 0)))
+    if (!task->eval && !(task->eval = s_data_load (s, 0, 1, 0)))
         return NULL;
     config.threads = (int) s->input_threads;
     config.preprocess = (za_preprocess_t) za_preprocess_parse (s->preprocess);

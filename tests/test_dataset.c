@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include "za/za_idx.h"
+#include "za/za_images.h"
 #include "za/za_input.h"
 #include "za/za_util.h"
 #include "za_test.h"
@@ -204,6 +205,39 @@ Test (fashion_mnist, load_idx_matches_load_dir)
     cr_assert_eq (memcmp (a->labels, b->labels, (size_t) a->count * sizeof (int32_t)), 0);
     za_dataset_destroy (&a);
     za_dataset_destroy (&b);
+}
+
+//  IDX files are a row of the sources' table: asked for by their split
+//  through the images API, they give what za_idx gives; a folder without
+//  them is one error, and the next ask still reads the files.
+Test (fashion_mnist, idx_is_a_source_row)
+{
+    za_error_set_quiet (1);
+    za_images_config_t config = {.source = ZA_FASHION_MNIST_DIR, .idx_split = "t10k",
+                                 .num_shards = 2, .shard_index = 1};
+    za_dataset_info_t info;
+    cr_assert_eq (za_images_info (&config, &info), 0, "%s", za_last_error ());
+    cr_assert_eq (info.count, 10000);
+    cr_assert (info.height == 28 && info.width == 28 && info.channels == 1);
+    cr_assert_eq (info.n_classes, 10);
+    cr_assert_null (za_images_class_names (&config));
+
+    za_images_config_t missing = config;
+    missing.source = "/nonexistent-za-idx";
+    cr_assert_neq (za_images_info (&missing, &info), 0);
+    cr_assert_null (za_images_load (&missing));
+    cr_assert (strstr (za_last_error (), "/nonexistent-za-idx"), "%s", za_last_error ());
+
+    za_dataset_t *row = za_images_load (&config);
+    za_dataset_t *idx = za_idx_load_dir_shard (ZA_FASHION_MNIST_DIR, "t10k", 2, 1);
+    cr_assert (row && idx, "%s", za_last_error ());
+    cr_assert_eq (row->count, 5000);
+    cr_assert_eq (row->count, idx->count);
+    cr_assert_eq (row->n_classes, idx->n_classes);
+    cr_assert_eq (memcmp (row->labels, idx->labels, (size_t) row->count * sizeof (int32_t)), 0);
+    cr_assert_eq (za_dataset_listed (row), 0, "IDX files are held in memory");
+    za_dataset_destroy (&row);
+    za_dataset_destroy (&idx);
 }
 
 //  One shuffled epoch over half of the training set sees each example of the

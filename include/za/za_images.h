@@ -1,4 +1,6 @@
-/*  za_images.h: images as a data set, from one of three sources:
+/*  za_images.h: images as a data set, from one of four sources:
+    - a folder of MNIST-format IDX files and a split (za_idx.h), read whole,
+      the pixels kept in memory (Fashion-MNIST, zactor-run's default);
     - a folder of class folders, with the semantics of Keras's
       image_dataset_from_directory: one sub-folder per class, the class
       names sorted (label = index), the files found recursively in a
@@ -9,7 +11,7 @@
     - TFRecord files of tf.train.Example (a pattern or a file, or
       "tfrecord:PATTERN"; plain or GZIP) with the encoded image and an
       integer label under two feature keys.
-    Listing decodes no image: examples are decoded when the pipeline needs
+    Listing the other three decodes no image: examples are decoded when the pipeline needs
     them (za_image.h), so memory holds paths, offsets and labels, not
     pixels.                                                                 */
 #ifndef ZA_IMAGES_H_INCLUDED
@@ -56,6 +58,9 @@ typedef struct {
     int label_base;                     //  the label that means class 0: 0, or 1
                                         //  for files whose labels start at 1
                                         //  (build_image_data.py's, 0 = background)
+    const char *idx_split;              //  IDX files (za_idx.h): source is their
+                                        //  folder, this their split, "train" or
+                                        //  "t10k"; NULL: images
     int unlabeled;                      //  for predictions: a folder's every image
                                         //  (class folders or not), a pattern's,
                                         //  a TFRecord's with or without a label;
