@@ -197,7 +197,7 @@ s_speed (const char *model, const char *freeze, int cache, za_dataset_t *train, 
                 "gflops=%.1f device=%s replicas=%d precision=%s window=%.3f,%.3f\n",
                 images / seconds, batch, threads, steps, seconds, flops / seconds / 1e9,
                 device && *device? device: "cpu",
-                config.replicas_per_device? config.replicas_per_device: 1, precision,
+                config.replicas_per_device? (int) config.replicas_per_device: 1, precision,
                 timer.wall_start, timer.wall_end);
     if (rc == 0 && timer.profile)
         s_profile_print (steps, seconds);

@@ -17,7 +17,7 @@ int
 za_input_json_apply (za_options_t *options, const za_settings_t *s)
 {
     char path [PATH_CHARS];
-    snprintf (path, sizeof path, "%s/%s", s->model_dir, ZA_INPUT_JSON_FILE);
+    snprintf (path, sizeof path, "%s/%s", s->run.model_dir, ZA_INPUT_JSON_FILE);
     if (access (path, F_OK))
         return 0;                       //  trained from IDX, or by an older zactor
     return za_options_apply_job_file (options, path)? ZA_EXIT_USAGE: 0;
@@ -43,9 +43,9 @@ za_input_json_save (const za_settings_t *s, int with_model)
     if (input && names)
         json_object_set_new (input, "class_names", json_string (names));
     char path [PATH_CHARS], temp [PATH_CHARS + 32];
-    snprintf (path, sizeof path, "%s/%s", s->model_dir, ZA_INPUT_JSON_FILE);
+    snprintf (path, sizeof path, "%s/%s", s->run.model_dir, ZA_INPUT_JSON_FILE);
     snprintf (temp, sizeof temp, "%s.%d.tmp", path, (int) getpid ());
-    if (!input || za_mkdirs (s->model_dir)
+    if (!input || za_mkdirs (s->run.model_dir)
     ||  json_dump_file (input, temp, JSON_INDENT (2) | JSON_SORT_KEYS)
     ||  rename (temp, path))
         za_info ("warning: cannot write %s (predict will need the image flags): %s", path,

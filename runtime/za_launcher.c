@@ -123,7 +123,7 @@ za_launcher_run_broker (const za_program_t *program, za_options_t *options, za_s
     if (star)
         snprintf (star, sizeof connect - (size_t) (star - connect), "://127.0.0.1:%s",
                   strstr (s->bind, "://*:") + 5);
-    snprintf (log_dir, sizeof log_dir, "%s/logs", s->model_dir);
+    snprintf (log_dir, sizeof log_dir, "%s/logs", s->run.model_dir);
     if (s->supervise && za_mkdirs (log_dir)) {
         free (job_text);
         return 1;
@@ -138,7 +138,7 @@ za_launcher_run_broker (const za_program_t *program, za_options_t *options, za_s
     config.counts [ZA_TASK_PS] = (int) s->ps;
     config.counts [ZA_TASK_EVALUATOR] = (int) s->evaluators;
     config.ring = za_settings_strategy (s) == ZA_STRATEGY_ALLREDUCE;
-    config.model_dir = s->model_dir;
+    config.model_dir = s->run.model_dir;
     config.max_steps = s->max_steps;
     config.heartbeat = za_settings_heartbeat (s);
     config.supervise = s->supervise;
@@ -151,7 +151,7 @@ za_launcher_run_broker (const za_program_t *program, za_options_t *options, za_s
     const char *restarts = getenv ("ZA_RESTARTS");
     config.restarts = restarts? atoi (restarts): 0;
     config.restart_cause = getenv ("ZA_RESTART_CAUSE");
-    za_mkdirs (s->model_dir);
+    za_mkdirs (s->run.model_dir);
     za_info ("broker: on %s for 1 chief, %" PRId64 " workers, %" PRId64 " ps, %" PRId64
              " evaluator, until step %" PRId64 "%s", s->bind, s->workers, s->ps,
              s->evaluators, s->max_steps, s->supervise? ", supervising": "");
@@ -457,7 +457,7 @@ s_supervise (s_local_t *self)
     //  stopped early at the step it ended at.
     int64_t stopped = -1;
     int early = self->settings->eval.stop_if_no_improvement
-                && za_early_stop_final_step (self->settings->model_dir, &stopped) == 0;
+                && za_early_stop_final_step (self->settings->run.model_dir, &stopped) == 0;
     if (rc == 0 && self->last && self->last->max_steps > 0) {
         self->last->global_step = early? stopped: self->last->max_steps;
         s_progress_line (self->last, self->line, sizeof self->line, self->tty,
@@ -481,7 +481,7 @@ static void
 s_events (const s_local_t *self, s_event_fn *fn, int64_t *a, int64_t *b)
 {
     char path [4200];
-    snprintf (path, sizeof path, "%.4095s/events.jsonl", self->settings->model_dir);
+    snprintf (path, sizeof path, "%.4095s/events.jsonl", self->settings->run.model_dir);
     FILE *file = fopen (path, "r");
     char *line = NULL;
     size_t size = 0;
@@ -536,7 +536,7 @@ s_report (const s_local_t *self)
     s_events (self, s_broker_counts, &bad, &images);
     za_task_print_skipped (s, bad, images, evaluated, logs);
     char best_dir [4200], best_path [4300];
-    za_evaluator_best_dir (s->model_dir, s->eval.name, best_dir, sizeof best_dir);
+    za_evaluator_best_dir (s->run.model_dir, s->eval.name, best_dir, sizeof best_dir);
     snprintf (best_path, sizeof best_path, "%s/best.json", best_dir);
     json_t *best = json_load_file (best_path, 0, NULL);
     //  best.json names its metric (an older one: accuracy).
@@ -548,9 +548,9 @@ s_report (const s_local_t *self)
                 json_integer_value (json_object_get (best, "global_step")), best_dir);
     json_decref (best);
     printf ("checkpoints and TensorBoard events in %s, evaluations in %s/eval%s%s, events in "
-            "%s/events.jsonl, logs in %s\n", s->model_dir, s->model_dir,
+            "%s/events.jsonl, logs in %s\n", s->run.model_dir, s->run.model_dir,
             s->eval.name && *s->eval.name? "_": "", s->eval.name? s->eval.name: "",
-            s->model_dir, logs);
+            s->run.model_dir, logs);
     return rc;
 }
 
@@ -592,9 +592,9 @@ za_launcher_run_local (const za_program_t *program, za_options_t *options, za_se
     self->settings = s;
     self->tty = isatty (STDOUT_FILENO);
     za_broker_config_init (&self->backoff);
-    snprintf (self->logs, sizeof self->logs, "%.4095s/logs", s->model_dir);
-    snprintf (self->job_path, sizeof self->job_path, "%.4095s/job.json", s->model_dir);
-    snprintf (self->log, sizeof self->log, "%.4095s/logs/broker.log", s->model_dir);
+    snprintf (self->logs, sizeof self->logs, "%.4095s/logs", s->run.model_dir);
+    snprintf (self->job_path, sizeof self->job_path, "%.4095s/job.json", s->run.model_dir);
+    snprintf (self->log, sizeof self->log, "%.4095s/logs/broker.log", s->run.model_dir);
     if (s_write_job (self, options) || za_cluster_free_endpoint ("127.0.0.1", self->bind,
                                                              sizeof self->bind))
         return 1;
@@ -634,7 +634,7 @@ za_launcher_run_local (const za_program_t *program, za_options_t *options, za_se
     else {
         s_events (self, s_print_gave_up, NULL, NULL);
         fprintf (stderr, "zactor: the job failed: see %s/events.jsonl and %s\n",
-                 s->model_dir, self->logs);
+                 s->run.model_dir, self->logs);
     }
     return rc;
 }

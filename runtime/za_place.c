@@ -20,7 +20,7 @@ s_share_cores (za_options_t *options, za_settings_t *settings, int tasks)
     if (za_options_given (options, "threads", ZA_FROM_DEFAULT) || tasks < 1)
         return;
     int share = (int) sysconf (_SC_NPROCESSORS_ONLN) / tasks;
-    settings->threads = share > 0? share: 1;
+    settings->run.threads = share > 0? share: 1;
 }
 
 //  The cluster from --cluster FILE or TF_CONFIG, with --role / --index (when

@@ -139,7 +139,7 @@ s_write (void *arg, int64_t index, const float *logits, int n_classes, int class
 int
 za_predict_run (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
-    if (!s->model_dir || !*s->model_dir) {
+    if (!s->run.model_dir || !*s->run.model_dir) {
         za_error ("predict: give --model-dir, the folder training wrote its checkpoints to");
         return ZA_EXIT_USAGE;
     }

@@ -89,19 +89,19 @@ static const za_option_t s_options [] = {
                "keep decoded images (as bytes at --image-size) after the first\n"
                "epoch: in memory, or on disk in MODEL_DIR/cache/, reused by the\n"
                "next run for every file that has not changed (tf.data's cache)"),
-    ZA_OPTION ("warm-start-from", T_STR, warm_start_from, "PATH", NULL, 0, 0, NULL, R_ALL,
+    ZA_OPTION ("warm-start-from", T_STR, run.warm_start.from, "PATH", NULL, 0, 0, NULL, R_ALL,
                JOB, 0, "Transfer learning (WarmStartSettings)",
                "a fresh --model-dir starts from these weights: a checkpoint, a\n"
                "model dir (its newest), or a safetensors file of another\n"
                "framework; a checkpoint in --model-dir wins, as in TensorFlow"),
-    ZA_OPTION ("warm-start-vars", T_STR, warm_start_vars, "REGEX", NULL, 0, 0, NULL, R_ALL,
+    ZA_OPTION ("warm-start-vars", T_STR, run.warm_start.vars, "REGEX", NULL, 0, 0, NULL, R_ALL,
                JOB, 0, NULL,
                "the variables loaded: a regex matched from the start of each\n"
                "name (default: all); the others keep their initial values"),
-    ZA_OPTION ("warm-start-rename", T_STR, warm_start_rename, "NEW=OLD,..", NULL, 0, 0, NULL,
+    ZA_OPTION ("warm-start-rename", T_STR, run.warm_start.rename, "NEW=OLD,..", NULL, 0, 0, NULL,
                R_ALL, JOB, 0, NULL,
                "the model's NEW is loaded from the file's OLD"),
-    ZA_OPTION ("warm-start-layout", T_CHOICE, warm_start_layout, "L", "zactor", 0, 0,
+    ZA_OPTION ("warm-start-layout", T_ENUM, run.warm_start.layout, "L", "zactor", 0, 0,
                "zactor|keras|torch", R_ALL, JOB, 0, NULL,
                "the file's weights: zactor or keras (conv HWIO, dense [in,out])\n"
                "or torch (conv OIHW, dense [out,in]), turned into zactor's"),
@@ -209,32 +209,32 @@ static const za_option_t s_options [] = {
                "variables of at least N KiB, the last layer's first, each as soon\n"
                "as backward has made it, beside it (0: one bucket, after backward:\n"
                "faster where no core is spare; bench/ring_overlap.sh measures)"),
-    ZA_OPTION ("model-dir", T_STR, model_dir, "DIR", "runs/fmnist", 0, 0, NULL, R_ALL, JOB, 0,
+    ZA_OPTION ("model-dir", T_STR, run.model_dir, "DIR", "runs/fmnist", 0, 0, NULL, R_ALL, JOB, 0,
                "RunConfig (TensorFlow's names)",
                "checkpoints and metrics; training continues from the newest\n"
                "checkpoint there"),
-    ZA_OPTION ("save-checkpoints-steps", T_INT, save_checkpoints_steps, "N", "0", 0,
+    ZA_OPTION ("save-checkpoints-steps", T_INT, run.save_checkpoints_steps, "N", "0", 0,
                INT_MAX_D, NULL, R_SUMMARY, JOB, 0, NULL,
                "a checkpoint each time global_step reaches a multiple of N\n"
                "(0: by --save-checkpoints-secs)"),
-    ZA_OPTION ("save-checkpoints-secs", T_NUM, save_checkpoints_secs, "S",
+    ZA_OPTION ("save-checkpoints-secs", T_NUM, run.save_checkpoints_secs, "S",
                ZA_TEXT (ZA_RUN_SAVE_CHECKPOINTS_SECS), 0, NO_MAX, NULL, R_SUMMARY, JOB, 0, NULL,
                "a checkpoint every S seconds (0: only the last)"),
-    ZA_OPTION ("keep-checkpoint-max", T_INT, keep_checkpoint_max, "N",
+    ZA_OPTION ("keep-checkpoint-max", T_INT, run.keep_checkpoint_max, "N",
                ZA_TEXT (ZA_RUN_KEEP_CHECKPOINT_MAX), 0, 1000000, NULL, R_SUMMARY, JOB, 0, NULL,
                "checkpoints kept (0 keeps all)"),
-    ZA_OPTION ("log-step-count-steps", T_INT, log_step_count_steps, "N",
+    ZA_OPTION ("log-step-count-steps", T_INT, run.log_step_count_steps, "N",
                ZA_TEXT (ZA_RUN_LOG_STEP_COUNT_STEPS), 0, INT_MAX_D, NULL, R_TRAIN, JOB, 0, NULL,
                "a log line each time global_step reaches a multiple of N (0: none)"),
-    ZA_OPTION ("save-summary-steps", T_INT, save_summary_steps, "N",
+    ZA_OPTION ("save-summary-steps", T_INT, run.save_summary_steps, "N",
                ZA_TEXT (ZA_RUN_SAVE_SUMMARY_STEPS), 0, INT_MAX_D, NULL, R_SUMMARY, JOB, 0, NULL,
                "a metrics.jsonl line and TensorBoard scalars each time global_step\n"
                "reaches a multiple of N (0: none)"),
-    ZA_OPTION ("seed", T_INT, seed, "N", ZA_TEXT (ZA_RUN_SEED), 0, INT_MAX_D, NULL, R_TRAIN,
+    ZA_OPTION ("seed", T_INT, run.seed, "N", ZA_TEXT (ZA_RUN_SEED), 0, INT_MAX_D, NULL, R_TRAIN,
                JOB, 0, NULL,
                "random seed for initialisation, shuffling, dropout; a resumed\n"
                "run mixes its starting step into the shuffle seed"),
-    ZA_OPTION ("threads", T_INT, threads, "N", "0", 0, 64, NULL,
+    ZA_OPTION ("threads", T_INT, run.threads, "N", "0", 0, 64, NULL,
                R_TRAIN | ZA_READ_EVALUATOR, JOB, 0, NULL,
                "compute threads; 0: the cores, shared by the tasks of this machine"),
     ZA_OPTION ("device", T_STR, device, "DEV", "cpu", 0, 0, NULL, R_TRAIN | ZA_READ_EVALUATOR,
@@ -243,14 +243,14 @@ static const za_option_t s_options [] = {
                "cuda:all (a replica per GPU, the batch split across them, as\n"
                "TensorFlow's MirroredStrategy); needs a build with the CUDA back\n"
                "end (-DZA_CUDA) and a GPU. Checkpoints are the same on any device"),
-    ZA_OPTION ("precision", T_ENUM, precision, "P", "fp32", 0, 0, ZA_POLICY_CHOICES,
+    ZA_OPTION ("precision", T_ENUM, run.precision, "P", "fp32", 0, 0, ZA_POLICY_CHOICES,
                R_TRAIN | ZA_READ_EVALUATOR, JOB, 0, NULL,
                "the matrix products' inputs, as Keras's mixed-precision policies:\n"
                "fp32 (float32), mixed_bfloat16 (bf16 inputs, fp32 sums: CPUs with\n"
                "AVX512-BF16 or AMX, GPUs from Ampere), mixed_float16 (GPUs; with\n"
                "dynamic loss scaling), or auto (bf16 where the machine computes it,\n"
                "else fp32). Weights, optimizer and checkpoints stay fp32"),
-    ZA_OPTION ("replicas-per-device", T_INT, replicas_per_device, "N", "1", 1, 64, NULL,
+    ZA_OPTION ("replicas-per-device", T_INT, run.replicas_per_device, "N", "1", 1, 64, NULL,
                R_TRAIN | ZA_READ_EVALUATOR, JOB, 0, NULL,
                "--device cuda: model replicas on each GPU, each a slice of the\n"
                "batch, their gradients summed before one update"),
@@ -395,26 +395,12 @@ za_settings_options (void)
 za_run_config_t
 za_settings_run_config (const za_settings_t *s)
 {
-    za_run_config_t config = za_run_config_default ();
-    config.model_dir = s->model_dir;
-    config.save_checkpoints_steps = s->save_checkpoints_steps;
-    config.save_checkpoints_secs = s->save_checkpoints_secs;
-    config.keep_checkpoint_max = (int) s->keep_checkpoint_max;
-    config.log_step_count_steps = s->log_step_count_steps;
-    config.save_summary_steps = s->save_summary_steps;
-    config.seed = (uint64_t) s->seed;
-    config.threads = (int) s->threads;     //  0: every core (za_replica.h)
+    za_run_config_t config = s->run;    //  what the options table sets
+    config.progress = za_run_config_default ().progress;
     //  Checked by za_task_prepare: a bad text was refused there.
     za_device_parse (s->device, &config.device);
-    config.replicas_per_device = (int) s->replicas_per_device;
-    config.precision = s->precision;
     config.eval_metrics = s->eval.eval_metrics;
     config.early_stopping = s->eval.stop_if_no_improvement != NULL;
-    config.warm_start = (za_warm_start_t) {
-        .from = s->warm_start_from, .vars = s->warm_start_vars,
-        .rename = s->warm_start_rename,
-        .layout = (za_layout_t) za_layout_parse (s->warm_start_layout),
-    };
     return config;
 }
 

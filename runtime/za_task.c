@@ -60,7 +60,7 @@ s_images_config (const za_settings_t *s, int train, za_images_config_t *config)
     config->image_key = s->image_key;
     config->label_key = s->label_key;
     config->label_base = (int) s->label_base;
-    config->seed = (uint64_t) s->seed;
+    config->seed = (uint64_t) s->run.seed;
     config->validation_split = s->validation_split;
     if (!s->train_data) {
         config->source = train || !s->eval_data? s->dataset_dir: s->eval_data;
@@ -130,7 +130,7 @@ s_data_load (const za_settings_t *s, int train, int shards, int shard)
     za_cache_kind_t cache = (za_cache_kind_t) za_cache_parse (s->cache);
     if (dataset && za_dataset_listed (dataset) && cache != ZA_CACHE_NONE) {
         char path [4096];
-        snprintf (path, sizeof path, "%s/cache/%s-%016llx.zacache", s->model_dir,
+        snprintf (path, sizeof path, "%s/cache/%s-%016llx.zacache", s->run.model_dir,
                   train? "train": "eval", (unsigned long long) za_images_config_hash (&config));
         if (za_dataset_cache (dataset, cache, path))
             za_info ("warning: %s: reading without a cache", za_last_error ());
@@ -211,11 +211,11 @@ s_check_warm_start (const za_task_t *task)
 {
     const za_settings_t *s = task->settings;
     int64_t *steps = NULL;
-    int checkpoints = za_checkpoint_list (s->model_dir, &steps);
+    int checkpoints = za_checkpoint_list (s->run.model_dir, &steps);
     free (steps);
     if (checkpoints > 0) {
         za_info ("%s holds a checkpoint: training goes on from it, not from "
-                 "--warm-start-from (as TensorFlow's warm start)", s->model_dir);
+                 "--warm-start-from (as TensorFlow's warm start)", s->run.model_dir);
         return 0;
     }
     za_vars_t vars;
@@ -314,7 +314,7 @@ s_check_early (za_task_t *task, const za_program_t *program, const za_settings_t
     int first, count;
     const za_backend_t *backend = za_device_parse (settings->device, &device)? NULL
                                 : za_device_backend (&device, &first, &count);
-    if (!backend || !za_backend_policy (backend, settings->precision))
+    if (!backend || !za_backend_policy (backend, settings->run.precision))
         return ZA_EXIT_USAGE;
     //  A layer stack given as text is checked before any data is read.
     const char *model = settings->model;
@@ -407,13 +407,13 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
         settings->max_steps = (settings->epochs * task->epoch_examples + global_batch - 1)
                             / global_batch;
     }
-    if (settings->warm_start_from && !settings->predict && (rc = s_check_warm_start (task)))
+    if (settings->run.warm_start.from && !settings->predict && (rc = s_check_warm_start (task)))
         return rc;
     //  What predict needs to read images as training did: written once, by
     //  the process that trains alone, the launcher or the chief (the class
     //  names take a listing of the source).
     int writes = !settings->role || streq (settings->role, "chief");
-    if (writes && settings->train_data && !settings->predict && settings->model_dir)
+    if (writes && settings->train_data && !settings->predict && settings->run.model_dir)
         za_input_json_save (settings, !program->model_fn);
     return 0;
 }

@@ -68,7 +68,7 @@ s_last_eval (const za_settings_t *s, char *path)
 {
     char subdir [300];
     s_eval_subdir (s, subdir, sizeof subdir);
-    snprintf (path, 4400, "%s/%s/metrics.jsonl", s->model_dir, subdir);
+    snprintf (path, 4400, "%s/%s/metrics.jsonl", s->run.model_dir, subdir);
     //  The last line (with --eval-metrics a long one).
     FILE *f = fopen (path, "r");
     char *line = NULL, *last = NULL;
@@ -142,14 +142,14 @@ s_evaluator_config (za_task_t *task, za_evaluator_config_t *config)
     config->model_fn = task->model_fn;
     config->params = task->params;
     config->input = task->input;
-    config->model_dir = s->model_dir;
+    config->model_dir = s->run.model_dir;
     config->spec = s->eval;
     config->input_fn = za_task_input;
     config->input_arg = task;
     config->max_steps = s->max_steps;
-    config->threads = (int) s->threads;
+    config->threads = (int) s->run.threads;
     za_device_parse (s->device, &config->device);
-    config->precision = s->precision;
+    config->precision = s->run.precision;
     config->stats = task->stats;
 }
 
@@ -167,7 +167,7 @@ s_evaluate_final (za_task_t *task)
     if (!rc) {
         printf ("test accuracy %.4f  loss %.4f  on %" PRId64 " examples at step %" PRId64
                 " (%s/eval/metrics.jsonl)\n", result.accuracy, result.loss, result.examples,
-                result.global_step, task->settings->model_dir);
+                result.global_step, task->settings->run.model_dir);
         json_t *metrics = json_object ();
         for (int i = 0; metrics && i < result.scalar_count; i++)
             json_object_set_new (metrics, result.scalars [i].name,
@@ -197,8 +197,9 @@ za_task_run_single (za_task_t *task)
              (double) s->optim.learning_rate, s->batch_size, s->max_steps,
              task->epoch_examples > 0? (double) s->max_steps * s->batch_size
                                        / (double) task->epoch_examples: 0,
-             task->epoch_examples, run.threads > 0? run.threads: (int) sysconf (_SC_NPROCESSORS_ONLN),
-             s->model_dir);
+             task->epoch_examples,
+             run.threads > 0? (int) run.threads: (int) sysconf (_SC_NPROCESSORS_ONLN),
+             s->run.model_dir);
     if (s->eval.stop_if_no_improvement && !s->train_and_evaluate) {
         za_estimator_destroy (&estimator);
         za_error ("--stop-if-no-improvement needs an evaluator to watch the metric: add "
@@ -244,7 +245,7 @@ za_task_run_evaluator (za_task_t *task, zactor_t *client)
     config.trigger = both || streq (wake, "broker")? client: NULL;
     config.watch_dir = both || streq (wake, "inotify");
     za_info ("evaluator: %s '%s' (start delay %g s, throttle %g s, until step %" PRId64
-             "), model %s", config.spec.replay? "replaying": "following", s->model_dir,
+             "), model %s", config.spec.replay? "replaying": "following", s->run.model_dir,
              config.spec.start_delay_secs, config.spec.throttle_secs, s->max_steps,
              s_model_text (task));
     int evaluations = 0;
@@ -315,7 +316,7 @@ za_task_run_role (za_task_t *task, const za_place_t *place, zactor_t *client)
     role.announce_checkpoints = place->is_chief && client != NULL;
     za_info ("%s %d of the cluster (%d workers, %d ps), model %s, %d threads",
              za_task_type_name (place->type), place->index, place->num_workers,
-             place->ps_count, s_model_text (task), role.run.threads);
+             place->ps_count, s_model_text (task), (int) role.run.threads);
     zactor_fn *run = place->type == ZA_TASK_PS? za_ps_actor
                    : role.strategy == ZA_STRATEGY_ALLREDUCE? za_mirrored_actor
                    : za_worker_actor;
@@ -329,9 +330,9 @@ za_task_run_role (za_task_t *task, const za_place_t *place, zactor_t *client)
     //  A cluster spec seldom names its evaluator (TF_CONFIG does not): one
     //  started apart says it follows model_dir, and evaluates the end itself.
     char who [256];
-    if (evaluates && za_evaluator_following (task->settings->model_dir, who, sizeof who)) {
+    if (evaluates && za_evaluator_following (task->settings->run.model_dir, who, sizeof who)) {
         za_info ("chief: an evaluator (%s) follows '%s': it evaluates the final checkpoint, "
-                 "not the chief", who, task->settings->model_dir);
+                 "not the chief", who, task->settings->run.model_dir);
         evaluates = 0;
         za_role_stats_publish (task->stats, ZA_ROLE_DONE, za_clock_mono ());
     }

@@ -198,7 +198,7 @@ Test (options, a_job_from_the_network_sets_the_job_alone)
     json_t *job = json_loads ("{\"model_dir\": \"runs/a\", \"max_steps\": 7}", 0, NULL);
     cr_assert_eq (za_options_apply_wire_job (options, job, "the broker's job"), 0, "%s",
                   za_last_error ());
-    cr_expect_str_eq (settings.model_dir, "runs/a");
+    cr_expect_str_eq (settings.run.model_dir, "runs/a");
     json_decref (job);
     //  ... never this process's own, nor a text with a control character.
     const char *refused [] = {"{\"bind\": \"tcp://*:1\"}", "{\"certs\": \"/tmp\"}",
@@ -214,7 +214,7 @@ Test (options, a_job_from_the_network_sets_the_job_alone)
     cr_expect_null (settings.bind);
     cr_expect_null (settings.certs);
     cr_expect_eq (settings.insecure, 0);
-    cr_expect_str_eq (settings.model_dir, "runs/a");
+    cr_expect_str_eq (settings.run.model_dir, "runs/a");
     //  A job file may set them (it is the user's own).
     job = json_loads ("{\"insecure\": true}", 0, NULL);
     cr_expect_eq (za_options_apply_job (options, job, "job.json", ZA_FROM_JOB), 0);
@@ -261,14 +261,14 @@ Test (options, the_job_travels_and_the_flags_win)
                   za_last_error ());
     json_decref (job);
     cr_expect_eq (settings.batch_size, 32, "the flag lost to the job");
-    cr_expect_eq (settings.save_checkpoints_steps, 250);
+    cr_expect_eq (settings.run.save_checkpoints_steps, 250);
     cr_expect_eq (settings.workers, 3);
     cr_expect_str_eq (settings.hidden_units, "256,64");
     cr_expect_eq (settings.optim.learning_rate, 0.5f);
     //  --local's defaults are weaker than the job.
     cr_assert_eq (za_options_set (options, "save_checkpoints_steps", "1000", ZA_FROM_LOCAL,
                                   "local"), 0);
-    cr_expect_eq (settings.save_checkpoints_steps, 250);
+    cr_expect_eq (settings.run.save_checkpoints_steps, 250);
     char *text = za_options_job_text (options, NULL);
     json_t *sent = json_loads (text, 0, &error);
     cr_assert_not_null (sent, "%s", text);

@@ -30,17 +30,17 @@ typedef struct {
     const char *model_dir;          //  required for train / evaluate / predict
     int64_t save_checkpoints_steps; //  > 0: every N steps (then secs is ignored)
     double save_checkpoints_secs;   //  > 0: every N seconds; default 600
-    int keep_checkpoint_max;        //  5; <= 0 keeps all
+    int64_t keep_checkpoint_max;    //  5; <= 0 keeps all
     int64_t log_step_count_steps;   //  100: a log line with step/sec, ex/sec
     int64_t save_summary_steps;     //  100: a metrics.jsonl line in model_dir
     uint64_t seed;                  //  initialisation and dropout
-    int threads;                    //  worker threads a batch is split over (each
+    int64_t threads;                //  worker threads a batch is split over (each
                                     //  runs single-threaded OpenBLAS); 0: all
                                     //  online cores; at most 64
     za_device_t device;             //  where it computes (zero: the CPU)
     za_policy_t precision;          //  --precision (za_replica.h); zero: fp32
     float initial_loss_scale;       //  mixed_float16 (za_replica.h); 0: 32768
-    int replicas_per_device;        //  on a GPU: replicas on each (0 means 1)
+    int64_t replicas_per_device;    //  on a GPU: replicas on each (0 means 1)
     int progress;                   //  -1: a progress bar when stderr is a
                                     //  terminal; 0: log lines only; 1: bar
     za_warm_start_t warm_start;     //  WarmStartSettings: from NULL, none

@@ -129,10 +129,7 @@ typedef struct {
     int64_t lr_warmup_steps;
     const char *cache;              //  none, memory or disk (za_cache.h)
     //  Transfer learning
-    const char *warm_start_from;    //  NULL: none (za_warm_start.h)
-    const char *warm_start_vars;
-    const char *warm_start_rename;
-    const char *warm_start_layout;  //  zactor, keras or torch
+    //  (--warm-start-from, -vars, -rename, -layout: run.warm_start)
     const char *freeze;             //  regex of variables not trained; NULL: none
     const char *trainable;          //  regex of the only variables trained
     int cache_frozen;               //  keep the frozen layers' output per example
@@ -151,18 +148,12 @@ typedef struct {
     int64_t bucket_kib;
     int64_t partition_kib;          //  variables above it split over the ps; 0: never
     const char *wire_dtype;         //  fp32, bf16
-    //  RunConfig
-    const char *model_dir;
-    int64_t save_checkpoints_steps;
-    double save_checkpoints_secs;
-    int64_t keep_checkpoint_max;
-    int64_t log_step_count_steps;
-    int64_t save_summary_steps;
-    int64_t seed;
-    int64_t threads;                //  0: the cores, shared by the tasks of this machine
+    //  RunConfig (za_estimator.h) as the options table sets it: model_dir,
+    //  the checkpoint and logging policy, seed, threads (0: the cores, shared
+    //  by the tasks of this machine), precision, replicas_per_device and
+    //  warm_start; the rest is za_settings_run_config's
+    za_run_config_t run;
     const char *device;             //  cpu, cuda, cuda:N, cuda:all
-    za_policy_t precision;          //  fp32, mixed_bfloat16, mixed_float16, auto
-    int64_t replicas_per_device;
     //  Evaluation (EvalSpec)
     int train_and_evaluate;
     const char *eval_data;
