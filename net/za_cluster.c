@@ -103,6 +103,26 @@ s_json_kind (const json_t *value)
     }
 }
 
+//  The task's index as TensorFlow's TFConfigClusterResolver reads it
+//  (int (task["index"])): an integer, or text that is one ("1", as shell
+//  scripts often quote it). 1, or 0 when it is neither.
+static int
+s_task_index (const json_t *index, json_int_t *value)
+{
+    if (json_is_integer (index)) {
+        *value = json_integer_value (index);
+        return 1;
+    }
+    const char *text = json_string_value (index);
+    if (!text || !isdigit ((unsigned char) *text) || strlen (text) > 9)
+        return 0;
+    for (const char *c = text; *c; c++)
+        if (!isdigit ((unsigned char) *c))
+            return 0;
+    *value = (json_int_t) strtol (text, NULL, 10);
+    return 1;
+}
+
 //  Checks "host:port" and splits it. Returns NULL when it is fine (with the
 //  host's length and the port set), else what is wrong, to follow the address
 //  in a message.
@@ -241,9 +261,9 @@ s_parse_task (za_cluster_t *self, const char *source, json_t *task)
     json_t *index = json_object_get (task, "index");
     if (!index)
         return za_error ("%s: task has no \"index\"", source);
-    if (!json_is_integer (index))
+    json_int_t value;
+    if (!s_task_index (index, &value))
         return za_error ("%s: task index is %s, not an integer", source, s_json_kind (index));
-    json_int_t value = json_integer_value (index);
     int *count;
     s_job_slots (self, (za_task_type_t) job, &count);
     const char *name = s_job_names [job];

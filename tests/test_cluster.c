@@ -6,6 +6,7 @@
 #include "za_test.h"
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,7 +321,9 @@ Test (cluster, task_type_unknown_or_missing)
 
 Test (cluster, task_index_not_an_integer)
 {
-    s_expect_error ("{'cluster': " GOOD_CLUSTER ", 'task': {'type': 'worker', 'index': '1'}}",
+    s_expect_error ("{'cluster': " GOOD_CLUSTER ", 'task': {'type': 'worker', 'index': 'one'}}",
+                    "task index is a string, not an integer");
+    s_expect_error ("{'cluster': " GOOD_CLUSTER ", 'task': {'type': 'worker', 'index': '-1'}}",
                     "task index is a string, not an integer");
     s_expect_error ("{'cluster': " GOOD_CLUSTER ", 'task': {'type': 'worker', 'index': 1.0}}",
                     "task index is a number, not an integer");
@@ -568,4 +571,71 @@ Test (cluster, an_endpoint_from_the_network_is_a_tcp_host_and_port)
         cr_expect (!za_cluster_endpoint_valid (bad [i]), "%s was taken", bad [i]);
     cr_expect (!za_cluster_host_valid (""));
     cr_expect (!za_cluster_host_valid ("host\x1b[2J"));
+}
+
+
+//  --------------------------------------------------------------------------
+//  TF_CONFIG as TensorFlow reads it: tests/data/tf_config_answers.json holds
+//  what TensorFlow's TFConfigClusterResolver answered for each case
+//  (bench/tf_config_answers.py recorded it); zactor derives the same
+//  cluster, task type and index, or refuses where the case says it must.
+
+//  The addresses of one job as zactor holds them against TensorFlow's list.
+static void
+s_expect_job (const char *name, const char *job, char **addresses, int count,
+              const json_t *cluster)
+{
+    const json_t *tasks = json_object_get (cluster, job);
+    int expected = tasks? (int) json_array_size (tasks): 0;
+    cr_expect_eq (count, expected, "%s: %s has %d tasks, TensorFlow %d", name, job, count,
+                  expected);
+    for (int t = 0; t < count && t < expected; t++)
+        cr_expect_str_eq (addresses [t], json_string_value (json_array_get (tasks, t)),
+                          "%s: %s %d", name, job, t);
+}
+
+Test (cluster, tf_config_as_tensorflow_reads_it)
+{
+    json_error_t error;
+    json_t *record = json_load_file (ZA_SOURCE_DIR "/tests/data/tf_config_answers.json", 0,
+                                     &error);
+    cr_assert_not_null (record, "%s", error.text);
+    const json_t *cases = json_object_get (record, "cases");
+    cr_assert_geq (json_array_size (cases), 10);
+    int same = 0, refused = 0;
+    size_t c;
+    const json_t *item;
+    json_array_foreach (cases, c, item) {
+        const char *name = json_string_value (json_object_get (item, "name"));
+        const char *zactor = json_string_value (json_object_get (item, "zactor"));
+        const json_t *tf = json_object_get (item, "tensorflow");
+        cr_assert (name && zactor && tf);
+        za_cluster_t *cluster = za_cluster_parse (
+            json_string_value (json_object_get (item, "tf_config")), "TF_CONFIG");
+        if (strncmp (zactor, "refuses", 7) == 0) {
+            cr_expect_null (cluster, "%s: zactor should refuse it (%s)", name, zactor);
+            za_cluster_destroy (&cluster);
+            refused++;
+            continue;
+        }
+        cr_assert_null (json_object_get (tf, "error"), "%s: TensorFlow refused it", name);
+        cr_assert_not_null (cluster, "%s: %s", name, za_last_error ());
+        const json_t *jobs = json_object_get (tf, "cluster");
+        s_expect_job (name, "chief", cluster->chief, cluster->chief_count, jobs);
+        s_expect_job (name, "worker", cluster->worker, cluster->worker_count, jobs);
+        s_expect_job (name, "ps", cluster->ps, cluster->ps_count, jobs);
+        s_expect_job (name, "evaluator", cluster->evaluator, cluster->evaluator_count, jobs);
+        cr_expect_eq (json_object_size (jobs), (size_t) ((cluster->chief_count > 0)
+                      + (cluster->worker_count > 0) + (cluster->ps_count > 0)
+                      + (cluster->evaluator_count > 0)), "%s: a job zactor does not hold", name);
+        cr_expect_str_eq (za_task_type_name (cluster->task_type),
+                          json_string_value (json_object_get (tf, "task_type")), "%s", name);
+        cr_expect_eq (cluster->task_index,
+                      (int) json_integer_value (json_object_get (tf, "task_id")), "%s", name);
+        za_cluster_destroy (&cluster);
+        same++;
+    }
+    cr_expect_geq (same, 10);
+    cr_expect_geq (refused, 3);
+    json_decref (record);
 }

@@ -76,7 +76,8 @@ const char *za_task_type_name (za_task_type_t type);
 //  1..65535, an address used twice (same host, same port) anywhere in the
 //  cluster, no chief while there are ps, two or more chiefs,
 //  a task type that is not a string naming one of the four jobs, a task index
-//  that is missing or not an integer, or an index out of range for its job
+//  that is missing or not an integer (text of decimal digits counts, as
+//  TensorFlow's int (index) reads it), or an index out of range for its job
 //  (an evaluator outside the cluster must be index 0).
 za_cluster_t *za_cluster_parse (const char *json_text, const char *source);
 
