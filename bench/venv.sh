@@ -14,8 +14,8 @@ if [ ! -x "$venv/bin/python" ]; then
     mkdir -p "$(dirname "$venv")"
     "$python" -m venv "$venv"
 fi
-if ! "$venv/bin/python" -c "import tensorflow" 2>/dev/null; then
+if ! "$venv/bin/python" -c "import tensorflow, tensorboard, PIL" 2>/dev/null; then
     "$venv/bin/python" -m pip install -q --upgrade pip >&2
-    "$venv/bin/python" -m pip install -q "tensorflow-cpu==$tf" pillow >&2
+    "$venv/bin/python" -m pip install -q "tensorflow-cpu==$tf" tensorboard pillow >&2
 fi
 echo "$venv/bin/python"
