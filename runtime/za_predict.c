@@ -24,6 +24,7 @@ typedef struct {
     za_task_t *task;
     FILE *out;
     int csv;
+    int logits;                         //  --logits: write them too, to 9 digits
     char **names;                       //  the class names, or NULL: their numbers
     int n_names;
     int64_t written;
@@ -104,6 +105,10 @@ s_write (void *arg, int64_t index, const float *logits, int n_classes, int class
                 fputs (",p_", self->out);
                 s_csv_field (self->out, s_name (self, k, buffer));
             }
+            for (int k = 0; k < n_classes && self->logits; k++) {
+                fputs (",logit_", self->out);
+                s_csv_field (self->out, s_name (self, k, buffer));
+            }
             fputc ('\n', self->out);
         }
         s_csv_field (self->out, name);
@@ -111,6 +116,8 @@ s_write (void *arg, int64_t index, const float *logits, int n_classes, int class
         s_csv_field (self->out, s_name (self, class_id, buffer));
         for (int k = 0; k < n_classes; k++)
             fprintf (self->out, ",%.6g", exp ((double) logits [k] - top) / total);
+        for (int k = 0; k < n_classes && self->logits; k++)
+            fprintf (self->out, ",%.9g", (double) logits [k]);
         fputc ('\n', self->out);
     }
     else {
@@ -121,8 +128,15 @@ s_write (void *arg, int64_t index, const float *logits, int n_classes, int class
         json_t *line = json_pack ("{s:s, s:s, s:i, s:o}", "file", name, "class",
                                   s_name (self, class_id, buffer), "class_id", class_id,
                                   "probabilities", probabilities);
+        json_t *values = self->logits? json_array (): NULL;
+        for (int k = 0; values && k < n_classes; k++)
+            json_array_append_new (values, json_real ((double) logits [k]));
+        if (line && values)
+            json_object_set_new (line, "logits", values);
+        else
+            json_decref (values);
         char *text = line? json_dumps (line, JSON_COMPACT | JSON_PRESERVE_ORDER |
-                                             JSON_REAL_PRECISION (6)): NULL;
+                                             JSON_REAL_PRECISION (self->logits? 9: 6)): NULL;
         if (text)
             fprintf (self->out, "%s\n", text);
         free (text);
@@ -163,7 +177,8 @@ za_predict_run (const za_program_t *program, za_options_t *options, za_settings_
     run.progress = 0;
     za_estimator_t *estimator = rc? NULL: za_estimator_new (task.model_fn, task.params,
                                                              task.input, NULL, &run);
-    s_writer_t writer = {.task = &task, .out = out, .csv = streq (s->format, "csv")};
+    s_writer_t writer = {.task = &task, .out = out, .csv = streq (s->format, "csv"),
+                         .logits = s->logits};
     s_names (&writer, s->class_names);
     int64_t predicted = -1;
     if (estimator)

@@ -302,6 +302,9 @@ static const za_option_t s_options [] = {
                PROC, 0, NULL,
                "one line per image: jsonl ({\"file\", \"class\", \"probabilities\"})\n"
                "or csv (file,class,p_CLASS...)"),
+    ZA_OPTION ("logits", T_FLAG, logits, NULL, NULL, 0, 0, NULL, ZA_READ_SINGLE, PROC, 0, NULL,
+               "write each image's logits too (the output before the softmax, as\n"
+               "the Estimator's predictions hold them; every number to 9 digits)"),
     ZA_OPTION ("replay", T_FLAG, eval.replay, NULL, NULL, 0, 0, NULL, ZA_READ_EVALUATOR, PROC,
                0, NULL, "with --role evaluator: evaluate every checkpoint in --model-dir\n"
                "in step order, then exit"),

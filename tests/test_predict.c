@@ -2,7 +2,8 @@
     trained from class folders predicts its evaluation folder with no flag
     but --model-dir and --data (input.json), its predictions as accurate as
     the evaluation said, as JSONL and CSV, with an earlier --checkpoint; a
-    corrupt image skipped, the others predicted; what is wrong said.        */
+    corrupt image skipped, the others predicted; --logits beside the
+    probabilities; what is wrong said.                                      */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -100,6 +101,37 @@ Test (predict, predicts_the_eval_folder_as_the_evaluation_scored_it, .timeout = 
     cr_expect (!strncmp (text, "file,class,p_class_0,p_class_1,", 31), "%.80s", text);
     cr_expect_eq (za_test_count (text, "\n"), EVAL_COUNT + 1);
     free (text);
+
+    //  --logits: the model's output before the softmax too, as the
+    //  Estimator's predictions hold it; its softmax is the probabilities.
+    const char *with_logits [] = {"predict", "--model-dir", model, "--data", eval, "--logits",
+                                  NULL};
+    result = za_test_run (with_logits, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    int rows = 0;
+    for (char *save = NULL, *line = strtok_r (result.out, "\n", &save); line;
+         line = strtok_r (NULL, "\n", &save), rows++) {
+        json_t *row = json_loads (line, 0, NULL);
+        json_t *logits = json_object_get (row, "logits");
+        cr_assert_eq (json_array_size (logits), 10, "%s", line);
+        double total = 0, top = -INFINITY;
+        for (size_t k = 0; k < 10; k++)
+            top = fmax (top, json_real_value (json_array_get (logits, k)));
+        for (size_t k = 0; k < 10; k++)
+            total += exp (json_real_value (json_array_get (logits, k)) - top);
+        for (size_t k = 0; k < 10; k++) {
+            char name [32];
+            snprintf (name, sizeof name, "class_%zu", k);
+            double p = json_real_value (json_object_get (json_object_get (row, "probabilities"),
+                                                         name));
+            double softmax = exp (json_real_value (json_array_get (logits, k)) - top) / total;
+            cr_expect (fabs (p - softmax) < 1e-6, "%s: p %g, softmax of the logits %g", name, p,
+                       softmax);
+        }
+        json_decref (row);
+    }
+    cr_expect_eq (rows, EVAL_COUNT);
+    za_test_result_free (&result);
 
     //  What is wrong is said: no checkpoint, a model dir of another model.
     char *empty = za_test_path ("empty");

@@ -168,6 +168,7 @@ typedef struct {
     const char *checkpoint;         //  NULL: the newest in model_dir
     const char *output;             //  "-": standard output
     const char *format;             //  jsonl or csv
+    int logits;                     //  1: the logits too
     //  This task in a cluster
     const char *role;
     int64_t index;                  //  -1: not said
