@@ -330,3 +330,11 @@ za_role_hooks_after_step (za_role_hooks_t *self, const za_role_config_t *config,
     ctx->elapsed_secs = elapsed;
     return za_hooks_after_run (&self->hooks, ctx);
 }
+
+
+const char *
+za_strategy_name (za_strategy_t strategy)
+{
+    static const char *names [] = {"ps-async", "ps-sync", "allreduce"};
+    return (unsigned) strategy < sizeof names / sizeof names [0]? names [strategy]: "unknown";
+}

@@ -128,6 +128,8 @@ def mode_speed(args):
     dev = torch.device(args.device)
     model = make_model().to(dev)
     opt = make_optimizer(model)
+    if args.compile:                    # PyTorch 2: forward and backward compiled
+        model = torch.compile(model)
     loss_fn = nn.CrossEntropyLoss()
     n = x.shape[0]
     if args.batch > n:
@@ -160,8 +162,9 @@ def mode_speed(args):
     secs = time.perf_counter() - t0
     ips = args.steps * args.batch / secs if secs > 0 else float("inf")
     print("torch images_per_sec=%.3f batch=%d threads=%d steps=%d seconds=%.6f device=%s tf32=%d"
-          " bf16=%d" % (ips, args.batch, args.threads, args.steps, secs, args.device,
-                        torch.backends.cudnn.allow_tf32, AUTOCAST is not None), flush=True)
+          " bf16=%d compile=%d" % (ips, args.batch, args.threads, args.steps, secs, args.device,
+                                   torch.backends.cudnn.allow_tf32, AUTOCAST is not None,
+                                   args.compile), flush=True)
 
 
 def mode_accuracy(args):
@@ -220,6 +223,9 @@ def main():
                    help="accuracy mode: a linear warm-up over this many steps first")
     p.add_argument("--bf16", action="store_true",
                    help="torch.autocast to bfloat16 around forward and loss (mixed precision)")
+    p.add_argument("--compile", action="store_true",
+                   help="speed mode, PyTorch 2: torch.compile the model (its first steps, "
+                   "the warm-up, compile it)")
     args = p.parse_args()
     if args.no_tf32:
         torch.backends.cudnn.allow_tf32 = False

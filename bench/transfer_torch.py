@@ -18,7 +18,10 @@ import time
 
 import numpy as np
 import torch
-import torchvision
+try:
+    import torchvision
+except ImportError:                     # PyPI's torch alone (bench/venv.sh): the same layers
+    torchvision = None
 
 FASHION = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte"
 COUNT = 2048
@@ -39,6 +42,21 @@ def images(side):
     return torch.from_numpy(np.repeat(up[:, None], 3, axis=1).copy())
 
 
+def vgg16_features():
+    """torchvision's vgg16().features, or the same 13 convolutions and 5 pools."""
+    if torchvision is not None:
+        return torchvision.models.vgg16(weights=None).features
+    layers, channels = [], 3
+    for width in (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
+                  512, 512, 512, "M"):
+        if width == "M":
+            layers.append(torch.nn.MaxPool2d(2, 2))
+        else:
+            layers += [torch.nn.Conv2d(channels, width, 3, padding=1), torch.nn.ReLU(True)]
+            channels = width
+    return torch.nn.Sequential(*layers)
+
+
 def main():
     side, batch, threads, steps, warmup = (int(a) for a in sys.argv[1:6])
     frozen = "--frozen" in sys.argv
@@ -49,7 +67,7 @@ def main():
     torch.manual_seed(42)
     data = images(side)
     labels = torch.randint(0, 10, (COUNT,))
-    base = torchvision.models.vgg16(weights=None).features
+    base = vgg16_features()
     if frozen:
         base.requires_grad_(False)
     model = torch.nn.Sequential(base, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),

@@ -137,7 +137,7 @@ za_launcher_run_broker (const za_program_t *program, za_options_t *options, za_s
     config.counts [ZA_TASK_WORKER] = (int) s->workers;
     config.counts [ZA_TASK_PS] = (int) s->ps;
     config.counts [ZA_TASK_EVALUATOR] = (int) s->evaluators;
-    config.ring = za_settings_strategy (s) == ZA_STRATEGY_ALLREDUCE;
+    config.ring = s->strategy == ZA_STRATEGY_ALLREDUCE;
     config.model_dir = s->run.model_dir;
     config.max_steps = s->max_steps;
     config.heartbeat = za_settings_heartbeat (s);

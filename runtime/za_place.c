@@ -123,7 +123,7 @@ s_place_from_cluster (za_place_t *place, const za_cluster_t *cluster)
 static int
 s_check_strategy (const za_settings_t *s, const za_cluster_t *cluster, const char *source)
 {
-    int allreduce = za_settings_strategy (s) == ZA_STRATEGY_ALLREDUCE;
+    int allreduce = s->strategy == ZA_STRATEGY_ALLREDUCE;
     if (allreduce && cluster->ps_count > 0)
         return za_error ("%s: --strategy allreduce uses no ps, but the cluster has %d: remove "
                          "the \"ps\" job (or use --strategy ps-async)", source,
@@ -131,7 +131,7 @@ s_check_strategy (const za_settings_t *s, const za_cluster_t *cluster, const cha
     if (!allreduce && cluster->ps_count == 0)
         return za_error ("%s: the cluster has no ps: --strategy %s needs at least one \"ps\" "
                          "task to hold the variables (or use --strategy allreduce)", source,
-                         s->strategy);
+                         za_strategy_name (s->strategy));
     if (!allreduce && cluster->chief_count == 0)
         return za_error ("%s: the cluster has no chief: add a \"chief\" job with one task "
                          "(the chief trains too, as worker 0)", source);
@@ -145,7 +145,7 @@ static int
 s_place_in (za_place_t *place, const za_settings_t *s, const za_cluster_t *cluster)
 {
     s_place_from_cluster (place, cluster);
-    int ring = za_settings_strategy (s) == ZA_STRATEGY_ALLREDUCE
+    int ring = s->strategy == ZA_STRATEGY_ALLREDUCE
             && place->type != ZA_TASK_PS;
     //  --bind was judged with the other flags.
     if (place->type == ZA_TASK_PS || ring)
@@ -388,7 +388,7 @@ s_place_set (za_place_t *place, za_task_type_t type, const za_settings_t *s, con
     //  The ps serve; so do the chief and workers of the all-reduce ring, which
     //  say where before the view can be complete. A restarted task binds
     //  where its index was, so that its peers' sockets find it again.
-    int ring = za_settings_strategy (s) == ZA_STRATEGY_ALLREDUCE && place->worker_index >= 0;
+    int ring = s->strategy == ZA_STRATEGY_ALLREDUCE && place->worker_index >= 0;
     if (type == ZA_TASK_PS || ring) {
         if (*old_endpoint)
             snprintf (place->bind, sizeof place->bind, "%s", old_endpoint);

@@ -79,7 +79,7 @@ s_usage (const za_program_t *program, za_options_t *options, const za_settings_t
 static int
 s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
-    if (s->replicas_to_aggregate > 0 && !streq (s->strategy, "ps-sync")) {
+    if (s->replicas_to_aggregate > 0 && s->strategy != ZA_STRATEGY_PS_SYNC) {
         za_error ("--replicas-to-aggregate goes with --strategy ps-sync");
         return ZA_EXIT_USAGE;
     }
@@ -89,7 +89,7 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
         return ZA_EXIT_USAGE;
     }
     //  The all-reduce has no ps; the ps strategies need one.
-    if (streq (s->strategy, "allreduce")) {
+    if (s->strategy == ZA_STRATEGY_ALLREDUCE) {
         if (s->ps > 0 && za_options_given (options, "ps", ZA_FROM_DEFAULT)) {
             za_error ("--strategy allreduce uses no ps: leave out --ps (or the job's "
                       "roles.ps)");
@@ -99,7 +99,7 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
     }
     else
     if (s->ps < 1) {
-        za_error ("--ps 0: --strategy %s needs at least one ps", s->strategy);
+        za_error ("--ps 0: --strategy %s needs at least one ps", za_strategy_name (s->strategy));
         return ZA_EXIT_USAGE;
     }
     if (s->predict && (s->local || s->role || s->cluster || s->broker)) {

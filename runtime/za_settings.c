@@ -177,8 +177,8 @@ static const za_option_t s_options [] = {
                "epochs of the training set when --max-steps is not given"),
     ZA_OPTION ("no-eval", T_FLAG, no_eval, NULL, NULL, 0, 0, NULL, R_SUMMARY, JOB, 0, NULL,
                "skip the evaluation on the test set at the end"),
-    ZA_OPTION ("strategy", T_CHOICE, strategy, "NAME", "ps-async", 0, 0,
-               "ps-async|ps-sync|allreduce|multi_worker_mirrored=allreduce", R_ALL, JOB, 0,
+    ZA_OPTION ("strategy", T_ENUM, strategy, "NAME", "ps-async", 0, 0,
+               ZA_STRATEGY_CHOICES "|multi_worker_mirrored=allreduce", R_ALL, JOB, 0,
                NULL,
                "ps-async: parameter servers apply each push at once;\n"
                "allreduce (multi_worker_mirrored): no ps, the workers average\n"
@@ -414,18 +414,10 @@ za_settings_heartbeat (const za_settings_t *s)
     return beat;
 }
 
-za_strategy_t
-za_settings_strategy (const za_settings_t *settings)
-{
-    return streq (settings->strategy, "allreduce")? ZA_STRATEGY_ALLREDUCE
-         : streq (settings->strategy, "ps-sync")? ZA_STRATEGY_PS_SYNC
-         : ZA_STRATEGY_PS_ASYNC;
-}
-
 int
 za_settings_replicas (const za_settings_t *settings, int num_workers)
 {
-    za_strategy_t strategy = za_settings_strategy (settings);
+    za_strategy_t strategy = settings->strategy;
     if (strategy == ZA_STRATEGY_PS_SYNC && settings->replicas_to_aggregate > 0)
         return (int) settings->replicas_to_aggregate;
     return strategy == ZA_STRATEGY_PS_ASYNC? 1: num_workers;

@@ -20,8 +20,6 @@ za_run_config_t za_settings_run_config (const za_settings_t *settings);
 //  a peer takes them (za_peer.h): the one place they become that.
 za_heartbeat_t za_settings_heartbeat (const za_settings_t *settings);
 
-//  The strategy the settings name.
-za_strategy_t za_settings_strategy (const za_settings_t *settings);
 //  Batches that make one global step, in a cluster of num_workers (the
 //  chief included): 1 with ps-async, --replicas-to-aggregate (else every
 //  worker) with ps-sync, every worker with the all-reduce.

@@ -262,7 +262,7 @@ s_role_config (za_task_t *task, const za_place_t *place, za_role_config_t *role)
     role->model_fn = task->model_fn;
     role->params = task->params;
     role->input = task->input;
-    role->strategy = za_settings_strategy (s);
+    role->strategy = s->strategy;
     role->replicas_to_aggregate = (int) s->replicas_to_aggregate;
     role->bucket_floats = (size_t) s->bucket_kib * (1024 / sizeof (float));
     role->partition_floats = (size_t) s->partition_kib * (1024 / sizeof (float));

@@ -143,7 +143,7 @@ typedef struct {
     int64_t max_steps;              //  0: --epochs worth
     int64_t epochs;
     int no_eval;
-    const char *strategy;
+    za_strategy_t strategy;         //  ps-async, ps-sync, allreduce
     int64_t replicas_to_aggregate;
     int64_t bucket_kib;
     int64_t partition_kib;          //  variables above it split over the ps; 0: never

@@ -39,6 +39,11 @@ typedef enum {
     ZA_STRATEGY_ALLREDUCE           //  no ps: the workers' ring averages them
 } za_strategy_t;
 
+//  The strategies' names, in the enum's order (--strategy's choices).
+#define ZA_STRATEGY_CHOICES "ps-async|ps-sync|allreduce"
+//  "ps-async", "ps-sync" or "allreduce" ("unknown" outside the enum).
+const char *za_strategy_name (za_strategy_t strategy);
+
 typedef struct {
     //  The job: the same for every role.
     za_strategy_t strategy;

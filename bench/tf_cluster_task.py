@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""tf_cluster_task.py: one task of a TensorFlow cluster training the seed CNN.
+
+The task reads TF_CONFIG, as every TensorFlow task does.
+
+  --strategy mwms   MultiWorkerMirroredStrategy: every worker runs Keras's
+                    model.fit on its shard (tf.data's AUTO policy) with
+                    BATCH examples each.
+  --strategy ps     ParameterServerStrategy: the chief runs a custom
+                    training loop through a ClusterCoordinator. Each step
+                    is one worker's batch of BATCH examples, and the workers
+                    apply their gradients to the ps asynchronously. ps and
+                    workers are tf.distribute.Server processes.
+
+Every half epoch's worth of examples, the chief (worker 0 under mwms)
+evaluates on the 10,000 test images. It prints one JSON line per evaluation:
+the seconds of training so far, the accuracy, the clock (before that
+evaluation) and the seconds spent on the evaluations before it. It stops at --target accuracy, or after --epochs.
+
+Run by bench/cluster_vs_tensorflow.py in bench/venv.sh's environment.
+"""
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np  # noqa: E402
+
+DATA_DIR = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    ndim = raw[3]
+    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def split(name):
+    x = read_idx(os.path.join(DATA_DIR, "%s-images-idx3-ubyte.gz" % name))
+    y = read_idx(os.path.join(DATA_DIR, "%s-labels-idx1-ubyte.gz" % name)).astype(np.int32)
+    return (x.astype(np.float32) / 255.0)[..., None], y
+
+
+def seed_cnn(keras):
+    from keras import layers
+    return keras.Sequential([
+        keras.Input((28, 28, 1)),
+        layers.Conv2D(32, 3, activation="relu"), layers.MaxPooling2D(2),
+        layers.Conv2D(64, 3, activation="relu"), layers.MaxPooling2D(2),
+        layers.Conv2D(64, 3, activation="relu"), layers.Flatten(),
+        layers.Dense(64, activation="relu"), layers.Dense(10),
+    ])
+
+
+def report(seconds, accuracy, step, evaluating):
+    """seconds: of training; evaluating: of the evaluations so far."""
+    print(json.dumps({"seconds": round(seconds, 3), "accuracy": round(float(accuracy), 4),
+                      "step": int(step), "wall": time.time(),
+                      "evaluating": round(evaluating, 3)}), flush=True)
+
+
+def mwms(args, tf, keras):
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    workers = strategy.num_replicas_in_sync
+    x, y = split("train")
+    xt, yt = split("t10k")
+    global_batch = args.batch * workers
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(60000, seed=args.seed).repeat() \
+        .batch(global_batch).prefetch(2)
+    with strategy.scope():
+        model = seed_cnn(keras)
+        model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
+    half = 60000 // global_batch // 2
+
+    class Clock(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.trained, self.began, self.step, self.evaluating = 0.0, None, 0, 0.0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.began = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.trained += time.perf_counter() - self.began
+            self.step += half
+            began = time.perf_counter()
+            _, accuracy = self.model.evaluate(xt, yt, batch_size=1000, verbose=0)
+            report(self.trained, accuracy, self.step, self.evaluating)
+            self.evaluating += time.perf_counter() - began
+            if accuracy >= args.target:
+                self.model.stop_training = True
+
+    model.fit(ds, epochs=args.epochs * 2, steps_per_epoch=half, verbose=0, callbacks=[Clock()])
+
+
+def parameter_servers(args, tf, keras):
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if resolver.task_type in ("worker", "ps"):
+        server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
+                                      task_index=resolver.task_id, protocol="grpc", start=True)
+        server.join()
+        return
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    x, y = split("train")
+    xt, yt = split("t10k")
+    with strategy.scope():
+        model = seed_cnn(keras)
+        optimizer = keras.optimizers.Adam(1e-3)
+        optimizer.build(model.trainable_variables)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction="sum_over_batch_size")
+
+    def dataset_fn(context):
+        return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(60000).repeat() \
+            .batch(args.batch).prefetch(2)
+
+    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+
+    @tf.function
+    def step(iterator):
+        def replica(images, labels):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(labels, model(images, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        images, labels = next(iterator)
+        return strategy.run(replica, args=(images, labels))
+
+    half = 60000 // args.batch // 2
+    trained, steps, evaluating = 0.0, 0, 0.0
+    for _ in range(args.epochs * 2):
+        began = time.perf_counter()
+        for _ in range(half):
+            coordinator.schedule(step, args=(iterator,))
+        coordinator.join()
+        trained += time.perf_counter() - began
+        steps += half
+        began = time.perf_counter()
+        logits = np.concatenate([model(xt[i:i + 1000], training=False).numpy()
+                                 for i in range(0, len(xt), 1000)])
+        accuracy = float(np.mean(np.argmax(logits, 1) == yt))
+        report(trained, accuracy, steps, evaluating)
+        evaluating += time.perf_counter() - began
+        if accuracy >= args.target:
+            break
+    os._exit(0)                         # the servers of the other tasks are stopped by the driver
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--strategy", choices=["mwms", "ps"], required=True)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--target", type=float, default=0.90)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    import keras
+    keras.utils.set_random_seed(args.seed)
+    (mwms if args.strategy == "mwms" else parameter_servers)(args, tf, keras)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
