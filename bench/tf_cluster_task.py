@@ -3,9 +3,10 @@
 
 The task reads TF_CONFIG, as every TensorFlow task does.
 
-  --strategy mwms   MultiWorkerMirroredStrategy: every worker runs Keras's
-                    model.fit on its shard (tf.data's AUTO policy) with
-                    BATCH examples each.
+  --strategy mwms   MultiWorkerMirroredStrategy: every worker runs
+                    TensorFlow's custom training loop (Keras 3's model.fit
+                    takes no MultiWorkerMirroredStrategy) on its part of
+                    each global batch, BATCH examples each.
   --strategy ps     ParameterServerStrategy: the chief runs a custom
                     training loop through a ClusterCoordinator. Each step
                     is one worker's batch of BATCH examples, and the workers
@@ -65,6 +66,9 @@ def report(seconds, accuracy, step, evaluating):
 
 
 def mwms(args, tf, keras):
+    """TensorFlow's custom training loop for MultiWorkerMirroredStrategy (the
+    multi_worker_with_ctl tutorial's): Keras 3's model.fit takes no
+    MultiWorkerMirroredStrategy."""
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     workers = strategy.num_replicas_in_sync
     x, y = split("train")
@@ -72,32 +76,42 @@ def mwms(args, tf, keras):
     global_batch = args.batch * workers
     ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(60000, seed=args.seed).repeat() \
         .batch(global_batch).prefetch(2)
+    iterator = iter(strategy.experimental_distribute_dataset(ds))
     with strategy.scope():
         model = seed_cnn(keras)
-        model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"])
+        optimizer = keras.optimizers.Adam(1e-3)
+        optimizer.build(model.trainable_variables)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+    @tf.function
+    def step(iterator):
+        def replica(images, labels):
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(loss_fn(labels, model(images, training=True)),
+                                                  global_batch_size=global_batch)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        images, labels = next(iterator)
+        return strategy.reduce(tf.distribute.ReduceOp.SUM,
+                               strategy.run(replica, args=(images, labels)), axis=None)
+
     half = 60000 // global_batch // 2
-
-    class Clock(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.trained, self.began, self.step, self.evaluating = 0.0, None, 0, 0.0
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self.began = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.trained += time.perf_counter() - self.began
-            self.step += half
-            began = time.perf_counter()
-            _, accuracy = self.model.evaluate(xt, yt, batch_size=1000, verbose=0)
-            report(self.trained, accuracy, self.step, self.evaluating)
-            self.evaluating += time.perf_counter() - began
-            if accuracy >= args.target:
-                self.model.stop_training = True
-
-    model.fit(ds, epochs=args.epochs * 2, steps_per_epoch=half, verbose=0, callbacks=[Clock()])
+    trained, steps, evaluating = 0.0, 0, 0.0
+    for _ in range(args.epochs * 2):
+        began = time.perf_counter()
+        for _ in range(half):
+            step(iterator)
+        trained += time.perf_counter() - began
+        steps += half
+        began = time.perf_counter()
+        logits = np.concatenate([model(xt[i:i + 1000], training=False).numpy()
+                                 for i in range(0, len(xt), 1000)])
+        accuracy = float(np.mean(np.argmax(logits, 1) == yt))
+        report(trained, accuracy, steps, evaluating)
+        evaluating += time.perf_counter() - began
+        if accuracy >= args.target:
+            break
 
 
 def parameter_servers(args, tf, keras):
@@ -118,7 +132,7 @@ def parameter_servers(args, tf, keras):
     loss_fn = keras.losses.SparseCategoricalCrossentropy(
         from_logits=True, reduction="sum_over_batch_size")
 
-    def dataset_fn(context):
+    def dataset_fn():
         return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(60000).repeat() \
             .batch(args.batch).prefetch(2)
 

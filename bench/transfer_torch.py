@@ -7,9 +7,10 @@ on the first 2,048 Fashion-MNIST images nearest-upscaled to SIDE x SIDE x 3
 requires_grad_(False): PyTorch then computes no weight gradient for them,
 and autograd stops below the first layer that needs one.
 
-Usage: transfer_torch.py SIDE BATCH THREADS STEPS WARMUP [--frozen] [--cuda]
+Usage: transfer_torch.py SIDE BATCH THREADS STEPS WARMUP [--frozen] [--cuda] [--bf16]
 (--cuda: on the GPU, each batch copied there inside the timed loop;
---no-tf32: cuDNN's convolutions in plain fp32, not PyTorch's default TF32).
+--no-tf32: cuDNN's convolutions in plain fp32, not PyTorch's default TF32;
+--bf16: forward and loss under torch.autocast(bfloat16)).
 Prints "torch images_per_sec=F ...".
 """
 import gzip
@@ -60,6 +61,7 @@ def vgg16_features():
 def main():
     side, batch, threads, steps, warmup = (int(a) for a in sys.argv[1:6])
     frozen = "--frozen" in sys.argv
+    bf16 = "--bf16" in sys.argv
     device = torch.device("cuda" if "--cuda" in sys.argv else "cpu")
     if "--no-tf32" in sys.argv:
         torch.backends.cudnn.allow_tf32 = False
@@ -86,7 +88,11 @@ def main():
         optimizer.zero_grad()
         x = data[at:at + batch].to(device, non_blocking=True)
         y = labels[at:at + batch].to(device, non_blocking=True)
-        loss = loss_fn(model(x), y)
+        if bf16:
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+                loss = loss_fn(model(x), y)
+        else:
+            loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
     if device.type == "cuda":

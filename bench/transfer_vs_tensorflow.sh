@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 #  Transfer learning speed against TensorFlow 2 (Keras 3) and PyTorch 2 from
 #  PyPI (bench/venv.sh): VGG16's base at SIDE x SIDE x 3 with a 10-way head,
-#  trained with the base frozen and whole, in fp32, zactor (bench_train
+#  trained with the base frozen and whole, in fp32 (BF16=1: each in its bf16
+#  setting: zactor mixed_bfloat16, Keras's mixed_bfloat16 policy,
+#  torch.autocast(bfloat16)), zactor (bench_train
 #  model, --freeze conv2d), Keras (base.trainable = False, model.fit) and
 #  PyTorch 2 eager (requires_grad_(False)), alternating; images per second,
 #  medians, ratios. bench/transfer.sh is the same against Debian's PyTorch.
@@ -26,6 +28,10 @@ echo "VGG16 base + head, ${side}x${side}x3, batch $batch, $threads threads, $ste
 median () { sort -g | awk '{a[NR]=$1} END {print (NR%2)? a[(NR+1)/2]: (a[NR/2]+a[NR/2+1])/2}'; }
 rate () { sed -n -E 's/.*images_per_sec=([0-9.]+).*/\1/p' | tail -1; }
 model="vgg16 globalavgpool dense(10)"
+bf16=(); zprecision=fp32
+if [ "${BF16:-0}" = 1 ]; then bf16=(--bf16); zprecision=mixed_bfloat16; fi
+echo "precision: $zprecision (and the peers' own bf16 settings when BF16=1)"
+export ZA_BENCH_PRECISION=$zprecision
 runs=(zactor_frozen keras_frozen torch_frozen zactor_whole keras_whole torch_whole)
 declare -A all
 for ((r = 0; r < rounds; r++)); do
@@ -34,8 +40,8 @@ for ((r = 0; r < rounds; r++)); do
         case $run in
             zactor_frozen) line=$("$build/bench_train" model "$model" "$side" "$batch" "$threads" "$steps" "$warmup" conv2d) ;;
             zactor_whole) line=$("$build/bench_train" model "$model" "$side" "$batch" "$threads" "$steps" "$warmup") ;;
-            keras_*) line=$("$py" "$here/transfer_keras.py" "$side" "$batch" "$threads" "$steps" "$warmup" "${frozen[@]}" 2>/dev/null) ;;
-            torch_*) line=$(OPENBLAS_NUM_THREADS=1 "$py" "$here/transfer_torch.py" "$side" "$batch" "$threads" "$steps" "$warmup" "${frozen[@]}" 2>/dev/null) ;;
+            keras_*) line=$("$py" "$here/transfer_keras.py" "$side" "$batch" "$threads" "$steps" "$warmup" "${frozen[@]}" "${bf16[@]}" 2>/dev/null) ;;
+            torch_*) line=$(OPENBLAS_NUM_THREADS=1 "$py" "$here/transfer_torch.py" "$side" "$batch" "$threads" "$steps" "$warmup" "${frozen[@]}" "${bf16[@]}" 2>/dev/null) ;;
         esac
         all[$run]+="$(rate <<<"$line") "
     done
