@@ -17,23 +17,13 @@ shuffled. Run in bench/venv.sh's environment.
       logits in float32).
 """
 import argparse
-import gzip
 import os
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
-DATA_DIR = "/usr/share/datasets/fashion-mnist"
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+from fashion_mnist import seed_cnn, split, timed_fit  # noqa: E402
 
 
 def main():
@@ -49,37 +39,19 @@ def main():
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     import keras
-    from keras import layers
     policy = "mixed_bfloat16" if args.bf16 else "float32"
     keras.mixed_precision.set_global_policy(policy)
 
-    x = read_idx(os.path.join(DATA_DIR, "train-images-idx3-ubyte.gz"))
-    y = read_idx(os.path.join(DATA_DIR, "train-labels-idx1-ubyte.gz")).astype(np.int32)
-    x = (x.astype(np.float32) / 255.0)[..., None]
+    x, y = split("train")
     total = args.warmup + args.steps
     need = total * args.batch
     x, y = np.resize(x, (need,) + x.shape[1:]), np.resize(y, need)
 
-    model = keras.Sequential([
-        keras.Input((28, 28, 1)),
-        layers.Conv2D(32, 3, activation="relu"), layers.MaxPooling2D(2),
-        layers.Conv2D(64, 3, activation="relu"), layers.MaxPooling2D(2),
-        layers.Conv2D(64, 3, activation="relu"), layers.Flatten(),
-        layers.Dense(64, activation="relu"), layers.Dense(10, dtype="float32"),
-    ])
+    model = seed_cnn(keras, logits_dtype="float32")
     model.compile(optimizer=keras.optimizers.Adam(1e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
-    marks = {}
-
-    class Clock(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            if batch + 1 in (args.warmup, total):
-                marks[batch + 1] = time.perf_counter()
-
-    model.fit(x, y, batch_size=args.batch, epochs=1, shuffle=True, verbose=0,
-              callbacks=[Clock()])
-    seconds = marks[total] - marks[args.warmup]
+    seconds = timed_fit(keras, model, x, y, args.batch, args.warmup, args.steps, True)
     print("keras images_per_sec=%.1f batch=%d threads=%d steps=%d seconds=%.4f policy=%s "
           "jit=%s tf=%s" % (args.steps * args.batch / seconds, args.batch, args.threads,
                             args.steps, seconds, policy, model.jit_compile, tf.__version__))

@@ -11,7 +11,6 @@ Usage (in bench/venv.sh's environment):
   $(bench/venv.sh) bench/keras_loads_zactor.py MODEL_DIR PREDICTIONS.jsonl [TOLERANCE]
 Prints the count and the largest difference; exit 1 beyond TOLERANCE (1e-4).
 """
-import gzip
 import json
 import os
 import sys
@@ -24,15 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 import zactor_to_keras  # noqa: E402
 
-DATA_DIR = "/usr/share/datasets/fashion-mnist"
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+from fashion_mnist import split  # noqa: E402
 
 
 def main():
@@ -45,8 +36,7 @@ def main():
         path = os.path.join(tmp, "model.keras")
         model.save(path)
         model = keras.models.load_model(path)
-    x = read_idx(os.path.join(DATA_DIR, "t10k-images-idx3-ubyte.gz"))
-    x = (x.astype(np.float32) / 255.0)[..., None]
+    x, _ = split("t10k")
     keras_logits = model.predict(x, batch_size=500, verbose=0)
     with open(predictions) as f:
         zactor_logits = np.array([json.loads(line)["logits"] for line in f], dtype=np.float64)

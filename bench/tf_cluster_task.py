@@ -21,7 +21,6 @@ evaluation) and the seconds spent on the evaluations before it. It stops at --ta
 Run by bench/cluster_vs_tensorflow.py in bench/venv.sh's environment.
 """
 import argparse
-import gzip
 import json
 import os
 import sys
@@ -30,32 +29,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
-DATA_DIR = "/usr/share/datasets/fashion-mnist"
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
-def split(name):
-    x = read_idx(os.path.join(DATA_DIR, "%s-images-idx3-ubyte.gz" % name))
-    y = read_idx(os.path.join(DATA_DIR, "%s-labels-idx1-ubyte.gz" % name)).astype(np.int32)
-    return (x.astype(np.float32) / 255.0)[..., None], y
-
-
-def seed_cnn(keras):
-    from keras import layers
-    return keras.Sequential([
-        keras.Input((28, 28, 1)),
-        layers.Conv2D(32, 3, activation="relu"), layers.MaxPooling2D(2),
-        layers.Conv2D(64, 3, activation="relu"), layers.MaxPooling2D(2),
-        layers.Conv2D(64, 3, activation="relu"), layers.Flatten(),
-        layers.Dense(64, activation="relu"), layers.Dense(10),
-    ])
+from fashion_mnist import seed_cnn, split  # noqa: E402
 
 
 def report(seconds, accuracy, step, evaluating):
@@ -65,6 +39,27 @@ def report(seconds, accuracy, step, evaluating):
                       "evaluating": round(evaluating, 3)}), flush=True)
 
 
+def train_in_halves(args, model, half, run_half):
+    """run_half() trains half an epoch (`half` steps); after each, the
+    10,000 test images are evaluated and reported, until --target or
+    --epochs."""
+    xt, yt = split("t10k")
+    trained, steps, evaluating = 0.0, 0, 0.0
+    for _ in range(args.epochs * 2):
+        began = time.perf_counter()
+        run_half()
+        trained += time.perf_counter() - began
+        steps += half
+        began = time.perf_counter()
+        logits = np.concatenate([model(xt[i:i + 1000], training=False).numpy()
+                                 for i in range(0, len(xt), 1000)])
+        accuracy = float(np.mean(np.argmax(logits, 1) == yt))
+        report(trained, accuracy, steps, evaluating)
+        evaluating += time.perf_counter() - began
+        if accuracy >= args.target:
+            break
+
+
 def mwms(args, tf, keras):
     """TensorFlow's custom training loop for MultiWorkerMirroredStrategy (the
     multi_worker_with_ctl tutorial's): Keras 3's model.fit takes no
@@ -72,7 +67,6 @@ def mwms(args, tf, keras):
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     workers = strategy.num_replicas_in_sync
     x, y = split("train")
-    xt, yt = split("t10k")
     global_batch = args.batch * workers
     ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(60000, seed=args.seed).repeat() \
         .batch(global_batch).prefetch(2)
@@ -97,21 +91,12 @@ def mwms(args, tf, keras):
                                strategy.run(replica, args=(images, labels)), axis=None)
 
     half = 60000 // global_batch // 2
-    trained, steps, evaluating = 0.0, 0, 0.0
-    for _ in range(args.epochs * 2):
-        began = time.perf_counter()
+
+    def run_half():
         for _ in range(half):
             step(iterator)
-        trained += time.perf_counter() - began
-        steps += half
-        began = time.perf_counter()
-        logits = np.concatenate([model(xt[i:i + 1000], training=False).numpy()
-                                 for i in range(0, len(xt), 1000)])
-        accuracy = float(np.mean(np.argmax(logits, 1) == yt))
-        report(trained, accuracy, steps, evaluating)
-        evaluating += time.perf_counter() - began
-        if accuracy >= args.target:
-            break
+
+    train_in_halves(args, model, half, run_half)
 
 
 def parameter_servers(args, tf, keras):
@@ -124,7 +109,6 @@ def parameter_servers(args, tf, keras):
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     x, y = split("train")
-    xt, yt = split("t10k")
     with strategy.scope():
         model = seed_cnn(keras)
         optimizer = keras.optimizers.Adam(1e-3)
@@ -150,22 +134,13 @@ def parameter_servers(args, tf, keras):
         return strategy.run(replica, args=(images, labels))
 
     half = 60000 // args.batch // 2
-    trained, steps, evaluating = 0.0, 0, 0.0
-    for _ in range(args.epochs * 2):
-        began = time.perf_counter()
+
+    def run_half():
         for _ in range(half):
             coordinator.schedule(step, args=(iterator,))
         coordinator.join()
-        trained += time.perf_counter() - began
-        steps += half
-        began = time.perf_counter()
-        logits = np.concatenate([model(xt[i:i + 1000], training=False).numpy()
-                                 for i in range(0, len(xt), 1000)])
-        accuracy = float(np.mean(np.argmax(logits, 1) == yt))
-        report(trained, accuracy, steps, evaluating)
-        evaluating += time.perf_counter() - began
-        if accuracy >= args.target:
-            break
+
+    train_in_halves(args, model, half, run_half)
     os._exit(0)                         # the servers of the other tasks are stopped by the driver
 
 

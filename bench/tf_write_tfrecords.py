@@ -10,23 +10,13 @@ the very same JPEG bytes, as an image folder (OUT/folder/{train,test}/CLASS/).
 Usage (in bench/venv.sh's environment):
   $(bench/venv.sh) bench/tf_write_tfrecords.py OUT [N] [M] [SHARDS]
 """
-import gzip
 import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-DATA_DIR = "/usr/share/datasets/fashion-mnist"
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+from fashion_mnist import raw_split  # noqa: E402
 
 
 def example(jpeg, label):
@@ -59,8 +49,7 @@ def main():
     m = int(sys.argv[3]) if len(sys.argv) > 3 else 2000
     shards = int(sys.argv[4]) if len(sys.argv) > 4 else 4
     for split, name, count in (("train", "train", n), ("test", "t10k", m)):
-        images = read_idx(os.path.join(DATA_DIR, "%s-images-idx3-ubyte.gz" % name))[:count]
-        labels = read_idx(os.path.join(DATA_DIR, "%s-labels-idx1-ubyte.gz" % name))[:count]
+        images, labels = raw_split(name, count)
         written = write(out, split, images, labels, shards)
         print("%s: %d images as JPEG, %d shards plain and GZIP (tf.io.TFRecordWriter, "
               "TensorFlow %s), and the same bytes as class folders" % (split, written, shards,

@@ -10,26 +10,15 @@ transfer_torch.py do). --frozen: base.trainable = False, Keras's way.
 Usage: transfer_keras.py SIDE BATCH THREADS STEPS WARMUP [--frozen] [--bf16]
 Prints "keras images_per_sec=F ...".
 """
-import gzip
 import os
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
-FASHION = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
+from fashion_mnist import timed_fit, upscaled  # noqa: E402
+
 COUNT = 2048
-
-
-def images(side):
-    with gzip.open(FASHION) as f:
-        raw = f.read()
-    pixels = np.frombuffer(raw, dtype=np.uint8, offset=16)[:COUNT * 784]
-    pixels = pixels.reshape(COUNT, 28, 28).astype(np.float32) / 255.0
-    index = np.arange(side) * 28 // side
-    up = pixels[:, index][:, :, index]
-    return np.repeat(up[..., None], 3, axis=3)
 
 
 def main():
@@ -49,17 +38,9 @@ def main():
     model.compile(optimizer=keras.optimizers.Adam(1e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     total = warmup + steps
-    x = np.resize(images(side), (total * batch, side, side, 3))
+    x = np.resize(upscaled(side, COUNT), (total * batch, side, side, 3))
     y = np.random.default_rng(42).integers(0, 10, total * batch).astype(np.int32)
-    marks = {}
-
-    class Clock(keras.callbacks.Callback):
-        def on_train_batch_end(self, step, logs=None):
-            if step + 1 in (warmup, total):
-                marks[step + 1] = time.perf_counter()
-
-    model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[Clock()])
-    seconds = marks[total] - marks[warmup]
+    seconds = timed_fit(keras, model, x, y, batch, warmup, steps, False)
     print("keras images_per_sec=%.2f batch=%d threads=%d steps=%d seconds=%.4f frozen=%d "
           "policy=%s" % (steps * batch / seconds, batch, threads, steps, seconds, frozen,
                          "mixed_bfloat16" if bf16 else "float32"))

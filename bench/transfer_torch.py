@@ -13,34 +13,22 @@ Usage: transfer_torch.py SIDE BATCH THREADS STEPS WARMUP [--frozen] [--cuda] [--
 --bf16: forward and loss under torch.autocast(bfloat16)).
 Prints "torch images_per_sec=F ...".
 """
-import gzip
 import sys
 import time
 
-import numpy as np
 import torch
 try:
     import torchvision
 except ImportError:                     # PyPI's torch alone (bench/venv.sh): the same layers
     torchvision = None
 
-FASHION = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte"
+from fashion_mnist import upscaled
+
 COUNT = 2048
 
 
 def images(side):
-    for path in (FASHION, FASHION + ".gz"):
-        try:
-            with (gzip.open(path) if path.endswith(".gz") else open(path, "rb")) as f:
-                raw = f.read()
-            break
-        except OSError:
-            continue
-    pixels = np.frombuffer(raw, dtype=np.uint8, offset=16)[:COUNT * 784]
-    pixels = pixels.reshape(COUNT, 28, 28).astype(np.float32) / 255.0
-    index = np.arange(side) * 28 // side
-    up = pixels[:, index][:, :, index]
-    return torch.from_numpy(np.repeat(up[:, None], 3, axis=1).copy())
+    return torch.from_numpy(upscaled(side, COUNT).transpose(0, 3, 1, 2).copy())
 
 
 def vgg16_features():

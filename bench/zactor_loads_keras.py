@@ -16,7 +16,6 @@ Usage (in bench/venv.sh's environment):
   $(bench/venv.sh) bench/zactor_loads_keras.py ZACTOR_RUN WORK_DIR [TOLERANCE]
 Prints the count and the largest difference; exit 1 beyond TOLERANCE (1e-4).
 """
-import gzip
 import json
 import os
 import shutil
@@ -27,16 +26,9 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
-DATA_DIR = "/usr/share/datasets/fashion-mnist"
+from fashion_mnist import raw_split  # noqa: E402
+
 SIDE = 64
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def write_safetensors(path, tensors):
@@ -56,8 +48,7 @@ def write_safetensors(path, tensors):
 def images(folder):
     """Two 64x64 RGB PNGs per class; their pixels as Keras will read them."""
     from PIL import Image
-    x = read_idx(os.path.join(DATA_DIR, "t10k-images-idx3-ubyte.gz"))
-    y = read_idx(os.path.join(DATA_DIR, "t10k-labels-idx1-ubyte.gz"))
+    x, y = raw_split("t10k")
     pixels = {}
     for c in range(10):
         os.makedirs(os.path.join(folder, str(c)), exist_ok=True)

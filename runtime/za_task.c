@@ -128,7 +128,7 @@ s_data_load (const za_settings_t *s, int train, int shards, int shard)
     config.shard_index = shard;
     za_dataset_t *dataset = za_images_load (&config);
     za_cache_kind_t cache = (za_cache_kind_t) za_cache_parse (s->cache);
-    if (dataset && za_dataset_listed (dataset) && cache != ZA_CACHE_NONE) {
+    if (dataset && cache != ZA_CACHE_NONE) {
         char path [4096];
         snprintf (path, sizeof path, "%s/cache/%s-%016llx.zacache", s->run.model_dir,
                   train? "train": "eval", (unsigned long long) za_images_config_hash (&config));
