@@ -193,7 +193,7 @@ s_speed (const char *model, const char *freeze, int cache, za_dataset_t *train, 
     //  products per layer).
     double flops = 3 * za_stack_forward_flops (&spec, shape) * images;
     if (rc == 0)
-        printf ("zactor images_per_sec=%.1f batch=%d threads=%d steps=%d seconds=%.4f "
+        printf ("zactor images_per_sec=%.2f batch=%d threads=%d steps=%d seconds=%.4f "
                 "gflops=%.1f device=%s replicas=%d precision=%s window=%.3f,%.3f\n",
                 images / seconds, batch, threads, steps, seconds, flops / seconds / 1e9,
                 device && *device? device: "cpu",

@@ -4,7 +4,8 @@
     input's. NHWC activations as zactor keeps them; the HWIO kernel (and its
     gradient) reordered to and from the layouts oneDNN's kernels want: the
     kernel once a batch (it changes every step, but not between a batch's
-    micro-batches: za_model_values_epoch), its gradient each call. Measured
+    micro-batches: za_model_values_epoch), a frozen one once for as long as
+    nothing writes it (za_model_frozen_epoch), its gradient each call. Measured
     on an AMD EPYC (avx512), one thread: forward 1.2x-3.5x im2col +
     OpenBLAS, backward 1.0x-2.0x; the seed CNN trains 1.23x-1.35x faster
     (docs/performance.md).
@@ -32,29 +33,38 @@
 
 #define S_CONVS_MAX 64
 #define S_MATMULS_MAX 32
-//  A thread keeps reordered kernels (one per geometry and pass: layers of
-//  one geometry take turns in it, each reordered anew) in buffers of their
-//  own up to this many bytes; beyond, they take turns in its scratch and
-//  are reordered at every call (VGG16's would take 118 MB a thread in fp32).
+//  A thread keeps reordered kernels (one per kernel and pass) in buffers of
+//  their own up to this many bytes; beyond, they take turns in its scratch
+//  and are reordered at every call (VGG16's would take 118 MB a thread in
+//  fp32, 59 MB in bf16).
 #define S_KEPT_BYTES_MAX ((size_t) 64 << 20)
+#define S_KEPT_MAX (2 * S_CONVS_MAX)
+//  A kept kernel no call asked for in this many of the thread's calls makes
+//  way for another (a replica gone, its values freed).
+#define S_KEPT_IDLE_CALLS 1024
 
-//  A kernel reordered into oneDNN's layout for one pass, kept while the
-//  values epoch it was made in holds (za_model.h).
+typedef enum { S_KEPT_FORWARD, S_KEPT_DATA } s_kept_pass_t;
+
+struct _s_conv_t;
+
+//  A kernel reordered into oneDNN's layout for one geometry's pass, kept
+//  while the values epoch it was made in holds (za_model.h).
 typedef struct {
-    void *buffer;                   //  its own, or NULL: the thread's scratch
+    const struct _s_conv_t *owner;  //  the geometry's primitives; NULL: a free entry
+    s_kept_pass_t pass;
+    const float *kernel;            //  reordered from
+    void *buffer;
     size_t bytes;
     uint64_t epoch;                 //  0: nothing kept
-    const float *kernel;            //  reordered from
+    uint64_t used;                  //  the thread's clock at its last call
 } s_kept_t;
-
-typedef enum { S_KEPT_FORWARD, S_KEPT_DATA, S_KEPT_PASSES } s_kept_pass_t;
 
 //  One geometry's primitives. Forward: the kernel reordered (when oneDNN
 //  wants another layout), then the convolution with bias and ReLU. Backward
 //  (made on first use): the input gradient from the kernel reordered for
 //  it, and the kernel's gradient in oneDNN's layout, added into zactor's
 //  HWIO gradient by a reorder that sums.
-typedef struct {
+typedef struct _s_conv_t {
     za_conv2d_dims_t d;
     za_act_t act;
     za_precision_t precision;       //  of src, the kernel and diff_dst
@@ -64,7 +74,6 @@ typedef struct {
     dnnl_memory_t src, weights, blocked, bias, dst;
     dnnl_primitive_t data, data_reorder, filter, filter_add;
     dnnl_memory_t data_weights, diff_src, diff_dst, diff_blocked, diff_weights;
-    s_kept_t kept [S_KEPT_PASSES];  //  blocked's and data_weights' contents
 } s_conv_t;
 
 //  One bf16 matmul's primitive: c [m, n] (+)= a [m, k] @ b [k, n], a and b
@@ -93,7 +102,8 @@ typedef struct {
     s_matmul_t matmuls [S_MATMULS_MAX];
     int matmul_count;
     uint64_t clock;                 //  calls so far
-    size_t kept_bytes;              //  the s_kept_t buffers of its convolutions
+    s_kept_t kept [S_KEPT_MAX];     //  blocked's and data_weights' contents
+    size_t kept_bytes;              //  their buffers'
 } s_thread_t;
 
 static _Thread_local s_thread_t s_self;
@@ -115,18 +125,27 @@ s_destroy (dnnl_primitive_t **primitives, size_t n_primitives, dnnl_memory_t **m
 }
 
 static void
-s_kept_free (s_thread_t *self, s_kept_t *kept)
+s_kept_drop (s_thread_t *self, s_kept_t *kept)
 {
     free (kept->buffer);
     self->kept_bytes -= kept->bytes;
     memset (kept, 0, sizeof *kept);
 }
 
+//  Frees the kernels kept for c's pass (every pass: pass < 0).
+static void
+s_kept_free (s_thread_t *self, const s_conv_t *c, int pass)
+{
+    for (int i = 0; i < S_KEPT_MAX; i++)
+        if (self->kept [i].owner == c && (pass < 0 || (int) self->kept [i].pass == pass))
+            s_kept_drop (self, &self->kept [i]);
+}
+
 //  The backward's part of c (the forward's stays).
 static void
 s_backward_free (s_thread_t *self, s_conv_t *c)
 {
-    s_kept_free (self, &c->kept [S_KEPT_DATA]);
+    s_kept_free (self, c, S_KEPT_DATA);
     dnnl_primitive_t *primitives [] = {&c->data, &c->data_reorder, &c->filter, &c->filter_add};
     dnnl_memory_t *memories [] = {&c->data_weights, &c->diff_src, &c->diff_dst,
                                   &c->diff_blocked, &c->diff_weights};
@@ -137,7 +156,7 @@ static void
 s_conv_free (s_thread_t *self, s_conv_t *c)
 {
     s_backward_free (self, c);
-    s_kept_free (self, &c->kept [S_KEPT_FORWARD]);
+    s_kept_free (self, c, -1);
     dnnl_primitive_t *primitives [] = {&c->conv, &c->reorder};
     dnnl_memory_t *memories [] = {&c->src, &c->weights, &c->blocked, &c->bias, &c->dst};
     s_destroy (primitives, 2, memories, 5);
@@ -388,41 +407,64 @@ s_scratch (s_thread_t *self, dnnl_memory_t memory, s_slot_t slot)
     return buffer && dnnl_memory_set_data_handle (memory, buffer) == 0? 0: -1;
 }
 
-//  Points `to` at the kernel in the layout `reorder` makes from `from`:
-//  as kept from an earlier call of this values epoch (za_model.h) for the
-//  same kernel, else reordered now: into a buffer of its own (then kept)
-//  while the thread's kept buffers stay within S_KEPT_BYTES_MAX, else (and
-//  in epoch 0, which keeps nothing) into the thread's scratch. The kernel
-//  is known by its address: a caller whose kernel is not the values' (a
-//  rounded copy) calls in epoch 0. 0 or -1.
+//  A new entry of bytes for c's pass of kernel, the idle ones dropped to
+//  make room; NULL where none fits.
+static s_kept_t *
+s_kept_new (s_thread_t *self, const s_conv_t *c, s_kept_pass_t pass, const float *kernel,
+            size_t bytes)
+{
+    s_kept_t *free_entry = NULL;
+    for (int i = 0; i < S_KEPT_MAX; i++) {
+        s_kept_t *kept = &self->kept [i];
+        if (kept->owner && kept->used + S_KEPT_IDLE_CALLS < self->clock)
+            s_kept_drop (self, kept);
+        if (!kept->owner && !free_entry)
+            free_entry = kept;
+    }
+    void *buffer = NULL;
+    if (!free_entry || self->kept_bytes + bytes > S_KEPT_BYTES_MAX
+        || posix_memalign (&buffer, 64, bytes))
+        return NULL;
+    *free_entry = (s_kept_t) {.owner = c, .pass = pass, .kernel = kernel, .buffer = buffer,
+                              .bytes = bytes};
+    self->kept_bytes += bytes;
+    return free_entry;
+}
+
+//  Points `to` at the kernel in the layout `reorder` makes from `from` for
+//  c's pass: as kept from an earlier call of this values epoch (za_model.h)
+//  for the same kernel, else reordered now: into a buffer of its own (then
+//  kept) while the thread's kept buffers stay within S_KEPT_BYTES_MAX, else
+//  (and in epoch 0, which keeps nothing) into the thread's scratch. The
+//  kernel is known by its address: a caller whose kernel is not the
+//  values' (a rounded copy) calls in epoch 0. 0 or -1.
 static int
-s_reordered (s_thread_t *self, s_kept_t *kept, dnnl_primitive_t reorder, dnnl_memory_t from,
-             dnnl_memory_t to, const float *kernel)
+s_reordered (s_thread_t *self, const s_conv_t *c, s_kept_pass_t pass, dnnl_primitive_t reorder,
+             dnnl_memory_t from, dnnl_memory_t to, const float *kernel)
 {
     uint64_t epoch = za_model_values_epoch ();
-    if (epoch && kept->epoch == epoch && kept->kernel == kernel)
-        return 0;
-    kept->epoch = 0;
+    s_kept_t *kept = NULL;
+    for (int i = 0; epoch && i < S_KEPT_MAX && !kept; i++)
+        if (self->kept [i].owner == c && self->kept [i].pass == pass
+            && self->kept [i].kernel == kernel)
+            kept = &self->kept [i];
     const dnnl_memory_desc_t *desc;
-    if (epoch && !kept->buffer && dnnl_memory_get_memory_desc (to, &desc) == dnnl_success) {
-        size_t bytes = dnnl_memory_desc_get_size (desc);
-        void *buffer = NULL;
-        if (self->kept_bytes + bytes <= S_KEPT_BYTES_MAX
-            && posix_memalign (&buffer, 64, bytes) == 0) {
-            kept->buffer = buffer;
-            kept->bytes = bytes;
-            self->kept_bytes += bytes;
-        }
-    }
-    dnnl_exec_arg_t args [2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-    if ((kept->buffer? dnnl_memory_set_data_handle (to, kept->buffer) != dnnl_success
-                     : s_scratch (self, to, S_WEIGHTS) != 0)
-    ||  dnnl_primitive_execute (reorder, self->stream, 2, args))
+    if (epoch && !kept && dnnl_memory_get_memory_desc (to, &desc) == dnnl_success)
+        kept = s_kept_new (self, c, pass, kernel, dnnl_memory_desc_get_size (desc));
+    if (kept)
+        kept->used = self->clock;
+    if (kept? dnnl_memory_set_data_handle (to, kept->buffer) != dnnl_success
+            : s_scratch (self, to, S_WEIGHTS) != 0)
         return -1;
-    if (kept->buffer) {
+    if (kept && kept->epoch == epoch)
+        return 0;
+    if (kept)
+        kept->epoch = 0;
+    dnnl_exec_arg_t args [2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    if (dnnl_primitive_execute (reorder, self->stream, 2, args))
+        return -1;
+    if (kept)
         kept->epoch = epoch;
-        kept->kernel = kernel;
-    }
     return 0;
 }
 
@@ -515,8 +557,8 @@ za_cpu_dnnl_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const fl
     ||  dnnl_memory_set_data_handle (c->bias, (void *) bias)
     ||  dnnl_memory_set_data_handle (c->dst, out))
         return -1;
-    if (c->reorder && s_reordered (self, &c->kept [S_KEPT_FORWARD], c->reorder, c->weights,
-                                   c->blocked, kernel))
+    if (c->reorder && s_reordered (self, c, S_KEPT_FORWARD, c->reorder, c->weights, c->blocked,
+                                   kernel))
         return -1;
     dnnl_exec_arg_t args [4] = {
         {DNNL_ARG_SRC, c->src}, {DNNL_ARG_WEIGHTS, c->reorder? c->blocked: c->weights},
@@ -562,8 +604,8 @@ za_cpu_dnnl_conv2d_backward (const za_conv2d_dims_t *d, const float *in, const f
             {DNNL_ARG_DIFF_SRC, c->diff_src}
         };
         if (dnnl_memory_set_data_handle (c->diff_src, din)
-        ||  s_reordered (self, &c->kept [S_KEPT_DATA], c->data_reorder, c->weights,
-                         c->data_weights, kernel)
+        ||  s_reordered (self, c, S_KEPT_DATA, c->data_reorder, c->weights, c->data_weights,
+                         kernel)
         ||  dnnl_primitive_execute (c->data, self->stream, 3, data)
         ||  dnnl_stream_wait (self->stream))
             return -1;

@@ -100,6 +100,20 @@ za_model_values_epoch (void)
     return s_values_epoch;
 }
 
+static __thread uint64_t s_frozen_epoch;
+
+void
+za_model_set_frozen_epoch (uint64_t epoch)
+{
+    s_frozen_epoch = epoch;
+}
+
+uint64_t
+za_model_frozen_epoch (void)
+{
+    return s_frozen_epoch;
+}
+
 void
 za_model_grads_final (size_t offset)
 {

@@ -358,6 +358,20 @@ s_var (const s_stack_t *self, const float *block, int var)
     return var >= 0? (float *) block + self->vars [var].offset: NULL;
 }
 
+//  Layer l's calls run under the frozen epoch (za_model.h) when it has
+//  variables and all of them are frozen: what a back end derives from its
+//  kernel then lasts from batch to batch. Returns the epoch to put back.
+static uint64_t
+s_epoch_enter (const s_stack_t *self, const za_layer_t *l)
+{
+    uint64_t epoch = za_model_values_epoch ();
+    int kernel = l->kernel_var, bias = l->bias_var;
+    if (epoch && za_model_frozen_epoch () && kernel >= 0 && self->vars [kernel].frozen
+        && (bias < 0 || self->vars [bias].frozen))
+        za_model_set_values_epoch (za_model_frozen_epoch ());
+    return epoch;
+}
+
 //  Whether layer i (a conv2d) may go as one with the maxpool after it: its
 //  input's gradient is never asked (nothing below it trains), which the
 //  pair's backward does not compute.
@@ -388,14 +402,17 @@ s_forward (s_stack_t *self, const float *features, int n, int train, const float
         //  A first layer and its max-pool, as one where the back end takes
         //  them: the convolution's output is never written.
         uint64_t t0 = s_profile_clock ();
+        uint64_t epoch = s_epoch_enter (self, l);
         self->fused [i] = s_fusable (self, i)
                        && za_layer_conv2d_pool_forward (l, &self->layers [i + 1], &call) == 0;
+        if (!self->fused [i])
+            za_layer_ops (l->spec.type)->forward (l, &call);
+        za_model_set_values_epoch (epoch);
         if (self->fused [i]) {
             s_profile_add (t0, i, 0, "conv2d+maxpool");
             in = self->layers [++i].out;
             continue;
         }
-        za_layer_ops (l->spec.type)->forward (l, &call);
         s_profile_add (t0, i, 0, t0? za_layer_ops (l->spec.type)->name: NULL);
         in = l->out;
     }
@@ -436,6 +453,7 @@ s_backward (s_stack_t *self, const float *features, int n, const float *values,
         uint64_t t0 = s_profile_clock ();
         const char *name = !t0? NULL: self->fused [i]? "conv2d+maxpool"
                                                     : za_layer_ops (l->spec.type)->name;
+        uint64_t epoch = s_epoch_enter (self, l);
         if (self->fused [i]
             && za_layer_conv2d_pool_backward (l, &self->layers [i + 1], &call) != 0) {
             //  Not taken after all (the back end's forward did take it):
@@ -452,6 +470,7 @@ s_backward (s_stack_t *self, const float *features, int n, const float *values,
         }
         if (!self->fused [i])
             za_layer_ops (l->spec.type)->backward (l, &call);
+        za_model_set_values_epoch (epoch);
         s_profile_add (t0, i, 1, name);
         //  L2 on the kernel (Keras's kernel_regularizer): the gradient of
         //  l2 sum (w^2), added once per call like the mean loss's.

@@ -210,6 +210,84 @@ Test (freeze, trainable_false_in_the_stack_text)
     za_stack_model_fn ()->destroy (&state);
 }
 
+//  A frozen layer's kernel as a back end derives it (oneDNN's reordered
+//  copy) is kept from batch to batch while nothing but the optimizer writes
+//  the values (za_model_set_frozen_epoch), and made anew after any other
+//  write: through za_replica_values, and by a restore. Each time, the
+//  gradients are to the bit those of a replica that never kept anything.
+static void
+s_frozen_kept_case (za_policy_t precision, const char *name)
+{
+    za_dataset_t *fashion = za_test_fashion ("train", 32);
+    za_batch_t batch = {fashion->features, fashion->labels, 32, 28 * 28, NULL};
+    static za_stack_spec_t spec;
+    //  The frozen convolution has a layer that trains below it: its kernel
+    //  serves the forward and the input's gradient.
+    cr_assert_eq (za_stack_parse ("conv2d(16,3,relu,padding=same) conv2d(16,3,relu,padding="
+                                  "same,trainable=false) maxpool(2) flatten dense(10)", &spec),
+                  0, "%s", za_last_error ());
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_SGD);
+    za_replica_config_t config = {
+        .model_fn = za_stack_model_fn (), .params = &spec, .input = {28, 28, 1},
+        .threads = 2, .train = 1, .optim = &optim, .precision = precision,
+    };
+    za_replica_t *kept = za_replica_new (&config, 5);
+    cr_assert_not_null (kept, "%s", za_last_error ());
+    const za_vars_t *vars = za_replica_vars (kept);
+    const za_var_t *frozen = &vars->vars [za_vars_find (vars, "conv2d_1/kernel")];
+    cr_assert (frozen->frozen);
+    size_t bytes = vars->total * sizeof (float);
+    double loss;
+    for (int64_t step = 1; step <= 3; step++) {
+        cr_assert_eq (za_replica_compute_gradients (kept, &batch, step, &loss), 0, "%s",
+                      za_last_error ());
+        za_replica_apply (kept, step);
+    }
+    float *values = za_replica_values (kept);
+    for (size_t i = 0; i < frozen->size; i++)
+        values [frozen->offset + i] *= -1.5f;
+    za_test_dir_create ("za_frozen_kept");
+    char *dir = za_test_path ("model");
+    for (int write = 0; write < 2; write++) {
+        cr_assert_eq (za_replica_compute_gradients (kept, &batch, 4, &loss), 0);
+        za_replica_t *fresh = za_replica_new (&config, 5);
+        cr_assert_not_null (fresh);
+        memcpy (za_replica_values (fresh), za_replica_values (kept), bytes);
+        cr_assert_eq (za_replica_compute_gradients (fresh, &batch, 4, &loss), 0);
+        cr_expect_eq (memcmp (za_replica_gradients (kept), za_replica_gradients (fresh), bytes),
+                      0, "%s: after %s, the kept kernel is stale", name,
+                      write? "a restore": "a write through za_replica_values");
+        if (write == 0) {
+            //  The fresh one's frozen kernel changed again, saved, restored
+            //  into the one that keeps.
+            float *other = za_replica_values (fresh);
+            for (size_t i = 0; i < frozen->size; i++)
+                other [frozen->offset + i] *= 0.5f;
+            cr_assert_eq (za_replica_save (fresh, dir, 4, 1), 0, "%s", za_last_error ());
+            int restored = 0;
+            int64_t step = 0;
+            cr_assert_eq (za_replica_restore_newest (kept, dir, &restored, &step), 0, "%s",
+                          za_last_error ());
+            cr_assert (restored);
+        }
+        za_replica_destroy (&fresh);
+    }
+    free (dir);
+    za_test_dir_remove ();
+    za_replica_destroy (&kept);
+    za_dataset_destroy (&fashion);
+}
+
+Test (freeze, a_kept_frozen_kernel_follows_every_write)
+{
+    s_frozen_kept_case (ZA_POLICY_FP32, "fp32");
+    za_error_set_quiet (1);
+    int bf16 = za_backend_policy (za_backend_cpu (), ZA_POLICY_BF16) != NULL;
+    za_error_set_quiet (0);
+    if (bf16)
+        s_frozen_kept_case (ZA_POLICY_BF16, "mixed_bfloat16");
+}
+
 //  l2=F on a kernel (Keras's kernel_regularizer L2): the step's gradient of
 //  that kernel gains exactly 2 F w, whatever the split of the batch over
 //  threads and micro-batches; every other gradient is as without it.

@@ -116,6 +116,7 @@ za_replica_plan (za_replica_t *self, int batch_max)
         self->vars = vars;
     }
     self->per_thread = per_thread;
+    self->frozen_epoch = 0;
     s_plan_runs (self);
     return 0;
 }
@@ -395,6 +396,7 @@ float *
 za_replica_values (za_replica_t *self)
 {
     za_replica_to_host (self, &self->values_at, &self->values, self->device_values, 1, 1);
+    self->frozen_epoch = 0;             //  the caller may write any variable
     return self->values;
 }
 

@@ -21,6 +21,7 @@ struct _s_batch_run_t {
     za_mode_t mode;
     int64_t step;
     uint64_t values_epoch;                      //  za_model_set_values_epoch's, for this batch
+    uint64_t frozen_epoch;                      //  za_model_set_frozen_epoch's
     int first [ZA_REPLICA_MAX_THREADS];         //  each thread's slice of the batch
     int count [ZA_REPLICA_MAX_THREADS];
     int last_micro [ZA_REPLICA_MAX_THREADS];    //  examples in its last micro-batch
@@ -214,6 +215,7 @@ s_batch_slice (void *arg, int t)
     //  The values stay as they are until the batch ends: what a back end
     //  derives from them in one micro-batch serves the next.
     za_model_set_values_epoch (run->values_epoch);
+    za_model_set_frozen_epoch (run->frozen_epoch);
     //  A thread without examples adds nothing: final once cleared (thread
     //  0's buffer is where the others combine).
     if (grads && run->streaming && first == last)
@@ -223,6 +225,7 @@ s_batch_slice (void *arg, int t)
         run->rc [t] = s_micro_batch_run (run, t, lo, count, last, values, grads);
     }
     za_model_set_values_epoch (0);
+    za_model_set_frozen_epoch (0);
     //  A device's work ends here, so the batch's end is the threads' join.
     if (on_device && be->sync () && run->rc [t] == 0)
         run->rc [t] = -1;
@@ -255,6 +258,9 @@ s_batch_run (za_replica_t *self, const za_batch_t *batch, za_mode_t mode, int64_
     //  threads' state), never 0.
     static _Atomic uint64_t epochs;
     run->values_epoch = atomic_fetch_add (&epochs, 1) + 1;
+    if (!self->frozen_epoch)
+        self->frozen_epoch = atomic_fetch_add (&epochs, 1) + 1;
+    run->frozen_epoch = self->frozen_epoch;
     run->streaming = mode == ZA_MODE_TRAIN && self->final_fn && self->be->host_memory;
     if (za_replica_values_to_devices (self))
         return -1;

@@ -152,6 +152,8 @@ za_replica_restore (za_replica_t *self, const za_checkpoint_t *ckpt, int64_t *st
         int copy = pass == 1;
         for (int v = 0; v < self->vars.count; v++) {
             const za_var_t *var = &self->vars.vars [v];
+            if (copy)
+                self->frozen_epoch = 0;
             int rc = s_copy_tensor (ckpt, var->name, var, copy? self->values: NULL);
             if (rc > 0)
                 return za_error ("'%s' has no variable '%s': written by another model?",

@@ -50,6 +50,9 @@ struct _za_replica_t {
     size_t feature_size;
     za_vars_t vars;
     float *values;                  //  [vars.total]
+    //  za_model_set_frozen_epoch's for its batches while it holds; 0: a new
+    //  one at the next batch (whatever may have written the values sets 0).
+    uint64_t frozen_epoch;
     float *grads;                   //  = thread_grads [0], or NULL
     float *slots [ZA_OPTIM_MAX_SLOTS];
     int disk_failing;               //  a save failed on the disk: said, until one succeeds

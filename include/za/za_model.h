@@ -142,6 +142,15 @@ int za_model_loss_scale_asked (void);
 //  for as long as the number holds.
 void za_model_set_values_epoch (uint64_t epoch);
 uint64_t za_model_values_epoch (void);
+//  The same for the frozen variables alone (trainable=False): a number the
+//  replica keeps from batch to batch while nothing but its optimizer, which
+//  never writes a frozen variable, has written the values (a restore, a
+//  pull from the ps, a ring's broadcast, any za_replica_values caller draws
+//  a new one). A layer whose variables are all frozen runs under it as its
+//  values epoch, so what a back end derives from its kernel lasts across
+//  batches. 0: says nothing.
+void za_model_set_frozen_epoch (uint64_t epoch);
+uint64_t za_model_frozen_epoch (void);
 
 // ---------------------------------------------------------------------------
 //  Layer stacks.
