@@ -4,6 +4,7 @@
 #include "za/za_evaluator.h"
 #include "za/za_checkpoint.h"
 #include "za/za_early_stop.h"
+#include "za/za_preempt.h"
 #include "za/za_summary.h"
 #include "za_role_private.h"
 
@@ -373,7 +374,7 @@ s_sleep (s_eval_t *self, zsock_t *pipe, double secs)
         if (inotify_at >= 0 && (items [inotify_at].revents & ZMQ_POLLIN))
             s_drain_inotify (self);
     }
-    return term || zsys_interrupted;
+    return term || zsys_interrupted || za_preempt_requested ();
 }
 
 //  How long to sleep when nothing is due: the fallback look at model_dir.
@@ -667,8 +668,10 @@ za_train_and_evaluate (za_estimator_t *estimator, za_input_fn_t input_fn, void *
         return za_error ("train_and_evaluate: cannot start the evaluator");
     int rc = za_estimator_train (estimator, input_fn, arg, max_steps);
     int64_t count = 0;
-    //  After a training error the evaluator is stopped ($TERM), not awaited.
-    int eval_rc = rc? 0: za_role_wait (evaluator, 0, NULL, NULL, &count);
+    //  After a training error or a preemption the evaluator is stopped
+    //  ($TERM), not awaited.
+    int eval_rc = rc || za_preempt_requested ()? 0
+                : za_role_wait (evaluator, 0, NULL, NULL, &count);
     zactor_destroy (&evaluator);
     if (evaluations)
         *evaluations = (int) count;

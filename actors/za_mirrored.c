@@ -14,6 +14,7 @@
     checkpoints and the metrics.                                           */
 #include "za_role_private.h"
 #include "za/za_early_stop.h"
+#include "za/za_preempt.h"
 #include "za/za_ring.h"
 
 #include <inttypes.h>
@@ -225,6 +226,7 @@ typedef struct {
     za_input_t *input;
     int64_t global_step;
     int64_t own_steps;
+    int preempted;                  //  every rank stopped for preemption before max_steps
     int live;                                   //  holds values this process trained on
     int terminated;                             //  $TERM came on the pipe
     za_role_hooks_t hooks;                      //  the counter; the savers for the chief
@@ -543,18 +545,25 @@ s_run_steps (s_mirrored_t *self)
                                       loss, batch.size * za_role_batches_per_step (config),
                                       now - self->start_time) < 0)
             return -1;
-        //  Early stopping: the chief's word goes round, so every rank ends
-        //  after the same step (a round of its own: the buckets leave the
-        //  last index free).
-        if (config->run.early_stopping) {
-            float stop = config->is_chief && self->hooks.stop.requested? 1.0f: 0.0f;
-            int said = za_ring_broadcast (self->ring, &stop, 1, 0,
-                                          self->global_step * MAX_BUCKETS + MAX_BUCKETS - 1);
-            if (said)
-                return said;
-            if (stop != 0)
-                break;
+        //  Whether to go on, agreed by every rank so that all end after the
+        //  same step: the chief's early stop, and any rank's preemption
+        //  (za_preempt.h). A round of its own: the buckets leave the last
+        //  index free. The mean of the flags is not 0 where one rank's is.
+        float stop [2] = {config->is_chief && self->hooks.stop.requested? 1.0f: 0.0f,
+                          za_preempt_requested ()? 1.0f: 0.0f};
+        int said = za_ring_allreduce_mean (self->ring, stop, 2,
+                                           self->global_step * MAX_BUCKETS + MAX_BUCKETS - 1);
+        if (said)
+            return said;
+        if (stop [1] != 0 && self->global_step < config->max_steps) {
+            za_preempt_request ();
+            self->preempted = 1;
+            za_info ("%s: preempted: every rank stops after step %" PRId64, self->who,
+                     self->global_step);
+            break;
         }
+        if (stop [0] != 0)
+            break;
     }
     return zsys_interrupted? za_error ("%s: interrupted", self->who): 0;
 }
@@ -628,7 +637,8 @@ za_mirrored_actor (zsock_t *pipe, void *args)
     uint32_t crc = za_role_values_crc (za_replica_values (self->replica), self->vars->total);
     //  The same crc on every worker: the replicas are identical.
     za_info ("%s: %s at step %" PRId64 " in %.1f s (values crc32 %08x)", self->who,
-             rc? "failed": "done", self->global_step, za_clock_mono () - self->start_time, crc);
+             rc? "failed": self->preempted? "preempted": "done", self->global_step,
+             za_clock_mono () - self->start_time, crc);
     if (self->own_steps > 0) {
         double n = (double) self->own_steps;
         double other = self->step_secs - self->compute_secs - self->reduce_secs;
@@ -643,6 +653,9 @@ za_mirrored_actor (zsock_t *pipe, void *args)
     }
     int64_t step = self->global_step, floats = (int64_t) self->vars->total;
     int terminated = self->terminated;
+    //  The caller hears ZA_EXIT_REQUEUE: preempted, run again.
+    if (rc == 0 && self->preempted)
+        rc = ZA_EXIT_REQUEUE;
     s_mirrored_destroy (&self);
     if (!terminated)
         za_role_report_done (pipe, rc, step, crc, floats);

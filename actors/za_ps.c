@@ -35,6 +35,7 @@
     links za_ps_peers.c's; za_ps_private.h is what they share.            */
 #include "za_ps_private.h"
 #include "za/za_curve.h"
+#include "za/za_preempt.h"
 
 #include <zlib.h>
 
@@ -742,5 +743,8 @@ za_ps_actor (zsock_t *pipe, void *args)
     int64_t step = za_ps_global_step (self), floats = (int64_t) self->floats;
     s_ps_destroy (&self);
     za_role_stats_publish (config->stats, rc? ZA_ROLE_FAILED: ZA_ROLE_DONE, za_clock_mono ());
+    //  Stopped by the chief's final checkpoint after a preemption request.
+    if (rc == 0 && za_preempt_requested () && step < config->max_steps)
+        rc = ZA_EXIT_REQUEUE;
     za_role_report_done (pipe, rc, step, crc, floats);
 }

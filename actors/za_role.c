@@ -1,6 +1,7 @@
 /*  za_role.c: role configuration defaults, the DONE report both roles send
     when they end, and waiting for it.                                      */
 #include "za_role_private.h"
+#include "za/za_preempt.h"
 
 #include <float.h>
 #include <inttypes.h>
@@ -119,7 +120,9 @@ s_wait (zactor_t *actor, double timeout_secs, zactor_t *relay, int64_t *step, ui
         if (timeout_secs > 0 && za_clock_mono () > deadline)
             break;
         if (!zpoller_wait (poller, wait_ms)) {
-            if (zpoller_terminated (poller))
+            //  SIGTERM taken as preemption cut the wait short: the actor
+            //  saves and says DONE, which we wait for.
+            if (zpoller_terminated (poller) && (zsys_interrupted || !za_preempt_requested ()))
                 break;
             continue;
         }

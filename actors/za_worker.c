@@ -15,6 +15,7 @@
     za_worker_private.h is what they share.                                */
 #include "za_worker_private.h"
 #include "za/za_curve.h"
+#include "za/za_preempt.h"
 
 //  After a failure a ps may be gone: the bye does not wait longer than this.
 #define BYE_AFTER_FAILURE_SECS 2.0
@@ -305,14 +306,16 @@ s_after_step (za_worker_t *self, double loss, int batch, double now)
     return rc > 0 && self->config->is_chief? self->hooks.saver.rc: 0;
 }
 
-//  Trains until max_steps, or until the ps say training is over. Returns 0,
-//  -1 with an error, or WORKER_PS_LOST.
+//  Trains until max_steps, or until the ps say training is over; the chief
+//  also until a preemption request (za_preempt.h: its final checkpoint then
+//  stops the ps, and the workers hear `done`). Returns 0, -1 with an error,
+//  or WORKER_PS_LOST.
 static int
 s_run_steps (za_worker_t *self)
 {
     const za_role_config_t *config = self->config;
     while (self->global_step < config->max_steps && !self->hooks.stop.requested
-           && !zsys_interrupted) {
+           && !zsys_interrupted && !(config->is_chief && za_preempt_requested ())) {
         double step_start = za_clock_mono ();
         za_worker_alive (self, step_start);
         za_batch_t batch;
@@ -416,6 +419,7 @@ za_worker_actor (zsock_t *pipe, void *args)
              config->max_steps);
     int failed = s_train (self);         //  before its input is looked at: s_train makes it
     int rc = za_role_end_status (failed, self->input);
+    int preempted = rc == 0 && za_preempt_requested () && self->global_step < config->max_steps;
     if (!self->terminated) {
         //  Leave: every ps counts our bye before it exits. After a failure a ps
         //  may be gone, so we do not wait long; one that lost its state has
@@ -429,7 +433,8 @@ za_worker_actor (zsock_t *pipe, void *args)
     za_role_publish_end (config, rc, self->global_step);
     double secs = za_clock_mono () - self->start_time;
     za_info ("%s: %s at step %" PRId64 " after %" PRId64 " own steps in %.1f s",
-             self->who, rc? "failed": "done", self->global_step, self->own_steps, secs);
+             self->who, rc? "failed": preempted? "preempted": "done", self->global_step,
+             self->own_steps, secs);
     if (self->own_steps > 0) {
         double n = (double) self->own_steps;
         double other = self->step_secs - self->compute_secs - self->transfer_secs;
@@ -449,5 +454,5 @@ za_worker_actor (zsock_t *pipe, void *args)
     int terminated = self->terminated;
     s_worker_destroy (&self);
     if (!terminated)
-        za_role_report_done (pipe, rc, step, crc, floats);
+        za_role_report_done (pipe, preempted? ZA_EXIT_REQUEUE: rc, step, crc, floats);
 }

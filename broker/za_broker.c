@@ -4,6 +4,7 @@
     za_supervisor.h), its events (za_events.h), and the state zactor-top
     and Prometheus show.                                                    */
 #include "za/za_broker.h"
+#include "za/za_preempt.h"
 #include "za/za_curve.h"
 #include "za/za_metrics.h"
 #include "za/za_util.h"
@@ -418,7 +419,10 @@ za_broker_actor (zsock_t *pipe, void *args)
         za_events_add (self->events, "started", NULL, 0, 0, config->restarts, "on %s, %s",
                        config->bind, config->supervise? "supervising": "not supervising");
     zpoller_t *poller = zpoller_new (pipe, self->router, NULL);
+    //  rc: 0 every task finished, 1 the job failed, 2 it stopped for
+    //  preemption (our SIGTERM, or a task's requeue exit code).
     int rc = -1, terminated = 0;
+    double preempt_deadline = 0;
     while (rc < 0 && !zsys_interrupted) {
         void *which = zpoller_wait (poller, POLL_MS);
         s_check_pause (self);
@@ -434,6 +438,16 @@ za_broker_actor (zsock_t *pipe, void *args)
             s_on_message (self);
         za_registry_supervise (self->registry);
         s_update_metrics (self);
+        //  Preempted: every task we started writes its part and exits (the
+        //  trainers agree on the step), within a grace.
+        if ((za_preempt_requested () || za_registry_preempting (self->registry))
+            && !preempt_deadline) {
+            za_events_add (self->events, "preempting", NULL, 0, 0, config->restarts, "%s",
+                           za_preempt_requested ()? "the broker got SIGTERM"
+                                                  : "a task stopped for preemption");
+            za_registry_preempt (self->registry);
+            preempt_deadline = za_clock_mono () + ZA_PREEMPT_GRACE_SECS;
+        }
         if (za_registry_failed (self->registry))
             rc = 1;
         else
@@ -441,8 +455,11 @@ za_broker_actor (zsock_t *pipe, void *args)
             //  The tasks' last reports, sent as they exited, may come after
             //  their exits were reaped: they hold the final counts.
             s_drain (self, poller);
-            rc = 0;
+            rc = za_registry_preempting (self->registry)? 2: 0;
         }
+        else
+        if (preempt_deadline && za_clock_mono () > preempt_deadline)
+            rc = 2;
     }
     if (rc != 0)
         za_registry_stop_all (self->registry);
@@ -454,12 +471,15 @@ za_broker_actor (zsock_t *pipe, void *args)
                   " images", bad, images);
     za_events_add (self->events, rc == 0? "done": "stopped", NULL, 0, 0, config->restarts,
                    "%s%s", rc == 0? "every task finished"
+                   : rc == 2? "preempted: run the job again to resume from its checkpoint"
                    : rc > 0? "the job failed": "interrupted", counts);
     zpoller_destroy (&poller);
     s_broker_destroy (&self);
     if (terminated)
         return;
-    zstr_sendx (pipe, "DONE", rc == 0? "0": "1", NULL);
+    char code [16];
+    snprintf (code, sizeof code, "%d", rc == 2? config->requeue_exit_code: rc == 0? 0: 1);
+    zstr_sendx (pipe, "DONE", code, NULL);
     while (1) {
         char *command = zstr_recv (pipe);
         int term = !command || streq (command, "$TERM");

@@ -1,5 +1,6 @@
 /*  za_broker_config.c: a broker's defaults and its restart backoff. */
 #include "za/za_broker_config.h"
+#include "za/za_preempt.h"
 
 #include <string.h>
 
@@ -11,6 +12,7 @@ za_broker_config_init (za_broker_config_t *config)
     config->max_restarts = ZA_BROKER_MAX_RESTARTS;
     config->backoff_secs = ZA_BROKER_BACKOFF_SECS;
     config->backoff_max_secs = ZA_BROKER_BACKOFF_MAX_SECS;
+    config->requeue_exit_code = ZA_EXIT_REQUEUE;
 }
 
 double

@@ -156,6 +156,12 @@ s_parse_report (json_t *body, za_registration_t *reg, char *why, size_t size)
     }
     if (has_ring)
         reg->ring_rank = (int) value;
+    json_t *preempting = json_object_get (body, "preempting");
+    if (preempting && !json_is_boolean (preempting)) {
+        snprintf (why, size, "preempting: true, false or nothing");
+        return -1;
+    }
+    reg->preempting = preempting && json_is_true (preempting);
     //  Counts a report may leave out (0).
     const char *keys [] = {"bad_images", "images"};
     int64_t *fields [] = {&reg->bad_images, &reg->images};

@@ -32,6 +32,7 @@ typedef struct {
     double wait_ms;
     int64_t bad_images;         //  0 when not said
     int64_t images;             //  0 when not said
+    int preempting;             //  1: it got SIGTERM (za_preempt.h); 0 when not said
 } za_registration_t;
 
 //  Checks every field of a register (report 0) or report (1) of a job with

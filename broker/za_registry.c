@@ -31,6 +31,8 @@ struct za_registry_t {
     char host [ZA_REGISTRY_TEXT_MAX];
     double start;
     int failed;
+    int preempting;                 //  the job stops for preemption
+    int preempt_told;               //  its tasks were sent SIGTERM
     za_entry_t tasks [ZA_BROKER_ROLE_KINDS][ZA_BROKER_MAX_TASKS];
 };
 
@@ -135,6 +137,7 @@ typedef enum {
     E_REPORTED_FAILED,          //  its report says it failed
     E_EXITED_OK,                //  our child exited 0
     E_EXITED_FAILED,            //  our child failed (exit code, signal, gone)
+    E_EXITED_PREEMPTED,         //  our child exited with the requeue code
     E_SILENT,                   //  it missed interval x liveness of heartbeats
     E_NOT_REGISTERED            //  started, and no register came in time
 } s_task_event_t;
@@ -156,6 +159,12 @@ s_fail (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
 {
     const za_broker_config_t *config = self->config;
     zframe_destroy (&task->identity);
+    if (self->preempting) {
+        task->state = ZA_ENTRY_DONE;
+        s_event (self, task, "stopped", "%s while the job stops for preemption: not restarted",
+                 what->cause);
+        return 0;
+    }
     if (s_training_over (self, task)) {
         task->state = ZA_ENTRY_DONE;
         s_event (self, task, "done", "%s after the final checkpoint: not restarted",
@@ -304,6 +313,17 @@ s_kill_unregistered (za_registry_t *self, za_entry_t *task, const s_happening_t 
     return 0;
 }
 
+//  A task that stopped for preemption: done, and the job stops.
+static int
+s_preempted (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
+{
+    zframe_destroy (&task->identity);
+    self->preempting = 1;
+    s_event (self, task, "preempted", "%s: its part is saved; the job stops, to be run again",
+             what->cause);
+    return 0;
+}
+
 #define T_ANY (-1)
 #define T_SAME (-2)
 #define T_CHOSEN (-3)           //  the action chose the next state
@@ -317,6 +337,7 @@ static const struct {
     int next;
 } s_transitions [] = {
     //  state               event                action                next
+    {T_ANY,               E_EXITED_PREEMPTED,  s_preempted,          ZA_ENTRY_DONE},
     {ZA_ENTRY_EMPTY,      E_START_DUE,         s_start,              T_CHOSEN},
     {ZA_ENTRY_BACKOFF,    E_START_DUE,         s_start,              T_CHOSEN},
     {ZA_ENTRY_DONE,       E_REGISTERED,        NULL,                 T_SAME},
@@ -362,6 +383,10 @@ s_supervise_task (za_registry_t *self, za_entry_t *task, double now, int grace)
     if (task->own && task->pid > 0 && za_supervisor_reaped (task->pid, how, sizeof how, &code)) {
         task->own = 0;
         int ok = code == 0, data = code == ZA_EXIT_DATA;
+        if (code == config->requeue_exit_code) {
+            s_happen (self, task, E_EXITED_PREEMPTED, &(s_happening_t) {.cause = how});
+            return;
+        }
         char error [CAUSE_MAX * 5 / 8] = "";
         if (data)                       //  what was wrong with it, in its own words
             za_supervisor_last_error (task->log, error, sizeof error);
@@ -378,6 +403,13 @@ s_supervise_task (za_registry_t *self, za_entry_t *task, double now, int grace)
         snprintf (cause, sizeof cause, "missed %d heartbeats (silent %.1f s)",
                   config->heartbeat.liveness, za_peer_silence (&task->peer, now));
         s_happen (self, task, E_SILENT, &(s_happening_t) {.cause = cause});
+        return;
+    }
+    //  While the job stops for preemption, a task that does not run is not
+    //  started (again) nor waited for.
+    if (self->preempting && (task->state == ZA_ENTRY_EMPTY || task->state == ZA_ENTRY_BACKOFF
+                             || task->state == ZA_ENTRY_LOST)) {
+        task->state = ZA_ENTRY_DONE;
         return;
     }
     if (!config->supervise)
@@ -428,6 +460,25 @@ za_registry_stop_all (za_registry_t *self)
         if (!left)
             break;
     }
+}
+
+void
+za_registry_preempt (za_registry_t *self)
+{
+    self->preempting = 1;
+    if (self->preempt_told)
+        return;
+    self->preempt_told = 1;
+    FOR_EACH_TASK (self, task)
+        if (task->state != ZA_ENTRY_DONE && task->own && task->pid > 0
+            && s_is_role_process (task))
+            kill (task->pid, SIGTERM);
+}
+
+int
+za_registry_preempting (const za_registry_t *self)
+{
+    return self->preempting;
 }
 
 void
@@ -520,6 +571,10 @@ za_registry_report (za_registry_t *self, za_entry_t *task, zframe_t *identity,
     task->wait_ms = reg->wait_ms;
     task->bad_images = reg->bad_images;
     task->images = reg->images;
+    if (reg->preempting && !self->preempting) {
+        self->preempting = 1;
+        s_event (self, task, "preempting", "it got SIGTERM: the job stops for preemption");
+    }
     if (ended && task->pid == reg->pid && task->state != ZA_ENTRY_DONE) {
         int done = streq (reg->state, "done");
         s_happening_t end = {.cause = done? "finished": "it reported a failure"};
@@ -595,6 +650,10 @@ za_registry_view (const za_registry_t *self)
         json_object_set_new (view, "ring", ring);
     else
         json_decref (ring);
+    //  Every task that reports hears that the job stops for preemption
+    //  (those we did not start get no SIGTERM from us).
+    if (view && self->preempting)
+        json_object_set_new (view, "preempting", json_true ());
     return view;
 }
 

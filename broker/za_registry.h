@@ -92,6 +92,12 @@ void za_registry_report (za_registry_t *self, za_entry_t *task, zframe_t *identi
 void za_registry_supervise (za_registry_t *self);
 //  Stops every task we can reach: SIGTERM, then SIGKILL after a grace.
 void za_registry_stop_all (za_registry_t *self);
+//  The job stops for preemption (the broker's own SIGTERM, or a task that
+//  exited with the requeue code): every task we started and that runs is
+//  sent SIGTERM, once, to write its part and exit; none is started again.
+void za_registry_preempt (za_registry_t *self);
+//  1 once the job stops for preemption.
+int za_registry_preempting (const za_registry_t *self);
 //  A broker paused for `gap` seconds: every task gets a fresh heartbeat window.
 void za_registry_postpone (za_registry_t *self, double gap);
 

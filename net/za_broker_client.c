@@ -6,6 +6,7 @@
     waits on it.                                                             */
 #include "za/za_broker_client.h"
 #include "za/za_curve.h"
+#include "za/za_preempt.h"
 #include "za/za_util.h"
 
 #include <jansson.h>
@@ -175,6 +176,9 @@ za_broker_client_report (za_broker_client_t *self, const za_task_registration_t 
     if (!body)
         return za_error ("broker client: cannot write a report");
     json_object_set_new (body, "state", json_string (za_role_state_name (state)));
+    //  SIGTERM came (za_preempt.h): the broker stops the whole job.
+    if (za_preempt_requested ())
+        json_object_set_new (body, "preempting", json_true ());
     if (stats) {
         za_role_stats_t *s = (za_role_stats_t *) stats;
         json_object_set_new (body, "global_step", json_integer (atomic_load (&s->global_step)));
@@ -281,6 +285,7 @@ s_decode_view (json_t *body, za_broker_reply_t *reply)
         || !json_is_integer (workers))
         return za_error ("broker client: a view without a ps list or num_workers");
     reply->ready = json_is_true (json_object_get (body, "ready"));
+    reply->preempting = json_is_true (json_object_get (body, "preempting"));
     reply->num_workers = (int) json_integer_value (workers);
     reply->ps_count = (int) json_array_size (ps);
     for (int p = 0; p < reply->ps_count; p++) {
@@ -595,6 +600,13 @@ s_on_reply (s_actor_t *self)
         za_info ("%s: dropped a message from the broker: %s", self->config->role,
                  za_last_error ());
         return;
+    }
+    //  The job stops for preemption: as if SIGTERM came here (where this
+    //  process handles it).
+    if (reply.op == ZA_OP_VIEW && reply.preempting && za_preempt_handled ()
+        && !za_preempt_requested ()) {
+        za_info ("%s: the broker says the job stops for preemption", self->config->role);
+        za_preempt_request ();
     }
     if (reply.op == ZA_OP_WELCOME && !self->welcomed) {
         self->welcomed = 1;

@@ -6,7 +6,9 @@
     and judges it with the peer class, like every role.                    */
 #include "za_launcher.h"
 #include "za/za_broker.h"
+#include "za/za_checkpoint.h"
 #include "za/za_early_stop.h"
+#include "za/za_preempt.h"
 #include "za/za_process.h"
 #include "za/za_shm.h"
 
@@ -148,6 +150,10 @@ za_launcher_run_broker (const za_program_t *program, za_options_t *options, za_s
     config.metrics_bind = s->metrics_bind;
     config.certs = s->certs;
     config.insecure = s->insecure;
+    config.requeue_exit_code = (int) s->requeue_exit_code;
+    //  SIGTERM (Slurm's, Kubernetes', the launcher's): the job stops for
+    //  preemption, every task saving its part, and we exit with the code.
+    za_preempt_set_handled (1);
     const char *restarts = getenv ("ZA_RESTARTS");
     config.restarts = restarts? atoi (restarts): 0;
     config.restart_cause = getenv ("ZA_RESTART_CAUSE");
@@ -158,7 +164,13 @@ za_launcher_run_broker (const za_program_t *program, za_options_t *options, za_s
     zactor_t *broker = zactor_new (za_broker_actor, &config);
     char *done = NULL, *code = NULL;
     rc = 1;
-    if (broker && zstr_recvx (broker, &done, &code, NULL) == 2 && streq (done, "DONE"))
+    //  SIGTERM (preemption) cuts the wait short: the broker stops the job
+    //  and says DONE, which we wait for.
+    int got = -1;
+    while (broker && (got = zstr_recvx (broker, &done, &code, NULL)) < 0 && !zsys_interrupted
+           && za_preempt_requested ())
+        ;
+    if (got == 2 && streq (done, "DONE"))
         rc = atoi (code);
     zstr_free (&done);
     zstr_free (&code);
@@ -192,6 +204,7 @@ typedef struct {
     double started;                     //  the job's start, for its total time
     double started_wall;                //  the same, on the wall clock (events' time)
     za_broker_state_t *last;            //  the last state heard, or NULL
+    double preempt_deadline;            //  SIGTERM passed on: the job ends by then
 } s_local_t;
 
 //  Starts a supervising broker of this program in a process group of its own
@@ -326,6 +339,23 @@ s_progress_line (const za_broker_state_t *state, char *line, size_t size, int ba
               over? "  (stopped early)": "");
 }
 
+//  Says where a preempted job stopped and how to go on.
+static void
+s_print_preempted (s_local_t *self)
+{
+    const za_settings_t *s = self->settings;
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (s->run.model_dir, &steps);
+    if (self->tty)
+        printf ("\n");
+    printf ("zactor: preempted at step %" PRId64 " of %" PRId64 ": every process of the job "
+            "is stopped and the checkpoint is in %s; run the same command again to resume "
+            "from it (exit %d)\n", count > 0? steps [count - 1]: 0, s->max_steps,
+            s->run.model_dir, (int) s->requeue_exit_code);
+    fflush (stdout);
+    free (steps);
+}
+
 //  Reaps what ended. Returns 1 when the job is over (rc set), else 0; a
 //  broker that died is started again after the backoff.
 static int
@@ -337,8 +367,9 @@ s_reap (s_local_t *self, double now, int *rc)
         if (pid != self->broker)
             continue;               //  an orphaned role, reaped
         self->broker = -1;
-        if (WIFEXITED (status) && WEXITSTATUS (status) == 0) {
-            *rc = 0;
+        if (WIFEXITED (status) && (WEXITSTATUS (status) == 0
+                                   || WEXITSTATUS (status) == self->settings->requeue_exit_code)) {
+            *rc = WEXITSTATUS (status);     //  done, or stopped for preemption
             return 1;
         }
         char how [128];
@@ -365,7 +396,7 @@ s_reap (s_local_t *self, double now, int *rc)
 static int
 s_tend_broker (s_local_t *self, double now)
 {
-    if (self->broker < 0 && now >= self->restart_at) {
+    if (self->broker < 0 && now >= self->restart_at && !self->preempt_deadline) {
         self->restarts++;
         if (self->tty)
             printf ("\n");
@@ -440,6 +471,18 @@ s_supervise (s_local_t *self)
     while (1) {
         if (zsys_interrupted) {
             rc = ZA_EXIT_INTERRUPTED;
+            break;
+        }
+        //  Preempted: SIGTERM to every process of the job at once (as Slurm
+        //  and Kubernetes send it); the broker ends the job with the
+        //  requeue code once every task saved its part.
+        if (za_preempt_requested () && !self->preempt_deadline) {
+            for (int g = 0; g < self->group_count; g++)
+                killpg (self->groups [g], SIGTERM);
+            self->preempt_deadline = za_clock_mono () + ZA_PREEMPT_GRACE_SECS + 10;
+        }
+        if (self->preempt_deadline && za_clock_mono () > self->preempt_deadline) {
+            rc = (int) self->settings->requeue_exit_code;
             break;
         }
         if (zpoller_wait (poller, LOCAL_TICK_MS))
@@ -622,12 +665,16 @@ za_launcher_run_local (const za_program_t *program, za_options_t *options, za_se
     if (s->metrics_bind)
         printf ("  metrics: http://%s/metrics\n", s->metrics_bind);
     fflush (stdout);
+    za_preempt_set_handled (1);
     rc = s_supervise (self);
     za_broker_client_destroy (&self->client);
     //  Whatever is left (nothing, after a job that ended well) is stopped.
     s_stop_groups (self);
     if (rc == ZA_EXIT_INTERRUPTED)
         fprintf (stderr, "zactor: interrupted; every process of the job is stopped\n");
+    else
+    if (rc == (int) s->requeue_exit_code && rc != 0)
+        s_print_preempted (self);
     else
     if (rc == 0)
         rc = s_report (self);

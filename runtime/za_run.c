@@ -8,9 +8,11 @@
 #include "za_place.h"
 #include "za_predict.h"
 #include "za/za_curve.h"
+#include "za/za_preempt.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,7 +39,10 @@ static const char *s_about =
 static const char *s_epilogue =
     "\nOutput: a progress bar on a terminal (log lines otherwise), checkpoints\n"
     "MODEL_DIR/model.ckpt-STEP.safetensors, MODEL_DIR/metrics.jsonl, MODEL_DIR/eval/metrics.jsonl.\n"
-    "Exit status: 0 done, 1 a run-time error, 2 bad arguments.\n";
+    "Exit status: 0 done, 1 a run-time error, 2 bad arguments, 65 bad data,\n"
+    "75 preempted (SIGTERM: a checkpoint was written, run the same command again\n"
+    "to resume; --requeue-exit-code sets the code),\n"
+    "130 interrupted.\n";
 
 //  The readers of --help for `role` (0: everyone).
 static unsigned
@@ -100,6 +105,11 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
     else
     if (s->ps < 1) {
         za_error ("--ps 0: --strategy %s needs at least one ps", za_strategy_name (s->strategy));
+        return ZA_EXIT_USAGE;
+    }
+    if (s->requeue_exit_code == ZA_EXIT_DATA) {
+        za_error ("--requeue-exit-code %d is the status of a task whose data is at fault: "
+                  "pick another (the default is %d)", ZA_EXIT_DATA, ZA_EXIT_REQUEUE);
         return ZA_EXIT_USAGE;
     }
     if (s->predict && (s->local || s->role || s->cluster || s->broker)) {
@@ -183,9 +193,28 @@ s_keygen (const za_program_t *program, int argc, char **argv)
     return 0;
 }
 
+//  SIGINT interrupts (zsys_interrupted, as CZMQ's own handler does);
+//  SIGTERM asks for preemption where this process handles it (za_preempt.h;
+//  more of them are the same request: a job's processes may each get one
+//  from the scheduler and one from their supervisor), and interrupts
+//  otherwise.
+static void
+s_on_signal (int signal)
+{
+    if (signal == SIGTERM && za_preempt_handled ()) {
+        za_preempt_request ();
+        return;
+    }
+    zctx_interrupted = 1;
+    zsys_interrupted = 1;
+}
+
 static int
 s_run (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
+    //  After CZMQ's start, which installs its own handler.
+    zsys_init ();
+    zsys_handler_set (s_on_signal);
     if (s->predict)
         return za_predict_run (program, options, s);
     if (s->local)

@@ -7,6 +7,7 @@
 #include "za/za_evaluator.h"
 #include "za/za_idx.h"
 #include "za/za_images.h"
+#include "za/za_preempt.h"
 
 #include <float.h>
 #include <math.h>
@@ -370,6 +371,13 @@ static const za_option_t s_options [] = {
     ZA_OPTION ("max-restarts", T_INT, max_restarts, "N",
                ZA_TEXT (ZA_BROKER_MAX_RESTARTS), 0, 1000000, NULL, R_LOCAL, JOB,
                0, NULL, "restarts per task before the job fails"),
+    ZA_OPTION ("requeue-exit-code", T_INT, requeue_exit_code, "N", ZA_TEXT (ZA_EXIT_REQUEUE),
+               3, 125, NULL, R_ALL, JOB, 0, NULL,
+               "exit status of a preempted job: SIGTERM (Slurm's --signal,\n"
+               "Kubernetes' termination, or to --local) makes every trainer\n"
+               "stop at one agreed step, write a checkpoint there and exit with\n"
+               "N; the same command run again resumes from it (for sbatch\n"
+               "--requeue, or a pod failure policy on this code)"),
     ZA_OPTION ("metrics-bind", T_STR, metrics_bind, "HOST:PORT", NULL, 0, 0, NULL, R_LOCAL,
                PROC, 0, NULL,
                "with --role broker or --local: serve the job's state to\n"

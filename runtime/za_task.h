@@ -70,6 +70,10 @@ int za_task_print_last_eval (const za_settings_t *settings, int64_t evaluations)
 void za_task_print_skipped (const za_settings_t *settings, int64_t bad, int64_t images,
                             int evaluated, const char *named_in);
 
+//  Says that the job stopped for preemption at step `reached` (saved there)
+//  and how to resume; returns --requeue-exit-code.
+int za_task_preempted (const za_settings_t *settings, int64_t reached);
+
 //  Training in this process (with --train-and-evaluate, the evaluator too).
 int za_task_run_single (za_task_t *task);
 //  The evaluator task (following model_dir, or --replay); `client` (the

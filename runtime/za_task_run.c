@@ -4,6 +4,7 @@
 #include "za_task.h"
 #include "za/za_checkpoint.h"
 #include "za/za_early_stop.h"
+#include "za/za_preempt.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -108,6 +109,20 @@ za_task_print_last_eval (const za_settings_t *s, int64_t evaluations)
     return 0;
 }
 
+int
+za_task_preempted (const za_settings_t *s, int64_t reached)
+{
+    if (reached >= 0)
+        za_info ("preempted at step %" PRId64 " of %" PRId64 ": the checkpoint of that step is"
+                 " in '%s'; run the same command again to resume from it (exit %d)", reached,
+                 s->max_steps, s->run.model_dir, (int) s->requeue_exit_code);
+    else
+        za_info ("preempted: the job's checkpoint is in '%s'; run the same command again to "
+                 "resume from it (exit %d)", s->run.model_dir, (int) s->requeue_exit_code);
+    fflush (stdout);
+    return (int) s->requeue_exit_code;
+}
+
 void
 za_task_print_skipped (const za_settings_t *s, int64_t bad, int64_t images, int evaluated,
                        const char *named_in)
@@ -208,6 +223,8 @@ za_task_run_single (za_task_t *task)
     }
     double start = za_clock_mono ();
     int rc;
+    //  SIGTERM: the steps stop, the step reached is saved (za_preempt.h).
+    za_preempt_set_handled (1);
     if (s->train_and_evaluate) {
         za_evaluator_config_t eval;
         s_evaluator_config (task, &eval);
@@ -219,10 +236,12 @@ za_task_run_single (za_task_t *task)
     }
     else
         rc = za_estimator_train (estimator, za_task_input, task, s->max_steps)? 1: 0;
-    if (!rc)
-        za_info ("trained to step %" PRId64 " in %.1f s", za_estimator_global_step (estimator),
-                 za_clock_mono () - start);
+    int64_t reached = za_estimator_global_step (estimator);
     za_estimator_destroy (&estimator);
+    if (!rc && za_preempt_requested () && reached < s->max_steps)
+        return za_task_preempted (s, reached);
+    if (!rc)
+        za_info ("trained to step %" PRId64 " in %.1f s", reached, za_clock_mono () - start);
     if (!rc && !s->no_eval && !s->train_and_evaluate)
         rc = s_evaluate_final (task);
     if (!rc)
@@ -249,7 +268,12 @@ za_task_run_evaluator (za_task_t *task, zactor_t *client)
              config.spec.start_delay_secs, config.spec.throttle_secs, s->max_steps,
              s_model_text (task));
     int evaluations = 0;
+    //  It keeps nothing a checkpoint does not: SIGTERM ends it at once (after
+    //  an evaluation under way), as preempted.
+    za_preempt_set_handled (1);
     int rc = za_evaluator_run (&config, NULL, &evaluations);
+    if (rc == ZA_EVALUATOR_STOPPED && za_preempt_requested ())
+        return za_task_preempted (s, -1);
     return rc == 0? 0: rc == ZA_EVALUATOR_BAD_DATA? ZA_EXIT_DATA: 1;
 }
 
@@ -323,8 +347,16 @@ za_task_run_role (za_task_t *task, const za_place_t *place, zactor_t *client)
     zactor_t *actor = zactor_new (run, &role);
     if (actor && client && place->type == ZA_TASK_PS)
         zstr_sendx (client, "ENDPOINT", place->bind, NULL);
+    //  Every training role takes SIGTERM as preemption, and its actor says
+    //  ZA_EXIT_REQUEUE when it stopped so: all-reduce ranks agree on the step
+    //  to stop after and the chief saves it; under the ps strategies the
+    //  chief stops, its final checkpoint stops the ps, and the workers hear
+    //  `done` (the others go on until then).
+    za_preempt_set_handled (1);
     int rc = actor? za_role_wait_relay (actor, client): -1;
     zactor_destroy (&actor);
+    if (rc == ZA_EXIT_REQUEUE)
+        return za_task_preempted (task->settings, -1);
     if (rc)
         return rc == ZA_EXIT_DATA? ZA_EXIT_DATA: 1;
     //  A cluster spec seldom names its evaluator (TF_CONFIG does not): one

@@ -4,6 +4,7 @@
 #include "za/za_estimator.h"
 #include "za/za_checkpoint.h"
 #include "za/za_early_stop.h"
+#include "za/za_preempt.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -192,14 +193,14 @@ s_input (za_estimator_t *self, za_input_fn_t input_fn, void *arg, za_mode_t mode
 //  Train
 
 //  The steps of a train, from ctx's global_step until its max_steps, the
-//  input's end, a hook's stop or an error; ctx is left at the last step for
-//  the hooks' end. Returns 0 or -1.
+//  input's end, a hook's stop, a preemption request (za_preempt.h) or an
+//  error; ctx is left at the last step for the hooks' end. Returns 0 or -1.
 static int
 s_train_steps (za_estimator_t *self, za_input_t *input, za_hooks_t *hooks,
                za_run_context_t *ctx, double start, int stop)
 {
     int rc = 0;
-    while (self->global_step < ctx->max_steps && !stop) {
+    while (self->global_step < ctx->max_steps && !stop && !za_preempt_requested ()) {
         za_batch_t batch;
         int got = za_input_next (input, &batch);
         if (got < 0)

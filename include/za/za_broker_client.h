@@ -142,6 +142,7 @@ typedef struct {
     //  VIEW: ready once every task registered and every ps has an endpoint
     //  (and, for the all-reduce ring, every chief and worker).
     int ready;
+    int preempting;                 //  the job stops for preemption (za_preempt.h)
     int num_workers;                //  the chief included
     int ps_count;
     char ps [ZA_CLUSTER_MAX_TASKS][ZA_CLUSTER_ENDPOINT_MAX];

@@ -49,6 +49,9 @@ typedef struct {
                                     //  the state to Prometheus (za_metrics.h)
     const char *certs;              //  NULL, or --certs DIR for the tasks it starts
     int insecure;                   //  1: --insecure for the tasks it starts
+    int requeue_exit_code;          //  a task's exit status for "preempted"
+                                    //  (za_preempt.h): the job stops, and the
+                                    //  broker exits with it too
 } za_broker_config_t;
 
 //  Defaults: za_heartbeat_default (), max_restarts ZA_BROKER_MAX_RESTARTS,

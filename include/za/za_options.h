@@ -187,6 +187,7 @@ typedef struct {
     const char *bind;
     int supervise;
     int64_t max_restarts;
+    int64_t requeue_exit_code;      //  preempted: run me again (za_preempt.h)
     const char *metrics_bind;
     //  Security
     const char *certs;              //  NULL: no CURVE

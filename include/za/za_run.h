@@ -24,7 +24,8 @@ extern "C" {
 
 //  Runs the program as its command line says (see the top of this file and
 //  `PROGRAM --help`). Returns the exit status: 0 done, 1 a run-time error,
-//  2 bad arguments (with one message saying what is wrong), 130 interrupted.
+//  2 bad arguments (with one message saying what is wrong), 65 bad data,
+//  --requeue-exit-code (75) preempted (za_preempt.h), 130 interrupted.
 int za_run_main (int argc, char **argv, const za_program_t *program);
 
 #ifdef __cplusplus
