@@ -1,0 +1,173 @@
+/*  test_reshape.c: a checkpoint resumes on any shape of cluster (issue 46's
+    "resume anywhere"), with real processes. Three shapes write one (one
+    process; ps-async with 2 ps and 2 trainers; all-reduce with 3 ranks),
+    and each of three other shapes (one process; ps-async with 3 ps and 4
+    trainers; all-reduce with 2 ranks) resumes from each: the global step
+    goes on from the checkpoint's, the optimizer's slots are taken (none
+    started afresh), and the new shape's final checkpoint holds them.     */
+#include "za_test.h"
+#include "za/za_checkpoint.h"
+#include "za/za_util.h"
+
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RUN_TIMEOUT_S 300
+#define WRITTEN_STEPS 60
+#define MORE_STEPS 40
+
+static void
+s_setup (void)
+{
+    za_test_dir_create ("za_reshape");
+}
+
+static void
+s_teardown (void)
+{
+    za_test_dir_remove ();
+}
+
+TestSuite (reshape, .init = s_setup, .fini = s_teardown, .timeout = 1200 * ZA_TEST_SLOWDOWN);
+
+//  A shape: its name, and the flags that make it (before --model-dir).
+typedef struct {
+    const char *name;
+    const char *flags [12];
+} s_shape_t;
+
+static const s_shape_t s_writers [] = {
+    {"one process", {NULL}},
+    {"ps-async, 2 ps x 2 trainers", {"--local", "--strategy", "ps-async", "--ps", "2",
+                                     "--workers", "1", "--evaluators", "0", NULL}},
+    {"allreduce x 3", {"--local", "--strategy", "allreduce", "--workers", "2",
+                       "--evaluators", "0", NULL}},
+};
+
+static const s_shape_t s_readers [] = {
+    {"one process", {NULL}},
+    {"ps-async, 3 ps x 4 trainers", {"--local", "--strategy", "ps-async", "--ps", "3",
+                                     "--workers", "3", "--evaluators", "0", NULL}},
+    {"allreduce x 2", {"--local", "--strategy", "allreduce", "--workers", "1",
+                       "--evaluators", "0", NULL}},
+};
+
+//  Runs `shape` on dir to max_steps; returns the result (caller frees).
+static za_test_result_t
+s_run (const s_shape_t *shape, const char *dir, int64_t max_steps)
+{
+    char steps [32];
+    snprintf (steps, sizeof steps, "%" PRId64, max_steps);
+    const char *args [32];
+    int n = 0;
+    for (int f = 0; shape->flags [f]; f++)
+        args [n++] = shape->flags [f];
+    const char *rest [] = {"--model-dir", dir, "--max-steps", steps, "--threads", "1",
+                           "--no-eval", "--seed", "5", NULL};
+    for (int r = 0; rest [r]; r++)
+        args [n++] = rest [r];
+    args [n] = NULL;
+    return za_test_run (args, RUN_TIMEOUT_S);
+}
+
+//  The newest checkpoint's step in dir, or -1.
+static int64_t
+s_newest (const char *dir)
+{
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (dir, &steps);
+    int64_t newest = count > 0? steps [count - 1]: -1;
+    free (steps);
+    return newest;
+}
+
+//  Copies dir's newest checkpoint file into `to` (made).
+static void
+s_copy_newest (const char *dir, const char *to, int64_t step)
+{
+    char from_path [PATH_MAX], to_path [PATH_MAX];
+    snprintf (from_path, sizeof from_path, "%s/model.ckpt-%" PRId64 ".safetensors", dir, step);
+    snprintf (to_path, sizeof to_path, "%s/model.ckpt-%" PRId64 ".safetensors", to, step);
+    size_t size = 0;
+    char *bytes = (char *) za_test_read_file (from_path, &size);
+    cr_assert_not_null (bytes, "%s", from_path);
+    cr_assert_eq (za_mkdirs (to), 0);
+    FILE *file = fopen (to_path, "wb");
+    cr_assert_not_null (file, "%s", to_path);
+    cr_assert_eq (fwrite (bytes, 1, size, file), size);
+    cr_assert_eq (fclose (file), 0);
+    free (bytes);
+}
+
+//  Every trainable variable of the checkpoint has its Adam slots.
+static void
+s_expect_slots (const char *dir, int64_t step, const char *what)
+{
+    char path [PATH_MAX];
+    snprintf (path, sizeof path, "%s/model.ckpt-%" PRId64 ".safetensors", dir, step);
+    za_checkpoint_t *ckpt = za_checkpoint_load (path);
+    cr_assert_not_null (ckpt, "%s: %s", what, za_last_error ());
+    const char *vars [] = {"conv2d/kernel", "conv2d_2/bias", "dense/kernel", "dense_1/bias"};
+    for (size_t v = 0; v < sizeof vars / sizeof vars [0]; v++)
+        for (int s = 0; s < 2; s++) {
+            char name [96];
+            snprintf (name, sizeof name, "%s/%s", vars [v], s? "v": "m");
+            cr_expect_not_null (za_checkpoint_find (ckpt, name), "%s: no %s", what, name);
+        }
+    za_checkpoint_destroy (&ckpt);
+}
+
+Test (reshape, every_shape_resumes_every_other_shapes_checkpoint)
+{
+    size_t writers = sizeof s_writers / sizeof s_writers [0];
+    size_t readers = sizeof s_readers / sizeof s_readers [0];
+    for (size_t w = 0; w < writers; w++) {
+        char name [32];
+        snprintf (name, sizeof name, "written-%zu", w);
+        char *written = za_test_path (name);
+        za_test_result_t result = s_run (&s_writers [w], written, WRITTEN_STEPS);
+        cr_assert_eq (result.exit_code, 0, "%s: %s%s", s_writers [w].name, result.out,
+                      result.err);
+        za_test_result_free (&result);
+        int64_t step = s_newest (written);
+        //  (ps-async may end a step past max_steps.)
+        cr_assert (step >= WRITTEN_STEPS && step <= WRITTEN_STEPS + 1, "%s wrote step %"
+                   PRId64, s_writers [w].name, step);
+        s_expect_slots (written, step, s_writers [w].name);
+        for (size_t r = 0; r < readers; r++) {
+            char what [128];
+            snprintf (what, sizeof what, "%s -> %s", s_writers [w].name, s_readers [r].name);
+            snprintf (name, sizeof name, "resumed-%zu-%zu", w, r);
+            char *resumed = za_test_path (name);
+            s_copy_newest (written, resumed, step);
+            result = s_run (&s_readers [r], resumed, step + MORE_STEPS);
+            cr_expect_eq (result.exit_code, 0, "%s: %s%s", what, result.out, result.err);
+            //  Where it says so: the one process's output, the chief's log.
+            char restored [64], log_path [PATH_MAX];
+            snprintf (restored, sizeof restored, "restored step %" PRId64 " ", step);
+            snprintf (log_path, sizeof log_path, "%s/logs/chief-0.log", resumed);
+            char *log = s_readers [r].flags [0]? (char *) za_test_read_file (log_path, NULL)
+                                               : strdup (result.err);
+            cr_expect (log && strstr (log, restored), "%s: it did not resume from step %"
+                       PRId64 ": %s", what, step, log? log: "(no log)");
+            cr_expect (log && !strstr (log, "starting them fresh"), "%s: slots started "
+                       "afresh: %s", what, log);
+            free (log);
+            //  (ps-async ends up to a step per other trainer past max_steps:
+            //  their pushes were in flight.)
+            int64_t final = s_newest (resumed);
+            int64_t slack = strstr (s_readers [r].name, "ps-async")? 3: 0;
+            cr_expect (final >= step + MORE_STEPS && final <= step + MORE_STEPS + slack,
+                       "%s: ended at %" PRId64 ", not %" PRId64, what, final,
+                       step + MORE_STEPS);
+            s_expect_slots (resumed, final, what);
+            za_test_result_free (&result);
+            free (resumed);
+        }
+        free (written);
+    }
+}
