@@ -267,17 +267,21 @@ za_input_t *
 za_role_train_input (const za_role_config_t *config, const char *who, int64_t global_step)
 {
     //  The synchronous strategies split each global batch across the workers
-    //  (one order of the whole data, the same seed everywhere); ps-async
-    //  workers each shuffle their own shard.
+    //  (one order of the whole data, the same seed everywhere) and read on
+    //  from where the global steps so far left it; ps-async workers each
+    //  shuffle their own shard, in a new order from a resumed step (their
+    //  own steps are not the global step).
     int split = config->strategy != ZA_STRATEGY_PS_ASYNC;
-    uint64_t seed = za_input_seed_at (config->run.seed
-                                      + (split? 0: 7919 * (uint64_t) config->worker_index),
+    uint64_t seed = split? config->run.seed
+                  : za_input_seed_at (config->run.seed + 7919 * (uint64_t) config->worker_index,
                                       global_step);
+    int64_t steps_done = split? global_step: 0;
     if (config->input_fn) {
         za_input_context_t context = {
             .mode = ZA_MODE_TRAIN, .num_shards = config->num_workers,
             .shard_index = config->worker_index, .seed = seed, .global_step = global_step,
-            .batch_size = config->batch_size, .split_batches = split,
+            .steps_done = steps_done, .batch_size = config->batch_size,
+            .split_batches = split,
         };
         return config->input_fn (config->input_arg, &context);
     }
@@ -294,6 +298,7 @@ za_role_train_input (const za_role_config_t *config, const char *who, int64_t gl
     input.seed = seed;
     input.epochs = -1;
     input.batch_size = config->batch_size;
+    input.skip = steps_done * config->batch_size * input.replicas;
     return za_input_new (config->train, &input);
 }
 

@@ -451,6 +451,10 @@ s_input_config_check (const za_dataset_t *dataset, const za_input_config_t *conf
         return -1;
     }
     int replicas = c->replicas > 0? c->replicas: 1;
+    if (c->skip < 0) {
+        za_error ("za_input_new: skip %lld is negative", (long long) c->skip);
+        return -1;
+    }
     if (c->replicas < 0 || c->replica < 0 || c->replica >= replicas) {
         za_error ("za_input_new: replica %d out of range for %d replicas", c->replica,
                   c->replicas);
@@ -542,6 +546,13 @@ za_input_new (const za_dataset_t *dataset, const za_input_config_t *config)
     if (self->shuffle_capacity < 1)
         self->shuffle_capacity = 1;
     self->shuffle = malloc ((size_t) self->shuffle_capacity * sizeof (int64_t));
+    //  A resumed run's place: the order's draws made, nothing read.
+    for (int64_t i = 0; i < c->skip; i++) {
+        int64_t index;
+        if (!s_input_example_next (self, &index))
+            break;
+        self->position++;
+    }
     self->n_slots = c->prefetch > 0? c->prefetch + 1: 1;
     self->slots = calloc ((size_t) self->n_slots, sizeof (s_slot_t));
     if (!self->shuffle || !self->slots) {

@@ -465,6 +465,9 @@ za_task_input (void *arg, const za_input_context_t *context)
         config.shuffle_buffer = s->shuffle_buffer < 0? (int) task->train->count
                                                      : (int) s->shuffle_buffer;
         config.seed = asked.seed;
+        //  A resumed run reads on: its stream gave global batches (split)
+        //  or its own batches so far.
+        config.skip = asked.steps_done * asked.batch_size * (split? asked.num_shards: 1);
         config.epochs = -1;
         config.threads = (int) s->input_threads;
         config.preprocess = (za_preprocess_t) za_preprocess_parse (s->preprocess);

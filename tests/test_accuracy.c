@@ -174,7 +174,7 @@ Test (accuracy, cnn_5_epochs_mixed_bfloat16, .timeout = 3600)
 
 //  "Within 12 epochs": evaluated after every epoch, as train_and_evaluate
 //  would, the best of epochs 1..12 must reach 0.91. Each epoch is one
-//  zactor-run that resumes the last one's checkpoint (and reshuffles).
+//  zactor-run that resumes the last one's checkpoint (and reads on).
 Test (accuracy, long_cnn_12_epochs, .timeout = 3600)
 {
     if (!s_long_enabled ())

@@ -181,10 +181,11 @@ s_save_at (void *arg, int64_t step)
 static za_input_t *
 s_input (za_estimator_t *self, za_input_fn_t input_fn, void *arg, za_mode_t mode)
 {
+    //  Training reads on from where the steps so far left the stream.
     za_input_context_t context = {
-        .mode = mode, .num_shards = 1, .shard_index = 0,
-        .seed = za_input_seed_at (self->config.seed, self->global_step),
+        .mode = mode, .num_shards = 1, .shard_index = 0, .seed = self->config.seed,
         .global_step = self->global_step,
+        .steps_done = mode == ZA_MODE_TRAIN? self->global_step: 0,
     };
     return input_fn (arg, &context);
 }

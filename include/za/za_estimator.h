@@ -70,9 +70,16 @@ typedef struct {
     int num_shards;                 //  TRAIN: how many tasks read the training
                                     //  data (num_input_pipelines); 1 in one process
     int shard_index;                //  TRAIN: this task's (input_pipeline_id)
-    uint64_t seed;                  //  shuffle seed: RunConfig's, with this task and
-                                    //  the starting step mixed in (za_input_seed_at)
+    uint64_t seed;                  //  shuffle seed: RunConfig's, with this task (and,
+                                    //  where steps_done is 0 on a resumed run, the
+                                    //  starting step: za_input_seed_at) mixed in
     int64_t global_step;            //  TRAIN: the step training starts from
+    int64_t steps_done;             //  TRAIN: the batches (global batches with
+                                    //  split_batches) the stream of `seed` already
+                                    //  gave before this run: start after them, so
+                                    //  that a resumed run reads on where the stopped
+                                    //  one was (za_input_config_t.skip). 0: from the
+                                    //  start
     int batch_size;                 //  what the run asks for; 0: the input_fn decides
     const char *data_dir;           //  where the run's data is; NULL: the input_fn knows
     int split_batches;              //  TRAIN, synchronous strategies: 1 asks for

@@ -69,15 +69,22 @@ typedef struct {
     za_bad_limit_t max_bad;     //  a data set of files: when more than this fail
                                 //  to decode, the input fails (za_input_next -1);
                                 //  zero: no limit
+    int64_t skip;               //  examples of the stream passed over before the
+                                //  first batch, nothing read (a resumed run's
+                                //  place: its batches x batch_size x replicas);
+                                //  the shuffle and the augmentation go on as if
+                                //  they had been read
 } za_input_config_t;
 
 //  Defaults: 1 shard, no shuffle, seed 0, 1 epoch, batch 32, keep remainder,
 //  prefetch 2, 1 decoding thread.
 za_input_config_t za_input_config_default (void);
 
-//  The shuffle seed for training that starts (or resumes) at `step`: the
-//  step is mixed in, so a resumed or restarted trainer goes on with a new
-//  order instead of replaying the examples it began with. Step 0 keeps seed.
+//  The shuffle seed for a trainer that starts (or resumes) at `step` without
+//  knowing its place in the stream (a ps-async worker: its own steps are not
+//  the global step): the step is mixed in, so it goes on with a new order
+//  instead of replaying the examples it began with. Step 0 keeps seed. The
+//  others keep the seed and skip to their place (za_input_config_t.skip).
 uint64_t za_input_seed_at (uint64_t seed, int64_t step);
 
 //  One batch. Memory belongs to the iterator and stays valid until the next
