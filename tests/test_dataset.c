@@ -969,6 +969,45 @@ Test (pipeline, seed_decides_order)
     za_dataset_destroy (&dataset);
 }
 
+//  skip N (a resumed run's place): the stream from example N on, exactly as
+//  one that read the first N, across the epoch boundary and with replicas
+//  splitting the global batches; a negative skip is refused.
+Test (pipeline, skip_reads_on_where_a_stream_was)
+{
+    za_dataset_t *dataset = s_indexed_dataset (64);
+    int64_t whole [TEST_MAX_EXAMPLES], rest [TEST_MAX_EXAMPLES];
+    za_input_config_t config = s_config (8, 2);
+    config.shuffle_buffer = 20;
+    config.epochs = 3;
+    config.seed = 11;
+    cr_assert_eq (s_collect (dataset, &config, whole, NULL, NULL), 192);
+    int64_t skips [] = {0, 8, 56, 64, 72, 150};
+    for (size_t k = 0; k < sizeof skips / sizeof skips [0]; k++) {
+        config.skip = skips [k];
+        cr_assert_eq (s_collect (dataset, &config, rest, NULL, NULL), 192 - skips [k]);
+        cr_expect_eq (memcmp (rest, whole + skips [k], (size_t) (192 - skips [k])
+                                                      * sizeof (int64_t)), 0,
+                      "skip %ld", (long) skips [k]);
+    }
+    //  Replica 1 of 2, skipping 3 global batches of 2 x 8: its slices of the
+    //  4th global batch on.
+    config.skip = 0;
+    config.replicas = 2;
+    config.replica = 1;
+    int64_t sliced [TEST_MAX_EXAMPLES];
+    int64_t n = s_collect (dataset, &config, sliced, NULL, NULL);
+    config.skip = 3 * 2 * 8;
+    cr_assert_eq (s_collect (dataset, &config, rest, NULL, NULL), n - 3 * 8);
+    cr_expect_eq (memcmp (rest, sliced + 3 * 8, (size_t) (n - 3 * 8) * sizeof (int64_t)), 0);
+    config.skip = -1;
+    za_error_set_quiet (1);
+    za_input_t *input = za_input_new (dataset, &config);
+    za_error_set_quiet (0);
+    cr_expect_null (input);
+    cr_expect (strstr (za_last_error (), "skip -1 is negative"), "%s", za_last_error ());
+    za_dataset_destroy (&dataset);
+}
+
 Test (pipeline, batch_sizes_and_remainder)
 {
     za_dataset_t *dataset = s_indexed_dataset (10);
