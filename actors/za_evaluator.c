@@ -474,17 +474,6 @@ s_replay (s_eval_t *self, int *done)
     return rc;
 }
 
-//  The newest checkpoint's step in model_dir, or -1.
-static int64_t
-s_newest (const char *model_dir)
-{
-    int64_t *steps = NULL;
-    int count = za_checkpoint_list (model_dir, &steps);
-    int64_t newest = count > 0? steps [count - 1]: -1;
-    free (steps);
-    return newest;
-}
-
 //  Early stopping: after an evaluation, whether the metric improved within
 //  the rule's steps; if not, the request for the chief (once). 0 or -1.
 static int
@@ -547,7 +536,7 @@ s_follow (s_eval_t *self, zsock_t *pipe, int *done)
             next_allowed = now;
         }
         s_publish (config, *done? ZA_ROLE_RUNNING: ZA_ROLE_WAITING);
-        int64_t newest = now < next_allowed? -1: s_newest (config->model_dir);
+        int64_t newest = now < next_allowed? -1: za_checkpoint_newest_step (config->model_dir);
         if (newest > last) {
             za_eval_result_t result;
             double eval_start = za_clock_mono ();

@@ -506,10 +506,7 @@ s_look_for_final (za_ps_t *self, double now)
     self->final_checked = now;
     if (!config->run.model_dir || config->max_steps <= 0)
         return;
-    int64_t *steps = NULL;
-    int count = za_checkpoint_list (config->run.model_dir, &steps);
-    int64_t newest = count > 0? steps [count - 1]: -1;
-    free (steps);
+    int64_t newest = za_checkpoint_newest_step (config->run.model_dir);
     if (newest < config->max_steps || newest == self->final_tried)
         return;
     self->final_step = newest;

@@ -120,11 +120,7 @@ s_training_over (const za_registry_t *self, const za_entry_t *task)
 {
     if (task->kind == ZA_TASK_EVALUATOR || !self->config->model_dir)
         return 0;
-    int64_t *steps = NULL;
-    int count = za_checkpoint_list (self->config->model_dir, &steps);
-    int over = count > 0 && steps [count - 1] >= self->config->max_steps;
-    free (steps);
-    return over;
+    return za_checkpoint_newest_step (self->config->model_dir) >= self->config->max_steps;
 }
 
 // ---------------------------------------------------------------------------

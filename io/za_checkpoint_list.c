@@ -128,3 +128,13 @@ za_checkpoint_path (const char *model_dir, int64_t step)
     }
     return path;
 }
+
+int64_t
+za_checkpoint_newest_step (const char *model_dir)
+{
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (model_dir, &steps);
+    int64_t newest = count > 0? steps [count - 1]: -1;
+    free (steps);
+    return newest;
+}

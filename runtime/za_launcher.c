@@ -344,16 +344,14 @@ static void
 s_print_preempted (s_local_t *self)
 {
     const za_settings_t *s = self->settings;
-    int64_t *steps = NULL;
-    int count = za_checkpoint_list (s->run.model_dir, &steps);
+    int64_t newest = za_checkpoint_newest_step (s->run.model_dir);
     if (self->tty)
         printf ("\n");
     printf ("zactor: preempted at step %" PRId64 " of %" PRId64 ": every process of the job "
             "is stopped and the checkpoint is in %s; run the same command again to resume "
-            "from it (exit %d)\n", count > 0? steps [count - 1]: 0, s->max_steps,
+            "from it (exit %d)\n", newest > 0? newest: 0, s->max_steps,
             s->run.model_dir, (int) s->requeue_exit_code);
     fflush (stdout);
-    free (steps);
 }
 
 //  Reaps what ended. Returns 1 when the job is over (rc set), else 0; a

@@ -54,17 +54,6 @@ s_preempted_step (const char *text)
     return at? strtoll (at + strlen ("preempted at step "), NULL, 10): -1;
 }
 
-//  The newest checkpoint's step in dir, or -1.
-static int64_t
-s_newest (const char *dir)
-{
-    int64_t *steps = NULL;
-    int count = za_checkpoint_list (dir, &steps);
-    int64_t newest = count > 0? steps [count - 1]: -1;
-    free (steps);
-    return newest;
-}
-
 //  One process: SIGTERM at a step well past the start; the checkpoint of
 //  the step reached, exit 75; the same command again resumes there.
 Test (preempt, one_process_saves_the_step_it_reached_and_resumes_there)
@@ -95,7 +84,7 @@ Test (preempt, one_process_saves_the_step_it_reached_and_resumes_there)
     char restored [64];
     snprintf (restored, sizeof restored, "restored step %" PRId64 " ", stopped);
     cr_expect (strstr (result.err, restored), "%s", result.err);
-    cr_expect_eq (s_newest (dir), stopped + 30);
+    cr_expect_eq (za_checkpoint_newest_step (dir), stopped + 30);
     za_test_result_free (&result);
     free (out), free (err), free (dir);
 }
@@ -199,7 +188,7 @@ s_local_case (const char *tag, const char *strategy, const char *ps, const char 
     cr_expect_eq (result.exit_code, 0, "%s: %s%s", tag, result.out, result.err);
     //  (ps-async may end a step past max_steps: the other trainer's push
     //  was in flight.)
-    int64_t newest = s_newest (dir), slack = strcmp (strategy, "ps-async") == 0;
+    int64_t newest = za_checkpoint_newest_step (dir), slack = strcmp (strategy, "ps-async") == 0;
     cr_expect (newest >= stopped + 30 && newest <= stopped + 30 + slack, "%s: newest checkpoint "
                "%" PRId64 ", not %" PRId64, tag, newest, stopped + 30);
     snprintf (logs, sizeof logs, "%s/logs/chief-0.log", dir);

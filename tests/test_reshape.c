@@ -74,17 +74,6 @@ s_run (const s_shape_t *shape, const char *dir, int64_t max_steps)
     return za_test_run (args, RUN_TIMEOUT_S);
 }
 
-//  The newest checkpoint's step in dir, or -1.
-static int64_t
-s_newest (const char *dir)
-{
-    int64_t *steps = NULL;
-    int count = za_checkpoint_list (dir, &steps);
-    int64_t newest = count > 0? steps [count - 1]: -1;
-    free (steps);
-    return newest;
-}
-
 //  Copies dir's newest checkpoint file into `to` (made).
 static void
 s_copy_newest (const char *dir, const char *to, int64_t step)
@@ -133,7 +122,7 @@ Test (reshape, every_shape_resumes_every_other_shapes_checkpoint)
         cr_assert_eq (result.exit_code, 0, "%s: %s%s", s_writers [w].name, result.out,
                       result.err);
         za_test_result_free (&result);
-        int64_t step = s_newest (written);
+        int64_t step = za_checkpoint_newest_step (written);
         //  (ps-async may end a step past max_steps.)
         cr_assert (step >= WRITTEN_STEPS && step <= WRITTEN_STEPS + 1, "%s wrote step %"
                    PRId64, s_writers [w].name, step);
@@ -159,7 +148,7 @@ Test (reshape, every_shape_resumes_every_other_shapes_checkpoint)
             free (log);
             //  (ps-async ends up to a step per other trainer past max_steps:
             //  their pushes were in flight.)
-            int64_t final = s_newest (resumed);
+            int64_t final = za_checkpoint_newest_step (resumed);
             int64_t slack = strstr (s_readers [r].name, "ps-async")? 3: 0;
             cr_expect (final >= step + MORE_STEPS && final <= step + MORE_STEPS + slack,
                        "%s: ended at %" PRId64 ", not %" PRId64, what, final,

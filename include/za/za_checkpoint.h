@@ -96,6 +96,10 @@ za_checkpoint_t *za_checkpoint_load_newest (const char *model_dir, int *found_an
 //  (caller frees; NULL when the count is 0). Returns -1 on a read error.
 int za_checkpoint_list (const char *model_dir, int64_t **steps_p);
 
+//  The newest checkpoint file's step in model_dir (by its name; loading it
+//  is za_checkpoint_load_newest's), or -1 when there is none.
+int64_t za_checkpoint_newest_step (const char *model_dir);
+
 //  Path of the checkpoint of `step` in model_dir; caller frees.
 char *za_checkpoint_path (const char *model_dir, int64_t step);
 
