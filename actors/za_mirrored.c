@@ -18,6 +18,7 @@
 #include "za/za_ring.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,8 @@
 //  is left at the start, or past this many buckets, joins the last one. A
 //  bucket starts as soon as backward has made it final.
 #define MAX_BUCKETS 64
+//  Elastic: how often a task looks for the broker's news of its members.
+#define MEMBERS_POLL_MS 20
 
 // ---------------------------------------------------------------------------
 //  The reducer: a thread that all-reduces each bucket of a step's gradient
@@ -238,6 +241,13 @@ typedef struct {
     za_role_rates_t rates;
     double wait_average;                        //  ms per step waiting on the ring
     s_reducer_t reducer;
+    //  An elastic job (config->membership): the members the ring has now,
+    //  and where the global stream of examples is (the global batch changes
+    //  size with them).
+    za_members_t *members;
+    int rank, size;                             //  in the ring now
+    int64_t examples_done;
+    double reform_start;                        //  a re-formation under way since
 } s_mirrored_t;
 
 //  What the chief broadcasts first: everyone checks it against its own.
@@ -252,6 +262,7 @@ typedef struct {
     int64_t loss_good_steps;                    //  mixed_float16: the source's loss scale,
     float loss_scale;                           //  which every rank takes (the same scale
                                                 //  everywhere, or the mean is wrong)
+    int64_t examples_done;                      //  the global stream's place (elastic)
 } s_start_t;
 
 #define START_FLOATS ((sizeof (s_start_t) + sizeof (float) - 1) / sizeof (float))
@@ -289,8 +300,29 @@ s_mirrored_destroy (s_mirrored_t **self_p)
     za_input_destroy (&self->input);
     za_hooks_end (&self->hooks.hooks, &self->hooks.context);
     za_replica_destroy (&self->replica);
+    free (self->members);
     free (self);
     *self_p = NULL;
+}
+
+//  The ring's cancel (za_ring_config_t): the members changed since the ring
+//  took them.
+static int
+s_members_changed (void *arg)
+{
+    s_mirrored_t *self = (s_mirrored_t *) arg;
+    return za_membership_number (self->config->membership) != self->members->number;
+}
+
+//  The examples of one global step: --batch-size for each trainer, or
+//  (an elastic job's global rule) for each of those it started with.
+static int64_t
+s_global_batch (const s_mirrored_t *self)
+{
+    const za_role_config_t *config = self->config;
+    int trainers = config->membership && config->elastic_batch == ZA_ELASTIC_GLOBAL
+                 ? config->min_trainers: self->size;
+    return (int64_t) config->batch_size * trainers;
 }
 
 static s_mirrored_t *
@@ -313,12 +345,25 @@ s_mirrored_new (const za_role_config_t *config, zsock_t *pipe)
     if (!self->replica)
         goto fail;
     self->vars = za_replica_vars (self->replica);
+    self->rank = config->worker_index;
+    self->size = config->num_workers;
     za_ring_config_t ring = {
         .rank = config->worker_index, .size = config->num_workers,
         .bind = config->bind_endpoint, .right = config->ring_right,
         .timeout_secs = config->timeout_secs, .interrupt = pipe,
         .wire_dtype = config->wire_dtype,
     };
+    //  Elastic: a ring of one until the members are known (s_reform), and
+    //  any wait ends when they change.
+    if (config->membership) {
+        self->members = (za_members_t *) calloc (1, sizeof *self->members);
+        if (!self->members)
+            goto fail;
+        self->rank = ring.rank = 0;
+        self->size = ring.size = 1;
+        ring.cancelled = s_members_changed;
+        ring.cancel_arg = self;
+    }
     self->ring = za_ring_new (&ring);
     if (!self->ring
         || s_reducer_start (&self->reducer, self->ring, za_replica_gradients (self->replica),
@@ -394,9 +439,10 @@ static int
 s_source (s_mirrored_t *self, int *source)
 {
     const za_role_config_t *config = self->config;
+    (void) config;
     *source = -1;
-    for (int rank = 0; rank < config->num_workers; rank++) {
-        int64_t held = rank != config->worker_index? 0: self->live? self->global_step: -1;
+    for (int rank = 0; rank < self->size; rank++) {
+        int64_t held = rank != self->rank? 0: self->live? self->global_step: -1;
         float record [(sizeof held + sizeof (float) - 1) / sizeof (float)];
         memcpy (record, &held, sizeof held);
         int rc = za_ring_broadcast (self->ring, record, sizeof record / sizeof (float), rank, 0);
@@ -441,7 +487,12 @@ s_start (s_mirrored_t *self, int first)
         .bucket_floats = (int64_t) config->bucket_floats,
         .wire_dtype = (int64_t) config->wire_dtype,
         .early_stopping = config->run.early_stopping,
+        .examples_done = self->examples_done > 0 || !config->membership? self->examples_done
+                       : step * s_global_batch (self),
     };
+    //  Elastic scale-lr: every rank compares the job's rate, not its scaled one.
+    if (config->membership)
+        mine.optim.learning_rate = config->optim.learning_rate;
     za_replica_loss_scale_state (self->replica, &mine.loss_scale, &mine.loss_good_steps);
     float record [START_FLOATS];
     memset (record, 0, sizeof record);
@@ -465,17 +516,32 @@ s_start (s_mirrored_t *self, int first)
     if (rc)
         return rc;
     self->global_step = chief.step;
+    self->examples_done = chief.examples_done;
     self->live = 1;
-    if (config->is_chief && first && source != config->worker_index)
+    if (config->membership && config->elastic_batch == ZA_ELASTIC_SCALE_LR
+        && config->min_trainers > 0) {
+        float rate = config->optim.learning_rate * (float) self->size
+                   / (float) config->min_trainers;
+        za_replica_set_learning_rate (self->replica, rate);
+        za_info ("%s: %d trainers: the learning rate is %g (scale-lr)", self->who, self->size,
+                 (double) rate);
+    }
+    if (config->is_chief && first && source != self->rank)
         za_info ("%s: restarted; took the current values of step %" PRId64 " from rank %d of "
                  "the ring%s", self->who, self->global_step, source,
                  restored? ", not its newest checkpoint": "");
     else if (config->is_chief && first && restored)
         za_info ("%s: restored step %" PRId64 " from '%s'", self->who, step,
                  config->run.model_dir);
+    if (!first && self->reform_start > 0)
+        za_info ("%s: the ring is re-formed at step %" PRId64 " with %d members, in %.2f s "
+                 "(generation %" PRId64 ")", self->who, self->global_step, self->size,
+                 za_clock_mono () - self->reform_start, za_ring_generation (self->ring));
+    else
     if (!first)
         za_info ("%s: the ring is re-formed at step %" PRId64 " (generation %" PRId64 ")",
                  self->who, self->global_step, za_ring_generation (self->ring));
+    self->reform_start = 0;
     if (config->is_chief && first)
         self->hooks.saver.last_saved = restored? step: -1;
     return 0;
@@ -493,9 +559,66 @@ s_publish_wait (s_mirrored_t *self, double wait_ms)
         return;
     self->wait_average = self->own_steps == 1? wait_ms
                        : self->wait_average + 0.05 * (wait_ms - self->wait_average);
-    atomic_store_explicit (&self->stats->ring_rank, self->config->worker_index,
-                           memory_order_relaxed);
+    atomic_store_explicit (&self->stats->ring_rank, self->rank, memory_order_relaxed);
     atomic_store_explicit (&self->stats->wait_ms, self->wait_average, memory_order_relaxed);
+}
+
+//  Waits until this process knows the members' change `number` (another
+//  rank heard of it first). Returns 0, or -1 with an error.
+static int
+s_wait_members (s_mirrored_t *self, int64_t number)
+{
+    double start = za_clock_mono ();
+    while (za_membership_number (self->config->membership) < number) {
+        if (zsys_interrupted || za_clock_mono () - start > self->config->timeout_secs)
+            return za_error ("%s: the members' change %" PRId64 " did not reach this task "
+                             "within %.0f s", self->who, number, self->config->timeout_secs);
+        zclock_sleep (MEMBERS_POLL_MS);
+    }
+    return 0;
+}
+
+//  The ring of the members now (an elastic job): this rank's place among
+//  them, and its right neighbour, once the broker lists this task with every
+//  member's endpoint. Returns 0, or -1 with an error (not listed within
+//  timeout_secs: this task was dropped, or never admitted).
+static int
+s_reform (s_mirrored_t *self)
+{
+    const za_role_config_t *config = self->config;
+    za_members_t *members = self->members;
+    double start = za_clock_mono ();
+    int rank = -1, known = 0;
+    za_role_stats_publish (self->stats, self->live? ZA_ROLE_RECOVERING: ZA_ROLE_WAITING, start);
+    while (!zsys_interrupted) {
+        za_membership_get (config->membership, members);
+        rank = za_members_rank (members, config->worker_index);
+        known = members->count > 0;
+        for (int m = 0; m < members->count; m++)
+            known &= *members->endpoint [m] != 0;
+        if (rank >= 0 && known)
+            break;
+        if (za_clock_mono () - start > config->timeout_secs)
+            return za_error ("%s: the broker has not listed this task among the job's members "
+                             "within %.0f s (dropped after --elastic-timeout, or the job is "
+                             "full)", self->who, config->timeout_secs);
+        za_role_stats_publish (self->stats, self->live? ZA_ROLE_RECOVERING: ZA_ROLE_WAITING,
+                               za_clock_mono ());
+        zclock_sleep (MEMBERS_POLL_MS);
+    }
+    if (rank < 0)
+        return za_error ("%s: interrupted", self->who);
+    const char *right = members->endpoint [(rank + 1) % members->count];
+    if (za_ring_reshape (self->ring, rank, members->count, right))
+        return -1;
+    self->rank = rank;
+    self->size = members->count;
+    char text [512];
+    za_members_text (members, text, sizeof text);
+    za_info ("%s: members change %" PRId64 ": %d trainers (%s); rank %d, sending to %s",
+             self->who, members->number, members->count, text, rank,
+             za_ring_right_endpoint (self->ring));
+    return 0;
 }
 
 static int
@@ -532,6 +655,7 @@ s_run_steps (s_mirrored_t *self)
         za_replica_apply (self->replica, self->global_step + 1);
         self->global_step++;
         self->own_steps++;
+        self->examples_done += s_global_batch (self);
         double now = za_clock_mono ();
         self->compute_secs += t1 - t0;
         self->reduce_secs += t2 - t1;
@@ -541,17 +665,26 @@ s_run_steps (s_mirrored_t *self)
         za_role_bad_publish (self->stats, self->input);
         s_publish_wait (self, 1e3 * (za_ring_wait_secs (self->ring) - waited));
         //  The summaries' examples/sec count a global step's batches.
+        int examples = config->membership? (int) s_global_batch (self)
+                     : batch.size * za_role_batches_per_step (config);
         if (za_role_hooks_after_step (&self->hooks, config, self->replica, self->global_step,
-                                      loss, batch.size * za_role_batches_per_step (config),
-                                      now - self->start_time) < 0)
+                                      loss, examples, now - self->start_time) < 0)
             return -1;
         //  Whether to go on, agreed by every rank so that all end after the
         //  same step: the chief's early stop, and any rank's preemption
         //  (za_preempt.h). A round of its own: the buckets leave the last
         //  index free. The mean of the flags is not 0 where one rank's is.
-        float stop [2] = {config->is_chief && self->hooks.stop.requested? 1.0f: 0.0f,
-                          za_preempt_requested ()? 1.0f: 0.0f};
-        int said = za_ring_allreduce_mean (self->ring, stop, 2,
+        //  Elastic: each rank says which members' change it knows of
+        //  (in its own place), so that all re-form at this step for the
+        //  newest any of them knows.
+        float stop [2 + ZA_MEMBERS_MAX];
+        int flags = config->membership? 2 + self->size: 2;
+        memset (stop, 0, sizeof stop);
+        stop [0] = config->is_chief && self->hooks.stop.requested? 1.0f: 0.0f;
+        stop [1] = za_preempt_requested ()? 1.0f: 0.0f;
+        if (config->membership)
+            stop [2 + self->rank] = (float) za_membership_number (config->membership);
+        int said = za_ring_allreduce_mean (self->ring, stop, (size_t) flags,
                                            self->global_step * MAX_BUCKETS + MAX_BUCKETS - 1);
         if (said)
             return said;
@@ -564,6 +697,17 @@ s_run_steps (s_mirrored_t *self)
         }
         if (stop [0] != 0)
             break;
+        int64_t newest = 0;
+        for (int r = 0; r < flags - 2; r++) {
+            int64_t known = (int64_t) lrintf (stop [2 + r] * (float) self->size);
+            newest = known > newest? known: newest;
+        }
+        if (config->membership && newest > self->members->number) {
+            self->reform_start = za_clock_mono ();
+            za_info ("%s: the members changed (change %" PRId64 "): re-forming the ring after "
+                     "step %" PRId64, self->who, newest, self->global_step);
+            return s_wait_members (self, newest)? -1: ZA_RING_CANCELLED;
+        }
     }
     return zsys_interrupted? za_error ("%s: interrupted", self->who): 0;
 }
@@ -579,8 +723,17 @@ s_generation (s_mirrored_t *self, int first)
     int rc = s_start (self, first);
     if (rc)
         return rc;
+    //  Elastic: this rank's slice of the global batch among the members now,
+    //  from where the stream is.
+    if (self->config->membership)
+        za_input_destroy (&self->input);
     if (!self->input
-        && !(self->input = za_role_train_input (self->config, self->who, self->global_step)))
+        && !(self->input = self->config->membership
+             ? za_role_train_input_among (self->config, self->who, self->global_step,
+                                          self->size, self->rank, self->examples_done,
+                                          self->config->elastic_batch == ZA_ELASTIC_GLOBAL
+                                          ? (int) s_global_batch (self): 0)
+             : za_role_train_input (self->config, self->who, self->global_step)))
         return -1;
     za_role_rates_restart (&self->rates, self->global_step, self->own_steps, za_clock_mono ());
     za_hooks_begin (&self->hooks.hooks, self->global_step);
@@ -593,10 +746,21 @@ s_generation (s_mirrored_t *self, int first)
 static int
 s_train (s_mirrored_t *self)
 {
-    int rc = s_generation (self, 1);
-    while (rc == ZA_RING_RESYNC) {
-        za_info ("%s: a member of the ring (re)joined at step %" PRId64 ": re-forming it",
-                 self->who, self->global_step);
+    //  Elastic: the ring of the members that train now.
+    int rc = self->config->membership? s_reform (self): 0;
+    if (rc == 0)
+        rc = s_generation (self, 1);
+    while (rc == ZA_RING_RESYNC || rc == ZA_RING_CANCELLED) {
+        if (self->config->membership
+            && (rc == ZA_RING_CANCELLED || s_members_changed (self))) {
+            if (self->reform_start == 0)
+                self->reform_start = za_clock_mono ();
+            if (s_reform (self))
+                return -1;
+        }
+        else
+            za_info ("%s: a member of the ring (re)joined at step %" PRId64 ": re-forming it",
+                     self->who, self->global_step);
         rc = s_generation (self, 0);
     }
     if (rc)
@@ -622,9 +786,10 @@ za_mirrored_actor (zsock_t *pipe, void *args)
         za_role_failed_start (pipe, config->stats);
         return;
     }
-    za_info ("%s: rank %d of %d in the ring (sends to %s), batch %d, up to step %" PRId64,
-             self->who, config->worker_index, config->num_workers,
-             za_ring_right_endpoint (self->ring), config->batch_size, config->max_steps);
+    if (!config->membership)
+        za_info ("%s: rank %d of %d in the ring (sends to %s), batch %d, up to step %" PRId64,
+                 self->who, config->worker_index, config->num_workers,
+                 za_ring_right_endpoint (self->ring), config->batch_size, config->max_steps);
     if (self->reducer.running)
         za_info ("%s: the gradients go round in %d buckets, the first of %zu floats, each "
                  "beside backward", self->who, self->reducer.bucket_count,

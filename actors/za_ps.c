@@ -654,6 +654,42 @@ s_on_router (za_ps_t *self, double now)
 //  What time brings, once per turn of the loop: a silent holder, a final
 //  checkpoint to look for, the end. 0 to go on, 1 to leave (done), -1 to
 //  give up (nobody came in time).
+//  An elastic job's scale-lr: the chief's learning rate times the trainers
+//  now over those it started with (Horovod's recipe), from the next update.
+static void
+s_follow_rate (za_ps_t *self)
+{
+    const za_role_config_t *config = self->config;
+    int members = config->membership? za_membership_count (config->membership): 0;
+    if (config->elastic_batch != ZA_ELASTIC_SCALE_LR || members < 1 || !self->base_learning_rate
+        || config->min_trainers < 1)
+        return;
+    float rate = self->base_learning_rate * (float) members / (float) config->min_trainers;
+    if (rate != self->optim.learning_rate) {
+        za_info ("ps %d: %d trainers: the learning rate is %g (scale-lr)", config->ps_index,
+                 members, (double) rate);
+        self->optim.learning_rate = rate;
+    }
+}
+
+//  1 when every worker has said bye (in an elastic job: every member now).
+static int
+s_all_said_bye (za_ps_t *self)
+{
+    const za_role_config_t *config = self->config;
+    if (!config->membership || za_membership_number (config->membership) == 0)
+        return self->byes >= config->num_workers;
+    za_members_t *members = (za_members_t *) calloc (1, sizeof *members);
+    if (!members)
+        return self->byes >= config->num_workers;
+    za_membership_get (config->membership, members);
+    int all = 1;
+    for (int m = 0; m < members->count; m++)
+        all &= members->index [m] < ZA_PS_MAX_WORKERS && self->gone [members->index [m]];
+    free (members);
+    return all;
+}
+
 static int
 s_on_time (za_ps_t *self, double now)
 {
@@ -664,8 +700,12 @@ s_on_time (za_ps_t *self, double now)
     }
     if (self->state == PS_WAIT_INIT && now - self->final_checked >= FINAL_CHECK_SECS)
         s_look_for_final (self, now);
-    if (self->state == PS_STOPPING && self->byes >= config->num_workers)
+    if (self->state == PS_STOPPING && s_all_said_bye (self))
         return 1;
+    if (self->state == PS_READY) {      //  held, a step waits for the hold's end
+        s_follow_rate (self);
+        za_ps_sync_follow (self);
+    }
     if (now - (self->state == PS_STOPPING? self->stop_time: self->last_heard)
         <= config->timeout_secs)
         return 0;

@@ -103,6 +103,7 @@ za_ps_init (za_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
     za_wire_lease_wait (&self->lease [1]);
     za_wire_lease_wait (&self->slot_lease);
     self->optim = optim;
+    self->base_learning_rate = optim.learning_rate;
     for (int s = 0; s < ZA_OPTIM_MAX_SLOTS; s++)
         if (s < slot_count && !self->slots [s])
             self->slots [s] = (float *) za_alloc ((self->floats? self->floats: 1)

@@ -63,6 +63,7 @@ typedef struct {
     float *offer;
     int64_t offer_step;
     za_optim_config_t optim;
+    float base_learning_rate;               //  the chief's; elastic scale-lr scales it
     za_ps_state_t state;
     int64_t updates;                        //  pushes applied since step 0
     int64_t snapshot_step;                  //  sent as global_step in snapshots
@@ -190,6 +191,10 @@ int za_ps_load_values (za_ps_t *self, const za_checkpoint_t *ckpt);
 void za_ps_answer_waiting (za_ps_t *self, int done);
 
 //  Starts the next step's sum.
+//  ps-sync: the step applies once `aggregate` pushes are in; in an elastic
+//  job `aggregate` follows the members (asked at every push and every turn,
+//  so a step whose pusher was dropped completes with the rest).
+void za_ps_sync_follow (za_ps_t *self);
 void za_ps_sync_reset (za_ps_t *self);
 
 //  A push, checked, then applied as the strategy says: at once (ps-async),

@@ -80,10 +80,28 @@ s_sync_push (za_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
         waiter->task = msg->task;
         zlist_append (self->waiting, waiter);
     }
-    if (++self->aggregated < self->aggregate)
+    ++self->aggregated;
+    za_ps_sync_follow (self);
+}
+
+void
+za_ps_sync_follow (za_ps_t *self)
+{
+    const za_role_config_t *config = self->config;
+    if (!self->aggregate)
+        return;
+    //  Elastic, unless --replicas-to-aggregate fixes it: one push per member.
+    int members = config->membership && config->replicas_to_aggregate == 0
+                ? za_membership_count (config->membership): 0;
+    if (members > 0 && members != self->aggregate) {
+        za_info ("ps %d: %d workers train now: each step aggregates %d gradients (was %d)",
+                 config->ps_index, members, members, self->aggregate);
+        self->aggregate = members;
+    }
+    if (self->aggregated == 0 || self->aggregated < self->aggregate)
         return;
     for (size_t j = 0; j < self->floats; j++)
-        self->accum [j] /= (float) self->aggregate;
+        self->accum [j] /= (float) self->aggregated;
     za_ps_update (self, NULL);
     za_ps_sync_reset (self);
     za_ps_answer_waiting (self, 0);

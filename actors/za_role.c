@@ -31,7 +31,9 @@ za_role_batches_per_step (const za_role_config_t *config)
         return 1;
     if (config->strategy == ZA_STRATEGY_PS_SYNC && config->replicas_to_aggregate > 0)
         return config->replicas_to_aggregate;
-    return config->num_workers;
+    //  Elastic: one per member now.
+    int members = config->membership? za_membership_count (config->membership): 0;
+    return members > 0? members: config->num_workers;
 }
 
 int
@@ -266,6 +268,18 @@ za_role_who (const za_role_config_t *config, char *who, size_t size)
 za_input_t *
 za_role_train_input (const za_role_config_t *config, const char *who, int64_t global_step)
 {
+    return za_role_train_input_among (config, who, global_step, config->num_workers,
+                                      config->worker_index, 0, 0);
+}
+
+za_input_t *
+za_role_train_input_among (const za_role_config_t *config, const char *who,
+                           int64_t global_step, int trainers, int place,
+                           int64_t examples_done, int global_batch)
+{
+    //  A global batch shared: each takes at most its rounded-up share.
+    int batch = global_batch > 0? (global_batch + trainers - 1) / trainers
+                                : config->batch_size;
     //  The synchronous strategies split each global batch across the workers
     //  (one order of the whole data, the same seed everywhere) and read on
     //  from where the global steps so far left it; ps-async workers each
@@ -278,10 +292,11 @@ za_role_train_input (const za_role_config_t *config, const char *who, int64_t gl
     int64_t steps_done = split? global_step: 0;
     if (config->input_fn) {
         za_input_context_t context = {
-            .mode = ZA_MODE_TRAIN, .num_shards = config->num_workers,
-            .shard_index = config->worker_index, .seed = seed, .global_step = global_step,
-            .steps_done = steps_done, .batch_size = config->batch_size,
-            .split_batches = split,
+            .mode = ZA_MODE_TRAIN, .num_shards = trainers,
+            .shard_index = place, .seed = seed, .global_step = global_step,
+            .steps_done = steps_done, .batch_size = batch,
+            .split_batches = split, .examples_done = split? examples_done: 0,
+            .global_batch = split? global_batch: 0,
         };
         return config->input_fn (config->input_arg, &context);
     }
@@ -290,15 +305,17 @@ za_role_train_input (const za_role_config_t *config, const char *who, int64_t gl
         return NULL;
     }
     za_input_config_t input = za_input_config_default ();
-    input.num_shards = split? 1: config->num_workers;
-    input.shard_index = split? 0: config->worker_index;
-    input.replicas = split? config->num_workers: 1;
-    input.replica = split? config->worker_index: 0;
+    input.num_shards = split? 1: trainers;
+    input.shard_index = split? 0: place;
+    input.replicas = split? trainers: 1;
+    input.replica = split? place: 0;
     input.shuffle_buffer = config->shuffle_buffer;
     input.seed = seed;
     input.epochs = -1;
-    input.batch_size = config->batch_size;
-    input.skip = steps_done * config->batch_size * input.replicas;
+    input.batch_size = batch;
+    input.global_batch = split? global_batch: 0;
+    input.skip = split && examples_done > 0? examples_done
+               : steps_done * config->batch_size * input.replicas;
     return za_input_new (config->train, &input);
 }
 

@@ -30,6 +30,14 @@ void za_role_who (const za_role_config_t *config, char *who, size_t size);
 //  config->train. NULL with an error.
 za_input_t *za_role_train_input (const za_role_config_t *config, const char *who,
                                  int64_t global_step);
+//  The same as one of `trainers` readers, the one at `place` (an elastic
+//  job's members now, za_membership.h), reading on after `examples_done`
+//  examples of the synchronous strategies' stream (0: steps_done's count),
+//  in global batches of global_batch examples shared among them (0: each
+//  its batch_size).
+za_input_t *za_role_train_input_among (const za_role_config_t *config, const char *who,
+                                       int64_t global_step, int trainers, int place,
+                                       int64_t examples_done, int global_batch);
 
 //  The hooks of a training role's loop: the step counter for everyone, the
 //  summary and checkpoint savers (save (arg, step)) for the chief.

@@ -310,6 +310,8 @@ s_after_step (za_worker_t *self, double loss, int batch, double now)
 //  also until a preemption request (za_preempt.h: its final checkpoint then
 //  stops the ps, and the workers hear `done`). Returns 0, -1 with an error,
 //  or WORKER_PS_LOST.
+static int s_share_input (za_worker_t *self);
+
 static int
 s_run_steps (za_worker_t *self)
 {
@@ -318,6 +320,8 @@ s_run_steps (za_worker_t *self)
            && !zsys_interrupted && !(config->is_chief && za_preempt_requested ())) {
         double step_start = za_clock_mono ();
         za_worker_alive (self, step_start);
+        if (config->membership && s_share_input (self))
+            return -1;
         za_batch_t batch;
         if (za_role_next_batch (self->input, self->who, &batch))
             return -1;
@@ -372,6 +376,50 @@ s_run_steps (za_worker_t *self)
     return 0;
 }
 
+//  The input of this task's share: in an elastic job, among the members
+//  now (a change since the last call re-shards it; a worker not listed yet
+//  reads as its place among all the slots says); otherwise of the cluster.
+//  Returns 0, or -1 with an error.
+static int
+s_share_input (za_worker_t *self)
+{
+    const za_role_config_t *config = self->config;
+    if (!config->membership) {
+        self->input = za_role_train_input (config, self->who, self->global_step);
+        return self->input? 0: -1;
+    }
+    int64_t number = za_membership_number (config->membership);
+    if (self->input && number == self->members_seen)
+        return 0;
+    za_members_t *members = (za_members_t *) calloc (1, sizeof *members);
+    if (!members)
+        return za_error ("%s: out of memory", self->who);
+    za_membership_get (config->membership, members);
+    int rank = za_members_rank (members, config->worker_index);
+    //  ps-sync's global rule: the members share the global batch of those it
+    //  started with (ps-async: each worker its --batch-size).
+    int global = config->strategy == ZA_STRATEGY_PS_SYNC
+                 && config->elastic_batch == ZA_ELASTIC_GLOBAL
+               ? config->batch_size * config->min_trainers: 0;
+    if (rank >= 0 || !self->input) {
+        self->members_seen = members->number;
+        za_input_destroy (&self->input);
+        if (rank >= 0) {
+            char text [512];
+            za_members_text (members, text, sizeof text);
+            za_info ("%s: members change %" PRId64 ": %d trainers (%s); this one reads share "
+                     "%d of %d from step %" PRId64, self->who, members->number, members->count,
+                     text, rank, members->count, self->global_step);
+        }
+        self->input = rank >= 0
+            ? za_role_train_input_among (config, self->who, self->global_step, members->count,
+                                         rank, self->global_step * global, global)
+            : za_role_train_input (config, self->who, self->global_step);
+    }
+    free (members);
+    return self->input? 0: -1;
+}
+
 static int
 s_train (za_worker_t *self)
 {
@@ -381,7 +429,7 @@ s_train (za_worker_t *self)
     if (rc == 0)
         rc = s_pull_when_ready (self);
     if (rc == 0)
-        rc = (self->input = za_role_train_input (config, self->who, self->global_step))? 0: -1;
+        rc = s_share_input (self);
     self->start_time = za_clock_mono ();
     self->start_step = self->global_step;
     s_restart_clocks (self);

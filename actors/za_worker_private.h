@@ -88,6 +88,7 @@ typedef struct {
     za_role_hooks_t hooks;
     double start_time;
     int64_t start_step;
+    int64_t members_seen;               //  elastic: the members' change its input follows
     //  Where a step's time goes: the gradient computation, the push and its
     //  replies, and everything else (input, copying values in, logs).
     double compute_secs, transfer_secs, step_secs;

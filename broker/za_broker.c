@@ -240,6 +240,18 @@ s_state (s_broker_t *self)
     if (state)
         json_object_set_new (state, "checkpoint_step", self->checkpoint_step >= 0
                              ? json_integer (self->checkpoint_step): json_null ());
+    //  The trainers now, and (elastic) how often they changed.
+    int members = 0;
+    int64_t changes = za_registry_members (self->registry, &members);
+    if (state)
+        json_object_set_new (state, "membership",
+                             json_pack ("{s:I, s:I, s:i, s:i, s:i}", "number",
+                                        (json_int_t) changes, "changes",
+                                        (json_int_t) (changes > 0? changes - 1: 0),
+                                        "members", members, "min_workers",
+                                        config->min_workers >= 0? config->min_workers
+                                        : config->counts [ZA_TASK_WORKER],
+                                        "max_workers", config->counts [ZA_TASK_WORKER]));
     return state;
 }
 

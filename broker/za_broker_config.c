@@ -13,6 +13,8 @@ za_broker_config_init (za_broker_config_t *config)
     config->backoff_secs = ZA_BROKER_BACKOFF_SECS;
     config->backoff_max_secs = ZA_BROKER_BACKOFF_MAX_SECS;
     config->requeue_exit_code = ZA_EXIT_REQUEUE;
+    config->min_workers = -1;
+    config->elastic_timeout_secs = ZA_BROKER_ELASTIC_TIMEOUT_SECS;
 }
 
 double

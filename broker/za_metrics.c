@@ -132,6 +132,17 @@ za_metrics_render (const json_t *state)
     s_header (&out, "zactor_job_max_steps", "gauge", "The step the job trains to.");
     s_append (&out, "zactor_job_max_steps %" JSON_INTEGER_FORMAT "\n",
               json_integer_value (json_object_get (job, "max_steps")));
+    const json_t *membership = json_object_get (state, "membership");
+    if (membership) {
+        s_header (&out, "zactor_job_members", "gauge",
+                  "Trainers (the chief and the workers) in the job now.");
+        s_append (&out, "zactor_job_members %" JSON_INTEGER_FORMAT "\n",
+                  json_integer_value (json_object_get (membership, "members")));
+        s_header (&out, "zactor_job_membership_changes_total", "counter",
+                  "Times an elastic job's trainers changed (workers joined or were dropped).");
+        s_append (&out, "zactor_job_membership_changes_total %" JSON_INTEGER_FORMAT "\n",
+                  json_integer_value (json_object_get (membership, "changes")));
+    }
     s_header (&out, "zactor_job_done", "gauge", "1 once every task of the job has finished.");
     s_append (&out, "zactor_job_done %d\n", json_is_true (json_object_get (state, "done")));
     s_header (&out, "zactor_broker_uptime_seconds", "gauge", "Seconds since this broker started.");

@@ -7,6 +7,7 @@
 #include "za/za_role_stats.h"
 #include "za/za_util.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -22,7 +23,7 @@
 #define CAUSE_MAX (4 * ZA_REGISTRY_TEXT_MAX)
 
 static const char *s_state_names [] = {
-    "empty", "started", "live", "lost", "killed", "backoff", "done"
+    "empty", "started", "live", "lost", "killed", "backoff", "done", "vacant"
 };
 
 struct za_registry_t {
@@ -33,6 +34,8 @@ struct za_registry_t {
     int failed;
     int preempting;                 //  the job stops for preemption
     int preempt_told;               //  its tasks were sent SIGTERM
+    int64_t membership;             //  elastic: changes of the members so far
+    int member_count;
     za_entry_t tasks [ZA_BROKER_ROLE_KINDS][ZA_BROKER_MAX_TASKS];
 };
 
@@ -70,6 +73,23 @@ static double
 s_silent_max (const za_registry_t *self)
 {
     return self->config->heartbeat.ivl_secs * self->config->heartbeat.liveness;
+}
+
+//  1 for a job whose worker count is a range (--workers MIN:MAX).
+static int
+s_elastic (const za_registry_t *self)
+{
+    const za_broker_config_t *config = self->config;
+    return config->min_workers >= 0 && config->min_workers < config->counts [ZA_TASK_WORKER];
+}
+
+//  1 for a worker slot above an elastic job's minimum: taken and left while
+//  the job runs, never started by us.
+static int
+s_elastic_slot (const za_registry_t *self, const za_entry_t *task)
+{
+    return s_elastic (self) && task->kind == ZA_TASK_WORKER
+        && task->index >= self->config->min_workers;
 }
 
 static int
@@ -165,6 +185,13 @@ s_fail (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
         task->state = ZA_ENTRY_DONE;
         s_event (self, task, "done", "%s after the final checkpoint: not restarted",
                  what->cause);
+        return 0;
+    }
+    if (s_elastic_slot (self, task)) {
+        task->state = ZA_ENTRY_LOST;
+        task->lost_at = za_clock_mono ();
+        s_event (self, task, "lost", "%s; dropped from the job unless it is back within %g s "
+                 "(--elastic-timeout)", what->cause, config->elastic_timeout_secs);
         return 0;
     }
     if (!config->supervise) {
@@ -401,6 +428,13 @@ s_supervise_task (za_registry_t *self, za_entry_t *task, double now, int grace)
         s_happen (self, task, E_SILENT, &(s_happening_t) {.cause = cause});
         return;
     }
+    if (task->state == ZA_ENTRY_LOST && s_elastic_slot (self, task)
+        && now - task->lost_at > config->elastic_timeout_secs) {
+        task->state = ZA_ENTRY_VACANT;
+        task->endpoint [0] = 0;
+        zframe_destroy (&task->identity);
+        return;
+    }
     //  While the job stops for preemption, a task that does not run is not
     //  started (again) nor waited for.
     if (self->preempting && (task->state == ZA_ENTRY_EMPTY || task->state == ZA_ENTRY_BACKOFF
@@ -419,6 +453,62 @@ s_supervise_task (za_registry_t *self, za_entry_t *task, double now, int grace)
         s_happen (self, task, E_START_DUE, &(s_happening_t) {.cause = NULL});
 }
 
+//  1 when the task trains in the job now: a chief or a worker that is not
+//  an elastic slot, or one that a worker holds (with the all-reduce, one
+//  whose ring endpoint is known), until it is dropped.
+static int
+s_is_member (const za_registry_t *self, const za_entry_t *task)
+{
+    if (task->kind != ZA_TASK_CHIEF && task->kind != ZA_TASK_WORKER)
+        return 0;
+    if (!s_elastic_slot (self, task))
+        return 1;
+    //  It trains once its role is past starting (its data loaded, its ring
+    //  bound): the others need not wait for that.
+    return task->state != ZA_ENTRY_VACANT && task->state != ZA_ENTRY_EMPTY
+        && *task->role_state && !streq (task->role_state, "starting")
+        && (!self->config->ring || *task->endpoint);
+}
+
+//  An elastic job's members, counted again: each change is numbered, and
+//  each task that joins or leaves is an event.
+static void
+s_update_members (za_registry_t *self)
+{
+    if (!s_elastic (self))
+        return;
+    int changed = 0, count = 0;
+    FOR_EACH_TASK (self, task) {
+        int member = s_is_member (self, task);
+        count += member;
+        changed |= member != task->member;
+    }
+    if (!changed && self->membership > 0)
+        return;
+    self->membership++;
+    self->member_count = count;
+    const za_broker_config_t *config = self->config;
+    FOR_EACH_TASK (self, task) {
+        int member = s_is_member (self, task);
+        if (member != task->member && self->membership > 1)
+            s_event (self, task, member? "joined": "left", "%d trainers now (the chief and "
+                     "%d to %d workers), members change %" PRId64, count,
+                     config->min_workers, config->counts [ZA_TASK_WORKER], self->membership);
+        task->member = member;
+    }
+}
+
+int64_t
+za_registry_members (const za_registry_t *self, int *count)
+{
+    if (!s_elastic (self)) {
+        *count = self->config->counts [ZA_TASK_CHIEF] + self->config->counts [ZA_TASK_WORKER];
+        return 0;
+    }
+    *count = self->member_count;
+    return self->membership;
+}
+
 void
 za_registry_supervise (za_registry_t *self)
 {
@@ -427,6 +517,7 @@ za_registry_supervise (za_registry_t *self)
     int grace = self->config->restarts > 0 && now - self->start < 2 * s_silent_max (self);
     FOR_EACH_TASK (self, task)
         s_supervise_task (self, task, now, grace);
+    s_update_members (self);
 }
 
 void
@@ -498,7 +589,7 @@ za_registry_claim (za_registry_t *self, zframe_t *identity, const za_registratio
         for (int i = 0; i < count && index < 0; i++) {
             za_entry_t *task = &self->tasks [reg->kind][i];
             if (task->state == ZA_ENTRY_EMPTY || task->state == ZA_ENTRY_LOST
-                || task->state == ZA_ENTRY_BACKOFF)
+                || task->state == ZA_ENTRY_BACKOFF || task->state == ZA_ENTRY_VACANT)
                 index = i;
         }
         if (index < 0) {
@@ -537,6 +628,7 @@ za_registry_register (za_registry_t *self, za_entry_t *task, zframe_t *identity,
                       const za_registration_t *reg)
 {
     s_happen (self, task, E_REGISTERED, &(s_happening_t) {.identity = identity, .reg = reg});
+    s_update_members (self);
 }
 
 void
@@ -597,7 +689,7 @@ za_registry_done (const za_registry_t *self)
 {
     int done = 1;
     FOR_EACH_TASK (self, task)
-        done &= task->state == ZA_ENTRY_DONE;
+        done &= task->state == ZA_ENTRY_DONE || task->state == ZA_ENTRY_VACANT;
     return done;
 }
 
@@ -622,7 +714,8 @@ za_registry_view (const za_registry_t *self)
     const za_broker_config_t *config = self->config;
     int ready = 1;
     FOR_EACH_TASK (self, task)
-        if (task->state == ZA_ENTRY_EMPTY || task->state == ZA_ENTRY_STARTED)
+        if ((task->state == ZA_ENTRY_EMPTY || task->state == ZA_ENTRY_STARTED)
+            && !s_elastic_slot (self, task))
             ready = 0;
     json_t *ps = json_array ();
     for (int i = 0; i < config->counts [ZA_TASK_PS]; i++) {
@@ -636,9 +729,10 @@ za_registry_view (const za_registry_t *self)
     for (int kind = ZA_TASK_CHIEF; ring && kind <= ZA_TASK_WORKER; kind++)
         for (int i = 0; i < config->counts [kind]; i++) {
             const za_entry_t *task = &self->tasks [kind][i];
-            if (!*task->endpoint)
+            if (!*task->endpoint && !s_elastic_slot (self, task))
                 ready = 0;
-            json_array_append_new (ring, json_string (task->endpoint));
+            json_array_append_new (ring, json_string (s_is_member (self, task)
+                                                      ? task->endpoint: ""));
         }
     json_t *view = json_pack ("{s:b, s:o, s:i}", "ready", ready, "ps", ps, "num_workers",
                               config->counts [ZA_TASK_CHIEF] + config->counts [ZA_TASK_WORKER]);
@@ -650,6 +744,17 @@ za_registry_view (const za_registry_t *self)
     //  (those we did not start get no SIGTERM from us).
     if (view && self->preempting)
         json_object_set_new (view, "preempting", json_true ());
+    //  An elastic job's members by worker index, and their change's number.
+    if (view && s_elastic (self)) {
+        json_t *members = json_array ();
+        for (int kind = ZA_TASK_CHIEF; kind <= ZA_TASK_WORKER; kind++)
+            for (int i = 0; i < config->counts [kind]; i++)
+                if (self->tasks [kind][i].member)
+                    json_array_append_new (members, json_integer (kind == ZA_TASK_CHIEF? 0
+                                                                  : i + 1));
+        json_object_set_new (view, "members", members);
+        json_object_set_new (view, "membership", json_integer (self->membership));
+    }
     return view;
 }
 
@@ -742,7 +847,10 @@ za_registry_new (const za_broker_config_t *config, za_events_t *events, const ch
             task->eval_step = -1;
             task->ring_rank = -1;
             za_peer_init (&task->peer, config->heartbeat, self->start);
+            if (s_elastic_slot (self, task))
+                task->state = ZA_ENTRY_VACANT;
         }
+    s_update_members (self);
     return self;
 }
 

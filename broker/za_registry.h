@@ -8,6 +8,8 @@
       KILLED    supervise: we killed it (missed heartbeats); waiting to reap it
       BACKOFF   supervise: failed; started again at restart_at
       DONE      finished with exit 0 (or training was over when it failed)
+      VACANT    elastic: a worker slot above the minimum that nobody holds
+                (never started by us; a lost one is dropped to it)
     on the events of its rows (state, event) -> (action, next state); a
     failure's next state is its action's choice (backoff, lost, done, or the
     job fails). The job is done when every task is DONE; it fails when a task
@@ -35,7 +37,7 @@
 
 typedef enum {
     ZA_ENTRY_EMPTY, ZA_ENTRY_STARTED, ZA_ENTRY_LIVE, ZA_ENTRY_LOST, ZA_ENTRY_KILLED,
-    ZA_ENTRY_BACKOFF, ZA_ENTRY_DONE
+    ZA_ENTRY_BACKOFF, ZA_ENTRY_DONE, ZA_ENTRY_VACANT
 } za_entry_state_t;
 
 //  One declared task.
@@ -53,6 +55,8 @@ typedef struct {
     int restarts;
     int failures;               //  in a row, for the backoff
     double restart_at;
+    double lost_at;             //  elastic slot: when it went LOST
+    int member;                 //  one of the job's members (za_registry_members)
     char cause [ZA_REGISTRY_TEXT_MAX];  //  why we killed it, until it is reaped
     //  Its last report.
     char role_state [16];
@@ -117,6 +121,11 @@ json_t *za_registry_view (const za_registry_t *self);
 //  One row per task for the state; *step gets the highest global_step of
 //  the training tasks. Rows that cannot be built are counted as failures.
 json_t *za_registry_rows (const za_registry_t *self, int64_t *step, uint64_t *json_failures);
+
+//  An elastic job's members now (za_membership.h: the chief and the workers
+//  that train, by worker index) and how often they changed. A fixed job's
+//  are its chief and workers, number 0.
+int64_t za_registry_members (const za_registry_t *self, int *count);
 
 //  The role kind's name ("chief").
 const char *za_registry_kind_name (int kind);

@@ -310,17 +310,22 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
     const za_dataset_t *dataset = self->dataset;
     size_t row = (size_t) dataset->feature_size;
     int batch = self->config.batch_size, replicas = self->config.replicas;
-    int first = batch * self->config.replica;
+    int global = batch * replicas, first = batch * self->config.replica, take = batch;
+    if (self->config.global_batch > 0 && replicas > 1) {
+        global = self->config.global_batch;
+        first = (int) ((int64_t) global * self->config.replica / replicas);
+        take = (int) ((int64_t) global * (self->config.replica + 1) / replicas) - first;
+    }
     int size = 0, drawn;
     //  Batches with no example made: past an epoch's worth, every example of
     //  the shard has failed, and the stream ends.
-    int64_t empty = 0, empty_max = self->shard_count / ((int64_t) batch * replicas) + 2;
+    int64_t empty = 0, empty_max = self->shard_count / global + 2;
     do {
         int64_t index;
         drawn = 0;
         self->wanted_count = 0;
-        while (drawn < batch * replicas && s_input_example_next (self, &index)) {
-            int keep = drawn >= first && drawn < first + batch;
+        while (drawn < global && s_input_example_next (self, &index)) {
+            int keep = drawn >= first && drawn < first + take;
             drawn++;
             uint64_t position = self->position++;
             if (!keep)
@@ -364,8 +369,8 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
                       "to decode)");
             break;
         }
-    } while (size == 0 && drawn == batch * replicas);
-    if (drawn < batch * replicas && self->config.drop_remainder)
+    } while (size == 0 && drawn == global);
+    if (drawn < global && self->config.drop_remainder)
         size = 0;
     slot->size = size;
     return size;
@@ -458,6 +463,13 @@ s_input_config_check (const za_dataset_t *dataset, const za_input_config_t *conf
     if (c->replicas < 0 || c->replica < 0 || c->replica >= replicas) {
         za_error ("za_input_new: replica %d out of range for %d replicas", c->replica,
                   c->replicas);
+        return -1;
+    }
+    if (c->global_batch < 0 || (c->global_batch > 0 && replicas > 1
+                                && ((int64_t) c->global_batch + replicas - 1) / replicas
+                                   > c->batch_size)) {
+        za_error ("za_input_new: a global batch of %d shared by %d replicas does not fit "
+                  "batches of %d", c->global_batch, replicas, c->batch_size);
         return -1;
     }
     if ((int64_t) c->batch_size * replicas > INT_MAX) {

@@ -276,6 +276,18 @@ s_decode_welcome (json_t *body, za_broker_reply_t *reply)
     return reply->job? 0: za_error ("broker client: cannot copy the job");
 }
 
+//  0 for a worker index outside an elastic view's members; 1 otherwise.
+static int
+s_is_member (const za_broker_reply_t *reply, int index)
+{
+    if (!reply->membership)
+        return 1;
+    for (int m = 0; m < reply->member_count; m++)
+        if (reply->members [m] == index)
+            return 1;
+    return 0;
+}
+
 static int
 s_decode_view (json_t *body, za_broker_reply_t *reply)
 {
@@ -295,6 +307,26 @@ s_decode_view (json_t *body, za_broker_reply_t *reply)
             return za_error ("broker client: the view's ps %d is not an endpoint", p);
         memcpy (reply->ps [p], endpoint, strlen (endpoint) + 1);
     }
+    //  An elastic job's members (za_membership.h): worker indexes, ascending.
+    json_t *members = json_object_get (body, "members");
+    json_t *number = json_object_get (body, "membership");
+    if (members || number) {
+        if (!json_is_array (members) || json_array_size (members) > ZA_MEMBERS_MAX
+            || json_array_size (members) < 1 || !json_is_integer (number)
+            || json_integer_value (number) < 1)
+            return za_error ("broker client: the view's members are not a numbered list");
+        reply->membership = json_integer_value (number);
+        reply->member_count = (int) json_array_size (members);
+        for (int m = 0; m < reply->member_count; m++) {
+            json_t *index = json_array_get (members, (size_t) m);
+            int value = json_is_integer (index)? (int) json_integer_value (index): -1;
+            if (value < 0 || value >= reply->num_workers
+                || (m > 0 && value <= reply->members [m - 1]))
+                return za_error ("broker client: the view's member %d is not a worker index "
+                                 "above the last", m);
+            reply->members [m] = value;
+        }
+    }
     json_t *ring = json_object_get (body, "ring");
     if (!ring)
         return 0;
@@ -304,8 +336,10 @@ s_decode_view (json_t *body, za_broker_reply_t *reply)
     reply->ring_count = (int) json_array_size (ring);
     for (int r = 0; r < reply->ring_count; r++) {
         const char *endpoint = json_string_value (json_array_get (ring, (size_t) r));
+        //  Elastic: a slot nobody holds has none.
+        int wanted = reply->ready && s_is_member (reply, r);
         if (!endpoint || strlen (endpoint) >= sizeof reply->ring [r]
-            || (reply->ready && !*endpoint) || (*endpoint && !za_cluster_endpoint_valid (endpoint)))
+            || (wanted && !*endpoint) || (*endpoint && !za_cluster_endpoint_valid (endpoint)))
             return za_error ("broker client: the view's ring member %d is not an endpoint", r);
         memcpy (reply->ring [r], endpoint, strlen (endpoint) + 1);
     }
@@ -587,6 +621,27 @@ s_take_heartbeat (s_actor_t *self, const char *text)
 }
 
 static void
+s_publish_members (s_actor_t *self, const za_broker_reply_t *reply)
+{
+    za_membership_t *membership = self->config->membership;
+    if (reply->membership <= za_membership_number (membership))
+        return;
+    za_members_t *members = (za_members_t *) calloc (1, sizeof *members);
+    if (!members)
+        return;
+    members->number = reply->membership;
+    members->count = reply->member_count;
+    for (int m = 0; m < members->count; m++) {
+        members->index [m] = reply->members [m];
+        if (reply->members [m] < reply->ring_count)
+            snprintf (members->endpoint [m], sizeof members->endpoint [m], "%s",
+                      reply->ring [reply->members [m]]);
+    }
+    za_membership_set (membership, members);
+    free (members);
+}
+
+static void
 s_on_reply (s_actor_t *self)
 {
     za_peer_t *peer = za_broker_client_peer (self->client);
@@ -608,6 +663,10 @@ s_on_reply (s_actor_t *self)
         za_info ("%s: the broker says the job stops for preemption", self->config->role);
         za_preempt_request ();
     }
+    //  An elastic job's members: the role reads them between steps.
+    if (reply.op == ZA_OP_VIEW && reply.ready && reply.membership > 0
+        && self->config->membership)
+        s_publish_members (self, &reply);
     if (reply.op == ZA_OP_WELCOME && !self->welcomed) {
         self->welcomed = 1;
         self->task.index = reply.index;

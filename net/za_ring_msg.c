@@ -195,7 +195,8 @@ s_poll (za_ring_t *self, int timeout_ms)
 //  and decodes it into self->in (a frame, or a record of the segment once
 //  the link is on). Returns 1 with it there (*why says why not when it is
 //  not a message: za_ring_release it all the same), 0 when the time is up, -1
-//  when interrupted (SIGINT, the caller's interrupt socket).
+//  when interrupted (SIGINT, the caller's interrupt socket), -2 when
+//  config.cancelled said so.
 static int
 s_next (za_ring_t *self, double start, const char **why)
 {
@@ -215,8 +216,12 @@ s_next (za_ring_t *self, double start, const char **why)
         double remaining = self->config.timeout_secs - (za_clock_mono () - start);
         if (remaining <= 0)
             return 0;
+        if (self->config.cancelled && self->config.cancelled (self->config.cancel_arg))
+            return -2;
         //  While our own records wait for room, look again soon.
         int usecs = remaining > 1000? 1000000000: (int) (remaining * 1e6) + 1;
+        if (self->config.cancelled && usecs > RING_CANCEL_LOOK_USECS)
+            usecs = RING_CANCEL_LOOK_USECS;
         //  (Room on a tcp connection wakes the poll; a segment's does not.)
         if (za_ring_out_waiting (self) && !self->out_tcp && usecs > RING_PENDING_SLEEP_USECS)
             usecs = RING_PENDING_SLEEP_USECS;
@@ -290,6 +295,11 @@ za_ring_receive (za_ring_t *self, za_op_t op, int64_t round, za_dtype_t dtype, s
         za_ring_release (self);
     }
     self->wait_secs += za_clock_mono () - start;
+    if (got == -2) {
+        za_error ("ring: rank %d: the members changed while waiting for rank %d",
+                  self->config.rank, za_ring_left (self));
+        return ZA_RING_CANCELLED;
+    }
     if (got < 0)
         return za_error ("ring: rank %d interrupted while waiting for rank %d",
                          self->config.rank, za_ring_left (self));
@@ -311,7 +321,8 @@ za_ring_busy (za_ring_t *self)
 //  Waits until libzmq has let go of every chunk lent from the caller's
 //  block and every record waiting went into the segment (the caller may
 //  change the block once we return), at most timeout_secs: a right
-//  neighbour that is gone keeps them. Returns 0, or -1 with an error.
+//  neighbour that is gone keeps them. Returns 0, ZA_RING_RESYNC,
+//  ZA_RING_CANCELLED, or -1 with an error.
 int
 za_ring_drain (za_ring_t *self)
 {
@@ -321,6 +332,11 @@ za_ring_drain (za_ring_t *self)
             return za_error ("ring: rank %d: %s", self->config.rank, za_last_error ());
         if (!za_ring_busy (self))
             break;
+        if (self->config.cancelled && self->config.cancelled (self->config.cancel_arg)) {
+            za_error ("ring: rank %d: the members changed while %s took nothing",
+                      self->config.rank, self->right_endpoint);
+            return ZA_RING_CANCELLED;
+        }
         if (za_clock_mono () - start > self->config.timeout_secs || zsys_interrupted)
             return za_error ("ring: rank %d: %s took nothing for %.1f s", self->config.rank,
                              self->right_endpoint, self->config.timeout_secs);
@@ -398,6 +414,10 @@ za_ring_resync (za_ring_t *self)
         else
             s_drop (self, why? why: "of an earlier generation");
         za_ring_release (self);
+    }
+    if (!self->pending_gen && got == -2) {
+        za_error ("ring: rank %d: the members changed while waiting for the root", rank);
+        return ZA_RING_CANCELLED;
     }
     if (!self->pending_gen)
         return got == 0? za_error ("ring: rank %d: no word from the root through rank %d for "

@@ -24,6 +24,8 @@
 //  Its one frame must pass the left socket's ZMQ_MAXMSGSIZE, which is at least
 //  a header's most (za_wire_max_frame) whatever the chunk size.
 #define RING_WHOLE_BYTES 65536
+//  With config.cancelled, a wait asks it at least this often.
+#define RING_CANCEL_LOOK_USECS 100000
 _Static_assert (RING_WHOLE_BYTES <= ZA_WIRE_MAX_HEADER_BYTES,
                 "a whole tensor's frame must pass any ring's ZMQ_MAXMSGSIZE");
 
@@ -61,6 +63,7 @@ struct _za_ring_t {
     int asked;                      //  a request went right since the last adoption
     double wait_secs;
     char right_endpoint [256];
+    char right_config [256];        //  config.right's own copy (za_ring_reshape)
     //  Same host (za_shm.h): our segment to the right, offered at each
     //  generation and used once the right neighbour says it attached;
     //  records that found no room yet wait in `pending`, in order.

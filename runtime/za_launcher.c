@@ -112,7 +112,7 @@ za_launcher_run_broker (const za_program_t *program, za_options_t *options, za_s
         unsetenv (STOP_WITH_PARENT_ENV);
     }
     za_task_t task;
-    int rc = za_task_prepare (&task, program, options, s, 0, za_settings_replicas (s, (int) (1 + s->workers)));
+    int rc = za_task_prepare (&task, program, options, s, 0, za_settings_replicas (s, (int) (1 + s->workers.min)));
     za_task_release (&task);
     if (rc)
         return rc;
@@ -136,7 +136,9 @@ za_launcher_run_broker (const za_program_t *program, za_options_t *options, za_s
     config.connect = connect;
     config.job_text = job_text;
     config.counts [ZA_TASK_CHIEF] = 1;
-    config.counts [ZA_TASK_WORKER] = (int) s->workers;
+    config.counts [ZA_TASK_WORKER] = (int) s->workers.max;
+    config.min_workers = s->workers.min < s->workers.max? (int) s->workers.min: -1;
+    config.elastic_timeout_secs = s->elastic_timeout;
     config.counts [ZA_TASK_PS] = (int) s->ps;
     config.counts [ZA_TASK_EVALUATOR] = (int) s->evaluators;
     config.ring = s->strategy == ZA_STRATEGY_ALLREDUCE;
@@ -158,8 +160,10 @@ za_launcher_run_broker (const za_program_t *program, za_options_t *options, za_s
     config.restarts = restarts? atoi (restarts): 0;
     config.restart_cause = getenv ("ZA_RESTART_CAUSE");
     za_mkdirs (s->run.model_dir);
-    za_info ("broker: on %s for 1 chief, %" PRId64 " workers, %" PRId64 " ps, %" PRId64
-             " evaluator, until step %" PRId64 "%s", s->bind, s->workers, s->ps,
+    char workers [64];
+    za_settings_workers_text (s, workers, sizeof workers);
+    za_info ("broker: on %s for 1 chief, %s workers, %" PRId64 " ps, %" PRId64
+             " evaluator, until step %" PRId64 "%s", s->bind, workers, s->ps,
              s->evaluators, s->max_steps, s->supervise? ", supervising": "");
     zactor_t *broker = zactor_new (za_broker_actor, &config);
     char *done = NULL, *code = NULL;
@@ -615,7 +619,7 @@ za_launcher_run_local (const za_program_t *program, za_options_t *options, za_se
     //  The evaluation data is checked when a task will evaluate on it.
     int need_eval = s->evaluators > 0 || !s->no_eval || s->train_and_evaluate;
     int rc = za_task_prepare (&task, program, options, s, need_eval,
-                              za_settings_replicas (s, (int) (1 + s->workers)));
+                              za_settings_replicas (s, (int) (1 + s->workers.min)));
     za_task_release (&task);
     if (rc)
         return rc;
@@ -656,9 +660,11 @@ za_launcher_run_local (const za_program_t *program, za_options_t *options, za_se
     }
     char top [PATH_MAX];
     s_tool_command (self->exe, "zactor-top", top, sizeof top);
-    printf ("zactor: 1 chief, %" PRId64 " workers, %" PRId64 " ps, %" PRId64 " evaluator on "
+    char workers [64];
+    za_settings_workers_text (s, workers, sizeof workers);
+    printf ("zactor: 1 chief, %s workers, %" PRId64 " ps, %" PRId64 " evaluator on "
             "this machine, until step %" PRId64 "\n  watch:  %s --broker %s%s%s\n"
-            "  logs:   %s\n", s->workers, s->ps, s->evaluators, s->max_steps, top, self->bind,
+            "  logs:   %s\n", workers, s->ps, s->evaluators, s->max_steps, top, self->bind,
             s->certs? " --certs ": "", s->certs? s->certs: "", self->logs);
     if (s->metrics_bind)
         printf ("  metrics: http://%s/metrics\n", s->metrics_bind);

@@ -77,6 +77,7 @@ s_clear (const za_options_t *self, const za_option_t *option)
         case ZA_OPTION_NUMBER: *(double *) field = 0; break;
         case ZA_OPTION_REAL: *(float *) field = 0; break;
         case ZA_OPTION_ENUM: *(int *) field = 0; break;
+        case ZA_OPTION_RANGE: *(za_option_range_t *) field = (za_option_range_t) {0, 0}; break;
         default: *(const char **) field = NULL; break;
     }
 }
@@ -314,6 +315,24 @@ s_store (za_options_t *self, const za_option_t *option, const char *text, const 
                 return -1;
             *(const char **) field = s_keep (self, text);
             return 0;
+        case ZA_OPTION_RANGE: {
+            //  "N", or "MIN:MAX" with MIN <= MAX.
+            char low [NAME_MAX_CHARS];
+            const char *colon = strchr (text, ':');
+            za_option_range_t range;
+            snprintf (low, sizeof low, "%.*s", colon? (int) (colon - text): (int) strlen (text),
+                      text);
+            if (s_parse_int (what, low, option->min, option->max, &range.min)
+                || s_parse_int (what, colon? colon + 1: low, option->min, option->max,
+                                &range.max))
+                return za_error ("%s wants N or MIN:MAX (integers in [%.0f, %.0f]), got '%s'",
+                                 what, option->min, option->max, text);
+            if (range.min > range.max)
+                return za_error ("%s: %s: the least (%" PRId64 ") is above the most (%" PRId64
+                                 ")", what, text, range.min, range.max);
+            *(za_option_range_t *) field = range;
+            return 0;
+        }
         case ZA_OPTION_STRING:
             if (strlen (text) >= TEXT_MAX_CHARS)
                 return za_error ("%s: the value is longer than %d bytes", what,
@@ -369,6 +388,14 @@ za_options_value_text (const za_options_t *self, const za_option_t *option, char
         case ZA_OPTION_ENUM:
             s_enum_name (option->choices, *(const int *) field, text, size);
             break;
+        case ZA_OPTION_RANGE: {
+            const za_option_range_t *range = (const za_option_range_t *) field;
+            if (range->min == range->max)
+                snprintf (text, size, "%" PRId64, range->max);
+            else
+                snprintf (text, size, "%" PRId64 ":%" PRId64, range->min, range->max);
+            break;
+        }
         default: {
             const char *value = *(const char *const *) field;
             snprintf (text, size, "%s", value? value: "");

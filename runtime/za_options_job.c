@@ -61,21 +61,26 @@ s_apply_roles (za_options_t *self, json_t *roles, const char *source, za_option_
         for (int k = 0; k < 4; k++)
             if (streq (kind, kinds [k][0]))
                 found = k;
-        if (found < 0 || !json_is_integer (count))
+        //  The workers may be a range, "MIN:MAX" (an elastic job).
+        int range = found == 1 && json_is_string (count);
+        if (found < 0 || (!json_is_integer (count) && !range))
             return za_error ("%s: roles are chief, worker, ps and evaluator, each an integer "
-                             "count", what);
-        json_int_t n = json_integer_value (count);
+                             "count (the workers may be \"MIN:MAX\")", what);
+        json_int_t n = range? 0: json_integer_value (count);
         if (found == 0) {
             if (n != 1)
                 return za_error ("%s is %" JSON_INTEGER_FORMAT ": 1 to 1", what, n);
             continue;
         }
         const za_option_t *option = za_options_find (self, kinds [found][1]);
-        if (n < option->min || n > option->max)
+        if (!range && (n < option->min || n > option->max))
             return za_error ("%s is %" JSON_INTEGER_FORMAT ": %.0f to %.0f", what, n,
                              option->min, option->max);
         char text [32];
-        snprintf (text, sizeof text, "%" JSON_INTEGER_FORMAT, n);
+        if (range)
+            snprintf (text, sizeof text, "%.31s", json_string_value (count));
+        else
+            snprintf (text, sizeof text, "%" JSON_INTEGER_FORMAT, n);
         if (za_options_set (self, kinds [found][1], text, from, what))
             return -1;
     }
@@ -169,6 +174,12 @@ s_job_value (const za_options_t *self, const za_option_t *option)
         case ZA_OPTION_FLAG: return json_boolean (*(const int *) field);
         case ZA_OPTION_INT: return json_integer (*(const int64_t *) field);
         case ZA_OPTION_NUMBER: return json_real (*(const double *) field);
+        case ZA_OPTION_RANGE: {
+            const za_option_range_t *range = (const za_option_range_t *) field;
+            char text [NAME_MAX_CHARS];
+            za_options_value_text (self, option, text, sizeof text);
+            return range->min == range->max? json_integer (range->max): json_string (text);
+        }
         case ZA_OPTION_REAL:        //  as --help and --print-settings write them
         case ZA_OPTION_ENUM: {
             char text [NAME_MAX_CHARS];
@@ -211,8 +222,10 @@ za_options_job_text (const za_options_t *self, json_t *extra)
             json_decref (value);
     }
     const za_settings_t *s = self->settings;
-    json_object_set_new (job, ROLES_KEY, json_pack ("{s:i, s:I, s:I, s:I}", "chief", 1,
-                                                    "worker", (json_int_t) s->workers,
+    int workers = za_options_index_of (self, "workers");
+    json_object_set_new (job, ROLES_KEY, json_pack ("{s:i, s:o, s:I, s:I}", "chief", 1,
+                                                    "worker", s_job_value (self,
+                                                                           &self->options [workers]),
                                                     "ps", (json_int_t) s->ps,
                                                     "evaluator", (json_int_t) s->evaluators));
     if (extra)

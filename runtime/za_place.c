@@ -268,6 +268,14 @@ s_ring_from_view (zmsg_t *view, const char *role, za_place_t *place)
     zstr_free (&count);
     if (members == 0)
         return 0;
+    //  Elastic: the role forms its ring from the members (za_membership.h).
+    if (place->membership) {
+        for (int r = 0; r < members; r++) {
+            char *endpoint = zmsg_popstr (view);
+            zstr_free (&endpoint);
+        }
+        return 0;
+    }
     if (members != place->num_workers)
         rc = 1;
     for (int r = 0; r < members && !rc; r++) {
@@ -382,7 +390,7 @@ s_place_set (za_place_t *place, za_task_type_t type, const za_settings_t *s, con
     place->is_chief = type == ZA_TASK_CHIEF;
     place->worker_index = type == ZA_TASK_CHIEF? 0
                         : type == ZA_TASK_WORKER? place->index + 1: -1;
-    place->num_workers = (int) (1 + s->workers);
+    place->num_workers = (int) (1 + s->workers.max);
     place->ps_count = (int) s->ps;
     place->evaluators = (int) s->evaluators;
     //  The ps serve; so do the chief and workers of the all-reduce ring, which
@@ -419,10 +427,15 @@ za_place_run_with_broker (const za_program_t *program, za_options_t *options, za
     if (strncmp (s->broker, "tcp://", 6) == 0
         && za_cluster_wait_for_hosts (&s->broker, &the_broker, 1, s->timeout_secs))
         return 1;
+    //  Every task hears an elastic job's members (the job is known only
+    //  from the welcome: published in any case, read when it is elastic).
+    static za_membership_t membership;
+    za_membership_init (&membership);
     za_broker_client_config_t client_config = {
         .broker = s->broker, .role = role, .index = (int) s->index, .host = host,
         .restarts = restarts? atoi (restarts): 0, .stats = &stats,
         .heartbeat = za_settings_heartbeat (s), .timeout_secs = s->timeout_secs,
+        .membership = &membership,
     };
     zactor_t *client = zactor_new (za_broker_client_actor, &client_config);
     if (!client)
@@ -446,7 +459,8 @@ za_place_run_with_broker (const za_program_t *program, za_options_t *options, za
         zstr_sendx (client, "HEARTBEAT", text, NULL);
         za_info ("%s %d: registered with the broker at %s", role, place.index, s->broker);
         if (streq (host, "127.0.0.1"))
-            s_share_cores (options, s, (int) (1 + s->workers + s->ps + s->evaluators));
+            s_share_cores (options, s, (int) (1 + s->workers.max + s->ps + s->evaluators));
+        place.membership = za_settings_elastic (s)? &membership: NULL;
         rc = s_place_set (&place, type, s, host, old_endpoint, client);
         int need_eval = type == ZA_TASK_EVALUATOR
                      || (place.is_chief && !s->no_eval && !place.evaluators);
@@ -467,5 +481,6 @@ za_place_run_with_broker (const za_program_t *program, za_options_t *options, za
     snprintf (code, sizeof code, "%d", rc);
     zstr_sendx (client, "DONE", code, NULL);
     zactor_destroy (&client);
+    za_membership_destroy (&membership);
     return rc;
 }

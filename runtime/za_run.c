@@ -88,9 +88,9 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
         za_error ("--replicas-to-aggregate goes with --strategy ps-sync");
         return ZA_EXIT_USAGE;
     }
-    if (s->local && s->replicas_to_aggregate > 1 + s->workers) {
+    if (s->local && s->replicas_to_aggregate > 1 + s->workers.min) {
         za_error ("--replicas-to-aggregate %" PRId64 ": the job has %" PRId64 " workers with "
-                  "the chief", s->replicas_to_aggregate, 1 + s->workers);
+                  "the chief", s->replicas_to_aggregate, 1 + s->workers.min);
         return ZA_EXIT_USAGE;
     }
     //  The all-reduce has no ps; the ps strategies need one.

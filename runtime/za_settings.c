@@ -10,6 +10,7 @@
 #include "za/za_preempt.h"
 
 #include <float.h>
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
@@ -37,6 +38,7 @@
 #define T_LIST ZA_OPTION_LIST
 #define T_REAL ZA_OPTION_REAL
 #define T_ENUM ZA_OPTION_ENUM
+#define T_RANGE ZA_OPTION_RANGE
 
 static const za_option_t s_options [] = {
     //  flag, type, field, value name, default, min, max, choices, readers, scope, flags,
@@ -346,8 +348,27 @@ static const za_option_t s_options [] = {
                "accuracy at the end. Its defaults: 10 epochs, a checkpoint\n"
                "every 1000 steps, evaluations every 10 s. Watch it with\n"
                "zactor-top; logs in MODEL_DIR/logs, events in events.jsonl"),
-    ZA_OPTION ("workers", T_INT, workers, "N", "2", 0, ZA_BROKER_MAX_TASKS - 1, NULL, R_LOCAL,
-               JOB, 0, NULL, "workers besides the chief (a job says \"roles\": {\"worker\": N})"),
+    ZA_OPTION ("workers", T_RANGE, workers, "N|MIN:MAX", "2", 0, ZA_BROKER_MAX_TASKS - 1, NULL,
+               R_LOCAL, JOB, 0, NULL,
+               "workers besides the chief (a job says \"roles\": {\"worker\": N}).\n"
+               "MIN:MAX makes the job elastic (torchrun's --nnodes MIN:MAX): MIN\n"
+               "are started, more may join with --role worker --broker ADDR\n"
+               "while it runs, and one lost for --elastic-timeout is dropped\n"
+               "(docs/elastic.md)"),
+    ZA_OPTION ("elastic-timeout", T_NUM, elastic_timeout, "SECS",
+               ZA_TEXT (ZA_BROKER_ELASTIC_TIMEOUT_SECS), 0, 86400, NULL, R_LOCAL, JOB,
+               ZA_OPTION_ABOVE_MIN, NULL,
+               "elastic jobs: a worker above MIN that is silent (or failed) this\n"
+               "long is dropped, and the others go on without it"),
+    ZA_OPTION ("elastic-batch", T_ENUM, elastic_batch, "RULE", "global", 0, 0,
+               ZA_ELASTIC_BATCH_CHOICES "|torchelastic=per-worker|horovod=scale-lr",
+               R_ALL, JOB, 0, NULL,
+               "elastic jobs, when the workers change: global keeps the global\n"
+               "batch (--batch-size x the trainers it starts with) and the\n"
+               "learning rate, the trainers sharing each batch; per-worker\n"
+               "(torchelastic) keeps each worker's --batch-size; scale-lr\n"
+               "(horovod) keeps it too and scales the learning rate by the\n"
+               "trainers now over those at the start"),
     ZA_OPTION ("ps", T_INT, ps, "N", "1", 0, ZA_ROLE_MAX_PS, NULL, R_LOCAL, JOB, 0, NULL,
                "parameter servers"),
     ZA_OPTION ("evaluators", T_INT, evaluators, "N", "1", 0, 1, NULL, R_LOCAL, JOB, 0, NULL,
@@ -429,6 +450,21 @@ za_settings_replicas (const za_settings_t *settings, int num_workers)
     if (strategy == ZA_STRATEGY_PS_SYNC && settings->replicas_to_aggregate > 0)
         return (int) settings->replicas_to_aggregate;
     return strategy == ZA_STRATEGY_PS_ASYNC? 1: num_workers;
+}
+
+void
+za_settings_workers_text (const za_settings_t *s, char *text, size_t size)
+{
+    if (s->workers.min == s->workers.max)
+        snprintf (text, size, "%" PRId64, s->workers.max);
+    else
+        snprintf (text, size, "%" PRId64 " to %" PRId64, s->workers.min, s->workers.max);
+}
+
+int
+za_settings_elastic (const za_settings_t *s)
+{
+    return s->workers.min < s->workers.max;
 }
 
 int

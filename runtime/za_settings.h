@@ -25,6 +25,11 @@ za_heartbeat_t za_settings_heartbeat (const za_settings_t *settings);
 //  worker) with ps-sync, every worker with the all-reduce.
 int za_settings_replicas (const za_settings_t *settings, int num_workers);
 
+//  --workers as a person reads it: "2", or "1 to 3" (elastic).
+void za_settings_workers_text (const za_settings_t *settings, char *text, size_t size);
+//  1 for an elastic job (--workers MIN:MAX with MIN < MAX).
+int za_settings_elastic (const za_settings_t *settings);
+
 //  Whether this process may bind endpoint: loopback always; anything else
 //  with --certs, or with --insecure (said loudly, once per endpoint).
 //  Returns 0, or ZA_EXIT_USAGE after one error that says what to give.

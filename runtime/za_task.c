@@ -459,6 +459,7 @@ za_task_input (void *arg, const za_input_context_t *context)
         if (split) {
             config.replicas = asked.num_shards;
             config.replica = asked.shard_index;
+            config.global_batch = asked.global_batch;
         }
         if (!task->train)
             return NULL;
@@ -467,7 +468,9 @@ za_task_input (void *arg, const za_input_context_t *context)
         config.seed = asked.seed;
         //  A resumed run reads on: its stream gave global batches (split)
         //  or its own batches so far.
-        config.skip = asked.steps_done * asked.batch_size * (split? asked.num_shards: 1);
+        config.skip = split && asked.examples_done > 0
+                    ? asked.examples_done
+                    : asked.steps_done * asked.batch_size * (split? asked.num_shards: 1);
         config.epochs = -1;
         config.threads = (int) s->input_threads;
         config.preprocess = (za_preprocess_t) za_preprocess_parse (s->preprocess);

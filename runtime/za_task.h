@@ -42,6 +42,8 @@ typedef struct {
     char bind [ZA_CLUSTER_ENDPOINT_MAX];
     char right [ZA_CLUSTER_ENDPOINT_MAX];   //  allreduce: the next worker's endpoint
     int evaluators;                 //  in the cluster (the chief evaluates when none)
+    za_membership_t *membership;    //  an elastic job's members (NULL: a fixed job):
+                                    //  the broker client writes, the role reads
 } za_place_t;
 
 //  Checks the model and reads what the data holds (headers and labels, no

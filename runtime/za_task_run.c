@@ -312,6 +312,9 @@ s_role_config (za_task_t *task, const za_place_t *place, za_role_config_t *role)
     role->stats = task->stats;
     role->ps_count = place->ps_count;
     role->num_workers = place->num_workers;
+    role->membership = place->membership;
+    role->min_trainers = (int) (1 + s->workers.min);
+    role->elastic_batch = (za_elastic_batch_t) s->elastic_batch;
     for (int p = 0; p < place->ps_count && p < ZA_ROLE_MAX_PS; p++)
         role->ps_endpoints [p] = place->ps_endpoints [p];
     role->is_chief = place->is_chief;

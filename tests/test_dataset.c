@@ -1230,6 +1230,58 @@ Test (pipeline, split_batches_are_slices_of_the_global_batch)
     za_dataset_destroy (&dataset);
 }
 
+//  A global batch that the replicas do not divide (an elastic job's global
+//  rule: 128 examples among 3 trainers): replica r keeps [128 r / 3,
+//  128 (r + 1) / 3), 42, 43 and 43 examples, side by side the global
+//  batches of one input; skipped to a place, each reads on from there. A
+//  share larger than batch_size is refused.
+Test (pipeline, a_global_batch_is_shared_as_evenly_as_may_be)
+{
+    za_dataset_t *dataset = s_indexed_dataset (1000);
+    za_input_config_t whole = s_config (128, 1);
+    whole.shuffle_buffer = 1000;
+    whole.seed = 5;
+    whole.epochs = 1;
+    int64_t global [1000], slices [3][1000];
+    int global_sizes [20], sizes [3][20], global_batches, batches [3];
+    cr_assert_eq (s_collect (dataset, &whole, global, global_sizes, &global_batches), 1000);
+    int from [] = {0, 42, 85, 128};
+    for (int r = 0; r < 3; r++) {
+        za_input_config_t config = whole;
+        config.batch_size = 43;
+        config.replicas = 3;
+        config.replica = r;
+        config.global_batch = 128;
+        s_collect (dataset, &config, slices [r], sizes [r], &batches [r]);
+        cr_assert_eq (sizes [r][0], from [r + 1] - from [r], "replica %d", r);
+    }
+    for (int b = 0; b < 7; b++)
+        for (int r = 0; r < 3; r++)
+            for (int k = 0; k < from [r + 1] - from [r]; k++)
+                cr_assert_eq (slices [r][b * (from [r + 1] - from [r]) + k],
+                              global [b * 128 + from [r] + k], "batch %d replica %d row %d",
+                              b, r, k);
+    //  From the place of 3 global batches on, the same examples.
+    za_input_config_t config = whole;
+    config.batch_size = 43;
+    config.replicas = 3;
+    config.replica = 1;
+    config.global_batch = 128;
+    config.skip = 3 * 128;
+    int64_t after [1000];
+    s_collect (dataset, &config, after, NULL, NULL);
+    for (int k = 0; k < 43; k++)
+        cr_assert_eq (after [k], global [3 * 128 + 42 + k], "row %d", k);
+    //  43 does not hold a share of 130 / 3.
+    za_error_set_quiet (1);
+    config.global_batch = 130;
+    za_input_t *input = za_input_new (dataset, &config);
+    cr_expect_null (input);
+    za_input_destroy (&input);
+    za_error_set_quiet (0);
+    za_dataset_destroy (&dataset);
+}
+
 Test (pipeline, bad_configs)
 {
     za_error_set_quiet (1);

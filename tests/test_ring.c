@@ -779,3 +779,121 @@ Test (ring, two_hosts_of_two_ranks_mix_shared_memory_and_tcp)
         cr_expect_eq (za_ring_dropped (c.ranks [r].ring), 0);
     s_destroy (&c);
 }
+
+//  A rank's turn after a reshape: a new generation, then one all-reduce.
+static void *
+s_reformed_run (void *arg)
+{
+    s_rank_t *rank = (s_rank_t *) arg;
+    rank->rc = za_ring_resync (rank->ring);
+    if (rank->rc == 0)
+        rank->rc = za_ring_allreduce_mean (rank->ring, rank->data, rank->n, 1);
+    if (rank->rc)
+        snprintf (rank->error, sizeof rank->error, "%s", za_last_error ());
+    return NULL;
+}
+
+//  Ranks [0, size) of c (reshaped to `size`, each sending to the next of
+//  `order`) re-form and all-reduce: every one ends with the same bits, the
+//  mean of the values each put in.
+static void
+s_reformed_mean (s_ring_case_t *c, const int *order, int size)
+{
+    pthread_t threads [MAX_RANKS];
+    for (int r = 0; r < size; r++) {
+        s_rank_t *rank = &c->ranks [order [r]];
+        for (size_t i = 0; i < rank->n; i++)
+            rank->data [i] = s_value (order [r], i);
+        pthread_create (&threads [r], NULL, s_reformed_run, rank);
+    }
+    for (int r = 0; r < size; r++)
+        pthread_join (threads [r], NULL);
+    for (size_t i = 0; i < c->ranks [order [0]].n; i++) {
+        double mean = 0;
+        for (int r = 0; r < size; r++)
+            mean += s_value (order [r], i);
+        mean /= size;
+        for (int r = 0; r < size; r++) {
+            s_rank_t *rank = &c->ranks [order [r]];
+            cr_assert_eq (rank->rc, 0, "rank %d of %d: %s", r, size, rank->error);
+            cr_assert (memcmp (&rank->data [i], &c->ranks [order [0]].data [i],
+                               sizeof (float)) == 0, "size %d: [%zu] differs", size, i);
+            cr_assert_leq (fabs (rank->data [i] - mean), 1e-5, "size %d: [%zu] %g != %g",
+                           size, i, (double) rank->data [i], mean);
+        }
+    }
+}
+
+//  An elastic job's ring: three ranks, one leaves for good (the others
+//  re-form as two, keeping their sockets), a new one comes at its endpoint
+//  (three again); each shape's mean is right and the same bits everywhere.
+Test (ring, a_ring_reshaped_to_fewer_then_more_ranks_agrees)
+{
+    s_ring_case_t c;
+    s_make (&c, 3, 1, 64, 10);
+    for (int r = 0; r < 3; r++) {
+        c.ranks [r].n = 300;
+        c.ranks [r].data = malloc (300 * sizeof (float));
+    }
+    int three [] = {0, 1, 2}, two [] = {0, 1};
+    s_reformed_mean (&c, three, 3);
+    //  Rank 2 is gone: 0 and 1 are a ring of two.
+    za_ring_destroy (&c.ranks [2].ring);
+    cr_assert_eq (za_ring_reshape (c.ranks [0].ring, 0, 2, c.endpoints [1]), 0, "%s",
+                  za_last_error ());
+    cr_assert_eq (za_ring_reshape (c.ranks [1].ring, 1, 2, c.endpoints [0]), 0, "%s",
+                  za_last_error ());
+    s_reformed_mean (&c, two, 2);
+    //  A new member at the third endpoint: three again.
+    za_ring_config_t config = {
+        .rank = 2, .size = 3, .bind = c.endpoints [2], .right = c.endpoints [0],
+        .chunk_floats = 64, .timeout_secs = 10,
+    };
+    c.ranks [2].ring = za_ring_new (&config);
+    cr_assert_not_null (c.ranks [2].ring, "%s", za_last_error ());
+    cr_assert_eq (za_ring_reshape (c.ranks [1].ring, 1, 3, c.endpoints [2]), 0, "%s",
+                  za_last_error ());
+    cr_assert_eq (za_ring_reshape (c.ranks [0].ring, 0, 3, c.endpoints [1]), 0, "%s",
+                  za_last_error ());
+    s_reformed_mean (&c, three, 3);
+    //  Out of range: refused, the ring as it was.
+    cr_expect_eq (za_ring_reshape (c.ranks [0].ring, 3, 3, c.endpoints [1]), -1);
+    cr_expect_eq (za_ring_reshape (c.ranks [0].ring, 0, 0, c.endpoints [1]), -1);
+    s_destroy (&c);
+}
+
+//  The cancel of a ring: asked while a call waits; the third ask says stop.
+static int s_cancel_asked;
+
+static int
+s_cancel_on_third (void *arg)
+{
+    (void) arg;
+    return ++s_cancel_asked >= 3;
+}
+
+//  A wait for a neighbour that never sends ends with ZA_RING_CANCELLED once
+//  the cancel says so (an elastic job whose members changed), long before
+//  the timeout; a resync's wait too.
+Test (ring, a_wait_ends_when_the_cancel_says_so)
+{
+    char endpoints [2][64];
+    for (int r = 0; r < 2; r++)
+        snprintf (endpoints [r], sizeof endpoints [r], "tcp://127.0.0.1:%d",
+                  za_test_free_port ());
+    za_ring_config_t config = {
+        .rank = 1, .size = 2, .bind = endpoints [1], .right = endpoints [0],
+        .timeout_secs = 60, .cancelled = s_cancel_on_third,
+    };
+    za_ring_t *ring = za_ring_new (&config);
+    cr_assert_not_null (ring, "%s", za_last_error ());
+    float data [8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    double start = za_clock_mono ();
+    s_cancel_asked = 0;
+    cr_expect_eq (za_ring_allreduce_mean (ring, data, 8, 1), ZA_RING_CANCELLED);
+    cr_expect_geq (s_cancel_asked, 3);
+    s_cancel_asked = 0;
+    cr_expect_eq (za_ring_resync (ring), ZA_RING_CANCELLED);
+    cr_expect_lt (za_clock_mono () - start, 30, "the cancel came after the timeout");
+    za_ring_destroy (&ring);
+}

@@ -9,6 +9,7 @@
 #include "za_test.h"
 
 #include "za/za_options.h"
+#include "za/za_role.h"
 #include "za/za_util.h"
 
 #include <criterion/criterion.h>
@@ -262,7 +263,7 @@ Test (options, the_job_travels_and_the_flags_win)
     json_decref (job);
     cr_expect_eq (settings.batch_size, 32, "the flag lost to the job");
     cr_expect_eq (settings.run.save_checkpoints_steps, 250);
-    cr_expect_eq (settings.workers, 3);
+    cr_expect_eq (settings.workers.max, 3);
     cr_expect_str_eq (settings.hidden_units, "256,64");
     cr_expect_eq (settings.optim.learning_rate, 0.5f);
     //  --local's defaults are weaker than the job.
@@ -285,6 +286,43 @@ Test (options, the_job_travels_and_the_flags_win)
     za_options_destroy (&options);
 }
 
+//  --workers MIN:MAX (an elastic job) from a flag and from a job's roles,
+//  and as the job every task gets: the range, not a count.
+Test (options, a_range_of_workers_travels_as_a_range)
+{
+    za_settings_t settings;
+    memset (&settings, 0, sizeof settings);
+    za_options_t *options = za_options_new ("test", NULL, &settings, 0);
+    cr_assert_not_null (options);
+    cr_expect (settings.workers.min == 2 && settings.workers.max == 2);
+    char *argv [] = {"test", "--workers", "1:3", "--elastic-batch", "horovod", NULL};
+    cr_assert_eq (za_options_parse_args (options, 5, argv), 0, "%s", za_last_error ());
+    cr_expect (settings.workers.min == 1 && settings.workers.max == 3);
+    cr_expect_eq (settings.elastic_batch, ZA_ELASTIC_SCALE_LR);
+    char *text = za_options_job_text (options, NULL);
+    json_error_t error;
+    json_t *sent = json_loads (text, 0, &error);
+    cr_assert_not_null (sent, "%s", text);
+    cr_expect_str_eq (json_string_value (json_object_get (json_object_get (sent, "roles"),
+                                                          "worker")), "1:3", "%s", text);
+    free (text);
+    //  A task applies it as its job: the same range.
+    za_settings_t task;
+    memset (&task, 0, sizeof task);
+    za_options_t *task_options = za_options_new ("task", NULL, &task, 0);
+    cr_assert_eq (za_options_apply_job (task_options, sent, "job", ZA_FROM_JOB), 0, "%s",
+                  za_last_error ());
+    cr_expect (task.workers.min == 1 && task.workers.max == 3);
+    json_decref (sent);
+    //  A fixed count stays a number.
+    json_t *job = json_loads ("{\"roles\": {\"worker\": 4}}", 0, &error);
+    cr_assert_eq (za_options_apply_job (task_options, job, "job", ZA_FROM_FLAG), 0);
+    json_decref (job);
+    cr_expect (task.workers.min == 4 && task.workers.max == 4);
+    za_options_destroy (&task_options);
+    za_options_destroy (&options);
+}
+
 Test (options, mistakes_exit_2_naming_them_before_any_work)
 {
     char *unknown = za_test_write ("unknown.json", "{\"train_spec\": {\"max_stepz\": 10}}");
@@ -302,6 +340,9 @@ Test (options, mistakes_exit_2_naming_them_before_any_work)
         {"zactor-run", {"--job", kind, NULL}, "save_summary_steps wants an integer"},
         {"zactor-run", {"--job", roles, NULL}, "roles.worker is 99"},
         {"zactor-run", {"--epochs", "0", NULL}, "--epochs wants an integer in [1, 100000]"},
+        {"zactor-run", {"--workers", "3:1", NULL}, "--workers: 3:1: the least (3) is above the most (1)"},
+        {"zactor-run", {"--workers", "1:x", NULL}, "--workers wants N or MIN:MAX"},
+        {"zactor-run", {"--elastic-batch", "some", NULL}, "'some' is not one of global,per-worker,scale-lr"},
         {"zactor-run", {"--heartbeat-ivl-ms", "5", NULL}, "--heartbeat-ivl-ms"},
         {"zactor-run", {"--optimizer", "rmsprop", NULL}, "'rmsprop' is not one of sgd"},
         {"zactor-run", {"--learning-rate", "1e39", NULL}, "does not fit a float"},

@@ -1696,7 +1696,9 @@ Test (wire, fuzz_control_plane_replies_at_the_client)
         {ZA_OP_WELCOME, "{\"index\": 1, \"endpoint\": \"tcp://127.0.0.1:5000\", \"job\": "
                         "{\"max_steps\": 100, \"roles\": {\"worker\": 2}}}"},
         {ZA_OP_VIEW, "{\"ready\": true, \"ps\": [\"tcp://127.0.0.1:5000\", "
-                     "\"tcp://127.0.0.1:5001\"], \"num_workers\": 3}"},
+                     "\"tcp://127.0.0.1:5001\"], \"num_workers\": 3, \"ring\": "
+                     "[\"tcp://127.0.0.1:6000\", \"\", \"tcp://127.0.0.1:6002\"], "
+                     "\"members\": [0, 2], \"membership\": 4}"},
         {ZA_OP_STATE, "{\"job\": {\"max_steps\": 100, \"model_dir\": \"runs/a\"}, \"broker\": "
                       "{\"pid\": 9, \"host\": \"h\", \"restarts\": 0, \"uptime_secs\": 1.5, "
                       "\"endpoint\": \"tcp://*:5555\", \"supervise\": true}, \"global_step\": 7, "
@@ -1729,10 +1731,22 @@ Test (wire, fuzz_control_plane_replies_at_the_client)
             cr_assert_eq (reply.op, valid [kind].op);
             if (reply.op == ZA_OP_WELCOME)
                 cr_assert (reply.index >= 0 && reply.job && *reply.job == '{');
-            if (reply.op == ZA_OP_VIEW)
+            if (reply.op == ZA_OP_VIEW) {
                 for (int p = 0; p < reply.ps_count && reply.ready; p++)
                     cr_assert (*reply.ps [p], "round %d: an empty endpoint in a ready view",
                                round);
+                //  Members: ascending worker indexes; each in a ready ring has
+                //  an endpoint.
+                for (int m = 0; m < reply.member_count; m++) {
+                    cr_assert (reply.members [m] >= 0 && reply.members [m] < reply.num_workers
+                               && (m == 0 || reply.members [m] > reply.members [m - 1]),
+                               "round %d: member %d", round, m);
+                    cr_assert (!reply.ready || reply.members [m] >= reply.ring_count
+                               || *reply.ring [reply.members [m]],
+                               "round %d: a member without an endpoint", round);
+                }
+                cr_assert (reply.member_count == 0 || reply.membership >= 1);
+            }
             if (reply.op == ZA_OP_STATE)
                 cr_assert (reply.state && reply.state->task_count <= ZA_BROKER_STATE_TASKS);
         }

@@ -423,6 +423,13 @@ za_replica_optim (const za_replica_t *self)
     return self->has_optim? &self->optim: NULL;
 }
 
+void
+za_replica_set_learning_rate (za_replica_t *self, float learning_rate)
+{
+    if (self->has_optim && learning_rate > 0)
+        self->optim.learning_rate = learning_rate;
+}
+
 const char *
 za_replica_model_text (const za_replica_t *self)
 {

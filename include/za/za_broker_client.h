@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "za/za_cluster.h"
+#include "za/za_membership.h"
 #include "za/za_peer.h"
 #include "za/za_role_stats.h"
 #include "za/za_wire.h"
@@ -146,8 +147,12 @@ typedef struct {
     int num_workers;                //  the chief included
     int ps_count;
     char ps [ZA_CLUSTER_MAX_TASKS][ZA_CLUSTER_ENDPOINT_MAX];
+    int64_t membership;             //  elastic: the members' change number (0: a
+    int member_count;               //  fixed job) and the members, worker indexes
+    int members [ZA_MEMBERS_MAX];   //  ascending (za_membership.h)
     int ring_count;                 //  0, or num_workers: the ring's endpoints by
-                                    //  worker index (the chief first)
+                                    //  worker index (the chief first; "" for an
+                                    //  elastic slot that is no member)
     char ring [ZA_CLUSTER_MAX_TASKS + 1][ZA_CLUSTER_ENDPOINT_MAX];
     //  STATE: owned; and its JSON text (owned), for whoever prints it whole.
     za_broker_state_t *state;
@@ -185,6 +190,8 @@ typedef struct {
                                     //  HUNG_PERIODS x interval x liveness is hung:
                                     //  reports stop, so the broker sees it
     double timeout_secs;            //  no welcome within this: "FAILED"
+    za_membership_t *membership;    //  NULL, or (an elastic job) where the members
+                                    //  of every view go; outlives the actor
 } za_broker_client_config_t;
 
 //  A role's client as a CZMQ actor (args: za_broker_client_config_t *).

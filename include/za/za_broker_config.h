@@ -49,6 +49,12 @@ typedef struct {
                                     //  the state to Prometheus (za_metrics.h)
     const char *certs;              //  NULL, or --certs DIR for the tasks it starts
     int insecure;                   //  1: --insecure for the tasks it starts
+    //  Elastic (min_workers < counts [worker]): worker indexes from
+    //  min_workers up are slots a worker may take while the job runs (one
+    //  started with --broker) and leave; they are never started by the
+    //  broker, and one silent longer than elastic_timeout_secs is dropped.
+    int min_workers;                //  -1: every declared worker (a fixed job)
+    double elastic_timeout_secs;
     int requeue_exit_code;          //  a task's exit status for "preempted"
                                     //  (za_preempt.h): the job stops, and the
                                     //  broker exits with it too
@@ -59,6 +65,7 @@ typedef struct {
 #define ZA_BROKER_MAX_RESTARTS 10
 #define ZA_BROKER_BACKOFF_SECS 0.5
 #define ZA_BROKER_BACKOFF_MAX_SECS 10
+#define ZA_BROKER_ELASTIC_TIMEOUT_SECS 30
 void za_broker_config_init (za_broker_config_t *config);
 
 //  How long to wait before restarting after `failures` failures in a row:

@@ -90,6 +90,15 @@ typedef struct {
                                     //  (za_input_config_t.replicas), so the replicas'
                                     //  step is one process's step at the global batch.
                                     //  An input_fn may shard as above instead.
+    int64_t examples_done;          //  TRAIN, split_batches: when > 0, the examples of
+                                    //  the stream already read, instead of steps_done
+                                    //  x batch_size x num_shards (an elastic job's
+                                    //  global batch changed size on the way)
+    int global_batch;               //  TRAIN, split_batches: 0, batch_size x
+                                    //  num_shards; else each global batch has this
+                                    //  many examples, shared as evenly as may be
+                                    //  (za_input_config_t.global_batch); batch_size
+                                    //  is then the largest share
 } za_input_context_t;
 
 //  An input_fn: builds the batch iterator for context->mode. The estimator

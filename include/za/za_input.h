@@ -58,6 +58,12 @@ typedef struct {
     int replica;                //  the stream is cut into global batches of
                                 //  batch_size x replicas and this input keeps
                                 //  slice `replica` of each; 0 or 1: not split
+    int global_batch;           //  split batches: 0, global batches of batch_size
+                                //  x replicas; else of this many examples, of
+                                //  which replica r keeps [G r / R, G (r + 1) / R)
+                                //  (an elastic job's trainers sharing a global
+                                //  batch that does not divide evenly): at most
+                                //  batch_size each
     int threads;                //  a data set of files (a loader): each batch's
                                 //  examples are decoded on this many threads
                                 //  (the producer's among them); default 1

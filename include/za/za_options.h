@@ -35,10 +35,18 @@ typedef enum {
     ZA_OPTION_LIST,                 //  const char *, integers in [min, max] separated by
                                     //  commas ("256,128"); a JSON array of them in a job
     ZA_OPTION_REAL,                 //  float, as NUMBER, and one a float holds
-    ZA_OPTION_ENUM                  //  int: the place of its name among `choices`
+    ZA_OPTION_ENUM,                 //  int: the place of its name among `choices`
                                     //  ("sgd|momentum": 0, 1; aliases "alias=name" take
                                     //  name's place and count none of their own)
+    ZA_OPTION_RANGE                 //  za_option_range_t: "N" (N to N) or "MIN:MAX",
+                                    //  integers in [min, max]; a number or that text
+                                    //  in a job
 } za_option_type_t;
+
+//  A ZA_OPTION_RANGE's value.
+typedef struct {
+    int64_t min, max;
+} za_option_range_t;
 
 //  Who reads a setting.
 #define ZA_READ_SINGLE      (1u << 0)   //  one process, no cluster
@@ -180,7 +188,9 @@ typedef struct {
     int64_t heartbeat_liveness;
     //  The whole cluster on this machine, and the broker
     int local;
-    int64_t workers;
+    za_option_range_t workers;      //  besides the chief; min < max: elastic
+    double elastic_timeout;         //  an elastic worker silent this long is dropped
+    int elastic_batch;              //  za_elastic_batch_t
     int64_t ps;
     int64_t evaluators;
     const char *job;

@@ -82,6 +82,9 @@ float *za_replica_values (za_replica_t *self);
 float *za_replica_gradients (za_replica_t *self);
 float *za_replica_slot (za_replica_t *self, int slot);
 const za_optim_config_t *za_replica_optim (const za_replica_t *self);
+//  The optimizer's learning rate from now on (an elastic job's scale-lr:
+//  the base rate times the trainers now over those at the start).
+void za_replica_set_learning_rate (za_replica_t *self, float learning_rate);
 //  The text that names the model in checkpoints (describe, else the name).
 const char *za_replica_model_text (const za_replica_t *self);
 

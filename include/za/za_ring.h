@@ -57,6 +57,10 @@ typedef struct {
                                     //  rounded to bf16 by its owner too, so every
                                     //  rank ends with the same numbers). Broadcasts
                                     //  copy bits: always f32
+    int (*cancelled) (void *arg);   //  NULL, or asked at least every 100 ms while a
+    void *cancel_arg;               //  call waits: nonzero ends the call with
+                                    //  ZA_RING_CANCELLED (an elastic job's members
+                                    //  changed: the ring is re-formed, za_ring_reshape)
 } za_ring_config_t;
 
 typedef struct _za_ring_t za_ring_t;
@@ -78,7 +82,8 @@ const char *za_ring_right_endpoint (const za_ring_t *self);
 
 //  Replaces data [0..n) on every rank by the mean of all ranks' data, the
 //  same bits everywhere. Every rank calls it with the same n and round
-//  (0 .. 2^40 - 1). Returns 0, ZA_RING_RESYNC, or -1 with an error (the left
+//  (0 .. 2^40 - 1). Returns 0, ZA_RING_RESYNC, ZA_RING_CANCELLED, or -1 with
+//  an error (the left
 //  neighbour silent for timeout_secs, a message on `interrupt`, SIGINT).
 //  data may be changed when it is not 0.
 int za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round);
@@ -93,6 +98,20 @@ int za_ring_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t
 //  za_ring_resync, then broadcasts the root's state, then goes on.
 #define ZA_RING_RESYNC 1
 
+//  What a collective or za_ring_resync returns when config.cancelled said so
+//  while it waited: the call's data is undefined, the ring's neighbours may
+//  be gone; re-form it (za_ring_reshape, za_ring_resync).
+#define ZA_RING_CANCELLED 2
+
+//  The ring's members changed (an elastic job, za_membership.h): this rank
+//  is `rank` of `size` now, sending to `right`. Keeps the bound socket (its
+//  endpoint stays where the others reach it), connects afresh to the right,
+//  drops the links' own paths and anything still queued; the next
+//  za_ring_resync starts a generation of the new shape. Returns 0, or -1
+//  with an error (out of range, an endpoint that cannot be bound or
+//  connected).
+int za_ring_reshape (za_ring_t *self, int rank, int size, const char *right);
+
 //  A member that (re)joins a ring already running (a restarted process)
 //  asks the root for a new generation (the request goes round to rank 0).
 //  Returns 0, or -1 with an error.
@@ -102,7 +121,7 @@ int za_ring_ask_resync (za_ring_t *self);
 //  elsewhere, waits (up to timeout_secs) for the root's notice and passes it
 //  on. Then every link counts its messages from 0, and nothing of an earlier
 //  generation is taken. Call it once before the first collective, and after
-//  each ZA_RING_RESYNC. Returns 0, or -1 with an error.
+//  each ZA_RING_RESYNC. Returns 0, ZA_RING_CANCELLED, or -1 with an error.
 int za_ring_resync (za_ring_t *self);
 
 //  The generation adopted (0 before the first za_ring_resync).

@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 
 #include "za/za_estimator.h"
+#include "za/za_membership.h"
 #include "za/za_peer.h"
 #include "za/za_role_stats.h"
 #include "za/za_tensor.h"
@@ -38,6 +39,19 @@ typedef enum {
     ZA_STRATEGY_PS_SYNC,            //  the ps apply the mean of several pushes
     ZA_STRATEGY_ALLREDUCE           //  no ps: the workers' ring averages them
 } za_strategy_t;
+
+//  What an elastic job keeps when its members change (--elastic-batch).
+typedef enum {
+    ZA_ELASTIC_GLOBAL = 0,          //  the global batch (batch_size x the trainers it
+                                    //  starts with) and the learning rate: the
+                                    //  members share each global batch
+    ZA_ELASTIC_PER_WORKER,          //  each worker's batch_size (torchrun's): the
+                                    //  global batch grows and shrinks with them
+    ZA_ELASTIC_SCALE_LR             //  each worker's batch_size, and the learning
+                                    //  rate scaled by trainers now / at the start
+                                    //  (Horovod's recipe, lr x hvd.size ())
+} za_elastic_batch_t;
+#define ZA_ELASTIC_BATCH_CHOICES "global|per-worker|scale-lr"
 
 //  The strategies' names, in the enum's order (--strategy's choices).
 #define ZA_STRATEGY_CHOICES "ps-async|ps-sync|allreduce"
@@ -76,7 +90,15 @@ typedef struct {
     //  The cluster, resolved to endpoints.
     int ps_count;
     const char *ps_endpoints [ZA_ROLE_MAX_PS];
-    int num_workers;                //  the chief included
+    int num_workers;                //  the chief included (elastic: the most)
+    int min_trainers;               //  elastic: the chief and the least workers (the
+                                    //  trainers it starts with)
+    za_elastic_batch_t elastic_batch;
+    za_membership_t *membership;    //  NULL, or an elastic job's members now: the
+                                    //  ring (allreduce) re-forms when they change,
+                                    //  ps-sync aggregates one push per member, a ps
+                                    //  waits for the members' goodbyes, and a worker
+                                    //  reads its share of the data among them
     //  This task.
     int ps_index;                   //  ps: which one
     const char *bind_endpoint;      //  ps, all-reduce worker: where its ROUTER binds

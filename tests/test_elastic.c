@@ -1,0 +1,242 @@
+/*  test_elastic.c: an elastic job (--workers MIN:MAX) grows and shrinks
+    while it trains, with real processes. --local starts the chief and one
+    worker of `--workers 1:2`; a second worker joins with --role worker
+    --broker, trains beside them, and is killed for good (SIGKILL): the
+    broker drops it after --elastic-timeout and the others go on. Under
+    ps-async, ps-sync and allreduce: the first processes keep their pids
+    (no restart), the chief's global step never goes back, events.jsonl
+    says who joined and who left, the job ends at max_steps with exit 0,
+    and its test accuracy is within 0.5 points of a job of a fixed size
+    that trained the same steps. Under allreduce each re-formation of the
+    ring takes at most 5 s (printed).                                     */
+#include "za_test.h"
+#include "za/za_checkpoint.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define RUN_TIMEOUT_S 600
+#define PHASE_TIMEOUT_S 180
+#define REFORM_MAX_SECS 5.0
+#define ACCURACY_POINTS 0.5
+
+static void
+s_setup (void)
+{
+    za_test_dir_create ("za_elastic");
+}
+
+static void
+s_teardown (void)
+{
+    za_test_dir_remove ();
+}
+
+TestSuite (elastic, .init = s_setup, .fini = s_teardown, .timeout = 1200 * ZA_TEST_SLOWDOWN);
+
+//  What a phase waits for: this many members, the chief (or the joiner,
+//  worker 1, when `joiner`) past `step`. Every state seen is checked: the
+//  chief's step never goes back.
+typedef struct {
+    int members;
+    int64_t step;
+    int joiner;
+    int64_t chief_step;                 //  the last one seen
+    int went_back;
+    int64_t reached;                    //  the chief's step when it came
+} s_phase_t;
+
+static int
+s_members (json_t *state)
+{
+    return (int) json_integer_value (json_object_get (json_object_get (state, "membership"),
+                                                      "members"));
+}
+
+static int
+s_reached (json_t *state, void *arg)
+{
+    s_phase_t *phase = (s_phase_t *) arg;
+    json_t *chief = za_test_row (state, "chief", 0);
+    int64_t step = chief? json_integer_value (json_object_get (chief, "global_step")): 0;
+    if (step < phase->chief_step)
+        phase->went_back = 1;
+    if (step > phase->chief_step)
+        phase->chief_step = step;
+    phase->reached = step;
+    if (phase->joiner) {
+        json_t *row = za_test_row (state, "worker", 1);
+        const char *text = row? json_string_value (json_object_get (row, "state")): NULL;
+        if (!text || strcmp (text, "running") != 0)
+            return 0;
+        step = json_integer_value (json_object_get (row, "global_step"));
+    }
+    return s_members (state) == phase->members && step >= phase->step;
+}
+
+//  The pid of role/index in a state (0: none).
+static pid_t
+s_pid (json_t *state, const char *role, int index)
+{
+    json_t *row = za_test_row (state, role, index);
+    return row? (pid_t) json_integer_value (json_object_get (row, "pid")): 0;
+}
+
+//  The largest "in X s" of the chief's "re-formed ... in X s" lines; their
+//  count in *count.
+static double
+s_reform_secs (const char *log, int *count)
+{
+    double most = 0;
+    *count = 0;
+    const char *at = log;
+    while (at && (at = strstr (at, "the ring is re-formed at step "))) {
+        const char *in = strstr (at, " members, in ");
+        const char *end = strchr (at, '\n');
+        if (in && (!end || in < end)) {
+            double secs = strtod (in + strlen (" members, in "), NULL);
+            most = secs > most? secs: most;
+            (*count)++;
+        }
+        at = end;
+    }
+    return most;
+}
+
+//  The test accuracy of a job of one fixed size (the chief and one worker)
+//  that trains `steps` under `strategy`.
+static double
+s_fixed_accuracy (const char *tag, const char *strategy, const char *ps, const char *steps)
+{
+    char name [64];
+    snprintf (name, sizeof name, "%s-fixed", tag);
+    char *dir = za_test_path (name);
+    const char *args [] = {"--local", "--strategy", strategy, "--workers", "1", "--ps", ps,
+                           "--model-dir", dir, "--max-steps", steps, "--threads", "1",
+                           "--evaluators", "0", NULL};
+    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s: %s%s", tag, result.out, result.err);
+    double accuracy = za_test_accuracy (result.out);
+    za_test_result_free (&result);
+    free (dir);
+    return accuracy;
+}
+
+static void
+s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t steps)
+{
+    char *dir = za_test_path (tag);
+    char name [64], steps_text [32];
+    snprintf (name, sizeof name, "%s.out", tag);
+    char *out = za_test_path (name);
+    snprintf (steps_text, sizeof steps_text, "%" PRId64, steps);
+    const char *args [] = {"--local", "--strategy", strategy, "--workers", "1:2",
+                           "--elastic-timeout", "2", "--ps", ps, "--model-dir", dir,
+                           "--max-steps", steps_text, "--threads", "1", "--evaluators", "0",
+                           NULL};
+    char broker [128];
+    pid_t local = za_test_start_local ("zactor-run", args, out, broker);
+    //  Two trainers at work.
+    s_phase_t phase = {.members = 2, .step = steps / 20};
+    json_t *state = za_test_wait_for (broker, s_reached, &phase, "two trainers at work",
+                                      PHASE_TIMEOUT_S);
+    pid_t chief = s_pid (state, "chief", 0), worker = s_pid (state, "worker", 0);
+    pid_t ps0 = atoi (ps) > 0? s_pid (state, "ps", 0): 0;
+    json_decref (state);
+    cr_assert (chief > 1 && worker > 1, "%s: no chief or worker pid", tag);
+    //  A third joins while it runs, and trains a while.
+    snprintf (name, sizeof name, "%s-joiner.out", tag);
+    char *joiner_out = za_test_path (name);
+    snprintf (name, sizeof name, "%s-joiner.err", tag);
+    char *joiner_err = za_test_path (name);
+    const char *join [] = {"--role", "worker", "--broker", broker, "--threads", "1", NULL};
+    pid_t joiner = za_test_spawn (join, joiner_out, joiner_err);
+    phase.members = 3;
+    phase.step = 0;
+    json_decref (za_test_wait_for (broker, s_reached, &phase, "the third trainer admitted",
+                                   PHASE_TIMEOUT_S));
+    int64_t joined = phase.reached;
+    phase.step = joined + steps / 20;
+    phase.joiner = 1;
+    json_decref (za_test_wait_for (broker, s_reached, &phase, "three trainers at work",
+                                   PHASE_TIMEOUT_S));
+    phase.joiner = 0;
+    cr_assert_lt (phase.reached, steps, "%s: the job ended before the third trainer worked "
+                  "long enough to leave", tag);
+    //  ... and is lost for good: dropped, the others go on.
+    cr_assert_eq (kill (joiner, SIGKILL), 0);
+    za_test_wait (joiner, 30);
+    phase.members = 2;
+    phase.step = 0;
+    json_decref (za_test_wait_for (broker, s_reached, &phase, "the third trainer dropped",
+                                   PHASE_TIMEOUT_S));
+    phase.step = phase.reached + steps / 50;
+    state = za_test_wait_for (broker, s_reached, &phase, "two trainers at work again",
+                              PHASE_TIMEOUT_S);
+    cr_expect_eq (s_pid (state, "chief", 0), chief, "%s: the chief was restarted", tag);
+    cr_expect_eq (s_pid (state, "worker", 0), worker, "%s: worker 0 was restarted", tag);
+    if (ps0)
+        cr_expect_eq (s_pid (state, "ps", 0), ps0, "%s: the ps was restarted", tag);
+    json_decref (state);
+    int status = za_test_wait (local, RUN_TIMEOUT_S);
+    char *text = (char *) za_test_read_file (out, NULL);
+    cr_assert (WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s: %s", tag, text);
+    cr_expect (!phase.went_back, "%s: the chief's global step went back", tag);
+    cr_expect_eq (za_checkpoint_newest_step (dir) >= steps, 1, "%s: the newest checkpoint is "
+                  "%" PRId64 ", not %" PRId64, tag, za_checkpoint_newest_step (dir), steps);
+    double accuracy = za_test_accuracy (text);
+    free (text);
+    //  Every change in the events, and no restart.
+    char path [PATH_MAX];
+    snprintf (path, sizeof path, "%s/events.jsonl", dir);
+    char *events = (char *) za_test_read_file (path, NULL);
+    cr_assert_not_null (events);
+    cr_expect_eq (za_test_count (events, "\"event\":\"joined\""), 1, "%s: %s", tag, events);
+    cr_expect_eq (za_test_count (events, "\"event\":\"left\""), 1, "%s: %s", tag, events);
+    cr_expect_eq (za_test_count (events, "\"event\":\"restarted\""), 0, "%s: %s", tag, events);
+    free (events);
+    //  All-reduce: the ring re-formed on each change, each within the bound.
+    if (strcmp (strategy, "allreduce") == 0) {
+        snprintf (path, sizeof path, "%s/logs/chief-0.log", dir);
+        char *log = (char *) za_test_read_file (path, NULL);
+        int count;
+        double most = s_reform_secs (log, &count);
+        cr_expect_geq (count, 2, "%s: the ring was re-formed %d times: %s", tag, count, log);
+        char *joiner_log = (char *) za_test_read_file (joiner_err, NULL);
+        cr_expect_leq (most, REFORM_MAX_SECS, "%s: a re-formation took %.2f s: %s\njoiner: %s",
+                       tag, most, log, joiner_log);
+        free (joiner_log);
+        printf ("elastic %s: %d re-formations of the ring, the longest %.2f s\n", tag, count,
+                most);
+        free (log);
+    }
+    double fixed = s_fixed_accuracy (tag, strategy, ps, steps_text);
+    printf ("elastic %s: test accuracy %.4f grown and shrunk, %.4f at a fixed size (%" PRId64
+            " steps)\n", tag, accuracy, fixed, steps);
+    cr_expect_leq (fabs (accuracy - fixed) * 100, ACCURACY_POINTS, "%s: accuracy %.4f, a "
+                   "fixed-size job's %.4f", tag, accuracy, fixed);
+    free (joiner_out), free (joiner_err), free (out), free (dir);
+}
+
+Test (elastic, allreduce_grows_and_shrinks_without_a_restart)
+{
+    s_elastic_case ("allreduce", "allreduce", "0", 1500);
+}
+
+Test (elastic, ps_sync_grows_and_shrinks_without_a_restart)
+{
+    s_elastic_case ("sync", "ps-sync", "1", 3000);
+}
+
+Test (elastic, ps_async_grows_and_shrinks_without_a_restart)
+{
+    s_elastic_case ("async", "ps-async", "1", 6000);
+}
