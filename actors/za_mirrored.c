@@ -609,7 +609,7 @@ s_reform (s_mirrored_t *self)
     if (rank < 0)
         return za_error ("%s: interrupted", self->who);
     const char *right = members->endpoint [(rank + 1) % members->count];
-    if (za_ring_reshape (self->ring, rank, members->count, right))
+    if (za_ring_reshape (self->ring, rank, members->count, right, members->number))
         return -1;
     self->rank = rank;
     self->size = members->count;
@@ -751,6 +751,12 @@ s_train (s_mirrored_t *self)
     if (rc == 0)
         rc = s_generation (self, 1);
     while (rc == ZA_RING_RESYNC || rc == ZA_RING_CANCELLED) {
+        //  A root's notice of newer members than this task has heard of:
+        //  hear of them first, then re-form as it did.
+        int64_t root_knows = za_ring_pending_tag (self->ring);
+        if (self->config->membership && root_knows > self->members->number
+            && s_wait_members (self, root_knows))
+            return -1;
         if (self->config->membership
             && (rc == ZA_RING_CANCELLED || s_members_changed (self))) {
             if (self->reform_start == 0)

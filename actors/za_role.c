@@ -282,14 +282,16 @@ za_role_train_input_among (const za_role_config_t *config, const char *who,
                                 : config->batch_size;
     //  The synchronous strategies split each global batch across the workers
     //  (one order of the whole data, the same seed everywhere) and read on
-    //  from where the global steps so far left it; ps-async workers each
-    //  shuffle their own shard, in a new order from a resumed step (their
-    //  own steps are not the global step).
+    //  from where the global steps so far left it. ps-async workers each
+    //  read their own shard in their own order, and a resumed one reads on
+    //  from its share of the global steps so far (each global step is one
+    //  worker's batch): the same order, not a new one from the step, so
+    //  that a job preempted again and again still sees every example of an
+    //  epoch about once.
     int split = config->strategy != ZA_STRATEGY_PS_ASYNC;
     uint64_t seed = split? config->run.seed
-                  : za_input_seed_at (config->run.seed + 7919 * (uint64_t) config->worker_index,
-                                      global_step);
-    int64_t steps_done = split? global_step: 0;
+                  : config->run.seed + 7919 * (uint64_t) config->worker_index;
+    int64_t steps_done = split? global_step: global_step / (trainers > 0? trainers: 1);
     if (config->input_fn) {
         za_input_context_t context = {
             .mode = ZA_MODE_TRAIN, .num_shards = trainers,

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,6 +256,15 @@ s_number (json_t *object, const char *key, double otherwise)
     return json_is_number (value)? json_number_value (value): otherwise;
 }
 
+//  A count for display: an integer in [0, INT_MAX], else 0.
+static int
+s_count (json_t *object, const char *key)
+{
+    json_t *value = json_object_get (object, key);
+    json_int_t n = json_is_integer (value)? json_integer_value (value): 0;
+    return n >= 0 && n <= INT_MAX? (int) n: 0;
+}
+
 static int
 s_decode_welcome (json_t *body, za_broker_reply_t *reply)
 {
@@ -428,6 +438,12 @@ s_decode_state (json_t *body, za_broker_reply_t *reply)
     state->refused_peers = (int64_t) s_number (broker, "refused_peers", 0);
     state->global_step = (int64_t) s_number (body, "global_step", 0);
     state->done = json_is_true (json_object_get (body, "done"));
+    //  The trainers now; an elastic job's range and changes (absent: none).
+    json_t *membership = json_object_get (body, "membership");
+    state->members = s_count (membership, "members");
+    state->min_workers = s_count (membership, "min_workers");
+    state->max_workers = s_count (membership, "max_workers");
+    state->membership_changes = s_count (membership, "changes");
     if (s_text (job, "model_dir", state->model_dir, sizeof state->model_dir)
         || s_text (broker, "host", state->broker_host, sizeof state->broker_host)
         || s_text (broker, "endpoint", state->broker_endpoint, sizeof state->broker_endpoint))

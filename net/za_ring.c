@@ -156,19 +156,18 @@ za_ring_destroy (za_ring_t **self_p)
 }
 
 int
-za_ring_reshape (za_ring_t *self, int rank, int size, const char *right)
+za_ring_reshape (za_ring_t *self, int rank, int size, const char *right, int64_t tag)
 {
     if (size < 1 || size > ZA_RING_MAX_RANKS || rank < 0 || rank >= size)
         return za_error ("ring: rank %d of %d is out of range (1 to %d ranks)", rank, size,
                          ZA_RING_MAX_RANKS);
-    //  The old links: what was queued or lent goes nowhere.
-    zmsg_destroy (&self->in_msg);
-    self->in_held = self->in_is_record = 0;
-    za_shm_destroy (&self->in_shm);
+    //  The link to the right: what was queued or lent goes nowhere. The one
+    //  from the left stays as it is: a left neighbour that re-formed first
+    //  may be writing into it already (another one offers its own).
+    za_ring_release (self);
+    self->in_held = 0;
     za_shm_destroy (&self->out_shm);
-    za_tcp_pipe_destroy (&self->in_tcp);
     za_tcp_pipe_destroy (&self->out_tcp);
-    self->in_on = self->in_tcp_on = 0;
     self->out_state = DIRECT_OFF;
     self->pending_first = self->pending_count = 0;
     self->said_direct = 0;
@@ -177,7 +176,9 @@ za_ring_reshape (za_ring_t *self, int rank, int size, const char *right)
     self->config.rank = rank;
     self->config.size = size;
     s_keep_right (self, right);
-    //  A root's notice that came already stands: it names no shape.
+    //  A root's notice that came already stands: za_ring_resync takes it if
+    //  it is of these members.
+    self->tag = tag;
     self->asked = 0;
     self->sent = self->received = 0;
     self->right_endpoint [0] = 0;

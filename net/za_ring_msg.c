@@ -27,12 +27,14 @@ s_step (const za_ring_t *self, int64_t round)
 }
 
 //  Sends a resync message to the right: a request (gen 0) or the root's
-//  notice of generation gen. It has no number on the link.
+//  notice of generation gen. It has no number on the link: its seq is the
+//  members' change the ring's shape is of (za_ring_reshape's tag).
 static int
 s_send_resync (za_ring_t *self, int64_t gen)
 {
     za_wire_msg_init (self->out, ZA_OP_RESYNC);
     self->out->step = gen;
+    self->out->seq = (uint64_t) self->tag;
     self->out->task = self->config.rank;
     if (za_wire_send (self->right, NULL, self->out, NULL))
         return za_error ("ring: rank %d cannot send to %s: %s", self->config.rank,
@@ -116,6 +118,7 @@ s_on_resync (za_ring_t *self)
         if (self->config.rank == 0 || gen == self->gen)
             return 0;                   //  the root's own notice, or one adopted already
         self->pending_gen = gen;
+        self->pending_tag = (int64_t) self->in->seq;
         return 1;
     }
     if (self->config.rank == 0)
@@ -404,11 +407,22 @@ za_ring_resync (za_ring_t *self)
         return size == 1? 0: s_send_resync (self, self->gen);
     }
     //  Wait for the root's notice (unless one ended the last call), passing on
-    //  requests once; anything else is of an earlier generation.
+    //  requests once; anything else is of an earlier generation. A notice of
+    //  a ring of older members than ours is old news; one of newer members
+    //  ends the call, kept: re-formed for them, we take it then.
     double start = za_clock_mono ();
     const char *why;
     int got = 1;
-    while (!self->pending_gen && (got = s_next (self, start, &why)) == 1) {
+    while (1) {
+        if (self->pending_gen && self->pending_tag > self->tag) {
+            za_error ("ring: rank %d: the root's ring is of newer members (change %" PRId64
+                      ", ours %" PRId64 ")", rank, self->pending_tag, self->tag);
+            return ZA_RING_CANCELLED;
+        }
+        if (self->pending_gen && self->pending_tag < self->tag)
+            self->pending_gen = 0;
+        if (self->pending_gen || (got = s_next (self, start, &why)) != 1)
+            break;
         if (!why && s_is_resync (self))
             s_on_resync (self);
         else
@@ -433,4 +447,10 @@ int64_t
 za_ring_generation (const za_ring_t *self)
 {
     return self->gen;
+}
+
+int64_t
+za_ring_pending_tag (const za_ring_t *self)
+{
+    return self->pending_gen? self->pending_tag: 0;
 }

@@ -60,6 +60,9 @@ struct _za_ring_t {
     //  start of each; a member that (re)joins asks the root for a new one.
     int64_t gen;                    //  the generation adopted (0: none yet)
     int64_t pending_gen;            //  a root's notice that ended the last call
+    int64_t pending_tag;            //  ... the members' change its root's ring is of
+    int64_t tag;                    //  the members' change this ring's shape is of
+                                    //  (za_ring_reshape; 0: a fixed ring)
     int asked;                      //  a request went right since the last adoption
     double wait_secs;
     char right_endpoint [256];

@@ -211,6 +211,48 @@ za_place_run_in_cluster (const za_program_t *program, za_options_t *options, za_
 // ---------------------------------------------------------------------------
 //  Joining a broker
 
+int
+za_place_tf_config_broker (za_settings_t *s)
+{
+    const char *env = getenv ("TF_CONFIG");
+    if (s->broker || s->cluster || !env)
+        return 0;
+    json_t *root = json_loads (env, 0, NULL);
+    json_t *ours = json_object_get (root, "zactor");
+    if (!ours) {
+        json_decref (root);         //  a TF_CONFIG that does not parse is said later
+        return 0;
+    }
+    //  Kept for the process's life: the settings point into them.
+    static char broker [ZA_CLUSTER_ENDPOINT_MAX], role [16];
+    json_t *address = json_object_get (ours, "broker");
+    json_t *task = json_object_get (root, "task");
+    json_t *type = json_object_get (task, "type"), *index = json_object_get (task, "index");
+    int rc = ZA_EXIT_USAGE;
+    if (!json_is_object (ours) || !json_is_string (address)
+        || !za_cluster_endpoint_valid (json_string_value (address))
+        || strlen (json_string_value (address)) >= sizeof broker)
+        za_error ("TF_CONFIG: \"zactor\" wants {\"broker\": \"tcp://HOST:PORT\"}");
+    else
+    if (!json_is_string (type) || strlen (json_string_value (type)) >= sizeof role
+        || (index && !json_is_integer (index)))
+        za_error ("TF_CONFIG: with \"zactor\": {\"broker\": ...}, \"task\" wants a \"type\" "
+                  "(chief, worker, ps or evaluator) and an integer \"index\" (or none: any "
+                  "free one)");
+    else {
+        snprintf (broker, sizeof broker, "%s", json_string_value (address));
+        snprintf (role, sizeof role, "%s", json_string_value (type));
+        s->broker = broker;
+        if (!s->role)
+            s->role = role;
+        if (s->index < 0 && index)
+            s->index = json_integer_value (index);
+        rc = 1;
+    }
+    json_decref (root);
+    return rc;
+}
+
 //  This machine's name as other hosts reach it; 127.0.0.1 when the broker
 //  is on loopback (everything is on this machine).
 static void

@@ -221,6 +221,9 @@ s_run (const za_program_t *program, za_options_t *options, za_settings_t *s)
         return za_launcher_run_local (program, options, s);
     if (s->role && streq (s->role, "broker"))
         return za_launcher_run_broker (program, options, s);
+    int joins = za_place_tf_config_broker (s);
+    if (joins == ZA_EXIT_USAGE)
+        return ZA_EXIT_USAGE;
     if (s->broker)
         return za_place_run_with_broker (program, options, s);
     if (s->role || s->cluster || getenv ("TF_CONFIG"))

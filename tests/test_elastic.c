@@ -8,7 +8,9 @@
     says who joined and who left, the job ends at max_steps with exit 0,
     and its test accuracy is within 0.5 points of a job of a fixed size
     that trained the same steps. Under allreduce each re-formation of the
-    ring takes at most 5 s (printed).                                     */
+    ring takes at most 5 s (printed). Under ps-sync the joiner finds the
+    broker through TF_CONFIG's zactor extension; one that is wrong is
+    refused.                                                              */
 #include "za_test.h"
 #include "za/za_checkpoint.h"
 
@@ -130,8 +132,11 @@ s_fixed_accuracy (const char *tag, const char *strategy, const char *ps, const c
     return accuracy;
 }
 
+//  `tf_config`: the joiner finds the broker through TF_CONFIG's zactor
+//  extension instead of --broker.
 static void
-s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t steps)
+s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t steps,
+                int tf_config)
 {
     char *dir = za_test_path (tag);
     char name [64], steps_text [32];
@@ -158,7 +163,15 @@ s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t s
     snprintf (name, sizeof name, "%s-joiner.err", tag);
     char *joiner_err = za_test_path (name);
     const char *join [] = {"--role", "worker", "--broker", broker, "--threads", "1", NULL};
-    pid_t joiner = za_test_spawn (join, joiner_out, joiner_err);
+    const char *join_tf [] = {"--threads", "1", NULL};
+    char env [512];
+    snprintf (env, sizeof env, "{\"cluster\": {\"chief\": [\"localhost:1\"], \"worker\": "
+              "[\"localhost:2\", \"localhost:3\"]}, \"task\": {\"type\": \"worker\", "
+              "\"index\": 1}, \"zactor\": {\"broker\": \"%s\"}}", broker);
+    if (tf_config)
+        setenv ("TF_CONFIG", env, 1);
+    pid_t joiner = za_test_spawn (tf_config? join_tf: join, joiner_out, joiner_err);
+    unsetenv ("TF_CONFIG");
     phase.members = 3;
     phase.step = 0;
     json_decref (za_test_wait_for (broker, s_reached, &phase, "the third trainer admitted",
@@ -228,15 +241,37 @@ s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t s
 
 Test (elastic, allreduce_grows_and_shrinks_without_a_restart)
 {
-    s_elastic_case ("allreduce", "allreduce", "0", 1500);
+    s_elastic_case ("allreduce", "allreduce", "0", 1500, 0);
+}
+
+//  TF_CONFIG's zactor extension that names no endpoint, or no task type:
+//  exit 2 with one error, nothing started.
+Test (elastic, a_tf_config_broker_that_is_wrong_is_refused)
+{
+    const char *cases [][2] = {
+        {"{\"cluster\": {\"chief\": [\"a:1\"]}, \"task\": {\"type\": \"chief\", "
+         "\"index\": 0}, \"zactor\": {\"broker\": \"nowhere\"}}", "\"zactor\" wants"},
+        {"{\"cluster\": {\"chief\": [\"a:1\"]}, \"zactor\": {\"broker\": "
+         "\"tcp://127.0.0.1:5555\"}}", "\"task\" wants a \"type\""},
+    };
+    const char *args [] = {"--max-steps", "1", NULL};
+    for (size_t i = 0; i < sizeof cases / sizeof cases [0]; i++) {
+        setenv ("TF_CONFIG", cases [i][0], 1);
+        za_test_result_t result = za_test_run (args, 60);
+        unsetenv ("TF_CONFIG");
+        cr_expect_eq (result.exit_code, 2, "case %zu: %s", i, result.err);
+        cr_expect (strstr (result.err, cases [i][1]) != NULL, "case %zu: %s", i, result.err);
+        cr_expect (strstr (result.err, "step ") == NULL, "case %zu trained", i);
+        za_test_result_free (&result);
+    }
 }
 
 Test (elastic, ps_sync_grows_and_shrinks_without_a_restart)
 {
-    s_elastic_case ("sync", "ps-sync", "1", 3000);
+    s_elastic_case ("sync", "ps-sync", "1", 3000, 1);
 }
 
 Test (elastic, ps_async_grows_and_shrinks_without_a_restart)
 {
-    s_elastic_case ("async", "ps-async", "1", 6000);
+    s_elastic_case ("async", "ps-async", "1", 6000, 0);
 }

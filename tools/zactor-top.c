@@ -133,8 +133,13 @@ s_show (const za_broker_state_t *state)
     if (state->refused_peers > 0)
         printf ("  refused peers %" PRId64, state->refused_peers);
     printf ("\n");
-    printf ("global step %" PRId64 " / %" PRId64 "   model_dir %s%s\n\n", state->global_step,
+    printf ("global step %" PRId64 " / %" PRId64 "   model_dir %s%s\n", state->global_step,
             state->max_steps, state->model_dir, state->done? "   (done)": "");
+    if (state->min_workers < state->max_workers)
+        printf ("trainers %d (elastic: the chief and %d to %d workers; members changed %"
+                PRId64 " times)\n", state->members, state->min_workers, state->max_workers,
+                state->membership_changes);
+    printf ("\n");
     int ring = 0, bad = 0;
     for (int t = 0; t < state->task_count; t++) {
         ring |= state->tasks [t].ring_rank >= 0;

@@ -122,6 +122,9 @@ typedef struct {
     int64_t refused_peers;          //  peers its ZAP handler refused (za_curve.h)
     int64_t global_step;            //  the largest any trainer reported
     int done;                       //  every task finished
+    int members;                    //  the trainers now (0: not said)
+    int min_workers, max_workers;   //  the job's workers: elastic when min < max
+    int64_t membership_changes;     //  an elastic job's changes of members so far
     int task_count;
     za_broker_task_row_t tasks [ZA_BROKER_STATE_TASKS];
     int event_count;

@@ -104,13 +104,22 @@ int za_ring_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t
 #define ZA_RING_CANCELLED 2
 
 //  The ring's members changed (an elastic job, za_membership.h): this rank
-//  is `rank` of `size` now, sending to `right`. Keeps the bound socket (its
-//  endpoint stays where the others reach it), connects afresh to the right,
-//  drops the links' own paths and anything still queued; the next
-//  za_ring_resync starts a generation of the new shape. Returns 0, or -1
-//  with an error (out of range, an endpoint that cannot be bound or
-//  connected).
-int za_ring_reshape (za_ring_t *self, int rank, int size, const char *right);
+//  is `rank` of `size` now, sending to `right`, a ring of the members'
+//  change `tag` (> 0; the root's notices carry it). Keeps the bound socket
+//  (its endpoint stays where the others reach it), connects afresh to the
+//  right, drops the links' own paths and anything still queued; the next
+//  za_ring_resync starts a generation of the new shape: at a non-root rank
+//  it takes only the notice of a root of the same tag (a root of older
+//  members' is old news; one of newer members' ends it with
+//  ZA_RING_CANCELLED, the notice kept for after the next reshape). Returns
+//  0, or -1 with an error (out of range, an endpoint that cannot be bound
+//  or connected).
+int za_ring_reshape (za_ring_t *self, int rank, int size, const char *right, int64_t tag);
+
+//  The tag of a root's notice that ended the last call and waits to be
+//  taken (ZA_RING_RESYNC, or za_ring_resync's ZA_RING_CANCELLED), 0 when
+//  none: the members' change a rank must know before it re-forms.
+int64_t za_ring_pending_tag (const za_ring_t *self);
 
 //  A member that (re)joins a ring already running (a restarted process)
 //  asks the root for a new generation (the request goes round to rank 0).
