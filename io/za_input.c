@@ -76,14 +76,6 @@ struct _za_input_t {
     int failed_seen;            //  the consumer's: za_input_next returned -1
 };
 
-#define SEED_STEP_MIX 0x9e3779b97f4a7c15ULL     //  2^64 / golden ratio
-
-uint64_t
-za_input_seed_at (uint64_t seed, int64_t step)
-{
-    return seed + SEED_STEP_MIX * (uint64_t) step;
-}
-
 za_input_config_t
 za_input_config_default (void)
 {

@@ -133,10 +133,12 @@ s_fixed_accuracy (const char *tag, const char *strategy, const char *ps, const c
 }
 
 //  `tf_config`: the joiner finds the broker through TF_CONFIG's zactor
-//  extension instead of --broker.
+//  extension instead of --broker. `rule`: an --elastic-batch other than
+//  the default (global), whose learning rates the chief's log shows
+//  instead of an accuracy to compare.
 static void
 s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t steps,
-                int tf_config)
+                int tf_config, const char *rule)
 {
     char *dir = za_test_path (tag);
     char name [64], steps_text [32];
@@ -146,7 +148,7 @@ s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t s
     const char *args [] = {"--local", "--strategy", strategy, "--workers", "1:2",
                            "--elastic-timeout", "2", "--ps", ps, "--model-dir", dir,
                            "--max-steps", steps_text, "--threads", "1", "--evaluators", "0",
-                           NULL};
+                           "--elastic-batch", rule? rule: "global", NULL};
     char broker [128];
     pid_t local = za_test_start_local ("zactor-run", args, out, broker);
     //  Two trainers at work.
@@ -231,6 +233,17 @@ s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t s
                 most);
         free (log);
     }
+    if (rule) {
+        //  Horovod's recipe: the rate x trainers now / at the start (2).
+        snprintf (path, sizeof path, "%s/logs/chief-0.log", dir);
+        char *log = (char *) za_test_read_file (path, NULL);
+        cr_expect (log && strstr (log, "3 trainers: the learning rate is 0.0015 (scale-lr)")
+                   && strstr (log, "2 trainers: the learning rate is 0.001 (scale-lr)"),
+                   "%s: %s", tag, log);
+        free (log);
+        free (joiner_out), free (joiner_err), free (out), free (dir);
+        return;
+    }
     double fixed = s_fixed_accuracy (tag, strategy, ps, steps_text);
     printf ("elastic %s: test accuracy %.4f grown and shrunk, %.4f at a fixed size (%" PRId64
             " steps)\n", tag, accuracy, fixed, steps);
@@ -241,7 +254,14 @@ s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t s
 
 Test (elastic, allreduce_grows_and_shrinks_without_a_restart)
 {
-    s_elastic_case ("allreduce", "allreduce", "0", 1500, 0);
+    s_elastic_case ("allreduce", "allreduce", "0", 1500, 0, NULL);
+}
+
+//  --elastic-batch scale-lr (horovod): the learning rate follows the
+//  trainers.
+Test (elastic, allreduce_scale_lr_follows_the_trainers)
+{
+    s_elastic_case ("scale", "allreduce", "0", 1500, 0, "horovod");
 }
 
 //  TF_CONFIG's zactor extension that names no endpoint, or no task type:
@@ -268,10 +288,10 @@ Test (elastic, a_tf_config_broker_that_is_wrong_is_refused)
 
 Test (elastic, ps_sync_grows_and_shrinks_without_a_restart)
 {
-    s_elastic_case ("sync", "ps-sync", "1", 3000, 1);
+    s_elastic_case ("sync", "ps-sync", "1", 3000, 1, NULL);
 }
 
 Test (elastic, ps_async_grows_and_shrinks_without_a_restart)
 {
-    s_elastic_case ("async", "ps-async", "1", 6000, 0);
+    s_elastic_case ("async", "ps-async", "1", 6000, 0, NULL);
 }

@@ -70,9 +70,8 @@ typedef struct {
     int num_shards;                 //  TRAIN: how many tasks read the training
                                     //  data (num_input_pipelines); 1 in one process
     int shard_index;                //  TRAIN: this task's (input_pipeline_id)
-    uint64_t seed;                  //  shuffle seed: RunConfig's, with this task (and,
-                                    //  where steps_done is 0 on a resumed run, the
-                                    //  starting step: za_input_seed_at) mixed in
+    uint64_t seed;                  //  shuffle seed: RunConfig's (ps-async: with
+                                    //  this task's index mixed in)
     int64_t global_step;            //  TRAIN: the step training starts from
     int64_t steps_done;             //  TRAIN: the batches (global batches with
                                     //  split_batches) the stream of `seed` already

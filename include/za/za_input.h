@@ -86,13 +86,6 @@ typedef struct {
 //  prefetch 2, 1 decoding thread.
 za_input_config_t za_input_config_default (void);
 
-//  The shuffle seed for a trainer that starts (or resumes) at `step` without
-//  knowing its place in the stream (a ps-async worker: its own steps are not
-//  the global step): the step is mixed in, so it goes on with a new order
-//  instead of replaying the examples it began with. Step 0 keeps seed. The
-//  others keep the seed and skip to their place (za_input_config_t.skip).
-uint64_t za_input_seed_at (uint64_t seed, int64_t step);
-
 //  One batch. Memory belongs to the iterator and stays valid until the next
 //  za_input_next or za_input_destroy.
 typedef struct {
