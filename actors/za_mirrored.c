@@ -438,8 +438,6 @@ s_compare_start (s_mirrored_t *self, const s_start_t *chief, const s_start_t *mi
 static int
 s_source (s_mirrored_t *self, int *source)
 {
-    const za_role_config_t *config = self->config;
-    (void) config;
     *source = -1;
     for (int rank = 0; rank < self->size; rank++) {
         int64_t held = rank != self->rank? 0: self->live? self->global_step: -1;
