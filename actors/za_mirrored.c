@@ -516,10 +516,8 @@ s_start (s_mirrored_t *self, int first)
     self->global_step = chief.step;
     self->examples_done = chief.examples_done;
     self->live = 1;
-    if (config->membership && config->elastic_batch == ZA_ELASTIC_SCALE_LR
-        && config->min_trainers > 0) {
-        float rate = config->optim.learning_rate * (float) self->size
-                   / (float) config->min_trainers;
+    if (config->membership && config->elastic_batch == ZA_ELASTIC_SCALE_LR) {
+        float rate = za_role_elastic_rate (config, config->optim.learning_rate, self->size);
         za_replica_set_learning_rate (self->replica, rate);
         za_info ("%s: %d trainers: the learning rate is %g (scale-lr)", self->who, self->size,
                  (double) rate);

@@ -651,9 +651,6 @@ s_on_router (za_ps_t *self, double now)
     return 0;
 }
 
-//  What time brings, once per turn of the loop: a silent holder, a final
-//  checkpoint to look for, the end. 0 to go on, 1 to leave (done), -1 to
-//  give up (nobody came in time).
 //  An elastic job's scale-lr: the chief's learning rate times the trainers
 //  now over those it started with (Horovod's recipe), from the next update.
 static void
@@ -661,10 +658,9 @@ s_follow_rate (za_ps_t *self)
 {
     const za_role_config_t *config = self->config;
     int members = config->membership? za_membership_count (config->membership): 0;
-    if (config->elastic_batch != ZA_ELASTIC_SCALE_LR || members < 1 || !self->base_learning_rate
-        || config->min_trainers < 1)
+    if (members < 1 || !self->base_learning_rate)
         return;
-    float rate = self->base_learning_rate * (float) members / (float) config->min_trainers;
+    float rate = za_role_elastic_rate (config, self->base_learning_rate, members);
     if (rate != self->optim.learning_rate) {
         za_info ("ps %d: %d trainers: the learning rate is %g (scale-lr)", config->ps_index,
                  members, (double) rate);
@@ -690,6 +686,9 @@ s_all_said_bye (za_ps_t *self)
     return all;
 }
 
+//  What time brings, once per turn of the loop: a silent holder, a final
+//  checkpoint to look for, the end. 0 to go on, 1 to leave (done), -1 to
+//  give up (nobody came in time).
 static int
 s_on_time (za_ps_t *self, double now)
 {

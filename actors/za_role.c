@@ -265,6 +265,15 @@ za_role_who (const za_role_config_t *config, char *who, size_t size)
                   config->is_chief? 0: config->worker_index - 1);
 }
 
+float
+za_role_elastic_rate (const za_role_config_t *config, float rate, int trainers)
+{
+    if (!config->membership || config->elastic_batch != ZA_ELASTIC_SCALE_LR
+        || config->min_trainers < 1 || trainers < 1)
+        return rate;
+    return rate * (float) trainers / (float) config->min_trainers;
+}
+
 za_input_t *
 za_role_train_input (const za_role_config_t *config, const char *who, int64_t global_step)
 {

@@ -25,6 +25,11 @@ int za_role_part_shape (const za_vars_t *vars, const za_part_t *part, int64_t *s
 //  from is_chief and worker_index (the chief is worker index 0).
 void za_role_who (const za_role_config_t *config, char *who, size_t size);
 
+//  The learning rate `rate` becomes with `trainers` training: the same,
+//  but in an elastic job under --elastic-batch scale-lr, times trainers
+//  over those it started with (Horovod's recipe).
+float za_role_elastic_rate (const za_role_config_t *config, float rate, int trainers);
+
 //  The training input of this task's shard from global_step on (a restarted
 //  task goes on with a new order of its shard): the program's input_fn, or
 //  config->train. NULL with an error.
