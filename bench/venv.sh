@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 #  bench/venv.sh: the Python peers of bench/ (TensorFlow 2 with Keras 3 and
-#  TensorBoard; PyTorch 2) in a virtual environment of their own, from PyPI.
+#  TensorBoard; onnxruntime; PyTorch 2) in a virtual environment of their
+#  own, from PyPI.
 #  PyPI's torch wheel brings NVIDIA's CUDA libraries (about 4 GB; it runs on
 #  the CPU without a GPU); ZA_BENCH_TORCH=0 leaves PyTorch out. Never
 #  needed by the README's two commands or .ci/run: only bench/ scripts, and
@@ -17,9 +18,10 @@ if [ ! -x "$venv/bin/python" ]; then
     mkdir -p "$(dirname "$venv")"
     "$python" -m venv "$venv"
 fi
-if ! "$venv/bin/python" -c "import tensorflow, tensorboard, PIL" 2>/dev/null; then
+if ! "$venv/bin/python" -c "import tensorflow, tensorboard, PIL, onnxruntime" 2>/dev/null; then
     "$venv/bin/python" -m pip install -q --upgrade pip >&2
-    "$venv/bin/python" -m pip install -q "tensorflow-cpu==$tf" tensorboard pillow >&2
+    "$venv/bin/python" -m pip install -q "tensorflow-cpu==$tf" tensorboard pillow onnx \
+        onnxruntime >&2
 fi
 if [ "${ZA_BENCH_TORCH:-1}" != 0 ] && ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
     "$venv/bin/python" -m pip install -q "torch==$torch" >&2

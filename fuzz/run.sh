@@ -4,7 +4,7 @@
 #  UBSan. A crash leaves crash-* in the current directory: make it a test.
 #  Usage: fuzz/run.sh [HARNESS] [SECONDS]
 #  HARNESS: fuzz_broker, fuzz_wire, fuzz_tfconfig, fuzz_job, fuzz_stack, fuzz_shm, fuzz_shm_link,
-#  fuzz_checkpoint, fuzz_idx, fuzz_tfrecord or fuzz_image (each fuzz/fuzz_*.c; its seeds in
+#  fuzz_checkpoint, fuzz_onnx, fuzz_idx, fuzz_tfrecord or fuzz_image (each fuzz/fuzz_*.c; its seeds in
 #  fuzz/corpus/NAME).
 #  ctest replays every seed corpus with 300 fixed variants per file
 #  (fuzz/replay.c, any compiler): the brief run CI does.

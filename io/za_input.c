@@ -164,31 +164,36 @@ static const float s_torch_mean [3] = {0.485f, 0.456f, 0.406f};
 static const float s_torch_std [3] = {0.229f, 0.224f, 0.225f};
 static const float s_caffe_mean [3] = {123.68f, 116.779f, 103.939f};
 
+void
+za_preprocess_channel (za_preprocess_t mode, int channels, int k, int *from, float *scale,
+                       float *offset)
+{
+    int c = channels == 3? k % 3: -1;       //  -1: a gray or other image
+    float mean = c >= 0? s_torch_mean [c]: 0.449f, std = c >= 0? s_torch_std [c]: 0.226f;
+    float caffe = c >= 0? s_caffe_mean [2 - c]: 114.799f;   //  BGR order
+    *from = channels == 3 && mode == ZA_PREPROCESS_CAFFE? 2 - k: k;
+    switch (mode) {
+        case ZA_PREPROCESS_TF:
+            *scale = 2.0f, *offset = -1.0f;
+            break;
+        case ZA_PREPROCESS_TORCH:
+            *scale = 1.0f / std, *offset = -mean / std;
+            break;
+        case ZA_PREPROCESS_CAFFE:
+            *scale = ZA_DATASET_PIXEL_MAX, *offset = -caffe;
+            break;
+        default:
+            *scale = 1.0f, *offset = 0.0f;
+    }
+}
+
 //  The scale and offset each channel's value in 0 .. 1 gets.
 static void
 s_preprocess_plan (za_input_t *self)
 {
-    int channels = self->dataset->channels;
-    for (int k = 0; k < ZA_INPUT_CHANNELS_MAX; k++) {
-        int c = channels == 3? k % 3: -1;       //  -1: a gray or other image
-        float mean = c >= 0? s_torch_mean [c]: 0.449f, std = c >= 0? s_torch_std [c]: 0.226f;
-        float caffe = c >= 0? s_caffe_mean [2 - c]: 114.799f;   //  BGR order
-        self->from [k] = channels == 3 && self->config.preprocess == ZA_PREPROCESS_CAFFE
-                       ? 2 - k: k;
-        switch (self->config.preprocess) {
-            case ZA_PREPROCESS_TF:
-                self->scale [k] = 2.0f, self->offset [k] = -1.0f;
-                break;
-            case ZA_PREPROCESS_TORCH:
-                self->scale [k] = 1.0f / std, self->offset [k] = -mean / std;
-                break;
-            case ZA_PREPROCESS_CAFFE:
-                self->scale [k] = ZA_DATASET_PIXEL_MAX, self->offset [k] = -caffe;
-                break;
-            default:
-                self->scale [k] = 1.0f, self->offset [k] = 0.0f;
-        }
-    }
+    for (int k = 0; k < ZA_INPUT_CHANNELS_MAX; k++)
+        za_preprocess_channel (self->config.preprocess, self->dataset->channels, k,
+                               &self->from [k], &self->scale [k], &self->offset [k]);
 }
 
 //  row values in 0 .. 1 (floats, or bytes to divide by 255) into out, as

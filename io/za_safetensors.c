@@ -21,6 +21,7 @@ typedef struct {
     int64_t shape [ZA_SAFETENSORS_MAX_DIMS];
     const uint8_t *data;
     uint64_t bytes;
+    uint8_t *owned;                     //  data of an added tensor, or NULL
 } s_tensor_t;
 
 struct za_safetensors_t {
@@ -194,8 +195,10 @@ za_safetensors_destroy (za_safetensors_t **self_p)
     za_safetensors_t *self = *self_p;
     if (!self)
         return;
-    for (int i = 0; i < self->count; i++)
+    for (int i = 0; i < self->count; i++) {
         free (self->tensors [i].name);
+        free (self->tensors [i].owned);
+    }
     free (self->tensors);
     json_decref (self->meta);
     free (self->file);
@@ -302,4 +305,70 @@ const char *
 za_safetensors_meta (const za_safetensors_t *self, const char *key)
 {
     return self && self->meta? json_string_value (json_object_get (self->meta, key)): NULL;
+}
+
+za_safetensors_t *
+za_safetensors_new (const char *path)
+{
+    za_safetensors_t *self = calloc (1, sizeof *self);
+    if (!self || !(self->path = strdup (path)) || !(self->meta = json_object ())) {
+        za_safetensors_destroy (&self);
+        za_error ("out of memory");
+    }
+    return self;
+}
+
+int
+za_safetensors_add (za_safetensors_t *self, const char *name, const char *dtype, int ndim,
+                    const int64_t *shape, const void *data, uint64_t bytes)
+{
+    uint64_t elements = 1, want;
+    if (strlen (dtype) >= DTYPE_CHARS || !s_dtype_bytes (dtype)
+    ||  ndim < 0 || ndim > ZA_SAFETENSORS_MAX_DIMS)
+        return za_error ("%s: tensor '%s': dtype %s with %d dims cannot be held", self->path,
+                         name, dtype, ndim);
+    for (int d = 0; d < ndim; d++)
+        if (shape [d] < 0 || __builtin_mul_overflow (elements, (uint64_t) shape [d], &elements))
+            return za_error ("%s: tensor '%s': a bad shape", self->path, name);
+    if (__builtin_mul_overflow (elements, (uint64_t) s_dtype_bytes (dtype), &want)
+    ||  want != bytes)
+        return za_error ("%s: tensor '%s': %llu bytes of data for a shape of %llu %s values",
+                         self->path, name, (unsigned long long) bytes,
+                         (unsigned long long) elements, dtype);
+    if (za_safetensors_find (self, name) >= 0)
+        return za_error ("%s: two tensors are named '%s'", self->path, name);
+    s_tensor_t *grown = realloc (self->tensors, (size_t) (self->count + 1) * sizeof *grown);
+    if (!grown)
+        return za_error ("out of memory");
+    self->tensors = grown;
+    s_tensor_t *tensor = &self->tensors [self->count];
+    memset (tensor, 0, sizeof *tensor);
+    tensor->owned = malloc (bytes? bytes: 1);
+    tensor->name = strdup (name);
+    if (!tensor->owned || !tensor->name) {
+        free (tensor->owned), free (tensor->name);
+        return za_error ("out of memory");
+    }
+    if (bytes)
+        memcpy (tensor->owned, data, bytes);
+    snprintf (tensor->dtype, sizeof tensor->dtype, "%s", dtype);
+    tensor->element_size = s_element_size (dtype);
+    tensor->ndim = ndim;
+    if (ndim)
+        memcpy (tensor->shape, shape, (size_t) ndim * sizeof *shape);
+    tensor->data = tensor->owned;
+    tensor->bytes = bytes;
+    self->count++;
+    return 0;
+}
+
+int
+za_safetensors_set_meta (za_safetensors_t *self, const char *key, const char *value)
+{
+    if (!self->meta && !(self->meta = json_object ()))
+        return za_error ("out of memory");
+    //  Kept as given: a file's bytes need not be UTF-8.
+    return json_object_set_new_nocheck (self->meta, key, json_stringn_nocheck (value,
+                                                                               strlen (value)))
+         ? za_error ("out of memory"): 0;
 }

@@ -95,8 +95,9 @@ static const za_option_t s_options [] = {
     ZA_OPTION ("warm-start-from", T_STR, run.warm_start.from, "PATH", NULL, 0, 0, NULL, R_ALL,
                JOB, 0, "Transfer learning (WarmStartSettings)",
                "a fresh --model-dir starts from these weights: a checkpoint, a\n"
-               "model dir (its newest), or a safetensors file of another\n"
-               "framework; a checkpoint in --model-dir wins, as in TensorFlow"),
+               "model dir (its newest), a safetensors file of another framework\n"
+               "or an ONNX model (*.onnx: its initializers); a checkpoint in\n"
+               "--model-dir wins, as in TensorFlow"),
     ZA_OPTION ("warm-start-vars", T_STR, run.warm_start.vars, "REGEX", NULL, 0, 0, NULL, R_ALL,
                JOB, 0, NULL,
                "the variables loaded: a regex matched from the start of each\n"

@@ -1,7 +1,9 @@
 /*  zactor-ckpt: inspects checkpoints. `ls DIR` lists every checkpoint with its
     step, time, size, tensor count and whether it is intact; `show FILE|DIR`
-    prints one checkpoint's metadata and tensors.                           */
+    prints one checkpoint's metadata and tensors; `export` writes one as an
+    ONNX model.                                                             */
 #include "za/za_checkpoint.h"
+#include "za/za_export.h"
 #include "za/za_util.h"
 
 #include <inttypes.h>
@@ -21,6 +23,18 @@ s_usage (FILE *out)
 "Usage: zactor-ckpt ls DIR          list the checkpoints in a model directory\n"
 "       zactor-ckpt show FILE|DIR   one checkpoint (DIR: its newest intact one):\n"
 "                                   metadata, and each tensor's shape and values\n"
+"       zactor-ckpt export [OPTIONS] FILE|DIR\n"
+"                                   the checkpoint (DIR: its newest intact one) as an\n"
+"                                   ONNX model (opset 13) for onnxruntime and others:\n"
+"                                   input 'pixels' float32 [batch, H, W, C] of values\n"
+"                                   0 .. 255, outputs 'logits' and 'probabilities'\n"
+"         --format onnx             the format (onnx, the one there is)\n"
+"         -o, --output FILE         where (default: the model dir's model.onnx)\n"
+"         --input-shape HxWxC       the images' shape after resizing (default: the\n"
+"                                   model dir's input.json, else 28x28x1)\n"
+"         --preprocess MODE         none, tf, torch or caffe (default: input.json's,\n"
+"                                   else none), as a graph node\n"
+"         --no-softmax              no 'probabilities' output\n"
 "A checkpoint is intact when its size, header and CRC32 check out; one that is not\n"
 "is listed with the reason and never used for training or evaluation.\n"
 "Exit status: 0 all listed checkpoints intact, 1 some are not or none found, 2 usage.\n");
@@ -129,9 +143,122 @@ s_show (const char *target)
     return 0;
 }
 
+//  The folder a checkpoint file lies in, or the dir itself.
+static void
+s_model_dir (const char *target, int is_dir, char *dir, size_t size)
+{
+    snprintf (dir, size, "%s", target);
+    char *slash = strrchr (dir, '/');
+    if (!is_dir)
+        snprintf (dir, size, "%.*s", slash? (int) (slash - dir): 1, slash? target: ".");
+}
+
+static int
+s_export (int argc, char **argv)
+{
+    const char *target = NULL, *output = NULL, *shape = NULL, *preprocess = NULL;
+    int softmax = 1;
+    for (int i = 2; i < argc; i++) {
+        const char *arg = argv [i], *value = i + 1 < argc? argv [i + 1]: NULL;
+        int takes = !strcmp (arg, "--format") || !strcmp (arg, "-o")
+                 || !strcmp (arg, "--output") || !strcmp (arg, "--input-shape")
+                 || !strcmp (arg, "--preprocess");
+        if (takes && !value) {
+            fprintf (stderr, "zactor-ckpt export: %s needs a value\n", arg);
+            return EXIT_USAGE;
+        }
+        if (!strcmp (arg, "--format")) {
+            if (strcmp (value, "onnx")) {
+                fprintf (stderr, "zactor-ckpt export: --format %s: the format is onnx\n",
+                         value);
+                return EXIT_USAGE;
+            }
+        }
+        else
+        if (!strcmp (arg, "-o") || !strcmp (arg, "--output"))
+            output = value;
+        else
+        if (!strcmp (arg, "--input-shape"))
+            shape = value;
+        else
+        if (!strcmp (arg, "--preprocess"))
+            preprocess = value;
+        else
+        if (!strcmp (arg, "--no-softmax"))
+            softmax = 0;
+        else
+        if (arg [0] == '-' || target) {
+            fprintf (stderr, "zactor-ckpt export: '%s' is not an option here (see --help)\n",
+                     arg);
+            return EXIT_USAGE;
+        }
+        else
+            target = arg;
+        i += takes;
+    }
+    if (!target) {
+        fprintf (stderr, "zactor-ckpt export: give the checkpoint or model dir to export\n");
+        return EXIT_USAGE;
+    }
+    struct stat st;
+    int is_dir = stat (target, &st) == 0 && S_ISDIR (st.st_mode);
+    char dir [4096], path [4200];
+    s_model_dir (target, is_dir, dir, sizeof dir);
+    za_export_config_t config;
+    void *json = NULL;
+    if (za_export_config_load (dir, &config, &json))
+        return 1;
+    config.softmax = softmax;
+    char tail;
+    if (shape && (sscanf (shape, "%dx%dx%d%c", &config.input.height, &config.input.width,
+                          &config.input.channels, &tail) != 3
+                  || config.input.height <= 0 || config.input.width <= 0
+                  || config.input.channels <= 0)) {
+        fprintf (stderr, "zactor-ckpt export: --input-shape %s: give HxWxC, e.g. 224x224x3\n",
+                 shape);
+        za_export_config_free (&json);
+        return EXIT_USAGE;
+    }
+    if (preprocess && za_preprocess_parse (preprocess) < 0) {
+        fprintf (stderr, "zactor-ckpt export: --preprocess %s: none, tf, torch or caffe\n",
+                 preprocess);
+        za_export_config_free (&json);
+        return EXIT_USAGE;
+    }
+    if (preprocess)
+        config.preprocess = (za_preprocess_t) za_preprocess_parse (preprocess);
+    za_checkpoint_t *ckpt = NULL;
+    int found = 0;
+    if (is_dir && !(ckpt = za_checkpoint_load_newest (target, &found)) && !found)
+        fprintf (stderr, "zactor-ckpt: no checkpoint in '%s'\n", target);
+    if (!is_dir)
+        ckpt = za_checkpoint_load (target);
+    snprintf (path, sizeof path, "%s/model.onnx", dir);
+    if (!output)
+        output = path;
+    int rc = ckpt? za_export_onnx (za_checkpoint_meta (ckpt, "model"), ckpt, &config,
+                                   output): 1;
+    if (ckpt && rc == 0) {
+        stat (output, &st);
+        printf ("exported step %" PRId64 " of %s to %s (%.1f MB, ONNX opset 13): input "
+                "'pixels' [batch, %d, %d, %d] 0 .. 255, outputs 'logits'%s\n",
+                za_checkpoint_step (ckpt), za_checkpoint_filename (ckpt), output,
+                (double) st.st_size / 1e6, config.input.height, config.input.width,
+                config.input.channels, softmax? " and 'probabilities'": "");
+    }
+    else
+    if (ckpt)
+        rc = 1;
+    za_checkpoint_destroy (&ckpt);
+    za_export_config_free (&json);
+    return rc;
+}
+
 int
 main (int argc, char **argv)
 {
+    if (argc >= 2 && strcmp (argv [1], "export") == 0)
+        return s_export (argc, argv);
     if (argc == 2 && (!strcmp (argv [1], "-h") || !strcmp (argv [1], "--help"))) {
         s_usage (stdout);
         return 0;
@@ -144,6 +271,6 @@ main (int argc, char **argv)
         return s_ls (argv [2]);
     if (strcmp (argv [1], "show") == 0)
         return s_show (argv [2]);
-    fprintf (stderr, "zactor-ckpt: unknown command '%s' (ls or show)\n", argv [1]);
+    fprintf (stderr, "zactor-ckpt: unknown command '%s' (ls, show or export)\n", argv [1]);
     return EXIT_USAGE;
 }

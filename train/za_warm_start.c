@@ -1,6 +1,7 @@
 /*  za_warm_start.c: variables loaded from another model's weights.        */
 #include "za/za_warm_start.h"
 #include "za/za_checkpoint.h"
+#include "za/za_onnx.h"
 #include "za/za_safetensors.h"
 #include "za/za_util.h"
 
@@ -164,7 +165,10 @@ za_warm_start_load (const za_warm_start_t *ws, const za_vars_t *vars, float *val
     if (bad_regex)
         return za_error ("--warm-start-vars '%s' is not an extended regular expression",
                          ws->vars);
-    za_safetensors_t *file = za_safetensors_load (path);
+    //  An ONNX model's initializers are its weights (torch.onnx.export's,
+    //  tf2onnx's, zactor-ckpt export's).
+    za_safetensors_t *file = za_onnx_named (path)? za_onnx_load_initializers (path)
+                                                 : za_safetensors_load (path);
     int loaded = file? 0: -1;
     float *buffer = NULL;
     for (int v = 0; v < vars->count && loaded >= 0; v++) {

@@ -27,6 +27,12 @@ int za_preprocess_parse (const char *name);
 
 #define ZA_INPUT_CHANNELS_MAX 4
 
+//  How `mode` makes channel k (< ZA_INPUT_CHANNELS_MAX) of an image of
+//  `channels`: it takes channel *from's value v (0 .. 1: a pixel / 255;
+//  caffe's reverses RGB) and gives v * *scale + *offset.
+void za_preprocess_channel (za_preprocess_t mode, int channels, int k, int *from,
+                            float *scale, float *offset);
+
 //  How many of a data set's files may fail to decode before its input fails
 //  (--max-bad-images): a count, or a fraction of the examples it lists.
 //  All zero (set 0): no limit.

@@ -39,6 +39,15 @@ int za_safetensors_floats (const za_safetensors_t *self, int index, float *out);
 //  A metadata string, or NULL.
 const char *za_safetensors_meta (const za_safetensors_t *self, const char *key);
 
+//  A set of tensors read from another format (an ONNX file's initializers,
+//  za_onnx.h), named `path` in messages: empty, then filled by add (dtype a
+//  safetensors one, data `bytes` long and copied; 0, or -1 with an error: an
+//  unknown dtype, bytes not the shape's, a name taken) and set_meta.
+za_safetensors_t *za_safetensors_new (const char *path);
+int za_safetensors_add (za_safetensors_t *self, const char *name, const char *dtype, int ndim,
+                        const int64_t *shape, const void *data, uint64_t bytes);
+int za_safetensors_set_meta (za_safetensors_t *self, const char *key, const char *value);
+
 #ifdef __cplusplus
 }
 #endif

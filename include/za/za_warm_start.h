@@ -1,7 +1,9 @@
 /*  za_warm_start.h: a model started from another's weights (TensorFlow's
     WarmStartSettings): the variables a regex selects, loaded from a
-    checkpoint or any safetensors file (PyTorch's, Keras's, zactor's), renamed
-    as asked, their layout turned into zactor's.
+    checkpoint, any safetensors file (PyTorch's, Keras's, zactor's) or the
+    initializers of an ONNX model (a file named *.onnx: torch.onnx.export's,
+    tf2onnx's, zactor-ckpt export's), renamed as asked, their layout turned
+    into zactor's.
 
     Layouts (--warm-start-layout):
       zactor, keras  conv2d/kernel [H, W, in, out] (HWIO), dense/kernel
@@ -33,7 +35,7 @@ typedef enum {
 int za_layout_parse (const char *name);
 
 typedef struct {
-    const char *from;                   //  a checkpoint or safetensors file, or a
+    const char *from;                   //  a checkpoint, safetensors or .onnx file, or a
                                         //  model dir (its newest checkpoint);
                                         //  NULL: no warm start
     const char *vars;                   //  an extended regex matched from the start
