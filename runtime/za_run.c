@@ -7,6 +7,7 @@
 #include "za_input_json.h"
 #include "za_place.h"
 #include "za_predict.h"
+#include "za_serve.h"
 #include "za/za_curve.h"
 #include "za/za_preempt.h"
 
@@ -34,7 +35,8 @@ static const char *s_about =
     "supervised cluster on this machine (--local), or as one task of a cluster\n"
     "(--role, TF_CONFIG, --broker). The same program serves every role.\n"
     "`%s predict --model-dir DIR --data SPEC` writes a trained model's class and\n"
-    "probabilities for each image.";
+    "probabilities for each image; `serve --model-dir DIR` answers TensorFlow\n"
+    "Serving's REST API (POST /v1/models/NAME:predict).";
 
 static const char *s_epilogue =
     "\nOutput: a progress bar on a terminal (log lines otherwise), checkpoints\n"
@@ -112,9 +114,9 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
                   "pick another (the default is %d)", ZA_EXIT_DATA, ZA_EXIT_REQUEUE);
         return ZA_EXIT_USAGE;
     }
-    if (s->predict && (s->local || s->role || s->cluster || s->broker)) {
-        za_error ("predict runs in this process: leave out --local, --role, --cluster "
-                  "and --broker");
+    if ((s->predict || s->serve) && (s->local || s->role || s->cluster || s->broker)) {
+        za_error ("%s runs in this process: leave out --local, --role, --cluster "
+                  "and --broker", s->serve? "serve": "predict");
         return ZA_EXIT_USAGE;
     }
     if (!s->predict && (s->data || s->checkpoint)) {
@@ -217,6 +219,8 @@ s_run (const za_program_t *program, za_options_t *options, za_settings_t *s)
     zsys_handler_set (s_on_signal);
     if (s->predict)
         return za_predict_run (program, options, s);
+    if (s->serve)
+        return za_serve_run (s);
     if (s->local)
         return za_launcher_run_local (program, options, s);
     if (s->role && streq (s->role, "broker"))
@@ -255,7 +259,8 @@ za_run_main (int argc, char **argv, const za_program_t *program)
         rc = za_options_default (options, program->defaults [d][0], program->defaults [d][1]);
     //  `predict` first: the rest is parsed as any command line.
     settings.predict = argc >= 2 && streq (argv [1], "predict");
-    if (settings.predict) {
+    settings.serve = argc >= 2 && streq (argv [1], "serve");
+    if (settings.predict || settings.serve) {
         argv [1] = argv [0];
         argv++, argc--;
     }

@@ -309,6 +309,32 @@ static const za_option_t s_options [] = {
     ZA_OPTION ("logits", T_FLAG, logits, NULL, NULL, 0, 0, NULL, ZA_READ_SINGLE, PROC, 0, NULL,
                "write each image's logits too (the output before the softmax, as\n"
                "the Estimator's predictions hold them; every number to 9 digits)"),
+    ZA_OPTION ("port", T_INT, port, "N", "8501", 0, 65535, NULL, ZA_READ_SINGLE, PROC, 0,
+               "Serving (zactor-run serve --model-dir DIR: TensorFlow Serving's REST API)",
+               "the REST API's port (TF Serving's --rest_api_port; 0: any free one)"),
+    ZA_OPTION ("listen", T_STR, listen, "ADDR", "127.0.0.1", 0, 0, NULL, ZA_READ_SINGLE, PROC,
+               0, NULL, "the address it listens on: 127.0.0.1 serves this machine only;\n"
+               "0.0.0.0 every network (no CURVE here: put it behind your proxy)"),
+    ZA_OPTION ("model-name", T_STR, model_name, "NAME", NULL, 0, 0, NULL, ZA_READ_SINGLE, PROC,
+               0, NULL, "the NAME of /v1/models/NAME:predict (default: --model-dir's last\n"
+               "part)"),
+    ZA_OPTION ("max-batch-size", T_INT, max_batch_size, "N", "32", 1, 1 << 20, NULL,
+               ZA_READ_SINGLE, PROC, 0, NULL,
+               "concurrent requests' instances run as one batch, up to N (TF\n"
+               "Serving's batching parameters); a larger request runs alone"),
+    ZA_OPTION ("batch-timeout-micros", T_INT, batch_timeout_micros, "US", "0", 0,
+               60000000, NULL, ZA_READ_SINGLE, PROC, 0, NULL,
+               "how long a batch waits for more requests before it runs (0: it\n"
+               "takes the requests already queued and runs at once)"),
+    ZA_OPTION ("num-batch-threads", T_INT, num_batch_threads, "N", "0", 0, 1024, NULL,
+               ZA_READ_SINGLE, PROC, 0, NULL, "batches that run at once (0: one per core)"),
+    ZA_OPTION ("poll-secs", T_NUM, poll_secs, "S", "1", 0.01, 86400, NULL, ZA_READ_SINGLE,
+               PROC, 0, NULL,
+               "look for a newer checkpoint every S seconds and serve it once it\n"
+               "loads (TF Serving's --file_system_poll_wait_seconds)"),
+    ZA_OPTION ("max-body-bytes", T_INT, max_body_bytes, "N", "67108864", 1024, INT_MAX_D,
+               NULL, ZA_READ_SINGLE, PROC, 0, NULL,
+               "a request body larger than N bytes is refused (413)"),
     ZA_OPTION ("replay", T_FLAG, eval.replay, NULL, NULL, 0, 0, NULL, ZA_READ_EVALUATOR, PROC,
                0, NULL, "with --role evaluator: evaluate every checkpoint in --model-dir\n"
                "in step order, then exit"),

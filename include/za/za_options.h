@@ -177,6 +177,16 @@ typedef struct {
     const char *output;             //  "-": standard output
     const char *format;             //  jsonl or csv
     int logits;                     //  1: the logits too
+    //  Serving (zactor-run serve: TensorFlow Serving's REST API)
+    int serve;                      //  1: the serve subcommand (not an option)
+    int64_t port;                   //  the REST API's port (8501, TF Serving's)
+    const char *listen;             //  its address (127.0.0.1: this machine only)
+    const char *model_name;         //  NULL: the model dir's last part
+    int64_t max_batch_size;         //  requests batched together, in instances
+    int64_t batch_timeout_micros;   //  how long a batch waits to fill
+    int64_t num_batch_threads;      //  batches run at once (0: the cores)
+    double poll_secs;               //  how often a newer checkpoint is looked for
+    int64_t max_body_bytes;         //  a larger request is refused (413)
     //  This task in a cluster
     const char *role;
     int64_t index;                  //  -1: not said
