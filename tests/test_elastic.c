@@ -247,8 +247,15 @@ s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t s
     double fixed = s_fixed_accuracy (tag, strategy, ps, steps_text);
     printf ("elastic %s: test accuracy %.4f grown and shrunk, %.4f at a fixed size (%" PRId64
             " steps)\n", tag, accuracy, fixed, steps);
-    cr_expect_leq (fabs (accuracy - fixed) * 100, ACCURACY_POINTS, "%s: accuracy %.4f, a "
-                   "fixed-size job's %.4f", tag, accuracy, fixed);
+    //  ps-async is not deterministic: two identical fixed-size jobs differ by
+    //  up to 0.7 points here (0.8953 to 0.9022 across CI runs). A grown job
+    //  that ends higher is no fault; one that ends more than the allowance
+    //  lower is. The synchronous strategies repeat themselves: both ways.
+    double lost = (fixed - accuracy) * 100;
+    if (strcmp (strategy, "ps-async"))
+        lost = fabs (lost);
+    cr_expect_leq (lost, ACCURACY_POINTS, "%s: accuracy %.4f, a fixed-size job's %.4f", tag,
+                   accuracy, fixed);
     free (joiner_out), free (joiner_err), free (out), free (dir);
 }
 
