@@ -2,6 +2,7 @@
     checkpoint), checkpoint discovery by watching model_dir, replay, and the
     best-checkpoint exporter.                                                */
 #include "za/za_evaluator.h"
+#include "za/za_export.h"
 #include "za/za_checkpoint.h"
 #include "za/za_early_stop.h"
 #include "za/za_preempt.h"
@@ -57,6 +58,7 @@ typedef struct {
     int told;                               //  a trigger has announced a checkpoint
     int bad_data;                           //  the evaluation set failed on its
                                             //  images (--max-bad-images)
+    int onnx_failed;                        //  --export-onnx failed once: said
 } s_eval_t;
 
 //  The evaluation data: the config's input_fn, or its data set in batches.
@@ -144,6 +146,38 @@ za_evaluator_best_dir (const char *model_dir, const char *name, char *dir, size_
     snprintf (dir, size, "%s/export/best%s%s", model_dir, named? "_": "", named? name: "");
 }
 
+//  --export-onnx: the best checkpoint (dst, in dir) as dir/model.onnx, and
+//  the model dir's input.json beside it, so that the folder is a model of
+//  its own (zactor-run serve, za_predictor, onnxruntime). A failure is a
+//  warning: the checkpoint is kept all the same.
+static void
+s_export_onnx (s_eval_t *self, const char *dir, const char *dst)
+{
+    if (!self->config->spec.export_onnx)
+        return;
+    char input [4200], copy [4200], onnx [4200];
+    snprintf (input, sizeof input, "%s/input.json", self->config->model_dir);
+    snprintf (copy, sizeof copy, "%s/input.json", dir);
+    snprintf (onnx, sizeof onnx, "%s/model.onnx", dir);
+    za_export_config_t config;
+    void *json = NULL;
+    za_checkpoint_t *ckpt = NULL;
+    int rc = access (input, F_OK) == 0? s_copy_atomic (input, copy): 0;
+    if (!rc)
+        rc = za_export_config_load (self->config->model_dir, &config, &json);
+    if (!rc) {
+        config.input = self->config->input;
+        ckpt = za_checkpoint_load (dst);
+        rc = ckpt? za_export_onnx (za_checkpoint_meta (ckpt, "model"), ckpt, &config, onnx)
+                 : -1;
+    }
+    if (rc && !self->onnx_failed++)
+        za_info ("warning: evaluator: --export-onnx: %s (the checkpoint is exported all the "
+                 "same; said once)", za_last_error ());
+    za_checkpoint_destroy (&ckpt);
+    za_export_config_free (&json);
+}
+
 //  Keeps a copy of the best checkpoint so far (by --best-metric) in the
 //  evaluation's best folder (za_evaluator_best_dir), with best.json naming it.
 static int
@@ -198,6 +232,7 @@ s_export_best (s_eval_t *self, const char *path, const za_eval_result_t *result)
         return za_error ("export: cannot write '%s'", json);
     if (*previous && strcmp (previous, dst) != 0)
         unlink (previous);
+    s_export_onnx (self, dir, dst);
     za_info ("evaluator: step %" PRId64 " is the best so far (%s %.4f): exported to %s",
              result->global_step, self->goal.name, value, dir);
     return 0;

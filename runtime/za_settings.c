@@ -278,6 +278,9 @@ static const za_option_t s_options [] = {
                "keep the checkpoint best by M in MODEL_DIR/export/best: loss,\n"
                "accuracy or one of --eval-metrics; names ending in loss are\n"
                "better lower, others higher, unless ,max or ,min says"),
+    ZA_OPTION ("export-onnx", T_FLAG, eval.export_onnx, NULL, NULL, 0, 0, NULL, R_EVAL, JOB, 0,
+               NULL, "write the best checkpoint as MODEL_DIR/export/best/model.onnx\n"
+               "too (zactor-ckpt export's), beside it and input.json"),
     ZA_OPTION ("stop-if-no-improvement", T_STR, eval.stop_if_no_improvement,
                "M,STEPS[,max|min]", NULL, 0, 0, NULL, R_ALL, JOB, 0, NULL,
                "early stopping: when the evaluations' M has not improved for\n"

@@ -20,6 +20,7 @@
 #include "za/za_kernels.h"
 #include "za/za_model.h"
 #include "za/za_onnx.h"
+#include "za/za_predictor.h"
 #include "za/za_util.h"
 #include "za/za_warm_start.h"
 #include "za_test.h"
@@ -145,7 +146,18 @@ s_write_floats (const char *path, const float *values, size_t count)
     fclose (file);
 }
 
-//  Every tensor of the checkpoint is an initializer of the file, bit for bit.
+//  1 when name is a model's variable (a layer's kernel or bias), not an
+//  optimizer's slot or the step.
+static int
+s_is_variable (const char *name)
+{
+    size_t length = strlen (name);
+    return (length > 7 && !strcmp (name + length - 7, "/kernel"))
+        || (length > 5 && !strcmp (name + length - 5, "/bias"));
+}
+
+//  Every variable of the checkpoint is an initializer of the file, bit for
+//  bit.
 static void
 s_expect_initializers (const char *onnx_path, const char *ckpt_path)
 {
@@ -153,8 +165,12 @@ s_expect_initializers (const char *onnx_path, const char *ckpt_path)
     cr_assert_not_null (file, "%s", za_last_error ());
     za_checkpoint_t *ckpt = za_checkpoint_load (ckpt_path);
     cr_assert_not_null (ckpt);
+    int checked = 0;
     for (int i = 0; i < za_checkpoint_tensor_count (ckpt); i++) {
         const za_ckpt_tensor_t *t = za_checkpoint_tensor (ckpt, i);
+        if (!s_is_variable (t->name))
+            continue;
+        checked++;
         int index = za_safetensors_find (file, t->name);
         cr_assert_geq (index, 0, "%s: no initializer %s", onnx_path, t->name);
         int64_t shape [ZA_SAFETENSORS_MAX_DIMS];
@@ -172,6 +188,7 @@ s_expect_initializers (const char *onnx_path, const char *ckpt_path)
                       t->name);
         free (values);
     }
+    cr_expect_gt (checked, 0, "%s holds no variable", ckpt_path);
     cr_expect_str_eq (za_safetensors_meta (file, "producer_name"), "zactor");
     za_checkpoint_destroy (&ckpt);
     za_safetensors_destroy (&file);
@@ -512,4 +529,38 @@ Test (onnx, a_pytorch_export_warm_starts_to_pytorchs_logits, .timeout = 120)
     free (pixels), free (logits);
     s_model_free (&m);
     json_decref (fixture);
+}
+
+Test (onnx, the_evaluator_exports_its_best_as_onnx_too, .timeout = 600)
+{
+    const char *dir = za_test_dir_create ("za_onnx_best");
+    char *model = za_test_join (dir, "run");
+    const char *args [] = {"--max-steps", "200", "--model-dir", model,
+                           "--save-checkpoints-steps", "100", "--train-and-evaluate",
+                           "--start-delay-secs", "0", "--throttle-secs", "0", "--export-onnx",
+                           NULL};
+    za_test_result_t result = za_test_run (args, 300);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    //  The best checkpoint, named by best.json, and model.onnx beside it:
+    //  the same tensors, bit for bit.
+    char *best = za_test_join (model, "export/best/best.json");
+    json_error_t error;
+    json_t *json = json_load_file (best, 0, &error);
+    cr_assert_not_null (json, "%s", error.text);
+    char ckpt [4200], onnx [4200];
+    snprintf (ckpt, sizeof ckpt, "%s/export/best/%s", model,
+              json_string_value (json_object_get (json, "checkpoint")));
+    snprintf (onnx, sizeof onnx, "%s/export/best/model.onnx", model);
+    s_expect_initializers (onnx, ckpt);
+    //  A model of its own: the predictor loads the folder.
+    char *folder = za_test_join (model, "export/best");
+    za_predictor_t *predictor = za_predictor_new (folder, NULL);
+    cr_expect_not_null (predictor, "%s", za_last_error ());
+    cr_expect_eq (za_predictor_step (predictor),
+                  json_integer_value (json_object_get (json, "global_step")));
+    za_predictor_destroy (&predictor);
+    json_decref (json);
+    free (folder), free (best), free (model);
+    za_test_dir_remove ();
 }

@@ -35,6 +35,8 @@ typedef struct {
                                     //  NULL: accuracy
     const char *stop_if_no_improvement; //  NULL, or early stopping's rule: the
                                     //  evaluator asks the chief to stop (za_early_stop.h)
+    int export_onnx;                //  1: the best export is also written as
+                                    //  model.onnx (za_export.h), input.json beside it
 } za_eval_spec_t;
 
 typedef struct {
