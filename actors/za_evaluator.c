@@ -3,6 +3,7 @@
     best-checkpoint exporter.                                                */
 #include "za/za_evaluator.h"
 #include "za/za_export.h"
+#include "za/za_trace.h"
 #include "za/za_checkpoint.h"
 #include "za/za_early_stop.h"
 #include "za/za_preempt.h"
@@ -247,9 +248,11 @@ s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
     char *path = za_checkpoint_path (self->config->model_dir, step);
     if (!path)
         return -1;
+    double start = za_clock_mono ();
     int rc = za_estimator_evaluate_checkpoint (self->est, path, s_input_fn,
                                                (void *) self->config, self->config->spec.steps,
                                                self->subdir, result);
+    za_trace_event (ZA_TRACE_EVALUATION, "evaluation", start, za_clock_mono (), step);
     if (rc == 0) {
         za_info ("evaluator: step %" PRId64 ": accuracy %.4f, loss %.4f on %" PRId64
                  " examples (%.1f s)", result->global_step, result->accuracy, result->loss,

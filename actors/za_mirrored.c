@@ -16,6 +16,7 @@
 #include "za/za_early_stop.h"
 #include "za/za_preempt.h"
 #include "za/za_ring.h"
+#include "za/za_trace.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -627,7 +628,8 @@ s_run_steps (s_mirrored_t *self)
         za_batch_t batch;
         if (za_role_next_batch (self->input, self->who, &batch))
             return -1;
-        self->input_secs += za_clock_mono () - step_start;
+        double input = za_clock_mono () - step_start;
+        self->input_secs += input;
         double loss, t0 = za_clock_mono (), waited = za_ring_wait_secs (self->ring);
         //  The buckets go round as backward makes them final.
         s_reducer_begin (&self->reducer, (self->global_step + 1) * MAX_BUCKETS);
@@ -653,6 +655,14 @@ s_run_steps (s_mirrored_t *self)
         self->own_steps++;
         self->examples_done += s_global_batch (self);
         double now = za_clock_mono ();
+        if (za_trace_on ()) {
+            int64_t step = self->global_step - 1;
+            za_trace_event (ZA_TRACE_STEP, "step", step_start, now, step);
+            za_trace_event (ZA_TRACE_INPUT, "input", step_start, step_start + input, step);
+            za_trace_event (ZA_TRACE_COMPUTE, "forward+backward", t0, t1, step);
+            za_trace_event (ZA_TRACE_EXCHANGE, "all-reduce", t1, t2, step);
+            za_trace_event (ZA_TRACE_APPLY, "apply", t2, now, step);
+        }
         self->compute_secs += t1 - t0;
         self->reduce_secs += t2 - t1;
         self->step_secs += now - step_start;

@@ -2,6 +2,7 @@
     za_ps.c) and optimizer slots, the checks of what comes in, the update,
     and what goes out: values, slots, snapshots, errors.  */
 #include "za_ps_private.h"
+#include "za/za_trace.h"
 
 const char *
 za_ps_part_name (za_ps_t *self, int i)
@@ -285,6 +286,7 @@ za_ps_floats_of (za_ps_t *self, const za_wire_tensor_t *t)
 void
 za_ps_update (za_ps_t *self, const za_wire_msg_t *msg)
 {
+    double start = za_trace_on ()? za_clock_mono (): 0;
     int next = 1 - self->current;
     za_wire_lease_wait (&self->lease [next]);
     za_wire_lease_wait (&self->slot_lease);
@@ -320,6 +322,8 @@ za_ps_update (za_ps_t *self, const za_wire_msg_t *msg)
     }
     self->current = next;
     self->updates++;
+    if (start > 0)
+        za_trace_event (ZA_TRACE_APPLY, "apply", start, za_clock_mono (), self->updates - 1);
 }
 
 void

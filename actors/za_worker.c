@@ -14,6 +14,7 @@
     are za_worker_calls.c's, the chief's duties za_worker_chief.c's, and
     za_worker_private.h is what they share.                                */
 #include "za_worker_private.h"
+#include "za/za_trace.h"
 #include "za/za_curve.h"
 #include "za/za_preempt.h"
 
@@ -325,7 +326,8 @@ s_run_steps (za_worker_t *self)
         za_batch_t batch;
         if (za_role_next_batch (self->input, self->who, &batch))
             return -1;
-        self->input_secs += za_clock_mono () - step_start;
+        double input = za_clock_mono () - step_start;
+        self->input_secs += input;
         //  The last push's gradient frames must be let go before we overwrite.
         za_wire_lease_wait (&self->lease);
         double loss, t0 = za_clock_mono ();
@@ -359,12 +361,19 @@ s_run_steps (za_worker_t *self)
             rc = za_worker_take_values (self);
         if (rc)
             return rc;
+        int64_t step = self->global_step;
         self->global_step = self->replies [0]->step;
         self->own_steps++;
         double now = za_clock_mono ();
         self->compute_secs += t1 - t0;
         self->transfer_secs += t2 - t1;
         self->step_secs += now - step_start;
+        if (za_trace_on ()) {
+            za_trace_event (ZA_TRACE_STEP, "step", step_start, now, step);
+            za_trace_event (ZA_TRACE_INPUT, "input", step_start, step_start + input, step);
+            za_trace_event (ZA_TRACE_COMPUTE, "forward+backward", t0, t1, step);
+            za_trace_event (ZA_TRACE_EXCHANGE, "push+pull", t1, now, step);
+        }
         za_role_rates_publish (&self->rates, self->stats, self->global_step, self->own_steps,
                                loss, batch.size, now);
         za_role_bad_publish (self->stats, self->input);

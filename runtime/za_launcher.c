@@ -5,6 +5,7 @@
     and prints the result. It watches the broker through the broker client
     and judges it with the peer class, like every role.                    */
 #include "za_launcher.h"
+#include "za_trace_merge.h"
 #include "za/za_broker.h"
 #include "za/za_checkpoint.h"
 #include "za/za_early_stop.h"
@@ -644,6 +645,7 @@ za_launcher_run_local (const za_program_t *program, za_options_t *options, za_se
                                                              sizeof self->bind))
         return 1;
     s_self_exe (self->exe, sizeof self->exe);
+    za_trace_clear (s);
     //  The broker answers a watch at once; one that misses several is hung.
     za_heartbeat_t beat = za_settings_heartbeat (s);
     double silent_max = beat.ivl_secs * beat.liveness;
@@ -674,6 +676,9 @@ za_launcher_run_local (const za_program_t *program, za_options_t *options, za_se
     za_broker_client_destroy (&self->client);
     //  Whatever is left (nothing, after a job that ended well) is stopped.
     s_stop_groups (self);
+    //  --trace: the tasks' traces, however the job ended.
+    if (za_trace_merge (s) && rc == 0)
+        rc = 1;
     if (rc == ZA_EXIT_INTERRUPTED)
         fprintf (stderr, "zactor: interrupted; every process of the job is stopped\n");
     else

@@ -435,6 +435,11 @@ static const za_option_t s_options [] = {
                "Prometheus at http://HOST:PORT/metrics (per task step, steps/s,\n"
                "examples/s, loss, last evaluation, restarts, heartbeat age, state;\n"
                "events by kind); *:PORT listens on every interface"),
+    ZA_OPTION ("trace", T_STR, trace, "FILE", NULL, 0, 0, NULL, R_ALL, JOB, 0, NULL,
+               "record where every task's steps go (input, compute, push/pull or\n"
+               "the ring, apply, checkpoints, evaluations) and write it as one\n"
+               "Chrome trace-event file at the end (Perfetto, chrome://tracing;\n"
+               "each task's own in MODEL_DIR/trace/ as it runs)"),
     ZA_OPTION ("certs", T_STR, certs, "DIR", NULL, 0, 0, NULL, R_ALL, PROC, 0, "Security",
                "CURVE on every socket of the job (broker, ps, workers, the\n"
                "ring, zactor-top) with the cluster's certificate in DIR (make\n"

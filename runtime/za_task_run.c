@@ -2,9 +2,11 @@
     process (and train_and_evaluate), a training role of a cluster, the
     evaluator, and what they print at the end.                              */
 #include "za_task.h"
+#include "za_trace_merge.h"
 #include "za/za_checkpoint.h"
 #include "za/za_early_stop.h"
 #include "za/za_preempt.h"
+#include "za/za_trace.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -223,6 +225,14 @@ za_task_run_single (za_task_t *task)
     }
     double start = za_clock_mono ();
     int rc;
+    //  --trace: this process is the job: its trace alone, merged at the end.
+    if (s->trace) {
+        za_trace_clear (s);
+        if (za_trace_task_start (s, "trainer", 0)) {
+            za_estimator_destroy (&estimator);
+            return 1;
+        }
+    }
     //  SIGTERM: the steps stop, the step reached is saved (za_preempt.h).
     za_preempt_set_handled (1);
     if (s->train_and_evaluate) {
@@ -238,6 +248,9 @@ za_task_run_single (za_task_t *task)
         rc = za_estimator_train (estimator, za_task_input, task, s->max_steps)? 1: 0;
     int64_t reached = za_estimator_global_step (estimator);
     za_estimator_destroy (&estimator);
+    za_trace_close ();
+    if (s->trace && za_trace_merge (s) && !rc)
+        rc = 1;
     if (!rc && za_preempt_requested () && reached < s->max_steps)
         return za_task_preempted (s, reached);
     if (!rc)
@@ -268,10 +281,13 @@ za_task_run_evaluator (za_task_t *task, zactor_t *client)
              config.spec.start_delay_secs, config.spec.throttle_secs, s->max_steps,
              s_model_text (task));
     int evaluations = 0;
+    if (za_trace_task_start (s, "evaluator", s->index > 0? (int) s->index: 0))
+        return 1;
     //  It keeps nothing a checkpoint does not: SIGTERM ends it at once (after
     //  an evaluation under way), as preempted.
     za_preempt_set_handled (1);
     int rc = za_evaluator_run (&config, NULL, &evaluations);
+    za_trace_close ();
     if (rc == ZA_EVALUATOR_STOPPED && za_preempt_requested ())
         return za_task_preempted (s, -1);
     return rc == 0? 0: rc == ZA_EVALUATOR_BAD_DATA? ZA_EXIT_DATA: 1;
@@ -347,6 +363,8 @@ za_task_run_role (za_task_t *task, const za_place_t *place, zactor_t *client)
     zactor_fn *run = place->type == ZA_TASK_PS? za_ps_actor
                    : role.strategy == ZA_STRATEGY_ALLREDUCE? za_mirrored_actor
                    : za_worker_actor;
+    if (za_trace_task_start (task->settings, za_task_type_name (place->type), place->index))
+        return 1;
     zactor_t *actor = zactor_new (run, &role);
     if (actor && client && place->type == ZA_TASK_PS)
         zstr_sendx (client, "ENDPOINT", place->bind, NULL);
@@ -358,6 +376,7 @@ za_task_run_role (za_task_t *task, const za_place_t *place, zactor_t *client)
     za_preempt_set_handled (1);
     int rc = actor? za_role_wait_relay (actor, client): -1;
     zactor_destroy (&actor);
+    za_trace_close ();
     if (rc == ZA_EXIT_REQUEUE)
         return za_task_preempted (task->settings, -1);
     if (rc)

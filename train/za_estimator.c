@@ -2,6 +2,7 @@
     hooks (step counter, summaries, checkpoints), restore, evaluation and
     prediction, over one replica of the model.                              */
 #include "za/za_estimator.h"
+#include "za/za_trace.h"
 #include "za/za_checkpoint.h"
 #include "za/za_early_stop.h"
 #include "za/za_preempt.h"
@@ -203,6 +204,7 @@ s_train_steps (za_estimator_t *self, za_input_t *input, za_hooks_t *hooks,
     int rc = 0;
     while (self->global_step < ctx->max_steps && !stop && !za_preempt_requested ()) {
         za_batch_t batch;
+        double t0 = za_clock_mono ();
         int got = za_input_next (input, &batch);
         if (got < 0)
             rc = -1;
@@ -211,12 +213,20 @@ s_train_steps (za_estimator_t *self, za_input_t *input, za_hooks_t *hooks,
         ctx->global_step = self->global_step;
         ctx->batch_size = batch.size;
         za_hooks_before_run (hooks, ctx);
-        double loss;
+        double loss, t1 = za_clock_mono ();
         if (za_replica_compute_gradients (self->replica, &batch, self->global_step, &loss)) {
             rc = -1;
             break;
         }
+        double t2 = za_clock_mono ();
         za_replica_apply (self->replica, self->global_step + 1);
+        if (za_trace_on ()) {
+            double t3 = za_clock_mono ();
+            za_trace_event (ZA_TRACE_STEP, "step", t0, t3, self->global_step);
+            za_trace_event (ZA_TRACE_INPUT, "input", t0, t1, self->global_step);
+            za_trace_event (ZA_TRACE_COMPUTE, "forward+backward", t1, t2, self->global_step);
+            za_trace_event (ZA_TRACE_APPLY, "apply", t2, t3, self->global_step);
+        }
         self->global_step++;
         ctx->global_step = self->global_step;
         ctx->loss = loss;

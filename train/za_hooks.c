@@ -1,6 +1,7 @@
 /*  za_hooks.c: running a list of session hooks, the one rule for "due", and
     the built-in hooks: step counter, summary saver, checkpoint saver.      */
 #include "za/za_hooks.h"
+#include "za/za_trace.h"
 #include "za/za_early_stop.h"
 #include "za/za_optim.h"
 #include "za/za_util.h"
@@ -332,6 +333,7 @@ s_saver_after_run (void *arg, const za_run_context_t *ctx)
     if (ctx->global_step >= ctx->max_steps || !za_every_due (&s->every, ctx->global_step, now))
         return 0;
     s->rc = s->save (s->arg, ctx->global_step);
+    za_trace_event (ZA_TRACE_CHECKPOINT, "checkpoint", now, za_clock_mono (), ctx->global_step);
     if (s->rc < 0)
         return -1;
     if (s->rc == ZA_SAVE_SKIPPED) {

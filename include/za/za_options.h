@@ -209,6 +209,7 @@ typedef struct {
     int64_t max_restarts;
     int64_t requeue_exit_code;      //  preempted: run me again (za_preempt.h)
     const char *metrics_bind;
+    const char *trace;              //  --trace FILE: the job's trace (za_trace.h); NULL: none
     //  Security
     const char *certs;              //  NULL: no CURVE
     int insecure;

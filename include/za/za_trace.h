@@ -1,0 +1,57 @@
+/*  za_trace.h: a task's trace (--trace): where its steps' time goes, as
+    Chrome's trace events (Perfetto and chrome://tracing read them): each
+    phase a complete event ("ph": "X") with a name, a start and a duration
+    in microseconds of CLOCK_MONOTONIC (za_clock_mono), on the row of its
+    activity, and the global step it belongs to.
+
+    Events go into a bounded ring in memory; a thread of the trace's own
+    writes them to the task's file, one JSON object a line, every 200 ms.
+    Recording never blocks a step: when the ring is full or the writer holds
+    it, the event is dropped and counted. The process's tasks of a job each
+    write their own file; za_trace_merge (runtime/za_trace_merge.h) makes
+    the job's one trace of them.                                           */
+#ifndef ZA_TRACE_H_INCLUDED
+#define ZA_TRACE_H_INCLUDED
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//  The rows a task's events go on (the trace's "threads").
+typedef enum {
+    ZA_TRACE_STEP = 1,                  //  a whole training step
+    ZA_TRACE_INPUT,                     //  waiting for the input's batch
+    ZA_TRACE_COMPUTE,                   //  forward and backward
+    ZA_TRACE_EXCHANGE,                  //  push and pull, or the ring's all-reduce
+    ZA_TRACE_APPLY,                     //  the optimizer's update
+    ZA_TRACE_CHECKPOINT,                //  a checkpoint written
+    ZA_TRACE_EVALUATION,                //  an evaluation of a checkpoint
+    ZA_TRACE_ROWS
+} za_trace_row_t;
+
+//  The row's name ("step", "input", ...), or NULL.
+const char *za_trace_row_name (int row);
+
+//  Starts tracing this process into path (appended to: a restarted task
+//  goes on in its file), its folder made. 0, or -1 with an error.
+int za_trace_open (const char *path);
+//  Writes what the ring holds and stops tracing. Safe when not open.
+void za_trace_close (void);
+//  1 while tracing.
+int za_trace_on (void);
+
+//  Records one phase: `name` (a string that lives as long as the process:
+//  a literal) on `row`, from `start` to `end` (za_clock_mono seconds), of
+//  global step `step` (-1: none). Does nothing when not tracing.
+void za_trace_event (za_trace_row_t row, const char *name, double start, double end,
+                     int64_t step);
+
+//  Events dropped so far (the ring full or held).
+int64_t za_trace_dropped (void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,187 @@
+/*  test_trace.c: --trace on real jobs: a --local cluster under ps-async,
+    ps-sync and allreduce, and one process, each write one file that parses
+    as Chrome trace-event JSON: every event has ph, ts, pid and tid, every
+    duration is >= 0, every task of the job is a process in it, and each
+    step's phases lie inside that step on its task.                         */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "za/za_util.h"
+#include "za_test.h"
+
+#define RUN_TIMEOUT_S 600
+#define PIDS_MAX 16
+#define EPSILON_US 0.01
+
+//  The step events of one process, by step.
+typedef struct {
+    char name [64];
+    int steps, phases, inside, evaluations, applies, checkpoints;
+} s_task_t;
+
+static s_task_t *
+s_task_of (s_task_t *tasks, json_int_t pid)
+{
+    cr_assert (pid >= 1 && pid < PIDS_MAX, "pid %lld", (long long) pid);
+    return &tasks [pid];
+}
+
+//  Checks the file and returns each process's counts in tasks [pid].
+static void
+s_check_trace (const char *path, s_task_t *tasks)
+{
+    memset (tasks, 0, PIDS_MAX * sizeof *tasks);
+    json_error_t error;
+    json_t *root = json_load_file (path, 0, &error);
+    cr_assert_not_null (root, "%s is not JSON: %s (line %d)", path, error.text, error.line);
+    json_t *events = json_object_get (root, "traceEvents");
+    cr_assert (json_is_array (events) && json_array_size (events) > 0, "no traceEvents");
+    size_t i;
+    json_t *event;
+    json_array_foreach (events, i, event) {
+        const char *ph = json_string_value (json_object_get (event, "ph"));
+        cr_assert (ph && json_is_integer (json_object_get (event, "pid"))
+                   && json_is_integer (json_object_get (event, "tid")),
+                   "event %zu lacks ph, pid or tid", i);
+        s_task_t *task = s_task_of (tasks, json_integer_value (json_object_get (event, "pid")));
+        const char *name = json_string_value (json_object_get (event, "name"));
+        if (!strcmp (ph, "M")) {
+            if (!strcmp (name, "process_name"))
+                snprintf (task->name, sizeof task->name, "%s", json_string_value (
+                          json_object_get (json_object_get (event, "args"), "name")));
+            continue;
+        }
+        cr_assert_str_eq (ph, "X", "event %zu", i);
+        cr_assert (json_is_number (json_object_get (event, "ts")), "event %zu has no ts", i);
+        cr_assert_geq (json_number_value (json_object_get (event, "dur")), 0, "event %zu", i);
+        task->steps += !strcmp (name, "step");
+        task->evaluations += !strcmp (name, "evaluation");
+        task->checkpoints += !strcmp (name, "checkpoint");
+        task->applies += !strcmp (name, "apply");
+    }
+    //  Each phase of a trainer's step inside that step.
+    json_array_foreach (events, i, event) {
+        const char *name = json_string_value (json_object_get (event, "name"));
+        json_int_t pid = json_integer_value (json_object_get (event, "pid"));
+        json_int_t tid = json_integer_value (json_object_get (event, "tid"));
+        //  rows 2 (input), 3 (compute), 4 (exchange), 5 (apply) of a trainer
+        if (strcmp (json_string_value (json_object_get (event, "ph")), "X") || tid < 2
+            || tid > 5 || !s_task_of (tasks, pid)->steps)
+            continue;
+        json_int_t step = json_integer_value (json_object_get (json_object_get (event, "args"),
+                                                               "step"));
+        double ts = json_number_value (json_object_get (event, "ts"));
+        double end = ts + json_number_value (json_object_get (event, "dur"));
+        int inside = 0;
+        size_t j;
+        json_t *other;
+        json_array_foreach (events, j, other) {
+            if (json_integer_value (json_object_get (other, "pid")) != pid
+                || json_integer_value (json_object_get (other, "tid")) != 1
+                || json_integer_value (json_object_get (json_object_get (other, "args"), "step"))
+                   != step)
+                continue;
+            double from = json_number_value (json_object_get (other, "ts"));
+            double to = from + json_number_value (json_object_get (other, "dur"));
+            inside = ts >= from - EPSILON_US && end <= to + EPSILON_US;
+            break;
+        }
+        s_task_t *task = s_task_of (tasks, pid);
+        task->phases++;
+        task->inside += inside;
+        cr_expect (inside, "%s's %s of step %lld is not inside its step", task->name, name,
+                   (long long) step);
+    }
+    json_decref (root);
+}
+
+static s_task_t *
+s_find (s_task_t *tasks, const char *name)
+{
+    for (int pid = 1; pid < PIDS_MAX; pid++)
+        if (!strcmp (tasks [pid].name, name))
+            return &tasks [pid];
+    return NULL;
+}
+
+static void
+s_local (const char *strategy, int with_ps)
+{
+    const char *dir = za_test_dir_create ("za_trace");
+    char *trace = za_test_join (dir, "trace.json"), *model = za_test_join (dir, "run");
+    const char *args [] = {"--local", "--strategy", strategy, "--max-steps", "120",
+                           "--save-checkpoints-steps", "60", "--model-dir", model, "--trace",
+                           trace, NULL};
+    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect (strstr (result.err, "trace: "), "%s", result.err);
+    za_test_result_free (&result);
+    s_task_t tasks [PIDS_MAX];
+    s_check_trace (trace, tasks);
+    const char *trainers [] = {"chief-0", "worker-0", "worker-1"};
+    for (int k = 0; k < 3; k++) {
+        s_task_t *task = s_find (tasks, trainers [k]);
+        cr_assert_not_null (task, "%s: no %s in the trace", strategy, trainers [k]);
+        cr_expect_gt (task->steps, 0, "%s: %s has no step", strategy, trainers [k]);
+        cr_expect_gt (task->phases, 3 * task->steps - 1, "%s: %s's steps have no phases",
+                      strategy, trainers [k]);
+        printf ("trace %s: %s: %d steps, %d phases, %d inside them\n", strategy,
+                trainers [k], task->steps, task->phases, task->inside);
+    }
+    cr_expect_gt (s_find (tasks, "chief-0")->checkpoints, 0, "%s: no checkpoint", strategy);
+    s_task_t *evaluator = s_find (tasks, "evaluator-0");
+    cr_assert_not_null (evaluator, "%s: no evaluator in the trace", strategy);
+    cr_expect_gt (evaluator->evaluations, 0, "%s: the evaluator evaluated nothing", strategy);
+    s_task_t *ps = s_find (tasks, "ps-0");
+    if (with_ps) {
+        cr_assert_not_null (ps, "%s: no ps in the trace", strategy);
+        cr_expect_gt (ps->applies, 0, "%s: the ps applied nothing", strategy);
+    }
+    else
+        cr_expect_null (ps, "%s: a ps in an all-reduce job's trace", strategy);
+    free (trace), free (model);
+    za_test_dir_remove ();
+}
+
+Test (trace, a_ps_async_cluster_writes_one_trace, .timeout = 600)
+{
+    s_local ("ps-async", 1);
+}
+
+Test (trace, a_ps_sync_cluster_writes_one_trace, .timeout = 600)
+{
+    s_local ("ps-sync", 1);
+}
+
+Test (trace, an_allreduce_cluster_writes_one_trace, .timeout = 600)
+{
+    s_local ("allreduce", 0);
+}
+
+Test (trace, one_process_writes_its_trace, .timeout = 300)
+{
+    const char *dir = za_test_dir_create ("za_trace_one");
+    char *trace = za_test_join (dir, "trace.json"), *model = za_test_join (dir, "run");
+    const char *args [] = {"--max-steps", "50", "--model-dir", model, "--trace", trace, NULL};
+    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    s_task_t tasks [PIDS_MAX];
+    s_check_trace (trace, tasks);
+    s_task_t *trainer = s_find (tasks, "trainer-0");
+    cr_assert_not_null (trainer);
+    cr_expect_eq (trainer->steps, 50);
+    cr_expect_eq (trainer->phases, 150, "input, compute and apply of each step");
+    cr_expect_eq (trainer->inside, trainer->phases);
+    //  A second run in the same model dir traces itself alone.
+    const char *again [] = {"--max-steps", "60", "--model-dir", model, "--trace", trace, NULL};
+    result = za_test_run (again, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    s_check_trace (trace, tasks);
+    cr_expect_eq (s_find (tasks, "trainer-0")->steps, 10);
+    free (trace), free (model);
+    za_test_dir_remove ();
+}
