@@ -37,6 +37,15 @@
 // ---------------------------------------------------------------------------
 //  The model
 
+static void
+s_model_free (za_serve_model_t **model_p)
+{
+    if (*model_p)
+        za_predictor_destroy (&(*model_p)->predictor);
+    free (*model_p);
+    *model_p = NULL;
+}
+
 za_serve_model_t *
 za_serve_model_take (za_serve_t *self)
 {
@@ -53,10 +62,8 @@ za_serve_model_give (za_serve_t *self, za_serve_model_t *model)
     pthread_mutex_lock (&self->model_lock);
     int last = --model->users == 0 && model != self->model;
     pthread_mutex_unlock (&self->model_lock);
-    if (last) {
-        za_predictor_destroy (&model->predictor);
-        free (model);
-    }
+    if (last)
+        s_model_free (&model);
 }
 
 static za_serve_model_t *
@@ -116,10 +123,7 @@ s_reload (za_serve_t *self, uint64_t *dir_state)
         za_info ("serve: the checkpoint of step %lld does not load (%s): still serving "
                  "step %lld", (long long) newest, model? "corrupt": za_last_error (),
                  (long long) serving);
-        if (model) {
-            za_predictor_destroy (&model->predictor);
-            free (model);
-        }
+        s_model_free (&model);
         return;
     }
     pthread_mutex_lock (&self->model_lock);
@@ -127,10 +131,8 @@ s_reload (za_serve_t *self, uint64_t *dir_state)
     self->model = model;
     int idle = old->users == 0;
     pthread_mutex_unlock (&self->model_lock);
-    if (idle) {
-        za_predictor_destroy (&old->predictor);
-        free (old);
-    }
+    if (idle)
+        s_model_free (&old);
     self->reloads++;
     za_info ("serve: now serving step %lld (was %lld)", (long long) model->step,
              (long long) serving);
@@ -402,10 +404,7 @@ za_serve_run (const za_settings_t *s)
         za_info ("serve: stopped after %lld requests (%lld images in %lld batches)",
                  (long long) (self->requests [1] + self->requests [3] + self->requests [4]),
                  (long long) self->instances, (long long) self->batches);
-    if (self->model) {
-        za_predictor_destroy (&self->model->predictor);
-        free (self->model);
-    }
+    s_model_free (&self->model);
     free (self->batchers);
     pthread_mutex_destroy (&self->model_lock);
     pthread_mutex_destroy (&self->lock);

@@ -231,35 +231,21 @@ za_predictor_destroy (za_predictor_t **self_p)
     *self_p = NULL;
 }
 
-//  A free slot, made if none is and the pool has room, else waited for.
-//  Its index, or -1 with an error (a state that could not be made).
+//  A free slot, or a new one while the pool has room, else one waited for;
+//  its state made if it has none (new, or given back after a make failed).
+//  Its index, or -1 with an error.
 static int
 s_take (za_predictor_t *self)
 {
     pthread_mutex_lock (&self->lock);
-    int index = -1;
-    while (index < 0) {
-        if (self->free_count) {
-            index = self->free_slots [--self->free_count];
-            break;
-        }
-        if (self->made < self->slot_max) {
-            index = self->made++;
-            pthread_mutex_unlock (&self->lock);
-            if (s_slot_make (self, &self->slots [index]) == 0)
-                return index;
-            pthread_mutex_lock (&self->lock);
-            self->free_slots [self->free_count++] = index;     //  made later, or again
-            pthread_mutex_unlock (&self->lock);
-            return -1;
-        }
+    while (!self->free_count && self->made == self->slot_max)
         pthread_cond_wait (&self->freed, &self->lock);
-    }
+    int index = self->free_count? self->free_slots [--self->free_count]: self->made++;
     pthread_mutex_unlock (&self->lock);
-    //  A slot given back after a failed make has no state yet.
     if (!self->slots [index].state && s_slot_make (self, &self->slots [index])) {
         pthread_mutex_lock (&self->lock);
         self->free_slots [self->free_count++] = index;
+        pthread_cond_signal (&self->freed);
         pthread_mutex_unlock (&self->lock);
         return -1;
     }
