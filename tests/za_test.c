@@ -413,16 +413,33 @@ int
 za_test_free_port (void)
 {
     //  A plain socket: libzmq closes its listeners later, in its I/O thread,
-    //  and the port would still be taken (and listening) for a while.
-    int fd = socket (AF_INET, SOCK_STREAM, 0);
-    cr_assert_geq (fd, 0);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
-    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
-    cr_assert_eq (bind (fd, (struct sockaddr *) &addr, sizeof addr), 0);
-    socklen_t len = sizeof addr;
-    cr_assert_eq (getsockname (fd, (struct sockaddr *) &addr, &len), 0);
-    close (fd);
-    return ntohs (addr.sin_port);
+    //  and the port would still be taken (and listening) for a while. The
+    //  kernel may hand the same free port out twice in a row, so a port this
+    //  process got lately is not given again (two tasks of one cluster on one
+    //  port fail as "address used twice").
+    static int recent [256];
+    static size_t given;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        int fd = socket (AF_INET, SOCK_STREAM, 0);
+        cr_assert_geq (fd, 0);
+        struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
+        addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+        cr_assert_eq (bind (fd, (struct sockaddr *) &addr, sizeof addr), 0);
+        socklen_t len = sizeof addr;
+        cr_assert_eq (getsockname (fd, (struct sockaddr *) &addr, &len), 0);
+        close (fd);
+        int port = ntohs (addr.sin_port);
+        size_t known = given < 256? given: 256;
+        size_t i = 0;
+        while (i < known && recent [i] != port)
+            i++;
+        if (i < known)
+            continue;
+        recent [given++ % 256] = port;
+        return port;
+    }
+    cr_assert_fail ("no free port that this test has not had already");
+    return 0;
 }
 
 char *
