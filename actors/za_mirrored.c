@@ -622,6 +622,9 @@ static int
 s_run_steps (s_mirrored_t *self)
 {
     const za_role_config_t *config = self->config;
+    //  The all-reduce waits for every member's gradients.
+    if (self->stats)
+        atomic_store_explicit (&self->stats->exchange_waits, 1, memory_order_relaxed);
     while (self->global_step < config->max_steps && !zsys_interrupted) {
         double step_start = za_clock_mono ();
         za_role_stats_publish (self->stats, ZA_ROLE_RUNNING, step_start);
@@ -666,8 +669,12 @@ s_run_steps (s_mirrored_t *self)
         self->compute_secs += t1 - t0;
         self->reduce_secs += t2 - t1;
         self->step_secs += now - step_start;
+        za_role_step_times_t times = {
+            .step = now - step_start,
+            .phase = {[ZA_PHASE_INPUT] = input, [ZA_PHASE_COMPUTE] = t1 - t0,
+                      [ZA_PHASE_EXCHANGE] = t2 - t1, [ZA_PHASE_APPLY] = now - t2}};
         za_role_rates_publish (&self->rates, self->stats, self->global_step, self->own_steps,
-                               loss, batch.size, now);
+                               loss, batch.size, &times, now);
         za_role_bad_publish (self->stats, self->input);
         s_publish_wait (self, 1e3 * (za_ring_wait_secs (self->ring) - waited));
         //  The summaries' examples/sec count a global step's batches.

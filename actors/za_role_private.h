@@ -65,23 +65,32 @@ int za_role_hooks_after_step (za_role_hooks_t *self, const za_role_config_t *con
                               int batch, double elapsed);
 
 //  What a training loop publishes after each step (za_role_stats_t): rates
-//  over the last one to two windows of ZA_ROLE_RATE_WINDOW_SECS, and a
-//  moving average of the loss. Nothing allocated, relaxed stores only.
+//  and the time per step and in each phase over the last one to two windows
+//  of ZA_ROLE_RATE_WINDOW_SECS, and a moving average of the loss. Nothing
+//  allocated, relaxed stores only.
 #define ZA_ROLE_RATE_WINDOW_SECS 2.0
 typedef struct {
     double loss_average;
     double since_time, window_time;
     int64_t since_step, window_step, since_own_steps, window_own_steps;
+    //  Seconds in steps and in each phase: in all, at since, at window.
+    double secs [1 + ZA_PHASES], since_secs [1 + ZA_PHASES], window_secs [1 + ZA_PHASES];
 } za_role_rates_t;
+
+//  One step's seconds: the whole step, and in each phase.
+typedef struct {
+    double step;
+    double phase [ZA_PHASES];
+} za_role_step_times_t;
 
 //  Counts rates from here (a start, or going on after a pause).
 void za_role_rates_restart (za_role_rates_t *self, int64_t global_step, int64_t own_steps,
                             double now);
-//  A step is done: own_steps of this task (1 for the first), its loss and
-//  batch. stats may be NULL.
+//  A step is done: own_steps of this task (1 for the first), its loss,
+//  batch and times. stats may be NULL.
 void za_role_rates_publish (za_role_rates_t *self, za_role_stats_t *stats,
                             int64_t global_step, int64_t own_steps, double loss, int batch,
-                            double now);
+                            const za_role_step_times_t *times, double now);
 
 //  Publishes how many of input's examples could not be decoded so far, and
 //  how many it lists.

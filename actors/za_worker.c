@@ -317,6 +317,10 @@ static int
 s_run_steps (za_worker_t *self)
 {
     const za_role_config_t *config = self->config;
+    //  ps-sync: a push and pull wait at the ps for every member's push.
+    if (self->stats)
+        atomic_store_explicit (&self->stats->exchange_waits,
+                               config->strategy == ZA_STRATEGY_PS_SYNC, memory_order_relaxed);
     while (self->global_step < config->max_steps && !self->hooks.stop.requested
            && !zsys_interrupted && !(config->is_chief && za_preempt_requested ())) {
         double step_start = za_clock_mono ();
@@ -374,8 +378,12 @@ s_run_steps (za_worker_t *self)
             za_trace_event (ZA_TRACE_COMPUTE, "forward+backward", t0, t1, step);
             za_trace_event (ZA_TRACE_EXCHANGE, "push+pull", t1, now, step);
         }
+        za_role_step_times_t times = {
+            .step = now - step_start,
+            .phase = {[ZA_PHASE_INPUT] = input, [ZA_PHASE_COMPUTE] = t1 - t0,
+                      [ZA_PHASE_EXCHANGE] = now - t1}};
         za_role_rates_publish (&self->rates, self->stats, self->global_step, self->own_steps,
-                               loss, batch.size, now);
+                               loss, batch.size, &times, now);
         za_role_bad_publish (self->stats, self->input);
         //  The summaries' examples/sec count a global step's batches.
         if ((rc = s_after_step (self, loss, batch.size * za_role_batches_per_step (config),

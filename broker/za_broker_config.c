@@ -15,6 +15,7 @@ za_broker_config_init (za_broker_config_t *config)
     config->requeue_exit_code = ZA_EXIT_REQUEUE;
     config->min_workers = -1;
     config->elastic_timeout_secs = ZA_BROKER_ELASTIC_TIMEOUT_SECS;
+    config->straggler_factor = ZA_BROKER_STRAGGLER_FACTOR;
 }
 
 double

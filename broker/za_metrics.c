@@ -95,6 +95,7 @@ static const struct {
     {"zactor_task_restarts_total", "restarts", "counter", "Times the task was restarted."},
     {"zactor_task_bad_images_total", "bad_images", "counter", "Input images the task skipped: they could not be decoded."},
     {"zactor_task_heartbeat_age_seconds", "heartbeat_age_secs", "gauge", "Seconds since the broker last heard from the task."},
+    {"zactor_task_slowdown", "slowdown", "gauge", "A trainer's own time per step over the other trainers' median (waits for them not counted)."},
 };
 
 char *
@@ -124,6 +125,27 @@ za_metrics_render (const json_t *state)
         s_append (&out, ",state=\"");
         s_append_label (&out, json_string_value (json_object_get (row, "state")));
         s_append (&out, "\"} 1\n");
+    }
+    s_header (&out, "zactor_task_step_seconds", "gauge", "A trainer's recent time per step.");
+    json_array_foreach (roles, i, row) {
+        const json_t *step_ms = json_object_get (row, "step_ms");
+        if (json_is_number (step_ms)) {
+            s_task_series (&out, "zactor_task_step_seconds", row);
+            s_append (&out, "} %.17g\n", json_number_value (step_ms) / 1e3);
+        }
+    }
+    s_header (&out, "zactor_task_straggler", "gauge",
+              "1 while the broker names the trainer a straggler (--straggler-factor), with "
+              "the phase it is slowest in.");
+    json_array_foreach (roles, i, row) {
+        const json_t *straggler = json_object_get (row, "straggler");
+        if (!json_is_boolean (straggler))
+            continue;
+        s_task_series (&out, "zactor_task_straggler", row);
+        s_append (&out, ",phase=\"");
+        s_append_label (&out, json_is_true (straggler)
+                        ? json_string_value (json_object_get (row, "slowest_phase")): "");
+        s_append (&out, "\"} %d\n", json_is_true (straggler));
     }
     const json_t *job = json_object_get (state, "job"), *broker = json_object_get (state, "broker");
     s_header (&out, "zactor_job_global_step", "gauge", "The job's global step (the chief's).");

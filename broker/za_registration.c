@@ -107,6 +107,32 @@ s_parse_identity (json_t *body, int report, const int *counts, za_registration_t
     return 0;
 }
 
+//  A trainer's "times": {step_ms, input_ms, compute_ms, exchange_ms,
+//  apply_ms, exchange_waits}, every one, or no "times" (all 0). 0, or -1
+//  with why it is refused.
+static int
+s_parse_times (json_t *body, za_step_times_t *times, char *why, size_t size)
+{
+    json_t *object = json_object_get (body, "times");
+    if (!object)
+        return 0;
+    int bad = !json_is_object (object)
+           || s_number (object, "step_ms", 0, HUGE_VAL, &times->step_ms);
+    for (int phase = 0; phase < ZA_PHASES && !bad; phase++) {
+        char key [32];
+        snprintf (key, sizeof key, "%s_ms", za_phase_name (phase));
+        bad = s_number (object, key, 0, HUGE_VAL, &times->phase_ms [phase]);
+    }
+    json_t *waits = json_object_get (object, "exchange_waits");
+    if (bad || !json_is_boolean (waits)) {
+        snprintf (why, size, "times: {step_ms, input_ms, compute_ms, exchange_ms, apply_ms "
+                  "(finite numbers >= 0), exchange_waits (true or false)}, or no times");
+        return -1;
+    }
+    times->exchange_waits = json_is_true (waits);
+    return 0;
+}
+
 //  The fields only a report has: the task's state, progress and rates, the
 //  pairs that come both or neither, and the counts it may leave out. 0, or
 //  -1 with why the first wrong field is refused.
@@ -162,6 +188,8 @@ s_parse_report (json_t *body, za_registration_t *reg, char *why, size_t size)
         return -1;
     }
     reg->preempting = preempting && json_is_true (preempting);
+    if (s_parse_times (body, &reg->times, why, size))
+        return -1;
     //  Counts a report may leave out (0).
     const char *keys [] = {"bad_images", "images"};
     int64_t *fields [] = {&reg->bad_images, &reg->images};

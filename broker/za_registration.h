@@ -10,6 +10,7 @@
 
 #include "za/za_broker_client.h"
 #include "za/za_broker_config.h"
+#include "za_straggler.h"
 
 #define ZA_REGISTRATION_HOST_MAX 256
 
@@ -33,6 +34,7 @@ typedef struct {
     int64_t bad_images;         //  0 when not said
     int64_t images;             //  0 when not said
     int preempting;             //  1: it got SIGTERM (za_preempt.h); 0 when not said
+    za_step_times_t times;      //  a trainer's recent step; step_ms 0 when not said
 } za_registration_t;
 
 //  Checks every field of a register (report 0) or report (1) of a job with

@@ -631,6 +631,45 @@ za_registry_register (za_registry_t *self, za_entry_t *task, zframe_t *identity,
     s_update_members (self);
 }
 
+//  1 for a trainer that trains now and said how long its steps take.
+static int
+s_is_timed_trainer (const za_entry_t *task)
+{
+    return (task->kind == ZA_TASK_CHIEF || task->kind == ZA_TASK_WORKER)
+        && task->state == ZA_ENTRY_LIVE && streq (task->role_state, "running")
+        && task->times.step_ms > 0;
+}
+
+//  A trainer's report against the other trainers' latest: named a
+//  straggler, or no longer one, as an event (docs/monitoring.md).
+static void
+s_judge_straggler (za_registry_t *self, za_entry_t *task)
+{
+    if (!s_is_timed_trainer (task)) {
+        za_straggler_reset (&task->straggler);
+        return;
+    }
+    za_step_times_t others [ZA_BROKER_MAX_TASKS + 1];
+    int count = 0;
+    FOR_EACH_TASK (self, other)
+        if (other != task && s_is_timed_trainer (other) && count < ZA_BROKER_MAX_TASKS + 1)
+            others [count++] = other->times;
+    za_straggler_t *judged = &task->straggler;
+    int change = za_straggler_judge (judged, &task->times, others, count,
+                                     self->config->straggler_factor);
+    if (change > 0)
+        s_event (self, task, "straggler", "its steps take %.1f ms of its own, %.1fx the other "
+                 "trainers' median %.1f ms (--straggler-factor %g); slowest phase: %s, "
+                 "%+.1f ms a step", judged->own_ms, judged->slowdown, judged->median_ms,
+                 self->config->straggler_factor, za_phase_name (judged->phase),
+                 judged->phase_excess_ms);
+    else
+    if (change < 0)
+        s_event (self, task, "caught_up", "its steps take %.1f ms of its own again, %.1fx "
+                 "the other trainers' median %.1f ms", judged->own_ms, judged->slowdown,
+                 judged->median_ms);
+}
+
 void
 za_registry_report (za_registry_t *self, za_entry_t *task, zframe_t *identity,
                     const za_registration_t *reg)
@@ -659,6 +698,8 @@ za_registry_report (za_registry_t *self, za_entry_t *task, zframe_t *identity,
     task->wait_ms = reg->wait_ms;
     task->bad_images = reg->bad_images;
     task->images = reg->images;
+    task->times = reg->times;
+    s_judge_straggler (self, task);
     if (reg->preempting && !self->preempting) {
         self->preempting = 1;
         s_event (self, task, "preempting", "it got SIGTERM: the job stops for preemption");
@@ -758,6 +799,26 @@ za_registry_view (const za_registry_t *self)
     return view;
 }
 
+//  A trainer's step times and its judgement: step_ms, phase_ms {input,
+//  compute, exchange, apply}, straggler, and (once judged) slowdown
+//  against the others' median and its slowest phase.
+static void
+s_row_times (json_t *row, const za_entry_t *task)
+{
+    json_object_set_new (row, "step_ms", json_real (task->times.step_ms));
+    json_t *phases = json_object ();
+    for (int phase = 0; phase < ZA_PHASES; phase++)
+        json_object_set_new (phases, za_phase_name (phase),
+                             json_real (task->times.phase_ms [phase]));
+    json_object_set_new (row, "phase_ms", phases);
+    const za_straggler_t *judged = &task->straggler;
+    json_object_set_new (row, "straggler", json_boolean (judged->straggler));
+    if (judged->slowdown > 0) {
+        json_object_set_new (row, "slowdown", json_real (judged->slowdown));
+        json_object_set_new (row, "slowest_phase", json_string (za_phase_name (judged->phase)));
+    }
+}
+
 //  A task's row of the state.
 static json_t *
 s_row (const za_entry_t *task, double now)
@@ -794,6 +855,8 @@ s_row (const za_entry_t *task, double now)
         json_object_set_new (row, "ring_rank", json_integer (task->ring_rank));
         json_object_set_new (row, "wait_ms", json_real (task->wait_ms));
     }
+    if (s_is_timed_trainer (task))
+        s_row_times (row, task);
     return row;
 }
 

@@ -30,6 +30,7 @@
 #include "za/za_peer.h"
 #include "za_events.h"
 #include "za_registration.h"
+#include "za_straggler.h"
 
 #define ZA_REGISTRY_TEXT_MAX 256
 #define ZA_REGISTRY_CODE_MAX 16         //  a refusal's code: "full", "busy", "done"
@@ -68,6 +69,8 @@ typedef struct {
     double wait_ms;
     int64_t bad_images;         //  input examples it skipped
     int64_t images;             //  of the files and records its input lists
+    za_step_times_t times;      //  a trainer's recent step (step_ms 0: not said)
+    za_straggler_t straggler;   //  against the other trainers (za_straggler.h)
     char log [ZA_REGISTRY_LOG_MAX];     //  where its output goes, when we started it
 } za_entry_t;
 

@@ -169,6 +169,22 @@ za_broker_client_register (za_broker_client_t *self, const za_task_registration_
     return s_send (self, ZA_OP_REGISTER, s_registration (task));
 }
 
+//  A trainer's recent step and its phases (docs/PROTOCOL.md 13).
+static json_t *
+s_times (za_role_stats_t *s, double step_ms)
+{
+    json_t *times = json_object ();
+    json_object_set_new (times, "step_ms", json_real (step_ms));
+    for (int phase = 0; phase < ZA_PHASES; phase++) {
+        char key [32];
+        snprintf (key, sizeof key, "%s_ms", za_phase_name (phase));
+        json_object_set_new (times, key, json_real (atomic_load (&s->phase_ms [phase])));
+    }
+    json_object_set_new (times, "exchange_waits",
+                         json_boolean (atomic_load (&s->exchange_waits)));
+    return times;
+}
+
 int
 za_broker_client_report (za_broker_client_t *self, const za_task_registration_t *task,
                          za_role_state_t state, const za_role_stats_t *stats)
@@ -198,6 +214,9 @@ za_broker_client_report (za_broker_client_t *self, const za_task_registration_t 
             json_object_set_new (body, "ring_rank", json_integer (ring_rank));
             json_object_set_new (body, "wait_ms", json_real (atomic_load (&s->wait_ms)));
         }
+        double step_ms = atomic_load (&s->step_ms);
+        if (step_ms > 0)
+            json_object_set_new (body, "times", s_times (s, step_ms));
         int64_t eval_step = atomic_load (&s->eval_step);
         if (eval_step >= 0) {
             json_object_set_new (body, "eval_step", json_integer (eval_step));
@@ -386,6 +405,11 @@ s_decode_task_row (json_t *row, za_broker_task_row_t *task)
     task->wait_ms = s_number (row, "wait_ms", 0);
     task->bad_images = (int64_t) s_number (row, "bad_images", 0);
     task->images = (int64_t) s_number (row, "images", 0);
+    task->step_ms = s_number (row, "step_ms", 0);
+    task->straggler = json_is_true (json_object_get (row, "straggler"));
+    task->slowdown = s_number (row, "slowdown", 0);
+    if (s_text (row, "slowest_phase", task->slowest_phase, sizeof task->slowest_phase))
+        return -1;
     return 0;
 }
 

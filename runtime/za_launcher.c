@@ -140,6 +140,7 @@ za_launcher_run_broker (const za_program_t *program, za_options_t *options, za_s
     config.counts [ZA_TASK_WORKER] = (int) s->workers.max;
     config.min_workers = s->workers.min < s->workers.max? (int) s->workers.min: -1;
     config.elastic_timeout_secs = s->elastic_timeout;
+    config.straggler_factor = s->straggler_factor;
     config.counts [ZA_TASK_PS] = (int) s->ps;
     config.counts [ZA_TASK_EVALUATOR] = (int) s->evaluators;
     config.ring = s->strategy == ZA_STRATEGY_ALLREDUCE;

@@ -435,6 +435,12 @@ static const za_option_t s_options [] = {
                "Prometheus at http://HOST:PORT/metrics (per task step, steps/s,\n"
                "examples/s, loss, last evaluation, restarts, heartbeat age, state;\n"
                "events by kind); *:PORT listens on every interface"),
+    ZA_OPTION ("straggler-factor", T_NUM, straggler_factor, "X",
+               ZA_TEXT (ZA_BROKER_STRAGGLER_FACTOR), 0, 1000, NULL, R_LOCAL, JOB, 0, NULL,
+               "name a trainer a straggler (zactor-top, events.jsonl, Prometheus)\n"
+               "while its own time a step (not counting waits for the others)\n"
+               "stays above X times the other trainers' median, with the phase\n"
+               "it is slowest in; 0: never"),
     ZA_OPTION ("trace", T_STR, trace, "FILE", NULL, 0, 0, NULL, R_ALL, JOB, 0, NULL,
                "record where every task's steps go (input, compute, push/pull or\n"
                "the ring, apply, checkpoints, evaluations) and write it as one\n"

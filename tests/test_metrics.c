@@ -25,6 +25,10 @@ s_state (const char *host)
                              "examples_per_sec", 160.0, "loss", 0.25, "restarts", 1,
                              "eval_step", "eval_accuracy", "heartbeat_age_secs", 0.5,
                              "bad_images", 3);
+    json_object_set_new (row, "step_ms", json_real (61.5));
+    json_object_set_new (row, "straggler", json_true ());
+    json_object_set_new (row, "slowdown", json_real (3.5));
+    json_object_set_new (row, "slowest_phase", json_string ("input"));
     json_array_append_new (json_object_get (state, "roles"), row);
     return state;
 }
@@ -45,6 +49,16 @@ Test (metrics, a_state_renders_one_sample_per_reported_value)
     cr_expect (strstr (text, line), "%s", text);
     cr_expect (strstr (text, "zactor_task_state{role=\"worker\",index=\"1\",host=\"node-1\","
                              "state=\"running\"} 1\n"), "%s", text);
+    //  A straggler, with its slowest phase.
+    snprintf (line, sizeof line, "zactor_task_step_seconds%s ", labels);
+    const char *sample = strstr (text, line);
+    double seconds = 0;
+    cr_expect (sample && sscanf (sample + strlen (line), "%lf", &seconds) == 1, "%s", text);
+    cr_expect_float_eq (seconds, 0.0615, 1e-12, "%s", text);
+    snprintf (line, sizeof line, "zactor_task_slowdown%s 3.5\n", labels);
+    cr_expect (strstr (text, line), "%s", text);
+    cr_expect (strstr (text, "zactor_task_straggler{role=\"worker\",index=\"1\",host=\"node-1\","
+                             "phase=\"input\"} 1\n"), "%s", text);
     //  No evaluation yet: no sample, not a 0.
     cr_expect_null (strstr (text, "zactor_task_eval_accuracy{"), "%s", text);
     cr_expect (strstr (text, "zactor_job_global_step 42\n"), "%s", text);

@@ -68,57 +68,8 @@ s_done (void)
 
 TestSuite (serve, .init = s_train, .fini = s_done, .timeout = 1200);
 
-// ---------------------------------------------------------------------------
-//  HTTP, by hand
-
-typedef struct {
-    int status;
-    char *body;
-} s_http_t;
-
-//  One request on its own connection. status -1 when the server is gone.
-static s_http_t
-s_http (int port, const char *method, const char *path, const char *body, size_t size)
-{
-    s_http_t answer = {.status = -1};
-    int fd = socket (AF_INET, SOCK_STREAM, 0);
-    cr_assert_geq (fd, 0);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons ((uint16_t) port)};
-    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
-    if (connect (fd, (struct sockaddr *) &addr, sizeof addr)) {
-        close (fd);
-        return answer;
-    }
-    char head [512];
-    int length = snprintf (head, sizeof head, "%s %s HTTP/1.1\r\nHost: localhost\r\n"
-                           "Content-Type: application/json\r\nContent-Length: %zu\r\n"
-                           "Connection: close\r\n\r\n", method, path, body? size: 0);
-    int sent = send (fd, head, (size_t) length, MSG_NOSIGNAL) == length;
-    for (size_t at = 0; sent && body && at < size; ) {
-        ssize_t n = send (fd, body + at, size - at, MSG_NOSIGNAL);
-        if (n <= 0)
-            break;                      //  a server that refused the rest
-        at += (size_t) n;
-    }
-    size_t capacity = 1 << 16, got = 0;
-    char *text = malloc (capacity);
-    ssize_t n;
-    while ((n = read (fd, text + got, capacity - got - 1)) > 0) {
-        got += (size_t) n;
-        if (got + 1 == capacity)
-            text = realloc (text, capacity *= 2);
-    }
-    text [got] = 0;
-    close (fd);
-    char *start = strstr (text, "\r\n\r\n");
-    if (sscanf (text, "HTTP/1.%*d %d", &answer.status) == 1 && start)
-        answer.body = strdup (start + 4);
-    free (text);
-    return answer;
-}
-
 static json_t *
-s_json (const s_http_t *answer)
+s_json (const za_test_http_t *answer)
 {
     json_error_t error;
     json_t *json = answer->body? json_loads (answer->body, 0, &error): NULL;
@@ -226,8 +177,8 @@ s_client (void *arg)
     int requests = IMAGES / PER_REQUEST;
     for (int r = c->client; r < requests; r += CLIENTS) {
         char *body = s_body (r * PER_REQUEST, PER_REQUEST, r % 2);
-        s_http_t answer = s_http (c->port, "POST", "/v1/models/fmnist:predict", body,
-                                  strlen (body));
+        za_test_http_t answer = za_test_http (c->port, "POST", "/v1/models/fmnist:predict",
+                                              body, strlen (body));
         free (body);
         json_error_t error;
         json_t *json = answer.status == 200? json_loads (answer.body, 0, &error): NULL;
@@ -247,7 +198,7 @@ s_client (void *arg)
 static double
 s_metric (int port, const char *name)
 {
-    s_http_t answer = s_http (port, "GET", "/monitoring/prometheus/metrics", NULL, 0);
+    za_test_http_t answer = za_test_http (port, "GET", "/monitoring/prometheus/metrics", NULL, 0);
     cr_assert_eq (answer.status, 200);
     const char *line = strstr (answer.body, name);
     cr_assert_not_null (line, "no %s in %s", name, answer.body);
@@ -279,12 +230,13 @@ Test (serve, answers_the_test_set_from_concurrent_clients_as_predict_does)
     cr_expect_eq (s_metric (server.port, "zactor_serve_instances_total{"), IMAGES);
     cr_expect_eq (s_metric (server.port, "zactor_serve_batch_instances_total{"), IMAGES);
     //  The status and the metadata.
-    s_http_t status = s_http (server.port, "GET", "/v1/models/fmnist", NULL, 0);
+    za_test_http_t status = za_test_http (server.port, "GET", "/v1/models/fmnist", NULL, 0);
     json_t *json = s_json (&status);
     cr_expect_str_eq (json_string_value (json_object_get (json_array_get (
         json_object_get (json, "model_version_status"), 0), "version")), "300");
     json_decref (json), free (status.body);
-    s_http_t metadata = s_http (server.port, "GET", "/v1/models/fmnist/metadata", NULL, 0);
+    za_test_http_t metadata = za_test_http (server.port, "GET", "/v1/models/fmnist/metadata",
+                                            NULL, 0);
     cr_expect_eq (metadata.status, 200);
     cr_expect (strstr (metadata.body, "\"serving_default\""), "%s", metadata.body);
     free (metadata.body);
@@ -300,8 +252,8 @@ s_single (void *arg)
 {
     s_single_t *s = (s_single_t *) arg;
     char *body = s_body (s->image, 1, 0);
-    s_http_t answer = s_http (s->port, "POST", "/v1/models/fmnist:predict", body,
-                              strlen (body));
+    za_test_http_t answer = za_test_http (s->port, "POST", "/v1/models/fmnist:predict", body,
+                                          strlen (body));
     free (body);
     s->status = answer.status;
     json_error_t error;
@@ -342,7 +294,7 @@ static void
 s_expect_error (int port, const char *method, const char *path, const char *body,
                 int status, const char *says)
 {
-    s_http_t answer = s_http (port, method, path, body, body? strlen (body): 0);
+    za_test_http_t answer = za_test_http (port, method, path, body, body? strlen (body): 0);
     cr_expect_eq (answer.status, status, "%s %s: %d %s", method, path, answer.status,
                   answer.body);
     json_t *json = s_json (&answer);
@@ -358,7 +310,8 @@ static void
 s_expect_serving (int port)
 {
     char *body = s_body (0, 5, 0);
-    s_http_t answer = s_http (port, "POST", "/v1/models/fmnist:predict", body, strlen (body));
+    za_test_http_t answer = za_test_http (port, "POST", "/v1/models/fmnist:predict", body,
+                                          strlen (body));
     free (body);
     cr_assert_eq (answer.status, 200, "%s", answer.body);
     json_t *json = s_json (&answer);
@@ -449,8 +402,9 @@ Test (serve, bad_requests_get_tf_servings_error_and_the_server_goes_on)
     char *b64 = s_base64 (bytes, size);
     json_t *root = json_pack ("{s:[{s:s}]}", "instances", "b64", b64);
     body = json_dumps (root, JSON_COMPACT);
-    s_http_t answer = s_http (port, "POST", "/v1/models/fmnist/versions/300:predict", body,
-                              strlen (body));
+    za_test_http_t answer = za_test_http (port, "POST",
+                                          "/v1/models/fmnist/versions/300:predict", body,
+                                          strlen (body));
     cr_expect_eq (answer.status, 200, "%s", answer.body);
     json_t *json = s_json (&answer);
     int class_id = -1;
@@ -496,7 +450,7 @@ Test (serve, serves_a_newer_checkpoint_once_it_loads)
     text = za_test_wait_for_text (server.err, "now serving step 200", 60);
     cr_expect (strstr (text, "now serving step 200"), "%s", text);
     free (text);
-    s_http_t status = s_http (server.port, "GET", "/v1/models/fmnist", NULL, 0);
+    za_test_http_t status = za_test_http (server.port, "GET", "/v1/models/fmnist", NULL, 0);
     cr_expect (status.body && strstr (status.body, "\"version\":\"200\""), "%s", status.body);
     free (status.body);
     cr_expect_eq (s_metric (server.port, "result=\"loaded\"}"), 1);

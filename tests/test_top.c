@@ -29,26 +29,6 @@ s_teardown (void)
 
 TestSuite (top, .init = s_setup, .fini = s_teardown);
 
-//  The pane's text (caller frees), or NULL.
-static char *
-s_capture (const char *socket)
-{
-    char command [256];
-    snprintf (command, sizeof command, "tmux -L %s capture-pane -p -t top 2>/dev/null", socket);
-    FILE *pipe = popen (command, "r");
-    if (!pipe)
-        return NULL;
-    size_t size = 0, cap = 65536;
-    char *text = (char *) malloc (cap);
-    size_t got;
-    while (text && (got = fread (text + size, 1, cap - 1 - size, pipe)) > 0)
-        size += got;
-    pclose (pipe);
-    if (text)
-        text [size] = 0;
-    return text;
-}
-
 //  The screen's line that starts with `role` (then spaces and the index 0).
 static const char *
 s_row (const char *screen, const char *role, char *line, size_t size)
@@ -104,7 +84,7 @@ Test (top, trends_and_dashes_on_a_terminal, .timeout = 400)
     int seen = 0;
     while (!seen && za_clock_mono () < deadline) {
         free (screen);
-        screen = s_capture (socket);
+        screen = za_test_tmux_capture (socket);
         seen = screen && s_row (screen, "chief", chief, sizeof chief)
             && s_row (screen, "evaluator", evaluator, sizeof evaluator)
             && s_row (screen, "ps", ps, sizeof ps)

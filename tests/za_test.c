@@ -642,3 +642,65 @@ za_test_random (size_t n, za_rng_t *rng)
         x [i] = 2.0f * za_rng_uniform (rng) - 1.0f;
     return x;
 }
+
+// ---------------------------------------------------------------------------
+//  HTTP and terminals
+
+za_test_http_t
+za_test_http (int port, const char *method, const char *path, const char *body, size_t size)
+{
+    za_test_http_t answer = {.status = -1};
+    int fd = socket (AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq (fd, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons ((uint16_t) port)};
+    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    if (connect (fd, (struct sockaddr *) &addr, sizeof addr)) {
+        close (fd);
+        return answer;
+    }
+    char head [512];
+    int length = snprintf (head, sizeof head, "%s %s HTTP/1.1\r\nHost: localhost\r\n"
+                           "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+                           "Connection: close\r\n\r\n", method, path, body? size: 0);
+    int sent = send (fd, head, (size_t) length, MSG_NOSIGNAL) == length;
+    for (size_t at = 0; sent && body && at < size; ) {
+        ssize_t n = send (fd, body + at, size - at, MSG_NOSIGNAL);
+        if (n <= 0)
+            break;                      //  a server that refused the rest
+        at += (size_t) n;
+    }
+    size_t capacity = 1 << 16, got = 0;
+    char *text = malloc (capacity);
+    ssize_t n;
+    while ((n = read (fd, text + got, capacity - got - 1)) > 0) {
+        got += (size_t) n;
+        if (got + 1 == capacity)
+            text = realloc (text, capacity *= 2);
+    }
+    text [got] = 0;
+    close (fd);
+    char *start = strstr (text, "\r\n\r\n");
+    if (sscanf (text, "HTTP/1.%*d %d", &answer.status) == 1 && start)
+        answer.body = strdup (start + 4);
+    free (text);
+    return answer;
+}
+
+char *
+za_test_tmux_capture (const char *socket)
+{
+    char command [256];
+    snprintf (command, sizeof command, "tmux -L %s capture-pane -p -t top 2>/dev/null", socket);
+    FILE *pipe = popen (command, "r");
+    if (!pipe)
+        return NULL;
+    size_t size = 0, cap = 65536;
+    char *text = (char *) malloc (cap);
+    size_t got;
+    while (text && (got = fread (text + size, 1, cap - 1 - size, pipe)) > 0)
+        size += got;
+    pclose (pipe);
+    if (text)
+        text [size] = 0;
+    return text;
+}

@@ -197,4 +197,20 @@ float *za_test_random (size_t n, za_rng_t *rng);
 //  files cannot be loaded. Caller destroys with za_dataset_destroy.
 za_dataset_t *za_test_fashion (const char *split, int64_t count);
 
+//  --------------------------------------------------------------------------
+//  HTTP and terminals
+
+//  An HTTP answer: its status (-1: no server there) and body (caller frees).
+typedef struct {
+    int status;
+    char *body;
+} za_test_http_t;
+
+//  One HTTP/1.1 request to 127.0.0.1:port on its own connection, read to its end.
+za_test_http_t za_test_http (int port, const char *method, const char *path,
+                             const char *body, size_t size);
+
+//  The text of tmux server `socket`'s pane "top" (caller frees), or NULL.
+char *za_test_tmux_capture (const char *socket);
+
 #endif

@@ -105,8 +105,10 @@ s_usage (FILE *out)
 "                  [--certs DIR]\n"
 "Shows a running zactor cluster: one row per task (role, index, host, pid, state,\n"
 "global step, steps/s, examples/s, loss, last evaluation, restarts, heartbeat age,\n"
-"and a trend: a sparkline of a trainer's loss at its last 20 refreshes with a new\n"
-"step, of an evaluator's accuracy at its last 20 evaluations) and the recent events\n"
+"milliseconds a step, whether the broker names it a straggler (how many times the\n"
+"other trainers' median step it takes, and its slowest phase), and a trend: a\n"
+"sparkline of a trainer's loss at its last 20 refreshes with a new step, of an\n"
+"evaluator's accuracy at its last 20 evaluations) and the recent events\n"
 "(starts, restarts and their causes), refreshed every second until the job is done\n"
 "or Ctrl-C.\n"
 "\n"
@@ -145,9 +147,10 @@ s_show (const za_broker_state_t *state)
         ring |= state->tasks [t].ring_rank >= 0;
         bad |= state->tasks [t].bad_images > 0;
     }
-    printf ("%-9s %3s %-15s %7s %-10s %8s %8s %8s %7s %-14s %8s %6s%s%s  %s\n", "ROLE", "IDX",
-            "HOST", "PID", "STATE", "STEP", "STEPS/S", "EX/S", "LOSS", "LAST EVAL", "RESTARTS",
-            "HB AGE", ring? "  RING  WAIT MS/STEP": "", bad? "  BAD IMAGES": "",
+    printf ("%-9s %3s %-15s %7s %-10s %8s %8s %8s %7s %-14s %8s %6s %8s %-16s%s%s  %s\n",
+            "ROLE", "IDX", "HOST", "PID", "STATE", "STEP", "STEPS/S", "EX/S", "LOSS",
+            "LAST EVAL", "RESTARTS", "HB AGE", "MS/STEP", "STRAGGLER",
+            ring? "  RING  WAIT MS/STEP": "", bad? "  BAD IMAGES": "",
             "TREND (loss; evaluator: accuracy)");
     for (int t = 0; t < state->task_count; t++) {
         const za_broker_task_row_t *row = &state->tasks [t];
@@ -171,12 +174,20 @@ s_show (const za_broker_state_t *state)
             snprintf (examples, sizeof examples, "%.0f", row->examples_per_sec);
             snprintf (loss, sizeof loss, "%.4f", row->loss);
         }
+        //  A trainer's time a step; a straggler's slowdown and slowest phase.
+        char step_ms [16] = "-", straggler [32] = "-";
+        if (row->step_ms > 0)
+            snprintf (step_ms, sizeof step_ms, "%.1f", row->step_ms);
+        if (row->straggler)
+            snprintf (straggler, sizeof straggler, "%.1fx %s", row->slowdown,
+                      row->slowest_phase);
         s_trend_take (row);
         char trend [TREND_POINTS * 4 + 8];
         s_sparkline (row->type, row->index, trend, sizeof trend);
-        printf ("%-9s %3d %-15.15s %7d %-10s %8" PRId64 " %8s %8s %7s %-14s %8d %6s%s%s  %s\n",
-                za_task_type_name (row->type), row->index, row->host, row->pid, row->state,
-                row->global_step, rate, examples, loss, eval, row->restarts, age, place,
+        printf ("%-9s %3d %-15.15s %7d %-10s %8" PRId64 " %8s %8s %7s %-14s %8d %6s %8s %-16s%s%s"
+                "  %s\n", za_task_type_name (row->type), row->index, row->host, row->pid,
+                row->state, row->global_step, rate, examples, loss, eval, row->restarts, age,
+                step_ms, straggler, place,
                 skipped, row->type == ZA_TASK_PS? "-": trend);
     }
     printf ("\nrecent events:\n");

@@ -95,6 +95,10 @@ typedef struct {
     double wait_ms;                 //  ring: time per step waiting for peers
     int64_t bad_images;             //  input examples skipped (undecodable)
     int64_t images;                 //  of the files and records its input lists
+    double step_ms;                 //  a trainer's recent time per step (0: not said)
+    int straggler;                  //  1: named a straggler by the broker
+    double slowdown;                //  its own step time / the others' median (0: not judged)
+    char slowest_phase [16];        //  the phase it is furthest above the others in
 } za_broker_task_row_t;
 
 //  One event: a start, registration, failure, restart, end.

@@ -55,6 +55,9 @@ typedef struct {
     //  broker, and one silent longer than elastic_timeout_secs is dropped.
     int min_workers;                //  -1: every declared worker (a fixed job)
     double elastic_timeout_secs;
+    double straggler_factor;        //  a trainer whose own step time stays above
+                                    //  this times the others' median is named a
+                                    //  straggler (za_straggler.h); 0: never
     int requeue_exit_code;          //  a task's exit status for "preempted"
                                     //  (za_preempt.h): the job stops, and the
                                     //  broker exits with it too
@@ -66,6 +69,7 @@ typedef struct {
 #define ZA_BROKER_BACKOFF_SECS 0.5
 #define ZA_BROKER_BACKOFF_MAX_SECS 10
 #define ZA_BROKER_ELASTIC_TIMEOUT_SECS 30
+#define ZA_BROKER_STRAGGLER_FACTOR 2
 void za_broker_config_init (za_broker_config_t *config);
 
 //  How long to wait before restarting after `failures` failures in a row:

@@ -200,6 +200,7 @@ typedef struct {
     int local;
     za_option_range_t workers;      //  besides the chief; min < max: elastic
     double elastic_timeout;         //  an elastic worker silent this long is dropped
+    double straggler_factor;        //  a trainer this much slower than the median is named
     int elastic_batch;              //  za_elastic_batch_t
     int64_t ps;
     int64_t evaluators;

@@ -25,6 +25,17 @@ typedef enum {
 //  "starting", "waiting", "running", "recovering", "done", "failed".
 const char *za_role_state_name (za_role_state_t state);
 
+//  A training step's phases, as a trainer reports them for the broker's
+//  straggler check: input (waiting for the batch), compute (forward and
+//  backward), exchange (push and pull, or the all-reduce), apply (the
+//  optimizer's update where the trainer makes it).
+typedef enum {
+    ZA_PHASE_INPUT, ZA_PHASE_COMPUTE, ZA_PHASE_EXCHANGE, ZA_PHASE_APPLY, ZA_PHASES
+} za_phase_t;
+
+//  "input", "compute", "exchange", "apply"; NULL outside the enum.
+const char *za_phase_name (int phase);
+
 //  Statistics a role shares with whoever watches it (zactor-run's broker
 //  client): written by the role's thread, read by another, all relaxed
 //  atomics, so watching never slows training. Zero-initialise; eval_step
@@ -44,6 +55,10 @@ typedef struct {
     _Atomic double wait_ms;             //  ring: recent time per step waiting for peers
     _Atomic int64_t bad_images;         //  input examples skipped: could not be decoded
     _Atomic int64_t images;             //  files and records its input lists (0: none)
+    _Atomic double step_ms;             //  recent time per step of its own (0: none yet)
+    _Atomic double phase_ms [ZA_PHASES];    //  of which in each phase
+    _Atomic int exchange_waits;         //  1: its exchange waits for the other trainers
+                                        //  (ps-sync, all-reduce): not its own time
 } za_role_stats_t;
 
 //  Zeroes stats and sets eval_step, eval_accuracy and ring_rank to -1.
