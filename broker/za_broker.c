@@ -169,7 +169,14 @@ s_on_report (s_broker_t *self, zframe_t *identity)
     if (!task)
         return;
     za_registry_report (self->registry, task, identity, &reg);
-    s_reply (self, identity, ZA_OP_VIEW, za_registry_view (self->registry));
+    json_t *view = za_registry_view (self->registry);
+    //  Our clock, for its trace's times: it measures the round trip.
+    if (view && reg.clock_sent >= 0)
+        json_object_set_new (view, "clock", json_pack ("{s:f, s:f, s:s}", "sent",
+                                                       reg.clock_sent, "broker",
+                                                       za_clock_mono (), "boot",
+                                                       za_boot_id ()));
+    s_reply (self, identity, ZA_OP_VIEW, view);
 }
 
 //  A checkpoint: the chief has written the one of global_step; every live

@@ -190,6 +190,16 @@ s_parse_report (json_t *body, za_registration_t *reg, char *why, size_t size)
     reg->preempting = preempting && json_is_true (preempting);
     if (s_parse_times (body, &reg->times, why, size))
         return -1;
+    //  Its clock, for the trace's: the view answers with ours.
+    json_t *clock = json_object_get (body, "clock");
+    reg->clock_sent = -1;
+    if (clock && (!json_is_object (clock)
+                  || s_number (clock, "sent", 0, HUGE_VAL, &reg->clock_sent)
+                  || s_string (clock, "boot", reg->clock_boot, sizeof reg->clock_boot))) {
+        snprintf (why, size, "clock: {sent (a finite number >= 0), boot (a string of at most "
+                  "%zu bytes)}, or no clock", sizeof reg->clock_boot - 1);
+        return -1;
+    }
     //  Counts a report may leave out (0).
     const char *keys [] = {"bad_images", "images"};
     int64_t *fields [] = {&reg->bad_images, &reg->images};

@@ -35,6 +35,8 @@ typedef struct {
     int64_t images;             //  0 when not said
     int preempting;             //  1: it got SIGTERM (za_preempt.h); 0 when not said
     za_step_times_t times;      //  a trainer's recent step; step_ms 0 when not said
+    double clock_sent;          //  its clock when it sent the report (-1: not said)
+    char clock_boot [64];       //  its machine's boot (za_boot_id), "" when not said
 } za_registration_t;
 
 //  Checks every field of a register (report 0) or report (1) of a job with

@@ -5,6 +5,7 @@
 #include "za/za_util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,6 +29,9 @@ typedef struct {
     s_event_t *ring, *spare;            //  recorded into, and written out of
     int count;
     FILE *file;
+    char path [PATH_CHARS];
+    int64_t max_bytes, bytes;           //  the file turns over at half of max_bytes
+    double clock_written;               //  the offset the last clock line said (NAN: none)
     pthread_t writer;
     pthread_mutex_t wake_lock;
     pthread_cond_t wake;
@@ -37,6 +41,10 @@ typedef struct {
 static s_trace_t *s_trace;
 static _Atomic int s_on;
 static _Atomic int64_t s_dropped;
+//  The broker's clock less ours, the round trip it was measured over, and
+//  how it was known (za_trace_clock_source_t).
+static _Atomic double s_offset, s_rtt;
+static _Atomic int s_source;
 
 const char *
 za_trace_row_name (int row)
@@ -46,18 +54,62 @@ za_trace_row_name (int row)
     return row > 0 && row < ZA_TRACE_ROWS? names [row]: NULL;
 }
 
-//  Writes the events of the spare ring (count of them) to the file.
+//  The file holds half of max_bytes: it becomes PATH.1 (the one before
+//  it gone) and a new one starts, so the newest events are kept.
+static void
+s_turn_over (s_trace_t *self)
+{
+    char older [PATH_CHARS + 8];
+    snprintf (older, sizeof older, "%s.1", self->path);
+    fclose (self->file);
+    if (rename (self->path, older))
+        za_info ("trace: cannot turn %s over: %s", self->path, strerror (errno));
+    self->file = fopen (self->path, "w");
+    self->bytes = 0;
+    self->clock_written = NAN;
+    if (!self->file)
+        za_info ("trace: cannot write %s: %s; tracing stops", self->path, strerror (errno));
+}
+
+//  A line saying how this task's times are put on the broker's clock, when
+//  that changed (and at the start of each file).
+static void
+s_write_clock (s_trace_t *self, double offset)
+{
+    int source = atomic_load (&s_source);
+    if (source == ZA_TRACE_CLOCK_OWN || offset == self->clock_written)
+        return;
+    self->clock_written = offset;
+    int n = fprintf (self->file, "{\"clock\":{\"offset_us\":%.3f,\"rtt_us\":%.3f,"
+                     "\"source\":\"%s\"}}\n", offset * 1e6, atomic_load (&s_rtt) * 1e6,
+                     source == ZA_TRACE_CLOCK_SAME_HOST? "same host": "estimated");
+    self->bytes += n > 0? n: 0;
+}
+
+//  Writes the events of the spare ring (count of them) to the file, their
+//  times on the broker's clock.
 static void
 s_write (s_trace_t *self, int count)
 {
-    for (int i = 0; i < count; i++) {
+    double offset = atomic_load (&s_offset);
+    for (int i = 0; i < count && self->file; i++) {
+        //  A step's events stay in one file: it turns over at a step's
+        //  start (a task without steps, a little later).
         const s_event_t *e = &self->spare [i];
+        if (self->max_bytes > 0 && self->bytes >= self->max_bytes / 2
+            && (e->row == ZA_TRACE_STEP || self->bytes >= self->max_bytes / 8 * 5))
+            s_turn_over (self);
+        if (!self->file)
+            break;
+        s_write_clock (self, offset);
         double duration = e->end > e->start? (e->end - e->start) * 1e6: 0;
-        fprintf (self->file, "{\"name\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
-                 "\"tid\":%d,\"args\":{\"step\":%lld}}\n", e->name, e->start * 1e6, duration,
-                 e->row, (long long) e->step);
+        int n = fprintf (self->file, "{\"name\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,"
+                         "\"dur\":%.3f,\"tid\":%d,\"args\":{\"step\":%lld}}\n", e->name,
+                         (e->start + offset) * 1e6, duration, e->row, (long long) e->step);
+        self->bytes += n > 0? n: 0;
     }
-    fflush (self->file);
+    if (self->file)
+        fflush (self->file);
 }
 
 //  Swaps the ring out under its lock and writes what it held.
@@ -96,7 +148,7 @@ s_writer (void *arg)
 }
 
 int
-za_trace_open (const char *path)
+za_trace_open (const char *path, int64_t max_bytes)
 {
     if (s_trace)
         return za_error ("trace: already open");
@@ -113,7 +165,14 @@ za_trace_open (const char *path)
         return za_error ("out of memory");
     self->ring = calloc (RING_EVENTS, sizeof *self->ring);
     self->spare = calloc (RING_EVENTS, sizeof *self->spare);
+    snprintf (self->path, sizeof self->path, "%s", path);
+    self->max_bytes = max_bytes;
+    self->clock_written = NAN;
     self->file = fopen (path, "a");
+    if (self->file) {
+        fseek (self->file, 0, SEEK_END);
+        self->bytes = ftell (self->file);
+    }
     if (!self->ring || !self->spare || !self->file) {
         int rc = za_error ("trace: cannot write %s: %s", path,
                            self->file? "out of memory": strerror (errno));
@@ -148,7 +207,8 @@ za_trace_close (void)
     pthread_mutex_unlock (&self->wake_lock);
     pthread_join (self->writer, NULL);
     s_trace = NULL;
-    fclose (self->file);
+    if (self->file)
+        fclose (self->file);
     pthread_mutex_destroy (&self->lock);
     pthread_mutex_destroy (&self->wake_lock);
     pthread_cond_destroy (&self->wake);
@@ -176,6 +236,14 @@ za_trace_event (za_trace_row_t row, const char *name, double start, double end, 
     else
         atomic_fetch_add_explicit (&s_dropped, 1, memory_order_relaxed);
     pthread_mutex_unlock (&self->lock);
+}
+
+void
+za_trace_clock (double offset, double rtt, za_trace_clock_source_t source)
+{
+    atomic_store (&s_offset, offset);
+    atomic_store (&s_rtt, rtt);
+    atomic_store (&s_source, (int) source);
 }
 
 int64_t

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -158,6 +159,28 @@ za_clock_mono (void)
     struct timespec ts;
     clock_gettime (CLOCK_MONOTONIC, &ts);
     return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+static char s_boot_id [64];
+
+static void
+s_read_boot_id (void)
+{
+    FILE *file = fopen ("/proc/sys/kernel/random/boot_id", "r");
+    if (file && fgets (s_boot_id, sizeof s_boot_id, file))
+        s_boot_id [strcspn (s_boot_id, "\n")] = 0;
+    else
+        s_boot_id [0] = 0;
+    if (file)
+        fclose (file);
+}
+
+const char *
+za_boot_id (void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once (&once, s_read_boot_id);
+    return s_boot_id;
 }
 
 double

@@ -7,6 +7,7 @@
 #include "za/za_broker_client.h"
 #include "za/za_curve.h"
 #include "za/za_preempt.h"
+#include "za/za_trace.h"
 #include "za/za_util.h"
 
 #include <jansson.h>
@@ -29,6 +30,7 @@
 //  A step computing this long (or a quiet loop's limit, if longer) is hung.
 #define COMPUTE_HUNG_SECS 600.0
 #define UNSENT_SAY_SECS 10.0     //  a send that would not go is said at most this often
+#define CLOCK_SAMPLES 16         //  round trips to the broker whose shortest is believed
 //  A control message fits in one header frame (docs/PROTOCOL.md 4).
 #define CONTROL_MAX_BYTES (ZA_WIRE_MAX_HEADER_BYTES + 1024)
 
@@ -193,6 +195,9 @@ za_broker_client_report (za_broker_client_t *self, const za_task_registration_t 
     if (!body)
         return za_error ("broker client: cannot write a report");
     json_object_set_new (body, "state", json_string (za_role_state_name (state)));
+    //  Our clock: the broker answers with its own (the trace's times).
+    json_object_set_new (body, "clock", json_pack ("{s:f, s:s}", "sent", za_clock_mono (),
+                                                   "boot", za_boot_id ()));
     //  SIGTERM came (za_preempt.h): the broker stops the whole job.
     if (za_preempt_requested ())
         json_object_set_new (body, "preempting", json_true ());
@@ -327,6 +332,15 @@ s_decode_view (json_t *body, za_broker_reply_t *reply)
         return za_error ("broker client: a view without a ps list or num_workers");
     reply->ready = json_is_true (json_object_get (body, "ready"));
     reply->preempting = json_is_true (json_object_get (body, "preempting"));
+    //  The broker's clock: a clock that is not whole is left out.
+    json_t *clock = json_object_get (body, "clock");
+    reply->clock_sent = -1;
+    if (json_is_object (clock) && json_is_number (json_object_get (clock, "sent"))
+        && json_is_number (json_object_get (clock, "broker"))
+        && !s_text (clock, "boot", reply->clock_boot, sizeof reply->clock_boot)) {
+        reply->clock_sent = json_number_value (json_object_get (clock, "sent"));
+        reply->clock_broker = json_number_value (json_object_get (clock, "broker"));
+    }
     reply->num_workers = (int) json_integer_value (workers);
     reply->ps_count = (int) json_array_size (ps);
     for (int p = 0; p < reply->ps_count; p++) {
@@ -594,6 +608,10 @@ typedef struct {
     double last_sent, started;
     za_heartbeat_t beat;            //  the job's, once welcomed (before: our own)
     int hung;
+    //  The broker's clock less ours, measured over each view's round trip:
+    //  the last CLOCK_SAMPLES, of which the shortest trip is believed.
+    double clock_rtt [CLOCK_SAMPLES], clock_offset [CLOCK_SAMPLES];
+    int clock_samples;
     za_said_t unsent;              //  registers and reports the socket would not take
 } s_actor_t;
 
@@ -681,6 +699,35 @@ s_publish_members (s_actor_t *self, const za_broker_reply_t *reply)
     free (members);
 }
 
+//  A view's clock: the trace's times go on the broker's (za_trace_clock).
+//  On the broker's machine (the same boot) its clock is ours; elsewhere the
+//  offset is the broker's time less the middle of the round trip, of the
+//  shortest trip lately (NTP's way). ZA_CLOCK_ESTIMATE=1 estimates on the
+//  broker's machine too, to check the estimate (it should be near 0).
+static void
+s_take_clock (s_actor_t *self, const za_broker_reply_t *reply, double now)
+{
+    const char *estimate = getenv ("ZA_CLOCK_ESTIMATE");
+    if (*reply->clock_boot && streq (reply->clock_boot, za_boot_id ())
+        && !(estimate && streq (estimate, "1"))) {
+        za_trace_clock (0, 0, ZA_TRACE_CLOCK_SAME_HOST);
+        return;
+    }
+    double rtt = now - reply->clock_sent;
+    if (rtt < 0)
+        return;
+    int at = self->clock_samples++ % CLOCK_SAMPLES;
+    self->clock_rtt [at] = rtt;
+    self->clock_offset [at] = reply->clock_broker - (reply->clock_sent + now) / 2;
+    int best = 0, count = self->clock_samples < CLOCK_SAMPLES? self->clock_samples
+                                                              : CLOCK_SAMPLES;
+    for (int i = 1; i < count; i++)
+        if (self->clock_rtt [i] < self->clock_rtt [best])
+            best = i;
+    za_trace_clock (self->clock_offset [best], self->clock_rtt [best],
+                    ZA_TRACE_CLOCK_ESTIMATED);
+}
+
 static void
 s_on_reply (s_actor_t *self)
 {
@@ -696,6 +743,8 @@ s_on_reply (s_actor_t *self)
                  za_last_error ());
         return;
     }
+    if (reply.op == ZA_OP_VIEW && reply.clock_sent >= 0)
+        s_take_clock (self, &reply, za_clock_mono ());
     //  The job stops for preemption: as if SIGTERM came here (where this
     //  process handles it).
     if (reply.op == ZA_OP_VIEW && reply.preempting && za_preempt_handled ()

@@ -182,6 +182,12 @@ za_launcher_run_broker (const za_program_t *program, za_options_t *options, za_s
     zstr_free (&code);
     zactor_destroy (&broker);
     free (job_text);
+    //  --trace, a job of --broker tasks: the broker merges what the tasks
+    //  wrote to MODEL_DIR/trace/ (a folder every host shares, or one the
+    //  hosts' files were copied into), however the job ended. A --local
+    //  launcher merges its own.
+    if (!launcher && za_trace_merge (s) && rc == 0)
+        rc = 1;
     return zsys_interrupted? ZA_EXIT_INTERRUPTED: rc;
 }
 

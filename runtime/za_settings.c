@@ -445,7 +445,11 @@ static const za_option_t s_options [] = {
                "record where every task's steps go (input, compute, push/pull or\n"
                "the ring, apply, checkpoints, evaluations) and write it as one\n"
                "Chrome trace-event file at the end (Perfetto, chrome://tracing;\n"
-               "each task's own in MODEL_DIR/trace/ as it runs)"),
+               "each task's own in MODEL_DIR/trace/ as it runs), every task's\n"
+               "times on the broker's clock"),
+    ZA_OPTION ("trace-max-mb", T_NUM, trace_max_mb, "MB", "100", 0, 1 << 20, NULL, R_ALL, JOB,
+               0, NULL, "--trace: each task keeps at most this much of its trace, the\n"
+               "newest (its file turns over at half of it); 0: no limit"),
     ZA_OPTION ("certs", T_STR, certs, "DIR", NULL, 0, 0, NULL, R_ALL, PROC, 0, "Security",
                "CURVE on every socket of the job (broker, ps, workers, the\n"
                "ring, zactor-top) with the cluster's certificate in DIR (make\n"

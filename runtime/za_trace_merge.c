@@ -38,7 +38,7 @@ za_trace_task_start (const za_settings_t *s, const char *type, int index)
         return 0;
     char path [PATH_CHARS + 64];
     za_trace_task_path (s, type, index, path, sizeof path);
-    return za_trace_open (path);
+    return za_trace_open (path, (int64_t) (s->trace_max_mb * 1048576));
 }
 
 //  The task files in the folder, sorted by name (caller frees each and the
@@ -79,23 +79,82 @@ za_trace_clear (const za_settings_t *s)
     for (int i = 0; i < count; i++) {
         snprintf (path, sizeof path, "%s/%s", dir, names [i]);
         unlink (path);
+        snprintf (path, sizeof path, "%s/%s.1", dir, names [i]);
+        unlink (path);
         free (names [i]);
     }
     free (names);
 }
 
-//  A metadata event ("ph": "M") naming a process or a thread.
+//  A metadata event ("ph": "M"): a process's or thread's name (key
+//  "name"), or a process's label (Perfetto shows it beside the name: key
+//  "labels").
 static void
-s_meta (FILE *out, int *first, const char *what, int pid, int tid, const char *name)
+s_meta (FILE *out, int *first, const char *what, int pid, int tid, const char *key,
+        const char *value)
 {
     json_t *event = json_pack ("{s:s, s:s, s:i, s:i, s:{s:s}}", "name", what, "ph", "M",
-                               "pid", pid, "tid", tid, "args", "name", name);
+                               "pid", pid, "tid", tid, "args", key, value);
     char *text = json_dumps (event, JSON_COMPACT);
     if (text)
         fprintf (out, "%s%s", *first? "": ",\n", text);
     *first = 0;
     free (text);
     json_decref (event);
+}
+
+typedef struct {
+    int64_t events, cut;
+} s_count_t;
+
+//  A task's file (absent: nothing) into out as process pid: each event, the
+//  rows it uses marked, the last clock line said in clock ("clock: same
+//  host", "clock: +1234.5 us, estimated over a 210.0 us round trip"). A line
+//  cut short is counted and passed over.
+static void
+s_copy (FILE *out, const char *path, int pid, int *first, int *rows, s_count_t *counts,
+        char *clock, size_t clock_size)
+{
+    FILE *in = fopen (path, "r");
+    if (!in)
+        return;
+    char *line = NULL;
+    size_t size = 0;
+    while (getline (&line, &size, in) > 0) {
+        json_t *event = json_loads (line, 0, NULL);
+        json_t *said = json_object_get (event, "clock");
+        if (json_is_object (said)) {
+            const char *source = json_string_value (json_object_get (said, "source"));
+            if (source && !strcmp (source, "same host"))
+                snprintf (clock, clock_size, "clock: the broker's host");
+            else
+                snprintf (clock, clock_size, "clock: %+.1f us to the broker's, estimated over "
+                          "a %.1f us round trip",
+                          json_number_value (json_object_get (said, "offset_us")),
+                          json_number_value (json_object_get (said, "rtt_us")));
+            json_decref (event);
+            continue;
+        }
+        json_int_t row = json_integer_value (json_object_get (event, "tid"));
+        if (!json_is_object (event) || row <= 0 || row >= ZA_TRACE_ROWS) {
+            counts->cut++;
+            json_decref (event);
+            continue;
+        }
+        rows [row] = 1;
+        json_object_set_new (event, "pid", json_integer (pid));
+        //  Microseconds of a monotonic clock: 15 digits keep the
+        //  nanoseconds the tasks wrote.
+        char *text = json_dumps (event, JSON_COMPACT | JSON_REAL_PRECISION (15));
+        if (text)
+            fprintf (out, "%s%s", *first? "": ",\n", text);
+        *first = 0;
+        free (text);
+        json_decref (event);
+        counts->events++;
+    }
+    free (line);
+    fclose (in);
 }
 
 int
@@ -118,37 +177,21 @@ za_trace_merge (const za_settings_t *s)
         char name [PATH_CHARS], path [PATH_CHARS + 300];
         snprintf (name, sizeof name, "%.*s", (int) (strlen (names [t]) - strlen (SUFFIX)),
                   names [t]);
-        s_meta (out, &first, "process_name", pid, 0, name);
+        s_meta (out, &first, "process_name", pid, 0, "name", name);
+        //  The part it turned over first (--trace-max-mb), then its file.
+        s_count_t counts = {0};
+        char clock [128] = "";
+        snprintf (path, sizeof path, "%s/%s.1", dir, names [t]);
+        s_copy (out, path, pid, &first, rows, &counts, clock, sizeof clock);
         snprintf (path, sizeof path, "%s/%s", dir, names [t]);
-        FILE *in = fopen (path, "r");
-        char *line = NULL;
-        size_t size = 0;
-        while (in && getline (&line, &size, in) > 0) {
-            json_t *event = json_loads (line, 0, NULL);
-            json_int_t row = json_integer_value (json_object_get (event, "tid"));
-            if (!json_is_object (event) || row <= 0 || row >= ZA_TRACE_ROWS) {
-                cut++;
-                json_decref (event);
-                continue;
-            }
-            rows [row] = 1;
-            json_object_set_new (event, "pid", json_integer (pid));
-            //  Microseconds of a monotonic clock: 15 digits keep the
-            //  nanoseconds the tasks wrote.
-            char *text = json_dumps (event, JSON_COMPACT | JSON_REAL_PRECISION (15));
-            if (text)
-                fprintf (out, "%s%s", first? "": ",\n", text);
-            first = 0;
-            free (text);
-            json_decref (event);
-            events++;
-        }
-        free (line);
-        if (in)
-            fclose (in);
+        s_copy (out, path, pid, &first, rows, &counts, clock, sizeof clock);
+        events += counts.events;
+        cut += counts.cut;
+        if (*clock)
+            s_meta (out, &first, "process_labels", pid, 0, "labels", clock);
         for (int row = 1; row < ZA_TRACE_ROWS; row++)
             if (rows [row])
-                s_meta (out, &first, "thread_name", pid, row, za_trace_row_name (row));
+                s_meta (out, &first, "thread_name", pid, row, "name", za_trace_row_name (row));
         free (names [t]);
     }
     free (names);

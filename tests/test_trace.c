@@ -1,8 +1,11 @@
 /*  test_trace.c: --trace on real jobs: a --local cluster under ps-async,
-    ps-sync and allreduce, and one process, each write one file that parses
-    as Chrome trace-event JSON: every event has ph, ts, pid and tid, every
-    duration is >= 0, every task of the job is a process in it, and each
-    step's phases lie inside that step on its task.                         */
+    ps-sync and allreduce, a supervising broker's job, and one process, each
+    write one file that parses as Chrome trace-event JSON: every event has
+    ph, ts, pid and tid, every duration is >= 0, every task of the job is a
+    process in it, and each step's phases lie inside that step on its task.
+    Every task's times are on the broker's clock (the same host's, or
+    estimated within half a round trip); a trace kept small turns over and
+    keeps its newest steps.                                                 */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +21,9 @@
 //  The step events of one process, by step.
 typedef struct {
     char name [64];
+    char label [160];                   //  how its times were put on the broker's clock
     int steps, phases, inside, evaluations, applies, checkpoints;
+    json_int_t first_step, last_step;   //  of its step events
 } s_task_t;
 
 static s_task_t *
@@ -47,16 +52,25 @@ s_check_trace (const char *path, s_task_t *tasks)
                    "event %zu lacks ph, pid or tid", i);
         s_task_t *task = s_task_of (tasks, json_integer_value (json_object_get (event, "pid")));
         const char *name = json_string_value (json_object_get (event, "name"));
+        json_t *args = json_object_get (event, "args");
         if (!strcmp (ph, "M")) {
             if (!strcmp (name, "process_name"))
-                snprintf (task->name, sizeof task->name, "%s", json_string_value (
-                          json_object_get (json_object_get (event, "args"), "name")));
+                snprintf (task->name, sizeof task->name, "%s",
+                          json_string_value (json_object_get (args, "name")));
+            if (!strcmp (name, "process_labels"))
+                snprintf (task->label, sizeof task->label, "%s",
+                          json_string_value (json_object_get (args, "labels")));
             continue;
         }
         cr_assert_str_eq (ph, "X", "event %zu", i);
         cr_assert (json_is_number (json_object_get (event, "ts")), "event %zu has no ts", i);
         cr_assert_geq (json_number_value (json_object_get (event, "dur")), 0, "event %zu", i);
-        task->steps += !strcmp (name, "step");
+        if (!strcmp (name, "step")) {
+            json_int_t step = json_integer_value (json_object_get (args, "step"));
+            task->first_step = task->steps && task->first_step < step? task->first_step: step;
+            task->last_step = task->steps && task->last_step > step? task->last_step: step;
+            task->steps++;
+        }
         task->evaluations += !strcmp (name, "evaluation");
         task->checkpoints += !strcmp (name, "checkpoint");
         task->applies += !strcmp (name, "apply");
@@ -106,9 +120,23 @@ s_find (s_task_t *tasks, const char *name)
     return NULL;
 }
 
-static void
-s_local (const char *strategy, int with_ps)
+//  The offset and round trip a label "clock: +X us to the broker's,
+//  estimated over a Y us round trip" says; 0 when it says otherwise.
+static int
+s_estimate (const char *label, double *offset, double *rtt)
 {
+    return sscanf (label, "clock: %lf us to the broker's, estimated over a %lf us round trip",
+                   offset, rtt) == 2;
+}
+
+//  A --local job under strategy; estimate: its tasks estimate their
+//  clock's offset (ZA_CLOCK_ESTIMATE=1) as tasks on other hosts than the
+//  broker's do.
+static void
+s_local (const char *strategy, int with_ps, int estimate)
+{
+    if (estimate)
+        setenv ("ZA_CLOCK_ESTIMATE", "1", 1);
     const char *dir = za_test_dir_create ("za_trace");
     char *trace = za_test_join (dir, "trace.json"), *model = za_test_join (dir, "run");
     const char *args [] = {"--local", "--strategy", strategy, "--max-steps", "120",
@@ -127,8 +155,26 @@ s_local (const char *strategy, int with_ps)
         cr_expect_gt (task->steps, 0, "%s: %s has no step", strategy, trainers [k]);
         cr_expect_gt (task->phases, 3 * task->steps - 1, "%s: %s's steps have no phases",
                       strategy, trainers [k]);
-        printf ("trace %s: %s: %d steps, %d phases, %d inside them\n", strategy,
-                trainers [k], task->steps, task->phases, task->inside);
+        printf ("trace %s: %s: %d steps, %d phases, %d inside them; %s\n", strategy,
+                trainers [k], task->steps, task->phases, task->inside, task->label);
+    }
+    //  Every task's times on the broker's clock: on its machine, the same
+    //  clock; estimated, within half the round trip of it (the true offset
+    //  here is 0).
+    const char *all [] = {"chief-0", "worker-0", "worker-1", "evaluator-0", "ps-0"};
+    for (int k = 0; k < (with_ps? 5: 4); k++) {
+        s_task_t *task = s_find (tasks, all [k]);
+        cr_assert_not_null (task, "%s: no %s in the trace", strategy, all [k]);
+        double offset = 0, rtt = 0;
+        if (!estimate)
+            cr_expect_str_eq (task->label, "clock: the broker's host", "%s: %s", strategy,
+                              all [k]);
+        else {
+            cr_expect (s_estimate (task->label, &offset, &rtt), "%s: %s: %s", strategy, all [k],
+                       task->label);
+            cr_expect (rtt > 0 && offset >= -rtt / 2 - 0.2 && offset <= rtt / 2 + 0.2,
+                       "%s: %s: %s", strategy, all [k], task->label);
+        }
     }
     cr_expect_gt (s_find (tasks, "chief-0")->checkpoints, 0, "%s: no checkpoint", strategy);
     s_task_t *evaluator = s_find (tasks, "evaluator-0");
@@ -147,17 +193,17 @@ s_local (const char *strategy, int with_ps)
 
 Test (trace, a_ps_async_cluster_writes_one_trace, .timeout = 600)
 {
-    s_local ("ps-async", 1);
+    s_local ("ps-async", 1, 1);
 }
 
 Test (trace, a_ps_sync_cluster_writes_one_trace, .timeout = 600)
 {
-    s_local ("ps-sync", 1);
+    s_local ("ps-sync", 1, 0);
 }
 
 Test (trace, an_allreduce_cluster_writes_one_trace, .timeout = 600)
 {
-    s_local ("allreduce", 0);
+    s_local ("allreduce", 0, 0);
 }
 
 Test (trace, one_process_writes_its_trace, .timeout = 300)
@@ -182,6 +228,54 @@ Test (trace, one_process_writes_its_trace, .timeout = 300)
     za_test_result_free (&result);
     s_check_trace (trace, tasks);
     cr_expect_eq (s_find (tasks, "trainer-0")->steps, 10);
+    //  A trace kept to 16 KiB turns its file over at 8 (at a step's start):
+    //  the merged trace holds the newest steps, without a gap, to the last,
+    //  each with its phases.
+    const char *small [] = {"--max-steps", "260", "--model-dir", model, "--trace", trace,
+                            "--trace-max-mb", "0.015625", NULL};
+    result = za_test_run (small, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    char *older = za_test_join (model, "trace/trainer-0.jsonl.1");
+    size_t size = 0;
+    free (za_test_read_file (older, &size));
+    cr_expect (size >= 8192 && size < 10240, "%s: %zu bytes", older, size);
+    s_check_trace (trace, tasks);
+    trainer = s_find (tasks, "trainer-0");
+    cr_expect (trainer->steps > 10 && trainer->steps < 200, "%d steps", trainer->steps);
+    cr_expect_eq (trainer->last_step - trainer->first_step + 1, trainer->steps);
+    cr_expect_eq (trainer->last_step, 259);
+    cr_expect_eq (trainer->inside, trainer->phases);
+    free (older);
     free (trace), free (model);
+    za_test_dir_remove ();
+}
+
+Test (trace, a_broker_job_merges_its_tasks_traces, .timeout = 600)
+{
+    //  No launcher: the broker (supervising here; its tasks could as well
+    //  be started by hand with --broker) merges MODEL_DIR/trace/ at the end.
+    const char *dir = za_test_dir_create ("za_trace_broker");
+    char *trace = za_test_join (dir, "trace.json"), *model = za_test_join (dir, "run");
+    char *bind = za_test_free_endpoint ();
+    const char *args [] = {"--role", "broker", "--bind", bind, "--supervise", "--model-dir",
+                           model, "--max-steps", "60", "--workers", "1", "--ps", "1",
+                           "--evaluators", "0", "--trace", trace, NULL};
+    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect (strstr (result.err, "trace: "), "%s", result.err);
+    za_test_result_free (&result);
+    s_task_t tasks [PIDS_MAX];
+    s_check_trace (trace, tasks);
+    const char *all [] = {"chief-0", "worker-0", "ps-0"};
+    for (int k = 0; k < 3; k++) {
+        s_task_t *task = s_find (tasks, all [k]);
+        cr_assert_not_null (task, "no %s in the trace", all [k]);
+        cr_expect_str_eq (task->label, "clock: the broker's host", "%s", all [k]);
+    }
+    cr_expect_gt (s_find (tasks, "chief-0")->steps, 0);
+    cr_expect_eq (s_find (tasks, "chief-0")->inside, s_find (tasks, "chief-0")->phases);
+    cr_expect_gt (s_find (tasks, "ps-0")->applies, 0);
+    free (bind), free (trace), free (model);
     za_test_dir_remove ();
 }

@@ -161,6 +161,10 @@ typedef struct {
                                     //  worker index (the chief first; "" for an
                                     //  elastic slot that is no member)
     char ring [ZA_CLUSTER_MAX_TASKS + 1][ZA_CLUSTER_ENDPOINT_MAX];
+    //  The broker's clock: our report's send time echoed (-1: none), the
+    //  broker's clock as it answered, and its machine's boot (za_boot_id).
+    double clock_sent, clock_broker;
+    char clock_boot [64];
     //  STATE: owned; and its JSON text (owned), for whoever prints it whole.
     za_broker_state_t *state;
     char *state_text;

@@ -211,6 +211,7 @@ typedef struct {
     int64_t requeue_exit_code;      //  preempted: run me again (za_preempt.h)
     const char *metrics_bind;
     const char *trace;              //  --trace FILE: the job's trace (za_trace.h); NULL: none
+    double trace_max_mb;            //  of each task's trace, the newest kept (0: no limit)
     //  Security
     const char *certs;              //  NULL: no CURVE
     int insecure;

@@ -1,8 +1,9 @@
 /*  za_trace.h: a task's trace (--trace): where its steps' time goes, as
     Chrome's trace events (Perfetto and chrome://tracing read them): each
     phase a complete event ("ph": "X") with a name, a start and a duration
-    in microseconds of CLOCK_MONOTONIC (za_clock_mono), on the row of its
-    activity, and the global step it belongs to.
+    in microseconds of CLOCK_MONOTONIC (za_clock_mono) put on the broker's
+    clock (za_trace_clock), on the row of its activity, and the global step
+    it belongs to.
 
     Events go into a bounded ring in memory; a thread of the trace's own
     writes them to the task's file, one JSON object a line, every 200 ms.
@@ -35,8 +36,11 @@ typedef enum {
 const char *za_trace_row_name (int row);
 
 //  Starts tracing this process into path (appended to: a restarted task
-//  goes on in its file), its folder made. 0, or -1 with an error.
-int za_trace_open (const char *path);
+//  goes on in its file), its folder made. When the file holds half of
+//  max_bytes (0: no limit) it becomes PATH.1, the one before it gone, and a
+//  new one starts at the next step's events (the newest events are kept,
+//  and a step's events stay together). 0, or -1 with an error.
+int za_trace_open (const char *path, int64_t max_bytes);
 //  Writes what the ring holds and stops tracing. Safe when not open.
 void za_trace_close (void);
 //  1 while tracing.
@@ -47,6 +51,19 @@ int za_trace_on (void);
 //  global step `step` (-1: none). Does nothing when not tracing.
 void za_trace_event (za_trace_row_t row, const char *name, double start, double end,
                      int64_t step);
+
+//  How the task's times are put on the broker's clock (za_broker_client
+//  measures it with each report): its own (no broker heard yet), the same
+//  machine's clock, or an offset estimated from a report's round trip.
+typedef enum {
+    ZA_TRACE_CLOCK_OWN = 0, ZA_TRACE_CLOCK_SAME_HOST, ZA_TRACE_CLOCK_ESTIMATED
+} za_trace_clock_source_t;
+
+//  From now on the events are written at their time plus offset (seconds:
+//  the broker's clock less ours), measured over a round trip of rtt
+//  seconds; the file says so in a line {"clock": {offset_us, rtt_us,
+//  source}} when it changes. Safe from any thread, traced or not.
+void za_trace_clock (double offset, double rtt, za_trace_clock_source_t source);
 
 //  Events dropped so far (the ring full or held).
 int64_t za_trace_dropped (void);
