@@ -81,9 +81,13 @@ s_reducer_run (void *arg)
         }
         int b = self->next;
         int64_t round = self->round_base + b;
+        //  Its global step: the step's rounds start at (step + 1) x MAX_BUCKETS.
+        int64_t step = self->round_base / MAX_BUCKETS - 1;
         pthread_mutex_unlock (&self->mutex);
+        double start = za_clock_mono ();
         int rc = za_ring_allreduce_mean (self->ring, self->grads + self->lo [b],
                                          self->hi [b] - self->lo [b], round);
+        za_trace_event (ZA_TRACE_BUCKET, "bucket", start, za_clock_mono (), step);
         pthread_mutex_lock (&self->mutex);
         self->next++;
         if (rc || self->next == self->bucket_count) {

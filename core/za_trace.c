@@ -50,7 +50,7 @@ const char *
 za_trace_row_name (int row)
 {
     static const char *names [] = {NULL, "step", "input", "compute", "exchange", "apply",
-                                   "checkpoint", "evaluation"};
+                                   "checkpoint", "evaluation", "bucket"};
     return row > 0 && row < ZA_TRACE_ROWS? names [row]: NULL;
 }
 

@@ -22,7 +22,7 @@
 typedef struct {
     char name [64];
     char label [160];                   //  how its times were put on the broker's clock
-    int steps, phases, inside, evaluations, applies, checkpoints;
+    int steps, phases, inside, evaluations, applies, checkpoints, buckets;
     json_int_t first_step, last_step;   //  of its step events
 } s_task_t;
 
@@ -74,15 +74,17 @@ s_check_trace (const char *path, s_task_t *tasks)
         task->evaluations += !strcmp (name, "evaluation");
         task->checkpoints += !strcmp (name, "checkpoint");
         task->applies += !strcmp (name, "apply");
+        task->buckets += !strcmp (name, "bucket");
     }
     //  Each phase of a trainer's step inside that step.
     json_array_foreach (events, i, event) {
         const char *name = json_string_value (json_object_get (event, "name"));
         json_int_t pid = json_integer_value (json_object_get (event, "pid"));
         json_int_t tid = json_integer_value (json_object_get (event, "tid"));
-        //  rows 2 (input), 3 (compute), 4 (exchange), 5 (apply) of a trainer
-        if (strcmp (json_string_value (json_object_get (event, "ph")), "X") || tid < 2
-            || tid > 5 || !s_task_of (tasks, pid)->steps)
+        //  rows 2 (input), 3 (compute), 4 (exchange), 5 (apply), 8 (bucket)
+        //  of a trainer
+        if (strcmp (json_string_value (json_object_get (event, "ph")), "X")
+            || ((tid < 2 || tid > 5) && tid != 8) || !s_task_of (tasks, pid)->steps)
             continue;
         json_int_t step = json_integer_value (json_object_get (json_object_get (event, "args"),
                                                                "step"));
@@ -139,9 +141,10 @@ s_local (const char *strategy, int with_ps, int estimate)
         setenv ("ZA_CLOCK_ESTIMATE", "1", 1);
     const char *dir = za_test_dir_create ("za_trace");
     char *trace = za_test_join (dir, "trace.json"), *model = za_test_join (dir, "run");
+    //  All-reduce: the gradients in buckets, each going round beside backward.
     const char *args [] = {"--local", "--strategy", strategy, "--max-steps", "120",
                            "--save-checkpoints-steps", "60", "--model-dir", model, "--trace",
-                           trace, NULL};
+                           trace, "--bucket-kib", with_ps? "0": "16", NULL};
     za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
     cr_assert_eq (result.exit_code, 0, "%s", result.err);
     cr_expect (strstr (result.err, "trace: "), "%s", result.err);
@@ -155,8 +158,12 @@ s_local (const char *strategy, int with_ps, int estimate)
         cr_expect_gt (task->steps, 0, "%s: %s has no step", strategy, trainers [k]);
         cr_expect_gt (task->phases, 3 * task->steps - 1, "%s: %s's steps have no phases",
                       strategy, trainers [k]);
-        printf ("trace %s: %s: %d steps, %d phases, %d inside them; %s\n", strategy,
-                trainers [k], task->steps, task->phases, task->inside, task->label);
+        if (!with_ps)
+            cr_expect_gt (task->buckets, task->steps, "%s: %s: %d buckets in %d steps",
+                          strategy, trainers [k], task->buckets, task->steps);
+        printf ("trace %s: %s: %d steps, %d phases (%d buckets), %d inside them; %s\n",
+                strategy, trainers [k], task->steps, task->phases, task->buckets,
+                task->inside, task->label);
     }
     //  Every task's times on the broker's clock: on its machine, the same
     //  clock; estimated, within half the round trip of it (the true offset

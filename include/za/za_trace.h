@@ -29,6 +29,8 @@ typedef enum {
     ZA_TRACE_APPLY,                     //  the optimizer's update
     ZA_TRACE_CHECKPOINT,                //  a checkpoint written
     ZA_TRACE_EVALUATION,                //  an evaluation of a checkpoint
+    ZA_TRACE_BUCKET,                    //  all-reduce: one bucket of the gradient going
+                                        //  round the ring (beside backward)
     ZA_TRACE_ROWS
 } za_trace_row_t;
 
