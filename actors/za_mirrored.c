@@ -667,6 +667,7 @@ s_run_steps (s_mirrored_t *self)
             za_trace_event (ZA_TRACE_STEP, "step", step_start, now, step);
             za_trace_event (ZA_TRACE_INPUT, "input", step_start, step_start + input, step);
             za_trace_event (ZA_TRACE_COMPUTE, "forward+backward", t0, t1, step);
+            za_replica_trace_compute (self->replica, step);
             za_trace_event (ZA_TRACE_EXCHANGE, "all-reduce", t1, t2, step);
             za_trace_event (ZA_TRACE_APPLY, "apply", t2, now, step);
         }

@@ -376,6 +376,7 @@ s_run_steps (za_worker_t *self)
             za_trace_event (ZA_TRACE_STEP, "step", step_start, now, step);
             za_trace_event (ZA_TRACE_INPUT, "input", step_start, step_start + input, step);
             za_trace_event (ZA_TRACE_COMPUTE, "forward+backward", t0, t1, step);
+            za_replica_trace_compute (self->replica, step);
             za_trace_event (ZA_TRACE_EXCHANGE, "push+pull", t1, now, step);
         }
         za_role_step_times_t times = {

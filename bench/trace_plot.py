@@ -18,7 +18,11 @@ from PIL import Image, ImageDraw, ImageFont
 ROWS = ["step", "input", "compute", "exchange", "apply", "checkpoint", "evaluation"]
 COLOURS = {"step": (120, 144, 156), "input": (255, 183, 77), "compute": (66, 133, 244),
            "exchange": (219, 68, 55), "apply": (15, 157, 88), "checkpoint": (171, 71, 188),
-           "evaluation": (0, 172, 193)}
+           "evaluation": (0, 172, 193), "bucket": (244, 143, 177),
+           "forward": (144, 202, 249), "backward": (21, 101, 192)}
+#  Events nested in a lane's own (forward and backward in compute): drawn in
+#  its lower half, over it.
+NESTED = {"forward", "backward"}
 LANE, GAP, LEFT, TOP, WIDTH = 18, 6, 190, 40, 1400
 
 
@@ -32,6 +36,8 @@ def main():
     with open(args.trace) as f:
         events = json.load(f)["traceEvents"]
     names, threads, boxes = {}, {}, []
+    #  Outer events first, so that nested ones are drawn over them.
+    events = sorted(events, key=lambda e: e.get("name") in NESTED)
     for e in events:
         if e["ph"] == "M" and e["name"] == "process_name":
             names[e["pid"]] = e["args"]["name"]
@@ -70,8 +76,10 @@ def main():
         x1 = LEFT + min(e["ts"] + e["dur"] - start, end - start) * scale
         top = row_y[(e["pid"], e["tid"])]
         row = threads[(e["pid"], e["tid"])]
-        draw.rectangle([x0, top, max(x1, x0 + 1), top + LANE], fill=COLOURS.get(row, "grey"),
-                       outline=(40, 40, 40) if x1 - x0 > 3 else None)
+        nested = e["name"] in NESTED
+        colour = COLOURS.get(e["name"] if nested else row, "grey")
+        draw.rectangle([x0, top + (LANE // 2 if nested else 0), max(x1, x0 + 1), top + LANE],
+                       fill=colour, outline=(40, 40, 40) if x1 - x0 > 3 else None)
     for tick in range(0, int(args.window) + 1, max(int(args.window) // 10, 1)):
         x = LEFT + tick * 1000 * scale
         draw.line([x, y + 2, x, y + 8], fill="black")

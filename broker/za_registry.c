@@ -1,6 +1,6 @@
 /*  za_registry.c: the tasks of a job, their registrations, and a task's life
     as a state table (za_registry.h lists the states).                      */
-#include "za_registry.h"
+#include "za_registry_private.h"
 #include "za_supervisor.h"
 #include "za/za_checkpoint.h"
 #include "za/za_process.h"
@@ -21,23 +21,6 @@
 #define STOP_GRACE_SECS 5.0             //  SIGTERM, then SIGKILL after this
 #define STOP_POLL_MS 50
 #define CAUSE_MAX (4 * ZA_REGISTRY_TEXT_MAX)
-
-static const char *s_state_names [] = {
-    "empty", "started", "live", "lost", "killed", "backoff", "done", "vacant"
-};
-
-struct za_registry_t {
-    const za_broker_config_t *config;
-    za_events_t *events;
-    char host [ZA_REGISTRY_TEXT_MAX];
-    double start;
-    int failed;
-    int preempting;                 //  the job stops for preemption
-    int preempt_told;               //  its tasks were sent SIGTERM
-    int64_t membership;             //  elastic: changes of the members so far
-    int member_count;
-    za_entry_t tasks [ZA_BROKER_ROLE_KINDS][ZA_BROKER_MAX_TASKS];
-};
 
 const char *
 za_registry_kind_name (int kind)
@@ -61,11 +44,6 @@ s_event (za_registry_t *self, const za_entry_t *task, const char *event, const c
                    task->pid, task->restarts, "%s", cause);
 }
 
-#define FOR_EACH_TASK(self, task)                                                   \
-    for (int kind_ = 0; kind_ < ZA_BROKER_ROLE_KINDS; kind_++)                      \
-        for (__typeof__ (&(self)->tasks [0][0]) task = &(self)->tasks [kind_][0];   \
-             task < &(self)->tasks [kind_][(self)->config->counts [kind_]]; task++)
-
 // ---------------------------------------------------------------------------
 //  Processes, through the supervisor
 
@@ -75,20 +53,17 @@ s_silent_max (const za_registry_t *self)
     return self->config->heartbeat.ivl_secs * self->config->heartbeat.liveness;
 }
 
-//  1 for a job whose worker count is a range (--workers MIN:MAX).
-static int
-s_elastic (const za_registry_t *self)
+int
+za_registry_elastic (const za_registry_t *self)
 {
     const za_broker_config_t *config = self->config;
     return config->min_workers >= 0 && config->min_workers < config->counts [ZA_TASK_WORKER];
 }
 
-//  1 for a worker slot above an elastic job's minimum: taken and left while
-//  the job runs, never started by us.
-static int
-s_elastic_slot (const za_registry_t *self, const za_entry_t *task)
+int
+za_registry_elastic_slot (const za_registry_t *self, const za_entry_t *task)
 {
-    return s_elastic (self) && task->kind == ZA_TASK_WORKER
+    return za_registry_elastic (self) && task->kind == ZA_TASK_WORKER
         && task->index >= self->config->min_workers;
 }
 
@@ -187,7 +162,7 @@ s_fail (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
                  what->cause);
         return 0;
     }
-    if (s_elastic_slot (self, task)) {
+    if (za_registry_elastic_slot (self, task)) {
         task->state = ZA_ENTRY_LOST;
         task->lost_at = za_clock_mono ();
         s_event (self, task, "lost", "%s; dropped from the job unless it is back within %g s "
@@ -428,7 +403,7 @@ s_supervise_task (za_registry_t *self, za_entry_t *task, double now, int grace)
         s_happen (self, task, E_SILENT, &(s_happening_t) {.cause = cause});
         return;
     }
-    if (task->state == ZA_ENTRY_LOST && s_elastic_slot (self, task)
+    if (task->state == ZA_ENTRY_LOST && za_registry_elastic_slot (self, task)
         && now - task->lost_at > config->elastic_timeout_secs) {
         task->state = ZA_ENTRY_VACANT;
         task->endpoint [0] = 0;
@@ -456,12 +431,12 @@ s_supervise_task (za_registry_t *self, za_entry_t *task, double now, int grace)
 //  1 when the task trains in the job now: a chief or a worker that is not
 //  an elastic slot, or one that a worker holds (with the all-reduce, one
 //  whose ring endpoint is known), until it is dropped.
-static int
-s_is_member (const za_registry_t *self, const za_entry_t *task)
+int
+za_registry_is_member (const za_registry_t *self, const za_entry_t *task)
 {
     if (task->kind != ZA_TASK_CHIEF && task->kind != ZA_TASK_WORKER)
         return 0;
-    if (!s_elastic_slot (self, task))
+    if (!za_registry_elastic_slot (self, task))
         return 1;
     //  It trains once its role is past starting (its data loaded, its ring
     //  bound): the others need not wait for that.
@@ -475,11 +450,11 @@ s_is_member (const za_registry_t *self, const za_entry_t *task)
 static void
 s_update_members (za_registry_t *self)
 {
-    if (!s_elastic (self))
+    if (!za_registry_elastic (self))
         return;
     int changed = 0, count = 0;
     FOR_EACH_TASK (self, task) {
-        int member = s_is_member (self, task);
+        int member = za_registry_is_member (self, task);
         count += member;
         changed |= member != task->member;
     }
@@ -489,7 +464,7 @@ s_update_members (za_registry_t *self)
     self->member_count = count;
     const za_broker_config_t *config = self->config;
     FOR_EACH_TASK (self, task) {
-        int member = s_is_member (self, task);
+        int member = za_registry_is_member (self, task);
         if (member != task->member && self->membership > 1)
             s_event (self, task, member? "joined": "left", "%d trainers now (the chief and "
                      "%d to %d workers), members change %" PRId64, count,
@@ -501,7 +476,7 @@ s_update_members (za_registry_t *self)
 int64_t
 za_registry_members (const za_registry_t *self, int *count)
 {
-    if (!s_elastic (self)) {
+    if (!za_registry_elastic (self)) {
         *count = self->config->counts [ZA_TASK_CHIEF] + self->config->counts [ZA_TASK_WORKER];
         return 0;
     }
@@ -631,28 +606,19 @@ za_registry_register (za_registry_t *self, za_entry_t *task, zframe_t *identity,
     s_update_members (self);
 }
 
-//  1 for a trainer that trains now and said how long its steps take.
-static int
-s_is_timed_trainer (const za_entry_t *task)
-{
-    return (task->kind == ZA_TASK_CHIEF || task->kind == ZA_TASK_WORKER)
-        && task->state == ZA_ENTRY_LIVE && streq (task->role_state, "running")
-        && task->times.step_ms > 0;
-}
-
 //  A trainer's report against the other trainers' latest: named a
 //  straggler, or no longer one, as an event (docs/monitoring.md).
 static void
 s_judge_straggler (za_registry_t *self, za_entry_t *task)
 {
-    if (!s_is_timed_trainer (task)) {
+    if (!za_registry_timed_trainer (task)) {
         za_straggler_reset (&task->straggler);
         return;
     }
     za_step_times_t others [ZA_BROKER_MAX_TASKS + 1];
     int count = 0;
     FOR_EACH_TASK (self, other)
-        if (other != task && s_is_timed_trainer (other) && count < ZA_BROKER_MAX_TASKS + 1)
+        if (other != task && za_registry_timed_trainer (other) && count < ZA_BROKER_MAX_TASKS + 1)
             others [count++] = other->times;
     za_straggler_t *judged = &task->straggler;
     int change = za_straggler_judge (judged, &task->times, others, count,
@@ -712,177 +678,6 @@ za_registry_report (za_registry_t *self, za_entry_t *task, zframe_t *identity,
 }
 
 // ---------------------------------------------------------------------------
-//  What the broker shows
-
-void
-za_registry_images (const za_registry_t *self, int64_t *bad, int64_t *images)
-{
-    *bad = *images = 0;
-    FOR_EACH_TASK (self, task)
-        if (task->kind == ZA_TASK_CHIEF || task->kind == ZA_TASK_WORKER) {
-            *bad += task->bad_images;
-            *images += task->images;
-        }
-}
-
-int
-za_registry_done (const za_registry_t *self)
-{
-    int done = 1;
-    FOR_EACH_TASK (self, task)
-        done &= task->state == ZA_ENTRY_DONE || task->state == ZA_ENTRY_VACANT;
-    return done;
-}
-
-int
-za_registry_failed (const za_registry_t *self)
-{
-    return self->failed;
-}
-
-const za_entry_t *
-za_registry_entry (const za_registry_t *self, int kind, int index)
-{
-    if (kind < 0 || kind >= ZA_BROKER_ROLE_KINDS || index < 0
-        || index >= self->config->counts [kind])
-        return NULL;
-    return &self->tasks [kind][index];
-}
-
-json_t *
-za_registry_view (const za_registry_t *self)
-{
-    const za_broker_config_t *config = self->config;
-    int ready = 1;
-    FOR_EACH_TASK (self, task)
-        if ((task->state == ZA_ENTRY_EMPTY || task->state == ZA_ENTRY_STARTED)
-            && !s_elastic_slot (self, task))
-            ready = 0;
-    json_t *ps = json_array ();
-    for (int i = 0; i < config->counts [ZA_TASK_PS]; i++) {
-        const za_entry_t *task = &self->tasks [ZA_TASK_PS][i];
-        if (!*task->endpoint)
-            ready = 0;
-        json_array_append_new (ps, json_string (task->endpoint));
-    }
-    //  With the all-reduce, the ring by worker index: the chief, then the workers.
-    json_t *ring = config->ring? json_array (): NULL;
-    for (int kind = ZA_TASK_CHIEF; ring && kind <= ZA_TASK_WORKER; kind++)
-        for (int i = 0; i < config->counts [kind]; i++) {
-            const za_entry_t *task = &self->tasks [kind][i];
-            if (!*task->endpoint && !s_elastic_slot (self, task))
-                ready = 0;
-            json_array_append_new (ring, json_string (s_is_member (self, task)
-                                                      ? task->endpoint: ""));
-        }
-    json_t *view = json_pack ("{s:b, s:o, s:i}", "ready", ready, "ps", ps, "num_workers",
-                              config->counts [ZA_TASK_CHIEF] + config->counts [ZA_TASK_WORKER]);
-    if (view && ring)
-        json_object_set_new (view, "ring", ring);
-    else
-        json_decref (ring);
-    //  Every task that reports hears that the job stops for preemption
-    //  (those we did not start get no SIGTERM from us).
-    if (view && self->preempting)
-        json_object_set_new (view, "preempting", json_true ());
-    //  An elastic job's members by worker index, and their change's number.
-    if (view && s_elastic (self)) {
-        json_t *members = json_array ();
-        for (int kind = ZA_TASK_CHIEF; kind <= ZA_TASK_WORKER; kind++)
-            for (int i = 0; i < config->counts [kind]; i++)
-                if (self->tasks [kind][i].member)
-                    json_array_append_new (members, json_integer (kind == ZA_TASK_CHIEF? 0
-                                                                  : i + 1));
-        json_object_set_new (view, "members", members);
-        json_object_set_new (view, "membership", json_integer (self->membership));
-    }
-    return view;
-}
-
-//  A trainer's step times and its judgement: step_ms, phase_ms {input,
-//  compute, exchange, apply}, straggler, and (once judged) slowdown
-//  against the others' median and its slowest phase.
-static void
-s_row_times (json_t *row, const za_entry_t *task)
-{
-    json_object_set_new (row, "step_ms", json_real (task->times.step_ms));
-    json_t *phases = json_object ();
-    for (int phase = 0; phase < ZA_PHASES; phase++)
-        json_object_set_new (phases, za_phase_name (phase),
-                             json_real (task->times.phase_ms [phase]));
-    json_object_set_new (row, "phase_ms", phases);
-    const za_straggler_t *judged = &task->straggler;
-    json_object_set_new (row, "straggler", json_boolean (judged->straggler));
-    if (judged->slowdown > 0) {
-        json_object_set_new (row, "slowdown", json_real (judged->slowdown));
-        json_object_set_new (row, "slowest_phase", json_string (za_phase_name (judged->phase)));
-    }
-}
-
-//  A task's row of the state.
-static json_t *
-s_row (const za_entry_t *task, double now)
-{
-    int heard = task->state == ZA_ENTRY_LIVE || task->state == ZA_ENTRY_DONE;
-    const char *state = task->state == ZA_ENTRY_LIVE && *task->role_state? task->role_state
-                      : s_state_names [task->state];
-    json_t *row = json_pack ("{s:s, s:i, s:s, s:i, s:s, s:I, s:f, s:f, s:f, s:i}",
-                             "role", za_registry_kind_name (task->kind), "index", task->index,
-                             "host", task->host, "pid", (int) task->pid,
-                             "state", state, "global_step", (json_int_t) task->step,
-                             "steps_per_sec", task->steps_per_sec,
-                             "examples_per_sec", task->examples_per_sec,
-                             "loss", task->loss, "restarts", task->restarts);
-    //  `state` is the one word a person reads (the role's own while it is
-    //  live, else ours); the two vocabularies apart, for programs:
-    json_object_set_new (row, "task_state", json_string (s_state_names [task->state]));
-    json_object_set_new (row, "role_state", heard && *task->role_state
-                         ? json_string (task->role_state): json_null ());
-    json_object_set_new (row, "eval_step", task->eval_step >= 0
-                         ? json_integer (task->eval_step): json_null ());
-    json_object_set_new (row, "eval_accuracy", task->eval_step >= 0
-                         ? json_real (task->eval_accuracy): json_null ());
-    json_object_set_new (row, "heartbeat_age_secs", heard && task->peer.heard
-                         ? json_real (za_peer_silence (&task->peer, now)): json_null ());
-    if (!row)
-        return NULL;
-    if (*task->endpoint)
-        json_object_set_new (row, "endpoint", json_string (task->endpoint));
-    json_object_set_new (row, "bad_images", json_integer (task->bad_images));
-    if (task->images > 0)
-        json_object_set_new (row, "images", json_integer (task->images));
-    if (task->ring_rank >= 0) {
-        json_object_set_new (row, "ring_rank", json_integer (task->ring_rank));
-        json_object_set_new (row, "wait_ms", json_real (task->wait_ms));
-    }
-    if (s_is_timed_trainer (task))
-        s_row_times (row, task);
-    return row;
-}
-
-json_t *
-za_registry_rows (const za_registry_t *self, int64_t *step, uint64_t *json_failures)
-{
-    double now = za_clock_mono ();
-    json_t *rows = json_array ();
-    *step = 0;
-    FOR_EACH_TASK (self, task) {
-        if (task->step > *step && task->kind != ZA_TASK_EVALUATOR)
-            *step = task->step;
-        json_t *row = s_row (task, now);
-        if (!row) {
-            (*json_failures)++;
-            if (*json_failures <= ZA_BROKER_LOGGED_MAX)
-                za_info ("broker: could not build a row of the state (%llu so far)",
-                         (unsigned long long) *json_failures);
-            continue;
-        }
-        json_array_append_new (rows, row);
-    }
-    return rows;
-}
-
-// ---------------------------------------------------------------------------
 
 za_registry_t *
 za_registry_new (const za_broker_config_t *config, za_events_t *events, const char *host)
@@ -910,7 +705,7 @@ za_registry_new (const za_broker_config_t *config, za_events_t *events, const ch
             task->eval_step = -1;
             task->ring_rank = -1;
             za_peer_init (&task->peer, config->heartbeat, self->start);
-            if (s_elastic_slot (self, task))
+            if (za_registry_elastic_slot (self, task))
                 task->state = ZA_ENTRY_VACANT;
         }
     s_update_members (self);

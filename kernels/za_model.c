@@ -2,6 +2,7 @@
     that a layer's gradients are final. The layer stack is za_stack*.c and
     its layer types za_layer_*.c; premade stacks are za_premade.c.         */
 #include "za/za_model.h"
+#include "za/za_util.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -61,6 +62,22 @@ za_model_on_grads_final (za_grads_final_fn *fn, void *arg)
 {
     s_final_fn = fn;
     s_final_arg = arg;
+}
+
+static __thread double s_forward_done;
+
+void
+za_model_forward_done (void)
+{
+    s_forward_done = za_clock_mono ();
+}
+
+double
+za_model_take_forward_done (void)
+{
+    double at = s_forward_done;
+    s_forward_done = 0;
+    return at;
 }
 
 static __thread float s_loss_scale = 1.0f;

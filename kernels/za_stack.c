@@ -543,6 +543,7 @@ s_stack_model_fn (void *state, const float *features, const int32_t *labels, int
     if (invalid)
         return za_error ("model: %d labels outside [0, %d)", invalid, self->n_classes);
     if (train) {
+        za_model_forward_done ();
         float scale = za_model_loss_scale ();
         if (scale != 1.0f)
             self->be->scale_add ((size_t) n * self->n_classes, scale, last->dout, 0.0f, NULL);

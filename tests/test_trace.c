@@ -22,7 +22,7 @@
 typedef struct {
     char name [64];
     char label [160];                   //  how its times were put on the broker's clock
-    int steps, phases, inside, evaluations, applies, checkpoints, buckets;
+    int steps, phases, inside, evaluations, applies, checkpoints, buckets, forwards, backwards;
     json_int_t first_step, last_step;   //  of its step events
 } s_task_t;
 
@@ -75,6 +75,8 @@ s_check_trace (const char *path, s_task_t *tasks)
         task->checkpoints += !strcmp (name, "checkpoint");
         task->applies += !strcmp (name, "apply");
         task->buckets += !strcmp (name, "bucket");
+        task->forwards += !strcmp (name, "forward");
+        task->backwards += !strcmp (name, "backward");
     }
     //  Each phase of a trainer's step inside that step.
     json_array_foreach (events, i, event) {
@@ -142,7 +144,10 @@ s_local (const char *strategy, int with_ps, int estimate)
     const char *dir = za_test_dir_create ("za_trace");
     char *trace = za_test_join (dir, "trace.json"), *model = za_test_join (dir, "run");
     //  All-reduce: the gradients in buckets, each going round beside backward.
-    const char *args [] = {"--local", "--strategy", strategy, "--max-steps", "120",
+    //  ps-async: nobody waits for a trainer that starts late; enough steps
+    //  that each gets some.
+    const char *args [] = {"--local", "--strategy", strategy, "--max-steps",
+                           strcmp (strategy, "ps-async")? "120": "600",
                            "--save-checkpoints-steps", "60", "--model-dir", model, "--trace",
                            trace, "--bucket-kib", with_ps? "0": "16", NULL};
     za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
@@ -158,6 +163,9 @@ s_local (const char *strategy, int with_ps, int estimate)
         cr_expect_gt (task->steps, 0, "%s: %s has no step", strategy, trainers [k]);
         cr_expect_gt (task->phases, 3 * task->steps - 1, "%s: %s's steps have no phases",
                       strategy, trainers [k]);
+        cr_expect (task->forwards >= task->steps && task->backwards == task->forwards,
+                   "%s: %s: %d forwards, %d backwards in %d steps", strategy, trainers [k],
+                   task->forwards, task->backwards, task->steps);
         if (!with_ps)
             cr_expect_gt (task->buckets, task->steps, "%s: %s: %d buckets in %d steps",
                           strategy, trainers [k], task->buckets, task->steps);
@@ -226,7 +234,11 @@ Test (trace, one_process_writes_its_trace, .timeout = 300)
     s_task_t *trainer = s_find (tasks, "trainer-0");
     cr_assert_not_null (trainer);
     cr_expect_eq (trainer->steps, 50);
-    cr_expect_eq (trainer->phases, 150, "input, compute and apply of each step");
+    //  Input, compute and apply of each step, and within compute the
+    //  forward and backward of each of the first thread's micro-batches.
+    cr_expect (trainer->forwards >= 50 && trainer->backwards == trainer->forwards,
+               "%d forwards, %d backwards", trainer->forwards, trainer->backwards);
+    cr_expect_eq (trainer->phases, 150 + trainer->forwards + trainer->backwards);
     cr_expect_eq (trainer->inside, trainer->phases);
     //  A second run in the same model dir traces itself alone.
     const char *again [] = {"--max-steps", "60", "--model-dir", model, "--trace", trace, NULL};

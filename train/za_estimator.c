@@ -225,6 +225,7 @@ s_train_steps (za_estimator_t *self, za_input_t *input, za_hooks_t *hooks,
             za_trace_event (ZA_TRACE_STEP, "step", t0, t3, self->global_step);
             za_trace_event (ZA_TRACE_INPUT, "input", t0, t1, self->global_step);
             za_trace_event (ZA_TRACE_COMPUTE, "forward+backward", t1, t2, self->global_step);
+            za_replica_trace_compute (self->replica, self->global_step);
             za_trace_event (ZA_TRACE_APPLY, "apply", t2, t3, self->global_step);
         }
         self->global_step++;

@@ -1,6 +1,7 @@
 /*  za_replica_batch.c: one batch over a replica's threads and micro-batches,
     to train on (the gradients combined), to evaluate or to predict.      */
 #include "za_replica_private.h"
+#include "za/za_trace.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -175,8 +176,18 @@ s_micro_batch_run (s_batch_run_t *run, int t, int lo, int count, int last,
     za_spec_t spec;
     float scale = run->mode == ZA_MODE_TRAIN? self->loss_scale: 1.0f;
     za_model_set_loss_scale (scale);
+    double start = za_clock_mono ();
+    za_model_take_forward_done ();
     int rc = self->model_fn->model_fn (self->states [t], features, labels, count, run->mode,
                                        values, grads, (int64_t) seed, &spec);
+    //  The trace's forward and backward: thread 0's, where the model_fn
+    //  said where one ends (a device's: as launched); the loop records them
+    //  with its step's (za_replica_trace_compute).
+    double forward_done = za_model_take_forward_done ();
+    if (t == 0 && forward_done > 0 && self->traced_count < ZA_REPLICA_TRACED_MAX) {
+        double *at = self->traced [self->traced_count++];
+        at [0] = start, at [1] = forward_done, at [2] = za_clock_mono ();
+    }
     if (rc == 0 && scale != 1.0f && !za_model_loss_scale_asked ())
         rc = za_error ("model_fn '%s' does not apply the loss scale that --precision "
                        "mixed_float16 needs (za_model_loss_scale, za_model.h)",
@@ -315,6 +326,7 @@ za_replica_compute_gradients (za_replica_t *self, const za_batch_t *batch, int64
     s_batch_run_t run;
     double loss_sum;
     int correct;
+    self->traced_count = 0;
     if (s_batch_run (self, batch, ZA_MODE_TRAIN, step, &run, &loss_sum, &correct))
         return -1;
     *loss_mean = loss_sum / batch->size;
@@ -325,6 +337,17 @@ za_replica_compute_gradients (za_replica_t *self, const za_batch_t *batch, int64
             memset (self->grads + self->vars.vars [v].offset, 0,
                     self->vars.vars [v].size * sizeof (float));
     return 0;
+}
+
+void
+za_replica_trace_compute (const za_replica_t *self, int64_t step)
+{
+    for (int i = 0; i < self->traced_count; i++) {
+        za_trace_event (ZA_TRACE_COMPUTE, "forward", self->traced [i][0], self->traced [i][1],
+                        step);
+        za_trace_event (ZA_TRACE_COMPUTE, "backward", self->traced [i][1], self->traced [i][2],
+                        step);
+    }
 }
 
 //  Runs `batch` in `mode` in views of at most one micro-batch per thread,

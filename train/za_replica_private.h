@@ -20,6 +20,9 @@
 //  split over the threads (below, one thread takes less than waking the
 //  others).
 #define APPLY_SPLIT_MIN 16384
+//  Micro-batches whose forward and backward the trace shows (the rest of a
+//  larger batch's are left out).
+#define ZA_REPLICA_TRACED_MAX 64
 
 struct _za_replica_t {
     const za_model_fn_t *model_fn;
@@ -80,6 +83,10 @@ struct _za_replica_t {
     //  mixed_float16's dynamic loss scale (1 otherwise).
     float loss_scale;
     int64_t good_steps, skipped_steps;
+    //  The last compute_gradients's forward and backward of thread 0's
+    //  micro-batches, for the trace: start, forward's end, backward's end.
+    double traced [ZA_REPLICA_TRACED_MAX][3];
+    int traced_count;
 };
 
 //  Where a block's newest numbers are, on a device with memory of its own.

@@ -122,6 +122,13 @@ typedef void (za_grads_final_fn) (void *arg, size_t offset);
 //  This thread's listener for za_model_grads_final (NULL: none).
 void za_model_on_grads_final (za_grads_final_fn *fn, void *arg);
 
+//  A model_fn in TRAIN may say where its forward pass (and the loss) ends
+//  and backward begins: the trace (--trace) then shows the two apart on
+//  the compute row. za_model_forward_done takes the time; the replica
+//  takes it back after the call (0: not said).
+void za_model_forward_done (void);
+double za_model_take_forward_done (void);
+
 //  mixed_float16's loss scale for this call (1 in other precisions): a
 //  model_fn in TRAIN multiplies its loss's gradient (the logits' gradient
 //  softmax_xent gave) by it before its backward pass, so that small

@@ -107,6 +107,12 @@ void za_replica_reset_slots (za_replica_t *self);
 int za_replica_compute_gradients (za_replica_t *self, const za_batch_t *batch, int64_t step,
                                   double *loss_mean);
 
+//  Records (za_trace.h) the forward and backward of the last
+//  compute_gradients's micro-batches on its first thread, on the compute
+//  row as parts of `step`, where the model_fn said where forward ends
+//  (za_model_forward_done). A loop calls it with its step's own events.
+void za_replica_trace_compute (const za_replica_t *self, int64_t step);
+
 //  One optimizer update of the values with the gradient block; `step`
 //  counts updates including this one (1 for the first). In mixed_float16 a
 //  block with an infinity or a NaN is no update at all (za_replica_loss_scale_check).
