@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -159,6 +160,18 @@ za_clock_mono (void)
     struct timespec ts;
     clock_gettime (CLOCK_MONOTONIC, &ts);
     return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+void
+za_softmax (const float *logits, int n, float *probabilities)
+{
+    double top = logits [0], total = 0;
+    for (int k = 1; k < n; k++)
+        top = logits [k] > top? logits [k]: top;
+    for (int k = 0; k < n; k++)
+        total += exp ((double) logits [k] - top);
+    for (int k = 0; k < n; k++)
+        probabilities [k] = (float) (exp ((double) logits [k] - top) / total);
 }
 
 static char s_boot_id [64];

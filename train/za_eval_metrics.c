@@ -270,12 +270,7 @@ za_eval_metrics_update (za_eval_metrics_t *self, const float *logits, const int3
         for (int t = 0; t < self->spec.top_k_count; t++)
             self->top_k_hits [t] += isfinite (z [label]) && above < self->spec.top_k [t];
         if (s_keeps_scores (self)) {
-            float *p = self->probs + (size_t) (self->examples + i) * n_classes;
-            double sum = 0;
-            for (int k = 0; k < n_classes; k++)
-                sum += exp ((double) z [k] - (double) z [best]);
-            for (int k = 0; k < n_classes; k++)
-                p [k] = (float) (exp ((double) z [k] - (double) z [best]) / sum);
+            za_softmax (z, n_classes, self->probs + (size_t) (self->examples + i) * n_classes);
             self->labels [self->examples + i] = label;
         }
     }

@@ -307,16 +307,8 @@ za_predictor_run (za_predictor_t *self, const float *pixels, int n, float *logit
             size_t out = (size_t) (at + i) * self->classes;
             if (logits)
                 memcpy (logits + out, row, (size_t) self->classes * sizeof (float));
-            if (!probabilities)
-                continue;
-            //  The softmax, from the largest logit for its range.
-            double top = row [0], total = 0;
-            for (int k = 1; k < self->classes; k++)
-                top = row [k] > top? row [k]: top;
-            for (int k = 0; k < self->classes; k++)
-                total += exp ((double) row [k] - top);
-            for (int k = 0; k < self->classes; k++)
-                probabilities [out + (size_t) k] = (float) (exp ((double) row [k] - top) / total);
+            if (probabilities)
+                za_softmax (row, self->classes, probabilities + out);
         }
     }
     za_model_set_values_epoch (epoch);

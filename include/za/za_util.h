@@ -86,6 +86,10 @@ uint32_t za_rng_below (za_rng_t *rng, uint32_t n);
 //  Monotonic clock in seconds, and wall clock (Unix epoch) in seconds.
 double za_clock_mono (void);
 double za_clock_wall (void);
+//  The softmax of n logits into probabilities: from the largest logit (no
+//  overflow), summed in double.
+void za_softmax (const float *logits, int n, float *probabilities);
+
 //  This boot of this machine (/proc/sys/kernel/random/boot_id; "" where it
 //  cannot be read): processes that say the same share za_clock_mono.
 const char *za_boot_id (void);
