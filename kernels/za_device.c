@@ -168,8 +168,12 @@ s_cuda_load (void)
          path = strtok_r (NULL, ":", &save)) {
         module = dlopen (path, RTLD_NOW | RTLD_LOCAL);
         const char *error = module? NULL: dlerror ();
-        if (error)
+        if (error) {
             snprintf (why, sizeof why, "%s", error);
+            //  Asked again, glibc frees the message it keeps for this
+            //  thread (else LeakSanitizer may find it at a busy exit).
+            dlerror ();
+        }
     }
     if (!module) {
         snprintf (s_cuda_error, sizeof s_cuda_error,
