@@ -240,8 +240,6 @@ typedef struct {
     za_role_hooks_t hooks;                      //  the counter; the savers for the chief
     double start_time;
     //  Where a step's time goes: the gradients, the all-reduce, the rest.
-    double compute_secs, reduce_secs, step_secs;
-    double input_secs;                  //  waiting for the input's next batch
     za_role_stats_t *stats;
     za_role_rates_t rates;
     double wait_average;                        //  ms per step waiting on the ring
@@ -636,7 +634,6 @@ s_run_steps (s_mirrored_t *self)
         if (za_role_next_batch (self->input, self->who, &batch))
             return -1;
         double input = za_clock_mono () - step_start;
-        self->input_secs += input;
         double loss, t0 = za_clock_mono (), waited = za_ring_wait_secs (self->ring);
         //  The buckets go round as backward makes them final.
         s_reducer_begin (&self->reducer, (self->global_step + 1) * MAX_BUCKETS);
@@ -671,9 +668,6 @@ s_run_steps (s_mirrored_t *self)
             za_trace_event (ZA_TRACE_EXCHANGE, "all-reduce", t1, t2, step);
             za_trace_event (ZA_TRACE_APPLY, "apply", t2, now, step);
         }
-        self->compute_secs += t1 - t0;
-        self->reduce_secs += t2 - t1;
-        self->step_secs += now - step_start;
         za_role_step_times_t times = {
             .step = now - step_start,
             .phase = {[ZA_PHASE_INPUT] = input, [ZA_PHASE_COMPUTE] = t1 - t0,
@@ -830,15 +824,16 @@ za_mirrored_actor (zsock_t *pipe, void *args)
              za_clock_mono () - self->start_time, crc);
     if (self->own_steps > 0) {
         double n = (double) self->own_steps;
-        double other = self->step_secs - self->compute_secs - self->reduce_secs;
+        const za_role_step_times_t *spent = &self->rates.spent;
+        double compute = spent->phase [ZA_PHASE_COMPUTE];
+        double reduce = spent->phase [ZA_PHASE_EXCHANGE], input = spent->phase [ZA_PHASE_INPUT];
+        double other = spent->step - compute - reduce;
         za_info ("%s: per step %.3f ms: compute %.3f ms, all-reduce left after it %.3f ms "
                  "(ring waits %.3f ms), other %.3f ms, of which waiting for input %.3f ms "
                  "(%.2f%%); %" PRIu64 " ring messages dropped", self->who,
-                 1e3 * self->step_secs / n, 1e3 * self->compute_secs / n,
-                 1e3 * self->reduce_secs / n, 1e3 * za_ring_wait_secs (self->ring) / n,
-                 1e3 * other / n, 1e3 * self->input_secs / n,
-                 self->step_secs > 0? 100 * self->input_secs / self->step_secs: 0,
-                 za_ring_dropped (self->ring));
+                 1e3 * spent->step / n, 1e3 * compute / n, 1e3 * reduce / n,
+                 1e3 * za_ring_wait_secs (self->ring) / n, 1e3 * other / n, 1e3 * input / n,
+                 spent->step > 0? 100 * input / spent->step: 0, za_ring_dropped (self->ring));
     }
     int64_t step = self->global_step, floats = (int64_t) self->vars->total;
     int terminated = self->terminated;

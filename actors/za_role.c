@@ -170,8 +170,7 @@ za_role_rates_restart (za_role_rates_t *self, int64_t global_step, int64_t own_s
     self->since_time = self->window_time = now;
     self->since_step = self->window_step = global_step;
     self->since_own_steps = self->window_own_steps = own_steps;
-    memcpy (self->since_secs, self->secs, sizeof self->secs);
-    memcpy (self->window_secs, self->secs, sizeof self->secs);
+    self->since_spent = self->window_spent = self->spent;
 }
 
 void
@@ -179,22 +178,22 @@ za_role_rates_publish (za_role_rates_t *self, za_role_stats_t *stats, int64_t gl
                        int64_t own_steps, double loss, int batch,
                        const za_role_step_times_t *times, double now)
 {
+    self->spent.step += times->step;
+    for (int phase = 0; phase < ZA_PHASES; phase++)
+        self->spent.phase [phase] += times->phase [phase];
     if (!stats)
         return;
-    self->secs [0] += times->step;
-    for (int phase = 0; phase < ZA_PHASES; phase++)
-        self->secs [1 + phase] += times->phase [phase];
     self->loss_average = own_steps == 1? loss
         : self->loss_average + LOSS_AVERAGE_WEIGHT * (loss - self->loss_average);
     if (now - self->window_time >= ZA_ROLE_RATE_WINDOW_SECS) {
         self->since_time = self->window_time;
         self->since_step = self->window_step;
         self->since_own_steps = self->window_own_steps;
-        memcpy (self->since_secs, self->window_secs, sizeof self->secs);
+        self->since_spent = self->window_spent;
         self->window_time = now;
         self->window_step = global_step;
         self->window_own_steps = own_steps;
-        memcpy (self->window_secs, self->secs, sizeof self->secs);
+        self->window_spent = self->spent;
     }
     double span = now - self->since_time;
     if (span > 0) {
@@ -207,11 +206,12 @@ za_role_rates_publish (za_role_rates_t *self, za_role_stats_t *stats, int64_t gl
     }
     int64_t steps = own_steps - self->since_own_steps;
     if (steps > 0) {
-        atomic_store_explicit (&stats->step_ms, 1e3 * (self->secs [0] - self->since_secs [0])
+        const za_role_step_times_t *now_spent = &self->spent, *then = &self->since_spent;
+        atomic_store_explicit (&stats->step_ms, 1e3 * (now_spent->step - then->step)
                                / (double) steps, memory_order_relaxed);
         for (int phase = 0; phase < ZA_PHASES; phase++)
             atomic_store_explicit (&stats->phase_ms [phase],
-                                   1e3 * (self->secs [1 + phase] - self->since_secs [1 + phase])
+                                   1e3 * (now_spent->phase [phase] - then->phase [phase])
                                    / (double) steps, memory_order_relaxed);
     }
     atomic_store_explicit (&stats->global_step, global_step, memory_order_relaxed);

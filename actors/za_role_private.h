@@ -64,24 +64,24 @@ int za_role_hooks_after_step (za_role_hooks_t *self, const za_role_config_t *con
                               const za_replica_t *replica, int64_t global_step, double loss,
                               int batch, double elapsed);
 
+//  One step's seconds, or their sums: the whole step, and in each phase.
+typedef struct {
+    double step;
+    double phase [ZA_PHASES];
+} za_role_step_times_t;
+
 //  What a training loop publishes after each step (za_role_stats_t): rates
 //  and the time per step and in each phase over the last one to two windows
 //  of ZA_ROLE_RATE_WINDOW_SECS, and a moving average of the loss. Nothing
-//  allocated, relaxed stores only.
+//  allocated, relaxed stores only. `spent` sums every step's times since
+//  the role started (its loop's end-of-run breakdown).
 #define ZA_ROLE_RATE_WINDOW_SECS 2.0
 typedef struct {
     double loss_average;
     double since_time, window_time;
     int64_t since_step, window_step, since_own_steps, window_own_steps;
-    //  Seconds in steps and in each phase: in all, at since, at window.
-    double secs [1 + ZA_PHASES], since_secs [1 + ZA_PHASES], window_secs [1 + ZA_PHASES];
+    za_role_step_times_t spent, since_spent, window_spent;
 } za_role_rates_t;
-
-//  One step's seconds: the whole step, and in each phase.
-typedef struct {
-    double step;
-    double phase [ZA_PHASES];
-} za_role_step_times_t;
 
 //  Counts rates from here (a start, or going on after a pause).
 void za_role_rates_restart (za_role_rates_t *self, int64_t global_step, int64_t own_steps,

@@ -331,7 +331,6 @@ s_run_steps (za_worker_t *self)
         if (za_role_next_batch (self->input, self->who, &batch))
             return -1;
         double input = za_clock_mono () - step_start;
-        self->input_secs += input;
         //  The last push's gradient frames must be let go before we overwrite.
         za_wire_lease_wait (&self->lease);
         double loss, t0 = za_clock_mono ();
@@ -354,7 +353,6 @@ s_run_steps (za_worker_t *self)
         double t1 = za_clock_mono ();
         if (za_worker_call_all (self, ZA_OP_PUSH))
             return -1;
-        double t2 = za_clock_mono ();
         if (za_worker_any_error (self, "done")) {
             if (self->replies [0]->step > self->global_step)
                 self->global_step = self->replies [0]->step;
@@ -369,9 +367,6 @@ s_run_steps (za_worker_t *self)
         self->global_step = self->replies [0]->step;
         self->own_steps++;
         double now = za_clock_mono ();
-        self->compute_secs += t1 - t0;
-        self->transfer_secs += t2 - t1;
-        self->step_secs += now - step_start;
         if (za_trace_on ()) {
             za_trace_event (ZA_TRACE_STEP, "step", step_start, now, step);
             za_trace_event (ZA_TRACE_INPUT, "input", step_start, step_start + input, step);
@@ -503,14 +498,15 @@ za_worker_actor (zsock_t *pipe, void *args)
              self->own_steps, secs);
     if (self->own_steps > 0) {
         double n = (double) self->own_steps;
-        double other = self->step_secs - self->compute_secs - self->transfer_secs;
-        za_info ("%s: per step %.3f ms: compute %.3f ms, push+reply %.3f ms, other %.3f ms "
+        const za_role_step_times_t *spent = &self->rates.spent;
+        double compute = spent->phase [ZA_PHASE_COMPUTE];
+        double exchange = spent->phase [ZA_PHASE_EXCHANGE], input = spent->phase [ZA_PHASE_INPUT];
+        double other = spent->step - compute - exchange;
+        za_info ("%s: per step %.3f ms: compute %.3f ms, push+pull %.3f ms, other %.3f ms "
                  "(%.1f%%), of which waiting for input %.3f ms (%.2f%%)", self->who,
-                 1e3 * self->step_secs / n, 1e3 * self->compute_secs / n,
-                 1e3 * self->transfer_secs / n, 1e3 * other / n,
-                 self->step_secs > 0? 100 * other / self->step_secs: 0,
-                 1e3 * self->input_secs / n,
-                 self->step_secs > 0? 100 * self->input_secs / self->step_secs: 0);
+                 1e3 * spent->step / n, 1e3 * compute / n, 1e3 * exchange / n, 1e3 * other / n,
+                 spent->step > 0? 100 * other / spent->step: 0, 1e3 * input / n,
+                 spent->step > 0? 100 * input / spent->step: 0);
     }
     if (self->frozen_left_out)
         za_info ("%s: %" PRIu64 " tensors of frozen variables left out of the pushes",

@@ -91,8 +91,6 @@ typedef struct {
     int64_t members_seen;               //  elastic: the members' change its input follows
     //  Where a step's time goes: the gradient computation, the push and its
     //  replies, and everything else (input, copying values in, logs).
-    double compute_secs, transfer_secs, step_secs;
-    double input_secs;                  //  waiting for the input's next batch
     uint64_t frozen_left_out;           //  frozen parts no push carried
     //  What config->stats gets (NULL: nothing).
     za_role_stats_t *stats;

@@ -2,6 +2,7 @@
     that a layer's gradients are final. The layer stack is za_stack*.c and
     its layer types za_layer_*.c; premade stacks are za_premade.c.         */
 #include "za/za_model.h"
+#include "za/za_trace.h"
 #include "za/za_util.h"
 
 #include <stdint.h>
@@ -69,7 +70,8 @@ static __thread double s_forward_done;
 void
 za_model_forward_done (void)
 {
-    s_forward_done = za_clock_mono ();
+    if (za_trace_on ())
+        s_forward_done = za_clock_mono ();
 }
 
 double

@@ -196,23 +196,6 @@ s_slow_down (pid_t pid)
     return child;
 }
 
-//  The screen's row of role/index, or "".
-static void
-s_screen_row (const char *screen, const char *role, int index, char *line, size_t size)
-{
-    *line = 0;
-    for (const char *at = screen; at && *at; ) {
-        const char *end = strchr (at, '\n');
-        int len = end? (int) (end - at): (int) strlen (at), got;
-        char name [16];
-        if (sscanf (at, "%15s %d", name, &got) == 2 && streq (name, role) && got == index) {
-            snprintf (line, size, "%.*s", len, at);
-            return;
-        }
-        at = end? end + 1: NULL;
-    }
-}
-
 //  The lines of text that hold every one of needles [0 .. count).
 static int
 s_lines_with (const char *text, const char *const *needles, int count)
@@ -273,7 +256,7 @@ Test (straggler, a_slowed_worker_is_named_with_its_phase, .timeout = 400 * ZA_TE
         free (events);
         free (scrape);
         screen = za_test_tmux_capture (socket);
-        s_screen_row (screen, "worker", 1, row, sizeof row);
+        za_test_screen_row (screen, "worker", 1, row, sizeof row);
         on_screen = strstr (row, "x compute") != NULL;
         events = za_test_read_file (events_path, NULL);
         in_events = events && s_lines_with (events, named_event, 4) == 1;
@@ -302,7 +285,7 @@ Test (straggler, a_slowed_worker_is_named_with_its_phase, .timeout = 400 * ZA_TE
     cr_expect (events && !strstr (events, "\"event\":\"straggler\",\"role\":\"chief\""),
                "%s", events);
     char line [1024];
-    s_screen_row (screen, "worker", 0, line, sizeof line);
+    za_test_screen_row (screen, "worker", 0, line, sizeof line);
     cr_expect (*line && !strstr (line, "x compute") && !strstr (line, "x input"), "%s", line);
 
     //  Let it go: it catches up, and says so.

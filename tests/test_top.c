@@ -29,24 +29,6 @@ s_teardown (void)
 
 TestSuite (top, .init = s_setup, .fini = s_teardown);
 
-//  The screen's line that starts with `role` (then spaces and the index 0).
-static const char *
-s_row (const char *screen, const char *role, char *line, size_t size)
-{
-    for (const char *at = screen; at && *at; ) {
-        const char *end = strchr (at, '\n');
-        size_t len = end? (size_t) (end - at): strlen (at);
-        char index [8];
-        if (!strncmp (at, role, strlen (role)) && sscanf (at + strlen (role), "%7s", index) == 1
-            && !strcmp (index, "0")) {
-            snprintf (line, size, "%.*s", (int) len, at);
-            return line;
-        }
-        at = end? end + 1: NULL;
-    }
-    return NULL;
-}
-
 //  Block characters (U+2581 .. U+2588: E2 96 81 .. 88) in a line.
 static int
 s_blocks (const char *line)
@@ -85,9 +67,9 @@ Test (top, trends_and_dashes_on_a_terminal, .timeout = 400)
     while (!seen && za_clock_mono () < deadline) {
         free (screen);
         screen = za_test_tmux_capture (socket);
-        seen = screen && s_row (screen, "chief", chief, sizeof chief)
-            && s_row (screen, "evaluator", evaluator, sizeof evaluator)
-            && s_row (screen, "ps", ps, sizeof ps)
+        seen = screen && za_test_screen_row (screen, "chief", 0, chief, sizeof chief)
+            && za_test_screen_row (screen, "evaluator", 0, evaluator, sizeof evaluator)
+            && za_test_screen_row (screen, "ps", 0, ps, sizeof ps)
             && s_blocks (chief) >= 5 && s_blocks (evaluator) >= 3;
         if (!seen)
             zclock_sleep (200);

@@ -115,6 +115,18 @@ s_check_trace (const char *path, s_task_t *tasks)
     json_decref (root);
 }
 
+//  Runs zactor-run with args, which end well and say where their trace
+//  went, and checks that trace (s_check_trace).
+static void
+s_run_traced (const char *const *args, const char *trace, s_task_t *tasks)
+{
+    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect (strstr (result.err, "trace: "), "%s", result.err);
+    za_test_result_free (&result);
+    s_check_trace (trace, tasks);
+}
+
 static s_task_t *
 s_find (s_task_t *tasks, const char *name)
 {
@@ -150,12 +162,8 @@ s_local (const char *strategy, int with_ps, int estimate)
                            strcmp (strategy, "ps-async")? "120": "600",
                            "--save-checkpoints-steps", "60", "--model-dir", model, "--trace",
                            trace, "--bucket-kib", with_ps? "0": "16", NULL};
-    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
-    cr_assert_eq (result.exit_code, 0, "%s", result.err);
-    cr_expect (strstr (result.err, "trace: "), "%s", result.err);
-    za_test_result_free (&result);
     s_task_t tasks [PIDS_MAX];
-    s_check_trace (trace, tasks);
+    s_run_traced (args, trace, tasks);
     const char *trainers [] = {"chief-0", "worker-0", "worker-1"};
     for (int k = 0; k < 3; k++) {
         s_task_t *task = s_find (tasks, trainers [k]);
@@ -226,11 +234,8 @@ Test (trace, one_process_writes_its_trace, .timeout = 300)
     const char *dir = za_test_dir_create ("za_trace_one");
     char *trace = za_test_join (dir, "trace.json"), *model = za_test_join (dir, "run");
     const char *args [] = {"--max-steps", "50", "--model-dir", model, "--trace", trace, NULL};
-    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
-    cr_assert_eq (result.exit_code, 0, "%s", result.err);
-    za_test_result_free (&result);
     s_task_t tasks [PIDS_MAX];
-    s_check_trace (trace, tasks);
+    s_run_traced (args, trace, tasks);
     s_task_t *trainer = s_find (tasks, "trainer-0");
     cr_assert_not_null (trainer);
     cr_expect_eq (trainer->steps, 50);
@@ -242,24 +247,18 @@ Test (trace, one_process_writes_its_trace, .timeout = 300)
     cr_expect_eq (trainer->inside, trainer->phases);
     //  A second run in the same model dir traces itself alone.
     const char *again [] = {"--max-steps", "60", "--model-dir", model, "--trace", trace, NULL};
-    result = za_test_run (again, RUN_TIMEOUT_S);
-    cr_assert_eq (result.exit_code, 0, "%s", result.err);
-    za_test_result_free (&result);
-    s_check_trace (trace, tasks);
+    s_run_traced (again, trace, tasks);
     cr_expect_eq (s_find (tasks, "trainer-0")->steps, 10);
     //  A trace kept to 16 KiB turns its file over at 8 (at a step's start):
     //  the merged trace holds the newest steps, without a gap, to the last,
     //  each with its phases.
     const char *small [] = {"--max-steps", "260", "--model-dir", model, "--trace", trace,
                             "--trace-max-mb", "0.015625", NULL};
-    result = za_test_run (small, RUN_TIMEOUT_S);
-    cr_assert_eq (result.exit_code, 0, "%s", result.err);
-    za_test_result_free (&result);
+    s_run_traced (small, trace, tasks);
     char *older = za_test_join (model, "trace/trainer-0.jsonl.1");
     size_t size = 0;
     free (za_test_read_file (older, &size));
     cr_expect (size >= 8192 && size < 10240, "%s: %zu bytes", older, size);
-    s_check_trace (trace, tasks);
     trainer = s_find (tasks, "trainer-0");
     cr_expect (trainer->steps > 10 && trainer->steps < 200, "%d steps", trainer->steps);
     cr_expect_eq (trainer->last_step - trainer->first_step + 1, trainer->steps);
@@ -280,12 +279,8 @@ Test (trace, a_broker_job_merges_its_tasks_traces, .timeout = 600)
     const char *args [] = {"--role", "broker", "--bind", bind, "--supervise", "--model-dir",
                            model, "--max-steps", "60", "--workers", "1", "--ps", "1",
                            "--evaluators", "0", "--trace", trace, NULL};
-    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
-    cr_assert_eq (result.exit_code, 0, "%s", result.err);
-    cr_expect (strstr (result.err, "trace: "), "%s", result.err);
-    za_test_result_free (&result);
     s_task_t tasks [PIDS_MAX];
-    s_check_trace (trace, tasks);
+    s_run_traced (args, trace, tasks);
     const char *all [] = {"chief-0", "worker-0", "ps-0"};
     for (int k = 0; k < 3; k++) {
         s_task_t *task = s_find (tasks, all [k]);

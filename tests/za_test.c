@@ -704,3 +704,20 @@ za_test_tmux_capture (const char *socket)
         text [size] = 0;
     return text;
 }
+
+const char *
+za_test_screen_row (const char *screen, const char *role, int index, char *line, size_t size)
+{
+    *line = 0;
+    for (const char *at = screen; at && *at; ) {
+        const char *end = strchr (at, '\n');
+        int len = end? (int) (end - at): (int) strlen (at), got;
+        char name [16];
+        if (sscanf (at, "%15s %d", name, &got) == 2 && !strcmp (name, role) && got == index) {
+            snprintf (line, size, "%.*s", len, at);
+            return line;
+        }
+        at = end? end + 1: NULL;
+    }
+    return NULL;
+}

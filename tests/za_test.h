@@ -213,4 +213,9 @@ za_test_http_t za_test_http (int port, const char *method, const char *path,
 //  The text of tmux server `socket`'s pane "top" (caller frees), or NULL.
 char *za_test_tmux_capture (const char *socket);
 
+//  The line of a zactor-top screen whose role and index are these, into
+//  line (returned), or NULL ("" in line) when it has none.
+const char *za_test_screen_row (const char *screen, const char *role, int index, char *line,
+                                size_t size);
+
 #endif

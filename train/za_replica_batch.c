@@ -176,15 +176,15 @@ s_micro_batch_run (s_batch_run_t *run, int t, int lo, int count, int last,
     za_spec_t spec;
     float scale = run->mode == ZA_MODE_TRAIN? self->loss_scale: 1.0f;
     za_model_set_loss_scale (scale);
-    double start = za_clock_mono ();
+    //  The trace's forward and backward: thread 0's, where the model_fn
+    //  says where one ends (a device's: as launched); the loop records them
+    //  with its step's (za_replica_trace_compute). No clock unless tracing.
+    double start = t == 0 && za_trace_on ()? za_clock_mono (): 0;
     za_model_take_forward_done ();
     int rc = self->model_fn->model_fn (self->states [t], features, labels, count, run->mode,
                                        values, grads, (int64_t) seed, &spec);
-    //  The trace's forward and backward: thread 0's, where the model_fn
-    //  said where one ends (a device's: as launched); the loop records them
-    //  with its step's (za_replica_trace_compute).
     double forward_done = za_model_take_forward_done ();
-    if (t == 0 && forward_done > 0 && self->traced_count < ZA_REPLICA_TRACED_MAX) {
+    if (start > 0 && forward_done > 0 && self->traced_count < ZA_REPLICA_TRACED_MAX) {
         double *at = self->traced [self->traced_count++];
         at [0] = start, at [1] = forward_done, at [2] = za_clock_mono ();
     }

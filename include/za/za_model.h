@@ -124,8 +124,8 @@ void za_model_on_grads_final (za_grads_final_fn *fn, void *arg);
 
 //  A model_fn in TRAIN may say where its forward pass (and the loss) ends
 //  and backward begins: the trace (--trace) then shows the two apart on
-//  the compute row. za_model_forward_done takes the time; the replica
-//  takes it back after the call (0: not said).
+//  the compute row. za_model_forward_done takes the time (while tracing;
+//  else nothing); the replica takes it back after the call (0: not said).
 void za_model_forward_done (void);
 double za_model_take_forward_done (void);
 
