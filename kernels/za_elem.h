@@ -38,19 +38,35 @@ za_elem_dropout_mask (uint64_t seed, uint64_t index, float rate)
     return u < rate? 0.0f: (rate < 1.0f? 1.0f / (1.0f - rate): 0.0f);
 }
 
+//  i = q * d + r: returns q, *r the rest. A GPU divides 64-bit integers in
+//  software, several times slower than 32-bit ones, and the gathers below
+//  divide three times an element: indexes below 2^32 (all but the largest
+//  im2col buffers) divide in 32 bits, with the same results.
+ZA_HD size_t
+za_elem_divmod (size_t i, unsigned d, unsigned *r)
+{
+    if (i <= UINT32_MAX) {
+        uint32_t q = (uint32_t) i / d;
+        *r = (uint32_t) i - q * d;
+        return q;
+    }
+    size_t q = i / d;
+    *r = (unsigned) (i - q * d);
+    return q;
+}
+
 //  im2col's element i of the cols matrix [P, kh * kw * c]: the input value
 //  under the kernel, or 0 in the padding.
 ZA_HD float
 za_elem_im2col (const za_conv2d_dims_t *d, const float *in, size_t i)
 {
-    int K = d->kh * d->kw * d->c;
-    size_t p = i / (size_t) K;
-    int k = (int) (i - p * (size_t) K);
-    int c = k % d->c, kw = (k / d->c) % d->kw, kh = k / (d->c * d->kw);
-    int ow = (int) (p % (size_t) d->ow);
-    int oh = (int) ((p / (size_t) d->ow) % (size_t) d->oh);
-    size_t n = p / ((size_t) d->ow * d->oh);
-    int ih = oh * d->stride - d->pad_top + kh, iw = ow * d->stride - d->pad_left + kw;
+    unsigned k, c, kw, ow, oh;
+    size_t p = za_elem_divmod (i, (unsigned) (d->kh * d->kw * d->c), &k);
+    unsigned kh = (unsigned) za_elem_divmod (za_elem_divmod (k, (unsigned) d->c, &c),
+                                             (unsigned) d->kw, &kw);
+    size_t n = za_elem_divmod (za_elem_divmod (p, (unsigned) d->ow, &ow), (unsigned) d->oh, &oh);
+    int ih = (int) (oh * d->stride + kh) - d->pad_top;
+    int iw = (int) (ow * d->stride + kw) - d->pad_left;
     if (ih < 0 || ih >= d->h || iw < 0 || iw >= d->w)
         return 0.0f;
     return in [((n * d->h + ih) * d->w + iw) * d->c + c];
@@ -67,21 +83,27 @@ za_elem_tapped_from (int in, int pad, int k, int stride, int out_count)
     return at / stride;
 }
 
-//  col2im's element i of din [n, h, w, c]: the sum of every cols entry that
-//  read it (a gather, so no two GPU threads write one element).
+//  Element i [n, h, w, c] of an NHWC tensor of these sizes: n, *h, *w, *c.
+ZA_HD size_t
+za_elem_nhwc (size_t i, int h, int w, int c, unsigned *ih, unsigned *iw, unsigned *ic)
+{
+    return za_elem_divmod (za_elem_divmod (za_elem_divmod (i, (unsigned) c, ic),
+                                           (unsigned) w, iw), (unsigned) h, ih);
+}
+
+//  col2im's element i of the input gradient [n, h, w, c]: the sum of the
+//  cols gradients of every kernel tap that read it (a gather, not a scatter).
 ZA_HD float
 za_elem_col2im (const za_conv2d_dims_t *d, const float *dcols, size_t i)
 {
     int K = d->kh * d->kw * d->c;
-    int c = (int) (i % (size_t) d->c);
-    int iw = (int) ((i / (size_t) d->c) % (size_t) d->w);
-    int ih = (int) ((i / ((size_t) d->c * d->w)) % (size_t) d->h);
-    size_t n = i / ((size_t) d->c * d->w * d->h);
+    unsigned c, iw, ih;
+    size_t n = za_elem_nhwc (i, d->h, d->w, d->c, &ih, &iw, &c);
     float sum = 0.0f;
     for (int kh = 0; kh < d->kh; kh++) {
-        int oh = za_elem_tapped_from (ih, d->pad_top, kh, d->stride, d->oh);
+        int oh = za_elem_tapped_from ((int) ih, d->pad_top, kh, d->stride, d->oh);
         for (int kw = 0; kw < d->kw && oh >= 0; kw++) {
-            int ow = za_elem_tapped_from (iw, d->pad_left, kw, d->stride, d->ow);
+            int ow = za_elem_tapped_from ((int) iw, d->pad_left, kw, d->stride, d->ow);
             if (ow < 0)
                 continue;
             size_t p = (n * d->oh + oh) * d->ow + ow;
@@ -96,10 +118,8 @@ za_elem_col2im (const za_conv2d_dims_t *d, const float *dcols, size_t i)
 ZA_HD float
 za_elem_maxpool (const za_pool2d_dims_t *d, const float *in, size_t i, int32_t *where)
 {
-    int c = (int) (i % (size_t) d->c);
-    int ow = (int) ((i / (size_t) d->c) % (size_t) d->ow);
-    int oh = (int) ((i / ((size_t) d->c * d->ow)) % (size_t) d->oh);
-    size_t n = i / ((size_t) d->c * d->ow * d->oh);
+    unsigned c, ow, oh;
+    size_t n = za_elem_nhwc (i, d->oh, d->ow, d->c, &oh, &ow, &c);
     int32_t first = (int32_t) (((n * d->h + (size_t) oh * d->stride) * d->w
                                 + (size_t) ow * d->stride) * d->c + c);
     float best = in [first];
@@ -122,10 +142,9 @@ ZA_HD float
 za_elem_maxpool_backward (const za_pool2d_dims_t *d, const float *dout,
                           const int32_t *argmax, size_t i)
 {
-    int c = (int) (i % (size_t) d->c);
-    int iw = (int) ((i / (size_t) d->c) % (size_t) d->w);
-    int ih = (int) ((i / ((size_t) d->c * d->w)) % (size_t) d->h);
-    size_t n = i / ((size_t) d->c * d->w * d->h);
+    unsigned c, iw_, ih_;
+    size_t n = za_elem_nhwc (i, d->h, d->w, d->c, &ih_, &iw_, &c);
+    int ih = (int) ih_, iw = (int) iw_;
     int oh_lo = ih >= d->pool? (ih - d->pool) / d->stride + 1: 0;
     int ow_lo = iw >= d->pool? (iw - d->pool) / d->stride + 1: 0;
     int oh_hi = ih / d->stride < d->oh - 1? ih / d->stride: d->oh - 1;

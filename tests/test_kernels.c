@@ -802,6 +802,21 @@ Test (elements, im2col_and_col2im_equal_the_cpu)
     s_check_conv_elements (2, 28, 28, 1, 8, 3, 1, ZA_PADDING_VALID);
 }
 
+//  The gathers' divisions: 32 bits below 2^32, 64 above, the same answers.
+Test (elements, divmod_on_both_sides_of_32_bits)
+{
+    size_t cases [] = {0, 1, 575, 576, 1000003, UINT32_MAX - 1, UINT32_MAX,
+                       (size_t) UINT32_MAX + 1, (size_t) UINT32_MAX + 577, (size_t) 7 << 40};
+    unsigned divisors [] = {1, 3, 576, 4608, 65537};
+    for (size_t a = 0; a < sizeof cases / sizeof cases [0]; a++)
+        for (size_t b = 0; b < sizeof divisors / sizeof divisors [0]; b++) {
+            unsigned r = 12345;
+            size_t q = za_elem_divmod (cases [a], divisors [b], &r);
+            cr_assert_eq (q, cases [a] / divisors [b], "%zu / %u", cases [a], divisors [b]);
+            cr_assert_eq (r, cases [a] % divisors [b], "%zu %% %u", cases [a], divisors [b]);
+        }
+}
+
 static void
 s_check_pool_elements (int n, int h, int w, int c, int pool, int stride, int ties)
 {
