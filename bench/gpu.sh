@@ -13,6 +13,9 @@
 #    6. mixed precision: images/s in fp32, mixed_bfloat16 and mixed_float16
 #       against PyTorch (TF32 as it comes, bf16 autocast), VGG16 in bf16, and
 #       the seed CNN's EPOCHS epochs in each precision
+#    8. VGG16 at 224x224x3, batch 64, whole and frozen base: zactor fp32
+#       (cuDNN in TF32, as it comes) against PyTorch's TF32, and zactor's
+#       mixed_bfloat16 against PyTorch's bf16 autocast (issue 48's figures)
 #    7. the host's CPU in bf16 (an AMX Xeon on the lent machines so far):
 #       bench/step_breakdown.sh (by primitive and by layer; with AMX, again
 #       without it and with whole-batch products), bench_layers, and
@@ -21,7 +24,9 @@
 #  PyTorch runs twice: as it comes (cuDNN's convolutions in TF32) and with
 #  --no-tf32 (plain fp32, as zactor computes).
 #  Usage: bench/gpu.sh [BUILD_DIR] [LOG_DIR] [EPOCHS] [ROUNDS]
-#  ONLY="2 4" runs those checks alone (default: 1 to 6; ONLY="7" the CPU's).
+#  ONLY="2 4" runs those checks alone (default: 1 to 6 and 8; ONLY="7" the CPU's).
+#  Check 1 runs cuda_layers three times: as it comes (cuDNN, TF32), in strict
+#  fp32 (NVIDIA_TF32_OVERRIDE=0) and with ZA_CUDNN=0 (im2col and cuBLAS).
 #  Fashion-MNIST is read from /usr/share/datasets/fashion-mnist.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,7 +38,7 @@ rounds=${4:-2}
 mkdir -p "$logs"
 : >"$logs/speed.err"
 threads=$(( $(nproc) < 8? $(nproc): 8 ))
-only=${ONLY:-1 2 3 4 5 6}
+only=${ONLY:-1 2 3 4 5 6 8}
 want () { [[ " $only " == *" $1 "* ]]; }
 say () { echo "== $*"; }
 rate () { sed -nE 's/.*images_per_sec=([0-9.]+).*/\1/p' | tail -1; }
@@ -78,9 +83,13 @@ say "torch: $(python3 -c 'import torch; print(torch.__version__, torch.version.c
 
 if want 1; then
 say "1. cuda_layers"
-timeout 180 "$build/cuda_layers" >"$logs/cuda_layers.txt" 2>&1
-echo "cuda_layers rc=$? ($(grep -c ' ok$' "$logs/cuda_layers.txt") ok, $(grep -c FAIL "$logs/cuda_layers.txt") FAIL)"
-grep -E 'FAIL|rror' "$logs/cuda_layers.txt" | head -20
+for mode in default NVIDIA_TF32_OVERRIDE=0 ZA_CUDNN=0; do
+    out="$logs/cuda_layers_${mode%%=*}.txt"
+    env ${mode/default/ZA_CUDNN=1} timeout 180 "$build/cuda_layers" >"$out" 2>&1
+    echo "cuda_layers ($mode) rc=$? ($(grep -c ' ok$' "$out") ok, $(grep -c FAIL "$out") FAIL)"
+    head -1 "$out"
+    grep -E 'FAIL|rror|declines|does not start' "$out" | head -12
+done
 fi
 
 if want 2; then
@@ -186,6 +195,20 @@ for p in fp32 mixed_bfloat16 mixed_float16; do
     echo "$p: rc=$? $(grep -E 'test accuracy|trained to|rror' "$logs/accuracy_$p.txt" | tr '\n' ' ')"
 done
 grep -h '"loss_scale"' /tmp/zactor-gpu-mixed_float16/metrics.jsonl 2>/dev/null | tail -1
+fi
+if want 8; then
+say "8. VGG16 224x224x3 + head, batch 64: zactor (cuDNN) against PyTorch, TF32 and bf16"
+model="vgg16 globalavgpool dense(10)"
+for ((r = 0; r < rounds; r++)); do
+    for freeze in "" conv2d; do
+        tag=${freeze:+frozen}; tag=${tag:-whole}; flag=${freeze:+--frozen}
+        echo "zactor $tag fp32/TF32: $(env ZA_BENCH_DEVICE=cuda timeout 150 "$build/bench_train" model "$model" 224 64 "$threads" 20 3 $freeze 2>>"$logs/speed.err")"
+        echo "torch  $tag TF32:      $(timeout 150 python3 "$here/transfer_torch.py" 224 64 "$threads" 20 3 $flag --cuda 2>>"$logs/speed.err")"
+        echo "zactor $tag bf16:      $(env ZA_BENCH_DEVICE=cuda ZA_BENCH_PRECISION=mixed_bfloat16 timeout 150 "$build/bench_train" model "$model" 224 64 "$threads" 20 3 $freeze 2>>"$logs/speed.err")"
+        echo "torch  $tag bf16:      $(timeout 150 python3 "$here/transfer_torch.py" 224 64 "$threads" 20 3 $flag --cuda --bf16 2>>"$logs/speed.err")"
+    done
+done
+grep -h 'cuDNN' "$logs/speed.err" | sort | uniq -c | head
 fi
 if want 7; then
 say "7. the host's CPU in bf16: where a step goes, each layer, against PyTorch"

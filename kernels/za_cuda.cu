@@ -1,16 +1,19 @@
 /*  za_cuda.cu: the CUDA back end, function by function beside za_cpu.c.
+    Convolutions are cuDNN's in fp32 where it is built in (za_cuda_dnn.cu);
     GEMMs are cuBLAS (row-major products written as their column-major
     transposes); im2col, col2im, pooling, activations, softmax cross-entropy
     and the optimizers are kernels over kernels/za_elem.h, the arithmetic the
     CPU back end runs too. Each host thread has its own stream (built with
     --default-stream per-thread) and cuBLAS handle per device. Built as a
     module (libzactor_cuda.so) that za_device.c loads on first use.         */
+#include "za_cuda_dnn.h"
 #include "za_cuda_gemm.h"
 #include "za_cuda_util.h"
 #include "za_elem.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static za_error_fn *s_error;
@@ -493,5 +496,15 @@ za_backend_cuda_open (za_error_fn *error)
     s_device_count = count < ZA_DEVICE_MAX? count: ZA_DEVICE_MAX;
     for (int p = 0; p < 3; p++)
         s_cuda [p].device_count = s_device_count;
+    const char *tf32 = getenv ("NVIDIA_TF32_OVERRIDE");
+    za_cuda_tf32 = !(tf32 && strcmp (tf32, "0") == 0);
+    //  The fp32 table's name says what its convolutions go through.
+    static char name [96];
+    const char *dnn = za_cuda_dnn_describe ();
+    if (dnn)
+        snprintf (name, sizeof name, "cuda (%s; cuBLAS)", dnn);
+    else
+        snprintf (name, sizeof name, "cuda (cuBLAS%s)", za_cuda_tf32? ", TF32 convolutions": "");
+    s_cuda [ZA_PRECISION_FP32].name = name;
     return &s_cuda [ZA_PRECISION_FP32];
 }

@@ -1,8 +1,10 @@
 /*  za_cuda_gemm.cu: the CUDA back end's matrix-product layers, beside
-    za_cpu_gemm.c: conv2d (im2col kernel and one cuBLAS GEMM over the whole
+    za_cpu_gemm.c: conv2d (in fp32 through cuDNN where it takes the geometry,
+    za_cuda_dnn.cu; else an im2col kernel and one cuBLAS GEMM over the whole
     batch) and dense, with the bias and activation as kernels. In mixed
     precision each GEMM's inputs are cast (the CPU's rounding, za_elem.h)
     and cuBLAS multiplies them on tensor cores, summing in fp32.           */
+#include "za_cuda_dnn.h"
 #include "za_cuda_gemm.h"
 #include "za_cuda_util.h"
 #include "za_elem.h"
@@ -166,14 +168,25 @@ s_low (int slot, const float *x, size_t count)
 
 //  Row-major out[m, n] = a[m, k] @ b[k, n] (+ out when accumulate): cuBLAS is
 //  column-major, so it computes out^T = b^T a^T. ta / tb: a or b transposed
-//  (a is then stored [k, m], b [n, k]).
+//  (a is then stored [k, m], b [n, k]). A convolution's fp32 GEMMs may
+//  multiply in TF32 (za_cuda_tf32), as cuDNN's; dense's do not (PyTorch's
+//  defaults: cudnn.allow_tf32 on, cuda.matmul.allow_tf32 off).
+enum { S_DENSE = 0, S_CONV = 1 };
+
 template <za_precision_t Q>
 static void
 s_gemm (int ta, int tb, int m, int n, int k, const float *a, const float *b, float beta,
-        float *out)
+        float *out, int conv)
 {
     const float one = 1.0f;
     cublasOperation_t op_a = ta? CUBLAS_OP_T: CUBLAS_OP_N, op_b = tb? CUBLAS_OP_T: CUBLAS_OP_N;
+    if (Q == ZA_PRECISION_FP32 && conv && za_cuda_tf32) {
+        za_cuda_blas_ok (cublasGemmEx (za_cuda_blas (), op_b, op_a, n, m, k, &one, b,
+                                       CUDA_R_32F, tb? k: n, a, CUDA_R_32F, ta? m: k, &beta,
+                                       out, CUDA_R_32F, n, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                       CUBLAS_GEMM_DEFAULT), "cublasGemmEx (TF32)");
+        return;
+    }
     if (Q == ZA_PRECISION_FP32) {
         za_cuda_blas_ok (cublasSgemm (za_cuda_blas (), op_b, op_a, n, m, k, &one, b, tb? k: n,
                                       a, ta? m: k, &beta, out, n), "cublasSgemm");
@@ -212,9 +225,11 @@ za_cuda_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float 
 {
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
-    size_t count = (size_t) P * K;
-    LAUNCH (k_im2col, count, *d, in, cols, count);
-    s_gemm<Q> (0, 0, P, d->oc, K, cols, kernel, 0.0f, out);
+    if (Q != ZA_PRECISION_FP32 || za_cuda_dnn_conv_forward (d, in, kernel, out)) {
+        size_t count = (size_t) P * K;
+        LAUNCH (k_im2col, count, *d, in, cols, count);
+        s_gemm<Q> (0, 0, P, d->oc, K, cols, kernel, 0.0f, out, S_CONV);
+    }
     s_bias_act ((size_t) P, d->oc, bias, act, out);
 }
 
@@ -224,13 +239,20 @@ za_cuda_conv2d_backward (const za_conv2d_dims_t *d, const float *in, float *cols
                          const float *kernel, const float *out, za_act_t act, float *dout,
                          float *dkernel, float *dbias, float *dcols, float *din)
 {
-    (void) in;                      //  the forward's cols are kept
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
     s_act_bias_backward ((size_t) P, d->oc, out, act, dout, dbias);
-    s_gemm<Q> (1, 0, K, d->oc, P, cols, dout, 1.0f, dkernel);
-    if (din) {
-        s_gemm<Q> (0, 1, P, K, d->oc, dout, kernel, 0.0f, dcols);
+    const int fp32 = Q == ZA_PRECISION_FP32;
+    if (!fp32 || za_cuda_dnn_conv_backward_filter (d, in, dout, dkernel)) {
+        //  A forward through cuDNN left no columns.
+        if (fp32 && za_cuda_dnn_conv_taken (d)) {
+            size_t count = (size_t) P * K;
+            LAUNCH (k_im2col, count, *d, in, cols, count);
+        }
+        s_gemm<Q> (1, 0, K, d->oc, P, cols, dout, 1.0f, dkernel, S_CONV);
+    }
+    if (din && (!fp32 || za_cuda_dnn_conv_backward_data (d, kernel, dout, din))) {
+        s_gemm<Q> (0, 1, P, K, d->oc, dout, kernel, 0.0f, dcols, S_CONV);
         size_t count = (size_t) d->n * d->h * d->w * d->c;
         LAUNCH (k_col2im, count, *d, dcols, din, count);
     }
@@ -241,7 +263,7 @@ void
 za_cuda_dense_forward (int n, int in_dim, int units, const float *in, const float *kernel,
                        const float *bias, za_act_t act, float *out)
 {
-    s_gemm<Q> (0, 0, n, units, in_dim, in, kernel, 0.0f, out);
+    s_gemm<Q> (0, 0, n, units, in_dim, in, kernel, 0.0f, out, S_DENSE);
     s_bias_act ((size_t) n, units, bias, act, out);
 }
 
@@ -252,9 +274,9 @@ za_cuda_dense_backward (int n, int in_dim, int units, const float *in, const flo
                         float *dbias, float *din)
 {
     s_act_bias_backward ((size_t) n, units, out, act, dout, dbias);
-    s_gemm<Q> (1, 0, in_dim, units, n, in, dout, 1.0f, dkernel);
+    s_gemm<Q> (1, 0, in_dim, units, n, in, dout, 1.0f, dkernel, S_DENSE);
     if (din)
-        s_gemm<Q> (0, 1, n, in_dim, units, dout, kernel, 0.0f, din);
+        s_gemm<Q> (0, 1, n, in_dim, units, dout, kernel, 0.0f, din, S_DENSE);
 }
 
 #define S_INSTANTIATE(P)                                                                      \

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 thread_local za_cuda_thread_t za_cuda_self;
+int za_cuda_tf32 = 1;
 
 void
 za_cuda_fail (const char *what, const char *why)

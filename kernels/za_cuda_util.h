@@ -34,6 +34,12 @@ typedef struct {
 
 extern thread_local za_cuda_thread_t za_cuda_self;
 
+//  1 where fp32 convolutions may multiply in TF32 (tensor cores, 10-bit
+//  mantissas, fp32 sums) as PyTorch's and TensorFlow's do by default; 0
+//  under NVIDIA_TF32_OVERRIDE=0, which cuDNN and cuBLAS also obey. Set when
+//  the module opens.
+extern int za_cuda_tf32;
+
 //  Keeps the first failure until sync says it.
 void za_cuda_fail (const char *what, const char *why);
 //  1 when rc is cudaSuccess, else 0 after keeping the failure.

@@ -253,7 +253,10 @@ static const za_option_t s_options [] = {
                "fp32 (float32), mixed_bfloat16 (bf16 inputs, fp32 sums: CPUs with\n"
                "AVX512-BF16 or AMX, GPUs from Ampere), mixed_float16 (GPUs; with\n"
                "dynamic loss scaling), or auto (bf16 where the machine computes it,\n"
-               "else fp32). Weights, optimizer and checkpoints stay fp32"),
+               "else fp32). Weights, optimizer and checkpoints stay fp32. On a GPU\n"
+               "from Ampere, fp32 convolutions multiply in TF32 as PyTorch's and\n"
+               "TensorFlow's do; NVIDIA_TF32_OVERRIDE=0 in the environment keeps\n"
+               "them in strict fp32"),
     ZA_OPTION ("replicas-per-device", T_INT, run.replicas_per_device, "N", "1", 1, 64, NULL,
                R_TRAIN | ZA_READ_EVALUATOR, JOB, 0, NULL,
                "--device cuda: model replicas on each GPU, each a slice of the\n"
