@@ -1,5 +1,5 @@
 /*  za_cuda.cu: the CUDA back end, function by function beside za_cpu.c.
-    Convolutions are cuDNN's in fp32 where it is built in (za_cuda_dnn.cu);
+    Convolutions are cuDNN's where it is built in (za_cuda_dnn.cu);
     GEMMs are cuBLAS (row-major products written as their column-major
     transposes); im2col, col2im, pooling, activations, softmax cross-entropy
     and the optimizers are kernels over kernels/za_elem.h, the arithmetic the
@@ -498,13 +498,18 @@ za_backend_cuda_open (za_error_fn *error)
         s_cuda [p].device_count = s_device_count;
     const char *tf32 = getenv ("NVIDIA_TF32_OVERRIDE");
     za_cuda_tf32 = !(tf32 && strcmp (tf32, "0") == 0);
-    //  The fp32 table's name says what its convolutions go through.
-    static char name [96];
-    const char *dnn = za_cuda_dnn_describe ();
-    if (dnn)
-        snprintf (name, sizeof name, "cuda (%s; cuBLAS)", dnn);
-    else
-        snprintf (name, sizeof name, "cuda (cuBLAS%s)", za_cuda_tf32? ", TF32 convolutions": "");
-    s_cuda [ZA_PRECISION_FP32].name = name;
+    //  Each table's name says what its convolutions go through.
+    static char names [3][160];
+    for (int p = 0; p < 3; p++) {
+        const char *dnn = za_cuda_dnn_describe ((za_precision_t) p);
+        const char *cores = p == ZA_PRECISION_BF16? ", bf16 tensor cores"
+                          : p == ZA_PRECISION_FP16? ", fp16 tensor cores": "";
+        if (dnn)
+            snprintf (names [p], sizeof names [p], "cuda (%s; cuBLAS%s)", dnn, cores);
+        else
+            snprintf (names [p], sizeof names [p], "cuda (cuBLAS%s%s)", cores,
+                      p == ZA_PRECISION_FP32 && za_cuda_tf32? ", TF32 convolutions": "");
+        s_cuda [p].name = names [p];
+    }
     return &s_cuda [ZA_PRECISION_FP32];
 }

@@ -1,11 +1,15 @@
-/*  za_cuda_dnn.cu: the fp32 convolutions through cuDNN (forward, backward
-    data, backward filter) on zactor's NHWC tensors, each geometry planned
-    once per thread and device: descriptors, an algorithm per pass (cuDNN's
-    heuristics, or a timed search as PyTorch's cudnn.benchmark) within a
-    workspace limit, TF32 as PyTorch's convolutions allow it by default.   */
+/*  za_cuda_dnn.cu: the convolutions through cuDNN (forward, backward data,
+    backward filter) on zactor's NHWC tensors, each geometry and precision
+    planned once per thread and device: descriptors, an algorithm per pass
+    (cuDNN's heuristics, or a timed search as PyTorch's cudnn.benchmark)
+    within a workspace limit. fp32 may multiply in TF32 as PyTorch's
+    convolutions do by default; bf16 and fp16 compute on copies cast down,
+    results in that type cast back up, as PyTorch's autocast convolutions. */
 #include "za_cuda_dnn.h"
 #include "za_cuda_util.h"
+#include "za_elem.h"
 
+#include <cuda_fp16.h>
 #include <cudnn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,20 +20,25 @@
 
 //  ZA_CUDNN=0 turns cuDNN off; ZA_CUDNN_BENCHMARK=1 times every algorithm
 //  on a geometry's first use and keeps the fastest; ZA_CUDNN_WORKSPACE_MB
-//  bounds the scratch an algorithm may use.
+//  bounds the scratch an algorithm may use; ZA_CUDNN_DETERMINISTIC=1 takes
+//  only algorithms that sum in the same order every run.
 typedef struct {
     int on;
     int benchmark;
+    int deterministic;
     size_t workspace_limit;
 } s_settings_t;
 
-//  One geometry on one device: what cuDNN takes of it (until a call fails).
+//  One geometry in one precision on one device: what cuDNN takes of it
+//  (until a call fails).
 typedef struct {
     int used;
     int device;
     za_conv2d_dims_t d;
+    za_precision_t q;
     int forward_ok, filter_ok, data_ok;
-    int forward_taken;                  //  this thread's last forward went through cuDNN
+    int forward_planned;                //  forward_ok as planned: every forward of
+                                        //  the geometry but a failed one skipped im2col
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;          //  KRSC: [oc][kh][kw][c]
     //  A convolution descriptor per pass: each carries its algorithm's math type.
@@ -40,14 +49,16 @@ typedef struct {
     size_t forward_bytes, filter_bytes, data_bytes;
 } s_plan_t;
 
+//  Scratch on a device: the workspace, a kernel in KRSC (or its gradient),
+//  and in bf16 / fp16 the input and the output (or their gradients) cast.
+enum { S_WORKSPACE, S_FILTER, S_X, S_Y, S_SCRATCH_COUNT };
+
 //  The calling thread's handles, scratch and plans.
 typedef struct {
     cudnnHandle_t handle [ZA_DEVICE_MAX];
     int broken [ZA_DEVICE_MAX];         //  cudnnCreate failed there: not again
-    void *workspace [ZA_DEVICE_MAX];
-    size_t workspace_bytes [ZA_DEVICE_MAX];
-    float *filter [ZA_DEVICE_MAX];      //  a kernel in KRSC, or its gradient
-    size_t filter_floats [ZA_DEVICE_MAX];
+    void *scratch [ZA_DEVICE_MAX][S_SCRATCH_COUNT];
+    size_t scratch_bytes [ZA_DEVICE_MAX][S_SCRATCH_COUNT];
     s_plan_t plans [PLANS_MAX];
     int next;                           //  the slot the next new plan takes
 } s_thread_t;
@@ -57,11 +68,13 @@ static thread_local s_thread_t s_self;
 static s_settings_t
 s_settings_read (void)
 {
-    s_settings_t settings = {1, 0, (size_t) WORKSPACE_MB_DEFAULT << 20};
+    s_settings_t settings = {1, 0, 0, (size_t) WORKSPACE_MB_DEFAULT << 20};
     const char *on = getenv ("ZA_CUDNN"), *benchmark = getenv ("ZA_CUDNN_BENCHMARK");
+    const char *deterministic = getenv ("ZA_CUDNN_DETERMINISTIC");
     const char *limit = getenv ("ZA_CUDNN_WORKSPACE_MB");
     settings.on = !(on && strcmp (on, "0") == 0);
     settings.benchmark = benchmark && strcmp (benchmark, "1") == 0;
+    settings.deterministic = deterministic && strcmp (deterministic, "1") == 0;
     if (limit && *limit) {
         char *end;
         long long mb = strtoll (limit, &end, 10);
@@ -101,13 +114,20 @@ s_handle (void)
     return s_self.handle [dev];
 }
 
+static const char *
+s_precision_name (za_precision_t q)
+{
+    return q == ZA_PRECISION_BF16? "bf16": q == ZA_PRECISION_FP16? "fp16": "fp32";
+}
+
 static void
 s_say (const s_plan_t *plan, const char *pass, const char *why)
 {
     const za_conv2d_dims_t *d = &plan->d;
-    fprintf (stderr, "zactor: cuda:%d: cuDNN declines conv2d %s %dx%dx%dx%d k%dx%d s%d"
-                     " -> %d filters (%s): im2col and cuBLAS for it\n", plan->device, pass,
-             d->n, d->h, d->w, d->c, d->kh, d->kw, d->stride, d->oc, why);
+    fprintf (stderr, "zactor: cuda:%d: cuDNN declines the %s conv2d%s%s %dx%dx%dx%d k%dx%d s%d"
+                     " -> %d filters (%s): im2col and cuBLAS for it\n", plan->device,
+             s_precision_name (plan->q), *pass? " ": "", pass, d->n, d->h, d->w, d->c, d->kh,
+             d->kw, d->stride, d->oc, why);
 }
 
 static void
@@ -124,35 +144,51 @@ s_plan_free (s_plan_t *plan)
     memset (plan, 0, sizeof *plan);
 }
 
-//  The first of cuDNN's candidates (fastest first) that ran, fits the
-//  workspace and, in strict fp32, multiplies without TF32; -1 when none.
-template <typename Perf>
-static int
-s_pick (const Perf *perf, int count, size_t limit)
-{
-    for (int i = 0; i < count; i++)
-        if (perf [i].status == CUDNN_STATUS_SUCCESS && perf [i].memory <= limit
-            && (za_cuda_tf32 || perf [i].mathType == CUDNN_FMA_MATH))
-            return i;
-    return -1;
-}
-
-//  Room for `bytes` of workspace on this thread's device. 0 or -1.
-static int
-s_workspace_room (size_t bytes)
+//  This thread's scratch `slot` on its device with room for `bytes`, or
+//  NULL (what it held is kept: earlier plans count on their workspace).
+static void *
+s_room (int slot, size_t bytes)
 {
     int dev = za_cuda_self.device;
-    if (bytes <= s_self.workspace_bytes [dev])
-        return 0;
-    cudaFree (s_self.workspace [dev]);
-    s_self.workspace [dev] = NULL;
-    s_self.workspace_bytes [dev] = 0;
-    if (cudaMalloc (&s_self.workspace [dev], bytes) != cudaSuccess) {
-        cudaGetLastError ();            //  not the step's error: we fall back
-        return -1;
+    if (bytes <= s_self.scratch_bytes [dev][slot])
+        return s_self.scratch [dev][slot];
+    void *bigger = NULL;
+    if (cudaMalloc (&bigger, bytes) != cudaSuccess) {
+        cudaGetLastError ();            //  not the step's error: the caller falls back
+        return NULL;
     }
-    s_self.workspace_bytes [dev] = bytes;
-    return 0;
+    cudaFree (s_self.scratch [dev][slot]);
+    s_self.scratch [dev][slot] = bigger;
+    s_self.scratch_bytes [dev][slot] = bytes;
+    return bigger;
+}
+
+//  The first of cuDNN's candidates (fastest first) that ran, fits the
+//  workspace, multiplies without TF32 in strict fp32 and, when asked, sums
+//  deterministically. Where the workspace cannot grow to it, the first
+//  that fits the one there is. -1 when none; *why then says why.
+template <typename Perf>
+static int
+s_pick (const Perf *perf, int count, za_precision_t q, const char **why)
+{
+    size_t limit = s_settings ()->workspace_limit;
+    int strict = q == ZA_PRECISION_FP32 && !za_cuda_tf32;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < count; i++)
+            if (perf [i].status == CUDNN_STATUS_SUCCESS && perf [i].memory <= limit
+                && (!strict || perf [i].mathType == CUDNN_FMA_MATH)
+                && (!s_settings ()->deterministic
+                    || perf [i].determinism == CUDNN_DETERMINISTIC)) {
+                if (perf [i].memory && !s_room (S_WORKSPACE, perf [i].memory))
+                    break;
+                return i;
+            }
+        //  The next pass: within the workspace this thread already holds.
+        limit = s_self.scratch_bytes [za_cuda_self.device][S_WORKSPACE];
+    }
+    *why = strict? "no algorithm in strict fp32 within the workspace"
+                 : "no algorithm within the workspace";
+    return -1;
 }
 
 #define TRY(call)                                                                       \
@@ -163,12 +199,18 @@ s_workspace_room (size_t bytes)
 
 //  Descriptors, and each pass's algorithm: what cuDNN takes of the geometry.
 static void
-s_plan_make (s_plan_t *plan, cudnnHandle_t handle, const za_conv2d_dims_t *d)
+s_plan_make (s_plan_t *plan, cudnnHandle_t handle, const za_conv2d_dims_t *d, za_precision_t q)
 {
     memset (plan, 0, sizeof *plan);
     plan->used = 1;
     plan->device = za_cuda_self.device;
     plan->d = *d;
+    plan->q = q;
+    //  Tensors in the precision, sums in fp32 (cuDNN's "pseudo-half" configs).
+    cudnnDataType_t type = q == ZA_PRECISION_BF16? CUDNN_DATA_BFLOAT16
+                         : q == ZA_PRECISION_FP16? CUDNN_DATA_HALF: CUDNN_DATA_FLOAT;
+    cudnnMathType_t math = q != ZA_PRECISION_FP32 || za_cuda_tf32? CUDNN_DEFAULT_MATH
+                                                                 : CUDNN_FMA_MATH;
     cudnnStatus_t rc = CUDNN_STATUS_SUCCESS;
     TRY (cudnnCreateTensorDescriptor (&plan->x));
     TRY (cudnnCreateTensorDescriptor (&plan->y));
@@ -176,12 +218,12 @@ s_plan_make (s_plan_t *plan, cudnnHandle_t handle, const za_conv2d_dims_t *d)
     TRY (cudnnCreateConvolutionDescriptor (&plan->forward_conv));
     TRY (cudnnCreateConvolutionDescriptor (&plan->filter_conv));
     TRY (cudnnCreateConvolutionDescriptor (&plan->data_conv));
-    TRY (cudnnSetTensor4dDescriptor (plan->x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, d->n, d->c,
-                                     d->h, d->w));
-    TRY (cudnnSetTensor4dDescriptor (plan->y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, d->n, d->oc,
-                                     d->oh, d->ow));
-    TRY (cudnnSetFilter4dDescriptor (plan->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, d->oc, d->c,
-                                     d->kh, d->kw));
+    TRY (cudnnSetTensor4dDescriptor (plan->x, CUDNN_TENSOR_NHWC, type, d->n, d->c, d->h,
+                                     d->w));
+    TRY (cudnnSetTensor4dDescriptor (plan->y, CUDNN_TENSOR_NHWC, type, d->n, d->oc, d->oh,
+                                     d->ow));
+    TRY (cudnnSetFilter4dDescriptor (plan->w, type, CUDNN_TENSOR_NHWC, d->oc, d->c, d->kh,
+                                     d->kw));
     cudnnConvolutionDescriptor_t convs [3] = {plan->forward_conv, plan->filter_conv,
                                               plan->data_conv};
     for (int i = 0; i < 3; i++) {
@@ -190,18 +232,21 @@ s_plan_make (s_plan_t *plan, cudnnHandle_t handle, const za_conv2d_dims_t *d)
         TRY (cudnnSetConvolution2dDescriptor (convs [i], d->pad_top, d->pad_left, d->stride,
                                               d->stride, 1, 1, CUDNN_CROSS_CORRELATION,
                                               CUDNN_DATA_FLOAT));
-        TRY (cudnnSetConvolutionMathType (convs [i], za_cuda_tf32? CUDNN_DEFAULT_MATH
-                                                                 : CUDNN_FMA_MATH));
+        TRY (cudnnSetConvolutionMathType (convs [i], math));
     }
     int n = 0, c = 0, h = 0, w = 0;
     TRY (cudnnGetConvolution2dForwardOutputDim (plan->forward_conv, plan->x, plan->w, &n, &c,
                                                 &h, &w));
-    if (rc != CUDNN_STATUS_SUCCESS)
-        return s_say (plan, "", cudnnGetErrorString (rc));
-    if (n != d->n || c != d->oc || h != d->oh || w != d->ow)
-        return s_say (plan, "", "its padding is the same on both sides; this one is not");
-    size_t limit = s_settings ()->workspace_limit;
+    if (rc != CUDNN_STATUS_SUCCESS) {
+        s_say (plan, "", cudnnGetErrorString (rc));
+        return;
+    }
+    if (n != d->n || c != d->oc || h != d->oh || w != d->ow) {
+        s_say (plan, "", "its padding is the same on both sides; this one is not");
+        return;
+    }
     int benchmark = s_settings ()->benchmark, got = 0, at;
+    const char *why = NULL;
 
     cudnnConvolutionFwdAlgoPerf_t forward [CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     rc = benchmark? cudnnFindConvolutionForwardAlgorithm (handle, plan->x, plan->w,
@@ -212,17 +257,15 @@ s_plan_make (s_plan_t *plan, cudnnHandle_t handle, const za_conv2d_dims_t *d)
                                                             plan->forward_conv, plan->y,
                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                             &got, forward);
-    if (rc == CUDNN_STATUS_SUCCESS && (at = s_pick (forward, got, limit)) >= 0
-        && cudnnSetConvolutionMathType (plan->forward_conv, forward [at].mathType)
-               == CUDNN_STATUS_SUCCESS
-        && s_workspace_room (forward [at].memory) == 0) {
+    if (rc == CUDNN_STATUS_SUCCESS && (at = s_pick (forward, got, plan->q, &why)) >= 0
+        && (rc = cudnnSetConvolutionMathType (plan->forward_conv, forward [at].mathType))
+               == CUDNN_STATUS_SUCCESS) {
         plan->forward = forward [at].algo;
         plan->forward_bytes = forward [at].memory;
-        plan->forward_ok = 1;
+        plan->forward_ok = plan->forward_planned = 1;
     }
     else
-        s_say (plan, "forward", rc != CUDNN_STATUS_SUCCESS? cudnnGetErrorString (rc)
-                                                          : "no algorithm within the workspace");
+        s_say (plan, "forward", rc != CUDNN_STATUS_SUCCESS? cudnnGetErrorString (rc): why);
 
     cudnnConvolutionBwdFilterAlgoPerf_t filter [CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     rc = benchmark? cudnnFindConvolutionBackwardFilterAlgorithm (
@@ -231,18 +274,16 @@ s_plan_make (s_plan_t *plan, cudnnHandle_t handle, const za_conv2d_dims_t *d)
                   : cudnnGetConvolutionBackwardFilterAlgorithm_v7 (
                         handle, plan->x, plan->y, plan->filter_conv, plan->w,
                         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filter);
-    if (rc == CUDNN_STATUS_SUCCESS && (at = s_pick (filter, got, limit)) >= 0
-        && cudnnSetConvolutionMathType (plan->filter_conv, filter [at].mathType)
-               == CUDNN_STATUS_SUCCESS
-        && s_workspace_room (filter [at].memory) == 0) {
+    if (rc == CUDNN_STATUS_SUCCESS && (at = s_pick (filter, got, plan->q, &why)) >= 0
+        && (rc = cudnnSetConvolutionMathType (plan->filter_conv, filter [at].mathType))
+               == CUDNN_STATUS_SUCCESS) {
         plan->filter = filter [at].algo;
         plan->filter_bytes = filter [at].memory;
         plan->filter_ok = 1;
     }
     else
-        s_say (plan, "backward filter", rc != CUDNN_STATUS_SUCCESS
-                                        ? cudnnGetErrorString (rc)
-                                        : "no algorithm within the workspace");
+        s_say (plan, "backward filter", rc != CUDNN_STATUS_SUCCESS? cudnnGetErrorString (rc)
+                                                                  : why);
 
     cudnnConvolutionBwdDataAlgoPerf_t data [CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     rc = benchmark? cudnnFindConvolutionBackwardDataAlgorithm (
@@ -251,41 +292,38 @@ s_plan_make (s_plan_t *plan, cudnnHandle_t handle, const za_conv2d_dims_t *d)
                   : cudnnGetConvolutionBackwardDataAlgorithm_v7 (
                         handle, plan->w, plan->y, plan->data_conv, plan->x,
                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data);
-    if (rc == CUDNN_STATUS_SUCCESS && (at = s_pick (data, got, limit)) >= 0
-        && cudnnSetConvolutionMathType (plan->data_conv, data [at].mathType)
-               == CUDNN_STATUS_SUCCESS
-        && s_workspace_room (data [at].memory) == 0) {
+    if (rc == CUDNN_STATUS_SUCCESS && (at = s_pick (data, got, plan->q, &why)) >= 0
+        && (rc = cudnnSetConvolutionMathType (plan->data_conv, data [at].mathType))
+               == CUDNN_STATUS_SUCCESS) {
         plan->data = data [at].algo;
         plan->data_bytes = data [at].memory;
         plan->data_ok = 1;
     }
     else
-        s_say (plan, "backward data", rc != CUDNN_STATUS_SUCCESS
-                                      ? cudnnGetErrorString (rc)
-                                      : "no algorithm within the workspace");
+        s_say (plan, "backward data", rc != CUDNN_STATUS_SUCCESS? cudnnGetErrorString (rc): why);
 }
 
-//  This thread's plan of the geometry on its device, if it has one.
+//  This thread's plan of the geometry in q on its device, if it has one.
 static s_plan_t *
-s_plan_find (const za_conv2d_dims_t *d)
+s_plan_find (const za_conv2d_dims_t *d, za_precision_t q)
 {
     for (int i = 0; i < PLANS_MAX; i++) {
         s_plan_t *plan = &s_self.plans [i];
-        if (plan->used && plan->device == za_cuda_self.device
+        if (plan->used && plan->device == za_cuda_self.device && plan->q == q
             && memcmp (&plan->d, d, sizeof *d) == 0)
             return plan;
     }
     return NULL;
 }
 
-//  The geometry's plan, made on first use (the oldest goes when all are
-//  used); NULL when cuDNN is off or cannot start.
+//  The geometry's plan in q, made on first use (the oldest goes when all
+//  are used); NULL when cuDNN is off or cannot start.
 static s_plan_t *
-s_plan (const za_conv2d_dims_t *d)
+s_plan (const za_conv2d_dims_t *d, za_precision_t q)
 {
     if (!s_settings ()->on)
         return NULL;
-    s_plan_t *plan = s_plan_find (d);
+    s_plan_t *plan = s_plan_find (d, q);
     if (plan)
         return plan;
     cudnnHandle_t handle = s_handle ();
@@ -294,7 +332,7 @@ s_plan (const za_conv2d_dims_t *d)
     plan = &s_self.plans [s_self.next];
     s_self.next = (s_self.next + 1) % PLANS_MAX;
     s_plan_free (plan);
-    s_plan_make (plan, handle, d);
+    s_plan_make (plan, handle, d, q);
     return plan;
 }
 
@@ -308,131 +346,216 @@ s_failed (s_plan_t *plan, int *ok, const char *pass, cudnnStatus_t rc)
 }
 
 // ---------------------------------------------------------------------------
-//  zactor's kernel is HWIO, [kh][kw][c][oc]: a [K, oc] matrix (K = kh kw c);
-//  cuDNN's NHWC filter is KRSC, [oc][kh][kw][c]: its transpose.
+//  Casts. zactor's kernel is HWIO, [kh][kw][c][oc]: a [K, oc] matrix (K =
+//  kh kw c); cuDNN's NHWC filter is KRSC, [oc][kh][kw][c]: its transpose.
+//  bf16 rounds as the CPU does (za_elem_bf16), fp16 to the nearest even.
+
+__device__ static inline void
+s_store (za_precision_t q, void *to, size_t i, float v)
+{
+    if (q == ZA_PRECISION_BF16)
+        ((uint16_t *) to) [i] = za_elem_bf16 (v);
+    else
+    if (q == ZA_PRECISION_FP16)
+        ((__half *) to) [i] = __float2half_rn (v);
+    else
+        ((float *) to) [i] = v;
+}
+
+__device__ static inline float
+s_load (za_precision_t q, const void *from, size_t i)
+{
+    if (q == ZA_PRECISION_BF16)
+        return __uint_as_float ((uint32_t) ((const uint16_t *) from) [i] << 16);
+    if (q == ZA_PRECISION_FP16)
+        return __half2float (((const __half *) from) [i]);
+    return ((const float *) from) [i];
+}
 
 __global__ void
-k_to_krsc (size_t count, unsigned K, unsigned oc, const float *hwio, float *krsc)
+k_cast_down (za_precision_t q, size_t count, const float *x, void *y)
+{
+    FOR_EACH (i, count)
+        s_store (q, y, i, x [i]);
+}
+
+__global__ void
+k_cast_up (za_precision_t q, size_t count, const void *y, float *x)
+{
+    FOR_EACH (i, count)
+        x [i] = s_load (q, y, i);
+}
+
+__global__ void
+k_to_krsc (za_precision_t q, size_t count, unsigned K, unsigned oc, const float *hwio,
+           void *krsc)
 {
     FOR_EACH (i, count) {
         unsigned o = (unsigned) (i / K), r = (unsigned) (i - (size_t) o * K);
-        krsc [i] = hwio [(size_t) r * oc + o];
+        s_store (q, krsc, i, hwio [(size_t) r * oc + o]);
     }
 }
 
 __global__ void
-k_add_from_krsc (size_t count, unsigned K, unsigned oc, const float *krsc, float *hwio)
+k_add_from_krsc (za_precision_t q, size_t count, unsigned K, unsigned oc, const void *krsc,
+                 float *hwio)
 {
     FOR_EACH (i, count) {
         unsigned r = (unsigned) (i / oc), o = (unsigned) (i - (size_t) r * oc);
-        hwio [i] += krsc [(size_t) o * K + r];
+        hwio [i] += s_load (q, krsc, (size_t) o * K + r);
     }
 }
 
-//  This thread's filter scratch on its device for the geometry, or NULL.
-static float *
-s_filter_room (const za_conv2d_dims_t *d)
+static size_t
+s_bytes (za_precision_t q, size_t count)
 {
-    int dev = za_cuda_self.device;
-    size_t floats = (size_t) d->kh * d->kw * d->c * d->oc;
-    if (floats > s_self.filter_floats [dev]) {
-        cudaFree (s_self.filter [dev]);
-        s_self.filter [dev] = NULL;
-        s_self.filter_floats [dev] = 0;
-        if (cudaMalloc ((void **) &s_self.filter [dev], floats * sizeof (float)) != cudaSuccess) {
-            cudaGetLastError ();
-            return NULL;
-        }
-        s_self.filter_floats [dev] = floats;
-    }
-    return s_self.filter [dev];
+    return count * (q == ZA_PRECISION_FP32? sizeof (float): sizeof (uint16_t));
+}
+
+//  x as cuDNN reads it in the plan's precision: x itself in fp32, else a
+//  copy cast down into scratch `slot`. NULL when there is no room.
+static const void *
+s_as_tensor (const s_plan_t *plan, int slot, const float *x, size_t count)
+{
+    if (plan->q == ZA_PRECISION_FP32)
+        return x;
+    void *low = s_room (slot, s_bytes (plan->q, count));
+    if (low)
+        LAUNCH (k_cast_down, count, plan->q, count, x, low);
+    return low;
+}
+
+//  Where cuDNN writes a result of `count` values that belongs in x.
+static void *
+s_result (const s_plan_t *plan, int slot, float *x, size_t count)
+{
+    return plan->q == ZA_PRECISION_FP32? (void *) x: s_room (slot, s_bytes (plan->q, count));
+}
+
+//  The kernel in KRSC and the plan's precision, in the filter scratch.
+static const void *
+s_as_filter (const s_plan_t *plan, const float *kernel)
+{
+    const za_conv2d_dims_t *d = &plan->d;
+    unsigned K = (unsigned) (d->kh * d->kw * d->c);
+    size_t count = (size_t) K * d->oc;
+    void *krsc = s_room (S_FILTER, s_bytes (plan->q, count));
+    if (krsc)
+        LAUNCH (k_to_krsc, count, plan->q, count, K, (unsigned) d->oc, kernel, krsc);
+    return krsc;
+}
+
+static void *
+s_workspace (const s_plan_t *plan)
+{
+    return s_self.scratch [plan->device][S_WORKSPACE];
+}
+
+//  A plan's pass that may run: cuDNN took it and its workspace is there.
+static int
+s_runs (const s_plan_t *plan, int ok, size_t bytes)
+{
+    return ok && bytes <= s_self.scratch_bytes [plan->device][S_WORKSPACE];
 }
 
 int
-za_cuda_dnn_conv_forward (const za_conv2d_dims_t *d, const float *in, const float *kernel,
-                          float *out)
+za_cuda_dnn_conv_forward (za_precision_t q, const za_conv2d_dims_t *d, const float *in,
+                          const float *kernel, float *out)
 {
-    s_plan_t *plan = s_plan (d);
-    if (!plan)
+    s_plan_t *plan = s_plan (d, q);
+    if (!plan || !s_runs (plan, plan->forward_ok, plan->forward_bytes))
         return -1;
-    plan->forward_taken = 0;
-    float *krsc = plan->forward_ok? s_filter_room (d): NULL;
-    if (!krsc)
+    size_t in_count = (size_t) d->n * d->h * d->w * d->c;
+    size_t out_count = (size_t) d->n * d->oh * d->ow * d->oc;
+    const void *x = s_as_tensor (plan, S_X, in, in_count), *w = s_as_filter (plan, kernel);
+    void *y = s_result (plan, S_Y, out, out_count);
+    if (!x || !w || !y)
         return -1;
-    unsigned K = (unsigned) (d->kh * d->kw * d->c);
-    size_t count = (size_t) K * d->oc;
-    LAUNCH (k_to_krsc, count, count, K, (unsigned) d->oc, kernel, krsc);
     const float one = 1.0f, zero = 0.0f;
     cudnnStatus_t rc = cudnnConvolutionForward (
-        s_self.handle [plan->device], &one, plan->x, in, plan->w, krsc, plan->forward_conv,
-        plan->forward, s_self.workspace [plan->device], plan->forward_bytes, &zero, plan->y,
-        out);
+        s_self.handle [plan->device], &one, plan->x, x, plan->w, w, plan->forward_conv,
+        plan->forward, s_workspace (plan), plan->forward_bytes, &zero, plan->y, y);
     if (rc != CUDNN_STATUS_SUCCESS)
         return s_failed (plan, &plan->forward_ok, "forward", rc);
-    plan->forward_taken = 1;
+    if (q != ZA_PRECISION_FP32)
+        LAUNCH (k_cast_up, out_count, q, out_count, y, out);
     return 0;
 }
 
 int
-za_cuda_dnn_conv_backward_filter (const za_conv2d_dims_t *d, const float *in,
-                                  const float *dout, float *dkernel)
+za_cuda_dnn_conv_backward_filter (za_precision_t q, const za_conv2d_dims_t *d,
+                                  const float *in, const float *dout, float *dkernel)
 {
-    s_plan_t *plan = s_plan (d);
-    float *dkrsc = plan && plan->filter_ok? s_filter_room (d): NULL;
-    if (!dkrsc)
+    s_plan_t *plan = s_plan (d, q);
+    if (!plan || !s_runs (plan, plan->filter_ok, plan->filter_bytes))
+        return -1;
+    unsigned K = (unsigned) (d->kh * d->kw * d->c);
+    size_t count = (size_t) K * d->oc;
+    size_t in_count = (size_t) d->n * d->h * d->w * d->c;
+    size_t out_count = (size_t) d->n * d->oh * d->ow * d->oc;
+    const void *x = s_as_tensor (plan, S_X, in, in_count);
+    const void *dy = s_as_tensor (plan, S_Y, dout, out_count);
+    void *dw = s_room (S_FILTER, s_bytes (q, count));
+    if (!x || !dy || !dw)
         return -1;
     const float one = 1.0f, zero = 0.0f;
     cudnnStatus_t rc = cudnnConvolutionBackwardFilter (
-        s_self.handle [plan->device], &one, plan->x, in, plan->y, dout, plan->filter_conv,
-        plan->filter, s_self.workspace [plan->device], plan->filter_bytes, &zero, plan->w,
-        dkrsc);
+        s_self.handle [plan->device], &one, plan->x, x, plan->y, dy, plan->filter_conv,
+        plan->filter, s_workspace (plan), plan->filter_bytes, &zero, plan->w, dw);
     if (rc != CUDNN_STATUS_SUCCESS)
         return s_failed (plan, &plan->filter_ok, "backward filter", rc);
-    unsigned K = (unsigned) (d->kh * d->kw * d->c);
-    size_t count = (size_t) K * d->oc;
-    LAUNCH (k_add_from_krsc, count, count, K, (unsigned) d->oc, dkrsc, dkernel);
+    LAUNCH (k_add_from_krsc, count, q, count, K, (unsigned) d->oc, dw, dkernel);
     return 0;
 }
 
 int
-za_cuda_dnn_conv_backward_data (const za_conv2d_dims_t *d, const float *kernel,
-                                const float *dout, float *din)
+za_cuda_dnn_conv_backward_data (za_precision_t q, const za_conv2d_dims_t *d,
+                                const float *kernel, const float *dout, float *din)
 {
-    s_plan_t *plan = s_plan (d);
-    float *krsc = plan && plan->data_ok? s_filter_room (d): NULL;
-    if (!krsc)
+    s_plan_t *plan = s_plan (d, q);
+    if (!plan || !s_runs (plan, plan->data_ok, plan->data_bytes))
         return -1;
-    unsigned K = (unsigned) (d->kh * d->kw * d->c);
-    size_t count = (size_t) K * d->oc;
-    LAUNCH (k_to_krsc, count, count, K, (unsigned) d->oc, kernel, krsc);
+    size_t in_count = (size_t) d->n * d->h * d->w * d->c;
+    size_t out_count = (size_t) d->n * d->oh * d->ow * d->oc;
+    const void *w = s_as_filter (plan, kernel);
+    const void *dy = s_as_tensor (plan, S_Y, dout, out_count);
+    void *dx = s_result (plan, S_X, din, in_count);
+    if (!w || !dy || !dx)
+        return -1;
     const float one = 1.0f, zero = 0.0f;
     cudnnStatus_t rc = cudnnConvolutionBackwardData (
-        s_self.handle [plan->device], &one, plan->w, krsc, plan->y, dout, plan->data_conv,
-        plan->data, s_self.workspace [plan->device], plan->data_bytes, &zero, plan->x, din);
+        s_self.handle [plan->device], &one, plan->w, w, plan->y, dy, plan->data_conv,
+        plan->data, s_workspace (plan), plan->data_bytes, &zero, plan->x, dx);
     if (rc != CUDNN_STATUS_SUCCESS)
         return s_failed (plan, &plan->data_ok, "backward data", rc);
+    if (q != ZA_PRECISION_FP32)
+        LAUNCH (k_cast_up, in_count, q, in_count, dx, din);
     return 0;
 }
 
 int
-za_cuda_dnn_conv_taken (const za_conv2d_dims_t *d)
+za_cuda_dnn_conv_taken (za_precision_t q, const za_conv2d_dims_t *d)
 {
     if (!s_settings ()->on || !s_self.handle [za_cuda_self.device])
         return 0;
-    //  A plan that made way for others since: its forward may have run.
-    s_plan_t *plan = s_plan_find (d);
-    return plan? plan->forward_taken: 1;
+    //  No plan (it made way for others since): its forward may have run.
+    //  One whose forward failed once: an earlier forward may have skipped
+    //  im2col. Either way the columns are made again.
+    s_plan_t *plan = s_plan_find (d, q);
+    return plan? plan->forward_planned: 1;
 }
 
 const char *
-za_cuda_dnn_describe (void)
+za_cuda_dnn_describe (za_precision_t q)
 {
-    static char text [64];
+    static char text [3][96];
     if (!s_settings ()->on)
         return NULL;
     size_t version = cudnnGetVersion ();
-    snprintf (text, sizeof text, "cuDNN %zu.%zu convolutions%s%s", version / 10000,
-              version / 100 % 100, za_cuda_tf32? " in TF32": " in strict fp32",
-              s_settings ()->benchmark? ", timed": "");
-    return text;
+    snprintf (text [q], sizeof text [q], "cuDNN %zu.%zu convolutions%s%s%s", version / 10000,
+              version / 100 % 100, q != ZA_PRECISION_FP32? "": za_cuda_tf32? " in TF32"
+                                                                            : " in strict fp32",
+              s_settings ()->benchmark? ", timed": "",
+              s_settings ()->deterministic? ", deterministic": "");
+    return text [q];
 }

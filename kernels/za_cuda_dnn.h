@@ -1,57 +1,65 @@
-/*  za_cuda_dnn.h: convolutions through cuDNN for the CUDA back end's fp32
-    table (za_cuda_gemm.cu), with im2col and cuBLAS as the fallback where
-    cuDNN is not built in, is turned off or declines a geometry.
+/*  za_cuda_dnn.h: convolutions through cuDNN for the CUDA back end's tables
+    (za_cuda_gemm.cu), with im2col and cuBLAS as the fallback where cuDNN is
+    not built in, is turned off or declines a geometry.
     Internal to kernels/; not installed.                                     */
 #ifndef ZA_CUDA_DNN_H_INCLUDED
 #define ZA_CUDA_DNN_H_INCLUDED
 
 #include "za/za_kernels.h"
 
+//  In precision q: fp32 (TF32 where za_cuda_tf32 allows), or bf16 / fp16
+//  tensors cast from zactor's fp32 ones and sums in fp32, the results cast
+//  back (a convolution's output and input gradient pass through q, as
+//  PyTorch's autocast convolutions' do).
+//
 //  Each returns 0 when cuDNN did the work, -1 when it declined it (not
 //  built in, ZA_CUDNN=0, a geometry it cannot take, no algorithm within the
-//  workspace limit, or a call that failed: said once on stderr) and the
-//  caller computes it another way; a declined call has written nothing the
-//  caller reads. The first failure of a geometry turns cuDNN off for it.
+//  workspace limit, no room for its scratch, or a call that failed: said
+//  once on stderr) and the caller computes it another way; a declined call
+//  has written nothing the caller reads. The first failure of a pass turns
+//  cuDNN off for that geometry.
 #ifdef ZA_HAVE_CUDNN
 //  out[n, oh, ow, oc] = in (*) kernel, no bias, no activation.
-int za_cuda_dnn_conv_forward (const za_conv2d_dims_t *d, const float *in,
+int za_cuda_dnn_conv_forward (za_precision_t q, const za_conv2d_dims_t *d, const float *in,
                               const float *kernel, float *out);
 //  dkernel += the kernel's gradient from in and dout.
-int za_cuda_dnn_conv_backward_filter (const za_conv2d_dims_t *d, const float *in,
-                                      const float *dout, float *dkernel);
+int za_cuda_dnn_conv_backward_filter (za_precision_t q, const za_conv2d_dims_t *d,
+                                      const float *in, const float *dout, float *dkernel);
 //  din = the input's gradient from kernel and dout.
-int za_cuda_dnn_conv_backward_data (const za_conv2d_dims_t *d, const float *kernel,
-                                    const float *dout, float *din);
-//  1 when this thread's last forward of this geometry went through cuDNN
-//  (so it left no im2col columns for a fallback to read), else 0.
-int za_cuda_dnn_conv_taken (const za_conv2d_dims_t *d);
-//  What the fp32 table's name says of cuDNN: "cuDNN 9.19, TF32" or NULL.
-const char *za_cuda_dnn_describe (void);
+int za_cuda_dnn_conv_backward_data (za_precision_t q, const za_conv2d_dims_t *d,
+                                    const float *kernel, const float *dout, float *din);
+//  0 when every forward of this geometry in q went through im2col (its
+//  columns are there for a fallback to read), else 1.
+int za_cuda_dnn_conv_taken (za_precision_t q, const za_conv2d_dims_t *d);
+//  What a table's name says of cuDNN, e.g. "cuDNN 9.19 convolutions in
+//  TF32"; NULL when it is off.
+const char *za_cuda_dnn_describe (za_precision_t q);
 #else
 static inline int
-za_cuda_dnn_conv_forward (const za_conv2d_dims_t *, const float *, const float *, float *)
+za_cuda_dnn_conv_forward (za_precision_t, const za_conv2d_dims_t *, const float *,
+                          const float *, float *)
 {
     return -1;
 }
 static inline int
-za_cuda_dnn_conv_backward_filter (const za_conv2d_dims_t *, const float *, const float *,
-                                  float *)
+za_cuda_dnn_conv_backward_filter (za_precision_t, const za_conv2d_dims_t *, const float *,
+                                  const float *, float *)
 {
     return -1;
 }
 static inline int
-za_cuda_dnn_conv_backward_data (const za_conv2d_dims_t *, const float *, const float *,
-                                float *)
+za_cuda_dnn_conv_backward_data (za_precision_t, const za_conv2d_dims_t *, const float *,
+                                const float *, float *)
 {
     return -1;
 }
 static inline int
-za_cuda_dnn_conv_taken (const za_conv2d_dims_t *)
+za_cuda_dnn_conv_taken (za_precision_t, const za_conv2d_dims_t *)
 {
     return 0;
 }
 static inline const char *
-za_cuda_dnn_describe (void)
+za_cuda_dnn_describe (za_precision_t)
 {
     return NULL;
 }

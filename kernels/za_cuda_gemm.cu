@@ -225,7 +225,7 @@ za_cuda_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float 
 {
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
-    if (Q != ZA_PRECISION_FP32 || za_cuda_dnn_conv_forward (d, in, kernel, out)) {
+    if (za_cuda_dnn_conv_forward (Q, d, in, kernel, out)) {
         size_t count = (size_t) P * K;
         LAUNCH (k_im2col, count, *d, in, cols, count);
         s_gemm<Q> (0, 0, P, d->oc, K, cols, kernel, 0.0f, out, S_CONV);
@@ -242,16 +242,15 @@ za_cuda_conv2d_backward (const za_conv2d_dims_t *d, const float *in, float *cols
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
     s_act_bias_backward ((size_t) P, d->oc, out, act, dout, dbias);
-    const int fp32 = Q == ZA_PRECISION_FP32;
-    if (!fp32 || za_cuda_dnn_conv_backward_filter (d, in, dout, dkernel)) {
+    if (za_cuda_dnn_conv_backward_filter (Q, d, in, dout, dkernel)) {
         //  A forward through cuDNN left no columns.
-        if (fp32 && za_cuda_dnn_conv_taken (d)) {
+        if (za_cuda_dnn_conv_taken (Q, d)) {
             size_t count = (size_t) P * K;
             LAUNCH (k_im2col, count, *d, in, cols, count);
         }
         s_gemm<Q> (1, 0, K, d->oc, P, cols, dout, 1.0f, dkernel, S_CONV);
     }
-    if (din && (!fp32 || za_cuda_dnn_conv_backward_data (d, kernel, dout, din))) {
+    if (din && za_cuda_dnn_conv_backward_data (Q, d, kernel, dout, din)) {
         s_gemm<Q> (0, 1, P, K, d->oc, dout, kernel, 0.0f, dcols, S_CONV);
         size_t count = (size_t) d->n * d->h * d->w * d->c;
         LAUNCH (k_col2im, count, *d, dcols, din, count);
