@@ -446,6 +446,7 @@ static int s_native (za_precision_t precision);
         .dense_backward = za_cuda_dense_backward<P>,              \
         .conv2d_pool_forward = NULL,                              \
         .conv2d_pool_backward = NULL,                             \
+        .conv2d_cols_own = 0,                                     \
         ZA_BACKEND_LAYER_SLOTS (S_SLOT)                           \
         .host_memory = 0,                                         \
         .device_count = 0,                                        \
@@ -498,6 +499,10 @@ za_backend_cuda_open (za_error_fn *error)
         s_cuda [p].device_count = s_device_count;
     const char *tf32 = getenv ("NVIDIA_TF32_OVERRIDE");
     za_cuda_tf32 = !(tf32 && strcmp (tf32, "0") == 0);
+    //  With cuDNN the layers keep no im2col columns: the back end makes
+    //  them in its own scratch for what cuDNN declines.
+    for (int p = 0; p < 3; p++)
+        s_cuda [p].conv2d_cols_own = za_cuda_dnn_describe ((za_precision_t) p) != NULL;
     //  Each table's name says what its convolutions go through.
     static char names [3][160];
     for (int p = 0; p < 3; p++) {

@@ -104,6 +104,25 @@ s_partials (size_t floats)
     return self->partial [dev];
 }
 
+//  `given` (a layer's), else this thread's columns scratch `slot` with room
+//  for floats on its device, or NULL with the failure kept.
+static float *
+s_cols (float *given, int slot, size_t floats)
+{
+    za_cuda_thread_t *self = &za_cuda_self;
+    int dev = self->device;
+    if (given || floats <= self->cols_floats [dev][slot])
+        return given? given: self->cols [dev][slot];
+    cudaFree (self->cols [dev][slot]);
+    self->cols [dev][slot] = NULL;
+    self->cols_floats [dev][slot] = 0;
+    if (!za_cuda_ok (cudaMalloc ((void **) &self->cols [dev][slot], floats * sizeof (float)),
+                     "cudaMalloc (im2col columns)"))
+        return NULL;
+    self->cols_floats [dev][slot] = floats;
+    return self->cols [dev][slot];
+}
+
 static void
 s_column_sums (size_t rows, int units, const float *dout, float *dbias)
 {
@@ -225,8 +244,8 @@ za_cuda_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float 
 {
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
-    if (za_cuda_dnn_conv_forward (Q, d, in, kernel, out)) {
-        size_t count = (size_t) P * K;
+    size_t count = (size_t) P * K;
+    if (za_cuda_dnn_conv_forward (Q, d, in, kernel, out) && (cols = s_cols (cols, 0, count))) {
         LAUNCH (k_im2col, count, *d, in, cols, count);
         s_gemm<Q> (0, 0, P, d->oc, K, cols, kernel, 0.0f, out, S_CONV);
     }
@@ -242,18 +261,22 @@ za_cuda_conv2d_backward (const za_conv2d_dims_t *d, const float *in, float *cols
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
     s_act_bias_backward ((size_t) P, d->oc, out, act, dout, dbias);
+    size_t count = (size_t) P * K;
     if (za_cuda_dnn_conv_backward_filter (Q, d, in, dout, dkernel)) {
-        //  A forward through cuDNN left no columns.
-        if (za_cuda_dnn_conv_taken (Q, d)) {
-            size_t count = (size_t) P * K;
-            LAUNCH (k_im2col, count, *d, in, cols, count);
+        //  A forward through cuDNN, or into this thread's scratch (that
+        //  later layers reuse), left no columns.
+        int again = !cols || za_cuda_dnn_conv_taken (Q, d);
+        if ((cols = s_cols (cols, 0, count))) {
+            if (again)
+                LAUNCH (k_im2col, count, *d, in, cols, count);
+            s_gemm<Q> (1, 0, K, d->oc, P, cols, dout, 1.0f, dkernel, S_CONV);
         }
-        s_gemm<Q> (1, 0, K, d->oc, P, cols, dout, 1.0f, dkernel, S_CONV);
     }
-    if (din && za_cuda_dnn_conv_backward_data (Q, d, kernel, dout, din)) {
+    if (din && za_cuda_dnn_conv_backward_data (Q, d, kernel, dout, din)
+        && (dcols = s_cols (dcols, 1, count))) {
         s_gemm<Q> (0, 1, P, K, d->oc, dout, kernel, 0.0f, dcols, S_CONV);
-        size_t count = (size_t) d->n * d->h * d->w * d->c;
-        LAUNCH (k_col2im, count, *d, dcols, din, count);
+        size_t inputs = (size_t) d->n * d->h * d->w * d->c;
+        LAUNCH (k_col2im, inputs, *d, dcols, din, inputs);
     }
 }
 

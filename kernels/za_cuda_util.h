@@ -27,6 +27,8 @@ typedef struct {
     size_t partial_floats [ZA_DEVICE_MAX];
     void *low [ZA_DEVICE_MAX][2];           //  device: a GEMM's two inputs in bf16 / fp16
     size_t low_values [ZA_DEVICE_MAX][2];
+    float *cols [ZA_DEVICE_MAX][2];         //  device: im2col's columns and their gradient
+    size_t cols_floats [ZA_DEVICE_MAX][2];  //  where the layers keep none (conv2d_cols_own)
     double *host_loss;                      //  pinned
     int *host_flags;
     int host_rows;

@@ -82,6 +82,8 @@ s_plan (za_layer_t *l, za_layer_plan_t *plan)
     if (l->kernel_var < 0 || l->bias_var < 0
         || s_dims (&d, &l->spec, plan->batch_max, l->in_shape))
         return -1;
+    if (plan->be->conv2d_cols_own)
+        return 0;
     size_t cols = za_conv2d_cols_floats (&d);
     l->cols = (float *) plan->be->buffer_alloc (cols * sizeof (float));
     if (!l->cols)

@@ -125,9 +125,11 @@ s_compare_conv (za_precision_t p, const char *what, const float *cpu, const floa
 //  inputs; the bias's gradient from the unrounded output gradient (as the
 //  mixed layers sum it), and both backward passes masked by the CPU's
 //  output (an output near 0 could otherwise flip one side's ReLU).
+//  With own_cols the layer keeps no columns (conv2d_cols_own): the back
+//  end makes them in its scratch where cuDNN declines the geometry.
 static void
-s_conv (za_precision_t p, int n, int h, int w, int c, int filters, int kernel, int stride,
-        za_padding_t padding, za_act_t act)
+s_conv_as (za_precision_t p, int n, int h, int w, int c, int filters, int kernel, int stride,
+           za_padding_t padding, za_act_t act, int own_cols)
 {
     const za_backend_t *gpu = s_gpu->mixed (p);
     za_conv2d_dims_t d;
@@ -145,11 +147,11 @@ s_conv (za_precision_t p, int n, int h, int w, int c, int filters, int kernel, i
     float *r_in = s_round (in, in_n, p), *r_k = s_round (k, k_n, p);
     float *r_dout = s_round (dout, out_n, p);
     s_cpu->conv2d_forward (&d, r_in, r_k, b, act, cols, out);
-    gpu->conv2d_forward (&d, g_in, g_k, g_b, act, g_cols, g_out);
+    gpu->conv2d_forward (&d, g_in, g_k, g_b, act, own_cols? NULL: g_cols, g_out);
     char what [80];
-    snprintf (what, sizeof what, "%sconv2d %dx%dx%d k%d s%d %s%s out", s_tag (p), h, w, c,
+    snprintf (what, sizeof what, "%sconv2d %dx%dx%d k%d s%d %s%s%s out", s_tag (p), h, w, c,
               kernel, stride, padding == ZA_PADDING_SAME? "same": "valid",
-              act == ZA_ACT_RELU? " relu": "");
+              act == ZA_ACT_RELU? " relu": "", own_cols? " (own cols)": "");
     s_compare_conv (p, what, out, g_out, out_n);
     if (s_gpu->upload (g_out, out, out_n * 4))
         exit (1);
@@ -160,7 +162,8 @@ s_conv (za_precision_t p, int n, int h, int w, int c, int filters, int kernel, i
         s_cpu->conv2d_backward (&d, r_in, cols, r_k, out, act, dout, scratch, db, dcols, NULL);
         za_free (scratch);
     }
-    gpu->conv2d_backward (&d, g_in, g_cols, g_k, g_out, act, g_dout, g_dk, g_db, g_dcols, g_din);
+    gpu->conv2d_backward (&d, g_in, own_cols? NULL: g_cols, g_k, g_out, act, g_dout, g_dk, g_db,
+                          own_cols? NULL: g_dcols, g_din);
     what [strlen (what) - 3] = 0;
     char part [96];
     snprintf (part, sizeof part, "%s dkernel", what);
@@ -176,6 +179,15 @@ s_conv (za_precision_t p, int n, int h, int w, int c, int filters, int kernel, i
         s_gpu->buffer_free (dev [i]);
     }
     za_free (r_in), za_free (r_k), za_free (r_dout);
+}
+
+static void
+s_conv (za_precision_t p, int n, int h, int w, int c, int filters, int kernel, int stride,
+        za_padding_t padding, za_act_t act)
+{
+    s_conv_as (p, n, h, w, c, filters, kernel, stride, padding, act, 0);
+    if (s_gpu->mixed (p)->conv2d_cols_own)
+        s_conv_as (p, n, h, w, c, filters, kernel, stride, padding, act, 1);
 }
 
 static void

@@ -126,6 +126,10 @@ struct za_backend_t {
                                  const float *in, const float *pool_out,
                                  const int32_t *argmax, za_act_t act, const float *pool_dout,
                                  float *dkernel, float *dbias);
+    //  1: the back end makes the im2col columns itself where it needs them
+    //  (CUDA's, whose cuDNN mostly does not): the layers pass cols and
+    //  dcols NULL and keep no buffers of cols_floats for them. 0: they do.
+    int conv2d_cols_own;
 
     //  Max-pool; argmax[i] remembers which input fed out[i].
     void (*maxpool_forward) (const za_pool2d_dims_t *d, const float *in,
