@@ -10,6 +10,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 int
@@ -287,7 +288,9 @@ s_set_threads (int threads)
 static int
 s_bind (int device)
 {
-    return device == 0? 0: za_error ("cpu: no device %d (the CPU is device 0)", device);
+    //  cpu-staged:all's devices are all this CPU.
+    return device >= 0 && device < ZA_STAGED_DEVICES
+         ? 0: za_error ("cpu: no device %d (the CPU is device 0)", device);
 }
 
 static int
@@ -331,6 +334,39 @@ s_sync (void)
     return 0;
 }
 
+//  cpu-staged:all's collectives: its devices are all this CPU's memory.
+static int
+s_collective_fails (void)
+{
+    const char *fail = getenv ("ZA_STAGED_COLLECTIVE");
+    return fail && strcmp (fail, "fail") == 0
+         ? za_error ("cpu-staged: the collective does not start (ZA_STAGED_COLLECTIVE=fail)")
+         : 0;
+}
+
+static int
+s_devices_sum (float *const *bufs, const int *devices, int count, size_t floats)
+{
+    (void) devices;
+    if (s_collective_fails ())
+        return -1;
+    for (int b = 1; b < count; b++)
+        for (size_t i = 0; i < floats; i++)
+            bufs [0][i] += bufs [b][i];
+    return 0;
+}
+
+static int
+s_devices_broadcast (float *const *bufs, const int *devices, int count, size_t floats)
+{
+    (void) devices;
+    if (s_collective_fails ())
+        return -1;
+    for (int b = 1; b < count; b++)
+        memcpy (bufs [b], bufs [0], floats * sizeof (float));
+    return 0;
+}
+
 //  The matrix products of a precision: fp32's, or a mixed set.
 #define S_GEMMS(conv_f, conv_b, dense_f, dense_b)         \
     .conv2d_forward = conv_f,                             \
@@ -357,8 +393,8 @@ s_sync (void)
 #define s_copy s_memcpy
 #define s_optim_apply za_optim_apply
 #define S_SLOT(slot) .slot = s_##slot,
-#define S_CPU_TABLE \
-    ZA_BACKEND_LAYER_SLOTS (S_SLOT) .device_count = 1, ZA_BACKEND_MEMORY_SLOTS (S_SLOT)
+#define S_CPU_TABLE(devices) \
+    ZA_BACKEND_LAYER_SLOTS (S_SLOT) .device_count = devices, ZA_BACKEND_MEMORY_SLOTS (S_SLOT)
 
 static const za_backend_t *s_cpu_mixed (za_precision_t precision);
 static int s_micro_batch_bf16 (void);
@@ -366,21 +402,25 @@ static const za_backend_t *s_staged_mixed (za_precision_t precision);
 static int s_native (za_precision_t precision);
 
 static const za_backend_t s_cpu [3] = {
-    {.name = "cpu (OpenBLAS)", .host_memory = 1, S_CPU_TABLE S_FP32,
+    {.name = "cpu (OpenBLAS)", .host_memory = 1, S_CPU_TABLE (1) S_FP32,
      .precision = ZA_PRECISION_FP32, .mixed = s_cpu_mixed, .native = s_native},
-    {.name = "cpu (oneDNN bf16)", .host_memory = 1, S_CPU_TABLE S_BF16,
+    {.name = "cpu (oneDNN bf16)", .host_memory = 1, S_CPU_TABLE (1) S_BF16,
      .precision = ZA_PRECISION_BF16, .mixed = s_cpu_mixed, .native = s_native,
      .micro_batch = s_micro_batch_bf16},
-    {.name = "cpu (float16 inputs, fp32 products)", .host_memory = 1, S_CPU_TABLE S_FP16,
+    {.name = "cpu (float16 inputs, fp32 products)", .host_memory = 1,
+     S_CPU_TABLE (1) S_FP16,
      .precision = ZA_PRECISION_FP16, .mixed = s_cpu_mixed, .native = s_native}
 };
 
 static const za_backend_t s_cpu_staged [3] = {
-    {.name = "cpu-staged (OpenBLAS behind device copies)", .host_memory = 0, S_CPU_TABLE
-     S_FP32, .precision = ZA_PRECISION_FP32, .mixed = s_staged_mixed, .native = s_native},
-    {.name = "cpu-staged (bf16)", .host_memory = 0, S_CPU_TABLE S_BF16,
+    {.name = "cpu-staged (OpenBLAS behind device copies)", .host_memory = 0,
+     S_CPU_TABLE (ZA_STAGED_DEVICES) S_FP32, .precision = ZA_PRECISION_FP32,
+     .mixed = s_staged_mixed, .native = s_native},
+    {.name = "cpu-staged (bf16)", .host_memory = 0,
+     S_CPU_TABLE (ZA_STAGED_DEVICES) S_BF16,
      .precision = ZA_PRECISION_BF16, .mixed = s_staged_mixed, .native = s_native},
-    {.name = "cpu-staged (float16)", .host_memory = 0, S_CPU_TABLE S_FP16,
+    {.name = "cpu-staged (float16)", .host_memory = 0,
+     S_CPU_TABLE (ZA_STAGED_DEVICES) S_FP16,
      .precision = ZA_PRECISION_FP16, .mixed = s_staged_mixed, .native = s_native}
 };
 

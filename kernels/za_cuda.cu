@@ -1,5 +1,6 @@
 /*  za_cuda.cu: the CUDA back end, function by function beside za_cpu.c.
-    Convolutions are cuDNN's where it is built in (za_cuda_dnn.cu);
+    Convolutions are cuDNN's where it is built in (za_cuda_dnn.cu), the
+    collectives over several GPUs NCCL's (za_cuda_nccl.cu);
     GEMMs are cuBLAS (row-major products written as their column-major
     transposes); im2col, col2im, pooling, activations, softmax cross-entropy
     and the optimizers are kernels over kernels/za_elem.h, the arithmetic the
@@ -8,6 +9,7 @@
     module (libzactor_cuda.so) that za_device.c loads on first use.         */
 #include "za_cuda_dnn.h"
 #include "za_cuda_gemm.h"
+#include "za_cuda_nccl.h"
 #include "za_cuda_util.h"
 #include "za_elem.h"
 
@@ -431,6 +433,24 @@ s_sync (void)
     int rc = s_error ("%s", za_cuda_self.error);
     za_cuda_self.error [0] = 0;
     return rc;
+}
+
+//  NCCL's collectives (za_cuda_nccl.cu); where it cannot run, one error
+//  and the caller copies.
+static int
+s_devices_sum (float *const *bufs, const int *devices, int count, size_t floats)
+{
+    char why [ZA_ERROR_MAX_CHARS];
+    return za_cuda_nccl_sum (bufs, devices, count, floats, why, sizeof why)
+         ? s_error ("%s", why): 0;
+}
+
+static int
+s_devices_broadcast (float *const *bufs, const int *devices, int count, size_t floats)
+{
+    char why [ZA_ERROR_MAX_CHARS];
+    return za_cuda_nccl_broadcast (bufs, devices, count, floats, why, sizeof why)
+         ? s_error ("%s", why): 0;
 }
 
 static const za_backend_t *s_mixed (za_precision_t precision);

@@ -20,8 +20,9 @@ za_device_parse (const char *text, za_device_t *device)
     memset (device, 0, sizeof *device);
     if (!text || strcmp (text, "cpu") == 0)
         return 0;
-    if (strcmp (text, "cpu-staged") == 0) {
+    if (strcmp (text, "cpu-staged") == 0 || strcmp (text, "cpu-staged:all") == 0) {
         device->kind = ZA_DEVICE_CPU_STAGED;
+        device->index = text [10]? ZA_DEVICE_ALL: 0;
         return 0;
     }
     if (strncmp (text, "cuda", 4) == 0) {
@@ -130,7 +131,9 @@ za_device_text (const za_device_t *device, char *buf, size_t size)
     if (device->kind == ZA_DEVICE_CUDA)
         snprintf (buf, size, "cuda:%d", device->index);
     else
-        snprintf (buf, size, "%s", device->kind == ZA_DEVICE_CPU_STAGED? "cpu-staged": "cpu");
+        snprintf (buf, size, "%s", device->kind != ZA_DEVICE_CPU_STAGED? "cpu"
+                                 : device->index == ZA_DEVICE_ALL? "cpu-staged:all"
+                                 : "cpu-staged");
     return buf;
 }
 
@@ -199,8 +202,11 @@ za_device_backend (const za_device_t *device, int *first, int *count)
     *count = 1;
     if (device->kind == ZA_DEVICE_CPU)
         return za_backend_cpu ();
-    if (device->kind == ZA_DEVICE_CPU_STAGED)
+    if (device->kind == ZA_DEVICE_CPU_STAGED) {
+        if (device->index == ZA_DEVICE_ALL)
+            *count = ZA_STAGED_DEVICES;
         return za_backend_cpu_staged ();
+    }
     pthread_once (&s_cuda_once, s_cuda_load);
     if (!s_cuda) {
         za_error ("%s", s_cuda_error);

@@ -27,6 +27,9 @@ Test (device, parses_every_form_and_refuses_others)
     cr_expect_str_eq (za_device_text (&d, text, sizeof text), "cuda:all");
     cr_expect_eq (za_device_parse ("cpu-staged", &d), 0);
     cr_expect_eq (d.kind, ZA_DEVICE_CPU_STAGED);
+    cr_expect_eq (za_device_parse ("cpu-staged:all", &d), 0);
+    cr_expect (d.kind == ZA_DEVICE_CPU_STAGED && d.index == ZA_DEVICE_ALL);
+    cr_expect_str_eq (za_device_text (&d, text, sizeof text), "cpu-staged:all");
     za_error_set_quiet (1);
     const char *bad [] = {"gpu", "cuda:", "cuda:-1", "cuda:x", "cuda:1x", "cuda:99", "cudaa",
                           "CPU", ""};
@@ -357,6 +360,57 @@ Test (device, two_replicas_per_device_equal_one_at_twice_the_batch)
     cr_expect_eq (memcmp (s_predicted [0], s_predicted [1], sizeof s_predicted [0]), 0);
     za_replica_destroy (&one);
     za_replica_destroy (&two);
+    za_dataset_destroy (&data);
+}
+
+//  Two devices, one replica each: their gradients summed on the first by
+//  the back end's collective (NCCL's reduce on GPUs; loops on cpu-staged)
+//  and the values broadcast back, train as two replicas on one device. A
+//  collective that does not start (ZA_STAGED_COLLECTIVE=fail, as an NCCL
+//  that cannot) is said once and the devices go by copies, alike. No GPU
+//  runs here: NCCL itself is exercised only by --device cuda:all on a
+//  machine with several GPUs (docs/gpus.md).
+Test (device, two_devices_by_collective_or_by_copies_train_as_one_device)
+{
+    enum { SIZE = 64, STEPS = 4 };
+    za_dataset_t *data = za_test_fashion ("train", SIZE * STEPS);
+    cr_assert_eq (za_stack_parse ("conv2d(8,3,relu) maxpool(2) flatten dense(10)", &s_spec), 0);
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_MOMENTUM);
+    za_replica_config_t config = {
+        .model_fn = za_stack_model_fn (), .params = &s_spec, .input = {28, 28, 1},
+        .train = 1, .optim = &optim, .device = {.kind = ZA_DEVICE_CPU_STAGED},
+        .replicas_per_device = 2,
+    };
+    za_replica_t *one = za_replica_new (&config, 5);
+    config.replicas_per_device = 1;
+    config.device.index = ZA_DEVICE_ALL;
+    za_replica_t *reduced = za_replica_new (&config, 5);
+    za_replica_t *copied = za_replica_new (&config, 5);
+    cr_assert (one && reduced && copied, "%s", za_last_error ());
+    size_t total = za_replica_vars (one)->total;
+    double loss_one [STEPS], loss_reduced [STEPS], loss_copied [STEPS];
+    s_train (one, data, SIZE, STEPS, loss_one);
+    s_train (reduced, data, SIZE, STEPS, loss_reduced);
+    setenv ("ZA_STAGED_COLLECTIVE", "fail", 1);
+    za_error_set_quiet (1);
+    s_train (copied, data, SIZE, STEPS, loss_copied);
+    unsetenv ("ZA_STAGED_COLLECTIVE");
+    cr_expect (strstr (za_last_error (), "ZA_STAGED_COLLECTIVE=fail"), "%s", za_last_error ());
+    for (int s = 0; s < STEPS; s++) {
+        cr_expect (fabs (loss_one [s] - loss_reduced [s]) < 1e-5, "step %d: %g vs %g", s,
+                   loss_one [s], loss_reduced [s]);
+        cr_expect (fabs (loss_one [s] - loss_copied [s]) < 1e-5, "step %d: %g vs %g", s,
+                   loss_one [s], loss_copied [s]);
+    }
+    //  The step moved the values, and both ways alike.
+    cr_expect_gt (fabs (loss_one [STEPS - 1] - loss_one [0]), 1e-3);
+    cr_expect_lt (s_max_diff (za_replica_values (one), za_replica_values (reduced), total), 1e-5);
+    cr_expect_lt (s_max_diff (za_replica_values (one), za_replica_values (copied), total), 1e-5);
+    cr_expect_lt (s_max_diff (za_replica_slot (one, 0), za_replica_slot (reduced, 0), total),
+                  1e-5);
+    za_replica_destroy (&one);
+    za_replica_destroy (&reduced);
+    za_replica_destroy (&copied);
     za_dataset_destroy (&data);
 }
 

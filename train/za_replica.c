@@ -2,6 +2,7 @@
     and its value, gradient and slot blocks on the host and on a device.  */
 #include "za_replica_private.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -218,7 +219,16 @@ za_replica_state_to_device (za_replica_t *self)
                                  za_replica_slot_count (self));
 }
 
-//  Before a step: that, and the values' copies on the other devices.
+void
+za_replica_collectives_off (za_replica_t *self)
+{
+    fprintf (stderr, "zactor: %s; the devices' gradients and values go by copies through "
+                     "the first instead\n", za_last_error ());
+    self->collectives_off = 1;
+}
+
+//  Before a step: that, and the values' copies on the other devices (a
+//  broadcast where the back end has one).
 int
 za_replica_values_to_devices (za_replica_t *self)
 {
@@ -226,6 +236,16 @@ za_replica_values_to_devices (za_replica_t *self)
         return 0;
     if (za_replica_state_to_device (self))
         return -1;
+    if (self->copies_stale && self->device_count > 1 && !self->collectives_off) {
+        int devices [ZA_DEVICE_MAX];
+        for (int d = 0; d < self->device_count; d++)
+            devices [d] = self->device_of [0] + d;
+        if (self->be->devices_broadcast (self->device_values, devices, self->device_count,
+                                         self->vars.total) == 0)
+            self->copies_stale = 0;
+        else
+            za_replica_collectives_off (self);
+    }
     for (int d = 1; d < self->device_count && self->copies_stale; d++)
         if (self->be->copy (self->device_values [d], self->device_values [0],
                             self->vars.total * sizeof (float)))

@@ -71,6 +71,53 @@ s_combine (s_batch_run_t *run, size_t lo, size_t hi)
     }
 }
 
+//  On several devices with the back end's collective (NCCL's reduce):
+//  each device's threads summed there, by their weights, into its first
+//  thread's buffer, then those sums into device 0's by the collective.
+//  Where it fails before it starts, the sums go by copies through device 0
+//  (and so from then on). 0 or -1.
+static int
+s_combine_devices (s_batch_run_t *run)
+{
+    za_replica_t *self = run->self;
+    const za_backend_t *be = self->be;
+    size_t total = self->vars.total;
+    const float inv_n = 1.0f / ((float) run->batch->size * self->loss_scale);
+    float *sums [ZA_DEVICE_MAX];
+    int devices [ZA_DEVICE_MAX], count = 0;
+    for (int t = 0; t < self->threads; t++) {
+        float *g = s_thread_grads (self, t);
+        float weight = (float) run->last_micro [t] * inv_n;
+        if (t == 0 || self->device_of [t] != self->device_of [t - 1]) {
+            if (be->bind (self->device_of [t]))
+                return -1;
+            be->scale_add (total, weight, g, 0.0f, NULL);
+            sums [count] = g;
+            devices [count++] = self->device_of [t];
+        }
+        else
+        if (run->count [t])
+            be->scale_add (total, 1.0f, sums [count - 1], weight, g);
+    }
+    if (be->bind (self->device_of [0]))
+        return -1;
+    if (be->devices_sum (sums, devices, count, total) == 0)
+        return 0;
+    za_replica_collectives_off (self);
+    //  Each device's sum made (its own order) before device 0 copies it.
+    for (int d = 1; d < count; d++)
+        if (be->bind (devices [d]) || be->sync ())
+            return -1;
+    if (be->bind (self->device_of [0]))
+        return -1;
+    for (int d = 1; d < count; d++) {
+        if (be->copy (self->dev_peer, sums [d], total * sizeof (float)))
+            return -1;
+        be->scale_add (total, 1.0f, sums [0], 1.0f, self->dev_peer);
+    }
+    return 0;
+}
+
 //  In host memory: thread t combines the t-th share of what is not
 //  combined yet (element by element: the same sums however it is split).
 static void
@@ -299,6 +346,11 @@ s_batch_run (za_replica_t *self, const za_batch_t *batch, za_mode_t mode, int64_
             return -1;
         if (self->be->host_memory && self->threads > 1 && run->combined >= APPLY_SPLIT_MIN)
             za_parallel_run (self->pool, s_combine_share, run);
+        else
+        if (!self->be->host_memory && self->device_count > 1 && !self->collectives_off) {
+            if (s_combine_devices (run))
+                return -1;
+        }
         else
             s_combine (run, 0, run->combined);
         run->combined = 0;

@@ -76,6 +76,9 @@ struct _za_replica_t {
     //  Which copy is newer (replica_at_t): values, gradient, slots.
     int values_at, grads_at, slots_at;
     int copies_stale;               //  device_values [1..] older than [0]
+    //  The back end's collectives over the devices (NCCL) failed once:
+    //  said, and copies through device 0 from then on.
+    int collectives_off;
     //  Who hears of the gradient as it becomes final (za_replica_on_gradients).
     za_grads_final_fn *final_fn;
     void *final_arg;
@@ -110,6 +113,9 @@ void za_replica_to_host (za_replica_t *self, int *at, float *const *host,
 //  The first device's copies of `count` blocks up to date. 0 or -1.
 int za_replica_to_device (za_replica_t *self, int *at, float *const *host,
                           float *const *device, int count);
+//  The back end's collectives failed (za_last_error says how): said on
+//  stderr once, and copies through device 0 from now on.
+void za_replica_collectives_off (za_replica_t *self);
 //  The first device's values and slots up to date. 0 or -1.
 int za_replica_state_to_device (za_replica_t *self);
 //  Before a step: that, and the values' copies on the other devices. 0 or -1.

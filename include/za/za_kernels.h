@@ -207,6 +207,16 @@ struct za_backend_t {
     //  Waits until the calling thread's work is done. 0, or -1 with the
     //  first error since the last sync.
     int (*sync) (void);
+    //  Collectives over this back end's devices (NCCL on GPUs), on the
+    //  calling thread's order on each: bufs [i] (floats each) is on
+    //  devices [i], the first listed first. devices_sum sums them all into
+    //  bufs [0] (a reduce to the first); devices_broadcast copies bufs [0]
+    //  to the others. 0; or -1 with an error when it wrote nothing (no
+    //  collective for these devices: the caller copies instead). A failure
+    //  after it started is kept for the next sync, as a kernel's.
+    int (*devices_sum) (float *const *bufs, const int *devices, int count, size_t floats);
+    int (*devices_broadcast) (float *const *bufs, const int *devices, int count,
+                              size_t floats);
 
     //  The precision of this table's matrix products; the table of the
     //  same device computing them in `precision` (itself for its own), or
@@ -234,7 +244,8 @@ struct za_backend_t {
     X (dropout_backward) X (softmax_xent) X (buffer_alloc) X (buffer_free) X (set_threads)
 #define ZA_BACKEND_MEMORY_SLOTS(X)                                                           \
     X (bind) X (host_alloc) X (host_free) X (upload) X (download) X (copy) X (zero)          \
-    X (scale_add) X (all_finite) X (optim_apply) X (sync)
+    X (scale_add) X (all_finite) X (optim_apply) X (sync) X (devices_sum)                    \
+    X (devices_broadcast)
 
 //  The table of `be` for a policy: auto is BF16 where the device computes it
 //  natively, else FP32. NULL with an error (a precision the device cannot
@@ -248,8 +259,12 @@ const za_backend_t *za_backend_mixed (const za_backend_t *be, const char *precis
 const za_backend_t *za_backend_cpu (void);
 //  The CPU back end as if its memory were a device's (host_memory 0, own
 //  buffers, copies through upload and download): callers take the path a
-//  GPU takes, so that path is tested where there is no GPU. Never NULL.
+//  GPU takes, so that path is tested where there is no GPU. It has
+//  ZA_STAGED_DEVICES devices (cpu-staged:all), all the CPU, whose
+//  collectives are loops; ZA_STAGED_COLLECTIVE=fail makes them fail as an
+//  NCCL that cannot start, for the callers' fallback. Never NULL.
 const za_backend_t *za_backend_cpu_staged (void);
+#define ZA_STAGED_DEVICES 2
 
 // ---------------------------------------------------------------------------
 //  Devices: where a replica computes (--device).
@@ -266,11 +281,12 @@ typedef enum {
 
 typedef struct {
     za_device_kind_t kind;
-    int index;                  //  cuda:N; ZA_DEVICE_ALL for cuda:all
+    int index;                  //  cuda:N; ZA_DEVICE_ALL for cuda:all, cpu-staged:all
 } za_device_t;
 
-//  "cpu", "cuda" (= cuda:0), "cuda:N", "cuda:all" or "cpu-staged". Returns
-//  0, or -1 with an error listing what is accepted.
+//  "cpu", "cuda" (= cuda:0), "cuda:N", "cuda:all", "cpu-staged" or
+//  "cpu-staged:all". Returns 0, or -1 with an error listing what is
+//  accepted (cpu-staged is for tests: not listed).
 int za_device_parse (const char *text, za_device_t *device);
 //  The canonical text of a device ("cuda:0"), into buf.
 const char *za_device_text (const za_device_t *device, char *buf, size_t size);
