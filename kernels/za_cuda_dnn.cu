@@ -4,19 +4,72 @@
     (cuDNN's heuristics, or a timed search as PyTorch's cudnn.benchmark)
     within a workspace limit. fp32 may multiply in TF32 as PyTorch's
     convolutions do by default; bf16 and fp16 compute on copies cast down,
-    results in that type cast back up, as PyTorch's autocast convolutions. */
+    results in that type cast back up, as PyTorch's autocast convolutions.
+    cuDNN is opened on first use (dlopen): a machine without it runs the
+    convolutions through im2col and cuBLAS instead of not loading at all. */
 #include "za_cuda_dnn.h"
 #include "za_cuda_util.h"
 #include "za_elem.h"
 
 #include <cuda_fp16.h>
 #include <cudnn.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define PLANS_MAX 64                    //  geometries kept per thread (VGG16 has 13)
 #define WORKSPACE_MB_DEFAULT 1024
+
+//  The cuDNN calls this file makes, looked up in the library once opened.
+#define S_CUDNN_CALLS(X) \
+    X (cudnnCreate) X (cudnnSetStream) X (cudnnGetErrorString) X (cudnnGetVersion) \
+    X (cudnnCreateTensorDescriptor) X (cudnnDestroyTensorDescriptor) \
+    X (cudnnSetTensor4dDescriptor) X (cudnnCreateFilterDescriptor) \
+    X (cudnnDestroyFilterDescriptor) X (cudnnSetFilter4dDescriptor) \
+    X (cudnnCreateConvolutionDescriptor) X (cudnnDestroyConvolutionDescriptor) \
+    X (cudnnSetConvolution2dDescriptor) X (cudnnSetConvolutionMathType) \
+    X (cudnnGetConvolution2dForwardOutputDim) X (cudnnFindConvolutionForwardAlgorithm) \
+    X (cudnnGetConvolutionForwardAlgorithm_v7) \
+    X (cudnnFindConvolutionBackwardFilterAlgorithm) \
+    X (cudnnGetConvolutionBackwardFilterAlgorithm_v7) \
+    X (cudnnFindConvolutionBackwardDataAlgorithm) \
+    X (cudnnGetConvolutionBackwardDataAlgorithm_v7) X (cudnnConvolutionForward) \
+    X (cudnnConvolutionBackwardFilter) X (cudnnConvolutionBackwardData)
+
+static struct {
+#define S_FIELD(call) decltype (&::call) call;
+    S_CUDNN_CALLS (S_FIELD)
+#undef S_FIELD
+} s_dnn;
+
+#ifndef ZA_CUDNN_PATH
+#   define ZA_CUDNN_PATH "libcudnn.so.9"
+#endif
+
+//  Opens cuDNN: the build's library, else the loader's libcudnn.so.9.
+//  NULL, or why not.
+static const char *
+s_dnn_open (void)
+{
+    static char why [256];
+    const char *paths [] = {ZA_CUDNN_PATH, "libcudnn.so.9"};
+    void *library = NULL;
+    for (int i = 0; i < 2 && !library; i++)
+        library = dlopen (paths [i], RTLD_NOW | RTLD_LOCAL);
+    if (!library) {
+        snprintf (why, sizeof why, "%s", dlerror ());
+        return why;
+    }
+#define S_LOOK_UP(call)                                                                 \
+    if (!(*(void **) &s_dnn.call = dlsym (library, #call))) {                           \
+        snprintf (why, sizeof why, "libcudnn has no %s", #call);                        \
+        return why;                                                                     \
+    }
+    S_CUDNN_CALLS (S_LOOK_UP)
+#undef S_LOOK_UP
+    return NULL;
+}
 
 //  ZA_CUDNN=0 turns cuDNN off; ZA_CUDNN_BENCHMARK=1 times every algorithm
 //  on a geometry's first use and keeps the fastest; ZA_CUDNN_WORKSPACE_MB
@@ -73,6 +126,12 @@ s_settings_read (void)
     const char *deterministic = getenv ("ZA_CUDNN_DETERMINISTIC");
     const char *limit = getenv ("ZA_CUDNN_WORKSPACE_MB");
     settings.on = !(on && strcmp (on, "0") == 0);
+    const char *why = settings.on? s_dnn_open (): NULL;
+    if (why) {
+        fprintf (stderr, "zactor: cuDNN does not open (%s): convolutions through im2col and"
+                         " cuBLAS\n", why);
+        settings.on = 0;
+    }
     settings.benchmark = benchmark && strcmp (benchmark, "1") == 0;
     settings.deterministic = deterministic && strcmp (deterministic, "1") == 0;
     if (limit && *limit) {
@@ -101,12 +160,12 @@ s_handle (void)
 {
     int dev = za_cuda_self.device;
     if (!s_self.handle [dev] && !s_self.broken [dev]) {
-        cudnnStatus_t rc = cudnnCreate (&s_self.handle [dev]);
+        cudnnStatus_t rc = s_dnn.cudnnCreate (&s_self.handle [dev]);
         if (rc == CUDNN_STATUS_SUCCESS)
-            rc = cudnnSetStream (s_self.handle [dev], cudaStreamPerThread);
+            rc = s_dnn.cudnnSetStream (s_self.handle [dev], cudaStreamPerThread);
         if (rc != CUDNN_STATUS_SUCCESS) {
             fprintf (stderr, "zactor: cuda:%d: cuDNN does not start (%s): convolutions"
-                             " through im2col and cuBLAS\n", dev, cudnnGetErrorString (rc));
+                             " through im2col and cuBLAS\n", dev, s_dnn.cudnnGetErrorString (rc));
             s_self.broken [dev] = 1;
             s_self.handle [dev] = NULL;
         }
@@ -135,12 +194,12 @@ s_plan_free (s_plan_t *plan)
 {
     if (!plan->used)
         return;
-    cudnnDestroyTensorDescriptor (plan->x);
-    cudnnDestroyTensorDescriptor (plan->y);
-    cudnnDestroyFilterDescriptor (plan->w);
-    cudnnDestroyConvolutionDescriptor (plan->forward_conv);
-    cudnnDestroyConvolutionDescriptor (plan->filter_conv);
-    cudnnDestroyConvolutionDescriptor (plan->data_conv);
+    s_dnn.cudnnDestroyTensorDescriptor (plan->x);
+    s_dnn.cudnnDestroyTensorDescriptor (plan->y);
+    s_dnn.cudnnDestroyFilterDescriptor (plan->w);
+    s_dnn.cudnnDestroyConvolutionDescriptor (plan->forward_conv);
+    s_dnn.cudnnDestroyConvolutionDescriptor (plan->filter_conv);
+    s_dnn.cudnnDestroyConvolutionDescriptor (plan->data_conv);
     memset (plan, 0, sizeof *plan);
 }
 
@@ -212,33 +271,33 @@ s_plan_make (s_plan_t *plan, cudnnHandle_t handle, const za_conv2d_dims_t *d, za
     cudnnMathType_t math = q != ZA_PRECISION_FP32 || za_cuda_tf32? CUDNN_DEFAULT_MATH
                                                                  : CUDNN_FMA_MATH;
     cudnnStatus_t rc = CUDNN_STATUS_SUCCESS;
-    TRY (cudnnCreateTensorDescriptor (&plan->x));
-    TRY (cudnnCreateTensorDescriptor (&plan->y));
-    TRY (cudnnCreateFilterDescriptor (&plan->w));
-    TRY (cudnnCreateConvolutionDescriptor (&plan->forward_conv));
-    TRY (cudnnCreateConvolutionDescriptor (&plan->filter_conv));
-    TRY (cudnnCreateConvolutionDescriptor (&plan->data_conv));
-    TRY (cudnnSetTensor4dDescriptor (plan->x, CUDNN_TENSOR_NHWC, type, d->n, d->c, d->h,
+    TRY (s_dnn.cudnnCreateTensorDescriptor (&plan->x));
+    TRY (s_dnn.cudnnCreateTensorDescriptor (&plan->y));
+    TRY (s_dnn.cudnnCreateFilterDescriptor (&plan->w));
+    TRY (s_dnn.cudnnCreateConvolutionDescriptor (&plan->forward_conv));
+    TRY (s_dnn.cudnnCreateConvolutionDescriptor (&plan->filter_conv));
+    TRY (s_dnn.cudnnCreateConvolutionDescriptor (&plan->data_conv));
+    TRY (s_dnn.cudnnSetTensor4dDescriptor (plan->x, CUDNN_TENSOR_NHWC, type, d->n, d->c, d->h,
                                      d->w));
-    TRY (cudnnSetTensor4dDescriptor (plan->y, CUDNN_TENSOR_NHWC, type, d->n, d->oc, d->oh,
+    TRY (s_dnn.cudnnSetTensor4dDescriptor (plan->y, CUDNN_TENSOR_NHWC, type, d->n, d->oc, d->oh,
                                      d->ow));
-    TRY (cudnnSetFilter4dDescriptor (plan->w, type, CUDNN_TENSOR_NHWC, d->oc, d->c, d->kh,
+    TRY (s_dnn.cudnnSetFilter4dDescriptor (plan->w, type, CUDNN_TENSOR_NHWC, d->oc, d->c, d->kh,
                                      d->kw));
     cudnnConvolutionDescriptor_t convs [3] = {plan->forward_conv, plan->filter_conv,
                                               plan->data_conv};
     for (int i = 0; i < 3; i++) {
         //  The padding on top and left, as on the bottom and right: where
         //  TensorFlow's SAME pads one more there, the output below tells.
-        TRY (cudnnSetConvolution2dDescriptor (convs [i], d->pad_top, d->pad_left, d->stride,
+        TRY (s_dnn.cudnnSetConvolution2dDescriptor (convs [i], d->pad_top, d->pad_left, d->stride,
                                               d->stride, 1, 1, CUDNN_CROSS_CORRELATION,
                                               CUDNN_DATA_FLOAT));
-        TRY (cudnnSetConvolutionMathType (convs [i], math));
+        TRY (s_dnn.cudnnSetConvolutionMathType (convs [i], math));
     }
     int n = 0, c = 0, h = 0, w = 0;
-    TRY (cudnnGetConvolution2dForwardOutputDim (plan->forward_conv, plan->x, plan->w, &n, &c,
+    TRY (s_dnn.cudnnGetConvolution2dForwardOutputDim (plan->forward_conv, plan->x, plan->w, &n, &c,
                                                 &h, &w));
     if (rc != CUDNN_STATUS_SUCCESS) {
-        s_say (plan, "", cudnnGetErrorString (rc));
+        s_say (plan, "", s_dnn.cudnnGetErrorString (rc));
         return;
     }
     if (n != d->n || c != d->oc || h != d->oh || w != d->ow) {
@@ -249,58 +308,58 @@ s_plan_make (s_plan_t *plan, cudnnHandle_t handle, const za_conv2d_dims_t *d, za
     const char *why = NULL;
 
     cudnnConvolutionFwdAlgoPerf_t forward [CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    rc = benchmark? cudnnFindConvolutionForwardAlgorithm (handle, plan->x, plan->w,
+    rc = benchmark? s_dnn.cudnnFindConvolutionForwardAlgorithm (handle, plan->x, plan->w,
                                                           plan->forward_conv, plan->y,
                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                           &got, forward)
-                  : cudnnGetConvolutionForwardAlgorithm_v7 (handle, plan->x, plan->w,
+                  : s_dnn.cudnnGetConvolutionForwardAlgorithm_v7 (handle, plan->x, plan->w,
                                                             plan->forward_conv, plan->y,
                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                             &got, forward);
     if (rc == CUDNN_STATUS_SUCCESS && (at = s_pick (forward, got, plan->q, &why)) >= 0
-        && (rc = cudnnSetConvolutionMathType (plan->forward_conv, forward [at].mathType))
+        && (rc = s_dnn.cudnnSetConvolutionMathType (plan->forward_conv, forward [at].mathType))
                == CUDNN_STATUS_SUCCESS) {
         plan->forward = forward [at].algo;
         plan->forward_bytes = forward [at].memory;
         plan->forward_ok = plan->forward_planned = 1;
     }
     else
-        s_say (plan, "forward", rc != CUDNN_STATUS_SUCCESS? cudnnGetErrorString (rc): why);
+        s_say (plan, "forward", rc != CUDNN_STATUS_SUCCESS? s_dnn.cudnnGetErrorString (rc): why);
 
     cudnnConvolutionBwdFilterAlgoPerf_t filter [CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    rc = benchmark? cudnnFindConvolutionBackwardFilterAlgorithm (
+    rc = benchmark? s_dnn.cudnnFindConvolutionBackwardFilterAlgorithm (
                         handle, plan->x, plan->y, plan->filter_conv, plan->w,
                         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filter)
-                  : cudnnGetConvolutionBackwardFilterAlgorithm_v7 (
+                  : s_dnn.cudnnGetConvolutionBackwardFilterAlgorithm_v7 (
                         handle, plan->x, plan->y, plan->filter_conv, plan->w,
                         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filter);
     if (rc == CUDNN_STATUS_SUCCESS && (at = s_pick (filter, got, plan->q, &why)) >= 0
-        && (rc = cudnnSetConvolutionMathType (plan->filter_conv, filter [at].mathType))
+        && (rc = s_dnn.cudnnSetConvolutionMathType (plan->filter_conv, filter [at].mathType))
                == CUDNN_STATUS_SUCCESS) {
         plan->filter = filter [at].algo;
         plan->filter_bytes = filter [at].memory;
         plan->filter_ok = 1;
     }
     else
-        s_say (plan, "backward filter", rc != CUDNN_STATUS_SUCCESS? cudnnGetErrorString (rc)
+        s_say (plan, "backward filter", rc != CUDNN_STATUS_SUCCESS? s_dnn.cudnnGetErrorString (rc)
                                                                   : why);
 
     cudnnConvolutionBwdDataAlgoPerf_t data [CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    rc = benchmark? cudnnFindConvolutionBackwardDataAlgorithm (
+    rc = benchmark? s_dnn.cudnnFindConvolutionBackwardDataAlgorithm (
                         handle, plan->w, plan->y, plan->data_conv, plan->x,
                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data)
-                  : cudnnGetConvolutionBackwardDataAlgorithm_v7 (
+                  : s_dnn.cudnnGetConvolutionBackwardDataAlgorithm_v7 (
                         handle, plan->w, plan->y, plan->data_conv, plan->x,
                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data);
     if (rc == CUDNN_STATUS_SUCCESS && (at = s_pick (data, got, plan->q, &why)) >= 0
-        && (rc = cudnnSetConvolutionMathType (plan->data_conv, data [at].mathType))
+        && (rc = s_dnn.cudnnSetConvolutionMathType (plan->data_conv, data [at].mathType))
                == CUDNN_STATUS_SUCCESS) {
         plan->data = data [at].algo;
         plan->data_bytes = data [at].memory;
         plan->data_ok = 1;
     }
     else
-        s_say (plan, "backward data", rc != CUDNN_STATUS_SUCCESS? cudnnGetErrorString (rc): why);
+        s_say (plan, "backward data", rc != CUDNN_STATUS_SUCCESS? s_dnn.cudnnGetErrorString (rc): why);
 }
 
 //  This thread's plan of the geometry in q on its device, if it has one.
@@ -341,7 +400,7 @@ static int
 s_failed (s_plan_t *plan, int *ok, const char *pass, cudnnStatus_t rc)
 {
     *ok = 0;
-    s_say (plan, pass, cudnnGetErrorString (rc));
+    s_say (plan, pass, s_dnn.cudnnGetErrorString (rc));
     return -1;
 }
 
@@ -472,7 +531,7 @@ za_cuda_dnn_conv_forward (za_precision_t q, const za_conv2d_dims_t *d, const flo
     if (!x || !w || !y)
         return -1;
     const float one = 1.0f, zero = 0.0f;
-    cudnnStatus_t rc = cudnnConvolutionForward (
+    cudnnStatus_t rc = s_dnn.cudnnConvolutionForward (
         s_self.handle [plan->device], &one, plan->x, x, plan->w, w, plan->forward_conv,
         plan->forward, s_workspace (plan), plan->forward_bytes, &zero, plan->y, y);
     if (rc != CUDNN_STATUS_SUCCESS)
@@ -499,7 +558,7 @@ za_cuda_dnn_conv_backward_filter (za_precision_t q, const za_conv2d_dims_t *d,
     if (!x || !dy || !dw)
         return -1;
     const float one = 1.0f, zero = 0.0f;
-    cudnnStatus_t rc = cudnnConvolutionBackwardFilter (
+    cudnnStatus_t rc = s_dnn.cudnnConvolutionBackwardFilter (
         s_self.handle [plan->device], &one, plan->x, x, plan->y, dy, plan->filter_conv,
         plan->filter, s_workspace (plan), plan->filter_bytes, &zero, plan->w, dw);
     if (rc != CUDNN_STATUS_SUCCESS)
@@ -523,7 +582,7 @@ za_cuda_dnn_conv_backward_data (za_precision_t q, const za_conv2d_dims_t *d,
     if (!w || !dy || !dx)
         return -1;
     const float one = 1.0f, zero = 0.0f;
-    cudnnStatus_t rc = cudnnConvolutionBackwardData (
+    cudnnStatus_t rc = s_dnn.cudnnConvolutionBackwardData (
         s_self.handle [plan->device], &one, plan->w, w, plan->y, dy, plan->data_conv,
         plan->data, s_workspace (plan), plan->data_bytes, &zero, plan->x, dx);
     if (rc != CUDNN_STATUS_SUCCESS)
@@ -551,7 +610,7 @@ za_cuda_dnn_describe (za_precision_t q)
     static char text [3][96];
     if (!s_settings ()->on)
         return NULL;
-    size_t version = cudnnGetVersion ();
+    size_t version = s_dnn.cudnnGetVersion ();
     snprintf (text [q], sizeof text [q], "cuDNN %zu.%zu convolutions%s%s%s", version / 10000,
               version / 100 % 100, q != ZA_PRECISION_FP32? "": za_cuda_tf32? " in TF32"
                                                                             : " in strict fp32",

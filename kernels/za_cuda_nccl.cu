@@ -4,15 +4,55 @@
     first GPU's memory. One communicator per GPU (ncclCommInitAll), made on
     first use; each collective on a stream of its own per GPU, after the
     calling thread's work there, and waited for before it returns (the
-    replicas' threads read and write the same buffers next).              */
+    replicas' threads read and write the same buffers next). NCCL is opened
+    on first use (dlopen): a machine without it goes by copies.          */
 #include "za_cuda_nccl.h"
 #include "za_cuda_util.h"
 
+#include <dlfcn.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+//  The NCCL calls this file makes, looked up in the library once opened.
+#define S_NCCL_CALLS(X) \
+    X (ncclCommInitAll) X (ncclCommDestroy) X (ncclGetErrorString) X (ncclGroupStart) \
+    X (ncclGroupEnd) X (ncclReduce) X (ncclBroadcast)
+
+static struct {
+#define S_FIELD(call) decltype (&::call) call;
+    S_NCCL_CALLS (S_FIELD)
+#undef S_FIELD
+} s_nccl;
+
+#ifndef ZA_NCCL_PATH
+#   define ZA_NCCL_PATH "libnccl.so.2"
+#endif
+
+//  Opens NCCL: the build's library, else the loader's libnccl.so.2. 0, or
+//  -1 with why in `why`.
+static int
+s_nccl_open (char *why, size_t size)
+{
+    const char *paths [] = {ZA_NCCL_PATH, "libnccl.so.2"};
+    void *library = NULL;
+    for (int i = 0; i < 2 && !library; i++)
+        library = dlopen (paths [i], RTLD_NOW | RTLD_LOCAL);
+    if (!library) {
+        snprintf (why, size, "cuda: NCCL does not open: %s", dlerror ());
+        return -1;
+    }
+#define S_LOOK_UP(call)                                                                 \
+    if (!(*(void **) &s_nccl.call = dlsym (library, #call))) {                          \
+        snprintf (why, size, "cuda: libnccl has no %s", #call);                         \
+        return -1;                                                                      \
+    }
+    S_NCCL_CALLS (S_LOOK_UP)
+#undef S_LOOK_UP
+    return 0;
+}
 
 static pthread_mutex_t s_mutex = PTHREAD_MUTEX_INITIALIZER;
 static ncclComm_t s_comms [ZA_DEVICE_MAX];
@@ -27,7 +67,7 @@ s_comms_free (void)
 {
     for (int i = 0; i < s_count; i++) {
         cudaSetDevice (s_devices [i]);
-        ncclCommDestroy (s_comms [i]);
+        s_nccl.ncclCommDestroy (s_comms [i]);
         cudaStreamDestroy (s_streams [i]);
         cudaEventDestroy (s_ready [i]);
     }
@@ -48,11 +88,13 @@ s_comms_for (const int *devices, int count)
         snprintf (s_broken, sizeof s_broken, "cuda: NCCL is off (ZA_NCCL=0)");
         return -1;
     }
+    if (!s_nccl.ncclCommInitAll && s_nccl_open (s_broken, sizeof s_broken))
+        return -1;
     s_comms_free ();
-    ncclResult_t rc = ncclCommInitAll (s_comms, count, devices);
+    ncclResult_t rc = s_nccl.ncclCommInitAll (s_comms, count, devices);
     if (rc != ncclSuccess) {
         snprintf (s_broken, sizeof s_broken, "cuda: NCCL does not start over %d GPUs: %s",
-                  count, ncclGetErrorString (rc));
+                  count, s_nccl.ncclGetErrorString (rc));
         return -1;
     }
     for (int i = 0; i < count; i++) {
@@ -66,7 +108,7 @@ s_comms_for (const int *devices, int count)
             snprintf (s_broken, sizeof s_broken, "cuda:%d: no stream for NCCL: %s", devices [i],
                       cudaGetErrorString (made));
             for (int j = i; j < count; j++)
-                ncclCommDestroy (s_comms [j]);
+                s_nccl.ncclCommDestroy (s_comms [j]);
             s_count = i;
             s_comms_free ();
             return -1;
@@ -97,14 +139,14 @@ s_collective (const int *devices, int count, char *why, size_t why_size, const c
             if (za_cuda_ok (cudaEventRecord (s_ready [i], cudaStreamPerThread), "cudaEventRecord"))
                 za_cuda_ok (cudaStreamWaitEvent (s_streams [i], s_ready [i], 0),
                             "cudaStreamWaitEvent");
-    ncclResult_t rc = ncclGroupStart ();
+    ncclResult_t rc = s_nccl.ncclGroupStart ();
     for (int i = 0; i < count && rc == ncclSuccess; i++)
         rc = op (i, s_comms [i], s_streams [i]);
-    ncclResult_t end = ncclGroupEnd ();
+    ncclResult_t end = s_nccl.ncclGroupEnd ();
     if (rc == ncclSuccess)
         rc = end;
     if (rc != ncclSuccess)
-        za_cuda_fail (what, ncclGetErrorString (rc));
+        za_cuda_fail (what, s_nccl.ncclGetErrorString (rc));
     for (int i = 0; i < count; i++)
         if (za_cuda_ok (cudaSetDevice (devices [i]), "cudaSetDevice"))
             za_cuda_ok (cudaStreamSynchronize (s_streams [i]), what);
@@ -119,7 +161,7 @@ za_cuda_nccl_sum (float *const *bufs, const int *devices, int count, size_t floa
 {
     return s_collective (devices, count, why, why_size, "ncclReduce",
                          [&] (int i, ncclComm_t comm, cudaStream_t stream) {
-                             return ncclReduce (bufs [i], bufs [i], floats, ncclFloat, ncclSum,
+                             return s_nccl.ncclReduce (bufs [i], bufs [i], floats, ncclFloat, ncclSum,
                                                 0, comm, stream);
                          });
 }
@@ -130,7 +172,7 @@ za_cuda_nccl_broadcast (float *const *bufs, const int *devices, int count, size_
 {
     return s_collective (devices, count, why, why_size, "ncclBroadcast",
                          [&] (int i, ncclComm_t comm, cudaStream_t stream) {
-                             return ncclBroadcast (bufs [0], bufs [i], floats, ncclFloat, 0,
+                             return s_nccl.ncclBroadcast (bufs [0], bufs [i], floats, ncclFloat, 0,
                                                    comm, stream);
                          });
 }
