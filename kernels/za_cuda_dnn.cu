@@ -256,6 +256,34 @@ s_pick (const Perf *perf, int count, za_precision_t q, const char **why)
             rc = (call);                                                                \
     } while (0)
 
+//  A pass's algorithm: cuDNN's candidates for it (`list`: its heuristics or
+//  its timed search), the pick, and the math type it computes in set on
+//  the pass's descriptor. 1, or 0 said.
+#define CANDIDATES_MAX 8                //  the most algorithms a pass has
+static_assert (CANDIDATES_MAX >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+               && CANDIDATES_MAX >= CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT
+               && CANDIDATES_MAX >= CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, "room for each");
+
+template <typename Perf, typename Algo, typename List>
+static int
+s_choose (const s_plan_t *plan, const char *pass, cudnnConvolutionDescriptor_t conv,
+          Algo *algo, size_t *bytes, List list)
+{
+    Perf perf [CANDIDATES_MAX];
+    int got = 0, at = -1;
+    const char *why = NULL;
+    cudnnStatus_t rc = list (CANDIDATES_MAX, &got, perf);
+    if (rc == CUDNN_STATUS_SUCCESS && (at = s_pick (perf, got, plan->q, &why)) >= 0
+        && (rc = s_dnn.cudnnSetConvolutionMathType (conv, perf [at].mathType))
+               == CUDNN_STATUS_SUCCESS) {
+        *algo = perf [at].algo;
+        *bytes = perf [at].memory;
+        return 1;
+    }
+    s_say (plan, pass, rc != CUDNN_STATUS_SUCCESS? s_dnn.cudnnGetErrorString (rc): why);
+    return 0;
+}
+
 //  Descriptors, and each pass's algorithm: what cuDNN takes of the geometry.
 static void
 s_plan_make (s_plan_t *plan, cudnnHandle_t handle, const za_conv2d_dims_t *d, za_precision_t q)
@@ -304,62 +332,38 @@ s_plan_make (s_plan_t *plan, cudnnHandle_t handle, const za_conv2d_dims_t *d, za
         s_say (plan, "", "its padding is the same on both sides; this one is not");
         return;
     }
-    int benchmark = s_settings ()->benchmark, got = 0, at;
-    const char *why = NULL;
+    int benchmark = s_settings ()->benchmark;
 
-    cudnnConvolutionFwdAlgoPerf_t forward [CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    rc = benchmark? s_dnn.cudnnFindConvolutionForwardAlgorithm (handle, plan->x, plan->w,
-                                                          plan->forward_conv, plan->y,
-                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                          &got, forward)
-                  : s_dnn.cudnnGetConvolutionForwardAlgorithm_v7 (handle, plan->x, plan->w,
-                                                            plan->forward_conv, plan->y,
-                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                            &got, forward);
-    if (rc == CUDNN_STATUS_SUCCESS && (at = s_pick (forward, got, plan->q, &why)) >= 0
-        && (rc = s_dnn.cudnnSetConvolutionMathType (plan->forward_conv, forward [at].mathType))
-               == CUDNN_STATUS_SUCCESS) {
-        plan->forward = forward [at].algo;
-        plan->forward_bytes = forward [at].memory;
-        plan->forward_ok = plan->forward_planned = 1;
-    }
-    else
-        s_say (plan, "forward", rc != CUDNN_STATUS_SUCCESS? s_dnn.cudnnGetErrorString (rc): why);
-
-    cudnnConvolutionBwdFilterAlgoPerf_t filter [CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    rc = benchmark? s_dnn.cudnnFindConvolutionBackwardFilterAlgorithm (
-                        handle, plan->x, plan->y, plan->filter_conv, plan->w,
-                        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filter)
-                  : s_dnn.cudnnGetConvolutionBackwardFilterAlgorithm_v7 (
-                        handle, plan->x, plan->y, plan->filter_conv, plan->w,
-                        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filter);
-    if (rc == CUDNN_STATUS_SUCCESS && (at = s_pick (filter, got, plan->q, &why)) >= 0
-        && (rc = s_dnn.cudnnSetConvolutionMathType (plan->filter_conv, filter [at].mathType))
-               == CUDNN_STATUS_SUCCESS) {
-        plan->filter = filter [at].algo;
-        plan->filter_bytes = filter [at].memory;
-        plan->filter_ok = 1;
-    }
-    else
-        s_say (plan, "backward filter", rc != CUDNN_STATUS_SUCCESS? s_dnn.cudnnGetErrorString (rc)
-                                                                  : why);
-
-    cudnnConvolutionBwdDataAlgoPerf_t data [CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    rc = benchmark? s_dnn.cudnnFindConvolutionBackwardDataAlgorithm (
-                        handle, plan->w, plan->y, plan->data_conv, plan->x,
-                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data)
-                  : s_dnn.cudnnGetConvolutionBackwardDataAlgorithm_v7 (
-                        handle, plan->w, plan->y, plan->data_conv, plan->x,
-                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data);
-    if (rc == CUDNN_STATUS_SUCCESS && (at = s_pick (data, got, plan->q, &why)) >= 0
-        && (rc = s_dnn.cudnnSetConvolutionMathType (plan->data_conv, data [at].mathType))
-               == CUDNN_STATUS_SUCCESS) {
-        plan->data = data [at].algo;
-        plan->data_bytes = data [at].memory;
-        plan->data_ok = 1;
-    }
-    else
-        s_say (plan, "backward data", rc != CUDNN_STATUS_SUCCESS? s_dnn.cudnnGetErrorString (rc): why);
+    plan->forward_ok = plan->forward_planned = s_choose<cudnnConvolutionFwdAlgoPerf_t> (
+        plan, "forward", plan->forward_conv, &plan->forward, &plan->forward_bytes,
+        [&] (int most, int *got, cudnnConvolutionFwdAlgoPerf_t *perf) {
+            return benchmark? s_dnn.cudnnFindConvolutionForwardAlgorithm (
+                                  handle, plan->x, plan->w, plan->forward_conv, plan->y, most,
+                                  got, perf)
+                            : s_dnn.cudnnGetConvolutionForwardAlgorithm_v7 (
+                                  handle, plan->x, plan->w, plan->forward_conv, plan->y, most,
+                                  got, perf);
+        });
+    plan->filter_ok = s_choose<cudnnConvolutionBwdFilterAlgoPerf_t> (
+        plan, "backward filter", plan->filter_conv, &plan->filter, &plan->filter_bytes,
+        [&] (int most, int *got, cudnnConvolutionBwdFilterAlgoPerf_t *perf) {
+            return benchmark? s_dnn.cudnnFindConvolutionBackwardFilterAlgorithm (
+                                  handle, plan->x, plan->y, plan->filter_conv, plan->w, most,
+                                  got, perf)
+                            : s_dnn.cudnnGetConvolutionBackwardFilterAlgorithm_v7 (
+                                  handle, plan->x, plan->y, plan->filter_conv, plan->w, most,
+                                  got, perf);
+        });
+    plan->data_ok = s_choose<cudnnConvolutionBwdDataAlgoPerf_t> (
+        plan, "backward data", plan->data_conv, &plan->data, &plan->data_bytes,
+        [&] (int most, int *got, cudnnConvolutionBwdDataAlgoPerf_t *perf) {
+            return benchmark? s_dnn.cudnnFindConvolutionBackwardDataAlgorithm (
+                                  handle, plan->w, plan->y, plan->data_conv, plan->x, most,
+                                  got, perf)
+                            : s_dnn.cudnnGetConvolutionBackwardDataAlgorithm_v7 (
+                                  handle, plan->w, plan->y, plan->data_conv, plan->x, most,
+                                  got, perf);
+        });
 }
 
 //  This thread's plan of the geometry in q on its device, if it has one.
