@@ -290,7 +290,8 @@ s_bind (int device)
 {
     //  cpu-staged:all's devices are all this CPU.
     return device >= 0 && device < ZA_STAGED_DEVICES
-         ? 0: za_error ("cpu: no device %d (the CPU is device 0)", device);
+         ? 0: za_error ("cpu: no device %d (the CPU is device 0; cpu-staged:all's are 0 to %d)",
+                        device, ZA_STAGED_DEVICES - 1);
 }
 
 static int
@@ -335,12 +336,15 @@ s_sync (void)
 }
 
 //  cpu-staged:all's collectives: its devices are all this CPU's memory.
+//  ZA_STAGED_COLLECTIVE=fail fails both as an NCCL that does not start,
+//  =sum the sum alone (the values' broadcast goes on).
 static int
-s_collective_fails (void)
+s_collective_fails (const char *which)
 {
     const char *fail = getenv ("ZA_STAGED_COLLECTIVE");
-    return fail && strcmp (fail, "fail") == 0
-         ? za_error ("cpu-staged: the collective does not start (ZA_STAGED_COLLECTIVE=fail)")
+    return fail && (strcmp (fail, "fail") == 0 || strcmp (fail, which) == 0)
+         ? za_error ("cpu-staged: the collective %s does not start (ZA_STAGED_COLLECTIVE=%s)",
+                     which, fail)
          : 0;
 }
 
@@ -348,7 +352,7 @@ static int
 s_devices_sum (float *const *bufs, const int *devices, int count, size_t floats)
 {
     (void) devices;
-    if (s_collective_fails ())
+    if (s_collective_fails ("sum"))
         return -1;
     for (int b = 1; b < count; b++)
         for (size_t i = 0; i < floats; i++)
@@ -360,7 +364,7 @@ static int
 s_devices_broadcast (float *const *bufs, const int *devices, int count, size_t floats)
 {
     (void) devices;
-    if (s_collective_fails ())
+    if (s_collective_fails ("broadcast"))
         return -1;
     for (int b = 1; b < count; b++)
         memcpy (bufs [b], bufs [0], floats * sizeof (float));

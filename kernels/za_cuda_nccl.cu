@@ -99,12 +99,15 @@ s_comms_for (const int *devices, int count)
     }
     for (int i = 0; i < count; i++) {
         s_devices [i] = devices [i];
+        s_streams [i] = NULL;
         cudaError_t made = cudaSetDevice (devices [i]);
         if (made == cudaSuccess)
             made = cudaStreamCreateWithFlags (&s_streams [i], cudaStreamNonBlocking);
         if (made == cudaSuccess)
             made = cudaEventCreateWithFlags (&s_ready [i], cudaEventDisableTiming);
         if (made != cudaSuccess) {
+            if (s_streams [i])
+                cudaStreamDestroy (s_streams [i]);
             snprintf (s_broken, sizeof s_broken, "cuda:%d: no stream for NCCL: %s", devices [i],
                       cudaGetErrorString (made));
             for (int j = i; j < count; j++)
@@ -134,11 +137,20 @@ s_collective (const int *devices, int count, char *why, size_t why_size, const c
         pthread_mutex_unlock (&s_mutex);
         return -1;
     }
-    for (int i = 0; i < count; i++)
-        if (za_cuda_ok (cudaSetDevice (devices [i]), "cudaSetDevice"))
-            if (za_cuda_ok (cudaEventRecord (s_ready [i], cudaStreamPerThread), "cudaEventRecord"))
-                za_cuda_ok (cudaStreamWaitEvent (s_streams [i], s_ready [i], 0),
-                            "cudaStreamWaitEvent");
+    //  Each after this thread's work on its device; where that cannot be
+    //  ordered, no collective (the error kept fails the step).
+    int ordered = 1;
+    for (int i = 0; i < count && ordered; i++)
+        ordered = za_cuda_ok (cudaSetDevice (devices [i]), "cudaSetDevice")
+               && za_cuda_ok (cudaEventRecord (s_ready [i], cudaStreamPerThread),
+                              "cudaEventRecord")
+               && za_cuda_ok (cudaStreamWaitEvent (s_streams [i], s_ready [i], 0),
+                              "cudaStreamWaitEvent");
+    if (!ordered) {
+        cudaSetDevice (home);
+        pthread_mutex_unlock (&s_mutex);
+        return 0;
+    }
     ncclResult_t rc = s_nccl.ncclGroupStart ();
     for (int i = 0; i < count && rc == ncclSuccess; i++)
         rc = op (i, s_comms [i], s_streams [i]);
@@ -172,7 +184,8 @@ za_cuda_nccl_broadcast (float *const *bufs, const int *devices, int count, size_
 {
     return s_collective (devices, count, why, why_size, "ncclBroadcast",
                          [&] (int i, ncclComm_t comm, cudaStream_t stream) {
-                             return s_nccl.ncclBroadcast (bufs [0], bufs [i], floats, ncclFloat, 0,
-                                                   comm, stream);
+                             //  The source counts on rank 0 alone (in place there).
+                             return s_nccl.ncclBroadcast (bufs [i], bufs [i], floats,
+                                                          ncclFloat, 0, comm, stream);
                          });
 }

@@ -363,54 +363,83 @@ Test (device, two_replicas_per_device_equal_one_at_twice_the_batch)
     za_dataset_destroy (&data);
 }
 
-//  Two devices, one replica each: their gradients summed on the first by
-//  the back end's collective (NCCL's reduce on GPUs; loops on cpu-staged)
-//  and the values broadcast back, train as two replicas on one device. A
-//  collective that does not start (ZA_STAGED_COLLECTIVE=fail, as an NCCL
-//  that cannot) is said once and the devices go by copies, alike. No GPU
-//  runs here: NCCL itself is exercised only by --device cuda:all on a
-//  machine with several GPUs (docs/gpus.md).
+//  A replica of `config` trained `steps` steps of `size` examples; what the
+//  back end's collectives said in *said (za_error_clear first).
+static za_replica_t *
+s_trained (const za_replica_config_t *config, const za_dataset_t *data, int size, int steps,
+           double *loss, const char *collective, char *said, size_t said_size)
+{
+    if (collective)
+        setenv ("ZA_STAGED_COLLECTIVE", collective, 1);
+    za_error_set_quiet (1);
+    za_error_clear ();
+    za_replica_t *replica = za_replica_new (config, 5);
+    cr_assert (replica, "%s", za_last_error ());
+    s_train (replica, data, size, steps, loss);
+    snprintf (said, said_size, "%s", za_last_error ());
+    unsetenv ("ZA_STAGED_COLLECTIVE");
+    return replica;
+}
+
+//  Two devices, two replicas each: the replicas summed on their device,
+//  the devices' sums on the first by the back end's collective (NCCL's
+//  reduce on GPUs; loops on cpu-staged), the values broadcast back, train
+//  as four replicas on one device, at a batch that splits unevenly and at
+//  one smaller than the replicas. A collective that does not start (as an
+//  NCCL that cannot) is said and the devices go by copies, alike: the sum
+//  alone (ZA_STAGED_COLLECTIVE=sum: the fallback after the weighting), or
+//  both (=fail: the broadcast fails first, before any sum). No GPU runs
+//  here: NCCL itself runs only under --device cuda:all on a machine with
+//  several GPUs (docs/gpus.md).
 Test (device, two_devices_by_collective_or_by_copies_train_as_one_device)
 {
-    enum { SIZE = 64, STEPS = 4 };
-    za_dataset_t *data = za_test_fashion ("train", SIZE * STEPS);
+    enum { SIZE = 63, STEPS = 4, WAYS = 4 };
+    za_dataset_t *data = za_test_fashion ("train", SIZE * STEPS + 3);
     cr_assert_eq (za_stack_parse ("conv2d(8,3,relu) maxpool(2) flatten dense(10)", &s_spec), 0);
     za_optim_config_t optim = za_optim_config_default (ZA_OPT_MOMENTUM);
-    za_replica_config_t config = {
+    za_replica_config_t one = {
         .model_fn = za_stack_model_fn (), .params = &s_spec, .input = {28, 28, 1},
         .train = 1, .optim = &optim, .device = {.kind = ZA_DEVICE_CPU_STAGED},
-        .replicas_per_device = 2,
+        .replicas_per_device = 4,
     };
-    za_replica_t *one = za_replica_new (&config, 5);
-    config.replicas_per_device = 1;
-    config.device.index = ZA_DEVICE_ALL;
-    za_replica_t *reduced = za_replica_new (&config, 5);
-    za_replica_t *copied = za_replica_new (&config, 5);
-    cr_assert (one && reduced && copied, "%s", za_last_error ());
-    size_t total = za_replica_vars (one)->total;
-    double loss_one [STEPS], loss_reduced [STEPS], loss_copied [STEPS];
-    s_train (one, data, SIZE, STEPS, loss_one);
-    s_train (reduced, data, SIZE, STEPS, loss_reduced);
-    setenv ("ZA_STAGED_COLLECTIVE", "fail", 1);
-    za_error_set_quiet (1);
-    s_train (copied, data, SIZE, STEPS, loss_copied);
-    unsetenv ("ZA_STAGED_COLLECTIVE");
-    cr_expect (strstr (za_last_error (), "ZA_STAGED_COLLECTIVE=fail"), "%s", za_last_error ());
-    for (int s = 0; s < STEPS; s++) {
-        cr_expect (fabs (loss_one [s] - loss_reduced [s]) < 1e-5, "step %d: %g vs %g", s,
-                   loss_one [s], loss_reduced [s]);
-        cr_expect (fabs (loss_one [s] - loss_copied [s]) < 1e-5, "step %d: %g vs %g", s,
-                   loss_one [s], loss_copied [s]);
+    za_replica_config_t two = one;
+    two.device.index = ZA_DEVICE_ALL;
+    two.replicas_per_device = 2;
+    const char *how [WAYS] = {"one device", "the collective", "copies after the sum failed",
+                              "copies throughout"};
+    za_replica_t *replica [WAYS];
+    double loss [WAYS][STEPS];
+    char said [WAYS][ZA_ERROR_MAX_CHARS];
+    replica [0] = s_trained (&one, data, SIZE, STEPS, loss [0], NULL, said [0], sizeof said [0]);
+    replica [1] = s_trained (&two, data, SIZE, STEPS, loss [1], NULL, said [1], sizeof said [1]);
+    replica [2] = s_trained (&two, data, SIZE, STEPS, loss [2], "sum", said [2], sizeof said [2]);
+    replica [3] = s_trained (&two, data, SIZE, STEPS, loss [3], "fail", said [3], sizeof said [3]);
+    //  The collectives ran where asked, and failed where made to.
+    cr_expect_eq (said [1][0], 0, "the collective said: %s", said [1]);
+    cr_expect (strstr (said [2], "collective sum does not start"), "%s", said [2]);
+    cr_expect (strstr (said [3], "collective broadcast does not start"), "%s", said [3]);
+    size_t total = za_replica_vars (replica [0])->total;
+    cr_expect_gt (fabs (loss [0][STEPS - 1] - loss [0][0]), 1e-3, "it trained");
+    //  A last step of 3 examples: one replica of the four gets none.
+    za_batch_t small = {data->features + (size_t) SIZE * STEPS * 784,
+                        data->labels + SIZE * STEPS, 3, 784, NULL};
+    for (int w = 0; w < WAYS; w++) {
+        double last;
+        cr_assert_eq (za_replica_compute_gradients (replica [w], &small, STEPS, &last), 0, "%s",
+                      za_last_error ());
+        za_replica_apply (replica [w], STEPS + 1);
     }
-    //  The step moved the values, and both ways alike.
-    cr_expect_gt (fabs (loss_one [STEPS - 1] - loss_one [0]), 1e-3);
-    cr_expect_lt (s_max_diff (za_replica_values (one), za_replica_values (reduced), total), 1e-5);
-    cr_expect_lt (s_max_diff (za_replica_values (one), za_replica_values (copied), total), 1e-5);
-    cr_expect_lt (s_max_diff (za_replica_slot (one, 0), za_replica_slot (reduced, 0), total),
-                  1e-5);
-    za_replica_destroy (&one);
-    za_replica_destroy (&reduced);
-    za_replica_destroy (&copied);
+    for (int w = 1; w < WAYS; w++) {
+        for (int s = 0; s < STEPS; s++)
+            cr_expect (fabs (loss [0][s] - loss [w][s]) < 1e-5, "%s, step %d: %g vs %g",
+                       how [w], s, loss [0][s], loss [w][s]);
+        cr_expect_lt (s_max_diff (za_replica_values (replica [0]), za_replica_values (replica [w]),
+                                  total), 1e-5, "%s", how [w]);
+        cr_expect_lt (s_max_diff (za_replica_slot (replica [0], 0), za_replica_slot (replica [w], 0),
+                                  total), 1e-5, "%s", how [w]);
+    }
+    for (int w = 0; w < WAYS; w++)
+        za_replica_destroy (&replica [w]);
     za_dataset_destroy (&data);
 }
 

@@ -262,7 +262,8 @@ const za_backend_t *za_backend_cpu (void);
 //  GPU takes, so that path is tested where there is no GPU. It has
 //  ZA_STAGED_DEVICES devices (cpu-staged:all), all the CPU, whose
 //  collectives are loops; ZA_STAGED_COLLECTIVE=fail makes them fail as an
-//  NCCL that cannot start, for the callers' fallback. Never NULL.
+//  NCCL that cannot start (=sum the sum alone), for the callers' fallback.
+//  Never NULL.
 const za_backend_t *za_backend_cpu_staged (void);
 #define ZA_STAGED_DEVICES 2
 
