@@ -235,6 +235,7 @@ typedef struct {
     int64_t global_step;
     int64_t own_steps;
     int preempted;                  //  every rank stopped for preemption before max_steps
+    int left;                       //  this worker left the job (SIGTERM, elastic)
     int live;                                   //  holds values this process trained on
     int terminated;                             //  $TERM came on the pipe
     za_role_hooks_t hooks;                      //  the counter; the savers for the chief
@@ -577,10 +578,15 @@ s_wait_members (s_mirrored_t *self, int64_t number)
     return 0;
 }
 
+//  s_reform's word that this worker left the job.
+#define MIRRORED_LEFT 1
+
 //  The ring of the members now (an elastic job): this rank's place among
 //  them, and its right neighbour, once the broker lists this task with every
-//  member's endpoint. Returns 0, or -1 with an error (not listed within
-//  timeout_secs: this task was dropped, or never admitted).
+//  member's endpoint. Returns 0, MIRRORED_LEFT when it leaves (it got SIGTERM
+//  and the broker no longer lists it: the others re-form without it), or -1
+//  with an error (not listed within timeout_secs: this task was dropped, or
+//  never admitted).
 static int
 s_reform (s_mirrored_t *self)
 {
@@ -597,6 +603,13 @@ s_reform (s_mirrored_t *self)
             known &= *members->endpoint [m] != 0;
         if (rank >= 0 && known)
             break;
+        if (rank < 0 && za_preempt_leave_requested ()) {
+            self->left = 1;
+            za_info ("%s: left the job after step %" PRId64 " (SIGTERM): members change %"
+                     PRId64 " goes on with %d trainers", self->who, self->global_step,
+                     members->number, members->count);
+            return MIRRORED_LEFT;
+        }
         if (za_clock_mono () - start > config->timeout_secs)
             return za_error ("%s: the broker has not listed this task among the job's members "
                              "within %.0f s (dropped after --elastic-timeout, or the job is "
@@ -760,6 +773,8 @@ s_train (s_mirrored_t *self)
 {
     //  Elastic: the ring of the members that train now.
     int rc = self->config->membership? s_reform (self): 0;
+    if (rc == MIRRORED_LEFT)
+        return 0;
     if (rc == 0)
         rc = s_generation (self, 1);
     while (rc == ZA_RING_RESYNC || rc == ZA_RING_CANCELLED) {
@@ -773,7 +788,10 @@ s_train (s_mirrored_t *self)
             && (rc == ZA_RING_CANCELLED || s_members_changed (self))) {
             if (self->reform_start == 0)
                 self->reform_start = za_clock_mono ();
-            if (s_reform (self))
+            int reformed = s_reform (self);
+            if (reformed == MIRRORED_LEFT)
+                return 0;
+            if (reformed)
                 return -1;
         }
         else
@@ -820,7 +838,8 @@ za_mirrored_actor (zsock_t *pipe, void *args)
     uint32_t crc = za_role_values_crc (za_replica_values (self->replica), self->vars->total);
     //  The same crc on every worker: the replicas are identical.
     za_info ("%s: %s at step %" PRId64 " in %.1f s (values crc32 %08x)", self->who,
-             rc? "failed": self->preempted? "preempted": "done", self->global_step,
+             rc? "failed": self->preempted? "preempted": self->left? "left": "done",
+             self->global_step,
              za_clock_mono () - self->start_time, crc);
     if (self->own_steps > 0) {
         double n = (double) self->own_steps;

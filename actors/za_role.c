@@ -122,9 +122,12 @@ s_wait (zactor_t *actor, double timeout_secs, zactor_t *relay, int64_t *step, ui
         if (timeout_secs > 0 && za_clock_mono () > deadline)
             break;
         if (!zpoller_wait (poller, wait_ms)) {
-            //  SIGTERM taken as preemption cut the wait short: the actor
-            //  saves and says DONE, which we wait for.
-            if (zpoller_terminated (poller) && (zsys_interrupted || !za_preempt_requested ()))
+            //  SIGTERM taken as preemption (or an elastic worker's leave)
+            //  cut the wait short: the actor saves (leaves) and says DONE,
+            //  which we wait for.
+            if (zpoller_terminated (poller)
+                && (zsys_interrupted
+                    || (!za_preempt_requested () && !za_preempt_leave_requested ())))
                 break;
             continue;
         }

@@ -327,6 +327,8 @@ s_run_steps (za_worker_t *self)
         za_worker_alive (self, step_start);
         if (config->membership && s_share_input (self))
             return -1;
+        if (self->left)
+            break;
         za_batch_t batch;
         if (za_role_next_batch (self->input, self->who, &batch))
             return -1;
@@ -409,6 +411,16 @@ s_share_input (za_worker_t *self)
         return za_error ("%s: out of memory", self->who);
     za_membership_get (config->membership, members);
     int rank = za_members_rank (members, config->worker_index);
+    //  It got SIGTERM and the broker no longer lists it: it leaves, the
+    //  others go on.
+    if (rank < 0 && za_preempt_leave_requested () && members->number > 0) {
+        self->left = 1;
+        za_info ("%s: left the job at step %" PRId64 " (SIGTERM): members change %" PRId64
+                 " goes on with %d trainers", self->who, self->global_step, members->number,
+                 members->count);
+        free (members);
+        return 0;
+    }
     //  ps-sync's global rule: the members share the global batch of those it
     //  started with (ps-async: each worker its --batch-size).
     int global = config->strategy == ZA_STRATEGY_PS_SYNC
@@ -457,7 +469,7 @@ s_train (za_worker_t *self)
         if (rc == 0 && config->is_chief)
             rc = za_worker_checkpoint (self, 1);
         //  Stopped early: the evaluators learn where training ended.
-        if (rc == 0 && config->run.early_stopping)
+        if (rc == 0 && config->run.early_stopping && !self->left)
             rc = za_early_stop_end (config->run.model_dir, self->global_step);
         if (rc == 0)
             return 0;
@@ -494,7 +506,8 @@ za_worker_actor (zsock_t *pipe, void *args)
     za_role_publish_end (config, rc, self->global_step);
     double secs = za_clock_mono () - self->start_time;
     za_info ("%s: %s at step %" PRId64 " after %" PRId64 " own steps in %.1f s",
-             self->who, rc? "failed": preempted? "preempted": "done", self->global_step,
+             self->who, rc? "failed": preempted? "preempted": self->left? "left": "done",
+             self->global_step,
              self->own_steps, secs);
     if (self->own_steps > 0) {
         double n = (double) self->own_steps;

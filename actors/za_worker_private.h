@@ -89,6 +89,7 @@ typedef struct {
     double start_time;
     int64_t start_step;
     int64_t members_seen;               //  elastic: the members' change its input follows
+    int left;                           //  elastic: it left the job (SIGTERM)
     //  Where a step's time goes: the gradient computation, the push and its
     //  replies, and everything else (input, copying values in, logs).
     uint64_t frozen_left_out;           //  frozen parts no push carried

@@ -183,11 +183,14 @@ s_parse_report (json_t *body, za_registration_t *reg, char *why, size_t size)
     if (has_ring)
         reg->ring_rank = (int) value;
     json_t *preempting = json_object_get (body, "preempting");
-    if (preempting && !json_is_boolean (preempting)) {
-        snprintf (why, size, "preempting: true, false or nothing");
+    json_t *leaving = json_object_get (body, "leaving");
+    if ((preempting && !json_is_boolean (preempting)) || (leaving && !json_is_boolean (leaving))) {
+        snprintf (why, size, "%s: true, false or nothing",
+                  preempting && !json_is_boolean (preempting)? "preempting": "leaving");
         return -1;
     }
     reg->preempting = preempting && json_is_true (preempting);
+    reg->leaving = leaving && json_is_true (leaving);
     if (s_parse_times (body, &reg->times, why, size))
         return -1;
     //  Its clock, for the trace's: the view answers with ours.

@@ -100,6 +100,7 @@ s_spawn (za_registry_t *self, za_entry_t *task)
         return -1;
     task->pid = pid;
     task->own = 1;
+    task->leaving = 0;
     task->state = ZA_ENTRY_STARTED;
     task->since = za_clock_mono ();
     task->cause [0] = 0;
@@ -239,6 +240,7 @@ s_take (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
                      (int) reg->pid, (int) task->pid);
         task->own = 0;
         task->pid = reg->pid;
+        task->leaving = 0;
     }
     //  The token it names is its own (za_registry_claim let it in); one that
     //  names none and is new to the task gets a fresh one, sent in the welcome.
@@ -430,7 +432,7 @@ s_supervise_task (za_registry_t *self, za_entry_t *task, double now, int grace)
 
 //  1 when the task trains in the job now: a chief or a worker that is not
 //  an elastic slot, or one that a worker holds (with the all-reduce, one
-//  whose ring endpoint is known), until it is dropped.
+//  whose ring endpoint is known), until it is dropped or leaves.
 int
 za_registry_is_member (const za_registry_t *self, const za_entry_t *task)
 {
@@ -440,7 +442,7 @@ za_registry_is_member (const za_registry_t *self, const za_entry_t *task)
         return 1;
     //  It trains once its role is past starting (its data loaded, its ring
     //  bound): the others need not wait for that.
-    return task->state != ZA_ENTRY_VACANT && task->state != ZA_ENTRY_EMPTY
+    return task->state != ZA_ENTRY_VACANT && task->state != ZA_ENTRY_EMPTY && !task->leaving
         && *task->role_state && !streq (task->role_state, "starting")
         && (!self->config->ring || *task->endpoint);
 }
@@ -669,6 +671,24 @@ za_registry_report (za_registry_t *self, za_entry_t *task, zframe_t *identity,
     if (reg->preempting && !self->preempting) {
         self->preempting = 1;
         s_event (self, task, "preempting", "it got SIGTERM: the job stops for preemption");
+    }
+    //  An elastic job's worker that got SIGTERM: one in an elastic slot
+    //  leaves (the others re-form without it); one the job needs (MIN)
+    //  stops the job for preemption, as any task.
+    if (reg->leaving && !task->leaving && !self->preempting) {
+        if (za_registry_elastic_slot (self, task)) {
+            task->leaving = 1;
+            s_event (self, task, "leaving", "it got SIGTERM: it leaves the job, the others "
+                     "go on");
+            s_update_members (self);
+        }
+        else {
+            self->preempting = 1;
+            s_event (self, task, "preempting", "it got SIGTERM and is one of the %d workers "
+                     "the job keeps (--workers %d:%d): the job stops for preemption",
+                     self->config->min_workers, self->config->min_workers,
+                     self->config->counts [ZA_TASK_WORKER]);
+        }
     }
     if (ended && task->pid == reg->pid && task->state != ZA_ENTRY_DONE) {
         int done = streq (reg->state, "done");

@@ -5,6 +5,8 @@
 
 static volatile sig_atomic_t s_handled;
 static volatile sig_atomic_t s_requested;
+static volatile sig_atomic_t s_leaves;
+static volatile sig_atomic_t s_leave_requested;
 
 void
 za_preempt_set_handled (int handled)
@@ -28,4 +30,28 @@ int
 za_preempt_requested (void)
 {
     return s_requested;
+}
+
+void
+za_preempt_set_leaves (int leaves)
+{
+    s_leaves = leaves? 1: 0;
+}
+
+int
+za_preempt_leaves (void)
+{
+    return s_leaves;
+}
+
+void
+za_preempt_leave (void)
+{
+    s_leave_requested = 1;
+}
+
+int
+za_preempt_leave_requested (void)
+{
+    return s_leave_requested;
 }

@@ -187,9 +187,14 @@ za_broker_client_report (za_broker_client_t *self, const za_task_registration_t 
     //  Our clock: the broker answers with its own (the trace's times).
     json_object_set_new (body, "clock", json_pack ("{s:f, s:s}", "sent", za_clock_mono (),
                                                    "boot", za_boot_id ()));
-    //  SIGTERM came (za_preempt.h): the broker stops the whole job.
+    //  SIGTERM came (za_preempt.h): the broker stops the whole job; to an
+    //  elastic job's worker: it drops this one from the members, or stops
+    //  the job where this one may not leave.
     if (za_preempt_requested ())
         json_object_set_new (body, "preempting", json_true ());
+    else
+    if (za_preempt_leave_requested ())
+        json_object_set_new (body, "leaving", json_true ());
     if (stats) {
         za_role_stats_t *s = (za_role_stats_t *) stats;
         json_object_set_new (body, "global_step", json_integer (atomic_load (&s->global_step)));

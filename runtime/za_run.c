@@ -196,7 +196,8 @@ s_keygen (const za_program_t *program, int argc, char **argv)
 }
 
 //  SIGINT interrupts (zsys_interrupted, as CZMQ's own handler does);
-//  SIGTERM asks for preemption where this process handles it (za_preempt.h;
+//  SIGTERM asks for preemption where this process handles it (an elastic
+//  worker's: to leave the job; za_preempt.h;
 //  more of them are the same request: a job's processes may each get one
 //  from the scheduler and one from their supervisor), and interrupts
 //  otherwise.
@@ -204,7 +205,10 @@ static void
 s_on_signal (int signal)
 {
     if (signal == SIGTERM && za_preempt_handled ()) {
-        za_preempt_request ();
+        if (za_preempt_leaves ())
+            za_preempt_leave ();
+        else
+            za_preempt_request ();
         return;
     }
     zctx_interrupted = 1;

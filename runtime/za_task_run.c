@@ -374,6 +374,9 @@ za_task_run_role (za_task_t *task, const za_place_t *place, zactor_t *client)
     //  chief stops, its final checkpoint stops the ps, and the workers hear
     //  `done` (the others go on until then).
     za_preempt_set_handled (1);
+    //  An elastic job's worker leaves on SIGTERM (the broker says whether
+    //  it may, or stops the job).
+    za_preempt_set_leaves (role.membership && place->type == ZA_TASK_WORKER && !place->is_chief);
     int rc = actor? za_role_wait_relay (actor, client): -1;
     zactor_destroy (&actor);
     za_trace_close ();

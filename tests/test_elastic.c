@@ -2,7 +2,10 @@
     while it trains, with real processes. --local starts the chief and one
     worker of `--workers 1:2`; a second worker joins with --role worker
     --broker, trains beside them, and is killed for good (SIGKILL): the
-    broker drops it after --elastic-timeout and the others go on. Under
+    broker drops it after --elastic-timeout and the others go on; or it
+    gets SIGTERM (a node's preemption notice) and leaves, exit 0, the job
+    going on without it (torchrun's scale-down; all-reduce's scale-lr case
+    and ps-async), with no preemption of the job. Under
     ps-async, ps-sync and allreduce: the first processes keep their pids
     (no restart), the chief's global step never goes back, events.jsonl
     says who joined and who left, the job ends at max_steps with exit 0,
@@ -135,10 +138,12 @@ s_fixed_accuracy (const char *tag, const char *strategy, const char *ps, const c
 //  `tf_config`: the joiner finds the broker through TF_CONFIG's zactor
 //  extension instead of --broker. `rule`: an --elastic-batch other than
 //  the default (global), whose learning rates the chief's log shows
-//  instead of an accuracy to compare.
+//  instead of an accuracy to compare. `leaves`: the joiner gets SIGTERM
+//  (a node's preemption notice) and leaves the job, exit 0, instead of
+//  being lost to SIGKILL.
 static void
 s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t steps,
-                int tf_config, const char *rule)
+                int tf_config, const char *rule, int leaves)
 {
     char *dir = za_test_path (tag);
     char name [64], steps_text [32];
@@ -186,9 +191,17 @@ s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t s
     phase.joiner = 0;
     cr_assert_lt (phase.reached, steps, "%s: the job ended before the third trainer worked "
                   "long enough to leave", tag);
-    //  ... and is lost for good: dropped, the others go on.
-    cr_assert_eq (kill (joiner, SIGKILL), 0);
-    za_test_wait (joiner, 30);
+    //  ... and is lost for good (dropped), or leaves on SIGTERM: the others
+    //  go on.
+    cr_assert_eq (kill (joiner, leaves? SIGTERM: SIGKILL), 0);
+    int joiner_status = za_test_wait (joiner, 60);
+    if (leaves) {
+        char *said = (char *) za_test_read_file (joiner_err, NULL);
+        cr_expect (WIFEXITED (joiner_status) && WEXITSTATUS (joiner_status) == 0,
+                   "%s: the leaver's status %d: %s", tag, joiner_status, said);
+        cr_expect (said && strstr (said, "left the job"), "%s: %s", tag, said);
+        free (said);
+    }
     phase.members = 2;
     phase.step = 0;
     json_decref (za_test_wait_for (broker, s_reached, &phase, "the third trainer dropped",
@@ -217,6 +230,10 @@ s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t s
     cr_expect_eq (za_test_count (events, "\"event\":\"joined\""), 1, "%s: %s", tag, events);
     cr_expect_eq (za_test_count (events, "\"event\":\"left\""), 1, "%s: %s", tag, events);
     cr_expect_eq (za_test_count (events, "\"event\":\"restarted\""), 0, "%s: %s", tag, events);
+    cr_expect_eq (za_test_count (events, "\"event\":\"leaving\""), leaves, "%s: %s", tag,
+                  events);
+    cr_expect_eq (za_test_count (events, "\"event\":\"preempting\""), 0, "%s: %s", tag,
+                  events);
     free (events);
     //  All-reduce: the ring re-formed on each change, each within the bound.
     if (strcmp (strategy, "allreduce") == 0) {
@@ -261,14 +278,14 @@ s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t s
 
 Test (elastic, allreduce_grows_and_shrinks_without_a_restart)
 {
-    s_elastic_case ("allreduce", "allreduce", "0", 1500, 0, NULL);
+    s_elastic_case ("allreduce", "allreduce", "0", 1500, 0, NULL, 0);
 }
 
 //  --elastic-batch scale-lr (horovod): the learning rate follows the
-//  trainers.
+//  trainers. The third leaves on SIGTERM (torchrun's scale-down).
 Test (elastic, allreduce_scale_lr_follows_the_trainers)
 {
-    s_elastic_case ("scale", "allreduce", "0", 1500, 0, "horovod");
+    s_elastic_case ("scale", "allreduce", "0", 1500, 0, "horovod", 1);
 }
 
 //  TF_CONFIG's zactor extension that names no endpoint, or no task type:
@@ -295,10 +312,11 @@ Test (elastic, a_tf_config_broker_that_is_wrong_is_refused)
 
 Test (elastic, ps_sync_grows_and_shrinks_without_a_restart)
 {
-    s_elastic_case ("sync", "ps-sync", "1", 3000, 1, NULL);
+    s_elastic_case ("sync", "ps-sync", "1", 3000, 1, NULL, 0);
 }
 
+//  The third leaves on SIGTERM.
 Test (elastic, ps_async_grows_and_shrinks_without_a_restart)
 {
-    s_elastic_case ("async", "ps-async", "1", 6000, 0, NULL);
+    s_elastic_case ("async", "ps-async", "1", 6000, 0, NULL, 1);
 }

@@ -37,6 +37,17 @@ void za_preempt_request (void);
 //  1 once preemption was asked for.
 int za_preempt_requested (void);
 
+//  An elastic job's worker (--workers MIN:MAX) takes SIGTERM as leaving the
+//  job instead, as a node leaves a torchrun job: it tells the broker, which
+//  drops it from the members when it holds an elastic slot (the others go
+//  on, their ring re-formed without it, and it exits 0) or else stops the
+//  whole job for preemption as above (its view says `preempting`). Set by
+//  what runs such a worker; leave_requested is 1 once SIGTERM came so.
+void za_preempt_set_leaves (int leaves);
+int za_preempt_leaves (void);
+void za_preempt_leave (void);
+int za_preempt_leave_requested (void);
+
 #ifdef __cplusplus
 }
 #endif
