@@ -678,6 +678,11 @@ Test (broker, every_field_of_a_register_and_a_report_is_checked)
         "\"examples_per_sec\": 1, \"ring_rank\": 1, \"wait_ms\": \"soon\"",
         "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
         "\"examples_per_sec\": 1, \"token\": \"not-a-token\"",
+        //  A word that stops or shrinks the job: true or false, nothing else.
+        "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
+        "\"examples_per_sec\": 1, \"preempting\": \"yes\"",
+        "\"state\": \"running\", \"global_step\": 1, \"loss\": 1, \"steps_per_sec\": 1, "
+        "\"examples_per_sec\": 1, \"leaving\": 1",
     };
     for (size_t f = 0; f < sizeof fields / sizeof fields [0]; f++) {
         char report [1024];
