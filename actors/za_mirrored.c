@@ -12,6 +12,7 @@
     with an error naming the difference. Global steps count synchronous
     steps, each of num_workers x batch_size examples; the chief writes the
     checkpoints and the metrics.                                           */
+#include "za_reducer.h"
 #include "za_role_private.h"
 #include "za/za_early_stop.h"
 #include "za/za_preempt.h"
@@ -24,205 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-//  With --bucket-kib the gradient block goes round the ring in buckets of
-//  whole variables, the last layer's first, each at least that large; what
-//  is left at the start, or past this many buckets, joins the last one. A
-//  bucket starts as soon as backward has made it final.
-#define MAX_BUCKETS 64
+//  A step's rounds on the ring (za_reducer.h).
+#define MAX_BUCKETS ZA_REDUCER_MAX_BUCKETS
 //  Elastic: how often a task looks for the broker's news of its members.
 #define MEMBERS_POLL_MS 20
-
-// ---------------------------------------------------------------------------
-//  The reducer: a thread that all-reduces each bucket of a step's gradient
-//  as soon as the replica says it is final (za_replica_on_gradients), so
-//  that the ring works while backward is still at the first layers. The
-//  buckets are fixed by the variable table, and each is one all-reduce: the
-//  order of the additions does not depend on timing, and a run is repeatable
-//  bit for bit. The ring is the reducer's from s_reducer_begin to
-//  s_reducer_end (the mutex hands it over); the main thread's otherwise.
-
-typedef struct {
-    pthread_t thread;
-    int running;
-    pthread_mutex_t mutex;
-    pthread_cond_t cond;
-    za_ring_t *ring;
-    float *grads;
-    size_t total;
-    size_t first;               //  grads below it are frozen variables': never
-                                //  reduced (the layers below the lowest that trains)
-    int bucket_count;
-    size_t lo [MAX_BUCKETS], hi [MAX_BUCKETS];  //  bucket 0 ends at total
-    //  Under mutex:
-    int64_t round_base;         //  a step is being reduced: its first round; -1: none
-    size_t final_from;          //  grads [final_from .. total) are final
-    int next;                   //  buckets reduced
-    int done, rc, abort, quit;
-    char error [ZA_ERROR_MAX_CHARS];
-} s_reducer_t;
-
-static void *
-s_reducer_run (void *arg)
-{
-    s_reducer_t *self = (s_reducer_t *) arg;
-    pthread_mutex_lock (&self->mutex);
-    while (!self->quit) {
-        int idle = self->round_base < 0 || self->done;
-        if (!idle && self->abort) {
-            self->done = 1;
-            self->rc = -1;
-            snprintf (self->error, sizeof self->error, "the step's gradients were not made");
-            pthread_cond_broadcast (&self->cond);
-            continue;
-        }
-        if (idle || self->final_from > self->lo [self->next]) {
-            pthread_cond_wait (&self->cond, &self->mutex);
-            continue;
-        }
-        int b = self->next;
-        int64_t round = self->round_base + b;
-        //  Its global step: the step's rounds start at (step + 1) x MAX_BUCKETS.
-        int64_t step = self->round_base / MAX_BUCKETS - 1;
-        pthread_mutex_unlock (&self->mutex);
-        double start = za_clock_mono ();
-        int rc = za_ring_allreduce_mean (self->ring, self->grads + self->lo [b],
-                                         self->hi [b] - self->lo [b], round);
-        za_trace_event (ZA_TRACE_BUCKET, "bucket", start, za_clock_mono (), step);
-        pthread_mutex_lock (&self->mutex);
-        self->next++;
-        if (rc || self->next == self->bucket_count) {
-            self->done = 1;
-            self->rc = rc;
-            if (rc < 0)
-                snprintf (self->error, sizeof self->error, "%s", za_last_error ());
-            pthread_cond_broadcast (&self->cond);
-        }
-    }
-    pthread_mutex_unlock (&self->mutex);
-    return NULL;
-}
-
-//  The replica's word that grads [offset ..) are final (a compute thread).
-static void
-s_reducer_final (void *arg, size_t offset)
-{
-    s_reducer_t *self = (s_reducer_t *) arg;
-    pthread_mutex_lock (&self->mutex);
-    if (offset < self->final_from) {
-        self->final_from = offset;
-        pthread_cond_broadcast (&self->cond);
-    }
-    pthread_mutex_unlock (&self->mutex);
-}
-
-//  Cuts the block into buckets of at least `least` floats (0: one bucket)
-//  and starts the thread. Returns 0 or -1.
-static int
-s_reducer_start (s_reducer_t *self, za_ring_t *ring, float *grads, const za_vars_t *vars,
-                 size_t least)
-{
-    self->ring = ring;
-    self->grads = grads;
-    self->total = vars->total;
-    self->round_base = -1;
-    self->first = vars->total;
-    for (int v = 0; v < vars->count; v++)
-        if (!vars->vars [v].frozen && vars->vars [v].offset < self->first)
-            self->first = vars->vars [v].offset;
-    if (least == 0)
-        least = vars->total;
-    size_t hi = vars->total;
-    //  At most MAX_BUCKETS - 1 with the last: the last round of a step is
-    //  early stopping's (s_run_steps).
-    for (int v = vars->count - 1; v >= 0 && self->bucket_count < MAX_BUCKETS - 2; v--)
-        if (vars->vars [v].offset > self->first && hi - vars->vars [v].offset >= least) {
-            self->lo [self->bucket_count] = vars->vars [v].offset;
-            self->hi [self->bucket_count++] = hi;
-            hi = vars->vars [v].offset;
-        }
-    if (hi > self->first || self->bucket_count == 0) {
-        if (self->bucket_count == 0 || hi - self->first >= least) {
-            self->hi [self->bucket_count] = hi;
-            self->bucket_count++;
-        }
-        self->lo [self->bucket_count - 1] = self->first;
-    }
-    if (self->bucket_count == 1)
-        return 0;               //  one bucket: the main thread reduces it after backward
-    pthread_mutex_init (&self->mutex, NULL);
-    pthread_cond_init (&self->cond, NULL);
-    if (pthread_create (&self->thread, NULL, s_reducer_run, self)) {
-        pthread_mutex_destroy (&self->mutex);
-        pthread_cond_destroy (&self->cond);
-        return za_error ("cannot start the reducer thread");
-    }
-    self->running = 1;
-    return 0;
-}
-
-static void
-s_reducer_stop (s_reducer_t *self)
-{
-    if (!self->running)
-        return;
-    pthread_mutex_lock (&self->mutex);
-    self->quit = 1;
-    pthread_cond_broadcast (&self->cond);
-    pthread_mutex_unlock (&self->mutex);
-    pthread_join (self->thread, NULL);
-    pthread_mutex_destroy (&self->mutex);
-    pthread_cond_destroy (&self->cond);
-    self->running = 0;
-}
-
-//  The step whose rounds start at round_base: the reducer takes the ring
-//  and waits for the buckets to become final.
-static void
-s_reducer_begin (s_reducer_t *self, int64_t round_base)
-{
-    if (!self->running) {
-        self->round_base = round_base;
-        return;
-    }
-    pthread_mutex_lock (&self->mutex);
-    self->round_base = round_base;
-    self->final_from = self->total;
-    self->next = 0;
-    self->done = self->rc = self->abort = 0;
-    pthread_cond_broadcast (&self->cond);
-    pthread_mutex_unlock (&self->mutex);
-}
-
-//  Waits for the step's buckets (abort: the gradients will not come; the
-//  bucket under way ends first) and takes the ring back. Returns 0,
-//  ZA_RING_RESYNC, or -1 with the reducer's error.
-static int
-s_reducer_end (s_reducer_t *self, int abort)
-{
-    if (!self->running) {
-        int64_t round = self->round_base;
-        self->round_base = -1;
-        if (abort)
-            return -1;
-        return self->total > self->first? za_ring_allreduce_mean (self->ring,
-                                                                  self->grads + self->first,
-                                                                  self->total - self->first,
-                                                                  round): 0;
-    }
-    pthread_mutex_lock (&self->mutex);
-    if (abort) {
-        self->abort = 1;
-        pthread_cond_broadcast (&self->cond);
-    }
-    while (!self->done)
-        pthread_cond_wait (&self->cond, &self->mutex);
-    self->round_base = -1;
-    int rc = self->rc;
-    pthread_mutex_unlock (&self->mutex);
-    if (rc < 0 && !abort)
-        za_error_adopt (self->error);
-    return rc;
-}
 
 typedef struct {
     const za_role_config_t *config;
@@ -244,7 +50,7 @@ typedef struct {
     za_role_stats_t *stats;
     za_role_rates_t rates;
     double wait_average;                        //  ms per step waiting on the ring
-    s_reducer_t reducer;
+    za_reducer_t reducer;
     //  An elastic job (config->membership): the members the ring has now,
     //  and where the global stream of examples is (the global batch changes
     //  size with them).
@@ -299,7 +105,7 @@ s_mirrored_destroy (s_mirrored_t **self_p)
     s_mirrored_t *self = *self_p;
     if (!self)
         return;
-    s_reducer_stop (&self->reducer);
+    za_reducer_stop (&self->reducer);
     za_ring_destroy (&self->ring);
     za_input_destroy (&self->input);
     za_hooks_end (&self->hooks.hooks, &self->hooks.context);
@@ -370,11 +176,11 @@ s_mirrored_new (const za_role_config_t *config, zsock_t *pipe)
     }
     self->ring = za_ring_new (&ring);
     if (!self->ring
-        || s_reducer_start (&self->reducer, self->ring, za_replica_gradients (self->replica),
+        || za_reducer_start (&self->reducer, self->ring, za_replica_gradients (self->replica),
                             self->vars, config->bucket_floats))
         goto fail;
     if (self->reducer.running)
-        za_replica_on_gradients (self->replica, s_reducer_final, &self->reducer);
+        za_replica_on_gradients (self->replica, za_reducer_final, &self->reducer);
     za_role_hooks_init (&self->hooks, config, self->who, s_save, self);
     return self;
 fail:
@@ -649,7 +455,7 @@ s_run_steps (s_mirrored_t *self)
         double input = za_clock_mono () - step_start;
         double loss, t0 = za_clock_mono (), waited = za_ring_wait_secs (self->ring);
         //  The buckets go round as backward makes them final.
-        s_reducer_begin (&self->reducer, (self->global_step + 1) * MAX_BUCKETS);
+        za_reducer_begin (&self->reducer, (self->global_step + 1) * MAX_BUCKETS);
         //  Each worker its own dropout masks (replica_index tells them apart).
         //  Until the ring is done, the loop turns no more: waiting on a peer
         //  still computing is part of the step (the ring keeps its own time).
@@ -661,7 +467,7 @@ s_run_steps (s_mirrored_t *self)
         //  block, nothing to do); with buckets the replica did so already.
         if (!failed && !self->reducer.running)
             self->reducer.grads = za_replica_gradients (self->replica);
-        int rc = s_reducer_end (&self->reducer, failed);
+        int rc = za_reducer_end (&self->reducer, failed);
         if (failed)
             return -1;
         if (rc)
