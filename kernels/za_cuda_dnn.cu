@@ -9,9 +9,7 @@
     convolutions through im2col and cuBLAS instead of not loading at all. */
 #include "za_cuda_dnn.h"
 #include "za_cuda_util.h"
-#include "za_elem.h"
 
-#include <cuda_fp16.h>
 #include <cudnn.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -89,6 +87,7 @@ typedef struct {
     int device;
     za_conv2d_dims_t d;
     za_precision_t q;
+    size_t inputs, outputs, weights;    //  values of x, y and the kernel (of d)
     int forward_ok, filter_ok, data_ok;
     int forward_planned;                //  forward_ok as planned: every forward of
                                         //  the geometry but a failed one skipped im2col
@@ -204,22 +203,14 @@ s_plan_free (s_plan_t *plan)
 }
 
 //  This thread's scratch `slot` on its device with room for `bytes`, or
-//  NULL (what it held is kept: earlier plans count on their workspace).
+//  NULL (what it held is kept: earlier plans count on their workspace; the
+//  caller falls back).
 static void *
 s_room (int slot, size_t bytes)
 {
     int dev = za_cuda_self.device;
-    if (bytes <= s_self.scratch_bytes [dev][slot])
-        return s_self.scratch [dev][slot];
-    void *bigger = NULL;
-    if (cudaMalloc (&bigger, bytes) != cudaSuccess) {
-        cudaGetLastError ();            //  not the step's error: the caller falls back
-        return NULL;
-    }
-    cudaFree (s_self.scratch [dev][slot]);
-    s_self.scratch [dev][slot] = bigger;
-    s_self.scratch_bytes [dev][slot] = bytes;
-    return bigger;
+    return za_cuda_room (&s_self.scratch [dev][slot], &s_self.scratch_bytes [dev][slot], bytes,
+                         NULL);
 }
 
 //  The first of cuDNN's candidates (fastest first) that ran, fits the
@@ -293,6 +284,9 @@ s_plan_make (s_plan_t *plan, cudnnHandle_t handle, const za_conv2d_dims_t *d, za
     plan->device = za_cuda_self.device;
     plan->d = *d;
     plan->q = q;
+    plan->inputs = (size_t) d->n * d->h * d->w * d->c;
+    plan->outputs = (size_t) d->n * d->oh * d->ow * d->oc;
+    plan->weights = (size_t) d->kh * d->kw * d->c * d->oc;
     //  Tensors in the precision, sums in fp32 (cuDNN's "pseudo-half" configs).
     cudnnDataType_t type = q == ZA_PRECISION_BF16? CUDNN_DATA_BFLOAT16
                          : q == ZA_PRECISION_FP16? CUDNN_DATA_HALF: CUDNN_DATA_FLOAT;
@@ -409,45 +403,9 @@ s_failed (s_plan_t *plan, int *ok, const char *pass, cudnnStatus_t rc)
 }
 
 // ---------------------------------------------------------------------------
-//  Casts. zactor's kernel is HWIO, [kh][kw][c][oc]: a [K, oc] matrix (K =
-//  kh kw c); cuDNN's NHWC filter is KRSC, [oc][kh][kw][c]: its transpose.
-//  bf16 rounds as the CPU does (za_elem_bf16), fp16 to the nearest even.
-
-__device__ static inline void
-s_store (za_precision_t q, void *to, size_t i, float v)
-{
-    if (q == ZA_PRECISION_BF16)
-        ((uint16_t *) to) [i] = za_elem_bf16 (v);
-    else
-    if (q == ZA_PRECISION_FP16)
-        ((__half *) to) [i] = __float2half_rn (v);
-    else
-        ((float *) to) [i] = v;
-}
-
-__device__ static inline float
-s_load (za_precision_t q, const void *from, size_t i)
-{
-    if (q == ZA_PRECISION_BF16)
-        return __uint_as_float ((uint32_t) ((const uint16_t *) from) [i] << 16);
-    if (q == ZA_PRECISION_FP16)
-        return __half2float (((const __half *) from) [i]);
-    return ((const float *) from) [i];
-}
-
-__global__ void
-k_cast_down (za_precision_t q, size_t count, const float *x, void *y)
-{
-    FOR_EACH (i, count)
-        s_store (q, y, i, x [i]);
-}
-
-__global__ void
-k_cast_up (za_precision_t q, size_t count, const void *y, float *x)
-{
-    FOR_EACH (i, count)
-        x [i] = s_load (q, y, i);
-}
+//  zactor's kernel is HWIO, [kh][kw][c][oc]: a [K, oc] matrix (K = kh kw
+//  c); cuDNN's NHWC filter is KRSC, [oc][kh][kw][c]: its transpose, in the
+//  plan's precision (za_cuda_store).
 
 __global__ void
 k_to_krsc (za_precision_t q, size_t count, unsigned K, unsigned oc, const float *hwio,
@@ -455,7 +413,7 @@ k_to_krsc (za_precision_t q, size_t count, unsigned K, unsigned oc, const float 
 {
     FOR_EACH (i, count) {
         unsigned o = (unsigned) (i / K), r = (unsigned) (i - (size_t) o * K);
-        s_store (q, krsc, i, hwio [(size_t) r * oc + o]);
+        za_cuda_store (q, krsc, i, hwio [(size_t) r * oc + o]);
     }
 }
 
@@ -465,7 +423,7 @@ k_add_from_krsc (za_precision_t q, size_t count, unsigned K, unsigned oc, const 
 {
     FOR_EACH (i, count) {
         unsigned r = (unsigned) (i / oc), o = (unsigned) (i - (size_t) r * oc);
-        hwio [i] += s_load (q, krsc, (size_t) o * K + r);
+        hwio [i] += za_cuda_load (q, krsc, (size_t) o * K + r);
     }
 }
 
@@ -484,7 +442,7 @@ s_as_tensor (const s_plan_t *plan, int slot, const float *x, size_t count)
         return x;
     void *low = s_room (slot, s_bytes (plan->q, count));
     if (low)
-        LAUNCH (k_cast_down, count, plan->q, count, x, low);
+        LAUNCH (za_cuda_cast_down, count, plan->q, count, x, low);
     return low;
 }
 
@@ -500,11 +458,11 @@ static const void *
 s_as_filter (const s_plan_t *plan, const float *kernel)
 {
     const za_conv2d_dims_t *d = &plan->d;
-    unsigned K = (unsigned) (d->kh * d->kw * d->c);
-    size_t count = (size_t) K * d->oc;
+    size_t count = plan->weights;
     void *krsc = s_room (S_FILTER, s_bytes (plan->q, count));
     if (krsc)
-        LAUNCH (k_to_krsc, count, plan->q, count, K, (unsigned) d->oc, kernel, krsc);
+        LAUNCH (k_to_krsc, count, plan->q, count, (unsigned) (d->kh * d->kw * d->c),
+                (unsigned) d->oc, kernel, krsc);
     return krsc;
 }
 
@@ -528,10 +486,8 @@ za_cuda_dnn_conv_forward (za_precision_t q, const za_conv2d_dims_t *d, const flo
     s_plan_t *plan = s_plan (d, q);
     if (!plan || !s_runs (plan, plan->forward_ok, plan->forward_bytes))
         return -1;
-    size_t in_count = (size_t) d->n * d->h * d->w * d->c;
-    size_t out_count = (size_t) d->n * d->oh * d->ow * d->oc;
-    const void *x = s_as_tensor (plan, S_X, in, in_count), *w = s_as_filter (plan, kernel);
-    void *y = s_result (plan, S_Y, out, out_count);
+    const void *x = s_as_tensor (plan, S_X, in, plan->inputs), *w = s_as_filter (plan, kernel);
+    void *y = s_result (plan, S_Y, out, plan->outputs);
     if (!x || !w || !y)
         return -1;
     const float one = 1.0f, zero = 0.0f;
@@ -541,7 +497,7 @@ za_cuda_dnn_conv_forward (za_precision_t q, const za_conv2d_dims_t *d, const flo
     if (rc != CUDNN_STATUS_SUCCESS)
         return s_failed (plan, &plan->forward_ok, "forward", rc);
     if (q != ZA_PRECISION_FP32)
-        LAUNCH (k_cast_up, out_count, q, out_count, y, out);
+        LAUNCH (za_cuda_cast_up, plan->outputs, q, plan->outputs, y, out);
     return 0;
 }
 
@@ -552,12 +508,9 @@ za_cuda_dnn_conv_backward_filter (za_precision_t q, const za_conv2d_dims_t *d,
     s_plan_t *plan = s_plan (d, q);
     if (!plan || !s_runs (plan, plan->filter_ok, plan->filter_bytes))
         return -1;
-    unsigned K = (unsigned) (d->kh * d->kw * d->c);
-    size_t count = (size_t) K * d->oc;
-    size_t in_count = (size_t) d->n * d->h * d->w * d->c;
-    size_t out_count = (size_t) d->n * d->oh * d->ow * d->oc;
-    const void *x = s_as_tensor (plan, S_X, in, in_count);
-    const void *dy = s_as_tensor (plan, S_Y, dout, out_count);
+    size_t count = plan->weights;
+    const void *x = s_as_tensor (plan, S_X, in, plan->inputs);
+    const void *dy = s_as_tensor (plan, S_Y, dout, plan->outputs);
     void *dw = s_room (S_FILTER, s_bytes (q, count));
     if (!x || !dy || !dw)
         return -1;
@@ -567,7 +520,8 @@ za_cuda_dnn_conv_backward_filter (za_precision_t q, const za_conv2d_dims_t *d,
         plan->filter, s_workspace (plan), plan->filter_bytes, &zero, plan->w, dw);
     if (rc != CUDNN_STATUS_SUCCESS)
         return s_failed (plan, &plan->filter_ok, "backward filter", rc);
-    LAUNCH (k_add_from_krsc, count, q, count, K, (unsigned) d->oc, dw, dkernel);
+    LAUNCH (k_add_from_krsc, count, q, count, (unsigned) (d->kh * d->kw * d->c),
+            (unsigned) d->oc, dw, dkernel);
     return 0;
 }
 
@@ -578,11 +532,9 @@ za_cuda_dnn_conv_backward_data (za_precision_t q, const za_conv2d_dims_t *d,
     s_plan_t *plan = s_plan (d, q);
     if (!plan || !s_runs (plan, plan->data_ok, plan->data_bytes))
         return -1;
-    size_t in_count = (size_t) d->n * d->h * d->w * d->c;
-    size_t out_count = (size_t) d->n * d->oh * d->ow * d->oc;
     const void *w = s_as_filter (plan, kernel);
-    const void *dy = s_as_tensor (plan, S_Y, dout, out_count);
-    void *dx = s_result (plan, S_X, din, in_count);
+    const void *dy = s_as_tensor (plan, S_Y, dout, plan->outputs);
+    void *dx = s_result (plan, S_X, din, plan->inputs);
     if (!w || !dy || !dx)
         return -1;
     const float one = 1.0f, zero = 0.0f;
@@ -592,7 +544,7 @@ za_cuda_dnn_conv_backward_data (za_precision_t q, const za_conv2d_dims_t *d,
     if (rc != CUDNN_STATUS_SUCCESS)
         return s_failed (plan, &plan->data_ok, "backward data", rc);
     if (q != ZA_PRECISION_FP32)
-        LAUNCH (k_cast_up, in_count, q, in_count, dx, din);
+        LAUNCH (za_cuda_cast_up, plan->inputs, q, plan->inputs, dx, din);
     return 0;
 }
 

@@ -9,8 +9,6 @@
 #include "za_cuda_util.h"
 #include "za_elem.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 __global__ void
 k_im2col (za_conv2d_dims_t d, const float *in, float *cols, size_t count)
@@ -86,22 +84,15 @@ k_column_total (int parts, int units, const float *partial, float *dbias)
     }
 }
 
-//  This thread's scratch for floats partial sums on its device, or NULL.
+//  This thread's scratch for floats partial sums on its device, or NULL
+//  with the failure kept.
 static float *
 s_partials (size_t floats)
 {
     za_cuda_thread_t *self = &za_cuda_self;
     int dev = self->device;
-    if (floats > self->partial_floats [dev]) {
-        cudaFree (self->partial [dev]);
-        self->partial [dev] = NULL;
-        self->partial_floats [dev] = 0;
-        if (!za_cuda_ok (cudaMalloc ((void **) &self->partial [dev], floats * sizeof (float)),
-                         "cudaMalloc"))
-            return NULL;
-        self->partial_floats [dev] = floats;
-    }
-    return self->partial [dev];
+    return (float *) za_cuda_room (&self->partial [dev], &self->partial_bytes [dev],
+                                   floats * sizeof (float), "cudaMalloc");
 }
 
 //  `given` (a layer's), else this thread's columns scratch `slot` with room
@@ -111,16 +102,9 @@ s_cols (float *given, int slot, size_t floats)
 {
     za_cuda_thread_t *self = &za_cuda_self;
     int dev = self->device;
-    if (given || floats <= self->cols_floats [dev][slot])
-        return given? given: self->cols [dev][slot];
-    cudaFree (self->cols [dev][slot]);
-    self->cols [dev][slot] = NULL;
-    self->cols_floats [dev][slot] = 0;
-    if (!za_cuda_ok (cudaMalloc ((void **) &self->cols [dev][slot], floats * sizeof (float)),
-                     "cudaMalloc (im2col columns)"))
-        return NULL;
-    self->cols_floats [dev][slot] = floats;
-    return self->cols [dev][slot];
+    return given? given
+         : (float *) za_cuda_room (&self->cols [dev][slot], &self->cols_bytes [dev][slot],
+                                   floats * sizeof (float), "cudaMalloc (im2col columns)");
 }
 
 static void
@@ -146,42 +130,18 @@ s_column_sums (size_t rows, int units, const float *dout, float *dbias)
 // ---------------------------------------------------------------------------
 //  The layers
 
-//  x cast to bf16 (the CPU's rounding) or fp16 (IEEE, ties to even).
-__global__ void
-k_to_bf16 (size_t count, const float *x, uint16_t *y)
-{
-    FOR_EACH (i, count)
-        y [i] = za_elem_bf16 (x [i]);
-}
-
-__global__ void
-k_to_fp16 (size_t count, const float *x, __half *y)
-{
-    FOR_EACH (i, count)
-        y [i] = __float2half_rn (x [i]);
-}
-
-//  x (count floats) in precision Q, in this thread's scratch `slot` on its
-//  device, or NULL.
+//  x (count floats) in precision Q (bf16 with the CPU's rounding, fp16
+//  ties to even), in this thread's scratch `slot` on its device, or NULL.
 template <za_precision_t Q>
 static const void *
 s_low (int slot, const float *x, size_t count)
 {
     za_cuda_thread_t *self = &za_cuda_self;
     int dev = self->device;
-    if (count > self->low_values [dev][slot]) {
-        cudaFree (self->low [dev][slot]);
-        self->low [dev][slot] = NULL;
-        self->low_values [dev][slot] = 0;
-        if (!za_cuda_ok (cudaMalloc (&self->low [dev][slot], count * 2), "cudaMalloc"))
-            return NULL;
-        self->low_values [dev][slot] = count;
-    }
-    void *y = self->low [dev][slot];
-    if (Q == ZA_PRECISION_BF16)
-        LAUNCH (k_to_bf16, count, count, x, (uint16_t *) y);
-    else
-        LAUNCH (k_to_fp16, count, count, x, (__half *) y);
+    void *y = za_cuda_room (&self->low [dev][slot], &self->low_bytes [dev][slot], count * 2,
+                            "cudaMalloc");
+    if (y)
+        LAUNCH (za_cuda_cast_down, count, Q, count, x, y);
     return y;
 }
 

@@ -52,3 +52,36 @@ za_cuda_blocks (size_t count)
     size_t blocks = (count + BLOCK_THREADS - 1) / BLOCK_THREADS;
     return (unsigned) (blocks < 1? 1: blocks > GRID_BLOCKS_MAX? GRID_BLOCKS_MAX: blocks);
 }
+
+void *
+za_cuda_room (void **buffer, size_t *have, size_t bytes, const char *what)
+{
+    if (bytes <= *have)
+        return *buffer;
+    void *bigger = NULL;
+    cudaError_t rc = cudaMalloc (&bigger, bytes);
+    if (rc != cudaSuccess) {
+        cudaGetLastError ();
+        if (what)
+            za_cuda_fail (what, cudaGetErrorString (rc));
+        return NULL;
+    }
+    cudaFree (*buffer);
+    *buffer = bigger;
+    *have = bytes;
+    return bigger;
+}
+
+__global__ void
+za_cuda_cast_down (za_precision_t q, size_t count, const float *x, void *y)
+{
+    FOR_EACH (i, count)
+        za_cuda_store (q, y, i, x [i]);
+}
+
+__global__ void
+za_cuda_cast_up (za_precision_t q, size_t count, const void *y, float *x)
+{
+    FOR_EACH (i, count)
+        x [i] = za_cuda_load (q, y, i);
+}

@@ -7,7 +7,10 @@
 
 #include "za/za_kernels.h"
 
+#include "za_elem.h"
+
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #define BLOCK_THREADS 256
@@ -23,12 +26,12 @@ typedef struct {
     double *row_loss [ZA_DEVICE_MAX];       //  device
     int *row_flags [ZA_DEVICE_MAX];         //  device: 1 correct, 2 invalid label
     int rows [ZA_DEVICE_MAX];
-    float *partial [ZA_DEVICE_MAX];         //  device: the bias gradient's partial sums
-    size_t partial_floats [ZA_DEVICE_MAX];
+    void *partial [ZA_DEVICE_MAX];          //  device: the bias gradient's partial sums
+    size_t partial_bytes [ZA_DEVICE_MAX];
     void *low [ZA_DEVICE_MAX][2];           //  device: a GEMM's two inputs in bf16 / fp16
-    size_t low_values [ZA_DEVICE_MAX][2];
-    float *cols [ZA_DEVICE_MAX][2];         //  device: im2col's columns and their gradient
-    size_t cols_floats [ZA_DEVICE_MAX][2];  //  where the layers keep none (conv2d_cols_own)
+    size_t low_bytes [ZA_DEVICE_MAX][2];
+    void *cols [ZA_DEVICE_MAX][2];          //  device: im2col's columns and their gradient
+    size_t cols_bytes [ZA_DEVICE_MAX][2];   //  where the layers keep none (conv2d_cols_own)
     double *host_loss;                      //  pinned
     int *host_flags;
     int host_rows;
@@ -53,6 +56,40 @@ void za_cuda_launched (const char *what);
 cublasHandle_t za_cuda_blas (void);
 //  Blocks of BLOCK_THREADS for count elements (at most GRID_BLOCKS_MAX).
 unsigned za_cuda_blocks (size_t count);
+
+//  *buffer (on the calling thread's device, *have bytes) with room for
+//  `bytes`, grown where smaller; where cudaMalloc fails the old one stays
+//  and it returns NULL, the failure kept under `what` (NULL: not kept, the
+//  caller goes another way).
+void *za_cuda_room (void **buffer, size_t *have, size_t bytes, const char *what);
+
+//  Element i of a buffer of precision q's values: bf16 rounded as the CPU
+//  rounds (za_elem_bf16), fp16 to the nearest even, fp32 as it is.
+__device__ static inline void
+za_cuda_store (za_precision_t q, void *to, size_t i, float v)
+{
+    if (q == ZA_PRECISION_BF16)
+        ((uint16_t *) to) [i] = za_elem_bf16 (v);
+    else
+    if (q == ZA_PRECISION_FP16)
+        ((__half *) to) [i] = __float2half_rn (v);
+    else
+        ((float *) to) [i] = v;
+}
+
+__device__ static inline float
+za_cuda_load (za_precision_t q, const void *from, size_t i)
+{
+    if (q == ZA_PRECISION_BF16)
+        return __uint_as_float ((uint32_t) ((const uint16_t *) from) [i] << 16);
+    if (q == ZA_PRECISION_FP16)
+        return __half2float (((const __half *) from) [i]);
+    return ((const float *) from) [i];
+}
+
+//  y [0 .. count) = x cast to q, and back.
+__global__ void za_cuda_cast_down (za_precision_t q, size_t count, const float *x, void *y);
+__global__ void za_cuda_cast_up (za_precision_t q, size_t count, const void *y, float *x);
 
 //  Every kernel walks its elements with a grid-stride loop.
 #define FOR_EACH(i, count) \
