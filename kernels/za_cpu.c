@@ -272,6 +272,31 @@ s_softmax_xent (int n, int classes, const float *logits, const int32_t *labels,
     return loss;
 }
 
+//  The calling thread's sums of softmax_xent_add, until loss_take.
+static __thread double s_loss_sum;
+static __thread int s_loss_correct, s_loss_invalid;
+
+static void
+s_softmax_xent_add (int n, int classes, const float *logits, const int32_t *labels,
+                    float *dlogits)
+{
+    int correct, invalid;
+    s_loss_sum += s_softmax_xent (n, classes, logits, labels, dlogits, &correct, &invalid);
+    s_loss_correct += correct;
+    s_loss_invalid += invalid;
+}
+
+static int
+s_loss_take (double *loss_sum, int *correct, int *invalid)
+{
+    *loss_sum = s_loss_sum;
+    *correct = s_loss_correct;
+    *invalid = s_loss_invalid;
+    s_loss_sum = 0;
+    s_loss_correct = s_loss_invalid = 0;
+    return 0;
+}
+
 static void *
 s_buffer_alloc (size_t bytes)
 {

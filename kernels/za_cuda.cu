@@ -270,6 +270,95 @@ s_softmax_xent (int n, int classes, const float *logits, const int32_t *labels,
     return loss;
 }
 
+//  One block adds the rows' results to the thread's sums: each thread its
+//  stride of rows, then halves in shared memory.
+__global__ void
+k_loss_add (int n, const double *row_loss, const int *row_flags, za_cuda_loss_t *sums)
+{
+    __shared__ double loss [BLOCK_THREADS];
+    __shared__ int right [BLOCK_THREADS], bad [BLOCK_THREADS];
+    int i = threadIdx.x;
+    loss [i] = 0;
+    right [i] = bad [i] = 0;
+    for (int r = i; r < n; r += BLOCK_THREADS) {
+        loss [i] += row_loss [r];
+        right [i] += row_flags [r] == 1;
+        bad [i] += row_flags [r] == 2;
+    }
+    __syncthreads ();
+    for (int half = BLOCK_THREADS / 2; half > 0; half /= 2) {
+        if (i < half) {
+            loss [i] += loss [i + half];
+            right [i] += right [i + half];
+            bad [i] += bad [i + half];
+        }
+        __syncthreads ();
+    }
+    if (i == 0) {
+        sums->loss += loss [0];
+        sums->correct += right [0];
+        sums->invalid += bad [0];
+    }
+}
+
+//  The thread's sums on this device, made (zeroed) on first use.
+static za_cuda_loss_t *
+s_loss_sums (void)
+{
+    za_cuda_thread_t *self = &za_cuda_self;
+    int dev = self->device;
+    if (!self->loss_sums [dev]
+        && (!za_cuda_ok (cudaMalloc (&self->loss_sums [dev], sizeof (za_cuda_loss_t)),
+                         "cudaMalloc")
+            || !za_cuda_ok (cudaMemsetAsync (self->loss_sums [dev], 0, sizeof (za_cuda_loss_t),
+                                             cudaStreamPerThread), "cudaMemsetAsync"))) {
+        cudaFree (self->loss_sums [dev]);
+        self->loss_sums [dev] = NULL;
+    }
+    return self->loss_sums [dev];
+}
+
+//  As softmax_xent, its results summed on the GPU: nothing waits.
+static void
+s_softmax_xent_add (int n, int classes, const float *logits, const int32_t *labels,
+                    float *dlogits)
+{
+    za_cuda_thread_t *self = &za_cuda_self;
+    za_cuda_loss_t *sums = s_loss_sums ();
+    if (!sums || s_row_scratch (n))
+        return;
+    int dev = self->device;
+    LAUNCH (k_softmax_xent, (size_t) n, n, classes, logits, labels, dlogits,
+            self->row_loss [dev], self->row_flags [dev]);
+    k_loss_add<<<1, BLOCK_THREADS, 0, cudaStreamPerThread>>> (n, self->row_loss [dev],
+                                                              self->row_flags [dev], sums);
+    za_cuda_launched ("k_loss_add");
+}
+
+static int s_copy_result (cudaError_t rc, size_t bytes, const char *what);
+
+//  The sums, read after the step's sync (this copy waits for the stream
+//  anyway), then cleared on the stream.
+static int
+s_loss_take (double *loss_sum, int *correct, int *invalid)
+{
+    za_cuda_thread_t *self = &za_cuda_self;
+    *loss_sum = 0;
+    *correct = *invalid = 0;
+    za_cuda_loss_t *sums = s_loss_sums (), host;
+    if (!sums)
+        return s_error ("cuda:%d: no room on the GPU for the loss's sums", self->device);
+    if (s_copy_result (cudaMemcpy (&host, sums, sizeof host, cudaMemcpyDeviceToHost),
+                       sizeof host, "copy of the loss from the GPU")
+        || s_copy_result (cudaMemsetAsync (sums, 0, sizeof host, cudaStreamPerThread),
+                          sizeof host, "clearing of the loss's sums"))
+        return -1;
+    *loss_sum = host.loss;
+    *correct = host.correct;
+    *invalid = host.invalid;
+    return 0;
+}
+
 static void *
 s_buffer_alloc (size_t bytes)
 {

@@ -16,6 +16,13 @@
 #define BLOCK_THREADS 256
 #define GRID_BLOCKS_MAX 65535
 
+//  What softmax_xent_add sums on a device for loss_take.
+typedef struct {
+    double loss;
+    int correct;
+    int invalid;
+} za_cuda_loss_t;
+
 //  The calling thread's device, its cuBLAS handles, the first error since
 //  its last sync, and scratch for the loss's per-row results and the bias
 //  gradient's partial sums.
@@ -32,6 +39,7 @@ typedef struct {
     size_t low_bytes [ZA_DEVICE_MAX][2];
     void *cols [ZA_DEVICE_MAX][2];          //  device: im2col's columns and their gradient
     size_t cols_bytes [ZA_DEVICE_MAX][2];   //  where the layers keep none (conv2d_cols_own)
+    za_cuda_loss_t *loss_sums [ZA_DEVICE_MAX];  //  device: softmax_xent_add's, until loss_take
     double *host_loss;                      //  pinned
     int *host_flags;
     int host_rows;

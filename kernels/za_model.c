@@ -105,6 +105,28 @@ za_model_loss_scale_asked (void)
     return s_loss_scale_asked;
 }
 
+static __thread int s_loss_deferred, s_loss_deferred_taken;
+
+int
+za_model_loss_deferred (void)
+{
+    s_loss_deferred_taken = s_loss_deferred;
+    return s_loss_deferred;
+}
+
+void
+za_model_set_loss_deferred (int deferred)
+{
+    s_loss_deferred = deferred;
+    s_loss_deferred_taken = 0;
+}
+
+int
+za_model_loss_deferred_taken (void)
+{
+    return s_loss_deferred_taken;
+}
+
 static __thread uint64_t s_values_epoch;
 
 void

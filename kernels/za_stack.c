@@ -536,9 +536,13 @@ s_stack_model_fn (void *state, const float *features, const int32_t *labels, int
         return 0;
     int invalid = 0;
     uint64_t t0 = s_profile_clock ();
-    spec->loss_sum = self->be->softmax_xent (n, self->n_classes, last->out, labels,
-                                             train? last->dout: NULL, &spec->correct,
-                                             &invalid);
+    if (self->be->softmax_xent_add && za_model_loss_deferred ())
+        self->be->softmax_xent_add (n, self->n_classes, last->out, labels,
+                                    train? last->dout: NULL);
+    else
+        spec->loss_sum = self->be->softmax_xent (n, self->n_classes, last->out, labels,
+                                                 train? last->dout: NULL, &spec->correct,
+                                                 &invalid);
     s_profile_add (t0, ZA_MAX_LAYERS, 0, "loss");
     if (invalid)
         return za_error ("model: %d labels outside [0, %d)", invalid, self->n_classes);

@@ -294,6 +294,22 @@ s_softmax (void)
     printf ("%-40s loss %.9f vs %.9f, correct %d vs %d, invalid %d vs %d  %s\n", "softmax_xent",
             loss_c, loss_g, right_c, right_g, bad_c, bad_g, ok? "ok": "FAIL");
     s_failures += !ok;
+    //  The same summed on the GPU, twice (a step's two micro-batches), read
+    //  once after the sync, then cleared: a third read says zeros.
+    s_gpu->softmax_xent_add (N, CLASSES, g_z, g_labels, g_dz);
+    s_gpu->softmax_xent_add (N, CLASSES, g_z, g_labels, NULL);
+    double sum_g, zero_g;
+    int rc = s_gpu->sync ();
+    rc |= s_gpu->loss_take (&sum_g, &right_g, &bad_g);
+    s_compare ("softmax_xent_add dlogits", dz, g_dz, N * CLASSES, 1e-6);
+    int right_0, bad_0;
+    rc |= s_gpu->loss_take (&zero_g, &right_0, &bad_0);
+    ok = rc == 0 && fabs (2 * loss_c - sum_g) <= 1e-9 * fabs (loss_c)
+      && right_g == 2 * right_c && bad_g == 2 * bad_c && zero_g == 0 && right_0 == 0 && bad_0 == 0;
+    printf ("%-40s loss %.9f vs %.9f, correct %d vs %d, invalid %d vs %d  %s\n",
+            "softmax_xent_add x2", 2 * loss_c, sum_g, 2 * right_c, right_g, 2 * bad_c, bad_g,
+            ok? "ok": "FAIL");
+    s_failures += !ok;
     za_free (z), za_free (dz);
     s_gpu->buffer_free (g_z), s_gpu->buffer_free (g_dz), s_gpu->buffer_free (g_labels);
 }

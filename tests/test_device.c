@@ -215,6 +215,79 @@ Test (device, values_written_between_batches_are_read_anew)
     za_dataset_destroy (&data);
 }
 
+//  The stack's model_fn, noting whether the replica let it leave its loss
+//  on the device (za_model_loss_deferred).
+static int s_deferred_calls, s_calls;
+
+static int
+s_noting_model_fn (void *state, const float *features, const int32_t *labels, int n,
+                   za_mode_t mode, const float *values, float *grads, int64_t step,
+                   za_spec_t *spec)
+{
+    s_calls++;
+    s_deferred_calls += za_model_loss_deferred ();
+    return za_stack_model_fn ()->model_fn (state, features, labels, n, mode, values, grads,
+                                           step, spec);
+}
+
+//  On a device a step reads its loss once, where it ends (softmax_xent_add,
+//  loss_take): the same losses and right answers as the CPU's, a label
+//  outside the classes fails its own batch alone with the CPU's error (the
+//  CPU stops at the first micro-batch with one, so may count fewer), and
+//  the batches after it (train and evaluate) are exactly as before.
+Test (device, a_device_reads_the_loss_at_the_batch_end_and_a_bad_label_fails_its_batch_alone)
+{
+    enum { SIZE = 40 };
+    za_dataset_t *data = za_test_fashion ("train", 2 * SIZE);
+    za_model_fn_t noting = *za_stack_model_fn ();
+    noting.model_fn = s_noting_model_fn;
+    int32_t bad_labels [SIZE];
+    memcpy (bad_labels, data->labels, sizeof bad_labels);
+    bad_labels [7] = 10;
+    bad_labels [30] = -1;
+    const za_device_kind_t kinds [2] = {ZA_DEVICE_CPU, ZA_DEVICE_CPU_STAGED};
+    double loss [2][3], eval_loss [2];
+    int correct [2];
+    za_error_set_quiet (1);
+    for (int k = 0; k < 2; k++) {
+        static za_optim_config_t optim;
+        optim = za_optim_config_default (ZA_OPT_ADAM);
+        cr_assert_eq (za_stack_parse (S_MODEL, &s_spec), 0);
+        za_replica_config_t config = {
+            .model_fn = &noting, .params = &s_spec, .input = {28, 28, 1},
+            .threads = 1, .train = 1, .optim = &optim, .device = {.kind = kinds [k]},
+        };
+        za_replica_t *replica = za_replica_new (&config, 11);
+        cr_assert (replica, "%s", za_last_error ());
+        s_calls = s_deferred_calls = 0;
+        za_batch_t good = {data->features, data->labels, SIZE, 784, NULL};
+        za_batch_t bad = {data->features + SIZE * 784, bad_labels, SIZE, 784, NULL};
+        cr_assert_eq (za_replica_compute_gradients (replica, &good, 0, &loss [k][0]), 0);
+        za_replica_apply (replica, 1);
+        cr_expect_eq (za_replica_compute_gradients (replica, &bad, 1, &loss [k][1]), -1);
+        cr_expect (strstr (za_last_error (), "labels outside [0, 10)"), "%s",
+                   za_last_error ());
+        cr_assert_eq (za_replica_compute_gradients (replica, &good, 1, &loss [k][2]), 0,
+                      "%s", za_last_error ());
+        za_replica_apply (replica, 2);
+        cr_assert_eq (za_replica_evaluate_batch (replica, &good, &eval_loss [k], &correct [k],
+                                                 NULL), 0, "%s", za_last_error ());
+        //  The CPU's loss is its own; a device's waits for the batch's end.
+        cr_expect_gt (s_calls, 0);
+        cr_expect_eq (s_deferred_calls, kinds [k] == ZA_DEVICE_CPU? 0: s_calls);
+        za_replica_destroy (&replica);
+    }
+    //  The same model and values: the same losses (the bad batch's sums were
+    //  cleared with it), the same right answers.
+    cr_expect (fabs (loss [0][0] - loss [1][0]) < 1e-6, "%g vs %g", loss [0][0], loss [1][0]);
+    cr_expect (fabs (loss [0][2] - loss [1][2]) < 1e-5, "%g vs %g", loss [0][2], loss [1][2]);
+    cr_expect (fabs (eval_loss [0] - eval_loss [1]) < 1e-4 * SIZE, "%g vs %g", eval_loss [0],
+               eval_loss [1]);
+    cr_expect_eq (correct [0], correct [1]);
+    cr_expect_gt (loss [1][0], 1.0);
+    za_dataset_destroy (&data);
+}
+
 static int s_predicted [2][64];
 
 static int

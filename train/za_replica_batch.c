@@ -27,6 +27,7 @@ struct _s_batch_run_t {
     int count [ZA_REPLICA_MAX_THREADS];
     int last_micro [ZA_REPLICA_MAX_THREADS];    //  examples in its last micro-batch
     za_spec_t specs [ZA_REPLICA_MAX_THREADS];
+    int deferred [ZA_REPLICA_MAX_THREADS];      //  its loss is the back end's to say (loss_take)
     int rc [ZA_REPLICA_MAX_THREADS];
     char error [ZA_REPLICA_MAX_THREADS][ZA_ERROR_MAX_CHARS];
     //  Streaming (TRAIN with a final_fn): from where each thread's buffer is
@@ -228,8 +229,13 @@ s_micro_batch_run (s_batch_run_t *run, int t, int lo, int count, int last,
     //  with its step's (za_replica_trace_compute). No clock unless tracing.
     double start = t == 0 && za_trace_on ()? za_clock_mono (): 0;
     za_model_take_forward_done ();
+    //  On a device the loss waits on the device for the batch's end.
+    za_model_set_loss_deferred (on_device && labels && be->softmax_xent_add != NULL);
     int rc = self->model_fn->model_fn (self->states [t], features, labels, count, run->mode,
                                        values, grads, (int64_t) seed, &spec);
+    if (za_model_loss_deferred_taken ())
+        run->deferred [t] = 1;
+    za_model_set_loss_deferred (0);
     double forward_done = za_model_take_forward_done ();
     if (start > 0 && forward_done > 0 && self->traced_count < ZA_REPLICA_TRACED_MAX) {
         double *at = self->traced [self->traced_count++];
@@ -252,6 +258,26 @@ s_micro_batch_run (s_batch_run_t *run, int t, int lo, int count, int last,
     return rc;
 }
 
+//  What thread t's model_fn left on the device for the batch's end (its
+//  sums read, so cleared, even where the batch failed).
+static void
+s_deferred_loss (s_batch_run_t *run, int t)
+{
+    double loss_sum;
+    int correct, invalid;
+    int rc = run->self->be->loss_take (&loss_sum, &correct, &invalid);
+    if (run->rc [t])
+        return;
+    if (rc)
+        run->rc [t] = -1;
+    else
+    if (invalid)
+        run->rc [t] = za_error ("model: %d labels outside [0, %d)", invalid,
+                                run->specs [t].n_classes);
+    run->specs [t].loss_sum += loss_sum;
+    run->specs [t].correct += correct;
+}
+
 //  Thread t's slice of the batch, in micro-batches of per_thread examples
 //  at most (za_parallel_run's task).
 static void
@@ -263,6 +289,7 @@ s_batch_slice (void *arg, int t)
     int first = run->first [t], last = first + run->count [t];
     int on_device = !be->host_memory;
     memset (&run->specs [t], 0, sizeof run->specs [t]);
+    run->deferred [t] = 0;
     run->rc [t] = on_device? be->bind (self->device_of [t]): 0;
     const float *values = on_device
                         ? self->device_values [self->device_of [t] - self->device_of [0]]
@@ -287,6 +314,8 @@ s_batch_slice (void *arg, int t)
     //  A device's work ends here, so the batch's end is the threads' join.
     if (on_device && be->sync () && run->rc [t] == 0)
         run->rc [t] = -1;
+    if (run->deferred [t])
+        s_deferred_loss (run, t);
     if (run->rc [t])
         snprintf (run->error [t], ZA_ERROR_MAX_CHARS, "%s", za_last_error ());
 }

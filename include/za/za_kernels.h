@@ -168,6 +168,16 @@ struct za_backend_t {
                             const int32_t *labels, float *dlogits, int *correct,
                             int *invalid);
 
+    //  softmax_xent without waiting for a device: the loss's sum, the right
+    //  rows and the invalid labels are added to the calling thread's sums on
+    //  its device, which loss_take reads after the thread's sync (and
+    //  clears). A step then reads its loss once at its end, not in the
+    //  middle of its work (a model_fn does so while za_model_loss_deferred
+    //  says). loss_take: 0, or -1 with an error.
+    void (*softmax_xent_add) (int n, int classes, const float *logits,
+                              const int32_t *labels, float *dlogits);
+    int (*loss_take) (double *loss_sum, int *correct, int *invalid);
+
     //  Buffers in this back end's memory, zeroed. Free with buffer_free.
     void *(*buffer_alloc) (size_t bytes);
     void (*buffer_free) (void *p);
@@ -241,7 +251,8 @@ struct za_backend_t {
 #define ZA_BACKEND_LAYER_SLOTS(X)                                                            \
     X (maxpool_forward) X (maxpool_backward) X (avgpool_global_forward)                      \
     X (avgpool_global_backward) X (relu_forward) X (relu_backward) X (dropout_forward)       \
-    X (dropout_backward) X (softmax_xent) X (buffer_alloc) X (buffer_free) X (set_threads)
+    X (dropout_backward) X (softmax_xent) X (softmax_xent_add) X (loss_take)                \
+    X (buffer_alloc) X (buffer_free) X (set_threads)
 #define ZA_BACKEND_MEMORY_SLOTS(X)                                                           \
     X (bind) X (host_alloc) X (host_free) X (upload) X (download) X (copy) X (zero)          \
     X (scale_add) X (all_finite) X (optim_apply) X (sync) X (devices_sum)                    \

@@ -141,6 +141,18 @@ float za_model_loss_scale (void);
 void za_model_set_loss_scale (float scale);
 int za_model_loss_scale_asked (void);
 
+//  On a device the loss can wait for the step's end: while the replica
+//  defers it, za_model_loss_deferred () is 1 and a model_fn may add its
+//  loss through the back end's softmax_xent_add (returning loss_sum 0 and
+//  correct 0, labels not checked): the replica reads the sums, and fails
+//  the step on a label outside [0, n_classes), after the step's work, so
+//  that nothing waits for the device in the middle of it. Asking says the
+//  model_fn took the offer; one that never asks returns its loss itself.
+int za_model_loss_deferred (void);
+//  The replica's: whether this thread's next call may defer; whether it did.
+void za_model_set_loss_deferred (int deferred);
+int za_model_loss_deferred_taken (void);
+
 //  A number that stays the same while the values this thread's model_fn
 //  calls read stay the same: the replica gives every batch a new one (its
 //  threads read the values, nothing writes them, until the batch ends).
