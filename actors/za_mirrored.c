@@ -566,6 +566,8 @@ s_generation (s_mirrored_t *self, int first)
                                           ? (int) s_global_batch (self): 0)
              : za_role_train_input (self->config, self->who, self->global_step)))
         return -1;
+    if (za_replica_feed (self->replica, self->input))
+        return -1;
     za_role_rates_restart (&self->rates, self->global_step, self->own_steps, za_clock_mono ());
     za_hooks_begin (&self->hooks.hooks, self->global_step);
     if (first)

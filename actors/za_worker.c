@@ -401,7 +401,7 @@ s_share_input (za_worker_t *self)
     const za_role_config_t *config = self->config;
     if (!config->membership) {
         self->input = za_role_train_input (config, self->who, self->global_step);
-        return self->input? 0: -1;
+        return self->input? za_replica_feed (self->replica, self->input): -1;
     }
     int64_t number = za_membership_number (config->membership);
     if (self->input && number == self->members_seen)
@@ -440,6 +440,8 @@ s_share_input (za_worker_t *self)
             ? za_role_train_input_among (config, self->who, self->global_step, members->count,
                                          rank, self->global_step * global, global)
             : za_role_train_input (config, self->who, self->global_step);
+        if (self->input && za_replica_feed (self->replica, self->input))
+            za_input_destroy (&self->input);
     }
     free (members);
     return self->input? 0: -1;

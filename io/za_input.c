@@ -1,6 +1,7 @@
 /*  za_input.c: the input pipeline: a data set streamed shard -> shuffle ->
     repeat -> batch -> prefetch, as tf.data's.                              */
 #include "za/za_input.h"
+#include "za/za_kernels.h"
 #include "za/za_parallel.h"
 #include "za/za_util.h"
 
@@ -20,6 +21,8 @@ typedef struct {
     int32_t *labels;            //  [batch_size]
     int64_t *indices;           //  [batch_size]: each example's in the data set
     int size;
+    za_batch_device_t device;   //  its copy on a device (za_input_to_device)
+    int device_ok;              //  1: `device` holds this batch
 } s_slot_t;
 
 struct _za_input_t {
@@ -74,6 +77,11 @@ struct _za_input_t {
     int failed;                 //  more files failed than config.max_bad allows:
                                 //  the producer's, read once it is done
     int failed_seen;            //  the consumer's: za_input_next returned -1
+
+    //  za_input_to_device's: where the producer copies each batch (under
+    //  the lock; the producer copies it before each batch).
+    za_batch_device_t to_device;
+    int to_device_failed;       //  said once
 };
 
 za_input_config_t
@@ -373,6 +381,75 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
     return size;
 }
 
+//  The slot's copies on a device freed.
+static void
+s_slot_device_free (s_slot_t *slot)
+{
+    za_batch_device_t *d = &slot->device;
+    for (int t = 0; d->be && t < d->slices; t++) {
+        d->be->buffer_free (d->features [t]);
+        d->be->buffer_free (d->labels [t]);
+    }
+    memset (d, 0, sizeof *d);
+    slot->device_ok = 0;
+}
+
+//  The producer's: the slot's batch copied to the devices `to` names,
+//  slice by slice, and waited for there (the consumer's work reads it on
+//  another stream). The room is made once for the iterator's batch size.
+//  A failure is said once; the consumer then copies that batch itself.
+static void
+s_slot_to_device (za_input_t *self, s_slot_t *slot, const za_batch_device_t *to)
+{
+    za_batch_device_t *d = &slot->device;
+    slot->device_ok = 0;
+    int rows = (self->config.batch_size + to->slices - 1) / to->slices;
+    if (d->be != to->be || d->slices != to->slices
+        || memcmp (d->device_of, to->device_of, sizeof d->device_of)) {
+        s_slot_device_free (slot);
+        *d = *to;
+        d->rows = rows;
+        for (int t = 0; t < d->slices; t++) {
+            d->features [t] = NULL;
+            d->labels [t] = NULL;
+        }
+        for (int t = 0; t < d->slices; t++)
+            if (d->be->bind (d->device_of [t])
+                || !(d->features [t] = (float *) d->be->buffer_alloc (
+                         (size_t) rows * self->dataset->feature_size * sizeof (float)))
+                || !(d->labels [t] = (int32_t *) d->be->buffer_alloc (
+                         (size_t) rows * sizeof (int32_t))))
+                goto failed;
+    }
+    size_t row = (size_t) self->dataset->feature_size;
+    for (int t = 0; t < d->slices; t++) {
+        int first = (int) ((int64_t) slot->size * t / d->slices);
+        int last = (int) ((int64_t) slot->size * (t + 1) / d->slices);
+        if (d->be->bind (d->device_of [t])
+            || (last > first
+                && (d->be->upload (d->features [t], slot->features + row * first,
+                                   (size_t) (last - first) * row * sizeof (float))
+                    || d->be->upload (d->labels [t], slot->labels + first,
+                                      (size_t) (last - first) * sizeof (int32_t)))))
+            goto failed;
+    }
+    //  Each device's copies done (a copy from pageable memory may return
+    //  before the device has it).
+    for (int t = 0; t < d->slices; t++)
+        if ((t == 0 || d->device_of [t] != d->device_of [t - 1])
+            && (d->be->bind (d->device_of [t]) || d->be->sync ()))
+            goto failed;
+    slot->device_ok = 1;
+    return;
+failed:
+    if (!self->to_device_failed) {
+        fprintf (stderr, "zactor: the input's copy of a batch to the device failed (%s); "
+                         "the steps copy their batches themselves\n", za_last_error ());
+        self->to_device_failed = 1;
+    }
+    s_slot_device_free (slot);
+}
+
 static void *
 s_input_producer (void *args)
 {
@@ -386,8 +463,13 @@ s_input_producer (void *args)
         //  Only this thread adds slots, and the consumer reads only ready ones,
         //  so the slot after the ready ones is ours to fill without the lock.
         s_slot_t *slot = &self->slots [(self->head + self->count) % self->n_slots];
+        za_batch_device_t to = self->to_device;
         pthread_mutex_unlock (&self->mutex);
         int size = s_input_produce (self, slot);
+        if (size > 0 && to.be)
+            s_slot_to_device (self, slot, &to);
+        else
+            slot->device_ok = 0;
         pthread_mutex_lock (&self->mutex);
         if (size == 0) {
             self->producer_done = 1;
@@ -634,7 +716,28 @@ za_input_next (za_input_t *self, za_batch_t *batch)
     batch->indices = slot->indices;
     batch->size = slot->size;
     batch->feature_size = self->dataset->feature_size;
+    batch->device = slot->device_ok? &slot->device: NULL;
     return 1;
+}
+
+int
+za_input_to_device (za_input_t *self, const struct za_backend_t *be, int slices,
+                    const int *device_of)
+{
+    if (!self)
+        return za_error ("za_input_to_device: no iterator");
+    if (be && (slices < 1 || slices > ZA_INPUT_SLICES_MAX || !device_of))
+        return za_error ("za_input_to_device: %d slices (1 to %d, each with its device)",
+                         slices, ZA_INPUT_SLICES_MAX);
+    if (!self->thread_started)
+        return 0;
+    za_batch_device_t to = {.be = be, .slices = be? slices: 0};
+    for (int t = 0; be && t < slices; t++)
+        to.device_of [t] = device_of [t];
+    pthread_mutex_lock (&self->mutex);
+    self->to_device = to;
+    pthread_mutex_unlock (&self->mutex);
+    return 0;
 }
 
 int64_t
@@ -679,6 +782,7 @@ za_input_destroy (za_input_t **self_p)
     }
     if (self->slots)
         for (int i = 0; i < self->n_slots; i++) {
+            s_slot_device_free (&self->slots [i]);
             za_free (self->slots [i].features);
             za_free (self->slots [i].labels);
             za_free (self->slots [i].indices);

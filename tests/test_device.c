@@ -5,6 +5,7 @@
     arithmetic behind a device's copies, and held against the plain CPU.   */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "za/za_kernels.h"
@@ -105,7 +106,7 @@ s_train (za_replica_t *replica, const za_dataset_t *data, int size, int steps, d
 {
     for (int s = 0; s < steps; s++) {
         za_batch_t batch = {data->features + (size_t) s * size * 784, data->labels + s * size,
-                            size, 784, NULL};
+                            size, 784, NULL, NULL};
         cr_assert_eq (za_replica_compute_gradients (replica, &batch, s, &loss [s]), 0, "%s",
                       za_last_error ());
         za_replica_apply (replica, s + 1);
@@ -138,7 +139,7 @@ Test (device, a_staged_replica_trains_as_the_cpu_does)
     //  Values written on the host are what the next step uses.
     float *values = za_replica_values (staged);
     memcpy (values, za_replica_values (cpu), total * sizeof (float));
-    za_batch_t batch = {data->features, data->labels, SIZE, 784, NULL};
+    za_batch_t batch = {data->features, data->labels, SIZE, 784, NULL, NULL};
     double a, b;
     cr_assert_eq (za_replica_compute_gradients (cpu, &batch, 99, &a), 0);
     cr_assert_eq (za_replica_compute_gradients (staged, &batch, 99, &b), 0);
@@ -193,7 +194,7 @@ Test (device, values_written_between_batches_are_read_anew)
 {
     enum { SIZE = 40 };
     za_dataset_t *data = za_test_fashion ("train", SIZE);
-    za_batch_t batch = {data->features, data->labels, SIZE, 784, NULL};
+    za_batch_t batch = {data->features, data->labels, SIZE, 784, NULL, NULL};
     const za_device_kind_t kinds [2] = {ZA_DEVICE_CPU, ZA_DEVICE_CPU_STAGED};
     for (int k = 0; k < 2; k++) {
         za_replica_t *used = s_replica (kinds [k], S_MODEL);
@@ -260,8 +261,8 @@ Test (device, a_device_reads_the_loss_at_the_batch_end_and_a_bad_label_fails_its
         za_replica_t *replica = za_replica_new (&config, 11);
         cr_assert (replica, "%s", za_last_error ());
         s_calls = s_deferred_calls = 0;
-        za_batch_t good = {data->features, data->labels, SIZE, 784, NULL};
-        za_batch_t bad = {data->features + SIZE * 784, bad_labels, SIZE, 784, NULL};
+        za_batch_t good = {data->features, data->labels, SIZE, 784, NULL, NULL};
+        za_batch_t bad = {data->features + SIZE * 784, bad_labels, SIZE, 784, NULL, NULL};
         cr_assert_eq (za_replica_compute_gradients (replica, &good, 0, &loss [k][0]), 0);
         za_replica_apply (replica, 1);
         cr_expect_eq (za_replica_compute_gradients (replica, &bad, 1, &loss [k][1]), -1);
@@ -288,6 +289,77 @@ Test (device, a_device_reads_the_loss_at_the_batch_end_and_a_bad_label_fails_its
     za_dataset_destroy (&data);
 }
 
+//  tf.data's prefetch_to_device: the input's prefetch thread copies each
+//  batch up, cut as the replica's threads cut it, while the batches before
+//  are computed; the replica reads those copies, and trains to the same
+//  bits as when it copies each batch itself. A copy cut for other threads
+//  is not taken (the replica copies that batch itself, the same bits).
+Test (device, an_input_feeding_the_device_trains_to_the_same_bits)
+{
+    enum { SIZE = 41, STEPS = 9, PREFETCH = 2, WAYS = 5 };
+    za_dataset_t *data = za_test_fashion ("train", SIZE * STEPS);
+    //  Threads of the replica (replicas on the device); 0 copied by the
+    //  replica, 1 fed, 2 fed as for two threads. Each way is held against the first of its threads.
+    const int threads [WAYS] = {1, 1, 1, 2, 2}, feeds [WAYS] = {0, 1, 2, 0, 1};
+    const int against [WAYS] = {0, 0, 0, 3, 3};
+    float *values [WAYS];
+    double loss [WAYS][STEPS];
+    int64_t fed [WAYS];
+    int copied [WAYS] = {0};
+    for (int way = 0; way < WAYS; way++) {
+        static za_optim_config_t optim;
+        optim = za_optim_config_default (ZA_OPT_ADAM);
+        cr_assert_eq (za_stack_parse (S_MODEL, &s_spec), 0);
+        za_replica_config_t rc = {
+            .model_fn = za_stack_model_fn (), .params = &s_spec, .input = {28, 28, 1},
+            .threads = 1, .replicas_per_device = threads [way], .train = 1, .optim = &optim,
+            .device = {.kind = ZA_DEVICE_CPU_STAGED},
+        };
+        za_replica_t *replica = za_replica_new (&rc, 11);
+        cr_assert (replica, "%s", za_last_error ());
+        za_input_config_t config = za_input_config_default ();
+        config.batch_size = SIZE;
+        config.prefetch = PREFETCH;
+        za_input_t *input = za_input_new (data, &config);
+        cr_assert (input, "%s", za_last_error ());
+        if (feeds [way] == 1)
+            cr_assert_eq (za_replica_feed (replica, input), 0, "%s", za_last_error ());
+        int both [2] = {0, 0};
+        if (feeds [way] == 2)
+            cr_assert_eq (za_input_to_device (input, za_backend_cpu_staged (), 2, both), 0);
+        za_batch_t batch;
+        int s = 0;
+        while (za_input_next (input, &batch) == 1) {
+            cr_assert_lt (s, STEPS);
+            copied [way] += batch.device != NULL;
+            cr_assert_eq (za_replica_compute_gradients (replica, &batch, s, &loss [way][s]), 0,
+                          "%s", za_last_error ());
+            za_replica_apply (replica, ++s);
+        }
+        cr_assert_eq (s, STEPS);
+        fed [way] = za_replica_fed (replica);
+        size_t bytes = za_replica_vars (replica)->total * sizeof (float);
+        values [way] = malloc (bytes);
+        memcpy (values [way], za_replica_values (replica), bytes);
+        za_input_destroy (&input);
+        za_replica_destroy (&replica);
+        int a = against [way];
+        cr_expect_eq (memcmp (values [way], values [a], bytes), 0, "way %d", way);
+        cr_expect_eq (memcmp (loss [way], loss [a], sizeof loss [0]), 0, "way %d", way);
+        //  The batches the prefetch thread made before the replica asked (at
+        //  most its slots) were not copied; all after were, and taken where
+        //  cut alike.
+        if (feeds [way] == 0)
+            cr_expect_eq (copied [way], 0, "way %d", way);
+        else
+            cr_expect_geq (copied [way], STEPS - PREFETCH - 1, "way %d", way);
+        cr_expect_eq (fed [way], feeds [way] == 1? copied [way]: 0, "way %d", way);
+    }
+    for (int way = 0; way < WAYS; way++)
+        free (values [way]);
+    za_dataset_destroy (&data);
+}
+
 static int s_predicted [2][64];
 
 static int
@@ -307,7 +379,7 @@ Test (device, micro_batch_from_the_environment_keeps_the_gradient)
 {
     enum { SIZE = 40 };
     za_dataset_t *data = za_test_fashion ("train", SIZE);
-    za_batch_t batch = {data->features, data->labels, SIZE, 784, NULL};
+    za_batch_t batch = {data->features, data->labels, SIZE, 784, NULL, NULL};
     const char *settings [] = {NULL, "5", "40", "0", "x16", "5000", ""};
     float *reference = NULL;
     size_t bytes = 0;
@@ -363,7 +435,7 @@ Test (device, the_optimizer_split_over_threads_updates_each_value_once)
 {
     enum { SIZE = 30 };
     za_dataset_t *data = za_test_fashion ("train", SIZE);
-    za_batch_t batch = {data->features, data->labels, SIZE, 784, NULL};
+    za_batch_t batch = {data->features, data->labels, SIZE, 784, NULL, NULL};
     za_optim_config_t optim = za_optim_config_default (ZA_OPT_ADAM);
     cr_assert_eq (za_stack_parse ("conv2d(8,3,relu) maxpool(2) flatten dense(64,relu) dense(10)",
                                   &s_spec), 0);
@@ -424,7 +496,7 @@ Test (device, two_replicas_per_device_equal_one_at_twice_the_batch)
     cr_expect_lt (s_max_diff (za_replica_values (one), za_replica_values (two), total), 1e-5);
     cr_expect_lt (s_max_diff (za_replica_slot (one, 0), za_replica_slot (two, 0), total), 1e-5);
     //  Predictions come back from each replica's half in order.
-    za_batch_t batch = {data->features, NULL, SIZE, 784, NULL};
+    za_batch_t batch = {data->features, NULL, SIZE, 784, NULL, NULL};
     int64_t index = 0;
     cr_assert_eq (za_replica_predict_batch (one, &batch, s_note, s_predicted [0], &index), 0);
     index = 0;
@@ -495,7 +567,7 @@ Test (device, two_devices_by_collective_or_by_copies_train_as_one_device)
     cr_expect_gt (fabs (loss [0][STEPS - 1] - loss [0][0]), 1e-3, "it trained");
     //  A last step of 3 examples: one replica of the four gets none.
     za_batch_t small = {data->features + (size_t) SIZE * STEPS * 784,
-                        data->labels + SIZE * STEPS, 3, 784, NULL};
+                        data->labels + SIZE * STEPS, 3, 784, NULL, NULL};
     for (int w = 0; w < WAYS; w++) {
         double last;
         cr_assert_eq (za_replica_compute_gradients (replica [w], &small, STEPS, &last), 0, "%s",

@@ -1071,7 +1071,7 @@ s_check_streamed (int size, int every_layer)
     size_t total = za_replica_vars (plain)->total;
     s_heard_t heard = {za_replica_gradients (streamed), total, 0, {0}, {0}};
     za_replica_on_gradients (streamed, s_hear, &heard);
-    za_batch_t batch = {train->features, train->labels, size, 28 * 28, NULL};
+    za_batch_t batch = {train->features, train->labels, size, 28 * 28, NULL, NULL};
     double loss [2];
     cr_assert_eq (za_replica_compute_gradients (plain, &batch, 5, &loss [0]), 0);
     cr_assert_eq (za_replica_compute_gradients (streamed, &batch, 5, &loss [1]), 0);

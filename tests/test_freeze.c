@@ -219,7 +219,7 @@ static void
 s_frozen_kept_case (za_policy_t precision, const char *name)
 {
     za_dataset_t *fashion = za_test_fashion ("train", 32);
-    za_batch_t batch = {fashion->features, fashion->labels, 32, 28 * 28, NULL};
+    za_batch_t batch = {fashion->features, fashion->labels, 32, 28 * 28, NULL, NULL};
     static za_stack_spec_t spec;
     //  The frozen convolution has a layer that trains below it: its kernel
     //  serves the forward and the input's gradient.
@@ -310,7 +310,7 @@ Test (freeze, l2_adds_two_f_w_to_the_kernel_gradient)
         };
         replicas [m] = za_replica_new (&config, 5);
         cr_assert_not_null (replicas [m], "%s", za_last_error ());
-        za_batch_t batch = {fashion->features, fashion->labels, 37, 28 * 28, NULL};
+        za_batch_t batch = {fashion->features, fashion->labels, 37, 28 * 28, NULL, NULL};
         double loss;
         cr_assert_eq (za_replica_compute_gradients (replicas [m], &batch, 1, &loss), 0);
         grads [m] = za_replica_gradients (replicas [m]);

@@ -188,7 +188,11 @@ s_input (za_estimator_t *self, za_input_fn_t input_fn, void *arg, za_mode_t mode
         .global_step = self->global_step,
         .steps_done = mode == ZA_MODE_TRAIN? self->global_step: 0,
     };
-    return input_fn (arg, &context);
+    //  On a device its prefetch thread copies the batches up as well.
+    za_input_t *input = input_fn (arg, &context);
+    if (input && za_replica_feed (self->replica, input))
+        za_input_destroy (&input);
+    return input;
 }
 
 // ---------------------------------------------------------------------------

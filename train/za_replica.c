@@ -464,6 +464,21 @@ za_replica_on_gradients (za_replica_t *self, za_grads_final_fn *fn, void *arg)
     self->final_arg = arg;
 }
 
+int
+za_replica_feed (za_replica_t *self, za_input_t *input)
+{
+    if (!self || !input)
+        return za_error ("za_replica_feed: replica and input are required");
+    return self->be->host_memory
+         ? 0: za_input_to_device (input, self->be, self->threads, self->device_of);
+}
+
+int64_t
+za_replica_fed (const za_replica_t *self)
+{
+    return self? self->fed: 0;
+}
+
 void
 za_replica_reset_slots (za_replica_t *self)
 {

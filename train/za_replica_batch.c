@@ -28,6 +28,8 @@ struct _s_batch_run_t {
     int last_micro [ZA_REPLICA_MAX_THREADS];    //  examples in its last micro-batch
     za_spec_t specs [ZA_REPLICA_MAX_THREADS];
     int deferred [ZA_REPLICA_MAX_THREADS];      //  its loss is the back end's to say (loss_take)
+    const za_batch_device_t *fed;               //  the batch's copy on the devices, cut as
+                                                //  the threads cut it; NULL: copied here
     int rc [ZA_REPLICA_MAX_THREADS];
     char error [ZA_REPLICA_MAX_THREADS][ZA_ERROR_MAX_CHARS];
     //  Streaming (TRAIN with a final_fn): from where each thread's buffer is
@@ -205,6 +207,13 @@ s_micro_batch_run (s_batch_run_t *run, int t, int lo, int count, int last,
     run->last_micro [t] = count;
     const float *features = run->batch->features + (size_t) lo * self->feature_size;
     const int32_t *labels = run->mode == ZA_MODE_PREDICT? NULL: run->batch->labels + lo;
+    if (run->fed) {
+        //  The input's copy of this thread's slice.
+        size_t at = (size_t) (lo - run->first [t]);
+        features = run->fed->features [t] + at * self->feature_size;
+        labels = labels? run->fed->labels [t] + at: NULL;
+    }
+    else
     if (on_device) {
         int rc = s_upload_batch (self, t, features, labels, count);
         if (rc)
@@ -320,6 +329,21 @@ s_batch_slice (void *arg, int t)
         snprintf (run->error [t], ZA_ERROR_MAX_CHARS, "%s", za_last_error ());
 }
 
+//  The batch's copy on this replica's devices, where its input made one as
+//  the threads cut the batch (za_replica_feed); else NULL.
+static const za_batch_device_t *
+s_fed (const za_replica_t *self, const za_batch_t *batch)
+{
+    const za_batch_device_t *fed = batch->device;
+    if (!fed || fed->be != self->be || fed->slices != self->threads
+        || fed->rows < (batch->size + self->threads - 1) / self->threads)
+        return NULL;
+    for (int t = 0; t < self->threads; t++)
+        if (fed->device_of [t] != self->device_of [t])
+            return NULL;
+    return fed;
+}
+
 //  Runs the model_fn over a batch split across the threads; in TRAIN leaves
 //  the batch's mean gradient in self->grads. *loss_sum and *correct add up
 //  the slices. Returns 0, or -1 with the first thread's error.
@@ -349,6 +373,8 @@ s_batch_run (za_replica_t *self, const za_batch_t *batch, za_mode_t mode, int64_
         self->frozen_epoch = atomic_fetch_add (&epochs, 1) + 1;
     run->frozen_epoch = self->frozen_epoch;
     run->streaming = mode == ZA_MODE_TRAIN && self->final_fn && self->be->host_memory;
+    run->fed = s_fed (self, batch);
+    self->fed += run->fed != NULL;
     if (za_replica_values_to_devices (self))
         return -1;
     run->combined = self->vars.total;
@@ -448,10 +474,11 @@ s_run_in_views (za_replica_t *self, const za_batch_t *batch, za_mode_t mode,
     s_batch_run_t run;
     int rc = 0;
     for (int lo = 0; lo < batch->size && rc == 0; lo += view_max) {
+        int size = batch->size - lo < view_max? batch->size - lo: view_max;
         za_batch_t view = {batch->features + (size_t) lo * self->feature_size,
-                           batch->labels? batch->labels + lo: NULL,
-                           batch->size - lo < view_max? batch->size - lo: view_max,
-                           batch->feature_size, NULL};
+                           batch->labels? batch->labels + lo: NULL, size,
+                           batch->feature_size, NULL,
+                           size == batch->size? batch->device: NULL};
         double view_loss;
         int view_correct;
         rc = s_batch_run (self, &view, mode, 0, &run, &view_loss, &view_correct);

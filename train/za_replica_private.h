@@ -71,6 +71,7 @@ struct _za_replica_t {
     float *dev_peer;                //  on device 0: a gradient from another device
     float *dev_features [ZA_REPLICA_MAX_THREADS];
     int32_t *dev_labels [ZA_REPLICA_MAX_THREADS];
+    int64_t fed;                    //  batches whose examples the input had copied up
     float *host_logits [ZA_REPLICA_MAX_THREADS];
     size_t host_logits_floats [ZA_REPLICA_MAX_THREADS];
     //  Which copy is newer (replica_at_t): values, gradient, slots.

@@ -92,6 +92,19 @@ typedef struct {
 //  prefetch 2, 1 decoding thread.
 za_input_config_t za_input_config_default (void);
 
+//  A batch's copy on a device's memory (za_input_to_device): slice t of the
+//  batch, its examples [size * t / slices, size * (t + 1) / slices), on
+//  device_of [t] of the back end `be`.
+#define ZA_INPUT_SLICES_MAX 64
+typedef struct {
+    const struct za_backend_t *be;
+    int slices;
+    int device_of [ZA_INPUT_SLICES_MAX];
+    float *features [ZA_INPUT_SLICES_MAX];
+    int32_t *labels [ZA_INPUT_SLICES_MAX];
+    int rows;                   //  room in each slice, in examples
+} za_batch_device_t;
+
 //  One batch. Memory belongs to the iterator and stays valid until the next
 //  za_input_next or za_input_destroy.
 typedef struct {
@@ -101,6 +114,9 @@ typedef struct {
     int64_t feature_size;       //  values per example (height * width * channels)
     const int64_t *indices;     //  [size]: each example's index in its data set
                                 //  (predictions name the file); NULL: unknown
+    const za_batch_device_t *device;    //  its copy on a device, made by the
+                                //  prefetch thread while the batches before
+                                //  were computed (za_input_to_device); NULL: none
 } za_batch_t;
 
 typedef struct _za_input_t za_input_t;
@@ -128,6 +144,18 @@ int za_input_failed (const za_input_t *self);
 
 //  Examples one pass (epoch) over this iterator's shard yields.
 int64_t za_input_shard_count (const za_input_t *self);
+
+//  tf.data's prefetch_to_device: from now on the prefetch thread copies each
+//  batch it makes to `be`'s devices too, cut in `slices` slices (slice t to
+//  device_of [t]), before the consumer may take it, so that the copy runs
+//  while the batches before it are computed; batch->device then says where
+//  (NULL for a batch made before, or whose copy failed: the consumer copies
+//  it itself). The copies live in the iterator, one set per prefetch slot,
+//  until za_input_destroy. be NULL: no more copies. An iterator without a
+//  prefetch thread (prefetch 0) makes none. 0, or -1 with an error (slices
+//  outside 1 .. ZA_INPUT_SLICES_MAX).
+int za_input_to_device (za_input_t *self, const struct za_backend_t *be, int slices,
+                        const int *device_of);
 
 //  Stops the prefetch thread, frees the iterator, sets *self_p to NULL.
 void za_input_destroy (za_input_t **self_p);

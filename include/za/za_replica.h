@@ -97,6 +97,16 @@ const char *za_replica_model_text (const za_replica_t *self);
 //  depends on the model_fn (za_model_grads_final). NULL: none (the default).
 void za_replica_on_gradients (za_replica_t *self, za_grads_final_fn *fn, void *arg);
 
+//  On a device: `input`'s prefetch thread copies its batches up, cut as
+//  this replica's threads cut them, while the batches before are computed
+//  (za_input_to_device); the replica then reads them there instead of
+//  copying each at the start of its step. Nothing on the CPU, or for an
+//  input without a prefetch thread. The input must not outlive the replica
+//  while feeding it (za_input_to_device (input, NULL, 0, NULL) stops it).
+//  za_replica_fed: the batches it took so. 0, or -1 with an error.
+int za_replica_feed (za_replica_t *self, za_input_t *input);
+int64_t za_replica_fed (const za_replica_t *self);
+
 //  Puts every slot back to its starting value.
 void za_replica_reset_slots (za_replica_t *self);
 
