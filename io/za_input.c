@@ -23,6 +23,9 @@ typedef struct {
     int size;
     za_batch_device_t device;   //  its copy on a device (za_input_to_device)
     int device_ok;              //  1: `device` holds this batch
+    //  The back end whose host_alloc made features and labels (pinned for
+    //  its copies); NULL: za_alloc.
+    const za_backend_t *pinned;
 } s_slot_t;
 
 struct _za_input_t {
@@ -394,6 +397,47 @@ s_slot_device_free (s_slot_t *slot)
     slot->device_ok = 0;
 }
 
+//  The slot's features and labels freed, whoever made them.
+static void
+s_slot_host_free (s_slot_t *slot)
+{
+    if (slot->pinned) {
+        slot->pinned->host_free (slot->features);
+        slot->pinned->host_free (slot->labels);
+    }
+    else {
+        za_free (slot->features);
+        za_free (slot->labels);
+    }
+    slot->features = NULL;
+    slot->labels = NULL;
+    slot->pinned = NULL;
+}
+
+//  The producer's, before it fills a slot it copies to `be`'s devices:
+//  the slot's host side in be's host memory (pinned on a GPU: the copy goes
+//  straight, without the driver's staging copy); kept as it is where that
+//  memory is short.
+static void
+s_slot_pin (za_input_t *self, s_slot_t *slot, const za_backend_t *be)
+{
+    if (slot->pinned == be)
+        return;
+    size_t rows = (size_t) self->config.batch_size;
+    float *features = (float *) be->host_alloc (rows * self->dataset->feature_size
+                                                * sizeof (float));
+    int32_t *labels = (int32_t *) be->host_alloc (rows * sizeof (int32_t));
+    if (!features || !labels) {
+        be->host_free (features);
+        be->host_free (labels);
+        return;
+    }
+    s_slot_host_free (slot);
+    slot->features = features;
+    slot->labels = labels;
+    slot->pinned = be;
+}
+
 //  The producer's: the slot's batch copied to the devices `to` names,
 //  slice by slice, and waited for there (the consumer's work reads it on
 //  another stream). The room is made once for the iterator's batch size.
@@ -465,6 +509,8 @@ s_input_producer (void *args)
         s_slot_t *slot = &self->slots [(self->head + self->count) % self->n_slots];
         za_batch_device_t to = self->to_device;
         pthread_mutex_unlock (&self->mutex);
+        if (to.be)
+            s_slot_pin (self, slot, to.be);
         int size = s_input_produce (self, slot);
         if (size > 0 && to.be)
             s_slot_to_device (self, slot, &to);
@@ -783,8 +829,7 @@ za_input_destroy (za_input_t **self_p)
     if (self->slots)
         for (int i = 0; i < self->n_slots; i++) {
             s_slot_device_free (&self->slots [i]);
-            za_free (self->slots [i].features);
-            za_free (self->slots [i].labels);
+            s_slot_host_free (&self->slots [i]);
             za_free (self->slots [i].indices);
         }
     free (self->slots);
