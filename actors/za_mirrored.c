@@ -12,6 +12,7 @@
     with an error naming the difference. Global steps count synchronous
     steps, each of num_workers x batch_size examples; the chief writes the
     checkpoints and the metrics.                                           */
+#include "za_group.h"
 #include "za_reducer.h"
 #include "za_role_private.h"
 #include "za/za_early_stop.h"
@@ -51,6 +52,7 @@ typedef struct {
     za_role_rates_t rates;
     double wait_average;                        //  ms per step waiting on the ring
     za_reducer_t reducer;
+    za_group_t group;                           //  the gradients' sum on the devices
     //  An elastic job (config->membership): the members the ring has now,
     //  and where the global stream of examples is (the global batch changes
     //  size with them).
@@ -106,6 +108,7 @@ s_mirrored_destroy (s_mirrored_t **self_p)
     if (!self)
         return;
     za_reducer_stop (&self->reducer);
+    za_group_close (&self->group);
     za_ring_destroy (&self->ring);
     za_input_destroy (&self->input);
     za_hooks_end (&self->hooks.hooks, &self->hooks.context);
@@ -181,6 +184,7 @@ s_mirrored_new (const za_role_config_t *config, zsock_t *pipe)
         goto fail;
     if (self->reducer.running)
         za_replica_on_gradients (self->replica, za_reducer_final, &self->reducer);
+    za_group_init (&self->group, self->replica, self->who);
     za_role_hooks_init (&self->hooks, config, self->who, s_save, self);
     return self;
 fail:
@@ -454,8 +458,11 @@ s_run_steps (s_mirrored_t *self)
             return -1;
         double input = za_clock_mono () - step_start;
         double loss, t0 = za_clock_mono (), waited = za_ring_wait_secs (self->ring);
-        //  The buckets go round as backward makes them final.
-        za_reducer_begin (&self->reducer, (self->global_step + 1) * MAX_BUCKETS);
+        //  The buckets go round as backward makes them final (or the
+        //  group sums the whole gradient on the devices once it is made).
+        int grouped = self->group.group != NULL;
+        if (!grouped)
+            za_reducer_begin (&self->reducer, (self->global_step + 1) * MAX_BUCKETS);
         //  Each worker its own dropout masks (replica_index tells them apart).
         //  Until the ring is done, the loop turns no more: waiting on a peer
         //  still computing is part of the step (the ring keeps its own time).
@@ -463,15 +470,25 @@ s_run_steps (s_mirrored_t *self)
         int failed = za_replica_compute_gradients (self->replica, &batch, self->global_step,
                                                    &loss);
         double t1 = za_clock_mono ();
-        //  On a GPU the gradient is copied down here (on the CPU: the same
-        //  block, nothing to do); with buckets the replica did so already.
-        if (!failed && !self->reducer.running)
-            self->reducer.grads = za_replica_gradients (self->replica);
-        int rc = za_reducer_end (&self->reducer, failed);
-        if (failed)
-            return -1;
-        if (rc)
-            return rc;
+        if (grouped) {
+            if (failed)
+                return -1;
+            int rc = za_group_mean (&self->group, self->replica, self->ring, self->size,
+                                    config->timeout_secs);
+            if (rc)
+                return rc;
+        }
+        else {
+            //  On a GPU the gradient is copied down here (on the CPU: the
+            //  same block, nothing to do); with buckets the replica did so.
+            if (!failed && !self->reducer.running)
+                self->reducer.grads = za_replica_gradients (self->replica);
+            int rc = za_reducer_end (&self->reducer, failed);
+            if (failed)
+                return -1;
+            if (rc)
+                return rc;
+        }
         double t2 = za_clock_mono ();
         za_replica_apply (self->replica, self->global_step + 1);
         self->global_step++;
@@ -554,6 +571,15 @@ s_generation (s_mirrored_t *self, int first)
     int rc = s_start (self, first);
     if (rc)
         return rc;
+    //  On devices: a group of the processes sums the gradients there, where
+    //  every rank can have one; the reducer then hears of no gradient.
+    rc = za_group_form (&self->group, self->ring, self->rank, self->size,
+                        self->config->timeout_secs);
+    if (rc)
+        return rc;
+    if (self->reducer.running)
+        za_replica_on_gradients (self->replica, self->group.group? NULL: za_reducer_final,
+                                 self->group.group? NULL: &self->reducer);
     //  Elastic: this rank's slice of the global batch among the members now,
     //  from where the stream is.
     if (self->config->membership)

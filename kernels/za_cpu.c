@@ -3,6 +3,7 @@
     dense, OpenBLAS) are za_cpu_gemm.c.                                    */
 #include "za/za_kernels.h"
 #include "za_cpu_conv.h"
+#include "za_cpu_group.h"
 #include "za_cpu_gemm.h"
 #include "za_cpu_dnnl.h"
 #include "za_elem.h"
@@ -421,6 +422,11 @@ s_devices_broadcast (float *const *bufs, const int *devices, int count, size_t f
 #define s_download s_memcpy
 #define s_copy s_memcpy
 #define s_optim_apply za_optim_apply
+#define s_group_id za_cpu_group_id
+#define s_group_open za_cpu_group_open
+#define s_group_sum za_cpu_group_sum
+#define s_group_poll za_cpu_group_poll
+#define s_group_close za_cpu_group_close
 #define S_SLOT(slot) .slot = s_##slot,
 #define S_CPU_TABLE(devices) \
     ZA_BACKEND_LAYER_SLOTS (S_SLOT) .device_count = devices, ZA_BACKEND_MEMORY_SLOTS (S_SLOT)

@@ -542,6 +542,45 @@ s_devices_broadcast (float *const *bufs, const int *devices, int count, size_t f
          ? s_error ("%s", why): 0;
 }
 
+//  Groups of processes: NCCL's communicators between them (za_cuda_nccl.cu).
+static int
+s_group_id (unsigned char *id)
+{
+    char why [ZA_ERROR_MAX_CHARS];
+    return za_cuda_nccl_group_id (id, why, sizeof why)? s_error ("%s", why): 0;
+}
+
+static void *
+s_group_open (const unsigned char *id, int rank, int size)
+{
+    char why [ZA_ERROR_MAX_CHARS];
+    void *group = za_cuda_nccl_group_open (id, rank, size, why, sizeof why);
+    if (!group)
+        s_error ("%s", why);
+    return group;
+}
+
+static int
+s_group_sum (void *group, float *buf, size_t floats)
+{
+    char why [ZA_ERROR_MAX_CHARS];
+    return za_cuda_nccl_group_sum (group, buf, floats, why, sizeof why)? s_error ("%s", why): 0;
+}
+
+static int
+s_group_poll (void *group)
+{
+    char why [ZA_ERROR_MAX_CHARS];
+    int rc = za_cuda_nccl_group_poll (group, why, sizeof why);
+    return rc < 0? s_error ("%s", why): rc;
+}
+
+static void
+s_group_close (void *group)
+{
+    za_cuda_nccl_group_close (group);
+}
+
 static const za_backend_t *s_mixed (za_precision_t precision);
 static int s_native (za_precision_t precision);
 

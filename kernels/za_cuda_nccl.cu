@@ -19,7 +19,8 @@
 //  The NCCL calls this file makes, looked up in the library once opened.
 #define S_NCCL_CALLS(X) \
     X (ncclCommInitAll) X (ncclCommDestroy) X (ncclGetErrorString) X (ncclGroupStart) \
-    X (ncclGroupEnd) X (ncclReduce) X (ncclBroadcast)
+    X (ncclGroupEnd) X (ncclReduce) X (ncclBroadcast) X (ncclGetUniqueId)                 \
+    X (ncclCommInitRankConfig) X (ncclCommGetAsyncError) X (ncclAllReduce) X (ncclCommAbort)
 
 static struct {
 #define S_FIELD(call) decltype (&::call) call;
@@ -188,4 +189,175 @@ za_cuda_nccl_broadcast (float *const *bufs, const int *devices, int count, size_
                              return s_nccl.ncclBroadcast (bufs [i], bufs [i], floats,
                                                           ncclFloat, 0, comm, stream);
                          });
+}
+
+// ---------------------------------------------------------------------------
+//  Groups of processes (the back end's group_* slots): a communicator per
+//  process, non-blocking, so that its start and its sums are polled (the
+//  caller watches its ring meanwhile) and aborted where a rank does not come.
+
+typedef struct {
+    ncclComm_t comm;
+    cudaStream_t stream;            //  the sums', after the caller's work
+    cudaEvent_t ready, done;
+    int device;
+    int opened;                     //  the communicator is up
+    int summing;                    //  1: a sum asked, not yet queued; 2: queued
+} s_group_t;
+
+//  NCCL opened (once), unless ZA_NCCL=0 or it is not there. 0, or -1 with why.
+static int
+s_nccl_ready (char *why, size_t why_size)
+{
+    pthread_mutex_lock (&s_mutex);
+    const char *on = getenv ("ZA_NCCL");
+    int rc = 0;
+    if (on && strcmp (on, "0") == 0) {
+        snprintf (why, why_size, "cuda: NCCL is off (ZA_NCCL=0)");
+        rc = -1;
+    }
+    else
+    if (!s_nccl.ncclCommInitRankConfig)
+        rc = s_nccl_open (why, why_size);
+    pthread_mutex_unlock (&s_mutex);
+    return rc;
+}
+
+int
+za_cuda_nccl_group_id (unsigned char *id, char *why, size_t why_size)
+{
+    if (s_nccl_ready (why, why_size))
+        return -1;
+    ncclUniqueId unique;
+    ncclResult_t rc = s_nccl.ncclGetUniqueId (&unique);
+    if (rc != ncclSuccess) {
+        snprintf (why, why_size, "cuda: NCCL has no id for a group: %s",
+                  s_nccl.ncclGetErrorString (rc));
+        return -1;
+    }
+    static_assert (sizeof unique == ZA_GROUP_ID_BYTES, "NCCL's id is ZA_GROUP_ID_BYTES");
+    memcpy (id, &unique, sizeof unique);
+    return 0;
+}
+
+void
+za_cuda_nccl_group_close (void *group)
+{
+    s_group_t *self = (s_group_t *) group;
+    if (!self)
+        return;
+    cudaSetDevice (self->device);
+    if (self->comm)
+        s_nccl.ncclCommAbort (self->comm);     //  ends what runs; frees it
+    if (self->stream)
+        cudaStreamDestroy (self->stream);
+    if (self->ready)
+        cudaEventDestroy (self->ready);
+    if (self->done)
+        cudaEventDestroy (self->done);
+    free (self);
+}
+
+void *
+za_cuda_nccl_group_open (const unsigned char *id, int rank, int size, char *why,
+                         size_t why_size)
+{
+    if (s_nccl_ready (why, why_size))
+        return NULL;
+    s_group_t *self = (s_group_t *) calloc (1, sizeof *self);
+    if (!self) {
+        snprintf (why, why_size, "cuda: out of memory");
+        return NULL;
+    }
+    self->device = za_cuda_self.device;
+    cudaError_t made = cudaSetDevice (self->device);
+    if (made == cudaSuccess)
+        made = cudaStreamCreateWithFlags (&self->stream, cudaStreamNonBlocking);
+    if (made == cudaSuccess)
+        made = cudaEventCreateWithFlags (&self->ready, cudaEventDisableTiming);
+    if (made == cudaSuccess)
+        made = cudaEventCreateWithFlags (&self->done, cudaEventDisableTiming);
+    if (made != cudaSuccess) {
+        snprintf (why, why_size, "cuda:%d: no stream for NCCL: %s", self->device,
+                  cudaGetErrorString (made));
+        za_cuda_nccl_group_close (self);
+        return NULL;
+    }
+    ncclUniqueId unique;
+    memcpy (&unique, id, sizeof unique);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t rc = s_nccl.ncclCommInitRankConfig (&self->comm, size, unique, rank, &config);
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+        snprintf (why, why_size, "cuda:%d: NCCL does not start rank %d of %d: %s", self->device,
+                  rank, size, s_nccl.ncclGetErrorString (rc));
+        za_cuda_nccl_group_close (self);
+        return NULL;
+    }
+    return self;
+}
+
+int
+za_cuda_nccl_group_sum (void *group, float *buf, size_t floats, char *why, size_t why_size)
+{
+    s_group_t *self = (s_group_t *) group;
+    if (!self->opened || self->summing) {
+        snprintf (why, why_size, "cuda: the group is not ready for a sum");
+        return -1;
+    }
+    cudaError_t ordered = cudaEventRecord (self->ready, cudaStreamPerThread);
+    if (ordered == cudaSuccess)
+        ordered = cudaStreamWaitEvent (self->stream, self->ready, 0);
+    if (ordered != cudaSuccess) {
+        snprintf (why, why_size, "cuda:%d: the group's sum cannot follow the step: %s",
+                  self->device, cudaGetErrorString (ordered));
+        return -1;
+    }
+    ncclResult_t rc = s_nccl.ncclAllReduce (buf, buf, floats, ncclFloat, ncclSum, self->comm,
+                                            self->stream);
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+        snprintf (why, why_size, "cuda:%d: ncclAllReduce: %s", self->device,
+                  s_nccl.ncclGetErrorString (rc));
+        return -1;
+    }
+    self->summing = 1;
+    return 0;
+}
+
+int
+za_cuda_nccl_group_poll (void *group, char *why, size_t why_size)
+{
+    s_group_t *self = (s_group_t *) group;
+    ncclResult_t state;
+    ncclResult_t rc = s_nccl.ncclCommGetAsyncError (self->comm, &state);
+    if (rc == ncclSuccess && state == ncclInProgress)
+        return 0;
+    if (rc != ncclSuccess || state != ncclSuccess) {
+        snprintf (why, why_size, "cuda:%d: NCCL's group failed: %s", self->device,
+                  s_nccl.ncclGetErrorString (rc != ncclSuccess? rc: state));
+        return -1;
+    }
+    self->opened = 1;
+    if (self->summing == 1) {
+        //  Queued now: its end is the event's.
+        cudaError_t recorded = cudaEventRecord (self->done, self->stream);
+        if (recorded != cudaSuccess) {
+            snprintf (why, why_size, "cuda:%d: cudaEventRecord: %s", self->device,
+                      cudaGetErrorString (recorded));
+            return -1;
+        }
+        self->summing = 2;
+    }
+    if (self->summing == 2) {
+        cudaError_t done = cudaEventQuery (self->done);
+        if (done == cudaErrorNotReady)
+            return 0;
+        if (done != cudaSuccess) {
+            snprintf (why, why_size, "cuda:%d: the group's sum failed: %s", self->device,
+                      cudaGetErrorString (done));
+            return -1;
+        }
+        self->summing = 0;
+    }
+    return 1;
 }

@@ -371,6 +371,38 @@ za_ring_drain (za_ring_t *self)
     return 0;
 }
 
+int
+za_ring_watch (za_ring_t *self)
+{
+    if (zsys_interrupted)
+        return za_error ("ring: rank %d interrupted", self->config.rank);
+    if (self->config.cancelled && self->config.cancelled (self->config.cancel_arg)) {
+        za_error ("ring: rank %d: the members changed", self->config.rank);
+        return ZA_RING_CANCELLED;
+    }
+    if (self->config.interrupt
+        && (zsock_events (self->config.interrupt) & ZMQ_POLLIN))
+        return za_error ("ring: rank %d interrupted", self->config.rank);
+    const char *why;
+    while (!self->in_held) {
+        za_ring_release (self);
+        if (!s_take_frame (self, &why))
+            return 0;
+        if (!why && s_is_resync (self)) {
+            if (s_resync_taken (self))
+                return ZA_RING_RESYNC;
+        }
+        else
+        if (why) {
+            s_drop (self, why);
+            za_ring_release (self);
+        }
+        else
+            self->in_held = 1;      //  the next call's first
+    }
+    return ZA_RING_HELD;
+}
+
 // ---------------------------------------------------------------------------
 //  Generations
 

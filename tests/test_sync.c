@@ -480,7 +480,7 @@ s_ring_shown (json_t *state, void *arg)
 //  chief's log (caller frees).
 static char *
 s_local_ring_with_a_kill (const char *model_dir, const char *role, int max_steps,
-                          const char *said)
+                          const char *said, const char *device)
 {
     char *out = za_test_path ("local.out");
     char steps [16];
@@ -488,7 +488,8 @@ s_local_ring_with_a_kill (const char *model_dir, const char *role, int max_steps
     const char *args [] = {"--local", "--strategy", "allreduce", "--model", "cnn", "--workers",
                            "1", "--evaluators", "0", "--max-steps", steps, "--batch-size", "32",
                            "--save-checkpoints-steps", "100000", "--model-dir", model_dir,
-                           "--timeout-secs", "60", "--bucket-kib", "16", NULL};
+                           "--timeout-secs", "60", "--bucket-kib", "16", "--device",
+                           device? device: "cpu", NULL};
     char broker [128];
     pid_t local = za_test_start_local ("zactor-run", args, out, broker);
     za_test_want_t want = {role, 0, 0, 100};
@@ -531,10 +532,78 @@ Test (allreduce, a_killed_worker_rejoins_the_ring_where_it_was_without_a_rewind)
     //  with every replica the same.
     char *model_dir = za_test_path ("run");
     char *log = s_local_ring_with_a_kill (model_dir, "worker", 500,
-                                          "the ring is re-formed at step ");
+                                          "the ring is re-formed at step ", NULL);
     cr_expect_null (strstr (log, "restored step"), "%s", log);
     free (log);
     free (model_dir);
+}
+
+//  The gradients on devices (cpu-staged: the GPU's path, its group of
+//  processes a segment of shared memory as NCCL's between processes): a
+//  group of the ring's processes sums them there. A worker killed while
+//  the group sums aborts it: the survivor, waiting on the group, sees the
+//  restarted worker's request on the ring, the ring re-forms, a new group
+//  with it, and both end at max_steps with the same values; no segment is
+//  left in /dev/shm.
+Test (allreduce, on_devices_a_group_sums_and_a_killed_worker_re_forms_it)
+{
+    char *model_dir = za_test_path ("run");
+    int before = za_test_shm_count ("za-group-");
+    char *log = s_local_ring_with_a_kill (model_dir, "worker", 400,
+                                          "the ring is re-formed at step ", "cpu-staged");
+    const char *grouped = "the gradients are summed on the devices by a group of 2 processes";
+    //  Once per process, and again in the restarted worker.
+    cr_expect_eq (za_test_count (log, grouped), 1, "%s", log);
+    cr_expect_null (strstr (log, "the group of processes failed"), "%s", log);
+    char *path = za_test_join (model_dir, "logs/worker-0.log");
+    char *worker = (char *) za_test_read_file (path, NULL);
+    cr_expect_geq (za_test_count (worker, grouped), 2, "%s", worker);
+    cr_expect_null (strstr (worker, "the ring carries the gradients"), "%s", worker);
+    cr_expect_eq (za_test_shm_count ("za-group-"), before);
+    free (worker);
+    free (path);
+    free (log);
+    free (model_dir);
+}
+
+//  Where the group cannot start on a rank, or fails in a sum, the ring
+//  carries the gradients through host memory instead (said once, by the
+//  rank that failed), and the job ends as one: both ranks at max_steps
+//  with the same values.
+Test (allreduce, on_devices_a_group_that_fails_leaves_the_gradients_to_the_ring)
+{
+    const char *settings [2] = {"fail", "fail-sum:1:20"};
+    const char *said [2] = {"no group of processes on the devices (cpu-staged: the group "
+                            "does not start (ZA_STAGED_GROUP=fail)): the ring carries the "
+                            "gradients through host memory",
+                            "the group of processes failed (cpu-staged: rank 1's sum 20 "
+                            "fails (ZA_STAGED_GROUP)): re-forming the ring, which carries the "
+                            "gradients from now on"};
+    for (int k = 0; k < 2; k++) {
+        char *model_dir = za_test_path (k == 0? "fail": "fail-sum");
+        setenv ("ZA_STAGED_GROUP", settings [k], 1);
+        const char *args [] = {"--local", "--strategy", "allreduce", "--model", "linear",
+                               "--workers", "1", "--evaluators", "0", "--max-steps", "60",
+                               "--device", "cpu-staged", "--model-dir", model_dir, NULL};
+        za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+        unsetenv ("ZA_STAGED_GROUP");
+        cr_assert_eq (result.exit_code, 0, "%s", result.err);
+        int64_t steps [2];
+        uint32_t chief = s_log_crc (model_dir, "logs/chief-0.log", &steps [0]);
+        uint32_t worker = s_log_crc (model_dir, "logs/worker-0.log", &steps [1]);
+        cr_expect_eq (chief, worker, "%s", settings [k]);
+        cr_expect (steps [0] == 60 && steps [1] == 60, "%s", settings [k]);
+        char *path = za_test_join (model_dir, "logs/worker-0.log");
+        char *log = (char *) za_test_read_file (path, NULL);
+        cr_expect (strstr (log, said [k]), "%s: %s", settings [k], log);
+        //  The failing sum's step is done again by the ring, once.
+        if (k == 1)
+            cr_expect (strstr (log, "the ring is re-formed at step 19"), "%s", log);
+        free (log);
+        free (path);
+        za_test_result_free (&result);
+        free (model_dir);
+    }
 }
 
 Test (allreduce, a_killed_chief_takes_the_current_values_from_a_peer)
@@ -544,7 +613,7 @@ Test (allreduce, a_killed_chief_takes_the_current_values_from_a_peer)
     //  would restart everyone from a checkpoint: here, step 0).
     char *model_dir = za_test_path ("run");
     free (s_local_ring_with_a_kill (model_dir, "chief", 400,
-                                    "restarted; took the current values of step "));
+                                    "restarted; took the current values of step ", NULL));
     free (model_dir);
 }
 

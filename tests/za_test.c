@@ -161,6 +161,19 @@ za_test_count (const char *text, const char *needle)
     return count;
 }
 
+int
+za_test_shm_count (const char *prefix)
+{
+    DIR *dir = opendir ("/dev/shm");
+    int count = 0;
+    struct dirent *entry;
+    while (dir && (entry = readdir (dir)))
+        count += strncmp (entry->d_name, prefix, strlen (prefix)) == 0;
+    if (dir)
+        closedir (dir);
+    return count;
+}
+
 //  --------------------------------------------------------------------------
 //  zactor-run as a real process
 

@@ -68,6 +68,9 @@ char *za_test_wait_for_text (const char *path, const char *needle, double timeou
 //  How often needle occurs in text.
 int za_test_count (const char *text, const char *needle);
 
+//  Files in /dev/shm whose names start with prefix (segments left behind).
+int za_test_shm_count (const char *prefix);
+
 
 //  --------------------------------------------------------------------------
 //  zactor-run as a real process

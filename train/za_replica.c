@@ -473,6 +473,23 @@ za_replica_feed (za_replica_t *self, za_input_t *input)
          ? 0: za_input_to_device (input, self->be, self->threads, self->device_of);
 }
 
+const za_backend_t *
+za_replica_backend (const za_replica_t *self)
+{
+    return self->be;
+}
+
+float *
+za_replica_device_gradients (za_replica_t *self)
+{
+    if (self->be->host_memory || self->be->bind (self->device_of [0])
+        || za_replica_to_device (self, &self->grads_at, &self->grads, self->dev_grads, 1))
+        return NULL;
+    //  The caller writes it there: the host's copy is older from now on.
+    self->grads_at = REPLICA_AT_DEVICE;
+    return self->dev_grads [0];
+}
+
 int64_t
 za_replica_fed (const za_replica_t *self)
 {

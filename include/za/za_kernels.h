@@ -228,6 +228,25 @@ struct za_backend_t {
     int (*devices_broadcast) (float *const *bufs, const int *devices, int count,
                               size_t floats);
 
+    //  A group of processes, one rank each on its own device, whose sums
+    //  run on the devices (NCCL between processes): the all-reduce
+    //  strategy's gradients without a trip through host memory. group_id
+    //  (rank 0's) makes a new group's id, which the caller passes to the
+    //  others (ZA_GROUP_ID_BYTES); each rank then group_opens it, which
+    //  returns at once: the group is formed once group_poll says 1.
+    //  group_sum starts summing `floats` of buf (on the calling thread's
+    //  device, after its work there) over the ranks, in place; group_poll
+    //  says 1 once done, 0 while not yet (a rank that does not come keeps
+    //  it 0: the caller watches for that and closes), -1 failed (error
+    //  said; the group is no use after). group_close aborts what is under
+    //  way and frees it. group_id: 0, or -1 with an error where there are
+    //  none (the caller goes by host memory); group_open: NULL with an error.
+    int (*group_id) (unsigned char *id);
+    void *(*group_open) (const unsigned char *id, int rank, int size);
+    int (*group_sum) (void *group, float *buf, size_t floats);
+    int (*group_poll) (void *group);
+    void (*group_close) (void *group);
+
     //  The precision of this table's matrix products; the table of the
     //  same device computing them in `precision` (itself for its own), or
     //  NULL with an error where the device cannot (a CPU without bf16
@@ -256,7 +275,9 @@ struct za_backend_t {
 #define ZA_BACKEND_MEMORY_SLOTS(X)                                                           \
     X (bind) X (host_alloc) X (host_free) X (upload) X (download) X (copy) X (zero)          \
     X (scale_add) X (all_finite) X (optim_apply) X (sync) X (devices_sum)                    \
-    X (devices_broadcast)
+    X (devices_broadcast) X (group_id) X (group_open) X (group_sum) X (group_poll)           \
+    X (group_close)
+#define ZA_GROUP_ID_BYTES 128
 
 //  The table of `be` for a policy: auto is BF16 where the device computes it
 //  natively, else FP32. NULL with an error (a precision the device cannot
@@ -274,7 +295,10 @@ const za_backend_t *za_backend_cpu (void);
 //  ZA_STAGED_DEVICES devices (cpu-staged:all), all the CPU, whose
 //  collectives are loops; ZA_STAGED_COLLECTIVE=fail makes them fail as an
 //  NCCL that cannot start (=sum the sum alone), for the callers' fallback.
-//  Never NULL.
+//  Its groups of processes are a segment of shared memory on this host
+//  (za_cpu_group.c): ZA_STAGED_GROUP=0 has none, =fail fails every open,
+//  =fail-sum:R:N fails rank R's N-th sum (from 1), for the callers'
+//  fallback and fault handling. Never NULL.
 const za_backend_t *za_backend_cpu_staged (void);
 #define ZA_STAGED_DEVICES 2
 

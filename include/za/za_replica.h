@@ -105,6 +105,14 @@ void za_replica_on_gradients (za_replica_t *self, za_grads_final_fn *fn, void *a
 //  while feeding it (za_input_to_device (input, NULL, 0, NULL) stops it).
 //  za_replica_fed: the batches it took so. 0, or -1 with an error.
 int za_replica_feed (za_replica_t *self, za_input_t *input);
+
+//  On a device: its back end, and the batch's gradient where it is
+//  (compute_gradients leaves it there, and the update reads it there, so a
+//  caller may sum it with other processes' on the device: the back end's
+//  group_sum), with the calling thread bound to that device. NULL on the
+//  CPU.
+const struct za_backend_t *za_replica_backend (const za_replica_t *self);
+float *za_replica_device_gradients (za_replica_t *self);
 int64_t za_replica_fed (const za_replica_t *self);
 
 //  Puts every slot back to its starting value.

@@ -103,6 +103,17 @@ int za_ring_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t
 //  be gone; re-form it (za_ring_reshape, za_ring_resync).
 #define ZA_RING_CANCELLED 2
 
+//  A look, without waiting, while this rank waits for something else that
+//  every rank takes part in (a group's sum on the devices, za_kernels.h):
+//  takes what came from the left (a message for a later call is kept for
+//  it). Returns 0 when nothing came, ZA_RING_HELD when a message waits for
+//  the next call (a rank is past the thing waited for), ZA_RING_RESYNC or
+//  ZA_RING_CANCELLED as a collective would (the thing waited for will not
+//  come: a rank (re)joined, the members changed), or -1 with an error
+//  (interrupted).
+int za_ring_watch (za_ring_t *self);
+#define ZA_RING_HELD 3
+
 //  The ring's members changed (an elastic job, za_membership.h): this rank
 //  is `rank` of `size` now, sending to `right`, a ring of the members'
 //  change `tag` (> 0; the root's notices carry it). Keeps the bound socket
