@@ -16,6 +16,7 @@ void
 za_group_init (za_group_t *self, za_replica_t *replica, const char *who)
 {
     memset (self, 0, sizeof *self);
+    self->replica = replica;
     const za_backend_t *be = za_replica_backend (replica);
     self->be = !be->host_memory && be->group_id? be: NULL;
     snprintf (self->who, sizeof self->who, "%s", who);
@@ -71,10 +72,11 @@ int
 za_group_form (za_group_t *self, za_ring_t *ring, int rank, int size, double timeout_secs)
 {
     za_group_close (self);
-    if (!self->be || size < 2)
+    if (size < 2)
         return 0;
-    //  Whether every rank can: a rank on the CPU, or whose group failed, cannot.
-    float flag = self->off? 0.0f: 1.0f;
+    //  Whether every rank can: a rank on the CPU, or off, cannot (every rank
+    //  votes, so that all take the same rounds).
+    float flag = self->be && !self->off? 1.0f: 0.0f;
     int rc = za_ring_allreduce_mean (ring, &flag, 1, 0);
     if (rc || flag != 1.0f)
         return rc;
@@ -94,12 +96,16 @@ za_group_form (za_group_t *self, za_ring_t *ring, int rank, int size, double tim
         return rc;
     memcpy (id, floats, sizeof id);
     unsigned char zeros [ZA_GROUP_ID_BYTES] = {0};
+    //  Opened on the replica's device (the thread's may be another's).
+    int local = 0;
     if (memcmp (id, zeros, sizeof id) == 0)
         ok = 0;
     else
-    if (!(self->group = self->be->group_open (id, rank, size))) {
+    if (za_replica_bind (self->replica)
+        || !(self->group = self->be->group_open (id, rank, size))) {
         snprintf (why, sizeof why, "%s", za_last_error ());
         ok = 0;
+        local = 1;
     }
     int ring_rc = 0;
     if (ok && s_wait (self, ring, timeout_secs, GROUP_START_GRACE_SECS, &ring_rc)) {
@@ -115,10 +121,13 @@ za_group_form (za_group_t *self, za_ring_t *ring, int rank, int size, double tim
     rc = za_ring_allreduce_mean (ring, &flag, 1, 0);
     if (rc || flag != 1.0f) {
         za_group_close (self);
+        //  A group that cannot open here will not later; one that did not
+        //  start in time may at the next generation.
         if (!ok && why [0]) {
-            self->off = 1;
+            self->off = local;
             za_info ("%s: no group of processes on the devices (%s): the ring carries the "
-                     "gradients through host memory", self->who, why);
+                     "gradients through host memory%s", self->who, why,
+                     local? "": " in this generation");
         }
         return rc;
     }
@@ -148,10 +157,13 @@ za_group_mean (za_group_t *self, za_replica_t *replica, za_ring_t *ring, int siz
     za_group_close (self);
     if (ring_rc)
         return ring_rc;
-    //  This group failed: the ring, from a generation of its own.
-    self->off = 1;
-    za_info ("%s: the group of processes failed (%s): re-forming the ring, which carries the "
-             "gradients from now on", self->who, za_last_error ());
+    //  This group failed (a peer lost, or this process's own fault): the
+    //  ring re-forms, a new group with it; after a second failure, the ring
+    //  alone. The step is dropped on every rank (nothing applied).
+    self->off = ++self->failures >= 2;
+    za_info ("%s: the group of processes failed%s (%s): re-forming the ring%s", self->who,
+             self->off? " again": "", za_last_error (),
+             self->off? ", which carries the gradients from now on": " and the group");
     if (za_ring_ask_resync (ring))
         return -1;
     return ZA_RING_RESYNC;

@@ -7,8 +7,10 @@
     links), each rank opens it, and all say whether they could. While a
     group sums, the ring is watched (za_ring_watch): a rank that (re)joins
     or a change of the members aborts the group, the ring re-forms, and a
-    new group with it. A group that fails is said once; that process then
-    votes for the ring at every generation after. Internal to actors/.     */
+    new group with it. A group whose sum fails (a peer lost, which NCCL may
+    say so) is said, and the ring re-forms with a new one; a process whose
+    group cannot open, or whose groups failed twice, votes for the ring at
+    every generation after. Internal to actors/.                           */
 #ifndef ZA_GROUP_H_INCLUDED
 #define ZA_GROUP_H_INCLUDED
 
@@ -17,9 +19,11 @@
 #include "za/za_ring.h"
 
 typedef struct {
+    za_replica_t *replica;
     const za_backend_t *be;     //  the replica's: groups where it has the slots
     void *group;                //  this generation's; NULL: the ring carries them
-    int off;                    //  this process's group failed: the ring from then on
+    int failures;               //  of this process's groups (a peer lost among them)
+    int off;                    //  no group from this process: the ring from then on
     int said;                   //  the log said how the gradients go
     char who [64];
 } za_group_t;
@@ -37,8 +41,8 @@ int za_group_form (za_group_t *self, za_ring_t *ring, int rank, int size,
 //  The step's gradient on the device replaced by the mean of every rank's,
 //  there. Returns 0; ZA_RING_RESYNC or ZA_RING_CANCELLED with the group
 //  closed (a rank (re)joined or the members changed while it summed; or
-//  this group failed, said once, and a new generation was asked for); or
-//  -1 with an error (nothing from a rank for timeout_secs, interrupted).
+//  this group failed, said, and a new generation was asked for); or -1
+//  with an error (interrupted).
 int za_group_mean (za_group_t *self, za_replica_t *replica, za_ring_t *ring, int size,
                    double timeout_secs);
 

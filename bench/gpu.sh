@@ -5,7 +5,8 @@
 #    2. images/s at batch 64, 256 and 1024, zactor (bench_train speed) against
 #       PyTorch (torch_fmnist.py --device cuda) on the identical model,
 #       alternating, ROUNDS rounds; the GPU's busy share sampled by nvidia-smi
-#       over the timed steps alone (a run's start would dilute it)
+#       over the timed steps alone (a run's start would dilute it); zactor
+#       again with ZA_FEED=0 (each step copies its batch: what feeding gains)
 #    3. two replicas on the GPU (--replicas-per-device 2) against one
 #    4. VGG16's base (64x64x3, batch 64), frozen and whole, against PyTorch
 #    5. the seed CNN, EPOCHS epochs, --device cuda against --device cpu
@@ -94,7 +95,7 @@ fi
 
 if want 2; then
 say "2. images/s, seed CNN, zactor against PyTorch, $rounds rounds"
-declare -A z t f u
+declare -A z t f u n
 ratio () { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b}'; }
 for ((r = 0; r < rounds; r++)); do
     for b in 64 256 1024; do
@@ -104,6 +105,11 @@ for ((r = 0; r < rounds; r++)); do
         share=$(mean "$logs/busy_$b.txt" "$line")
         echo "$line  busy=$share%"
         z[$b]+="$(rate <<<"$line") "; u[$b]+="$share "
+        #  The same with each step copying its batch (no prefetch to the GPU).
+        line=$(env ZA_BENCH_DEVICE=cuda ZA_FEED=0 timeout 120 \
+               "$build/bench_train" speed "$b" "$threads" "$steps" 20 2>>"$logs/speed.err")
+        echo "$line  (ZA_FEED=0)"
+        n[$b]+="$(rate <<<"$line") "
         line=$(timeout 120 python3 "$here/torch_fmnist.py" --mode speed --device cuda \
                --batch "$b" --steps "$steps" --warmup 20 --threads "$threads" 2>>"$logs/speed.err")
         echo "$line"
@@ -117,7 +123,8 @@ done
 for b in 64 256 1024; do
     zm=$(tr ' ' '\n' <<<"${z[$b]}" | grep . | median); tm=$(tr ' ' '\n' <<<"${t[$b]}" | grep . | median)
     fm=$(tr ' ' '\n' <<<"${f[$b]}" | grep . | median)
-    echo "batch $b: zactor $zm img/s, torch (tf32 convs) $tm, torch fp32 $fm; zactor/torch $(ratio "$zm" "$tm")x, zactor/torch-fp32 $(ratio "$zm" "$fm")x; busy ${u[$b]}%"
+    nm=$(tr ' ' '\n' <<<"${n[$b]}" | grep . | median)
+    echo "batch $b: zactor $zm img/s, torch (tf32 convs) $tm, torch fp32 $fm; zactor/torch $(ratio "$zm" "$tm")x, zactor/torch-fp32 $(ratio "$zm" "$fm")x; busy ${u[$b]}%; fed/unfed $(ratio "$zm" "$nm")x"
 done
 fi
 

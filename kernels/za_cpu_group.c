@@ -131,8 +131,10 @@ za_cpu_group_open (const unsigned char *id, int rank, int size)
         za_error ("cpu-staged: rank %d of a group of %d", rank, size);
         return NULL;
     }
-    if (strcmp (s_setting (), "fail") == 0) {
-        za_error ("cpu-staged: the group does not start (ZA_STAGED_GROUP=fail)");
+    int fail_rank;
+    if (strcmp (s_setting (), "fail") == 0
+        || (sscanf (s_setting (), "fail-open:%d", &fail_rank) == 1 && fail_rank == rank)) {
+        za_error ("cpu-staged: the group does not start (ZA_STAGED_GROUP=%s)", s_setting ());
         return NULL;
     }
     s_group_t *self = (s_group_t *) calloc (1, sizeof *self);
@@ -143,7 +145,6 @@ za_cpu_group_open (const unsigned char *id, int rank, int size)
     self->fd = -1;
     self->rank = rank;
     self->size = size;
-    int fail_rank;
     long fail_at;
     if (sscanf (s_setting (), "fail-sum:%d:%ld", &fail_rank, &fail_at) == 2 && fail_rank == rank)
         self->fail_at = fail_at;

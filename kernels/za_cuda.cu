@@ -271,7 +271,8 @@ s_softmax_xent (int n, int classes, const float *logits, const int32_t *labels,
 }
 
 //  One block adds the rows' results to the thread's sums: each thread its
-//  stride of rows, then halves in shared memory.
+//  stride of rows, then halves in shared memory (an order of its own: the
+//  loss may differ from the CPU's in its last bits, the same every run).
 __global__ void
 k_loss_add (int n, const double *row_loss, const int *row_flags, za_cuda_loss_t *sums)
 {
@@ -395,12 +396,9 @@ s_bind (int device)
     if (rc != cudaSuccess)
         return s_error ("cuda:%d: cudaSetDevice failed: %s", device, cudaGetErrorString (rc));
     za_cuda_self.device = device;
-    if (!za_cuda_self.blas [device]) {
-        cublasStatus_t status = cublasCreate (&za_cuda_self.blas [device]);
-        if (status != CUBLAS_STATUS_SUCCESS)
-            return s_error ("cuda:%d: cublasCreate failed (status %d)", device, (int) status);
-        cublasSetStream (za_cuda_self.blas [device], cudaStreamPerThread);
-    }
+    //  cuBLAS's handle comes with the thread's first product there
+    //  (za_cuda_blas): a thread that only copies (an input's prefetch
+    //  thread, which ends with its iterator) makes none to leak.
     return 0;
 }
 

@@ -19,14 +19,21 @@
 //  The NCCL calls this file makes, looked up in the library once opened.
 #define S_NCCL_CALLS(X) \
     X (ncclCommInitAll) X (ncclCommDestroy) X (ncclGetErrorString) X (ncclGroupStart) \
-    X (ncclGroupEnd) X (ncclReduce) X (ncclBroadcast) X (ncclGetUniqueId)                 \
-    X (ncclCommInitRankConfig) X (ncclCommGetAsyncError) X (ncclAllReduce) X (ncclCommAbort)
+    X (ncclGroupEnd) X (ncclReduce) X (ncclBroadcast)
+//  ... and for groups of processes (NCCL 2.14 and later): looked up apart,
+//  so that an older library still serves the GPUs of one process.
+#define S_NCCL_GROUP_CALLS(X) \
+    X (ncclGetUniqueId) X (ncclCommInitRankConfig) X (ncclCommGetAsyncError)              \
+    X (ncclAllReduce) X (ncclCommAbort)
 
 static struct {
 #define S_FIELD(call) decltype (&::call) call;
     S_NCCL_CALLS (S_FIELD)
+    S_NCCL_GROUP_CALLS (S_FIELD)
 #undef S_FIELD
 } s_nccl;
+static void *s_library;
+static char s_group_broken [ZA_ERROR_MAX_CHARS];   //  why there are no groups: not again
 
 #ifndef ZA_NCCL_PATH
 #   define ZA_NCCL_PATH "libnccl.so.2"
@@ -38,16 +45,16 @@ static int
 s_nccl_open (char *why, size_t size)
 {
     const char *paths [] = {ZA_NCCL_PATH, "libnccl.so.2"};
-    void *library = NULL;
-    for (int i = 0; i < 2 && !library; i++)
-        library = dlopen (paths [i], RTLD_NOW | RTLD_LOCAL);
-    if (!library) {
+    for (int i = 0; i < 2 && !s_library; i++)
+        s_library = dlopen (paths [i], RTLD_NOW | RTLD_LOCAL);
+    if (!s_library) {
         snprintf (why, size, "cuda: NCCL does not open: %s", dlerror ());
         return -1;
     }
 #define S_LOOK_UP(call)                                                                 \
-    if (!(*(void **) &s_nccl.call = dlsym (library, #call))) {                          \
+    if (!(*(void **) &s_nccl.call = dlsym (s_library, #call))) {                        \
         snprintf (why, size, "cuda: libnccl has no %s", #call);                         \
+        s_nccl.ncclCommInitAll = NULL;                                                  \
         return -1;                                                                      \
     }
     S_NCCL_CALLS (S_LOOK_UP)
@@ -205,20 +212,33 @@ typedef struct {
     int summing;                    //  1: a sum asked, not yet queued; 2: queued
 } s_group_t;
 
-//  NCCL opened (once), unless ZA_NCCL=0 or it is not there. 0, or -1 with why.
+//  NCCL's calls for groups, looked up once (a failure is kept: not again),
+//  unless ZA_NCCL=0. 0, or -1 with why.
 static int
 s_nccl_ready (char *why, size_t why_size)
 {
     pthread_mutex_lock (&s_mutex);
     const char *on = getenv ("ZA_NCCL");
+    if (on && strcmp (on, "0") == 0)
+        snprintf (s_group_broken, sizeof s_group_broken, "cuda: NCCL is off (ZA_NCCL=0)");
+    if (!s_group_broken [0] && !s_nccl.ncclCommInitRankConfig
+        && (s_nccl.ncclCommInitAll || s_nccl_open (s_group_broken, sizeof s_group_broken) == 0)) {
+#define S_LOOK_UP(call)                                                                 \
+        if (!s_group_broken [0]                                                         \
+            && !(*(void **) &s_nccl.call = dlsym (s_library, #call)))                   \
+            snprintf (s_group_broken, sizeof s_group_broken,                            \
+                      "cuda: libnccl has no %s (groups of processes need NCCL 2.14 or later)", \
+                      #call);
+        S_NCCL_GROUP_CALLS (S_LOOK_UP)
+#undef S_LOOK_UP
+        if (s_group_broken [0])
+            s_nccl.ncclCommInitRankConfig = NULL;
+    }
     int rc = 0;
-    if (on && strcmp (on, "0") == 0) {
-        snprintf (why, why_size, "cuda: NCCL is off (ZA_NCCL=0)");
+    if (s_group_broken [0]) {
+        snprintf (why, why_size, "%s", s_group_broken);
         rc = -1;
     }
-    else
-    if (!s_nccl.ncclCommInitRankConfig)
-        rc = s_nccl_open (why, why_size);
     pthread_mutex_unlock (&s_mutex);
     return rc;
 }

@@ -43,7 +43,18 @@ za_cuda_launched (const char *what)
 cublasHandle_t
 za_cuda_blas (void)
 {
-    return za_cuda_self.blas [za_cuda_self.device];
+    za_cuda_thread_t *self = &za_cuda_self;
+    int device = self->device;
+    if (!self->blas [device]) {
+        cublasStatus_t status = cublasCreate (&self->blas [device]);
+        if (status != CUBLAS_STATUS_SUCCESS) {
+            self->blas [device] = NULL;
+            za_cuda_blas_ok (status, "cublasCreate");
+            return NULL;
+        }
+        cublasSetStream (self->blas [device], cudaStreamPerThread);
+    }
+    return self->blas [device];
 }
 
 unsigned

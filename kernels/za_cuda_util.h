@@ -60,7 +60,8 @@ int za_cuda_ok (cudaError_t rc, const char *what);
 void za_cuda_blas_ok (cublasStatus_t rc, const char *what);
 //  Keeps a kernel launch's failure.
 void za_cuda_launched (const char *what);
-//  The calling thread's cuBLAS handle on its device.
+//  The calling thread's cuBLAS handle on its device, made on first use;
+//  NULL where cuBLAS cannot make one (the failure kept for the sync).
 cublasHandle_t za_cuda_blas (void);
 //  Blocks of BLOCK_THREADS for count elements (at most GRID_BLOCKS_MAX).
 unsigned za_cuda_blocks (size_t count);

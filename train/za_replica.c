@@ -469,7 +469,9 @@ za_replica_feed (za_replica_t *self, za_input_t *input)
 {
     if (!self || !input)
         return za_error ("za_replica_feed: replica and input are required");
-    return self->be->host_memory
+    //  ZA_FEED=0: the steps copy their batches (to measure what feeding gains).
+    const char *feed = getenv ("ZA_FEED");
+    return self->be->host_memory || (feed && strcmp (feed, "0") == 0)
          ? 0: za_input_to_device (input, self->be, self->threads, self->device_of);
 }
 
@@ -477,6 +479,12 @@ const za_backend_t *
 za_replica_backend (const za_replica_t *self)
 {
     return self->be;
+}
+
+int
+za_replica_bind (za_replica_t *self)
+{
+    return self->be->host_memory? 0: self->be->bind (self->device_of [0]);
 }
 
 float *

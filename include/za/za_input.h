@@ -151,7 +151,8 @@ int64_t za_input_shard_count (const za_input_t *self);
 //  while the batches before it are computed; batch->device then says where
 //  (NULL for a batch made before, or whose copy failed: the consumer copies
 //  it itself). The copies live in the iterator, one set per prefetch slot,
-//  until za_input_destroy. be NULL: no more copies. An iterator without a
+//  until za_input_destroy. be NULL: no copies of the batches made from then
+//  on (one under way is still made). An iterator without a
 //  prefetch thread (prefetch 0) makes none. 0, or -1 with an error (slices
 //  outside 1 .. ZA_INPUT_SLICES_MAX).
 int za_input_to_device (za_input_t *self, const struct za_backend_t *be, int slices,

@@ -297,8 +297,8 @@ const za_backend_t *za_backend_cpu (void);
 //  NCCL that cannot start (=sum the sum alone), for the callers' fallback.
 //  Its groups of processes are a segment of shared memory on this host
 //  (za_cpu_group.c): ZA_STAGED_GROUP=0 has none, =fail fails every open,
-//  =fail-sum:R:N fails rank R's N-th sum (from 1), for the callers'
-//  fallback and fault handling. Never NULL.
+//  =fail-open:R rank R's, =fail-sum:R:N rank R's N-th sum of each group
+//  (from 1), for the callers' fallback and fault handling. Never NULL.
 const za_backend_t *za_backend_cpu_staged (void);
 #define ZA_STAGED_DEVICES 2
 

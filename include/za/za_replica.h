@@ -100,9 +100,10 @@ void za_replica_on_gradients (za_replica_t *self, za_grads_final_fn *fn, void *a
 //  On a device: `input`'s prefetch thread copies its batches up, cut as
 //  this replica's threads cut them, while the batches before are computed
 //  (za_input_to_device); the replica then reads them there instead of
-//  copying each at the start of its step. Nothing on the CPU, or for an
-//  input without a prefetch thread. The input must not outlive the replica
-//  while feeding it (za_input_to_device (input, NULL, 0, NULL) stops it).
+//  copying each at the start of its step. Nothing on the CPU, for an input
+//  without a prefetch thread, or with ZA_FEED=0. The input keeps no pointer
+//  to the replica (only its back end's table and devices); a batch copied
+//  for other devices or threads is copied again by the step.
 //  za_replica_fed: the batches it took so. 0, or -1 with an error.
 int za_replica_feed (za_replica_t *self, za_input_t *input);
 
@@ -113,6 +114,9 @@ int za_replica_feed (za_replica_t *self, za_input_t *input);
 //  CPU.
 const struct za_backend_t *za_replica_backend (const za_replica_t *self);
 float *za_replica_device_gradients (za_replica_t *self);
+//  The calling thread bound to the replica's first device (nothing on the
+//  CPU). 0, or -1 with an error.
+int za_replica_bind (za_replica_t *self);
 int64_t za_replica_fed (const za_replica_t *self);
 
 //  Puts every slot back to its starting value.
