@@ -313,6 +313,32 @@ za_ring_receive (za_ring_t *self, za_op_t op, int64_t round, za_dtype_t dtype, s
     return rc;
 }
 
+//  Takes the next frame from the left if one is there, without waiting: a
+//  resync is handled, one that does not decode dropped, anything else held
+//  for the next call (self->in_held). Returns 0 when none was there,
+//  ZA_RING_RESYNC when a resync ends the caller's call, else S_LOOK_TOOK.
+#define S_LOOK_TOOK 4
+static int
+s_look_frame (za_ring_t *self)
+{
+    const char *why;
+    za_ring_release (self);
+    if (!s_take_frame (self, &why))
+        return 0;
+    if (!why && s_is_resync (self)) {
+        if (s_resync_taken (self))
+            return ZA_RING_RESYNC;
+    }
+    else
+    if (why) {
+        s_drop (self, why);
+        za_ring_release (self);
+    }
+    else
+        self->in_held = 1;
+    return S_LOOK_TOOK;
+}
+
 //  1 while chunks lent from the caller's block (or our buffers) are still
 //  in libzmq's hands or wait for room in the segment.
 int
@@ -346,23 +372,9 @@ za_ring_drain (za_ring_t *self)
         //  Records no reader takes (the right neighbour died): a new
         //  generation may be on its way round, which ends the wait. Anything
         //  else that comes is kept for the next call.
-        const char *why;
-        if (za_ring_out_waiting (self) && !self->in_held) {
-            za_ring_release (self);
-            if (s_take_frame (self, &why)) {
-                if (!why && s_is_resync (self)) {
-                    if (s_resync_taken (self))
-                        return ZA_RING_RESYNC;
-                }
-                else
-                if (why) {
-                    s_drop (self, why);
-                    za_ring_release (self);
-                }
-                else
-                    self->in_held = 1;
-            }
-        }
+        if (za_ring_out_waiting (self) && !self->in_held
+            && s_look_frame (self) == ZA_RING_RESYNC)
+            return ZA_RING_RESYNC;
         if (self->out_tcp && za_ring_out_waiting (self) && !self->in_held)
             s_poll (self, 1);           //  room on the connection wakes it
         else
@@ -397,19 +409,9 @@ za_ring_watch (za_ring_t *self)
             self->in_held = 1;
             break;
         }
-        if (!s_take_frame (self, &why))
-            return 0;
-        if (!why && s_is_resync (self)) {
-            if (s_resync_taken (self))
-                return ZA_RING_RESYNC;
-        }
-        else
-        if (why) {
-            s_drop (self, why);
-            za_ring_release (self);
-        }
-        else
-            self->in_held = 1;      //  the next call's first
+        int looked = s_look_frame (self);
+        if (looked == 0 || looked == ZA_RING_RESYNC)
+            return looked;
     }
     return ZA_RING_HELD;
 }
