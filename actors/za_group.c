@@ -59,15 +59,6 @@ s_wait (za_group_t *self, za_ring_t *ring, double timeout_secs, double grace, in
     }
 }
 
-//  The log's word, once: how this process's gradients go.
-static void
-s_say (za_group_t *self, const char *how)
-{
-    if (!self->said)
-        za_info ("%s: %s", self->who, how);
-    self->said = 1;
-}
-
 int
 za_group_form (za_group_t *self, za_ring_t *ring, int rank, int size, double timeout_secs)
 {
@@ -131,10 +122,11 @@ za_group_form (za_group_t *self, za_ring_t *ring, int rank, int size, double tim
         }
         return rc;
     }
-    char how [160];
-    snprintf (how, sizeof how, "the gradients are summed on the devices by a group of %d "
-              "processes (%s)", size, self->be->name);
-    s_say (self, how);
+    //  Said once a process: how its gradients go.
+    if (!self->said)
+        za_info ("%s: the gradients are summed on the devices by a group of %d processes (%s)",
+                 self->who, size, self->be->name);
+    self->said = 1;
     return 0;
 }
 

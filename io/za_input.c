@@ -451,12 +451,7 @@ s_slot_to_device (za_input_t *self, s_slot_t *slot, const za_batch_device_t *to)
     if (d->be != to->be || d->slices != to->slices
         || memcmp (d->device_of, to->device_of, sizeof d->device_of)) {
         s_slot_device_free (slot);
-        *d = *to;
-        d->rows = rows;
-        for (int t = 0; t < d->slices; t++) {
-            d->features [t] = NULL;
-            d->labels [t] = NULL;
-        }
+        *d = *to;                   //  (its buffers NULL: za_input_to_device's)
         for (int t = 0; t < d->slices; t++)
             if (d->be->bind (d->device_of [t])
                 || !(d->features [t] = (float *) d->be->buffer_alloc (
@@ -467,8 +462,8 @@ s_slot_to_device (za_input_t *self, s_slot_t *slot, const za_batch_device_t *to)
     }
     size_t row = (size_t) self->dataset->feature_size;
     for (int t = 0; t < d->slices; t++) {
-        int first = (int) ((int64_t) slot->size * t / d->slices);
-        int last = (int) ((int64_t) slot->size * (t + 1) / d->slices);
+        int first = za_batch_slice_first (slot->size, t, d->slices);
+        int last = za_batch_slice_first (slot->size, t + 1, d->slices);
         if (d->be->bind (d->device_of [t])
             || (last > first
                 && (d->be->upload (d->features [t], slot->features + row * first,

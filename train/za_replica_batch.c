@@ -335,8 +335,7 @@ static const za_batch_device_t *
 s_fed (const za_replica_t *self, const za_batch_t *batch)
 {
     const za_batch_device_t *fed = batch->device;
-    if (!fed || fed->be != self->be || fed->slices != self->threads
-        || fed->rows < (batch->size + self->threads - 1) / self->threads)
+    if (!fed || fed->be != self->be || fed->slices != self->threads)
         return NULL;
     for (int t = 0; t < self->threads; t++)
         if (fed->device_of [t] != self->device_of [t])
@@ -380,8 +379,8 @@ s_batch_run (za_replica_t *self, const za_batch_t *batch, za_mode_t mode, int64_
     run->combined = self->vars.total;
     for (int t = 0; t < self->threads; t++) {
         //  Each thread's slice; nothing of it is final yet.
-        int first = (int) ((int64_t) batch->size * t / self->threads);
-        int last = (int) ((int64_t) batch->size * (t + 1) / self->threads);
+        int first = za_batch_slice_first (batch->size, t, self->threads);
+        int last = za_batch_slice_first (batch->size, t + 1, self->threads);
         run->first [t] = first;
         run->count [t] = last - first;
         run->ready [t] = self->vars.total;

@@ -92,9 +92,17 @@ typedef struct {
 //  prefetch 2, 1 decoding thread.
 za_input_config_t za_input_config_default (void);
 
+//  Where slice t of `slices` of a batch of `size` examples starts (it ends
+//  where slice t + 1 starts): the replica's threads cut a batch so, and an
+//  input copying batches to them (za_input_to_device) cuts alike.
+static inline int
+za_batch_slice_first (int size, int t, int slices)
+{
+    return (int) ((int64_t) size * t / slices);
+}
+
 //  A batch's copy on a device's memory (za_input_to_device): slice t of the
-//  batch, its examples [size * t / slices, size * (t + 1) / slices), on
-//  device_of [t] of the back end `be`.
+//  batch (za_batch_slice_first) on device_of [t] of the back end `be`.
 #define ZA_INPUT_SLICES_MAX 64
 typedef struct {
     const struct za_backend_t *be;
@@ -102,7 +110,6 @@ typedef struct {
     int device_of [ZA_INPUT_SLICES_MAX];
     float *features [ZA_INPUT_SLICES_MAX];
     int32_t *labels [ZA_INPUT_SLICES_MAX];
-    int rows;                   //  room in each slice, in examples
 } za_batch_device_t;
 
 //  One batch. Memory belongs to the iterator and stays valid until the next
