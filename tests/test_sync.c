@@ -559,7 +559,7 @@ Test (allreduce, on_devices_a_group_sums_and_a_killed_worker_re_forms_it)
     char *worker = (char *) za_test_read_file (path, NULL);
     cr_expect_geq (za_test_count (worker, grouped), 2, "%s", worker);
     cr_expect_null (strstr (worker, "the ring carries the gradients"), "%s", worker);
-    cr_expect_eq (za_test_shm_count ("za-group-"), before);
+    cr_expect_leq (za_test_shm_count_settled ("za-group-", before, 30), before);
     free (worker);
     free (path);
     free (log);

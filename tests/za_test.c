@@ -174,6 +174,16 @@ za_test_shm_count (const char *prefix)
     return count;
 }
 
+int
+za_test_shm_count_settled (const char *prefix, int most, double timeout_s)
+{
+    double end = za_clock_mono () + timeout_s * ZA_TEST_SLOWDOWN;
+    int count;
+    while ((count = za_test_shm_count (prefix)) > most && za_clock_mono () < end)
+        usleep (10000);
+    return count;
+}
+
 //  --------------------------------------------------------------------------
 //  zactor-run as a real process
 

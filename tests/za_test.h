@@ -70,6 +70,9 @@ int za_test_count (const char *text, const char *needle);
 
 //  Files in /dev/shm whose names start with prefix (segments left behind).
 int za_test_shm_count (const char *prefix);
+//  The same, once it is at most `most` (a test beside may hold one for a
+//  moment), or after timeout_s (x ZA_TEST_SLOWDOWN): the count then.
+int za_test_shm_count_settled (const char *prefix, int most, double timeout_s);
 
 
 //  --------------------------------------------------------------------------
