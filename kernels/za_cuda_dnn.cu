@@ -72,11 +72,13 @@ s_dnn_open (void)
 //  ZA_CUDNN=0 turns cuDNN off; ZA_CUDNN_BENCHMARK=1 times every algorithm
 //  on a geometry's first use and keeps the fastest; ZA_CUDNN_WORKSPACE_MB
 //  bounds the scratch an algorithm may use; ZA_CUDNN_DETERMINISTIC=1 takes
-//  only algorithms that sum in the same order every run.
+//  only algorithms that sum in the same order every run; ZA_CUDNN_VERBOSE=1
+//  prints each pass's candidates and the one taken (to stderr).
 typedef struct {
     int on;
     int benchmark;
     int deterministic;
+    int verbose;                        //  ZA_CUDNN_VERBOSE=1: each pass's candidates and pick
     size_t workspace_limit;
 } s_settings_t;
 
@@ -120,7 +122,7 @@ static thread_local s_thread_t s_self;
 static s_settings_t
 s_settings_read (void)
 {
-    s_settings_t settings = {1, 0, 0, (size_t) WORKSPACE_MB_DEFAULT << 20};
+    s_settings_t settings = {1, 0, 0, 0, (size_t) WORKSPACE_MB_DEFAULT << 20};
     const char *on = getenv ("ZA_CUDNN"), *benchmark = getenv ("ZA_CUDNN_BENCHMARK");
     const char *deterministic = getenv ("ZA_CUDNN_DETERMINISTIC");
     const char *limit = getenv ("ZA_CUDNN_WORKSPACE_MB");
@@ -133,6 +135,8 @@ s_settings_read (void)
     }
     settings.benchmark = benchmark && strcmp (benchmark, "1") == 0;
     settings.deterministic = deterministic && strcmp (deterministic, "1") == 0;
+    const char *verbose = getenv ("ZA_CUDNN_VERBOSE");
+    settings.verbose = verbose && strcmp (verbose, "1") == 0;
     if (limit && *limit) {
         char *end;
         long long mb = strtoll (limit, &end, 10);
@@ -255,6 +259,27 @@ static_assert (CANDIDATES_MAX >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT
                && CANDIDATES_MAX >= CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT
                && CANDIDATES_MAX >= CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, "room for each");
 
+//  ZA_CUDNN_VERBOSE=1: a pass's candidates as cuDNN listed them (algorithm,
+//  math type, ms where timed, workspace MiB), the one taken marked.
+template <typename Perf>
+static void
+s_show (const s_plan_t *plan, const char *pass, const Perf *perf, int count, int taken)
+{
+    static const char *maths [] = {"default", "tensor", "tensor-convert", "fma"};
+    const za_conv2d_dims_t *d = &plan->d;
+    char line [1024];
+    int at = snprintf (line, sizeof line, "zactor: cuda:%d: cuDNN %s conv2d %dx%dx%dx%d k%dx%d s%d"
+                       " -> %d, %s:", plan->device, s_precision_name (plan->q), d->n, d->h,
+                       d->w, d->c, d->kh, d->kw, d->stride, d->oc, pass);
+    for (int i = 0; i < count && at < (int) sizeof line - 64; i++)
+        at += snprintf (line + at, sizeof line - at, " %s%d/%s/%s%.3fms/%zuMiB", i == taken? "*": "",
+                        (int) perf [i].algo, (unsigned) perf [i].mathType < 4?
+                        maths [perf [i].mathType]: "?",
+                        perf [i].status == CUDNN_STATUS_SUCCESS? "": "failed/",
+                        (double) perf [i].time, perf [i].memory >> 20);
+    fprintf (stderr, "%s\n", line);
+}
+
 template <typename Perf, typename Algo, typename List>
 static int
 s_choose (const s_plan_t *plan, const char *pass, cudnnConvolutionDescriptor_t conv,
@@ -264,6 +289,8 @@ s_choose (const s_plan_t *plan, const char *pass, cudnnConvolutionDescriptor_t c
     int got = 0, at = -1;
     const char *why = NULL;
     cudnnStatus_t rc = list (CANDIDATES_MAX, &got, perf);
+    if (rc == CUDNN_STATUS_SUCCESS && s_settings ()->verbose)
+        s_show (plan, pass, perf, got, s_pick (perf, got, plan->q, &why));
     if (rc == CUDNN_STATUS_SUCCESS && (at = s_pick (perf, got, plan->q, &why)) >= 0
         && (rc = s_dnn.cudnnSetConvolutionMathType (conv, perf [at].mathType))
                == CUDNN_STATUS_SUCCESS) {
@@ -288,9 +315,13 @@ s_plan_make (s_plan_t *plan, cudnnHandle_t handle, const za_conv2d_dims_t *d, za
     plan->outputs = (size_t) d->n * d->oh * d->ow * d->oc;
     plan->weights = (size_t) d->kh * d->kw * d->c * d->oc;
     //  Tensors in the precision, sums in fp32 (cuDNN's "pseudo-half" configs).
+    //  bf16 and fp16 ask for the tensor cores: with the default math type
+    //  cuDNN 9's legacy heuristics offered those types only algorithms 0 and
+    //  1 on CUDA cores (VGG16 at 224x224 in bf16 on an H200: 16 images/s
+    //  against 2,100 with tensor ops).
     cudnnDataType_t type = q == ZA_PRECISION_BF16? CUDNN_DATA_BFLOAT16
                          : q == ZA_PRECISION_FP16? CUDNN_DATA_HALF: CUDNN_DATA_FLOAT;
-    cudnnMathType_t math = q != ZA_PRECISION_FP32 || za_cuda_tf32? CUDNN_DEFAULT_MATH
+    cudnnMathType_t math = q != ZA_PRECISION_FP32? CUDNN_TENSOR_OP_MATH: za_cuda_tf32? CUDNN_DEFAULT_MATH
                                                                  : CUDNN_FMA_MATH;
     cudnnStatus_t rc = CUDNN_STATUS_SUCCESS;
     TRY (s_dnn.cudnnCreateTensorDescriptor (&plan->x));
