@@ -115,6 +115,10 @@ typedef struct {
     size_t scratch_bytes [ZA_DEVICE_MAX][S_SCRATCH_COUNT];
     s_plan_t plans [PLANS_MAX];
     int next;                           //  the slot the next new plan takes
+    //  In bf16 / fp16: the output gradient whose cast the backward filter
+    //  left in S_Y, for the backward data that follows it (one cast, not two).
+    const float *dy_cast;
+    const s_plan_t *dy_plan;
 } s_thread_t;
 
 static thread_local s_thread_t s_self;
@@ -514,6 +518,7 @@ int
 za_cuda_dnn_conv_forward (za_precision_t q, const za_conv2d_dims_t *d, const float *in,
                           const float *kernel, float *out)
 {
+    s_self.dy_cast = NULL;
     s_plan_t *plan = s_plan (d, q);
     if (!plan || !s_runs (plan, plan->forward_ok, plan->forward_bytes))
         return -1;
@@ -536,6 +541,7 @@ int
 za_cuda_dnn_conv_backward_filter (za_precision_t q, const za_conv2d_dims_t *d,
                                   const float *in, const float *dout, float *dkernel)
 {
+    s_self.dy_cast = NULL;
     s_plan_t *plan = s_plan (d, q);
     if (!plan || !s_runs (plan, plan->filter_ok, plan->filter_bytes))
         return -1;
@@ -551,6 +557,10 @@ za_cuda_dnn_conv_backward_filter (za_precision_t q, const za_conv2d_dims_t *d,
         plan->filter, s_workspace (plan), plan->filter_bytes, &zero, plan->w, dw);
     if (rc != CUDNN_STATUS_SUCCESS)
         return s_failed (plan, &plan->filter_ok, "backward filter", rc);
+    if (q != ZA_PRECISION_FP32) {
+        s_self.dy_cast = dout;
+        s_self.dy_plan = plan;
+    }
     LAUNCH (k_add_from_krsc, count, q, count, (unsigned) (d->kh * d->kw * d->c),
             (unsigned) d->oc, dw, dkernel);
     return 0;
@@ -560,11 +570,15 @@ int
 za_cuda_dnn_conv_backward_data (za_precision_t q, const za_conv2d_dims_t *d,
                                 const float *kernel, const float *dout, float *din)
 {
+    //  The same gradient the backward filter just cast: that cast serves.
+    int cast = s_self.dy_cast == dout;
+    s_self.dy_cast = NULL;
     s_plan_t *plan = s_plan (d, q);
     if (!plan || !s_runs (plan, plan->data_ok, plan->data_bytes))
         return -1;
     const void *w = s_as_filter (plan, kernel);
-    const void *dy = s_as_tensor (plan, S_Y, dout, plan->outputs);
+    const void *dy = cast && s_self.dy_plan == plan? s_self.scratch [plan->device][S_Y]
+                                                   : s_as_tensor (plan, S_Y, dout, plan->outputs);
     void *dx = s_result (plan, S_X, din, plan->inputs);
     if (!w || !dy || !dx)
         return -1;
