@@ -43,6 +43,7 @@ only=${ONLY:-1 2 3 4 5 6 8}
 want () { [[ " $only " == *" $1 "* ]]; }
 say () { echo "== $*"; }
 rate () { sed -nE 's/.*images_per_sec=([0-9.]+).*/\1/p' | tail -1; }
+ratio () { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b}'; }
 median () { sort -g | awk '{a[NR]=$1} END {if (!NR) print "-"; else print (NR%2)? a[(NR+1)/2]: (a[NR/2]+a[NR/2+1])/2}'; }
 
 #  nvidia-smi's utilization.gpu (the share of time a kernel ran), sampled
@@ -96,7 +97,6 @@ fi
 if want 2; then
 say "2. images/s, seed CNN, zactor against PyTorch, $rounds rounds"
 declare -A z t f u n
-ratio () { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b}'; }
 for ((r = 0; r < rounds; r++)); do
     for b in 64 256 1024; do
         steps=$(( b == 64? 3000: b == 256? 1500: 600 ))
@@ -206,16 +206,25 @@ fi
 if want 8; then
 say "8. VGG16 224x224x3 + head, batch 64: zactor (cuDNN) against PyTorch, TF32 and bf16"
 model="vgg16 globalavgpool dense(10)"
+declare -A v
 for ((r = 0; r < rounds; r++)); do
     for freeze in "" conv2d; do
         tag=${freeze:+frozen}; tag=${tag:-whole}; flag=${freeze:+--frozen}
-        echo "zactor $tag fp32/TF32: $(env ZA_BENCH_DEVICE=cuda timeout 150 "$build/bench_train" model "$model" 224 64 "$threads" 20 3 $freeze 2>>"$logs/speed.err")"
-        echo "torch  $tag TF32:      $(timeout 150 python3 "$here/transfer_torch.py" 224 64 "$threads" 20 3 $flag --cuda 2>>"$logs/speed.err")"
-        echo "zactor $tag bf16:      $(env ZA_BENCH_DEVICE=cuda ZA_BENCH_PRECISION=mixed_bfloat16 timeout 150 "$build/bench_train" model "$model" 224 64 "$threads" 20 3 $freeze 2>>"$logs/speed.err")"
-        echo "torch  $tag bf16:      $(timeout 150 python3 "$here/transfer_torch.py" 224 64 "$threads" 20 3 $flag --cuda --bf16 2>>"$logs/speed.err")"
+        line=$(env ZA_BENCH_DEVICE=cuda ZA_CUDNN_VERBOSE=1 timeout 150 "$build/bench_train" model "$model" 224 64 "$threads" 20 3 $freeze 2>>"$logs/vgg_cudnn.err")
+        echo "zactor $tag fp32/TF32: $line"; v[z$tag]+="$(rate <<<"$line") "
+        line=$(timeout 150 python3 "$here/transfer_torch.py" 224 64 "$threads" 20 3 $flag --cuda 2>>"$logs/speed.err")
+        echo "torch  $tag TF32:      $line"; v[t$tag]+="$(rate <<<"$line") "
+        line=$(env ZA_BENCH_DEVICE=cuda ZA_BENCH_PRECISION=mixed_bfloat16 ZA_CUDNN_VERBOSE=1 timeout 150 "$build/bench_train" model "$model" 224 64 "$threads" 20 3 $freeze 2>>"$logs/vgg_cudnn.err")
+        echo "zactor $tag bf16:      $line"; v[zb$tag]+="$(rate <<<"$line") "
+        line=$(timeout 150 python3 "$here/transfer_torch.py" 224 64 "$threads" 20 3 $flag --cuda --bf16 2>>"$logs/speed.err")
+        echo "torch  $tag bf16:      $line"; v[tb$tag]+="$(rate <<<"$line") "
     done
 done
-grep -h 'cuDNN' "$logs/speed.err" | sort | uniq -c | head
+vmed () { tr ' ' '\n' <<<"${v[$1]}" | grep . | median; }
+for tag in whole frozen; do
+    echo "VGG16 224 $tag: TF32 zactor $(vmed z$tag), torch $(vmed t$tag): $(ratio "$(vmed z$tag)" "$(vmed t$tag)")x; bf16 zactor $(vmed zb$tag), torch $(vmed tb$tag): $(ratio "$(vmed zb$tag)" "$(vmed tb$tag)")x"
+done
+grep -h 'declines\|does not' "$logs/vgg_cudnn.err" "$logs/speed.err" | sort | uniq -c | head
 fi
 if want 7; then
 say "7. the host's CPU in bf16: where a step goes, each layer, against PyTorch"
