@@ -7,6 +7,7 @@
 #       alternating, ROUNDS rounds; the GPU's busy share sampled by nvidia-smi
 #       over the timed steps alone (a run's start would dilute it); zactor
 #       again with ZA_FEED=0 (each step copies its batch: what feeding gains)
+#       and with ZA_CUDNN=0 (im2col and cuBLAS: what cuDNN gains or costs)
 #    3. two replicas on the GPU (--replicas-per-device 2) against one
 #    4. VGG16's base (64x64x3, batch 64), frozen and whole, against PyTorch
 #    5. the seed CNN, EPOCHS epochs, --device cuda against --device cpu
@@ -96,7 +97,7 @@ fi
 
 if want 2; then
 say "2. images/s, seed CNN, zactor against PyTorch, $rounds rounds"
-declare -A z t f u n
+declare -A z t f u n c
 for ((r = 0; r < rounds; r++)); do
     for b in 64 256 1024; do
         steps=$(( b == 64? 3000: b == 256? 1500: 600 ))
@@ -110,6 +111,11 @@ for ((r = 0; r < rounds; r++)); do
                "$build/bench_train" speed "$b" "$threads" "$steps" 20 2>>"$logs/speed.err")
         echo "$line  (ZA_FEED=0)"
         n[$b]+="$(rate <<<"$line") "
+        #  The same without cuDNN (im2col and cuBLAS: fewer host calls a step).
+        line=$(env ZA_BENCH_DEVICE=cuda ZA_CUDNN=0 timeout 120 \
+               "$build/bench_train" speed "$b" "$threads" "$steps" 20 2>>"$logs/speed.err")
+        echo "$line  (ZA_CUDNN=0)"
+        c[$b]+="$(rate <<<"$line") "
         line=$(timeout 120 python3 "$here/torch_fmnist.py" --mode speed --device cuda \
                --batch "$b" --steps "$steps" --warmup 20 --threads "$threads" 2>>"$logs/speed.err")
         echo "$line"
@@ -124,7 +130,8 @@ for b in 64 256 1024; do
     zm=$(tr ' ' '\n' <<<"${z[$b]}" | grep . | median); tm=$(tr ' ' '\n' <<<"${t[$b]}" | grep . | median)
     fm=$(tr ' ' '\n' <<<"${f[$b]}" | grep . | median)
     nm=$(tr ' ' '\n' <<<"${n[$b]}" | grep . | median)
-    echo "batch $b: zactor $zm img/s, torch (tf32 convs) $tm, torch fp32 $fm; zactor/torch $(ratio "$zm" "$tm")x, zactor/torch-fp32 $(ratio "$zm" "$fm")x; busy ${u[$b]}%; fed/unfed $(ratio "$zm" "$nm")x"
+    cm=$(tr ' ' '\n' <<<"${c[$b]}" | grep . | median)
+    echo "batch $b: zactor $zm img/s, torch (tf32 convs) $tm, torch fp32 $fm; zactor/torch $(ratio "$zm" "$tm")x, zactor/torch-fp32 $(ratio "$zm" "$fm")x; busy ${u[$b]}%; fed/unfed $(ratio "$zm" "$nm")x; cuDNN/im2col $(ratio "$zm" "$cm")x"
 done
 fi
 
