@@ -514,9 +514,19 @@ s_runs (const s_plan_t *plan, int ok, size_t bytes)
     return ok && bytes <= s_self.scratch_bytes [plan->device][S_WORKSPACE];
 }
 
+//  out = y (the convolution in q) + its channel's bias, through the ReLU
+//  where relu: in fp32 y is out.
+__global__ void
+k_bias_act_from (za_precision_t q, size_t count, int units, const void *y, const float *bias,
+                 int relu, float *out)
+{
+    FOR_EACH (i, count)
+        out [i] = za_cuda_bias_act (za_cuda_load (q, y, i), bias, i, units, relu);
+}
+
 int
 za_cuda_dnn_conv_forward (za_precision_t q, const za_conv2d_dims_t *d, const float *in,
-                          const float *kernel, float *out)
+                          const float *kernel, const float *bias, int relu, float *out)
 {
     s_self.dy_cast = NULL;
     s_plan_t *plan = s_plan (d, q);
@@ -532,8 +542,7 @@ za_cuda_dnn_conv_forward (za_precision_t q, const za_conv2d_dims_t *d, const flo
         plan->forward, s_workspace (plan), plan->forward_bytes, &zero, plan->y, y);
     if (rc != CUDNN_STATUS_SUCCESS)
         return s_failed (plan, &plan->forward_ok, "forward", rc);
-    if (q != ZA_PRECISION_FP32)
-        LAUNCH (za_cuda_cast_up, plan->outputs, q, plan->outputs, y, out);
+    LAUNCH (k_bias_act_from, plan->outputs, q, plan->outputs, d->oc, y, bias, relu, out);
     return 0;
 }
 

@@ -19,9 +19,10 @@
 //  has written nothing the caller reads. The first failure of a pass turns
 //  cuDNN off for that geometry.
 #ifdef ZA_HAVE_CUDNN
-//  out[n, oh, ow, oc] = in (*) kernel, no bias, no activation.
+//  out[n, oh, ow, oc] = in (*) kernel + bias[oc], through the ReLU where
+//  relu (in bf16 / fp16 in the same pass as the cast back).
 int za_cuda_dnn_conv_forward (za_precision_t q, const za_conv2d_dims_t *d, const float *in,
-                              const float *kernel, float *out);
+                              const float *kernel, const float *bias, int relu, float *out);
 //  dkernel += the kernel's gradient from in and dout.
 int za_cuda_dnn_conv_backward_filter (za_precision_t q, const za_conv2d_dims_t *d,
                                       const float *in, const float *dout, float *dkernel);
@@ -37,7 +38,7 @@ const char *za_cuda_dnn_describe (za_precision_t q);
 #else
 static inline int
 za_cuda_dnn_conv_forward (za_precision_t, const za_conv2d_dims_t *, const float *,
-                          const float *, float *)
+                          const float *, const float *, int, float *)
 {
     return -1;
 }

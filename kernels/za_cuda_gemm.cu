@@ -28,10 +28,8 @@ k_col2im (za_conv2d_dims_t d, const float *dcols, float *din, size_t count)
 __global__ void
 k_bias_act (size_t count, int units, const float *bias, int relu, float *out)
 {
-    FOR_EACH (i, count) {
-        float v = out [i] + bias [i % (size_t) units];
-        out [i] = relu? (v > 0? v: 0.0f): v;
-    }
+    FOR_EACH (i, count)
+        out [i] = za_cuda_bias_act (out [i], bias, i, units, relu);
 }
 
 //  dout masked where the ReLU's output was 0.
@@ -205,7 +203,9 @@ za_cuda_conv2d_forward (const za_conv2d_dims_t *d, const float *in, const float 
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
     size_t count = (size_t) P * K;
-    if (za_cuda_dnn_conv_forward (Q, d, in, kernel, out) && (cols = s_cols (cols, 0, count))) {
+    if (za_cuda_dnn_conv_forward (Q, d, in, kernel, bias, act == ZA_ACT_RELU, out) == 0)
+        return;
+    if ((cols = s_cols (cols, 0, count))) {
         LAUNCH (k_im2col, count, *d, in, cols, count);
         s_gemm<Q> (0, 0, P, d->oc, K, cols, kernel, 0.0f, out, S_CONV);
     }

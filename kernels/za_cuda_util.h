@@ -96,6 +96,15 @@ za_cuda_load (za_precision_t q, const void *from, size_t i)
     return ((const float *) from) [i];
 }
 
+//  A layer's epilogue for element i of rows of `units`: v plus its unit's
+//  bias, then the ReLU where relu.
+__device__ static inline float
+za_cuda_bias_act (float v, const float *bias, size_t i, int units, int relu)
+{
+    v += bias [i % (size_t) units];
+    return relu? (v > 0? v: 0.0f): v;
+}
+
 //  y [0 .. count) = x cast to q, and back.
 __global__ void za_cuda_cast_down (za_precision_t q, size_t count, const float *x, void *y);
 __global__ void za_cuda_cast_up (za_precision_t q, size_t count, const void *y, float *x);
