@@ -115,8 +115,9 @@ typedef struct {
     size_t scratch_bytes [ZA_DEVICE_MAX][S_SCRATCH_COUNT];
     s_plan_t plans [PLANS_MAX];
     int next;                           //  the slot the next new plan takes
-    //  In bf16 / fp16: the output gradient whose cast the backward filter
-    //  left in S_Y, for the backward data that follows it (one cast, not two).
+    //  In bf16 / fp16: the output gradient whose cast is in S_Y (made by
+    //  za_cuda_dnn_conv_backward_begin or the backward filter), for the
+    //  passes that follow (one cast a layer, not two).
     const float *dy_cast;
     const s_plan_t *dy_plan;
 } s_thread_t;
@@ -514,6 +515,49 @@ s_runs (const s_plan_t *plan, int ok, size_t bytes)
     return ok && bytes <= s_self.scratch_bytes [plan->device][S_WORKSPACE];
 }
 
+//  1 when S_Y holds dout cast for this plan (the backward's first call
+//  made it: the others read it instead of casting it again).
+static int
+s_cast_of (const s_plan_t *plan, const float *dout)
+{
+    return s_self.dy_cast == dout && s_self.dy_plan == plan;
+}
+
+//  dout masked where the ReLU's output was 0 (where relu), and its cast
+//  to q in low: one pass for what the mask and the cast did in two.
+__global__ void
+k_mask_cast_down (za_precision_t q, size_t count, const float *out, int relu, float *dout,
+                  void *low)
+{
+    FOR_EACH (i, count) {
+        float g = dout [i];
+        if (relu && !(out [i] > 0)) {
+            g = 0.0f;
+            dout [i] = g;
+        }
+        za_cuda_store (q, low, i, g);
+    }
+}
+
+int
+za_cuda_dnn_conv_backward_begin (za_precision_t q, const za_conv2d_dims_t *d,
+                                 const float *out, int relu, float *dout)
+{
+    s_self.dy_cast = NULL;
+    if (q == ZA_PRECISION_FP32)
+        return -1;
+    s_plan_t *plan = s_plan (d, q);
+    if (!plan || !(plan->filter_ok || plan->data_ok))
+        return -1;
+    void *low = s_room (S_Y, s_bytes (q, plan->outputs));
+    if (!low)
+        return -1;
+    LAUNCH (k_mask_cast_down, plan->outputs, q, plan->outputs, out, relu, dout, low);
+    s_self.dy_cast = dout;
+    s_self.dy_plan = plan;
+    return 0;
+}
+
 //  out = y (the convolution in q) + its channel's bias, through the ReLU
 //  where relu: in fp32 y is out.
 __global__ void
@@ -550,13 +594,13 @@ int
 za_cuda_dnn_conv_backward_filter (za_precision_t q, const za_conv2d_dims_t *d,
                                   const float *in, const float *dout, float *dkernel)
 {
-    s_self.dy_cast = NULL;
     s_plan_t *plan = s_plan (d, q);
     if (!plan || !s_runs (plan, plan->filter_ok, plan->filter_bytes))
         return -1;
     size_t count = plan->weights;
     const void *x = s_as_tensor (plan, S_X, in, plan->inputs);
-    const void *dy = s_as_tensor (plan, S_Y, dout, plan->outputs);
+    const void *dy = s_cast_of (plan, dout)? s_self.scratch [plan->device][S_Y]
+                                           : s_as_tensor (plan, S_Y, dout, plan->outputs);
     void *dw = s_room (S_FILTER, s_bytes (q, count));
     if (!x || !dy || !dw)
         return -1;
@@ -579,15 +623,14 @@ int
 za_cuda_dnn_conv_backward_data (za_precision_t q, const za_conv2d_dims_t *d,
                                 const float *kernel, const float *dout, float *din)
 {
-    //  The same gradient the backward filter just cast: that cast serves.
-    int cast = s_self.dy_cast == dout;
-    s_self.dy_cast = NULL;
     s_plan_t *plan = s_plan (d, q);
+    int cast = plan && s_cast_of (plan, dout);
+    s_self.dy_cast = NULL;
     if (!plan || !s_runs (plan, plan->data_ok, plan->data_bytes))
         return -1;
     const void *w = s_as_filter (plan, kernel);
-    const void *dy = cast && s_self.dy_plan == plan? s_self.scratch [plan->device][S_Y]
-                                                   : s_as_tensor (plan, S_Y, dout, plan->outputs);
+    const void *dy = cast? s_self.scratch [plan->device][S_Y]
+                         : s_as_tensor (plan, S_Y, dout, plan->outputs);
     void *dx = s_result (plan, S_X, din, plan->inputs);
     if (!w || !dy || !dx)
         return -1;

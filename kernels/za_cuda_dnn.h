@@ -23,6 +23,12 @@
 //  relu (in bf16 / fp16 in the same pass as the cast back).
 int za_cuda_dnn_conv_forward (za_precision_t q, const za_conv2d_dims_t *d, const float *in,
                               const float *kernel, const float *bias, int relu, float *out);
+//  A layer's backward starts: dout masked where the ReLU's output was 0
+//  (where relu) and, in bf16 / fp16, cast for the two passes below in the
+//  same pass. -1 (nothing done) in fp32 or where cuDNN takes neither pass:
+//  the caller masks dout itself.
+int za_cuda_dnn_conv_backward_begin (za_precision_t q, const za_conv2d_dims_t *d,
+                                     const float *out, int relu, float *dout);
 //  dkernel += the kernel's gradient from in and dout.
 int za_cuda_dnn_conv_backward_filter (za_precision_t q, const za_conv2d_dims_t *d,
                                       const float *in, const float *dout, float *dkernel);
@@ -39,6 +45,12 @@ const char *za_cuda_dnn_describe (za_precision_t q);
 static inline int
 za_cuda_dnn_conv_forward (za_precision_t, const za_conv2d_dims_t *, const float *,
                           const float *, const float *, int, float *)
+{
+    return -1;
+}
+static inline int
+za_cuda_dnn_conv_backward_begin (za_precision_t, const za_conv2d_dims_t *, const float *, int,
+                                 float *)
 {
     return -1;
 }

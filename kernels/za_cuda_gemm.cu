@@ -220,7 +220,10 @@ za_cuda_conv2d_backward (const za_conv2d_dims_t *d, const float *in, float *cols
 {
     const int P = d->n * d->oh * d->ow;
     const int K = d->kh * d->kw * d->c;
-    s_act_bias_backward ((size_t) P, d->oc, out, act, dout, dbias);
+    if (za_cuda_dnn_conv_backward_begin (Q, d, out, act == ZA_ACT_RELU, dout) == 0)
+        s_column_sums ((size_t) P, d->oc, dout, dbias);
+    else
+        s_act_bias_backward ((size_t) P, d->oc, out, act, dout, dbias);
     size_t count = (size_t) P * K;
     if (za_cuda_dnn_conv_backward_filter (Q, d, in, dout, dkernel)) {
         //  A forward through cuDNN, or into this thread's scratch (that
