@@ -294,9 +294,12 @@ s_choose (const s_plan_t *plan, const char *pass, cudnnConvolutionDescriptor_t c
     int got = 0, at = -1;
     const char *why = NULL;
     cudnnStatus_t rc = list (CANDIDATES_MAX, &got, perf);
-    if (rc == CUDNN_STATUS_SUCCESS && s_settings ()->verbose)
-        s_show (plan, pass, perf, got, s_pick (perf, got, plan->q, &why));
-    if (rc == CUDNN_STATUS_SUCCESS && (at = s_pick (perf, got, plan->q, &why)) >= 0
+    if (rc == CUDNN_STATUS_SUCCESS) {
+        at = s_pick (perf, got, plan->q, &why);
+        if (s_settings ()->verbose)
+            s_show (plan, pass, perf, got, at);
+    }
+    if (rc == CUDNN_STATUS_SUCCESS && at >= 0
         && (rc = s_dnn.cudnnSetConvolutionMathType (conv, perf [at].mathType))
                == CUDNN_STATUS_SUCCESS) {
         *algo = perf [at].algo;

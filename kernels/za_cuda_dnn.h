@@ -25,8 +25,9 @@ int za_cuda_dnn_conv_forward (za_precision_t q, const za_conv2d_dims_t *d, const
                               const float *kernel, const float *bias, int relu, float *out);
 //  A layer's backward starts: dout masked where the ReLU's output was 0
 //  (where relu) and, in bf16 / fp16, cast for the two passes below in the
-//  same pass. -1 (nothing done) in fp32 or where cuDNN takes neither pass:
-//  the caller masks dout itself.
+//  same pass, which read that cast while they get the same dout, unchanged
+//  since (any other call of this file forgets it). -1 (nothing done) in
+//  fp32 or where cuDNN takes neither pass: the caller masks dout itself.
 int za_cuda_dnn_conv_backward_begin (za_precision_t q, const za_conv2d_dims_t *d,
                                      const float *out, int relu, float *dout);
 //  dkernel += the kernel's gradient from in and dout.
