@@ -215,10 +215,15 @@ s_row_scratch (int n)
 {
     za_cuda_thread_t *self = &za_cuda_self;
     int dev = self->device;
+    if (n > self->rows [dev] && self->recording) {
+        za_cuda_fail ("a CUDA graph's recording", "the loss's rows had to grow");
+        return -1;
+    }
     if (n > self->rows [dev]) {
         cudaFree (self->row_loss [dev]);
         cudaFree (self->row_flags [dev]);
         self->rows [dev] = 0;
+        self->scratch_generation++;
         if (!za_cuda_ok (cudaMalloc (&self->row_loss [dev], n * sizeof (double)),
                          "cudaMalloc")
             || !za_cuda_ok (cudaMalloc (&self->row_flags [dev], n * sizeof (int)),
@@ -522,6 +527,95 @@ s_sync (void)
     return rc;
 }
 
+//  CUDA graphs (za_kernels.h's graph_*): the thread's stream recorded in
+//  the thread's own capture mode, so that the input's thread copies and
+//  allocates on as before. A failure kept while recording (a call that
+//  cannot be recorded) is the recording's, not the step's.
+//  A recording's scratch (za_cuda_thread_t.scratch_generation) stays as it
+//  was while the recording lives; launched otherwise, it would write where
+//  buffers were freed.
+typedef struct {
+    cudaGraphExec_t exec;
+    unsigned generation;
+} s_graph_t;
+
+static thread_local int s_graph_kept;   //  an error was kept before graph_begin
+static thread_local unsigned s_graph_generation;
+
+static int
+s_graph_begin (void)
+{
+    s_graph_kept = za_cuda_self.error [0] != 0;
+    s_graph_generation = za_cuda_self.scratch_generation;
+    cudaError_t rc = cudaStreamBeginCapture (cudaStreamPerThread,
+                                             cudaStreamCaptureModeThreadLocal);
+    if (rc == cudaSuccess) {
+        za_cuda_self.recording = 1;
+        return 0;
+    }
+    cudaGetLastError ();
+    return s_error ("cuda:%d: a CUDA graph does not start recording (%s)", za_cuda_self.device,
+                    cudaGetErrorString (rc));
+}
+
+static void *
+s_graph_end (void)
+{
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t rc = cudaStreamEndCapture (cudaStreamPerThread, &graph);
+    za_cuda_self.recording = 0;
+    int failed = !s_graph_kept && za_cuda_self.error [0];
+    //  Freed on each launch: what a library allocated on the stream while
+    //  recording (cuBLAS may) does not block the next launch.
+    if (rc == cudaSuccess && graph && !failed
+        && s_graph_generation == za_cuda_self.scratch_generation
+        && (rc = cudaGraphInstantiate (&exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch))
+               != cudaSuccess)
+        exec = NULL;
+    if (graph)
+        cudaGraphDestroy (graph);
+    s_graph_t *recorded = exec? (s_graph_t *) malloc (sizeof *recorded): NULL;
+    if (recorded) {
+        recorded->exec = exec;
+        recorded->generation = s_graph_generation;
+        return recorded;
+    }
+    if (exec)
+        cudaGraphExecDestroy (exec);
+    cudaGetLastError ();
+    s_error ("cuda:%d: a step could not be recorded as a CUDA graph (%s)", za_cuda_self.device,
+             failed? za_cuda_self.error: cudaGetErrorString (rc != cudaSuccess? rc
+                                                             : cudaErrorStreamCaptureInvalidated));
+    if (failed)
+        za_cuda_self.error [0] = 0;
+    return NULL;
+}
+
+static int
+s_graph_launch (void *graph)
+{
+    s_graph_t *recorded = (s_graph_t *) graph;
+    if (recorded->generation != za_cuda_self.scratch_generation)
+        return 1;
+    cudaError_t rc = cudaGraphLaunch (recorded->exec, cudaStreamPerThread);
+    if (rc == cudaSuccess)
+        return 0;
+    cudaGetLastError ();
+    return s_error ("cuda:%d: a CUDA graph does not launch (%s)", za_cuda_self.device,
+                    cudaGetErrorString (rc));
+}
+
+static void
+s_graph_free (void *graph)
+{
+    s_graph_t *recorded = (s_graph_t *) graph;
+    if (recorded) {
+        cudaGraphExecDestroy (recorded->exec);
+        free (recorded);
+    }
+}
+
 //  NCCL's collectives (za_cuda_nccl.cu); where it cannot run, one error
 //  and the caller copies.
 static int
@@ -601,6 +695,10 @@ static int s_native (za_precision_t precision);
         .mixed = s_mixed,                                         \
         .native = s_native,                                       \
         .micro_batch = NULL,                                      \
+        .graph_begin = s_graph_begin,                             \
+        .graph_end = s_graph_end,                                 \
+        .graph_launch = s_graph_launch,                           \
+        .graph_free = s_graph_free,                               \
     }
 
 static za_backend_t s_cuda [3] = {

@@ -422,6 +422,10 @@ s_plan (const za_conv2d_dims_t *d, za_precision_t q)
     s_plan_t *plan = s_plan_find (d, q);
     if (plan)
         return plan;
+    if (za_cuda_self.recording) {
+        za_cuda_fail ("a CUDA graph's recording", "a convolution had no cuDNN plan yet");
+        return NULL;
+    }
     cudnnHandle_t handle = s_handle ();
     if (!handle)
         return NULL;
@@ -436,6 +440,11 @@ s_plan (const za_conv2d_dims_t *d, za_precision_t q)
 static int
 s_failed (s_plan_t *plan, int *ok, const char *pass, cudnnStatus_t rc)
 {
+    //  While a CUDA graph records, the recording fails, not the geometry.
+    if (za_cuda_self.recording) {
+        za_cuda_fail ("cuDNN while recording a CUDA graph", s_dnn.cudnnGetErrorString (rc));
+        return -1;
+    }
     *ok = 0;
     s_say (plan, pass, s_dnn.cudnnGetErrorString (rc));
     return -1;

@@ -3,6 +3,12 @@
 #include "za_cuda_util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+//  cuBLAS's workspace per handle where steps may be recorded (NVIDIA
+//  suggests 32 MiB on Hopper; it is never freed, as the handle is not).
+#define BLAS_WORKSPACE_BYTES ((size_t) 32 << 20)
 
 thread_local za_cuda_thread_t za_cuda_self;
 int za_cuda_tf32 = 1;
@@ -53,6 +59,14 @@ za_cuda_blas (void)
             return NULL;
         }
         cublasSetStream (self->blas [device], cudaStreamPerThread);
+        //  Where steps may be recorded as CUDA graphs, cuBLAS works in a
+        //  workspace of its handle's, made here, never inside a recording.
+        const char *graphs = getenv ("ZA_CUDA_GRAPHS");
+        void *workspace = NULL;
+        if (graphs && !strcmp (graphs, "1")
+            && cudaMalloc (&workspace, BLAS_WORKSPACE_BYTES) == cudaSuccess)
+            cublasSetWorkspace (self->blas [device], workspace, BLAS_WORKSPACE_BYTES);
+        cudaGetLastError ();
     }
     return self->blas [device];
 }
@@ -69,6 +83,10 @@ za_cuda_room (void **buffer, size_t *have, size_t bytes, const char *what)
 {
     if (bytes <= *have)
         return *buffer;
+    if (za_cuda_self.recording) {
+        za_cuda_fail ("a CUDA graph's recording", "a scratch buffer had to grow");
+        return NULL;
+    }
     void *bigger = NULL;
     cudaError_t rc = cudaMalloc (&bigger, bytes);
     if (rc != cudaSuccess) {
@@ -80,6 +98,7 @@ za_cuda_room (void **buffer, size_t *have, size_t bytes, const char *what)
     cudaFree (*buffer);
     *buffer = bigger;
     *have = bytes;
+    za_cuda_self.scratch_generation++;
     return bigger;
 }
 

@@ -43,6 +43,13 @@ typedef struct {
     double *host_loss;                      //  pinned
     int *host_flags;
     int host_rows;
+    //  Counts the times a scratch buffer above (or the cuDNN file's) was
+    //  replaced: a CUDA graph recorded before then is stale.
+    unsigned scratch_generation;
+    //  1 while the thread's calls are recorded as a CUDA graph (graph_begin
+    //  to graph_end): a failure then is the recording's alone, kept as an
+    //  error, and nothing may be planned or allocated.
+    int recording;
 } za_cuda_thread_t;
 
 extern thread_local za_cuda_thread_t za_cuda_self;

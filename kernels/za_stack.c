@@ -562,6 +562,24 @@ s_stack_describe (const void *params)
     return ((const za_stack_spec_t *) params)->text;
 }
 
+//  za_model_fn_t.replayable: no dropout (its mask follows the step), no
+//  frozen variable (what a back end derives from one is kept across steps)
+//  and no cache of their output.
+static int
+s_stack_replayable (const void *state)
+{
+    const s_stack_t *self = (const s_stack_t *) state;
+    if (self->cache)
+        return 0;
+    for (int i = 0; i < self->count; i++)
+        if (self->layers [i].spec.type == ZA_LAYER_DROPOUT)
+            return 0;
+    for (int v = 0; v < self->var_count; v++)
+        if (self->vars [v].frozen)
+            return 0;
+    return 1;
+}
+
 static const za_model_fn_t s_stack_model = {
     .name = "layer_stack",
     .create = s_stack_create,
@@ -570,6 +588,7 @@ static const za_model_fn_t s_stack_model = {
     .destroy = s_stack_destroy,
     .describe = s_stack_describe,
     .device_ready = 1,
+    .replayable = s_stack_replayable,
 };
 
 const za_model_fn_t *

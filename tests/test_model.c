@@ -543,3 +543,26 @@ Test (stack, first_layer_and_pool_as_one_or_not_give_one_gradient)
         za_free (grads [t]);
     za_free (values);
 }
+
+//  A device may replay a stack's step (a CUDA graph) only where its work is
+//  the same at every step: not with a dropout (its mask follows the step),
+//  nor a frozen layer (a back end keeps what it derives from one).
+Test (stack, replayable_without_dropout_or_frozen_layers)
+{
+    const char *texts [] = {ZA_SEED_CNN,
+                            "conv2d(8,3,relu) maxpool(2) flatten dropout(0.5) dense(10)",
+                            "conv2d(8,3,relu,trainable=false) maxpool(2) flatten dense(10)"};
+    const int expected [] = {1, 0, 0};
+    const za_model_fn_t *fn = za_stack_model_fn ();
+    cr_assert_not_null (fn->replayable);
+    for (int i = 0; i < 3; i++) {
+        za_stack_spec_t spec;
+        cr_assert_eq (za_stack_parse (texts [i], &spec), 0, "%s", za_last_error ());
+        za_vars_t vars = {0};
+        za_input_shape_t input = {28, 28, 1};
+        void *state = fn->create (&spec, input, 4, za_backend_cpu (), &vars);
+        cr_assert_not_null (state, "%s: %s", texts [i], za_last_error ());
+        cr_expect_eq (fn->replayable (state), expected [i], "%s", texts [i]);
+        fn->destroy (&state);
+    }
+}

@@ -23,6 +23,15 @@ static void
 s_destroy_states (za_replica_t *self)
 {
     for (int t = 0; t < ZA_REPLICA_MAX_THREADS; t++) {
+        //  A recording holds the buffers it was made on: it goes with them.
+        for (int g = 0; g < ZA_REPLICA_GRAPHS; g++) {
+            za_replica_graph_t *graph = &self->graphs [t][g];
+            if (graph->graph) {
+                self->be->bind (self->device_of [t]);
+                self->be->graph_free (graph->graph);
+            }
+            memset (graph, 0, sizeof *graph);
+        }
         if (self->states [t]) {
             if (!self->be->host_memory)
                 self->be->bind (self->device_of [t]);
@@ -377,6 +386,17 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
         za_parallel_set_spin (self->pool, POOL_SPIN_S);
     if (s_blocks_new (self))
         goto fail;
+    const char *graphs = getenv ("ZA_CUDA_GRAPHS");
+    if (graphs && !strcmp (graphs, "1")) {
+        self->graphs_on = self->be->graph_begin && self->model_fn->replayable
+                       && self->model_fn->replayable (self->states [0])
+                       && self->loss_scale == 1.0f;
+        if (!self->graphs_on)
+            za_info ("ZA_CUDA_GRAPHS=1: steps run without CUDA graphs (%s)",
+                     !self->be->graph_begin? "this device records none"
+                     : self->loss_scale != 1.0f? "mixed_float16 checks each step's gradients"
+                     : "the model has a dropout or frozen layers");
+    }
     self->model_fn->init_vars (self->states [0], &self->vars, self->values, seed);
     za_replica_reset_slots (self);
     return self;

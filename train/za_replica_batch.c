@@ -185,6 +185,55 @@ s_download_logits (za_replica_t *self, int t, za_spec_t *spec, int count)
     return 0;
 }
 
+//  Thread t's recorded step for these buffers and examples (ZA_CUDA_GRAPHS=1),
+//  or a place for one (the oldest made way where none was free); NULL where
+//  its step is not to be recorded (not in TRAIN, a listener waiting on
+//  layers, a loss scale, or a model_fn whose work differs between steps).
+static za_replica_graph_t *
+s_graph_of (s_batch_run_t *run, int t, const float *features, const int32_t *labels,
+            const float *values, float *grads, int count, float scale)
+{
+    za_replica_t *self = run->self;
+    if (!__atomic_load_n (&self->graphs_on, __ATOMIC_RELAXED) || run->mode != ZA_MODE_TRAIN || run->streaming || scale != 1.0f
+        || !self->model_fn->replayable (self->states [t]))
+        return NULL;
+    za_replica_graph_t *place = NULL;
+    for (int g = 0; g < ZA_REPLICA_GRAPHS; g++) {
+        za_replica_graph_t *graph = &self->graphs [t][g];
+        if (!graph->seen && !place)
+            place = graph;
+        if (graph->seen && graph->features == features && graph->labels == labels
+            && graph->values == values && graph->grads == grads && graph->count == count)
+            return graph;
+    }
+    if (!place) {
+        place = &self->graphs [t][self->graph_next [t]];
+        self->graph_next [t] = (self->graph_next [t] + 1) % ZA_REPLICA_GRAPHS;
+        if (place->graph)
+            self->be->graph_free (place->graph);
+    }
+    *place = (za_replica_graph_t) {features, labels, values, grads, count, 0, NULL, 0, 0};
+    return place;
+}
+
+//  Steps run without CUDA graphs from now on: why, said once.
+static void
+s_graphs_off (za_replica_t *self, const char *why)
+{
+    if (__atomic_exchange_n (&self->graphs_on, 0, __ATOMIC_RELAXED))
+        fprintf (stderr, "zactor: %s: steps run without CUDA graphs\n", why);
+}
+
+//  The model_fn's call as s_micro_batch_run makes it.
+static int
+s_model_call (s_batch_run_t *run, int t, const float *features, const int32_t *labels,
+              int count, const float *values, float *grads, uint64_t seed, za_spec_t *spec)
+{
+    za_replica_t *self = run->self;
+    return self->model_fn->model_fn (self->states [t], features, labels, count, run->mode,
+                                     values, grads, (int64_t) seed, spec);
+}
+
 //  One micro-batch of thread t's slice: its examples [lo, lo + count) of
 //  the batch, the slice ending at `last`. 0, or the error's non-zero code.
 //  A model_fn adds the gradient of its call's MEAN loss. The buffer is kept
@@ -240,10 +289,64 @@ s_micro_batch_run (s_batch_run_t *run, int t, int lo, int count, int last,
     za_model_take_forward_done ();
     //  On a device the loss waits on the device for the batch's end.
     za_model_set_loss_deferred (on_device && labels && be->softmax_xent_add != NULL);
-    int rc = self->model_fn->model_fn (self->states [t], features, labels, count, run->mode,
-                                       values, grads, (int64_t) seed, &spec);
-    if (za_model_loss_deferred_taken ())
-        run->deferred [t] = 1;
+    za_replica_graph_t *graph = on_device? s_graph_of (run, t, features, labels, values,
+                                                       grads, count, scale): NULL;
+    int rc = 1;                         //  1: the model_fn's calls have not run
+    if (graph && graph->graph) {
+        //  Recorded before: one launch replays the model_fn's calls.
+        rc = be->graph_launch (graph->graph);
+        if (rc == 0) {
+            memset (&spec, 0, sizeof spec);
+            spec.n_classes = graph->n_classes;
+            if (graph->deferred)
+                run->deferred [t] = 1;
+        }
+        else {
+            //  Stale (scratch it used was replaced since): run, and recorded
+            //  again below. One that failed to launch: no graphs from now on.
+            be->graph_free (graph->graph);
+            graph->graph = NULL;
+            if (rc < 0) {
+                s_graphs_off (self, za_last_error ());
+                graph = NULL;
+            }
+            rc = 1;
+        }
+    }
+    if (rc == 1) {
+        //  Run once as it is (every buffer and plan made), recorded the next time.
+        int recording = 0;
+        if (graph && graph->seen && !(recording = be->graph_begin () == 0))
+            s_graphs_off (self, za_last_error ());
+        rc = s_model_call (run, t, features, labels, count, values, grads, seed, &spec);
+        int deferred = za_model_loss_deferred_taken ();
+        if (recording) {
+            void *recorded = be->graph_end ();
+            int launched = recorded && rc == 0? be->graph_launch (recorded): -1;
+            if (launched == 0) {
+                graph->graph = recorded;
+                graph->n_classes = spec.n_classes;
+                graph->deferred = deferred;
+            }
+            else {
+                //  Its calls did not run: they run as they are, now and from now on.
+                s_graphs_off (self, !recorded? za_last_error ()
+                                    : rc? "the model_fn failed while its step was recorded"
+                                    : za_last_error ());
+                if (recorded)
+                    be->graph_free (recorded);
+                za_model_set_loss_deferred (on_device && labels
+                                            && be->softmax_xent_add != NULL);
+                rc = s_model_call (run, t, features, labels, count, values, grads, seed,
+                                   &spec);
+                deferred = za_model_loss_deferred_taken ();
+            }
+        }
+        if (graph)
+            graph->seen = 1;
+        if (deferred)
+            run->deferred [t] = 1;
+    }
     za_model_set_loss_deferred (0);
     double forward_done = za_model_take_forward_done ();
     if (start > 0 && forward_done > 0 && self->traced_count < ZA_REPLICA_TRACED_MAX) {

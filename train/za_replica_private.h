@@ -23,6 +23,24 @@
 //  Micro-batches whose forward and backward the trace shows (the rest of a
 //  larger batch's are left out).
 #define ZA_REPLICA_TRACED_MAX 64
+//  Recorded steps (CUDA graphs) kept per thread: one per input buffer
+//  (the input's device slots, prefetch + 1 of them, or the thread's upload
+//  buffer), and one for an epoch's short last batch.
+#define ZA_REPLICA_GRAPHS 8
+
+//  A thread's step on a device, recorded once and replayed (ZA_CUDA_GRAPHS=1):
+//  the buffers and examples it was recorded for, what the model_fn said.
+typedef struct {
+    const float *features;
+    const int32_t *labels;
+    const float *values;
+    float *grads;
+    int count;
+    int seen;                       //  run once without recording (its buffers made)
+    void *graph;                    //  the back end's, once recorded
+    int n_classes;
+    int deferred;                   //  its loss waits on the device (loss_take)
+} za_replica_graph_t;
 
 struct _za_replica_t {
     const za_model_fn_t *model_fn;
@@ -91,6 +109,11 @@ struct _za_replica_t {
     //  micro-batches, for the trace: start, forward's end, backward's end.
     double traced [ZA_REPLICA_TRACED_MAX][3];
     int traced_count;
+    //  ZA_CUDA_GRAPHS=1 on a back end that records (graph_begin), with a
+    //  replayable model_fn; 0 after a recording failed (said once).
+    int graphs_on;
+    za_replica_graph_t graphs [ZA_REPLICA_MAX_THREADS][ZA_REPLICA_GRAPHS];
+    int graph_next [ZA_REPLICA_MAX_THREADS];   //  the place that makes way next
 };
 
 //  Where a block's newest numbers are, on a device with memory of its own.

@@ -259,6 +259,20 @@ struct za_backend_t {
     //  With host_memory: the examples per micro-batch this table's products
     //  run fastest at on this machine, or 0 (and NULL): the replica's default.
     int (*micro_batch) (void);
+
+    //  Optional (NULL where there are none): the calling thread's calls
+    //  recorded once and replayed as one launch (CUDA graphs). graph_begin:
+    //  the thread's calls are recorded from now on, not run (0, or -1 with
+    //  an error). graph_end: the recording, ready to run, or NULL with an
+    //  error when it failed (its calls did not run, and an error they kept
+    //  is dropped: the caller runs them again). graph_launch runs one after
+    //  the thread's work: 0; 1 when it is stale (a scratch buffer it used
+    //  was replaced since: not run, the caller frees it and runs the calls);
+    //  or -1 with an error. graph_free frees one.
+    int (*graph_begin) (void);
+    void *(*graph_end) (void);
+    int (*graph_launch) (void *graph);
+    void (*graph_free) (void *graph);
 };
 
 //  The slots every back end fills with a function of its own file named

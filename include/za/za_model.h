@@ -108,6 +108,11 @@ typedef struct {
     //  beside loss and accuracy (za_eval_metrics.h); NULL: none.
     const za_metric_fn_t *metrics;
     int metric_count;
+    //  Optional: 1 when a TRAIN call does the same work on the same buffers
+    //  at every step for the same inputs and n (nothing drawn from `step`,
+    //  nothing derived once and kept across steps), so that a device may
+    //  record it once and replay it (a CUDA graph); NULL or 0: never.
+    int (*replayable) (const void *state);
 } za_model_fn_t;
 
 //  Optional, from a model_fn in TRAIN: the gradients at offsets >= `offset`
