@@ -8,7 +8,7 @@
 #
 #  1. cuda_layers three ways (gpu.sh check 1), the CPU's reference training
 #     of check 5 beside it; 5. the seed CNN's 5 epochs on the GPU against it,
-#     and in mixed_bfloat16 and mixed_float16;
+#     in mixed_bfloat16 and mixed_float16, and with ZA_CUDA_GRAPHS=1;
 #  8. VGG16 at 224x224 against PyTorch; 2. the seed CNN's images/s and busy
 #  share; then a second round of 8 and 2 while the budget lasts. A check
 #  starts only with the seconds it needs left (CHECK_SECS).
@@ -27,6 +27,7 @@ say () { echo "=== [$(( $(date +%s) - start ))s] $*"; }
 source "$here/gpu_carry.sh" unpack "$dir" || exit 1
 build=$(cd "$dir" && pwd)
 threads=$(( $(nproc) < 8? $(nproc): 8 ))
+rm -rf /tmp/zactor-lease-cpu
 ( timeout 300 "$build/zactor-run" --model-dir /tmp/zactor-lease-cpu --epochs 5 --seed 1 \
       --device cpu --threads "$threads" >"$logs/accuracy_cpu.txt" 2>&1
   echo "rc=$?" >>"$logs/accuracy_cpu.txt" ) &
@@ -39,16 +40,19 @@ rm -rf /tmp/zactor-lease-cuda
 timeout 200 "$build/zactor-run" --model-dir /tmp/zactor-lease-cuda --epochs 5 --seed 1 \
     --device cuda --threads "$threads" >"$logs/accuracy_cuda.txt" 2>&1
 echo "rc=$?" >>"$logs/accuracy_cuda.txt"
-#  The same in bf16 and fp16 (cuDNN's half paths in a whole training).
-for p in mixed_bfloat16 mixed_float16; do
+#  The same in bf16 and fp16 (cuDNN's half paths in a whole training), and
+#  with each step replayed as a CUDA graph (the same kernels in the same
+#  order: the same accuracy to the digit is expected).
+for p in mixed_bfloat16 mixed_float16 graphs; do
     rm -rf "/tmp/zactor-lease-$p"
-    timeout 200 "$build/zactor-run" --model-dir "/tmp/zactor-lease-$p" --epochs 5 --seed 1 \
-        --device cuda --threads "$threads" --precision "$p" >"$logs/accuracy_$p.txt" 2>&1
+    if [ $p = graphs ]; then set -- --precision fp32; g=1; else set -- --precision $p; g=0; fi
+    ZA_CUDA_GRAPHS=$g timeout 200 "$build/zactor-run" --model-dir "/tmp/zactor-lease-$p" \
+        --epochs 5 --seed 1 --device cuda --threads "$threads" "$@" >"$logs/accuracy_$p.txt" 2>&1
     echo "rc=$?" >>"$logs/accuracy_$p.txt"
 done
 wait $cpu
-for d in cpu cuda mixed_bfloat16 mixed_float16; do
-    echo "$d: $(grep -E 'test accuracy|trained to|rc=|rror' "$logs/accuracy_$d.txt" | tr '\n' ' ')"
+for d in cpu cuda mixed_bfloat16 mixed_float16 graphs; do
+    echo "$d: $(grep -E 'test accuracy|trained to|rc=|rror|CUDA graphs' "$logs/accuracy_$d.txt" | tr '\n' ' ')"
 done
 save
 for round in 1 2; do
