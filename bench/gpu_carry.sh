@@ -3,7 +3,8 @@
 #  here (GPU.md: it reaches no package registry), in two steps:
 #
 #    here:   bench/gpu_carry.sh pack BUILD_DIR [DIR]
-#      copies bench_train, cuda_layers, zactor-run and libzactor_cuda.so
+#      copies bench_train, cuda_layers, cuda_replay, zactor-run and
+#      libzactor_cuda.so
 #      from BUILD_DIR (configured with the CUDA module: `zactor: CUDA back
 #      end ON`) into DIR (default .gpu/, which git ignores), and downloads the
 #      .deb files of the libraries they load that a machine with only the
@@ -23,7 +24,7 @@
 #  machine's own (PyTorch's wheels there), else runs without (stderr says so).
 PACKAGES="libzmq5 libczmq4 libmsgpackc2 libopenblas0-pthread libgfortran5 libjansson4
           libmicrohttpd12 libsodium23 libpgm-5.3-0 libnorm1 libdnnl2 libturbojpeg0 libspng0"
-BINARIES="bench_train cuda_layers zactor-run libzactor_cuda.so"
+BINARIES="bench_train cuda_layers cuda_replay zactor-run libzactor_cuda.so"
 
 s_pack () {
     local build=$1 dir=${2:-.gpu}

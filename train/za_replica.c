@@ -519,6 +519,12 @@ za_replica_device_gradients (za_replica_t *self)
 }
 
 int64_t
+za_replica_replayed (const za_replica_t *self)
+{
+    return __atomic_load_n (&self->replayed, __ATOMIC_RELAXED);
+}
+
+int64_t
 za_replica_fed (const za_replica_t *self)
 {
     return self? self->fed: 0;

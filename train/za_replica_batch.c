@@ -296,6 +296,7 @@ s_micro_batch_run (s_batch_run_t *run, int t, int lo, int count, int last,
         //  Recorded before: one launch replays the model_fn's calls.
         rc = be->graph_launch (graph->graph);
         if (rc == 0) {
+            __atomic_add_fetch (&self->replayed, 1, __ATOMIC_RELAXED);
             memset (&spec, 0, sizeof spec);
             spec.n_classes = graph->n_classes;
             if (graph->deferred)

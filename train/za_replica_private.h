@@ -114,6 +114,7 @@ struct _za_replica_t {
     int graphs_on;
     za_replica_graph_t graphs [ZA_REPLICA_MAX_THREADS][ZA_REPLICA_GRAPHS];
     int graph_next [ZA_REPLICA_MAX_THREADS];   //  the place that makes way next
+    int64_t replayed;               //  thread-steps replayed (atomic)
 };
 
 //  Where a block's newest numbers are, on a device with memory of its own.

@@ -118,6 +118,9 @@ float *za_replica_device_gradients (za_replica_t *self);
 //  CPU). 0, or -1 with an error.
 int za_replica_bind (za_replica_t *self);
 int64_t za_replica_fed (const za_replica_t *self);
+//  Steps of its threads replayed as recorded (ZA_CUDA_GRAPHS=1, a CUDA
+//  graph: docs/gpus.md); 0 elsewhere.
+int64_t za_replica_replayed (const za_replica_t *self);
 
 //  Puts every slot back to its starting value.
 void za_replica_reset_slots (za_replica_t *self);

@@ -1,0 +1,137 @@
+/*  cuda_replay.c: a training step replayed as a CUDA graph (ZA_CUDA_GRAPHS=1,
+    docs/gpus.md) computes what the step run call by call computes. Two
+    replicas of the seed CNN on the GPU, the same seed and the same batches
+    (random pixels, labels 0-9), one with graphs and one without, each 40
+    Adam steps on 3 batches in turn (each copied into the replica's upload
+    buffer: one recording) and a short one (run as it comes: its first);
+    then the losses step by step, the values and the slots compared, and
+    the steps the first replayed counted (38: from the third on). cuDNN may
+    pick algorithms that sum in another order each call: 1e-4 of |x| + RMS
+    after 40 steps. Exits 77 (CTest: skipped) without a GPU, 0 when all
+    holds, 1 otherwise. Not a Criterion suite: CUDA in every forked test
+    would cost seconds.                                                     */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "za/za_replica.h"
+#include "za/za_input.h"
+#include "za/za_model.h"
+
+#define STEPS 40
+#define BATCH 64
+#define BUFFERS 3
+
+static za_stack_spec_t s_spec;
+static int s_failures;
+
+static za_replica_t *
+s_replica (int graphs)
+{
+    static za_optim_config_t optim;
+    optim = za_optim_config_default (ZA_OPT_ADAM);
+    setenv ("ZA_CUDA_GRAPHS", graphs? "1": "0", 1);
+    za_replica_config_t config = {
+        .model_fn = za_stack_model_fn (), .params = &s_spec, .input = {28, 28, 1},
+        .threads = 1, .train = 1, .optim = &optim,
+        .device = {.kind = ZA_DEVICE_CUDA},
+    };
+    return za_replica_new (&config, 11);
+}
+
+//  Largest |a - b| / (|a| + the RMS of a) over n floats.
+static double
+s_diff (const float *a, const float *b, size_t n)
+{
+    double squares = 0, worst = 0;
+    for (size_t i = 0; i < n; i++)
+        squares += (double) a [i] * a [i];
+    double rms = sqrt (squares / (double) (n? n: 1));
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs ((double) a [i] - b [i]) / (fabs ((double) a [i]) + rms + 1e-30);
+        if (d > worst || d != d)
+            worst = d;
+    }
+    return worst;
+}
+
+static void
+s_expect (int ok, const char *what, double value)
+{
+    printf ("%-44s %.3e  %s\n", what, value, ok? "ok": "FAIL");
+    s_failures += !ok;
+}
+
+int
+main (void)
+{
+    if (za_stack_parse (ZA_SEED_CNN, &s_spec)) {
+        fprintf (stderr, "cuda_replay: %s\n", za_last_error ());
+        return 1;
+    }
+    za_replica_t *replica [2] = {s_replica (1), NULL};
+    if (!replica [0]) {
+        printf ("cuda_replay: skipped: %s\n", za_last_error ());
+        return 77;
+    }
+    if (!(replica [1] = s_replica (0))) {
+        fprintf (stderr, "cuda_replay: %s\n", za_last_error ());
+        return 1;
+    }
+    size_t pixels = 28 * 28;
+    float *features = (float *) malloc ((size_t) BUFFERS * BATCH * pixels * sizeof (float));
+    int32_t *labels = (int32_t *) malloc ((size_t) BUFFERS * BATCH * sizeof (int32_t));
+    if (!features || !labels)
+        return 1;
+    uint64_t state = 7;
+    for (size_t i = 0; i < (size_t) BUFFERS * BATCH * pixels; i++) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        features [i] = (float) (state >> 40) / (float) (1 << 24);
+    }
+    for (int i = 0; i < BUFFERS * BATCH; i++)
+        labels [i] = (int32_t) ((i * 7 + 3) % 10);
+    double worst_loss = 0;
+    for (int step = 0; step <= STEPS; step++) {
+        //  The three batches in turn, then a short one (run as it comes).
+        int b = step % BUFFERS, size = step == STEPS? BATCH / 2: BATCH;
+        za_batch_t batch = {.features = features + (size_t) b * BATCH * pixels,
+                            .labels = labels + (size_t) b * BATCH, .size = size,
+                            .feature_size = (int64_t) pixels};
+        double loss [2];
+        for (int r = 0; r < 2; r++) {
+            if (za_replica_compute_gradients (replica [r], &batch, step, &loss [r])) {
+                fprintf (stderr, "cuda_replay: step %d: %s\n", step, za_last_error ());
+                return 1;
+            }
+            za_replica_apply (replica [r], step + 1);
+        }
+        double d = fabs (loss [0] - loss [1]) / (fabs (loss [1]) + 1e-30);
+        if (d > worst_loss || d != d)
+            worst_loss = d;
+    }
+    const za_vars_t *vars = za_replica_vars (replica [1]);
+    size_t total = vars->total;
+    float *values = (float *) malloc (total * sizeof (float));
+    float *slot = (float *) malloc (total * sizeof (float));
+    if (!values || !slot)
+        return 1;
+    memcpy (values, za_replica_values (replica [1]), total * sizeof (float));
+    memcpy (slot, za_replica_slot (replica [1], 0), total * sizeof (float));
+    printf ("cuda_replay: seed CNN, %d Adam steps of %d, %d batches in turn, CUDA graphs"
+            " against none\n", STEPS + 1, BATCH, BUFFERS);
+    s_expect (worst_loss <= 1e-4, "loss, largest relative difference", worst_loss);
+    double d = s_diff (values, za_replica_values (replica [0]), total);
+    s_expect (d <= 1e-4, "values (of |x| + rms)", d);
+    d = s_diff (slot, za_replica_slot (replica [0], 0), total);
+    s_expect (d <= 1e-4, "Adam's first slot (of |x| + rms)", d);
+    int64_t replayed = za_replica_replayed (replica [0]);
+    s_expect (replayed == STEPS - 2, "steps replayed", (double) replayed);
+    s_expect (za_replica_replayed (replica [1]) == 0, "steps replayed without graphs",
+              (double) za_replica_replayed (replica [1]));
+    free (values), free (slot), free (features), free (labels);
+    za_replica_destroy (&replica [0]);
+    za_replica_destroy (&replica [1]);
+    printf ("cuda_replay: %s\n", s_failures? "FAILED": "replayed steps compute the same");
+    return s_failures? 1: 0;
+}
