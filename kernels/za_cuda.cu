@@ -215,22 +215,15 @@ s_row_scratch (int n)
 {
     za_cuda_thread_t *self = &za_cuda_self;
     int dev = self->device;
-    if (n > self->rows [dev] && self->recording) {
-        za_cuda_fail ("a CUDA graph's recording", "the loss's rows had to grow");
+    //  The device's rows as every scratch grows (za_cuda_room: a recording
+    //  made on the old ones is stale, none grows while recording).
+    void *loss = self->row_loss [dev], *flags = self->row_flags [dev];
+    int ok = za_cuda_room (&loss, &self->row_loss_bytes [dev], n * sizeof (double), "cudaMalloc")
+          && za_cuda_room (&flags, &self->row_flags_bytes [dev], n * sizeof (int), "cudaMalloc");
+    self->row_loss [dev] = (double *) loss;
+    self->row_flags [dev] = (int *) flags;
+    if (!ok)
         return -1;
-    }
-    if (n > self->rows [dev]) {
-        cudaFree (self->row_loss [dev]);
-        cudaFree (self->row_flags [dev]);
-        self->rows [dev] = 0;
-        self->scratch_generation++;
-        if (!za_cuda_ok (cudaMalloc (&self->row_loss [dev], n * sizeof (double)),
-                         "cudaMalloc")
-            || !za_cuda_ok (cudaMalloc (&self->row_flags [dev], n * sizeof (int)),
-                            "cudaMalloc"))
-            return -1;
-        self->rows [dev] = n;
-    }
     if (n > self->host_rows) {
         cudaFreeHost (self->host_loss);
         cudaFreeHost (self->host_flags);

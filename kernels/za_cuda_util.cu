@@ -3,11 +3,9 @@
 #include "za_cuda_util.h"
 
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-//  cuBLAS's workspace per handle where steps may be recorded (NVIDIA
-//  suggests 32 MiB on Hopper; it is never freed, as the handle is not).
+//  cuBLAS's workspace per handle (NVIDIA suggests 32 MiB on Hopper; it is
+//  never freed, as the handle is not).
 #define BLAS_WORKSPACE_BYTES ((size_t) 32 << 20)
 
 thread_local za_cuda_thread_t za_cuda_self;
@@ -59,12 +57,10 @@ za_cuda_blas (void)
             return NULL;
         }
         cublasSetStream (self->blas [device], cudaStreamPerThread);
-        //  Where steps may be recorded as CUDA graphs, cuBLAS works in a
-        //  workspace of its handle's, made here, never inside a recording.
-        const char *graphs = getenv ("ZA_CUDA_GRAPHS");
+        //  cuBLAS works in a workspace of its handle's, made here: never
+        //  inside a CUDA graph's recording (as PyTorch gives each handle one).
         void *workspace = NULL;
-        if (graphs && !strcmp (graphs, "1")
-            && cudaMalloc (&workspace, BLAS_WORKSPACE_BYTES) == cudaSuccess)
+        if (cudaMalloc (&workspace, BLAS_WORKSPACE_BYTES) == cudaSuccess)
             cublasSetWorkspace (self->blas [device], workspace, BLAS_WORKSPACE_BYTES);
         cudaGetLastError ();
     }

@@ -32,7 +32,7 @@ typedef struct {
     char error [ZA_ERROR_MAX_CHARS];
     double *row_loss [ZA_DEVICE_MAX];       //  device
     int *row_flags [ZA_DEVICE_MAX];         //  device: 1 correct, 2 invalid label
-    int rows [ZA_DEVICE_MAX];
+    size_t row_loss_bytes [ZA_DEVICE_MAX], row_flags_bytes [ZA_DEVICE_MAX];
     void *partial [ZA_DEVICE_MAX];          //  device: the bias gradient's partial sums
     size_t partial_bytes [ZA_DEVICE_MAX];
     void *low [ZA_DEVICE_MAX][2];           //  device: a GEMM's two inputs in bf16 / fp16
@@ -43,8 +43,8 @@ typedef struct {
     double *host_loss;                      //  pinned
     int *host_flags;
     int host_rows;
-    //  Counts the times a scratch buffer above (or the cuDNN file's) was
-    //  replaced: a CUDA graph recorded before then is stale.
+    //  Counts the times za_cuda_room replaced a scratch buffer (above, or
+    //  the cuDNN file's): a CUDA graph recorded before then is stale.
     unsigned scratch_generation;
     //  1 while the thread's calls are recorded as a CUDA graph (graph_begin
     //  to graph_end): a failure then is the recording's alone, kept as an

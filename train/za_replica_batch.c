@@ -194,8 +194,8 @@ s_graph_of (s_batch_run_t *run, int t, const float *features, const int32_t *lab
             const float *values, float *grads, int count, float scale)
 {
     za_replica_t *self = run->self;
-    if (!__atomic_load_n (&self->graphs_on, __ATOMIC_RELAXED) || run->mode != ZA_MODE_TRAIN || run->streaming || scale != 1.0f
-        || !self->model_fn->replayable (self->states [t]))
+    if (!__atomic_load_n (&self->graphs_on, __ATOMIC_RELAXED) || run->mode != ZA_MODE_TRAIN
+        || run->streaming || scale != 1.0f || !self->model_fn->replayable (self->states [t]))
         return NULL;
     za_replica_graph_t *place = NULL;
     for (int g = 0; g < ZA_REPLICA_GRAPHS; g++) {
@@ -224,14 +224,67 @@ s_graphs_off (za_replica_t *self, const char *why)
         fprintf (stderr, "zactor: %s: steps run without CUDA graphs\n", why);
 }
 
-//  The model_fn's call as s_micro_batch_run makes it.
+//  The model_fn's call on thread t's micro-batch, with its loss left on the
+//  device where `deferred` (softmax_xent_add); run->deferred [t] set where
+//  it was. With a `graph` place (s_graph_of): replayed where recorded, run
+//  as it is the first time, recorded the second. 0, or the error's code.
 static int
-s_model_call (s_batch_run_t *run, int t, const float *features, const int32_t *labels,
-              int count, const float *values, float *grads, uint64_t seed, za_spec_t *spec)
+s_model_step (s_batch_run_t *run, int t, za_replica_graph_t *graph, const float *features,
+              const int32_t *labels, int count, const float *values, float *grads,
+              uint64_t seed, int deferred, za_spec_t *spec)
 {
     za_replica_t *self = run->self;
-    return self->model_fn->model_fn (self->states [t], features, labels, count, run->mode,
-                                     values, grads, (int64_t) seed, spec);
+    const za_backend_t *be = self->be;
+    if (graph && graph->graph) {
+        int rc = be->graph_launch (graph->graph);
+        if (rc == 0) {
+            __atomic_add_fetch (&self->replayed, 1, __ATOMIC_RELAXED);
+            memset (spec, 0, sizeof *spec);
+            spec->n_classes = graph->n_classes;
+            run->deferred [t] |= graph->deferred;
+            return 0;
+        }
+        //  Stale (scratch it used was replaced since): run and recorded
+        //  again. One that did not launch: no graphs from now on.
+        be->graph_free (graph->graph);
+        graph->graph = NULL;
+        if (rc < 0) {
+            s_graphs_off (self, za_last_error ());
+            graph = NULL;
+        }
+    }
+    int recording = graph && graph->seen;
+    if (recording && be->graph_begin ()) {
+        s_graphs_off (self, za_last_error ());
+        recording = 0;
+    }
+    for (;;) {
+        za_model_set_loss_deferred (deferred);
+        int rc = self->model_fn->model_fn (self->states [t], features, labels, count,
+                                           run->mode, values, grads, (int64_t) seed, spec);
+        int taken = za_model_loss_deferred_taken ();
+        if (recording) {
+            //  Its calls did not run: the launch runs them, or they run again.
+            void *recorded = be->graph_end ();
+            if (recorded && rc == 0 && be->graph_launch (recorded) == 0) {
+                graph->graph = recorded;
+                graph->n_classes = spec->n_classes;
+                graph->deferred = taken;
+            }
+            else {
+                s_graphs_off (self, recorded && rc? "the model_fn failed while recorded"
+                                                  : za_last_error ());
+                if (recorded)
+                    be->graph_free (recorded);
+                recording = 0;
+                continue;
+            }
+        }
+        if (graph)
+            graph->seen = 1;
+        run->deferred [t] |= taken;
+        return rc;
+    }
 }
 
 //  One micro-batch of thread t's slice: its examples [lo, lo + count) of
@@ -287,67 +340,11 @@ s_micro_batch_run (s_batch_run_t *run, int t, int lo, int count, int last,
     //  with its step's (za_replica_trace_compute). No clock unless tracing.
     double start = t == 0 && za_trace_on ()? za_clock_mono (): 0;
     za_model_take_forward_done ();
-    //  On a device the loss waits on the device for the batch's end.
-    za_model_set_loss_deferred (on_device && labels && be->softmax_xent_add != NULL);
     za_replica_graph_t *graph = on_device? s_graph_of (run, t, features, labels, values,
                                                        grads, count, scale): NULL;
-    int rc = 1;                         //  1: the model_fn's calls have not run
-    if (graph && graph->graph) {
-        //  Recorded before: one launch replays the model_fn's calls.
-        rc = be->graph_launch (graph->graph);
-        if (rc == 0) {
-            __atomic_add_fetch (&self->replayed, 1, __ATOMIC_RELAXED);
-            memset (&spec, 0, sizeof spec);
-            spec.n_classes = graph->n_classes;
-            if (graph->deferred)
-                run->deferred [t] = 1;
-        }
-        else {
-            //  Stale (scratch it used was replaced since): run, and recorded
-            //  again below. One that failed to launch: no graphs from now on.
-            be->graph_free (graph->graph);
-            graph->graph = NULL;
-            if (rc < 0) {
-                s_graphs_off (self, za_last_error ());
-                graph = NULL;
-            }
-            rc = 1;
-        }
-    }
-    if (rc == 1) {
-        //  Run once as it is (every buffer and plan made), recorded the next time.
-        int recording = 0;
-        if (graph && graph->seen && !(recording = be->graph_begin () == 0))
-            s_graphs_off (self, za_last_error ());
-        rc = s_model_call (run, t, features, labels, count, values, grads, seed, &spec);
-        int deferred = za_model_loss_deferred_taken ();
-        if (recording) {
-            void *recorded = be->graph_end ();
-            int launched = recorded && rc == 0? be->graph_launch (recorded): -1;
-            if (launched == 0) {
-                graph->graph = recorded;
-                graph->n_classes = spec.n_classes;
-                graph->deferred = deferred;
-            }
-            else {
-                //  Its calls did not run: they run as they are, now and from now on.
-                s_graphs_off (self, !recorded? za_last_error ()
-                                    : rc? "the model_fn failed while its step was recorded"
-                                    : za_last_error ());
-                if (recorded)
-                    be->graph_free (recorded);
-                za_model_set_loss_deferred (on_device && labels
-                                            && be->softmax_xent_add != NULL);
-                rc = s_model_call (run, t, features, labels, count, values, grads, seed,
-                                   &spec);
-                deferred = za_model_loss_deferred_taken ();
-            }
-        }
-        if (graph)
-            graph->seen = 1;
-        if (deferred)
-            run->deferred [t] = 1;
-    }
+    //  On a device the loss waits on the device for the batch's end.
+    int rc = s_model_step (run, t, graph, features, labels, count, values, grads, seed,
+                           on_device && labels && be->softmax_xent_add != NULL, &spec);
     za_model_set_loss_deferred (0);
     double forward_done = za_model_take_forward_done ();
     if (start > 0 && forward_done > 0 && self->traced_count < ZA_REPLICA_TRACED_MAX) {
