@@ -382,6 +382,7 @@ za_role_hooks_after_step (za_role_hooks_t *self, const za_role_config_t *config,
     ctx->global_step = global_step;
     ctx->max_steps = config->max_steps;
     ctx->loss = loss;
+    ctx->loss_steps = 1;
     ctx->batch_size = batch;
     ctx->elapsed_secs = elapsed;
     return za_hooks_after_run (&self->hooks, ctx);

@@ -61,6 +61,15 @@ s_wall (void)
     return (double) now.tv_sec + now.tv_nsec * 1e-9;
 }
 
+//  The warmup's last step read (its work done) before the clock starts; the
+//  last step's is read by the loop.
+static int
+s_before_run (void *arg, const za_run_context_t *ctx)
+{
+    s_timer_t *timer = (s_timer_t *) arg;
+    return ctx->global_step + 1 == timer->warmup;
+}
+
 static int
 s_after_run (void *arg, const za_run_context_t *ctx)
 {
@@ -182,7 +191,7 @@ s_speed (const char *model, const char *freeze, int cache, za_dataset_t *train, 
                                                   &config);
     const char *profile = getenv ("ZA_BENCH_PROFILE");
     s_timer_t timer = {.warmup = warmup, .profile = profile && atoi (profile) > 0};
-    za_hook_t hook = {.arg = &timer, .after_run = s_after_run};
+    za_hook_t hook = {.arg = &timer, .before_run = s_before_run, .after_run = s_after_run};
     int rc = estimator? za_estimator_add_hook (estimator, &hook): -1;
     s_input_t input = {train, batch};
     if (rc == 0)

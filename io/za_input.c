@@ -23,6 +23,8 @@ typedef struct {
     int size;
     za_batch_device_t device;   //  its copy on a device (za_input_to_device)
     int device_ok;              //  1: `device` holds this batch
+    void *fence;                //  device.be's mark after the last step that
+                                //  read the copy (s_slot_fence), or NULL
     //  The back end whose host_alloc made features and labels (pinned for
     //  its copies); NULL: za_alloc.
     const za_backend_t *pinned;
@@ -85,6 +87,7 @@ struct _za_input_t {
     //  the lock; the producer copies it before each batch).
     za_batch_device_t to_device;
     int to_device_failed;       //  said once
+    int fence_failed;           //  said once (the consumer's)
 };
 
 za_input_config_t
@@ -384,11 +387,47 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
     return size;
 }
 
+//  The consumer's, as it gives a slot back: where the work queued on this
+//  thread (a step that does not wait for its own end: za_replica's
+//  deferred loss, which only a one-slice batch's replica defers) may still
+//  read the slot's copy, a fence after it, which the producer waits for
+//  before it writes there again. Without one the consumer waits itself.
+static void
+s_slot_fence (za_input_t *self, s_slot_t *slot)
+{
+    const za_batch_device_t *d = &slot->device;
+    if (!slot->device_ok || !d->be->fence || d->slices != 1 || slot->fence)
+        return;
+    if (d->be->bind (d->device_of [0]) == 0)
+        slot->fence = d->be->fence ();
+    if (!slot->fence) {
+        if (!self->fence_failed)
+            fprintf (stderr, "zactor: %s; the steps wait for their batch's work before they "
+                             "give it back\n", za_last_error ());
+        self->fence_failed = 1;
+        if (d->be->sync ())
+            fprintf (stderr, "zactor: a step's work on the device failed: %s\n",
+                     za_last_error ());
+    }
+}
+
+//  The producer's, before it writes the slot's copy again or frees it: the
+//  steps that read it are done. 0, or -1 with an error.
+static int
+s_slot_unfence (s_slot_t *slot)
+{
+    void *fence = slot->fence;
+    slot->fence = NULL;
+    return fence? slot->device.be->fence_wait (fence): 0;
+}
+
 //  The slot's copies on a device freed.
 static void
 s_slot_device_free (s_slot_t *slot)
 {
     za_batch_device_t *d = &slot->device;
+    if (s_slot_unfence (slot))
+        fprintf (stderr, "zactor: %s\n", za_last_error ());
     for (int t = 0; d->be && t < d->slices; t++) {
         d->be->buffer_free (d->features [t]);
         d->be->buffer_free (d->labels [t]);
@@ -448,6 +487,8 @@ s_slot_to_device (za_input_t *self, s_slot_t *slot, const za_batch_device_t *to)
     za_batch_device_t *d = &slot->device;
     slot->device_ok = 0;
     int rows = (self->config.batch_size + to->slices - 1) / to->slices;
+    if (s_slot_unfence (slot))
+        goto failed;
     if (d->be != to->be || d->slices != to->slices
         || memcmp (d->device_of, to->device_of, sizeof d->device_of)) {
         s_slot_device_free (slot);
@@ -731,6 +772,9 @@ za_input_next (za_input_t *self, za_batch_t *batch)
             self->producer_done = 1;
     }
     else {
+        //  Only this thread moves head.
+        if (self->held)
+            s_slot_fence (self, &self->slots [self->head]);
         pthread_mutex_lock (&self->mutex);
         if (self->held) {
             //  The caller is done with the batch it held: give its slot back.

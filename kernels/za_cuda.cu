@@ -609,6 +609,35 @@ s_graph_free (void *graph)
     }
 }
 
+//  Fences (za_kernels.h): an event recorded on the thread's stream, waited
+//  for on the host by whichever thread waits.
+static void *
+s_fence (void)
+{
+    cudaEvent_t event = NULL;
+    cudaError_t rc = cudaEventCreateWithFlags (&event, cudaEventDisableTiming);
+    if (rc == cudaSuccess && (rc = cudaEventRecord (event, cudaStreamPerThread)) == cudaSuccess)
+        return event;
+    if (event)
+        cudaEventDestroy (event);
+    cudaGetLastError ();
+    s_error ("cuda:%d: a fence after the thread's work was not recorded (%s)",
+             za_cuda_self.device, cudaGetErrorString (rc));
+    return NULL;
+}
+
+static int
+s_fence_wait (void *fence)
+{
+    cudaEvent_t event = (cudaEvent_t) fence;
+    cudaError_t rc = cudaEventSynchronize (event);
+    cudaEventDestroy (event);
+    if (rc == cudaSuccess)
+        return 0;
+    cudaGetLastError ();
+    return s_error ("cuda: waiting for a fence failed (%s)", cudaGetErrorString (rc));
+}
+
 //  NCCL's collectives (za_cuda_nccl.cu); where it cannot run, one error
 //  and the caller copies.
 static int
@@ -692,6 +721,8 @@ static int s_native (za_precision_t precision);
         .graph_end = s_graph_end,                                 \
         .graph_launch = s_graph_launch,                           \
         .graph_free = s_graph_free,                               \
+        .fence = s_fence,                                         \
+        .fence_wait = s_fence_wait,                               \
     }
 
 static za_backend_t s_cuda [3] = {

@@ -4,10 +4,13 @@
     through the table) is run on the cpu-staged back end, which is the CPU's
     arithmetic behind a device's copies, and held against the plain CPU.   */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "za/za_checkpoint.h"
+#include "za/za_input.h"
 #include "za/za_kernels.h"
 #include "za/za_replica.h"
 #include "za_test.h"
@@ -286,6 +289,116 @@ Test (device, a_device_reads_the_loss_at_the_batch_end_and_a_bad_label_fails_its
                eval_loss [1]);
     cr_expect_eq (correct [0], correct [1]);
     cr_expect_gt (loss [1][0], 1.0);
+    za_dataset_destroy (&data);
+}
+
+//  Steps on a device that do not wait for their end (za_replica_defer_loss)
+//  train to the same bits as steps that do, fed by the input as a GPU is;
+//  a take says the mean loss of the steps since the one before, to
+//  rounding. A batch that waits between them (an evaluation) reads its own
+//  loss alone. A bad label in a deferred step fails the take, and a save
+//  before it (nothing of that step is saved); the steps after it read
+//  their own losses again. On the CPU nothing defers.
+Test (device, steps_that_do_not_wait_train_to_the_same_bits_and_say_their_mean_loss)
+{
+    enum { SIZE = 24, STEPS = 9, TAKEN = 4 };
+    za_dataset_t *data = za_test_fashion ("train", SIZE * (STEPS + 1));
+    float *values [2];
+    double loss [2][STEPS], eval [2];
+    int right [2];
+    size_t bytes = 0;
+    za_batch_t first = {data->features, data->labels, SIZE, 784, NULL, NULL};
+    for (int defer = 0; defer < 2; defer++) {
+        za_replica_t *replica = s_replica (ZA_DEVICE_CPU_STAGED, S_MODEL);
+        cr_expect_eq (za_replica_defer_loss (replica, defer), defer);
+        za_input_config_t config = za_input_config_default ();
+        config.batch_size = SIZE;
+        config.prefetch = 2;
+        za_input_t *input = za_input_new (data, &config);
+        cr_assert (input, "%s", za_last_error ());
+        cr_assert_eq (za_replica_feed (replica, input), 0, "%s", za_last_error ());
+        za_batch_t batch;
+        double mean;
+        int64_t steps;
+        for (int s = 0; s < STEPS; s++) {
+            cr_assert_eq (za_input_next (input, &batch), 1);
+            cr_assert_eq (za_replica_compute_gradients (replica, &batch, s, &loss [defer][s]),
+                          0, "%s", za_last_error ());
+            cr_expect (defer? isnan (loss [defer][s]): loss [defer][s] > 0, "step %d: %g", s,
+                       loss [defer][s]);
+            za_replica_apply (replica, s + 1);
+            if (defer && s + 1 == TAKEN) {
+                cr_assert_eq (za_replica_take_loss (replica, &mean, &steps), 0, "%s",
+                              za_last_error ());
+                cr_expect_eq (steps, TAKEN);
+                double sum = 0;
+                for (int k = 0; k < TAKEN; k++)
+                    sum += loss [0][k];
+                cr_expect (fabs (mean - sum / TAKEN) < 1e-6, "%g vs %g", mean, sum / TAKEN);
+            }
+            if (s == TAKEN + 1)
+                cr_assert_eq (za_replica_evaluate_batch (replica, &first, &eval [defer],
+                                                         &right [defer], NULL), 0, "%s",
+                              za_last_error ());
+        }
+        if (defer) {
+            cr_assert_eq (za_replica_take_loss (replica, &mean, &steps), 0, "%s",
+                          za_last_error ());
+            cr_expect_eq (steps, STEPS - TAKEN);
+            double sum = 0;
+            for (int k = TAKEN; k < STEPS; k++)
+                sum += loss [0][k];
+            cr_expect (fabs (mean - sum / (STEPS - TAKEN)) < 1e-6, "%g vs %g", mean,
+                       sum / (STEPS - TAKEN));
+            cr_assert_eq (za_replica_take_loss (replica, &mean, &steps), 0);
+            cr_expect (steps == 0 && isnan (mean), "%" PRId64 " steps, %g", steps, mean);
+        }
+        bytes = za_replica_vars (replica)->total * sizeof (float);
+        values [defer] = malloc (bytes);
+        memcpy (values [defer], za_replica_values (replica), bytes);
+        //  All but those the prefetch thread made before it was asked to copy.
+        cr_expect_geq (za_replica_fed (replica), STEPS - 2 - 1);
+        //  A bad label: the take fails, and so does a save before it; the
+        //  step after reads its own loss.
+        if (defer) {
+            int32_t bad_labels [SIZE];
+            memcpy (bad_labels, data->labels + STEPS * SIZE, sizeof bad_labels);
+            bad_labels [3] = 10;
+            za_batch_t bad = {data->features + (size_t) STEPS * SIZE * 784, bad_labels, SIZE,
+                              784, NULL, NULL};
+            double nothing;
+            za_error_set_quiet (1);
+            cr_assert_eq (za_replica_compute_gradients (replica, &bad, STEPS, &nothing), 0);
+            const char *dir = za_test_dir_create ("deferred");
+            cr_expect_eq (za_replica_save (replica, dir, STEPS + 1, 0), -1);
+            cr_expect (strstr (za_last_error (), "labels outside [0, 10)"), "%s",
+                       za_last_error ());
+            cr_expect_eq (za_checkpoint_newest_step (dir), -1);
+            cr_assert_eq (za_replica_compute_gradients (replica, &bad, STEPS, &nothing), 0);
+            cr_expect_eq (za_replica_take_loss (replica, &mean, &steps), -1);
+            cr_expect (strstr (za_last_error (), "labels outside [0, 10)"), "%s",
+                       za_last_error ());
+            za_error_set_quiet (0);
+            cr_assert_eq (za_replica_compute_gradients (replica, &first, STEPS + 1, &nothing), 0);
+            cr_assert_eq (za_replica_take_loss (replica, &mean, &steps), 0, "%s",
+                          za_last_error ());
+            double alone;
+            cr_assert_eq (za_replica_defer_loss (replica, 0), 0);
+            cr_assert_eq (za_replica_compute_gradients (replica, &first, STEPS + 1, &alone), 0);
+            cr_expect (steps == 1 && mean == alone, "%" PRId64 " steps: %.9g vs %.9g", steps,
+                       mean, alone);
+            za_test_dir_remove ();
+        }
+        za_input_destroy (&input);
+        za_replica_destroy (&replica);
+    }
+    cr_expect_eq (memcmp (values [0], values [1], bytes), 0);
+    cr_expect (eval [0] == eval [1] && right [0] == right [1], "%g vs %g", eval [0], eval [1]);
+    //  On the CPU the steps wait: their losses are there at once.
+    za_replica_t *cpu = s_replica (ZA_DEVICE_CPU, S_MODEL);
+    cr_expect_eq (za_replica_defer_loss (cpu, 1), 0);
+    za_replica_destroy (&cpu);
+    free (values [0]), free (values [1]);
     za_dataset_destroy (&data);
 }
 

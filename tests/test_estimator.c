@@ -14,6 +14,7 @@
 
 #include "za/za_checkpoint.h"
 #include "za/za_estimator.h"
+#include "za/za_kernels.h"
 #include "za/za_replica.h"
 #include "za/za_util.h"
 #include "za_test.h"
@@ -182,7 +183,7 @@ s_hook_begin (void *arg, int64_t global_step)
     snprintf (counter->begin_error, sizeof counter->begin_error, "%s", za_last_error ());
 }
 
-static void
+static int
 s_hook_before_run (void *arg, const za_run_context_t *context)
 {
     s_counter_t *counter = (s_counter_t *) arg;
@@ -192,6 +193,8 @@ s_hook_before_run (void *arg, const za_run_context_t *context)
         || context->batch_size != counter->batch_size)
         counter->in_order = 0;
     counter->last_before_step = context->global_step;
+    //  Every step's loss (after_run checks it).
+    return 1;
 }
 
 static int
@@ -513,6 +516,90 @@ Test (estimator, hooks_see_every_step_in_order)
     cr_assert_eq (first.end_step, 30);
 
     za_estimator_destroy (&estimator);
+    za_dataset_destroy (&train);
+}
+
+//  A hook that wants no loss: what each after_run saw.
+typedef struct {
+    int64_t loss_steps [64];
+    double loss [64];
+} s_reads_t;
+
+static int
+s_reads_after_run (void *arg, const za_run_context_t *context)
+{
+    s_reads_t *reads = (s_reads_t *) arg;
+    if (context->global_step < 64) {
+        reads->loss_steps [context->global_step] = context->loss_steps;
+        reads->loss [context->global_step] = context->loss;
+    }
+    return 0;
+}
+
+//  On a device (cpu-staged here, a GPU alike) the steps do not wait for
+//  their end: the loss is read only at the steps a hook wants it (the
+//  summaries' every 5 steps) and at the last, as the mean of the steps
+//  since the read before. ZA_SYNC_STEPS=1 reads every step. Both train to
+//  the same bits, and the summaries say the same mean losses.
+Test (estimator, a_device_reads_the_loss_only_where_a_hook_wants_it)
+{
+    enum { STEPS = 12, EVERY = 5 };
+    za_dataset_t *train = za_test_fashion ("train", TRAIN_SUBSET_EXAMPLES);
+    s_inputs_t inputs = {train, train, TRAIN_BATCH, INPUT_SEED};
+    za_stack_spec_t spec;
+    s_dnn_spec (&spec);
+    s_reads_t reads [2];
+    double summary [2][2];
+    float *values [2];
+    size_t bytes = 0;
+    for (int sync = 0; sync < 2; sync++) {
+        char name [32];
+        snprintf (name, sizeof name, "sync%d", sync);
+        char *dir = za_test_path (name);
+        za_run_config_t config = s_config (dir);
+        config.save_summary_steps = EVERY;
+        cr_assert_eq (za_device_parse ("cpu-staged", &config.device), 0);
+        za_estimator_t *estimator = s_new_estimator (&spec, train, &config);
+        memset (&reads [sync], 0, sizeof reads [sync]);
+        za_hook_t hook = {.arg = &reads [sync], .after_run = s_reads_after_run};
+        cr_assert_eq (za_estimator_add_hook (estimator, &hook), 0);
+        if (sync)
+            setenv ("ZA_SYNC_STEPS", "1", 1);
+        int rc = za_estimator_train (estimator, s_input_fn, &inputs, STEPS);
+        unsetenv ("ZA_SYNC_STEPS");
+        cr_assert_eq (rc, 0, "%s", za_last_error ());
+        bytes = za_estimator_vars (estimator)->total * sizeof (float);
+        values [sync] = malloc (bytes);
+        memcpy (values [sync], za_estimator_values (estimator), bytes);
+        char path [4096];
+        snprintf (path, sizeof path, "%s/metrics.jsonl", dir);
+        int count;
+        json_t **lines = s_read_jsonl (path, &count);
+        cr_assert_eq (count, 2, "%d summary lines", count);
+        for (int i = 0; i < 2; i++)
+            summary [sync][i] = s_json_number (lines [i], "loss");
+        s_free_jsonl (lines, count);
+        za_estimator_destroy (&estimator);
+        free (dir);
+    }
+    for (int step = 1; step <= STEPS; step++) {
+        //  Read at 5, 10 (the summaries) and 12 (the last): the mean of 5, 5, 2.
+        int64_t expected = step % EVERY == 0? EVERY: step == STEPS? STEPS % EVERY: 0;
+        cr_expect_eq (reads [0].loss_steps [step], expected, "step %d", step);
+        cr_expect_eq (reads [1].loss_steps [step], 1, "step %d", step);
+        if (expected) {
+            double sum = 0;
+            for (int k = step - (int) expected + 1; k <= step; k++)
+                sum += reads [1].loss [k];
+            cr_expect (fabs (reads [0].loss [step] - sum / expected) < 1e-6, "step %d: %g vs %g",
+                       step, reads [0].loss [step], sum / expected);
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        cr_expect (fabs (summary [0][i] - summary [1][i]) < 1e-6, "line %d: %g vs %g", i,
+                   summary [0][i], summary [1][i]);
+    cr_expect_eq (memcmp (values [0], values [1], bytes), 0);
+    free (values [0]), free (values [1]);
     za_dataset_destroy (&train);
 }
 

@@ -201,10 +201,16 @@ s_input (za_estimator_t *self, za_input_fn_t input_fn, void *arg, za_mode_t mode
 //  The steps of a train, from ctx's global_step until its max_steps, the
 //  input's end, a hook's stop, a preemption request (za_preempt.h) or an
 //  error; ctx is left at the last step for the hooks' end. Returns 0 or -1.
+//  On a device the steps do not wait for their end (za_replica_defer_loss):
+//  the loss is read where a hook wants it and at the last step; the host
+//  makes the next step while the device computes. ZA_SYNC_STEPS=1: every
+//  step waits, as on the CPU (to measure what that costs).
 static int
 s_train_steps (za_estimator_t *self, za_input_t *input, za_hooks_t *hooks,
                za_run_context_t *ctx, double start, int stop)
 {
+    const char *sync = getenv ("ZA_SYNC_STEPS");
+    int defer = za_replica_defer_loss (self->replica, !(sync && strcmp (sync, "1") == 0));
     int rc = 0;
     while (self->global_step < ctx->max_steps && !stop && !za_preempt_requested ()) {
         za_batch_t batch;
@@ -216,7 +222,7 @@ s_train_steps (za_estimator_t *self, za_input_t *input, za_hooks_t *hooks,
             break;
         ctx->global_step = self->global_step;
         ctx->batch_size = batch.size;
-        za_hooks_before_run (hooks, ctx);
+        int wanted = za_hooks_before_run (hooks, ctx);
         double loss, t1 = za_clock_mono ();
         if (za_replica_compute_gradients (self->replica, &batch, self->global_step, &loss)) {
             rc = -1;
@@ -234,12 +240,36 @@ s_train_steps (za_estimator_t *self, za_input_t *input, za_hooks_t *hooks,
         }
         self->global_step++;
         ctx->global_step = self->global_step;
-        ctx->loss = loss;
+        if (!defer) {
+            ctx->loss = loss;
+            ctx->loss_steps = 1;
+        }
+        else
+        if (!wanted && self->global_step < ctx->max_steps)
+            ctx->loss_steps = 0;            //  (ctx->loss: the last read)
+        else
+        if (za_replica_take_loss (self->replica, &ctx->loss, &ctx->loss_steps)) {
+            rc = -1;
+            break;
+        }
         ctx->loss_scale = za_replica_loss_scale (self->replica, &ctx->skipped_steps);
         ctx->elapsed_secs = za_clock_mono () - start;
         stop = za_hooks_after_run (hooks, ctx);
         if (stop < 0)
             rc = -1;
+    }
+    //  The steps not read yet (the input ended, a hook stopped, a failure):
+    //  their work done, its failure said, their loss the end's.
+    if (defer) {
+        double loss;
+        int64_t steps;
+        za_replica_defer_loss (self->replica, 0);
+        if (za_replica_take_loss (self->replica, &loss, &steps) && rc == 0)
+            rc = -1;
+        if (steps > 0 && rc == 0) {
+            ctx->loss = loss;
+            ctx->loss_steps = steps;
+        }
     }
     return rc;
 }

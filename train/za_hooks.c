@@ -35,12 +35,14 @@ za_hooks_begin (za_hooks_t *self, int64_t global_step)
             self->hooks [h].begin (self->hooks [h].arg, global_step);
 }
 
-void
+int
 za_hooks_before_run (za_hooks_t *self, const za_run_context_t *context)
 {
+    int wants = 0;
     for (int h = 0; h < self->count; h++)
         if (self->hooks [h].before_run)
-            self->hooks [h].before_run (self->hooks [h].arg, context);
+            wants |= self->hooks [h].before_run (self->hooks [h].arg, context) > 0;
+    return wants;
 }
 
 int
@@ -160,6 +162,16 @@ s_counter_report (za_step_counter_t *c, const za_run_context_t *ctx, int final)
     }
 }
 
+//  The loss of a step that logs, or after the bar's pause.
+static int
+s_counter_before_run (void *arg, const za_run_context_t *ctx)
+{
+    za_step_counter_t *c = (za_step_counter_t *) arg;
+    double now = za_clock_mono ();
+    return za_every_due (&c->every, ctx->global_step + 1, now)
+        || (c->bar && now - c->last_draw >= PROGRESS_REDRAW_SECS);
+}
+
 static int
 s_counter_after_run (void *arg, const za_run_context_t *ctx)
 {
@@ -188,7 +200,8 @@ za_step_counter_hook (za_step_counter_t *state, int64_t every_steps, int bar)
     state->every.steps = every_steps;
     state->bar = bar;
     za_hook_t hook = {.arg = state, .begin = s_counter_begin,
-                      .after_run = s_counter_after_run, .end = s_counter_end};
+                      .before_run = s_counter_before_run, .after_run = s_counter_after_run,
+                      .end = s_counter_end};
     return hook;
 }
 
@@ -236,18 +249,31 @@ s_append_line (const char *dir, const char *line)
     return close (fd) == 0? 0: za_error ("cannot write '%s': %s", path, strerror (errno));
 }
 
+//  The loss of a step that writes.
+static int
+s_summary_before_run (void *arg, const za_run_context_t *ctx)
+{
+    za_summary_hook_t *s = (za_summary_hook_t *) arg;
+    return za_every_due (&s->every, ctx->global_step + 1, za_clock_mono ());
+}
+
+//  The mean loss over the steps since the last line: each read weighs as
+//  the steps it is the mean of.
 static int
 s_summary_after_run (void *arg, const za_run_context_t *ctx)
 {
     za_summary_hook_t *s = (za_summary_hook_t *) arg;
-    s->loss_sum += ctx->loss;
-    s->loss_count++;
+    if (ctx->loss_steps > 0) {
+        s->loss_sum += ctx->loss * (double) ctx->loss_steps;
+        s->loss_count += ctx->loss_steps;
+    }
     double now = za_clock_mono ();
     if (!za_every_due (&s->every, ctx->global_step, now))
         return 0;
     double span = now - s->every.last_time;
     double steps_per_sec = span > 0? (ctx->global_step - s->every.last_step) / span: 0;
-    double values [] = {s->loss_sum / (double) s->loss_count, steps_per_sec,
+    double values [] = {s->loss_count? s->loss_sum / (double) s->loss_count: ctx->loss,
+                        steps_per_sec,
                         steps_per_sec * ctx->batch_size,
                         s->optim? za_optim_learning_rate (s->optim, ctx->global_step): 0};
     char line [SUMMARY_LINE_MAX], rate [48] = "", scale [80] = "";
@@ -303,6 +329,7 @@ za_summary_hook (za_summary_hook_t *state, const char *model_dir, int64_t every_
     za_hook_t hook = {.arg = state};
     if (every_steps > 0 && model_dir) {
         hook.begin = s_summary_begin;
+        hook.before_run = s_summary_before_run;
         hook.after_run = s_summary_after_run;
         hook.end = s_summary_end;
     }

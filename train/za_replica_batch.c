@@ -3,6 +3,7 @@
 #include "za_replica_private.h"
 #include "za/za_trace.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,6 +29,8 @@ struct _s_batch_run_t {
     int last_micro [ZA_REPLICA_MAX_THREADS];    //  examples in its last micro-batch
     za_spec_t specs [ZA_REPLICA_MAX_THREADS];
     int deferred [ZA_REPLICA_MAX_THREADS];      //  its loss is the back end's to say (loss_take)
+    int defer;                                  //  the batch does not wait for its work: the
+                                                //  device keeps its loss (za_replica_defer_loss)
     const za_batch_device_t *fed;               //  the batch's copy on the devices, cut as
                                                 //  the threads cut it; NULL: copied here
     int rc [ZA_REPLICA_MAX_THREADS];
@@ -421,9 +424,15 @@ s_batch_slice (void *arg, int t)
     }
     za_model_set_values_epoch (0);
     za_model_set_frozen_epoch (0);
-    //  A device's work ends here, so the batch's end is the threads' join.
-    if (on_device && be->sync () && run->rc [t] == 0)
+    //  A device's work ends here, so the batch's end is the threads' join;
+    //  where it defers, it goes on while the host makes the next step.
+    if (on_device && !run->defer && be->sync () && run->rc [t] == 0)
         run->rc [t] = -1;
+    if (run->deferred [t] && run->defer) {
+        self->on_device = 1;
+        self->n_classes = run->specs [t].n_classes;
+    }
+    else
     if (run->deferred [t])
         s_deferred_loss (run, t);
     if (run->rc [t])
@@ -442,6 +451,28 @@ s_fed (const za_replica_t *self, const za_batch_t *batch)
         if (fed->device_of [t] != self->device_of [t])
             return NULL;
     return fed;
+}
+
+int
+za_replica_settle (za_replica_t *self)
+{
+    const za_backend_t *be = self->be;
+    if (be->host_memory || (!self->on_device && !self->pending_steps))
+        return 0;
+    if (be->bind (self->device_of [0]))
+        return -1;
+    int failed = be->sync ();
+    if (!self->on_device)
+        return failed;
+    self->on_device = 0;
+    double loss_sum;
+    int correct, invalid;
+    if (be->loss_take (&loss_sum, &correct, &invalid) || failed)
+        return -1;
+    if (invalid)
+        return za_error ("model: %d labels outside [0, %d)", invalid, self->n_classes);
+    self->pending_sum += loss_sum;
+    return 0;
 }
 
 //  Runs the model_fn over a batch split across the threads; in TRAIN leaves
@@ -475,6 +506,11 @@ s_batch_run (za_replica_t *self, const za_batch_t *batch, za_mode_t mode, int64_
     run->streaming = mode == ZA_MODE_TRAIN && self->final_fn && self->be->host_memory;
     run->fed = s_fed (self, batch);
     self->fed += run->fed != NULL;
+    //  A batch that waits reads the losses it adds alone: those that
+    //  deferred steps left on the device are taken first.
+    run->defer = mode == ZA_MODE_TRAIN && self->defer;
+    if (!run->defer && self->on_device && za_replica_settle (self))
+        return -1;
     if (za_replica_values_to_devices (self))
         return -1;
     run->combined = self->vars.total;
@@ -513,7 +549,7 @@ s_batch_run (za_replica_t *self, const za_batch_t *batch, za_mode_t mode, int64_
             self->final_fn (self->final_arg, 0);
         else
         if (!self->be->host_memory) {
-            if (self->be->sync ())
+            if (!run->defer && self->be->sync ())
                 return -1;
             self->grads_at = REPLICA_AT_DEVICE;
             //  A listener reads the host block: it gets the whole gradient at once.
@@ -537,6 +573,12 @@ za_replica_compute_gradients (za_replica_t *self, const za_batch_t *batch, int64
     if (s_batch_run (self, batch, ZA_MODE_TRAIN, step, &run, &loss_sum, &correct))
         return -1;
     *loss_mean = loss_sum / batch->size;
+    if (run.defer) {
+        self->pending_sum += loss_sum;
+        self->pending_examples += batch->size;
+        self->pending_steps++;
+        *loss_mean = NAN;
+    }
     //  A frozen layer above one that trains got a gradient on its way down:
     //  it is none of the update's (a ps or the ring sees zeros).
     for (int v = 0; self->frozen_count && self->be->host_memory && v < self->vars.count; v++)
@@ -544,6 +586,25 @@ za_replica_compute_gradients (za_replica_t *self, const za_batch_t *batch, int64
             memset (self->grads + self->vars.vars [v].offset, 0,
                     self->vars.vars [v].size * sizeof (float));
     return 0;
+}
+
+int
+za_replica_defer_loss (za_replica_t *self, int on)
+{
+    self->defer = on && !self->be->host_memory && self->threads == 1 && !self->final_fn;
+    return self->defer;
+}
+
+int
+za_replica_take_loss (za_replica_t *self, double *loss_mean, int64_t *steps)
+{
+    int rc = za_replica_settle (self);
+    *loss_mean = self->pending_examples? self->pending_sum / (double) self->pending_examples
+                                       : NAN;
+    *steps = self->pending_steps;
+    self->pending_sum = 0;
+    self->pending_examples = self->pending_steps = 0;
+    return rc;
 }
 
 void

@@ -33,6 +33,9 @@ za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, int ke
 {
     if (!model_dir)
         return za_error ("save: no model_dir");
+    //  Nothing of a step whose work failed on the device is saved.
+    if (za_replica_settle (self))
+        return -1;
     int slot_count = za_replica_slot_count (self);
     za_replica_to_host (self, &self->values_at, &self->values, self->device_values, 1, 0);
     za_replica_to_host (self, &self->slots_at, self->slots, self->dev_slots, slot_count, 0);

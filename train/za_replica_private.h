@@ -115,6 +115,15 @@ struct _za_replica_t {
     za_replica_graph_t graphs [ZA_REPLICA_MAX_THREADS][ZA_REPLICA_GRAPHS];
     int graph_next [ZA_REPLICA_MAX_THREADS];   //  the place that makes way next
     int64_t replayed;               //  thread-steps replayed (atomic)
+    //  za_replica_defer_loss: training steps that do not wait for their
+    //  work, and the loss of those not taken yet: summed here where the
+    //  model_fn said it, on the device (its loss_take) where it left it
+    //  there (`on_device`, out of n_classes).
+    int defer;
+    int on_device;
+    int n_classes;
+    double pending_sum;
+    int64_t pending_examples, pending_steps;
 };
 
 //  Where a block's newest numbers are, on a device with memory of its own.
@@ -126,6 +135,13 @@ za_replica_slot_count (const za_replica_t *self)
 {
     return self->has_optim? za_optim_slot_count (self->optim.kind): 0;
 }
+
+//  za_replica_batch.c
+//  The work of the steps that did not wait for their end (defer) done,
+//  and the losses they left on the device added to pending_sum (a label
+//  outside the classes said): before what reads their results. 0, or -1
+//  with the first error of that work.
+int za_replica_settle (za_replica_t *self);
 
 //  za_replica.c
 //  (Re)plans the threads' model states for batches of up to batch_max

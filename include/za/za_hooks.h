@@ -22,7 +22,13 @@ extern "C" {
 typedef struct {
     int64_t global_step;            //  after the step (after_run) or before it
     int64_t max_steps;              //  of this train call
-    double loss;                    //  mean loss of this step's batch (after_run)
+    double loss;                    //  mean loss of this step's batch (after_run),
+                                    //  or of the loss_steps steps up to this one
+    int64_t loss_steps;             //  1: loss is this step's; n > 1: the mean over
+                                    //  this step and the n - 1 before, read at this
+                                    //  one (steps on a device that waited for
+                                    //  nothing, za_replica_defer_loss); 0: not read
+                                    //  after this step (loss: the last one read)
     int batch_size;
     double elapsed_secs;            //  since this train call began
     double loss_scale;              //  mixed_float16's loss scale after the step
@@ -30,13 +36,17 @@ typedef struct {
     int64_t skipped_steps;          //  and the steps it skipped so far
 } za_run_context_t;
 
-//  A session hook. Any callback may be NULL. after_run returns 0 to go on,
-//  > 0 to ask training to stop after this step, < 0 when the hook failed
-//  (with an error recorded): training stops with that error.
+//  A session hook. Any callback may be NULL. before_run returns 1 when it
+//  wants this step's loss in after_run (TensorFlow's SessionRunArgs: the
+//  loss fetched), else 0: where steps on a device do not wait for their end
+//  the loss is read only at the steps some hook wants it (loss_steps). 
+//  after_run returns 0 to go on, > 0 to ask training to stop after this
+//  step, < 0 when the hook failed (with an error recorded): training stops
+//  with that error.
 typedef struct {
     void *arg;
     void (*begin) (void *arg, int64_t global_step);
-    void (*before_run) (void *arg, const za_run_context_t *context);
+    int (*before_run) (void *arg, const za_run_context_t *context);
     int (*after_run) (void *arg, const za_run_context_t *context);
     void (*end) (void *arg, const za_run_context_t *context);
 } za_hook_t;
@@ -50,7 +60,8 @@ typedef struct {
 //  Adds a hook (copied). Returns 0, or -1 with an error past ZA_HOOKS_MAX.
 int za_hooks_add (za_hooks_t *self, const za_hook_t *hook);
 void za_hooks_begin (za_hooks_t *self, int64_t global_step);
-void za_hooks_before_run (za_hooks_t *self, const za_run_context_t *context);
+//  Runs every before_run; returns 1 when any wants the step's loss, else 0.
+int za_hooks_before_run (za_hooks_t *self, const za_run_context_t *context);
 //  Runs every after_run; returns the first negative result, else 1 when any
 //  hook asked to stop, else 0.
 int za_hooks_after_run (za_hooks_t *self, const za_run_context_t *context);

@@ -273,6 +273,15 @@ struct za_backend_t {
     void *(*graph_end) (void);
     int (*graph_launch) (void *graph);
     void (*graph_free) (void *graph);
+
+    //  Optional (NULL where every call is done when it returns): fence
+    //  marks the calling thread's work queued so far on its device (a CUDA
+    //  event), or NULL with an error; fence_wait, on any thread, returns
+    //  once that work is done and frees the mark (0, or -1 with an error).
+    //  The input waits so before it writes again where a step that has not
+    //  ended yet reads (a step that does not wait for its own end).
+    void *(*fence) (void);
+    int (*fence_wait) (void *fence);
 };
 
 //  The slots every back end fills with a function of its own file named

@@ -125,6 +125,21 @@ int64_t za_replica_replayed (const za_replica_t *self);
 //  Puts every slot back to its starting value.
 void za_replica_reset_slots (za_replica_t *self);
 
+//  On a device with one thread (a GPU, cpu-staged), `on` 1 lets a training
+//  step end without waiting for its work: the steps queue on the device
+//  while the host makes the next, and their losses add up there.
+//  compute_gradients then says NaN for *loss_mean; za_replica_take_loss
+//  waits for the work and says the mean loss of the examples since the
+//  last take. A step's failure on the device shows at the take (or at the
+//  next step that waits). Returns 1 when the steps defer from now, 0 where
+//  they cannot (host memory, several threads, a listener of the gradient),
+//  or `on` was 0 (the losses not taken yet are kept for the next take).
+int za_replica_defer_loss (za_replica_t *self, int on);
+//  *loss_mean: the mean loss of the examples of the steps since the last
+//  take (NaN after none), *steps: their count; the steps' work is done.
+//  0, or -1 with the first error of that work (the sums start again).
+int za_replica_take_loss (za_replica_t *self, double *loss_mean, int64_t *steps);
+
 //  The gradient of the batch's mean loss at the current values, into the
 //  gradient block, whatever the split over threads and micro-batches. `step`
 //  seeds dropout. *loss_mean gets the batch's mean loss. Returns 0, or -1
