@@ -8,7 +8,8 @@
 #       over the timed steps alone (a run's start would dilute it); zactor
 #       again with ZA_FEED=0 (each step copies its batch: what feeding gains)
 #       and with ZA_CUDNN=0 (im2col and cuBLAS: what cuDNN gains or costs),
-#       and with ZA_CUDA_GRAPHS=1 (each step replayed as one CUDA graph)
+#       and with ZA_CUDA_GRAPHS=1 (each step replayed as one CUDA graph), and
+#       with ZA_SYNC_STEPS=1 (each step waits for its end: what not waiting gains)
 #    3. two replicas on the GPU (--replicas-per-device 2) against one
 #    4. VGG16's base (64x64x3, batch 64), frozen and whole, against PyTorch
 #    5. the seed CNN, EPOCHS epochs, --device cuda against --device cpu
@@ -98,7 +99,7 @@ fi
 
 if want 2; then
 say "2. images/s, seed CNN, zactor against PyTorch, $rounds rounds"
-declare -A z t f u n c g gu
+declare -A z t f u n c g gu w wu
 for ((r = 0; r < rounds; r++)); do
     for b in 64 256 1024; do
         steps=$(( b == 64? 3000: b == 256? 1500: 600 ))
@@ -123,6 +124,12 @@ for ((r = 0; r < rounds; r++)); do
         share=$(mean "$logs/busy_graphs_$b.txt" "$line")
         echo "$line  busy=$share%  (ZA_CUDA_GRAPHS=1)"
         g[$b]+="$(rate <<<"$line") "; gu[$b]+="$share "
+        #  The same with each step waiting for its end (ZA_SYNC_STEPS=1).
+        line=$(busy "$logs/busy_sync_$b.txt" env ZA_BENCH_DEVICE=cuda ZA_SYNC_STEPS=1 \
+               timeout 120 "$build/bench_train" speed "$b" "$threads" "$steps" 20 2>>"$logs/speed.err")
+        share=$(mean "$logs/busy_sync_$b.txt" "$line")
+        echo "$line  busy=$share%  (ZA_SYNC_STEPS=1)"
+        w[$b]+="$(rate <<<"$line") "; wu[$b]+="$share "
         line=$(timeout 120 python3 "$here/torch_fmnist.py" --mode speed --device cuda \
                --batch "$b" --steps "$steps" --warmup 20 --threads "$threads" 2>>"$logs/speed.err")
         echo "$line"
@@ -139,7 +146,8 @@ for b in 64 256 1024; do
     nm=$(tr ' ' '\n' <<<"${n[$b]}" | grep . | median)
     cm=$(tr ' ' '\n' <<<"${c[$b]}" | grep . | median)
     gm=$(tr ' ' '\n' <<<"${g[$b]}" | grep . | median)
-    echo "batch $b: zactor $zm img/s, torch (tf32 convs) $tm, torch fp32 $fm; zactor/torch $(ratio "$zm" "$tm")x, zactor/torch-fp32 $(ratio "$zm" "$fm")x; busy ${u[$b]}%; fed/unfed $(ratio "$zm" "$nm")x; cuDNN/im2col $(ratio "$zm" "$cm")x; CUDA graphs $gm img/s ($(ratio "$gm" "$tm")x torch), busy ${gu[$b]}%"
+    wm=$(tr ' ' '\n' <<<"${w[$b]}" | grep . | median)
+    echo "batch $b: zactor $zm img/s, torch (tf32 convs) $tm, torch fp32 $fm; zactor/torch $(ratio "$zm" "$tm")x, zactor/torch-fp32 $(ratio "$zm" "$fm")x; busy ${u[$b]}%; fed/unfed $(ratio "$zm" "$nm")x; cuDNN/im2col $(ratio "$zm" "$cm")x; CUDA graphs $gm img/s ($(ratio "$gm" "$tm")x torch), busy ${gu[$b]}%; not waiting/waiting $(ratio "$zm" "$wm")x, busy waiting ${wu[$b]}%"
 done
 fi
 

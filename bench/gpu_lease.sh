@@ -7,7 +7,9 @@
 #    there:  BUDGET=500 bench/gpu_lease.sh .gpu          (carry .gpu)
 #
 #  1. cuda_layers three ways (gpu.sh check 1) and cuda_replay (CUDA graphs
-#     against none), the CPU's reference training of check 5 beside them;
+#     against none; fed steps that do not wait for their end, with graphs
+#     and without, against steps that wait), the CPU's reference training
+#     of check 5 beside them;
 #  5. the seed CNN's 5 epochs on the GPU against it, in mixed_bfloat16 and
 #     mixed_float16, and with ZA_CUDA_GRAPHS=1; 8. VGG16 at 224x224 against
 #  PyTorch; 2. the seed CNN's images/s and busy share; then a second round
@@ -35,7 +37,7 @@ rm -rf /tmp/zactor-lease-cpu
 cpu=$!
 say "1. cuda_layers (the CPU's reference training beside it)"
 ONLY=1 bash "$here/gpu.sh" "$build" "$logs/1"
-say "cuda_replay: a step replayed as a CUDA graph against the same step call by call"
+say "cuda_replay: replayed steps and steps that do not wait against steps run as they come"
 timeout 120 "$build/cuda_replay" 2>&1 | tee "$logs/cuda_replay.txt"
 save
 say "5. the seed CNN, 5 epochs, seed 1, on the GPU"
