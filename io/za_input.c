@@ -387,27 +387,30 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
     return size;
 }
 
+static void s_slot_device_free (s_slot_t *slot);
+
 //  The consumer's, as it gives a slot back: where the work queued on this
 //  thread (a step that does not wait for its own end: za_replica's
 //  deferred loss, which only a one-slice batch's replica defers) may still
 //  read the slot's copy, a fence after it, which the producer waits for
-//  before it writes there again. Without one the consumer waits itself.
+//  before it writes there again. Without one the back end has waited for
+//  that work (said once).
 static void
 s_slot_fence (za_input_t *self, s_slot_t *slot)
 {
     const za_batch_device_t *d = &slot->device;
     if (!slot->device_ok || !d->be->fence || d->slices != 1 || slot->fence)
         return;
-    if (d->be->bind (d->device_of [0]) == 0)
-        slot->fence = d->be->fence ();
-    if (!slot->fence) {
-        if (!self->fence_failed)
-            fprintf (stderr, "zactor: %s; the steps wait for their batch's work before they "
-                             "give it back\n", za_last_error ());
+    //  (A device that cannot be bound gets its copies freed: freeing waits.)
+    if (d->be->bind (d->device_of [0])) {
+        s_slot_device_free (slot);
+        return;
+    }
+    slot->fence = d->be->fence ();
+    if (!slot->fence && !self->fence_failed) {
+        fprintf (stderr, "zactor: %s; the steps wait for their batch's work before they give "
+                         "it back\n", za_last_error ());
         self->fence_failed = 1;
-        if (d->be->sync ())
-            fprintf (stderr, "zactor: a step's work on the device failed: %s\n",
-                     za_last_error ());
     }
 }
 

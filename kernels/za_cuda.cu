@@ -610,12 +610,16 @@ s_graph_free (void *graph)
 }
 
 //  Fences (za_kernels.h): an event recorded on the thread's stream, waited
-//  for on the host by whichever thread waits.
+//  for on the host by whichever thread waits (sleeping, not spinning: the
+//  input's thread shares the CPU with the decoders). Where none can be
+//  made, the thread's work is waited for here instead (its kept error left
+//  for the step's sync) and NULL says so.
 static void *
 s_fence (void)
 {
     cudaEvent_t event = NULL;
-    cudaError_t rc = cudaEventCreateWithFlags (&event, cudaEventDisableTiming);
+    cudaError_t rc = cudaEventCreateWithFlags (&event, cudaEventDisableTiming
+                                                       | cudaEventBlockingSync);
     if (rc == cudaSuccess && (rc = cudaEventRecord (event, cudaStreamPerThread)) == cudaSuccess)
         return event;
     if (event)
@@ -623,6 +627,8 @@ s_fence (void)
     cudaGetLastError ();
     s_error ("cuda:%d: a fence after the thread's work was not recorded (%s)",
              za_cuda_self.device, cudaGetErrorString (rc));
+    cudaStreamSynchronize (cudaStreamPerThread);
+    cudaGetLastError ();
     return NULL;
 }
 

@@ -14,8 +14,8 @@
     wait: 12 different batches of 1024 (a copy written too early would
     train on the next batch), the values and the mean loss at two takes.
     Exits 77 (CTest: skipped) without a GPU, 0 when all holds, 1 otherwise;
-    ZA_REPLAY_DEVICE=cpu-staged runs it on the CPU (a dry run). Not a Criterion suite: CUDA in every forked test
-    would cost seconds.                                                     */
+    ZA_REPLAY_DEVICE=cpu-staged runs it on the CPU (a dry run). Not a
+    Criterion suite: CUDA in every forked test would cost seconds.          */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

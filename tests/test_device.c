@@ -297,8 +297,9 @@ Test (device, a_device_reads_the_loss_at_the_batch_end_and_a_bad_label_fails_its
 //  a take says the mean loss of the steps since the one before, to
 //  rounding. A batch that waits between them (an evaluation) reads its own
 //  loss alone. A bad label in a deferred step fails the take, and a save
-//  before it (nothing of that step is saved); the steps after it read
-//  their own losses again. On the CPU nothing defers.
+//  before it (nothing of that step is saved), or the take after a read of
+//  the values; the steps after it read their own losses again. On the CPU
+//  nothing defers.
 Test (device, steps_that_do_not_wait_train_to_the_same_bits_and_say_their_mean_loss)
 {
     enum { SIZE = 24, STEPS = 9, TAKEN = 4 };
@@ -375,6 +376,13 @@ Test (device, steps_that_do_not_wait_train_to_the_same_bits_and_say_their_mean_l
                        za_last_error ());
             cr_expect_eq (za_checkpoint_newest_step (dir), -1);
             cr_assert_eq (za_replica_compute_gradients (replica, &bad, STEPS, &nothing), 0);
+            cr_expect_eq (za_replica_take_loss (replica, &mean, &steps), -1);
+            cr_expect (strstr (za_last_error (), "labels outside [0, 10)"), "%s",
+                       za_last_error ());
+            //  Found by a read of the values, it is the take's to say.
+            cr_assert_eq (za_replica_compute_gradients (replica, &bad, STEPS, &nothing), 0);
+            cr_assert_not_null (za_replica_values (replica));
+            za_error_clear ();
             cr_expect_eq (za_replica_take_loss (replica, &mean, &steps), -1);
             cr_expect (strstr (za_last_error (), "labels outside [0, 10)"), "%s",
                        za_last_error ());

@@ -263,9 +263,14 @@ s_train_steps (za_estimator_t *self, za_input_t *input, za_hooks_t *hooks,
     if (defer) {
         double loss;
         int64_t steps;
+        char first [ZA_ERROR_MAX_CHARS];
+        snprintf (first, sizeof first, "%s", za_last_error ());
         za_replica_defer_loss (self->replica, 0);
         if (za_replica_take_loss (self->replica, &loss, &steps) && rc == 0)
             rc = -1;
+        else
+        if (rc)
+            za_error_adopt (first);         //  the first failure is the one said
         if (steps > 0 && rc == 0) {
             ctx->loss = loss;
             ctx->loss_steps = steps;

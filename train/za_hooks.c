@@ -147,7 +147,9 @@ s_counter_report (za_step_counter_t *c, const za_run_context_t *ctx, int final)
         za_every_done (&c->every, ctx->global_step, now);
         c->examples_since_log = 0;
     }
-    if (c->bar && (final || now - c->last_draw >= PROGRESS_REDRAW_SECS)) {
+    //  (The bar redraws with a loss read after this step: before_run asked.)
+    if (c->bar && (final || (ctx->loss_steps > 0
+                             && now - c->last_draw >= PROGRESS_REDRAW_SECS))) {
         double frac = ctx->max_steps > 0? (double) ctx->global_step / ctx->max_steps: 1;
         int filled = (int) (frac * PROGRESS_BAR_CHARS);
         char bar [PROGRESS_BAR_CHARS + 1];

@@ -191,6 +191,10 @@ za_replica_to_host (za_replica_t *self, int *at, float *const *host, float *cons
 {
     if (self->be->host_memory || count == 0)
         return;
+    //  The steps that did not wait are done first; a failure of theirs is
+    //  the next take's to say.
+    if (!self->kept [0] && za_replica_settle (self))
+        snprintf (self->kept, sizeof self->kept, "%s", za_last_error ());
     if (*at == REPLICA_AT_DEVICE) {
         self->be->bind (self->device_of [0]);
         for (int b = 0; b < count; b++)

@@ -457,22 +457,37 @@ int
 za_replica_settle (za_replica_t *self)
 {
     const za_backend_t *be = self->be;
-    if (be->host_memory || (!self->on_device && !self->pending_steps))
+    if (be->host_memory || (!self->queued && !self->on_device))
         return 0;
-    if (be->bind (self->device_of [0]))
-        return -1;
-    int failed = be->sync ();
-    if (!self->on_device)
-        return failed;
+    self->queued = 0;
+    int bound = be->bind (self->device_of [0]) == 0;
+    int rc = bound? be->sync (): -1;
+    if (self->on_device && bound) {
+        //  The sums read, and so cleared, whatever came first; the first
+        //  error is the one said.
+        char first [ZA_ERROR_MAX_CHARS];
+        snprintf (first, sizeof first, "%s", za_last_error ());
+        double loss_sum;
+        int correct, invalid;
+        int took = be->loss_take (&loss_sum, &correct, &invalid);
+        if (rc)
+            za_error_adopt (first);
+        else
+        if (took)
+            rc = -1;
+        else
+        if (invalid)
+            rc = za_error ("model: %d labels outside [0, %d)", invalid, self->n_classes);
+        else
+            self->pending_sum += loss_sum;
+    }
     self->on_device = 0;
-    double loss_sum;
-    int correct, invalid;
-    if (be->loss_take (&loss_sum, &correct, &invalid) || failed)
-        return -1;
-    if (invalid)
-        return za_error ("model: %d labels outside [0, %d)", invalid, self->n_classes);
-    self->pending_sum += loss_sum;
-    return 0;
+    //  A failure starts the sums again.
+    if (rc) {
+        self->pending_sum = 0;
+        self->pending_examples = self->pending_steps = 0;
+    }
+    return rc;
 }
 
 //  Runs the model_fn over a batch split across the threads; in TRAIN leaves
@@ -509,8 +524,9 @@ s_batch_run (za_replica_t *self, const za_batch_t *batch, za_mode_t mode, int64_
     //  A batch that waits reads the losses it adds alone: those that
     //  deferred steps left on the device are taken first.
     run->defer = mode == ZA_MODE_TRAIN && self->defer;
-    if (!run->defer && self->on_device && za_replica_settle (self))
+    if (!run->defer && za_replica_settle (self))
         return -1;
+    self->queued |= run->defer;
     if (za_replica_values_to_devices (self))
         return -1;
     run->combined = self->vars.total;
@@ -599,6 +615,9 @@ int
 za_replica_take_loss (za_replica_t *self, double *loss_mean, int64_t *steps)
 {
     int rc = za_replica_settle (self);
+    if (rc == 0 && self->kept [0])
+        rc = za_error_adopt (self->kept);
+    self->kept [0] = 0;
     *loss_mean = self->pending_examples? self->pending_sum / (double) self->pending_examples
                                        : NAN;
     *steps = self->pending_steps;

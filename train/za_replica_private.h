@@ -11,6 +11,7 @@
 
 #include "za/za_replica.h"
 #include "za/za_parallel.h"
+#include "za/za_util.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -116,11 +117,15 @@ struct _za_replica_t {
     int graph_next [ZA_REPLICA_MAX_THREADS];   //  the place that makes way next
     int64_t replayed;               //  thread-steps replayed (atomic)
     //  za_replica_defer_loss: training steps that do not wait for their
-    //  work, and the loss of those not taken yet: summed here where the
-    //  model_fn said it, on the device (its loss_take) where it left it
-    //  there (`on_device`, out of n_classes).
+    //  work (`queued`: some may still run), and the loss of those not taken
+    //  yet: summed here where the model_fn said it, on the device (its
+    //  loss_take) where it left it there (`on_device`, out of n_classes);
+    //  a failure of their work found where it could not be said (a read of
+    //  the values), kept for the next take.
     int defer;
+    int queued;
     int on_device;
+    char kept [ZA_ERROR_MAX_CHARS];
     int n_classes;
     double pending_sum;
     int64_t pending_examples, pending_steps;
@@ -140,7 +145,7 @@ za_replica_slot_count (const za_replica_t *self)
 //  The work of the steps that did not wait for their end (defer) done,
 //  and the losses they left on the device added to pending_sum (a label
 //  outside the classes said): before what reads their results. 0, or -1
-//  with the first error of that work.
+//  with the first error of that work (the pending sums start again).
 int za_replica_settle (za_replica_t *self);
 
 //  za_replica.c

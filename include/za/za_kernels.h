@@ -276,10 +276,12 @@ struct za_backend_t {
 
     //  Optional (NULL where every call is done when it returns): fence
     //  marks the calling thread's work queued so far on its device (a CUDA
-    //  event), or NULL with an error; fence_wait, on any thread, returns
-    //  once that work is done and frees the mark (0, or -1 with an error).
-    //  The input waits so before it writes again where a step that has not
-    //  ended yet reads (a step that does not wait for its own end).
+    //  event); NULL with an error when it could not, having waited for that
+    //  work itself (an error the work kept stays for the next sync).
+    //  fence_wait, on any thread, returns once that work is done and frees
+    //  the mark (0, or -1 with an error). The input waits so before it
+    //  writes again where a step that has not ended yet reads (a step that
+    //  does not wait for its own end).
     void *(*fence) (void);
     int (*fence_wait) (void *fence);
 };

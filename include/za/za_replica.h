@@ -134,6 +134,8 @@ void za_replica_reset_slots (za_replica_t *self);
 //  next step that waits). Returns 1 when the steps defer from now, 0 where
 //  they cannot (host memory, several threads, a listener of the gradient),
 //  or `on` was 0 (the losses not taken yet are kept for the next take).
+//  The device's sums are the calling thread's: one replica per thread
+//  defers (the Estimator's).
 int za_replica_defer_loss (za_replica_t *self, int on);
 //  *loss_mean: the mean loss of the examples of the steps since the last
 //  take (NaN after none), *steps: their count; the steps' work is done.
