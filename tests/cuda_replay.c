@@ -25,6 +25,7 @@
 #include "za/za_dataset.h"
 #include "za/za_input.h"
 #include "za/za_model.h"
+#include "za/za_util.h"
 
 #define STEPS 40
 #define BATCH 64
@@ -102,6 +103,7 @@ s_deferred_part (void)
     float *values [3] = {NULL};
     size_t total = 0;
     int64_t fed [3];
+    double waited [3] = {0};
     for (int way = 0; way < 3; way++) {
         za_replica_t *replica = s_replica (way == 2);
         za_input_config_t config = za_input_config_default ();
@@ -128,11 +130,16 @@ s_deferred_part (void)
             int take = step + 1 == FED_TAKE? 0: step + 1 == FED_STEPS? 1: -1;
             if (take >= 0 && way == 0)
                 taken [0][take] = sum / (take? FED_STEPS - FED_TAKE: FED_TAKE), sum = 0;
+            double t0 = za_clock_mono ();
             if (take >= 0 && way > 0 && za_replica_take_loss (replica, &taken [way][take],
                                                               &steps)) {
                 fprintf (stderr, "cuda_replay: the take: %s\n", za_last_error ());
                 return -1;
             }
+            //  How long the last take waited for the steps still queued (none
+            //  if something made each step wait): said, not held to.
+            if (take == 1 && way > 0)
+                waited [way] = za_clock_mono () - t0;
         }
         fed [way] = za_replica_fed (replica);
         total = za_replica_vars (replica)->total;
@@ -159,6 +166,8 @@ s_deferred_part (void)
         s_expect (d <= 1e-4, what, d);
         snprintf (what, sizeof what, "%s: batches fed", way == 1? "deferred": "deferred+graphs");
         s_expect (fed [way] >= FED_STEPS - 3, what, (double) fed [way]);
+        printf ("%s: the last read waited %.2f ms for the steps queued\n",
+                way == 1? "deferred": "deferred+graphs", 1e3 * waited [way]);
     }
     for (int way = 0; way < 3; way++)
         free (values [way]);
