@@ -11,6 +11,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -447,16 +448,53 @@ static const za_backend_t s_cpu [3] = {
      .precision = ZA_PRECISION_FP16, .mixed = s_cpu_mixed, .native = s_native}
 };
 
+//  cpu-staged's fences: its work is done when a call returns, so a fence
+//  marks nothing; each is a token of its own all the same (freed by its
+//  wait), so that the input's fences are made, waited for and freed here as
+//  on a GPU (counted: za_cpu_staged_fences).
+static _Atomic int64_t s_fences_made, s_fences_waited;
+
+static void *
+s_staged_fence (void)
+{
+    void *token = malloc (1);
+    if (!token) {
+        za_error ("cpu-staged: out of memory for a fence");
+        return NULL;
+    }
+    atomic_fetch_add (&s_fences_made, 1);
+    return token;
+}
+
+static int
+s_staged_fence_wait (void *fence)
+{
+    free (fence);
+    atomic_fetch_add (&s_fences_waited, 1);
+    return 0;
+}
+
+void
+za_cpu_staged_fences (int64_t *made, int64_t *waited)
+{
+    *made = atomic_load (&s_fences_made);
+    *waited = atomic_load (&s_fences_waited);
+}
+
+#define S_STAGED_FENCES .fence = s_staged_fence, .fence_wait = s_staged_fence_wait
+
 static const za_backend_t s_cpu_staged [3] = {
     {.name = "cpu-staged (OpenBLAS behind device copies)", .host_memory = 0,
      S_CPU_TABLE (ZA_STAGED_DEVICES) S_FP32, .precision = ZA_PRECISION_FP32,
-     .mixed = s_staged_mixed, .native = s_native},
+     .mixed = s_staged_mixed, .native = s_native, S_STAGED_FENCES},
     {.name = "cpu-staged (bf16)", .host_memory = 0,
      S_CPU_TABLE (ZA_STAGED_DEVICES) S_BF16,
-     .precision = ZA_PRECISION_BF16, .mixed = s_staged_mixed, .native = s_native},
+     .precision = ZA_PRECISION_BF16, .mixed = s_staged_mixed, .native = s_native,
+     S_STAGED_FENCES},
     {.name = "cpu-staged (float16)", .host_memory = 0,
      S_CPU_TABLE (ZA_STAGED_DEVICES) S_FP16,
-     .precision = ZA_PRECISION_FP16, .mixed = s_staged_mixed, .native = s_native}
+     .precision = ZA_PRECISION_FP16, .mixed = s_staged_mixed, .native = s_native,
+     S_STAGED_FENCES}
 };
 
 //  bf16 only where the CPU multiplies it (elsewhere it would be slower

@@ -399,6 +399,12 @@ Test (device, steps_that_do_not_wait_train_to_the_same_bits_and_say_their_mean_l
         }
         za_input_destroy (&input);
         za_replica_destroy (&replica);
+        //  The input fenced each fed batch it was given back and waited for
+        //  every fence (the last ones as it ended).
+        int64_t made, waited;
+        za_cpu_staged_fences (&made, &waited);
+        cr_expect (made >= STEPS - 2 - 1 && waited == made, "%" PRId64 " fences made, %"
+                   PRId64 " waited", made, waited);
     }
     cr_expect_eq (memcmp (values [0], values [1], bytes), 0);
     cr_expect (eval [0] == eval [1] && right [0] == right [1], "%g vs %g", eval [0], eval [1]);

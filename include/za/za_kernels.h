@@ -326,6 +326,10 @@ const za_backend_t *za_backend_cpu (void);
 //  (from 1), for the callers' fallback and fault handling. Never NULL.
 const za_backend_t *za_backend_cpu_staged (void);
 #define ZA_STAGED_DEVICES 2
+//  cpu-staged's fences (its work is done when a call returns: each is a
+//  token all the same, freed by its wait) made and waited for so far in the
+//  process, for tests of their callers.
+void za_cpu_staged_fences (int64_t *made, int64_t *waited);
 
 // ---------------------------------------------------------------------------
 //  Devices: where a replica computes (--device).
