@@ -371,22 +371,29 @@ s_micro_batch_run (s_batch_run_t *run, int t, int lo, int count, int last,
     return rc;
 }
 
+//  The sums the back end kept on the calling thread's device (its
+//  loss_take: read, so cleared). 0, or -1 with an error where the read
+//  failed or a label was outside [0, n_classes).
+static int
+s_loss_take (za_replica_t *self, int n_classes, double *loss_sum, int *correct)
+{
+    int invalid;
+    if (self->be->loss_take (loss_sum, correct, &invalid))
+        return -1;
+    return invalid? za_error ("model: %d labels outside [0, %d)", invalid, n_classes): 0;
+}
+
 //  What thread t's model_fn left on the device for the batch's end (its
 //  sums read, so cleared, even where the batch failed).
 static void
 s_deferred_loss (s_batch_run_t *run, int t)
 {
     double loss_sum;
-    int correct, invalid;
-    int rc = run->self->be->loss_take (&loss_sum, &correct, &invalid);
+    int correct;
+    int rc = s_loss_take (run->self, run->specs [t].n_classes, &loss_sum, &correct);
     if (run->rc [t])
         return;
-    if (rc)
-        run->rc [t] = -1;
-    else
-    if (invalid)
-        run->rc [t] = za_error ("model: %d labels outside [0, %d)", invalid,
-                                run->specs [t].n_classes);
+    run->rc [t] = rc;
     run->specs [t].loss_sum += loss_sum;
     run->specs [t].correct += correct;
 }
@@ -457,7 +464,7 @@ int
 za_replica_settle (za_replica_t *self)
 {
     const za_backend_t *be = self->be;
-    if (be->host_memory || (!self->queued && !self->on_device))
+    if (be->host_memory || !self->queued)      //  (on_device implies queued)
         return 0;
     self->queued = 0;
     int bound = be->bind (self->device_of [0]) == 0;
@@ -468,17 +475,12 @@ za_replica_settle (za_replica_t *self)
         char first [ZA_ERROR_MAX_CHARS];
         snprintf (first, sizeof first, "%s", za_last_error ());
         double loss_sum;
-        int correct, invalid;
-        int took = be->loss_take (&loss_sum, &correct, &invalid);
+        int correct;
+        int took = s_loss_take (self, self->n_classes, &loss_sum, &correct);
         if (rc)
             za_error_adopt (first);
         else
-        if (took)
-            rc = -1;
-        else
-        if (invalid)
-            rc = za_error ("model: %d labels outside [0, %d)", invalid, self->n_classes);
-        else
+        if ((rc = took) == 0)
             self->pending_sum += loss_sum;
     }
     self->on_device = 0;
