@@ -345,8 +345,9 @@ s_run_steps (za_worker_t *self)
         self->skip_push = !za_replica_loss_scale_check (self->replica);
         //  The whole gradient is here: clipped by its global norm before it is
         //  split among the ps (a ps sees only its part).
-        if (config->optim.global_clipnorm > 0)
-            za_replica_clip_gradients (self->replica, config->optim.global_clipnorm);
+        if (config->optim.global_clipnorm > 0
+            && za_replica_clip_gradients (self->replica, config->optim.global_clipnorm))
+            return -1;
         //  --wire-dtype bf16: the push carries the gradient's cast (its frames
         //  came back at the lease wait above, as the block's did).
         if (self->low_grads)

@@ -356,6 +356,13 @@ s_all_finite (size_t n, const float *x)
     return !bad;
 }
 
+static void
+s_clip_by_global_norm (float *grads, const size_t *offset, const size_t *size, int count,
+                       float clip)
+{
+    za_optim_clip_by_global_norm (grads, offset, size, count, clip);
+}
+
 static int
 s_sync (void)
 {

@@ -508,6 +508,86 @@ s_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float *
             count > 1? slots [1]: NULL, n);
 }
 
+//  clip_by_global_norm: each of CLIP_BLOCKS blocks adds the squares of its
+//  stride of each run to a partial sum of its own; one block then adds the
+//  partials up (in a fixed order: the same norm every run) and writes the
+//  scale after them, by which a last pass multiplies each run.
+#define CLIP_BLOCKS 128
+static_assert (CLIP_BLOCKS <= BLOCK_THREADS, "k_clip_scale adds the partials in one block");
+
+//  In place, halving: sums [0] is the block's sum of its BLOCK_THREADS.
+__device__ static void
+s_block_sum (double *sums)
+{
+    for (int half = BLOCK_THREADS / 2; half > 0; half /= 2) {
+        __syncthreads ();
+        if ((int) threadIdx.x < half)
+            sums [threadIdx.x] += sums [threadIdx.x + half];
+    }
+    __syncthreads ();
+}
+
+__global__ void
+k_squares_add (size_t n, const float *x, double *partial)
+{
+    __shared__ double sums [BLOCK_THREADS];
+    double sum = 0;
+    FOR_EACH (i, n)
+        sum += (double) x [i] * x [i];
+    sums [threadIdx.x] = sum;
+    s_block_sum (sums);
+    if (threadIdx.x == 0)
+        partial [blockIdx.x] += sums [0];
+}
+
+__global__ void
+k_clip_scale (double *partial, float clip)
+{
+    __shared__ double sums [BLOCK_THREADS];
+    sums [threadIdx.x] = threadIdx.x < CLIP_BLOCKS? partial [threadIdx.x]: 0.0;
+    s_block_sum (sums);
+    if (threadIdx.x == 0) {
+        double norm = sqrt (sums [0]);
+        partial [CLIP_BLOCKS] = norm > clip? (double) (float) (clip / norm): 1.0;
+    }
+}
+
+__global__ void
+k_scale_by (size_t n, float *x, const double *scale)
+{
+    float by = (float) *scale;
+    if (by != 1.0f)
+        FOR_EACH (i, n)
+            x [i] *= by;
+}
+
+static void
+s_clip_by_global_norm (float *grads, const size_t *offset, const size_t *size, int count,
+                       float clip)
+{
+    za_cuda_thread_t *self = &za_cuda_self;
+    int dev = self->device;
+    size_t bytes = (CLIP_BLOCKS + 1) * sizeof (double);
+    if (!self->clip_sums [dev]
+        && !za_cuda_ok (cudaMalloc (&self->clip_sums [dev], bytes), "cudaMalloc")) {
+        self->clip_sums [dev] = NULL;
+        return;
+    }
+    double *partial = self->clip_sums [dev];
+    if (!za_cuda_ok (cudaMemsetAsync (partial, 0, bytes, cudaStreamPerThread),
+                     "cudaMemsetAsync"))
+        return;
+    for (int r = 0; r < count; r++) {
+        k_squares_add<<<CLIP_BLOCKS, BLOCK_THREADS>>> (size [r], grads + offset [r], partial);
+        za_cuda_launched ("k_squares_add");
+    }
+    k_clip_scale<<<1, BLOCK_THREADS>>> (partial, clip);
+    za_cuda_launched ("k_clip_scale");
+    for (int r = 0; r < count; r++)
+        if (size [r])
+            LAUNCH (k_scale_by, size [r], size [r], grads + offset [r], partial + CLIP_BLOCKS);
+}
+
 static int
 s_sync (void)
 {

@@ -40,6 +40,8 @@ typedef struct {
     void *cols [ZA_DEVICE_MAX][2];          //  device: im2col's columns and their gradient
     size_t cols_bytes [ZA_DEVICE_MAX][2];   //  where the layers keep none (conv2d_cols_own)
     za_cuda_loss_t *loss_sums [ZA_DEVICE_MAX];  //  device: softmax_xent_add's, until loss_take
+    double *clip_sums [ZA_DEVICE_MAX];      //  device: clip_by_global_norm's partial sums
+                                            //  of squares, then its scale
     double *host_loss;                      //  pinned
     int *host_flags;
     int host_rows;

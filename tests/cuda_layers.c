@@ -366,6 +366,27 @@ s_optimizers (void)
     }
 }
 
+//  clip_by_global_norm over two runs with a gap between them: above the
+//  clip, every run scaled as the CPU scales it, the gap untouched; under
+//  it, nothing changes.
+static void
+s_clip (void)
+{
+    enum { N = 300007 };
+    size_t offset [] = {0, 1000}, size [] = {900, N - 1000};
+    for (int above = 1; above >= 0; above--) {
+        float *g = s_random (N, 14);
+        float *g_g = s_up (g, N * 4);
+        float clip = above? 10.0f: 1e6f;
+        za_optim_clip_by_global_norm (g, offset, size, 2, clip);
+        s_gpu->clip_by_global_norm (g_g, offset, size, 2, clip);
+        s_compare (above? "clip_by_global_norm, above the clip"
+                        : "clip_by_global_norm, under the clip", g, g_g, N, 1e-6);
+        za_free (g);
+        s_gpu->buffer_free (g_g);
+    }
+}
+
 int
 main (void)
 {
@@ -407,6 +428,7 @@ main (void)
     s_softmax ();
     s_optimizers ();
     s_finite ();
+    s_clip ();
     printf ("cuda_layers: %s\n", s_failures? "FAILED": "every layer within tolerance");
     return s_failures? 1: 0;
 }

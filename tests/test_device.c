@@ -75,19 +75,25 @@ static za_stack_spec_t s_spec;
 #define S_MODEL_DROPOUT "conv2d(8,3,relu) maxpool(2) flatten dense(16,relu) dropout(0.5) " \
                         "dense(10)"
 
+//  s_spec's replica on `kind`, one thread, with `optim`.
 static za_replica_t *
-s_replica (za_device_kind_t kind, const char *model)
+s_replica_with (za_device_kind_t kind, const za_optim_config_t *optim)
 {
-    static za_optim_config_t optim;
-    optim = za_optim_config_default (ZA_OPT_ADAM);
-    cr_assert_eq (za_stack_parse (model, &s_spec), 0);
     za_replica_config_t config = {
         .model_fn = za_stack_model_fn (), .params = &s_spec, .input = {28, 28, 1},
-        .threads = 1, .train = 1, .optim = &optim, .device = {.kind = kind},
+        .threads = 1, .train = 1, .optim = optim, .device = {.kind = kind},
     };
     za_replica_t *replica = za_replica_new (&config, 11);
     cr_assert (replica, "%s", za_last_error ());
     return replica;
+}
+
+static za_replica_t *
+s_replica (za_device_kind_t kind, const char *model)
+{
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_ADAM);
+    cr_assert_eq (za_stack_parse (model, &s_spec), 0);
+    return s_replica_with (kind, &optim);
 }
 
 //  Largest |a - b| / (1 + |a|) over n floats.
@@ -552,6 +558,81 @@ Test (device, micro_batch_from_the_environment_keeps_the_gradient)
     }
     unsetenv ("ZA_MICRO_BATCH");
     free (reference);
+    za_dataset_destroy (&data);
+}
+
+//  s_spec's replica on `kind` with SGD (0.1), clipping at `clip` (0: not).
+static za_replica_t *
+s_clipping (za_device_kind_t kind, float clip)
+{
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_SGD);
+    optim.learning_rate = 0.1f;
+    optim.global_clipnorm = clip;
+    return s_replica_with (kind, &optim);
+}
+
+//  --clip-norm on a device: the gradient scaled there to the global norm
+//  (tf.clip_by_global_norm) over the variables that train, as the CPU
+//  scales it, and the update is the clipped gradient's (SGD, where a clip
+//  shows in full). A frozen layer in the middle splits what trains in two.
+Test (device, a_device_clips_the_gradient_as_the_cpu_does)
+{
+    enum { SIZE = 40, STEPS = 4 };
+    const float clip = 0.05f;
+    za_dataset_t *data = za_test_fashion ("train", SIZE * STEPS);
+    cr_assert_eq (za_stack_parse (S_MODEL, &s_spec), 0);
+    snprintf (s_spec.freeze, sizeof s_spec.freeze, "conv2d_1/");
+    za_replica_t *replicas [3];         //  the CPU's clipped, the device's, the device's not
+    for (int i = 0; i < 3; i++)
+        replicas [i] = s_clipping (i == 0? ZA_DEVICE_CPU: ZA_DEVICE_CPU_STAGED, i < 2? clip: 0);
+    const za_vars_t *vars = za_replica_vars (replicas [0]);
+    size_t total = vars->total;
+    //  The clip itself, on the device: the norm of what trains becomes the
+    //  clip; a frozen variable's gradient is left as it was.
+    za_batch_t batch = {data->features, data->labels, SIZE, 784, NULL, NULL};
+    double loss;
+    cr_assert_eq (za_replica_compute_gradients (replicas [1], &batch, 0, &loss), 0, "%s",
+                  za_last_error ());
+    float *before = (float *) malloc (total * sizeof (float));
+    memcpy (before, za_replica_gradients (replicas [1]), total * sizeof (float));
+    cr_assert_eq (za_replica_compute_gradients (replicas [1], &batch, 0, &loss), 0);
+    cr_assert_eq (za_replica_clip_gradients (replicas [1], clip), 0, "%s", za_last_error ());
+    const float *after = za_replica_gradients (replicas [1]);
+    double squares = 0, unclipped = 0;
+    int frozen = 0;
+    for (int v = 0; v < vars->count; v++) {
+        const za_var_t *var = &vars->vars [v];
+        for (size_t i = var->offset; i < var->offset + var->size; i++) {
+            if (var->frozen) {
+                cr_assert_eq (after [i], before [i], "%s: untouched", var->name);
+                continue;
+            }
+            squares += (double) after [i] * after [i];
+            unclipped += (double) before [i] * before [i];
+        }
+        frozen += var->frozen;
+    }
+    cr_expect_eq (frozen, 2, "conv2d_1's kernel and bias are frozen");
+    cr_expect_gt (sqrt (unclipped), 2 * clip, "the gradient is above the clip");
+    cr_expect (fabs (sqrt (squares) - clip) < 1e-4 * clip, "norm %g, clip %g", sqrt (squares),
+               clip);
+    free (before);
+    //  Training: the device's steps are the CPU's; without the clip they are not.
+    double losses [3][STEPS];
+    for (int i = 0; i < 3; i++) {
+        za_replica_destroy (&replicas [i]);
+        replicas [i] = s_clipping (i == 0? ZA_DEVICE_CPU: ZA_DEVICE_CPU_STAGED, i < 2? clip: 0);
+        s_train (replicas [i], data, SIZE, STEPS, losses [i]);
+    }
+    for (int s = 0; s < STEPS; s++)
+        cr_expect (fabs (losses [0][s] - losses [1][s]) < 1e-5, "step %d: %g vs %g", s,
+                   losses [0][s], losses [1][s]);
+    const float *cpu = za_replica_values (replicas [0]);
+    cr_expect_lt (s_max_diff (cpu, za_replica_values (replicas [1]), total), 1e-6);
+    cr_expect_gt (s_max_diff (za_replica_values (replicas [1]), za_replica_values (replicas [2]),
+                              total), 1e-3, "the clip changed the update");
+    for (int i = 0; i < 3; i++)
+        za_replica_destroy (&replicas [i]);
     za_dataset_destroy (&data);
 }
 

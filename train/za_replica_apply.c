@@ -47,16 +47,24 @@ s_apply_share (void *arg, int t)
                        t, self->threads);
 }
 
-double
+int
 za_replica_clip_gradients (za_replica_t *self, float clip)
 {
-    if (!self->be->host_memory)
-        return -1;
     size_t size [ZA_MAX_VARS];
     for (int r = 0; r < self->run_count; r++)
         size [r] = self->run_to [r] - self->run_from [r];
-    return za_optim_clip_by_global_norm (self->grads, self->run_from, size, self->run_count,
-                                         clip);
+    //  Where the newest copy is: the host's (a worker's, once its loss scale
+    //  was checked there) or the first device's, without a wait.
+    if (self->be->host_memory || self->grads_at == REPLICA_AT_HOST) {
+        za_optim_clip_by_global_norm (self->grads, self->run_from, size, self->run_count, clip);
+        return 0;
+    }
+    if (za_replica_bind (self))
+        return -1;
+    self->be->clip_by_global_norm (self->dev_grads [0], self->run_from, size, self->run_count,
+                                   clip);
+    self->grads_at = REPLICA_AT_DEVICE;
+    return 0;
 }
 
 //  The loss scale's step for the gradient block `grads` (in the memory of
@@ -125,13 +133,13 @@ za_replica_set_loss_scale (za_replica_t *self, float scale, int64_t good_steps)
 void
 za_replica_apply (za_replica_t *self, int64_t step)
 {
-    //  An overflow in mixed_float16 updates nothing (values and slots as they were).
-    if (self->be->precision == ZA_PRECISION_FP16 && self->be->host_memory
-        && !s_loss_scale_step (self, self->be, self->grads))
-        return;
-    if (self->optim.global_clipnorm > 0)
-        za_replica_clip_gradients (self, self->optim.global_clipnorm);
+    float clip = self->optim.global_clipnorm;
     if (self->be->host_memory) {
+        //  An overflow in mixed_float16 updates nothing (values and slots as they were).
+        if (!s_loss_scale_step (self, self->be, self->grads))
+            return;
+        if (clip > 0)
+            za_replica_clip_gradients (self, clip);
         s_apply_run_t run = {self, step};
         if (self->threads > 1 && self->vars.total >= APPLY_SPLIT_MIN)
             za_parallel_run (self->pool, s_apply_share, &run);
@@ -143,7 +151,8 @@ za_replica_apply (za_replica_t *self, int64_t step)
     //  On the device: a failed copy shows at the next step's sync.
     if (za_replica_state_to_device (self)
         || za_replica_to_device (self, &self->grads_at, &self->grads, self->dev_grads, 1)
-        || !s_loss_scale_step (self, self->be, self->dev_grads [0]))
+        || !s_loss_scale_step (self, self->be, self->dev_grads [0])
+        || (clip > 0 && za_replica_clip_gradients (self, clip)))
         return;
     s_apply_trainable (self, step, self->device_values [0], self->dev_grads [0],
                        self->dev_slots, self->be->optim_apply, 0, 1);

@@ -214,6 +214,12 @@ struct za_backend_t {
     //  its buffers).
     void (*optim_apply) (const za_optim_config_t *config, int64_t step, float *params,
                          const float *grads, float **slots, size_t n);
+    //  tf.clip_by_global_norm over `count` runs of grads (run r: size [r]
+    //  floats from offset [r]; both arrays the host's): every run scaled by
+    //  clip / norm where their global norm is above clip (> 0). On a device
+    //  the norm stays there and nothing waits (a failure shows at the sync).
+    void (*clip_by_global_norm) (float *grads, const size_t *offset, const size_t *size,
+                                 int count, float clip);
     //  Waits until the calling thread's work is done. 0, or -1 with the
     //  first error since the last sync.
     int (*sync) (void);
@@ -299,9 +305,9 @@ struct za_backend_t {
     X (buffer_alloc) X (buffer_free) X (set_threads)
 #define ZA_BACKEND_MEMORY_SLOTS(X)                                                           \
     X (bind) X (host_alloc) X (host_free) X (upload) X (download) X (copy) X (zero)          \
-    X (scale_add) X (all_finite) X (optim_apply) X (sync) X (devices_sum)                    \
-    X (devices_broadcast) X (group_id) X (group_open) X (group_sum) X (group_poll)           \
-    X (group_close)
+    X (scale_add) X (all_finite) X (optim_apply) X (clip_by_global_norm) X (sync)            \
+    X (devices_sum) X (devices_broadcast) X (group_id) X (group_open) X (group_sum)          \
+    X (group_poll) X (group_close)
 #define ZA_GROUP_ID_BYTES 128
 
 //  The table of `be` for a policy: auto is BF16 where the device computes it

@@ -181,9 +181,9 @@ void za_replica_loss_scale_state (const za_replica_t *self, float *scale, int64_
 void za_replica_set_loss_scale (za_replica_t *self, float scale, int64_t good_steps);
 
 //  Scales the gradient block (the variables that train) to a global norm of
-//  at most clip (> 0; tf.clip_by_global_norm), on the host. Returns the norm
-//  before, or -1 when the gradients live on a device (not clipped).
-double za_replica_clip_gradients (za_replica_t *self, float clip);
+//  at most clip (> 0; tf.clip_by_global_norm) where its newest copy is: on
+//  a device without waiting. 0, or -1 with an error (the device not bound).
+int za_replica_clip_gradients (za_replica_t *self, float clip);
 
 //  The batch's summed loss and its correctly classified examples (EVAL);
 //  every example's logits and label also go into metrics (NULL: none).
