@@ -473,10 +473,12 @@ s_backward (s_stack_t *self, const float *features, int n, const float *values,
         za_model_set_values_epoch (epoch);
         s_profile_add (t0, i, 1, name);
         //  L2 on the kernel (Keras's kernel_regularizer): the gradient of
-        //  l2 sum (w^2), added once per call like the mean loss's.
+        //  l2 sum (w^2), added once per call like the mean loss's, and as
+        //  it multiplied by mixed_float16's loss scale (the replica divides
+        //  the whole gradient by it).
         if (l->spec.l2 > 0 && call.dkernel && !self->vars [l->kernel_var].frozen)
             self->be->scale_add (self->vars [l->kernel_var].size, 1.0f, call.dkernel,
-                                 2.0f * l->spec.l2, call.kernel);
+                                 2.0f * l->spec.l2 * za_model_loss_scale (), call.kernel);
         if (l->kernel_var >= 0 && l->bias_var >= 0) {
             size_t kernel_at = self->vars [l->kernel_var].offset;
             size_t bias_at = self->vars [l->bias_var].offset;

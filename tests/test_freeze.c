@@ -290,8 +290,11 @@ Test (freeze, a_kept_frozen_kernel_follows_every_write)
 
 //  l2=F on a kernel (Keras's kernel_regularizer L2): the step's gradient of
 //  that kernel gains exactly 2 F w, whatever the split of the batch over
-//  threads and micro-batches; every other gradient is as without it.
-Test (freeze, l2_adds_two_f_w_to_the_kernel_gradient)
+//  threads and micro-batches, and in mixed_float16 too (there the model's
+//  gradients come multiplied by the loss scale, the L2 term with them);
+//  every other gradient is as without it.
+static void
+s_l2_case (za_policy_t precision, const char *name)
 {
     za_dataset_t *fashion = za_test_fashion ("train", 37);
     const char *models [2] = {"conv2d(8,3,relu) maxpool(2) flatten dense(16,relu) dense(10)",
@@ -306,7 +309,7 @@ Test (freeze, l2_adds_two_f_w_to_the_kernel_gradient)
         cr_assert_eq (za_stack_parse (models [m], &specs [m]), 0, "%s", za_last_error ());
         za_replica_config_t config = {
             .model_fn = za_stack_model_fn (), .params = &specs [m], .input = {28, 28, 1},
-            .threads = 2, .train = 1, .optim = &optim,
+            .threads = 2, .train = 1, .optim = &optim, .precision = precision,
         };
         replicas [m] = za_replica_new (&config, 5);
         cr_assert_not_null (replicas [m], "%s", za_last_error ());
@@ -323,17 +326,23 @@ Test (freeze, l2_adds_two_f_w_to_the_kernel_gradient)
         for (size_t i = 0; i < var->size; i++) {
             size_t at = var->offset + i;
             double want = grads [0][at] + (v == regularised? 2 * 0.01 * values [at]: 0);
-            cr_assert_float_eq (grads [1][at], want, 1e-6, "%s [%zu]: %g, not %g",
+            cr_assert_float_eq (grads [1][at], want, 1e-6, "%s: %s [%zu]: %g, not %g", name,
                                 var->name, i, grads [1][at], want);
         }
     }
+    for (int m = 0; m < 2; m++)
+        za_replica_destroy (&replicas [m]);
+    za_dataset_destroy (&fashion);
+}
+
+Test (freeze, l2_adds_two_f_w_to_the_kernel_gradient)
+{
+    s_l2_case (ZA_POLICY_FP32, "fp32");
+    s_l2_case (ZA_POLICY_FP16, "mixed_float16");
     za_stack_spec_t bad;
     za_error_set_quiet (1);
     cr_expect_neq (za_stack_parse ("conv2d(8,3) maxpool(2,l2=0.1) flatten dense(10)", &bad), 0);
     cr_expect (strstr (za_last_error (), "maxpool has no kernel to regularise"), "%s",
                za_last_error ());
     za_error_set_quiet (0);
-    za_replica_destroy (&replicas [0]);
-    za_replica_destroy (&replicas [1]);
-    za_dataset_destroy (&fashion);
 }
