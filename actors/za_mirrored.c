@@ -240,6 +240,21 @@ s_compare_start (s_mirrored_t *self, const s_start_t *chief, const s_start_t *mi
                          "another of their settings differs): every worker must run the same "
                          "job", self->who, za_optim_name (a->kind), (double) a->learning_rate,
                          za_optim_name (b->kind), (double) b->learning_rate);
+    const char *name_a = za_schedule_name (a->schedule.kind);
+    const char *name_b = za_schedule_name (b->schedule.kind);
+    double schedule_a [ZA_SCHEDULE_NUMBERS], schedule_b [ZA_SCHEDULE_NUMBERS];
+    za_schedule_numbers (&a->schedule, schedule_a);
+    za_schedule_numbers (&b->schedule, schedule_b);
+    if (a->weight_decay != b->weight_decay || a->global_clipnorm != b->global_clipnorm
+        || memcmp (schedule_a, schedule_b, sizeof schedule_a))
+        return za_error ("%s: the chief's update has --weight-decay %g, --clip-norm %g, the "
+                         "schedule %s and %g warmup steps, this one's %g, %g, %s and %g (or "
+                         "another of the schedule's numbers differs): every worker must run "
+                         "the same job", self->who, (double) a->weight_decay,
+                         (double) a->global_clipnorm, name_a? name_a: "unknown",
+                         a->schedule.warmup_steps, (double) b->weight_decay,
+                         (double) b->global_clipnorm, name_b? name_b: "unknown",
+                         b->schedule.warmup_steps);
     return 0;
 }
 

@@ -24,6 +24,9 @@
 #define R_ALL ZA_READ_ALL
 #define R_TRAIN (ZA_READ_TRAINERS)
 #define R_SUMMARY (ZA_READ_SINGLE | ZA_READ_CHIEF)
+//  The optimizer's: all-reduce workers apply it themselves (and compare it
+//  with the chief's), a ps-strategy worker clips.
+#define R_OPTIM (ZA_READ_TRAINERS)
 #define R_EVAL (ZA_READ_SINGLE | ZA_READ_CHIEF | ZA_READ_EVALUATOR | ZA_READ_LAUNCHER)
 #define R_CLUSTER (ZA_READ_TASKS)
 #define R_BEAT (ZA_READ_TASKS | ZA_READ_BROKER | ZA_READ_LAUNCHER)
@@ -148,22 +151,22 @@ static const za_option_t s_options [] = {
                R_TRAIN, JOB, ZA_OPTION_IDX_INPUT, NULL, "examples in the shuffle buffer; -1: the whole set, 0: none"),
     //  The choices in za_optimizer_t's order: the option writes the kind.
     ZA_OPTION ("optimizer", T_ENUM, optim.kind, "NAME", "adam", 0, 0,
-               "sgd|momentum|adam|adagrad", R_SUMMARY, JOB, 0, "Training",
+               "sgd|momentum|adam|adagrad", R_OPTIM, JOB, 0, "Training",
                "sgd, momentum, adam or adagrad"),
     ZA_OPTION ("learning-rate", T_REAL, optim.learning_rate, "LR", NULL, 0, NO_MAX, NULL,
-               R_SUMMARY, JOB, ZA_OPTION_ABOVE_MIN, NULL,
+               R_OPTIM, JOB, ZA_OPTION_ABOVE_MIN, NULL,
                "the step size (by default the optimizer's own, as Keras's:\n"
                "0.001 for adam, 0.01 for the others)"),
     ZA_OPTION ("weight-decay", T_REAL, optim.weight_decay, "WD", "0", 0, 0.999, NULL,
-               R_SUMMARY, JOB, 0, NULL,
+               R_OPTIM, JOB, 0, NULL,
                "decoupled weight decay, as Keras's weight_decay: each update\n"
                "first takes lr x WD x w off every weight (adam: AdamW, sgd: SGDW)"),
     ZA_OPTION ("clip-norm", T_REAL, optim.global_clipnorm, "N", "0", 0, NO_MAX, NULL,
-               R_SUMMARY, JOB, 0, NULL,
+               R_OPTIM, JOB, 0, NULL,
                "clip the whole gradient to a global norm of at most N before each\n"
                "update (Keras's global_clipnorm; 0: none): where it is whole, a\n"
                "worker before its pushes, each all-reduce worker after the ring"),
-    ZA_OPTION ("lr-schedule", T_STR, lr_schedule, "SCHEDULE", NULL, 0, 0, NULL, R_SUMMARY, JOB,
+    ZA_OPTION ("lr-schedule", T_STR, lr_schedule, "SCHEDULE", NULL, 0, 0, NULL, R_OPTIM, JOB,
                0, NULL,
                "the learning rate by global step, as TensorFlow's schedules:\n"
                "exponential_decay(decay_steps=N, decay_rate=R, staircase=false),\n"
@@ -173,7 +176,7 @@ static const za_option_t s_options [] = {
                "polynomial_decay(decay_steps=N, end_learning_rate=0.0001,\n"
                "power=1, cycle=false); from --learning-rate"),
     ZA_OPTION ("lr-warmup-steps", T_INT, lr_warmup_steps, "N", "0", 0, INT_MAX_D, NULL,
-               R_SUMMARY, JOB, 0, NULL,
+               R_OPTIM, JOB, 0, NULL,
                "the rate rises linearly over the first N steps to the schedule's"),
     ZA_OPTION ("max-steps", T_INT, max_steps, "N", NULL, 1, INT_MAX_D, NULL, R_ALL, JOB, 0,
                NULL, "train until global_step N (default: --epochs worth)"),

@@ -407,7 +407,15 @@ Test (allreduce, a_worker_with_another_learning_rate_is_stopped_by_name)
                               "5", "--wire-dtype", "bf16", NULL};
     s_expect_stopped (chief_b, other_d, "the chief's gradients travel as --wire-dtype fp32, "
                       "this one's as bf16");
-    free (model_dir);
+    //  So would an update of another weight decay, clip or schedule: each
+    //  rank applies its own, and the replicas would part.
+    const char *other_w [] = {"--strategy", "allreduce", "--model", "linear", "--max-steps",
+                              "20", "--model-dir", model_dir, "--no-eval", "--timeout-secs",
+                              "5", "--weight-decay", "0.5", "--lr-schedule",
+                              "cosine_decay(decay_steps=20)", NULL};
+    s_expect_stopped (chief_b, other_w, "the chief's update has --weight-decay 0, --clip-norm 0, "
+                      "the schedule constant and 0 warmup steps, this one's 0.5, 0, "
+                      "cosine_decay and 0");
 }
 
 //  The values' CRC a role's log ends with ("done at step S ... crc32 X").
