@@ -71,6 +71,8 @@ s_model_load (const za_settings_t *s)
 {
     za_predictor_config_t config = za_predictor_config_default ();
     config.batch_max = (int) s->max_batch_size;
+    config.precision = s->run.precision == ZA_POLICY_AUTO? "auto"
+                     : za_precision_text ((za_precision_t) s->run.precision);
     za_serve_model_t *model = calloc (1, sizeof *model);
     if (!model) {
         za_error ("out of memory");
@@ -375,11 +377,11 @@ za_serve_run (const za_settings_t *s)
         za_input_shape_t in = za_predictor_input (self->model->predictor);
         const union MHD_DaemonInfo *info = MHD_get_daemon_info (self->daemon,
                                                                      MHD_DAEMON_INFO_BIND_PORT);
-        za_info ("serving %s (step %lld: %s, input %dx%dx%d) at http://%s:%u/v1/models/%s"
-                 ":predict; batches of up to %lld after %lld us on %d threads; Ctrl-C stops",
+        za_info ("serving %s (step %lld: %s, input %dx%dx%d, %s) at http://%s:%u/v1/models/"
+                 "%s:predict; batches of up to %lld after %lld us on %d threads; Ctrl-C stops",
                  s->run.model_dir, (long long) self->model->step,
                  za_predictor_model (self->model->predictor), in.height, in.width,
-                 in.channels, s->listen, info? info->port: (unsigned) s->port, self->name,
+                 in.channels, za_predictor_precision (self->model->predictor), s->listen, info? info->port: (unsigned) s->port, self->name,
                  (long long) s->max_batch_size, (long long) s->batch_timeout_micros,
                  self->batcher_count);
     }

@@ -21,6 +21,7 @@
 
 #include "za/za_checkpoint.h"
 #include "za/za_image.h"
+#include "za/za_kernels.h"
 #include "za/za_util.h"
 #include "za_test.h"
 
@@ -457,6 +458,30 @@ Test (serve, serves_a_newer_checkpoint_once_it_loads)
     cr_expect_eq (s_metric (server.port, "result=\"failed\"}"), 1);
     s_stop (&server);
     free (good), free (bad), free (dir);
+}
+
+//  --precision as training takes it: mixed_bfloat16's products where the
+//  CPU computes bf16 (said at the start), the same classes as float32's on
+//  these images; another --device than the CPU's is refused by name.
+Test (serve, computes_in_the_precision_asked_on_the_cpu)
+{
+    const char *gpu [] = {"serve", "--model-dir", s_model, "--device", "cuda", NULL};
+    za_test_result_t result = za_test_run (gpu, 60);
+    cr_expect_eq (result.exit_code, 2, "%s", result.err);
+    cr_expect (strstr (result.err, "serve computes on the CPU: --device cuda is not served yet"),
+               "%s", result.err);
+    za_test_result_free (&result);
+    za_error_set_quiet (1);
+    int bf16 = za_backend_policy (za_backend_cpu (), ZA_POLICY_BF16) != NULL;
+    za_error_set_quiet (0);
+    const char *flags [] = {"--precision", bf16? "mixed_bfloat16": "fp32", NULL};
+    s_server_t server = s_serve (s_model, flags);
+    char *text = (char *) za_test_read_file (server.err, NULL);
+    cr_expect (strstr (text, bf16? "input 28x28x1, mixed_bfloat16)": "input 28x28x1, float32)"),
+               "%s", text);
+    free (text);
+    s_expect_serving (server.port);
+    s_stop (&server);
 }
 
 Test (serve, refuses_what_it_cannot_serve)

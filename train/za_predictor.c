@@ -345,3 +345,9 @@ za_predictor_model (const za_predictor_t *self)
 {
     return self->spec.text;
 }
+
+const char *
+za_predictor_precision (const za_predictor_t *self)
+{
+    return za_precision_text (self->be->precision);
+}

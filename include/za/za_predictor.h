@@ -57,12 +57,14 @@ int za_predictor_run (za_predictor_t *self, const float *pixels, int n, float *l
                       float *probabilities);
 
 //  The input one image must have, the classes, class k's name (training's
-//  class names, or NULL), the checkpoint's step and the model's text.
+//  class names, or NULL), the checkpoint's step, the model's text, and the
+//  precision its products compute in ("float32", "mixed_bfloat16", ...).
 za_input_shape_t za_predictor_input (const za_predictor_t *self);
 int za_predictor_classes (const za_predictor_t *self);
 const char *za_predictor_class_name (const za_predictor_t *self, int k);
 int64_t za_predictor_step (const za_predictor_t *self);
 const char *za_predictor_model (const za_predictor_t *self);
+const char *za_predictor_precision (const za_predictor_t *self);
 
 #ifdef __cplusplus
 }
