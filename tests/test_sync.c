@@ -574,6 +574,32 @@ Test (allreduce, on_devices_a_group_sums_and_a_killed_worker_re_forms_it)
     free (model_dir);
 }
 
+//  --wire-dtype bf16 narrows what the ring carries; a group on the devices
+//  sums in fp32 (as NCCL does for MirroredStrategy), and says so, once.
+Test (allreduce, on_devices_the_group_says_it_sums_in_fp32)
+{
+    char *model_dir = za_test_path ("bf16_group");
+    const char *args [] = {"--local", "--strategy", "allreduce", "--model", "linear",
+                           "--workers", "1", "--evaluators", "0", "--max-steps", "20",
+                           "--device", "cpu-staged", "--wire-dtype", "bf16", "--model-dir",
+                           model_dir, NULL};
+    za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    int64_t steps [2];
+    cr_expect_eq (s_log_crc (model_dir, "logs/chief-0.log", &steps [0]),
+                  s_log_crc (model_dir, "logs/worker-0.log", &steps [1]));
+    char *path = za_test_join (model_dir, "logs/chief-0.log");
+    char *log = (char *) za_test_read_file (path, NULL);
+    cr_expect (strstr (log, "the gradients are summed on the devices by a group of 2"), "%s",
+               log);
+    cr_expect_eq (za_test_count (log, "--wire-dtype bf16 is the ring's: the group on the "
+                                      "devices sums the gradients in fp32"), 1, "%s", log);
+    free (log);
+    free (path);
+    free (model_dir);
+}
+
 //  Where the group cannot start on every rank, or on one (the other gives
 //  up once that one goes on), the ring carries the gradients through host
 //  memory instead, said by the rank that failed; a group whose sum fails
