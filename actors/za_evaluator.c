@@ -42,12 +42,24 @@ za_evaluator_config_init (za_evaluator_config_t *config)
     config->watch_dir = 1;
 }
 
+//  The keeper of an evaluation's best checkpoint (--best-metric,
+//  --export-onnx): the evaluator's, and that of a chief's or one process's
+//  final evaluation (za_evaluator_keep_best).
+typedef struct {
+    const char *who;                        //  what its lines start with
+    const char *model_dir;
+    const za_eval_spec_t *spec;
+    za_input_shape_t input;
+    za_metric_goal_t goal;                  //  --best-metric
+    double best_value;                      //  the best checkpoint's (NaN: none yet)
+    int onnx_failed;                        //  --export-onnx failed once: said
+} s_best_t;
+
 typedef struct {
     const za_evaluator_config_t *config;
     za_estimator_t *est;
-    char subdir [256];
-    za_metric_goal_t goal;                  //  --best-metric
-    double best_value;                      //  the best checkpoint's (NaN: none yet)
+    char subdir [ZA_EVAL_SUBDIR_MAX];
+    s_best_t best;
     int stopping;                           //  --stop-if-no-improvement: the rule in stop
     za_early_stop_t stop;
     int asked;                              //  the request is written
@@ -59,7 +71,6 @@ typedef struct {
     int told;                               //  a trigger has announced a checkpoint
     int bad_data;                           //  the evaluation set failed on its
                                             //  images (--max-bad-images)
-    int onnx_failed;                        //  --export-onnx failed once: said
 } s_eval_t;
 
 //  The evaluation data: the config's input_fn, or its data set in batches.
@@ -98,10 +109,10 @@ s_already_evaluated (s_eval_t *self)
         json_t *step = json_object_get (json, "global_step");
         if (json_is_integer (step) && json_integer_value (step) > last)
             last = json_integer_value (step);
-        json_t *best = json_object_get (json, self->goal.name);
+        json_t *best = json_object_get (json, self->best.goal.name);
         double value = json_is_number (best)? json_number_value (best): NAN;
-        if (za_metric_goal_better (&self->goal, value, self->best_value))
-            self->best_value = value;
+        if (za_metric_goal_better (&self->best.goal, value, self->best.best_value))
+            self->best.best_value = value;
         if (self->stopping && json_is_integer (step))
             za_early_stop_add (&self->stop, json_integer_value (step), value);
         json_decref (json);
@@ -152,12 +163,12 @@ za_evaluator_best_dir (const char *model_dir, const char *name, char *dir, size_
 //  its own (zactor-run serve, za_predictor, onnxruntime). A failure is a
 //  warning: the checkpoint is kept all the same.
 static void
-s_export_onnx (s_eval_t *self, const char *dir, const char *dst)
+s_export_onnx (s_best_t *self, const char *dir, const char *dst)
 {
-    if (!self->config->spec.export_onnx)
+    if (!self->spec->export_onnx)
         return;
     char input [4200], copy [4200], onnx [4200];
-    snprintf (input, sizeof input, "%s/input.json", self->config->model_dir);
+    snprintf (input, sizeof input, "%s/input.json", self->model_dir);
     snprintf (copy, sizeof copy, "%s/input.json", dir);
     snprintf (onnx, sizeof onnx, "%s/model.onnx", dir);
     za_export_config_t config;
@@ -165,16 +176,16 @@ s_export_onnx (s_eval_t *self, const char *dir, const char *dst)
     za_checkpoint_t *ckpt = NULL;
     int rc = access (input, F_OK) == 0? s_copy_atomic (input, copy): 0;
     if (!rc)
-        rc = za_export_config_load (self->config->model_dir, &config, &json);
+        rc = za_export_config_load (self->model_dir, &config, &json);
     if (!rc) {
-        config.input = self->config->input;
+        config.input = self->input;
         ckpt = za_checkpoint_load (dst);
         rc = ckpt? za_export_onnx (za_checkpoint_meta (ckpt, "model"), ckpt, &config, onnx)
                  : -1;
     }
     if (rc && !self->onnx_failed++)
-        za_info ("warning: evaluator: --export-onnx: %s (the checkpoint is exported all the "
-                 "same; said once)", za_last_error ());
+        za_info ("warning: %s: --export-onnx: %s (the checkpoint is exported all the "
+                 "same; said once)", self->who, za_last_error ());
     za_checkpoint_destroy (&ckpt);
     za_export_config_free (&json);
 }
@@ -182,18 +193,16 @@ s_export_onnx (s_eval_t *self, const char *dir, const char *dst)
 //  Keeps a copy of the best checkpoint so far (by --best-metric) in the
 //  evaluation's best folder (za_evaluator_best_dir), with best.json naming it.
 static int
-s_export_best (s_eval_t *self, const char *path, const za_eval_result_t *result)
+s_export_best (s_best_t *self, const char *path, const za_eval_result_t *result)
 {
     double value;
-    if (!self->config->export_best)
-        return 0;
     if (za_eval_result_value (result, self->goal.name, &value))
-        return za_error ("evaluator: --best-metric %s: the evaluation reports no such value "
-                         "(add it to --eval-metrics)", self->goal.name);
+        return za_error ("%s: --best-metric %s: the evaluation reports no such value "
+                         "(add it to --eval-metrics)", self->who, self->goal.name);
     if (!za_metric_goal_better (&self->goal, value, self->best_value))
         return 0;
     char dir [4096], dst [4600], json [4700], previous [4600] = "";
-    za_evaluator_best_dir (self->config->model_dir, self->config->spec.name, dir, sizeof dir);
+    za_evaluator_best_dir (self->model_dir, self->spec->name, dir, sizeof dir);
     if (za_mkdirs (dir))
         return -1;
     snprintf (json, sizeof json, "%s/best.json", dir);
@@ -211,8 +220,8 @@ s_export_best (s_eval_t *self, const char *path, const za_eval_result_t *result)
     snprintf (dst, sizeof dst, "%s/%s", dir, name);
     if (access (path, F_OK) != 0) {
         //  Retention deleted it after we evaluated it: nothing to export.
-        za_info ("evaluator: step %" PRId64 " is the best so far but was deleted before it "
-                 "could be exported", result->global_step);
+        za_info ("%s: step %" PRId64 " is the best so far but was deleted before it "
+                 "could be exported", self->who, result->global_step);
         return 0;
     }
     if (s_copy_atomic (path, dst)) {
@@ -234,9 +243,31 @@ s_export_best (s_eval_t *self, const char *path, const za_eval_result_t *result)
     if (*previous && strcmp (previous, dst) != 0)
         unlink (previous);
     s_export_onnx (self, dir, dst);
-    za_info ("evaluator: step %" PRId64 " is the best so far (%s %.4f): exported to %s",
+    za_info ("%s: step %" PRId64 " is the best so far (%s %.4f): exported to %s", self->who,
              result->global_step, self->goal.name, value, dir);
     return 0;
+}
+
+int
+za_evaluator_keep_best (const char *who, const char *model_dir, const za_eval_spec_t *spec,
+                        za_input_shape_t input, const char *path,
+                        const za_eval_result_t *result)
+{
+    s_best_t best = {who, model_dir, spec, input, .best_value = NAN};
+    if (za_metric_goal_parse ("--best-metric", spec->best_metric? spec->best_metric: "accuracy",
+                              &best.goal))
+        return -1;
+    //  Better than the one kept (best.json's value, where it is of this metric).
+    char dir [4096], file [4200];
+    za_evaluator_best_dir (model_dir, spec->name, dir, sizeof dir);
+    snprintf (file, sizeof file, "%s/best.json", dir);
+    json_t *kept = json_load_file (file, 0, NULL);
+    const char *metric = json_string_value (json_object_get (kept, "metric"));
+    json_t *value = json_object_get (kept, "value");
+    if (metric && !strcmp (metric, best.goal.name) && json_is_number (value))
+        best.best_value = json_number_value (value);
+    json_decref (kept);
+    return s_export_best (&best, path, result);
 }
 
 //  Evaluates the checkpoint of `step`. Returns 0 when evaluated, 1 when it
@@ -277,7 +308,7 @@ s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
               && za_summary_image (self->summary, "confusion_matrix", result->global_step,
                                    result->confusion_png, result->confusion_png_size,
                                    result->confusion_width, result->confusion_height, 3))
-          || s_export_best (self, path, result)? -1: 0;
+          || (self->config->export_best && s_export_best (&self->best, path, result))? -1: 0;
     }
     else
     if (result->input_failed) {
@@ -470,10 +501,11 @@ s_lock (s_eval_t *self)
 }
 
 int
-za_evaluator_following (const char *model_dir, char *who, size_t size)
+za_evaluator_following (const char *model_dir, const char *eval_name, char *who, size_t size)
 {
-    char path [4200];
-    snprintf (path, sizeof path, "%s/eval/" LOCK_NAME, model_dir);
+    char path [4400], subdir [ZA_EVAL_SUBDIR_MAX];
+    za_eval_subdir (eval_name, subdir, sizeof subdir);
+    snprintf (path, sizeof path, "%s/%s/" LOCK_NAME, model_dir, subdir);
     if (size)
         *who = 0;
     int fd = open (path, O_RDONLY | O_CLOEXEC);
@@ -626,19 +658,17 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
         return za_error ("evaluator: needs a model_dir and evaluation data");
     }
     s_eval_t self = {.config = config, .inotify = -1, .watch = -1, .lock = -1,
-                     .best_value = NAN};
+                     .best = {"evaluator", config->model_dir, &config->spec, config->input,
+                              .best_value = NAN}};
     const char *best = config->spec.best_metric? config->spec.best_metric: "accuracy";
-    if (za_metric_goal_parse ("--best-metric", best, &self.goal)
+    if (za_metric_goal_parse ("--best-metric", best, &self.best.goal)
         || (config->spec.stop_if_no_improvement
             && za_early_stop_parse (config->spec.stop_if_no_improvement, &self.stop))) {
         s_publish (config, ZA_ROLE_FAILED);
         return -1;
     }
     self.stopping = config->spec.stop_if_no_improvement && !config->spec.replay;
-    if (config->spec.name && *config->spec.name)
-        snprintf (self.subdir, sizeof self.subdir, "eval_%s", config->spec.name);
-    else
-        snprintf (self.subdir, sizeof self.subdir, "eval");
+    za_eval_subdir (config->spec.name, self.subdir, sizeof self.subdir);
     za_run_config_t run = za_run_config_default ();
     run.model_dir = config->model_dir;
     run.threads = config->threads;

@@ -28,14 +28,6 @@ s_model_text (const za_task_t *task)
     return text? text: task->model_fn->name;
 }
 
-//  "eval" or "eval_NAME".
-static void
-s_eval_subdir (const za_settings_t *s, char *subdir, size_t size)
-{
-    snprintf (subdir, size, "eval%s%s", s->eval.name && *s->eval.name? "_": "",
-              s->eval.name && *s->eval.name? s->eval.name: "");
-}
-
 //  --eval-metrics' values of an evaluation's line, on a line of their own
 //  under the accuracy ("  precision 0.8566  recall 0.8508 ..."); nothing
 //  when there are none. Undefined ones (null) print as "-".
@@ -69,8 +61,8 @@ s_print_metrics (json_t *line)
 static json_t *
 s_last_eval (const za_settings_t *s, char *path)
 {
-    char subdir [300];
-    s_eval_subdir (s, subdir, sizeof subdir);
+    char subdir [ZA_EVAL_SUBDIR_MAX];
+    za_eval_subdir (s->eval.name, subdir, sizeof subdir);
     snprintf (path, 4400, "%s/%s/metrics.jsonl", s->run.model_dir, subdir);
     //  The last line (with --eval-metrics a long one).
     FILE *f = fopen (path, "r");
@@ -179,12 +171,15 @@ s_evaluate_final (za_task_t *task)
     za_estimator_t *estimator = za_estimator_new (task->model_fn, task->params, task->input,
                                                   NULL, &run);
     za_eval_result_t result = {0};
-    int rc = !estimator || za_estimator_evaluate (estimator, za_task_input, task,
-                                                  task->settings->eval.steps, &result);
+    const za_settings_t *s = task->settings;
+    int rc = !estimator || za_estimator_evaluate_named (estimator, za_task_input, task,
+                                                        s->eval.steps, s->eval.name, &result);
     if (!rc) {
+        char subdir [ZA_EVAL_SUBDIR_MAX];
+        za_eval_subdir (s->eval.name, subdir, sizeof subdir);
         printf ("test accuracy %.4f  loss %.4f  on %" PRId64 " examples at step %" PRId64
-                " (%s/eval/metrics.jsonl)\n", result.accuracy, result.loss, result.examples,
-                result.global_step, task->settings->run.model_dir);
+                " (%s/%s/metrics.jsonl)\n", result.accuracy, result.loss, result.examples,
+                result.global_step, s->run.model_dir, subdir);
         json_t *metrics = json_object ();
         for (int i = 0; metrics && i < result.scalar_count; i++)
             json_object_set_new (metrics, result.scalars [i].name,
@@ -192,6 +187,12 @@ s_evaluate_final (za_task_t *task)
                                  ? json_real (result.scalars [i].value): json_null ());
         s_print_metrics (metrics);
         json_decref (metrics);
+        //  With no evaluator, the end is the job's one evaluation, and so
+        //  its best so far: kept as the evaluator keeps its own.
+        char *path = za_checkpoint_path (s->run.model_dir, result.global_step);
+        rc = !path || za_evaluator_keep_best ("final evaluation", s->run.model_dir, &s->eval,
+                                              task->input, path, &result);
+        free (path);
     }
     za_eval_result_free (&result);
     fflush (stdout);
@@ -387,7 +388,8 @@ za_task_run_role (za_task_t *task, const za_place_t *place, zactor_t *client)
     //  A cluster spec seldom names its evaluator (TF_CONFIG does not): one
     //  started apart says it follows model_dir, and evaluates the end itself.
     char who [256];
-    if (evaluates && za_evaluator_following (task->settings->run.model_dir, who, sizeof who)) {
+    if (evaluates && za_evaluator_following (task->settings->run.model_dir,
+                                                task->settings->eval.name, who, sizeof who)) {
         za_info ("chief: an evaluator (%s) follows '%s': it evaluates the final checkpoint, "
                  "not the chief", who, task->settings->run.model_dir);
         evaluates = 0;

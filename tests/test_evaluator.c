@@ -381,18 +381,90 @@ Test (evaluator, a_chief_can_tell_an_evaluator_follows)
     s_case_t c;
     s_case_setup_prompt (&c);
     char who [256];
-    cr_expect_not (za_evaluator_following (za_test_dir (), who, sizeof who));
+    cr_expect_not (za_evaluator_following (za_test_dir (), NULL, who, sizeof who));
     zactor_t *evaluator = zactor_new (za_evaluator_actor, &c.config);
     double deadline = za_clock_mono () + 10;
-    while (!za_evaluator_following (za_test_dir (), who, sizeof who)
+    while (!za_evaluator_following (za_test_dir (), NULL, who, sizeof who)
            && za_clock_mono () < deadline)
         zclock_sleep (10);
     char pid [64];
     snprintf (pid, sizeof pid, "pid %d on ", (int) getpid ());
     cr_expect (strstr (who, pid) == who, "who: '%s'", who);
-    cr_expect (za_evaluator_following (za_test_dir (), NULL, 0));
+    cr_expect (za_evaluator_following (za_test_dir (), NULL, NULL, 0));
+    cr_expect_not (za_evaluator_following (za_test_dir (), "holdout", NULL, 0),
+                   "an evaluation of another name is not this one");
     s_save (&c, 20);
     s_expect_end (&evaluator, 1);
-    cr_expect_not (za_evaluator_following (za_test_dir (), who, sizeof who));
+    cr_expect_not (za_evaluator_following (za_test_dir (), NULL, who, sizeof who));
     s_case_teardown (&c);
+}
+
+//  The accuracy and step of an evaluation's kept best (best.json), or -1.
+static double
+s_best_kept (const char *model_dir, const char *name, int64_t *step)
+{
+    char dir [4096], file [4200];
+    za_evaluator_best_dir (model_dir, name, dir, sizeof dir);
+    snprintf (file, sizeof file, "%s/best.json", dir);
+    json_t *best = json_load_file (file, 0, NULL);
+    *step = best? json_integer_value (json_object_get (best, "global_step")): -1;
+    double accuracy = best? json_number_value (json_object_get (best, "accuracy")): -1;
+    json_decref (best);
+    return accuracy;
+}
+
+//  Without an evaluator task, the final evaluation (one process's, or the
+//  chief's under --local --evaluators 0) goes where --eval-name says, and
+//  is kept as the best (--best-metric; with model.onnx under --export-onnx)
+//  unless the one kept is better; the launcher reads it from there.
+Test (evaluator, a_final_evaluation_goes_by_its_name_and_keeps_the_best)
+{
+    za_test_dir_create ("za_final_eval");
+    char *dir = za_test_path ("one"), *local = za_test_path ("local");
+    const char *first [] = {"--model", "linear", "--max-steps", "20", "--eval-name", "holdout",
+                            "--export-onnx", "--threads", "1", "--model-dir", dir, NULL};
+    za_test_result_t result = za_test_run (first, 300);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    char *metrics = za_test_join (dir, "eval_holdout/metrics.jsonl");
+    cr_expect (strstr (result.out, metrics), "%s", result.out);
+    cr_expect (access (metrics, F_OK) == 0, "%s", metrics);
+    char *unnamed = za_test_join (dir, "eval");
+    cr_expect (access (unnamed, F_OK) != 0, "nothing in %s", unnamed);
+    za_test_result_free (&result);
+    int64_t step;
+    double at_20 = s_best_kept (dir, "holdout", &step);
+    cr_expect (at_20 > 0.3 && step == 20, "accuracy %g at step %lld", at_20, (long long) step);
+    char *onnx = za_test_join (dir, "export/best_holdout/model.onnx");
+    cr_expect (access (onnx, F_OK) == 0, "%s", onnx);
+    //  Trained on: the later evaluation replaces it only where it is better.
+    const char *more [] = {"--model", "linear", "--max-steps", "40", "--eval-name", "holdout",
+                           "--threads", "1", "--model-dir", dir, NULL};
+    result = za_test_run (more, 300);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    json_t *last = NULL;
+    FILE *f = fopen (metrics, "r");
+    char line [4096];
+    while (f && fgets (line, sizeof line, f)) {
+        json_decref (last);
+        last = json_loads (line, 0, NULL);
+    }
+    if (f)
+        fclose (f);
+    double at_40 = json_number_value (json_object_get (last, "accuracy"));
+    json_decref (last);
+    double kept = s_best_kept (dir, "holdout", &step);
+    cr_expect (at_40 > at_20? step == 40 && kept == at_40: step == 20 && kept == at_20,
+               "20: %g, 40: %g; kept %g of step %lld", at_20, at_40, kept, (long long) step);
+    //  The whole job on this machine with no evaluator: the chief's.
+    const char *job [] = {"--local", "--model", "linear", "--evaluators", "0", "--max-steps",
+                          "20", "--eval-name", "holdout", "--model-dir", local, NULL};
+    result = za_test_run (job, 300);
+    cr_expect_eq (result.exit_code, 0, "%s", result.err);
+    char *local_metrics = za_test_join (local, "eval_holdout/metrics.jsonl");
+    cr_expect (strstr (result.out, local_metrics), "%s", result.out);
+    cr_expect_gt (s_best_kept (local, "holdout", &step), 0.3);
+    za_test_result_free (&result);
+    free (local_metrics), free (onnx), free (unnamed), free (metrics), free (local), free (dir);
+    za_test_dir_remove ();
 }

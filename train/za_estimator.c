@@ -507,13 +507,28 @@ int
 za_estimator_evaluate (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
                        int64_t steps, za_eval_result_t *result)
 {
+    return za_estimator_evaluate_named (self, input_fn, arg, steps, NULL, result);
+}
+
+int
+za_estimator_evaluate_named (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
+                             int64_t steps, const char *eval_name, za_eval_result_t *result)
+{
     memset (result, 0, sizeof *result);
     result->checkpoint_age_secs = -1;
     if (s_load_for_inference (self, "evaluate"))
         return -1;
-    char name [64];
+    char name [64], subdir [ZA_EVAL_SUBDIR_MAX];
     snprintf (name, sizeof name, "model.ckpt-%" PRId64 ".safetensors", self->global_step);
-    return s_evaluate_loaded (self, input_fn, arg, steps, "eval", name, result);
+    za_eval_subdir (eval_name, subdir, sizeof subdir);
+    return s_evaluate_loaded (self, input_fn, arg, steps, subdir, name, result);
+}
+
+void
+za_eval_subdir (const char *eval_name, char *subdir, size_t size)
+{
+    int named = eval_name && *eval_name;
+    snprintf (subdir, size, "eval%s%s", named? "_": "", named? eval_name: "");
 }
 
 int

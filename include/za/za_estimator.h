@@ -165,6 +165,14 @@ int za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
 //  fills *result. Returns 0, or -1 with an error (no checkpoint, bad input).
 int za_estimator_evaluate (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
                            int64_t steps, za_eval_result_t *result);
+//  The same into model_dir/eval_<eval_name> (Estimator.evaluate's name=;
+//  NULL or "": model_dir/eval).
+int za_estimator_evaluate_named (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
+                                 int64_t steps, const char *eval_name,
+                                 za_eval_result_t *result);
+//  An evaluation's folder in model_dir: "eval", or "eval_<eval_name>".
+#define ZA_EVAL_SUBDIR_MAX 300
+void za_eval_subdir (const char *eval_name, char *subdir, size_t size);
 
 //  Evaluates the checkpoint file at `path` (verified, never a half-written
 //  one) like za_estimator_evaluate, appending the line (with its file name)

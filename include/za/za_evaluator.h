@@ -88,13 +88,24 @@ void za_evaluator_config_init (za_evaluator_config_t *config);
 #define ZA_EVALUATOR_BAD_DATA 3
 int za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evaluations);
 
-//  1 when an evaluator is following model_dir now (za_evaluator_run holds
-//  a lock on MODEL_DIR/eval/.evaluator while it follows, whatever host it
-//  runs on, as long as the file system keeps flock locks: local ones and NFS
+//  1 when an evaluator named eval_name (NULL or "": the default one) is
+//  following model_dir now (za_evaluator_run holds a lock on
+//  MODEL_DIR/eval[_NAME]/.evaluator while it follows, whatever host it runs
+//  on, as long as the file system keeps flock locks: local ones and NFS
 //  do), with *who (size bytes) saying "pid PID on HOST". A chief with no
 //  evaluator in its cluster spec asks this before evaluating the final
 //  checkpoint itself: an evaluator started apart already does.
-int za_evaluator_following (const char *model_dir, char *who, size_t size);
+int za_evaluator_following (const char *model_dir, const char *eval_name, char *who,
+                            size_t size);
+//  A chief's or one process's final evaluation (no evaluator's): the
+//  checkpoint at `path`, evaluated into `result`, kept in the evaluation's
+//  best folder (za_evaluator_best_dir) when it is better by
+//  spec->best_metric than what best.json there says is kept (or nothing
+//  is), with model.onnx beside it under spec->export_onnx; lines said start
+//  with `who`. 0, or -1 with an error.
+int za_evaluator_keep_best (const char *who, const char *model_dir,
+                            const za_eval_spec_t *spec, za_input_shape_t input,
+                            const char *path, const za_eval_result_t *result);
 //  Where an evaluation named `name` (NULL or "": the training's own) keeps
 //  its best checkpoint: MODEL_DIR/export/best, or MODEL_DIR/export/best_NAME,
 //  so a replay on other data never overwrites the training's best.
