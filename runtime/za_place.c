@@ -179,6 +179,16 @@ za_place_run_in_cluster (const za_program_t *program, za_options_t *options, za_
             return ZA_EXIT_USAGE;
         }
     }
+    //  Its end is the chief's last step: without a cluster to count the
+    //  workers, --epochs cannot say it where a step takes a batch from each.
+    if (is_evaluator && !cluster && !s->eval.replay && s->max_steps <= 0
+        && s->strategy != ZA_STRATEGY_PS_ASYNC) {
+        za_error ("--role evaluator without a cluster (TF_CONFIG or --cluster): under "
+                  "--strategy %s a global step takes a batch from each worker, so --epochs "
+                  "does not say where training ends; give the cluster, or --max-steps",
+                  za_strategy_name (s->strategy));
+        return ZA_EXIT_USAGE;
+    }
     za_place_t place;
     memset (&place, 0, sizeof place);
     //  A global step of the synchronous strategies takes a batch from every

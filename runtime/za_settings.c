@@ -261,7 +261,7 @@ static const za_option_t s_options [] = {
                "TensorFlow's do; NVIDIA_TF32_OVERRIDE=0 in the environment keeps\n"
                "them in strict fp32"),
     ZA_OPTION ("replicas-per-device", T_INT, run.replicas_per_device, "N", "1", 1, 64, NULL,
-               R_TRAIN | ZA_READ_EVALUATOR, JOB, 0, NULL,
+               R_TRAIN, JOB, 0, NULL,
                "--device cuda: model replicas on each GPU, each a slice of the\n"
                "batch, their gradients summed before one update"),
     ZA_OPTION ("train-and-evaluate", T_FLAG, train_and_evaluate, NULL, NULL, 0, 0, NULL,

@@ -293,6 +293,15 @@ Test (cli, cluster_mistakes_exit_2)
         za_test_result_free (&result);
         free (path);
     }
+    //  An evaluator with no cluster under a synchronous strategy cannot
+    //  know from --epochs where the chief ends.
+    const char *alone [] = {"--role", "evaluator", "--strategy", "allreduce", "--epochs", "2",
+                            "--timeout-secs", "5", NULL};
+    za_test_result_t result = za_test_run (alone, PROCESS_TIMEOUT_S);
+    cr_expect_eq (result.exit_code, EXIT_USAGE, "%s", result.err);
+    cr_expect (strstr (result.err, "--epochs does not say where training ends; give the "
+                                   "cluster, or --max-steps"), "%s", result.err);
+    za_test_result_free (&result);
 }
 
 Test (cli, unreachable_peers_exit_1_after_the_timeout)
