@@ -23,14 +23,27 @@ za_input_json_apply (za_options_t *options, const za_settings_t *s)
     return za_options_apply_job_file (options, path)? ZA_EXIT_USAGE: 0;
 }
 
+//  "B,B+1,..": n labels counted from base, or NULL.
+static char *
+s_label_names (int n, int base)
+{
+    char *names = n > 0? malloc ((size_t) n * 12 + 1): NULL;
+    char *at = names;
+    for (int k = 0; names && k < n; k++)
+        at += sprintf (at, "%s%d", k? ",": "", base + k);
+    return names;
+}
+
 void
-za_input_json_save (const za_settings_t *s, int with_model)
+za_input_json_save (const za_settings_t *s, int with_model, int n_classes)
 {
     za_images_config_t config = {
         .source = s->train_data, .class_names = s->class_names,
         .image_key = s->image_key, .label_key = s->label_key, .label_base = (int) s->label_base,
     };
     char *names = za_images_class_names (&config);
+    if (!names)
+        names = s_label_names (n_classes, (int) s->label_base);
     json_t *input = json_pack ("{s:s, s:I, s:s, s:b, s:s}", "image_size", s->image_size,
                                "channels", (json_int_t) s->channels, "resize", s->resize,
                                "crop_to_aspect_ratio", s->crop_to_aspect_ratio,
@@ -42,6 +55,13 @@ za_input_json_save (const za_settings_t *s, int with_model)
     }
     if (input && names)
         json_object_set_new (input, "class_names", json_string (names));
+    //  A TFRecord's features as training read them (the defaults left out).
+    if (input && s->image_key && strcmp (s->image_key, ZA_IMAGES_IMAGE_KEY))
+        json_object_set_new (input, "image_key", json_string (s->image_key));
+    if (input && s->label_key && strcmp (s->label_key, ZA_IMAGES_LABEL_KEY))
+        json_object_set_new (input, "label_key", json_string (s->label_key));
+    if (input && s->label_base)
+        json_object_set_new (input, "label_base", json_integer ((json_int_t) s->label_base));
     char path [PATH_CHARS], temp [PATH_CHARS + 32];
     snprintf (path, sizeof path, "%s/%s", s->run.model_dir, ZA_INPUT_JSON_FILE);
     snprintf (temp, sizeof temp, "%s.%d.tmp", path, (int) getpid ());

@@ -114,8 +114,10 @@ s_write (void *arg, int64_t index, const float *logits, int n_classes, int class
         s_csv_field (self->out, name);
         fputc (',', self->out);
         s_csv_field (self->out, s_name (self, class_id, buffer));
+        //  --logits: every number to 9 digits, as the JSON lines.
         for (int k = 0; k < n_classes; k++)
-            fprintf (self->out, ",%.6g", exp ((double) logits [k] - top) / total);
+            fprintf (self->out, self->logits? ",%.9g": ",%.6g",
+                     exp ((double) logits [k] - top) / total);
         for (int k = 0; k < n_classes && self->logits; k++)
             fprintf (self->out, ",%.9g", (double) logits [k]);
         fputc ('\n', self->out);

@@ -136,8 +136,9 @@ static const za_option_t s_options [] = {
                "pixels into the model's input (Keras's preprocess_input): none\n"
                "0..1, tf -1..1, torch ImageNet mean/std (torchvision's weights),\n"
                "caffe BGR minus ImageNet's mean (Keras's VGG16 weights)"),
-    ZA_OPTION ("input-threads", T_INT, input_threads, "N", "1", 1, 64, NULL, R_TRAIN, JOB,
-               ZA_OPTION_IDX_INPUT, NULL, "threads decoding a worker's images"),
+    ZA_OPTION ("input-threads", T_INT, input_threads, "N", "1", 1, 64, NULL,
+               R_TRAIN | ZA_READ_EVALUATOR | R_LOCAL, JOB, ZA_OPTION_IDX_INPUT, NULL,
+               "threads decoding a worker's (an evaluation's, predict's) images"),
     ZA_OPTION ("max-bad-images", T_STR, max_bad_images, "N|F%", "1%", 0, 0, NULL, R_ALL, JOB,
                ZA_OPTION_IDX_INPUT, NULL,
                "images that do not decode are skipped, each named once; when\n"
@@ -297,11 +298,11 @@ static const za_option_t s_options [] = {
                NULL, "batches per evaluation (default: the whole set)"),
     ZA_OPTION ("start-delay-secs", T_NUM, eval.start_delay_secs, "S",
                ZA_TEXT (ZA_EVAL_START_DELAY_SECS), 0, NO_MAX, NULL,
-               ZA_READ_SINGLE | ZA_READ_EVALUATOR, JOB, 0, NULL,
+               ZA_READ_SINGLE | ZA_READ_EVALUATOR | ZA_READ_LAUNCHER, JOB, 0, NULL,
                "the evaluator starts after S seconds"),
     ZA_OPTION ("throttle-secs", T_NUM, eval.throttle_secs, "S",
                ZA_TEXT (ZA_EVAL_THROTTLE_SECS), 0, NO_MAX, NULL,
-               ZA_READ_SINGLE | ZA_READ_EVALUATOR, JOB, 0, NULL,
+               ZA_READ_SINGLE | ZA_READ_EVALUATOR | ZA_READ_LAUNCHER, JOB, 0, NULL,
                "at most one evaluation per S seconds"),
     ZA_OPTION ("data", T_STR, data, "SPEC", NULL, 0, 0, NULL, ZA_READ_SINGLE, PROC, 0,
                "Prediction (zactor-run predict --model-dir DIR --data SPEC)",

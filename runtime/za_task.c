@@ -414,7 +414,7 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     //  names take a listing of the source).
     int writes = !settings->role || streq (settings->role, "chief");
     if (writes && settings->train_data && !settings->predict && settings->run.model_dir)
-        za_input_json_save (settings, !program->model_fn);
+        za_input_json_save (settings, !program->model_fn, train.n_classes);
     return 0;
 }
 

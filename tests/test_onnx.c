@@ -485,6 +485,11 @@ Test (onnx, export_refuses_what_it_cannot_write, .timeout = 120)
     cr_expect_eq (result.exit_code, 2, "%s", result.err);
     cr_expect (strstr (result.err, "HxWxC"), "%s", result.err);
     za_test_result_free (&result);
+    const char *help [] = {"export", "--help", NULL};
+    result = za_test_run_program ("zactor-ckpt", help, 60);
+    cr_expect_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect (strstr (result.out, "--input-shape"), "%s", result.out);
+    za_test_result_free (&result);
     const char *no_ckpt [] = {"export", ZA_SOURCE_DIR "/docs", NULL};
     result = za_test_run_program ("zactor-ckpt", no_ckpt, 60);
     cr_expect_eq (result.exit_code, 1, "%s", result.err);

@@ -132,6 +132,33 @@ Test (predict, predicts_the_eval_folder_as_the_evaluation_scored_it, .timeout = 
     }
     cr_expect_eq (rows, EVAL_COUNT);
     za_test_result_free (&result);
+    //  In CSV too, every number to 9 digits: a row's probabilities are its
+    //  logits' softmax well past 6 digits.
+    const char *csv_logits [] = {"predict", "--model-dir", model, "--data", eval, "--logits",
+                                 "--format", "csv", NULL};
+    result = za_test_run (csv_logits, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    char *row = strchr (result.out, '\n');
+    cr_assert_not_null (row);
+    row = strchr (row + 1, ',');                //  past the file
+    row = row? strchr (row + 1, ','): NULL;     //  past the class
+    cr_assert_not_null (row, "%s", result.out);
+    double numbers [20], top = -INFINITY, total = 0;
+    for (int k = 0; k < 20; k++) {
+        char *end;
+        numbers [k] = strtod (row + 1, &end);
+        row = end;
+    }
+    for (int k = 0; k < 10; k++)
+        top = fmax (top, numbers [10 + k]);
+    for (int k = 0; k < 10; k++)
+        total += exp (numbers [10 + k] - top);
+    for (int k = 0; k < 10; k++) {
+        double softmax = exp (numbers [10 + k] - top) / total;
+        cr_expect (fabs (numbers [k] - softmax) <= 1e-8 * softmax, "p_class_%d %.10g, softmax "
+                   "%.10g", k, numbers [k], softmax);
+    }
+    za_test_result_free (&result);
 
     //  What is wrong is said: no checkpoint, a model dir of another model.
     char *empty = za_test_path ("empty");

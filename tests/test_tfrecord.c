@@ -212,6 +212,44 @@ Test (tfrecord, a_flipped_byte_skips_the_record_and_the_run_goes_on)
     za_test_dir_remove ();
 }
 
+//  Trained on TFRecords whose labels start at 1, whose images are under
+//  another key and that name no classes, a model predicts with no flag but
+//  the data (input.json): on one image
+//  (no label to count the classes by: the training's are kept, as numbers
+//  from the base) and on the records themselves.
+Test (tfrecord, predict_reads_them_as_training_did_with_no_flag)
+{
+    za_test_dir_create ("za_tfrecord_predict");
+    const int64_t count = 40;
+    za_dataset_t *fashion = za_test_fashion ("train", count);
+    char *dir = za_test_images_folder (fashion, count, "jpegs", ZA_TEST_JPEG, 1);
+    char *pattern = za_test_images_tfrecords_keyed (dir, "based", 1, -1, 1, "image/jpeg");
+    char *model = za_test_path ("model");
+    const char *train [] = {"--train-data", pattern, "--label-base", "1", "--image-key",
+                            "image/jpeg", "--model", "linear", "--validation-split", "0.25",
+                            "--max-steps", "5", "--batch-size", "8", "--image-size", "28",
+                            "--channels", "1", "--model-dir", model, NULL};
+    za_test_result_t result = za_test_run (train, 300);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    char image [4200];
+    snprintf (image, sizeof image, "%s/class_%d/%05d.jpg", dir, fashion->labels [0], 0);
+    const char *one [] = {"predict", "--model-dir", model, "--data", image, NULL};
+    result = za_test_run (one, 120);
+    cr_expect_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect_eq (za_test_count (result.out, "\"class_id\""), 1, "%s", result.out);
+    cr_expect (strstr (result.out, "\"probabilities\":{\"1\":"), "%s", result.out);
+    za_test_result_free (&result);
+    const char *records [] = {"predict", "--model-dir", model, "--data", pattern, NULL};
+    result = za_test_run (records, 120);
+    cr_expect_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect_eq (za_test_count (result.out, "\"class_id\""), count, "%s", result.err);
+    za_test_result_free (&result);
+    free (model), free (pattern), free (dir);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
+
 Test (tfrecord, patterns_with_double_star_label_by_parent_folder)
 {
     za_test_dir_create ("za_tfrecord");

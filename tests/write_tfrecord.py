@@ -6,13 +6,13 @@ generates at run time from a .proto with Example's field numbers
 (tensorflow/core/example/example.proto, feature.proto); the framing and its
 masked CRC32Cs are read_events.py's, written in Python.
 
-Usage: write_tfrecord.py FOLDER OUT SHARDS [--gzip K] [--label-base B]
+Usage: write_tfrecord.py FOLDER OUT SHARDS [--gzip K] [--label-base B] [--image-key KEY]
 
 Reads FOLDER as Keras's image_dataset_from_directory would (class folders,
 sorted; their files, sorted) and writes its images' bytes, unchanged, as
 OUT-0000k-of-0000n (as TensorFlow's build_image_data.py names them), shard k
 holding the k-th contiguous part, so that the shards in name order give the
-folder's order. Each Example holds image/encoded (the file's bytes),
+folder's order. Each Example holds image/encoded (or KEY: the file's bytes),
 image/class/label (the class's index + B), image/format and image/filename.
 Shard K (if given) is GZIP-compressed. Exit 0, or 2 when protobuf or protoc
 is missing.
@@ -66,17 +66,21 @@ def record(data):
 
 def main():
     args = sys.argv[1:]
-    gzip_shard, label_base = -1, 0
+    gzip_shard, label_base, image_key = -1, 0, "image/encoded"
+    usage = ("usage: write_tfrecord.py FOLDER OUT SHARDS [--gzip K] [--label-base B] "
+             "[--image-key KEY]")
     while len(args) > 3:
         if args[-2] == "--gzip":
             gzip_shard = int(args[-1])
         elif args[-2] == "--label-base":
             label_base = int(args[-1])
+        elif args[-2] == "--image-key":
+            image_key = args[-1]
         else:
-            fail("usage: write_tfrecord.py FOLDER OUT SHARDS [--gzip K] [--label-base B]")
+            fail(usage)
         args = args[:-2]
     if len(args) != 3:
-        fail("usage: write_tfrecord.py FOLDER OUT SHARDS [--gzip K] [--label-base B]")
+        fail(usage)
     folder, out, shards = args[0], args[1], int(args[2])
     example_pb2 = compile_proto(tempfile.mkdtemp(prefix="za_write_tfrecord_"), "example",
                                 EXAMPLE_PROTO)
@@ -88,7 +92,7 @@ def main():
             example = example_pb2.Example()
             feature = example.features.feature
             with open(path, "rb") as f:
-                feature["image/encoded"].bytes_list.value.append(f.read())
+                feature[image_key].bytes_list.value.append(f.read())
             feature["image/class/label"].int64_list.value.append(label + label_base)
             feature["image/format"].bytes_list.value.append(
                 b"PNG" if path.lower().endswith(".png") else b"JPEG")

@@ -96,13 +96,20 @@ char *
 za_test_images_tfrecords (const char *dir, const char *name, int shards, int gzip,
                           int label_base)
 {
+    return za_test_images_tfrecords_keyed (dir, name, shards, gzip, label_base, NULL);
+}
+
+char *
+za_test_images_tfrecords_keyed (const char *dir, const char *name, int shards, int gzip,
+                                int label_base, const char *image_key)
+{
     char *out = za_test_path (name);
     char n [16], g [16], b [16];
     snprintf (n, sizeof n, "%d", shards);
     snprintf (g, sizeof g, "%d", gzip);
     snprintf (b, sizeof b, "%d", label_base);
     const char *args [] = {ZA_SOURCE_DIR "/tests/write_tfrecord.py", dir, out, n, "--gzip", g,
-                           "--label-base", b, NULL};
+                           "--label-base", b, image_key? "--image-key": NULL, image_key, NULL};
     za_test_result_t result = za_test_run_program ("/usr/bin/python3", args, 300);
     //  CI installs python3-protobuf and protobuf-compiler: fail, never skip.
     cr_assert_eq (result.exit_code, 0, "tests/write_tfrecord.py: %s", result.err);

@@ -37,5 +37,8 @@ int64_t za_test_images_read_all (const za_dataset_t *dataset, int batch, int thr
 //  Returns the pattern "NAME-*" (free it).
 char *za_test_images_tfrecords (const char *dir, const char *name, int shards, int gzip,
                                 int label_base);
+//  The same with the image's bytes under image_key (NULL: image/encoded).
+char *za_test_images_tfrecords_keyed (const char *dir, const char *name, int shards, int gzip,
+                                      int label_base, const char *image_key);
 
 #endif

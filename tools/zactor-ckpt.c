@@ -187,6 +187,11 @@ s_export (int argc, char **argv)
         if (!strcmp (arg, "--no-softmax"))
             softmax = 0;
         else
+        if (!strcmp (arg, "-h") || !strcmp (arg, "--help")) {
+            s_usage (stdout);
+            return 0;
+        }
+        else
         if (arg [0] == '-' || target) {
             fprintf (stderr, "zactor-ckpt export: '%s' is not an option here (see --help)\n",
                      arg);
