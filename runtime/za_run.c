@@ -119,6 +119,11 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
                   "and --broker", s->serve? "serve": "predict");
         return ZA_EXIT_USAGE;
     }
+    if (s->no_eval && s->train_and_evaluate) {
+        za_error ("--no-eval and --train-and-evaluate: the one skips the evaluation, the other "
+                  "evaluates as training goes; give one of them");
+        return ZA_EXIT_USAGE;
+    }
     if (s->serve && s->device && strcmp (s->device, "cpu")) {
         za_error ("serve computes on the CPU: --device %s is not served yet (leave it out; "
                   "`%s predict --device %s` predicts a set of images there)", s->device,

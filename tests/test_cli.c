@@ -108,6 +108,13 @@ Test (cli, bad_arguments_exit_2)
     cr_assert (strstr (result.err, "adam"), "no list of known optimizers: %s", result.err);
     za_test_result_free (&result);
 
+    const char *both [] = {"--no-eval", "--train-and-evaluate", NULL};
+    result = za_test_run (both, PROCESS_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, EXIT_USAGE, "--no-eval --train-and-evaluate: exit %d",
+                  result.exit_code);
+    cr_assert (strstr (result.err, "give one of them"), "stderr: %s", result.err);
+    za_test_result_free (&result);
+
     const char *stray [] = {"--no-eval", "extra", NULL};
     result = za_test_run (stray, PROCESS_TIMEOUT_S);
     cr_assert_eq (result.exit_code, EXIT_USAGE, "stray argument: exit %d", result.exit_code);
