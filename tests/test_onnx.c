@@ -485,6 +485,30 @@ Test (onnx, export_refuses_what_it_cannot_write, .timeout = 120)
     cr_expect_eq (result.exit_code, 2, "%s", result.err);
     cr_expect (strstr (result.err, "HxWxC"), "%s", result.err);
     za_test_result_free (&result);
+    //  --input-shape is the graph's: input.json's image size is not said
+    //  beside it (without it, it is).
+    char *input_json = za_test_join (dir, "input.json");
+    FILE *f = fopen (input_json, "w");
+    cr_assert_not_null (f);
+    fputs ("{\"image_size\": \"28\", \"channels\": 1}\n", f);
+    fclose (f);
+    for (int given = 0; given < 2; given++) {
+        const char *shaped [] = {"export", "-o", written, dir, given? "--input-shape": NULL,
+                                 "28x28x1", NULL};
+        result = za_test_run_program ("zactor-ckpt", shaped, 60);
+        cr_expect_eq (result.exit_code, 0, "%s", result.err);
+        za_test_result_free (&result);
+        za_safetensors_t *exported = za_onnx_load_initializers (written);
+        cr_assert_not_null (exported, "%s", za_last_error ());
+        const char *said = za_safetensors_meta (exported, "image_size");
+        if (given)
+            cr_expect_null (said, "image_size %s beside --input-shape", said);
+        else
+            cr_expect (said && !strcmp (said, "28"), "image_size %s", said? said: "none");
+        za_safetensors_destroy (&exported);
+    }
+    remove (input_json);
+    free (input_json);
     const char *help [] = {"export", "--help", NULL};
     result = za_test_run_program ("zactor-ckpt", help, 60);
     cr_expect_eq (result.exit_code, 0, "%s", result.err);

@@ -224,6 +224,10 @@ s_export (int argc, char **argv)
         za_export_config_free (&json);
         return EXIT_USAGE;
     }
+    //  A shape given is the graph's: training's --image-size no longer says
+    //  what the images are resized to.
+    if (shape)
+        config.image_size = NULL;
     if (preprocess && za_preprocess_parse (preprocess) < 0) {
         fprintf (stderr, "zactor-ckpt export: --preprocess %s: none, tf, torch or caffe\n",
                  preprocess);
