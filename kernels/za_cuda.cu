@@ -548,7 +548,7 @@ k_clip_scale (double *partial, float clip)
     s_block_sum (sums);
     if (threadIdx.x == 0) {
         double norm = sqrt (sums [0]);
-        partial [CLIP_BLOCKS] = norm > clip? (double) (float) (clip / norm): 1.0;
+        partial [CLIP_BLOCKS] = clip > 0 && norm > clip? (double) (float) (clip / norm): 1.0;
     }
 }
 

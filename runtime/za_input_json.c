@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #define PATH_CHARS 4096
+#define INT_TEXT_MAX 12                 //  "-2147483648" and a comma
 
 int
 za_input_json_apply (za_options_t *options, const za_settings_t *s)
@@ -27,7 +28,7 @@ za_input_json_apply (za_options_t *options, const za_settings_t *s)
 static char *
 s_label_names (int n, int base)
 {
-    char *names = n > 0? malloc ((size_t) n * 12 + 1): NULL;
+    char *names = n > 0? malloc ((size_t) n * INT_TEXT_MAX + 1): NULL;
     char *at = names;
     for (int k = 0; names && k < n; k++)
         at += sprintf (at, "%s%d", k? ",": "", base + k);

@@ -15,9 +15,10 @@ int za_input_json_apply (za_options_t *options, const za_settings_t *settings);
 //  Writes MODEL_DIR/input.json for a run that trains from images: the image
 //  settings, a TFRecord's keys and label base where they are not the
 //  defaults, the class names (where the source names none, as TFRecords
-//  without --class-names, its n_classes labels as numbers) and (with_model:
-//  a layer stack or premade model, not a program's model_fn) the model
-//  (atomically; a failure is a warning: training goes on).
+//  without --class-names, the model's n_classes outputs as label numbers)
+//  and (with_model: a layer stack or premade model, not a program's
+//  model_fn) the model (atomically; a failure is a warning: training goes
+//  on).
 void za_input_json_save (const za_settings_t *settings, int with_model, int n_classes);
 
 #endif

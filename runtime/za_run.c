@@ -124,12 +124,11 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
                   "evaluates as training goes; give one of them");
         return ZA_EXIT_USAGE;
     }
-    if (s->serve && s->device && strcmp (s->device, "cpu")) {
-        za_error ("serve computes on the CPU: --device %s is not served yet (leave it out; "
-                  "`%s predict --device %s` predicts a set of images there)", s->device,
-                  program->name, s->device);
-        return ZA_EXIT_USAGE;
-    }
+    //  (A job file's device is no reason to refuse: said, not used.)
+    if (s->serve && s->device && strcmp (s->device, "cpu"))
+        za_info ("warning: serve computes on the CPU: --device %s is not used (`%s predict "
+                 "--device %s` predicts a set of images there)", s->device, program->name,
+                 s->device);
     if (!s->predict && (s->data || s->checkpoint)) {
         za_error ("--data and --checkpoint go with `%s predict`; to train on images, "
                   "give --train-data", program->name);

@@ -381,7 +381,8 @@ za_serve_run (const za_settings_t *s)
                  "%s:predict; batches of up to %lld after %lld us on %d threads; Ctrl-C stops",
                  s->run.model_dir, (long long) self->model->step,
                  za_predictor_model (self->model->predictor), in.height, in.width,
-                 in.channels, za_predictor_precision (self->model->predictor), s->listen, info? info->port: (unsigned) s->port, self->name,
+                 in.channels, za_predictor_precision (self->model->predictor), s->listen,
+                 info? info->port: (unsigned) s->port, self->name,
                  (long long) s->max_batch_size, (long long) s->batch_timeout_micros,
                  self->batcher_count);
     }

@@ -413,8 +413,12 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     //  the process that trains alone, the launcher or the chief (the class
     //  names take a listing of the source).
     int writes = !settings->role || streq (settings->role, "chief");
+    //  Its classes are the model's outputs (a layer stack may have more
+    //  than the data's labels).
+    int classes = program->model_fn? train.n_classes
+                : task->spec.layers [task->spec.count - 1].units;
     if (writes && settings->train_data && !settings->predict && settings->run.model_dir)
-        za_input_json_save (settings, !program->model_fn, train.n_classes);
+        za_input_json_save (settings, !program->model_fn, classes);
     return 0;
 }
 

@@ -188,10 +188,13 @@ s_evaluate_final (za_task_t *task)
         s_print_metrics (metrics);
         json_decref (metrics);
         //  With no evaluator, the end is the job's one evaluation, and so
-        //  its best so far: kept as the evaluator keeps its own.
+        //  its best so far: kept as the evaluator keeps its own (a copy that
+        //  fails is a warning: training and its evaluation are done).
         char *path = za_checkpoint_path (s->run.model_dir, result.global_step);
-        rc = !path || za_evaluator_keep_best ("final evaluation", s->run.model_dir, &s->eval,
-                                              task->input, path, &result);
+        if (!path || za_evaluator_keep_best ("final evaluation", s->run.model_dir, &s->eval,
+                                             task->input, path, &result))
+            za_info ("warning: the final evaluation is not kept in export/: %s",
+                     za_last_error ());
         free (path);
     }
     za_eval_result_free (&result);

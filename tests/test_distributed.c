@@ -266,7 +266,8 @@ Test (distributed, with_an_evaluator_task, .timeout = 300 * ZA_TEST_SLOWDOWN)
     for (int t = 0; t < 4; t++) {
         if (t == 1) {               //  the evaluator follows model_dir before the rest start
             double deadline = za_clock_mono () + TIMEOUT_S;
-            while (!za_evaluator_following (model_dir, NULL, NULL, 0) && za_clock_mono () < deadline
+            while (!za_evaluator_following (model_dir, NULL, NULL, 0)
+                   && za_clock_mono () < deadline
                    && waitpid (pids [0], NULL, WNOHANG) == 0)
                 zclock_sleep (10);
             if (!za_evaluator_following (model_dir, NULL, NULL, 0)) {

@@ -413,9 +413,10 @@ Test (allreduce, a_worker_with_another_learning_rate_is_stopped_by_name)
                               "20", "--model-dir", model_dir, "--no-eval", "--timeout-secs",
                               "5", "--weight-decay", "0.5", "--lr-schedule",
                               "cosine_decay(decay_steps=20)", NULL};
-    s_expect_stopped (chief_b, other_w, "the chief's update has --weight-decay 0, --clip-norm 0, "
-                      "the schedule constant and 0 warmup steps, this one's 0.5, 0, "
+    s_expect_stopped (chief_b, other_w, "the chief's update has --weight-decay 0, --clip-norm "
+                      "0, the schedule constant and 0 warmup steps, this one's 0.5, 0, "
                       "cosine_decay and 0");
+    free (model_dir);
 }
 
 //  The values' CRC a role's log ends with ("done at step S ... crc32 X").

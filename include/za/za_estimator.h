@@ -26,6 +26,9 @@ extern "C" {
 #define ZA_RUN_SAVE_SUMMARY_STEPS 100
 #define ZA_RUN_SEED 42
 
+//  The longest evaluation folder name, "eval_<name>" (za_eval_subdir).
+#define ZA_EVAL_SUBDIR_MAX 300
+
 typedef struct {
     const char *model_dir;          //  required for train / evaluate / predict
     int64_t save_checkpoints_steps; //  > 0: every N steps (then secs is ignored)
@@ -170,8 +173,8 @@ int za_estimator_evaluate (za_estimator_t *self, za_input_fn_t input_fn, void *a
 int za_estimator_evaluate_named (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
                                  int64_t steps, const char *eval_name,
                                  za_eval_result_t *result);
-//  An evaluation's folder in model_dir: "eval", or "eval_<eval_name>".
-#define ZA_EVAL_SUBDIR_MAX 300
+//  An evaluation's folder in model_dir: "eval", or "eval_<eval_name>"
+//  (at most ZA_EVAL_SUBDIR_MAX bytes with its NUL).
 void za_eval_subdir (const char *eval_name, char *subdir, size_t size);
 
 //  Evaluates the checkpoint file at `path` (verified, never a half-written
