@@ -244,7 +244,9 @@ static const za_option_t s_options [] = {
                "run mixes its starting step into the shuffle seed"),
     ZA_OPTION ("threads", T_INT, run.threads, "N", "0", 0, 64, NULL,
                R_TRAIN | ZA_READ_EVALUATOR, JOB, 0, NULL,
-               "compute threads; 0: the cores, shared by the tasks of this machine"),
+               "compute threads; 0: the cores, shared by the tasks of a cluster\n"
+               "on this machine (--train-and-evaluate's evaluator takes them too\n"
+               "while it evaluates)"),
     ZA_OPTION ("device", T_STR, device, "DEV", "cpu", 0, 0, NULL, R_TRAIN | ZA_READ_EVALUATOR,
                JOB, 0, NULL,
                "where the model computes: cpu, cuda (= cuda:0), cuda:N, or\n"
