@@ -88,8 +88,8 @@ s_input_fn (void *arg, const za_input_context_t *context)
 }
 
 //  The largest global_step in <eval dir>/metrics.jsonl (-1 if none): what a
-//  restarted evaluator has done already. Also the best value there, and
-//  where early stopping's rule stands.
+//  restarted evaluator has done already. Also where early stopping's rule
+//  stands, walked by its own metric.
 static int64_t
 s_already_evaluated (s_eval_t *self)
 {
@@ -109,12 +109,10 @@ s_already_evaluated (s_eval_t *self)
         json_t *step = json_object_get (json, "global_step");
         if (json_is_integer (step) && json_integer_value (step) > last)
             last = json_integer_value (step);
-        json_t *best = json_object_get (json, self->best.goal.name);
-        double value = json_is_number (best)? json_number_value (best): NAN;
-        if (za_metric_goal_better (&self->best.goal, value, self->best.best_value))
-            self->best.best_value = value;
+        json_t *value = json_object_get (json, self->stop.goal.name);
         if (self->stopping && json_is_integer (step))
-            za_early_stop_add (&self->stop, json_integer_value (step), value);
+            za_early_stop_add (&self->stop, json_integer_value (step),
+                               json_is_number (value)? json_number_value (value): NAN);
         json_decref (json);
     }
     free (line);
@@ -248,6 +246,25 @@ s_export_best (s_best_t *self, const char *path, const za_eval_result_t *result)
     return 0;
 }
 
+//  The value of the copy kept (best.json's, where it is of this metric), or
+//  NaN: what a new evaluation must beat to replace it. (An evaluation that
+//  metrics.jsonl holds but that was never kept, its copy deleted first or
+//  its evaluator killed before the copy, is not what must be beaten.)
+static double
+s_best_kept (const s_best_t *self)
+{
+    char dir [4096], file [4200];
+    za_evaluator_best_dir (self->model_dir, self->spec->name, dir, sizeof dir);
+    snprintf (file, sizeof file, "%s/best.json", dir);
+    json_t *kept = json_load_file (file, 0, NULL);
+    const char *metric = json_string_value (json_object_get (kept, "metric"));
+    json_t *value = json_object_get (kept, "value");
+    double best = metric && !strcmp (metric, self->goal.name) && json_is_number (value)
+                ? json_number_value (value): NAN;
+    json_decref (kept);
+    return best;
+}
+
 int
 za_evaluator_keep_best (const char *who, const char *model_dir, const za_eval_spec_t *spec,
                         za_input_shape_t input, const char *path,
@@ -257,16 +274,7 @@ za_evaluator_keep_best (const char *who, const char *model_dir, const za_eval_sp
     if (za_metric_goal_parse ("--best-metric", spec->best_metric? spec->best_metric: "accuracy",
                               &best.goal))
         return -1;
-    //  Better than the one kept (best.json's value, where it is of this metric).
-    char dir [4096], file [4200];
-    za_evaluator_best_dir (model_dir, spec->name, dir, sizeof dir);
-    snprintf (file, sizeof file, "%s/best.json", dir);
-    json_t *kept = json_load_file (file, 0, NULL);
-    const char *metric = json_string_value (json_object_get (kept, "metric"));
-    json_t *value = json_object_get (kept, "value");
-    if (metric && !strcmp (metric, best.goal.name) && json_is_number (value))
-        best.best_value = json_number_value (value);
-    json_decref (kept);
+    best.best_value = s_best_kept (&best);
     return s_export_best (&best, path, result);
 }
 
@@ -668,6 +676,7 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
         return -1;
     }
     self.stopping = config->spec.stop_if_no_improvement && !config->spec.replay;
+    self.best.best_value = s_best_kept (&self.best);
     za_eval_subdir (config->spec.name, self.subdir, sizeof self.subdir);
     za_run_config_t run = za_run_config_default ();
     run.model_dir = config->model_dir;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "za/za_checkpoint.h"
+#include "za/za_early_stop.h"
 #include "za/za_evaluator.h"
 #include "za/za_role.h"
 #include "za_test.h"
@@ -467,4 +468,36 @@ Test (evaluator, a_final_evaluation_goes_by_its_name_and_keeps_the_best)
     za_test_result_free (&result);
     free (local_metrics), free (onnx), free (unnamed), free (metrics), free (local), free (dir);
     za_test_dir_remove ();
+}
+
+//  A restarted evaluator walks its metrics.jsonl again: early stopping's
+//  rule by the rule's own metric, and the best copy must beat what
+//  best.json says is kept. Here loss improved at step 200, so step 300
+//  (within the rule's 150 steps of it) asks for no stop, where a walk by
+//  --best-metric's accuracy (0.01 at step 100, then 0.99: not better under
+//  the rule's "lower") would; and accuracy 0.99 at step 200 was never
+//  kept, so step 300 is.
+Test (evaluator, a_restarted_evaluator_walks_each_metric_by_its_own_name)
+{
+    s_case_t c;
+    s_case_setup_prompt (&c);
+    c.config.max_steps = 1000;
+    c.config.spec.stop_if_no_improvement = "loss,150";
+    char *eval = za_test_path ("eval");
+    cr_assert_eq (za_mkdirs (eval), 0);
+    free (za_test_write ("eval/metrics.jsonl",
+                         "{\"global_step\": 100, \"loss\": 9.0, \"accuracy\": 0.01}\n"
+                         "{\"global_step\": 200, \"loss\": 8.0, \"accuracy\": 0.99}\n"));
+    s_save (&c, 300);
+    zactor_t *evaluator = zactor_new (za_evaluator_actor, &c.config);
+    //  The rule is asked after step 300's evaluation, not after the final one.
+    cr_expect (s_evaluated (&c, 300, 10.0), "step 300 was not evaluated");
+    int64_t step;
+    cr_expect_gt (s_best_kept (za_test_dir (), NULL, &step), 0);
+    cr_expect_eq (step, 300, "the best kept is of step %lld", (long long) step);
+    s_save (&c, 1000);
+    s_expect_end (&evaluator, 2);
+    cr_expect_eq (za_early_stop_requested (za_test_dir ()), 0, "a stop was asked for");
+    free (eval);
+    s_case_teardown (&c);
 }
