@@ -359,10 +359,11 @@ za_role_hooks_init (za_role_hooks_t *self, const za_role_config_t *config, const
     self->counter.who = self->prefix;
     za_hook_t hooks [4];
     int count = 0;
+    self->optim = config->optim;
     hooks [count++] = za_step_counter_hook (&self->counter, run->log_step_count_steps, 0);
     if (config->is_chief) {
         hooks [count++] = za_summary_hook (&self->summary, run->model_dir,
-                                           run->save_summary_steps, &config->optim);
+                                           run->save_summary_steps, &self->optim);
         hooks [count++] = za_saver_hook (&self->saver, run->save_checkpoints_steps,
                                          run->save_checkpoints_secs, -1, save, arg);
         if (run->early_stopping)
@@ -385,6 +386,10 @@ za_role_hooks_after_step (za_role_hooks_t *self, const za_role_config_t *config,
     ctx->loss_steps = 1;
     ctx->batch_size = batch;
     ctx->elapsed_secs = elapsed;
+    if (config->membership)
+        self->optim.learning_rate =
+            za_role_elastic_rate (config, config->optim.learning_rate,
+                                  za_membership_count (config->membership));
     return za_hooks_after_run (&self->hooks, ctx);
 }
 

@@ -55,6 +55,8 @@ typedef struct {
     za_stop_hook_t stop;                        //  the chief, --stop-if-no-improvement:
                                                 //  stop.requested ends training
     za_run_context_t context;
+    za_optim_config_t optim;                    //  what the summary says: the update's
+                                                //  (elastic scale-lr: by the trainers now)
 } za_role_hooks_t;
 
 void za_role_hooks_init (za_role_hooks_t *self, const za_role_config_t *config,

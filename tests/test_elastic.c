@@ -172,6 +172,7 @@ s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t s
     const char *args [] = {"--local", "--strategy", strategy, "--workers", "1:2",
                            "--elastic-timeout", "2", "--ps", ps, "--model-dir", dir,
                            "--max-steps", steps_text, "--threads", "1", "--evaluators", "0",
+                           "--save-summary-steps", rule? "10": "100",
                            "--elastic-batch", rule? rule: "global",
                            rate? "--lr-schedule": NULL, rate, NULL};
     char broker [128];
@@ -278,6 +279,12 @@ s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t s
                    && strstr (log, "2 trainers: the learning rate is 0.001 (scale-lr)"),
                    "%s: %s", tag, log);
         free (log);
+        //  The summaries (a line every 10 steps) say the rate the updates used.
+        snprintf (path, sizeof path, "%s/metrics.jsonl", dir);
+        char *lines = (char *) za_test_read_file (path, NULL);
+        cr_expect (lines && strstr (lines, "\"learning_rate\": 0.0015,")
+                   && strstr (lines, "\"learning_rate\": 0.001,"), "%s: %s", tag, lines);
+        free (lines);
         free (joiner_out), free (joiner_err), free (out), free (dir);
         return;
     }
