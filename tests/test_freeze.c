@@ -346,3 +346,60 @@ Test (freeze, l2_adds_two_f_w_to_the_kernel_gradient)
                za_last_error ());
     za_error_set_quiet (0);
 }
+
+//  A checkpoint written with a frozen layer holds no optimizer slots for
+//  it: resumed with the layer training (--freeze left out), its slots
+//  start fresh and every other variable keeps the checkpoint's.
+Test (freeze, unfrozen_on_resume_only_the_frozen_layers_slots_start_fresh)
+{
+    za_dataset_t *fashion = za_test_fashion ("train", 32);
+    za_batch_t batch = {fashion->features, fashion->labels, 32, 28 * 28, NULL, NULL};
+    static za_stack_spec_t specs [2];
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_ADAM);
+    za_replica_t *replicas [2];
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq (za_stack_parse ("conv2d(8,3,relu) maxpool(2) flatten dense(10)",
+                                      &specs [r]), 0, "%s", za_last_error ());
+        if (r == 0)
+            snprintf (specs [r].freeze, sizeof specs [r].freeze, "conv2d/");
+        za_replica_config_t config = {
+            .model_fn = za_stack_model_fn (), .params = &specs [r], .input = {28, 28, 1},
+            .threads = 1, .train = 1, .optim = &optim,
+        };
+        replicas [r] = za_replica_new (&config, 5);
+        cr_assert_not_null (replicas [r], "%s", za_last_error ());
+    }
+    double loss;
+    for (int64_t step = 1; step <= 2; step++) {
+        cr_assert_eq (za_replica_compute_gradients (replicas [0], &batch, step, &loss), 0);
+        za_replica_apply (replicas [0], step);
+    }
+    const char *dir = za_test_dir_create ("za_unfrozen");
+    cr_assert_eq (za_replica_save (replicas [0], dir, 2, 0), 0, "%s", za_last_error ());
+    int restored = 0;
+    int64_t step = 0;
+    cr_assert_eq (za_replica_restore_newest (replicas [1], dir, &restored, &step), 0, "%s",
+                  za_last_error ());
+    cr_expect (restored && step == 2);
+    const za_vars_t *vars = za_replica_vars (replicas [1]);
+    for (int v = 0; v < vars->count; v++) {
+        const za_var_t *var = &vars->vars [v];
+        int was_frozen = !strncmp (var->name, "conv2d/", 7);
+        for (int s = 0; s < 2; s++) {
+            const float *kept = za_replica_slot (replicas [0], s) + var->offset;
+            const float *got = za_replica_slot (replicas [1], s) + var->offset;
+            int zeros = 1;
+            for (size_t i = 0; i < var->size; i++)
+                zeros &= got [i] == 0.0f;
+            if (was_frozen)
+                cr_expect (zeros, "%s slot %d: not fresh", var->name, s);
+            else
+                cr_expect (!zeros && !memcmp (kept, got, var->size * sizeof (float)),
+                           "%s slot %d: not the checkpoint's", var->name, s);
+        }
+    }
+    za_test_dir_remove ();
+    for (int r = 0; r < 2; r++)
+        za_replica_destroy (&replicas [r]);
+    za_dataset_destroy (&fashion);
+}

@@ -143,7 +143,7 @@ Test (reshape, every_shape_resumes_every_other_shapes_checkpoint)
                                                : strdup (result.err);
             cr_expect (log && strstr (log, restored), "%s: it did not resume from step %"
                        PRId64 ": %s", what, step, log? log: "(no log)");
-            cr_expect (log && !strstr (log, "starting them fresh"), "%s: slots started "
+            cr_expect (log && !strstr (log, "start fresh"), "%s: slots started "
                        "afresh: %s", what, log);
             free (log);
             //  (ps-async ends up to a step per other trainer past max_steps:

@@ -150,7 +150,10 @@ za_replica_restore (za_replica_t *self, const za_checkpoint_t *ckpt, int64_t *st
                          "Use another --model-dir, or the same model.",
                          za_checkpoint_filename (ckpt), model, text);
     int slot_count = za_replica_slot_count (self);
-    int missing_slots = 0;
+    //  Variables whose slots the checkpoint lacks (frozen when it was
+    //  written, or another optimizer's): theirs alone start fresh.
+    int missing [ZA_MAX_VARS] = {0}, missing_count = 0;
+    const char *first_missing = NULL;
     for (int pass = 0; pass < 2; pass++) {
         int copy = pass == 1;
         for (int v = 0; v < self->vars.count; v++) {
@@ -167,19 +170,27 @@ za_replica_restore (za_replica_t *self, const za_checkpoint_t *ckpt, int64_t *st
                 char name [SLOT_NAME_MAX];
                 snprintf (name, sizeof name, "%s/%s", var->name,
                           za_optim_slot_name (self->optim.kind, s));
-                rc = s_copy_tensor (ckpt, name, var, copy && !missing_slots? self->slots [s]: NULL);
+                rc = s_copy_tensor (ckpt, name, var, copy && !missing [v]? self->slots [s]: NULL);
                 if (rc < 0)
                     return -1;
-                if (!copy)
-                    missing_slots += rc;
+                if (!copy && rc > 0 && !missing [v]) {
+                    missing [v] = 1;
+                    missing_count++;
+                    first_missing = first_missing? first_missing: var->name;
+                }
+            }
+            if (copy && missing [v] && self->has_optim) {
+                float *views [ZA_OPTIM_MAX_SLOTS];
+                for (int s = 0; s < slot_count; s++)
+                    views [s] = self->slots [s] + var->offset;
+                za_optim_init_slots (&self->optim, views, var->size);
             }
         }
     }
-    if (missing_slots) {
-        za_info ("'%s' has no %s slots: starting them fresh",
-                 za_checkpoint_filename (ckpt), za_optim_name (self->optim.kind));
-        za_replica_reset_slots (self);
-    }
+    if (missing_count)
+        za_info ("'%s' has no %s slots for %d of the variables that train (%s%s): theirs start "
+                 "fresh", za_checkpoint_filename (ckpt), za_optim_name (self->optim.kind),
+                 missing_count, first_missing, missing_count > 1? ", ...": "");
     //  mixed_float16: the scale it had (a checkpoint of another precision
     //  has none: the initial one stays).
     const za_ckpt_tensor_t *scale = za_checkpoint_find (ckpt, CKPT_LOSS_SCALE);
