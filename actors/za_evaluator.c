@@ -265,17 +265,28 @@ s_best_kept (const s_best_t *self)
     return best;
 }
 
+//  A keeper for spec's best (--best-metric, accuracy by default), to beat
+//  what is kept already. 0, or -1 with an error.
+static int
+s_best_init (s_best_t *self, const char *who, const char *model_dir,
+             const za_eval_spec_t *spec, za_input_shape_t input)
+{
+    *self = (s_best_t) {who, model_dir, spec, input, .best_value = NAN};
+    if (za_metric_goal_parse ("--best-metric", spec->best_metric? spec->best_metric: "accuracy",
+                              &self->goal))
+        return -1;
+    self->best_value = s_best_kept (self);
+    return 0;
+}
+
 int
 za_evaluator_keep_best (const char *who, const char *model_dir, const za_eval_spec_t *spec,
                         za_input_shape_t input, const char *path,
                         const za_eval_result_t *result)
 {
-    s_best_t best = {who, model_dir, spec, input, .best_value = NAN};
-    if (za_metric_goal_parse ("--best-metric", spec->best_metric? spec->best_metric: "accuracy",
-                              &best.goal))
-        return -1;
-    best.best_value = s_best_kept (&best);
-    return s_export_best (&best, path, result);
+    s_best_t best;
+    return s_best_init (&best, who, model_dir, spec, input)
+        || s_export_best (&best, path, result)? -1: 0;
 }
 
 //  Evaluates the checkpoint of `step`. Returns 0 when evaluated, 1 when it
@@ -665,18 +676,14 @@ za_evaluator_run (const za_evaluator_config_t *config, zsock_t *pipe, int *evalu
         s_publish (config, ZA_ROLE_FAILED);
         return za_error ("evaluator: needs a model_dir and evaluation data");
     }
-    s_eval_t self = {.config = config, .inotify = -1, .watch = -1, .lock = -1,
-                     .best = {"evaluator", config->model_dir, &config->spec, config->input,
-                              .best_value = NAN}};
-    const char *best = config->spec.best_metric? config->spec.best_metric: "accuracy";
-    if (za_metric_goal_parse ("--best-metric", best, &self.best.goal)
+    s_eval_t self = {.config = config, .inotify = -1, .watch = -1, .lock = -1};
+    if (s_best_init (&self.best, "evaluator", config->model_dir, &config->spec, config->input)
         || (config->spec.stop_if_no_improvement
             && za_early_stop_parse (config->spec.stop_if_no_improvement, &self.stop))) {
         s_publish (config, ZA_ROLE_FAILED);
         return -1;
     }
     self.stopping = config->spec.stop_if_no_improvement && !config->spec.replay;
-    self.best.best_value = s_best_kept (&self.best);
     za_eval_subdir (config->spec.name, self.subdir, sizeof self.subdir);
     za_run_config_t run = za_run_config_default ();
     run.model_dir = config->model_dir;

@@ -53,7 +53,6 @@ typedef struct {
     double wait_average;                        //  ms per step waiting on the ring
     za_reducer_t reducer;
     za_group_t group;                           //  the gradients' sum on the devices
-    int group_fp32_said;                        //  --wire-dtype bf16 is not the group's
     //  An elastic job (config->membership): the members the ring has now,
     //  and where the global stream of examples is (the global batch changes
     //  size with them).
@@ -589,16 +588,15 @@ s_generation (s_mirrored_t *self, int first)
         return rc;
     //  On devices: a group of the processes sums the gradients there, where
     //  every rank can have one; the reducer then hears of no gradient.
+    int said = self->group.said;
     rc = za_group_form (&self->group, self->ring, self->rank, self->size,
                         self->config->timeout_secs);
     if (rc)
         return rc;
-    if (self->group.group && self->config->wire_dtype == ZA_DTYPE_BF16
-        && !self->group_fp32_said) {
+    //  Said with the group's first word of itself.
+    if (!said && self->group.said && self->config->wire_dtype == ZA_DTYPE_BF16)
         za_info ("%s: --wire-dtype bf16 is the ring's: the group on the devices sums the "
                  "gradients in fp32", self->who);
-        self->group_fp32_said = 1;
-    }
     if (self->reducer.running)
         za_replica_on_gradients (self->replica, self->group.group? NULL: za_reducer_final,
                                  self->group.group? NULL: &self->reducer);

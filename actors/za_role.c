@@ -386,7 +386,9 @@ za_role_hooks_after_step (za_role_hooks_t *self, const za_role_config_t *config,
     ctx->loss_steps = 1;
     ctx->batch_size = batch;
     ctx->elapsed_secs = elapsed;
-    if (config->membership)
+    //  Only the chief's summary shows it, and only scale-lr changes it.
+    if (config->is_chief && config->membership
+        && config->elastic_batch == ZA_ELASTIC_SCALE_LR)
         self->optim.learning_rate =
             za_role_elastic_rate (config, config->optim.learning_rate,
                                   za_membership_count (config->membership));
