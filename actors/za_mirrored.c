@@ -85,6 +85,7 @@ static int
 s_save_at (s_mirrored_t *self, int64_t step, int final)
 {
     const za_run_config_t *run = &self->config->run;
+    za_replica_set_examples_done (self->replica, self->examples_done);
     int saved = za_replica_save_through (self->replica, run->model_dir, step,
                                          run->keep_checkpoint_max, final);
     if (saved)
@@ -314,8 +315,11 @@ s_start (s_mirrored_t *self, int first)
         .bucket_floats = (int64_t) config->bucket_floats,
         .wire_dtype = (int64_t) config->wire_dtype,
         .early_stopping = config->run.early_stopping,
-        .examples_done = self->examples_done > 0 || !config->membership? self->examples_done
-                       : step * s_global_batch (self),
+        //  Where the stream is: counted on from where the checkpoint said
+        //  (it may have been written at another global batch).
+        .examples_done = self->examples_done > 0? self->examples_done
+                       : restored && za_replica_examples_done (self->replica) > 0
+                       ? za_replica_examples_done (self->replica): step * s_global_batch (self),
     };
     //  Elastic scale-lr: every rank compares the job's rate, not its scaled one.
     if (config->membership)
@@ -605,20 +609,20 @@ s_generation (s_mirrored_t *self, int first)
     if (self->config->membership)
         za_input_destroy (&self->input);
     if (!self->input
-        && !(self->input = self->config->membership
-             ? za_role_train_input_among (self->config, self->who, self->global_step,
-                                          self->size, self->rank, self->examples_done,
-                                          self->config->elastic_batch == ZA_ELASTIC_GLOBAL
-                                          ? (int) s_global_batch (self): 0)
-             : za_role_train_input (self->config, self->who, self->global_step)))
+        && !(self->input = za_role_train_input_among (
+                 self->config, self->who, self->global_step, self->size, self->rank,
+                 self->examples_done, self->config->membership
+                 && self->config->elastic_batch == ZA_ELASTIC_GLOBAL
+                 ? (int) s_global_batch (self): 0)))
         return -1;
     if (za_replica_feed (self->replica, self->input))
         return -1;
     za_role_rates_restart (&self->rates, self->global_step, self->own_steps, za_clock_mono ());
     za_hooks_begin (&self->hooks.hooks, self->global_step);
     if (first)
-        za_info ("%s: going from step %" PRId64 " to %" PRId64, self->who, self->global_step,
-                 self->config->max_steps);
+        za_info ("%s: going from step %" PRId64 " to %" PRId64 " (the input from example %"
+                 PRId64 ")", self->who, self->global_step, self->config->max_steps,
+                 self->examples_done);
     return s_run_steps (self);
 }
 

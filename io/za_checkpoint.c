@@ -301,7 +301,7 @@ s_tensors_parse (za_checkpoint_t *self, const char *path, uint64_t data_start,
 
 //  Reads, parses and verifies; fills self. fd is open on path.
 static int
-s_load_file (za_checkpoint_t *self, const char *path, int fd)
+s_load_file (za_checkpoint_t *self, const char *path, int fd, int with_data)
 {
     struct stat st;
     if (fstat (fd, &st) != 0)
@@ -355,6 +355,10 @@ s_load_file (za_checkpoint_t *self, const char *path, int fd)
     uint64_t *begins = NULL;
     if (s_tensors_parse (self, path, data_start, file_size, &begins))
         return -1;
+    if (!with_data) {
+        free (begins);
+        return 0;
+    }
 
     int rc = 0;
     self->data = za_alloc (self->data_size);
@@ -378,8 +382,9 @@ s_load_file (za_checkpoint_t *self, const char *path, int fd)
     return rc;
 }
 
-za_checkpoint_t *
-za_checkpoint_load (const char *path)
+//  The file at path, with its data (verified) or its header alone.
+static za_checkpoint_t *
+s_load (const char *path, int with_data)
 {
     if (!path) {
         za_error ("za_checkpoint_load: path is NULL");
@@ -402,11 +407,17 @@ za_checkpoint_load (const char *path)
         za_checkpoint_destroy (&self);
         return NULL;
     }
-    int rc = s_load_file (self, path, fd);
+    int rc = s_load_file (self, path, fd, with_data);
     close (fd);
     if (rc != 0)
         za_checkpoint_destroy (&self);
     return self;
+}
+
+za_checkpoint_t *
+za_checkpoint_load (const char *path)
+{
+    return s_load (path, 1);
 }
 
 za_checkpoint_t *
@@ -450,6 +461,29 @@ int64_t
 za_checkpoint_step (const za_checkpoint_t *self)
 {
     return self->step;
+}
+
+int64_t
+za_checkpoint_examples_done (const za_checkpoint_t *self)
+{
+    const char *text = za_checkpoint_meta (self, ZA_CKPT_META_EXAMPLES);
+    int64_t examples = 0;
+    return text && s_parse_step_value (text, &examples) == 0? examples: 0;
+}
+
+int64_t
+za_checkpoint_newest_examples (const char *model_dir, int64_t *step)
+{
+    int64_t newest = za_checkpoint_newest_step (model_dir);
+    char *path = newest >= 0? za_checkpoint_path (model_dir, newest): NULL;
+    za_checkpoint_t *header = path? s_load (path, 0): NULL;
+    free (path);
+    if (!header)
+        return -1;
+    int64_t examples = za_checkpoint_examples_done (header);
+    *step = header->step;
+    za_checkpoint_destroy (&header);
+    return examples;
 }
 
 int

@@ -246,6 +246,30 @@ s_check_goal (const za_task_t *task, const char *option, const char *name)
                      option, name);
 }
 
+//  --epochs: the global steps of `examples` at global_batch each. Resumed
+//  from a checkpoint that says where the input was (written by a job of
+//  another global batch: other trainers, an elastic job's members), the
+//  examples left from there.
+static void
+s_max_steps_of_epochs (za_settings_t *settings, int64_t examples, int64_t global_batch)
+{
+    settings->max_steps = (examples + global_batch - 1) / global_batch;
+    int64_t step = 0, done = -1;
+    if (settings->run.model_dir) {
+        za_error_set_quiet (1);         //  a damaged header is the restore's to say
+        done = za_checkpoint_newest_examples (settings->run.model_dir, &step);
+        za_error_set_quiet (0);
+    }
+    if (done <= 0 || done == step * global_batch)
+        return;
+    int64_t left = examples > done? examples - done: 0;
+    settings->max_steps = step + (left + global_batch - 1) / global_batch;
+    za_info ("--epochs %" PRId64 ": the checkpoint of step %" PRId64 " read %" PRId64
+             " examples (global batches other than this job's %" PRId64 "); training ends "
+             "at step %" PRId64, settings->epochs, step, done, global_batch,
+             settings->max_steps);
+}
+
 static int
 s_check_goals (const za_task_t *task)
 {
@@ -404,8 +428,7 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
             return ZA_EXIT_USAGE;
         }
         int64_t global_batch = settings->batch_size * (replicas > 1? replicas: 1);
-        settings->max_steps = (settings->epochs * task->epoch_examples + global_batch - 1)
-                            / global_batch;
+        s_max_steps_of_epochs (settings, settings->epochs * task->epoch_examples, global_batch);
     }
     if (settings->run.warm_start.from && !settings->predict && (rc = s_check_warm_start (task)))
         return rc;

@@ -4,8 +4,11 @@
     and each of three other shapes (one process; ps-async with 3 ps and 4
     trainers; all-reduce with 2 ranks) resumes from each: the global step
     goes on from the checkpoint's, the optimizer's slots are taken (none
-    started afresh), and the new shape's final checkpoint holds them.     */
+    started afresh), and the new shape's final checkpoint holds them. An
+    all-reduce job resumed with another global batch reads on from the
+    example the checkpoint says, and counts --epochs from there.         */
 #include "za_test.h"
+#include "za_test_images.h"
 #include "za/za_checkpoint.h"
 #include "za/za_util.h"
 
@@ -159,4 +162,59 @@ Test (reshape, every_shape_resumes_every_other_shapes_checkpoint)
         }
         free (written);
     }
+}
+
+//  The examples of the training input the checkpoint of `step` says were read.
+static int64_t
+s_examples_done (const char *dir, int64_t step)
+{
+    char path [PATH_MAX];
+    snprintf (path, sizeof path, "%s/model.ckpt-%" PRId64 ".safetensors", dir, step);
+    za_checkpoint_t *ckpt = za_checkpoint_load (path);
+    cr_assert_not_null (ckpt, "%s: %s", path, za_last_error ());
+    int64_t examples = za_checkpoint_examples_done (ckpt);
+    za_checkpoint_destroy (&ckpt);
+    return examples;
+}
+
+//  480 images, batches of 8: 3 ranks read 24 examples a step, 2 ranks 16.
+//  Written by 3 ranks to step 30 (720 examples: an epoch and a half), then
+//  resumed by 2 with --epochs 3 (1440 examples): 45 steps of 16 are left,
+//  so it ends at step 75 (not 90, the epochs counted at 16 from step 0),
+//  and reads on from example 720 (not 30 x 16 = 480).
+Test (reshape, a_resumed_allreduce_reads_on_from_the_checkpoints_example)
+{
+    za_dataset_t *fashion = za_test_fashion ("train", 480);
+    char *images = za_test_images_folder (fashion, 480, "images", ZA_TEST_PNG, 1);
+    za_dataset_destroy (&fashion);
+    char *dir = za_test_path ("epochs");
+    const char *three [] = {"--local", "--strategy", "allreduce", "--workers", "2",
+                            "--evaluators", "0", "--train-data", images, "--batch-size", "8",
+                            "--model-dir", dir, "--max-steps", "30", "--threads", "1",
+                            "--no-eval", "--seed", "5", NULL};
+    za_test_result_t result = za_test_run (three, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s%s", result.out, result.err);
+    za_test_result_free (&result);
+    cr_assert_eq (za_checkpoint_newest_step (dir), 30);
+    cr_expect_eq (s_examples_done (dir, 30), 720);
+
+    const char *two [] = {"--local", "--strategy", "allreduce", "--workers", "1",
+                          "--evaluators", "0", "--train-data", images, "--batch-size", "8",
+                          "--model-dir", dir, "--epochs", "3", "--threads", "1", "--no-eval",
+                          "--seed", "5", NULL};
+    result = za_test_run (two, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s%s", result.out, result.err);
+    cr_expect (strstr (result.err, "read 720 examples") && strstr (result.err, "ends at step 75"),
+               "%s", result.err);
+    za_test_result_free (&result);
+    cr_expect_eq (za_checkpoint_newest_step (dir), 75);
+    cr_expect_eq (s_examples_done (dir, 75), 1440);
+    char log_path [PATH_MAX];
+    snprintf (log_path, sizeof log_path, "%s/logs/worker-0.log", dir);
+    char *log = (char *) za_test_read_file (log_path, NULL);
+    cr_expect (log && strstr (log, "going from step 30 to 75 (the input from example 720)"),
+               "%s", log? log: log_path);
+    free (log);
+    free (dir);
+    free (images);
 }

@@ -65,15 +65,19 @@ za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, int ke
         tensors [t++] = (za_ckpt_tensor_t) {.name = CKPT_GOOD_STEPS, .dtype = ZA_DTYPE_I64,
                                             .ndim = 0, .data = &good_steps};
     }
-    char lr [32];
+    char lr [32], examples [32];
     snprintf (lr, sizeof lr, "%g", (double) self->optim.learning_rate);
-    za_ckpt_meta_t meta [] = {
+    snprintf (examples, sizeof examples, "%" PRId64, self->examples_done);
+    za_ckpt_meta_t meta [5] = {
         {CKPT_META_MODEL, za_replica_model_text (self)},
         {CKPT_META_MODEL_FN, self->model_fn->name},
         {"optimizer", self->has_optim? za_optim_name (self->optim.kind): "none"},
-        {"learning_rate", lr},
     };
-    int meta_count = self->has_optim? 4: 3;
+    int meta_count = 3;
+    if (self->has_optim)
+        meta [meta_count++] = (za_ckpt_meta_t) {"learning_rate", lr};
+    if (self->examples_done > 0)
+        meta [meta_count++] = (za_ckpt_meta_t) {ZA_CKPT_META_EXAMPLES, examples};
     if (za_mkdirs (model_dir))
         return -1;
     return za_checkpoint_write_atomic (model_dir, step, tensors, t, meta, meta_count, keep_max);
@@ -117,6 +121,18 @@ za_replica_save_through (za_replica_t *self, const char *model_dir, int64_t step
         za_info ("checkpoints are written again (step %" PRId64 ")", step);
     self->disk_failing = 0;
     return 0;
+}
+
+void
+za_replica_set_examples_done (za_replica_t *self, int64_t examples)
+{
+    self->examples_done = examples > 0? examples: 0;
+}
+
+int64_t
+za_replica_examples_done (const za_replica_t *self)
+{
+    return self->examples_done;
 }
 
 //  Finds `name` in the checkpoint and checks it has var's shape; copies it
@@ -203,6 +219,7 @@ za_replica_restore (za_replica_t *self, const za_checkpoint_t *ckpt, int64_t *st
         memcpy (&count, good->data, sizeof count);
         za_replica_set_loss_scale (self, value, count);
     }
+    self->examples_done = za_checkpoint_examples_done (ckpt);
     //  Every value and slot was written on the host.
     self->values_at = self->slots_at = REPLICA_AT_HOST;
     *step = za_checkpoint_step (ckpt);

@@ -30,6 +30,7 @@ extern "C" {
 #define ZA_CKPT_FORMAT "zactor-ckpt-1"
 //  A header larger than this is refused as corrupt (safetensors uses 100 MB).
 #define ZA_CKPT_MAX_HEADER_BYTES (100u * 1024u * 1024u)
+#define ZA_CKPT_META_EXAMPLES "examples_done"
 
 typedef struct {
     const char *name;
@@ -104,6 +105,13 @@ int64_t za_checkpoint_newest_step (const char *model_dir);
 char *za_checkpoint_path (const char *model_dir, int64_t step);
 
 int64_t za_checkpoint_step (const za_checkpoint_t *self);
+//  Its "examples_done" metadata: the examples of the training input read
+//  when it was written (za_replica_set_examples_done); 0 where it says none.
+int64_t za_checkpoint_examples_done (const za_checkpoint_t *self);
+//  The newest checkpoint's examples_done (0: it says none) and step, read
+//  from its header alone (its data is neither read nor verified). -1 when
+//  model_dir holds none, or its header does not read (with an error).
+int64_t za_checkpoint_newest_examples (const char *model_dir, int64_t *step);
 int za_checkpoint_tensor_count (const za_checkpoint_t *self);
 //  The i-th tensor, in file (data offset) order, or NULL if i is out of range.
 //  Names and data point into the checkpoint's memory, valid until destroy; the
