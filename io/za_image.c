@@ -13,7 +13,13 @@
 #include <turbojpeg.h>
 
 #define FILE_MAX_BYTES (256u << 20)     //  an image file larger is refused
-#define JPEG_SCANS_BYTES_MAX (192u << 20)   //  what a JPEG of several scans may take
+#define JPEG_SCANS_BYTES_MAX (1024u << 20)  //  what a JPEG of several scans may take,
+#define JPEG_SCANS_BYTES_FREE (192u << 20)  //  past this much only from a file of at
+#define JPEG_SCANS_PER_BYTE 4096            //  least 1/4096 of it (a 25-byte header
+                                            //  may not ask for 284 MiB)
+#define PIXELS_MAX (1u << 28)           //  an image decoded larger is refused (a 16384
+                                        //  square, 768 MiB in RGB; TensorFlow's JPEG
+                                        //  limit is twice that)
 #define JPEG_BLOCK_BYTES 128            //  a block's 64 coefficients, 2 bytes each
 #define JPEG_COMPONENTS_MAX 4
 #define PNG_DEFLATE_RATIO_MAX 1100      //  deflate makes at most some 1032 bytes of one
@@ -156,11 +162,12 @@ s_resize (za_image_decoder_t *self, const uint8_t *src, int h, int w, int c,
     int oh = spec->height, ow = spec->width;
     double span_h = h, span_w = w, off_h = 0, off_w = 0;
     if (spec->crop_to_aspect_ratio) {
-        double target = (double) ow / oh;
-        if ((double) w / h > target)
-            span_w = h * target, off_w = (w - span_w) / 2;
-        else
-            span_h = w / target, off_h = (h - span_h) / 2;
+        //  Keras's smart_resize: whole pixels, the box's start rounded down.
+        int crop_h = (int) ((double) w * oh / ow), crop_w = (int) ((double) h * ow / oh);
+        crop_h = crop_h < 1? 1: crop_h > h? h: crop_h;
+        crop_w = crop_w < 1? 1: crop_w > w? w: crop_w;
+        span_h = crop_h, off_h = (h - crop_h) / 2;
+        span_w = crop_w, off_w = (w - crop_w) / 2;
     }
     int taps_h = (int) ceil (span_h / oh) + 2, taps_w = (int) ceil (span_w / ow) + 2;
     int taps = taps_h > taps_w? taps_h: taps_w;
@@ -350,8 +357,6 @@ s_decode_jpeg (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
         return s_fail (self, "not a readable JPEG: %s", tjGetErrorStr2 (self->jpeg));
     if (w <= 0 || h <= 0)
         return s_fail (self, "a JPEG with no image in it (tables only)");
-    if (w > ZA_IMAGE_SIDE_MAX || h > ZA_IMAGE_SIDE_MAX)
-        return s_fail (self, "a JPEG of %dx%d (at most %d a side)", w, h, ZA_IMAGE_SIDE_MAX);
     //  Its frame must be the one libjpeg read: else what it would keep is
     //  not known, and a file read two ways is a damaged one.
     int frame_w, frame_h;
@@ -359,19 +364,35 @@ s_decode_jpeg (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
     if (frame_w != w || frame_h != h)
         return s_fail (self, "a JPEG whose frame marker zactor finds at another place than "
                        "libjpeg (%dx%d, not %dx%d): damaged", frame_w, frame_h, w, h);
-    if (scans_bytes > JPEG_SCANS_BYTES_MAX)
+    if (scans_bytes > JPEG_SCANS_BYTES_MAX
+        || (scans_bytes > JPEG_SCANS_BYTES_FREE && scans_bytes / JPEG_SCANS_PER_BYTE > size))
         return s_fail (self, "a progressive (or multi-scan) JPEG of %dx%d: libjpeg would keep "
-                       "%zu MiB of it to decode it (at most %u MiB)", w, h, scans_bytes >> 20,
-                       JPEG_SCANS_BYTES_MAX >> 20);
+                       "%zu MiB of it to decode it (at most %u MiB, or %u MiB from a file of "
+                       "%zu bytes)", w, h, scans_bytes >> 20, JPEG_SCANS_BYTES_MAX >> 20,
+                       JPEG_SCANS_BYTES_FREE >> 20, size);
     tjscalingfactor scale = s_jpeg_scale (w, h, spec);
     int sw = TJSCALED (w, scale), sh = TJSCALED (h, scale), c = spec->channels;
+    if ((uint64_t) sw * sh > PIXELS_MAX)
+        return s_fail (self, "a JPEG of %dx%d, decoded at %dx%d: more than %u pixels", w, h,
+                       sw, sh, PIXELS_MAX);
     if (s_reserve (self, (void **) &self->decoded, &self->decoded_capacity, (size_t) sw * sh * c))
         return -1;
     int format = c == 1? TJPF_GRAY: TJPF_RGB;
-    //  A warning (a truncated file is filled with gray) is an error here.
+    //  A warning (a truncated file is filled with gray) is an error here,
+    //  but for bytes between the last scan and the end (EOI): every scan
+    //  decoded with no warning before it, and TensorFlow takes the image
+    //  (the "extraneous bytes before marker 0xd9" of many photo sets).
     if (tjDecompress2 (self->jpeg, bytes, (unsigned long) size, self->decoded, sw, 0, sh, format,
-                       TJFLAG_STOPONWARNING))
-        return s_fail (self, "a corrupt or truncated JPEG: %s", tjGetErrorStr2 (self->jpeg));
+                       TJFLAG_STOPONWARNING)) {
+        const char *why = tjGetErrorStr2 (self->jpeg);
+        int at_end = tjGetErrorCode (self->jpeg) == TJERR_WARNING && why
+                  && strstr (why, "extraneous bytes before marker 0xd9");
+        if (!at_end)
+            return s_fail (self, "a corrupt or truncated JPEG: %s", why);
+        if (tjDecompress2 (self->jpeg, bytes, (unsigned long) size, self->decoded, sw, 0, sh,
+                           format, 0) && tjGetErrorCode (self->jpeg) != TJERR_WARNING)
+            return s_fail (self, "a corrupt JPEG: %s", tjGetErrorStr2 (self->jpeg));
+    }
     return s_resize (self, self->decoded, sh, sw, c, spec, out);
 }
 
@@ -387,10 +408,10 @@ s_decode_png (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
     int rc = spng_set_png_buffer (png, bytes, size);
     if (!rc)
         rc = spng_get_ihdr (png, &ihdr);
-    if (!rc && (ihdr.width > ZA_IMAGE_SIDE_MAX || ihdr.height > ZA_IMAGE_SIDE_MAX)) {
+    if (!rc && (uint64_t) ihdr.width * ihdr.height > PIXELS_MAX) {
         spng_ctx_free (png);
-        return s_fail (self, "a PNG of %ux%u (at most %d a side)", ihdr.width, ihdr.height,
-                         ZA_IMAGE_SIDE_MAX);
+        return s_fail (self, "a PNG of %ux%u: more than %u pixels", ihdr.width, ihdr.height,
+                       PIXELS_MAX);
     }
     //  Before its pixels are allocated: a file too small to hold them, even
     //  at deflate's best, is cut short (a 33-byte header declared 8468x11020).

@@ -73,19 +73,25 @@ za_source_classes_given (const char *text, char ***names)
 }
 
 
-void
+int
 za_source_join_names (char **names, int count, char **joined)
 {
-    if (!joined || count <= 0)
-        return;
     size_t size = 1;
-    for (int c = 0; c < count; c++)
+    for (int c = 0; c < count; c++) {
+        if (strchr (names [c], ','))
+            return za_error ("the class folder '%s' has a comma in its name: class names "
+                             "are listed with commas (--class-names, input.json); rename "
+                             "the folder", names [c]);
         size += strlen (names [c]) + 1;
+    }
+    if (!joined || count <= 0)
+        return 0;
     if (!(*joined = malloc (size)))
-        return;
+        return za_error ("out of memory");
     char *at = *joined;
     for (int c = 0; c < count; c++)
         at += sprintf (at, "%s%s", c? ",": "", names [c]);
+    return 0;
 }
 
 // ---------------------------------------------------------------------------

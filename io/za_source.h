@@ -47,8 +47,10 @@ extern const za_source_t za_source_pattern;
 
 //  What the rows share (za_images.c): the class names given as "a,b,c":
 //  their count (names in *names, freed with za_listing_free_names), or -1;
-//  and "a,b,c" of names (malloc'd) into *joined, when joined is not NULL.
+//  and "a,b,c" of names (malloc'd) into *joined, when joined is not NULL:
+//  -1 with an error for a name with a comma (a folder's), which no list of
+//  names could hold.
 int za_source_classes_given (const char *text, char ***names);
-void za_source_join_names (char **names, int count, char **joined);
+int za_source_join_names (char **names, int count, char **joined);
 
 #endif

@@ -40,7 +40,8 @@ s_list_classes (const za_images_config_t *config, za_listing_t *list, int *n_cla
             za_info ("warning: class %d ('%s') has no images in %s: it keeps its label", c,
                      names [c], path);
     }
-    za_source_join_names (names, classes, joined);
+    if (!rc && za_source_join_names (names, classes, joined))
+        rc = -1;
     za_listing_free_names (names, classes);
     if (!rc && list->count == 0)
         rc = za_error ("%s has no images (.jpg, .jpeg or .png) in its class folders",

@@ -110,7 +110,8 @@ s_label_parents (const za_images_config_t *config, const char *pattern, za_listi
         za_info ("warning: %s: %lld images are in folders that are not among the %d "
                  "classes: they are left out", pattern, (long long) other, classes);
     free (table);
-    za_source_join_names (names, classes, joined);
+    if (classes > 0 && za_source_join_names (names, classes, joined))
+        classes = -1;
     za_listing_free_names (names, classes > 0? classes: ZA_IMAGES_MAX_CLASSES);
     *n_classes = classes;
     if (classes >= 0 && kept == 0)
@@ -129,6 +130,17 @@ s_list (const za_images_config_t *config, const char *pattern, za_listing_t *lis
         return -1;
     if (list->count == 0)
         return za_error ("%s: no file matches", pattern);
+    //  Only the images (by their names' extensions, as Keras takes them).
+    int64_t kept = 0;
+    for (int64_t i = 0; i < list->count; i++)
+        if (za_listing_is_image (za_listing_path (list, i)))
+            list->items [kept++] = list->items [i];
+    if (kept < list->count && ask->warn)
+        za_info ("%s: %lld files that are not images (by their extension) are left out",
+                 pattern, (long long) (list->count - kept));
+    list->count = kept;
+    if (kept == 0)
+        return za_error ("%s: no image matches", pattern);
     if (!config->unlabeled)
         return s_label_parents (config, pattern, list, n_classes, ask->warn, ask->joined);
     for (int64_t i = 0; i < list->count; i++)

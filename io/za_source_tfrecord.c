@@ -18,7 +18,8 @@
 #define TFRECORD_PREFIX "tfrecord:"
 
 //  The prefix, an existing file that is not an image, or a pattern that
-//  matches one: TFRecords.
+//  matches no image (one that matches images is a pattern of images, with
+//  other files left out, as Keras leaves them): TFRecords.
 static int
 s_takes (const za_images_config_t *config, const char **pattern)
 {
@@ -32,9 +33,11 @@ s_takes (const za_images_config_t *config, const char **pattern)
         return !S_ISDIR (st.st_mode) && !za_listing_is_image (config->source);
     za_listing_t files = {0};
     int records = 0;
-    if (strpbrk (config->source, "*?[") && za_listing_glob (&files, config->source) == 0)
-        for (int64_t i = 0; i < files.count && !records; i++)
+    if (strpbrk (config->source, "*?[") && za_listing_glob (&files, config->source) == 0) {
+        records = files.count > 0;
+        for (int64_t i = 0; i < files.count && records; i++)
             records = !za_listing_is_image (za_listing_path (&files, i));
+    }
     za_listing_free (&files);
     return records;
 }

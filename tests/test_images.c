@@ -335,3 +335,179 @@ Test (images, command_line_says_what_is_wrong_and_splits)
     za_dataset_destroy (&fashion);
     za_test_dir_remove ();
 }
+
+//  --crop-to-aspect-ratio crops as Keras's smart_resize does: whole pixels,
+//  the box's start rounded down. A Fashion-MNIST image with columns of
+//  white around it (1 left and 2 right: 31 wide, 28 high) cropped to 28 x
+//  28 is column 1 on (int (3 / 2)), the image itself, with either resize;
+//  and with one column on the right, column 0 on.
+Test (images, crop_to_aspect_ratio_takes_whole_pixels_as_keras)
+{
+    za_test_dir_create ("za_images_crop");
+    za_dataset_t *fashion = za_test_fashion ("train", 1);
+    uint8_t gray [SIDE * SIDE];
+    za_test_images_pixels (fashion, 0, gray);
+    za_image_decoder_t *decoder = za_image_decoder_new ();
+    for (int left = 0; left < 2; left++) {
+        int width = SIDE + 2 * left + 1;
+        uint8_t *wide = malloc ((size_t) SIDE * width);
+        memset (wide, 255, (size_t) SIDE * width);
+        for (int y = 0; y < SIDE; y++)
+            memcpy (wide + (size_t) y * width + left, gray + y * SIDE, SIDE);
+        char *path = za_test_path (left? "wide-2.png": "wide-1.png");
+        cr_assert_eq (za_image_write_png (path, wide, SIDE, width, 1), 0, "%s",
+                      za_last_error ());
+        for (int resize = 0; resize < 2; resize++) {
+            za_image_spec_t spec = {.height = SIDE, .width = SIDE, .channels = 1,
+                                    .resize = resize? ZA_RESIZE_BILINEAR: ZA_RESIZE_AREA,
+                                    .crop_to_aspect_ratio = 1};
+            uint8_t out [SIDE * SIDE];
+            cr_assert_eq (za_image_load (decoder, path, &spec, out), 0, "%s",
+                          za_image_error (decoder));
+            cr_expect_eq (memcmp (out, gray, sizeof out), 0, "%d wide, %s: not the image",
+                          width, za_resize_name (spec.resize));
+        }
+        free (path);
+        free (wide);
+    }
+    za_image_decoder_destroy (&decoder);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
+
+//  A pattern that matches images and another file (a LICENSE among them)
+//  is a pattern of images, the other file left out as Keras leaves it; one
+//  that matches no image is read as TFRecords (and says what it is not).
+Test (images, a_pattern_of_images_leaves_other_files_out)
+{
+    za_test_dir_create ("za_images_pattern");
+    const int64_t count = 40;
+    za_dataset_t *fashion = za_test_fashion ("train", count);
+    char *dir = za_test_images_folder (fashion, count, "png", ZA_TEST_PNG, 1);
+    char pattern [4096], license [4096];
+    snprintf (pattern, sizeof pattern, "%s/*/*", dir);
+    snprintf (license, sizeof license, "%s/class_0/LICENSE.txt", dir);
+    za_images_config_t config = za_test_images_config (pattern);
+    za_dataset_info_t clean, mixed;
+    cr_assert_eq (za_images_info (&config, &clean), 0, "%s", za_last_error ());
+    FILE *file = fopen (license, "w");
+    cr_assert_not_null (file);
+    fputs ("Fashion-MNIST is MIT-licensed.\n", file);
+    fclose (file);
+    cr_assert_eq (za_images_info (&config, &mixed), 0, "%s", za_last_error ());
+    cr_expect_eq (mixed.count, count);
+    cr_expect_eq (mixed.n_classes, clean.n_classes);
+    za_dataset_t *dataset = za_images_load (&config);
+    cr_assert_not_null (dataset, "%s", za_last_error ());
+    float *features = malloc (sizeof (float) * count * SIDE * SIDE);
+    int32_t *labels = malloc (sizeof (int32_t) * count);
+    cr_expect_eq (za_test_images_read_all (dataset, 8, 1, features, labels), count);
+    za_dataset_destroy (&dataset);
+    //  Only the license: no image, so TFRecords, and none of them.
+    snprintf (pattern, sizeof pattern, "%s/*/*.txt", dir);
+    config = za_test_images_config (pattern);
+    za_error_set_quiet (1);
+    cr_expect_neq (za_images_info (&config, &mixed), 0);
+    za_error_set_quiet (0);
+    free (features), free (labels), free (dir);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
+
+//  A class folder with a comma in its name is refused where the classes
+//  are listed, the folder named (class names travel as "a,b,c": predict
+//  would read 'cat' and 'dog'); renamed, the same folder reads.
+Test (images, a_class_folder_with_a_comma_is_named_and_refused)
+{
+    za_test_dir_create ("za_images_comma");
+    const int64_t count = 20;
+    za_dataset_t *fashion = za_test_fashion ("train", count);
+    char *dir = za_test_images_folder (fashion, count, "png", ZA_TEST_PNG, 1);
+    char from [4096], to [4096];
+    snprintf (from, sizeof from, "%s/class_0", dir);
+    snprintf (to, sizeof to, "%s/shirt,top", dir);
+    cr_assert_eq (rename (from, to), 0);
+    za_images_config_t config = za_test_images_config (dir);
+    za_dataset_info_t info;
+    za_error_set_quiet (1);
+    cr_expect_neq (za_images_info (&config, &info), 0);
+    za_error_set_quiet (0);
+    cr_expect (strstr (za_last_error (), "'shirt,top' has a comma"), "%s", za_last_error ());
+    char pattern [4096];
+    snprintf (pattern, sizeof pattern, "%s/*/*.png", dir);
+    config = za_test_images_config (pattern);
+    za_error_set_quiet (1);
+    cr_expect_neq (za_images_info (&config, &info), 0, "the pattern's parents too");
+    za_error_set_quiet (0);
+    snprintf (from, sizeof from, "%s/shirt_top", dir);
+    cr_assert_eq (rename (to, from), 0);
+    config = za_test_images_config (dir);
+    cr_expect_eq (za_images_info (&config, &info), 0, "%s", za_last_error ());
+    cr_expect_eq (info.count, count);
+    free (dir);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
+
+//  Bytes between a JPEG's last scan and its end (EOI) are a libjpeg
+//  warning that TensorFlow takes: the image decodes as without them. The
+//  same bytes before the frame stay damage (a warning before the pixels).
+Test (images, garbage_before_a_jpegs_end_decodes_as_tensorflow_takes_it)
+{
+    za_test_dir_create ("za_images_eoi");
+    za_dataset_t *fashion = za_test_fashion ("train", 1);
+    uint8_t gray [SIDE * SIDE];
+    za_test_images_pixels (fashion, 0, gray);
+    char *clean = za_test_path ("clean.jpg"), *tail = za_test_path ("tail.jpg");
+    char *head = za_test_path ("head.jpg");
+    cr_assert_eq (za_image_write_jpeg (clean, gray, SIDE, SIDE, 1, 95), 0, "%s",
+                  za_last_error ());
+    size_t size = 0;
+    uint8_t *bytes = (uint8_t *) za_test_read_file (clean, &size);
+    cr_assert (bytes && size > 4 && bytes [size - 2] == 0xff && bytes [size - 1] == 0xd9);
+    uint8_t junk [214];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk [i] = (uint8_t) (i % 200 + 1);     //  no 0xFF: no marker among them
+    FILE *file = fopen (tail, "wb");
+    fwrite (bytes, 1, size - 2, file), fwrite (junk, 1, sizeof junk, file);
+    fwrite (bytes + size - 2, 1, 2, file), fclose (file);
+    file = fopen (head, "wb");
+    fwrite (bytes, 1, 2, file), fwrite (junk, 1, sizeof junk, file);
+    fwrite (bytes + 2, 1, size - 2, file), fclose (file);
+    za_image_decoder_t *decoder = za_image_decoder_new ();
+    za_image_spec_t spec = {.height = SIDE, .width = SIDE, .channels = 1};
+    uint8_t want [SIDE * SIDE], got [SIDE * SIDE];
+    cr_assert_eq (za_image_load (decoder, clean, &spec, want), 0, "%s",
+                  za_image_error (decoder));
+    cr_expect_eq (za_image_load (decoder, tail, &spec, got), 0, "%s", za_image_error (decoder));
+    cr_expect_eq (memcmp (got, want, sizeof got), 0, "not the clean file's pixels");
+    cr_expect_neq (za_image_load (decoder, head, &spec, got), 0, "garbage before the frame");
+    //  And the decoder goes on exactly.
+    cr_expect_eq (za_image_load (decoder, clean, &spec, got), 0);
+    cr_expect_eq (memcmp (got, want, sizeof got), 0);
+    za_image_decoder_destroy (&decoder);
+    free (bytes), free (clean), free (tail), free (head);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
+
+//  A long strip (20000 x 2, past the 16384 a side once refused) decodes:
+//  the limit is of pixels, 2^28, as TensorFlow's is.
+Test (images, a_long_strip_decodes)
+{
+    za_test_dir_create ("za_images_strip");
+    const int width = 20000;
+    uint8_t *strip = malloc ((size_t) 2 * width);
+    for (int i = 0; i < 2 * width; i++)
+        strip [i] = (uint8_t) (i % width * 255 / (width - 1));
+    char *path = za_test_path ("strip.png");
+    cr_assert_eq (za_image_write_png (path, strip, 2, width, 1), 0, "%s", za_last_error ());
+    za_image_decoder_t *decoder = za_image_decoder_new ();
+    za_image_spec_t spec = {.height = SIDE, .width = SIDE, .channels = 1};
+    uint8_t out [SIDE * SIDE];
+    cr_expect_eq (za_image_load (decoder, path, &spec, out), 0, "%s", za_image_error (decoder));
+    cr_expect (out [0] < 16 && out [SIDE - 1] > 239, "a ramp: %d .. %d", out [0], out [SIDE - 1]);
+    za_image_decoder_destroy (&decoder);
+    free (path), free (strip);
+    za_test_dir_remove ();
+}

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define ZA_IMAGE_SIDE_MAX 16384         //  larger images are refused
+#define ZA_IMAGE_SIDE_MAX 16384         //  the largest --image-size
 #define ZA_IMAGE_ERROR_MAX 512
 
 //  How the decoded image is brought to the target size.
@@ -49,8 +49,10 @@ void za_image_decoder_destroy (za_image_decoder_t **self_p);
 //  Decodes a JPEG or PNG (told by its first bytes, whatever the file's name)
 //  into out [height * width * channels] bytes, row by row. Returns 0, or -1
 //  and za_image_error says what is wrong: not a JPEG or PNG, truncated,
-//  corrupt (libjpeg-turbo's or libspng's own words), too large. A JPEG that
-//  decodes with a warning (a truncated one is filled with gray) is refused.
+//  corrupt (libjpeg-turbo's or libspng's own words), too large (more than
+//  2^28 pixels as decoded). A JPEG that decodes with a warning (a truncated
+//  one is filled with gray) is refused, unless the warning is of bytes
+//  after its last scan, as TensorFlow takes it.
 //  Nothing is logged: the caller says it (once per file, in a loop).
 int za_image_decode (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
                      const za_image_spec_t *spec, uint8_t *out);
