@@ -334,9 +334,9 @@ s_store (za_options_t *self, const za_option_t *option, const char *text, const 
             return 0;
         }
         case ZA_OPTION_STRING:
-            if (strlen (text) >= TEXT_MAX_CHARS)
+            if (strlen (text) >= STRING_MAX_CHARS)
                 return za_error ("%s: the value is longer than %d bytes", what,
-                                 TEXT_MAX_CHARS - 1);
+                                 STRING_MAX_CHARS - 1);
             *(const char **) field = s_keep (self, text);
             return 0;
     }

@@ -124,7 +124,13 @@ s_apply_object (za_options_t *self, json_t *object, const char *section, const c
         for (const char *c = text_value; self->from_wire && c && *c; c++)
             if ((unsigned char) *c < 0x20 || *c == 0x7f)
                 return za_error ("%s: a control character in a text from the network", what);
+        //  A text as it is (class names may be long); others as their flag's.
         char text [TEXT_MAX_CHARS];
+        if (text_value && option->type == ZA_OPTION_STRING) {
+            if (za_options_set (self, key, text_value, from, what))
+                return -1;
+        }
+        else
         if (s_job_text (option, value, what, text, sizeof text)
             || za_options_set (self, key, text, from, what))
             return -1;

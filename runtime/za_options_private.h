@@ -12,6 +12,8 @@
 #define OPTIONS_MAX 128
 #define NAME_MAX_CHARS 64
 #define TEXT_MAX_CHARS 1024
+#define STRING_MAX_CHARS (256 * 1024)   //  a text option's value: the class names of
+                                        //  ZA_IMAGES_MAX_CLASSES folders fit
 #define LIST_VALUE_MAX 9.2e18           //  as large as an int64 parses to exactly enough
 #define HELP_COLUMN 25
 #define HELP_WIDTH 92

@@ -286,6 +286,38 @@ Test (options, the_job_travels_and_the_flags_win)
     za_options_destroy (&options);
 }
 
+//  The class names of 1000 folders (ImageNet's: 10 KB of "n01440764,...")
+//  come back from input.json (a job file's "class_names") whole, as from
+//  the flag; a text past the limit is refused with the limit said.
+Test (options, a_thousand_class_names_travel_whole)
+{
+    za_settings_t settings;
+    memset (&settings, 0, sizeof settings);
+    za_options_t *options = za_options_new ("test", NULL, &settings, 0);
+    cr_assert_not_null (options);
+    char *names = malloc (1000 * 10 + 1), *at = names;
+    for (int c = 0; c < 1000; c++)
+        at += sprintf (at, "%sn%08d", c? ",": "", 1440764 + c);
+    json_t *job = json_pack ("{s:s}", "class_names", names);
+    cr_assert_eq (za_options_apply_job (options, job, "input.json", ZA_FROM_JOB), 0, "%s",
+                  za_last_error ());
+    json_decref (job);
+    cr_expect_str_eq (settings.class_names, names);
+    cr_expect_eq (strlen (settings.class_names), 9999);
+    char *huge = malloc (300 * 1024);
+    memset (huge, 'a', 300 * 1024 - 1);
+    huge [300 * 1024 - 1] = 0;
+    job = json_pack ("{s:s}", "class_names", huge);
+    za_error_set_quiet (1);
+    cr_expect_neq (za_options_apply_job (options, job, "input.json", ZA_FROM_JOB), 0);
+    za_error_set_quiet (0);
+    cr_expect (strstr (za_last_error (), "longer than"), "%s", za_last_error ());
+    json_decref (job);
+    free (huge);
+    free (names);
+    za_options_destroy (&options);
+}
+
 //  --workers MIN:MAX (an elastic job) from a flag and from a job's roles,
 //  and as the job every task gets: the range, not a count.
 Test (options, a_range_of_workers_travels_as_a_range)
