@@ -234,6 +234,12 @@ s_on_pipe (s_actor_t *self)
         zstr_free (&arg);
         return -1;
     }
+    //  No broker to tell (its address did not connect): only $TERM matters.
+    if (!self->client) {
+        zstr_free (&command);
+        zstr_free (&arg);
+        return 0;
+    }
     if (streq (command, "ENDPOINT") && arg) {
         snprintf (self->endpoint, sizeof self->endpoint, "%s", arg);
         s_report (self);
@@ -328,7 +334,7 @@ za_broker_client_actor (zsock_t *pipe, void *args)
         if (self->client && which == za_broker_client_sock (self->client))
             s_on_reply (self);
         double now = za_clock_mono ();
-        if (self->finished <= 2 && now - self->last_sent >= self->beat.ivl_secs)
+        if (self->client && self->finished <= 2 && now - self->last_sent >= self->beat.ivl_secs)
             s_on_interval (self, now);
     }
     zpoller_destroy (&poller);

@@ -8,6 +8,7 @@
 #include "za/za_preempt.h"
 #include "za/za_trace.h"
 
+#include <czmq.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <malloc.h>
@@ -257,6 +258,13 @@ za_task_run_single (za_task_t *task)
         rc = 1;
     if (!rc && za_preempt_requested () && reached < s->max_steps)
         return za_task_preempted (s, reached);
+    //  Ctrl-C: the step reached is saved too, and nothing more is done.
+    if (!rc && zsys_interrupted && reached < s->max_steps) {
+        za_info ("interrupted at step %" PRId64 " of %" PRId64 "%s%s%s", reached, s->max_steps,
+                 s->run.model_dir? ": its checkpoint is in '": "",
+                 s->run.model_dir? s->run.model_dir: "", s->run.model_dir? "'": "");
+        return ZA_EXIT_INTERRUPTED;
+    }
     if (!rc)
         za_info ("trained to step %" PRId64 " in %.1f s", reached, za_clock_mono () - start);
     if (!rc && !s->no_eval && !s->train_and_evaluate)

@@ -249,6 +249,7 @@ Test (cli, bad_values_exit_2_before_training)
         {{"--model", "dnn", "--hidden-units", "64,x", NULL}, "--hidden-units"},
         {{"--model", "flatten dense(5)", NULL}, "dense(10)"},
         {{"--model", "maxpool(2,same) flatten dense(10)", NULL}, "no padding"},
+        {{"--model-dir", "", NULL}, "--model-dir is empty"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases [0]; i++) {
         za_test_result_t result = za_test_run (cases [i].args, PROCESS_TIMEOUT_S);
@@ -309,6 +310,18 @@ Test (cli, cluster_mistakes_exit_2)
     cr_expect (strstr (result.err, "--epochs does not say where training ends; give the "
                                    "cluster, or --max-steps"), "%s", result.err);
     za_test_result_free (&result);
+    //  A broker address that is no address: said, and an exit, not a crash
+    //  (its reports once went to a client never made: SIGSEGV).
+    const char *brokers [] = {"garbage", ""};
+    for (int b = 0; b < 2; b++) {
+        const char *bad [] = {"--role", "worker", "--broker", brokers [b], "--timeout-secs",
+                              "5", NULL};
+        result = za_test_run (bad, PROCESS_TIMEOUT_S);
+        cr_expect_eq (result.exit_code, 1, "--broker '%s': exit %d: %s", brokers [b],
+                      result.exit_code, result.err);
+        cr_expect (strstr (result.err, "cannot connect to the broker"), "%s", result.err);
+        za_test_result_free (&result);
+    }
 }
 
 Test (cli, unreachable_peers_exit_1_after_the_timeout)

@@ -270,3 +270,25 @@ Test (preempt, the_requeue_exit_code_is_a_setting)
     za_test_result_free (&result);
     free (out), free (err), free (dir);
 }
+
+//  One process: Ctrl-C (SIGINT) ends the training at the step under way,
+//  exit 130, with that step's checkpoint and no final evaluation (the loop
+//  once went on to max_steps and exited 0).
+Test (preempt, ctrl_c_stops_one_process_at_once)
+{
+    char *dir = za_test_path ("interrupted");
+    char *out = za_test_path ("int.out"), *err = za_test_path ("int.err");
+    const char *args [] = {"--model-dir", dir, "--max-steps", "100000", "--threads", "1",
+                           NULL};
+    pid_t pid = za_test_spawn (args, out, err);
+    free (za_test_wait_for_text (err, "step 100/", PHASE_TIMEOUT_S));
+    cr_assert_eq (kill (pid, SIGINT), 0);
+    cr_expect_eq (s_exit_code (za_test_wait (pid, RUN_TIMEOUT_S)), 130);
+    char *log = (char *) za_test_read_file (err, NULL);
+    const char *at = log? strstr (log, "interrupted at step "): NULL;
+    int64_t step = at? strtoll (at + strlen ("interrupted at step "), NULL, 10): -1;
+    cr_expect (step >= 100 && step < 100000, "%s", log? log: "(no log)");
+    cr_expect_eq (za_checkpoint_newest_step (dir), step);
+    cr_expect (log && !strstr (log, "final evaluation"), "%s", log);
+    free (log), free (out), free (err), free (dir);
+}

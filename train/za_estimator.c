@@ -7,6 +7,8 @@
 #include "za/za_early_stop.h"
 #include "za/za_preempt.h"
 
+#include <czmq.h>
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -212,7 +214,8 @@ s_train_steps (za_estimator_t *self, za_input_t *input, za_hooks_t *hooks,
     const char *sync = getenv ("ZA_SYNC_STEPS");
     int defer = za_replica_defer_loss (self->replica, !(sync && strcmp (sync, "1") == 0));
     int rc = 0;
-    while (self->global_step < ctx->max_steps && !stop && !za_preempt_requested ()) {
+    while (self->global_step < ctx->max_steps && !stop && !za_preempt_requested ()
+           && !zsys_interrupted) {
         za_batch_t batch;
         double t0 = za_clock_mono ();
         int got = za_input_next (input, &batch);
