@@ -86,6 +86,11 @@ s_usage (const za_program_t *program, za_options_t *options, const za_settings_t
 static int
 s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
 {
+    //  (An empty one trained to the end, then could not save.)
+    if (s->run.model_dir && !*s->run.model_dir) {
+        za_error ("--model-dir is empty: give the folder for checkpoints and metrics");
+        return ZA_EXIT_USAGE;
+    }
     if (s->replicas_to_aggregate > 0 && s->strategy != ZA_STRATEGY_PS_SYNC) {
         za_error ("--replicas-to-aggregate goes with --strategy ps-sync");
         return ZA_EXIT_USAGE;

@@ -393,7 +393,7 @@ static const za_option_t s_options [] = {
                "MIN:MAX makes the job elastic (torchrun's --nnodes MIN:MAX): MIN\n"
                "are started, more may join with --role worker --broker ADDR\n"
                "while it runs, and one lost for --elastic-timeout is dropped\n"
-               "(docs/elastic.md)"),
+               "(docs/fault-tolerance.md)"),
     ZA_OPTION ("elastic-timeout", T_NUM, elastic_timeout, "SECS",
                ZA_TEXT (ZA_BROKER_ELASTIC_TIMEOUT_SECS), 0, 86400, NULL, R_LOCAL, JOB,
                ZA_OPTION_ABOVE_MIN, NULL,

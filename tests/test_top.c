@@ -99,3 +99,20 @@ Test (top, trends_and_dashes_on_a_terminal, .timeout = 400)
     free (model_dir);
     free (out);
 }
+
+//  --interval and --timeout are seconds in (0, a day]: a huge one once
+//  overflowed the sleep's milliseconds and asked the broker thousands of
+//  times a second. Refused with exit 2 before any broker is asked.
+Test (top, an_interval_past_a_day_is_refused)
+{
+    const char *values [] = {"3000000", "1e300", "0", "-1"};
+    for (int v = 0; v < 4; v++) {
+        const char *args [] = {"--broker", "tcp://127.0.0.1:1", "--interval", values [v], NULL};
+        za_test_result_t result = za_test_run_program ("zactor-top", args, 30);
+        cr_expect_eq (result.exit_code, 2, "--interval %s: exit %d: %s", values [v],
+                      result.exit_code, result.err);
+        cr_expect (strstr (result.err, "--interval wants seconds in (0, 86400]"), "%s",
+                   result.err);
+        za_test_result_free (&result);
+    }
+}

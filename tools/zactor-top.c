@@ -271,9 +271,11 @@ main (int argc, char **argv)
             case 'i':
             case 't': {
                 double value = strtod (optarg, &end);
-                if (end == optarg || *end || !isfinite (value) || value <= 0) {
-                    fprintf (stderr, "zactor-top: --%s wants a number > 0, got '%s'\n",
-                             opt == 'i'? "interval": "timeout", optarg);
+                //  (A day at most: the period is slept in milliseconds.)
+                if (end == optarg || *end || !isfinite (value) || value <= 0
+                    || value > 86400) {
+                    fprintf (stderr, "zactor-top: --%s wants seconds in (0, 86400], got "
+                             "'%s'\n", opt == 'i'? "interval": "timeout", optarg);
                     return EXIT_USAGE;
                 }
                 *(opt == 'i'? &interval: &timeout) = value;
