@@ -215,6 +215,15 @@ Test (reshape, a_resumed_allreduce_reads_on_from_the_checkpoints_example)
     cr_expect (log && strstr (log, "going from step 30 to 75 (the input from example 720)"),
                "%s", log? log: log_path);
     free (log);
+    //  One process, which does not count the examples, goes on from it: its
+    //  checkpoint says no place (not the restored one's, stale by then).
+    const char *one [] = {"--train-data", images, "--batch-size", "8", "--model-dir", dir,
+                          "--max-steps", "80", "--threads", "1", "--no-eval", NULL};
+    result = za_test_run (one, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s%s", result.out, result.err);
+    za_test_result_free (&result);
+    cr_expect_eq (za_checkpoint_newest_step (dir), 80);
+    cr_expect_eq (s_examples_done (dir, 80), 0);
     free (dir);
     free (images);
 }

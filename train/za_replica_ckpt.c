@@ -132,7 +132,7 @@ za_replica_set_examples_done (za_replica_t *self, int64_t examples)
 int64_t
 za_replica_examples_done (const za_replica_t *self)
 {
-    return self->examples_done;
+    return self->examples_restored;
 }
 
 //  Finds `name` in the checkpoint and checks it has var's shape; copies it
@@ -219,7 +219,9 @@ za_replica_restore (za_replica_t *self, const za_checkpoint_t *ckpt, int64_t *st
         memcpy (&count, good->data, sizeof count);
         za_replica_set_loss_scale (self, value, count);
     }
-    self->examples_done = za_checkpoint_examples_done (ckpt);
+    //  Only a caller that counts the examples saves a place from now.
+    self->examples_restored = za_checkpoint_examples_done (ckpt);
+    self->examples_done = 0;
     //  Every value and slot was written on the host.
     self->values_at = self->slots_at = REPLICA_AT_HOST;
     *step = za_checkpoint_step (ckpt);

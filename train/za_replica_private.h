@@ -106,7 +106,8 @@ struct _za_replica_t {
     //  mixed_float16's dynamic loss scale (1 otherwise).
     float loss_scale;
     int64_t good_steps, skipped_steps;
-    int64_t examples_done;          //  the input's place (za_replica_set_examples_done)
+    int64_t examples_done;          //  the input's place to save (za_replica_set_examples_done)
+    int64_t examples_restored;      //  and the restored checkpoint's
     //  The last compute_gradients's forward and backward of thread 0's
     //  micro-batches, for the trace: start, forward's end, backward's end.
     double traced [ZA_REPLICA_TRACED_MAX][3];

@@ -219,11 +219,12 @@ int za_replica_save_through (za_replica_t *self, const char *model_dir, int64_t 
                              int keep_max, int final);
 
 //  Where the training input is (the examples of the global stream read so
-//  far): saved with the checkpoints after it is set (as "examples_done"),
-//  and what the restored checkpoint said, so that a job resumed with
-//  another global batch (other trainers, an elastic job's members) reads on
-//  from there, not from its step x the new batch. 0: not known (a
-//  checkpoint of a strategy that does not count them, or an older one).
+//  far): saved with the checkpoints after it is set (as "examples_done";
+//  a restore unsets it, so that a strategy that does not count them saves
+//  no stale place), and what the restored checkpoint said, so that a job
+//  resumed with another global batch (other trainers, an elastic job's
+//  members) reads on from there, not from its step x the new batch. 0: not
+//  known (a checkpoint of a strategy that does not count them, or older).
 void za_replica_set_examples_done (za_replica_t *self, int64_t examples);
 int64_t za_replica_examples_done (const za_replica_t *self);
 
