@@ -344,6 +344,57 @@ s_jpeg_scans_bytes (const uint8_t *bytes, size_t size, int *w, int *h)
     return total;
 }
 
+//  Gray from RGB: ITU-R BT.601's luma, rounded (a gray pixel's value kept).
+static inline uint8_t
+s_luma (int r, int g, int b)
+{
+    return (uint8_t) (LUMA_R * r + LUMA_G * g + LUMA_B * b + 0.5f);
+}
+
+//  1 when the JPEG has Adobe's APP14 marker before its first scan: its CMYK
+//  is stored inverted (255: no ink), as Photoshop writes it.
+static int
+s_jpeg_adobe (const uint8_t *bytes, size_t size)
+{
+    for (size_t at = s_jpeg_next_marker (bytes, size, 2); at + 4 <= size;
+         at = s_jpeg_next_marker (bytes, size, at)) {
+        uint8_t marker = bytes [at + 1];
+        if ((marker >= 0xd0 && marker <= 0xd9) || marker == 0x01) {
+            at += 2;
+            continue;
+        }
+        size_t length = (size_t) bytes [at + 2] << 8 | bytes [at + 3];
+        if (marker == 0xda)
+            break;
+        if (marker == 0xee && length >= 7 && at + 9 <= size
+            && !memcmp (bytes + at + 4, "Adobe", 5))
+            return 1;
+        at += 2 + length;
+    }
+    return 0;
+}
+
+//  A CMYK (or YCCK) JPEG's pixels [n, 4] to RGB or gray [n, channels], in
+//  place, as TensorFlow's decode_jpeg makes them (the ink off the white,
+//  weighted by the black; Adobe's values inverted).
+static void
+s_cmyk_to (uint8_t *pixels, size_t n, int channels, int adobe)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *p = pixels + 4 * i;
+        int c = p [0], m = p [1], y = p [2], k = p [3];
+        if (!adobe)
+            c = 255 - c, m = 255 - m, y = 255 - y, k = 255 - k;
+        int r = c * k / 255, g = m * k / 255, b = y * k / 255;
+        if (channels == 1)
+            pixels [i] = s_luma (r, g, b);
+        else {
+            uint8_t *q = pixels + 3 * i;
+            q [0] = (uint8_t) r, q [1] = (uint8_t) g, q [2] = (uint8_t) b;
+        }
+    }
+}
+
 static int
 s_decode_jpeg (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
                const za_image_spec_t *spec, uint8_t *out)
@@ -375,9 +426,12 @@ s_decode_jpeg (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
     if ((uint64_t) sw * sh > PIXELS_MAX)
         return s_fail (self, "a JPEG of %dx%d, decoded at %dx%d: more than %u pixels", w, h,
                        sw, sh, PIXELS_MAX);
-    if (s_reserve (self, (void **) &self->decoded, &self->decoded_capacity, (size_t) sw * sh * c))
+    //  CMYK (Photoshop's, some of ImageNet's): decoded as it is, then made RGB.
+    int cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+    if (s_reserve (self, (void **) &self->decoded, &self->decoded_capacity,
+                   (size_t) sw * sh * (cmyk? 4: c)))
         return -1;
-    int format = c == 1? TJPF_GRAY: TJPF_RGB;
+    int format = cmyk? TJPF_CMYK: c == 1? TJPF_GRAY: TJPF_RGB;
     //  A warning (a truncated file is filled with gray) is an error here,
     //  but for bytes between the last scan and the end (EOI): every scan
     //  decoded with no warning before it, and TensorFlow takes the image
@@ -393,6 +447,8 @@ s_decode_jpeg (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
                            format, 0) && tjGetErrorCode (self->jpeg) != TJERR_WARNING)
             return s_fail (self, "a corrupt JPEG: %s", tjGetErrorStr2 (self->jpeg));
     }
+    if (cmyk)
+        s_cmyk_to (self->decoded, (size_t) sw * sh, c, s_jpeg_adobe (bytes, size));
     return s_resize (self, self->decoded, sh, sw, c, spec, out);
 }
 
@@ -447,8 +503,7 @@ s_decode_png (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
         size_t pixels = (size_t) w * h;
         for (size_t i = 0; i < pixels; i++) {
             const uint8_t *p = self->decoded + i * 3;
-            float y = LUMA_R * p [0] + LUMA_G * p [1] + LUMA_B * p [2];
-            self->decoded [i] = (uint8_t) (y + 0.5f);
+            self->decoded [i] = s_luma (p [0], p [1], p [2]);
         }
     }
     return s_resize (self, self->decoded, h, w, spec->channels, spec, out);

@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 
 #include "za/za_images.h"
+#include "za/za_image.h"
 #include "za/za_input.h"
 #include "za/za_util.h"
 #include "za_test.h"
@@ -509,5 +511,53 @@ Test (images, a_long_strip_decodes)
     cr_expect (out [0] < 16 && out [SIDE - 1] > 239, "a ramp: %d .. %d", out [0], out [SIDE - 1]);
     za_image_decoder_destroy (&decoder);
     free (path), free (strip);
+    za_test_dir_remove ();
+}
+
+//  A CMYK JPEG (Photoshop's; ImageNet has 22) reads as RGB, as TensorFlow
+//  reads it (its test: within 4 on average of the RGB file's pixels).
+//  Fashion-MNIST's gray as Adobe's inverted CMYK (no ink but the black:
+//  255, 255, 255, gray), written by TurboJPEG (a YCCK JPEG with Adobe's
+//  marker), against the same pixels as a gray JPEG; then the decoder goes
+//  on to a gray JPEG exactly.
+Test (images, a_cmyk_jpeg_reads_as_rgb)
+{
+    za_test_dir_create ("za_images_cmyk");
+    za_dataset_t *fashion = za_test_fashion ("train", 1);
+    uint8_t gray [SIDE * SIDE], cmyk [SIDE * SIDE * 4];
+    za_test_images_pixels (fashion, 0, gray);
+    for (int i = 0; i < SIDE * SIDE; i++)
+        cmyk [4 * i] = cmyk [4 * i + 1] = cmyk [4 * i + 2] = 255, cmyk [4 * i + 3] = gray [i];
+    tjhandle jpeg = tjInitCompress ();
+    unsigned char *bytes = NULL;
+    unsigned long size = 0;
+    cr_assert_eq (tjCompress2 (jpeg, cmyk, SIDE, 0, SIDE, TJPF_CMYK, &bytes, &size, TJSAMP_444,
+                               95, 0), 0, "%s", tjGetErrorStr2 (jpeg));
+    tjDestroy (jpeg);
+    char *plain = za_test_path ("gray.jpg");
+    cr_assert_eq (za_image_write_jpeg (plain, gray, SIDE, SIDE, 1, 95), 0);
+    za_image_decoder_t *decoder = za_image_decoder_new ();
+    for (int channels = 1; channels <= 3; channels += 2) {
+        za_image_spec_t spec = {.height = SIDE, .width = SIDE, .channels = channels};
+        uint8_t got [SIDE * SIDE * 3];
+        cr_assert_eq (za_image_decode (decoder, bytes, size, &spec, got), 0, "%s",
+                      za_image_error (decoder));
+        double error = 0;
+        for (int i = 0; i < SIDE * SIDE * channels; i++)
+            error += abs ((int) got [i] - (int) gray [i / channels]);
+        error /= SIDE * SIDE * channels;
+        cr_expect_lt (error, 4, "%d channels: off by %.2f on average", channels, error);
+    }
+    za_image_spec_t spec = {.height = SIDE, .width = SIDE, .channels = 1};
+    uint8_t want [SIDE * SIDE], got [SIDE * SIDE];
+    za_image_decoder_t *fresh = za_image_decoder_new ();
+    cr_assert_eq (za_image_load (fresh, plain, &spec, want), 0);
+    cr_assert_eq (za_image_load (decoder, plain, &spec, got), 0);
+    cr_expect_eq (memcmp (got, want, sizeof got), 0);
+    za_image_decoder_destroy (&fresh);
+    za_image_decoder_destroy (&decoder);
+    tjFree (bytes);
+    free (plain);
+    za_dataset_destroy (&fashion);
     za_test_dir_remove ();
 }
