@@ -11,6 +11,7 @@
 #include "za/za_curve.h"
 #include "za/za_preempt.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -79,6 +80,19 @@ s_usage (const za_program_t *program, za_options_t *options, const za_settings_t
               "TensorFlow Estimator tutorials\nin this process.");
     za_options_usage (options, stdout, about, s_readers_of (s));
     printf ("%s", s_epilogue);
+}
+
+//  1 when a tcp:// endpoint's port is neither * nor a number in 0..65535
+//  (libzmq takes 99999 as 99999 mod 65536).
+static int
+s_tcp_port_bad (const char *endpoint)
+{
+    const char *colon = strrchr (endpoint, ':');
+    if (strncmp (endpoint, "tcp://", 6) || !colon || colon < endpoint + 6 || streq (colon, ":*"))
+        return 0;
+    char *end = NULL;
+    long port = strtol (colon + 1, &end, 10);
+    return !isdigit ((unsigned char) colon [1]) || *end || port > 65535;
 }
 
 //  What can be wrong between options, found before any work. Returns 0, or
@@ -153,6 +167,26 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
         za_error ("--local starts its own broker: give --local or --broker, not both");
         return ZA_EXIT_USAGE;
     }
+    if (s->local && (s->role || s->cluster || za_options_given (options, "index",
+                                                                 ZA_FROM_DEFAULT))) {
+        za_error ("--local starts every task itself: leave out --role, --index and --cluster "
+                  "(or leave out --local to run one task of a cluster)");
+        return ZA_EXIT_USAGE;
+    }
+    //  Keras's image flags, with no images to apply them to.
+    if (!s->train_data && !s->eval_data && !s->predict && !s->serve && !program->input_fn
+        && (s->class_names || s->validation_split > 0)) {
+        za_error ("%s applies to images (--train-data); the Fashion-MNIST files have their own "
+                  "classes and test set", s->class_names? "--class-names": "--validation-split");
+        return ZA_EXIT_USAGE;
+    }
+    const char *endpoints [2][2] = {{"--bind", s->bind}, {"--broker", s->broker}};
+    for (int e = 0; e < 2; e++)
+        if (endpoints [e][1] && s_tcp_port_bad (endpoints [e][1])) {
+            za_error ("%s %s: the port is not in 0..65535 (or *)", endpoints [e][0],
+                      endpoints [e][1]);
+            return ZA_EXIT_USAGE;
+        }
     if (program->check && program->check (program->params, s))
         return ZA_EXIT_USAGE;
     if (s->bind && za_settings_bind_allowed (s, s->bind))

@@ -250,6 +250,13 @@ Test (cli, bad_values_exit_2_before_training)
         {{"--model", "flatten dense(5)", NULL}, "dense(10)"},
         {{"--model", "maxpool(2,same) flatten dense(10)", NULL}, "no padding"},
         {{"--model-dir", "", NULL}, "--model-dir is empty"},
+        {{"--role", "broker", "--bind", "tcp://127.0.0.1:99999", NULL},
+         "the port is not in 0..65535"},
+        {{"--role", "worker", "--broker", "tcp://127.0.0.1:-5", NULL},
+         "the port is not in 0..65535"},
+        {{"--local", "--role", "worker", NULL}, "--local starts every task itself"},
+        {{"--class-names", "a,b", NULL}, "--class-names applies to images"},
+        {{"--validation-split", "0.2", NULL}, "--validation-split applies to images"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases [0]; i++) {
         za_test_result_t result = za_test_run (cases [i].args, PROCESS_TIMEOUT_S);
