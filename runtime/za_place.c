@@ -33,6 +33,11 @@ s_load_cluster (const za_settings_t *s)
     json_error_t error;
     const char *env = getenv ("TF_CONFIG");
     const char *source = s->cluster? s->cluster: "TF_CONFIG";
+    if (!s->cluster && (!env || !*env)) {
+        za_error ("--role %s: no cluster: set TF_CONFIG, or give --cluster FILE, or "
+                  "--broker ADDR (a job's broker); --local runs a whole job here", s->role);
+        return NULL;
+    }
     json_t *root = s->cluster? json_load_file (s->cluster, 0, &error)
                  : env? json_loads (env, 0, &error): json_object ();
     if (!root) {

@@ -104,7 +104,12 @@ s_data_info (const za_settings_t *s, int train, za_dataset_info_t *info)
     if (za_images_info (&config, info)) {
         if (!config.idx_split)
             return ZA_EXIT_USAGE;
-        za_info (s_no_data, config.source);
+        if (!train && s->eval_data)     //  IDX training, evaluated on --eval-data's
+            za_info ("cannot read the evaluation data in '%s' (--eval-data: a folder of "
+                     "Fashion-MNIST's t10k IDX files; with --train-data, class folders)",
+                     config.source);
+        else
+            za_info (s_no_data, config.source);
         return 1;
     }
     //  Predictions: the classes are the model's (its class names), not the

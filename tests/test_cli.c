@@ -161,6 +161,16 @@ Test (cli, missing_data_set_exits_1_naming_the_file)
                result.err);
     cr_assert_neq (access (model_dir, F_OK), 0);
     za_test_result_free (&result);
+    //  --eval-data that is not there is named as --eval-data's (not as
+    //  a --dataset-dir to give).
+    const char *eval [] = {"--eval-data", empty, "--model-dir", model_dir, "--max-steps", "1",
+                           NULL};
+    result = za_test_run (eval, PROCESS_TIMEOUT_S);
+    cr_expect_eq (result.exit_code, 1, "exit %d, stderr: %s", result.exit_code, result.err);
+    cr_expect (strstr (result.err, "cannot read the evaluation data in")
+               && strstr (result.err, "--eval-data: a folder of Fashion-MNIST's t10k"), "%s",
+               result.err);
+    za_test_result_free (&result);
     free (model_dir);
     free (empty);
 }
@@ -316,6 +326,14 @@ Test (cli, cluster_mistakes_exit_2)
     cr_expect_eq (result.exit_code, EXIT_USAGE, "%s", result.err);
     cr_expect (strstr (result.err, "--epochs does not say where training ends; give the "
                                    "cluster, or --max-steps"), "%s", result.err);
+    za_test_result_free (&result);
+    //  A role with no cluster at all: says where one comes from.
+    unsetenv ("TF_CONFIG");
+    const char *chief [] = {"--role", "chief", "--timeout-secs", "5", NULL};
+    result = za_test_run (chief, PROCESS_TIMEOUT_S);
+    cr_expect_eq (result.exit_code, EXIT_USAGE, "%s", result.err);
+    cr_expect (strstr (result.err, "--role chief: no cluster: set TF_CONFIG"), "%s",
+               result.err);
     za_test_result_free (&result);
     //  A broker address that is no address: said, and an exit, not a crash
     //  (its reports once went to a client never made: SIGSEGV).

@@ -480,10 +480,22 @@ Test (onnx, export_refuses_what_it_cannot_write, .timeout = 120)
     cr_expect_eq (result.exit_code, 2, "%s", result.err);
     cr_expect (strstr (result.err, "onnx"), "%s", result.err);
     za_test_result_free (&result);
-    const char *wrong_shape [] = {"export", "--input-shape", "28x28", dir, NULL};
-    result = za_test_run_program ("zactor-ckpt", wrong_shape, 60);
+    //  A shape of two sides, and one whose side overflowed an int (it
+    //  exported "1215752191x2"): refused.
+    const char *shapes [] = {"28x28", "99999999999x2x1"};
+    for (int k = 0; k < 2; k++) {
+        const char *wrong_shape [] = {"export", "--input-shape", shapes [k], dir, NULL};
+        result = za_test_run_program ("zactor-ckpt", wrong_shape, 60);
+        cr_expect_eq (result.exit_code, 2, "%s: %s", shapes [k], result.err);
+        cr_expect (strstr (result.err, "HxWxC"), "%s", result.err);
+        za_test_result_free (&result);
+    }
+    //  A second target is said as such (not "not an option").
+    const char *two [] = {"export", dir, dir, NULL};
+    result = za_test_run_program ("zactor-ckpt", two, 60);
     cr_expect_eq (result.exit_code, 2, "%s", result.err);
-    cr_expect (strstr (result.err, "HxWxC"), "%s", result.err);
+    cr_expect (strstr (result.err, "export takes one checkpoint or model dir"), "%s",
+               result.err);
     za_test_result_free (&result);
     //  --input-shape is the graph's: input.json's image size is not said
     //  beside it (without it, it is).
@@ -509,11 +521,15 @@ Test (onnx, export_refuses_what_it_cannot_write, .timeout = 120)
     }
     remove (input_json);
     free (input_json);
-    const char *help [] = {"export", "--help", NULL};
-    result = za_test_run_program ("zactor-ckpt", help, 60);
-    cr_expect_eq (result.exit_code, 0, "%s", result.err);
-    cr_expect (strstr (result.out, "--input-shape"), "%s", result.out);
-    za_test_result_free (&result);
+    //  --help after any command is the help (ls took it for a model dir).
+    const char *commands [] = {"export", "ls", "show"};
+    for (int c = 0; c < 3; c++) {
+        const char *help [] = {commands [c], "--help", NULL};
+        result = za_test_run_program ("zactor-ckpt", help, 60);
+        cr_expect_eq (result.exit_code, 0, "%s --help: %s", commands [c], result.err);
+        cr_expect (strstr (result.out, "--input-shape"), "%s", result.out);
+        za_test_result_free (&result);
+    }
     const char *no_ckpt [] = {"export", ZA_SOURCE_DIR "/docs", NULL};
     result = za_test_run_program ("zactor-ckpt", no_ckpt, 60);
     cr_expect_eq (result.exit_code, 1, "%s", result.err);

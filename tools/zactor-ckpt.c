@@ -4,6 +4,7 @@
     ONNX model.                                                             */
 #include "za/za_checkpoint.h"
 #include "za/za_export.h"
+#include "za/za_image.h"
 #include "za/za_util.h"
 
 #include <inttypes.h>
@@ -192,9 +193,15 @@ s_export (int argc, char **argv)
             return 0;
         }
         else
-        if (arg [0] == '-' || target) {
+        if (arg [0] == '-') {
             fprintf (stderr, "zactor-ckpt export: '%s' is not an option here (see --help)\n",
                      arg);
+            return EXIT_USAGE;
+        }
+        else
+        if (target) {
+            fprintf (stderr, "zactor-ckpt export: '%s' after '%s': export takes one checkpoint "
+                     "or model dir (-o FILE names the output)\n", arg, target);
             return EXIT_USAGE;
         }
         else
@@ -214,20 +221,27 @@ s_export (int argc, char **argv)
     if (za_export_config_load (dir, &config, &json))
         return 1;
     config.softmax = softmax;
+    //  (Each side at most --image-size's most: a %d of 99999999999 wrapped.)
     char tail;
-    if (shape && (sscanf (shape, "%dx%dx%d%c", &config.input.height, &config.input.width,
-                          &config.input.channels, &tail) != 3
-                  || config.input.height <= 0 || config.input.width <= 0
-                  || config.input.channels <= 0)) {
-        fprintf (stderr, "zactor-ckpt export: --input-shape %s: give HxWxC, e.g. 224x224x3\n",
-                 shape);
+    long sides [3];
+    if (shape && (sscanf (shape, "%ldx%ldx%ld%c", &sides [0], &sides [1], &sides [2],
+                          &tail) != 3
+                  || sides [0] <= 0 || sides [1] <= 0 || sides [2] <= 0
+                  || sides [0] > ZA_IMAGE_SIDE_MAX || sides [1] > ZA_IMAGE_SIDE_MAX
+                  || sides [2] > 4)) {
+        fprintf (stderr, "zactor-ckpt export: --input-shape %s: give HxWxC, e.g. 224x224x3 "
+                 "(sides up to %d, channels up to 4)\n", shape, ZA_IMAGE_SIDE_MAX);
         za_export_config_free (&json);
         return EXIT_USAGE;
     }
     //  A shape given is the graph's: training's --image-size no longer says
     //  what the images are resized to.
-    if (shape)
+    if (shape) {
+        config.input.height = (int) sides [0];
+        config.input.width = (int) sides [1];
+        config.input.channels = (int) sides [2];
         config.image_size = NULL;
+    }
     if (preprocess && za_preprocess_parse (preprocess) < 0) {
         fprintf (stderr, "zactor-ckpt export: --preprocess %s: none, tf, torch or caffe\n",
                  preprocess);
@@ -268,7 +282,9 @@ main (int argc, char **argv)
 {
     if (argc >= 2 && strcmp (argv [1], "export") == 0)
         return s_export (argc, argv);
-    if (argc == 2 && (!strcmp (argv [1], "-h") || !strcmp (argv [1], "--help"))) {
+    //  (`ls --help` too: not a model dir named --help.)
+    if ((argc == 2 || argc == 3)
+        && (!strcmp (argv [argc - 1], "-h") || !strcmp (argv [argc - 1], "--help"))) {
         s_usage (stdout);
         return 0;
     }
