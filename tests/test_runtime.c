@@ -286,6 +286,37 @@ Test (options, the_job_travels_and_the_flags_win)
     za_options_destroy (&options);
 }
 
+//  --print-settings writes a job that --job reads back: its unset texts
+//  and the unset learning rate are null, read as unset (once refused:
+//  "train_data: wants a string", then the learning rate 0.0).
+Test (options, print_settings_is_a_job_that_reads_back)
+{
+    za_settings_t settings, again;
+    memset (&settings, 0, sizeof settings);
+    memset (&again, 0, sizeof again);
+    za_options_t *options = za_options_new ("test", NULL, &settings, 0);
+    za_options_t *other = za_options_new ("test", NULL, &again, 0);
+    cr_assert (options && other);
+    char *argv [] = {"test", "--batch-size", "32", "--optimizer", "sgd", NULL};
+    cr_assert_eq (za_options_parse_args (options, 5, argv), 0, "%s", za_last_error ());
+    char *text = za_options_settings_text (options);
+    json_error_t error;
+    json_t *job = json_loads (text, 0, &error);
+    cr_assert_not_null (job, "%s", text);
+    cr_expect (json_is_null (json_object_get (job, "learning_rate")), "%s", text);
+    cr_expect_eq (za_options_apply_job (other, job, "settings.json", ZA_FROM_JOB), 0, "%s",
+                  za_last_error ());
+    cr_expect_eq (again.batch_size, 32);
+    cr_expect_eq (again.optim.learning_rate, 0.0f);
+    cr_expect_null (again.train_data);
+    char *back = za_options_settings_text (other);
+    cr_expect_str_eq (back, text);
+    json_decref (job);
+    free (back), free (text);
+    za_options_destroy (&other);
+    za_options_destroy (&options);
+}
+
 //  The class names of 1000 folders (ImageNet's: 10 KB of "n01440764,...")
 //  come back from input.json (a job file's "class_names") whole, as from
 //  the flag; a text past the limit is refused with the limit said.
