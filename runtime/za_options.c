@@ -100,14 +100,22 @@ s_keep (za_options_t *self, const char *text)
 //  Values
 
 static int
-s_parse_int (const char *what, const char *text, double min, double max, int64_t *value)
+s_int_ok (const char *text, double min, double max, int64_t *value)
 {
     char *end;
     errno = 0;
     long long v = strtoll (text, &end, 10);
     if (errno || end == text || *end || (double) v < min || (double) v > max)
-        return za_error ("%s wants an integer in [%.0f, %.0f], got '%s'", what, min, max, text);
+        return -1;
     *value = v;
+    return 0;
+}
+
+static int
+s_parse_int (const char *what, const char *text, double min, double max, int64_t *value)
+{
+    if (s_int_ok (text, min, max, value))
+        return za_error ("%s wants an integer in [%.0f, %.0f], got '%s'", what, min, max, text);
     return 0;
 }
 
@@ -227,8 +235,8 @@ s_list_item (const char *item, int index, void *arg)
 {
     s_list_ask_t *ask = (s_list_ask_t *) arg;
     int64_t value = 0;
-    if (ask->option? s_parse_int (ask->what, item, ask->option->min, ask->option->max, &value)
-                   : s_parse_int ("a list", item, -LIST_VALUE_MAX, LIST_VALUE_MAX, &value))
+    if (ask->option? s_int_ok (item, ask->option->min, ask->option->max, &value)
+                   : s_int_ok (item, -LIST_VALUE_MAX, LIST_VALUE_MAX, &value))
         return -1;
     if (ask->values && index < ask->max)
         ask->values [index] = value;
@@ -240,8 +248,8 @@ s_parse_list (const char *what, const za_option_t *option, const char *text)
 {
     s_list_ask_t ask = {.what = what, .option = option};
     if (s_list_items (text, s_list_item, &ask) < 0)
-        return za_error ("%s wants a list of integers such as 256,128, got '%s'", what,
-                         text? text: "");
+        return za_error ("%s wants a list of integers in [%.0f, %.0f] such as 256,128, got "
+                         "'%s'", what, option->min, option->max, text? text: "");
     return 0;
 }
 
@@ -322,9 +330,8 @@ s_store (za_options_t *self, const za_option_t *option, const char *text, const 
             za_option_range_t range;
             snprintf (low, sizeof low, "%.*s", colon? (int) (colon - text): (int) strlen (text),
                       text);
-            if (s_parse_int (what, low, option->min, option->max, &range.min)
-                || s_parse_int (what, colon? colon + 1: low, option->min, option->max,
-                                &range.max))
+            if (s_int_ok (low, option->min, option->max, &range.min)
+                || s_int_ok (colon? colon + 1: low, option->min, option->max, &range.max))
                 return za_error ("%s wants N or MIN:MAX (integers in [%.0f, %.0f]), got '%s'",
                                  what, option->min, option->max, text);
             if (range.min > range.max)

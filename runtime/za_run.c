@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 //  --local's defaults, unless the job or the flags say otherwise: 10 epochs
 //  (asynchronous training needs more steps than one process for the same
@@ -179,6 +180,22 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
         za_error ("%s applies to images (--train-data); the Fashion-MNIST files have their own "
                   "classes and test set", s->class_names? "--class-names": "--validation-split");
         return ZA_EXIT_USAGE;
+    }
+    //  The trace is written at the end, by this process alone or --local's:
+    //  where it goes is checked now, not after the training.
+    if (s->trace && !*s->trace) {
+        za_error ("--trace is empty: give the file to write (trace.json)");
+        return ZA_EXIT_USAGE;
+    }
+    if (s->trace && !s->role) {
+        char dir [4096];
+        const char *slash = strrchr (s->trace, '/');
+        snprintf (dir, sizeof dir, "%.*s", slash? (int) (slash - s->trace) + 1: 1,
+                  slash? s->trace: ".");
+        if (access (dir, W_OK)) {
+            za_error ("--trace %s: cannot write in %s: %s", s->trace, dir, strerror (errno));
+            return ZA_EXIT_USAGE;
+        }
     }
     const char *endpoints [2][2] = {{"--bind", s->bind}, {"--broker", s->broker}};
     for (int e = 0; e < 2; e++)

@@ -267,6 +267,8 @@ Test (cli, bad_values_exit_2_before_training)
         {{"--local", "--role", "worker", NULL}, "--local starts every task itself"},
         {{"--class-names", "a,b", NULL}, "--class-names applies to images"},
         {{"--validation-split", "0.2", NULL}, "--validation-split applies to images"},
+        {{"--trace", "/nonexistent/trace.json", NULL}, "cannot write in /nonexistent/"},
+        {{"--trace", "", NULL}, "--trace is empty"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases [0]; i++) {
         za_test_result_t result = za_test_run (cases [i].args, PROCESS_TIMEOUT_S);

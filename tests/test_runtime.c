@@ -405,6 +405,8 @@ Test (options, mistakes_exit_2_naming_them_before_any_work)
         {"zactor-run", {"--epochs", "0", NULL}, "--epochs wants an integer in [1, 100000]"},
         {"zactor-run", {"--workers", "3:1", NULL}, "--workers: 3:1: the least (3) is above the most (1)"},
         {"zactor-run", {"--workers", "1:x", NULL}, "--workers wants N or MIN:MAX"},
+        {"zactor-run", {"--model", "dnn", "--hidden-units", "64,x", NULL},
+         "--hidden-units wants a list of integers in [1, 1048576]"},
         {"zactor-run", {"--elastic-batch", "some", NULL}, "'some' is not one of global,per-worker,scale-lr"},
         {"zactor-run", {"--heartbeat-ivl-ms", "5", NULL}, "--heartbeat-ivl-ms"},
         {"zactor-run", {"--optimizer", "rmsprop", NULL}, "'rmsprop' is not one of sgd"},
@@ -422,6 +424,9 @@ Test (options, mistakes_exit_2_naming_them_before_any_work)
         cr_expect (strstr (result.err, cases [i].says) != NULL, "case %zu: wanted '%s' in: %s",
                    i, cases [i].says, result.err);
         cr_expect (strstr (result.err, "step ") == NULL, "case %zu trained", i);
+        //  One message (a list's item and the list once said it twice).
+        cr_expect_leq (za_test_count (result.err, "error: "), 1, "case %zu: %s", i,
+                       result.err);
         za_test_result_free (&result);
     }
     free (unknown);
