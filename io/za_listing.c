@@ -198,9 +198,29 @@ za_listing_free_names (char **names, int count)
     free (names);
 }
 
+//  A folder's identity, to tell a link back to a folder above (a loop).
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+} s_folder_t;
+
+//  `above` holds the folders from the walk's start to dir's parent (depth
+//  of them): dir is walked unless it is one of them, through a link.
 static int
-s_walk (za_listing_t *self, const char *dir, int32_t label, int depth)
+s_walk (za_listing_t *self, const char *dir, int32_t label, int depth, s_folder_t *above)
 {
+    struct stat st;
+    if (stat (dir, &st) == 0) {
+        for (int d = 0; d < depth; d++)
+            if (above [d].dev == st.st_dev && above [d].ino == st.st_ino) {
+                za_info ("warning: skipping %s: a link back to a folder above it (a loop)",
+                         dir);
+                return 0;
+            }
+        above [depth] = (s_folder_t) {st.st_dev, st.st_ino};
+    }
+    else
+        above [depth] = (s_folder_t) {0, 0};
     int count = 0;
     s_entry_t **entries = s_read_dir (dir, 0, &count);
     if (!entries)
@@ -216,7 +236,7 @@ s_walk (za_listing_t *self, const char *dir, int32_t label, int depth)
                 rc = za_listing_add_file (self, child, label);
             else
             if (pass == 1 && is_dir && depth < LISTING_DEPTH_MAX)
-                rc = s_walk (self, child, label, depth + 1);
+                rc = s_walk (self, child, label, depth + 1, above);
         }
     s_free_entries (entries, count);
     return rc;
@@ -225,7 +245,8 @@ s_walk (za_listing_t *self, const char *dir, int32_t label, int depth)
 int
 za_listing_walk (za_listing_t *self, const char *dir, int32_t label)
 {
-    return s_walk (self, dir, label, 0);
+    s_folder_t above [LISTING_DEPTH_MAX + 1];
+    return s_walk (self, dir, label, 0, above);
 }
 
 //  --------------------------------------------------------------------------

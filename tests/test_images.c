@@ -561,3 +561,26 @@ Test (images, a_cmyk_jpeg_reads_as_rgb)
     za_dataset_destroy (&fashion);
     za_test_dir_remove ();
 }
+
+//  A link in a class folder back to it (class_0/loop -> .) is a loop: its
+//  images were listed 41 times (to the walk's depth). Said once per walk,
+//  and each image is listed once.
+Test (images, a_link_back_up_is_not_walked)
+{
+    za_test_dir_create ("za_images_loop");
+    const int64_t count = 20;
+    za_dataset_t *fashion = za_test_fashion ("train", count);
+    char *dir = za_test_images_folder (fashion, count, "png", ZA_TEST_PNG, 1);
+    za_images_config_t config = za_test_images_config (dir);
+    za_dataset_info_t before, after;
+    cr_assert_eq (za_images_info (&config, &before), 0, "%s", za_last_error ());
+    char link [4096];
+    snprintf (link, sizeof link, "%s/class_0/loop", dir);
+    cr_assert_eq (symlink (".", link), 0);
+    cr_assert_eq (za_images_info (&config, &after), 0, "%s", za_last_error ());
+    cr_expect_eq (after.count, before.count, "%lld images listed, not %lld",
+                  (long long) after.count, (long long) before.count);
+    free (dir);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}
