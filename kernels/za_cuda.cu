@@ -496,8 +496,9 @@ static void
 s_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float *g,
                float **slots, size_t n)
 {
-    float m_scale = c->kind == ZA_OPT_ADAM? za_elem_bias_correction (c->beta1, step): 1.0f;
-    float v_scale = c->kind == ZA_OPT_ADAM? za_elem_bias_correction (c->beta2, step): 1.0f;
+    int64_t updates = step - c->slots_step;
+    float m_scale = c->kind == ZA_OPT_ADAM? za_elem_bias_correction (c->beta1, updates): 1.0f;
+    float v_scale = c->kind == ZA_OPT_ADAM? za_elem_bias_correction (c->beta2, updates): 1.0f;
     //  (za_optim_slot_count lives in the host library, which this module
     //  does not link.)
     int count = c->kind == ZA_OPT_ADAM? 2: c->kind == ZA_OPT_SGD? 0: 1;

@@ -133,8 +133,8 @@ za_optim_apply_into (const za_optim_config_t *c, int64_t step, const float *in, 
         }
         case ZA_OPT_ADAM: {
             float *restrict m = slots [0], *restrict v = slots [1];
-            const float m_scale = za_elem_bias_correction (b1, step);
-            const float v_scale = za_elem_bias_correction (b2, step);
+            const float m_scale = za_elem_bias_correction (b1, step - c->slots_step);
+            const float v_scale = za_elem_bias_correction (b2, step - c->slots_step);
             S_IVDEP
             for (size_t i = 0; i < n; i++)
                 w [i] = za_elem_adam (lr, b1, b2, eps, m_scale, v_scale, in [i], g [i], &m [i],

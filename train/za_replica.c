@@ -48,9 +48,10 @@ s_destroy_states (za_replica_t *self)
 }
 
 //  The runs of variables that train: consecutive ones (and the padding
-//  between them) join; a frozen one ends a run. Nothing frozen: [0, total).
-static void
-s_plan_runs (za_replica_t *self)
+//  between them) whose slots started at one step join; a frozen one ends a
+//  run. Nothing frozen, slots from the start: [0, total).
+void
+za_replica_plan_runs (za_replica_t *self)
 {
     const za_vars_t *vars = &self->vars;
     self->run_count = self->frozen_count = 0;
@@ -62,8 +63,13 @@ s_plan_runs (za_replica_t *self)
             open = 0;
             continue;
         }
-        if (!open)
-            self->run_from [self->run_count++] = self->frozen_count? var->offset: 0;
+        if (open && self->slots_step [v] != self->run_slots_step [self->run_count - 1])
+            open = 0;
+        if (!open) {
+            self->run_from [self->run_count] = self->run_count || self->frozen_count
+                                             ? var->offset: 0;
+            self->run_slots_step [self->run_count++] = self->slots_step [v];
+        }
         self->run_to [self->run_count - 1] = var->offset + var->size;
         open = 1;
     }
@@ -127,7 +133,7 @@ za_replica_plan (za_replica_t *self, int batch_max)
     }
     self->per_thread = per_thread;
     self->frozen_epoch = 0;
-    s_plan_runs (self);
+    za_replica_plan_runs (self);
     return 0;
 }
 
@@ -540,4 +546,6 @@ za_replica_reset_slots (za_replica_t *self)
     if (self->has_optim)
         za_optim_init_slots (&self->optim, self->slots, self->vars.total);
     self->slots_at = REPLICA_AT_HOST;
+    memset (self->slots_step, 0, sizeof self->slots_step);
+    za_replica_plan_runs (self);
 }

@@ -20,6 +20,7 @@ s_apply_trainable (za_replica_t *self, int64_t step, float *values, const float 
                    int share, int shares)
 {
     int slot_count = za_replica_slot_count (self);
+    za_optim_config_t optim = self->optim;
     for (int r = 0; r < self->run_count; r++) {
         size_t length = self->run_to [r] - self->run_from [r];
         size_t from = self->run_from [r] + length * share / shares;
@@ -27,7 +28,8 @@ s_apply_trainable (za_replica_t *self, int64_t step, float *values, const float 
         float *views [ZA_OPTIM_MAX_SLOTS];
         for (int s = 0; s < slot_count; s++)
             views [s] = slots [s] + from;
-        apply (&self->optim, step, values + from, grads + from, views, to - from);
+        optim.slots_step = self->run_slots_step [r];
+        apply (&optim, step, values + from, grads + from, views, to - from);
     }
 }
 

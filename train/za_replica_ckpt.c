@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CKPT_META_MODEL "model"
@@ -14,6 +15,7 @@
 #define CKPT_GOOD_STEPS "good_steps"
 #define CKPT_META_MODEL_FN "model_fn"
 #define SLOT_NAME_MAX (ZA_VAR_NAME_MAX + 16)
+#define CKPT_SLOTS_FROM "slots_from"    //  "var=step,..": slots started after step 0
 
 static void
 s_tensor_of_var (za_ckpt_tensor_t *t, const za_var_t *var, const char *name,
@@ -26,6 +28,36 @@ s_tensor_of_var (za_ckpt_tensor_t *t, const za_var_t *var, const char *name,
     for (int d = 0; d < var->ndim; d++)
         t->shape [d] = var->shape [d];
     t->data = block + var->offset;
+}
+
+//  "name=step,..." of the variables that train whose slots started after
+//  step 0 (malloc'd), or NULL when there are none.
+static char *
+s_slots_from_text (const za_replica_t *self)
+{
+    size_t size = 1;
+    for (int v = 0; v < self->vars.count; v++)
+        if (self->slots_step [v] > 0 && !self->vars.vars [v].frozen)
+            size += strlen (self->vars.vars [v].name) + 24;
+    char *text = size > 1? (char *) malloc (size): NULL;
+    char *at = text;
+    for (int v = 0; text && v < self->vars.count; v++)
+        if (self->slots_step [v] > 0 && !self->vars.vars [v].frozen)
+            at += sprintf (at, "%s%s=%" PRId64, at > text? ",": "", self->vars.vars [v].name,
+                           self->slots_step [v]);
+    return text;
+}
+
+//  The step the checkpoint's slots_from says var's slots started from (0:
+//  it says none).
+static int64_t
+s_slots_from (const char *text, const char *name)
+{
+    size_t length = strlen (name);
+    for (const char *at = text; at && *at; at = strchr (at, ',')? strchr (at, ',') + 1: NULL)
+        if (!strncmp (at, name, length) && at [length] == '=')
+            return strtoll (at + length + 1, NULL, 10);
+    return 0;
 }
 
 int
@@ -68,7 +100,8 @@ za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, int ke
     char lr [32], examples [32];
     snprintf (lr, sizeof lr, "%g", (double) self->optim.learning_rate);
     snprintf (examples, sizeof examples, "%" PRId64, self->examples_done);
-    za_ckpt_meta_t meta [5] = {
+    char *slots_from = s_slots_from_text (self);
+    za_ckpt_meta_t meta [6] = {
         {CKPT_META_MODEL, za_replica_model_text (self)},
         {CKPT_META_MODEL_FN, self->model_fn->name},
         {"optimizer", self->has_optim? za_optim_name (self->optim.kind): "none"},
@@ -78,9 +111,13 @@ za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, int ke
         meta [meta_count++] = (za_ckpt_meta_t) {"learning_rate", lr};
     if (self->examples_done > 0)
         meta [meta_count++] = (za_ckpt_meta_t) {ZA_CKPT_META_EXAMPLES, examples};
-    if (za_mkdirs (model_dir))
-        return -1;
-    return za_checkpoint_write_atomic (model_dir, step, tensors, t, meta, meta_count, keep_max);
+    if (slots_from)
+        meta [meta_count++] = (za_ckpt_meta_t) {CKPT_SLOTS_FROM, slots_from};
+    int rc = za_mkdirs (model_dir)? -1
+           : za_checkpoint_write_atomic (model_dir, step, tensors, t, meta, meta_count,
+                                         keep_max);
+    free (slots_from);
+    return rc;
 }
 
 int
@@ -207,6 +244,15 @@ za_replica_restore (za_replica_t *self, const za_checkpoint_t *ckpt, int64_t *st
         za_info ("'%s' has no %s slots for %d of the variables that train (%s%s): theirs start "
                  "fresh", za_checkpoint_filename (ckpt), za_optim_name (self->optim.kind),
                  missing_count, first_missing, missing_count > 1? ", ...": "");
+    //  Where each variable's slots started: fresh ones from this step (Adam's
+    //  bias correction counts their updates, not the job's).
+    const char *slots_from = za_checkpoint_meta (ckpt, CKPT_SLOTS_FROM);
+    for (int v = 0; v < self->vars.count; v++) {
+        int64_t from = missing [v]? za_checkpoint_step (ckpt)
+                     : s_slots_from (slots_from, self->vars.vars [v].name);
+        self->slots_step [v] = from > 0 && from <= za_checkpoint_step (ckpt)? from: 0;
+    }
+    za_replica_plan_runs (self);
     //  mixed_float16: the scale it had (a checkpoint of another precision
     //  has none: the initial one stays).
     const za_ckpt_tensor_t *scale = za_checkpoint_find (ckpt, CKPT_LOSS_SCALE);

@@ -82,6 +82,10 @@ typedef struct {
                                 //  norm before the update (Keras's global_clipnorm): by
                                 //  the process that holds it whole (a worker before its
                                 //  pushes, after the all-reduce); never travels to a ps
+    int64_t slots_step;         //  Adam: the global step its slots started from (0: the
+                                //  start); its bias correction counts the updates since,
+                                //  as PyTorch's per-parameter step does (a layer that
+                                //  trains from a resume on: za_replica's, per run)
 } za_optim_config_t;
 
 //  The defaults above for `kind`, with learning rate 1e-3 for Adam and 0.01
