@@ -499,8 +499,17 @@ za_options_parse_args (za_options_t *self, int argc, char **argv)
 {
     for (int a = 1; a < argc; a++) {
         const char *arg = argv [a];
-        if (streq (arg, "-h") || streq (arg, "--help"))
+        if (streq (arg, "-h") || streq (arg, "--help")) {
+            //  A --role after it filters the help as one before it does.
+            for (int b = a + 1; b < argc; b++) {
+                const char *role = !strncmp (argv [b], "--role=", 7)? argv [b] + 7
+                                 : streq (argv [b], "--role") && b + 1 < argc? argv [b + 1]
+                                 : NULL;
+                if (role && za_options_set (self, "role", role, ZA_FROM_FLAG, "--role"))
+                    return -1;
+            }
             return 1;
+        }
         if (streq (arg, "--print-settings")) {
             self->print_asked = 1;
             continue;

@@ -55,6 +55,21 @@ Test (cli, help_exits_0_and_names_the_flags)
     cr_assert_eq (result.exit_code, 0);
     cr_assert (strstr (result.out, "--keep-checkpoint-max"), "help: %s", result.out);
     za_test_result_free (&result);
+
+    //  --role filters the help before or after --help alike (a ps reads no
+    //  --augment).
+    const char *orders [2][4] = {{"--role", "ps", "--help", NULL},
+                                 {"--help", "--role", "ps", NULL}};
+    char *outs [2];
+    for (int o = 0; o < 2; o++) {
+        result = za_test_run (orders [o], PROCESS_TIMEOUT_S);
+        cr_expect_eq (result.exit_code, 0, "%s", result.err);
+        cr_expect (!strstr (result.out, "--augment"), "%s: %s", orders [o][0], result.out);
+        outs [o] = strdup (result.out);
+        za_test_result_free (&result);
+    }
+    cr_expect_str_eq (outs [0], outs [1]);
+    free (outs [0]), free (outs [1]);
 }
 
 Test (cli, bad_model_spec_exits_2_with_a_caret_under_the_token)
