@@ -1,7 +1,9 @@
 /*  za_input_json.c: MODEL_DIR/input.json, how training read its images.    */
 #include "za_input_json.h"
 
+#include "za/za_checkpoint.h"
 #include "za/za_images.h"
+#include "za/za_model.h"
 #include "za/za_util.h"
 
 #include <errno.h>
@@ -14,16 +16,6 @@
 #define PATH_CHARS 4096
 #define INT_TEXT_MAX 12                 //  "-2147483648" and a comma
 
-int
-za_input_json_apply (za_options_t *options, const za_settings_t *s)
-{
-    char path [PATH_CHARS];
-    snprintf (path, sizeof path, "%s/%s", s->run.model_dir, ZA_INPUT_JSON_FILE);
-    if (access (path, F_OK))
-        return 0;                       //  trained from IDX, or by an older zactor
-    return za_options_apply_job_file (options, path)? ZA_EXIT_USAGE: 0;
-}
-
 //  "B,B+1,..": n labels counted from base, or NULL.
 static char *
 s_label_names (int n, int base)
@@ -33,6 +25,39 @@ s_label_names (int n, int base)
     for (int k = 0; names && k < n; k++)
         at += sprintf (at, "%s%d", k? ",": "", base + k);
     return names;
+}
+
+//  A layer stack trained on the IDX files writes no input.json: its input
+//  is theirs (28 x 28 gray, as serve takes it), its classes the numbers of
+//  its outputs. Weaker than the flags, as the file is.
+static int
+s_apply_idx_input (za_options_t *options, const za_settings_t *s)
+{
+    char *model = za_checkpoint_newest_meta (s->run.model_dir, "model");
+    za_stack_spec_t spec;
+    if (!model || za_stack_parse (model, &spec)) {
+        free (model);
+        return 0;                       //  no checkpoint, or its own model_fn's
+    }
+    free (model);
+    char *names = s_label_names (spec.layers [spec.count - 1].units, 0);
+    json_t *job = names? json_pack ("{s:s, s:i, s:s}", "image_size", "28", "channels", 1,
+                                    "class_names", names): NULL;
+    int rc = !job || za_options_apply_job (options, job, "the IDX training's input",
+                                           ZA_FROM_JOB);
+    json_decref (job);
+    free (names);
+    return rc? ZA_EXIT_USAGE: 0;
+}
+
+int
+za_input_json_apply (za_options_t *options, const za_settings_t *s)
+{
+    char path [PATH_CHARS];
+    snprintf (path, sizeof path, "%s/%s", s->run.model_dir, ZA_INPUT_JSON_FILE);
+    if (access (path, F_OK))
+        return s_apply_idx_input (options, s);
+    return za_options_apply_job_file (options, path)? ZA_EXIT_USAGE: 0;
 }
 
 void

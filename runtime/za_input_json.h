@@ -9,7 +9,9 @@
 #define ZA_INPUT_JSON_FILE "input.json"
 
 //  Applies MODEL_DIR/input.json (as a job: weaker than the flags) when it
-//  is there. Returns 0, or ZA_EXIT_USAGE after one message.
+//  is there; else, for a layer stack's checkpoint (trained on the IDX
+//  files), their input: 28 x 28 gray, its outputs' numbers as the class
+//  names. Returns 0, or ZA_EXIT_USAGE after one message.
 int za_input_json_apply (za_options_t *options, const za_settings_t *settings);
 
 //  Writes MODEL_DIR/input.json for a run that trains from images: the image

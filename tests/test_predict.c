@@ -199,3 +199,44 @@ Test (predict, predicts_the_eval_folder_as_the_evaluation_scored_it, .timeout = 
     za_dataset_destroy (&fashion);
     za_test_dir_remove ();
 }
+
+//  The README's own job trains on the IDX files and writes no input.json:
+//  predict takes their input (28 x 28 gray) and the model's outputs as the
+//  classes, as serve does (it once refused: "conv2d/kernel has another
+//  shape"), and predicts Fashion-MNIST PNGs as the evaluation scores them.
+Test (predict, a_model_trained_on_the_idx_files_predicts_images, .timeout = 600)
+{
+    za_test_dir_create ("za_predict_idx");
+    za_dataset_t *fashion = za_test_fashion ("t10k", 40);
+    char *images = za_test_images_folder (fashion, 40, "images", ZA_TEST_PNG, 1);
+    char *model = za_test_path ("model");
+    const char *train [] = {"--max-steps", "60", "--threads", "1", "--no-eval", "--model-dir",
+                            model, NULL};
+    za_test_result_t result = za_test_run (train, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    const char *predict [] = {"predict", "--model-dir", model, "--data", images, NULL};
+    result = za_test_run (predict, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    int lines = 0, correct = 0;
+    for (char *save = NULL, *text = strtok_r (result.out, "\n", &save); text;
+         text = strtok_r (NULL, "\n", &save), lines++) {
+        json_t *row = json_loads (text, 0, NULL);
+        const char *file = json_string_value (json_object_get (row, "file"));
+        const char *class = json_string_value (json_object_get (row, "class"));
+        cr_assert (file && class && json_object_size (json_object_get (row, "probabilities"))
+                   == 10, "%s", text);
+        char parent [64], want [64];
+        s_parent (file, parent, sizeof parent);
+        snprintf (want, sizeof want, "class_%s", class);
+        correct += !strcmp (parent, want);
+        json_decref (row);
+    }
+    cr_expect_eq (lines, 40);
+    //  60 steps: well above chance (10%).
+    cr_expect_gt (correct, 16, "%d of 40 right", correct);
+    za_test_result_free (&result);
+    free (images), free (model);
+    za_dataset_destroy (&fashion);
+    za_test_dir_remove ();
+}

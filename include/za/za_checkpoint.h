@@ -112,6 +112,10 @@ int64_t za_checkpoint_examples_done (const za_checkpoint_t *self);
 //  from its header alone (its data is neither read nor verified). -1 when
 //  model_dir holds none, or its header does not read (with an error).
 int64_t za_checkpoint_newest_examples (const char *model_dir, int64_t *step);
+//  A metadata value of the newest checkpoint, read from its header alone
+//  (caller frees), or NULL: none there, no such key, or a header that does
+//  not read (with an error).
+char *za_checkpoint_newest_meta (const char *model_dir, const char *key);
 int za_checkpoint_tensor_count (const za_checkpoint_t *self);
 //  The i-th tensor, in file (data offset) order, or NULL if i is out of range.
 //  Names and data point into the checkpoint's memory, valid until destroy; the
