@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -87,23 +88,36 @@ s_model_load (const za_settings_t *s)
     return model;
 }
 
-//  What the model dir holds: a hash of its checkpoints' steps (a new
-//  checkpoint, or one gone, changes it).
+//  What the model dir holds: a hash of its checkpoints' steps, sizes and
+//  times (a new checkpoint, one gone, or one written again: a corrupt one
+//  copied over whole changes it).
 static uint64_t
 s_dir_state (const char *model_dir)
 {
     int64_t *steps = NULL;
     int count = za_checkpoint_list (model_dir, &steps);
     uint64_t hash = 1469598103934665603ULL ^ (uint64_t) (count < 0? 0: count);
-    for (int i = 0; i < count; i++)
-        hash = (hash ^ (uint64_t) steps [i]) * 1099511628211ULL;
+    for (int i = 0; i < count; i++) {
+        uint64_t facts [4] = {(uint64_t) steps [i]};
+        char *path = za_checkpoint_path (model_dir, steps [i]);
+        struct stat st;
+        if (path && stat (path, &st) == 0) {
+            facts [1] = (uint64_t) st.st_size;
+            facts [2] = (uint64_t) st.st_mtim.tv_sec;
+            facts [3] = (uint64_t) st.st_mtim.tv_nsec;
+        }
+        free (path);
+        for (int f = 0; f < 4; f++)
+            hash = (hash ^ facts [f]) * 1099511628211ULL;
+    }
     free (steps);
     return hash;
 }
 
 //  When the model dir changed: its newest intact checkpoint, swapped in
 //  when it is newer than the one served. One that is not (the newest file
-//  is corrupt) is said once, and looked for again when the dir changes.
+//  is corrupt) is said once, and looked for again when the dir changes
+//  (the newest file written again included).
 static void
 s_reload (za_serve_t *self, uint64_t *dir_state)
 {
@@ -296,22 +310,31 @@ za_serve_job_run (za_serve_t *self, za_serve_job_t *job)
     pthread_mutex_unlock (&self->lock);
 }
 
-//  The model's name: --model-name, else the model dir's last part.
-static void
+//  The model's name: --model-name, else the model dir's last part; a name
+//  a URL's path and the metrics' labels take as it is (letters, digits,
+//  '_', '-', '.'). 0, or -1 with an error.
+static int
 s_name (za_serve_t *self)
 {
     const char *dir = self->s->run.model_dir;
-    if (self->s->model_name) {
+    if (self->s->model_name)
         snprintf (self->name, sizeof self->name, "%s", self->s->model_name);
-        return;
+    else {
+        size_t end = strlen (dir);
+        while (end > 1 && dir [end - 1] == '/')
+            end--;
+        size_t start = end;
+        while (start > 0 && dir [start - 1] != '/')
+            start--;
+        snprintf (self->name, sizeof self->name, "%.*s", (int) (end - start), dir + start);
     }
-    size_t end = strlen (dir);
-    while (end > 1 && dir [end - 1] == '/')
-        end--;
-    size_t start = end;
-    while (start > 0 && dir [start - 1] != '/')
-        start--;
-    snprintf (self->name, sizeof self->name, "%.*s", (int) (end - start), dir + start);
+    static const char allowed [] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                   "0123456789_-.";
+    if (!*self->name || self->name [strspn (self->name, allowed)])
+        return za_error ("serve: the model's name '%s' has a character a URL or a metric "
+                         "label would change (letters, digits, '_', '-' and '.' are kept): "
+                         "give --model-name", self->name);
+    return 0;
 }
 
 static int
@@ -356,7 +379,10 @@ za_serve_run (const za_settings_t *s)
         return 1;
     }
     self->s = s;
-    s_name (self);
+    if (s_name (self)) {
+        free (self);
+        return ZA_EXIT_USAGE;
+    }
     pthread_mutex_init (&self->model_lock, NULL);
     pthread_mutex_init (&self->lock, NULL);
     pthread_cond_init (&self->queued, NULL);
@@ -365,6 +391,7 @@ za_serve_run (const za_settings_t *s)
     long cores = sysconf (_SC_NPROCESSORS_ONLN);
     self->batcher_count = s->num_batch_threads > 0? (int) s->num_batch_threads
                         : cores > 0? (int) cores: 1;
+    sem_init (&self->decoding, 0, (unsigned) self->batcher_count);
     self->batchers = rc? NULL: calloc ((size_t) self->batcher_count, sizeof *self->batchers);
     int started = 0;
     for (int t = 0; self->batchers && t < self->batcher_count; t++)
@@ -413,6 +440,7 @@ za_serve_run (const za_settings_t *s)
     pthread_mutex_destroy (&self->lock);
     pthread_cond_destroy (&self->queued);
     pthread_cond_destroy (&self->finished);
+    sem_destroy (&self->decoding);
     free (self);
     return rc;
 }

@@ -7,7 +7,9 @@
 #include "za/za_image.h"
 #include "za/za_util.h"
 
+#include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +18,17 @@
 #define ERROR_CHARS ZA_SERVE_ERROR_CHARS
 
 //  Standard or URL-safe base64 into out (size at least 3/4 of the text's).
-//  Its length, or -1 when the text is not base64.
+//  Its length, or -1 when the text is not base64 (anything but at most two
+//  '=' after the first '=' included).
 static long
 s_base64 (const char *text, uint8_t *out)
 {
     uint32_t bits = 0;
     int held = 0;
     long length = 0;
+    const char *pad = strchr (text, '=');
+    if (pad && (pad [strspn (pad, "=")] || strlen (pad) > 2))
+        return -1;
     for (const char *p = text; *p && *p != '='; p++) {
         int v = *p >= 'A' && *p <= 'Z'? *p - 'A': *p >= 'a' && *p <= 'z'? *p - 'a' + 26
               : *p >= '0' && *p <= '9'? *p - '0' + 52: *p == '+' || *p == '-'? 62
@@ -59,9 +65,11 @@ static int
 s_fill (json_t *value, const int64_t *dims, int ndim, float *out, size_t *at)
 {
     if (ndim == 0) {
-        if (!json_is_number (value))
+        //  (1e39 is no float: infinite, as TensorFlow would take it, is no pixel.)
+        float number = (float) json_number_value (value);
+        if (!json_is_number (value) || !isfinite (number))
             return -1;
-        out [(*at)++] = (float) json_number_value (value);
+        out [(*at)++] = number;
         return 0;
     }
     if (!json_is_array (value) || (int64_t) json_array_size (value) != dims [0])
@@ -81,6 +89,11 @@ s_instance (json_t *value, za_input_shape_t in, const za_settings_t *s,
     if (json_is_object (value) && json_object_get (value, "pixels"))
         value = json_object_get (value, "pixels");
     const char *b64 = json_string_value (json_object_get (value, "b64"));
+    if (b64 && json_object_size (value) != 1) {
+        snprintf (error, size, "its {\"b64\": ...} object holds other keys too (TensorFlow "
+                  "Serving's binary value is the object of b64 alone)");
+        return -1;
+    }
     if (b64) {
         size_t length = strlen (b64);
         uint8_t *bytes = malloc (length * 3 / 4 + 4), *pixels = malloc (row);
@@ -126,7 +139,7 @@ s_instance (json_t *value, za_input_shape_t in, const za_settings_t *s,
                           d? ", ": "[", (long long) dims [d], d + 1 == ndim? "]": "");
     snprintf (error, size, "%s %s; the model takes [%d, %d, %d] of numbers 0 .. 255%s, "
               "%zu numbers flat, or {\"b64\": a JPEG or PNG}", fits? "not a rectangular "
-              "array of numbers:": "its shape is", ndim < 0? "of more than 4 dims": shape,
+              "array of finite (float) numbers:": "its shape is", ndim < 0? "of more than 4 dims": shape,
               in.height, in.width, in.channels, in.channels == 1? " (or [H, W])": "", row);
     return -1;
 }
@@ -175,14 +188,15 @@ s_answer_json (const za_serve_job_t *job, int columnar)
     return answer;
 }
 
-//  A predict request's body into an answer (*status its HTTP status).
+//  A predict request's body read into job (its pixels, from numbers or
+//  decoded images; *columnar for "inputs"): NULL, or the error's answer.
 static json_t *
-s_predict (za_serve_t *self, const char *body, size_t size, unsigned *status)
+s_read_job (za_serve_t *self, const char *body, size_t size, za_serve_job_t *job,
+            int *columnar)
 {
     char error [ERROR_CHARS] = "";
     json_error_t parse;
     json_t *root = json_loadb (body, size, 0, &parse);
-    *status = MHD_HTTP_BAD_REQUEST;
     if (!root)
         return json_pack ("{s:s+}", "error", "JSON Parse error: ", parse.text);
     json_t *instances = json_object_get (root, "instances");
@@ -190,44 +204,60 @@ s_predict (za_serve_t *self, const char *body, size_t size, unsigned *status)
     if (json_is_object (inputs) && json_object_get (inputs, "pixels"))
         inputs = json_object_get (inputs, "pixels");
     json_t *list = instances? instances: inputs;
-    if (!json_is_object (root) || !list || (instances && inputs)) {
+    *columnar = instances == NULL;
+    json_t *answer = NULL;
+    if (!json_is_object (root) || !list || (instances && inputs))
+        answer = json_pack ("{s:s}", "error", instances && inputs
+                            ? "Both 'instances' and 'inputs' were specified"
+                            : "Missing 'inputs' or 'instances' key");
+    else
+    if (!json_is_array (list))
+        answer = json_pack ("{s:s}", "error", "'instances' (or 'inputs') is not a list of "
+                            "images");
+    else
+    if (json_array_size (list) == 0)    //  TensorFlow Serving's words
+        answer = json_pack ("{s:s}", "error", instances? "No values in 'instances' array"
+                                                       : "No values in 'inputs' array");
+    if (answer) {
         json_decref (root);
-        return json_pack ("{s:s}", "error", instances && inputs
-                          ? "Both 'instances' and 'inputs' were specified"
-                          : "Missing 'inputs' or 'instances' key");
-    }
-    if (!json_is_array (list)) {
-        json_decref (root);
-        return json_pack ("{s:s}", "error", "'instances' (or 'inputs') is not a list of "
-                          "images");
+        return answer;
     }
     za_serve_model_t *model = za_serve_model_take (self);
     za_input_shape_t in = za_predictor_input (model->predictor);
     za_serve_model_give (self, model);
     size_t row = (size_t) in.height * in.width * in.channels;
-    za_serve_job_t job = {.n = (int) json_array_size (list), .row = row};
-    job.pixels = malloc (((size_t) job.n + 1) * row * sizeof (float));
+    job->n = (int) json_array_size (list);
+    job->row = row;
+    job->pixels = malloc (((size_t) job->n + 1) * row * sizeof (float));
     za_image_decoder_t *decoder = NULL;
-    int bad = job.pixels? 0: -1;
+    int bad = job->pixels? 0: -1;
     if (bad)
-        snprintf (error, sizeof error, "out of memory for %d images", job.n);
-    for (int i = 0; i < job.n && !bad; i++) {
+        snprintf (error, sizeof error, "out of memory for %d images", job->n);
+    for (int i = 0; i < job->n && !bad; i++) {
         char why [ERROR_CHARS - 32];
         if ((bad = s_instance (json_array_get (list, (size_t) i), in, self->s, &decoder,
-                               job.pixels + (size_t) i * row, why, sizeof why)))
+                               job->pixels + (size_t) i * row, why, sizeof why)))
             snprintf (error, sizeof error, "instance %d: %s", i, why);
     }
     za_image_decoder_destroy (&decoder);
     json_decref (root);
-    json_t *answer = NULL;
-    if (bad)
-        answer = json_pack ("{s:s}", "error", error);
-    else
-    if (job.n == 0) {
-        *status = MHD_HTTP_OK;
-        answer = instances? json_pack ("{s:[]}", "predictions"): json_pack ("{s:{}}", "outputs");
-    }
-    else {
+    return bad? json_pack ("{s:s}", "error", error): NULL;
+}
+
+//  A predict request's body into an answer (*status its HTTP status). Its
+//  body is read (its images decoded) by at most batcher_count requests at
+//  once; the batches then take any number.
+static json_t *
+s_predict (za_serve_t *self, const char *body, size_t size, unsigned *status)
+{
+    za_serve_job_t job = {0};
+    int columnar = 0;
+    while (sem_wait (&self->decoding) && errno == EINTR)
+        ;
+    json_t *answer = s_read_job (self, body, size, &job, &columnar);
+    sem_post (&self->decoding);
+    *status = MHD_HTTP_BAD_REQUEST;
+    if (!answer) {
         za_serve_job_run (self, &job);
         self->instances += job.n;
         if (job.rc) {
@@ -236,7 +266,7 @@ s_predict (za_serve_t *self, const char *body, size_t size, unsigned *status)
         }
         else {
             *status = MHD_HTTP_OK;
-            answer = s_answer_json (&job, instances == NULL);
+            answer = s_answer_json (&job, columnar);
         }
         if (job.model)
             za_serve_model_give (self, job.model);
@@ -413,6 +443,11 @@ s_route (za_serve_t *self, struct MHD_Connection *connection, const char *url,
         size_t digits = strcspn (rest + 10, "/:");
         snprintf (version, sizeof version, "%.*s", (int) (digits < 31? digits: 31), rest + 10);
         rest += 10 + digits;
+        //  A version is a number (TensorFlow Serving's int64): "030" is 30.
+        if (!digits || digits > 18 || strspn (version, "0123456789") != strlen (version))
+            return s_error (self, connection, MHD_HTTP_BAD_REQUEST, NULL,
+                            "Malformed request: %s %s (a version is a number)", method, url);
+        snprintf (version, sizeof version, "%lld", strtoll (version, NULL, 10));
     }
     int predict = !strcmp (rest, ":predict"), metadata = !strcmp (rest, "/metadata");
     if (!predict && !metadata && *rest)
@@ -436,7 +471,7 @@ s_route (za_serve_t *self, struct MHD_Connection *connection, const char *url,
                             "Servable not found for request: Specific(%s)%s", what, "");
         }
     }
-    if (predict != post)
+    if (predict? !post: !get)
         return s_error (self, connection, MHD_HTTP_METHOD_NOT_ALLOWED,
                         predict? "POST": "GET, HEAD", "%s %s: not this method", method, url);
     if (metadata)

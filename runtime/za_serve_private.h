@@ -10,6 +10,7 @@
 
 #include <microhttpd.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 
 #define ZA_SERVE_NAME_CHARS 256
@@ -49,6 +50,10 @@ typedef struct {
     int stopping;
     pthread_t *batchers;
     int batcher_count;
+    //  Requests whose instances are read (and images decoded) at once: at
+    //  most batcher_count, however many connections wait (a 348 KB PNG of
+    //  16384 x 16384 decodes into 800 MB).
+    sem_t decoding;
     //  Counters for the metrics.
     atomic_llong requests [6];          //  by status class: 2xx, 4xx, 5xx, ...
     atomic_llong instances, batches, batched_instances, latency_us, reloads, reload_failures;

@@ -379,6 +379,22 @@ Test (serve, bad_requests_get_tf_servings_error_and_the_server_goes_on)
                     "does not decode");
     s_expect_error (port, "POST", predict, "{\"instances\": [{\"b64\": \"%%%\"}]}", 400,
                     "not base64");
+    //  As TensorFlow Serving: nothing after base64's padding, b64 alone in
+    //  its object, some instances, numbers a float holds.
+    s_expect_error (port, "POST", predict,
+                    "{\"instances\": [{\"b64\": \"aGVsbG8=@@@\"}]}", 400, "not base64");
+    s_expect_error (port, "POST", predict,
+                    "{\"instances\": [{\"b64\": \"aGVsbG8=\", \"zzz\": 1}]}", 400,
+                    "holds other keys");
+    s_expect_error (port, "POST", predict, "{\"instances\": []}", 400,
+                    "No values in 'instances' array");
+    body = malloc (784 * 2 + 64);
+    char *at = body + sprintf (body, "{\"instances\": [[1e39");
+    for (int k = 1; k < 784; k++)
+        at += sprintf (at, ",0");
+    sprintf (at, "]]}");
+    s_expect_error (port, "POST", predict, body, 400, "finite");
+    free (body);
     s_expect_serving (port);
     //  A body past --max-body-bytes: 413.
     body = s_body (0, 100, 0);
@@ -389,6 +405,16 @@ Test (serve, bad_requests_get_tf_servings_error_and_the_server_goes_on)
     s_expect_error (port, "POST", "/v1/models/fmnist/versions/7:predict", "{}", 404,
                     "Servable not found for request: Specific(fmnist, 7)");
     s_expect_error (port, "GET", predict, NULL, 405, "not this method");
+    //  The status and the metadata are read, not written; a version is a number.
+    s_expect_error (port, "PUT", "/v1/models/fmnist", "{}", 405, "not this method");
+    s_expect_error (port, "DELETE", "/v1/models/fmnist/metadata", NULL, 405,
+                    "not this method");
+    s_expect_error (port, "POST", "/v1/models/fmnist/versions/:predict", "{}", 400,
+                    "a version is a number");
+    za_test_http_t zeros = za_test_http (port, "GET", "/v1/models/fmnist/versions/0300", NULL,
+                                         0);
+    cr_expect_eq (zeros.status, 200, "versions/0300 is 300: %s", zeros.body);
+    free (zeros.body);
     s_expect_error (port, "GET", "/v2/models", NULL, 404, "Malformed request");
     s_expect_error (port, "GET", "/v1/models/fmnist:classify", NULL, 404, "Malformed request");
     //  The version that is served answers; so does an image as a PNG.
@@ -456,7 +482,35 @@ Test (serve, serves_a_newer_checkpoint_once_it_loads)
     free (status.body);
     cr_expect_eq (s_metric (server.port, "result=\"loaded\"}"), 1);
     cr_expect_eq (s_metric (server.port, "result=\"failed\"}"), 1);
+    //  A newer checkpoint copied in slowly: seen cut short (refused), then
+    //  whole, it is served (the dir's steps alone did not change). (The
+    //  corrupt one of step 5000 gone first.)
+    cr_assert_eq (unlink (bad), 0);
+    char *other = za_test_path ("reloaded-300");
+    const char *further [] = {"--max-steps", "300", "--model-dir", other, NULL};
+    result = za_test_run (further, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    char *from = za_checkpoint_path (other, 300), *to = za_checkpoint_path (dir, 300);
+    bytes = za_test_read_file (from, &size);
+    file = fopen (to, "wb");
+    fwrite (bytes, 1, size / 2, file);
+    fclose (file);
+    text = za_test_wait_for_text (server.err, "step 300 does not load", 60);
+    cr_expect (strstr (text, "step 300 does not load"), "%s", text);
+    free (text);
+    char temp [4200];
+    snprintf (temp, sizeof temp, "%s.part", to);
+    file = fopen (temp, "wb");
+    fwrite (bytes, 1, size, file);
+    fclose (file);
+    cr_assert_eq (rename (temp, to), 0);
+    free (bytes);
+    text = za_test_wait_for_text (server.err, "now serving step 300", 60);
+    cr_expect (strstr (text, "now serving step 300"), "%s", text);
+    free (text);
     s_stop (&server);
+    free (from), free (to), free (other);
     free (good), free (bad), free (dir);
 }
 
@@ -521,4 +575,15 @@ Test (serve, refuses_what_it_cannot_serve)
     za_test_result_free (&result);
     s_expect_serving (server.port);
     s_stop (&server);
+    //  A name the metrics' labels or a URL would change (a quote broke the
+    //  Prometheus text; a ':' made the model unreachable).
+    const char *names [] = {"fm\"x", "a:b"};
+    for (int n = 0; n < 2; n++) {
+        const char *named [] = {"serve", "--model-dir", s_model, "--model-name", names [n],
+                                NULL};
+        result = za_test_run (named, 60);
+        cr_expect_eq (result.exit_code, 2, "%s: %s", names [n], result.err);
+        cr_expect (strstr (result.err, "give --model-name"), "%s", result.err);
+        za_test_result_free (&result);
+    }
 }
