@@ -174,6 +174,39 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
                   "(or leave out --local to run one task of a cluster)");
         return ZA_EXIT_USAGE;
     }
+    //  Settings another one makes moot (TensorFlow's RunConfig refuses the
+    //  first; the others would be silently without effect).
+    if (za_options_given (options, "save_checkpoints_steps", ZA_FROM_LOCAL)
+        && za_options_given (options, "save_checkpoints_secs", ZA_FROM_LOCAL)) {
+        za_error ("--save-checkpoints-steps and --save-checkpoints-secs: give one of them "
+                  "(as TensorFlow's RunConfig)");
+        return ZA_EXIT_USAGE;
+    }
+    static const char *const evaluating [][2] = {
+        {"eval_metrics", "--eval-metrics"}, {"best_metric", "--best-metric"},
+        {"export_onnx", "--export-onnx"}, {"eval_steps", "--eval-steps"}};
+    for (size_t e = 0; s->no_eval && e < sizeof evaluating / sizeof evaluating [0]; e++)
+        if (za_options_given (options, evaluating [e][0], ZA_FROM_LOCAL)) {
+            za_error ("--no-eval and %s: nothing is evaluated to apply it to",
+                      evaluating [e][1]);
+            return ZA_EXIT_USAGE;
+        }
+    //  One process evaluates once, at the end, unless it trains and evaluates.
+    int alone = !s->local && !s->role && !s->cluster && !s->broker && !s->predict && !s->serve;
+    static const char *const pacing [][2] = {
+        {"throttle_secs", "--throttle-secs"}, {"start_delay_secs", "--start-delay-secs"}};
+    for (int p = 0; alone && !s->train_and_evaluate && p < 2; p++)
+        if (za_options_given (options, pacing [p][0], ZA_FROM_LOCAL)) {
+            za_error ("%s paces an evaluator that follows the training: give "
+                      "--train-and-evaluate (or --local, or a cluster's evaluator)",
+                      pacing [p][1]);
+            return ZA_EXIT_USAGE;
+        }
+    if (!s->run.warm_start.from && (s->run.warm_start.vars || s->run.warm_start.rename)) {
+        za_error ("--warm-start-%s goes with --warm-start-from (the checkpoint to take the "
+                  "variables from)", s->run.warm_start.vars? "vars": "rename");
+        return ZA_EXIT_USAGE;
+    }
     //  Keras's image flags, with no images to apply them to.
     if (!s->train_data && !s->eval_data && !s->predict && !s->serve && !program->input_fn
         && (s->class_names || s->validation_split > 0)) {
@@ -351,9 +384,12 @@ za_run_main (int argc, char **argv, const za_program_t *program)
     else {
         //  --local's defaults are weaker than the job's and the flags'.
         size_t count = sizeof s_local_defaults / sizeof s_local_defaults [0];
+        //  (Not its checkpoint steps where seconds are asked for.)
         for (size_t d = 0; settings.local && d < count && !rc; d++)
-            if (!streq (s_local_defaults [d][0], "epochs")
-                || !za_options_given (options, "max_steps", ZA_FROM_DEFAULT))
+            if ((!streq (s_local_defaults [d][0], "epochs")
+                 || !za_options_given (options, "max_steps", ZA_FROM_DEFAULT))
+                && (!streq (s_local_defaults [d][0], "save_checkpoints_steps")
+                    || !za_options_given (options, "save_checkpoints_secs", ZA_FROM_DEFAULT)))
                 rc = za_options_set (options, s_local_defaults [d][0], s_local_defaults [d][1],
                                      ZA_FROM_LOCAL, s_local_defaults [d][0])? ZA_EXIT_USAGE: 0;
         if (!rc)

@@ -284,6 +284,12 @@ Test (cli, bad_values_exit_2_before_training)
         {{"--validation-split", "0.2", NULL}, "--validation-split applies to images"},
         {{"--trace", "/nonexistent/trace.json", NULL}, "cannot write in /nonexistent/"},
         {{"--trace", "", NULL}, "--trace is empty"},
+        {{"--save-checkpoints-steps", "20", "--save-checkpoints-secs", "5", NULL},
+         "give one of them"},
+        {{"--no-eval", "--export-onnx", NULL}, "--no-eval and --export-onnx"},
+        {{"--no-eval", "--eval-steps", "3", NULL}, "--no-eval and --eval-steps"},
+        {{"--warm-start-vars", "conv2d", NULL}, "goes with --warm-start-from"},
+        {{"--throttle-secs", "5", NULL}, "paces an evaluator"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases [0]; i++) {
         za_test_result_t result = za_test_run (cases [i].args, PROCESS_TIMEOUT_S);
