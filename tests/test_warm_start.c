@@ -174,6 +174,11 @@ Test (warm_start, what_is_wrong_is_exit_2_before_training, .init = s_train, .fin
          "closest name is 'dense_1/kernel'"},
         {"--warm-start-vars", "conv2d/", "conv2d(16,3,relu) maxpool(2) flatten dense(10)",
          "the model's 'conv2d/kernel' needs [3, 3, 1, 16]"},
+        //  A rename that would never be used (TensorFlow: "not used ... Perhaps
+        //  you misspelled them?"): no '=', a name the model lacks.
+        {"--warm-start-rename", "conv2d_1/kernel", "cnn", "give NEW=OLD"},
+        {"--warm-start-rename", "dense_9/kernel=conv2d/kernel", "cnn",
+         "the model has no variable 'dense_9/kernel'"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases [0]; c++) {
         const char *from = c == 0? cases [c].value: s_trained;

@@ -149,6 +149,35 @@ s_store (const za_var_t *var, za_layout_t layout, const float *in, float *out)
         memcpy (out, in, var->size * sizeof (float));
 }
 
+//  Every NEW=OLD pair of the rename names a variable of the model that the
+//  regex selects (TensorFlow's warm_start: "variables in
+//  var_name_to_prev_var_name that were not used"). 0, or -1 with an error.
+static int
+s_check_rename (const char *rename, const za_vars_t *vars, const regex_t *regex)
+{
+    for (const char *p = rename; p && *p; ) {
+        const char *end = strchr (p, ',');
+        int pair = (int) (end? (size_t) (end - p): strlen (p));
+        const char *equals = memchr (p, '=', (size_t) pair);
+        int length = equals? (int) (equals - p): pair, found = -1;
+        for (int v = 0; v < vars->count && found < 0 && equals; v++)
+            if ((int) strlen (vars->vars [v].name) == length
+                && !strncmp (vars->vars [v].name, p, (size_t) length))
+                found = v;
+        if (!equals)
+            return za_error ("--warm-start-rename '%.*s': give NEW=OLD (the model's name, "
+                             "then the file's)", pair, p);
+        if (found < 0)
+            return za_error ("--warm-start-rename '%.*s': the model has no variable '%.*s' "
+                             "(misspelled?)", pair, p, length, p);
+        if (regexec (regex, vars->vars [found].name, 0, NULL, 0))
+            return za_error ("--warm-start-rename '%.*s': '%.*s' is not among the variables "
+                             "--warm-start-vars selects", pair, p, length, p);
+        p = end? end + 1: NULL;
+    }
+    return 0;
+}
+
 int
 za_warm_start_load (const za_warm_start_t *ws, const za_vars_t *vars, float *values)
 {
@@ -165,6 +194,10 @@ za_warm_start_load (const za_warm_start_t *ws, const za_vars_t *vars, float *val
     if (bad_regex)
         return za_error ("--warm-start-vars '%s' is not an extended regular expression",
                          ws->vars);
+    if (s_check_rename (ws->rename, vars, &regex)) {
+        regfree (&regex);
+        return -1;
+    }
     //  An ONNX model's initializers are its weights (torch.onnx.export's,
     //  tf2onnx's, zactor-ckpt export's).
     za_safetensors_t *file = za_onnx_named (path)? za_onnx_load_initializers (path)
