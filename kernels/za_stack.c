@@ -196,6 +196,7 @@ s_plan_layer (s_stack_t *self, int i, const za_layer_spec_t *spec, za_shape_t in
 typedef struct {
     regex_t freeze, trainable;
     int has_freeze, has_trainable;
+    int froze, kept;                    //  variables each regex selected
 } s_freezer_t;
 
 static int
@@ -235,7 +236,7 @@ s_freezer_free (s_freezer_t *self)
 //  Marks layer l's variables frozen or not (in the table and the stack's
 //  copy). 1 when one of them trains.
 static int
-s_freeze (const s_freezer_t *self, s_stack_t *stack, const za_layer_t *l, za_vars_t *vars)
+s_freeze (s_freezer_t *self, s_stack_t *stack, const za_layer_t *l, za_vars_t *vars)
 {
     int trains = 0;
     int ids [2] = {l->kernel_var, l->bias_var};
@@ -243,10 +244,11 @@ s_freeze (const s_freezer_t *self, s_stack_t *stack, const za_layer_t *l, za_var
         if (ids [k] < 0)
             continue;
         const char *name = vars->vars [ids [k]].name;
-        int frozen = l->spec.frozen
-                  || (self->has_freeze && regexec (&self->freeze, name, 0, NULL, 0) == 0)
-                  || (self->has_trainable
-                      && regexec (&self->trainable, name, 0, NULL, 0) != 0);
+        int froze = self->has_freeze && regexec (&self->freeze, name, 0, NULL, 0) == 0;
+        int kept = self->has_trainable && regexec (&self->trainable, name, 0, NULL, 0) == 0;
+        self->froze += froze;
+        self->kept += kept;
+        int frozen = l->spec.frozen || froze || (self->has_trainable && !kept);
         vars->vars [ids [k]].frozen = stack->vars [ids [k]].frozen = frozen;
         trains |= !frozen;
     }
@@ -326,6 +328,16 @@ s_stack_create (const void *params, za_input_shape_t input, int batch_max,
         in = shapes [i];
     }
     s_freezer_free (&freezer);
+    //  A regex that selects nothing is a mistake (a typo froze everything).
+    if (!failed && ((freezer.has_freeze && !freezer.froze)
+                    || (freezer.has_trainable && !freezer.kept))) {
+        za_error ("--%s '%s' selects none of the model's variables (their names: %s, "
+                  "...; `zactor-ckpt show` lists a checkpoint's)", freezer.has_freeze
+                  && !freezer.froze? "freeze": "trainable", freezer.has_freeze
+                  && !freezer.froze? spec->freeze: spec->trainable,
+                  vars->count? vars->vars [0].name: "conv2d");
+        goto fail;
+    }
     if (failed || (spec->cache_frozen && s_cache_start (self, spec)))
         goto fail;
     if (plan.scratch_floats) {

@@ -437,3 +437,40 @@ Test (freeze, unfrozen_on_resume_only_the_frozen_layers_slots_start_fresh)
         za_replica_destroy (&replicas [r]);
     za_dataset_destroy (&fashion);
 }
+
+//  A --freeze or --trainable that selects nothing (a typo once froze
+//  every variable and the run "trained" at chance, exit 0), and a model
+//  with every variable frozen (TensorFlow: "No variables to optimize"):
+//  no replica that trains, the reason said. An evaluation replica may
+//  hold a frozen model.
+Test (freeze, a_freeze_that_selects_nothing_or_everything_is_refused)
+{
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_ADAM);
+    const char *cases [][3] = {
+        {"zzz", "", "--freeze 'zzz' selects none"},
+        {"", "zzz", "--trainable 'zzz' selects none"},
+        {".*", "", "every variable of the model is frozen"},
+        {"conv2d", "conv2d", "every variable of the model is frozen"},
+    };
+    for (int c = 0; c < 4; c++)
+        for (int train = 0; train < 2; train++) {
+            static za_stack_spec_t spec;
+            cr_assert_eq (za_stack_parse ("conv2d(8,3,relu) maxpool(2) flatten dense(10)",
+                                          &spec), 0);
+            snprintf (spec.freeze, sizeof spec.freeze, "%s", cases [c][0]);
+            snprintf (spec.trainable, sizeof spec.trainable, "%s", cases [c][1]);
+            za_replica_config_t config = {
+                .model_fn = za_stack_model_fn (), .params = &spec, .input = {28, 28, 1},
+                .threads = 1, .train = train, .optim = train? &optim: NULL,
+            };
+            za_error_set_quiet (1);
+            za_replica_t *replica = za_replica_new (&config, 5);
+            za_error_set_quiet (0);
+            int refused = c < 2 || train;
+            cr_expect_eq (replica == NULL, refused, "case %d, train %d", c, train);
+            if (refused)
+                cr_expect (strstr (za_last_error (), cases [c][2]), "case %d: %s", c,
+                           za_last_error ());
+            za_replica_destroy (&replica);
+        }
+}

@@ -82,10 +82,8 @@ za_estimator_new (const za_model_fn_t *model_fn, const void *params, za_input_sh
                                                          input);
     replica.train = optim != NULL;
     replica.optim = optim;
-    if (!(self->replica = za_replica_new (&replica, config->seed))) {
-        za_error ("estimator: %s", za_last_error ());
-        za_estimator_destroy (&self);
-    }
+    if (!(self->replica = za_replica_new (&replica, config->seed)))
+        za_estimator_destroy (&self);   //  (the replica said why)
     return self;
 }
 

@@ -409,6 +409,12 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
     }
     self->model_fn->init_vars (self->states [0], &self->vars, self->values, seed);
     za_replica_reset_slots (self);
+    //  (TensorFlow's minimize: "No variables to optimize".)
+    if (self->train && self->vars.count > 0 && self->run_count == 0) {
+        za_error ("every variable of the model is frozen (--freeze, --trainable, "
+                  "trainable=false): nothing would train");
+        goto fail;
+    }
     return self;
 fail:
     za_replica_destroy (&self);
