@@ -335,6 +335,11 @@ s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
         self->bad_data = 1;
         rc = -1;
     }
+    else
+    if (result->model_differs)          //  and every checkpoint would be so too
+        rc = za_error ("evaluator: cannot evaluate the checkpoints of '%s' with this model "
+                       "(see above): give the training's model flags (--model, ...)",
+                       self->config->model_dir);
     else {
         za_info ("evaluator: skipped the checkpoint of step %" PRId64 ": %s", step,
                  za_last_error ());
@@ -625,7 +630,12 @@ s_follow (s_eval_t *self, zsock_t *pipe, int *done)
             next_allowed = now;
         }
         s_publish (config, *done? ZA_ROLE_RUNNING: ZA_ROLE_WAITING);
-        int64_t newest = now < next_allowed? -1: za_checkpoint_newest_step (config->model_dir);
+        //  The final checkpoint is evaluated at once, delay and throttle or
+        //  not (TensorFlow's local train_and_evaluate evaluates it as
+        //  training ends).
+        int64_t newest = za_checkpoint_newest_step (config->model_dir);
+        if (now < next_allowed && !(end_step > 0 && newest >= end_step))
+            newest = -1;
         if (newest > last) {
             za_eval_result_t result;
             double eval_start = za_clock_mono ();

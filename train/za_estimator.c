@@ -554,8 +554,10 @@ za_estimator_evaluate_checkpoint (za_estimator_t *self, const char *path,
         return -1;
     int rc = za_replica_restore (self->replica, ckpt, &self->global_step);
     za_checkpoint_destroy (&ckpt);
-    if (rc)
+    if (rc) {
+        result->model_differs = 1;      //  (the file itself is intact: verified)
         return -1;
+    }
     const char *name = strrchr (path, '/');
     return s_evaluate_loaded (self, input_fn, arg, steps, subdir, name? name + 1: path, result);
 }

@@ -127,6 +127,9 @@ typedef struct {
     //  max_bad allows (the evaluation failed on its data).
     int64_t images, bad_images;
     int input_failed;
+    //  za_estimator_evaluate_checkpoint: 1 when the checkpoint is intact but
+    //  not of this model (another model, other shapes): every one would be.
+    int model_differs;
 } za_eval_result_t;
 
 //  Frees what a result holds (the confusion image).
