@@ -289,6 +289,39 @@ za_evaluator_keep_best (const char *who, const char *model_dir, const za_eval_sp
         || s_export_best (&best, path, result)? -1: 0;
 }
 
+//  An evaluation into TensorBoard's events: loss, accuracy and the metrics'
+//  scalars (an undefined one, NaN, left out), and the confusion image. 0 or -1.
+static int
+s_summarize (za_summary_writer_t *summary, const za_eval_result_t *result)
+{
+    const char *tags [2 + ZA_EVAL_SCALARS_MAX] = {"loss", "accuracy"};
+    double values [2 + ZA_EVAL_SCALARS_MAX] = {result->loss, result->accuracy};
+    int count = 2;
+    for (int i = 0; i < result->scalar_count; i++)
+        if (!isnan (result->scalars [i].value)) {
+            tags [count] = result->scalars [i].name;
+            values [count++] = result->scalars [i].value;
+        }
+    return za_summary_scalars (summary, result->global_step, tags, values, count)
+        || (result->confusion_png
+            && za_summary_image (summary, "confusion_matrix", result->global_step,
+                                 result->confusion_png, result->confusion_png_size,
+                                 result->confusion_width, result->confusion_height, 3))? -1: 0;
+}
+
+int
+za_evaluator_summarize (const char *model_dir, const char *eval_name,
+                        const za_eval_result_t *result)
+{
+    char subdir [ZA_EVAL_SUBDIR_MAX], dir [4096];
+    za_eval_subdir (eval_name, subdir, sizeof subdir);
+    snprintf (dir, sizeof dir, "%s/%s", model_dir, subdir);
+    za_summary_writer_t *summary = za_summary_writer_new (dir);
+    int rc = !summary || s_summarize (summary, result)? -1: 0;
+    za_summary_writer_destroy (&summary);
+    return rc;
+}
+
 //  Evaluates the checkpoint of `step`. Returns 0 when evaluated, 1 when it
 //  was skipped (deleted before it was opened, corrupt, another model), -1 on
 //  an error that should end the evaluator.
@@ -312,21 +345,7 @@ s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
             snprintf (dir, sizeof dir, "%s/%s", self->config->model_dir, self->subdir);
             self->summary = za_summary_writer_new (dir);
         }
-        //  loss, accuracy and the metrics' scalars (an undefined one, NaN, left out)
-        const char *tags [2 + ZA_EVAL_SCALARS_MAX] = {"loss", "accuracy"};
-        double values [2 + ZA_EVAL_SCALARS_MAX] = {result->loss, result->accuracy};
-        int count = 2;
-        for (int i = 0; i < result->scalar_count; i++)
-            if (!isnan (result->scalars [i].value)) {
-                tags [count] = result->scalars [i].name;
-                values [count++] = result->scalars [i].value;
-            }
-        rc = !self->summary
-          || za_summary_scalars (self->summary, result->global_step, tags, values, count)
-          || (result->confusion_png
-              && za_summary_image (self->summary, "confusion_matrix", result->global_step,
-                                   result->confusion_png, result->confusion_png_size,
-                                   result->confusion_width, result->confusion_height, 3))
+        rc = !self->summary || s_summarize (self->summary, result)
           || (self->config->export_best && s_export_best (&self->best, path, result))? -1: 0;
     }
     else

@@ -197,6 +197,10 @@ s_evaluate_final (za_task_t *task)
             za_info ("warning: the final evaluation is not kept in export/: %s",
                      za_last_error ());
         free (path);
+        //  And in TensorBoard, as an evaluator's are.
+        if (za_evaluator_summarize (s->run.model_dir, s->eval.name, &result))
+            za_info ("warning: the final evaluation's TensorBoard events are not written: %s",
+                     za_last_error ());
     }
     za_eval_result_free (&result);
     fflush (stdout);

@@ -3,7 +3,9 @@
     chosen steps and times): nothing before start_delay_secs, no two
     evaluations closer than throttle_secs, the final checkpoint exactly once
     and then exit 0; retention and corrupt files do not hurt it; replay.   */
+#define _GNU_SOURCE                     //  memmem
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -440,6 +442,23 @@ Test (evaluator, a_final_evaluation_goes_by_its_name_and_keeps_the_best)
     cr_expect (at_20 > 0.3 && step == 20, "accuracy %g at step %lld", at_20, (long long) step);
     char *onnx = za_test_join (dir, "export/best_holdout/model.onnx");
     cr_expect (access (onnx, F_OK) == 0, "%s", onnx);
+    //  And its TensorBoard events, beside metrics.jsonl (once none).
+    char *events_dir = za_test_join (dir, "eval_holdout");
+    DIR *d = opendir (events_dir);
+    struct dirent *entry;
+    int events = 0;
+    while (d && (entry = readdir (d)))
+        if (!strncmp (entry->d_name, "events.out.tfevents.", 20)) {
+            char *path = za_test_join (events_dir, entry->d_name);
+            size_t size = 0;
+            char *bytes = (char *) za_test_read_file (path, &size);
+            events += bytes && memmem (bytes, size, "accuracy", 8) != NULL;
+            free (bytes), free (path);
+        }
+    if (d)
+        closedir (d);
+    cr_expect_eq (events, 1, "no events file with the accuracy in %s", events_dir);
+    free (events_dir);
     //  Trained on: the later evaluation replaces it only where it is better.
     const char *more [] = {"--model", "linear", "--max-steps", "40", "--eval-name", "holdout",
                            "--threads", "1", "--model-dir", dir, NULL};

@@ -106,6 +106,11 @@ int za_evaluator_following (const char *model_dir, const char *eval_name, char *
 int za_evaluator_keep_best (const char *who, const char *model_dir,
                             const za_eval_spec_t *spec, za_input_shape_t input,
                             const char *path, const za_eval_result_t *result);
+//  One evaluation's loss, accuracy, metrics and confusion image written as
+//  TensorBoard events in MODEL_DIR/eval[_NAME] (a final evaluation's, where
+//  no evaluator writes them). 0, or -1 with an error.
+int za_evaluator_summarize (const char *model_dir, const char *eval_name,
+                            const za_eval_result_t *result);
 //  Where an evaluation named `name` (NULL or "": the training's own) keeps
 //  its best checkpoint: MODEL_DIR/export/best, or MODEL_DIR/export/best_NAME,
 //  so a replay on other data never overwrites the training's best.
