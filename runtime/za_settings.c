@@ -297,7 +297,8 @@ static const za_option_t s_options [] = {
                "whole cluster ends cleanly with a final checkpoint, exit 0\n"
                "(needs an evaluator: --train-and-evaluate, --evaluators N)"),
     ZA_OPTION ("eval-steps", T_INT, eval.steps, "N", NULL, 1, INT_MAX_D, NULL, R_EVAL, JOB, 0,
-               NULL, "batches per evaluation (default: the whole set)"),
+               NULL, "batches per evaluation, of " ZA_TEXT (ZA_EVAL_BATCH) " examples each\n"
+               "(default: the whole set)"),
     ZA_OPTION ("start-delay-secs", T_NUM, eval.start_delay_secs, "S",
                ZA_TEXT (ZA_EVAL_START_DELAY_SECS), 0, NO_MAX, NULL,
                ZA_READ_SINGLE | ZA_READ_EVALUATOR | ZA_READ_LAUNCHER, JOB, 0, NULL,
