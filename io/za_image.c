@@ -395,6 +395,45 @@ s_cmyk_to (uint8_t *pixels, size_t n, int channels, int adobe)
     }
 }
 
+//  A copy of a JPEG whose JFIF marker (APP0 "JFIF\0", first) has a version
+//  libjpeg does not know (2.01: a warning it stops at), made 1.02 as
+//  TensorFlow's libjpeg reads it past the warning; NULL for any other
+//  (caller frees).
+static uint8_t *
+s_jpeg_known_jfif (const uint8_t *bytes, size_t size)
+{
+    size_t at = s_jpeg_next_marker (bytes, size, 2);
+    if (at + 11 > size || bytes [at + 1] != 0xe0 || memcmp (bytes + at + 4, "JFIF", 5)
+        || bytes [at + 9] == 1)
+        return NULL;
+    uint8_t *copy = (uint8_t *) malloc (size);
+    if (copy) {
+        memcpy (copy, bytes, size);
+        copy [at + 9] = 1;
+        copy [at + 10] = 2;
+    }
+    return copy;
+}
+
+//  A decode stopped at a warning (a truncated file is filled with gray)
+//  is an error, but for bytes between the last scan and the end (EOI):
+//  every scan decoded with no warning before it, and TensorFlow takes the
+//  image (the "extraneous bytes before marker 0xd9" of many photo sets): it
+//  is decoded again past them. 0 when so decoded, else -1 (said).
+static int
+s_decode_warned (za_image_decoder_t *self, const uint8_t *bytes, size_t size, int sw, int sh,
+                 int format)
+{
+    const char *why = tjGetErrorStr2 (self->jpeg);
+    if (tjGetErrorCode (self->jpeg) != TJERR_WARNING || !why
+        || !strstr (why, "extraneous bytes before marker 0xd9"))
+        return s_fail (self, "a corrupt or truncated JPEG: %s", why);
+    if (tjDecompress2 (self->jpeg, bytes, (unsigned long) size, self->decoded, sw, 0, sh,
+                       format, 0) && tjGetErrorCode (self->jpeg) != TJERR_WARNING)
+        return s_fail (self, "a corrupt JPEG: %s", tjGetErrorStr2 (self->jpeg));
+    return 0;
+}
+
 static int
 s_decode_jpeg (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
                const za_image_spec_t *spec, uint8_t *out)
@@ -432,21 +471,10 @@ s_decode_jpeg (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
                    (size_t) sw * sh * (cmyk? 4: c)))
         return -1;
     int format = cmyk? TJPF_CMYK: c == 1? TJPF_GRAY: TJPF_RGB;
-    //  A warning (a truncated file is filled with gray) is an error here,
-    //  but for bytes between the last scan and the end (EOI): every scan
-    //  decoded with no warning before it, and TensorFlow takes the image
-    //  (the "extraneous bytes before marker 0xd9" of many photo sets).
     if (tjDecompress2 (self->jpeg, bytes, (unsigned long) size, self->decoded, sw, 0, sh, format,
-                       TJFLAG_STOPONWARNING)) {
-        const char *why = tjGetErrorStr2 (self->jpeg);
-        int at_end = tjGetErrorCode (self->jpeg) == TJERR_WARNING && why
-                  && strstr (why, "extraneous bytes before marker 0xd9");
-        if (!at_end)
-            return s_fail (self, "a corrupt or truncated JPEG: %s", why);
-        if (tjDecompress2 (self->jpeg, bytes, (unsigned long) size, self->decoded, sw, 0, sh,
-                           format, 0) && tjGetErrorCode (self->jpeg) != TJERR_WARNING)
-            return s_fail (self, "a corrupt JPEG: %s", tjGetErrorStr2 (self->jpeg));
-    }
+                       TJFLAG_STOPONWARNING)
+        && s_decode_warned (self, bytes, size, sw, sh, format))
+        return -1;
     if (cmyk)
         s_cmyk_to (self->decoded, (size_t) sw * sh, c, s_jpeg_adobe (bytes, size));
     return s_resize (self, self->decoded, sh, sw, c, spec, out);
@@ -519,7 +547,9 @@ za_image_decode (za_image_decoder_t *self, const uint8_t *bytes, size_t size,
         return s_fail (self, "image: cannot make %dx%dx%d pixels", spec->height, spec->width,
                          spec->channels);
     if (size >= 3 && bytes [0] == 0xff && bytes [1] == 0xd8 && bytes [2] == 0xff) {
-        int rc = s_decode_jpeg (self, bytes, size, spec, out);
+        uint8_t *known = s_jpeg_known_jfif (bytes, size);
+        int rc = s_decode_jpeg (self, known? known: bytes, size, spec, out);
+        free (known);
         if (rc && self->jpeg) {         //  the next JPEG takes a new handle
             tjDestroy (self->jpeg);
             self->jpeg = NULL;

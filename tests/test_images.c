@@ -451,10 +451,11 @@ Test (images, a_class_folder_with_a_comma_is_named_and_refused)
     za_test_dir_remove ();
 }
 
-//  Bytes between a JPEG's last scan and its end (EOI) are a libjpeg
-//  warning that TensorFlow takes: the image decodes as without them. The
-//  same bytes before the frame stay damage (a warning before the pixels).
-Test (images, garbage_before_a_jpegs_end_decodes_as_tensorflow_takes_it)
+//  Bytes between a JPEG's last scan and its end (EOI), and a JFIF version
+//  libjpeg does not know, are libjpeg warnings that TensorFlow takes: the
+//  image decodes as without them. The same bytes before the frame stay
+//  damage (a warning before the pixels).
+Test (images, harmless_jpeg_warnings_decode_as_tensorflow_takes_them)
 {
     za_test_dir_create ("za_images_eoi");
     za_dataset_t *fashion = za_test_fashion ("train", 1);
@@ -484,6 +485,13 @@ Test (images, garbage_before_a_jpegs_end_decodes_as_tensorflow_takes_it)
     cr_expect_eq (za_image_load (decoder, tail, &spec, got), 0, "%s", za_image_error (decoder));
     cr_expect_eq (memcmp (got, want, sizeof got), 0, "not the clean file's pixels");
     cr_expect_neq (za_image_load (decoder, head, &spec, got), 0, "garbage before the frame");
+    //  A JFIF version libjpeg does not know (2.01: "unknown JFIF revision"),
+    //  as TensorFlow takes it: the same pixels.
+    cr_assert (size > 20 && !memcmp (bytes + 6, "JFIF", 5), "no JFIF marker first");
+    bytes [11] = 2, bytes [12] = 1;
+    cr_expect_eq (za_image_decode (decoder, bytes, size, &spec, got), 0, "%s",
+                  za_image_error (decoder));
+    cr_expect_eq (memcmp (got, want, sizeof got), 0, "not the clean file's pixels (JFIF 2.01)");
     //  And the decoder goes on exactly.
     cr_expect_eq (za_image_load (decoder, clean, &spec, got), 0);
     cr_expect_eq (memcmp (got, want, sizeof got), 0);
