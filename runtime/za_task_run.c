@@ -304,8 +304,14 @@ za_task_run_evaluator (za_task_t *task, zactor_t *client)
     za_preempt_set_handled (1);
     int rc = za_evaluator_run (&config, NULL, &evaluations);
     za_trace_close ();
-    if (rc == ZA_EVALUATOR_STOPPED && za_preempt_requested ())
-        return za_task_preempted (s, -1);
+    if (rc == ZA_EVALUATOR_STOPPED && za_preempt_requested ()) {
+        char subdir [ZA_EVAL_SUBDIR_MAX];
+        za_eval_subdir (s->eval.name, subdir, sizeof subdir);
+        za_info ("preempted: the evaluator stops after %d evaluations; run the same command "
+                 "again to go on after what %s/%s/metrics.jsonl holds (exit %d)",
+                 evaluations, s->run.model_dir, subdir, (int) s->requeue_exit_code);
+        return (int) s->requeue_exit_code;
+    }
     return rc == 0? 0: rc == ZA_EVALUATOR_BAD_DATA? ZA_EXIT_DATA: 1;
 }
 

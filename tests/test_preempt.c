@@ -292,3 +292,27 @@ Test (preempt, ctrl_c_stops_one_process_at_once)
     cr_expect (log && !strstr (log, "final evaluation"), "%s", log);
     free (log), free (out), free (err), free (dir);
 }
+
+//  An evaluator following a job gets SIGTERM: it stops, exit 75, and says
+//  where it goes on from (it once named the job's checkpoint, in a model
+//  dir it may not have).
+Test (preempt, an_evaluator_stops_and_says_where_it_goes_on)
+{
+    char *dir = za_test_path ("followed");
+    const char *train [] = {"--model-dir", dir, "--max-steps", "20", "--threads", "1",
+                            "--no-eval", NULL};
+    za_test_result_t result = za_test_run (train, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    char *out = za_test_path ("eval.out"), *err = za_test_path ("eval.err");
+    const char *args [] = {"--role", "evaluator", "--model-dir", dir, "--max-steps", "1000",
+                           "--start-delay-secs", "0", "--threads", "1", NULL};
+    pid_t pid = za_test_spawn (args, out, err);
+    free (za_test_wait_for_text (err, "evaluator: step 20:", PHASE_TIMEOUT_S));
+    cr_assert_eq (kill (pid, SIGTERM), 0);
+    cr_expect_eq (s_exit_code (za_test_wait (pid, RUN_TIMEOUT_S)), 75);
+    char *log = (char *) za_test_read_file (err, NULL);
+    cr_expect (log && strstr (log, "the evaluator stops after 1 evaluations")
+               && strstr (log, "/eval/metrics.jsonl"), "%s", log? log: "(no log)");
+    free (log), free (out), free (err), free (dir);
+}
