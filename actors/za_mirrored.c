@@ -75,6 +75,8 @@ typedef struct {
     float loss_scale;                           //  which every rank takes (the same scale
                                                 //  everywhere, or the mean is wrong)
     int64_t examples_done;                      //  the global stream's place (elastic)
+    int64_t slots_step [ZA_MAX_VARS];           //  where each variable's slots started
+                                                //  (Adam's bias correction counts from it)
 } s_start_t;
 
 #define START_FLOATS ((sizeof (s_start_t) + sizeof (float) - 1) / sizeof (float))
@@ -325,6 +327,7 @@ s_start (s_mirrored_t *self, int first)
     if (config->membership)
         mine.optim.learning_rate = config->optim.learning_rate;
     za_replica_loss_scale_state (self->replica, &mine.loss_scale, &mine.loss_good_steps);
+    memcpy (mine.slots_step, za_replica_slots_steps (self->replica), sizeof mine.slots_step);
     float record [START_FLOATS];
     memset (record, 0, sizeof record);
     memcpy (record, &mine, sizeof mine);
@@ -337,6 +340,7 @@ s_start (s_mirrored_t *self, int first)
     if (s_compare_start (self, &chief, &mine))
         return -1;
     za_replica_set_loss_scale (self->replica, chief.loss_scale, chief.loss_good_steps);
+    za_replica_set_slots_steps (self->replica, chief.slots_step);
     const za_optim_config_t *optim = za_replica_optim (self->replica);
     int slots = za_optim_slot_count (optim->kind);
     rc = za_ring_broadcast (self->ring, za_replica_values (self->replica), self->vars->total,

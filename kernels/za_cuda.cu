@@ -496,7 +496,7 @@ static void
 s_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float *g,
                float **slots, size_t n)
 {
-    int64_t updates = step - c->slots_step;
+    int64_t updates = step > c->slots_step? step - c->slots_step: 1;
     float m_scale = c->kind == ZA_OPT_ADAM? za_elem_bias_correction (c->beta1, updates): 1.0f;
     float v_scale = c->kind == ZA_OPT_ADAM? za_elem_bias_correction (c->beta2, updates): 1.0f;
     //  (za_optim_slot_count lives in the host library, which this module

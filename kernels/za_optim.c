@@ -133,8 +133,10 @@ za_optim_apply_into (const za_optim_config_t *c, int64_t step, const float *in, 
         }
         case ZA_OPT_ADAM: {
             float *restrict m = slots [0], *restrict v = slots [1];
-            const float m_scale = za_elem_bias_correction (b1, step - c->slots_step);
-            const float v_scale = za_elem_bias_correction (b2, step - c->slots_step);
+            //  (At least one update: a step back to the slots' start is none.)
+            const int64_t updates = step > c->slots_step? step - c->slots_step: 1;
+            const float m_scale = za_elem_bias_correction (b1, updates);
+            const float v_scale = za_elem_bias_correction (b2, updates);
             S_IVDEP
             for (size_t i = 0; i < n; i++)
                 w [i] = za_elem_adam (lr, b1, b2, eps, m_scale, v_scale, in [i], g [i], &m [i],

@@ -48,13 +48,13 @@ s_destroy_states (za_replica_t *self)
 }
 
 //  The runs of variables that train: consecutive ones (and the padding
-//  between them) whose slots started at one step join; a frozen one ends a
-//  run. Nothing frozen, slots from the start: [0, total).
+//  between them) join; a frozen one ends a run. Nothing frozen: [0, total).
+//  The optimizer's pieces: the runs, cut where slots_step changes.
 void
 za_replica_plan_runs (za_replica_t *self)
 {
     const za_vars_t *vars = &self->vars;
-    self->run_count = self->frozen_count = 0;
+    self->run_count = self->frozen_count = self->piece_count = 0;
     int open = 0;
     for (int v = 0; v < vars->count; v++) {
         const za_var_t *var = &vars->vars [v];
@@ -63,19 +63,22 @@ za_replica_plan_runs (za_replica_t *self)
             open = 0;
             continue;
         }
-        if (open && self->slots_step [v] != self->run_slots_step [self->run_count - 1])
-            open = 0;
-        if (!open) {
-            self->run_from [self->run_count] = self->run_count || self->frozen_count
-                                             ? var->offset: 0;
-            self->run_slots_step [self->run_count++] = self->slots_step [v];
+        if (!open)
+            self->run_from [self->run_count++] = self->frozen_count? var->offset: 0;
+        if (!open || self->slots_step [v] != self->piece_slots_step [self->piece_count - 1]) {
+            self->piece_from [self->piece_count] = open? var->offset
+                                                 : self->run_from [self->run_count - 1];
+            self->piece_slots_step [self->piece_count++] = self->slots_step [v];
         }
         self->run_to [self->run_count - 1] = var->offset + var->size;
+        self->piece_to [self->piece_count - 1] = var->offset + var->size;
         open = 1;
     }
     //  The last run takes the block's tail (padding, zero).
-    if (open && self->run_count)
+    if (open && self->run_count) {
         self->run_to [self->run_count - 1] = vars->total;
+        self->piece_to [self->piece_count - 1] = vars->total;
+    }
 }
 
 //  The micro-batch's examples: ZA_MICRO_BATCH from the environment (1 to

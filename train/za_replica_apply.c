@@ -9,8 +9,8 @@
 #define LOSS_SCALE_GROWTH_STEPS 2000
 #define LOSS_SCALE_MAX 0x1p24f          //  doubled no further (2^128 would be inf)
 
-//  Calls the optimizer over share `share` of `shares` of each run of
-//  variables that train (frozen ones are never updated; the update is
+//  Calls the optimizer over share `share` of `shares` of each piece of the
+//  runs of variables that train (frozen ones are never updated; the update is
 //  element by element, so the values are the same however it is split), on
 //  values, grads and slots in either memory.
 static void
@@ -21,14 +21,14 @@ s_apply_trainable (za_replica_t *self, int64_t step, float *values, const float 
 {
     int slot_count = za_replica_slot_count (self);
     za_optim_config_t optim = self->optim;
-    for (int r = 0; r < self->run_count; r++) {
-        size_t length = self->run_to [r] - self->run_from [r];
-        size_t from = self->run_from [r] + length * share / shares;
-        size_t to = self->run_from [r] + length * (share + 1) / shares;
+    for (int r = 0; r < self->piece_count; r++) {
+        size_t length = self->piece_to [r] - self->piece_from [r];
+        size_t from = self->piece_from [r] + length * share / shares;
+        size_t to = self->piece_from [r] + length * (share + 1) / shares;
         float *views [ZA_OPTIM_MAX_SLOTS];
         for (int s = 0; s < slot_count; s++)
             views [s] = slots [s] + from;
-        optim.slots_step = self->run_slots_step [r];
+        optim.slots_step = self->piece_slots_step [r];
         apply (&optim, step, values + from, grads + from, views, to - from);
     }
 }

@@ -160,6 +160,19 @@ za_replica_save_through (za_replica_t *self, const char *model_dir, int64_t step
     return 0;
 }
 
+const int64_t *
+za_replica_slots_steps (const za_replica_t *self)
+{
+    return self->slots_step;
+}
+
+void
+za_replica_set_slots_steps (za_replica_t *self, const int64_t *steps)
+{
+    memcpy (self->slots_step, steps, sizeof self->slots_step);
+    za_replica_plan_runs (self);
+}
+
 void
 za_replica_set_examples_done (za_replica_t *self, int64_t examples)
 {

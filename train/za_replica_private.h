@@ -59,10 +59,13 @@ struct _za_replica_t {
     int run_count;
     int frozen_count;
     //  The global step each variable's slots started from (0: the start;
-    //  a resume's step for those the checkpoint had none of), and each
-    //  run's: a run holds variables of one (za_optim_config_t.slots_step).
+    //  a resume's step for those the checkpoint had none of), and the
+    //  optimizer's pieces: the runs cut where it changes, each with its own
+    //  (za_optim_config_t.slots_step). One piece per run when all are 0.
     int64_t slots_step [ZA_MAX_VARS];
-    int64_t run_slots_step [ZA_MAX_VARS];
+    size_t piece_from [ZA_MAX_VARS], piece_to [ZA_MAX_VARS];
+    int64_t piece_slots_step [ZA_MAX_VARS];
+    int piece_count;
 
     //  Data parallelism inside the process: each batch is split over `threads`
     //  threads, each with its own model state and gradient buffer (thread 0's
@@ -169,7 +172,8 @@ int za_replica_to_device (za_replica_t *self, int *at, float *const *host,
 //  The back end's collectives failed (za_last_error says how): said on
 //  stderr once, and copies through device 0 from now on.
 void za_replica_collectives_off (za_replica_t *self);
-//  The runs of the variables that train (again, after slots_step changed).
+//  The runs of the variables that train, and the optimizer's pieces (again
+//  after slots_step changed).
 void za_replica_plan_runs (za_replica_t *self);
 //  The first device's values and slots up to date. 0 or -1.
 int za_replica_state_to_device (za_replica_t *self);

@@ -225,6 +225,13 @@ int za_replica_save_through (za_replica_t *self, const char *model_dir, int64_t 
 //  resumed with another global batch (other trainers, an elastic job's
 //  members) reads on from there, not from its step x the new batch. 0: not
 //  known (a checkpoint of a strategy that does not count them, or older).
+//  Where each variable's optimizer slots started (ZA_MAX_VARS steps, by the
+//  variables' order; za_optim_config_t.slots_step): set from a restored
+//  checkpoint, and from the replica whose values and slots another takes
+//  (an all-reduce's source), so that every rank updates alike.
+const int64_t *za_replica_slots_steps (const za_replica_t *self);
+void za_replica_set_slots_steps (za_replica_t *self, const int64_t *steps);
+
 void za_replica_set_examples_done (za_replica_t *self, int64_t examples);
 int64_t za_replica_examples_done (const za_replica_t *self);
 
