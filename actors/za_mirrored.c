@@ -60,6 +60,8 @@ typedef struct {
     int rank, size;                             //  in the ring now
     int64_t examples_done;
     double reform_start;                        //  a re-formation under way since
+    int64_t max_steps;                          //  the chief's (--epochs counted from
+                                                //  the input's place it resumed at)
 } s_mirrored_t;
 
 //  What the chief broadcasts first: everyone checks it against its own.
@@ -77,6 +79,7 @@ typedef struct {
     int64_t examples_done;                      //  the global stream's place (elastic)
     int64_t slots_step [ZA_MAX_VARS];           //  where each variable's slots started
                                                 //  (Adam's bias correction counts from it)
+    int64_t max_steps;                          //  where every rank stops
 } s_start_t;
 
 #define START_FLOATS ((sizeof (s_start_t) + sizeof (float) - 1) / sizeof (float))
@@ -151,6 +154,7 @@ s_mirrored_new (const za_role_config_t *config, zsock_t *pipe)
     self->pipe = pipe;
     self->stats = config->stats;
     self->start_time = za_clock_mono ();
+    self->max_steps = config->max_steps;
     za_role_who (config, self->who, sizeof self->who);
     za_replica_config_t replica = za_run_config_replica (&config->run, config->model_fn,
                                                          config->params, config->input);
@@ -328,6 +332,7 @@ s_start (s_mirrored_t *self, int first)
         mine.optim.learning_rate = config->optim.learning_rate;
     za_replica_loss_scale_state (self->replica, &mine.loss_scale, &mine.loss_good_steps);
     memcpy (mine.slots_step, za_replica_slots_steps (self->replica), sizeof mine.slots_step);
+    mine.max_steps = self->max_steps;
     float record [START_FLOATS];
     memset (record, 0, sizeof record);
     memcpy (record, &mine, sizeof mine);
@@ -341,6 +346,12 @@ s_start (s_mirrored_t *self, int first)
         return -1;
     za_replica_set_loss_scale (self->replica, chief.loss_scale, chief.loss_good_steps);
     za_replica_set_slots_steps (self->replica, chief.slots_step);
+    //  (--epochs from a checkpoint of another global batch: the source's
+    //  count, which its model dir told it.)
+    if (chief.max_steps != self->max_steps)
+        za_info ("%s: training ends at step %" PRId64 ", the source's (this rank counted %"
+                 PRId64 ")", self->who, chief.max_steps, self->max_steps);
+    self->max_steps = self->hooks.max_steps = chief.max_steps;
     const za_optim_config_t *optim = za_replica_optim (self->replica);
     int slots = za_optim_slot_count (optim->kind);
     rc = za_ring_broadcast (self->ring, za_replica_values (self->replica), self->vars->total,
@@ -473,7 +484,7 @@ s_run_steps (s_mirrored_t *self)
     //  The all-reduce waits for every member's gradients.
     if (self->stats)
         atomic_store_explicit (&self->stats->exchange_waits, 1, memory_order_relaxed);
-    while (self->global_step < config->max_steps && !zsys_interrupted) {
+    while (self->global_step < self->max_steps && !zsys_interrupted) {
         double step_start = za_clock_mono ();
         za_role_stats_publish (self->stats, ZA_ROLE_RUNNING, step_start);
         za_batch_t batch;
@@ -559,7 +570,7 @@ s_run_steps (s_mirrored_t *self)
                                            self->global_step * MAX_BUCKETS + MAX_BUCKETS - 1);
         if (said)
             return said;
-        if (stop [1] != 0 && self->global_step < config->max_steps) {
+        if (stop [1] != 0 && self->global_step < self->max_steps) {
             za_preempt_request ();
             self->preempted = 1;
             za_info ("%s: preempted: every rank stops after step %" PRId64, self->who,
@@ -625,7 +636,7 @@ s_generation (s_mirrored_t *self, int first)
     za_hooks_begin (&self->hooks.hooks, self->global_step);
     if (first)
         za_info ("%s: going from step %" PRId64 " to %" PRId64 " (the input from example %"
-                 PRId64 ")", self->who, self->global_step, self->config->max_steps,
+                 PRId64 ")", self->who, self->global_step, self->max_steps,
                  self->examples_done);
     return s_run_steps (self);
 }

@@ -381,7 +381,7 @@ za_role_hooks_after_step (za_role_hooks_t *self, const za_role_config_t *config,
     za_run_context_t *ctx = &self->context;
     ctx->loss_scale = za_replica_loss_scale (replica, &ctx->skipped_steps);
     ctx->global_step = global_step;
-    ctx->max_steps = config->max_steps;
+    ctx->max_steps = self->max_steps > 0? self->max_steps: config->max_steps;
     ctx->loss = loss;
     ctx->loss_steps = 1;
     ctx->batch_size = batch;

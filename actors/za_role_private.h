@@ -57,6 +57,8 @@ typedef struct {
     za_run_context_t context;
     za_optim_config_t optim;                    //  what the summary says: the update's
                                                 //  (elastic scale-lr: by the trainers now)
+    int64_t max_steps;                          //  0: config's; else where the role
+                                                //  stops (an all-reduce's source's)
 } za_role_hooks_t;
 
 void za_role_hooks_init (za_role_hooks_t *self, const za_role_config_t *config,

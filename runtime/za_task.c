@@ -251,16 +251,18 @@ s_check_goal (const za_task_t *task, const char *option, const char *name)
                      option, name);
 }
 
-//  --epochs: the global steps of `examples` at global_batch each. Resumed
-//  from a checkpoint that says where the input was (written by a job of
-//  another global batch: other trainers, an elastic job's members), the
-//  examples left from there.
+//  --epochs: the global steps of `examples` at global_batch each. An
+//  all-reduce resumed from a checkpoint that says where the input was
+//  (written by a job of another global batch: other trainers, an elastic
+//  job's members): the examples left from there.
 static void
 s_max_steps_of_epochs (za_settings_t *settings, int64_t examples, int64_t global_batch)
 {
     settings->max_steps = (examples + global_batch - 1) / global_batch;
     int64_t step = 0, done = -1;
-    if (settings->run.model_dir) {
+    //  (All-reduce alone reads its input from there; its source's count,
+    //  from its own model dir, is every rank's: za_mirrored's start.)
+    if (settings->run.model_dir && settings->strategy == ZA_STRATEGY_ALLREDUCE) {
         za_error_set_quiet (1);         //  a damaged header is the restore's to say
         done = za_checkpoint_newest_examples (settings->run.model_dir, &step);
         za_error_set_quiet (0);
