@@ -315,6 +315,7 @@ s_start (s_mirrored_t *self, int first)
     int rc = s_source (self, &source);
     if (rc)
         return rc;
+    int64_t read = restored? za_replica_examples_restored (self->replica): 0;
     s_start_t mine = {
         .floats = (int64_t) self->vars->total, .step = step,
         .num_workers = config->num_workers, .optim = *za_replica_optim (self->replica),
@@ -324,8 +325,7 @@ s_start (s_mirrored_t *self, int first)
         //  Where the stream is: counted on from where the checkpoint said
         //  (it may have been written at another global batch).
         .examples_done = self->examples_done > 0? self->examples_done
-                       : restored && za_replica_examples_done (self->replica) > 0
-                       ? za_replica_examples_done (self->replica): step * s_global_batch (self),
+                       : read > 0? read: step * s_global_batch (self),
     };
     //  Elastic scale-lr: every rank compares the job's rate, not its scaled one.
     if (config->membership)

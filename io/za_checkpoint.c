@@ -466,38 +466,23 @@ za_checkpoint_step (const za_checkpoint_t *self)
 int64_t
 za_checkpoint_examples_done (const za_checkpoint_t *self)
 {
-    const char *text = za_checkpoint_meta (self, ZA_CKPT_META_EXAMPLES);
-    int64_t examples = 0;
-    return text && s_parse_step_value (text, &examples) == 0? examples: 0;
-}
-
-//  The newest checkpoint of model_dir, its header alone, or NULL.
-static za_checkpoint_t *
-s_newest_header (const char *model_dir)
-{
-    int64_t newest = za_checkpoint_newest_step (model_dir);
-    char *path = newest >= 0? za_checkpoint_path (model_dir, newest): NULL;
-    za_checkpoint_t *header = path? s_load (path, 0): NULL;
-    free (path);
-    return header;
+    return za_checkpoint_examples_text (za_checkpoint_meta (self, ZA_CKPT_META_EXAMPLES));
 }
 
 int64_t
-za_checkpoint_newest_examples (const char *model_dir, int64_t *step)
+za_checkpoint_examples_text (const char *text)
 {
-    za_checkpoint_t *header = s_newest_header (model_dir);
-    if (!header)
-        return -1;
-    int64_t examples = za_checkpoint_examples_done (header);
-    *step = header->step;
-    za_checkpoint_destroy (&header);
-    return examples;
+    int64_t examples = 0;
+    return text && s_parse_step_value (text, &examples) == 0? examples: 0;
 }
 
 char *
 za_checkpoint_newest_meta (const char *model_dir, const char *key)
 {
-    za_checkpoint_t *header = s_newest_header (model_dir);
+    int64_t newest = za_checkpoint_newest_step (model_dir);
+    char *path = newest >= 0? za_checkpoint_path (model_dir, newest): NULL;
+    za_checkpoint_t *header = path? s_load (path, 0): NULL;
+    free (path);
     const char *value = header? za_checkpoint_meta (header, key): NULL;
     char *copy = value? strdup (value): NULL;
     za_checkpoint_destroy (&header);

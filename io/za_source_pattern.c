@@ -110,9 +110,9 @@ s_label_parents (const za_images_config_t *config, const char *pattern, za_listi
         za_info ("warning: %s: %lld images are in folders that are not among the %d "
                  "classes: they are left out", pattern, (long long) other, classes);
     free (table);
-    if (classes > 0 && za_source_join_names (names, classes, joined))
-        classes = -1;
+    int joined_rc = classes > 0? za_source_join_names (names, classes, joined): 0;
     za_listing_free_names (names, classes > 0? classes: ZA_IMAGES_MAX_CLASSES);
+    classes = joined_rc? -1: classes;
     *n_classes = classes;
     if (classes >= 0 && kept == 0)
         return za_error ("%s: no image of the classes matches", pattern);

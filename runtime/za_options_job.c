@@ -107,9 +107,6 @@ s_apply_object (za_options_t *self, json_t *object, const char *section, const c
                 return -1;
             continue;
         }
-        //  null: not set (--print-settings writes an unset text so).
-        if (json_is_null (value) && za_options_index_of (self, key) >= 0)
-            continue;
         int i = za_options_index_of (self, key);
         if (i < 0 || za_options_hidden (self, &self->options [i]) || strchr (key, '-'))
             return za_error ("%s: not a job key (job keys are the flags of '%s --help' with "
@@ -123,6 +120,9 @@ s_apply_object (za_options_t *self, json_t *object, const char *section, const c
         if (self->from_wire && option->scope != ZA_SCOPE_JOB)
             return za_error ("%s: this process's own setting; a job from the network may "
                              "not set it", what);
+        //  null: not set (--print-settings writes an unset text so).
+        if (json_is_null (value))
+            continue;
         const char *text_value = json_string_value (value);
         for (const char *c = text_value; self->from_wire && c && *c; c++)
             if ((unsigned char) *c < 0x20 || *c == 0x7f)
@@ -179,10 +179,10 @@ static json_t *
 s_job_value (const za_options_t *self, const za_option_t *option)
 {
     const void *field = za_options_field ((za_options_t *) self, option);
-    //  A number with no default left unset (0: the optimizer's learning
+    //  A number with no default, never set (0: the optimizer's learning
     //  rate, max_steps from --epochs, the whole evaluation set) is null,
     //  which a job reads back as unset.
-    if (!option->fallback
+    if (!option->fallback && self->from [option - self->options] == ZA_FROM_DEFAULT
         && ((option->type == ZA_OPTION_INT && *(const int64_t *) field == 0)
             || (option->type == ZA_OPTION_NUMBER && *(const double *) field == 0)
             || (option->type == ZA_OPTION_REAL && *(const float *) field == 0)))

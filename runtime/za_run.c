@@ -8,10 +8,10 @@
 #include "za_place.h"
 #include "za_predict.h"
 #include "za_serve.h"
+#include "za/za_cluster.h"
 #include "za/za_curve.h"
 #include "za/za_preempt.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -83,17 +83,45 @@ s_usage (const za_program_t *program, za_options_t *options, const za_settings_t
     printf ("%s", s_epilogue);
 }
 
-//  1 when a tcp:// endpoint's port is neither * nor a number in 0..65535
+//  1 when a tcp:// endpoint is not tcp://HOST:PORT with PORT 1..65535 or *
 //  (libzmq takes 99999 as 99999 mod 65536).
 static int
 s_tcp_port_bad (const char *endpoint)
 {
-    const char *colon = strrchr (endpoint, ':');
-    if (strncmp (endpoint, "tcp://", 6) || !colon || colon < endpoint + 6 || streq (colon, ":*"))
+    char host [ZA_CLUSTER_ENDPOINT_MAX];
+    int port;
+    size_t length = strlen (endpoint);
+    return !strncmp (endpoint, "tcp://", 6)
+        && !(length > 2 && !strcmp (endpoint + length - 2, ":*"))
+        && za_cluster_endpoint_split (endpoint, host, sizeof host, &port);
+}
+
+//  1 when `key` was given (by a job or a flag) another value than its
+//  default: --print-settings's job gives every key, most at their defaults.
+static int
+s_changed (const za_options_t *options, const char *key)
+{
+    const za_option_t *option = za_options_find (options, key);
+    if (!option || !za_options_given (options, key, ZA_FROM_LOCAL))
         return 0;
-    char *end = NULL;
-    long port = strtol (colon + 1, &end, 10);
-    return !isdigit ((unsigned char) colon [1]) || *end || port > 65535;
+    char value [256];
+    za_options_value_text (options, option, value, sizeof value);
+    const char *fallback = za_options_default_text (options, option);
+    if (!fallback)
+        fallback = option->type == ZA_OPTION_FLAG? "false": "";
+    if (option->type == ZA_OPTION_INT || option->type == ZA_OPTION_NUMBER
+        || option->type == ZA_OPTION_REAL)
+        return strtod (value, NULL) != strtod (fallback, NULL);
+    return strcmp (value, fallback) != 0;
+}
+
+//  1 for a process that trains (or evaluates) alone, as s_run dispatches:
+//  no --local, no task of a cluster (--role, --cluster, --broker, TF_CONFIG).
+static int
+s_single_process (const za_settings_t *s)
+{
+    return !s->local && !s->role && !s->cluster && !s->broker && !getenv ("TF_CONFIG")
+        && !s->predict && !s->serve;
 }
 
 //  What can be wrong between options, found before any work. Returns 0, or
@@ -176,27 +204,29 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
     }
     //  Settings another one makes moot (TensorFlow's RunConfig refuses the
     //  first; the others would be silently without effect).
-    if (za_options_given (options, "save_checkpoints_steps", ZA_FROM_LOCAL)
-        && za_options_given (options, "save_checkpoints_secs", ZA_FROM_LOCAL)) {
-        za_error ("--save-checkpoints-steps and --save-checkpoints-secs: give one of them "
-                  "(as TensorFlow's RunConfig)");
+    if (s->run.save_checkpoints_steps > 0 && s_changed (options, "save_checkpoints_secs")) {
+        za_error ("--save-checkpoints-steps %" PRId64 " and --save-checkpoints-secs %g: give "
+                  "one of them (as TensorFlow's RunConfig; steps 0 saves by the seconds)",
+                  s->run.save_checkpoints_steps, s->run.save_checkpoints_secs);
         return ZA_EXIT_USAGE;
     }
+    //  One process evaluates once, at the end (none with --no-eval), unless
+    //  it trains and evaluates.
+    int alone = s_single_process (s);
     static const char *const evaluating [][2] = {
         {"eval_metrics", "--eval-metrics"}, {"best_metric", "--best-metric"},
         {"export_onnx", "--export-onnx"}, {"eval_steps", "--eval-steps"}};
-    for (size_t e = 0; s->no_eval && e < sizeof evaluating / sizeof evaluating [0]; e++)
-        if (za_options_given (options, evaluating [e][0], ZA_FROM_LOCAL)) {
+    for (size_t e = 0; alone && s->no_eval && e < sizeof evaluating / sizeof evaluating [0];
+         e++)
+        if (s_changed (options, evaluating [e][0])) {
             za_error ("--no-eval and %s: nothing is evaluated to apply it to",
                       evaluating [e][1]);
             return ZA_EXIT_USAGE;
         }
-    //  One process evaluates once, at the end, unless it trains and evaluates.
-    int alone = !s->local && !s->role && !s->cluster && !s->broker && !s->predict && !s->serve;
     static const char *const pacing [][2] = {
         {"throttle_secs", "--throttle-secs"}, {"start_delay_secs", "--start-delay-secs"}};
     for (int p = 0; alone && !s->train_and_evaluate && p < 2; p++)
-        if (za_options_given (options, pacing [p][0], ZA_FROM_LOCAL)) {
+        if (s_changed (options, pacing [p][0])) {
             za_error ("%s paces an evaluator that follows the training: give "
                       "--train-and-evaluate (or --local, or a cluster's evaluator)",
                       pacing [p][1]);
@@ -220,7 +250,8 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
         za_error ("--trace is empty: give the file to write (trace.json)");
         return ZA_EXIT_USAGE;
     }
-    if (s->trace && !s->role) {
+    if (s->trace && (s_single_process (s) || s->local
+                     || (s->role && streq (s->role, "broker")))) {
         char dir [4096];
         const char *slash = strrchr (s->trace, '/');
         snprintf (dir, sizeof dir, "%.*s", slash? (int) (slash - s->trace) + 1: 1,
@@ -233,8 +264,8 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
     const char *endpoints [2][2] = {{"--bind", s->bind}, {"--broker", s->broker}};
     for (int e = 0; e < 2; e++)
         if (endpoints [e][1] && s_tcp_port_bad (endpoints [e][1])) {
-            za_error ("%s %s: the port is not in 0..65535 (or *)", endpoints [e][0],
-                      endpoints [e][1]);
+            za_error ("%s %s: give tcp://HOST:PORT, the port in 1..65535 (or *)",
+                      endpoints [e][0], endpoints [e][1]);
             return ZA_EXIT_USAGE;
         }
     if (program->check && program->check (program->params, s))

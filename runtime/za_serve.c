@@ -391,7 +391,10 @@ za_serve_run (const za_settings_t *s)
     long cores = sysconf (_SC_NPROCESSORS_ONLN);
     self->batcher_count = s->num_batch_threads > 0? (int) s->num_batch_threads
                         : cores > 0? (int) cores: 1;
-    sem_init (&self->decoding, 0, (unsigned) self->batcher_count);
+    if (sem_init (&self->decoding, 0, (unsigned) self->batcher_count)) {
+        za_error ("serve: cannot make the decoding semaphore: %s", strerror (errno));
+        rc = 1;
+    }
     self->batchers = rc? NULL: calloc ((size_t) self->batcher_count, sizeof *self->batchers);
     int started = 0;
     for (int t = 0; self->batchers && t < self->batcher_count; t++)

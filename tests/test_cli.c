@@ -276,9 +276,9 @@ Test (cli, bad_values_exit_2_before_training)
         {{"--model", "maxpool(2,same) flatten dense(10)", NULL}, "no padding"},
         {{"--model-dir", "", NULL}, "--model-dir is empty"},
         {{"--role", "broker", "--bind", "tcp://127.0.0.1:99999", NULL},
-         "the port is not in 0..65535"},
+         "the port in 1..65535"},
         {{"--role", "worker", "--broker", "tcp://127.0.0.1:-5", NULL},
-         "the port is not in 0..65535"},
+         "the port in 1..65535"},
         {{"--local", "--role", "worker", NULL}, "--local starts every task itself"},
         {{"--class-names", "a,b", NULL}, "--class-names applies to images"},
         {{"--validation-split", "0.2", NULL}, "--validation-split applies to images"},
@@ -566,4 +566,22 @@ Test (cli, the_progress_ends_once_at_100_percent)
     cr_expect_null (strstr (result.out, "ETA ?"), "%s", result.out);
     za_test_result_free (&result);
     free (model_dir);
+}
+
+//  --print-settings' output is a job --job takes back, the refusals of
+//  moot settings included (it gives every key, most at their defaults).
+Test (cli, print_settings_reads_back_as_a_job)
+{
+    const char *args [] = {"--save-checkpoints-steps", "20", "--no-eval", "--print-settings",
+                           NULL};
+    za_test_result_t result = za_test_run (args, PROCESS_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    char *job = za_test_write ("settings.json", result.out);
+    za_test_result_free (&result);
+    const char *again [] = {"--job", job, "--print-settings", NULL};
+    result = za_test_run (again, PROCESS_TIMEOUT_S);
+    cr_expect_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect (strstr (result.out, "\"save_checkpoints_steps\": 20"), "%s", result.out);
+    za_test_result_free (&result);
+    free (job);
 }

@@ -180,7 +180,7 @@ za_replica_set_examples_done (za_replica_t *self, int64_t examples)
 }
 
 int64_t
-za_replica_examples_done (const za_replica_t *self)
+za_replica_examples_restored (const za_replica_t *self)
 {
     return self->examples_restored;
 }

@@ -108,13 +108,11 @@ int64_t za_checkpoint_step (const za_checkpoint_t *self);
 //  Its "examples_done" metadata: the examples of the training input read
 //  when it was written (za_replica_set_examples_done); 0 where it says none.
 int64_t za_checkpoint_examples_done (const za_checkpoint_t *self);
-//  The newest checkpoint's examples_done (0: it says none) and step, read
-//  from its header alone (its data is neither read nor verified). -1 when
-//  model_dir holds none, or its header does not read (with an error).
-int64_t za_checkpoint_newest_examples (const char *model_dir, int64_t *step);
+//  The same of the metadata's text (NULL, or not a count: 0).
+int64_t za_checkpoint_examples_text (const char *text);
 //  A metadata value of the newest checkpoint, read from its header alone
-//  (caller frees), or NULL: none there, no such key, or a header that does
-//  not read (with an error).
+//  (its data neither read nor verified; caller frees), or NULL: none there,
+//  no such key, or a header that does not read (with an error).
 char *za_checkpoint_newest_meta (const char *model_dir, const char *key);
 int za_checkpoint_tensor_count (const za_checkpoint_t *self);
 //  The i-th tensor, in file (data offset) order, or NULL if i is out of range.

@@ -218,13 +218,6 @@ int za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, in
 int za_replica_save_through (za_replica_t *self, const char *model_dir, int64_t step,
                              int keep_max, int final);
 
-//  Where the training input is (the examples of the global stream read so
-//  far): saved with the checkpoints after it is set (as "examples_done";
-//  a restore unsets it, so that a strategy that does not count them saves
-//  no stale place), and what the restored checkpoint said, so that a job
-//  resumed with another global batch (other trainers, an elastic job's
-//  members) reads on from there, not from its step x the new batch. 0: not
-//  known (a checkpoint of a strategy that does not count them, or older).
 //  Where each variable's optimizer slots started (ZA_MAX_VARS steps, by the
 //  variables' order; za_optim_config_t.slots_step): set from a restored
 //  checkpoint, and from the replica whose values and slots another takes
@@ -232,8 +225,15 @@ int za_replica_save_through (za_replica_t *self, const char *model_dir, int64_t 
 const int64_t *za_replica_slots_steps (const za_replica_t *self);
 void za_replica_set_slots_steps (za_replica_t *self, const int64_t *steps);
 
+//  Where the training input is (the examples of the global stream read so
+//  far): saved with the checkpoints after it is set (as "examples_done";
+//  a restore unsets it, so that a strategy that does not count them saves
+//  no stale place), and what the restored checkpoint said, so that a job
+//  resumed with another global batch (other trainers, an elastic job's
+//  members) reads on from there, not from its step x the new batch. 0: not
+//  known (a checkpoint of a strategy that does not count them, or older).
 void za_replica_set_examples_done (za_replica_t *self, int64_t examples);
-int64_t za_replica_examples_done (const za_replica_t *self);
+int64_t za_replica_examples_restored (const za_replica_t *self);
 
 //  Loads the values (and the slots, when the checkpoint has them; else they
 //  start fresh) from a checkpoint; *step gets its global step. Everything is
