@@ -139,7 +139,8 @@ s_instance (json_t *value, za_input_shape_t in, const za_settings_t *s,
                           d? ", ": "[", (long long) dims [d], d + 1 == ndim? "]": "");
     snprintf (error, size, "%s %s; the model takes [%d, %d, %d] of numbers 0 .. 255%s, "
               "%zu numbers flat, or {\"b64\": a JPEG or PNG}", fits? "not a rectangular "
-              "array of finite (float) numbers:": "its shape is", ndim < 0? "of more than 4 dims": shape,
+              "array of finite (float) numbers:": "its shape is",
+              ndim < 0? "of more than 4 dims": shape,
               in.height, in.width, in.channels, in.channels == 1? " (or [H, W])": "", row);
     return -1;
 }

@@ -51,6 +51,8 @@ typedef struct {
                                     //  0 means 1). `threads` is the CPU's alone
     const za_warm_start_t *warm_start;  //  NULL, or where a model dir with no
                                     //  checkpoint starts from (outlives the replica)
+    int ps_update;                  //  1: the ps apply the updates (counting the job's
+                                    //  steps): no variable's slots_step is kept
 } za_replica_config_t;
 
 typedef struct _za_replica_t za_replica_t;
