@@ -456,44 +456,43 @@ Test (eval_metrics, estimator_batch_1_and_1000_and_an_own_metric)
 // ---------------------------------------------------------------------------
 //  zactor-run: metrics.jsonl and TensorBoard
 
-//  The first image summary in the eval dir's event file: its PNG decoded.
+//  The first image summary in the eval dir's event files (the final
+//  evaluation's, then a replay's): its PNG decoded.
 static int
 s_event_image (const char *dir, uint8_t **rgb, int *width, int *height)
 {
     char command [4300];
-    snprintf (command, sizeof command, "ls %s/events.out.tfevents.* 2>/dev/null | head -1", dir);
+    snprintf (command, sizeof command, "ls %s/events.out.tfevents.* 2>/dev/null", dir);
     FILE *ls = popen (command, "r");
     char path [4096] = "";
-    if (!ls || !fgets (path, sizeof path, ls)) {
-        if (ls)
-            pclose (ls);
-        return -1;
-    }
-    pclose (ls);
-    path [strcspn (path, "\n")] = 0;
-    za_tfrecord_reader_t *reader = za_tfrecord_reader_new (path);
-    const uint8_t *data;
-    size_t size;
-    uint64_t offset;
     int found = -1;
-    while (found && reader
-           && za_tfrecord_next (reader, &data, &size, &offset) == ZA_TFRECORD_OK) {
-        //  The PNG signature, then its IHDR's width and height.
-        for (size_t i = 0; i + 24 < size; i++)
-            if (!memcmp (data + i, "\x89PNG\r\n\x1a\n", 8)) {
-                *width = (int) (data [i + 16] << 24 | data [i + 17] << 16 | data [i + 18] << 8
-                                | data [i + 19]);
-                *height = (int) (data [i + 20] << 24 | data [i + 21] << 16
-                                 | data [i + 22] << 8 | data [i + 23]);
-                za_image_spec_t spec = {*height, *width, 3, ZA_RESIZE_AREA, 0};
-                *rgb = (uint8_t *) malloc ((size_t) *width * *height * 3);
-                za_image_decoder_t *decoder = za_image_decoder_new ();
-                found = za_image_decode (decoder, data + i, size - i, &spec, *rgb);
-                za_image_decoder_destroy (&decoder);
-                break;
-            }
+    while (found && ls && fgets (path, sizeof path, ls)) {
+        path [strcspn (path, "\n")] = 0;
+        za_tfrecord_reader_t *reader = za_tfrecord_reader_new (path);
+        const uint8_t *data;
+        size_t size;
+        uint64_t offset;
+        while (found && reader
+               && za_tfrecord_next (reader, &data, &size, &offset) == ZA_TFRECORD_OK) {
+            //  The PNG signature, then its IHDR's width and height.
+            for (size_t i = 0; i + 24 < size; i++)
+                if (!memcmp (data + i, "\x89PNG\r\n\x1a\n", 8)) {
+                    *width = (int) (data [i + 16] << 24 | data [i + 17] << 16
+                                    | data [i + 18] << 8 | data [i + 19]);
+                    *height = (int) (data [i + 20] << 24 | data [i + 21] << 16
+                                     | data [i + 22] << 8 | data [i + 23]);
+                    za_image_spec_t spec = {*height, *width, 3, ZA_RESIZE_AREA, 0};
+                    *rgb = (uint8_t *) malloc ((size_t) *width * *height * 3);
+                    za_image_decoder_t *decoder = za_image_decoder_new ();
+                    found = za_image_decode (decoder, data + i, size - i, &spec, *rgb);
+                    za_image_decoder_destroy (&decoder);
+                    break;
+                }
+        }
+        za_tfrecord_reader_destroy (&reader);
     }
-    za_tfrecord_reader_destroy (&reader);
+    if (ls)
+        pclose (ls);
     return found;
 }
 
