@@ -44,22 +44,6 @@ s_resolve (const char *from, char *path, size_t size)
     return 0;
 }
 
-//  The name in the file that the model's `name` loads: its rename, or itself.
-static void
-s_source_name (const char *rename, const char *name, char *out, size_t size)
-{
-    snprintf (out, size, "%s", name);
-    size_t length = strlen (name);
-    for (const char *p = rename; p && *p; ) {
-        const char *end = strchr (p, ',');
-        size_t pair = end? (size_t) (end - p): strlen (p);
-        const char *equals = memchr (p, '=', pair);
-        if (equals && (size_t) (equals - p) == length && !strncmp (p, name, length))
-            snprintf (out, size, "%.*s", (int) (pair - length - 1), equals + 1);
-        p = end? end + 1: NULL;
-    }
-}
-
 static int
 s_distance (const char *a, const char *b)
 {
@@ -151,9 +135,12 @@ s_store (const za_var_t *var, za_layout_t layout, const float *in, float *out)
 
 //  Every NEW=OLD pair of the rename names a variable of the model that the
 //  regex selects (TensorFlow's warm_start: "variables in
-//  var_name_to_prev_var_name that were not used"). 0, or -1 with an error.
+//  var_name_to_prev_var_name that were not used"); the OLD of each is kept
+//  by its variable's index in `old` (NULL: the variable loads its own name),
+//  `old_length` long. 0, or -1 with an error.
 static int
-s_check_rename (const char *rename, const za_vars_t *vars, const regex_t *regex)
+s_parse_rename (const char *rename, const za_vars_t *vars, const regex_t *regex,
+                const char **old, int *old_length)
 {
     for (const char *p = rename; p && *p; ) {
         const char *end = strchr (p, ',');
@@ -173,6 +160,8 @@ s_check_rename (const char *rename, const za_vars_t *vars, const regex_t *regex)
         if (regexec (regex, vars->vars [found].name, 0, NULL, 0))
             return za_error ("--warm-start-rename '%.*s': '%.*s' is not among the variables "
                              "--warm-start-vars selects", pair, p, length, p);
+        old [found] = equals + 1;
+        old_length [found] = pair - length - 1;
         p = end? end + 1: NULL;
     }
     return 0;
@@ -194,7 +183,9 @@ za_warm_start_load (const za_warm_start_t *ws, const za_vars_t *vars, float *val
     if (bad_regex)
         return za_error ("--warm-start-vars '%s' is not an extended regular expression",
                          ws->vars);
-    if (s_check_rename (ws->rename, vars, &regex)) {
+    const char *old [ZA_MAX_VARS] = {NULL};
+    int old_length [ZA_MAX_VARS] = {0};
+    if (s_parse_rename (ws->rename, vars, &regex, old, old_length)) {
         regfree (&regex);
         return -1;
     }
@@ -209,7 +200,10 @@ za_warm_start_load (const za_warm_start_t *ws, const za_vars_t *vars, float *val
         if (regexec (&regex, var->name, 0, NULL, 0))
             continue;
         char source [ZA_VAR_NAME_MAX * 2];
-        s_source_name (ws->rename, var->name, source, sizeof source);
+        if (old [v])
+            snprintf (source, sizeof source, "%.*s", old_length [v], old [v]);
+        else
+            snprintf (source, sizeof source, "%s", var->name);
         int index = za_safetensors_find (file, source);
         int64_t want [ZA_SAFETENSORS_MAX_DIMS] = {0}, have [ZA_SAFETENSORS_MAX_DIMS];
         s_file_shape (var, ws->layout, want);
