@@ -16,11 +16,11 @@ s_scalar (const za_wire_tensor_t *t, const char *name, int64_t *value)
 
 //  Checks an init whole: its optimizer (into *optim, with our own
 //  schedule function where the chief's is its program's), our parts, their
-//  slots, its step, ps 0's global_step and a last prefer_offer (into
-//  *prefer_offer). 0, or -1 with why.
+//  slots, its step, ps 0's global_step, slots_from (into slots_from, 0s
+//  without) and a last prefer_offer (into *prefer_offer). 0, or -1 with why.
 static int
 s_check_init (za_ps_t *self, const za_wire_msg_t *msg, za_optim_config_t *optim,
-              int *prefer_offer, char *why, size_t size)
+              int *prefer_offer, int64_t *slots_from, char *why, size_t size)
 {
     snprintf (why, size, "init without an optimizer");
     if (!msg->has_optim || za_optim_config_check (&msg->optim, why, size))
@@ -44,18 +44,40 @@ s_check_init (za_ps_t *self, const za_wire_msg_t *msg, za_optim_config_t *optim,
     int slot_count = za_optim_slot_count (optim->kind);
     int is_ps0 = self->config->ps_index == 0;
     int expected = self->part_count * (1 + slot_count) + is_ps0;
-    //  A last i64 scalar "prefer_offer" (1): a worker's offer of a later step
-    //  than the init's wins over the init's values (PROTOCOL.md 7.5).
+    //  Then, each optional and in this order: "slots_from", where each
+    //  variable's slots started (i64 [variables]: Adam's bias correction
+    //  counts a variable's updates from there), and "prefer_offer" (an i64
+    //  scalar 1): a worker's offer of a later step than the init's wins over
+    //  the init's values (PROTOCOL.md 7.5).
+    int at = expected;
+    memset (slots_from, 0, ZA_MAX_VARS * sizeof *slots_from);
+    if (at < msg->tensor_count && !strcmp (msg->tensors [at].name, "slots_from")) {
+        const za_wire_tensor_t *t = &msg->tensors [at++];
+        if (t->dtype != ZA_DTYPE_I64 || t->ndim != 1 || t->shape [0] != self->vars.count
+            || t->bytes != (size_t) self->vars.count * sizeof *slots_from) {
+            snprintf (why, size, "init: slots_from must be i64 [%d] (one step a variable)",
+                      self->vars.count);
+            return -1;
+        }
+        memcpy (slots_from, t->data, t->bytes);
+        for (int v = 0; v < self->vars.count; v++)
+            if (slots_from [v] < 0 || slots_from [v] > msg->step) {
+                snprintf (why, size, "init: slots_from of '%s' is %" PRId64 ", outside 0 to "
+                          "the step %" PRId64, self->vars.vars [v].name, slots_from [v],
+                          msg->step);
+                return -1;
+            }
+    }
     int64_t flag = 0;
-    *prefer_offer = msg->tensor_count == expected + 1;
-    if (*prefer_offer && (s_scalar (&msg->tensors [expected], "prefer_offer", &flag)
-                          || flag != 1)) {
+    *prefer_offer = at < msg->tensor_count && !strcmp (msg->tensors [at].name, "prefer_offer");
+    if (*prefer_offer && (s_scalar (&msg->tensors [at++], "prefer_offer", &flag) || flag != 1)) {
         snprintf (why, size, "init: an extra tensor must be the i64 scalar prefer_offer = 1");
         return -1;
     }
-    if (!*prefer_offer && msg->tensor_count != expected) {
-        snprintf (why, size, "init carries %d tensors, ps %d expects %d", msg->tensor_count,
-                  self->config->ps_index, expected);
+    if (at != msg->tensor_count) {
+        snprintf (why, size, "init carries %d tensors, ps %d expects %d (and optionally "
+                  "slots_from, prefer_offer)", msg->tensor_count, self->config->ps_index,
+                  expected);
         return -1;
     }
     for (int s = 0; s < slot_count; s++)
@@ -93,7 +115,8 @@ za_ps_init (za_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
     char why [256];
     za_optim_config_t optim;
     int prefer_offer;
-    if (s_check_init (self, msg, &optim, &prefer_offer, why, sizeof why)) {
+    int64_t slots_from [ZA_MAX_VARS];
+    if (s_check_init (self, msg, &optim, &prefer_offer, slots_from, why, sizeof why)) {
         za_ps_reply_error (self, routing_id, msg->seq, "bad_request", why);
         return -1;
     }
@@ -116,6 +139,7 @@ za_ps_init (za_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
             memcpy (self->slots [s] + self->part_at [i], t->data, t->bytes);
         }
     }
+    memcpy (self->slots_from, slots_from, sizeof self->slots_from);
     self->updates = msg->step;
     int offered = prefer_offer && self->offer && self->offer_step > msg->step;
     if (offered) {

@@ -63,6 +63,7 @@ typedef struct {
     float *offer;
     int64_t offer_step;
     za_optim_config_t optim;
+    int64_t slots_from [ZA_MAX_VARS];       //  where each variable's slots started (init's)
     float base_learning_rate;               //  the chief's; elastic scale-lr scales it
     za_ps_state_t state;
     int64_t updates;                        //  pushes applied since step 0

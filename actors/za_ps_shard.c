@@ -313,6 +313,8 @@ za_ps_update (za_ps_t *self, const za_wire_msg_t *msg)
                 if (!grads)
                     za_bf16_to_f32 ((const char *) t->data + b * sizeof (uint16_t),
                                     self->scratch, len);
+                self->optim.slots_step = self->slots_from [self->placement.parts
+                                                           [self->parts [i]].var];
                 za_optim_apply_into (&self->optim, self->updates + 1, in + at + b, out + at + b,
                                      g, slots, len);
             }

@@ -124,7 +124,6 @@ s_worker_new (const za_role_config_t *config, zsock_t *pipe)
     za_replica_config_t replica = za_run_config_replica (&config->run, config->model_fn,
                                                          config->params, config->input);
     replica.train = 1;
-    replica.ps_update = 1;
     replica.optim = config->is_chief? &config->optim: NULL;
     replica.replica_index = config->worker_index;
     self->replica = za_replica_new (&replica, config->run.seed);

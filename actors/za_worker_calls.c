@@ -67,6 +67,15 @@ za_worker_build (za_worker_t *self, za_op_t op, int p)
         self->out->step = self->init_step;
         if (p == 0)
             za_wire_msg_add (self->out, "global_step", ZA_DTYPE_I64, 0, NULL, &self->init_step);
+        //  Where each variable's slots started, when any started after 0
+        //  (a layer unfrozen on resume): the ps count Adam's updates from there.
+        const int64_t *slots_from = za_replica_slots_steps (self->replica);
+        int64_t count = self->vars->count;
+        for (int v = 0; v < self->vars->count; v++)
+            if (slots_from [v] > 0) {
+                za_wire_msg_add (self->out, "slots_from", ZA_DTYPE_I64, 1, &count, slots_from);
+                break;
+            }
         static const int64_t prefer = 1;
         if (self->prefer_offer)
             za_wire_msg_add (self->out, "prefer_offer", ZA_DTYPE_I64, 0, NULL, &prefer);

@@ -37,6 +37,8 @@ typedef struct {
     uint64_t seq;
     float kernel [12], bias [3];        //  dense/kernel 4x3, dense/bias 3
     za_role_stats_t stats;
+    char endpoint [64];                 //  the ps's, one per case (libzmq may hold an
+                                        //  inproc name a little after its socket is closed)
 } s_ps_case_t;
 
 //  Starts the ps of c->config and a client for it.
@@ -44,7 +46,7 @@ static void
 s_start (s_ps_case_t *c)
 {
     c->ps = zactor_new (za_ps_actor, &c->config);
-    c->client = zsock_new_dealer (">inproc://test-ps");
+    c->client = zsock_new_dealer (c->endpoint);
     c->out = malloc (sizeof *c->out);
     c->in = malloc (sizeof *c->in);
     za_wire_lease_init (&c->lease);
@@ -65,7 +67,9 @@ s_configure (s_ps_case_t *c, const char *model_dir, int64_t max_steps, double iv
     c->config.ps_count = 1;
     c->config.num_workers = 1;
     c->config.ps_index = 0;
-    c->config.bind_endpoint = "inproc://test-ps";
+    static int cases;
+    snprintf (c->endpoint, sizeof c->endpoint, ">inproc://test-ps-%d", cases++);
+    c->config.bind_endpoint = c->endpoint + 1;
     c->config.timeout_secs = 30;
     c->config.run.model_dir = model_dir;
     c->config.max_steps = max_steps;
@@ -243,7 +247,7 @@ Test (ps, protocol_rules)
     cr_expect_str_eq (c.in->code, "");
     //  A ping that opens a connection follows a request sent to a ps (or a
     //  connection) that is gone: not_ready, though this ps is ready.
-    zsock_t *other = zsock_new_dealer (">inproc://test-ps");
+    zsock_t *other = zsock_new_dealer (c.endpoint);
     za_wire_msg_init (c.out, ZA_OP_PING);
     c.out->seq = 0;
     cr_assert_eq (za_wire_send (other, NULL, c.out, NULL), 0);
@@ -408,7 +412,7 @@ Test (ps, the_hold_lapse_follows_the_heartbeat_settings)
     //  Held by a holder that pings every 100 ms for 1.5 s: still held.
     za_wire_msg_init (c.out, ZA_OP_HOLD);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_HELD);
-    zsock_t *worker = zsock_new_dealer (">inproc://test-ps");
+    zsock_t *worker = zsock_new_dealer (c.endpoint);
     za_wire_msg_t *push = malloc (sizeof *push);
     za_wire_msg_init (push, ZA_OP_PUSH);
     push->seq = 1;
@@ -510,7 +514,7 @@ Test (ps, ps_sync_sends_the_chief_the_slots_of_each_step_after_its_values)
     za_wire_msg_add (c.out, "dense/bias/momentum", ZA_DTYPE_F32, 1, bshape, zeros);
     za_wire_msg_add (c.out, "global_step", ZA_DTYPE_I64, 0, NULL, &zero);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
-    zsock_t *second = zsock_new_dealer (">inproc://test-ps");
+    zsock_t *second = zsock_new_dealer (c.endpoint);
     s_sync_push (&c, c.client, 0, 0, 1.0f);
     s_sync_push (&c, second, 1, 0, 3.0f);
     //  Task 1 gets the values alone; task 0 the values, then the slots of
@@ -544,8 +548,8 @@ Test (ps, ps_sync_applies_the_mean_of_a_step_once_and_drops_what_comes_late)
     int64_t zero = 0;
     s_init_sgd (&c, 0.5f, &zero);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK);
-    zsock_t *second = zsock_new_dealer (">inproc://test-ps");
-    zsock_t *backup = zsock_new_dealer (">inproc://test-ps");
+    zsock_t *second = zsock_new_dealer (c.endpoint);
+    zsock_t *backup = zsock_new_dealer (c.endpoint);
     //  The first gradient of step 0 waits for the second.
     s_sync_push (&c, c.client, 0, 0, 1.0f);
     cr_expect_eq (s_reply_on (&c, c.client, 300), -1, "answered before the step was made");
@@ -819,6 +823,74 @@ Test (ps, weight_decay_travels_in_the_init)
     s_pushes_of_ones (s_decay, 1, expected);
 }
 
+//  An Adam init of step 1000 with fresh slots (zeros), `slots_from` (NULL:
+//  none) saying where each variable's (dense/kernel, dense/bias) started.
+static void
+s_init_adam_at_1000 (s_ps_case_t *c, const int64_t *slots_from, int64_t count)
+{
+    static float zeros [12];
+    static int64_t step = 1000;
+    za_wire_msg_init (c->out, ZA_OP_INIT);
+    c->out->step = step;
+    c->out->has_optim = 1;
+    c->out->optim = za_optim_config_default (ZA_OPT_ADAM);
+    c->out->optim.learning_rate = 0.01f;
+    s_add_params (c, c->kernel, c->bias);
+    static char names [2][2][ZA_WIRE_NAME_MAX];
+    int64_t kshape [2] = {4, 3}, bshape [1] = {3};
+    for (int s = 0; s < 2; s++) {
+        snprintf (names [s][0], ZA_WIRE_NAME_MAX, "dense/kernel/%s",
+                  za_optim_slot_name (ZA_OPT_ADAM, s));
+        snprintf (names [s][1], ZA_WIRE_NAME_MAX, "dense/bias/%s",
+                  za_optim_slot_name (ZA_OPT_ADAM, s));
+        za_wire_msg_add (c->out, names [s][0], ZA_DTYPE_F32, 2, kshape, zeros);
+        za_wire_msg_add (c->out, names [s][1], ZA_DTYPE_F32, 1, bshape, zeros);
+    }
+    za_wire_msg_add (c->out, "global_step", ZA_DTYPE_I64, 0, NULL, &step);
+    if (slots_from)
+        za_wire_msg_add (c->out, "slots_from", ZA_DTYPE_I64, 1, &count, slots_from);
+}
+
+//  A layer unfrozen on resume (PROTOCOL.md's init, slots_from): the ps
+//  bias-corrects its fresh Adam slots from where they started, as one
+//  process does. The kernel's first update (from 1000) moves it by the
+//  rate; the bias's, counted from step 0 (1001 updates), by 2.5 times it.
+//  A slots_from of the wrong length, or past the step, is refused and loads
+//  nothing; the good init after it is taken.
+Test (ps, adam_counts_a_variable_s_updates_from_where_its_slots_started)
+{
+    s_ps_case_t c;
+    s_setup (&c);
+    float grads_k [12], grads_b [3];
+    s_ones (&c, grads_k, grads_b);
+    const int64_t short_one [1] = {1000}, past [2] = {1001, 0}, good [2] = {1000, 0};
+    const int64_t *bad [2] = {short_one, past};
+    for (int b = 0; b < 2; b++) {
+        s_init_adam_at_1000 (&c, bad [b], b? 2: 1);
+        cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+        cr_expect_str_eq (c.in->code, "bad_request");
+        cr_expect (strstr (c.in->error, "slots_from"), "%s", c.in->error);
+        za_wire_msg_init (c.out, ZA_OP_PULL);
+        cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
+        cr_expect_str_eq (c.in->code, "not_ready", "a refused init loaded something");
+    }
+    s_init_adam_at_1000 (&c, good, 2);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
+    za_wire_msg_init (c.out, ZA_OP_PUSH);
+    c.out->task = 0;
+    s_add_params (&c, grads_k, grads_b);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_VALUES, "%s", c.in->error);
+    for (int t = 0; t < c.in->tensor_count; t++) {
+        float v;
+        memcpy (&v, c.in->tensors [t].data, sizeof v);
+        if (!strcmp (c.in->tensors [t].name, "dense/kernel"))
+            cr_expect_float_eq (v, 1.0f - 0.01f, 1e-5, "dense/kernel moved to %f", v);
+        else
+            cr_expect (v < 1.0f - 0.02f, "dense/bias moved to %f", v);
+    }
+    s_teardown (&c);
+}
+
 //  A program's own schedule: 0.5 for the update from step 0, then 0.25
 //  (arg: how many calls).
 static double
@@ -892,7 +964,7 @@ s_pushes_through_shared_memory (int bell)
     }
     cr_expect_eq (za_shm_link_state (c.link), 3, "both ways through shared memory");
     //  Another client holds; our push waits, then the release applies it.
-    zsock_t *holder = zsock_new_dealer (">inproc://test-ps");
+    zsock_t *holder = zsock_new_dealer (c.endpoint);
     za_wire_msg_t *msg = malloc (sizeof *msg);
     za_wire_msg_init (msg, ZA_OP_HOLD);
     msg->seq = 1;

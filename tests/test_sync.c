@@ -814,27 +814,34 @@ Test (ps_sync, local_workers_step_together_and_a_killed_ps_gets_the_current_stat
 
 //  Resumed with a layer no longer frozen, its slots start fresh, and Adam
 //  counts its updates from there (slots_step): every rank must, or they
-//  update apart (the chief alone restored it, once). Two all-reduce ranks
-//  at batch 32 from such a checkpoint write the tensors one process of 2
-//  threads at batch 64 writes from it.
+//  update apart (the chief alone restored it, once), and so must the ps
+//  (they counted from the job's step). Two all-reduce ranks, and two
+//  ps-sync workers through a ps, at batch 32 from such a checkpoint write
+//  the tensors one process of 2 threads at batch 64 writes from it.
 Test (allreduce, ranks_resumed_with_fresh_slots_update_alike)
 {
     const char *model = "conv2d(8,3,relu) maxpool(2) flatten dense(32,relu) dense(10)";
-    char *dirs [2] = {za_test_path ("unfrozen-one"), za_test_path ("unfrozen-ring")};
+    char *dirs [3] = {za_test_path ("unfrozen-one"), za_test_path ("unfrozen-ring"),
+                      za_test_path ("unfrozen-ps")};
     const char *frozen [] = {"--model", model, "--batch-size", "64", "--threads", "2",
                              "--max-steps", "20", "--seed", "7", "--model-dir", dirs [0],
                              "--no-eval", "--freeze", "conv2d", NULL};
     za_test_result_t result = za_test_run (frozen, RUN_TIMEOUT_S);
     cr_assert_eq (result.exit_code, 0, "%s", result.err);
     za_test_result_free (&result);
-    char *from = za_checkpoint_path (dirs [0], 20), *to = za_checkpoint_path (dirs [1], 20);
+    char *from = za_checkpoint_path (dirs [0], 20);
     size_t size = 0;
     char *bytes = (char *) za_test_read_file (from, &size);
-    cr_assert (bytes && za_mkdirs (dirs [1]) == 0);
-    FILE *file = fopen (to, "wb");
-    cr_assert (file && fwrite (bytes, 1, size, file) == size);
-    fclose (file);
-    free (bytes), free (from), free (to);
+    cr_assert_not_null (bytes);
+    for (int d = 1; d < 3; d++) {
+        char *to = za_checkpoint_path (dirs [d], 20);
+        cr_assert (za_mkdirs (dirs [d]) == 0);
+        FILE *file = fopen (to, "wb");
+        cr_assert (file && fwrite (bytes, 1, size, file) == size);
+        fclose (file);
+        free (to);
+    }
+    free (bytes), free (from);
     const char *one [] = {"--model", model, "--batch-size", "64", "--threads", "2",
                           "--max-steps", "30", "--seed", "7", "--model-dir", dirs [0],
                           "--no-eval", NULL};
@@ -842,13 +849,28 @@ Test (allreduce, ranks_resumed_with_fresh_slots_update_alike)
                            "--evaluators", "0", "--model", model, "--batch-size", "32",
                            "--threads", "1", "--max-steps", "30", "--seed", "7",
                            "--model-dir", dirs [1], "--no-eval", NULL};
-    const char *const *runs [2] = {one, ring};
-    for (int r = 0; r < 2; r++) {
+    const char *ps [] = {"--local", "--strategy", "ps-sync", "--workers", "1",
+                         "--evaluators", "0", "--model", model, "--batch-size", "32",
+                         "--threads", "1", "--max-steps", "30", "--seed", "7",
+                         "--model-dir", dirs [2], "--no-eval", NULL};
+    const char *const *runs [3] = {one, ring, ps};
+    for (int r = 0; r < 3; r++) {
         result = za_test_run (runs [r], RUN_TIMEOUT_S);
         cr_assert_eq (result.exit_code, 0, "%s", result.err);
         za_test_result_free (&result);
     }
     cr_expect (s_same_tensors (dirs [0], dirs [1], 30),
                "the ranks resumed with fresh slots wrote other tensors than one process");
-    free (dirs [0]), free (dirs [1]);
+    cr_expect (s_same_tensors (dirs [0], dirs [2], 30),
+               "the ps resumed with fresh slots wrote other tensors than one process");
+    //  The ps strategies' chief saves where the slots started, as one process does.
+    char *path = za_checkpoint_path (dirs [2], 30);
+    za_checkpoint_t *ckpt = za_checkpoint_load (path);
+    const char *slots_from = ckpt? za_checkpoint_meta (ckpt, "slots_from"): NULL;
+    cr_expect (slots_from && strstr (slots_from, "conv2d/kernel=20"), "%s: slots_from %s",
+               path, slots_from? slots_from: "(none)");
+    za_checkpoint_destroy (&ckpt);
+    free (path);
+    for (int d = 0; d < 3; d++)
+        free (dirs [d]);
 }

@@ -373,7 +373,6 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
     self->warm_start = config->warm_start;
     self->input = config->input;
     self->train = config->train != 0;
-    self->ps_update = config->ps_update != 0;
     self->has_optim = config->optim != NULL;
     if (config->optim)
         self->optim = *config->optim;

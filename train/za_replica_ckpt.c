@@ -263,8 +263,7 @@ za_replica_restore (za_replica_t *self, const za_checkpoint_t *ckpt, int64_t *st
     for (int v = 0; v < self->vars.count; v++) {
         int64_t from = missing [v]? za_checkpoint_step (ckpt)
                      : s_slots_from (slots_from, self->vars.vars [v].name);
-        self->slots_step [v] = !self->ps_update && from > 0 && from <= za_checkpoint_step (ckpt)
-                             ? from: 0;
+        self->slots_step [v] = from > 0 && from <= za_checkpoint_step (ckpt)? from: 0;
     }
     za_replica_plan_runs (self);
     //  mixed_float16: the scale it had (a checkpoint of another precision

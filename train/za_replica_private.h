@@ -51,7 +51,6 @@ struct _za_replica_t {
     int has_optim;
     za_optim_config_t optim;
     int train;
-    int ps_update;                  //  za_replica_config_t's
     const za_warm_start_t *warm_start;
     //  The block's runs of variables that train, [from, to): set once the
     //  variables are declared; one run [0, total) when nothing is frozen
@@ -63,7 +62,7 @@ struct _za_replica_t {
     //  a resume's step for those the checkpoint had none of), and the
     //  optimizer's pieces: the runs cut where it changes, each with its own
     //  (za_optim_config_t.slots_step). One piece per run when all are 0.
-    int64_t slots_step [ZA_MAX_VARS];  //  all 0 under ps_update
+    int64_t slots_step [ZA_MAX_VARS];
     size_t piece_from [ZA_MAX_VARS], piece_to [ZA_MAX_VARS];
     int64_t piece_slots_step [ZA_MAX_VARS];
     int piece_count;

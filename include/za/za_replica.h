@@ -51,8 +51,6 @@ typedef struct {
                                     //  0 means 1). `threads` is the CPU's alone
     const za_warm_start_t *warm_start;  //  NULL, or where a model dir with no
                                     //  checkpoint starts from (outlives the replica)
-    int ps_update;                  //  1: the ps apply the updates (counting the job's
-                                    //  steps): no variable's slots_step is kept
 } za_replica_config_t;
 
 typedef struct _za_replica_t za_replica_t;
@@ -223,7 +221,8 @@ int za_replica_save_through (za_replica_t *self, const char *model_dir, int64_t 
 //  Where each variable's optimizer slots started (ZA_MAX_VARS steps, by the
 //  variables' order; za_optim_config_t.slots_step): set from a restored
 //  checkpoint, and from the replica whose values and slots another takes
-//  (an all-reduce's source), so that every rank updates alike.
+//  (an all-reduce's source), so that every rank updates alike; the ps
+//  strategies' chief gives them to the ps with its init.
 const int64_t *za_replica_slots_steps (const za_replica_t *self);
 void za_replica_set_slots_steps (za_replica_t *self, const int64_t *steps);
 
