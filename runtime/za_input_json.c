@@ -28,8 +28,9 @@ s_label_names (int n, int base)
 }
 
 //  A layer stack trained on the IDX files writes no input.json: its input
-//  is theirs (28 x 28 gray, as serve takes it), its classes the numbers of
-//  its outputs. Weaker than the flags, as the file is.
+//  is theirs (28 x 28 gray, as serve takes it), its model the checkpoint's,
+//  its classes the numbers of its outputs. Weaker than the flags, as the
+//  file is.
 static int
 s_apply_idx_input (za_options_t *options, const za_settings_t *s)
 {
@@ -39,10 +40,10 @@ s_apply_idx_input (za_options_t *options, const za_settings_t *s)
         free (model);
         return 0;                       //  no checkpoint, or its own model_fn's
     }
-    free (model);
     char *names = s_label_names (spec.layers [spec.count - 1].units, 0);
-    json_t *job = names? json_pack ("{s:s, s:i, s:s}", "image_size", "28", "channels", 1,
-                                    "class_names", names): NULL;
+    json_t *job = names? json_pack ("{s:s, s:i, s:s, s:s}", "image_size", "28", "channels", 1,
+                                    "class_names", names, "model", model): NULL;
+    free (model);
     int rc = !job || za_options_apply_job (options, job, "the IDX training's input",
                                            ZA_FROM_JOB);
     json_decref (job);

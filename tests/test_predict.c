@@ -236,7 +236,23 @@ Test (predict, a_model_trained_on_the_idx_files_predicts_images, .timeout = 600)
     //  60 steps: well above chance (10%).
     cr_expect_gt (correct, 16, "%d of 40 right", correct);
     za_test_result_free (&result);
-    free (images), free (model);
+    //  Another model than the default one: the checkpoint's, not the default
+    //  (predict once built the cnn and said the checkpoint holds another).
+    char *dnn = za_test_path ("dnn");
+    const char *train_dnn [] = {"--model", "dnn", "--max-steps", "5", "--threads", "1",
+                                "--no-eval", "--model-dir", dnn, NULL};
+    result = za_test_run (train_dnn, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    const char *predict_dnn [] = {"predict", "--model-dir", dnn, "--data", images, NULL};
+    result = za_test_run (predict_dnn, RUN_TIMEOUT_S);
+    cr_expect_eq (result.exit_code, 0, "%s", result.err);
+    int rows = 0;
+    for (const char *at = result.out; (at = strstr (at, "\"probabilities\"")); at++)
+        rows++;
+    cr_expect_eq (rows, 40, "%s", result.out);
+    za_test_result_free (&result);
+    free (images), free (model), free (dnn);
     za_dataset_destroy (&fashion);
     za_test_dir_remove ();
 }
