@@ -52,7 +52,7 @@ typedef struct {
     za_input_shape_t input;
     za_metric_goal_t goal;                  //  --best-metric
     double best_value;                      //  the best checkpoint's (NaN: none yet)
-    int onnx_failed;                        //  --export-onnx failed once: said
+    int export_failed;                      //  input.json or --export-onnx failed once: said
 } s_best_t;
 
 typedef struct {
@@ -156,32 +156,35 @@ za_evaluator_best_dir (const char *model_dir, const char *name, char *dir, size_
     snprintf (dir, size, "%s/export/best%s%s", model_dir, named? "_": "", named? name: "");
 }
 
-//  --export-onnx: the best checkpoint (dst, in dir) as dir/model.onnx, and
-//  the model dir's input.json beside it, so that the folder is a model of
-//  its own (zactor-run serve, za_predictor, onnxruntime). A failure is a
-//  warning: the checkpoint is kept all the same.
+//  The best checkpoint (dst, in dir) gets the model dir's input.json beside
+//  it (its input's shape, preprocessing and class names), so that the
+//  folder is a model of its own (zactor-run serve and predict, zactor-ckpt
+//  export, za_predictor); with --export-onnx, also dir/model.onnx (for
+//  onnxruntime). A failure is a warning: the checkpoint is kept all the same.
 static void
-s_export_onnx (s_best_t *self, const char *dir, const char *dst)
+s_export_beside (s_best_t *self, const char *dir, const char *dst)
 {
-    if (!self->spec->export_onnx)
-        return;
     char input [4200], copy [4200], onnx [4200];
     snprintf (input, sizeof input, "%s/input.json", self->model_dir);
     snprintf (copy, sizeof copy, "%s/input.json", dir);
     snprintf (onnx, sizeof onnx, "%s/model.onnx", dir);
+    int rc = access (input, F_OK) == 0? s_copy_atomic (input, copy): 0;
+    if (rc && !self->export_failed++)
+        za_info ("warning: %s: the best checkpoint's folder has no input.json: %s (said "
+                 "once)", self->who, za_last_error ());
+    if (rc || !self->spec->export_onnx)
+        return;
     za_export_config_t config;
     void *json = NULL;
     za_checkpoint_t *ckpt = NULL;
-    int rc = access (input, F_OK) == 0? s_copy_atomic (input, copy): 0;
-    if (!rc)
-        rc = za_export_config_load (self->model_dir, &config, &json);
+    rc = za_export_config_load (self->model_dir, &config, &json);
     if (!rc) {
         config.input = self->input;
         ckpt = za_checkpoint_load (dst);
         rc = ckpt? za_export_onnx (za_checkpoint_meta (ckpt, "model"), ckpt, &config, onnx)
                  : -1;
     }
-    if (rc && !self->onnx_failed++)
+    if (rc && !self->export_failed++)
         za_info ("warning: %s: --export-onnx: %s (the checkpoint is exported all the "
                  "same; said once)", self->who, za_last_error ());
     za_checkpoint_destroy (&ckpt);
@@ -240,7 +243,7 @@ s_export_best (s_best_t *self, const char *path, const za_eval_result_t *result)
         return za_error ("export: cannot write '%s'", json);
     if (*previous && strcmp (previous, dst) != 0)
         unlink (previous);
-    s_export_onnx (self, dir, dst);
+    s_export_beside (self, dir, dst);
     za_info ("%s: step %" PRId64 " is the best so far (%s %.4f): exported to %s", self->who,
              result->global_step, self->goal.name, value, dir);
     return 0;

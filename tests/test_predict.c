@@ -53,6 +53,17 @@ Test (predict, predicts_the_eval_folder_as_the_evaluation_scored_it, .timeout = 
     cr_assert_eq (result.exit_code, 0, "%s", result.err);
     cr_expect (strstr (result.err, "predicted 100 examples with the checkpoint of step 60"),
                "%s", result.err);
+    //  The final evaluation's best (export/best) is a model of its own: its
+    //  input.json beside it, it predicts what the model dir predicts (without,
+    //  it read 28x28x1 with no class names and predicted numbers).
+    char *best_dir = za_test_join (model, "export/best");
+    const char *predict_best [] = {"predict", "--model-dir", best_dir, "--data", eval, NULL};
+    za_test_result_t from_best = za_test_run (predict_best, RUN_TIMEOUT_S);
+    cr_expect_eq (from_best.exit_code, 0, "%s", from_best.err);
+    cr_expect (from_best.out && !strcmp (from_best.out, result.out),
+               "export/best predicts otherwise: %.300s", from_best.out);
+    za_test_result_free (&from_best);
+    free (best_dir);
     int lines = 0, correct = 0;
     for (char *save = NULL, *text = strtok_r (result.out, "\n", &save); text;
          text = strtok_r (NULL, "\n", &save), lines++) {
