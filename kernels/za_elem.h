@@ -258,6 +258,14 @@ za_elem_scheduled (const za_optim_config_t *c, double s)
             }
             else {
                 restarts = floor (log (1 - fraction * (1 - k->t_mul)) / log (k->t_mul));
+                //  At a restart's very step the logarithms' rounding can land a
+                //  period short (log (1000) / log (10) is 2.9999999999999996;
+                //  TensorFlow's float32 gives 3): the periods' sums say.
+                if ((1 - pow (k->t_mul, restarts + 1)) / (1 - k->t_mul) <= fraction)
+                    restarts++;
+                else
+                if (restarts > 0 && (1 - pow (k->t_mul, restarts)) / (1 - k->t_mul) > fraction)
+                    restarts--;
                 double sum = (1 - pow (k->t_mul, restarts)) / (1 - k->t_mul);
                 fraction = (fraction - sum) / pow (k->t_mul, restarts);
             }

@@ -242,6 +242,11 @@ Test (schedule, each_as_tensorflow_computes_it)
     cr_expect_float_eq (s_rate (sgdr, 0.1, 0, 6), 0.05, 1e-7);
     cr_expect_float_eq (s_rate (sgdr, 0.1, 0, 11), 0.05, 1e-7, "the restart, at half");
     cr_expect_float_eq (s_rate (sgdr, 0.1, 0, 21), 0.025, 1e-7, "half way through the second");
+    //  Periods 1, 10, 100 (t_mul 10): the fourth starts at step 111, at the peak.
+    const char *tenfold = "cosine_decay_restarts(first_decay_steps=1, t_mul=10)";
+    cr_expect_float_eq (s_rate (tenfold, 0.1, 0, 112), 0.1, 1e-7, "the restart at step 111");
+    cr_expect_float_eq (s_rate (tenfold, 0.1, 0, 12), 0.1, 1e-7, "the restart at step 11");
+    cr_expect_float_eq (s_rate (tenfold, 0.1, 0, 62), 0.05, 1e-7, "half way through the third");
     //  polynomial_decay: (0.1 - 0.01) (1 - 50/100)^2 + 0.01 = 0.0325; past the
     //  end, the end rate; cycling, the period doubles.
     const char *poly = "polynomial_decay(decay_steps=100, end_learning_rate=0.01, power=2)";
