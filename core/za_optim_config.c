@@ -175,6 +175,23 @@ s_schedule_arg (za_schedule_t *s, const char *kind, char *arg, int *value_count)
         return za_error ("--lr-schedule %s: '%s' is not NAME=VALUE", kind, arg);
     *eq = 0;
     const char *name = arg, *value = eq + 1;
+    //  Each schedule's own arguments, by TensorFlow's names (another's would
+    //  be without effect).
+    static const char *const takes [ZA_SCHEDULE_COUNT] = {
+        [ZA_SCHEDULE_EXPONENTIAL] = "decay_steps, decay_rate, staircase",
+        [ZA_SCHEDULE_PIECEWISE] = "boundaries, values",
+        [ZA_SCHEDULE_COSINE] = "decay_steps, alpha",
+        [ZA_SCHEDULE_COSINE_RESTARTS] = "first_decay_steps, t_mul, m_mul, alpha",
+        [ZA_SCHEDULE_POLYNOMIAL] = "decay_steps, end_learning_rate, power, cycle",
+    };
+    const char *list = takes [s->kind]? takes [s->kind]: "";
+    size_t length = strlen (name);
+    const char *at = length? strstr (list, name): NULL;
+    while (at && ((at > list && at [-1] != ' ') || (at [length] && at [length] != ',')))
+        at = strstr (at + 1, name);
+    if (!at)
+        return za_error ("--lr-schedule %s: no argument '%s' (%s takes %s)", kind, name, kind,
+                         *list? list: "none");
     if (!strcmp (name, "boundaries") || !strcmp (name, "values")) {
         int is_b = name [0] == 'b';
         int count = s_number_list (value, is_b? s->boundaries: s->values,
@@ -215,7 +232,7 @@ s_schedule_arg (za_schedule_t *s, const char *kind, char *arg, int *value_count)
             *(double *) ((char *) s + numbers [n].offset) = number;
             return 0;
         }
-    return za_error ("--lr-schedule %s: no argument '%s'", kind, name);
+    return -1;                          //  (every name `takes` lists is read above)
 }
 
 int

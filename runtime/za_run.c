@@ -11,6 +11,7 @@
 #include "za/za_cluster.h"
 #include "za/za_curve.h"
 #include "za/za_preempt.h"
+#include "za/za_role.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -235,6 +236,16 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
     if (!s->run.warm_start.from && (s->run.warm_start.vars || s->run.warm_start.rename)) {
         za_error ("--warm-start-%s goes with --warm-start-from (the checkpoint to take the "
                   "variables from)", s->run.warm_start.vars? "vars": "rename");
+        return ZA_EXIT_USAGE;
+    }
+    //  Horovod's recipe scales --learning-rate; piecewise_constant's values
+    //  are rates of their own, which it would leave as they are.
+    if (s->elastic_batch == ZA_ELASTIC_SCALE_LR && s->lr_schedule
+        && !strncmp (s->lr_schedule, "piecewise_constant", 18)) {
+        za_error ("--elastic-batch scale-lr scales --learning-rate, which --lr-schedule "
+                  "piecewise_constant does not use (its values are the rates): give a schedule "
+                  "that decays --learning-rate (exponential_decay, cosine_decay, ...), or "
+                  "--elastic-batch per-worker");
         return ZA_EXIT_USAGE;
     }
     //  Keras's image flags, with no images to apply them to.

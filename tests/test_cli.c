@@ -290,6 +290,11 @@ Test (cli, bad_values_exit_2_before_training)
         {{"--no-eval", "--eval-steps", "3", NULL}, "--no-eval and --eval-steps"},
         {{"--warm-start-vars", "conv2d", NULL}, "goes with --warm-start-from"},
         {{"--throttle-secs", "5", NULL}, "paces an evaluator"},
+        {{"--elastic-batch", "scale-lr", "--lr-schedule",
+          "piecewise_constant(boundaries=[5], values=[0.1, 0.01])", NULL},
+         "which --lr-schedule piecewise_constant does not use"},
+        {{"--lr-schedule", "cosine_decay(decay_steps=20, staircase=true)", NULL},
+         "cosine_decay takes decay_steps, alpha"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases [0]; i++) {
         za_test_result_t result = za_test_run (cases [i].args, PROCESS_TIMEOUT_S);

@@ -277,6 +277,12 @@ Test (schedule, what_is_wrong_is_said)
         {"piecewise_constant(boundaries=[10, 5], values=[1, 2, 3])", "boundaries must rise"},
         {"piecewise_constant(boundaries=[10], values=[1])", "1 boundaries need 2 values"},
         {"cosine_decay(decay_steps=10, gamma=2)", "no argument 'gamma'"},
+        {"cosine_decay(decay_steps=2, decay_rate=0.5)", "no argument 'decay_rate' "
+                                                        "(cosine_decay takes decay_steps, alpha)"},
+        {"exponential_decay(decay_steps=1, decay_rate=0.5, cycle=true)", "no argument 'cycle'"},
+        {"cosine_decay_restarts(decay_steps=10)", "takes first_decay_steps, t_mul"},
+        {"constant(alpha=0.1)", "constant takes none"},
+        {"cosine_decay(decay_steps=2, =3)", "no argument ''"},
         {"exponential_decay(decay_steps=10, decay_rate=0.5, staircase=maybe)",
          "true or false"},
         {"function", "a program's C function"},
