@@ -167,10 +167,29 @@ s_scan_file (s_scan_t *scan, za_listing_t *list, const char *path)
     return rc;
 }
 
+//  1 when the files of some shard (file i when i mod shards = that shard)
+//  are all empty: every worker sees it alike, and they shard by record.
+//  (TensorFlow's writers leave an empty file for a shard they had no
+//  record for; by file, its worker had nothing to read.)
+static int
+s_a_shard_is_empty (const za_listing_t *files, int shards)
+{
+    for (int shard = 0; shard < shards; shard++) {
+        int64_t bytes = 0;
+        struct stat st;
+        for (int64_t f = shard; f < files->count && bytes == 0; f += shards)
+            bytes += stat (za_listing_path (files, f), &st)? 1: st.st_size;
+        if (bytes == 0)
+            return 1;
+    }
+    return 0;
+}
+
 //  Lists the records of the files of pattern. With *shards > 1 and at
-//  least as many files, and no split that needs every record, only this
-//  shard's files are opened (file i of the sorted list when i mod n =
-//  shard), and *shards becomes 1: what is listed is the shard.
+//  least as many files, no split that needs every record and no shard of
+//  empty files (s_a_shard_is_empty), only this shard's files are opened
+//  (file i of the sorted list when i mod n = shard), and *shards becomes
+//  1: what is listed is the shard.
 static int
 s_list_tfrecord (const za_images_config_t *config, const char *pattern, za_listing_t *list,
                  int *n_classes, int warn, int spill, int *shards)
@@ -196,15 +215,20 @@ s_list_tfrecord (const za_images_config_t *config, const char *pattern, za_listi
         rc = -1;
     za_listing_free_names (names, scan.named);
     int file_shards = 1;
-    if (*shards > 1 && files.count >= *shards && config->validation_split == 0)
+    if (*shards > 1 && files.count >= *shards && config->validation_split == 0
+        && !s_a_shard_is_empty (&files, *shards))
         file_shards = *shards, *shards = 1;
+    int64_t scanned = 0;
     for (int64_t f = 0; f < files.count && !rc; f++)
-        if (file_shards == 1 || f % file_shards == config->shard_index)
+        if (file_shards == 1 || f % file_shards == config->shard_index) {
             rc = s_scan_file (&scan, list, za_listing_path (&files, f));
+            scanned++;
+        }
     if (!rc && list->count == 0)
         rc = za_error ("%s: no record with an image and a label ('%s', '%s') in %lld "
-                       "file%s", pattern, scan.image_key, scan.label_key,
-                       (long long) files.count, files.count == 1? "": "s");
+                       "file%s%s", pattern, scan.image_key, scan.label_key, (long long) scanned,
+                       scanned == 1? "": "s", file_shards > 1? " (this worker's shard of the "
+                       "files)": "");
     za_listing_free (&files);
     *n_classes = scan.named? scan.named: (int) scan.max_label + 1;
     return rc;

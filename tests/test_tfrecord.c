@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "za/za_images.h"
 #include "za/za_tfrecord.h"
@@ -95,6 +96,34 @@ Test (tfrecord, shards_give_the_folders_examples_in_its_order)
     for (int64_t i = 0; i < shard.count; i++)
         cr_assert (strstr (za_images_path (shard.dataset, i), "train-00001-of-00003"));
     s_read_free (&shard);
+    //  A fourth file, empty (a writer's shard that got no record): over four
+    //  workers, the fourth would have nothing to read (it failed, restarted
+    //  for ever), so all shard by record, alike; over two, by file as ever.
+    char *empty = malloc (strlen (pattern) + 32);
+    sprintf (empty, "%.*s-zzzzz", (int) strlen (pattern) - 2, pattern);
+    FILE *file = fopen (empty, "wb");
+    cr_assert_not_null (file);
+    fclose (file);
+    for (int workers = 2; workers <= 4; workers += 2)
+        for (int w = 0; w < workers; w++) {
+            config.num_shards = workers;
+            config.shard_index = w;
+            shard = s_read (config);
+            if (workers == 2)
+                cr_expect_eq (shard.count, w? count / 3: 2 * count / 3, "2 workers: by file");
+            else {
+                cr_expect_eq (shard.count, count / 4, "4 workers: by record");
+                for (int64_t i = 0; i < shard.count; i++) {
+                    cr_assert_eq (shard.labels [i], folder.labels [4 * i + w]);
+                    cr_assert_eq (memcmp (shard.features + i * PIXELS,
+                                          folder.features + (4 * i + w) * PIXELS,
+                                          sizeof (float) * PIXELS), 0);
+                }
+            }
+            s_read_free (&shard);
+        }
+    unlink (empty);
+    free (empty);
 
     //  Labels that start at 1 (build_image_data.py's): --label-base 1.
     char *based = za_test_images_tfrecords (dir, "based", 2, -1, 1);
