@@ -477,15 +477,14 @@ za_checkpoint_examples_text (const char *text)
 }
 
 char *
-za_checkpoint_newest_meta (const char *model_dir, const char *key)
+za_checkpoint_newest_meta (const char *model_dir, const char *key, int64_t *step)
 {
-    int64_t newest = za_checkpoint_newest_step (model_dir);
-    char *path = newest >= 0? za_checkpoint_path (model_dir, newest): NULL;
-    za_checkpoint_t *header = path? s_load (path, 0): NULL;
-    free (path);
-    const char *value = header? za_checkpoint_meta (header, key): NULL;
+    za_checkpoint_t *newest = za_checkpoint_load_newest (model_dir, NULL);
+    const char *value = newest? za_checkpoint_meta (newest, key): NULL;
     char *copy = value? strdup (value): NULL;
-    za_checkpoint_destroy (&header);
+    if (step)
+        *step = newest? newest->step: -1;
+    za_checkpoint_destroy (&newest);
     return copy;
 }
 

@@ -34,7 +34,9 @@ s_label_names (int n, int base)
 static int
 s_apply_idx_input (za_options_t *options, const za_settings_t *s)
 {
-    char *model = za_checkpoint_newest_meta (s->run.model_dir, "model");
+    za_error_set_quiet (1);             //  a damaged checkpoint is the restore's to say
+    char *model = za_checkpoint_newest_meta (s->run.model_dir, "model", NULL);
+    za_error_set_quiet (0);
     za_stack_spec_t spec;
     if (!model || za_stack_parse (model, &spec)) {
         free (model);

@@ -263,11 +263,12 @@ s_max_steps_of_epochs (za_settings_t *settings, int64_t examples, int64_t global
     //  from its own model dir, is every rank's: za_mirrored's start.)
     if (!settings->run.model_dir || settings->strategy != ZA_STRATEGY_ALLREDUCE)
         return;
-    za_error_set_quiet (1);             //  a damaged header is the restore's to say
-    char *text = za_checkpoint_newest_meta (settings->run.model_dir, ZA_CKPT_META_EXAMPLES);
+    za_error_set_quiet (1);             //  a damaged checkpoint is the restore's to say
+    int64_t step = -1;
+    char *text = za_checkpoint_newest_meta (settings->run.model_dir, ZA_CKPT_META_EXAMPLES,
+                                            &step);
     za_error_set_quiet (0);
     int64_t done = za_checkpoint_examples_text (text);
-    int64_t step = za_checkpoint_newest_step (settings->run.model_dir);
     free (text);
     if (done <= 0 || done == step * global_batch)
         return;

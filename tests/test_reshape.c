@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define RUN_TIMEOUT_S 300
 #define WRITTEN_STEPS 60
@@ -197,6 +198,18 @@ Test (reshape, a_resumed_allreduce_reads_on_from_the_checkpoints_example)
     za_test_result_free (&result);
     cr_assert_eq (za_checkpoint_newest_step (dir), 30);
     cr_expect_eq (s_examples_done (dir, 30), 720);
+    //  A newer file that is not intact (step 30's bytes as step 40's: its
+    //  step disagrees with its name) is passed over by the restore, and so by
+    //  the count (it counted from step 40: the end at 85).
+    char from [PATH_MAX], damaged [PATH_MAX];
+    snprintf (from, sizeof from, "%s/model.ckpt-30.safetensors", dir);
+    snprintf (damaged, sizeof damaged, "%s/model.ckpt-40.safetensors", dir);
+    size_t size = 0;
+    void *bytes = za_test_read_file (from, &size);
+    FILE *file = fopen (damaged, "wb");
+    cr_assert (bytes && file && fwrite (bytes, 1, size, file) == size);
+    fclose (file);
+    free (bytes);
 
     const char *two [] = {"--local", "--strategy", "allreduce", "--workers", "1",
                           "--evaluators", "0", "--train-data", images, "--batch-size", "8",
@@ -207,6 +220,7 @@ Test (reshape, a_resumed_allreduce_reads_on_from_the_checkpoints_example)
     cr_expect (strstr (result.err, "read 720 examples") && strstr (result.err, "ends at step 75"),
                "%s", result.err);
     za_test_result_free (&result);
+    unlink (damaged);
     cr_expect_eq (za_checkpoint_newest_step (dir), 75);
     cr_expect_eq (s_examples_done (dir, 75), 1440);
     char log_path [PATH_MAX];

@@ -110,10 +110,10 @@ int64_t za_checkpoint_step (const za_checkpoint_t *self);
 int64_t za_checkpoint_examples_done (const za_checkpoint_t *self);
 //  The same of the metadata's text (NULL, or not a count: 0).
 int64_t za_checkpoint_examples_text (const char *text);
-//  A metadata value of the newest checkpoint, read from its header alone
-//  (its data neither read nor verified; caller frees), or NULL: none there,
-//  no such key, or a header that does not read (with an error).
-char *za_checkpoint_newest_meta (const char *model_dir, const char *key);
+//  A metadata value of the newest intact checkpoint (za_checkpoint_load_newest's,
+//  the one a restore takes; caller frees), and its step into *step (-1:
+//  none; step may be NULL), or NULL: none intact, or no such key.
+char *za_checkpoint_newest_meta (const char *model_dir, const char *key, int64_t *step);
 int za_checkpoint_tensor_count (const za_checkpoint_t *self);
 //  The i-th tensor, in file (data offset) order, or NULL if i is out of range.
 //  Names and data point into the checkpoint's memory, valid until destroy; the
