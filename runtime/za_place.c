@@ -2,6 +2,7 @@
     --cluster, --role, --index) or from a broker that hands out indexes, the
     job and the ps endpoints; then running it there.                        */
 #include "za_place.h"
+#include "za/za_curve.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -454,12 +455,24 @@ s_place_set (za_place_t *place, za_task_type_t type, const za_settings_t *s, con
     //  say where before the view can be complete. A restarted task binds
     //  where its index was, so that its peers' sockets find it again.
     int ring = s->strategy == ZA_STRATEGY_ALLREDUCE && place->worker_index >= 0;
+    //  Its port, that is, on this host (it may have moved). Peers reach it by
+    //  this host's name, which libzmq does not bind (and which Debian's
+    //  /etc/hosts maps to 127.0.1.1): a name binds every interface, but
+    //  localhost loopback's alone.
+    char old_host [ZA_CLUSTER_ENDPOINT_MAX];
+    int port = 0;
+    struct in_addr literal;
     if (type == ZA_TASK_PS || ring) {
-        if (*old_endpoint)
-            snprintf (place->bind, sizeof place->bind, "%s", old_endpoint);
+        if (*old_endpoint && !za_cluster_endpoint_split (old_endpoint, old_host,
+                                                         sizeof old_host, &port))
+            snprintf (place->bind, sizeof place->bind, "tcp://%s:%d", host, port);
         else
-        if (za_cluster_free_endpoint (host, place->bind, sizeof place->bind))
+        if (za_cluster_free_endpoint (host, place->bind, sizeof place->bind)
+            || za_cluster_endpoint_split (place->bind, old_host, sizeof old_host, &port))
             rc = 1;
+        if (!rc && inet_pton (AF_INET, host, &literal) != 1)
+            snprintf (place->listen, sizeof place->listen, "tcp://%s:%d",
+                      za_curve_loopback (place->bind)? "127.0.0.1": "*", port);
     }
     if (!rc && *place->bind && za_settings_bind_allowed (s, place->bind))
         rc = ZA_EXIT_USAGE;

@@ -380,7 +380,8 @@ static const za_option_t s_options [] = {
                "ADDR; the job comes from the broker, so nothing else is needed"),
     ZA_OPTION ("host", T_STR, host, "NAME", NULL, 0, 0, NULL, R_CLUSTER, PROC, 0, NULL,
                "how other machines reach this one (default: the host name;\n"
-               "127.0.0.1 with a broker on loopback)"),
+               "127.0.0.1 with a broker on loopback); a ps or an all-reduce\n"
+               "worker given a name listens on every interface"),
     ZA_OPTION ("local", T_FLAG, local, NULL, NULL, 0, 0, NULL, ZA_READ_LAUNCHER, PROC, 0,
                "The whole cluster on this machine, and the broker",
                "a broker supervising a chief, --workers workers, --ps ps and\n"

@@ -39,7 +39,9 @@ typedef struct {
     int num_workers;                //  the chief included
     int ps_count;
     char ps_endpoints [ZA_ROLE_MAX_PS][ZA_CLUSTER_ENDPOINT_MAX];
-    char bind [ZA_CLUSTER_ENDPOINT_MAX];
+    char bind [ZA_CLUSTER_ENDPOINT_MAX];    //  where peers reach it (its host's name)
+    char listen [ZA_CLUSTER_ENDPOINT_MAX];  //  where it binds, when not bind (an address:
+                                            //  libzmq binds no host name)
     char right [ZA_CLUSTER_ENDPOINT_MAX];   //  allreduce: the next worker's endpoint
     int evaluators;                 //  in the cluster (the chief evaluates when none)
     za_membership_t *membership;    //  an elastic job's members (NULL: a fixed job):

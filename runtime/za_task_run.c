@@ -363,7 +363,7 @@ s_role_config (za_task_t *task, const za_place_t *place, za_role_config_t *role)
               place->index);
     role->worker_index = place->worker_index;
     role->ps_index = place->type == ZA_TASK_PS? place->index: -1;
-    role->bind_endpoint = place->bind;
+    role->bind_endpoint = *place->listen? place->listen: place->bind;
     role->ring_right = place->right;
 }
 
