@@ -25,10 +25,16 @@ s_share_cores (za_options_t *options, za_settings_t *settings, int tasks)
 }
 
 //  The cluster from --cluster FILE or TF_CONFIG, with --role / --index (when
-//  given) as this task. NULL with one error when anything is wrong.
+//  given) as this task: --role alone takes the index of the file's task of
+//  that type (else 0). NULL with one error when anything is wrong.
 static za_cluster_t *
 s_load_cluster (const za_settings_t *s)
 {
+    if (!s->role && s->index >= 0) {
+        za_error ("--index %" PRId64 " goes with --role TYPE (the task is TF_CONFIG's, or the "
+                  "cluster file's, otherwise)", s->index);
+        return NULL;
+    }
     if (!s->role)
         return za_cluster_load (s->cluster);
     json_error_t error;
@@ -50,8 +56,14 @@ s_load_cluster (const za_settings_t *s)
         za_error ("%s: not a JSON object", source);
         return NULL;
     }
+    json_t *task = json_object_get (root, "task");
+    json_t *own = json_object_get (task, "index");
+    json_int_t index = s->index >= 0? s->index
+                     : json_is_integer (own) && json_is_string (json_object_get (task, "type"))
+                       && !strcmp (json_string_value (json_object_get (task, "type")), s->role)
+                     ? json_integer_value (own): 0;
     json_object_set_new (root, "task", json_pack ("{s:s, s:I}", "type", s->role, "index",
-                                                  (json_int_t) (s->index < 0? 0: s->index)));
+                                                  index));
     char *text = json_dumps (root, 0);
     json_decref (root);
     za_cluster_t *cluster = text? za_cluster_parse (text, source): NULL;

@@ -513,6 +513,23 @@ Test (cli, tf_config_selects_the_role)
     cr_expect_eq (result.exit_code, 1, "exit %d: %s", result.exit_code, result.err);
     cr_expect (strstr (result.err, "worker 0 of the cluster") != NULL, "%s", result.err);
     za_test_result_free (&result);
+    //  TF_CONFIG's worker 1 and --role worker: worker 1 still (it was worker
+    //  0, a second chief's rank under all-reduce); --index alone is refused
+    //  (it was ignored).
+    setenv ("TF_CONFIG", "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"worker\": "
+            "[\"127.0.0.1:2\", \"127.0.0.1:3\"], \"ps\": [\"127.0.0.1:9\"]}, \"task\": "
+            "{\"type\": \"worker\", \"index\": 1}}", 1);
+    const char *role [] = {"--role", "worker", "--timeout-secs", "2", "--model", "linear", NULL};
+    result = za_test_run (role, PROCESS_TIMEOUT_S);
+    cr_expect_eq (result.exit_code, 1, "exit %d: %s", result.exit_code, result.err);
+    cr_expect (strstr (result.err, "worker 1 of the cluster") != NULL, "%s", result.err);
+    za_test_result_free (&result);
+    const char *index [] = {"--index", "0", "--timeout-secs", "2", "--model", "linear", NULL};
+    result = za_test_run (index, PROCESS_TIMEOUT_S);
+    unsetenv ("TF_CONFIG");
+    cr_expect_eq (result.exit_code, 2, "exit %d: %s", result.exit_code, result.err);
+    cr_expect (strstr (result.err, "--index 0 goes with --role") != NULL, "%s", result.err);
+    za_test_result_free (&result);
 }
 
 //  The --local banner names a zactor-top a user can paste: the build's own,
