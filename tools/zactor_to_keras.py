@@ -23,6 +23,7 @@ import os
 import re
 import struct
 import sys
+import zlib
 
 import numpy as np
 
@@ -33,11 +34,23 @@ VGG16 = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
 
 
 def read_safetensors(path):
-    """The tensors of a safetensors file (float32 as numpy) and its metadata."""
+    """The tensors of a safetensors file (float32 as numpy) and its metadata.
+    A file cut short, or whose data is not what its metadata's crc32 says
+    (as zactor checks it), raises ValueError."""
     with open(path, "rb") as f:
-        size = struct.unpack("<Q", f.read(8))[0]
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError("shorter than its header's length")
+        size = struct.unpack("<Q", head)[0]
         header = json.loads(f.read(size))
         data = f.read()
+    expected = max([info["data_offsets"][1] for name, info in header.items()
+                    if name != "__metadata__"] + [0])
+    crc = header.get("__metadata__", {}).get("crc32")
+    if len(data) < expected:
+        raise ValueError("cut short: %d of %d bytes of data" % (len(data), expected))
+    if crc is None or zlib.crc32(data[:expected]) & 0xffffffff != int(crc, 16):
+        raise ValueError("its data is not what its crc32 (%s) says" % crc)
     tensors = {}
     for name, info in header.items():
         if name == "__metadata__":
@@ -54,13 +67,26 @@ def read_safetensors(path):
 
 
 def newest_checkpoint(path):
+    """path itself, or the newest intact checkpoint of a model_dir (a damaged
+    one is passed over, as zactor's restore does)."""
     if os.path.isfile(path):
         return path
     steps = [(int(m.group(1)), name) for name in os.listdir(path)
              for m in [re.match(r"model\.ckpt-(\d+)\.safetensors$", name)] if m]
     if not steps:
         sys.exit("zactor_to_keras: no model.ckpt-STEP.safetensors in %s" % path)
-    return os.path.join(path, max(steps)[1])
+    for step, name in sorted(steps, reverse=True):
+        checkpoint = os.path.join(path, name)
+        try:
+            _, meta = read_safetensors(checkpoint)
+            if meta.get("global_step") != str(step):
+                raise ValueError("its metadata says step %s" % meta.get("global_step"))
+            return checkpoint
+        except (OSError, ValueError, KeyError, struct.error) as error:
+            print("zactor_to_keras: %s is not intact (%s): taking the one before"
+                  % (checkpoint, error), file=sys.stderr)
+    sys.exit("zactor_to_keras: none of the %d checkpoints in %s is intact"
+             % (len(steps), path))
 
 
 def tokens(stack):
@@ -91,6 +117,7 @@ def keras_model(stack, input_shape):
         return "relu" if "relu" in args or named.get("activation") == "relu" else None
 
     out = []
+    flat = False                            # the tensor is [batch, features]
     for kind, args, named in tokens(stack):
         numbers = [a for a in args if re.match(r"^[0-9.]+$", a)]
         if kind == "conv2d":
@@ -117,16 +144,27 @@ def keras_model(stack, input_shape):
         elif kind in ("globalavgpool", "globalaveragepooling2d"):
             out.append(layers.GlobalAveragePooling2D(name=name("global_average_pooling2d")))
         elif kind == "dense":
+            # zactor's dense flattens an image itself; Keras's acts on the
+            # last axis alone.
+            if not flat:
+                out.append(layers.Flatten(name=name("flatten")))
             out.append(layers.Dense(int(numbers[0]), activation=act(args, named),
                                     name=name("dense")))
         else:
             sys.exit("zactor_to_keras: layer '%s' has no Keras counterpart here" % kind)
+        if kind in ("flatten", "globalavgpool", "globalaveragepooling2d", "dense"):
+            flat = True
+        elif kind in ("conv2d", "maxpool", "maxpooling2d", "vgg16"):
+            flat = False
     return keras.Sequential([keras.Input(input_shape)] + out, name="zactor")
 
 
 def convert(checkpoint, input_shape):
     """The Keras model of a zactor checkpoint, with its weights."""
-    tensors, meta = read_safetensors(checkpoint)
+    try:
+        tensors, meta = read_safetensors(checkpoint)
+    except (OSError, ValueError, KeyError, struct.error) as error:
+        sys.exit("zactor_to_keras: %s: %s" % (checkpoint, error))
     stack = meta.get("model")
     if not stack:
         sys.exit("zactor_to_keras: %s names no layer stack (a model_fn of its own?)"
