@@ -412,6 +412,14 @@ s_supervise_task (za_registry_t *self, za_entry_t *task, double now, int grace)
         zframe_destroy (&task->identity);
         return;
     }
+    //  Lost where nothing restarts it, and the final checkpoint came since:
+    //  nothing is left for it to do (the broker waited for it for ever).
+    if (task->state == ZA_ENTRY_LOST && s_training_over (self, task)) {
+        task->state = ZA_ENTRY_DONE;
+        s_event (self, task, "done", "lost before the final checkpoint, which came since: "
+                 "not waited for");
+        return;
+    }
     //  While the job stops for preemption, a task that does not run is not
     //  started (again) nor waited for.
     if (self->preempting && (task->state == ZA_ENTRY_EMPTY || task->state == ZA_ENTRY_BACKOFF
