@@ -271,6 +271,18 @@ s_take (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
 static int
 s_finished (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
 {
+    //  An elastic slot's worker that left the job (SIGTERM) frees it for a
+    //  worker that joins, as a torchrun node rejoins: the job may grow back.
+    if (task->leaving && za_registry_elastic_slot (self, task) && !s_training_over (self, task)) {
+        task->state = ZA_ENTRY_VACANT;
+        task->leaving = 0;
+        task->endpoint [0] = 0;
+        zframe_destroy (&task->identity);
+        s_event (self, task, "vacant", "%s; it left the job: a worker that joins takes its "
+                 "place", what->cause);
+        return 0;
+    }
+    task->state = ZA_ENTRY_DONE;
     s_event (self, task, "done", "%s", what->cause);
     return 0;
 }
@@ -342,12 +354,12 @@ static const struct {
     {ZA_ENTRY_BACKOFF,    E_START_DUE,         s_start,              T_CHOSEN},
     {ZA_ENTRY_DONE,       E_REGISTERED,        NULL,                 T_SAME},
     {T_ANY,               E_REGISTERED,        s_take,               ZA_ENTRY_LIVE},
-    {T_ANY,               E_REPORTED_DONE,     s_finished,           ZA_ENTRY_DONE},
+    {T_ANY,               E_REPORTED_DONE,     s_finished,           T_CHOSEN},
     {ZA_ENTRY_LIVE,       E_REPORTED_FAILED,   s_reported_failure,   T_CHOSEN},
-    {ZA_ENTRY_STARTED,    E_EXITED_OK,         s_finished,           ZA_ENTRY_DONE},
-    {ZA_ENTRY_LIVE,       E_EXITED_OK,         s_finished,           ZA_ENTRY_DONE},
-    {ZA_ENTRY_KILLED,     E_EXITED_OK,         s_finished,           ZA_ENTRY_DONE},
-    {ZA_ENTRY_LOST,       E_EXITED_OK,         s_finished,           ZA_ENTRY_DONE},
+    {ZA_ENTRY_STARTED,    E_EXITED_OK,         s_finished,           T_CHOSEN},
+    {ZA_ENTRY_LIVE,       E_EXITED_OK,         s_finished,           T_CHOSEN},
+    {ZA_ENTRY_KILLED,     E_EXITED_OK,         s_finished,           T_CHOSEN},
+    {ZA_ENTRY_LOST,       E_EXITED_OK,         s_finished,           T_CHOSEN},
     {ZA_ENTRY_STARTED,    E_EXITED_FAILED,     s_fail,               T_CHOSEN},
     {ZA_ENTRY_LIVE,       E_EXITED_FAILED,     s_fail,               T_CHOSEN},
     {ZA_ENTRY_KILLED,     E_EXITED_FAILED,     s_fail,               T_CHOSEN},

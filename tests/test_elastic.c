@@ -232,6 +232,14 @@ s_elastic_case (const char *tag, const char *strategy, const char *ps, int64_t s
                               PHASE_TIMEOUT_S);
     cr_expect_eq (s_pid (state, "chief", 0), chief, "%s: the chief was restarted", tag);
     cr_expect_eq (s_pid (state, "worker", 0), worker, "%s: worker 0 was restarted", tag);
+    //  The leaver's slot is free for a worker that joins (as a torchrun node
+    //  rejoins); it was done for good, and the job could not grow back.
+    if (leaves) {
+        const char *slot = json_string_value (json_object_get (za_test_row (state, "worker", 1),
+                                                               "task_state"));
+        cr_expect (slot && !strcmp (slot, "vacant"), "%s: the leaver's slot is %s", tag,
+                   slot? slot: "(none)");
+    }
     if (ps0)
         cr_expect_eq (s_pid (state, "ps", 0), ps0, "%s: the ps was restarted", tag);
     json_decref (state);
