@@ -1,11 +1,13 @@
 /*  za_tfrecord.c: TFRecord files read in order (plain or GZIP, through
-    zlib's gzread, which passes plain files through), their CRC32Cs, and
-    the few protobuf rules a tf.train.Example needs.                        */
+    zlib's gzread, which passes plain files through; ZLIB, TensorFlow's
+    other compression, through inflate), their CRC32Cs, and the few
+    protobuf rules a tf.train.Example needs.                                */
 #define _GNU_SOURCE                     //  pread
 #include "za/za_tfrecord.h"
 #include "za/za_util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,7 +156,11 @@ za_tfrecord_read_at (int fd, uint64_t offset, uint8_t **buffer, size_t *capacity
 
 struct za_tfrecord_reader_t {
     char *path;
-    gzFile file;
+    gzFile file;                        //  plain or GZIP; NULL for ZLIB:
+    int fd;                             //  a ZLIB stream's file (-1: none),
+    z_stream *zlib;                     //  its inflate,
+    uint8_t *zlib_in;                   //  its input buffer
+    int zlib_end;                       //  and whether its stream ended
     uint64_t offset;                    //  of the next record
     uint8_t *buffer;                    //  the last record's data and CRC
     size_t capacity;
@@ -170,6 +176,32 @@ za_tfrecord_reader_new (const char *path)
         za_error ("out of memory opening %s", path);
         return NULL;
     }
+    //  TFRecordOptions ("ZLIB"): a zlib header (RFC 1950) where a plain
+    //  file's first length and its CRC would be (which decide where both fit).
+    self->fd = -1;
+    int fd = open (path, O_RDONLY | O_CLOEXEC);
+    uint8_t head [ZA_TFRECORD_HEAD_BYTES] = {0};
+    ssize_t got = fd < 0? -1: pread (fd, head, sizeof head, 0);
+    int plain = got == (ssize_t) sizeof head
+             && s_get_le32 (head + ZA_TFRECORD_LEN_BYTES)
+                == za_crc32c_mask (za_crc32c (head, ZA_TFRECORD_LEN_BYTES));
+    if (got >= 2 && !plain && (head [0] & 0x0f) == 8 && (head [0] >> 4) <= 7
+        && ((head [0] << 8) | head [1]) % 31 == 0) {
+        self->fd = fd;
+        self->zlib = calloc (1, sizeof *self->zlib);
+        self->zlib_in = malloc (GZ_BUFFER_BYTES);
+        if (!self->zlib || !self->zlib_in || inflateInit (self->zlib) != Z_OK) {
+            za_error ("%s: out of memory opening it", path);
+            if (self->zlib && self->zlib_in)
+                inflateEnd (self->zlib);
+            free (self->zlib), self->zlib = NULL;
+            za_tfrecord_reader_destroy (&self);
+            return NULL;
+        }
+        return self;
+    }
+    if (fd >= 0)
+        close (fd);
     errno = 0;
     self->file = gzopen (path, "rb");
     if (!self->file) {
@@ -189,10 +221,52 @@ za_tfrecord_reader_destroy (za_tfrecord_reader_t **self_p)
         return;
     if (self->file)
         gzclose (self->file);
+    if (self->zlib)
+        inflateEnd (self->zlib);
+    if (self->fd >= 0)
+        close (self->fd);
+    free (self->zlib);
+    free (self->zlib_in);
     free (self->buffer);
     free (self->path);
     free (self);
     *self_p = NULL;
+}
+
+//  Up to size bytes of a ZLIB stream into `into`: their count (0 at its
+//  end), or -1 (the error says why).
+static int
+s_inflate (za_tfrecord_reader_t *self, uint8_t *into, unsigned size)
+{
+    z_stream *z = self->zlib;
+    z->next_out = into;
+    z->avail_out = size;
+    while (z->avail_out > 0 && !self->zlib_end) {
+        if (z->avail_in == 0) {
+            ssize_t n = read (self->fd, self->zlib_in, GZ_BUFFER_BYTES);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                snprintf (self->error, sizeof self->error, "%s: the ZLIB stream %s at offset "
+                          "%llu", self->path, n? strerror (errno): "is cut off",
+                          (unsigned long long) self->offset);
+                return -1;
+            }
+            z->next_in = self->zlib_in;
+            z->avail_in = (unsigned) n;
+        }
+        int rc = inflate (z, Z_NO_FLUSH);
+        if (rc == Z_STREAM_END)
+            self->zlib_end = 1;
+        else
+        if (rc != Z_OK) {
+            snprintf (self->error, sizeof self->error, "%s: the ZLIB stream does not "
+                      "decompress at offset %llu: %s", self->path,
+                      (unsigned long long) self->offset, z->msg? z->msg: "damaged");
+            return -1;
+        }
+    }
+    return (int) (size - z->avail_out);
 }
 
 //  Reads size bytes: 1, 0 at the end before any byte, -1 when cut off or
@@ -203,7 +277,10 @@ s_read (za_tfrecord_reader_t *self, uint8_t *into, size_t size, const char *what
     size_t got = 0;
     while (got < size) {
         unsigned chunk = size - got > (1u << 30)? 1u << 30: (unsigned) (size - got);
-        int n = gzread (self->file, into + got, chunk);
+        int n = self->zlib? s_inflate (self, into + got, chunk)
+                          : gzread (self->file, into + got, chunk);
+        if (n < 0 && self->zlib)
+            return -1;
         if (n < 0) {
             int code;
             const char *why = gzerror (self->file, &code);
@@ -260,9 +337,17 @@ za_tfrecord_skip (za_tfrecord_reader_t *self, size_t *size, uint64_t *offset)
     if (rc <= 0)
         return rc == 0? ZA_TFRECORD_END: ZA_TFRECORD_BROKEN;
     uint64_t next = self->offset + ZA_TFRECORD_HEAD_BYTES + length + ZA_TFRECORD_CRC_BYTES;
-    //  Past the data and its CRC (a plain file's: a seek; a GZIP file's:
-    //  decompressed and dropped).
-    if (gzseek (self->file, (z_off_t) (length + ZA_TFRECORD_CRC_BYTES), SEEK_CUR) < 0) {
+    //  Past the data and its CRC (a plain file's: a seek; a GZIP or ZLIB
+    //  file's: decompressed and dropped).
+    uint8_t drop [4096];
+    for (uint64_t left = length + ZA_TFRECORD_CRC_BYTES; self->zlib && left > 0; ) {
+        size_t piece = left < sizeof drop? (size_t) left: sizeof drop;
+        if (s_read (self, drop, piece, "record's data") <= 0)
+            return ZA_TFRECORD_BROKEN;
+        left -= piece;
+    }
+    if (!self->zlib
+        && gzseek (self->file, (z_off_t) (length + ZA_TFRECORD_CRC_BYTES), SEEK_CUR) < 0) {
         snprintf (self->error, sizeof self->error, "%s: cannot skip the record at offset "
                   "%llu", self->path, (unsigned long long) self->offset);
         return ZA_TFRECORD_BROKEN;
@@ -315,7 +400,7 @@ za_tfrecord_error (const za_tfrecord_reader_t *self)
 int
 za_tfrecord_compressed (const za_tfrecord_reader_t *self)
 {
-    return !gzdirect (self->file);
+    return self->zlib || !gzdirect (self->file);
 }
 
 //  --------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "za/za_images.h"
 #include "za/za_tfrecord.h"
@@ -201,6 +202,30 @@ Test (tfrecord, a_flipped_byte_skips_the_record_and_the_run_goes_on)
     s_expect_same (&folder, &skipped, 0, 3);
     cr_expect_eq (za_images_offset (skipped.dataset, 3), (int64_t) fourth);
     s_read_free (&skipped);
+
+    //  TFRecordOptions ("ZLIB")'s file (a zlib stream of the records): read
+    //  as the plain one (it was taken for a corrupt plain file and dropped
+    //  whole); cut short, the records before the cut.
+    uLongf packed = compressBound (size);
+    uint8_t *zlib = malloc (packed);
+    cr_assert_eq (compress2 (zlib, &packed, bytes, size, 6), Z_OK);
+    char *zlib_path = za_test_path ("zlib.tfrecord");
+    FILE *out = fopen (zlib_path, "wb");
+    cr_assert (out && fwrite (zlib, 1, packed, out) == packed);
+    fclose (out);
+    s_read_t unpacked = s_read (za_test_images_config (zlib_path));
+    cr_expect_eq (unpacked.count, count);
+    s_expect_same (&folder, &unpacked, 0, -1);
+    s_read_free (&unpacked);
+    out = fopen (zlib_path, "wb");
+    cr_assert (out && fwrite (zlib, 1, packed / 2, out) == packed / 2);
+    fclose (out);
+    s_read_t half = s_read (za_test_images_config (zlib_path));
+    cr_expect (half.count > 0 && half.count < count, "%lld records of half a ZLIB file",
+               (long long) half.count);
+    s_expect_same (&folder, &half, 0, -1);
+    s_read_free (&half);
+    free (zlib), free (zlib_path);
 
     //  A byte of record 5's length: the file cannot be read past it.
     char *broken = s_write_changed (bytes, size, "length-flipped.tfrecord",
