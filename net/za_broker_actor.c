@@ -38,6 +38,7 @@ typedef struct {
     double clock_rtt [CLOCK_SAMPLES], clock_offset [CLOCK_SAMPLES];
     int clock_samples;
     za_said_t unsent;              //  registers and reports the socket would not take
+    char busy [512];                //  the broker's "busy" refusal, while we wait it out
 } s_actor_t;
 
 //  A register or report that could not go (the broker not reached, or away
@@ -212,6 +213,18 @@ s_on_reply (s_actor_t *self)
     }
     else
     if (reply.op == ZA_OP_ERROR) {
+        //  Our index still held by a process the broker has not yet heard
+        //  go silent (this task killed and restarted at once, by hand or by
+        //  Kubernetes): we go on registering until the broker declares it
+        //  lost, for --timeout-secs at most.
+        if (!self->welcomed && streq (reply.code, "busy")) {
+            if (!*self->busy)
+                za_info ("%s: the broker at %s says %s: registering again until it is "
+                         "declared lost (within %.0f s)", self->config->role,
+                         self->config->broker, reply.error, self->config->timeout_secs);
+            snprintf (self->busy, sizeof self->busy, "%s", reply.error);
+        }
+        else
         if (!self->welcomed) {
             char why [512];
             snprintf (why, sizeof why, "the broker at %s refused us: %s", self->config->broker,
@@ -268,10 +281,14 @@ s_on_interval (s_actor_t *self, double now)
     const za_broker_client_config_t *config = self->config;
     if (!self->welcomed) {
         if (now - self->started > config->timeout_secs) {
-            char why [512];
-            snprintf (why, sizeof why, "no broker answered at %s within %.0f s (is it "
-                      "running, and the same zactor version?)", config->broker,
-                      config->timeout_secs);
+            char why [1024];
+            if (*self->busy)
+                snprintf (why, sizeof why, "the broker at %s refused us for %.0f s: %s",
+                          config->broker, config->timeout_secs, self->busy);
+            else
+                snprintf (why, sizeof why, "no broker answered at %s within %.0f s (is it "
+                          "running, and the same zactor version?)", config->broker,
+                          config->timeout_secs);
             s_fail (self, why);
             return;
         }

@@ -129,57 +129,82 @@ Test (broker, a_cluster_forms_through_the_broker_alone)
 }
 
 //  A broker that supervises nothing (tasks started by hand, or by Slurm):
-//  a worker killed during training is lost, the chief trains on alone
-//  (ps-async), and once the final checkpoint is there the broker ends with
-//  the job (it waited for the lost worker for ever).
-Test (broker, a_lost_task_is_not_waited_for_after_the_final_checkpoint)
+//  a worker is killed during training (ps-async). Left dead, it is lost, the
+//  chief trains on alone, and once the final checkpoint is there the broker
+//  ends with the job (it waited for the lost worker for ever). Restarted at
+//  once (`restart`, as Kubernetes does), the new process registers again
+//  until the broker has declared the old one lost, and trains (it was
+//  refused "busy" and exited 1).
+static void
+s_killed_worker (const char *tag, int restart)
 {
     char *broker = za_test_free_endpoint ();
-    char *model_dir = za_test_path ("lost");
-    char job [2048];
+    char *model_dir = za_test_path (tag);
+    char job [2048], name [64];
     snprintf (job, sizeof job,
               "{\"model\": \"linear\", \"strategy\": \"ps-async\",\n"
-              " \"train_spec\": {\"max_steps\": 3000},\n"
+              " \"train_spec\": {\"max_steps\": %d},\n"
               " \"run_config\": {\"model_dir\": \"%s\", \"save_checkpoints_steps\": 1000,\n"
               "                \"log_step_count_steps\": 0, \"threads\": 1},\n"
               " \"heartbeat_ivl_ms\": 200, \"no_eval\": true, \"timeout_secs\": 10,\n"
               " \"roles\": {\"chief\": 1, \"worker\": 1, \"ps\": 1, \"evaluator\": 0}}\n",
-              model_dir);
-    char *job_path = za_test_write ("lost.json", job);
-    const char *roles [] = {"ps", "worker", "chief"};
-    pid_t pids [4];
-    char *logs [4];
-    logs [0] = za_test_path ("lost-broker.log");
+              restart? 100000: 3000, model_dir);
+    snprintf (name, sizeof name, "%s.json", tag);
+    char *job_path = za_test_write (name, job);
+    const char *roles [] = {"ps", "worker", "chief", "worker"};
+    pid_t pids [5];
+    char *logs [5];
+    snprintf (name, sizeof name, "%s-broker.log", tag);
+    logs [0] = za_test_path (name);
     const char *broker_args [] = {"--role", "broker", "--bind", broker, "--job", job_path, NULL};
     pids [0] = za_test_spawn (broker_args, logs [0], logs [0]);
-    for (int r = 0; r < 3; r++) {
-        char name [64];
-        snprintf (name, sizeof name, "lost-%s.log", roles [r]);
+    for (int r = 0; r < 4; r++) {
+        snprintf (name, sizeof name, "%s-%s-%d.log", tag, roles [r], r);
         logs [r + 1] = za_test_path (name);
+        if (r == 3)
+            break;
         const char *args [] = {"--role", roles [r], "--broker", broker, NULL};
         pids [r + 1] = za_test_spawn (args, logs [r + 1], logs [r + 1]);
     }
-    //  The worker trains (its first push answered), then dies.
+    //  The worker trains, then dies.
     char *seen = za_test_wait_for_text (logs [2], "1 ps, batch", RUN_TIMEOUT_S);
-    cr_assert_not_null (seen, "the worker did not start training");
+    cr_assert_not_null (seen, "%s: the worker did not start training", tag);
     free (seen);
     cr_assert_eq (kill (pids [2], SIGKILL), 0);
     za_test_wait (pids [2], RUN_TIMEOUT_S);
-    for (int p = 0; p < 4; p++) {
-        if (p == 2)
+    pids [4] = 0;
+    if (restart) {
+        const char *args [] = {"--role", "worker", "--index", "0", "--broker", broker, NULL};
+        pids [4] = za_test_spawn (args, logs [4], logs [4]);
+    }
+    for (int p = 0; p < 5; p++) {
+        if (p == 2 || !pids [p])
             continue;
         int status = za_test_wait (pids [p], RUN_TIMEOUT_S);
         char *log = (char *) za_test_read_file (logs [p], NULL);
-        cr_expect_eq (s_exit_code (status), 0, "%s exited %d:\n%s", p? roles [p - 1]: "broker",
-                      s_exit_code (status), log);
-        if (p == 0)
+        cr_expect_eq (s_exit_code (status), 0, "%s: %s exited %d:\n%s", tag,
+                      p? roles [p - 1]: "broker", s_exit_code (status), log);
+        if (p == 0 && !restart)
             cr_expect (strstr (log, "lost before the final checkpoint"), "%s", log);
+        if (p == 4)
+            cr_expect (strstr (log, "registering again until it is declared lost")
+                       && strstr (log, "worker 0 (shard"), "%s", log);
         free (log);
     }
-    cr_expect_geq (za_checkpoint_newest_step (model_dir), 3000);
-    for (int p = 0; p < 4; p++)
+    cr_expect_geq (za_checkpoint_newest_step (model_dir), restart? 100000: 3000);
+    for (int p = 0; p < 5; p++)
         free (logs [p]);
     free (job_path), free (model_dir), free (broker);
+}
+
+Test (broker, a_lost_task_is_not_waited_for_after_the_final_checkpoint)
+{
+    s_killed_worker ("lost", 0);
+}
+
+Test (broker, a_task_restarted_at_once_registers_when_the_old_is_lost)
+{
+    s_killed_worker ("again", 1);
 }
 
 Test (broker, mistakes_get_one_clear_error)
