@@ -27,10 +27,10 @@ s_label_names (int n, int base)
     return names;
 }
 
-//  A layer stack trained on the IDX files writes no input.json: its input
-//  is theirs (28 x 28 gray, as serve takes it), its model the checkpoint's,
-//  its classes the numbers of its outputs. Weaker than the flags, as the
-//  file is.
+//  A layer stack trained on the IDX files by a zactor before they had an
+//  input.json: its input is theirs (28 x 28 gray, as serve takes it), its
+//  model the checkpoint's, its classes the numbers of its outputs. Weaker
+//  than the flags, as the file is.
 static int
 s_apply_idx_input (za_options_t *options, const za_settings_t *s)
 {
@@ -70,11 +70,14 @@ za_input_json_save (const za_settings_t *s, int with_model, int n_classes)
         .source = s->train_data, .class_names = s->class_names,
         .image_key = s->image_key, .label_key = s->label_key, .label_base = (int) s->label_base,
     };
-    char *names = za_images_class_names (&config);
+    char *names = s->train_data? za_images_class_names (&config): NULL;
     if (!names)
         names = s_label_names (n_classes, (int) s->label_base);
-    json_t *input = json_pack ("{s:s, s:I, s:s, s:b, s:s}", "image_size", s->image_size,
-                               "channels", (json_int_t) s->channels, "resize", s->resize,
+    //  The IDX files' input is theirs: 28 x 28 gray.
+    json_t *input = json_pack ("{s:s, s:I, s:s, s:b, s:s}",
+                               "image_size", s->train_data? s->image_size: "28",
+                               "channels", (json_int_t) (s->train_data? s->channels: 1),
+                               "resize", s->resize,
                                "crop_to_aspect_ratio", s->crop_to_aspect_ratio,
                                "preprocess", s->preprocess);
     if (input && with_model) {

@@ -14,8 +14,8 @@
 //  names. Returns 0, or ZA_EXIT_USAGE after one message.
 int za_input_json_apply (za_options_t *options, const za_settings_t *settings);
 
-//  Writes MODEL_DIR/input.json for a run that trains from images: the image
-//  settings, a TFRecord's keys and label base where they are not the
+//  Writes MODEL_DIR/input.json for a run that trains from images (or the
+//  IDX files: 28 x 28 gray): the image settings and preprocessing, a TFRecord's keys and label base where they are not the
 //  defaults, the class names (where the source names none, as TFRecords
 //  without --class-names, the model's n_classes outputs as label numbers)
 //  and (with_model: a layer stack or premade model, not a program's

@@ -450,7 +450,10 @@ za_task_prepare (za_task_t *task, const za_program_t *program, za_options_t *opt
     //  than the data's labels).
     int classes = program->model_fn? train.n_classes
                 : task->spec.layers [task->spec.count - 1].units;
-    if (writes && settings->train_data && !settings->predict && settings->run.model_dir)
+    //  (The IDX files' too: predict, serve and export then preprocess as
+    //  training did, where they took none.)
+    if (writes && !settings->predict && settings->run.model_dir
+        && (settings->train_data || !program->input_fn))
         za_input_json_save (settings, !program->model_fn, classes);
     return 0;
 }

@@ -247,11 +247,12 @@ Test (predict, a_model_trained_on_the_idx_files_predicts_images, .timeout = 600)
     //  60 steps: well above chance (10%).
     cr_expect_gt (correct, 16, "%d of 40 right", correct);
     za_test_result_free (&result);
-    //  Another model than the default one: the checkpoint's, not the default
-    //  (predict once built the cnn and said the checkpoint holds another).
+    //  Another model than the default one, and a preprocessing: the
+    //  training's, as if given (predict once built the default cnn and said
+    //  the checkpoint holds another; then it took no preprocessing).
     char *dnn = za_test_path ("dnn");
     const char *train_dnn [] = {"--model", "dnn", "--max-steps", "5", "--threads", "1",
-                                "--no-eval", "--model-dir", dnn, NULL};
+                                "--no-eval", "--preprocess", "torch", "--model-dir", dnn, NULL};
     result = za_test_run (train_dnn, RUN_TIMEOUT_S);
     cr_assert_eq (result.exit_code, 0, "%s", result.err);
     za_test_result_free (&result);
@@ -262,6 +263,12 @@ Test (predict, a_model_trained_on_the_idx_files_predicts_images, .timeout = 600)
     for (const char *at = result.out; (at = strstr (at, "\"probabilities\"")); at++)
         rows++;
     cr_expect_eq (rows, 40, "%s", result.out);
+    const char *predict_torch [] = {"predict", "--model-dir", dnn, "--data", images,
+                                    "--preprocess", "torch", NULL};
+    za_test_result_t torch = za_test_run (predict_torch, RUN_TIMEOUT_S);
+    cr_expect (torch.exit_code == 0 && result.out && !strcmp (result.out, torch.out),
+               "predicted otherwise than with --preprocess torch: %.300s", result.out);
+    za_test_result_free (&torch);
     za_test_result_free (&result);
     free (images), free (model), free (dnn);
     za_dataset_destroy (&fashion);
