@@ -137,7 +137,10 @@ s_data_load (const za_settings_t *s, int train, int shards, int shard)
         char path [4096];
         snprintf (path, sizeof path, "%s/cache/%s-%016llx.zacache", s->run.model_dir,
                   train? "train": "eval", (unsigned long long) za_images_config_hash (&config));
-        if (za_dataset_cache (dataset, cache, path))
+        za_error_set_quiet (1);         //  said once, below
+        int failed = za_dataset_cache (dataset, cache, path);
+        za_error_set_quiet (0);
+        if (failed)
             za_info ("warning: %s: reading without a cache", za_last_error ());
     }
     return dataset;
