@@ -508,7 +508,12 @@ za_task_input (void *arg, const za_input_context_t *context)
             return NULL;
         config.shuffle_buffer = s->shuffle_buffer < 0? (int) task->train->count
                                                      : (int) s->shuffle_buffer;
-        config.seed = asked.seed;
+        //  Each worker's files in an order (and augmentation draws) of its
+        //  own: with the synchronous strategies' one seed, shard w of a
+        //  class-sorted list drew, at each place, the sorted neighbour of
+        //  every other shard's file, so a global batch held pairs of one class.
+        config.seed = split || !s->train_data || !asked.split_batches? asked.seed
+                    : asked.seed + 7919 * (uint64_t) asked.shard_index;
         //  A resumed run reads on: its stream gave global batches (split)
         //  or its own batches so far.
         config.skip = split && asked.examples_done > 0

@@ -23,10 +23,14 @@
 
 //  What one process read: the indices (in the folder's sorted order) of the
 //  training files, and how many evaluation files.
+#define ORDER_MAX 64
+
 typedef struct {
     int train [TRAIN_COUNT];
     int train_count;
     int eval_count;
+    int order [ORDER_MAX];              //  the first training files, as read
+    int order_count;
 } s_reader_t;
 
 //  Reads every trace file: the processes that read something.
@@ -61,6 +65,8 @@ s_readers (const char *dir, const za_dataset_t *listing, s_reader_t *readers, in
                 if (!strcmp (za_images_path (listing, i), line))
                     index = i;
             cr_assert_geq (index, 0, "%s read %s, no training file", entry->d_name, line);
+            if (reader->order_count < ORDER_MAX)
+                reader->order [reader->order_count++] = (int) index;
             int seen = 0;
             for (int k = 0; k < reader->train_count; k++)
                 seen |= reader->train [k] == index;
@@ -173,6 +179,27 @@ s_train_reads_own_shard (const char *strategy)
             strategy, trainers, complete);
     cr_expect_eq (trainers, 2, "%s: the chief and the worker train: %s", strategy, run_err);
     cr_expect_eq (complete, 2, "%s: each read all of its own files", strategy);
+    //  Under all-reduce the two shards' files come in orders of their own:
+    //  at a place in their streams, the two read one class by chance (1 in
+    //  10 here), where one seed made each read the sorted neighbour of the
+    //  other's file, of its class 64 times in 64.
+    s_reader_t readers [8];
+    int n = s_readers (f.trace_dir, listing, readers, 8), first = -1, alike = 0, places = 0;
+    for (int r = 0; r < n && !strcmp (strategy, "allreduce"); r++) {
+        if (!readers [r].train_count)
+            continue;
+        if (first < 0) {
+            first = r;
+            continue;
+        }
+        for (int k = 0; k < readers [r].order_count && k < readers [first].order_count; k++) {
+            places++;
+            alike += listing->labels [readers [r].order [k]]
+                  == listing->labels [readers [first].order [k]];
+        }
+    }
+    cr_expect (strcmp (strategy, "allreduce") || (places >= 32 && alike < places / 2),
+               "%s: the shards read one class at %d of %d places", strategy, alike, places);
     free (run_err), free (out), free (err);
     za_dataset_destroy (&listing);
     free (model);
