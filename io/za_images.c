@@ -110,8 +110,9 @@ s_source_of (const za_images_config_t *config, const char **pattern)
 }
 
 //  Keras's split (shuffled with the seed, training the first part), then
-//  the shard's examples (i mod shards).
-static void
+//  the shard's examples (i mod shards). 0, or -1 when the split leaves
+//  either part empty.
+static int
 s_select (const za_images_config_t *config, za_listing_t *list, int shards)
 {
     int64_t keep_from = 0, keep_to = list->count;
@@ -125,6 +126,11 @@ s_select (const za_images_config_t *config, za_listing_t *list, int shards)
             list->items [j] = item;
         }
         int64_t validation = (int64_t) (config->validation_split * (double) list->count);
+        if (validation == 0 || validation == list->count)
+            return za_error ("--validation-split %g of %lld examples leaves the %s empty: "
+                             "give a %s split, or more examples", config->validation_split,
+                             (long long) list->count, validation? "training": "validation",
+                             validation? "smaller": "larger");
         if (config->subset == ZA_SUBSET_TRAINING)
             keep_to = list->count - validation;
         else
@@ -135,6 +141,7 @@ s_select (const za_images_config_t *config, za_listing_t *list, int shards)
         if (shards <= 1 || (i - keep_from) % shards == config->shard_index)
             list->items [kept++] = list->items [i];
     list->count = kept;
+    return 0;
 }
 
 //  Lists config's examples (of its subset and shard); with `warn`, says
@@ -159,7 +166,10 @@ s_list (const za_images_config_t *config, za_listing_t *list, int *n_classes, in
         za_listing_free (list);
         return -1;
     }
-    s_select (config, list, ask.shards);
+    if (s_select (config, list, ask.shards)) {
+        za_listing_free (list);
+        return -1;
+    }
     return 0;
 }
 

@@ -241,7 +241,7 @@ static const za_option_t s_options [] = {
     ZA_OPTION ("seed", T_INT, run.seed, "N", ZA_TEXT (ZA_RUN_SEED), 0, INT_MAX_D, NULL, R_TRAIN,
                JOB, 0, NULL,
                "random seed for initialisation, shuffling, dropout; a resumed\n"
-               "run mixes its starting step into the shuffle seed"),
+               "run reads on in the same order from where its checkpoint was"),
     ZA_OPTION ("threads", T_INT, run.threads, "N", "0", 0, 64, NULL,
                R_TRAIN | ZA_READ_EVALUATOR, JOB, 0, NULL,
                "compute threads; 0: the cores, shared by the tasks of a cluster\n"

@@ -326,6 +326,17 @@ Test (images, command_line_says_what_is_wrong_and_splits)
     cr_expect (strstr (result.err, "the model cannot take 4x4x1 inputs"), "%s", result.err);
     cr_expect (strstr (result.err, "does not fit"), "says which layer: %s", result.err);
     za_test_result_free (&result);
+    //  A split that holds out no example (1% of 50: trained on all, then
+    //  "dataset is empty or malformed" after the training).
+    const char *none [] = {"--train-data", dir, "--validation-split", "0.01", "--max-steps",
+                           "5", "--image-size", "28", "--channels", "1", "--model-dir", model,
+                           NULL};
+    result = za_test_run (none, 60);
+    cr_expect_eq (result.exit_code, 2, "%s", result.err);
+    cr_expect (strstr (result.err, "--validation-split 0.01 of 50 examples leaves the "
+                                   "validation empty"), "%s", result.err);
+    cr_expect (strstr (result.err, "step ") == NULL, "it trained: %s", result.err);
+    za_test_result_free (&result);
     const char *split [] = {"--train-data", dir, "--validation-split", "0.2", "--max-steps",
                             "20", "--image-size", "28", "--channels", "1", "--model-dir", model,
                             NULL};
