@@ -54,6 +54,7 @@ typedef struct {
     int named;                          //  the classes given, or 0
     int64_t max_label;
     int count_only;                     //  1: the records counted, not read
+    char first_why [512];               //  why the first record left out was
 } s_scan_t;
 
 //  Copies a GZIP file's record (data, size bytes and its CRC) into the
@@ -122,6 +123,9 @@ s_scan_file (s_scan_t *scan, za_listing_t *list, const char *path)
         if (status != ZA_TFRECORD_OK) {
             if (scan->warn)
                 za_info ("warning: %s", za_tfrecord_error (reader));
+            if (!*scan->first_why)
+                snprintf (scan->first_why, sizeof scan->first_why, "%s",
+                          za_tfrecord_error (reader));
             if (status == ZA_TFRECORD_BROKEN)
                 break;
             continue;
@@ -130,6 +134,9 @@ s_scan_file (s_scan_t *scan, za_listing_t *list, const char *path)
         const char *why;
         if (s_record_label (scan, data, size, &label, &why)
         &&  !(scan->config->unlabeled && strstr (why, "label"))) {
+            if (!*scan->first_why)
+                snprintf (scan->first_why, sizeof scan->first_why, "%s: the record at offset "
+                          "%llu has %s", path, (unsigned long long) offset, why);
             if (scan->warn)
                 za_info ("warning: %s: the record at offset %llu has %s ('%s', '%s'): it "
                          "is skipped", path, (unsigned long long) offset, why,
@@ -226,9 +233,10 @@ s_list_tfrecord (const za_images_config_t *config, const char *pattern, za_listi
         }
     if (!rc && list->count == 0)
         rc = za_error ("%s: no record with an image and a label ('%s', '%s') in %lld "
-                       "file%s%s", pattern, scan.image_key, scan.label_key, (long long) scanned,
-                       scanned == 1? "": "s", file_shards > 1? " (this worker's shard of the "
-                       "files)": "");
+                       "file%s%s%s%s", pattern, scan.image_key, scan.label_key,
+                       (long long) scanned, scanned == 1? "": "s", file_shards > 1
+                       ? " (this worker's shard of the files)": "", *scan.first_why
+                       ? "; the first left out: ": "", scan.first_why);
     za_listing_free (&files);
     *n_classes = scan.named? scan.named: (int) scan.max_label + 1;
     return rc;

@@ -257,7 +257,20 @@ Test (tfrecord, a_flipped_byte_skips_the_record_and_the_run_goes_on)
                           "--max-steps", "10", "--model-dir", model, NULL};
     result = za_test_run (bad, 60);
     cr_expect_eq (result.exit_code, 2, "%s", result.err);
-    cr_expect (strstr (result.err, "no record with an image and a label"), "%s", result.err);
+    cr_expect (strstr (result.err, "no record with an image and a label")
+               && strstr (result.err, "the first left out: ")
+               && strstr (result.err, "wrong length CRC"), "says why: %s", result.err);
+    za_test_result_free (&result);
+    //  Records whose label is not where it is looked for: the first one's
+    //  reason (it said no more than "no record").
+    const char *unlabeled [] = {"--train-data", file, "--label-key", "image/nothing",
+                                "--validation-split", "0.25", "--max-steps", "10",
+                                "--model-dir", model, NULL};
+    result = za_test_run (unlabeled, 60);
+    cr_expect_eq (result.exit_code, 2, "%s", result.err);
+    cr_expect (strstr (result.err, "the first left out: ")
+               && strstr (result.err, "record at offset 0 has no int64 label"), "says why: %s",
+               result.err);
     za_test_result_free (&result);
     free (garbage), free (model), free (broken), free (flipped), free (bytes), free (file);
     s_read_free (&folder);
