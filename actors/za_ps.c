@@ -701,6 +701,13 @@ s_on_time (za_ps_t *self, double now)
         s_look_for_final (self, now);
     if (self->state == PS_STOPPING && s_all_said_bye (self))
         return 1;
+    //  Preempted before any chief gave it a state: there is nothing to keep
+    //  (a scheduler's grace is shorter than --timeout-secs).
+    if (self->state == PS_WAIT_INIT && za_preempt_requested ()) {
+        za_info ("ps %d: preempted (SIGTERM) before a chief initialised it: leaving",
+                 config->ps_index);
+        return 1;
+    }
     if (self->state == PS_READY) {      //  held, a step waits for the hold's end
         s_follow_rate (self);
         za_ps_sync_follow (self);

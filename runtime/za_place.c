@@ -371,6 +371,10 @@ s_view (zactor_t *client, const char *role, za_place_t *place, double timeout_se
     zpoller_t *poller = zpoller_new (zactor_sock (client), NULL);
     void *which = zpoller_wait (poller, (int) (timeout_secs * 1000));
     zpoller_destroy (&poller);
+    if (!which && zsys_interrupted) {
+        za_error ("%s: interrupted while waiting for the cluster to be complete", role);
+        return 1;
+    }
     if (!which) {
         za_error ("%s: the cluster was not complete within %.0f s (the broker's view lacks a "
                   "task or a ps endpoint: see zactor-top)", role, timeout_secs);

@@ -207,6 +207,41 @@ Test (broker, a_task_restarted_at_once_registers_when_the_old_is_lost)
     s_killed_worker ("again", 1);
 }
 
+//  SIGTERM (a scheduler's preemption notice) to a ps that no chief has
+//  initialised yet: nothing to keep, it leaves at once with the requeue
+//  status (it waited out --timeout-secs, 60 s, past Kubernetes' 30 s grace).
+Test (broker, a_ps_preempted_before_its_init_leaves_at_once)
+{
+    char *broker = za_test_free_endpoint ();
+    char *model_dir = za_test_path ("early");
+    char job [1024];
+    snprintf (job, sizeof job, "{\"model\": \"linear\", \"strategy\": \"ps-async\", "
+              "\"max_steps\": 100, \"model_dir\": \"%s\", \"no_eval\": true, "
+              "\"timeout_secs\": 60, \"roles\": {\"chief\": 1, \"worker\": 0, "
+              "\"ps\": 1, \"evaluator\": 0}}", model_dir);
+    char *job_path = za_test_write ("early.json", job);
+    char *logs [2] = {za_test_path ("early-broker.log"), za_test_path ("early-ps.log")};
+    const char *broker_args [] = {"--role", "broker", "--bind", broker, "--job", job_path, NULL};
+    pid_t pids [2];
+    pids [0] = za_test_spawn (broker_args, logs [0], logs [0]);
+    const char *ps_args [] = {"--role", "ps", "--broker", broker, NULL};
+    pids [1] = za_test_spawn (ps_args, logs [1], logs [1]);
+    char *seen = za_test_wait_for_text (logs [1], "serving", RUN_TIMEOUT_S);
+    cr_assert_not_null (seen, "the ps did not start");
+    free (seen);
+    double sent = za_clock_mono ();
+    cr_assert_eq (kill (pids [1], SIGTERM), 0);
+    int status = za_test_wait (pids [1], 30);
+    char *log = (char *) za_test_read_file (logs [1], NULL);
+    cr_expect_eq (s_exit_code (status), 75, "%s", log);
+    cr_expect (za_clock_mono () - sent < 30 && strstr (log, "preempted (SIGTERM) before a chief "
+                                                       "initialised it"), "%s", log);
+    free (log);
+    kill (pids [0], SIGINT);
+    za_test_wait (pids [0], RUN_TIMEOUT_S);
+    free (logs [0]), free (logs [1]), free (job_path), free (model_dir), free (broker);
+}
+
 Test (broker, mistakes_get_one_clear_error)
 {
     //  A job file with an unknown key, or impossible counts: exit 2 at once.
