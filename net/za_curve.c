@@ -97,6 +97,14 @@ s_read_allowed (const char *dir)
         }
         char path [4400];
         snprintf (path, sizeof path, "%s/%s", dir, entry->d_name);
+        //  Every key here is let in: one that others may write is anyone's.
+        struct stat st;
+        if (stat (path, &st) == 0 && (st.st_mode & 022)) {
+            closedir (d);
+            return za_error ("--certs %s: %s can be written by others (mode %04o), and every "
+                             "key there is let in: chmod go-w %s", dir, entry->d_name,
+                             (unsigned) (st.st_mode & 07777), path);
+        }
         zcert_t *cert = zcert_load (path);
         if (!cert) {
             za_info ("curve: %s is not a certificate; ignored", path);
@@ -346,6 +354,11 @@ za_curve_use (const char *dir)
     if (stat (dir, &st) || !S_ISDIR (st.st_mode))
         rc = za_error ("--certs %s: no such directory; make one with: zactor-run keygen %s",
                        dir, dir);
+    else
+    if (st.st_mode & 022)
+        rc = za_error ("--certs %s can be written by others (mode %04o): anyone could add a "
+                       "key, and every *.key there is let in; chmod go-w %s", dir,
+                       (unsigned) (st.st_mode & 07777), dir);
     else
     if (stat (secret_path, &st))
         rc = za_error ("--certs %s: no %s in it; make the cluster's certificate with: "

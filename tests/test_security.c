@@ -96,6 +96,21 @@ Test (security, keygen_writes_owner_only_files_and_never_overwrites)
     cr_expect_eq (result.exit_code, 2);
     cr_expect (strstr (result.err, "chmod 600"), "%s", result.err);
     za_test_result_free (&result);
+    chmod (secret_path, 0600);
+    //  Every *.key in the directory is let in: a directory, or a key, that
+    //  others may write is refused (anyone could have added theirs).
+    const char *open_dir [] = {"--certs", dir, "--max-steps", "1", NULL};
+    const char *says [2] = {"can be written by others (mode 0777)",
+                            "cluster.key can be written by others (mode 0666)"};
+    for (int c = 0; c < 2; c++) {
+        chmod (c? public_path: dir, c? 0666: 0777);
+        result = za_test_run (open_dir, 30);
+        cr_expect_eq (result.exit_code, 2, "%s", result.err);
+        cr_expect (strstr (result.err, says [c]) && strstr (result.err, "chmod go-w"), "%s",
+                   result.err);
+        za_test_result_free (&result);
+        chmod (c? public_path: dir, c? 0600: 0700);
+    }
     char *empty = za_test_path ("empty");
     mkdir (empty, 0700);
     const char *none [] = {"--certs", empty, "--max-steps", "1", NULL};
