@@ -287,7 +287,9 @@ s_on_interval (s_actor_t *self, double now)
                           config->broker, config->timeout_secs, self->busy);
             else
                 snprintf (why, sizeof why, "no broker answered at %s within %.0f s (is it "
-                          "running, and the same zactor version?)", config->broker,
+                          "running, the same zactor version, and given the same --certs DIR "
+                          "as this task, or none as this one? A broker with --certs answers "
+                          "only its cluster's certificate)", config->broker,
                           config->timeout_secs);
             s_fail (self, why);
             return;

@@ -512,6 +512,8 @@ Test (security, a_job_with_certs_trains_and_answers_nobody_else)
                              "--timeout-secs", "3", "--max-steps", "800", NULL};
     za_test_result_t result = za_test_run (worker, 120);
     cr_expect_neq (result.exit_code, 0, "a worker without the keys joined: %s", result.err);
+    cr_expect (strstr (result.err, "A broker with --certs answers only its cluster's "
+                                   "certificate"), "says why it may be: %s", result.err);
     za_test_result_free (&result);
     cr_expect_eq (s_top (broker, NULL, &state), 1, "a zactor-top without keys got an answer");
     json_decref (state);
