@@ -125,6 +125,18 @@ za_events_add (za_events_t *self, const char *event, const char *role, int index
         za_info ("broker: %s%s%s", event, *cause? ": ": "", cause);
 }
 
+//  Forgets every event kept and counted (those of an earlier job).
+static void
+s_forget (za_events_t *self)
+{
+    for (int e = 0; e < ZA_BROKER_EVENTS; e++) {
+        free (self->ring [e].text);
+        self->ring [e].text = NULL;
+    }
+    self->count = 0;
+    json_object_clear (self->counts);
+}
+
 void
 za_events_reload (za_events_t *self)
 {
@@ -135,6 +147,12 @@ za_events_reload (za_events_t *self)
     size_t capacity = 0;
     while (getline (&line, &capacity, file) > 0) {
         json_t *json = json_loads (line, JSON_DISABLE_EOF_CHECK, NULL);
+        //  The file outlives jobs (a model dir trained again): this job's
+        //  are those since its broker's first start.
+        const char *role = json_string_value (json_object_get (json, "role"));
+        const char *event = json_string_value (json_object_get (json, "event"));
+        if (role && event && !strcmp (role, "broker") && !strcmp (event, "started"))
+            s_forget (self);
         if (json && json_is_object (json)) {
             line [strcspn (line, "\n")] = 0;
             s_keep (self, json_number_value (json_object_get (json, "time")), line);

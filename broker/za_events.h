@@ -31,7 +31,8 @@ void za_events_add (za_events_t *self, const char *event, const char *role, int 
                     pid_t pid, int restarts, const char *fmt, ...)
     __attribute__ ((format (printf, 7, 8)));
 
-//  Reads MODEL_DIR/events.jsonl into the ring and the counts.
+//  Reads this job's events of MODEL_DIR/events.jsonl (since its broker's first
+//  start: the file outlives jobs) into the ring and the counts.
 void za_events_reload (za_events_t *self);
 
 //  The events in memory, oldest first (a new array), counting the ones that

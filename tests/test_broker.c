@@ -384,6 +384,17 @@ Test (broker, local_run_survives_kill_9_of_each_role, .timeout = 900 * ZA_TEST_S
     const char *args [] = {"--local", "--model-dir", model_dir, "--max-steps", "100000000",
                            "--save-checkpoints-steps", "200", "--log-step-count-steps", "0",
                            "--start-delay-secs", "0", "--throttle-secs", "2", NULL};
+    //  The model dir's events.jsonl holds an earlier job's (trained again
+    //  in the same folder): a restarted broker reloads this job's alone.
+    cr_assert_eq (za_mkdirs (model_dir), 0);
+    char *events_path = za_test_join (model_dir, "events.jsonl");
+    FILE *earlier = fopen (events_path, "w");
+    cr_assert_not_null (earlier);
+    fputs ("{\"time\":1.0,\"event\":\"started\",\"role\":\"broker\",\"index\":0}\n"
+           "{\"time\":2.0,\"event\":\"done\",\"role\":\"chief\",\"index\":0}\n"
+           "{\"time\":2.0,\"event\":\"done\",\"role\":\"worker\",\"index\":0}\n", earlier);
+    fclose (earlier);
+    free (events_path);
     char broker [128];
     pid_t local = za_test_start_local ("zactor-run", args, out, broker);
 
@@ -406,6 +417,12 @@ Test (broker, local_run_survives_kill_9_of_each_role, .timeout = 900 * ZA_TEST_S
         char what [128];
         snprintf (what, sizeof what, "the %s (pid %d) to come back", victims [v], (int) pid);
         state = za_test_wait_for (broker, s_role_back, &want, what, PHASE_TIMEOUT_S);
+        if (streq (victims [v], "broker")) {
+            json_t *counts = json_object_get (state, "event_counts");
+            cr_expect (json_object_get (counts, "restarted")
+                       && !json_object_get (counts, "done"), "the earlier job's events: %s",
+                       json_dumps (counts, 0));
+        }
         //  The ps lost cost no steps: at most the pushes in flight (the state's
         //  step, from reports, is at most the true one).
         if (streq (victims [v], "ps"))
