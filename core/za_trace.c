@@ -35,6 +35,7 @@ typedef struct {
     FILE *file;
     char path [PATH_CHARS];
     int64_t max_bytes, bytes;           //  the file turns over at half of max_bytes
+    int steps;                          //  it wrote a step's row: turns at a step's start
     double clock_written;               //  the offset the last clock line said (NAN: none)
     pthread_t writer;
     pthread_mutex_t wake_lock;
@@ -133,10 +134,14 @@ s_write (s_trace_t *self, int count)
     double offset = atomic_load (&s_offset);
     for (int i = 0; i < count && self->file; i++) {
         //  A step's events stay in one file: it turns over at a step's
-        //  start (a task without steps, a little later).
+        //  start (a step longer than an eighth of the file, a little later);
+        //  a task without steps (a ps) at once, so that its two files keep
+        //  at most max_bytes (it kept 1.25 times).
         const s_event_t *e = &self->spare [i];
+        self->steps |= e->row == ZA_TRACE_STEP;
         if (self->max_bytes > 0 && self->bytes >= self->max_bytes / 2
-            && (e->row == ZA_TRACE_STEP || self->bytes >= self->max_bytes / 8 * 5))
+            && (e->row == ZA_TRACE_STEP || !self->steps
+                || self->bytes >= self->max_bytes / 8 * 5))
             s_turn_over (self);
         if (!self->file)
             break;

@@ -276,9 +276,12 @@ Test (trace, a_broker_job_merges_its_tasks_traces, .timeout = 600)
     const char *dir = za_test_dir_create ("za_trace_broker");
     char *trace = za_test_join (dir, "trace.json"), *model = za_test_join (dir, "run");
     char *bind = za_test_free_endpoint ();
+    //  Kept to 4 KiB a task: the ps, which traces no step, turns its file
+    //  over at 2 KiB exactly (it kept 2.5 KiB there, 1.25 times the bound).
     const char *args [] = {"--role", "broker", "--bind", bind, "--supervise", "--model-dir",
                            model, "--max-steps", "60", "--workers", "1", "--ps", "1",
-                           "--evaluators", "0", "--trace", trace, NULL};
+                           "--evaluators", "0", "--trace", trace, "--trace-max-mb",
+                           "0.00390625", NULL};
     s_task_t tasks [PIDS_MAX];
     s_run_traced (args, trace, tasks);
     const char *all [] = {"chief-0", "worker-0", "ps-0"};
@@ -290,6 +293,11 @@ Test (trace, a_broker_job_merges_its_tasks_traces, .timeout = 600)
     cr_expect_gt (s_find (tasks, "chief-0")->steps, 0);
     cr_expect_eq (s_find (tasks, "chief-0")->inside, s_find (tasks, "chief-0")->phases);
     cr_expect_gt (s_find (tasks, "ps-0")->applies, 0);
+    char *older = za_test_join (model, "trace/ps-0.jsonl.1");
+    size_t size = 0;
+    free (za_test_read_file (older, &size));
+    cr_expect (size >= 2048 && size < 2048 + 256, "%s: %zu bytes", older, size);
+    free (older);
     free (bind), free (trace), free (model);
     za_test_dir_remove ();
 }
