@@ -3,6 +3,7 @@
     job and the ps endpoints; then running it there.                        */
 #include "za_place.h"
 #include "za/za_curve.h"
+#include "za_trace_merge.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -233,6 +234,10 @@ za_place_run_in_cluster (const za_program_t *program, za_options_t *options, za_
         rc = is_evaluator? za_task_run_evaluator (&task, NULL)
                           : za_task_run_role (&task, &place, NULL);
     za_task_release (&task);
+    //  No launcher or broker to merge the trace: the chief does, at its end,
+    //  from MODEL_DIR/trace/ (every task's, where the hosts share it).
+    if (s->trace && place.is_chief && za_trace_merge (s) && rc == 0)
+        rc = 1;
     return rc;
 }
 

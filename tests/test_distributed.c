@@ -133,6 +133,9 @@ Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300 * ZA_TEST_SL
     int ps0_port = 0;
     char *cluster = s_cluster_file (1, 2, 0, &ps0_port);
     char *model_dir = za_test_path ("run");
+    //  No launcher and no broker: the chief merges the tasks' traces at its
+    //  end (the file was never written).
+    char *trace = za_test_path ("trace.json");
     char max_steps [16];
     snprintf (max_steps, sizeof max_steps, "%d", MAX_STEPS);
     const char *roles [TASKS][2] = {{"ps", "0"}, {"ps", "1"}, {"chief", "0"}, {"worker", "0"}};
@@ -144,7 +147,7 @@ Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300 * ZA_TEST_SL
                                "--max-steps", max_steps, "--save-checkpoints-steps", "100",
                                "--save-summary-steps", "20", "--log-step-count-steps", "100",
                                "--model-dir", model_dir, "--threads", "1", "--no-eval",
-                               "--timeout-secs", "60", NULL};
+                               "--timeout-secs", "60", "--trace", trace, NULL};
         char name [32];
         snprintf (name, sizeof name, "task%d.err", t);
         errs [t] = za_test_path (name);
@@ -182,6 +185,10 @@ Test (distributed, chief_worker_two_ps_as_processes, .timeout = 300 * ZA_TEST_SL
                    roles [t][0], roles [t][1], WIFEXITED (status)? WEXITSTATUS (status): -1,
                    (char *) za_test_read_file (errs [t], NULL));
     }
+    char *merged = za_test_read_file (trace, NULL);
+    cr_expect (merged && strstr (merged, "\"traceEvents\"") && strstr (merged, "chief-0"),
+               "%s: %.200s", trace, merged? merged: "(not written)");
+    free (merged), free (trace);
     //  Each ps holds what the final checkpoint says it holds.
     int found = 0;
     za_checkpoint_t *ckpt = za_checkpoint_load_newest (model_dir, &found);
