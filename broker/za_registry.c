@@ -268,16 +268,24 @@ s_take (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
     return 0;
 }
 
+//  An elastic slot that nobody holds: a worker that joins may take it.
+static void
+s_vacate (za_entry_t *task)
+{
+    task->state = ZA_ENTRY_VACANT;
+    task->leaving = 0;
+    task->endpoint [0] = 0;
+    zframe_destroy (&task->identity);
+}
+
 static int
 s_finished (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
 {
     //  An elastic slot's worker that left the job (SIGTERM) frees it for a
     //  worker that joins, as a torchrun node rejoins: the job may grow back.
     if (task->leaving && za_registry_elastic_slot (self, task) && !s_training_over (self, task)) {
-        task->state = ZA_ENTRY_VACANT;
-        task->leaving = 0;
-        task->endpoint [0] = 0;
-        zframe_destroy (&task->identity);
+        task->left_pid = task->pid;     //  its reports still on the way are old news
+        s_vacate (task);
         s_event (self, task, "vacant", "%s; it left the job: a worker that joins takes its "
                  "place", what->cause);
         return 0;
@@ -419,9 +427,7 @@ s_supervise_task (za_registry_t *self, za_entry_t *task, double now, int grace)
     }
     if (task->state == ZA_ENTRY_LOST && za_registry_elastic_slot (self, task)
         && now - task->lost_at > config->elastic_timeout_secs) {
-        task->state = ZA_ENTRY_VACANT;
-        task->endpoint [0] = 0;
-        zframe_destroy (&task->identity);
+        s_vacate (task);
         return;
     }
     //  Lost where nothing restarts it, and the final checkpoint came since:
@@ -666,9 +672,10 @@ za_registry_report (za_registry_t *self, za_entry_t *task, zframe_t *identity,
     //  A report sent before the process ended, read after: old news for
     //  its state, but its counts of images are still its last (its final
     //  report has the images of its last steps).
-    if (reg->pid == task->pid && (task->state == ZA_ENTRY_BACKOFF
-                                  || task->state == ZA_ENTRY_KILLED
-                                  || task->state == ZA_ENTRY_DONE)) {
+    if ((reg->pid == task->pid && (task->state == ZA_ENTRY_BACKOFF
+                                   || task->state == ZA_ENTRY_KILLED
+                                   || task->state == ZA_ENTRY_DONE))
+        || (task->state == ZA_ENTRY_VACANT && reg->pid == task->left_pid)) {
         task->bad_images = reg->bad_images;
         task->images = reg->images;
         return;

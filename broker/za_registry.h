@@ -59,6 +59,7 @@ typedef struct {
     double lost_at;             //  elastic slot: when it went LOST
     int member;                 //  one of the job's members (za_registry_members)
     int leaving;                //  its process leaves the job (SIGTERM, an elastic slot's)
+    pid_t left_pid;             //  the process that left it vacant (0: none)
     char cause [ZA_REGISTRY_TEXT_MAX];  //  why we killed it, until it is reaped
     //  Its last report.
     char role_state [16];
