@@ -186,17 +186,19 @@ s_map_file (const char *path, const s_header_t *header, size_t size)
     if (!reuse && st.st_size > 0)
         za_info ("warning: cache %s holds another data set (or is not a cache): made anew",
                  path);
-    //  Its blocks reserved now: a sparse file's pages are written through the
-    //  map, and a full disk then stops the process with SIGBUS.
+    //  A new file's blocks reserved now: a sparse file's pages are written
+    //  through the map, and a full disk then stops the process with SIGBUS.
+    //  (fallocate itself, not posix_fallocate: glibc's stand-in where the
+    //  file system has none writes a byte a block, under other processes'
+    //  maps; such a file system goes on unreserved.)
     uint8_t *map = MAP_FAILED;
-    int reserved = 0;
     if (!reuse && (ftruncate (fd, 0) || ftruncate (fd, (off_t) size)))
         za_error ("cache %s: cannot make it %zu bytes: %s", path, size, strerror (errno));
     else
-    if ((reserved = posix_fallocate (fd, 0, (off_t) size)) != 0) {
+    if (!reuse && fallocate (fd, 0, 0, (off_t) size) && errno != EOPNOTSUPP) {
         za_error ("cache %s: cannot reserve %zu bytes on its disk: %s", path, size,
-                  strerror (reserved));
-        if (!reuse && ftruncate (fd, 0) == 0)
+                  strerror (errno));
+        if (ftruncate (fd, 0) == 0)
             unlink (path);
     }
     else

@@ -9,6 +9,7 @@
 #include "za/za_kernels.h"
 #include "za/za_warm_start.h"
 #include "za/za_images.h"
+#include "za/za_role.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -137,10 +138,7 @@ s_data_load (const za_settings_t *s, int train, int shards, int shard)
         char path [4096];
         snprintf (path, sizeof path, "%s/cache/%s-%016llx.zacache", s->run.model_dir,
                   train? "train": "eval", (unsigned long long) za_images_config_hash (&config));
-        za_error_set_quiet (1);         //  said once, below
-        int failed = za_dataset_cache (dataset, cache, path);
-        za_error_set_quiet (0);
-        if (failed)
+        if (za_dataset_cache (dataset, cache, path))
             za_info ("warning: %s: reading without a cache", za_last_error ());
     }
     return dataset;
@@ -512,8 +510,8 @@ za_task_input (void *arg, const za_input_context_t *context)
         //  own: with the synchronous strategies' one seed, shard w of a
         //  class-sorted list drew, at each place, the sorted neighbour of
         //  every other shard's file, so a global batch held pairs of one class.
-        config.seed = split || !s->train_data || !asked.split_batches? asked.seed
-                    : asked.seed + 7919 * (uint64_t) asked.shard_index;
+        config.seed = !s->train_data || !asked.split_batches? asked.seed
+                    : za_role_shard_seed (asked.seed, asked.shard_index);
         //  A resumed run reads on: its stream gave global batches (split)
         //  or its own batches so far.
         config.skip = split && asked.examples_done > 0
