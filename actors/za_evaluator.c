@@ -52,7 +52,8 @@ typedef struct {
     za_input_shape_t input;
     za_metric_goal_t goal;                  //  --best-metric
     double best_value;                      //  the best checkpoint's (NaN: none yet)
-    int export_failed;                      //  input.json or --export-onnx failed once: said
+    int input_failed;                       //  input.json's copy failed once: said
+    int onnx_failed;                        //  --export-onnx failed once: said
 } s_best_t;
 
 typedef struct {
@@ -168,23 +169,22 @@ s_export_beside (s_best_t *self, const char *dir, const char *dst)
     snprintf (input, sizeof input, "%s/input.json", self->model_dir);
     snprintf (copy, sizeof copy, "%s/input.json", dir);
     snprintf (onnx, sizeof onnx, "%s/model.onnx", dir);
-    int rc = access (input, F_OK) == 0? s_copy_atomic (input, copy): 0;
-    if (rc && !self->export_failed++)
+    if (access (input, F_OK) == 0 && s_copy_atomic (input, copy) && !self->input_failed++)
         za_info ("warning: %s: the best checkpoint's folder has no input.json: %s (said "
                  "once)", self->who, za_last_error ());
-    if (rc || !self->spec->export_onnx)
+    if (!self->spec->export_onnx)
         return;
     za_export_config_t config;
     void *json = NULL;
     za_checkpoint_t *ckpt = NULL;
-    rc = za_export_config_load (self->model_dir, &config, &json);
+    int rc = za_export_config_load (self->model_dir, &config, &json);
     if (!rc) {
         config.input = self->input;
         ckpt = za_checkpoint_load (dst);
         rc = ckpt? za_export_onnx (za_checkpoint_meta (ckpt, "model"), ckpt, &config, onnx)
                  : -1;
     }
-    if (rc && !self->export_failed++)
+    if (rc && !self->onnx_failed++)
         za_info ("warning: %s: --export-onnx: %s (the checkpoint is exported all the "
                  "same; said once)", self->who, za_last_error ());
     za_checkpoint_destroy (&ckpt);
