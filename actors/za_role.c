@@ -310,7 +310,8 @@ za_role_train_input_among (const za_role_config_t *config, const char *who,
     int batch = global_batch > 0? (global_batch + trainers - 1) / trainers
                                 : config->batch_size;
     //  The synchronous strategies split each global batch across the workers
-    //  (one order of the whole data, the same seed everywhere) and read on
+    //  (one order of the whole data, the same seed everywhere; image files,
+    //  sharded by file, each shard in its own order: za_task's input) and read on
     //  from where the global steps so far left it. ps-async workers each
     //  read their own shard in their own order, and a resumed one reads on
     //  from its share of the global steps so far (each global step is one
@@ -319,7 +320,7 @@ za_role_train_input_among (const za_role_config_t *config, const char *who,
     //  epoch about once.
     int split = config->strategy != ZA_STRATEGY_PS_ASYNC;
     uint64_t seed = split? config->run.seed
-                  : config->run.seed + 7919 * (uint64_t) config->worker_index;
+                  : za_role_shard_seed (config->run.seed, config->worker_index);
     int64_t steps_done = split? global_step: global_step / (trainers > 0? trainers: 1);
     if (config->input_fn) {
         za_input_context_t context = {

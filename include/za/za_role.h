@@ -53,6 +53,16 @@ typedef enum {
 } za_elastic_batch_t;
 #define ZA_ELASTIC_BATCH_CHOICES "global|per-worker|scale-lr"
 
+//  The seed of shard `index`'s own order (and augmentation draws): a
+//  ps-async worker's, and a worker's shard of image files under every
+//  strategy, so that no two shards draw alike.
+#define ZA_ROLE_SHARD_SEED_STRIDE 7919
+static inline uint64_t
+za_role_shard_seed (uint64_t seed, int index)
+{
+    return seed + ZA_ROLE_SHARD_SEED_STRIDE * (uint64_t) index;
+}
+
 //  The strategies' names, in the enum's order (--strategy's choices).
 #define ZA_STRATEGY_CHOICES "ps-async|ps-sync|allreduce"
 //  "ps-async", "ps-sync" or "allreduce" ("unknown" outside the enum).
