@@ -232,7 +232,8 @@ s_schedule_arg (za_schedule_t *s, const char *kind, char *arg, int *value_count)
             *(double *) ((char *) s + numbers [n].offset) = number;
             return 0;
         }
-    return -1;                          //  (every name `takes` lists is read above)
+    return za_error ("--lr-schedule %s: '%s' is listed but not read (a slip in zactor: "
+                     "please report it)", kind, name);
 }
 
 int

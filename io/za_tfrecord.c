@@ -247,9 +247,9 @@ s_inflate (za_tfrecord_reader_t *self, uint8_t *into, unsigned size)
             if (n < 0 && errno == EINTR)
                 continue;
             if (n <= 0) {
-                snprintf (self->error, sizeof self->error, "%s: the ZLIB stream %s at offset "
-                          "%llu", self->path, n? strerror (errno): "is cut off",
-                          (unsigned long long) self->offset);
+                snprintf (self->error, sizeof self->error, "%s: the ZLIB stream %s%s at "
+                          "offset %llu", self->path, n? "cannot be read: ": "is cut off",
+                          n? strerror (errno): "", (unsigned long long) self->offset);
                 return -1;
             }
             z->next_in = self->zlib_in;

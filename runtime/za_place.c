@@ -491,7 +491,7 @@ s_place_set (za_place_t *place, za_task_type_t type, const za_settings_t *s, con
         if (za_cluster_free_endpoint (host, place->bind, sizeof place->bind)
             || za_cluster_endpoint_split (place->bind, old_host, sizeof old_host, &port))
             rc = 1;
-        if (!rc && inet_pton (AF_INET, host, &literal) != 1)
+        if (!rc && inet_pton (AF_INET, host, &literal) != 1 && !strchr (host, ':'))
             snprintf (place->listen, sizeof place->listen, "tcp://%s:%d",
                       za_curve_loopback (place->bind)? "127.0.0.1": "*", port);
     }

@@ -241,7 +241,8 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
     //  Horovod's recipe scales --learning-rate; piecewise_constant's values
     //  are rates of their own, which it would leave as they are.
     if (s->elastic_batch == ZA_ELASTIC_SCALE_LR && s->lr_schedule
-        && !strncmp (s->lr_schedule, "piecewise_constant", 18)) {
+        && !strncmp (s->lr_schedule, "piecewise_constant", 18)
+        && strchr ("( ", s->lr_schedule [18])) {
         za_error ("--elastic-batch scale-lr scales --learning-rate, which --lr-schedule "
                   "piecewise_constant does not use (its values are the rates): give a schedule "
                   "that decays --learning-rate (exponential_decay, cosine_decay, ...), or "
