@@ -100,10 +100,11 @@ s_read_allowed (const char *dir)
         //  Every key here is let in: one that others may write is anyone's.
         struct stat st;
         if (stat (path, &st) == 0 && (st.st_mode & 022)) {
-            closedir (d);
-            return za_error ("--certs %s: %s can be written by others (mode %04o), and every "
-                             "key there is let in: chmod go-w %s", dir, entry->d_name,
-                             (unsigned) (st.st_mode & 07777), path);
+            za_error ("--certs %s: %s can be written by others (mode %04o), and every key "
+                      "there is let in: chmod go-w %s", dir, entry->d_name,
+                      (unsigned) (st.st_mode & 07777), path);
+            closedir (d);           //  (entry is the directory's: said first)
+            return -1;
         }
         zcert_t *cert = zcert_load (path);
         if (!cert) {
