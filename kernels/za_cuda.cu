@@ -505,8 +505,6 @@ s_optim_apply (const za_optim_config_t *c, int64_t step, float *w, const float *
     //  The schedule is the host's: the kernel gets this update's rate.
     za_optim_config_t now = *c;
     now.learning_rate = za_elem_learning_rate (c, step);
-    if (c->kind == ZA_OPT_ADAM)
-        now.epsilon = za_elem_adam_epsilon (c->epsilon, v_scale);
     LAUNCH (k_optim, n, now, m_scale, v_scale, w, g, count > 0? slots [0]: NULL,
             count > 1? slots [1]: NULL, n);
 }

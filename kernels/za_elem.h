@@ -219,17 +219,6 @@ za_elem_adagrad (float lr, float eps, float w, float g, float *a)
     return w - lr * g / (sqrtf (acc) + eps);
 }
 
-//  The epsilon za_elem_adam adds to sqrt (v * v_scale) for Keras's (and
-//  TensorFlow's AdamOptimizer's) update, lr sqrt (1 - b2^t) / (1 - b1^t) m /
-//  (sqrt (v) + eps): its "epsilon hat", eps / sqrt (1 - b2^t). (Added as it
-//  is, it is PyTorch's, which is ~4x Keras's step for a gradient of 1e-6 at
-//  the first update.) On the host once per update.
-static inline float
-za_elem_adam_epsilon (float eps, float v_scale)
-{
-    return (float) ((double) eps * sqrt ((double) v_scale));
-}
-
 //  Adam's bias corrections 1 / (1 - beta^step), on the host once per update.
 static inline float
 za_elem_bias_correction (float beta, int64_t step)

@@ -137,11 +137,10 @@ za_optim_apply_into (const za_optim_config_t *c, int64_t step, const float *in, 
             const int64_t updates = step > c->slots_step? step - c->slots_step: 1;
             const float m_scale = za_elem_bias_correction (b1, updates);
             const float v_scale = za_elem_bias_correction (b2, updates);
-            const float eps_hat = za_elem_adam_epsilon (eps, v_scale);
             S_IVDEP
             for (size_t i = 0; i < n; i++)
-                w [i] = za_elem_adam (lr, b1, b2, eps_hat, m_scale, v_scale, in [i], g [i],
-                                      &m [i], &v [i]);
+                w [i] = za_elem_adam (lr, b1, b2, eps, m_scale, v_scale, in [i], g [i], &m [i],
+                                      &v [i]);
             break;
         }
         case ZA_OPT_ADAGRAD: {
