@@ -28,8 +28,9 @@ void za_optim_init_slots (const za_optim_config_t *config, float **slots, size_t
 //    SGD:      w -= lr * g
 //    Momentum: a = mu * a + g;  w -= lr * a   (nesterov: w -= lr * (g + mu * a))
 //    Adam:     m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
-//              w -= lr sqrt (1 - b2^t) / (1 - b1^t) * m / (sqrt (v) + eps)
-//              (Keras's; t counted from the config's slots_step)
+//              w -= lr * (m / (1 - b1^t)) / (sqrt (v / (1 - b2^t)) + eps)
+//              (PyTorch's form, Keras's epsilon; t counted from the config's
+//              slots_step)
 //    Adagrad:  a += g^2;  w -= lr * g / (sqrt (a) + eps)
 //  tf.clip_by_global_norm over `count` ranges of grads (offset [r], size [r]
 //  floats each): every gradient times clip / max (norm, clip), the norm the
