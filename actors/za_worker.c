@@ -272,8 +272,8 @@ s_recover (za_worker_t *self)
         //  Before the first checkpoint there is only what we pulled last.
         if (!restored)
             step = self->global_step;
-        za_info ("chief: ps %d lost its state (restarted?): reloading step %" PRId64
-                 " from %s into all %d ps%s", lost, step,
+        za_info ("chief: ps %d lost its state (restarted?) at step %" PRId64 ": reloading "
+                 "step %" PRId64 " from %s into all %d ps%s", lost, self->global_step, step,
                  restored? self->config->run.model_dir: "the chief's newest values",
                  self->ps_count, why);
         if (za_worker_init_all (self, step))
