@@ -281,7 +281,8 @@ s_refuse_busy (za_ps_t *self, za_ps_request_t *request)
 static int
 s_refuse_done (za_ps_t *self, za_ps_request_t *request)
 {
-    return s_refuse (self, request, "done", "training is over");
+    za_ps_reply_over (self, request->routing_id, request->msg->seq);
+    return -1;
 }
 
 static int
@@ -386,7 +387,7 @@ s_end_hold (za_ps_t *self, int stop)
         zframe_t *id = zmsg_pop (queued);
         if (za_wire_decode (queued, self->in) == 0) {
             if (stop)
-                za_ps_reply_error (self, id, self->in->seq, "done", "training is over");
+                za_ps_reply_over (self, id, self->in->seq);
             else
                 za_ps_push_now (self, id, self->in);
         }
@@ -416,6 +417,7 @@ s_release (za_ps_t *self, za_ps_request_t *request)
 static int
 s_stop (za_ps_t *self, za_ps_request_t *request)
 {
+    self->preempted = streq (request->msg->code, "preempted");
     return s_release_or_stop (self, request, ZA_OP_STOPPING);
 }
 
@@ -777,17 +779,20 @@ za_ps_actor (zsock_t *pipe, void *args)
         }
     }
     uint32_t crc = s_crc (self);
-    za_info ("ps %d: done at step %" PRId64 ", %zu floats, crc32 %08x, %" PRIu64
-             " bad messages dropped", config->ps_index, za_ps_global_step (self), self->floats,
-             crc, self->dropped);
+    int64_t step = za_ps_global_step (self), floats = (int64_t) self->floats;
+    //  Stopped by the chief's final checkpoint after a preemption request
+    //  (ours, or the chief's: a static cluster has no broker to tell us).
+    int preempted = rc == 0 && (za_preempt_requested () || self->preempted)
+                 && step < config->max_steps;
+    za_info ("ps %d: %s at step %" PRId64 ", %zu floats, crc32 %08x, %" PRIu64
+             " bad messages dropped", config->ps_index, preempted? "preempted": "done", step,
+             self->floats, crc, self->dropped);
     if (self->aggregate)
         za_info ("ps %d: ps-sync: %d gradients per step, %" PRIu64 " stale ones dropped",
                  config->ps_index, self->aggregate, self->stale);
-    int64_t step = za_ps_global_step (self), floats = (int64_t) self->floats;
     s_ps_destroy (&self);
     za_role_stats_publish (config->stats, rc? ZA_ROLE_FAILED: ZA_ROLE_DONE, za_clock_mono ());
-    //  Stopped by the chief's final checkpoint after a preemption request.
-    if (rc == 0 && za_preempt_requested () && step < config->max_steps)
+    if (preempted)
         rc = ZA_EXIT_REQUEUE;
     za_role_report_done (pipe, rc, step, crc, floats);
 }

@@ -79,6 +79,7 @@ typedef struct {
     uint64_t dropped;
     double last_heard;
     double stop_time;
+    int preempted;                          //  the chief stopped us for preemption
     zframe_t *holder;                       //  who sent hold, while HELD
     za_peer_t holder_peer;                  //  its liveness: a silent one lapses the hold
     double final_checked;                   //  when model_dir was last looked at
@@ -128,6 +129,9 @@ int64_t za_ps_global_step (za_ps_t *self);
 void za_ps_reply (za_ps_t *self, zframe_t *routing_id, za_wire_lease_t *lease);
 
 //  Replies `error {code, message}` to request `seq`.
+//  The error that says training is over: "done", or "preempted" when the
+//  chief stopped us so (the task then exits with the requeue code too).
+void za_ps_reply_over (za_ps_t *self, zframe_t *routing_id, uint64_t seq);
 void za_ps_reply_error (za_ps_t *self, zframe_t *routing_id, uint64_t seq, const char *code,
                         const char *message);
 

@@ -45,6 +45,14 @@ za_ps_reply_error (za_ps_t *self, zframe_t *routing_id, uint64_t seq, const char
     za_ps_reply (self, routing_id, NULL);
 }
 
+void
+za_ps_reply_over (za_ps_t *self, zframe_t *routing_id, uint64_t seq)
+{
+    za_ps_reply_error (self, routing_id, seq, self->preempted? "preempted": "done",
+                       self->preempted? "training stopped for preemption: the job's command "
+                                        "run again goes on": "training is over");
+}
+
 //  A whole message of `link`'s that cannot be used (its record or its
 //  header): the link stops reading that segment, and the sender hears
 //  "shm_unreadable" for its seq, so that it sends the request again as

@@ -11,8 +11,7 @@ za_ps_answer_waiting (za_ps_t *self, int done)
     za_ps_waiter_t *waiter;
     while (self->waiting && (waiter = (za_ps_waiter_t *) zlist_pop (self->waiting))) {
         if (done)
-            za_ps_reply_error (self, waiter->routing_id, waiter->seq, "done",
-                               "training is over");
+            za_ps_reply_over (self, waiter->routing_id, waiter->seq);
         else
             za_ps_reply_values (self, waiter->routing_id, waiter->seq, waiter->task);
         zframe_destroy (&waiter->routing_id);

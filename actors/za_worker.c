@@ -180,6 +180,7 @@ s_pull_when_ready (za_worker_t *self)
     if (za_worker_any_error (self, "done")) {
         //  We came after the end: the refusal still says where training ended.
         self->global_step = self->replies [0]->step;
+        self->ps_preempted = za_worker_any_error (self, "preempted");
         return WORKER_OVER;
     }
     if (za_worker_expect (self, ZA_OP_VALUES) || za_worker_take_values (self))
@@ -359,6 +360,7 @@ s_run_steps (za_worker_t *self)
         if (za_worker_any_error (self, "done")) {
             if (self->replies [0]->step > self->global_step)
                 self->global_step = self->replies [0]->step;
+            self->ps_preempted = za_worker_any_error (self, "preempted");
             return 0;
         }
         int rc = za_worker_outcome (self, ZA_OP_VALUES);
@@ -495,7 +497,10 @@ za_worker_actor (zsock_t *pipe, void *args)
              config->max_steps);
     int failed = s_train (self);         //  before its input is looked at: s_train makes it
     int rc = za_role_end_status (failed, self->input);
-    int preempted = rc == 0 && za_preempt_requested () && self->global_step < config->max_steps;
+    //  Preempted: SIGTERM, or the chief's (the ps stopped for it: a static
+    //  cluster has no broker to tell every task).
+    int preempted = rc == 0 && (za_preempt_requested () || self->ps_preempted)
+                 && self->global_step < config->max_steps;
     if (!self->terminated) {
         //  Leave: every ps counts our bye before it exits. After a failure a ps
         //  may be gone, so we do not wait long; one that lost its state has

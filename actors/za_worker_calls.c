@@ -4,6 +4,7 @@
     The call to one ps is a state table (s_transitions below, after
     docs/PROTOCOL.md 7); za_worker_call_all_within runs every ps's at once. */
 #include "za_worker_private.h"
+#include "za/za_preempt.h"
 
 //  Adds the parts held by ps p, taken from `block`, to self->out; with
 //  `suffix`, names them "<part>/<suffix>"; with `trained`, only the parts
@@ -82,6 +83,11 @@ za_worker_build (za_worker_t *self, za_op_t op, int p)
         self->out->has_optim = 1;
         self->out->optim = *optim;
     }
+    else
+    if (op == ZA_OP_STOP && za_preempt_requested ())
+        //  Stopped for preemption: every task then exits with the requeue
+        //  code, also one that never got SIGTERM itself (a static cluster).
+        snprintf (self->out->code, sizeof self->out->code, "preempted");
     else
     if (op == ZA_OP_OFFER) {
         self->out->step = self->values_step;
@@ -652,12 +658,21 @@ za_worker_call_all (za_worker_t *self, za_op_t op)
     return za_worker_call_all_within (self, op, self->config->timeout_secs);
 }
 
+//  1 if r is an error with `code`; training stopped for preemption is over
+//  as "done" is (the caller asks for "preempted" to tell them apart).
+static int
+s_is_error (const za_wire_msg_t *r, const char *code)
+{
+    return r->op == ZA_OP_ERROR
+        && (streq (r->code, code) || (streq (code, "done") && streq (r->code, "preempted")));
+}
+
 //  The first ps whose reply is an error with `code`, or -1.
 int
 za_worker_error_from (za_worker_t *self, const char *code)
 {
     for (int p = 0; p < self->ps_count; p++)
-        if (self->replies [p]->op == ZA_OP_ERROR && streq (self->replies [p]->code, code))
+        if (s_is_error (self->replies [p], code))
             return p;
     return -1;
 }
@@ -676,7 +691,7 @@ za_worker_expect_or (za_worker_t *self, za_op_t op, const char *also)
 {
     for (int p = 0; p < self->ps_count; p++) {
         const za_wire_msg_t *r = self->replies [p];
-        if (r->op == ZA_OP_ERROR && also && streq (r->code, also))
+        if (also && s_is_error (r, also))
             continue;
         if (r->op == ZA_OP_ERROR)
             return za_error ("%s: ps %d refused: %s (%s)", self->who, p, r->error, r->code);

@@ -90,6 +90,7 @@ typedef struct {
     int64_t start_step;
     int64_t members_seen;               //  elastic: the members' change its input follows
     int left;                           //  elastic: it left the job (SIGTERM)
+    int ps_preempted;                   //  the ps said training stopped for preemption
     //  Where a step's time goes: the gradient computation, the push and its
     //  replies, and everything else (input, copying values in, logs).
     uint64_t frozen_left_out;           //  frozen parts no push carried

@@ -503,6 +503,63 @@ Test (distributed, killed_worker_and_chief_come_back, .timeout = 300 * ZA_TEST_S
     za_test_dir_remove ();
 }
 
+//  A static cluster (no broker) whose chief alone gets SIGTERM (its node
+//  drained): it saves the step it reached, and its stop tells the ps, and
+//  through them the worker, that the job stops for preemption: every task
+//  exits 75, as the job does (the ps and the worker exited 0 there, saying
+//  training was over). The same commands again go on from that checkpoint.
+Test (distributed, a_preempted_chief_stops_every_task_for_a_requeue,
+      .timeout = 300 * ZA_TEST_SLOWDOWN)
+{
+    za_test_dir_create ("za_distributed_preempt");
+    char *cluster = s_cluster_file (1, 1, 0, NULL);
+    char *model_dir = za_test_path ("run");
+    const char *roles [3] = {"ps", "worker", "chief"};
+    char *errs [6];
+    pid_t pids [3];
+    for (int i = 0; i < 6; i++) {
+        char name [32];
+        snprintf (name, sizeof name, "task%d.err", i);
+        errs [i] = za_test_path (name);
+    }
+    for (int t = 0; t < 3; t++)
+        pids [t] = s_start_role (&s_cnn_run, cluster, roles [t], model_dir, errs [t]);
+    s_wait_first_checkpoint ();
+    cr_assert_eq (waitpid (pids [2], NULL, WNOHANG), 0,
+                  "the chief finished before it could be preempted");
+    cr_assert_eq (kill (pids [2], SIGTERM), 0);
+    for (int t = 0; t < 3; t++) {
+        int status = za_test_wait (pids [t], 120);
+        char *err = za_test_read_file (errs [t], NULL);
+        cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 75, "%s exited %d: %s",
+                   roles [t], WIFEXITED (status)? WEXITSTATUS (status): -1, err);
+        cr_expect (err && strstr (err, "preempted at step "), "%s: %s", roles [t], err);
+        free (err);
+    }
+    int64_t stopped = za_test_expect_all_load (model_dir, NULL);
+    cr_assert (stopped >= RESTART_CKPT_STEPS && stopped < RESTART_MAX_STEPS, "%lld",
+               (long long) stopped);
+    //  Again: the chief restores that step, and every task ends at max_steps.
+    for (int t = 0; t < 3; t++)
+        pids [t] = s_start_role (&s_cnn_run, cluster, roles [t], model_dir, errs [3 + t]);
+    for (int t = 0; t < 3; t++) {
+        int status = za_test_wait (pids [t], 240);
+        cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 0, "%s exited %d", roles [t],
+                   WIFEXITED (status)? WEXITSTATUS (status): -1);
+    }
+    char *chief_err = za_test_read_file (errs [5], NULL);
+    char restored [64];
+    snprintf (restored, sizeof restored, "restored step %lld ", (long long) stopped);
+    cr_expect (chief_err && strstr (chief_err, restored), "no '%s': %s", restored, chief_err);
+    cr_expect_geq (za_test_expect_all_load (model_dir, NULL), RESTART_MAX_STEPS);
+    free (chief_err);
+    for (int i = 0; i < 6; i++)
+        free (errs [i]);
+    free (model_dir);
+    free (cluster);
+    za_test_dir_remove ();
+}
+
 //  A ps killed (SIGKILL) mid-run and started again at the same endpoint, as
 //  a supervisor would: it comes back without state, the chief gives it the
 //  values it pulled a step ago (no rewind to the checkpoint) and training goes
