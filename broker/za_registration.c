@@ -204,9 +204,9 @@ s_parse_report (json_t *body, za_registration_t *reg, char *why, size_t size)
         return -1;
     }
     //  Counts a report may leave out (0).
-    const char *keys [] = {"bad_images", "images"};
-    int64_t *fields [] = {&reg->bad_images, &reg->images};
-    for (int k = 0; k < 2; k++) {
+    const char *keys [] = {"bad_images", "images", "membership"};
+    int64_t *fields [] = {&reg->bad_images, &reg->images, &reg->membership};
+    for (int k = 0; k < 3; k++) {
         value = 0;
         if (json_object_get (body, keys [k]) && s_integer (body, keys [k], 0, INT64_MAX, &value)) {
             snprintf (why, size, "%s: an integer >= 0, or nothing", keys [k]);

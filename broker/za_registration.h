@@ -35,6 +35,7 @@ typedef struct {
     int64_t images;             //  0 when not said
     int preempting;             //  1: it got SIGTERM (za_preempt.h); 0 when not said
     int leaving;                //  1: an elastic job's worker got SIGTERM; 0 when not said
+    int64_t membership;         //  elastic: the members' change it holds; 0 when not said
     za_step_times_t times;      //  a trainer's recent step; step_ms 0 when not said
     double clock_sent;          //  its clock when it sent the report (-1: not said)
     char clock_boot [64];       //  its machine's boot (za_boot_id), "" when not said

@@ -473,14 +473,33 @@ za_registry_is_member (const za_registry_t *self, const za_entry_t *task)
         && (!self->config->ring || *task->endpoint);
 }
 
+//  1 while a restarted broker lets the running tasks re-register (twice the
+//  silence after which a task is lost), before it acts on what it lacks.
+static int
+s_regathering (const za_registry_t *self, double now)
+{
+    return self->config->restarts > 0 && now - self->start < 2 * s_silent_max (self);
+}
+
 //  An elastic job's members, counted again: each change is numbered, and
-//  each task that joins or leaves is an event.
+//  each task that joins or leaves is an event. A restarted broker numbers
+//  them once the trainers re-registered (the members they hold stand
+//  meanwhile), on from the newest change they hold: a number they held
+//  already would be old news to them, its members never heard of.
 static void
 s_update_members (za_registry_t *self)
 {
     if (!za_registry_elastic (self))
         return;
-    int changed = 0, count = 0;
+    int renumbered = 0;
+    if (self->config->restarts > 0) {
+        if (s_regathering (self, za_clock_mono ()))
+            return;
+        renumbered = self->membership < self->membership_held;
+        if (renumbered)
+            self->membership = self->membership_held;
+    }
+    int changed = renumbered, count = 0;
     FOR_EACH_TASK (self, task) {
         int member = za_registry_is_member (self, task);
         count += member;
@@ -493,7 +512,7 @@ s_update_members (za_registry_t *self)
     const za_broker_config_t *config = self->config;
     FOR_EACH_TASK (self, task) {
         int member = za_registry_is_member (self, task);
-        if (member != task->member && self->membership > 1)
+        if (member != task->member && self->membership > 1 && !renumbered)
             s_event (self, task, member? "joined": "left", "%d trainers now (the chief and "
                      "%d to %d workers), members change %" PRId64, count,
                      config->min_workers, config->counts [ZA_TASK_WORKER], self->membership);
@@ -517,7 +536,7 @@ za_registry_supervise (za_registry_t *self)
 {
     double now = za_clock_mono ();
     //  A restarted broker first lets the running roles re-register.
-    int grace = self->config->restarts > 0 && now - self->start < 2 * s_silent_max (self);
+    int grace = s_regathering (self, now);
     FOR_EACH_TASK (self, task)
         s_supervise_task (self, task, now, grace);
     s_update_members (self);
@@ -680,6 +699,8 @@ za_registry_report (za_registry_t *self, za_entry_t *task, zframe_t *identity,
         task->images = reg->images;
         return;
     }
+    if (reg->membership > self->membership_held)
+        self->membership_held = reg->membership;
     if (!ended)
         za_registry_register (self, task, identity, reg);
     memcpy (task->role_state, reg->state, sizeof task->role_state);

@@ -18,6 +18,7 @@ struct za_registry_t {
     int preempting;                 //  the job stops for preemption
     int preempt_told;               //  its tasks were sent SIGTERM
     int64_t membership;             //  elastic: changes of the members so far
+    int64_t membership_held;        //  the newest a trainer's report says it holds
     int member_count;
     za_entry_t tasks [ZA_BROKER_ROLE_KINDS][ZA_BROKER_MAX_TASKS];
 };

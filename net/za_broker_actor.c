@@ -60,7 +60,10 @@ s_report (s_actor_t *self)
     //  still evaluate, and a role may still fail.
     if (!self->finished && (state == ZA_ROLE_DONE || state == ZA_ROLE_FAILED))
         state = ZA_ROLE_RUNNING;
-    if (za_broker_client_report (self->client, &self->task, (za_role_state_t) state, stats))
+    int64_t membership = self->config->membership
+                       ? za_membership_number (self->config->membership): 0;
+    if (za_broker_client_report (self->client, &self->task, (za_role_state_t) state, stats,
+                                 membership))
         s_unsent (self);
     self->last_sent = za_clock_mono ();
 }

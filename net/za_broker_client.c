@@ -178,7 +178,8 @@ s_times (za_role_stats_t *s, double step_ms)
 
 int
 za_broker_client_report (za_broker_client_t *self, const za_task_registration_t *task,
-                         za_role_state_t state, const za_role_stats_t *stats)
+                         za_role_state_t state, const za_role_stats_t *stats,
+                         int64_t membership)
 {
     json_t *body = s_registration (task);
     if (!body)
@@ -190,6 +191,8 @@ za_broker_client_report (za_broker_client_t *self, const za_task_registration_t 
     //  SIGTERM came (za_preempt.h): the broker stops the whole job; to an
     //  elastic job's worker: it drops this one from the members, or stops
     //  the job where this one may not leave.
+    if (membership > 0)
+        json_object_set_new (body, "membership", json_integer (membership));
     if (za_preempt_requested ())
         json_object_set_new (body, "preempting", json_true ());
     else

@@ -14,7 +14,8 @@
     nothing by the end, which takes the noise of async updates out). Under allreduce each re-formation of the
     ring takes at most 5 s (printed). Under ps-sync the joiner finds the
     broker through TF_CONFIG's zactor extension; one that is wrong is
-    refused.                                                              */
+    refused. A broker killed and restarted after two changes of members
+    admits a worker that joins then.                                      */
 #include "za_test.h"
 #include "za/za_checkpoint.h"
 
@@ -353,4 +354,98 @@ Test (elastic, ps_sync_grows_and_shrinks_without_a_restart)
 Test (elastic, ps_async_grows_and_shrinks_without_a_restart)
 {
     s_elastic_case ("async", "ps-async", "1", 6000, 0, NULL, 1);
+}
+
+//  The broker's view of the restart: restarted at least once, with `members`
+//  again (it numbers them after the trainers re-registered).
+static int
+s_broker_back (json_t *state, void *arg)
+{
+    json_t *broker = json_object_get (state, "broker");
+    return json_integer_value (json_object_get (broker, "restarts")) >= 1
+        && s_members (state) == *(int *) arg;
+}
+
+//  A worker joins the job at `broker`: its pid.
+static pid_t
+s_join (const char *broker, int round)
+{
+    char name [32];
+    snprintf (name, sizeof name, "joiner-%d.out", round);
+    char *out = za_test_path (name);
+    snprintf (name, sizeof name, "joiner-%d.err", round);
+    char *err = za_test_path (name);
+    const char *join [] = {"--role", "worker", "--broker", broker, "--threads", "1", NULL};
+    pid_t pid = za_test_spawn (join, out, err);
+    free (out);
+    free (err);
+    return pid;
+}
+
+//  A broker killed (kill -9) and started again by --local after the
+//  members changed twice: the trainers hold the number of the second
+//  change, and their reports say it; the new broker numbers on from there
+//  once they re-registered, so a worker that joins then is admitted and
+//  trains (its change was numbered again from 1, which the trainers took
+//  for an old one: the joiner waited for a ring that never formed).
+Test (elastic, a_restarted_broker_admits_a_worker_that_joins)
+{
+    char *dir = za_test_path ("restarted");
+    char *out = za_test_path ("restarted.out");
+    const char *args [] = {"--local", "--strategy", "allreduce", "--workers", "1:2",
+                           "--elastic-timeout", "2", "--ps", "0", "--model-dir", dir,
+                           "--max-steps", "100000000", "--threads", "1", "--evaluators", "0",
+                           "--log-step-count-steps", "0", NULL};
+    char broker [128];
+    pid_t local = za_test_start_local ("zactor-run", args, out, broker);
+    s_phase_t phase = {.members = 2, .step = 20};
+    json_decref (za_test_wait_for (broker, s_reached, &phase, "two trainers at work",
+                                   PHASE_TIMEOUT_S));
+    pid_t joiners [2] = {0, 0};
+    for (int round = 0; round < 2; round++) {
+        joiners [round] = s_join (broker, round);
+        phase = (s_phase_t) {.members = 3, .step = 0};
+        json_decref (za_test_wait_for (broker, s_reached, &phase, "the third trainer admitted",
+                                       PHASE_TIMEOUT_S));
+        phase.step = phase.reached + 20;
+        phase.joiner = 1;
+        json_t *state = za_test_wait_for (broker, s_reached, &phase, "three trainers at work",
+                                          PHASE_TIMEOUT_S);
+        pid_t broker_pid = (pid_t) json_integer_value (json_object_get (
+                                       json_object_get (state, "broker"), "pid"));
+        json_decref (state);
+        if (round == 1)
+            break;
+        //  It leaves (SIGTERM): the members' second change.
+        cr_assert_eq (kill (joiners [0], SIGTERM), 0);
+        int status = za_test_wait (joiners [0], 60);
+        cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 0, "the leaver: %d", status);
+        phase = (s_phase_t) {.members = 2, .step = 0};
+        json_decref (za_test_wait_for (broker, s_reached, &phase, "the third trainer gone",
+                                       PHASE_TIMEOUT_S));
+        cr_assert_gt (broker_pid, 1);
+        cr_assert_eq (kill (broker_pid, SIGKILL), 0);
+        int members = 2;
+        json_decref (za_test_wait_for (broker, s_broker_back, &members,
+                                       "the broker back, with the two trainers",
+                                       PHASE_TIMEOUT_S));
+    }
+    cr_assert_eq (kill (local, SIGINT), 0);
+    int status = za_test_wait (local, RUN_TIMEOUT_S);
+    char *text = (char *) za_test_read_file (out, NULL);
+    cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 130, "%s", text);
+    free (text);
+    //  The joiner's job is gone: it ends (killed if it waits on).
+    kill (joiners [1], SIGKILL);
+    za_test_wait (joiners [1], 60);
+    //  Each change once: the re-registered trainers joined nothing.
+    char path [PATH_MAX];
+    snprintf (path, sizeof path, "%s/events.jsonl", dir);
+    char *events = (char *) za_test_read_file (path, NULL);
+    cr_assert_not_null (events);
+    cr_expect_eq (za_test_count (events, "\"event\":\"joined\""), 2, "%s", events);
+    cr_expect_eq (za_test_count (events, "\"event\":\"left\""), 1, "%s", events);
+    free (events);
+    free (out);
+    free (dir);
 }

@@ -67,9 +67,12 @@ typedef struct {
 //  Requests; each returns 0, or -1 when it could not be queued (the broker is
 //  gone and the queue full: it is dropped, the next interval sends anew).
 int za_broker_client_register (za_broker_client_t *self, const za_task_registration_t *task);
-//  A report: the registration, the state, and the statistics (NULL: none).
+//  A report: the registration, the state, the statistics (NULL: none), and
+//  in an elastic job the number of the members' change the task holds (0:
+//  none yet), from which a restarted broker numbers on.
 int za_broker_client_report (za_broker_client_t *self, const za_task_registration_t *task,
-                             za_role_state_t state, const za_role_stats_t *stats);
+                             za_role_state_t state, const za_role_stats_t *stats,
+                             int64_t membership);
 int za_broker_client_watch (za_broker_client_t *self);
 //  The chief has written the checkpoint of global_step: the broker tells
 //  every live evaluator at once (it answers nothing).
