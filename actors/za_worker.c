@@ -163,13 +163,27 @@ static int
 s_pull_when_ready (za_worker_t *self)
 {
     double deadline = za_clock_mono () + self->config->timeout_secs;
-    while (1) {
+    for (int asked = 0; ; asked++) {
         if (za_worker_call_all (self, ZA_OP_PULL))
             return -1;
         if (!za_worker_any_error (self, "not_ready"))
             break;
         if (self->config->is_chief)
             return WORKER_PS_LOST;
+        if (asked == 0)
+            za_info ("%s: ps %d waits for the chief to initialise it: waiting up to %.0f s",
+                     self->who, za_worker_error_from (self, "not_ready"),
+                     self->config->timeout_secs);
+        //  Nothing of ours to save while we wait: SIGTERM ends it at once
+        //  (exit 75: the job runs again), as Ctrl-C does (130).
+        if (za_preempt_requested ()) {
+            za_info ("%s: preempted (SIGTERM) while waiting for the chief to initialise the "
+                     "ps", self->who);
+            return WORKER_OVER;
+        }
+        if (zsys_interrupted)
+            return za_error ("%s: interrupted while waiting for the chief to initialise the ps",
+                             self->who);
         double now = za_clock_mono ();
         if (now > deadline)
             return za_error ("%s: the ps were not initialised within %.0f s (is the chief "

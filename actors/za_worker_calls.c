@@ -630,7 +630,12 @@ za_worker_call_all_within (za_worker_t *self, za_op_t op, double timeout_secs)
         call.now = now = za_clock_mono ();
         za_worker_alive (self, now);
         call.left = deadline - now;
-        if (call.left <= 0 || zsys_interrupted) {
+        if (zsys_interrupted) {
+            rc = za_error ("%s: interrupted while waiting for the ps' answers to %s", self->who,
+                           za_op_name (op));
+            break;
+        }
+        if (call.left <= 0) {
             rc = s_time_up (self, &call);
             break;
         }

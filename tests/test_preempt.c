@@ -6,7 +6,8 @@
     and ps-sync the resumed run's checkpoint is, byte for byte, that of a
     run never stopped. SIGTERM to one
     worker alone stops the whole job the same way (its report tells the
-    broker). --requeue-exit-code sets the code.                           */
+    broker). --requeue-exit-code sets the code. A static cluster's worker
+    that waits for the chief stops at once on SIGTERM (75) or Ctrl-C (130). */
 #include "za_test.h"
 #include "za/za_checkpoint.h"
 #include "za/za_util.h"
@@ -315,4 +316,48 @@ Test (preempt, an_evaluator_stops_and_says_where_it_goes_on)
     cr_expect (log && strstr (log, "the evaluator stops after 1 evaluations")
                && strstr (log, "/eval/metrics.jsonl"), "%s", log? log: "(no log)");
     free (log), free (out), free (err), free (dir);
+}
+
+//  A static cluster's worker waiting for the chief to initialise the ps (the
+//  chief not yet scheduled, say) has nothing to save: SIGTERM ends it at
+//  once with the requeue code, Ctrl-C with 130 (it waited on to
+//  --timeout-secs, and Ctrl-C then said the ps did not answer).
+Test (preempt, a_worker_waiting_for_the_chief_stops_at_once)
+{
+    int port = za_test_free_port ();
+    char text [256];
+    snprintf (text, sizeof text, "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"worker\": "
+              "[\"127.0.0.1:%d\"], \"ps\": [\"127.0.0.1:%d\"]}}", za_test_free_port (),
+              za_test_free_port (), port);
+    char *cluster = za_test_write ("cluster.json", text);
+    char *dir = za_test_path ("waiting");
+    char *out = za_test_path ("waiting.out"), *ps_err = za_test_path ("ps.err");
+    const char *ps_args [] = {"--cluster", cluster, "--role", "ps", "--model", "dnn",
+                              "--model-dir", dir, "--timeout-secs", "600", NULL};
+    pid_t ps = za_test_spawn (ps_args, out, ps_err);
+    const int signals [] = {SIGTERM, SIGINT};
+    const int codes [] = {75, 130};
+    for (int i = 0; i < 2; i++) {
+        char name [32];
+        snprintf (name, sizeof name, "worker-%d.err", i);
+        char *err = za_test_path (name);
+        const char *args [] = {"--cluster", cluster, "--role", "worker", "--model", "dnn",
+                               "--model-dir", dir, "--timeout-secs", "600", NULL};
+        pid_t worker = za_test_spawn (args, out, err);
+        //  It asked the ps and heard they wait for the chief.
+        free (za_test_wait_for_text (err, "waits for the chief to initialise it",
+                                     PHASE_TIMEOUT_S));
+        cr_assert_eq (kill (worker, signals [i]), 0);
+        int code = s_exit_code (za_test_wait (worker, 30));
+        char *log = (char *) za_test_read_file (err, NULL);
+        cr_expect_eq (code, codes [i], "%s", log);
+        cr_expect (log && strstr (log, i? "interrupted while waiting for the"
+                                        : "preempted (SIGTERM) while waiting for the chief"),
+                   "%s", log);
+        free (log);
+        free (err);
+    }
+    cr_assert_eq (kill (ps, SIGTERM), 0);
+    cr_expect_eq (s_exit_code (za_test_wait (ps, 30)), 75);
+    free (cluster), free (dir), free (out), free (ps_err);
 }
