@@ -168,6 +168,16 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
                   "and --broker", s->serve? "serve": "predict");
         return ZA_EXIT_USAGE;
     }
+    //  serve decodes and scales every model it loads as its training read
+    //  images (the model dir's input.json): a flag of its own would not hold.
+    static const char *const inputs [] = {"image-size", "channels", "preprocess",
+                                          "class-names", "resize", "crop-to-aspect-ratio"};
+    for (size_t i = 0; s->serve && i < sizeof inputs / sizeof inputs [0]; i++)
+        if (za_options_given (options, inputs [i], ZA_FROM_JOB)) {
+            za_error ("serve takes each model's input as its training read images (the model "
+                      "dir's input.json): leave out --%s", inputs [i]);
+            return ZA_EXIT_USAGE;
+        }
     if (s->no_eval && s->train_and_evaluate) {
         za_error ("--no-eval and --train-and-evaluate: the one skips the evaluation, the other "
                   "evaluates as training goes; give one of them");

@@ -16,6 +16,9 @@
 
 #define NAME_CHARS ZA_SERVE_NAME_CHARS
 #define ERROR_CHARS ZA_SERVE_ERROR_CHARS
+//  What one request's images may take as the model's input (floats), in
+//  bodies of --max-body-bytes (1 GiB at its default 64 MiB).
+#define INPUT_PER_BODY 16
 
 //  Standard or URL-safe base64 into out (size at least 3/4 of the text's).
 //  Its length, or -1 when the text is not base64 (anything but at most two
@@ -82,10 +85,10 @@ s_fill (json_t *value, const int64_t *dims, int ndim, float *out, size_t *at)
 
 //  One instance into out [row]. 0, or -1 with its error in error.
 static int
-s_instance (json_t *value, za_input_shape_t in, const za_settings_t *s,
-            za_image_decoder_t **decoder, float *out, char *error, size_t size)
+s_instance (json_t *value, const za_image_spec_t *in, za_image_decoder_t **decoder,
+            float *out, char *error, size_t size)
 {
-    size_t row = (size_t) in.height * in.width * in.channels;
+    size_t row = (size_t) in->height * in->width * in->channels;
     if (json_is_object (value) && json_object_get (value, "pixels"))
         value = json_object_get (value, "pixels");
     const char *b64 = json_string_value (json_object_get (value, "b64"));
@@ -98,12 +101,6 @@ s_instance (json_t *value, za_input_shape_t in, const za_settings_t *s,
         size_t length = strlen (b64);
         uint8_t *bytes = malloc (length * 3 / 4 + 4), *pixels = malloc (row);
         long decoded = bytes? s_base64 (b64, bytes): -1;
-        za_image_spec_t spec = {.height = in.height, .width = in.width,
-                                .channels = in.channels,
-                                .resize = (za_resize_t) za_resize_parse (s->resize),
-                                .crop_to_aspect_ratio = s->crop_to_aspect_ratio};
-        if ((int) spec.resize < 0)
-            spec.resize = ZA_RESIZE_AREA;
         if (!*decoder)
             *decoder = za_image_decoder_new ();
         int rc = -1;
@@ -113,7 +110,7 @@ s_instance (json_t *value, za_input_shape_t in, const za_settings_t *s,
         if (!pixels || !*decoder)
             snprintf (error, size, "out of memory");
         else
-        if (za_image_decode (*decoder, bytes, (size_t) decoded, &spec, pixels))
+        if (za_image_decode (*decoder, bytes, (size_t) decoded, in, pixels))
             snprintf (error, size, "its b64 image does not decode: %s",
                       za_image_error (*decoder));
         else {
@@ -126,9 +123,10 @@ s_instance (json_t *value, za_input_shape_t in, const za_settings_t *s,
     }
     int64_t dims [4] = {0};
     int ndim = s_shape (value, dims);
-    int fits = (ndim == 3 && dims [0] == in.height && dims [1] == in.width
-                && dims [2] == in.channels)
-            || (ndim == 2 && in.channels == 1 && dims [0] == in.height && dims [1] == in.width)
+    int fits = (ndim == 3 && dims [0] == in->height && dims [1] == in->width
+                && dims [2] == in->channels)
+            || (ndim == 2 && in->channels == 1 && dims [0] == in->height
+                && dims [1] == in->width)
             || (ndim == 1 && (size_t) dims [0] == row);
     size_t at = 0;
     if (fits && s_fill (value, dims, ndim, out, &at) == 0 && at == row)
@@ -141,7 +139,7 @@ s_instance (json_t *value, za_input_shape_t in, const za_settings_t *s,
               "%zu numbers flat, or {\"b64\": a JPEG or PNG}", fits? "not a rectangular "
               "array of finite (float) numbers:": "its shape is",
               ndim < 0? "of more than 4 dims": shape,
-              in.height, in.width, in.channels, in.channels == 1? " (or [H, W])": "", row);
+              in->height, in->width, in->channels, in->channels == 1? " (or [H, W])": "", row);
     return -1;
 }
 
@@ -224,11 +222,23 @@ s_read_job (za_serve_t *self, const char *body, size_t size, za_serve_job_t *job
         return answer;
     }
     za_serve_model_t *model = za_serve_model_take (self);
-    za_input_shape_t in = za_predictor_input (model->predictor);
+    za_image_spec_t in = za_predictor_image (model->predictor);
     za_serve_model_give (self, model);
     size_t row = (size_t) in.height * in.width * in.channels;
     job->n = (int) json_array_size (list);
     job->row = row;
+    //  A 92-byte PNG is 786 KB of 256 x 256 x 3 floats: the images of one
+    //  request are bounded as the model takes them, not only by the body.
+    size_t most_bytes = (size_t) self->s->max_body_bytes * INPUT_PER_BODY;
+    size_t most = most_bytes / sizeof (float) / row;
+    if ((size_t) job->n > most) {
+        json_decref (root);
+        snprintf (error, sizeof error, "%d instances: at most %zu go in one request (%zu MiB "
+                  "of the model's %dx%dx%d input, %d x --max-body-bytes): send them in parts",
+                  job->n, most, most_bytes >> 20, in.height, in.width, in.channels,
+                  INPUT_PER_BODY);
+        return json_pack ("{s:s}", "error", error);
+    }
     job->pixels = malloc (((size_t) job->n + 1) * row * sizeof (float));
     za_image_decoder_t *decoder = NULL;
     int bad = job->pixels? 0: -1;
@@ -236,7 +246,7 @@ s_read_job (za_serve_t *self, const char *body, size_t size, za_serve_job_t *job
         snprintf (error, sizeof error, "out of memory for %d images", job->n);
     for (int i = 0; i < job->n && !bad; i++) {
         char why [ERROR_CHARS - 32];
-        if ((bad = s_instance (json_array_get (list, (size_t) i), in, self->s, &decoder,
+        if ((bad = s_instance (json_array_get (list, (size_t) i), &in, &decoder,
                                job->pixels + (size_t) i * row, why, sizeof why)))
             snprintf (error, sizeof error, "instance %d: %s", i, why);
     }

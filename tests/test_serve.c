@@ -7,6 +7,7 @@
     4xx while the server goes on answering exactly; a newer checkpoint is
     served once it loads, a corrupt one is not; SIGTERM ends it.            */
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <math.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -400,6 +401,24 @@ Test (serve, bad_requests_get_tf_servings_error_and_the_server_goes_on)
     body = s_body (0, 100, 0);
     s_expect_error (port, "POST", predict, body, 413, "larger than 100000 bytes");
     free (body);
+    //  A body within it whose images the model takes as more than 16 times
+    //  it (600 PNGs of 1 x 1 pixel, 28 x 28 floats each): 400, not 1.9 MB.
+    char *tiny = za_test_path ("tiny.png");
+    uint8_t pixel = 128;
+    cr_assert_eq (za_image_write_png (tiny, &pixel, 1, 1, 1), 0);
+    size_t tiny_size;
+    uint8_t *tiny_bytes = za_test_read_file (tiny, &tiny_size);
+    char *tiny_b64 = s_base64 (tiny_bytes, tiny_size);
+    json_t *many = json_pack ("{s:[]}", "instances");
+    for (int i = 0; i < 600; i++)
+        json_array_append_new (json_object_get (many, "instances"),
+                               json_pack ("{s:s}", "b64", tiny_b64));
+    body = json_dumps (many, JSON_COMPACT);
+    cr_assert_lt (strlen (body), 100000);
+    s_expect_error (port, "POST", predict, body, 400, "600 instances: at most 510 go in one "
+                    "request");
+    json_decref (many);
+    free (body), free (tiny_b64), free (tiny_bytes), free (tiny);
     s_expect_error (port, "POST", "/v1/models/mnist:predict", "{}", 404,
                     "Servable not found for request: Latest(mnist)");
     s_expect_error (port, "POST", "/v1/models/fmnist/versions/7:predict", "{}", 404,
@@ -586,4 +605,84 @@ Test (serve, refuses_what_it_cannot_serve)
         cr_expect (strstr (result.err, "give --model-name"), "%s", result.err);
         za_test_result_free (&result);
     }
+}
+
+//  Image i of the test set as 28 x 56 gray: its pixels on the left half (c
+//  0) or the right (c 1) of a black canvas, into path as a PNG.
+static void
+s_wide_png (const char *path, int i, int c)
+{
+    uint8_t canvas [28 * 56] = {0};
+    for (int y = 0; y < 28; y++)
+        for (int x = 0; x < 28; x++) {
+            size_t k = (size_t) 784 * i + (size_t) y * 28 + (size_t) x;
+            canvas [y * 56 + c * 28 + x] = s_test->pixels? s_test->pixels [k]
+                                         : (uint8_t) lroundf (s_test->features [k] * 255.0f);
+        }
+    cr_assert_eq (za_image_write_png (path, canvas, 28, 56, 1), 0);
+}
+
+//  A b64 image is decoded as training read its images (input.json): a model
+//  trained at 16 x 16 with --resize bilinear and --crop-to-aspect-ratio from
+//  28 x 56 PNGs answers for one of them what predict says of it (serve
+//  decoded by its own flags' defaults, area and uncropped: other pixels).
+//  Such flags given to serve are refused: a reload would not hold them.
+Test (serve, decodes_an_image_as_its_training_read_images)
+{
+    char *data = za_test_path ("wide"), *one = za_test_path ("one");
+    char path [PATH_MAX];
+    for (int c = 0; c < 2; c++)
+        for (int i = 0; i < 8; i++) {
+            snprintf (path, sizeof path, "%s/%c", data, 'a' + c);
+            cr_assert_eq (za_mkdirs (path), 0);
+            snprintf (path, sizeof path, "%s/%c/%d.png", data, 'a' + c, i);
+            s_wide_png (path, 8 * c + i, c);
+        }
+    cr_assert_eq (za_mkdirs (one), 0);
+    snprintf (path, sizeof path, "%s/x.png", one);
+    s_wide_png (path, 20, 1);
+    char *dir = za_test_path ("wide-model");
+    const char *train [] = {"--train-data", data, "--image-size", "16", "--channels", "1",
+                            "--resize", "bilinear", "--crop-to-aspect-ratio", "--model",
+                            "flatten dense(2)", "--max-steps", "30", "--batch-size", "8",
+                            "--threads", "1", "--no-eval", "--model-dir", dir, NULL};
+    za_test_result_t result = za_test_run (train, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    const char *predict [] = {"predict", "--model-dir", dir, "--data", one, NULL};
+    result = za_test_run (predict, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    json_t *line = json_loads (result.out, JSON_DISABLE_EOF_CHECK, NULL);
+    json_t *expected = json_object_get (line, "probabilities");
+    cr_assert (json_is_object (expected), "%s", result.out);
+    za_test_result_free (&result);
+    //  The same file through serve, as TF Serving's b64.
+    s_server_t server = s_serve (dir, NULL);
+    size_t size;
+    uint8_t *bytes = za_test_read_file (path, &size);
+    char *b64 = s_base64 (bytes, size);
+    json_t *root = json_pack ("{s:[{s:s}]}", "instances", "b64", b64);
+    char *body = json_dumps (root, JSON_COMPACT);
+    za_test_http_t answer = za_test_http (server.port, "POST", "/v1/models/wide-model:predict",
+                                          body, strlen (body));
+    cr_assert_eq (answer.status, 200, "%s", answer.body);
+    json_t *got = s_json (&answer);
+    json_t *row = json_array_get (json_object_get (got, "predictions"), 0);
+    json_t *p = json_object_get (row, "probabilities");
+    cr_assert_eq (json_array_size (p), 2, "%s", answer.body);
+    for (int k = 0; k < 2; k++) {
+        double want = json_number_value (json_object_get (expected, k? "b": "a"));
+        double have = json_number_value (json_array_get (p, (size_t) k));
+        cr_expect (fabs (want - have) < 1e-5, "class %d: serve %.6f, predict %.6f", k, have,
+                   want);
+    }
+    json_decref (got), json_decref (root), json_decref (line);
+    free (answer.body), free (body), free (b64), free (bytes);
+    s_stop (&server);
+    const char *flagged [] = {"serve", "--model-dir", dir, "--resize", "area", NULL};
+    result = za_test_run (flagged, 60);
+    cr_expect_eq (result.exit_code, 2, "%s", result.err);
+    cr_expect (strstr (result.err, "leave out --resize"), "%s", result.err);
+    za_test_result_free (&result);
+    free (dir), free (one), free (data);
 }

@@ -72,6 +72,8 @@ za_export_config_load (const char *model_dir, za_export_config_t *config, void *
     config->class_names = json_string_value (json_object_get (root, "class_names"));
     config->image_size = size;
     config->resize = json_string_value (json_object_get (root, "resize"));
+    config->crop_to_aspect_ratio = json_is_true (json_object_get (root,
+                                                                  "crop_to_aspect_ratio"));
     *json = root;
     return 0;
 }

@@ -31,6 +31,8 @@ struct za_predictor_t {
     const za_backend_t *be;
     za_input_shape_t input;
     za_preprocess_t preprocess;
+    za_resize_t resize;                 //  input.json's, as training read images
+    int crop_to_aspect_ratio;
     int batch_max;
     size_t row;                         //  floats per image
     int classes;
@@ -155,6 +157,9 @@ za_predictor_new (const char *path, const za_predictor_config_t *config)
         self->input = config->input.height > 0? config->input: dir_input.input;
         self->preprocess = config->preprocess >= 0? (za_preprocess_t) config->preprocess
                                                   : dir_input.preprocess;
+        int resize = dir_input.resize? za_resize_parse (dir_input.resize): -1;
+        self->resize = resize < 0? ZA_RESIZE_AREA: (za_resize_t) resize;
+        self->crop_to_aspect_ratio = dir_input.crop_to_aspect_ratio;
         self->batch_max = config->batch_max > 0? config->batch_max: DEFAULT_BATCH;
         long cores = sysconf (_SC_NPROCESSORS_ONLN);
         self->slot_max = config->states > 0? config->states: cores > 0? (int) cores: 1;
@@ -320,6 +325,14 @@ za_input_shape_t
 za_predictor_input (const za_predictor_t *self)
 {
     return self->input;
+}
+
+za_image_spec_t
+za_predictor_image (const za_predictor_t *self)
+{
+    return (za_image_spec_t) {.height = self->input.height, .width = self->input.width,
+                              .channels = self->input.channels, .resize = self->resize,
+                              .crop_to_aspect_ratio = self->crop_to_aspect_ratio};
 }
 
 int

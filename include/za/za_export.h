@@ -34,6 +34,7 @@ typedef struct {
     const char *class_names;            //  "a,b,...": the metadata's, or NULL
     const char *image_size;             //  the metadata's: as training read images,
     const char *resize;                 //  or NULL
+    int crop_to_aspect_ratio;           //  the metadata's (0 when not said)
 } za_export_config_t;
 
 //  What a model dir says of its input: input.json's image size, channels,

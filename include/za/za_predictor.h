@@ -20,6 +20,7 @@
 
 #include <stdint.h>
 
+#include "za/za_image.h"
 #include "za/za_input.h"
 #include "za/za_model.h"
 
@@ -60,6 +61,10 @@ int za_predictor_run (za_predictor_t *self, const float *pixels, int n, float *l
 //  class names, or NULL), the checkpoint's step, the model's text, and the
 //  precision its products compute in ("float32", "mixed_bfloat16", ...).
 za_input_shape_t za_predictor_input (const za_predictor_t *self);
+//  How an image file is decoded for the model: its input's size and
+//  channels, resized and cropped as training read its images (input.json;
+//  area and no crop without one).
+za_image_spec_t za_predictor_image (const za_predictor_t *self);
 int za_predictor_classes (const za_predictor_t *self);
 const char *za_predictor_class_name (const za_predictor_t *self, int k);
 int64_t za_predictor_step (const za_predictor_t *self);
