@@ -326,8 +326,9 @@ za_evaluator_summarize (const char *model_dir, const char *eval_name,
 }
 
 //  Evaluates the checkpoint of `step`. Returns 0 when evaluated, 1 when it
-//  was skipped (deleted before it was opened, corrupt, another model), -1 on
-//  an error that should end the evaluator.
+//  was skipped (deleted before it was opened, corrupt), -1 on an error that
+//  should end the evaluator (another model, bad data, results that cannot
+//  be written).
 static int
 s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
 {
@@ -362,11 +363,14 @@ s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
         rc = za_error ("evaluator: cannot evaluate the checkpoints of '%s' with this model "
                        "(see above): give the training's model flags (--model, ...)",
                        self->config->model_dir);
-    else {
+    else
+    if (result->unreadable) {           //  a newer one may come
         za_info ("evaluator: skipped the checkpoint of step %" PRId64 ": %s", step,
                  za_last_error ());
         rc = 1;
     }
+    else                                //  its results could not be written, ...
+        rc = -1;
     za_eval_result_free (result);
     free (path);
     return rc;
@@ -672,6 +676,15 @@ s_follow (s_eval_t *self, zsock_t *pipe, int *done)
                 finished = end_step > 0 && result.global_step >= end_step;
                 if (self->stopping && !finished && s_early_stop (self, &result))
                     one = -1;
+            }
+            //  Nothing comes after the final checkpoint: one that cannot be
+            //  read ends the evaluation (the data is at fault: not restarted).
+            if (one == 1 && end_step > 0 && newest >= end_step) {
+                za_error ("evaluator: the final checkpoint (step %" PRId64 ") cannot be "
+                          "evaluated (above); the newest evaluated is in %s/metrics.jsonl",
+                          newest, self->subdir);
+                self->bad_data = 1;
+                one = -1;
             }
             rc = one < 0? -1: 0;
             continue;

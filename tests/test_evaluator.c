@@ -574,3 +574,44 @@ Test (evaluator, another_model_than_the_checkpoints_is_an_error)
     }
     za_test_dir_remove ();
 }
+
+//  A final checkpoint that cannot be read ends the evaluator with one error
+//  and the data's exit code (it waited for a newer one that never comes);
+//  the same evaluator on the checkpoint written whole again evaluates it.
+Test (evaluator, a_corrupt_final_checkpoint_is_an_error_not_a_wait)
+{
+    const char *dir = za_test_dir_create ("za_evaluator_final");
+    const char *train [] = {"--model", "linear", "--max-steps", "30", "--save-checkpoints-steps",
+                            "10", "--no-eval", "--threads", "1", "--model-dir", dir, NULL};
+    za_test_result_t result = za_test_run (train, 300);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    char *path = za_checkpoint_path (dir, 30);
+    size_t size;
+    uint8_t *whole = za_test_read_file (path, &size);
+    cr_assert (whole && size > 100);
+    whole [size - 5] ^= 0x55;               //  a byte of the last tensor's data
+    FILE *f = fopen (path, "wb");
+    cr_assert_not_null (f);
+    cr_assert_eq (fwrite (whole, 1, size, f), size);
+    fclose (f);
+    const char *follow [] = {"--role", "evaluator", "--model", "linear", "--max-steps", "30",
+                             "--start-delay-secs", "0", "--throttle-secs", "0", "--threads",
+                             "1", "--model-dir", dir, NULL};
+    result = za_test_run (follow, 120);
+    cr_expect_eq (result.exit_code, 65, "%s", result.err);
+    cr_expect (strstr (result.err, "the final checkpoint (step 30) cannot be evaluated"), "%s",
+               result.err);
+    za_test_result_free (&result);
+    whole [size - 5] ^= 0x55;
+    f = fopen (path, "wb");
+    cr_assert_not_null (f);
+    cr_assert_eq (fwrite (whole, 1, size, f), size);
+    fclose (f);
+    result = za_test_run (follow, 120);
+    cr_expect_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect (strstr (result.err, "evaluated the final checkpoint"), "%s", result.err);
+    za_test_result_free (&result);
+    free (whole), free (path);
+    za_test_dir_remove ();
+}

@@ -550,8 +550,10 @@ za_estimator_evaluate_checkpoint (za_estimator_t *self, const char *path,
         result->checkpoint_age_secs = age > 0? age: 0;
     }
     za_checkpoint_t *ckpt = za_checkpoint_load (path);
-    if (!ckpt)
+    if (!ckpt) {
+        result->unreadable = 1;
         return -1;
+    }
     int rc = za_replica_restore (self->replica, ckpt, &self->global_step);
     za_checkpoint_destroy (&ckpt);
     if (rc) {

@@ -128,8 +128,10 @@ typedef struct {
     int64_t images, bad_images;
     int input_failed;
     //  za_estimator_evaluate_checkpoint: 1 when the checkpoint is intact but
-    //  not of this model (another model, other shapes): every one would be.
+    //  not of this model (another model, other shapes): every one would be;
+    //  1 when it could not be loaded (gone, corrupt): another one may be.
     int model_differs;
+    int unreadable;
 } za_eval_result_t;
 
 //  Frees what a result holds (the confusion image).
