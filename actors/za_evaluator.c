@@ -231,10 +231,12 @@ s_export_best (s_best_t *self, const char *path, const za_eval_result_t *result)
         return -1;
     }
     self->best_value = value;
-    json_t *best = json_pack ("{s:I, s:s, s:s, s:f, s:f, s:f}", "global_step",
+    //  (value is finite: za_metric_goal_better; the loss may not be.)
+    json_t *best = json_pack ("{s:I, s:s, s:s, s:f, s:f, s:o}", "global_step",
                               (json_int_t) result->global_step, "checkpoint", name, "metric",
                               self->goal.name, "value", value, "accuracy", result->accuracy,
-                              "loss", result->loss);
+                              "loss", isfinite (result->loss)? json_real (result->loss)
+                                                             : json_null ());
     char tmp [4800];
     snprintf (tmp, sizeof tmp, "%s.tmp", json);
     int rc = json_dump_file (best, tmp, JSON_INDENT (2)) == 0 && rename (tmp, json) == 0? 0: -1;

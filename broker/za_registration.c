@@ -150,12 +150,16 @@ s_parse_report (json_t *body, za_registration_t *reg, char *why, size_t size)
                   "failed is needed");
         return -1;
     }
+    //  The loss: null when it is not finite (a diverged model's NaN).
+    reg->loss = NAN;
     if (s_integer (body, "global_step", 0, INT64_MAX, &value)
-        || s_number (body, "loss", -HUGE_VAL, HUGE_VAL, &reg->loss)
+        || (!json_is_null (json_object_get (body, "loss"))
+            && s_number (body, "loss", -HUGE_VAL, HUGE_VAL, &reg->loss))
         || s_number (body, "steps_per_sec", 0, HUGE_VAL, &reg->steps_per_sec)
         || s_number (body, "examples_per_sec", 0, HUGE_VAL, &reg->examples_per_sec)) {
-        snprintf (why, size, "global_step (an integer >= 0), loss, steps_per_sec and "
-                  "examples_per_sec (finite numbers, the rates >= 0) are needed");
+        snprintf (why, size, "global_step (an integer >= 0), loss (null when not finite), "
+                  "steps_per_sec and examples_per_sec (finite numbers, the rates >= 0) are "
+                  "needed");
         return -1;
     }
     reg->global_step = value;

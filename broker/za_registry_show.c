@@ -2,6 +2,7 @@
     counts, the cluster view a report is answered with, a row per task.    */
 #include "za_registry_private.h"
 
+#include <math.h>
 #include <stdio.h>
 
 const char *za_registry_state_names [] = {
@@ -120,13 +121,14 @@ s_row (const za_entry_t *task, double now)
     int heard = task->state == ZA_ENTRY_LIVE || task->state == ZA_ENTRY_DONE;
     const char *state = task->state == ZA_ENTRY_LIVE && *task->role_state? task->role_state
                       : za_registry_state_names [task->state];
-    json_t *row = json_pack ("{s:s, s:i, s:s, s:i, s:s, s:I, s:f, s:f, s:f, s:i}",
+    json_t *row = json_pack ("{s:s, s:i, s:s, s:i, s:s, s:I, s:f, s:f, s:o, s:i}",
                              "role", za_registry_kind_name (task->kind), "index", task->index,
                              "host", task->host, "pid", (int) task->pid,
                              "state", state, "global_step", (json_int_t) task->step,
                              "steps_per_sec", task->steps_per_sec,
                              "examples_per_sec", task->examples_per_sec,
-                             "loss", task->loss, "restarts", task->restarts);
+                             "loss", isfinite (task->loss)? json_real (task->loss): json_null (),
+                             "restarts", task->restarts);
     //  `state` is the one word a person reads (the role's own while it is
     //  live, else ours); the two vocabularies apart, for programs:
     json_object_set_new (row, "task_state", json_string (za_registry_state_names [task->state]));

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,7 +202,10 @@ za_broker_client_report (za_broker_client_t *self, const za_task_registration_t 
     if (stats) {
         za_role_stats_t *s = (za_role_stats_t *) stats;
         json_object_set_new (body, "global_step", json_integer (atomic_load (&s->global_step)));
-        json_object_set_new (body, "loss", json_real (atomic_load (&s->loss)));
+        //  A diverged loss (NaN) goes as null: JSON has no NaN, and a
+        //  report without its loss was refused (the task taken for silent).
+        double loss = atomic_load (&s->loss);
+        json_object_set_new (body, "loss", isfinite (loss)? json_real (loss): json_null ());
         json_object_set_new (body, "steps_per_sec", json_real (atomic_load (&s->steps_per_sec)));
         json_object_set_new (body, "examples_per_sec",
                              json_real (atomic_load (&s->examples_per_sec)));
@@ -407,7 +411,7 @@ s_decode_task_row (json_t *row, za_broker_task_row_t *task)
     task->global_step = (int64_t) s_number (row, "global_step", 0);
     task->steps_per_sec = s_number (row, "steps_per_sec", 0);
     task->examples_per_sec = s_number (row, "examples_per_sec", 0);
-    task->loss = s_number (row, "loss", 0);
+    task->loss = s_number (row, "loss", NAN);
     task->eval_step = (int64_t) s_number (row, "eval_step", -1);
     task->eval_accuracy = s_number (row, "eval_accuracy", 0);
     task->restarts = (int) s_number (row, "restarts", 0);

@@ -93,10 +93,11 @@ za_task_print_last_eval (const za_settings_t *s, int64_t evaluations)
     char count [48] = "";
     if (evaluations >= 0)
         snprintf (count, sizeof count, "; %" PRId64 " evaluations", evaluations);
+    json_t *loss = json_object_get (json, "loss");     //  null: not finite
     printf ("test accuracy %.4f  loss %.4f  on %" PRId64 " examples at step %" PRId64
             " (%s%s)\n",
             json_number_value (json_object_get (json, "accuracy")),
-            json_number_value (json_object_get (json, "loss")),
+            json_is_number (loss)? json_number_value (loss): NAN,
             (int64_t) json_integer_value (json_object_get (json, "examples")),
             (int64_t) json_integer_value (json_object_get (json, "global_step")), path, count);
     s_print_metrics (json);

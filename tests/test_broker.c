@@ -549,3 +549,56 @@ Test (broker, a_step_longer_than_the_heartbeats_is_no_hang, .timeout = 900 * ZA_
         free (model_dir);
     }
 }
+
+//  The chief's loss shown as null (not finite), the broker up for ten
+//  heartbeat intervals (200 ms) of its reports.
+static int
+s_nan_reported (json_t *state, void *arg)
+{
+    (void) arg;
+    json_t *chief = za_test_row (state, "chief", 0);
+    double uptime = json_number_value (json_object_get (json_object_get (state, "broker"),
+                                                        "uptime_secs"));
+    return chief && json_is_null (json_object_get (chief, "loss"))
+        && streq (s_text (chief, "state"), "running") && uptime > 2.0;
+}
+
+//  A diverged model's loss (NaN, which JSON has not) goes in the reports as
+//  null: the broker takes them (it refused them, took every trainer for
+//  silent after 3 heartbeats and killed it), and metrics.jsonl's lines stay
+//  JSON (they said -nan).
+Test (broker, a_diverged_loss_is_reported_not_taken_for_silence)
+{
+    char *model_dir = za_test_path ("nan");
+    char *out = za_test_path ("nan.out");
+    const char *args [] = {"--local", "--model", "linear", "--optimizer", "sgd",
+                           "--learning-rate", "1e38", "--max-steps", "100000000",
+                           "--evaluators", "0", "--no-eval", "--threads", "1",
+                           "--heartbeat-ivl-ms", "200", "--save-summary-steps", "100",
+                           "--model-dir", model_dir, NULL};
+    char broker [128];
+    pid_t local = za_test_start_local ("zactor-run", args, out, broker);
+    json_t *state = za_test_wait_for (broker, s_nan_reported, NULL,
+                                      "the chief's loss reported as null", PHASE_TIMEOUT_S);
+    char *counts = json_dumps (json_object_get (state, "event_counts"), 0);
+    cr_expect (counts && !strstr (counts, "killed") && !strstr (counts, "failed"), "%s",
+               counts);
+    free (counts);
+    json_decref (state);
+    cr_assert_eq (kill (local, SIGINT), 0);
+    int status = za_test_wait (local, RUN_TIMEOUT_S);
+    cr_expect_eq (s_exit_code (status), 130);
+    char *path = za_test_join (model_dir, "metrics.jsonl");
+    char *text = (char *) za_test_read_file (path, NULL);
+    int lines = 0;
+    for (char *line = text; line && *line; lines++) {
+        json_t *json = json_loads (line, JSON_DISABLE_EOF_CHECK, NULL);
+        cr_expect (json && json_is_null (json_object_get (json, "loss")), "line %d: %.120s",
+                   lines, line);
+        json_decref (json);
+        char *next = strchr (line, '\n');
+        line = next? next + 1: NULL;
+    }
+    cr_expect_gt (lines, 0);
+    free (text), free (path), free (out), free (model_dir);
+}

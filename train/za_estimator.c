@@ -371,15 +371,18 @@ s_eval_line (za_estimator_t *self, za_eval_metrics_t *metrics, const char *ckpt_
              za_eval_result_t *result, char **line_p)
 {
     (void) self;
-    char head [EVAL_LINE_MAX], age [64] = "";
+    char head [EVAL_LINE_MAX], age [64] = "", loss [ZA_JSON_REAL_MAX];
     if (result->checkpoint_age_secs >= 0)
         snprintf (age, sizeof age, ", \"checkpoint_age_secs\": %.4f",
                   result->checkpoint_age_secs);
+    //  The loss to 9 digits: a restarted evaluator's early stopping walks
+    //  these lines (a loss below 5e-7 was 0.000000).
     snprintf (head, sizeof head,
-              "{\"global_step\": %" PRId64 ", \"checkpoint\": \"%s\", \"loss\": %.6f, "
+              "{\"global_step\": %" PRId64 ", \"checkpoint\": \"%s\", \"loss\": %s, "
               "\"accuracy\": %.6f, \"examples\": %" PRId64 ", \"seconds\": %.3f, "
-              "\"wall_time\": %.3f%s", result->global_step, ckpt_name, result->loss,
-              result->accuracy, result->examples, result->seconds, za_clock_wall (), age);
+              "\"wall_time\": %.3f%s", result->global_step, ckpt_name,
+              za_json_real_text (result->loss, 9, loss, sizeof loss), result->accuracy,
+              result->examples, result->seconds, za_clock_wall (), age);
     //  A set of files: how many it lists, and how many of them were skipped.
     if (result->images > 0) {
         size_t used = strlen (head);

@@ -278,16 +278,17 @@ s_summary_after_run (void *arg, const za_run_context_t *ctx)
                         steps_per_sec,
                         steps_per_sec * ctx->batch_size,
                         s->optim? za_optim_learning_rate (s->optim, ctx->global_step): 0};
-    char line [SUMMARY_LINE_MAX], rate [48] = "", scale [80] = "";
+    char line [SUMMARY_LINE_MAX], rate [48] = "", scale [80] = "", loss [ZA_JSON_REAL_MAX];
     if (s->optim)
         snprintf (rate, sizeof rate, ", \"learning_rate\": %.6g", values [3]);
     if (ctx->loss_scale > 0)
         snprintf (scale, sizeof scale, ", \"loss_scale\": %.17g, \"skipped_steps\": %" PRId64,
                   ctx->loss_scale, ctx->skipped_steps);
     snprintf (line, sizeof line,
-              "{\"global_step\": %" PRId64 ", \"loss\": %.6f, \"steps_per_sec\": %.3f, "
+              "{\"global_step\": %" PRId64 ", \"loss\": %s, \"steps_per_sec\": %.3f, "
               "\"examples_per_sec\": %.1f%s%s, \"wall_time\": %.3f}", ctx->global_step,
-              values [0], values [1], values [2], rate, scale, za_clock_wall ());
+              za_json_real_text (values [0], 9, loss, sizeof loss), values [1], values [2],
+              rate, scale, za_clock_wall ());
     static const char *const tags [] = {"loss", "global_step/sec", "examples/sec",
                                         "learning_rate"};
     //  Summaries are not the model: one the disk refuses is dropped, said
