@@ -566,8 +566,9 @@ s_run_steps (s_mirrored_t *self)
         stop [1] = za_preempt_requested ()? 1.0f: 0.0f;
         if (config->membership)
             stop [2 + self->rank] = (float) za_membership_number (config->membership);
-        int said = za_ring_allreduce_mean (self->ring, stop, (size_t) flags,
-                                           self->global_step * MAX_BUCKETS + MAX_BUCKETS - 1);
+        int said = za_ring_allreduce_mean_f32 (self->ring, stop, (size_t) flags,
+                                               self->global_step * MAX_BUCKETS + MAX_BUCKETS
+                                               - 1);
         if (said)
             return said;
         if (stop [1] != 0 && self->global_step < self->max_steps) {

@@ -269,6 +269,17 @@ za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round)
 }
 
 int
+za_ring_allreduce_mean_f32 (za_ring_t *self, float *data, size_t n, int64_t round)
+{
+    if (self->config.size == 1 || n == 0)
+        return 0;
+    if (n * sizeof (float) > RING_WHOLE_BYTES)
+        return za_error ("ring: %zu floats to all-reduce in f32 (at most %zu)", n,
+                         RING_WHOLE_BYTES / sizeof (float));
+    return s_ended (self, s_allreduce_whole (self, data, n, round, ZA_DTYPE_F32));
+}
+
+int
 za_ring_broadcast (za_ring_t *self, float *data, size_t n, int root, int64_t round)
 {
     return s_ended (self, s_broadcast (self, data, n, root, round));

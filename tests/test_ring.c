@@ -28,6 +28,7 @@ typedef struct {
     size_t n;
     int rc;
     int broadcast_root;             //  >= 0: broadcast instead of all-reduce
+    int f32;                        //  za_ring_allreduce_mean_f32
     int rounds;
     char error [256];
 } s_rank_t;
@@ -40,6 +41,7 @@ s_rank_run (void *arg)
     for (int r = 0; r < rank->rounds && rank->rc == 0; r++)
         rank->rc = rank->broadcast_root >= 0
                  ? za_ring_broadcast (rank->ring, rank->data, rank->n, rank->broadcast_root, r)
+                 : rank->f32? za_ring_allreduce_mean_f32 (rank->ring, rank->data, rank->n, r + 1)
                  : za_ring_allreduce_mean (rank->ring, rank->data, rank->n, r + 1);
     if (rank->rc)
         snprintf (rank->error, sizeof rank->error, "%s", za_last_error ());
@@ -358,6 +360,36 @@ Test (ring, bf16_chunks_sum_in_fp32_and_every_rank_ends_with_the_same_bits)
     //  Past 64 KiB the segments' way: the gather passes on the bf16 it got.
     for (int size = 2; size <= 4; size++)
         s_check_mean (size, 20001 + (size_t) size, size == 3? 3000: 0, 0);
+}
+
+//  The all-reduce's counts and flags (the members' change each rank knows,
+//  at its own place) go in f32 on a bf16 ring: 259 over two ranks is 129.5,
+//  which bf16 made 130 (the ranks then waited for a change 260 that never
+//  came).
+Test (ring, counts_go_in_f32_on_a_bf16_ring)
+{
+    s_wire_dtype = ZA_DTYPE_BF16;
+    for (int f32 = 0; f32 < 2; f32++) {
+        s_ring_case_t c;
+        s_make (&c, 2, 0, 0, 10);
+        for (int r = 0; r < 2; r++) {
+            c.ranks [r].n = 2;
+            c.ranks [r].f32 = f32;
+            c.ranks [r].data = calloc (3, sizeof (float));
+            c.ranks [r].data [r] = r? 1.0f: 259.0f;
+        }
+        s_run_all (&c);
+        for (int r = 0; r < 2; r++) {
+            cr_assert_eq (c.ranks [r].rc, 0, "rank %d: %s", r, c.ranks [r].error);
+            long count = lrintf (c.ranks [r].data [0] * 2.0f);
+            if (f32)
+                cr_expect_eq (count, 259, "rank %d: %ld", r, count);
+            else
+                cr_expect_neq (count, 259, "bf16 rounds 129.5 (the test shows why)");
+            cr_expect_eq (lrintf (c.ranks [r].data [1] * 2.0f), 1);
+        }
+        s_destroy (&c);
+    }
 }
 
 //  A chunk in f32 to a bf16 ring (a rank that runs another --wire-dtype)

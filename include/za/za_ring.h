@@ -87,6 +87,10 @@ const char *za_ring_right_endpoint (const za_ring_t *self);
 //  neighbour silent for timeout_secs, a message on `interrupt`, SIGINT).
 //  data may be changed when it is not 0.
 int za_ring_allreduce_mean (za_ring_t *self, float *data, size_t n, int64_t round);
+//  The same in f32 whatever the ring's wire dtype, for counts and flags that
+//  bf16's 8 bits would round (a members' change 259 over two ranks came back
+//  260): n at most 16384.
+int za_ring_allreduce_mean_f32 (za_ring_t *self, float *data, size_t n, int64_t round);
 
 //  Copies root's data [0..n) to every other rank. Returns 0,
 //  ZA_RING_RESYNC, or -1 with an error, as above.
