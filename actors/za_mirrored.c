@@ -621,8 +621,11 @@ s_generation (s_mirrored_t *self, int first)
         za_replica_on_gradients (self->replica, self->group.group? NULL: za_reducer_final,
                                  self->group.group? NULL: &self->reducer);
     //  Elastic: this rank's slice of the global batch among the members now,
-    //  from where the stream is.
-    if (self->config->membership)
+    //  from where the stream is; and after a re-formation in any job: the
+    //  step the ring dropped is trained again on its own examples (a rank
+    //  that took them before it dropped read on from the next batch, while
+    //  a restarted one read from here: slices of two batches each step).
+    if (self->config->membership || !first)
         za_input_destroy (&self->input);
     if (!self->input
         && !(self->input = za_role_train_input_among (
