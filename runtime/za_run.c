@@ -198,6 +198,15 @@ s_check (const za_program_t *program, za_options_t *options, za_settings_t *s)
         za_error ("--replay goes with --role evaluator");
         return ZA_EXIT_USAGE;
     }
+    //  Other data's results beside the training's, not over them (eval/ and
+    //  export/best are what the training's own evaluations made).
+    if (s->eval.replay && za_options_given (options, "eval_data", ZA_FROM_JOB)
+        && !(s->eval.name && *s->eval.name)) {
+        za_error ("--replay --eval-data %s: give --eval-name NAME too, so that its results go "
+                  "to eval_NAME/ beside the training's eval/ (and its best to export/best_NAME)",
+                  s->eval_data);
+        return ZA_EXIT_USAGE;
+    }
     if (s->train_and_evaluate && (s->role || s->cluster || s->broker || s->local)) {
         za_error ("--train-and-evaluate is the local case; in a cluster run an evaluator "
                   "task (--role evaluator)");

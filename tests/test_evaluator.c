@@ -14,6 +14,7 @@
 #include "za/za_checkpoint.h"
 #include "za/za_early_stop.h"
 #include "za/za_evaluator.h"
+#include "za/za_idx.h"
 #include "za/za_role.h"
 #include "za_test.h"
 
@@ -613,5 +614,38 @@ Test (evaluator, a_corrupt_final_checkpoint_is_an_error_not_a_wait)
     cr_expect (strstr (result.err, "evaluated the final checkpoint"), "%s", result.err);
     za_test_result_free (&result);
     free (whole), free (path);
+    za_test_dir_remove ();
+}
+
+//  A replay on other data (--eval-data on the command line) names its
+//  results: without --eval-name it would have written over the training's
+//  eval/metrics.jsonl and export/best (a best measured on other data).
+Test (evaluator, a_replay_on_other_data_must_be_named)
+{
+    const char *dir = za_test_dir_create ("za_evaluator_replay_name");
+    const char *train [] = {"--model", "linear", "--max-steps", "10", "--no-eval", "--threads",
+                            "1", "--model-dir", dir, NULL};
+    za_test_result_t result = za_test_run (train, 300);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    const char *fashion = ZA_FASHION_MNIST_DIR;         //  its t10k-* files
+    const char *unnamed [] = {"--role", "evaluator", "--replay", "--model", "linear",
+                              "--eval-data", fashion, "--model-dir", dir, NULL};
+    result = za_test_run (unnamed, 120);
+    cr_expect_eq (result.exit_code, 2, "%s", result.err);
+    cr_expect (strstr (result.err, "give --eval-name NAME too"), "%s", result.err);
+    za_test_result_free (&result);
+    char *eval = za_test_join (dir, "eval");
+    cr_expect_neq (access (eval, F_OK), 0, "the refused replay wrote %s", eval);
+    free (eval);
+    const char *named [] = {"--role", "evaluator", "--replay", "--model", "linear",
+                            "--eval-data", fashion, "--eval-name", "other", "--model-dir", dir,
+                            NULL};
+    result = za_test_run (named, 120);
+    cr_expect_eq (result.exit_code, 0, "%s", result.err);
+    za_test_result_free (&result);
+    char *other = za_test_join (dir, "eval_other/metrics.jsonl");
+    cr_expect_eq (access (other, F_OK), 0, "no %s", other);
+    free (other);
     za_test_dir_remove ();
 }
