@@ -71,6 +71,36 @@ s_csv_field (FILE *out, const char *text)
     fputc ('"', out);
 }
 
+//  text as a JSON string takes it: each byte that is not of valid UTF-8 (a
+//  Latin-1 file or folder name) as \xNN, as Python writes such a name;
+//  into out [size]. Returns out.
+static const char *
+s_utf8 (const char *text, char *out, size_t size)
+{
+    size_t at = 0;
+    for (const unsigned char *p = (const unsigned char *) text; *p && at + 5 < size;) {
+        int len = *p < 0x80? 1: (*p & 0xe0) == 0xc0 && *p >= 0xc2? 2: (*p & 0xf0) == 0xe0? 3
+                : (*p & 0xf8) == 0xf0 && *p <= 0xf4? 4: 0;
+        for (int k = 1; k < len; k++)
+            if ((p [k] & 0xc0) != 0x80)
+                len = 0;
+        //  (Overlong three-byte forms and surrogates, jansson refuses too.)
+        if (len == 3 && ((*p == 0xe0 && p [1] < 0xa0) || (*p == 0xed && p [1] >= 0xa0)))
+            len = 0;
+        if (len == 4 && ((*p == 0xf0 && p [1] < 0x90) || (*p == 0xf4 && p [1] >= 0x90)))
+            len = 0;
+        if (len == 0) {
+            at += (size_t) snprintf (out + at, size - at, "\\x%02x", *p++);
+            continue;
+        }
+        memcpy (out + at, p, (size_t) len);
+        at += (size_t) len;
+        p += len;
+    }
+    out [at] = 0;
+    return out;
+}
+
 //  The example's name: its file (FILE@OFFSET for a TFRecord's), or its
 //  number in the IDX file.
 static void
@@ -123,13 +153,18 @@ s_write (void *arg, int64_t index, const float *logits, int n_classes, int class
         fputc ('\n', self->out);
     }
     else {
+        //  (Names that are not UTF-8 with their odd bytes as \xNN: the line
+        //  was left out, and counted.)
+        char file [4 * sizeof name], label [4 * sizeof buffer];
         json_t *probabilities = json_object ();
         for (int k = 0; k < n_classes; k++)
-            json_object_set_new (probabilities, s_name (self, k, buffer),
+            json_object_set_new (probabilities, s_utf8 (s_name (self, k, buffer), label,
+                                                        sizeof label),
                                  json_real (exp ((double) logits [k] - top) / total));
-        json_t *line = json_pack ("{s:s, s:s, s:i, s:o}", "file", name, "class",
-                                  s_name (self, class_id, buffer), "class_id", class_id,
-                                  "probabilities", probabilities);
+        json_t *line = json_pack ("{s:s, s:s, s:i, s:o}", "file",
+                                  s_utf8 (name, file, sizeof file), "class",
+                                  s_utf8 (s_name (self, class_id, buffer), label, sizeof label),
+                                  "class_id", class_id, "probabilities", probabilities);
         json_t *values = self->logits? json_array (): NULL;
         for (int k = 0; values && k < n_classes; k++)
             json_array_append_new (values, json_real ((double) logits [k]));
@@ -143,6 +178,10 @@ s_write (void *arg, int64_t index, const float *logits, int n_classes, int class
             fprintf (self->out, "%s\n", text);
         free (text);
         json_decref (line);
+        if (!text) {
+            self->failed = ENOMEM;
+            return 1;
+        }
     }
     self->written++;
     if (ferror (self->out)) {

@@ -5,7 +5,9 @@
     corrupt image skipped, the others predicted; --logits beside the
     probabilities; what is wrong said.                                      */
 #include <criterion/criterion.h>
+#include <glob.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,6 +248,30 @@ Test (predict, a_model_trained_on_the_idx_files_predicts_images, .timeout = 600)
     cr_expect_eq (lines, 40);
     //  60 steps: well above chance (10%).
     cr_expect_gt (correct, 16, "%d of 40 right", correct);
+    za_test_result_free (&result);
+    //  A file whose name is not UTF-8 (Latin-1's "café"): its line names it
+    //  with the odd byte as \xe9 (the line was left out, and counted).
+    glob_t found;
+    char pattern [PATH_MAX], latin1 [PATH_MAX];
+    snprintf (pattern, sizeof pattern, "%s/*/*.png", images);
+    cr_assert_eq (glob (pattern, 0, NULL, &found), 0);
+    snprintf (latin1, sizeof latin1, "%s", found.gl_pathv [0]);
+    snprintf (strrchr (latin1, '/') + 1, 16, "caf\xe9.png");
+    cr_assert_eq (rename (found.gl_pathv [0], latin1), 0);
+    globfree (&found);
+    result = za_test_run (predict, RUN_TIMEOUT_S);
+    cr_assert_eq (result.exit_code, 0, "%s", result.err);
+    int named = 0;
+    lines = 0;
+    for (char *save = NULL, *text = strtok_r (result.out, "\n", &save); text;
+         text = strtok_r (NULL, "\n", &save), lines++) {
+        json_t *row = json_loads (text, 0, NULL);
+        const char *file = json_string_value (json_object_get (row, "file"));
+        named += file && strstr (file, "/caf\\xe9.png") != NULL;
+        json_decref (row);
+    }
+    cr_expect_eq (lines, 40, "%s", result.err);
+    cr_expect_eq (named, 1);
     za_test_result_free (&result);
     //  Another model than the default one, and a preprocessing: the
     //  training's, as if given (predict once built the default cnn and said
