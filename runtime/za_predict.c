@@ -209,9 +209,14 @@ za_predict_run (const za_program_t *program, za_options_t *options, za_settings_
     }
     za_task_t task;
     int rc = za_task_prepare (&task, program, options, s, 1, 1);
+    //  A file is written beside it and takes its name once whole: a run
+    //  that fails (a bad --checkpoint) leaves the one there as it was.
     FILE *out = NULL;
-    if (!rc && !(out = streq (s->output, "-")? stdout: fopen (s->output, "w"))) {
-        za_error ("predict: cannot write %s: %s", s->output, strerror (errno));
+    int to_file = !streq (s->output, "-");
+    char temp [PATH_CHARS + 32];
+    snprintf (temp, sizeof temp, "%s.%d.tmp", s->output, (int) getpid ());
+    if (!rc && !(out = to_file? fopen (temp, "w"): stdout)) {
+        za_error ("predict: cannot write %s: %s", temp, strerror (errno));
         rc = ZA_EXIT_USAGE;
     }
     za_run_config_t run = za_settings_run_config (s);
@@ -227,6 +232,11 @@ za_predict_run (const za_program_t *program, za_options_t *options, za_settings_
                                                s_write, &writer);
     if (out && out != stdout && fclose (out) && !writer.failed)
         writer.failed = errno;
+    if (out && out != stdout && !rc && predicted >= 0 && !writer.failed
+        && rename (temp, s->output))
+        writer.failed = errno;
+    if (out && out != stdout)
+        unlink (temp);                  //  (gone when renamed)
     if (!rc && predicted < 0)
         rc = 1;
     else

@@ -273,6 +273,21 @@ Test (predict, a_model_trained_on_the_idx_files_predicts_images, .timeout = 600)
     cr_expect_eq (lines, 40, "%s", result.err);
     cr_expect_eq (named, 1);
     za_test_result_free (&result);
+    //  --output FILE is written whole or not at all: a run that fails (a
+    //  checkpoint that is not there) leaves the file of the last run as it
+    //  was (it was emptied first), and no file of its own.
+    char *kept = za_test_write ("kept.jsonl", "the last run's\n");
+    const char *missing [] = {"predict", "--model-dir", model, "--data", images, "--checkpoint",
+                              "nope", "--output", kept, NULL};
+    result = za_test_run (missing, RUN_TIMEOUT_S);
+    cr_expect_eq (result.exit_code, 1, "%s", result.err);
+    za_test_result_free (&result);
+    char *text = (char *) za_test_read_file (kept, NULL);
+    cr_expect (text && !strcmp (text, "the last run's\n"), "%s", text? text: "(gone)");
+    free (text);
+    snprintf (pattern, sizeof pattern, "%s.*", kept);
+    cr_expect_eq (glob (pattern, 0, NULL, &found), GLOB_NOMATCH);
+    free (kept);
     //  Another model than the default one, and a preprocessing: the
     //  training's, as if given (predict once built the default cnn and said
     //  the checkpoint holds another; then it took no preprocessing).
