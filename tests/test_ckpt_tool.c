@@ -64,6 +64,20 @@ Test (ckpt_tool, ls_flags_corrupt_and_show_prints_tensors)
     cr_expect (strstr (out, "dense/kernel/m") != NULL, "%s", out);
     cr_expect_eq (s_ckpt_tool ("show", bad, out, sizeof out), 1, "%s", out);
     cr_expect_eq (s_ckpt_tool ("frobnicate", bad, out, sizeof out), 2, "%s", out);
+    //  Step 20's file copied in as step 40: intact bytes, but every loader
+    //  passes it over (its metadata says 20): ls says so (it said intact).
+    unlink (bad);
+    char *twenty = za_checkpoint_path (za_test_dir (), 20);
+    char *forty = za_checkpoint_path (za_test_dir (), 40);
+    size_t size;
+    void *bytes = za_test_read_file (twenty, &size);
+    f = fopen (forty, "wb");
+    cr_assert (bytes && f && fwrite (bytes, 1, size, f) == size);
+    fclose (f);
+    cr_expect_eq (s_ckpt_tool ("ls", za_test_dir (), out, sizeof out), 1, "%s", out);
+    cr_expect (strstr (out, "CORRUPT: its metadata says global_step 20"), "%s", out);
+    cr_expect_eq (za_test_count (out, "intact"), 2, "%s", out);
+    free (bytes), free (twenty), free (forty);
     free (bad);
     za_test_dir_remove ();
 }
