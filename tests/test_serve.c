@@ -354,6 +354,10 @@ Test (serve, bad_requests_get_tf_servings_error_and_the_server_goes_on)
     s_expect_error (port, "POST", predict, "{\"images\": []}", 400,
                     "Missing 'inputs' or 'instances' key");
     s_expect_error (port, "POST", predict, "[1, 2]", 400, "Missing 'inputs' or 'instances'");
+    //  One signature, TF Serving's default: another name is TF Serving's 400.
+    s_expect_error (port, "POST", predict, "{\"signature_name\": \"nope\", \"instances\": "
+                    "[[1]]}", 400, "Serving signature name: \"nope\" not found in signature "
+                    "def");
     s_expect_error (port, "POST", predict, "{\"instances\": 7}", 400, "not a list");
     s_expect_error (port, "POST", predict, "{\"instances\": [[1, 2, 3]]}", 400,
                     "instance 0: its shape is [3]");
