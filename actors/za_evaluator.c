@@ -3,6 +3,7 @@
     best-checkpoint exporter.                                                */
 #include "za/za_evaluator.h"
 #include "za/za_export.h"
+#include "za/za_json.h"
 #include "za/za_trace.h"
 #include "za/za_checkpoint.h"
 #include "za/za_early_stop.h"
@@ -235,8 +236,7 @@ s_export_best (s_best_t *self, const char *path, const za_eval_result_t *result)
     json_t *best = json_pack ("{s:I, s:s, s:s, s:f, s:f, s:o}", "global_step",
                               (json_int_t) result->global_step, "checkpoint", name, "metric",
                               self->goal.name, "value", value, "accuracy", result->accuracy,
-                              "loss", isfinite (result->loss)? json_real (result->loss)
-                                                             : json_null ());
+                              "loss", za_json_real (result->loss));
     char tmp [4800];
     snprintf (tmp, sizeof tmp, "%s.tmp", json);
     int rc = json_dump_file (best, tmp, JSON_INDENT (2)) == 0 && rename (tmp, json) == 0? 0: -1;

@@ -129,11 +129,11 @@ int64_t za_ps_global_step (za_ps_t *self);
 void za_ps_reply (za_ps_t *self, zframe_t *routing_id, za_wire_lease_t *lease);
 
 //  Replies `error {code, message}` to request `seq`.
+void za_ps_reply_error (za_ps_t *self, zframe_t *routing_id, uint64_t seq, const char *code,
+                        const char *message);
 //  The error that says training is over: "done", or "preempted" when the
 //  chief stopped us so (the task then exits with the requeue code too).
 void za_ps_reply_over (za_ps_t *self, zframe_t *routing_id, uint64_t seq);
-void za_ps_reply_error (za_ps_t *self, zframe_t *routing_id, uint64_t seq, const char *code,
-                        const char *message);
 
 //  A whole message of `link`'s that cannot be used (its record or its
 //  header): the link stops reading that segment, and the sender hears

@@ -1,8 +1,8 @@
 /*  za_registry_show.c: what the broker shows of its registry: the job's
     counts, the cluster view a report is answered with, a row per task.    */
 #include "za_registry_private.h"
+#include "za/za_json.h"
 
-#include <math.h>
 #include <stdio.h>
 
 const char *za_registry_state_names [] = {
@@ -72,7 +72,11 @@ za_registry_view (const za_registry_t *self)
         }
     json_t *view = json_pack ("{s:b, s:o, s:i}", "ready", ready, "ps", ps, "num_workers",
                               config->counts [ZA_TASK_CHIEF] + config->counts [ZA_TASK_WORKER]);
-    if (view && ring)
+    //  An elastic job's ring and members go with their change's number:
+    //  none while a restarted broker lets the tasks re-register (they keep
+    //  those they hold; a view of no members they would drop whole).
+    int numbered = !za_registry_elastic (self) || self->membership > 0;
+    if (view && ring && numbered)
         json_object_set_new (view, "ring", ring);
     else
         json_decref (ring);
@@ -81,7 +85,7 @@ za_registry_view (const za_registry_t *self)
     if (view && self->preempting)
         json_object_set_new (view, "preempting", json_true ());
     //  An elastic job's members by worker index, and their change's number.
-    if (view && za_registry_elastic (self)) {
+    if (view && za_registry_elastic (self) && numbered) {
         json_t *members = json_array ();
         for (int kind = ZA_TASK_CHIEF; kind <= ZA_TASK_WORKER; kind++)
             for (int i = 0; i < config->counts [kind]; i++)
@@ -127,7 +131,7 @@ s_row (const za_entry_t *task, double now)
                              "state", state, "global_step", (json_int_t) task->step,
                              "steps_per_sec", task->steps_per_sec,
                              "examples_per_sec", task->examples_per_sec,
-                             "loss", isfinite (task->loss)? json_real (task->loss): json_null (),
+                             "loss", za_json_real (task->loss),
                              "restarts", task->restarts);
     //  `state` is the one word a person reads (the role's own while it is
     //  live, else ours); the two vocabularies apart, for programs:

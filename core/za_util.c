@@ -255,16 +255,6 @@ za_count_text (int64_t n, char *text, size_t size)
     return text;
 }
 
-const char *
-za_json_real_text (double value, int digits, char *text, size_t size)
-{
-    if (isfinite (value))
-        snprintf (text, size, "%.*g", digits, value);
-    else
-        snprintf (text, size, "null");
-    return text;
-}
-
 int
 za_mkdirs (const char *dir)
 {

@@ -4,6 +4,7 @@
 #include "za/za_broker_client.h"
 #include "za/za_curve.h"
 #include "za/za_preempt.h"
+#include "za/za_json.h"
 #include "za/za_util.h"
 
 #include <jansson.h>
@@ -189,11 +190,12 @@ za_broker_client_report (za_broker_client_t *self, const za_task_registration_t 
     //  Our clock: the broker answers with its own (the trace's times).
     json_object_set_new (body, "clock", json_pack ("{s:f, s:s}", "sent", za_clock_mono (),
                                                    "boot", za_boot_id ()));
+    //  The members' change we hold: a restarted broker numbers on from it.
+    if (membership > 0)
+        json_object_set_new (body, "membership", json_integer (membership));
     //  SIGTERM came (za_preempt.h): the broker stops the whole job; to an
     //  elastic job's worker: it drops this one from the members, or stops
     //  the job where this one may not leave.
-    if (membership > 0)
-        json_object_set_new (body, "membership", json_integer (membership));
     if (za_preempt_requested ())
         json_object_set_new (body, "preempting", json_true ());
     else
@@ -204,8 +206,7 @@ za_broker_client_report (za_broker_client_t *self, const za_task_registration_t 
         json_object_set_new (body, "global_step", json_integer (atomic_load (&s->global_step)));
         //  A diverged loss (NaN) goes as null: JSON has no NaN, and a
         //  report without its loss was refused (the task taken for silent).
-        double loss = atomic_load (&s->loss);
-        json_object_set_new (body, "loss", isfinite (loss)? json_real (loss): json_null ());
+        json_object_set_new (body, "loss", za_json_real (atomic_load (&s->loss)));
         json_object_set_new (body, "steps_per_sec", json_real (atomic_load (&s->steps_per_sec)));
         json_object_set_new (body, "examples_per_sec",
                              json_real (atomic_load (&s->examples_per_sec)));

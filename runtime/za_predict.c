@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define PATH_CHARS 4096
@@ -26,50 +27,11 @@ typedef struct {
     int csv;
     int logits;                         //  --logits: write them too, to 9 digits
     char **names;                       //  the class names, or NULL: their numbers
+    char **json_names;                  //  the same as JSON strings take them (s_utf8)
     int n_names;
     int64_t written;
     int failed;
 } s_writer_t;
-
-//  The class names of --class-names (or input.json's) into writer.
-static void
-s_names (s_writer_t *self, const char *text)
-{
-    if (!text)
-        return;
-    char *copy = strdup (text);
-    self->names = calloc (strlen (text) + 2, sizeof *self->names);
-    for (char *save = NULL, *name = copy && self->names? strtok_r (copy, ",", &save): NULL;
-         name; name = strtok_r (NULL, ",", &save))
-        self->names [self->n_names++] = strdup (name);
-    free (copy);
-}
-
-static const char *
-s_name (const s_writer_t *self, int k, char *buffer)
-{
-    if (self->names && self->n_names && k < self->n_names)
-        return self->names [k];
-    snprintf (buffer, NAME_CHARS, "%d", k);
-    return buffer;
-}
-
-//  A CSV field: quoted when it holds a comma, a quote or a line break.
-static void
-s_csv_field (FILE *out, const char *text)
-{
-    if (!strpbrk (text, ",\"\r\n")) {
-        fputs (text, out);
-        return;
-    }
-    fputc ('"', out);
-    for (const char *p = text; *p; p++) {
-        if (*p == '"')
-            fputc ('"', out);
-        fputc (*p, out);
-    }
-    fputc ('"', out);
-}
 
 //  text as a JSON string takes it: each byte that is not of valid UTF-8 (a
 //  Latin-1 file or folder name) as \xNN, as Python writes such a name;
@@ -99,6 +61,53 @@ s_utf8 (const char *text, char *out, size_t size)
     }
     out [at] = 0;
     return out;
+}
+
+//  The class names of --class-names (or input.json's) into writer.
+static void
+s_names (s_writer_t *self, const char *text)
+{
+    if (!text)
+        return;
+    char *copy = strdup (text);
+    self->names = calloc (strlen (text) + 2, sizeof *self->names);
+    self->json_names = calloc (strlen (text) + 2, sizeof *self->json_names);
+    char clean [4 * NAME_CHARS];
+    for (char *save = NULL, *name = copy && self->names && self->json_names
+                                  ? strtok_r (copy, ",", &save): NULL;
+         name; name = strtok_r (NULL, ",", &save)) {
+        self->json_names [self->n_names] = strdup (s_utf8 (name, clean, sizeof clean));
+        self->names [self->n_names++] = strdup (name);
+    }
+    free (copy);
+}
+
+//  Class k's name (its number without --class-names); json: as a JSON
+//  string takes it (s_utf8).
+static const char *
+s_name (const s_writer_t *self, int k, char *buffer, int json)
+{
+    if (self->names && self->n_names && k < self->n_names)
+        return json? self->json_names [k]: self->names [k];
+    snprintf (buffer, NAME_CHARS, "%d", k);
+    return buffer;
+}
+
+//  A CSV field: quoted when it holds a comma, a quote or a line break.
+static void
+s_csv_field (FILE *out, const char *text)
+{
+    if (!strpbrk (text, ",\"\r\n")) {
+        fputs (text, out);
+        return;
+    }
+    fputc ('"', out);
+    for (const char *p = text; *p; p++) {
+        if (*p == '"')
+            fputc ('"', out);
+        fputc (*p, out);
+    }
+    fputc ('"', out);
 }
 
 //  The example's name: its file (FILE@OFFSET for a TFRecord's), or its
@@ -133,17 +142,17 @@ s_write (void *arg, int64_t index, const float *logits, int n_classes, int class
             fputs ("file,class", self->out);
             for (int k = 0; k < n_classes; k++) {
                 fputs (",p_", self->out);
-                s_csv_field (self->out, s_name (self, k, buffer));
+                s_csv_field (self->out, s_name (self, k, buffer, 0));
             }
             for (int k = 0; k < n_classes && self->logits; k++) {
                 fputs (",logit_", self->out);
-                s_csv_field (self->out, s_name (self, k, buffer));
+                s_csv_field (self->out, s_name (self, k, buffer, 0));
             }
             fputc ('\n', self->out);
         }
         s_csv_field (self->out, name);
         fputc (',', self->out);
-        s_csv_field (self->out, s_name (self, class_id, buffer));
+        s_csv_field (self->out, s_name (self, class_id, buffer, 0));
         //  --logits: every number to 9 digits, as the JSON lines.
         for (int k = 0; k < n_classes; k++)
             fprintf (self->out, self->logits? ",%.9g": ",%.6g",
@@ -155,16 +164,15 @@ s_write (void *arg, int64_t index, const float *logits, int n_classes, int class
     else {
         //  (Names that are not UTF-8 with their odd bytes as \xNN: the line
         //  was left out, and counted.)
-        char file [4 * sizeof name], label [4 * sizeof buffer];
+        char file [4 * sizeof name];
         json_t *probabilities = json_object ();
         for (int k = 0; k < n_classes; k++)
-            json_object_set_new (probabilities, s_utf8 (s_name (self, k, buffer), label,
-                                                        sizeof label),
+            json_object_set_new (probabilities, s_name (self, k, buffer, 1),
                                  json_real (exp ((double) logits [k] - top) / total));
         json_t *line = json_pack ("{s:s, s:s, s:i, s:o}", "file",
                                   s_utf8 (name, file, sizeof file), "class",
-                                  s_utf8 (s_name (self, class_id, buffer), label, sizeof label),
-                                  "class_id", class_id, "probabilities", probabilities);
+                                  s_name (self, class_id, buffer, 1), "class_id", class_id,
+                                  "probabilities", probabilities);
         json_t *values = self->logits? json_array (): NULL;
         for (int k = 0; values && k < n_classes; k++)
             json_array_append_new (values, json_real ((double) logits [k]));
@@ -209,14 +217,18 @@ za_predict_run (const za_program_t *program, za_options_t *options, za_settings_
     }
     za_task_t task;
     int rc = za_task_prepare (&task, program, options, s, 1, 1);
-    //  A file is written beside it and takes its name once whole: a run
-    //  that fails (a bad --checkpoint) leaves the one there as it was.
+    //  A plain file is written beside it and takes its name once whole: a
+    //  run that fails (a bad --checkpoint) leaves the one there as it was.
+    //  Anything else (a pipe, /dev/stdout, a link) is written as it is.
     FILE *out = NULL;
-    int to_file = !streq (s->output, "-");
+    struct stat st;
+    int to_stdout = streq (s->output, "-");
+    int beside = !to_stdout && (lstat (s->output, &st) ? errno == ENOENT: S_ISREG (st.st_mode));
     char temp [PATH_CHARS + 32];
-    snprintf (temp, sizeof temp, "%s.%d.tmp", s->output, (int) getpid ());
-    if (!rc && !(out = to_file? fopen (temp, "w"): stdout)) {
-        za_error ("predict: cannot write %s: %s", temp, strerror (errno));
+    snprintf (temp, sizeof temp, "%s.%d.tmp", beside? s->output: "", (int) getpid ());
+    const char *path = beside? temp: s->output;
+    if (!rc && !(out = to_stdout? stdout: fopen (path, "w"))) {
+        za_error ("predict: cannot write %s: %s", path, strerror (errno));
         rc = ZA_EXIT_USAGE;
     }
     za_run_config_t run = za_settings_run_config (s);
@@ -232,10 +244,9 @@ za_predict_run (const za_program_t *program, za_options_t *options, za_settings_
                                                s_write, &writer);
     if (out && out != stdout && fclose (out) && !writer.failed)
         writer.failed = errno;
-    if (out && out != stdout && !rc && predicted >= 0 && !writer.failed
-        && rename (temp, s->output))
+    if (beside && out && !rc && predicted >= 0 && !writer.failed && rename (temp, s->output))
         writer.failed = errno;
-    if (out && out != stdout)
+    if (beside && out)
         unlink (temp);                  //  (gone when renamed)
     if (!rc && predicted < 0)
         rc = 1;
@@ -259,8 +270,9 @@ za_predict_run (const za_program_t *program, za_options_t *options, za_settings_
         fflush (stdout);
     za_estimator_destroy (&estimator);
     for (int k = 0; k < writer.n_names; k++)
-        free (writer.names [k]);
+        free (writer.names [k]), free (writer.json_names [k]);
     free (writer.names);
+    free (writer.json_names);
     za_task_release (&task);
     return rc;
 }

@@ -205,10 +205,10 @@ s_read_job (za_serve_t *self, const char *body, size_t size, za_serve_job_t *job
     json_t *list = instances? instances: inputs;
     *columnar = instances == NULL;
     json_t *answer = NULL;
-    //  The model has one signature, TF Serving's default one.
+    //  The model has one signature, TF Serving's default one ("" names it too).
     json_t *signature = json_object_get (root, "signature_name");
     const char *named = json_string_value (signature);
-    if (signature && !(named && streq (named, "serving_default")))
+    if (signature && !(named && (!*named || streq (named, "serving_default"))))
         answer = json_pack ("{s:s++}", "error", "Serving signature name: \"",
                             named? named: "(not a string)", "\" not found in signature def");
     else

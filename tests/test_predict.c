@@ -288,6 +288,13 @@ Test (predict, a_model_trained_on_the_idx_files_predicts_images, .timeout = 600)
     snprintf (pattern, sizeof pattern, "%s.*", kept);
     cr_expect_eq (glob (pattern, 0, NULL, &found), GLOB_NOMATCH);
     free (kept);
+    //  What is not a plain file is written as it is (/dev/stdout, a pipe).
+    const char *to_stdout [] = {"predict", "--model-dir", model, "--data", images, "--output",
+                                "/dev/stdout", NULL};
+    result = za_test_run (to_stdout, RUN_TIMEOUT_S);
+    cr_expect_eq (result.exit_code, 0, "%s", result.err);
+    cr_expect_eq (za_test_count (result.out, "\"probabilities\""), 40, "%s", result.err);
+    za_test_result_free (&result);
     //  Another model than the default one, and a preprocessing: the
     //  training's, as if given (predict once built the default cnn and said
     //  the checkpoint holds another; then it took no preprocessing).

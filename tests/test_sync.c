@@ -514,6 +514,19 @@ s_ring_shown (json_t *state, void *arg)
 //  the same values, and that the chief's log says `said` with a step at or
 //  past the one seen at the kill: where the ring went on from. Returns the
 //  chief's log (caller frees).
+//  Such a job's arguments into args [S_RING_ARGS] (steps: its text).
+#define S_RING_ARGS 32
+static void
+s_ring_args (const char **args, const char *model_dir, const char *steps, const char *device)
+{
+    const char *list [] = {"--local", "--strategy", "allreduce", "--model", "cnn", "--workers",
+                           "1", "--evaluators", "0", "--max-steps", steps, "--batch-size", "32",
+                           "--save-checkpoints-steps", "100000", "--model-dir", model_dir,
+                           "--timeout-secs", "60", "--bucket-kib", "16", "--seed", "7",
+                           "--device", device? device: "cpu", NULL};
+    memcpy (args, list, sizeof list);
+}
+
 static char *
 s_local_ring_with_a_kill (const char *model_dir, const char *role, int max_steps,
                           const char *said, const char *device)
@@ -521,11 +534,8 @@ s_local_ring_with_a_kill (const char *model_dir, const char *role, int max_steps
     char *out = za_test_path ("local.out");
     char steps [16];
     snprintf (steps, sizeof steps, "%d", max_steps);
-    const char *args [] = {"--local", "--strategy", "allreduce", "--model", "cnn", "--workers",
-                           "1", "--evaluators", "0", "--max-steps", steps, "--batch-size", "32",
-                           "--save-checkpoints-steps", "100000", "--model-dir", model_dir,
-                           "--timeout-secs", "60", "--bucket-kib", "16", "--seed", "7",
-                           "--device", device? device: "cpu", NULL};
+    const char *args [S_RING_ARGS];
+    s_ring_args (args, model_dir, steps, device);
     char broker [128];
     pid_t local = za_test_start_local ("zactor-run", args, out, broker);
     za_test_want_t want = {role, 0, 0, 100};
@@ -578,10 +588,8 @@ Test (allreduce, a_killed_worker_rejoins_the_ring_where_it_was_without_a_rewind)
     int64_t end;
     uint32_t killed = s_log_crc (model_dir, "logs/chief-0.log", &end);
     char *quiet = za_test_path ("quiet");
-    const char *args [] = {"--local", "--strategy", "allreduce", "--model", "cnn", "--workers",
-                           "1", "--evaluators", "0", "--max-steps", "500", "--batch-size", "32",
-                           "--save-checkpoints-steps", "100000", "--model-dir", quiet,
-                           "--timeout-secs", "60", "--bucket-kib", "16", "--seed", "7", NULL};
+    const char *args [S_RING_ARGS];
+    s_ring_args (args, quiet, "500", NULL);
     za_test_result_t result = za_test_run (args, RUN_TIMEOUT_S);
     cr_assert_eq (result.exit_code, 0, "%s", result.err);
     za_test_result_free (&result);

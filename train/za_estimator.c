@@ -2,6 +2,7 @@
     hooks (step counter, summaries, checkpoints), restore, evaluation and
     prediction, over one replica of the model.                              */
 #include "za/za_estimator.h"
+#include "za/za_json.h"
 #include "za/za_trace.h"
 #include "za/za_checkpoint.h"
 #include "za/za_early_stop.h"

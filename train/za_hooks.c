@@ -4,6 +4,7 @@
 #include "za/za_trace.h"
 #include "za/za_early_stop.h"
 #include "za/za_optim.h"
+#include "za/za_json.h"
 #include "za/za_util.h"
 
 #include <errno.h>

@@ -128,9 +128,10 @@ typedef struct {
     int64_t images, bad_images;
     int input_failed;
     //  za_estimator_evaluate_checkpoint: 1 when the checkpoint is intact but
-    //  not of this model (another model, other shapes): every one would be;
-    //  1 when it could not be loaded (gone, corrupt): another one may be.
+    //  not of this model (another model, other shapes): every one would be.
     int model_differs;
+    //  za_estimator_evaluate_checkpoint: 1 when the checkpoint could not be
+    //  loaded (gone, corrupt): another one may be.
     int unreadable;
 } za_eval_result_t;
 

@@ -55,12 +55,6 @@ int za_mkdirs (const char *dir);
 #define ZA_COUNT_TEXT_MAX 27
 const char *za_count_text (int64_t n, char *text, size_t size);
 
-//  A number for a JSON text: value with `digits` significant digits, or null
-//  when it is not finite (JSON has neither NaN nor infinity: a diverged
-//  loss made lines no reader takes). Into text [size]; returns text.
-#define ZA_JSON_REAL_MAX 32
-const char *za_json_real_text (double value, int digits, char *text, size_t size);
-
 //  Informational log line to stderr: "zactor: MSG".
 void za_info (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
 
