@@ -422,6 +422,17 @@ typedef struct {
 static const s_restart_run_t s_dnn_run = {"dnn", "12000", "500"};
 static const s_restart_run_t s_cnn_run = {"cnn", "1500", "50"};
 
+//  The stderr files of a restart test's processes: task0.err .. task<n-1>.err.
+static void
+s_err_paths (char **errs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char name [32];
+        snprintf (name, sizeof name, "task%d.err", i);
+        errs [i] = za_test_path (name);
+    }
+}
+
 //  Starts one role of a restart test; its stderr goes to err_path.
 static pid_t
 s_start_role (const s_restart_run_t *run, const char *cluster, const char *role,
@@ -463,11 +474,7 @@ Test (distributed, killed_worker_and_chief_come_back, .timeout = 300 * ZA_TEST_S
     const char *roles [3] = {"ps", "worker", "chief"};
     char *errs [5];
     pid_t pids [3];
-    for (int i = 0; i < 5; i++) {
-        char name [32];
-        snprintf (name, sizeof name, "task%d.err", i);
-        errs [i] = za_test_path (name);
-    }
+    s_err_paths (errs, 5);
     for (int t = 0; t < 3; t++)
         pids [t] = s_start_role (&s_dnn_run, cluster, roles [t], model_dir, errs [t]);
     s_wait_first_checkpoint ();
@@ -517,11 +524,7 @@ Test (distributed, a_preempted_chief_stops_every_task_for_a_requeue,
     const char *roles [3] = {"ps", "worker", "chief"};
     char *errs [6];
     pid_t pids [3];
-    for (int i = 0; i < 6; i++) {
-        char name [32];
-        snprintf (name, sizeof name, "task%d.err", i);
-        errs [i] = za_test_path (name);
-    }
+    s_err_paths (errs, 6);
     for (int t = 0; t < 3; t++)
         pids [t] = s_start_role (&s_cnn_run, cluster, roles [t], model_dir, errs [t]);
     s_wait_first_checkpoint ();
@@ -573,11 +576,7 @@ Test (distributed, a_restarted_ps_gets_the_chiefs_values, .timeout = 180 * ZA_TE
     char *model_dir = za_test_path ("run");
     const char *roles [3] = {"ps", "chief", "worker"};
     char *errs [4];                     //  the ps, the chief, the worker, the ps again
-    for (int i = 0; i < 4; i++) {
-        char name [32];
-        snprintf (name, sizeof name, "task%d.err", i);
-        errs [i] = za_test_path (name);
-    }
+    s_err_paths (errs, 4);
     pid_t pids [3];
     for (int t = 0; t < 3; t++)
         pids [t] = s_start_role (&s_cnn_run, cluster, roles [t], model_dir, errs [t]);
