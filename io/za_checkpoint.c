@@ -421,6 +421,22 @@ za_checkpoint_load (const char *path)
 }
 
 za_checkpoint_t *
+za_checkpoint_load_step (const char *model_dir, int64_t step)
+{
+    char *path = za_checkpoint_path (model_dir, step);
+    if (!path)
+        return NULL;
+    za_checkpoint_t *self = za_checkpoint_load (path);
+    if (self && self->step != step) {
+        za_error ("'%s': metadata says global_step %" PRId64 ", the name says %" PRId64, path,
+                  self->step, step);
+        za_checkpoint_destroy (&self);
+    }
+    free (path);
+    return self;
+}
+
+za_checkpoint_t *
 za_checkpoint_load_newest (const char *model_dir, int *found_any)
 {
     if (found_any)
@@ -434,19 +450,8 @@ za_checkpoint_load_newest (const char *model_dir, int *found_any)
         *found_any = 1;
 
     za_checkpoint_t *self = NULL;
-    for (int i = count - 1; i >= 0 && !self; i--) {
-        char *path = za_checkpoint_path (model_dir, steps [i]);
-        if (!path)
-            break;
-        self = za_checkpoint_load (path);
-        //  A file renamed from another step would restore the wrong state.
-        if (self && self->step != steps [i]) {
-            za_error ("'%s': metadata says global_step %" PRId64 ", the name says %" PRId64,
-                      path, self->step, steps [i]);
-            za_checkpoint_destroy (&self);
-        }
-        free (path);
-    }
+    for (int i = count - 1; i >= 0 && !self; i--)
+        self = za_checkpoint_load_step (model_dir, steps [i]);
     if (!self)
         za_error ("'%s': none of the %d checkpoints is intact", model_dir, count);
     free (steps);

@@ -83,6 +83,11 @@ typedef struct _za_checkpoint_t za_checkpoint_t;
 //  Caller destroys the result with za_checkpoint_destroy.
 za_checkpoint_t *za_checkpoint_load (const char *path);
 
+//  Loads model_dir's checkpoint of `step` as za_checkpoint_load does; one
+//  whose metadata names another global_step (a file copied in under another
+//  name, which would restore the wrong state) is corrupt too.
+za_checkpoint_t *za_checkpoint_load_step (const char *model_dir, int64_t step);
+
 //  Loads the newest intact checkpoint in model_dir: tries steps newest first
 //  (from the directory listing, so a stale index does not matter), skipping
 //  corrupt ones with an error each (a file whose metadata global_step differs
