@@ -503,6 +503,16 @@ s_route (za_serve_t *self, struct MHD_Connection *connection, const char *url,
     return s_send_json (self, connection, status, answer, NULL);
 }
 
+static enum MHD_Result
+s_too_large (za_serve_t *self, struct MHD_Connection *connection)
+{
+    char limit [32];
+    snprintf (limit, sizeof limit, "%lld", (long long) self->s->max_body_bytes);
+    return s_error (self, connection, 413, NULL,
+                    "the request's body is larger than %s bytes (--max-body-bytes)%s",
+                    limit, "");
+}
+
 enum MHD_Result
 za_serve_on_request (void *cls, struct MHD_Connection *connection, const char *url,
               const char *method, const char *http_version, const char *upload_data,
@@ -517,6 +527,14 @@ za_serve_on_request (void *cls, struct MHD_Connection *connection, const char *u
             return MHD_NO;
         request->started = za_clock_mono ();
         *con_cls = request;
+        //  A body its Content-Length says is too large is refused now,
+        //  before it is sent (a client that sent "Expect: 100-continue"
+        //  sends none) or read.
+        const char *length = MHD_lookup_connection_value (connection, MHD_HEADER_KIND,
+                                                          MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (length
+            && strtoull (length, NULL, 10) > (unsigned long long) self->s->max_body_bytes)
+            return s_too_large (self, connection);
         return MHD_YES;
     }
     if (*upload_data_size) {            //  a part of the body
@@ -541,13 +559,8 @@ za_serve_on_request (void *cls, struct MHD_Connection *connection, const char *u
         request->size += more;
         return MHD_YES;
     }
-    if (request->too_large) {
-        char limit [32];
-        snprintf (limit, sizeof limit, "%lld", (long long) self->s->max_body_bytes);
-        return s_error (self, connection, 413, NULL,
-                        "the request's body is larger than %s bytes (--max-body-bytes)%s",
-                        limit, "");
-    }
+    if (request->too_large)
+        return s_too_large (self, connection);
     return s_route (self, connection, url, method, request);
 }
 

@@ -405,6 +405,17 @@ Test (serve, bad_requests_get_tf_servings_error_and_the_server_goes_on)
     body = s_body (0, 100, 0);
     s_expect_error (port, "POST", predict, body, 413, "larger than 100000 bytes");
     free (body);
+    //  One whose Content-Length says so: 413 at once, the body not awaited
+    //  (curl sends "Expect: 100-continue" and waits for the answer).
+    za_test_http_t refused = za_test_http_raw (
+        port, "POST /v1/models/fmnist:predict HTTP/1.1\r\nHost: localhost\r\n"
+        "Content-Length: 1000000000000\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
+        NULL, 0);
+    cr_expect_eq (refused.status, 413, "%d %s", refused.status, refused.body);
+    cr_expect (refused.body && strstr (refused.body, "larger than 100000 bytes"), "%s",
+               refused.body);
+    free (refused.body);
+    s_expect_serving (port);
     //  A body within it whose images the model takes as more than 16 times
     //  it (600 PNGs of 1 x 1 pixel, 28 x 28 floats each): 400, not 1.9 MB.
     char *tiny = za_test_path ("tiny.png");

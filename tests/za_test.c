@@ -672,6 +672,16 @@ za_test_random (size_t n, za_rng_t *rng)
 za_test_http_t
 za_test_http (int port, const char *method, const char *path, const char *body, size_t size)
 {
+    char head [512];
+    snprintf (head, sizeof head, "%s %s HTTP/1.1\r\nHost: localhost\r\n"
+              "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+              "Connection: close\r\n\r\n", method, path, body? size: 0);
+    return za_test_http_raw (port, head, body, size);
+}
+
+za_test_http_t
+za_test_http_raw (int port, const char *head, const char *body, size_t size)
+{
     za_test_http_t answer = {.status = -1};
     int fd = socket (AF_INET, SOCK_STREAM, 0);
     cr_assert_geq (fd, 0);
@@ -681,10 +691,7 @@ za_test_http (int port, const char *method, const char *path, const char *body, 
         close (fd);
         return answer;
     }
-    char head [512];
-    int length = snprintf (head, sizeof head, "%s %s HTTP/1.1\r\nHost: localhost\r\n"
-                           "Content-Type: application/json\r\nContent-Length: %zu\r\n"
-                           "Connection: close\r\n\r\n", method, path, body? size: 0);
+    ssize_t length = (ssize_t) strlen (head);
     int sent = send (fd, head, (size_t) length, MSG_NOSIGNAL) == length;
     for (size_t at = 0; sent && body && at < size; ) {
         ssize_t n = send (fd, body + at, size - at, MSG_NOSIGNAL);

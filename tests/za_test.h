@@ -216,6 +216,10 @@ typedef struct {
 za_test_http_t za_test_http (int port, const char *method, const char *path,
                              const char *body, size_t size);
 
+//  The same with the request's head as given (its lines and the blank line
+//  that ends them), then size bytes of body.
+za_test_http_t za_test_http_raw (int port, const char *head, const char *body, size_t size);
+
 //  The text of tmux server `socket`'s pane "top" (caller frees), or NULL.
 char *za_test_tmux_capture (const char *socket);
 
