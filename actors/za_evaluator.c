@@ -776,6 +776,32 @@ za_evaluator_actor (zsock_t *pipe, void *args)
                              0, 0, evaluations);
 }
 
+//  Training's watch on its evaluator, looked at every 0.2 s of steps: an
+//  evaluator that ends before training does has failed (its evaluation
+//  cannot go on), and training stops after the step, which is saved, as
+//  TensorFlow's local train_and_evaluate fails with its evaluation.
+typedef struct {
+    zactor_t *evaluator;
+    double next_look;                   //  elapsed_secs of the next look
+    int ended;                          //  it said its end: rc, evaluations
+    int rc;
+    int64_t evaluations;
+} s_watch_evaluator_t;
+
+static int
+s_watch_evaluator (void *arg, const za_run_context_t *context)
+{
+    s_watch_evaluator_t *self = (s_watch_evaluator_t *) arg;
+    if (self->ended || context->elapsed_secs < self->next_look)
+        return 0;
+    self->next_look = context->elapsed_secs + 0.2;
+    if (!(zsock_events (zactor_sock (self->evaluator)) & ZMQ_POLLIN))
+        return 0;
+    self->ended = 1;
+    self->rc = za_role_wait (self->evaluator, 0, NULL, NULL, &self->evaluations);
+    return self->rc != 0;
+}
+
 int
 za_train_and_evaluate (za_estimator_t *estimator, za_input_fn_t input_fn, void *arg,
                        int64_t max_steps, za_evaluator_config_t *eval, int *evaluations)
@@ -783,19 +809,27 @@ za_train_and_evaluate (za_estimator_t *estimator, za_input_fn_t input_fn, void *
     if (evaluations)
         *evaluations = 0;
     eval->max_steps = max_steps;
-    zactor_t *evaluator = zactor_new (za_evaluator_actor, eval);
-    if (!evaluator)
+    s_watch_evaluator_t watch = {.evaluator = zactor_new (za_evaluator_actor, eval)};
+    if (!watch.evaluator)
         return za_error ("train_and_evaluate: cannot start the evaluator");
-    int rc = za_estimator_train (estimator, input_fn, arg, max_steps);
-    int64_t count = 0;
-    //  After a training error or a preemption the evaluator is stopped
-    //  ($TERM), not awaited.
-    int eval_rc = rc || za_preempt_requested ()? 0
-                : za_role_wait (evaluator, 0, NULL, NULL, &count);
-    zactor_destroy (&evaluator);
+    za_hook_t hook = {.arg = &watch, .after_run = s_watch_evaluator};
+    int rc = za_estimator_add_hook (estimator, &hook);
+    if (rc == 0) {
+        rc = za_estimator_train (estimator, input_fn, arg, max_steps);
+        za_estimator_pop_hook (estimator);
+    }
+    //  After a training error, a preemption or Ctrl-C the evaluator is
+    //  stopped ($TERM), not awaited.
+    if (!watch.ended && !rc && !za_preempt_requested () && !zsys_interrupted)
+        watch.rc = za_role_wait (watch.evaluator, 0, NULL, NULL, &watch.evaluations);
+    zactor_destroy (&watch.evaluator);
     if (evaluations)
-        *evaluations = (int) count;
+        *evaluations = (int) watch.evaluations;
     if (rc)
         return -1;
-    return eval_rc? za_error ("train_and_evaluate: the evaluator failed (see above)"): 0;
+    if (watch.rc && watch.ended)
+        return za_error ("train_and_evaluate: the evaluator failed (see above): training "
+                         "stopped at step %" PRId64 ", saved in '%s'",
+                         za_estimator_global_step (estimator), eval->model_dir);
+    return watch.rc? za_error ("train_and_evaluate: the evaluator failed (see above)"): 0;
 }

@@ -251,7 +251,7 @@ za_task_run_single (za_task_t *task)
         int evaluations = 0;
         rc = za_train_and_evaluate (estimator, za_task_input, task, s->max_steps, &eval,
                                     &evaluations)? 1: 0;
-        if (!rc)
+        if (!rc && !za_preempt_requested () && !zsys_interrupted)
             rc = za_task_print_last_eval (s, evaluations);
     }
     else

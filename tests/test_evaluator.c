@@ -9,6 +9,8 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "za/za_checkpoint.h"
@@ -647,5 +649,34 @@ Test (evaluator, a_replay_on_other_data_must_be_named)
     char *other = za_test_join (dir, "eval_other/metrics.jsonl");
     cr_expect_eq (access (other, F_OK), 0, "no %s", other);
     free (other);
+    za_test_dir_remove ();
+}
+
+//  --train-and-evaluate whose evaluator fails mid-training (its results
+//  cannot be written: metrics.jsonl turned into a folder) stops the training
+//  after the step it is at, saved, with the evaluator's error (training went
+//  on to max_steps and said the failure only then).
+Test (evaluator, a_failed_evaluator_stops_train_and_evaluate)
+{
+    const char *dir = za_test_dir_create ("za_evaluator_failed");
+    char *out = za_test_path ("te.out"), *err = za_test_path ("te.err");
+    const char *args [] = {"--model", "linear", "--max-steps", "100000",
+                           "--save-checkpoints-steps", "50", "--train-and-evaluate", "--start-delay-secs", "0",
+                           "--throttle-secs", "0", "--threads", "1", "--model-dir", dir, NULL};
+    pid_t pid = za_test_spawn (args, out, err);
+    char *metrics = za_test_join (dir, "eval/metrics.jsonl");
+    free (za_test_wait_for_text (metrics, "global_step", 120));
+    char *moved = za_test_join (dir, "eval/metrics.moved");
+    cr_assert_eq (rename (metrics, moved), 0);
+    cr_assert_eq (mkdir (metrics, 0755), 0);
+    int status = za_test_wait (pid, 300);
+    cr_expect (WIFEXITED (status) && WEXITSTATUS (status) == 1, "status %d", status);
+    char *log = (char *) za_test_read_file (err, NULL);
+    const char *at = log? strstr (log, "training stopped at step "): NULL;
+    int64_t step = at? strtoll (at + strlen ("training stopped at step "), NULL, 10): -1;
+    cr_expect (at && strstr (log, "metrics.jsonl"), "%s", log? log: "(no log)");
+    cr_expect (step > 0 && step < 100000, "%s", log? log: "(no log)");
+    cr_expect_eq (za_checkpoint_newest_step (dir), step);
+    free (log), free (moved), free (metrics), free (out), free (err);
     za_test_dir_remove ();
 }

@@ -274,24 +274,29 @@ Test (preempt, the_requeue_exit_code_is_a_setting)
 
 //  One process: Ctrl-C (SIGINT) ends the training at the step under way,
 //  exit 130, with that step's checkpoint and no final evaluation (the loop
-//  once went on to max_steps and exited 0).
+//  once went on to max_steps and exited 0). With --train-and-evaluate its
+//  evaluator stops too, no error said (it said "the evaluator failed" and
+//  "no evaluation", exit 1).
 Test (preempt, ctrl_c_stops_one_process_at_once)
 {
-    char *dir = za_test_path ("interrupted");
-    char *out = za_test_path ("int.out"), *err = za_test_path ("int.err");
-    const char *args [] = {"--model-dir", dir, "--max-steps", "100000", "--threads", "1",
-                           NULL};
-    pid_t pid = za_test_spawn (args, out, err);
-    free (za_test_wait_for_text (err, "step 100/", PHASE_TIMEOUT_S));
-    cr_assert_eq (kill (pid, SIGINT), 0);
-    cr_expect_eq (s_exit_code (za_test_wait (pid, RUN_TIMEOUT_S)), 130);
-    char *log = (char *) za_test_read_file (err, NULL);
-    const char *at = log? strstr (log, "interrupted at step "): NULL;
-    int64_t step = at? strtoll (at + strlen ("interrupted at step "), NULL, 10): -1;
-    cr_expect (step >= 100 && step < 100000, "%s", log? log: "(no log)");
-    cr_expect_eq (za_checkpoint_newest_step (dir), step);
-    cr_expect (log && !strstr (log, "final evaluation"), "%s", log);
-    free (log), free (out), free (err), free (dir);
+    for (int with_evaluator = 0; with_evaluator < 2; with_evaluator++) {
+        char *dir = za_test_path (with_evaluator? "interrupted-te": "interrupted");
+        char *out = za_test_path ("int.out"), *err = za_test_path ("int.err");
+        const char *args [] = {"--model-dir", dir, "--max-steps", "100000", "--threads", "1",
+                               with_evaluator? "--train-and-evaluate": NULL, NULL};
+        pid_t pid = za_test_spawn (args, out, err);
+        free (za_test_wait_for_text (err, "step 100/", PHASE_TIMEOUT_S));
+        cr_assert_eq (kill (pid, SIGINT), 0);
+        cr_expect_eq (s_exit_code (za_test_wait (pid, RUN_TIMEOUT_S)), 130);
+        char *log = (char *) za_test_read_file (err, NULL);
+        const char *at = log? strstr (log, "interrupted at step "): NULL;
+        int64_t step = at? strtoll (at + strlen ("interrupted at step "), NULL, 10): -1;
+        cr_expect (step >= 100 && step < 100000, "%s", log? log: "(no log)");
+        cr_expect_eq (za_checkpoint_newest_step (dir), step);
+        cr_expect (log && !strstr (log, "final evaluation") && !strstr (log, "error"), "%s",
+                   log);
+        free (log), free (out), free (err), free (dir);
+    }
 }
 
 //  An evaluator following a job gets SIGTERM: it stops, exit 75, and says

@@ -108,6 +108,13 @@ za_estimator_add_hook (za_estimator_t *self, const za_hook_t *hook)
     return za_hooks_add (&self->hooks, hook);
 }
 
+void
+za_estimator_pop_hook (za_estimator_t *self)
+{
+    if (self->hooks.count > 0)
+        self->hooks.count--;
+}
+
 int64_t
 za_estimator_global_step (const za_estimator_t *self)
 {

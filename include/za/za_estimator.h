@@ -160,6 +160,8 @@ void za_estimator_destroy (za_estimator_t **self_p);
 //  hooks (step counter, summary saver, checkpoint saver, za_hooks.h) run
 //  first, then these in the order added.
 int za_estimator_add_hook (za_estimator_t *self, const za_hook_t *hook);
+//  Removes the hook added last (one that was for one train call).
+void za_estimator_pop_hook (za_estimator_t *self);
 
 //  Trains until global_step reaches max_steps or the input ends. Starts from
 //  the newest intact checkpoint in model_dir (a corrupt one is reported and

@@ -124,8 +124,10 @@ void za_evaluator_actor (zsock_t *pipe, void *args);
 //  tf.estimator.train_and_evaluate, the local case: trains `estimator` to
 //  max_steps while an evaluator (eval, with its model_dir and max_steps set
 //  from the estimator's) follows the checkpoints in another thread; returns
-//  once the evaluator has evaluated the final checkpoint. *evaluations (may
-//  be NULL) counts them. Returns 0, or -1 with an error from either side.
+//  once the evaluator has evaluated the final checkpoint. An evaluator that
+//  fails stops the training after the step it is at (saved); a preemption
+//  or Ctrl-C stops the evaluator. *evaluations (may be NULL) counts them.
+//  Returns 0, or -1 with an error from either side.
 int za_train_and_evaluate (za_estimator_t *estimator, za_input_fn_t input_fn, void *arg,
                            int64_t max_steps, za_evaluator_config_t *eval, int *evaluations);
 
