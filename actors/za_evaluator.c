@@ -122,13 +122,18 @@ s_already_evaluated (s_eval_t *self)
     return last;
 }
 
-//  Copies `src` to `dst` atomically (temp file, fsync, rename).
+//  Copies `src` (read from held, an open descriptor of it, where >= 0) to
+//  `dst` atomically (temp file, fsync, rename).
 static int
-s_copy_atomic (const char *src, const char *dst)
+s_copy_atomic (const char *src, int held, const char *dst)
 {
     char tmp [4700];
     snprintf (tmp, sizeof tmp, "%s.tmp", dst);
-    FILE *in = fopen (src, "rb");
+    int fd = held >= 0? dup (held): -1;
+    FILE *in = held < 0? fopen (src, "rb")
+             : fd >= 0 && lseek (fd, 0, SEEK_SET) == 0? fdopen (fd, "rb"): NULL;
+    if (!in && fd >= 0)
+        close (fd);
     if (!in)
         return za_error ("export: cannot read '%s': %s", src, strerror (errno));
     FILE *out = fopen (tmp, "wb");
@@ -170,7 +175,7 @@ s_export_beside (s_best_t *self, const char *dir, const char *dst)
     snprintf (input, sizeof input, "%s/input.json", self->model_dir);
     snprintf (copy, sizeof copy, "%s/input.json", dir);
     snprintf (onnx, sizeof onnx, "%s/model.onnx", dir);
-    if (access (input, F_OK) == 0 && s_copy_atomic (input, copy) && !self->input_failed++)
+    if (access (input, F_OK) == 0 && s_copy_atomic (input, -1, copy) && !self->input_failed++)
         za_info ("warning: %s: the best checkpoint's folder has no input.json: %s (said "
                  "once)", self->who, za_last_error ());
     if (!self->spec->export_onnx)
@@ -194,8 +199,10 @@ s_export_beside (s_best_t *self, const char *dir, const char *dst)
 
 //  Keeps a copy of the best checkpoint so far (by --best-metric) in the
 //  evaluation's best folder (za_evaluator_best_dir), with best.json naming it.
+//  held (>= 0): the checkpoint opened before it was evaluated, what is
+//  copied also when retention has deleted it since.
 static int
-s_export_best (s_best_t *self, const char *path, const za_eval_result_t *result)
+s_export_best (s_best_t *self, const char *path, int held, const za_eval_result_t *result)
 {
     double value;
     if (za_eval_result_value (result, self->goal.name, &value))
@@ -220,14 +227,14 @@ s_export_best (s_best_t *self, const char *path, const za_eval_result_t *result)
     const char *name = strrchr (path, '/');
     name = name? name + 1: path;
     snprintf (dst, sizeof dst, "%s/%s", dir, name);
-    if (access (path, F_OK) != 0) {
+    if (held < 0 && access (path, F_OK) != 0) {
         //  Retention deleted it after we evaluated it: nothing to export.
         za_info ("%s: step %" PRId64 " is the best so far but was deleted before it "
                  "could be exported", self->who, result->global_step);
         return 0;
     }
-    if (s_copy_atomic (path, dst)) {
-        if (access (path, F_OK) != 0)
+    if (s_copy_atomic (path, held, dst)) {
+        if (held < 0 && access (path, F_OK) != 0)
             return 0;       //  deleted while we copied
         return -1;
     }
@@ -291,7 +298,7 @@ za_evaluator_keep_best (const char *who, const char *model_dir, const za_eval_sp
 {
     s_best_t best;
     return s_best_init (&best, who, model_dir, spec, input)
-        || s_export_best (&best, path, result)? -1: 0;
+        || s_export_best (&best, path, -1, result)? -1: 0;
 }
 
 //  An evaluation into TensorBoard's events: loss, accuracy and the metrics'
@@ -337,6 +344,9 @@ s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
     char *path = za_checkpoint_path (self->config->model_dir, step);
     if (!path)
         return -1;
+    //  Held open while it is evaluated: retention may delete it meanwhile
+    //  (keep_checkpoint_max), and the best is exported all the same.
+    int held = self->config->export_best? open (path, O_RDONLY | O_CLOEXEC): -1;
     double start = za_clock_mono ();
     int rc = za_estimator_evaluate_checkpoint (self->est, path, s_input_fn,
                                                (void *) self->config, self->config->spec.steps,
@@ -352,7 +362,8 @@ s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
             self->summary = za_summary_writer_new (dir);
         }
         rc = !self->summary || s_summarize (self->summary, result)
-          || (self->config->export_best && s_export_best (&self->best, path, result))? -1: 0;
+          || (self->config->export_best && s_export_best (&self->best, path, held, result))
+           ? -1: 0;
     }
     else
     if (result->input_failed) {
@@ -373,6 +384,8 @@ s_evaluate (s_eval_t *self, int64_t step, za_eval_result_t *result)
     }
     else                                //  its results could not be written, ...
         rc = -1;
+    if (held >= 0)
+        close (held);
     za_eval_result_free (result);
     free (path);
     return rc;

@@ -214,6 +214,49 @@ Test (evaluator, retention_and_corrupt_checkpoints_are_skipped)
     s_case_teardown (&c);
 }
 
+//  The evaluation's input, once retention (keep_checkpoint_max) has deleted
+//  the checkpoint being evaluated, as a trainer that saves often does.
+static za_input_t *
+s_input_after_retention (void *arg, const za_input_context_t *context)
+{
+    s_case_t *c = (s_case_t *) arg;
+    char *path = za_checkpoint_path (za_test_dir (), za_estimator_global_step (c->trainer));
+    cr_assert_eq (unlink (path), 0);
+    free (path);
+    za_input_config_t input = za_input_config_default ();
+    input.batch_size = context->batch_size;
+    return za_input_new (c->data, &input);
+}
+
+//  The best checkpoint is exported also when retention deleted it while it
+//  was evaluated (it was "deleted before it could be exported": with
+//  checkpoints every few seconds and five kept, the best was often lost).
+Test (evaluator, the_best_is_kept_though_retention_deleted_it)
+{
+    s_case_t c;
+    s_case_setup (&c, 0);
+    c.config.spec.start_delay_secs = 0;
+    c.config.max_steps = 100;
+    c.config.input_fn = s_input_after_retention;
+    c.config.input_arg = &c;
+    s_save (&c, 100);
+    zactor_t *evaluator = zactor_new (za_evaluator_actor, &c.config);
+    cr_expect_eq (za_role_wait (evaluator, TIMEOUT_S, NULL, NULL, NULL), 0);
+    zactor_destroy (&evaluator);
+    char *path = za_checkpoint_path (za_test_dir (), 100);
+    cr_expect_neq (access (path, F_OK), 0, "retention did not delete it");
+    char *kept = za_test_path ("export/best/model.ckpt-100.safetensors");
+    za_checkpoint_t *ckpt = za_checkpoint_load (kept);
+    cr_expect_not_null (ckpt, "%s: %s", kept, za_last_error ());
+    za_checkpoint_destroy (&ckpt);
+    char *json = za_test_path ("export/best/best.json");
+    json_t *best = json_load_file (json, 0, NULL);
+    cr_expect_eq (json_integer_value (json_object_get (best, "global_step")), 100);
+    json_decref (best);
+    free (json), free (kept), free (path);
+    s_case_teardown (&c);
+}
+
 Test (evaluator, replay_evaluates_every_checkpoint_in_order)
 {
     s_case_t c;
