@@ -258,15 +258,27 @@ za_ring_direct_send (za_ring_t *self, const za_shm_record_t *record)
     return 0;
 }
 
+//  Whatever came from an earlier left neighbour, segment and tcp connection
+//  both: a new left (the ring re-formed) may be on another host than the
+//  last one, and za_ring_take_record reads the segment while in_on holds.
+static void
+s_drop_in (za_ring_t *self)
+{
+    za_shm_destroy (&self->in_shm);
+    self->in_on = 0;
+    za_tcp_pipe_destroy (&self->in_tcp);
+    self->in_tcp_on = 0;
+}
+
 //  A new segment of the left neighbour's (it restarted, or a new
-//  generation began): the old one is of no more use. One that cannot be
-//  mapped, or a rank that keeps its chunks on ZeroMQ, leaves the link there.
+//  generation began): what came before is of no more use. One that cannot
+//  be mapped, or a rank that keeps its chunks on ZeroMQ, leaves the link
+//  there.
 static void
 s_on_offer (za_ring_t *self, zframe_t *from)
 {
     const za_wire_msg_t *in = self->in;
-    za_shm_destroy (&self->in_shm);
-    self->in_on = 0;
+    s_drop_in (self);
     if (!za_ring_direct_allowed (&self->config))
         return;
     za_shm_t *shm = za_shm_attach (in->body, in->body_len);
@@ -290,8 +302,7 @@ static void
 s_on_tcp_ask (za_ring_t *self, zframe_t *from)
 {
     const za_wire_msg_t *in = self->in;
-    za_tcp_pipe_destroy (&self->in_tcp);
-    self->in_tcp_on = 0;
+    s_drop_in (self);
     if (!za_ring_direct_allowed (&self->config) || za_curve_enabled ())
         return;
     char host [ZA_CLUSTER_ENDPOINT_MAX], nonce [33], body [128];

@@ -117,6 +117,10 @@ s_on_resync (za_ring_t *self)
     if (gen > 0) {
         if (self->config.rank == 0 || gen == self->gen)
             return 0;                   //  the root's own notice, or one adopted already
+        //  A notice of older members than this ring's, come late by another
+        //  connection than the new one's: old news (as in za_ring_resync).
+        if ((int64_t) self->in->seq < self->tag)
+            return 0;
         self->pending_gen = gen;
         self->pending_tag = (int64_t) self->in->seq;
         return 1;

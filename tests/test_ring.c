@@ -9,6 +9,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -59,6 +60,19 @@ typedef struct {
 static za_dtype_t s_wire_dtype = ZA_DTYPE_F32;
 static int s_no_shm;
 
+//  With s_note_waits set when s_make makes them, its rings set s_waited
+//  once a call of theirs waits (config.cancelled, which never cancels).
+static int s_note_waits;
+static atomic_int s_waited;
+
+static int
+s_note_wait (void *arg)
+{
+    (void) arg;
+    atomic_store (&s_waited, 1);
+    return 0;
+}
+
 //  `size` rings on endpoints PREFIX-0.. (inproc) or free tcp ports (tcp 1:
 //  the ring's choice, ipc, for these loopback neighbours; 2: tcp only; 3:
 //  tcp only from the odd ranks, as two hosts of two ranks each would be).
@@ -83,7 +97,7 @@ s_make (s_ring_case_t *c, int size, int tcp, size_t chunk_floats, double timeout
             .right = c->endpoints [(r + 1) % size], .chunk_floats = chunk_floats,
             .timeout_secs = timeout_secs, .wire_dtype = s_wire_dtype,
             .tcp_only = tcp == 2 || (tcp == 3 && r % 2 == 1),
-            .no_shm = s_no_shm,
+            .no_shm = s_no_shm, .cancelled = s_note_waits? s_note_wait: NULL,
         };
         c->ranks [r].ring = za_ring_new (&config);
         cr_assert_not_null (c->ranks [r].ring, "%s", za_last_error ());
@@ -824,15 +838,24 @@ s_reformed_run (void *arg)
 //  Ranks [0, size) of c (reshaped to `size`, each sending to the next of
 //  `order`) re-form and all-reduce: every one ends with the same bits, the
 //  mean of the values each put in.
+//  s_root_first: the others start once the first waits (s_note_waits), its
+//  first chunk sent before they have read anything of the new generation.
+static int s_root_first;
+
 static void
 s_reformed_mean (s_ring_case_t *c, const int *order, int size)
 {
     pthread_t threads [MAX_RANKS];
+    atomic_store (&s_waited, 0);
     for (int r = 0; r < size; r++) {
         s_rank_t *rank = &c->ranks [order [r]];
         for (size_t i = 0; i < rank->n; i++)
             rank->data [i] = s_value (order [r], i);
         pthread_create (&threads [r], NULL, s_reformed_run, rank);
+        double deadline = za_clock_mono () + 30;
+        while (s_root_first && r == 0 && !atomic_load (&s_waited)
+               && za_clock_mono () < deadline)
+            zclock_sleep (1);
     }
     for (int r = 0; r < size; r++)
         pthread_join (threads [r], NULL);
@@ -933,4 +956,97 @@ Test (ring, a_wait_ends_when_the_cancel_says_so)
     cr_expect_eq (za_ring_resync (ring), ZA_RING_CANCELLED);
     cr_expect_lt (za_clock_mono () - start, 30, "the cancel came after the timeout");
     za_ring_destroy (&ring);
+}
+
+//  A root's notice of an older ring's (its tag older than this ring's
+//  members' change) that comes late, by another connection than the new
+//  ring's, is old news in a call too: the call goes on (it ended the call,
+//  and the rank then waited for a notice that never came).
+Test (ring, an_old_rings_notice_does_not_end_a_call)
+{
+    s_ring_case_t c;
+    s_make (&c, 2, 1, 100, 3);
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq (za_ring_reshape (c.ranks [r].ring, r, 2, c.endpoints [1 - r], 2), 0,
+                      "%s", za_last_error ());
+    cr_assert_eq (za_ring_resync (c.ranks [0].ring), 0, "%s", za_last_error ());
+    cr_assert_eq (za_ring_resync (c.ranks [1].ring), 0, "%s", za_last_error ());
+    int64_t gen = za_ring_generation (c.ranks [0].ring);
+    za_wire_msg_t *msg = malloc (sizeof *msg);
+    za_wire_msg_init (msg, ZA_OP_RESYNC);
+    msg->task = 0;
+    msg->step = gen + 1;
+    msg->seq = 1;                       //  the members' change before ours
+    s_send_raw (c.endpoints [1], msg, NULL);
+    free (msg);
+    //  The ROUTER takes turns between connections: two rounds read it.
+    for (int r = 0; r < 2; r++)
+        c.ranks [r].rounds = 2;
+    s_run_zeros_and_twos (&c);
+    cr_expect_eq (za_ring_pending_tag (c.ranks [1].ring), 0);
+    cr_expect_eq (za_ring_generation (c.ranks [1].ring), gen);
+    s_destroy (&c);
+}
+
+//  A ring re-formed so that a rank's left neighbour, once on this host
+//  (shared memory), is now on another (tcp): the rank reads the new tcp
+//  connection, not the old segment (it kept reading the segment, and heard
+//  nothing from its new left until the timeout).
+Test (ring, a_new_left_neighbour_on_another_host_is_read_over_tcp)
+{
+    s_ring_case_t c;
+    s_make (&c, 3, 3, 0, 5);        //  0 -shm-> 1 -tcp-> 2 -shm-> 0
+    for (int r = 0; r < 3; r++)
+        c.ranks [r].data = calloc (1000, sizeof (float));
+    cr_assert_eq (s_until_shared (&c), 6);
+    //  Rank 2 is gone: 1 sends to 0 now, over tcp (as from another host).
+    za_ring_destroy (&c.ranks [2].ring);
+    free (c.ranks [2].data);
+    c.ranks [2].data = NULL;
+    c.size = 2;
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq (za_ring_reshape (c.ranks [r].ring, r, 2, c.endpoints [1 - r], 2), 0,
+                      "%s", za_last_error ());
+    cr_assert_eq (za_ring_resync (c.ranks [0].ring), 0, "%s", za_last_error ());
+    cr_assert_eq (za_ring_resync (c.ranks [1].ring), 0, "%s", za_last_error ());
+    cr_expect_eq (s_until_shared (&c), 4);
+    int two [] = {0, 1};
+    c.ranks [0].rounds = c.ranks [1].rounds = 0;
+    s_reformed_mean (&c, two, 2);
+    s_destroy (&c);
+}
+
+//  The other way: a rank whose left neighbour was on another host (tcp)
+//  and is now on this one (shared memory), the old left still there, and
+//  the new left's first chunk on ZeroMQ before its segment is on: the rank
+//  reads the segment (that chunk made it drop the segment, for the old
+//  left's tcp connection, and it heard nothing more until the timeout).
+Test (ring, a_new_left_neighbour_on_this_host_is_read_through_shared_memory)
+{
+    s_ring_case_t c;
+    s_note_waits = 1;
+    s_make (&c, 3, 3, 0, 5);        //  0 -shm-> 1 -tcp-> 2 -shm-> 0
+    s_note_waits = 0;
+    for (int r = 0; r < 3; r++)
+        c.ranks [r].data = calloc (1000, sizeof (float));
+    cr_assert_eq (s_until_shared (&c), 6);
+    //  Rank 1 leaves the ring (its process goes on): 0 sends to 2 now, which
+    //  as rank 1 of two sends to 0.
+    s_ring_case_t two = {.size = 2};
+    snprintf (two.endpoints [0], sizeof two.endpoints [0], "%s", c.endpoints [0]);
+    snprintf (two.endpoints [1], sizeof two.endpoints [1], "%s", c.endpoints [2]);
+    two.ranks [0] = c.ranks [0];
+    two.ranks [1] = c.ranks [2];
+    cr_assert_eq (za_ring_reshape (two.ranks [0].ring, 0, 2, two.endpoints [1], 2), 0, "%s",
+                  za_last_error ());
+    cr_assert_eq (za_ring_reshape (two.ranks [1].ring, 1, 2, two.endpoints [0], 2), 0, "%s",
+                  za_last_error ());
+    int order [] = {0, 1};
+    s_root_first = 1;
+    s_reformed_mean (&two, order, 2);
+    s_root_first = 0;
+    cr_expect_eq (s_until_shared (&two), 4);
+    c.ranks [0] = two.ranks [0];
+    c.ranks [2] = two.ranks [1];
+    s_destroy (&c);
 }
