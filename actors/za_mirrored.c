@@ -30,6 +30,9 @@
 #define MAX_BUCKETS ZA_REDUCER_MAX_BUCKETS
 //  Elastic: how often a task looks for the broker's news of its members.
 #define MEMBERS_POLL_MS 20
+//  The stop round's flags before the members' numbers: the chief's early
+//  stop, a preemption, a diverged loss.
+#define STOP_FLAGS 3
 
 typedef struct {
     const za_role_config_t *config;
@@ -549,28 +552,40 @@ s_run_steps (s_mirrored_t *self)
         //  The summaries' examples/sec count a global step's batches.
         int examples = config->membership? (int) s_global_batch (self)
                      : batch.size * za_role_batches_per_step (config);
-        if (za_role_hooks_after_step (&self->hooks, config, self->replica, self->global_step,
-                                      loss, examples, now - self->start_time) < 0)
+        //  A rank whose loss diverged runs no hook (it saves nothing) and
+        //  says so in the round below: every rank stops after this step.
+        int diverged = !isfinite (loss);
+        if (!diverged
+            && za_role_hooks_after_step (&self->hooks, config, self->replica, self->global_step,
+                                         loss, examples, now - self->start_time) < 0)
             return -1;
         //  Whether to go on, agreed by every rank so that all end after the
-        //  same step: the chief's early stop, and any rank's preemption
-        //  (za_preempt.h). A round of its own: the buckets leave the last
-        //  index free. The mean of the flags is not 0 where one rank's is.
-        //  Elastic: each rank says which members' change it knows of
-        //  (in its own place), so that all re-form at this step for the
-        //  newest any of them knows.
-        float stop [2 + ZA_MEMBERS_MAX];
-        int flags = config->membership? 2 + self->size: 2;
+        //  same step: the chief's early stop, any rank's preemption
+        //  (za_preempt.h) and any rank's diverged loss. A round of its own:
+        //  the buckets leave the last index free. The mean of the flags is
+        //  not 0 where one rank's is. Elastic: each rank says which members'
+        //  change it knows of (in its own place), so that all re-form at
+        //  this step for the newest any of them knows.
+        float stop [STOP_FLAGS + ZA_MEMBERS_MAX];
+        int flags = config->membership? STOP_FLAGS + self->size: STOP_FLAGS;
         memset (stop, 0, sizeof stop);
         stop [0] = config->is_chief && self->hooks.stop.requested? 1.0f: 0.0f;
         stop [1] = za_preempt_requested ()? 1.0f: 0.0f;
+        stop [2] = diverged? 1.0f: 0.0f;
         if (config->membership)
-            stop [2 + self->rank] = (float) za_membership_number (config->membership);
+            stop [STOP_FLAGS + self->rank] = (float) za_membership_number (config->membership);
         int said = za_ring_allreduce_mean_f32 (self->ring, stop, (size_t) flags,
                                                self->global_step * MAX_BUCKETS + MAX_BUCKETS
                                                - 1);
         if (said)
             return said;
+        if (stop [2] != 0) {
+            if (diverged)
+                return za_role_loss_check (&self->hooks, loss, self->global_step);
+            self->hooks.diverged = 1;
+            return za_error ("another rank's loss diverged at step %" PRId64 ": every rank "
+                             "stops without saving it", self->global_step);
+        }
         if (stop [1] != 0 && self->global_step < self->max_steps) {
             za_preempt_request ();
             self->preempted = 1;
@@ -581,8 +596,8 @@ s_run_steps (s_mirrored_t *self)
         if (stop [0] != 0)
             break;
         int64_t newest = 0;
-        for (int r = 0; r < flags - 2; r++) {
-            int64_t known = (int64_t) lrintf (stop [2 + r] * (float) self->size);
+        for (int r = 0; r < flags - STOP_FLAGS; r++) {
+            int64_t known = (int64_t) lrintf (stop [STOP_FLAGS + r] * (float) self->size);
             newest = known > newest? known: newest;
         }
         if (config->membership && newest > self->members->number) {
@@ -708,7 +723,7 @@ za_mirrored_actor (zsock_t *pipe, void *args)
                  "beside backward", self->who, self->reducer.bucket_count,
                  self->reducer.hi [0] - self->reducer.lo [0]);
     int failed = s_train (self);         //  before its input is looked at: s_train makes it
-    int rc = za_role_end_status (failed, self->input);
+    int rc = za_role_end_status (failed, self->input, &self->hooks);
     if (rc)
         s_check_term (self);
     za_role_publish_end (config, rc, self->global_step);

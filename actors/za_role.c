@@ -239,9 +239,18 @@ za_role_next_batch (za_input_t *input, const char *who, za_batch_t *batch)
 }
 
 int
-za_role_end_status (int failed, const za_input_t *input)
+za_role_end_status (int failed, const za_input_t *input, const za_role_hooks_t *hooks)
 {
-    return !failed? 0: za_input_failed (input)? ZA_EXIT_DATA: 1;
+    return !failed? 0: za_input_failed (input) || hooks->diverged? ZA_EXIT_DATA: 1;
+}
+
+int
+za_role_loss_check (za_role_hooks_t *hooks, double loss, int64_t step)
+{
+    if (za_loss_check (loss, step) == 0)
+        return 0;
+    hooks->diverged = 1;
+    return -1;
 }
 
 // ---------------------------------------------------------------------------

@@ -59,6 +59,7 @@ typedef struct {
                                                 //  (elastic scale-lr: by the trainers now)
     int64_t max_steps;                          //  0: config's; else where the role
                                                 //  stops (an all-reduce's source's)
+    int diverged;                               //  a NaN or infinite loss stopped it
 } za_role_hooks_t;
 
 void za_role_hooks_init (za_role_hooks_t *self, const za_role_config_t *config,
@@ -106,8 +107,14 @@ int za_role_next_batch (za_input_t *input, const char *who, za_batch_t *batch);
 
 //  The status a training role ends with after its training returned
 //  `failed` (0 or not): 0, ZA_EXIT_DATA when its input failed on its data
-//  (a restart would meet the same files), else 1.
-int za_role_end_status (int failed, const za_input_t *input);
+//  (a restart would meet the same files) or its model diverged (hooks'
+//  diverged: a restart would most likely diverge again), else 1.
+int za_role_end_status (int failed, const za_input_t *input, const za_role_hooks_t *hooks);
+
+//  za_loss_check (za_hooks.h) of the loss of the step that makes
+//  global_step `step`: 0, or -1 with its error (without the role's name:
+//  the broker says it with the exit's cause) and hooks->diverged set.
+int za_role_loss_check (za_role_hooks_t *hooks, double loss, int64_t step);
 
 //  A role that could not start: FAILED to its watchers, DONE 1 on the pipe.
 void za_role_failed_start (zsock_t *pipe, za_role_stats_t *stats);

@@ -354,6 +354,9 @@ s_run_steps (za_worker_t *self)
         za_role_stats_computing (self->stats, t0);
         if (za_replica_compute_gradients (self->replica, &batch, self->global_step, &loss))
             return -1;
+        //  A diverged model's gradient is not pushed: the ps keep their values.
+        if (za_role_loss_check (&self->hooks, loss, self->global_step + 1))
+            return -1;
         za_worker_alive (self, za_clock_mono ());
         //  mixed_float16: a gradient that overflowed goes out as none (the
         //  loss scale halves for the next).
@@ -510,7 +513,7 @@ za_worker_actor (zsock_t *pipe, void *args)
              config->worker_index, config->num_workers, config->ps_count, config->batch_size,
              config->max_steps);
     int failed = s_train (self);         //  before its input is looked at: s_train makes it
-    int rc = za_role_end_status (failed, self->input);
+    int rc = za_role_end_status (failed, self->input, &self->hooks);
     //  Preempted: SIGTERM, or the chief's (the ps stopped for it: a static
     //  cluster has no broker to tell every task).
     int preempted = rc == 0 && (za_preempt_requested () || self->ps_preempted)

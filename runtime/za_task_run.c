@@ -256,6 +256,8 @@ za_task_run_single (za_task_t *task)
     }
     else
         rc = za_estimator_train (estimator, za_task_input, task, s->max_steps)? 1: 0;
+    if (rc && za_estimator_diverged (estimator))
+        rc = ZA_EXIT_DATA;
     int64_t reached = za_estimator_global_step (estimator);
     za_estimator_destroy (&estimator);
     za_trace_close ();

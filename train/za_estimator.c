@@ -29,6 +29,7 @@ struct _za_estimator_t {
     za_hooks_t hooks;               //  the caller's
     const za_model_fn_t *model_fn;
     za_eval_metrics_spec_t metrics; //  RunConfig's eval_metrics
+    int diverged;                   //  the last train stopped at a NaN loss
 };
 
 za_replica_config_t
@@ -113,6 +114,12 @@ za_estimator_pop_hook (za_estimator_t *self)
 {
     if (self->hooks.count > 0)
         self->hooks.count--;
+}
+
+int
+za_estimator_diverged (const za_estimator_t *self)
+{
+    return self->diverged;
 }
 
 int64_t
@@ -261,6 +268,11 @@ s_train_steps (za_estimator_t *self, za_input_t *input, za_hooks_t *hooks,
             rc = -1;
             break;
         }
+        if (ctx->loss_steps > 0 && za_loss_check (ctx->loss, self->global_step)) {
+            self->diverged = 1;
+            rc = -1;
+            break;
+        }
         ctx->loss_scale = za_replica_loss_scale (self->replica, &ctx->skipped_steps);
         ctx->elapsed_secs = za_clock_mono () - start;
         stop = za_hooks_after_run (hooks, ctx);
@@ -283,6 +295,10 @@ s_train_steps (za_estimator_t *self, za_input_t *input, za_hooks_t *hooks,
         if (steps > 0 && rc == 0) {
             ctx->loss = loss;
             ctx->loss_steps = steps;
+            if (za_loss_check (loss, self->global_step)) {
+                self->diverged = 1;
+                rc = -1;
+            }
         }
     }
     return rc;
@@ -313,6 +329,7 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
     za_input_t *input = s_input (self, input_fn, arg, ZA_MODE_TRAIN);
     if (!input)
         return -1;
+    self->diverged = 0;
     //  The built-in hooks run first, then the caller's.
     const za_run_config_t *config = &self->config;
     za_step_counter_t counter = {.who = ""};

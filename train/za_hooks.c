@@ -8,6 +8,7 @@
 #include "za/za_util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -432,4 +433,17 @@ za_stop_hook (za_stop_hook_t *state, const char *model_dir)
     state->model_dir = model_dir;
     za_hook_t hook = {.arg = state, .begin = s_stop_begin, .after_run = s_stop_after_run};
     return hook;
+}
+
+// ---------------------------------------------------------------------------
+//  The loss's check
+
+int
+za_loss_check (double loss, int64_t step)
+{
+    if (isfinite (loss))
+        return 0;
+    return za_error ("%s loss during training at step %" PRId64 ": the model diverged, and "
+                     "training stops without saving it (lower --learning-rate, or clip the "
+                     "gradients: --clip-norm)", isnan (loss)? "NaN": "infinite", step);
 }

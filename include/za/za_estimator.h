@@ -167,9 +167,14 @@ void za_estimator_pop_hook (za_estimator_t *self);
 //  the newest intact checkpoint in model_dir (a corrupt one is reported and
 //  the one before it used); a checkpoint of another model is an error.
 //  Saves checkpoints on the RunConfig policy and always at the last step.
-//  Returns 0, or -1 with an error.
+//  A NaN or infinite loss stops it, that step not saved (TensorFlow's
+//  NanTensorHook: za_estimator_diverged). Returns 0, or -1 with an error.
 int za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
                         int64_t max_steps);
+
+//  1 when the last train stopped because the loss was NaN or infinite
+//  (za_loss_check, za_hooks.h): its error says so; the step is not saved.
+int za_estimator_diverged (const za_estimator_t *self);
 
 //  Evaluates the newest checkpoint in model_dir on `steps` batches (<= 0:
 //  until the input ends), appends a line to model_dir/eval/metrics.jsonl and

@@ -176,6 +176,18 @@ typedef struct {
 
 za_hook_t za_stop_hook (za_stop_hook_t *state, const char *model_dir);
 
+// ---------------------------------------------------------------------------
+//  TensorFlow's NanTensorHook (fail_on_nan_loss, the Estimator's default): a
+//  training loss that is NaN or infinite (Keras's TerminateOnNaN) means the
+//  model diverged, and training stops before the step is saved (retention
+//  would have deleted the checkpoints before it for diverged ones: the
+//  newest kept may hold the update that diverged, those before it not).
+//  Returns 0 for a finite loss, else -1 with an error that says so, at
+//  `step` (the global step the update makes), and what to do. A role that
+//  stopped so ends with ZA_EXIT_DATA: a restart from the last checkpoint
+//  would most likely diverge again.
+int za_loss_check (double loss, int64_t step);
+
 #ifdef __cplusplus
 }
 #endif
