@@ -328,9 +328,10 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
         take = (int) ((int64_t) global * (self->config.replica + 1) / replicas) - first;
     }
     int size = 0, drawn;
-    //  Batches with no example made: past an epoch's worth, every example of
-    //  the shard has failed, and the stream ends.
-    int64_t empty = 0, empty_max = self->shard_count / global + 2;
+    //  Batches with no example made in a row: past two epochs' worth (one
+    //  whole epoch among them, whatever the shuffle), every example of the
+    //  shard has failed, and the input fails (--max-bad-images 100%).
+    int64_t empty = 0, empty_max = 2 * (self->shard_count / global) + 3;
     do {
         int64_t index;
         drawn = 0;
@@ -378,6 +379,7 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
         if (size == 0 && dataset->loader && ++empty > empty_max) {
             za_error ("input: no example of this shard could be made (every image failed "
                       "to decode)");
+            self->failed = 1;
             break;
         }
     } while (size == 0 && drawn == global);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 
@@ -426,7 +427,27 @@ Test (bad_images, a_folder_mostly_damaged_ends_the_run_with_the_count, .timeout 
     cr_expect_eq (result.exit_code, 0, "%s", result.err);
     cr_expect (strstr (result.out, "60 of 100 images skipped in training"), "%s", result.out);
     za_test_result_free (&result);
-    free (model), free (good), free (most);
+    free (model);
+    //  '100%' where not one decodes: an error, not a training of no step
+    //  (it said "trained to step 0", exit 0).
+    char *none = za_test_path ("none");
+    cr_assert_eq (mkdir (none, 0755), 0);
+    for (int c = 0; c < 10; c++) {
+        char *dir = za_test_join (none, "class_0");
+        dir [strlen (dir) - 1] = (char) ('0' + c);
+        cr_assert_eq (mkdir (dir, 0755), 0);
+        free (dir);
+    }
+    s_write_damaged (none, 30);
+    model = za_test_path ("none-model");
+    const char *no_eval [] = {"--max-bad-images", "100%", "--max-steps", "60", "--no-eval",
+                              NULL};
+    result = s_run_images (none, good, model, no_eval);
+    cr_expect_eq (result.exit_code, 1, "%s", result.err);
+    cr_expect (strstr (result.err, "no example of this shard could be made")
+               && !strstr (result.err, "trained to step"), "%s", result.err);
+    za_test_result_free (&result);
+    free (model), free (none), free (good), free (most);
     za_dataset_destroy (&fashion);
     za_test_dir_remove ();
 }
