@@ -93,6 +93,9 @@ typedef struct {
     float *accum;
     int aggregated;
     uint8_t contributed [ZA_PS_MAX_WORKERS];
+    uint8_t summed [ZA_PARTITION_MAX_PARTS];//  a gradient of each part came: one that
+                                            //  none did (frozen, or every push empty:
+                                            //  mixed_float16's overflow) stays as it is
     zlist_t *waiting;                       //  za_ps_waiter_t *
     uint64_t stale;                         //  pushes of an older step, dropped
 } za_ps_t;

@@ -284,7 +284,9 @@ za_ps_floats_of (za_ps_t *self, const za_wire_tensor_t *t)
 }
 
 //  One optimizer update of our values into the other block, which becomes
-//  current: with the gradients of push `msg`, or (msg NULL) with accum.
+//  current: with the gradients of push `msg`, or (msg NULL) with accum. A
+//  part without a gradient (frozen, or under ps-sync none summed) is copied
+//  as it is: no decay, no momentum, its slots untouched.
 //  With --wire-dtype bf16 it goes a block of S_BLOCK floats at a time, each
 //  widened into scratch, applied and its values cast for the replies while
 //  they are in cache (three passes over memory would cost what the halved
@@ -311,8 +313,8 @@ za_ps_update (za_ps_t *self, const za_wire_msg_t *msg)
                            : t && t->dtype == ZA_DTYPE_F32? za_ps_floats_of (self, t): NULL;
         for (size_t b = 0; b < n; b += low? S_BLOCK: n) {
             size_t len = low && n - b > S_BLOCK? S_BLOCK: n - b;
-            if (msg && !t)
-                memcpy (out + at + b, in + at + b, len * sizeof (float));  //  frozen: as it is
+            if (msg? !t: !self->summed [i])         //  frozen, or no gradient: as it is
+                memcpy (out + at + b, in + at + b, len * sizeof (float));
             else {
                 float *slots [ZA_OPTIM_MAX_SLOTS];
                 for (int s = 0; s < slot_count; s++)

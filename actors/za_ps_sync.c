@@ -27,7 +27,27 @@ za_ps_sync_reset (za_ps_t *self)
         return;
     memset (self->accum, 0, (self->floats? self->floats: 1) * sizeof (float));
     memset (self->contributed, 0, sizeof self->contributed);
+    memset (self->summed, 0, sizeof self->summed);
     self->aggregated = 0;
+}
+
+//  1 when task's waiter of this step came by another connection than
+//  routing_id's: it now waits on routing_id, for msg's seq.
+static int
+s_take_the_place (za_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
+{
+    za_ps_waiter_t *waiter = (za_ps_waiter_t *) zlist_first (self->waiting);
+    while (waiter && waiter->task != msg->task)
+        waiter = (za_ps_waiter_t *) zlist_next (self->waiting);
+    if (!waiter || zframe_eq (waiter->routing_id, routing_id))
+        return 0;
+    zframe_destroy (&waiter->routing_id);
+    waiter->routing_id = zframe_dup (routing_id);
+    waiter->seq = msg->seq;
+    za_info ("ps %d: task %d pushed step %" PRId64 " again from a new connection (restarted): "
+             "its first push counts, and the new one waits for the step", self->config->ps_index,
+             msg->task, msg->step);
+    return 1;
 }
 
 //  A checked push under ps-sync.
@@ -45,6 +65,12 @@ s_sync_push (za_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
         za_ps_reply_error (self, routing_id, msg->seq, "rewound", why);
         return;
     }
+    //  A task that pushed this step already from another connection: a
+    //  restarted process (its first life's push is counted). It waits in
+    //  its place, the gradient not summed twice.
+    if (msg->step == self->updates && self->contributed [msg->task]
+        && s_take_the_place (self, routing_id, msg))
+        return;
     if (msg->step < 0 || self->contributed [msg->task]) {
         snprintf (why, sizeof why, "a ps-sync push needs the step of the values it was "
                   "computed on, once per task (task %d, step %" PRId64 ")", msg->task,
@@ -70,6 +96,7 @@ s_sync_push (za_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
         size_t n = self->placement.parts [self->parts [i]].size;
         for (size_t j = 0; j < n; j++)
             sum [j] += grads [j];
+        self->summed [i] = 1;
     }
     self->contributed [msg->task] = 1;
     za_ps_waiter_t *waiter = (za_ps_waiter_t *) malloc (sizeof *waiter);

@@ -592,6 +592,39 @@ Test (ps, ps_sync_applies_the_mean_of_a_step_once_and_drops_what_comes_late)
     s_teardown (&c);
 }
 
+//  A ps-sync worker restarted while its push waited for the step pushes
+//  that step again from a new connection: it waits in its place, its first
+//  push counted once, and gets the step's values (it was refused, "once per
+//  task", exit 1, and restarted again until the step was made).
+Test (ps, ps_sync_takes_a_restarted_workers_push_of_the_same_step)
+{
+    s_ps_case_t c;
+    s_start_sync (&c, 2, 0);
+    int64_t zero = 0;
+    s_init_sgd (&c, 0.5f, &zero);
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
+    zsock_t *first = zsock_new_dealer (c.endpoint);
+    s_sync_push (&c, first, 1, 0, 3.0f);
+    cr_expect_eq (s_reply_on (&c, first, 200), -1, "answered before the step was made");
+    zsock_destroy (&first);
+    zsock_t *again = zsock_new_dealer (c.endpoint);
+    s_sync_push (&c, again, 1, 0, 5.0f);
+    cr_expect_eq (s_reply_on (&c, again, 300), -1, "%s %s", c.in->code, c.in->error);
+    s_sync_push (&c, c.client, 0, 0, 1.0f);
+    //  1 - 0.5 x mean (1, 3): the first life's gradient, once.
+    cr_assert_eq (s_reply_on (&c, again, REPLY_MS), ZA_OP_VALUES);
+    cr_expect_eq (c.in->step, 1);
+    s_expect_floats (&c, 0.0f);
+    cr_assert_eq (s_reply_on (&c, c.client, REPLY_MS), ZA_OP_VALUES);
+    //  The same connection pushing the step twice is still refused.
+    s_sync_push (&c, again, 1, 1, 1.0f);
+    s_sync_push (&c, again, 1, 1, 1.0f);
+    cr_assert_eq (s_reply_on (&c, again, REPLY_MS), ZA_OP_ERROR);
+    cr_expect_str_eq (c.in->code, "bad_request");
+    zsock_destroy (&again);
+    s_teardown (&c);
+}
+
 //  Sends c->out, which is never answered: a ping sent after it is answered
 //  first (one connection keeps its order), with the ping's own seq.
 static void
@@ -757,6 +790,49 @@ Test (ps, a_push_without_a_frozen_variable_leaves_it_as_it_is)
     za_wire_msg_add (c.out, "dense/kernel", ZA_DTYPE_F32, 2, kshape, grads_k);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_ERROR);
     cr_expect_str_eq (c.in->code, "bad_request");
+    s_teardown (&c);
+}
+
+//  ps-sync moves only what a gradient came for: a frozen variable stays as
+//  it is under weight decay, and a step whose every push is empty (mixed
+//  float16's overflow) updates nothing (the mean of no gradient was applied
+//  as a zero one: decay shrank the frozen kernel and every value).
+Test (ps, ps_sync_updates_only_what_a_gradient_came_for)
+{
+    s_ps_case_t c;
+    s_configure (&c, NULL, 0, 1);
+    c.config.num_workers = 1;
+    c.config.strategy = ZA_STRATEGY_PS_SYNC;
+    snprintf (c.spec.freeze, sizeof c.spec.freeze, "dense/kernel");
+    s_start (&c);
+    for (int i = 0; i < 12; i++)
+        c.kernel [i] = 1;
+    for (int i = 0; i < 3; i++)
+        c.bias [i] = 1;
+    int64_t zero = 0;
+    s_init_sgd (&c, 0.5f, &zero);
+    c.out->optim.weight_decay = 0.1f;
+    cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
+    float grads_b [3] = {1, 1, 1};
+    int64_t bshape [1] = {3};
+    for (int push = 1; push <= 2; push++) {
+        za_wire_msg_init (c.out, ZA_OP_PUSH);
+        c.out->task = 0;
+        c.out->step = push - 1;
+        if (push == 1)                  //  the second: empty, as an overflow's
+            za_wire_msg_add (c.out, "dense/bias", ZA_DTYPE_F32, 1, bshape, grads_b);
+        cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_VALUES, "%s", c.in->error);
+        cr_expect_eq (c.in->step, push);
+        cr_assert_eq (c.in->tensor_count, 2);
+        for (int t = 0; t < 2; t++) {
+            float v;
+            memcpy (&v, c.in->tensors [t].data, sizeof v);
+            //  The bias: 1 x (1 - 0.5 x 0.1) - 0.5 x 1, then as it is.
+            int is_kernel = strcmp (c.in->tensors [t].name, "dense/kernel") == 0;
+            cr_expect_eq (v, is_kernel? 1.0f: 0.45f, "push %d: %s = %.9g", push,
+                          c.in->tensors [t].name, v);
+        }
+    }
     s_teardown (&c);
 }
 
