@@ -64,11 +64,16 @@ za_source_classes_given (const char *text, char ***names)
         free (copy);
         return za_error ("out of memory");
     }
-    for (char *save = NULL, *name = strtok_r (copy, ",", &save); name;
+    for (char *save = NULL, *name = strtok_r (copy, ",", &save); name && count >= 0;
          name = strtok_r (NULL, ",", &save))
-        if (count < ZA_IMAGES_MAX_CLASSES && !(list [count++] = strdup (name)))
+        if (count == ZA_IMAGES_MAX_CLASSES)
+            count = -2;
+        else
+        if (!(list [count++] = strdup (name)))
             count = -1;
     free (copy);
+    if (count == -2)
+        return za_error ("--class-names: more than %d classes", ZA_IMAGES_MAX_CLASSES);
     return count < 0? za_error ("out of memory"): count;
 }
 

@@ -325,8 +325,16 @@ za_listing_glob (za_listing_t *self, const char *pattern)
     int64_t before = self->count;
     int rc = n? s_glob (self, pattern [0] == '/'? "/": "", parts, n, 0, 0): 0;
     free (parts), free (copy);
-    if (!rc && self->count > before)
+    if (!rc && self->count > before) {
         qsort_r (self->items + before, (size_t) (self->count - before), sizeof *self->items,
                  s_compare_paths, self->text);
+        //  Once each: two "**" reach a file by two ways ("d/**/**/*.jpg"
+        //  finds d/s/x.jpg with either taking s), and an example is a file.
+        int64_t kept = before + 1;
+        for (int64_t i = before + 1; i < self->count; i++)
+            if (s_compare_paths (&self->items [i], &self->items [kept - 1], self->text))
+                self->items [kept++] = self->items [i];
+        self->count = kept;
+    }
     return rc;
 }

@@ -195,6 +195,18 @@ Test (images, empty_class_keeps_its_label_and_no_images_is_an_error)
     cr_expect_eq (za_images_info (&config, &info), -1);
     cr_expect (strstr (za_last_error (), "'shoes' has no folder") != NULL, "%s",
                za_last_error ());
+    //  More names than classes can be: refused (the first 4096 were taken,
+    //  the rest dropped unsaid).
+    size_t most = (size_t) (ZA_IMAGES_MAX_CLASSES + 1) * 8;
+    char *many = malloc (most);
+    size_t at = 0;
+    for (int c = 0; c <= ZA_IMAGES_MAX_CLASSES; c++)
+        at += (size_t) snprintf (many + at, most - at, "%sc%d", c? ",": "", c);
+    config.class_names = many;
+    cr_expect_eq (za_images_info (&config, &info), -1);
+    cr_expect (strstr (za_last_error (), "more than 4096 classes") != NULL, "%s",
+               za_last_error ());
+    free (many);
     config = za_test_images_config (path);           //  a folder with no class folders
     cr_expect_eq (za_images_info (&config, &info), -1);
     cr_expect (strstr (za_last_error (), "no class folders") != NULL, "%s", za_last_error ());

@@ -331,6 +331,13 @@ Test (tfrecord, patterns_with_double_star_label_by_parent_folder)
     cr_expect_eq (all.dataset->n_classes, 10);
     s_expect_same (&folder, &all, 0, -1);
     s_read_free (&all);
+    //  Two "**" reach each file by two ways: it is listed once (it was two
+    //  examples an epoch).
+    snprintf (pattern, sizeof pattern, "%s/**/**/*.jpg", dir);
+    all = s_read (za_test_images_config (pattern));
+    cr_expect_eq (all.count, count);
+    s_expect_same (&folder, &all, 0, -1);
+    s_read_free (&all);
 
     //  Two classes: the parents' sorted names are labels 0 and 1.
     snprintf (pattern, sizeof pattern, "%s/class_[27]/*.jpg", dir);
