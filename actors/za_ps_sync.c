@@ -32,7 +32,8 @@ za_ps_sync_reset (za_ps_t *self)
 }
 
 //  1 when task's waiter of this step came by another connection than
-//  routing_id's: it now waits on routing_id, for msg's seq.
+//  routing_id's: it now waits on routing_id, for msg's seq. The one before
+//  is told (a process alive there, two of one task index, stops with why).
 static int
 s_take_the_place (za_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
 {
@@ -41,6 +42,10 @@ s_take_the_place (za_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
         waiter = (za_ps_waiter_t *) zlist_next (self->waiting);
     if (!waiter || zframe_eq (waiter->routing_id, routing_id))
         return 0;
+    char why [160];
+    snprintf (why, sizeof why, "task %d pushed step %" PRId64 " again from another connection "
+              "(restarted?), which waits in this one's place", msg->task, msg->step);
+    za_ps_reply_error (self, waiter->routing_id, waiter->seq, "bad_request", why);
     zframe_destroy (&waiter->routing_id);
     waiter->routing_id = zframe_dup (routing_id);
     waiter->seq = msg->seq;

@@ -577,8 +577,8 @@ Test (ps, ps_sync_applies_the_mean_of_a_step_once_and_drops_what_comes_late)
     cr_assert_eq (s_reply_on (&c, backup, REPLY_MS), ZA_OP_ERROR);
     cr_expect_str_eq (c.in->code, "rewound");
     s_sync_push (&c, c.client, 0, 1, 1.0f);
-    s_sync_push (&c, second, 0, 1, 1.0f);
-    cr_assert_eq (s_reply_on (&c, second, REPLY_MS), ZA_OP_ERROR);
+    s_sync_push (&c, c.client, 0, 1, 1.0f);
+    cr_assert_eq (s_reply_on (&c, c.client, REPLY_MS), ZA_OP_ERROR);
     cr_expect_str_eq (c.in->code, "bad_request");
     //  Training ends with task 0 still waiting: it is told so.
     za_wire_msg_init (c.out, ZA_OP_STOP);
@@ -595,7 +595,8 @@ Test (ps, ps_sync_applies_the_mean_of_a_step_once_and_drops_what_comes_late)
 //  A ps-sync worker restarted while its push waited for the step pushes
 //  that step again from a new connection: it waits in its place, its first
 //  push counted once, and gets the step's values (it was refused, "once per
-//  task", exit 1, and restarted again until the step was made).
+//  task", exit 1, and restarted again until the step was made). The
+//  connection before is told (were a process still there: two of a task).
 Test (ps, ps_sync_takes_a_restarted_workers_push_of_the_same_step)
 {
     s_ps_case_t c;
@@ -606,9 +607,11 @@ Test (ps, ps_sync_takes_a_restarted_workers_push_of_the_same_step)
     zsock_t *first = zsock_new_dealer (c.endpoint);
     s_sync_push (&c, first, 1, 0, 3.0f);
     cr_expect_eq (s_reply_on (&c, first, 200), -1, "answered before the step was made");
-    zsock_destroy (&first);
     zsock_t *again = zsock_new_dealer (c.endpoint);
     s_sync_push (&c, again, 1, 0, 5.0f);
+    cr_assert_eq (s_reply_on (&c, first, REPLY_MS), ZA_OP_ERROR);
+    cr_expect (strstr (c.in->error, "again from another connection"), "%s", c.in->error);
+    zsock_destroy (&first);
     cr_expect_eq (s_reply_on (&c, again, 300), -1, "%s %s", c.in->code, c.in->error);
     s_sync_push (&c, c.client, 0, 0, 1.0f);
     //  1 - 0.5 x mean (1, 3): the first life's gradient, once.
