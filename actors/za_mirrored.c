@@ -46,6 +46,7 @@ typedef struct {
     int64_t own_steps;
     int preempted;                  //  every rank stopped for preemption before max_steps
     int left;                       //  this worker left the job (SIGTERM, elastic)
+    int values_diverged;            //  a checkpoint refused our values (not finite)
     int live;                                   //  holds values this process trained on
     int terminated;                             //  $TERM came on the pipe
     za_role_hooks_t hooks;                      //  the counter; the savers for the chief
@@ -103,11 +104,19 @@ s_save_at (s_mirrored_t *self, int64_t step, int final)
     return 0;
 }
 
-//  The checkpoint saver's save (za_hooks.h).
+//  The checkpoint saver's save (za_hooks.h). Values that diverged (not
+//  finite, not written) end the training in the step's stop round, where
+//  every rank stops with this one.
 static int
 s_save (void *arg, int64_t step)
 {
-    return s_save_at ((s_mirrored_t *) arg, step, 0);
+    s_mirrored_t *self = (s_mirrored_t *) arg;
+    int saved = s_save_at (self, step, 0);
+    if (saved < 0 && za_replica_diverged (self->replica)) {
+        self->values_diverged = 1;
+        return ZA_SAVE_SKIPPED;
+    }
+    return saved;
 }
 
 static void
@@ -571,7 +580,7 @@ s_run_steps (s_mirrored_t *self)
         memset (stop, 0, sizeof stop);
         stop [0] = config->is_chief && self->hooks.stop.requested? 1.0f: 0.0f;
         stop [1] = za_preempt_requested ()? 1.0f: 0.0f;
-        stop [2] = diverged? 1.0f: 0.0f;
+        stop [2] = diverged || self->values_diverged? 1.0f: 0.0f;
         if (config->membership)
             stop [STOP_FLAGS + self->rank] = (float) za_membership_number (config->membership);
         int said = za_ring_allreduce_mean_f32 (self->ring, stop, (size_t) flags,
@@ -583,6 +592,8 @@ s_run_steps (s_mirrored_t *self)
             if (diverged)
                 return za_role_loss_check (&self->hooks, loss, self->global_step);
             self->hooks.diverged = 1;
+            if (self->values_diverged)
+                return -1;                  //  (said by the save)
             return za_error ("another rank's loss diverged at step %" PRId64 ": every rank "
                              "stops without saving it", self->global_step);
         }
@@ -723,7 +734,7 @@ za_mirrored_actor (zsock_t *pipe, void *args)
                  "beside backward", self->who, self->reducer.bucket_count,
                  self->reducer.hi [0] - self->reducer.lo [0]);
     int failed = s_train (self);         //  before its input is looked at: s_train makes it
-    int rc = za_role_end_status (failed, self->input, &self->hooks);
+    int rc = za_role_end_status (failed, self->input, &self->hooks, self->replica);
     if (rc)
         s_check_term (self);
     za_role_publish_end (config, rc, self->global_step);

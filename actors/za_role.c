@@ -239,9 +239,11 @@ za_role_next_batch (za_input_t *input, const char *who, za_batch_t *batch)
 }
 
 int
-za_role_end_status (int failed, const za_input_t *input, const za_role_hooks_t *hooks)
+za_role_end_status (int failed, const za_input_t *input, const za_role_hooks_t *hooks,
+                    const za_replica_t *replica)
 {
-    return !failed? 0: za_input_failed (input) || hooks->diverged? ZA_EXIT_DATA: 1;
+    return !failed? 0: za_input_failed (input) || hooks->diverged
+                       || za_replica_diverged (replica)? ZA_EXIT_DATA: 1;
 }
 
 int

@@ -108,8 +108,10 @@ int za_role_next_batch (za_input_t *input, const char *who, za_batch_t *batch);
 //  The status a training role ends with after its training returned
 //  `failed` (0 or not): 0, ZA_EXIT_DATA when its input failed on its data
 //  (a restart would meet the same files) or its model diverged (hooks'
-//  diverged: a restart would most likely diverge again), else 1.
-int za_role_end_status (int failed, const za_input_t *input, const za_role_hooks_t *hooks);
+//  diverged, or a checkpoint refused for values not finite: a restart
+//  would most likely diverge again), else 1.
+int za_role_end_status (int failed, const za_input_t *input, const za_role_hooks_t *hooks,
+                        const za_replica_t *replica);
 
 //  za_loss_check (za_hooks.h) of the loss of the step that makes
 //  global_step `step`: 0, or -1 with its error (without the role's name:

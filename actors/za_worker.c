@@ -513,7 +513,7 @@ za_worker_actor (zsock_t *pipe, void *args)
              config->worker_index, config->num_workers, config->ps_count, config->batch_size,
              config->max_steps);
     int failed = s_train (self);         //  before its input is looked at: s_train makes it
-    int rc = za_role_end_status (failed, self->input, &self->hooks);
+    int rc = za_role_end_status (failed, self->input, &self->hooks, self->replica);
     //  Preempted: SIGTERM, or the chief's (the ps stopped for it: a static
     //  cluster has no broker to tell every task).
     int preempted = rc == 0 && (za_preempt_requested () || self->ps_preempted)

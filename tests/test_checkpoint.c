@@ -2,12 +2,15 @@
     byte, retention and the index, listing, and every kind of corrupt file.     */
 #define _GNU_SOURCE
 #include "za/za_checkpoint.h"
+#include "za/za_replica.h"
+#include "za/za_model.h"
 #include "za/za_util.h"
 #include "za_test.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -907,4 +910,40 @@ Test (checkpoint, python_safetensors_reads_the_file)
     cr_assert_eq (rc, 0, "python safetensors could not read %s (status %d)", path, rc);
     free (command);
     free (path);
+}
+
+//  A model whose values hold a NaN or an infinity (diverged: an update that
+//  overflowed, its loss still finite) is not written, and said so; the
+//  checkpoints before it stay (retention would have deleted them for it).
+Test (checkpoint, values_not_finite_are_not_written)
+{
+    static za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse ("flatten dense(10)", &spec), 0, "%s", za_last_error ());
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_SGD);
+    za_replica_config_t config = {
+        .model_fn = za_stack_model_fn (), .params = &spec, .input = {28, 28, 1},
+        .threads = 1, .train = 1, .optim = &optim,
+    };
+    za_replica_t *replica = za_replica_new (&config, 5);
+    cr_assert_not_null (replica, "%s", za_last_error ());
+    const char *dir = za_test_dir ();
+    cr_assert_eq (za_replica_save_through (replica, dir, 1, 1, 0), 0, "%s", za_last_error ());
+    float *values = za_replica_values (replica);
+    const float bad [] = {NAN, INFINITY, -INFINITY};
+    for (int b = 0; b < 3; b++) {
+        float kept = values [7];
+        values [7] = bad [b];
+        za_error_set_quiet (1);
+        cr_expect_eq (za_replica_save_through (replica, dir, 2 + b, 1, b == 2), -1);
+        za_error_set_quiet (0);
+        cr_expect (strstr (za_last_error (), "hold NaN or infinity: the model diverged"), "%s",
+                   za_last_error ());
+        cr_expect (za_replica_diverged (replica));
+        cr_expect_eq (za_checkpoint_newest_step (dir), 1);
+        values [7] = kept;
+    }
+    cr_expect_eq (za_replica_save_through (replica, dir, 5, 1, 0), 0, "%s", za_last_error ());
+    cr_expect_not (za_replica_diverged (replica));
+    cr_expect_eq (za_checkpoint_newest_step (dir), 5);
+    za_replica_destroy (&replica);
 }

@@ -213,6 +213,17 @@ s_input (za_estimator_t *self, za_input_fn_t input_fn, void *arg, za_mode_t mode
 // ---------------------------------------------------------------------------
 //  Train
 
+//  1 (said, and remembered) when the loss read at this step is NaN or
+//  infinite: the model diverged (za_loss_check).
+static int
+s_diverged (za_estimator_t *self, double loss)
+{
+    if (za_loss_check (loss, self->global_step) == 0)
+        return 0;
+    self->diverged = 1;
+    return 1;
+}
+
 //  The steps of a train, from ctx's global_step until its max_steps, the
 //  input's end, a hook's stop, a preemption request (za_preempt.h) or an
 //  error; ctx is left at the last step for the hooks' end. Returns 0 or -1.
@@ -268,8 +279,7 @@ s_train_steps (za_estimator_t *self, za_input_t *input, za_hooks_t *hooks,
             rc = -1;
             break;
         }
-        if (ctx->loss_steps > 0 && za_loss_check (ctx->loss, self->global_step)) {
-            self->diverged = 1;
+        if (ctx->loss_steps > 0 && s_diverged (self, ctx->loss)) {
             rc = -1;
             break;
         }
@@ -295,10 +305,8 @@ s_train_steps (za_estimator_t *self, za_input_t *input, za_hooks_t *hooks,
         if (steps > 0 && rc == 0) {
             ctx->loss = loss;
             ctx->loss_steps = steps;
-            if (za_loss_check (loss, self->global_step)) {
-                self->diverged = 1;
+            if (s_diverged (self, loss))
                 rc = -1;
-            }
         }
     }
     return rc;
@@ -362,6 +370,9 @@ za_estimator_train (za_estimator_t *self, za_input_fn_t input_fn, void *arg,
     if (rc == 0 && self->global_step != saver.last_saved && self->global_step > 0)
         rc = za_replica_save_through (self->replica, self->model_dir, self->global_step,
                                       self->config.keep_checkpoint_max, 1);
+    //  A checkpoint refused for its values (not finite) says so too.
+    if (rc && za_replica_diverged (self->replica))
+        self->diverged = 1;
     //  Stopped early: the evaluators learn where training ended.
     if (rc == 0 && config->early_stopping)
         rc = za_early_stop_end (self->model_dir, self->global_step);

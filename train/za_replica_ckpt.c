@@ -6,6 +6,7 @@
 #include <czmq.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,15 @@ za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, int ke
         return -1;
     int slot_count = za_replica_slot_count (self);
     za_replica_to_host (self, &self->values_at, &self->values, self->device_values, 1, 0);
+    //  A diverged model is not written (za_loss_check, za_hooks.h): retention
+    //  would delete the checkpoints before it for it.
+    self->diverged = 0;
+    for (size_t i = 0; i < self->vars.total && !self->diverged; i++)
+        self->diverged = !isfinite (self->values [i]);
+    if (self->diverged)
+        return za_error ("the values of step %" PRId64 " hold NaN or infinity: the model "
+                         "diverged, and its checkpoint is not written (lower --learning-rate, "
+                         "or clip the gradients: --clip-norm)", step);
     za_replica_to_host (self, &self->slots_at, self->slots, self->dev_slots, slot_count, 0);
     za_ckpt_tensor_t tensors [ZA_MAX_VARS * (1 + ZA_OPTIM_MAX_SLOTS) + 3];
     char names [ZA_MAX_VARS * ZA_OPTIM_MAX_SLOTS][SLOT_NAME_MAX];
@@ -129,7 +139,7 @@ za_replica_save_through (za_replica_t *self, const char *model_dir, int64_t step
     while (za_replica_save (self, model_dir, step, keep_max)) {
         int err = za_checkpoint_disk_errno ();
         za_checkpoint_disk_errno_clear ();
-        if (!err)
+        if (!err || self->diverged)
             return -1;
         if (!self->disk_failing)
             za_info ("cannot write the checkpoint of step %" PRId64 " in %s (%s): the "
@@ -158,6 +168,12 @@ za_replica_save_through (za_replica_t *self, const char *model_dir, int64_t step
         za_info ("checkpoints are written again (step %" PRId64 ")", step);
     self->disk_failing = 0;
     return 0;
+}
+
+int
+za_replica_diverged (const za_replica_t *self)
+{
+    return self->diverged;
 }
 
 const int64_t *

@@ -202,7 +202,8 @@ int za_replica_predict_batch (za_replica_t *self, const za_batch_t *batch, za_pr
                               void *arg, int64_t *index);
 
 //  Writes the values, the slots and `step` as model_dir's checkpoint of
-//  `step` (atomic, keeping keep_max; <= 0 keeps all). Returns 0 or -1.
+//  `step` (atomic, keeping keep_max; <= 0 keeps all); values that hold a NaN
+//  or an infinity are refused (za_replica_diverged). Returns 0 or -1.
 int za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, int keep_max);
 
 #define ZA_SAVE_RETRY_SECS 2
@@ -217,6 +218,10 @@ int za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, in
 //  (EIO, EROFS, EFBIG) it fails. Returns 0 when written, -1 on another error.
 int za_replica_save_through (za_replica_t *self, const char *model_dir, int64_t step,
                              int keep_max, int final);
+
+//  1 when the last save refused the values for holding a NaN or an
+//  infinity (a diverged model is not written: its error says so).
+int za_replica_diverged (const za_replica_t *self);
 
 //  Where each variable's optimizer slots started (ZA_MAX_VARS steps, by the
 //  variables' order; za_optim_config_t.slots_step): set from a restored
