@@ -789,6 +789,8 @@ za_evaluator_actor (zsock_t *pipe, void *args)
                              0, 0, evaluations);
 }
 
+#define WATCH_EVALUATOR_SECS 0.2
+
 //  Training's watch on its evaluator, looked at every 0.2 s of steps: an
 //  evaluator that ends before training does has failed (its evaluation
 //  cannot go on), and training stops after the step, which is saved, as
@@ -807,7 +809,7 @@ s_watch_evaluator (void *arg, const za_run_context_t *context)
     s_watch_evaluator_t *self = (s_watch_evaluator_t *) arg;
     if (self->ended || context->elapsed_secs < self->next_look)
         return 0;
-    self->next_look = context->elapsed_secs + 0.2;
+    self->next_look = context->elapsed_secs + WATCH_EVALUATOR_SECS;
     if (!(zsock_events (zactor_sock (self->evaluator)) & ZMQ_POLLIN))
         return 0;
     self->ended = 1;
@@ -833,8 +835,11 @@ za_train_and_evaluate (za_estimator_t *estimator, za_input_fn_t input_fn, void *
     }
     //  After a training error, a preemption or Ctrl-C the evaluator is
     //  stopped ($TERM), not awaited.
-    if (!watch.ended && !rc && !za_preempt_requested () && !zsys_interrupted)
+    if (!watch.ended && !rc && !za_preempt_requested () && !zsys_interrupted) {
         watch.rc = za_role_wait (watch.evaluator, 0, NULL, NULL, &watch.evaluations);
+        if (za_preempt_requested () || zsys_interrupted)
+            watch.rc = 0;               //  stopped while it evaluated the last
+    }
     zactor_destroy (&watch.evaluator);
     if (evaluations)
         *evaluations = (int) watch.evaluations;

@@ -72,9 +72,15 @@ za_source_classes_given (const char *text, char ***names)
         if (!(list [count++] = strdup (name)))
             count = -1;
     free (copy);
+    if (count >= 0)
+        return count;
+    for (int c = 0; list [c]; c++)
+        free (list [c]);
+    free (list);
+    *names = NULL;
     if (count == -2)
         return za_error ("--class-names: more than %d classes", ZA_IMAGES_MAX_CLASSES);
-    return count < 0? za_error ("out of memory"): count;
+    return za_error ("out of memory");
 }
 
 

@@ -328,10 +328,11 @@ s_input_produce (za_input_t *self, s_slot_t *slot)
         take = (int) ((int64_t) global * (self->config.replica + 1) / replicas) - first;
     }
     int size = 0, drawn;
-    //  Batches with no example made in a row: past two epochs' worth (one
-    //  whole epoch among them, whatever the shuffle), every example of the
-    //  shard has failed, and the input fails (--max-bad-images 100%).
-    int64_t empty = 0, empty_max = 2 * (self->shard_count / global) + 3;
+    //  Batches with no example made in a row: past two epochs' worth of this
+    //  replica's slices (one whole epoch among them, whatever the shuffle),
+    //  every example of the shard has failed, and the input fails
+    //  (--max-bad-images 100%).
+    int64_t empty = 0, empty_max = 2 * (self->shard_count / (take > 0? take: 1)) + 3;
     do {
         int64_t index;
         drawn = 0;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define NAME_CHARS ZA_SERVE_NAME_CHARS
 #define ERROR_CHARS ZA_SERVE_ERROR_CHARS
@@ -527,12 +528,15 @@ za_serve_on_request (void *cls, struct MHD_Connection *connection, const char *u
             return MHD_NO;
         request->started = za_clock_mono ();
         *con_cls = request;
-        //  A body its Content-Length says is too large is refused now,
-        //  before it is sent (a client that sent "Expect: 100-continue"
-        //  sends none) or read.
+        //  A client that waits for "100 Continue" before it sends a body its
+        //  Content-Length says is too large is told now (413), the body
+        //  never sent. (One that sends at once is read to the end first: a
+        //  connection closed on unread data may lose the answer to a reset.)
         const char *length = MHD_lookup_connection_value (connection, MHD_HEADER_KIND,
                                                           MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (length
+        const char *expect = MHD_lookup_connection_value (connection, MHD_HEADER_KIND,
+                                                          MHD_HTTP_HEADER_EXPECT);
+        if (length && expect && !strcasecmp (expect, "100-continue")
             && strtoull (length, NULL, 10) > (unsigned long long) self->s->max_body_bytes)
             return s_too_large (self, connection);
         return MHD_YES;

@@ -265,8 +265,9 @@ za_task_run_single (za_task_t *task)
         rc = 1;
     if (!rc && za_preempt_requested () && reached < s->max_steps)
         return za_task_preempted (s, reached);
-    //  Ctrl-C: the step reached is saved too, and nothing more is done.
-    if (!rc && zsys_interrupted && reached < s->max_steps) {
+    //  Ctrl-C: the step reached is saved too, and nothing more is done (an
+    //  evaluation of --train-and-evaluate under way is cut short).
+    if (!rc && zsys_interrupted && (reached < s->max_steps || s->train_and_evaluate)) {
         za_info ("interrupted at step %" PRId64 " of %" PRId64 "%s%s%s", reached, s->max_steps,
                  s->run.model_dir? ": its checkpoint is in '": "",
                  s->run.model_dir? s->run.model_dir: "", s->run.model_dir? "'": "");
