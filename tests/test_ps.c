@@ -754,6 +754,22 @@ Test (ps, an_init_newer_than_the_offer_keeps_its_values)
 //  A push leaves out a frozen variable's parts (here the kernel's, --freeze
 //  dense/kernel): they are not updated, on either value block, while the
 //  others are.
+//  c->in holds the values of `step`: the kernel's first float is `kernel`
+//  and the bias's `bias`, within epsilon.
+static void
+s_expect_firsts (s_ps_case_t *c, int64_t step, float kernel, float bias, float epsilon)
+{
+    cr_expect_eq (c->in->step, step);
+    cr_assert_eq (c->in->tensor_count, 2);
+    for (int t = 0; t < 2; t++) {
+        float v;
+        memcpy (&v, c->in->tensors [t].data, sizeof v);
+        float want = strcmp (c->in->tensors [t].name, "dense/kernel")? bias: kernel;
+        cr_expect_float_eq (v, want, epsilon, "step %d: %s = %.9g", (int) step,
+                            c->in->tensors [t].name, v);
+    }
+}
+
 Test (ps, a_push_without_a_frozen_variable_leaves_it_as_it_is)
 {
     s_ps_case_t c;
@@ -774,15 +790,7 @@ Test (ps, a_push_without_a_frozen_variable_leaves_it_as_it_is)
         c.out->task = 0;
         za_wire_msg_add (c.out, "dense/bias", ZA_DTYPE_F32, 1, bshape, grads_b);
         cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_VALUES, "%s", c.in->error);
-        cr_expect_eq (c.in->step, push);
-        cr_assert_eq (c.in->tensor_count, 2);
-        for (int t = 0; t < 2; t++) {
-            float v;
-            memcpy (&v, c.in->tensors [t].data, sizeof v);
-            int is_kernel = strcmp (c.in->tensors [t].name, "dense/kernel") == 0;
-            cr_expect_float_eq (v, is_kernel? 1.0f: 1.0f - 0.5f * (float) push, 1e-6,
-                                "push %d: %s = %f", push, c.in->tensors [t].name, v);
-        }
+        s_expect_firsts (&c, push, 1.0f, 1.0f - 0.5f * (float) push, 1e-6f);
     }
     //  Out of order, the bias before the kernel: refused.
     za_wire_msg_init (c.out, ZA_OP_PUSH);
@@ -825,16 +833,8 @@ Test (ps, ps_sync_updates_only_what_a_gradient_came_for)
         if (push == 1)                  //  the second: empty, as an overflow's
             za_wire_msg_add (c.out, "dense/bias", ZA_DTYPE_F32, 1, bshape, grads_b);
         cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_VALUES, "%s", c.in->error);
-        cr_expect_eq (c.in->step, push);
-        cr_assert_eq (c.in->tensor_count, 2);
-        for (int t = 0; t < 2; t++) {
-            float v;
-            memcpy (&v, c.in->tensors [t].data, sizeof v);
-            //  The bias: 1 x (1 - 0.5 x 0.1) - 0.5 x 1, then as it is.
-            int is_kernel = strcmp (c.in->tensors [t].name, "dense/kernel") == 0;
-            cr_expect_eq (v, is_kernel? 1.0f: 0.45f, "push %d: %s = %.9g", push,
-                          c.in->tensors [t].name, v);
-        }
+        //  The bias: 1 x (1 - 0.5 x 0.1) - 0.5 x 1, then as it is.
+        s_expect_firsts (&c, push, 1.0f, 0.45f, 0.0f);
     }
     s_teardown (&c);
 }
