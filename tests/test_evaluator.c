@@ -704,8 +704,9 @@ Test (evaluator, a_failed_evaluator_stops_train_and_evaluate)
     const char *dir = za_test_dir_create ("za_evaluator_failed");
     char *out = za_test_path ("te.out"), *err = za_test_path ("te.err");
     const char *args [] = {"--model", "linear", "--max-steps", "100000",
-                           "--save-checkpoints-steps", "50", "--train-and-evaluate", "--start-delay-secs", "0",
-                           "--throttle-secs", "0", "--threads", "1", "--model-dir", dir, NULL};
+                           "--save-checkpoints-steps", "50", "--train-and-evaluate",
+                           "--start-delay-secs", "0", "--throttle-secs", "0", "--threads", "1",
+                           "--model-dir", dir, NULL};
     pid_t pid = za_test_spawn (args, out, err);
     char *metrics = za_test_join (dir, "eval/metrics.jsonl");
     free (za_test_wait_for_text (metrics, "global_step", 120));

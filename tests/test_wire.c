@@ -1662,12 +1662,29 @@ Test (wire, fuzz_control_plane_bodies_at_a_live_broker)
     cr_assert_not_null (reply);
     cr_expect_eq (s_out.op, ZA_OP_PONG);
     zmsg_destroy (&reply);
+    //  A loss that is not finite goes as null (JSON has no NaN): taken, and
+    //  shown as null (a report refused leaves its task silent, then killed).
+    const char *diverged =
+        "{\"role\": \"ps\", \"index\": 0, \"host\": \"127.0.0.1\", \"pid\": 4322, \"restarts\": "
+        "1, \"endpoint\": \"tcp://127.0.0.1:5000\", \"state\": \"running\", \"global_step\": 8, "
+        "\"loss\": null, \"steps_per_sec\": 2.5, \"examples_per_sec\": 160}";
+    reply = s_control_call (dealer, msg, ZA_OP_REPORT, 999998, diverged);
+    cr_assert_not_null (reply);
+    cr_expect_neq (s_out.op, ZA_OP_ERROR, "%.*s", (int) s_out.body_len, s_out.body);
+    zmsg_destroy (&reply);
     reply = s_control_call (dealer, msg, ZA_OP_WATCH, 1000000, "{}");
     cr_assert_not_null (reply);
     cr_assert_eq (s_out.op, ZA_OP_STATE);
     json_t *state = json_loadb (s_out.body, s_out.body_len, 0, NULL);
     cr_assert_not_null (state);
     cr_expect_eq (json_array_size (json_object_get (state, "roles")), 4);
+    json_t *row, *ps = NULL;
+    size_t r;
+    json_array_foreach (json_object_get (state, "roles"), r, row)
+        if (!strcmp (json_string_value (json_object_get (row, "role")), "ps"))
+            ps = row;
+    cr_expect (ps && json_is_null (json_object_get (ps, "loss")), "%.*s", (int) s_out.body_len,
+               s_out.body);
     json_decref (state);
     zmsg_destroy (&reply);
     cr_log_info ("fuzz_control_plane: %d registers, %d reports, %d refused", answered [0],
