@@ -74,6 +74,26 @@ Test (top, trends_and_dashes_on_a_terminal, .timeout = 400)
         if (!seen)
             zclock_sleep (200);
     }
+    //  An 80-column terminal: each line cut at its width, so that the table
+    //  keeps one line a row (its 170-column rows wrapped, the header's end
+    //  where the chief's row should be).
+    int narrow = 0;
+    char *small = NULL;
+    if (seen) {
+        snprintf (command, sizeof command, "tmux -L %s resize-window -t top -x 80 -y 40",
+                  socket);
+        cr_expect_eq (system (command), 0, "%s", command);
+        deadline = za_clock_mono () + SCREEN_TIMEOUT_S;
+        while (!narrow && za_clock_mono () < deadline) {
+            free (small);
+            small = za_test_tmux_capture (socket);
+            const char *header = small? strstr (small, "\nROLE "): NULL;
+            const char *next = header? strchr (header + 1, '\n'): NULL;
+            narrow = next && !strncmp (next + 1, "chief ", 6);
+            if (!narrow)
+                zclock_sleep (200);
+        }
+    }
     snprintf (command, sizeof command, "tmux -L %s kill-server", socket);
     cr_expect_eq (system (command), 0);
     kill (local, SIGINT);
@@ -81,6 +101,8 @@ Test (top, trends_and_dashes_on_a_terminal, .timeout = 400)
     cr_assert (seen, "no trends on the screen within %.0f s:\n%s", SCREEN_TIMEOUT_S,
                screen? screen: "(nothing)");
     cr_expect (strstr (screen, "TREND"), "%s", screen);
+    cr_expect (narrow, "80 columns: a row wrapped:\n%s", small? small: "(nothing)");
+    free (small);
     //  A ps row: STEPS/S, EX/S, LOSS, LAST EVAL and TREND do not apply.
     char role [16], index [8], host [64], pid [16], state [16], step [24], rate [16],
          examples [16], loss [16], eval [32];

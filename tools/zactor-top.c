@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -125,33 +126,33 @@ s_usage (FILE *out)
 }
 
 static void
-s_show (const za_broker_state_t *state)
+s_show (FILE *out, const za_broker_state_t *state)
 {
     int up = (int) state->broker_uptime_secs;
-    printf ("zactor-top  broker %s  pid %d  up %d:%02d  restarts %d%s%s",
-            state->broker_endpoint, state->broker_pid, up / 60, up % 60,
-            state->broker_restarts, state->supervise? "  supervising": "",
-            state->curve? "  CURVE": "  no CURVE");
+    fprintf (out, "zactor-top  broker %s  pid %d  up %d:%02d  restarts %d%s%s",
+             state->broker_endpoint, state->broker_pid, up / 60, up % 60,
+             state->broker_restarts, state->supervise? "  supervising": "",
+             state->curve? "  CURVE": "  no CURVE");
     if (state->refused_peers > 0)
-        printf ("  refused peers %" PRId64, state->refused_peers);
-    printf ("\n");
-    printf ("global step %" PRId64 " / %" PRId64 "   model_dir %s%s\n", state->global_step,
-            state->max_steps, state->model_dir, state->done? "   (done)": "");
+        fprintf (out, "  refused peers %" PRId64, state->refused_peers);
+    fprintf (out, "\n");
+    fprintf (out, "global step %" PRId64 " / %" PRId64 "   model_dir %s%s\n", state->global_step,
+             state->max_steps, state->model_dir, state->done? "   (done)": "");
     if (state->min_workers < state->max_workers)
-        printf ("trainers %d (elastic: the chief and %d to %d workers; members changed %"
-                PRId64 " times)\n", state->members, state->min_workers, state->max_workers,
-                state->membership_changes);
-    printf ("\n");
+        fprintf (out, "trainers %d (elastic: the chief and %d to %d workers; members changed %"
+                 PRId64 " times)\n", state->members, state->min_workers, state->max_workers,
+                 state->membership_changes);
+    fprintf (out, "\n");
     int ring = 0, bad = 0;
     for (int t = 0; t < state->task_count; t++) {
         ring |= state->tasks [t].ring_rank >= 0;
         bad |= state->tasks [t].bad_images > 0;
     }
-    printf ("%-9s %3s %-15s %7s %-10s %8s %8s %8s %7s %-14s %8s %6s %8s %-16s%s%s  %s\n",
-            "ROLE", "IDX", "HOST", "PID", "STATE", "STEP", "STEPS/S", "EX/S", "LOSS",
-            "LAST EVAL", "RESTARTS", "HB AGE", "MS/STEP", "STRAGGLER",
-            ring? "  RING  WAIT MS/STEP": "", bad? "  BAD IMAGES": "",
-            "TREND (loss; evaluator: accuracy)");
+    fprintf (out, "%-9s %3s %-15s %7s %-10s %8s %8s %8s %7s %-14s %8s %6s %8s %-16s%s%s  %s\n",
+             "ROLE", "IDX", "HOST", "PID", "STATE", "STEP", "STEPS/S", "EX/S", "LOSS",
+             "LAST EVAL", "RESTARTS", "HB AGE", "MS/STEP", "STRAGGLER",
+             ring? "  RING  WAIT MS/STEP": "", bad? "  BAD IMAGES": "",
+             "TREND (loss; evaluator: accuracy)");
     for (int t = 0; t < state->task_count; t++) {
         const za_broker_task_row_t *row = &state->tasks [t];
         char eval [32] = "-", age [16] = "-";
@@ -184,13 +185,13 @@ s_show (const za_broker_state_t *state)
         s_trend_take (row);
         char trend [TREND_POINTS * 4 + 8];
         s_sparkline (row->type, row->index, trend, sizeof trend);
-        printf ("%-9s %3d %-15.15s %7d %-10s %8" PRId64 " %8s %8s %7s %-14s %8d %6s %8s %-16s%s%s"
-                "  %s\n", za_task_type_name (row->type), row->index, row->host, row->pid,
-                row->state, row->global_step, rate, examples, loss, eval, row->restarts, age,
-                step_ms, straggler, place,
-                skipped, row->type == ZA_TASK_PS? "-": trend);
+        fprintf (out, "%-9s %3d %-15.15s %7d %-10s %8" PRId64 " %8s %8s %7s %-14s %8d %6s %8s "
+                 "%-16s%s%s  %s\n", za_task_type_name (row->type), row->index, row->host,
+                 row->pid, row->state, row->global_step, rate, examples, loss, eval,
+                 row->restarts, age, step_ms, straggler, place, skipped,
+                 row->type == ZA_TASK_PS? "-": trend);
     }
-    printf ("\nrecent events:\n");
+    fprintf (out, "\nrecent events:\n");
     int first = state->event_count > SHOWN_EVENTS? state->event_count - SHOWN_EVENTS: 0;
     for (int e = first; e < state->event_count; e++) {
         const za_broker_event_row_t *event = &state->events [e];
@@ -199,9 +200,38 @@ s_show (const za_broker_state_t *state)
         localtime_r (&when, &tm);
         char clock [16];
         strftime (clock, sizeof clock, "%H:%M:%S", &tm);
-        printf ("  %s  %-9s %2d  pid %-7d %-10s %s\n", clock, event->role, event->index,
-                event->pid, event->event, event->cause);
+        fprintf (out, "  %s  %-9s %2d  pid %-7d %-10s %s\n", clock, event->role, event->index,
+                 event->pid, event->event, event->cause);
     }
+}
+
+//  The screen as s_show makes it, each line cut at the terminal's width
+//  (where stdout is one: a wrapped row would push the table apart), read
+//  again at each refresh so that a resized terminal is followed.
+static void
+s_show_in_width (const za_broker_state_t *state, int tty)
+{
+    struct winsize size;
+    int width = tty && ioctl (STDOUT_FILENO, TIOCGWINSZ, &size) == 0? size.ws_col: 0;
+    char *text = NULL;
+    size_t length = 0;
+    FILE *screen = width > 0? open_memstream (&text, &length): NULL;
+    s_show (screen? screen: stdout, state);
+    if (!screen)
+        return;
+    fclose (screen);
+    for (const char *line = text; line && *line; ) {
+        const char *end = strchr (line, '\n');
+        size_t bytes = end? (size_t) (end - line): strlen (line), cut = 0;
+        //  Columns are characters: UTF-8's continuation bytes take none.
+        for (int columns = 0; cut < bytes; cut++)
+            if (((unsigned char) line [cut] & 0xc0) != 0x80 && ++columns > width)
+                break;
+        fwrite (line, 1, cut, stdout);
+        fputc ('\n', stdout);
+        line = end? end + 1: NULL;
+    }
+    free (text);
 }
 
 //  Asks the broker for the job's state every interval seconds and shows it
@@ -230,7 +260,7 @@ s_watch (za_broker_client_t *client, const char *broker, const char *certs, doub
         else {
             if (tty && !once)
                 printf ("\033[H\033[2J");
-            s_show (state);
+            s_show_in_width (state, tty);
         }
         fflush (stdout);
         free (state);
