@@ -622,6 +622,13 @@ s_input_config_check (const za_dataset_t *dataset, const za_input_config_t *conf
                   c->shard_index, c->num_shards);
         return -1;
     }
+    //  (Augmentation takes each channel's preprocessing constants, which
+    //  are kept for ZA_INPUT_CHANNELS_MAX channels.)
+    if (za_augment_active (&c->augment) && dataset->channels > ZA_INPUT_CHANNELS_MAX) {
+        za_error ("za_input_new: augmentation takes images of at most %d channels (these "
+                  "have %d)", ZA_INPUT_CHANNELS_MAX, dataset->channels);
+        return -1;
+    }
     int replicas = c->replicas > 0? c->replicas: 1;
     if (c->skip < 0) {
         za_error ("za_input_new: skip %lld is negative", (long long) c->skip);

@@ -1317,6 +1317,18 @@ Test (pipeline, bad_configs)
         cr_assert (strstr (za_last_error (), cases [k].what), "case %zu: '%s'",
                    k, za_last_error ());
     }
+    //  Augmentation of more channels than their preprocessing is kept for:
+    //  refused (it read past the per-channel constants).
+    float wide [2 * 6] = {0};
+    int32_t wide_labels [2] = {0, 1};
+    za_dataset_t *six = za_dataset_from_arrays (wide, wide_labels, 2, 1, 1, 6);
+    cr_assert_not_null (six);
+    za_input_config_t augmented = good;
+    cr_assert_eq (za_augment_parse ("brightness(0.2)", &augmented.augment), 0);
+    za_error_clear ();
+    cr_assert_null (za_input_new (six, &augmented));
+    cr_assert (strstr (za_last_error (), "at most 4 channels"), "%s", za_last_error ());
+    za_dataset_destroy (&six);
     za_error_clear ();
     cr_assert_null (za_input_new (NULL, &good));
     cr_assert_neq (za_last_error () [0], 0);
