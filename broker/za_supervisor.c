@@ -60,7 +60,7 @@ za_supervisor_is_role_process (pid_t pid, const char *role, int index)
             args [i] = ' ';
     args [n] = 0;
     snprintf (role_arg, sizeof role_arg, " --role %s ", role);
-    snprintf (index_arg, sizeof index_arg, " --index %d", index);
+    snprintf (index_arg, sizeof index_arg, " --index %d ", index);  //  not --index 12
     return strstr (args, " --broker ") && strstr (args, role_arg) && strstr (args, index_arg);
 }
 

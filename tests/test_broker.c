@@ -7,6 +7,7 @@
 #include "za/za_checkpoint.h"
 #include "za/za_util.h"
 #include "za/za_wire.h"
+#include "../broker/za_supervisor.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -590,4 +591,26 @@ Test (broker, a_diverged_loss_stops_the_training)
         za_test_result_free (&result);
         free (dir);
     }
+}
+
+//  A role process is known by its own --role and --index: worker 12 is not
+//  worker 1 (" --index 1" matched "--index 12", and a stale pid of worker
+//  1's could have had worker 12 killed).
+Test (broker, a_role_process_is_known_by_its_whole_index)
+{
+    pid_t pid = fork ();
+    cr_assert_geq (pid, 0);
+    if (pid == 0) {
+        execlp ("sh", "sh", "-c", "sleep 60; :", "sh", "--broker", "x", "--role", "worker",
+                "--index", "12", (char *) NULL);
+        _exit (127);
+    }
+    double deadline = za_clock_mono () + 30;
+    while (!za_supervisor_is_role_process (pid, "worker", 12) && za_clock_mono () < deadline)
+        zclock_sleep (10);
+    cr_expect (za_supervisor_is_role_process (pid, "worker", 12));
+    cr_expect_not (za_supervisor_is_role_process (pid, "worker", 1));
+    cr_expect_not (za_supervisor_is_role_process (pid, "ps", 12));
+    kill (pid, SIGKILL);
+    waitpid (pid, NULL, 0);
 }
