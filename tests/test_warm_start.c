@@ -13,6 +13,7 @@
 #include "za/za_checkpoint.h"
 #include "za/za_kernels.h"
 #include "za/za_model.h"
+#include "za/za_replica.h"
 #include "za/za_util.h"
 #include "za/za_warm_start.h"
 #include "za_test.h"
@@ -192,4 +193,53 @@ Test (warm_start, what_is_wrong_is_exit_2_before_training, .init = s_train, .fin
         za_test_result_free (&result);
     }
     free (model);
+}
+
+//  A warm start gives a model its first values only: a later look for the
+//  newest checkpoint in a dir that has none yet (a ps's recovery before the
+//  first checkpoint) keeps the values trained since, and needs the file no
+//  more (the warm start's values were put back over them, and a file gone
+//  since failed the recovery).
+Test (warm_start, only_the_first_values_are_warm_started, .init = s_train, .fini = s_done,
+      .timeout = 1200)
+{
+    static za_stack_spec_t spec;
+    cr_assert_eq (za_stack_parse (ZA_SEED_CNN, &spec), 0);
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_SGD);
+    za_warm_start_t ws = {.from = s_trained};
+    za_replica_config_t config = {
+        .model_fn = za_stack_model_fn (), .params = &spec, .input = {28, 28, 1},
+        .threads = 1, .train = 1, .optim = &optim, .warm_start = &ws,
+    };
+    za_replica_t *replica = za_replica_new (&config, 5);
+    cr_assert_not_null (replica, "%s", za_last_error ());
+    size_t bytes = za_replica_vars (replica)->total * sizeof (float);
+    char *empty = za_test_path ("empty");
+    int restored = 1;
+    int64_t step = -1;
+    cr_assert_eq (za_replica_restore_newest (replica, empty, &restored, &step), 0, "%s",
+                  za_last_error ());
+    cr_expect_eq (restored, 0);
+    float *warm = malloc (bytes);
+    memcpy (warm, za_replica_values (replica), bytes);
+    za_dataset_t *fashion = za_test_fashion ("train", 64);
+    za_batch_t batch = {fashion->features, fashion->labels, 64, 28 * 28, NULL, NULL};
+    double loss;
+    for (int64_t s = 1; s <= 2; s++) {
+        cr_assert_eq (za_replica_compute_gradients (replica, &batch, s, &loss), 0);
+        za_replica_apply (replica, s);
+    }
+    float *trained = malloc (bytes);
+    memcpy (trained, za_replica_values (replica), bytes);
+    cr_assert_neq (memcmp (trained, warm, bytes), 0, "two steps changed nothing");
+    char *moved = za_test_path ("trained-moved");
+    cr_assert_eq (rename (s_trained, moved), 0);
+    cr_expect_eq (za_replica_restore_newest (replica, empty, &restored, &step), 0, "%s",
+                  za_last_error ());
+    cr_expect_eq (memcmp (za_replica_values (replica), trained, bytes), 0,
+                  "the values trained since were replaced");
+    cr_assert_eq (rename (moved, s_trained), 0);
+    za_dataset_destroy (&fashion);
+    za_replica_destroy (&replica);
+    free (trained), free (warm), free (moved), free (empty);
 }

@@ -324,14 +324,17 @@ int
 za_replica_restore_newest (za_replica_t *self, const char *model_dir, int *restored,
                            int64_t *step)
 {
-    int found_any = 0;
+    int found_any = 0, first = !self->looked_for_newest;
     *restored = 0;
+    self->looked_for_newest = 1;
     za_checkpoint_t *ckpt = za_checkpoint_load_newest (model_dir, &found_any);
     if (!ckpt) {
         if (found_any)
             return za_error ("no intact checkpoint in '%s' (all are corrupt; see above)",
                              model_dir);
-        return s_warm_start (self);
+        //  Later (a ps's recovery before the first checkpoint): the values
+        //  trained since are kept, not the warm start's put back.
+        return first? s_warm_start (self): 0;
     }
     int rc = za_replica_restore (self, ckpt, step);
     za_checkpoint_destroy (&ckpt);
