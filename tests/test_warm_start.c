@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "za/za_checkpoint.h"
 #include "za/za_kernels.h"
@@ -242,4 +243,29 @@ Test (warm_start, only_the_first_values_are_warm_started, .init = s_train, .fini
     za_dataset_destroy (&fashion);
     za_replica_destroy (&replica);
     free (trained), free (warm), free (moved), free (empty);
+}
+
+//  From a model dir, the newest intact checkpoint, as training restores: a
+//  newer one cut short (a copy interrupted) is said and passed over (the
+//  warm start failed on it).
+Test (warm_start, a_corrupt_newest_checkpoint_is_passed_over, .init = s_train, .fini = s_done,
+      .timeout = 1200)
+{
+    za_vars_t vars;
+    float *values = s_seed_vars (&vars);
+    char *copy = za_test_path ("copy");
+    cr_assert_eq (mkdir (copy, 0755), 0);
+    char *from = za_checkpoint_path (s_trained, 300), *to = za_checkpoint_path (copy, 300);
+    size_t size;
+    uint8_t *bytes = za_test_read_file (from, &size);
+    FILE *f = fopen (to, "wb");
+    cr_assert (f && fwrite (bytes, 1, size, f) == size);
+    fclose (f);
+    char *cut = za_checkpoint_path (copy, 400);
+    f = fopen (cut, "wb");
+    cr_assert (f && fwrite (bytes, 1, size / 2, f) == size / 2);
+    fclose (f);
+    za_warm_start_t ws = {.from = copy};
+    cr_expect_eq (za_warm_start_load (&ws, &vars, values), vars.count, "%s", za_last_error ());
+    free (bytes), free (cut), free (to), free (from), free (copy), free (values);
 }

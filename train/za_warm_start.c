@@ -21,7 +21,8 @@ za_layout_parse (const char *name)
          : !strcmp (name, "torch")? ZA_LAYOUT_TORCH: -1;
 }
 
-//  The file to read: ws->from, or a model dir's newest checkpoint. 0, or -1.
+//  The file to read: ws->from, or a model dir's newest intact checkpoint (as
+//  training restores: a corrupt newer one is said and passed over). 0, or -1.
 static int
 s_resolve (const char *from, char *path, size_t size)
 {
@@ -32,15 +33,15 @@ s_resolve (const char *from, char *path, size_t size)
         snprintf (path, size, "%s", from);
         return 0;
     }
-    int64_t *steps = NULL;
-    int count = za_checkpoint_list (from, &steps);
-    if (count <= 0) {
-        free (steps);
-        return za_error ("--warm-start-from %s: the folder holds no checkpoint", from);
-    }
-    char *newest = za_checkpoint_path (from, steps [count - 1]);
+    int found_any = 0;
+    za_checkpoint_t *intact = za_checkpoint_load_newest (from, &found_any);
+    if (!intact)
+        return za_error ("--warm-start-from %s: the folder holds no %scheckpoint", from,
+                         found_any? "intact ": "");
+    char *newest = za_checkpoint_path (from, za_checkpoint_step (intact));
+    za_checkpoint_destroy (&intact);
     snprintf (path, size, "%s", newest? newest: "");
-    free (newest), free (steps);
+    free (newest);
     return 0;
 }
 
