@@ -608,12 +608,15 @@ za_registry_claim (za_registry_t *self, zframe_t *identity, const za_registratio
     const char *role = za_registry_kind_name (reg->kind);
     int count = self->config->counts [reg->kind];
     if (index < 0) {
-        for (int i = 0; i < count && index < 0; i++) {
-            za_entry_t *task = &self->tasks [reg->kind][i];
-            if (task->state == ZA_ENTRY_EMPTY || task->state == ZA_ENTRY_LOST
-                || task->state == ZA_ENTRY_BACKOFF || task->state == ZA_ENTRY_VACANT)
-                index = i;
-        }
+        //  A free slot first; one whose task is lost or restarting (which
+        //  may come back within its timeout) only when none is.
+        for (int pass = 0; pass < 2 && index < 0; pass++)
+            for (int i = 0; i < count && index < 0; i++) {
+                za_entry_state_t state = self->tasks [reg->kind][i].state;
+                if (pass == 0? state == ZA_ENTRY_EMPTY || state == ZA_ENTRY_VACANT
+                             : state == ZA_ENTRY_LOST || state == ZA_ENTRY_BACKOFF)
+                    index = i;
+            }
         if (index < 0) {
             snprintf (code, ZA_REGISTRY_CODE_MAX, "full");
             snprintf (why, size, "the job has %d %s task%s and none is free", count, role,

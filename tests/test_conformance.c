@@ -812,6 +812,62 @@ Test (broker, a_live_task_is_taken_only_by_itself)
     s_broker_stop (&c);
 }
 
+//  A worker that asks for any slot (index -1) takes a free one before one
+//  whose worker is lost (silent) and may come back: that worker, back
+//  within its timeout, takes its own again (it was given away first, and
+//  the worker was refused "busy" for ever).
+Test (broker, a_worker_without_an_index_leaves_a_lost_slot_to_its_own)
+{
+    s_broker_case_t c;
+    memset (&c, 0, sizeof c);
+    snprintf (c.job, sizeof c.job, "{\"model\": \"linear\", \"max_steps\": 100}");
+    za_broker_config_init (&c.config);
+    c.config.bind = BROKER_ENDPOINT;
+    c.config.job_text = c.job;
+    c.config.counts [ZA_TASK_CHIEF] = 1;
+    c.config.counts [ZA_TASK_WORKER] = 2;
+    c.config.counts [ZA_TASK_PS] = 1;
+    c.config.model_dir = za_test_dir ();
+    c.config.max_steps = 100;
+    c.config.heartbeat.ivl_secs = 0.1;
+    c.config.heartbeat.liveness = 3;
+    c.broker = zactor_new (za_broker_actor, &c.config);
+    cr_assert_not_null (c.broker);
+    s_peer_t first, joiner;
+    s_peer_open (&first, BROKER_ENDPOINT);
+    s_peer_open (&joiner, BROKER_ENDPOINT);
+    char *zero = s_registration ("worker", 0, "127.0.0.1", 7001, "");
+    cr_assert_eq (s_ask (&first, ZA_OP_REGISTER, 1, zero), ZA_OP_WELCOME);
+    char *token = s_welcome_token (&first);
+    //  Worker 0 goes silent: lost.
+    double deadline = za_clock_mono () + 30;
+    int lost = 0;
+    while (!lost && za_clock_mono () < deadline) {
+        json_t *state = s_state (&joiner);
+        const char *now = json_string_value (json_object_get (za_test_row (state, "worker", 0),
+                                                              "state"));
+        lost = now && !strcmp (now, "lost");
+        json_decref (state);
+        if (!lost)
+            zclock_sleep (50);
+    }
+    cr_assert (lost, "worker 0 was never taken for lost");
+    char *any = s_registration ("worker", -1, "127.0.0.1", 7002, "");
+    cr_assert_eq (s_ask (&joiner, ZA_OP_REGISTER, 2, any), ZA_OP_WELCOME, "%s",
+                  joiner.in->error);
+    json_t *welcome = json_loadb (joiner.in->body, joiner.in->body_len, 0, NULL);
+    cr_expect_eq (json_integer_value (json_object_get (welcome, "index")), 1, "%.*s",
+                  (int) joiner.in->body_len, joiner.in->body);
+    json_decref (welcome);
+    char *back = s_registration_with ("worker", 7001, "", token);
+    cr_expect_eq (s_ask (&first, ZA_OP_REGISTER, 3, back), ZA_OP_WELCOME, "%s",
+                  first.in->error);
+    free (back), free (any), free (token), free (zero);
+    s_peer_close (&first);
+    s_peer_close (&joiner);
+    s_broker_stop (&c);
+}
+
 Test (broker, every_reply_echoes_its_request_seq)
 {
     s_broker_case_t c;
