@@ -275,6 +275,7 @@ s_vacate (za_entry_t *task)
     task->state = ZA_ENTRY_VACANT;
     task->leaving = 0;
     task->endpoint [0] = 0;
+    task->role_state [0] = 0;           //  the next worker's is its own, once it reports
     zframe_destroy (&task->identity);
 }
 

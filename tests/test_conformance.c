@@ -868,6 +868,87 @@ Test (broker, a_worker_without_an_index_leaves_a_lost_slot_to_its_own)
     s_broker_stop (&c);
 }
 
+//  The joined and left events of worker `index` in the broker's state.
+static int
+s_membership_events (s_peer_t *peer, int index, const char *which)
+{
+    json_t *state = s_state (peer), *event;
+    size_t e;
+    int count = 0;
+    json_array_foreach (json_object_get (state, "events"), e, event)
+        count += !strcmp (json_string_value (json_object_get (event, "event")), which)
+              && json_integer_value (json_object_get (event, "index")) == index
+              && !strcmp (json_string_value (json_object_get (event, "role")), "worker");
+    json_decref (state);
+    return count;
+}
+
+//  A report of worker 1 (elastic) in state `state`, leaving or not.
+static int
+s_report_state (s_peer_t *peer, int pid, const char *token, const char *state, int leaving)
+{
+    json_t *body = json_pack ("{s:s, s:i, s:s, s:i, s:i, s:s, s:s, s:s, s:I, s:f, s:f, s:f, "
+                              "s:b}", "role", "worker", "index", 1, "host", "127.0.0.1", "pid",
+                              pid, "restarts", 0, "endpoint", "", "token", token, "state",
+                              state, "global_step", (json_int_t) 5, "loss", 0.5,
+                              "steps_per_sec", 1.0, "examples_per_sec", 64.0, "leaving",
+                              leaving);
+    char *text = json_dumps (body, JSON_COMPACT);
+    json_decref (body);
+    int op = s_ask (peer, ZA_OP_REPORT, 7, text);
+    free (text);
+    return op;
+}
+
+//  An elastic slot that a worker left, taken by another: the newcomer
+//  joins once it reports past starting, once (it counted as a member at
+//  its register, the one before's "done" still on the slot: joined, left
+//  at its "starting", joined again).
+Test (broker, a_worker_that_takes_a_vacant_slot_joins_once)
+{
+    s_broker_case_t c;
+    memset (&c, 0, sizeof c);
+    snprintf (c.job, sizeof c.job, "{\"model\": \"linear\", \"max_steps\": 100}");
+    za_broker_config_init (&c.config);
+    c.config.bind = BROKER_ENDPOINT;
+    c.config.job_text = c.job;
+    c.config.counts [ZA_TASK_CHIEF] = 1;
+    c.config.counts [ZA_TASK_WORKER] = 2;
+    c.config.counts [ZA_TASK_PS] = 1;
+    c.config.min_workers = 1;
+    c.config.model_dir = za_test_dir ();
+    c.config.max_steps = 100;
+    c.broker = zactor_new (za_broker_actor, &c.config);
+    cr_assert_not_null (c.broker);
+    s_peer_t fixed, first, second;
+    s_peer_open (&fixed, BROKER_ENDPOINT);
+    s_peer_open (&first, BROKER_ENDPOINT);
+    s_peer_open (&second, BROKER_ENDPOINT);
+    char *zero = s_registration ("worker", 0, "127.0.0.1", 8000, "");
+    cr_assert_eq (s_ask (&fixed, ZA_OP_REGISTER, 1, zero), ZA_OP_WELCOME);
+    char *one = s_registration ("worker", -1, "127.0.0.1", 8001, "");
+    cr_assert_eq (s_ask (&first, ZA_OP_REGISTER, 1, one), ZA_OP_WELCOME);
+    char *token = s_welcome_token (&first);
+    cr_assert_eq (s_report_state (&first, 8001, token, "running", 0), ZA_OP_VIEW);
+    cr_assert_eq (s_membership_events (&fixed, 1, "joined"), 1);
+    cr_assert_eq (s_report_state (&first, 8001, token, "done", 1), ZA_OP_VIEW);
+    cr_assert_eq (s_membership_events (&fixed, 1, "left"), 1);
+    char *other = s_registration ("worker", -1, "127.0.0.1", 8002, "");
+    cr_assert_eq (s_ask (&second, ZA_OP_REGISTER, 1, other), ZA_OP_WELCOME, "%s",
+                  second.in->error);
+    char *token2 = s_welcome_token (&second);
+    cr_expect_eq (s_membership_events (&fixed, 1, "joined"), 1, "a member at its register");
+    cr_assert_eq (s_report_state (&second, 8002, token2, "starting", 0), ZA_OP_VIEW);
+    cr_assert_eq (s_report_state (&second, 8002, token2, "running", 0), ZA_OP_VIEW);
+    cr_expect_eq (s_membership_events (&fixed, 1, "joined"), 2);
+    cr_expect_eq (s_membership_events (&fixed, 1, "left"), 1);
+    free (token2), free (other), free (token), free (one), free (zero);
+    s_peer_close (&fixed);
+    s_peer_close (&first);
+    s_peer_close (&second);
+    s_broker_stop (&c);
+}
+
 Test (broker, every_reply_echoes_its_request_seq)
 {
     s_broker_case_t c;
