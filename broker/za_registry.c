@@ -555,6 +555,8 @@ za_registry_stop_all (za_registry_t *self)
                 kill (task->pid, pass? SIGKILL: SIGTERM);
                 left++;
             }
+        //  Until every one signalled has ended: ours reaped, and those a
+        //  broker before us started (they registered again) gone.
         while (left && za_clock_mono () < deadline) {
             left = 0;
             FOR_EACH_TASK (self, task)
@@ -564,6 +566,10 @@ za_registry_stop_all (za_registry_t *self)
                     else
                         task->own = 0;
                 }
+                else
+                if (task->state != ZA_ENTRY_DONE && task->pid > 0 && s_is_local (self, task)
+                    && kill (task->pid, 0) == 0 && s_is_role_process (task))
+                    left++;
             if (left)
                 zclock_sleep (STOP_POLL_MS);
         }

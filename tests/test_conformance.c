@@ -15,6 +15,7 @@
 #include "za/za_role.h"
 #include "za/za_util.h"
 #include "za/za_wire.h"
+#include "../broker/za_supervisor.h"
 
 #include <criterion/criterion.h>
 #include <czmq.h>
@@ -947,6 +948,44 @@ Test (broker, a_worker_that_takes_a_vacant_slot_joins_once)
     s_peer_close (&first);
     s_peer_close (&second);
     s_broker_stop (&c);
+}
+
+//  A broker that stops stops the role processes it did not start too (a
+//  broker before it did, and they registered again): SIGTERM, then SIGKILL
+//  after the grace, as its own (they were left running).
+Test (broker, a_stopping_broker_ends_the_tasks_it_did_not_start)
+{
+    pid_t pid = fork ();
+    cr_assert_geq (pid, 0);
+    if (pid == 0) {
+        //  (It ends by itself after 90 s, whatever becomes of the test.)
+        execlp ("sh", "sh", "-c", "trap '' TERM; i=0; while [ $i -lt 90 ]; do sleep 1; "
+                "i=$((i + 1)); done", "sh", "--broker", "x", "--role", "worker", "--index", "0",
+                (char *) NULL);
+        _exit (127);
+    }
+    s_broker_case_t c;
+    s_broker_start (&c);
+    s_peer_t peer;
+    s_peer_open (&peer, BROKER_ENDPOINT);
+    char *worker = s_registration ("worker", 0, "127.0.0.1", (int) pid, "");
+    double deadline = za_clock_mono () + 30;
+    while (!za_supervisor_is_role_process (pid, "worker", 0) && za_clock_mono () < deadline)
+        zclock_sleep (10);
+    cr_assert_eq (s_ask (&peer, ZA_OP_REGISTER, 1, worker), ZA_OP_WELCOME, "%s",
+                  peer.in->error);
+    s_peer_close (&peer);
+    s_broker_stop (&c);
+    int ended = 0;
+    deadline = za_clock_mono () + 30;   //  (the grace is 5 s; the suite's timeout 60 s)
+    while (!(ended = waitpid (pid, NULL, WNOHANG) == pid) && za_clock_mono () < deadline)
+        zclock_sleep (50);
+    cr_expect (ended, "the worker's process outlived its broker");
+    if (!ended) {
+        kill (pid, SIGKILL);
+        waitpid (pid, NULL, 0);
+    }
+    free (worker);
 }
 
 Test (broker, every_reply_echoes_its_request_seq)
