@@ -318,7 +318,7 @@ s_start (s_mirrored_t *self, int first)
         return -1;
     if (config->is_chief && first
         && (za_mkdirs (config->run.model_dir)
-            || za_replica_restore_newest (self->replica, config->run.model_dir, &restored,
+            || za_replica_restore_newest (self->replica, config->run.model_dir, 1, &restored,
                                           &step)))
         return -1;
     if (za_ring_resync (self->ring))
@@ -594,8 +594,8 @@ s_run_steps (s_mirrored_t *self)
             self->hooks.diverged = 1;
             if (self->values_diverged)
                 return -1;                  //  (said by the save)
-            return za_error ("another rank's loss diverged at step %" PRId64 ": every rank "
-                             "stops without saving it", self->global_step);
+            return za_error ("another rank's loss or values diverged at step %" PRId64 ": "
+                             "every rank stops without saving it", self->global_step);
         }
         if (stop [1] != 0 && self->global_step < self->max_steps) {
             za_preempt_request ();

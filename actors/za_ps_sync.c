@@ -50,8 +50,8 @@ s_take_the_place (za_ps_t *self, zframe_t *routing_id, const za_wire_msg_t *msg)
     waiter->routing_id = zframe_dup (routing_id);
     waiter->seq = msg->seq;
     za_info ("ps %d: task %d pushed step %" PRId64 " again from a new connection (restarted): "
-             "its first push counts, and the new one waits for the step", self->config->ps_index,
-             msg->task, msg->step);
+             "its first push counts, and the new one waits for the step",
+             self->config->ps_index, msg->task, msg->step);
     return 1;
 }
 

@@ -281,10 +281,11 @@ s_recover (za_worker_t *self)
         char why [160];
         za_worker_why_no_state (self, why, sizeof why);
         if (za_worker_call_all (self, ZA_OP_RELEASE)
-            || za_replica_restore_newest (self->replica, self->config->run.model_dir,
+            || za_replica_restore_newest (self->replica, self->config->run.model_dir, 0,
                                           &restored, &step))
             return -1;
-        //  Before the first checkpoint there is only what we pulled last.
+        //  Before the first checkpoint there is only what we pulled last (not
+        //  a warm start's values again: warm 0).
         if (!restored)
             step = self->global_step;
         za_info ("chief: ps %d lost its state (restarted?) at step %" PRId64 ": reloading "

@@ -146,7 +146,7 @@ za_worker_reinit_lost (za_worker_t *self, int with_pulled)
     int64_t checkpoint_step = -1;
     int rc = za_worker_call_all (self, ZA_OP_RELEASE)
           || za_replica_restore_newest (self->replica, self->config->run.model_dir,
-                                        &restored, &checkpoint_step)? -1: 0;
+                                        !with_pulled, &restored, &checkpoint_step)? -1: 0;
     if (rc == 0 && !restored)
         za_replica_reset_slots (self->replica);
     //  Ours unless the checkpoint is newer (a snapshot may be a push ahead of
@@ -251,7 +251,7 @@ za_worker_chief_init (za_worker_t *self)
     //  initial values), one consistent state.
     int restored;
     int64_t step = 0;
-    if (za_replica_restore_newest (self->replica, self->config->run.model_dir, &restored,
+    if (za_replica_restore_newest (self->replica, self->config->run.model_dir, 1, &restored,
                                    &step))
         return -1;
     if (restored)

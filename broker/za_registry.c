@@ -276,6 +276,7 @@ s_vacate (za_entry_t *task)
     task->leaving = 0;
     task->endpoint [0] = 0;
     task->role_state [0] = 0;           //  the next worker's is its own, once it reports
+    za_straggler_reset (&task->straggler);
     zframe_destroy (&task->identity);
 }
 

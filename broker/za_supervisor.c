@@ -61,7 +61,9 @@ za_supervisor_is_role_process (pid_t pid, const char *role, int index)
     args [n] = 0;
     snprintf (role_arg, sizeof role_arg, " --role %s ", role);
     snprintf (index_arg, sizeof index_arg, " --index %d ", index);  //  not --index 12
-    return strstr (args, " --broker ") && strstr (args, role_arg) && strstr (args, index_arg);
+    //  A worker started without --index (it took a free slot) is any of them.
+    return strstr (args, " --broker ") && strstr (args, role_arg)
+        && (strstr (args, index_arg) || !strstr (args, " --index "));
 }
 
 void

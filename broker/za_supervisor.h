@@ -18,7 +18,8 @@ pid_t za_supervisor_start (const za_broker_config_t *config, const char *role, i
                            int restarts, const char *token, char *log, size_t log_size);
 
 //  1 if pid is the zactor role process of (role, index) on this host, as
-//  the supervisor starts them (--broker ... --role R --index I): never
+//  the supervisor starts them (--broker ... --role R --index I; one started
+//  without --index, which took a free slot, stands for any index): never
 //  signal a process that merely reuses an old pid, or that a report named
 //  falsely.
 int za_supervisor_is_role_process (pid_t pid, const char *role, int index);

@@ -595,22 +595,28 @@ Test (broker, a_diverged_loss_stops_the_training)
 
 //  A role process is known by its own --role and --index: worker 12 is not
 //  worker 1 (" --index 1" matched "--index 12", and a stale pid of worker
-//  1's could have had worker 12 killed).
+//  1's could have had worker 12 killed); one started without --index (it
+//  took a free slot) is any worker.
 Test (broker, a_role_process_is_known_by_its_whole_index)
 {
-    pid_t pid = fork ();
-    cr_assert_geq (pid, 0);
-    if (pid == 0) {
-        execlp ("sh", "sh", "-c", "sleep 60; :", "sh", "--broker", "x", "--role", "worker",
-                "--index", "12", (char *) NULL);
-        _exit (127);
+    for (int indexed = 1; indexed >= 0; indexed--) {
+        pid_t pid = fork ();
+        cr_assert_geq (pid, 0);
+        if (pid == 0) {
+            //  (Each sleep a second: nothing outlives the kill by more.)
+            execlp ("sh", "sh", "-c", "i=0; while [ $i -lt 60 ]; do sleep 1; i=$((i + 1)); "
+                    "done", "sh", "--broker", "x", "--role", "worker",
+                    indexed? "--index": (char *) NULL, "12", (char *) NULL);
+            _exit (127);
+        }
+        double deadline = za_clock_mono () + 30;
+        while (!za_supervisor_is_role_process (pid, "worker", 12)
+               && za_clock_mono () < deadline)
+            zclock_sleep (10);
+        cr_expect (za_supervisor_is_role_process (pid, "worker", 12));
+        cr_expect_eq (za_supervisor_is_role_process (pid, "worker", 1), !indexed);
+        cr_expect_not (za_supervisor_is_role_process (pid, "ps", 12));
+        kill (pid, SIGKILL);
+        waitpid (pid, NULL, 0);
     }
-    double deadline = za_clock_mono () + 30;
-    while (!za_supervisor_is_role_process (pid, "worker", 12) && za_clock_mono () < deadline)
-        zclock_sleep (10);
-    cr_expect (za_supervisor_is_role_process (pid, "worker", 12));
-    cr_expect_not (za_supervisor_is_role_process (pid, "worker", 1));
-    cr_expect_not (za_supervisor_is_role_process (pid, "ps", 12));
-    kill (pid, SIGKILL);
-    waitpid (pid, NULL, 0);
 }

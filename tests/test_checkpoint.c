@@ -919,7 +919,7 @@ Test (checkpoint, values_not_finite_are_not_written)
 {
     static za_stack_spec_t spec;
     cr_assert_eq (za_stack_parse ("flatten dense(10)", &spec), 0, "%s", za_last_error ());
-    za_optim_config_t optim = za_optim_config_default (ZA_OPT_SGD);
+    za_optim_config_t optim = za_optim_config_default (ZA_OPT_MOMENTUM);
     za_replica_config_t config = {
         .model_fn = za_stack_model_fn (), .params = &spec, .input = {28, 28, 1},
         .threads = 1, .train = 1, .optim = &optim,
@@ -942,6 +942,12 @@ Test (checkpoint, values_not_finite_are_not_written)
         cr_expect_eq (za_checkpoint_newest_step (dir), 1);
         values [7] = kept;
     }
+    //  A slot that overflowed (momentum's accumulator): refused too.
+    float *momentum = za_replica_slot (replica, 0);
+    momentum [3] = INFINITY;
+    cr_expect_eq (za_replica_save_through (replica, dir, 4, 1, 0), -1);
+    cr_expect (za_replica_diverged (replica));
+    momentum [3] = 0;
     cr_expect_eq (za_replica_save_through (replica, dir, 5, 1, 0), 0, "%s", za_last_error ());
     cr_expect_not (za_replica_diverged (replica));
     cr_expect_eq (za_checkpoint_newest_step (dir), 5);

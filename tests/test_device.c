@@ -161,7 +161,7 @@ Test (device, a_staged_replica_trains_as_the_cpu_does)
     za_replica_t *resumed = s_replica (ZA_DEVICE_CPU, S_MODEL);
     int restored = 0;
     int64_t step = 0;
-    cr_assert_eq (za_replica_restore_newest (resumed, dir, &restored, &step), 0);
+    cr_assert_eq (za_replica_restore_newest (resumed, dir, 1, &restored, &step), 0);
     cr_expect (restored && step == 7);
     cr_expect_eq (memcmp (za_replica_values (resumed), za_replica_values (staged),
                           total * sizeof (float)), 0);
@@ -170,7 +170,7 @@ Test (device, a_staged_replica_trains_as_the_cpu_does)
     //  And back: a CPU checkpoint loads onto the staged side, which evaluates
     //  and predicts as the CPU does.
     za_replica_t *back = s_replica (ZA_DEVICE_CPU_STAGED, S_MODEL);
-    cr_assert_eq (za_replica_restore_newest (back, dir, &restored, &step), 0);
+    cr_assert_eq (za_replica_restore_newest (back, dir, 1, &restored, &step), 0);
     double sum_cpu, sum_back;
     int right_cpu, right_back;
     cr_assert_eq (za_replica_evaluate_batch (resumed, &batch, &sum_cpu, &right_cpu, NULL), 0);

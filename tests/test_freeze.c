@@ -266,7 +266,7 @@ s_frozen_kept_case (za_policy_t precision, const char *name)
             cr_assert_eq (za_replica_save (fresh, dir, 4, 1), 0, "%s", za_last_error ());
             int restored = 0;
             int64_t step = 0;
-            cr_assert_eq (za_replica_restore_newest (kept, dir, &restored, &step), 0, "%s",
+            cr_assert_eq (za_replica_restore_newest (kept, dir, 1, &restored, &step), 0, "%s",
                           za_last_error ());
             cr_assert (restored);
         }
@@ -379,7 +379,7 @@ Test (freeze, unfrozen_on_resume_only_the_frozen_layers_slots_start_fresh)
     cr_assert_eq (za_replica_save (replicas [0], dir, 5000, 0), 0, "%s", za_last_error ());
     int restored = 0;
     int64_t step = 0;
-    cr_assert_eq (za_replica_restore_newest (replicas [1], dir, &restored, &step), 0, "%s",
+    cr_assert_eq (za_replica_restore_newest (replicas [1], dir, 1, &restored, &step), 0, "%s",
                   za_last_error ());
     cr_expect (restored && step == 5000);
     const za_vars_t *vars = za_replica_vars (replicas [1]);

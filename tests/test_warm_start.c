@@ -196,11 +196,11 @@ Test (warm_start, what_is_wrong_is_exit_2_before_training, .init = s_train, .fin
     free (model);
 }
 
-//  A warm start gives a model its first values only: a later look for the
-//  newest checkpoint in a dir that has none yet (a ps's recovery before the
-//  first checkpoint) keeps the values trained since, and needs the file no
-//  more (the warm start's values were put back over them, and a file gone
-//  since failed the recovery).
+//  A warm start gives a model its first values only: a look for the newest
+//  checkpoint in a dir that has none yet for a recovery (a ps's, before the
+//  first checkpoint: warm 0) keeps the values trained since, and needs the
+//  file no more (the warm start's values were put back over them, and a
+//  file gone since failed the recovery).
 Test (warm_start, only_the_first_values_are_warm_started, .init = s_train, .fini = s_done,
       .timeout = 1200)
 {
@@ -218,7 +218,7 @@ Test (warm_start, only_the_first_values_are_warm_started, .init = s_train, .fini
     char *empty = za_test_path ("empty");
     int restored = 1;
     int64_t step = -1;
-    cr_assert_eq (za_replica_restore_newest (replica, empty, &restored, &step), 0, "%s",
+    cr_assert_eq (za_replica_restore_newest (replica, empty, 1, &restored, &step), 0, "%s",
                   za_last_error ());
     cr_expect_eq (restored, 0);
     float *warm = malloc (bytes);
@@ -233,16 +233,23 @@ Test (warm_start, only_the_first_values_are_warm_started, .init = s_train, .fini
     float *trained = malloc (bytes);
     memcpy (trained, za_replica_values (replica), bytes);
     cr_assert_neq (memcmp (trained, warm, bytes), 0, "two steps changed nothing");
-    char *moved = za_test_path ("trained-moved");
-    cr_assert_eq (rename (s_trained, moved), 0);
-    cr_expect_eq (za_replica_restore_newest (replica, empty, &restored, &step), 0, "%s",
-                  za_last_error ());
-    cr_expect_eq (memcmp (za_replica_values (replica), trained, bytes), 0,
-                  "the values trained since were replaced");
-    cr_assert_eq (rename (moved, s_trained), 0);
+    //  The file there, and gone.
+    for (int gone = 0; gone < 2; gone++) {
+        char *moved = za_test_path ("trained-moved");
+        if (gone)
+            cr_assert_eq (rename (s_trained, moved), 0);
+        cr_expect_eq (za_replica_restore_newest (replica, empty, 0, &restored, &step), 0,
+                      "%s", za_last_error ());
+        cr_expect_eq (memcmp (za_replica_values (replica), trained, bytes), 0,
+                      "the values trained since were replaced (the file %s)",
+                      gone? "gone": "there");
+        if (gone)
+            cr_assert_eq (rename (moved, s_trained), 0);
+        free (moved);
+    }
     za_dataset_destroy (&fashion);
     za_replica_destroy (&replica);
-    free (trained), free (warm), free (moved), free (empty);
+    free (trained), free (warm), free (empty);
 }
 
 //  From a model dir, the newest intact checkpoint, as training restores: a

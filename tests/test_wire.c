@@ -1665,9 +1665,10 @@ Test (wire, fuzz_control_plane_bodies_at_a_live_broker)
     //  A loss that is not finite goes as null (JSON has no NaN): taken, and
     //  shown as null (a report refused leaves its task silent, then killed).
     const char *diverged =
-        "{\"role\": \"ps\", \"index\": 0, \"host\": \"127.0.0.1\", \"pid\": 4322, \"restarts\": "
-        "1, \"endpoint\": \"tcp://127.0.0.1:5000\", \"state\": \"running\", \"global_step\": 8, "
-        "\"loss\": null, \"steps_per_sec\": 2.5, \"examples_per_sec\": 160}";
+        "{\"role\": \"ps\", \"index\": 0, \"host\": \"127.0.0.1\", \"pid\": 4322, "
+        "\"restarts\": 1, \"endpoint\": \"tcp://127.0.0.1:5000\", \"state\": \"running\", "
+        "\"global_step\": 8, \"loss\": null, \"steps_per_sec\": 2.5, "
+        "\"examples_per_sec\": 160}";
     reply = s_control_call (dealer, msg, ZA_OP_REPORT, 999998, diverged);
     cr_assert_not_null (reply);
     cr_expect_neq (s_out.op, ZA_OP_ERROR, "%.*s", (int) s_out.body_len, s_out.body);

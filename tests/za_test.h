@@ -61,8 +61,8 @@ void *za_test_read_file (const char *path, size_t *size_p);
 char *za_test_write (const char *name, const char *text);
 
 //  Reads the file at path (a log being written, or one not there yet: "")
-//  until it holds `needle`, at most timeout_s (x ZA_TEST_SLOWDOWN). Returns its last text (caller
-//  frees); the caller checks for the needle.
+//  until it holds `needle`, at most timeout_s (x ZA_TEST_SLOWDOWN). Returns
+//  its last text (caller frees); the caller checks for the needle.
 char *za_test_wait_for_text (const char *path, const char *needle, double timeout_s);
 
 //  How often needle occurs in text.

@@ -136,8 +136,9 @@ s_show (FILE *out, const za_broker_state_t *state)
     if (state->refused_peers > 0)
         fprintf (out, "  refused peers %" PRId64, state->refused_peers);
     fprintf (out, "\n");
-    fprintf (out, "global step %" PRId64 " / %" PRId64 "   model_dir %s%s\n", state->global_step,
-             state->max_steps, state->model_dir, state->done? "   (done)": "");
+    fprintf (out, "global step %" PRId64 " / %" PRId64 "   model_dir %s%s\n",
+             state->global_step, state->max_steps, state->model_dir,
+             state->done? "   (done)": "");
     if (state->min_workers < state->max_workers)
         fprintf (out, "trainers %d (elastic: the chief and %d to %d workers; members changed %"
                  PRId64 " times)\n", state->members, state->min_workers, state->max_workers,
@@ -206,13 +207,14 @@ s_show (FILE *out, const za_broker_state_t *state)
 }
 
 //  The screen as s_show makes it, each line cut at the terminal's width
-//  (where stdout is one: a wrapped row would push the table apart), read
-//  again at each refresh so that a resized terminal is followed.
+//  (live: a live view on one, where a wrapped row would push the table
+//  apart; --once's snapshot stays whole), read again at each refresh so
+//  that a resized terminal is followed.
 static void
-s_show_in_width (const za_broker_state_t *state, int tty)
+s_show_in_width (const za_broker_state_t *state, int live)
 {
     struct winsize size;
-    int width = tty && ioctl (STDOUT_FILENO, TIOCGWINSZ, &size) == 0? size.ws_col: 0;
+    int width = live && ioctl (STDOUT_FILENO, TIOCGWINSZ, &size) == 0? size.ws_col: 0;
     char *text = NULL;
     size_t length = 0;
     FILE *screen = width > 0? open_memstream (&text, &length): NULL;
@@ -260,7 +262,7 @@ s_watch (za_broker_client_t *client, const char *broker, const char *certs, doub
         else {
             if (tty && !once)
                 printf ("\033[H\033[2J");
-            s_show_in_width (state, tty);
+            s_show_in_width (state, tty && !once);
         }
         fflush (stdout);
         free (state);

@@ -157,7 +157,7 @@ za_estimator_save (za_estimator_t *self)
 static int
 s_restore_newest (za_estimator_t *self, int *restored)
 {
-    return za_replica_restore_newest (self->replica, self->model_dir, restored,
+    return za_replica_restore_newest (self->replica, self->model_dir, 1, restored,
                                       &self->global_step);
 }
 

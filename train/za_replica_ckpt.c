@@ -71,16 +71,20 @@ za_replica_save (za_replica_t *self, const char *model_dir, int64_t step, int ke
         return -1;
     int slot_count = za_replica_slot_count (self);
     za_replica_to_host (self, &self->values_at, &self->values, self->device_values, 1, 0);
-    //  A diverged model is not written (za_loss_check, za_hooks.h): retention
-    //  would delete the checkpoints before it for it.
-    self->diverged = 0;
-    for (size_t i = 0; i < self->vars.total && !self->diverged; i++)
-        self->diverged = !isfinite (self->values [i]);
-    if (self->diverged)
-        return za_error ("the values of step %" PRId64 " hold NaN or infinity: the model "
-                         "diverged, and its checkpoint is not written (lower --learning-rate, "
-                         "or clip the gradients: --clip-norm)", step);
     za_replica_to_host (self, &self->slots_at, self->slots, self->dev_slots, slot_count, 0);
+    //  A diverged model is not written (za_loss_check, za_hooks.h): retention
+    //  would delete the checkpoints before it for it. Nor are slots that
+    //  overflowed (an Adam accumulator at infinity stops every update).
+    self->diverged = 0;
+    for (int block = -1; block < slot_count && !self->diverged; block++) {
+        const float *floats = block < 0? self->values: self->slots [block];
+        for (size_t i = 0; i < self->vars.total && !self->diverged; i++)
+            self->diverged = !isfinite (floats [i]);
+    }
+    if (self->diverged)
+        return za_error ("the values or optimizer slots of step %" PRId64 " hold NaN or "
+                         "infinity: the model diverged, and its checkpoint is not written "
+                         "(lower --learning-rate, or clip the gradients: --clip-norm)", step);
     za_ckpt_tensor_t tensors [ZA_MAX_VARS * (1 + ZA_OPTIM_MAX_SLOTS) + 3];
     char names [ZA_MAX_VARS * ZA_OPTIM_MAX_SLOTS][SLOT_NAME_MAX];
     int t = 0;
@@ -321,20 +325,17 @@ s_warm_start (za_replica_t *self)
 }
 
 int
-za_replica_restore_newest (za_replica_t *self, const char *model_dir, int *restored,
-                           int64_t *step)
+za_replica_restore_newest (za_replica_t *self, const char *model_dir, int warm,
+                           int *restored, int64_t *step)
 {
-    int found_any = 0, first = !self->looked_for_newest;
+    int found_any = 0;
     *restored = 0;
-    self->looked_for_newest = 1;
     za_checkpoint_t *ckpt = za_checkpoint_load_newest (model_dir, &found_any);
     if (!ckpt) {
         if (found_any)
             return za_error ("no intact checkpoint in '%s' (all are corrupt; see above)",
                              model_dir);
-        //  Later (a ps's recovery before the first checkpoint): the values
-        //  trained since are kept, not the warm start's put back.
-        return first? s_warm_start (self): 0;
+        return warm? s_warm_start (self): 0;
     }
     int rc = za_replica_restore (self, ckpt, step);
     za_checkpoint_destroy (&ckpt);

@@ -87,8 +87,6 @@ struct _za_replica_t {
     float *slots [ZA_OPTIM_MAX_SLOTS];
     int disk_failing;               //  a save failed on the disk: said, until one succeeds
     int diverged;                   //  the last save found values not finite
-    int looked_for_newest;          //  za_replica_restore_newest ran: a warm start is
-                                    //  for a model's first values only
     //  On a device with memory of its own (be->host_memory 0) the blocks
     //  above are host mirrors of these; thread t runs on device
     //  device_of [t], its gradient in dev_grads [t]; device_values [d] is the

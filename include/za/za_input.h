@@ -130,7 +130,8 @@ typedef struct _za_input_t za_input_t;
 
 //  Creates an iterator over `dataset` (which must outlive it). Returns NULL
 //  with an error on a bad config (batch_size <= 0, shard_index out of range,
-//  epochs == 0 or < -1, negative buffer sizes).
+//  epochs == 0 or < -1, negative buffer sizes, augmentation of more than
+//  ZA_INPUT_CHANNELS_MAX channels).
 za_input_t *za_input_new (const za_dataset_t *dataset, const za_input_config_t *config);
 
 //  Fills *batch with the next batch. Returns 1 when a batch was produced,

@@ -248,11 +248,13 @@ int64_t za_replica_examples_restored (const za_replica_t *self);
 int za_replica_restore (za_replica_t *self, const za_checkpoint_t *ckpt, int64_t *step);
 
 //  Restores the newest intact checkpoint of model_dir, if there is one
-//  (*restored says so); when there is none, the first call warm-starts
-//  (config.warm_start), a later one keeps the values as they are. -1 with an
-//  error when they are all corrupt or of another model.
-int za_replica_restore_newest (za_replica_t *self, const char *model_dir, int *restored,
-                               int64_t *step);
+//  (*restored says so). When there is none, warm 1 (a model's first
+//  values) warm-starts (config.warm_start), warm 0 (a recovery before the
+//  first checkpoint) keeps the values as they are: the warm start's would
+//  undo what was trained since. -1 with an error when they are all corrupt
+//  or of another model.
+int za_replica_restore_newest (za_replica_t *self, const char *model_dir, int warm,
+                               int *restored, int64_t *step);
 
 #ifdef __cplusplus
 }
