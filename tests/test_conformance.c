@@ -530,9 +530,10 @@ typedef struct {
     zactor_t *broker;
 } s_broker_case_t;
 
-//  A broker (not supervising) for 1 chief, 1 worker, 1 ps and `evaluators`.
+//  The config of a broker (not supervising) for 1 chief, `workers`, 1 ps and
+//  `evaluators`; not started.
 static void
-s_broker_start_with (s_broker_case_t *c, int evaluators)
+s_broker_configure (s_broker_case_t *c, int workers, int evaluators)
 {
     memset (c, 0, sizeof *c);
     snprintf (c->job, sizeof c->job, "{\"model\": \"linear\", \"max_steps\": 100}");
@@ -540,13 +541,26 @@ s_broker_start_with (s_broker_case_t *c, int evaluators)
     c->config.bind = BROKER_ENDPOINT;
     c->config.job_text = c->job;
     c->config.counts [ZA_TASK_CHIEF] = 1;
-    c->config.counts [ZA_TASK_WORKER] = 1;
+    c->config.counts [ZA_TASK_WORKER] = workers;
     c->config.counts [ZA_TASK_PS] = 1;
     c->config.counts [ZA_TASK_EVALUATOR] = evaluators;
     c->config.model_dir = za_test_dir ();
     c->config.max_steps = 100;
+}
+
+static void
+s_broker_run (s_broker_case_t *c)
+{
     c->broker = zactor_new (za_broker_actor, &c->config);
     cr_assert_not_null (c->broker);
+}
+
+//  A broker (not supervising) for 1 chief, 1 worker, 1 ps and `evaluators`.
+static void
+s_broker_start_with (s_broker_case_t *c, int evaluators)
+{
+    s_broker_configure (c, 1, evaluators);
+    s_broker_run (c);
 }
 
 static void
@@ -820,20 +834,10 @@ Test (broker, a_live_task_is_taken_only_by_itself)
 Test (broker, a_worker_without_an_index_leaves_a_lost_slot_to_its_own)
 {
     s_broker_case_t c;
-    memset (&c, 0, sizeof c);
-    snprintf (c.job, sizeof c.job, "{\"model\": \"linear\", \"max_steps\": 100}");
-    za_broker_config_init (&c.config);
-    c.config.bind = BROKER_ENDPOINT;
-    c.config.job_text = c.job;
-    c.config.counts [ZA_TASK_CHIEF] = 1;
-    c.config.counts [ZA_TASK_WORKER] = 2;
-    c.config.counts [ZA_TASK_PS] = 1;
-    c.config.model_dir = za_test_dir ();
-    c.config.max_steps = 100;
+    s_broker_configure (&c, 2, 0);
     c.config.heartbeat.ivl_secs = 0.1;
     c.config.heartbeat.liveness = 3;
-    c.broker = zactor_new (za_broker_actor, &c.config);
-    cr_assert_not_null (c.broker);
+    s_broker_run (&c);
     s_peer_t first, joiner;
     s_peer_open (&first, BROKER_ENDPOINT);
     s_peer_open (&joiner, BROKER_ENDPOINT);
@@ -908,19 +912,9 @@ s_report_state (s_peer_t *peer, int pid, const char *token, const char *state, i
 Test (broker, a_worker_that_takes_a_vacant_slot_joins_once)
 {
     s_broker_case_t c;
-    memset (&c, 0, sizeof c);
-    snprintf (c.job, sizeof c.job, "{\"model\": \"linear\", \"max_steps\": 100}");
-    za_broker_config_init (&c.config);
-    c.config.bind = BROKER_ENDPOINT;
-    c.config.job_text = c.job;
-    c.config.counts [ZA_TASK_CHIEF] = 1;
-    c.config.counts [ZA_TASK_WORKER] = 2;
-    c.config.counts [ZA_TASK_PS] = 1;
+    s_broker_configure (&c, 2, 0);
     c.config.min_workers = 1;
-    c.config.model_dir = za_test_dir ();
-    c.config.max_steps = 100;
-    c.broker = zactor_new (za_broker_actor, &c.config);
-    cr_assert_not_null (c.broker);
+    s_broker_run (&c);
     s_peer_t fixed, first, second;
     s_peer_open (&fixed, BROKER_ENDPOINT);
     s_peer_open (&first, BROKER_ENDPOINT);

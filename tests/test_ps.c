@@ -481,6 +481,16 @@ s_reply_on (s_ps_case_t *c, zsock_t *sock, int ms)
     return (int) c->in->op;
 }
 
+//  The values an init gives: 1 everywhere.
+static void
+s_values_of_one (s_ps_case_t *c)
+{
+    for (int i = 0; i < 12; i++)
+        c->kernel [i] = 1;
+    for (int i = 0; i < 3; i++)
+        c->bias [i] = 1;
+}
+
 //  Starts a ps-sync ps of one dense(3) layer for `workers` workers,
 //  aggregating `aggregate` pushes a step (0: all); the values to init it
 //  with are all 1.
@@ -492,10 +502,7 @@ s_start_sync (s_ps_case_t *c, int workers, int aggregate)
     c->config.strategy = ZA_STRATEGY_PS_SYNC;
     c->config.replicas_to_aggregate = aggregate;
     s_start (c);
-    for (int i = 0; i < 12; i++)
-        c->kernel [i] = 1;
-    for (int i = 0; i < 3; i++)
-        c->bias [i] = 1;
+    s_values_of_one (c);
 }
 
 Test (ps, ps_sync_sends_the_chief_the_slots_of_each_step_after_its_values)
@@ -777,10 +784,7 @@ Test (ps, a_push_without_a_frozen_variable_leaves_it_as_it_is)
     snprintf (c.spec.freeze, sizeof c.spec.freeze, "dense/kernel");
     s_start (&c);
     float grads_b [3] = {1, 1, 1};
-    for (int i = 0; i < 12; i++)
-        c.kernel [i] = 1;
-    for (int i = 0; i < 3; i++)
-        c.bias [i] = 1;
+    s_values_of_one (&c);
     int64_t zero = 0;
     s_init_sgd (&c, 0.5f, &zero);
     cr_assert_eq (s_call (&c, REPLY_MS), ZA_OP_INIT_OK, "%s", c.in->error);
@@ -816,10 +820,7 @@ Test (ps, ps_sync_updates_only_what_a_gradient_came_for)
     c.config.strategy = ZA_STRATEGY_PS_SYNC;
     snprintf (c.spec.freeze, sizeof c.spec.freeze, "dense/kernel");
     s_start (&c);
-    for (int i = 0; i < 12; i++)
-        c.kernel [i] = 1;
-    for (int i = 0; i < 3; i++)
-        c.bias [i] = 1;
+    s_values_of_one (&c);
     int64_t zero = 0;
     s_init_sgd (&c, 0.5f, &zero);
     c.out->optim.weight_decay = 0.1f;
