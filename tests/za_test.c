@@ -143,9 +143,10 @@ char *
 za_test_wait_for_text (const char *path, const char *needle, double timeout_s)
 {
     double deadline = za_clock_mono () + timeout_s * ZA_TEST_SLOWDOWN;
-    char *text = access (path, F_OK)? strdup (""): za_test_read_file (path, NULL);
-    while (!strstr (text, needle) && za_clock_mono () < deadline) {
-        zclock_sleep (100);
+    char *text = NULL;
+    while (!text || (!strstr (text, needle) && za_clock_mono () < deadline)) {
+        if (text)
+            zclock_sleep (100);
         free (text);
         text = access (path, F_OK)? strdup (""): za_test_read_file (path, NULL);
     }

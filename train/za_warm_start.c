@@ -21,28 +21,36 @@ za_layout_parse (const char *name)
          : !strcmp (name, "torch")? ZA_LAYOUT_TORCH: -1;
 }
 
-//  The file to read: ws->from, or a model dir's newest intact checkpoint (as
-//  training restores: a corrupt newer one is said and passed over). 0, or -1.
-static int
-s_resolve (const char *from, char *path, size_t size)
+//  The weights to read, and the file they are in (path): ws->from's (a
+//  safetensors file, or an ONNX model's initializers), or a model dir's
+//  newest checkpoint that loads whole (as training restores: a corrupt
+//  newer one is said and passed over; each file read once). NULL with an
+//  error.
+static za_safetensors_t *
+s_open (const char *from, char *path, size_t size)
 {
     struct stat st;
-    if (stat (from, &st))
-        return za_error ("--warm-start-from %s: no such file or folder", from);
-    if (!S_ISDIR (st.st_mode)) {
-        snprintf (path, size, "%s", from);
-        return 0;
+    if (stat (from, &st)) {
+        za_error ("--warm-start-from %s: no such file or folder", from);
+        return NULL;
     }
-    int found_any = 0;
-    za_checkpoint_t *intact = za_checkpoint_load_newest (from, &found_any);
-    if (!intact)
-        return za_error ("--warm-start-from %s: the folder holds no %scheckpoint", from,
-                         found_any? "intact ": "");
-    char *newest = za_checkpoint_path (from, za_checkpoint_step (intact));
-    za_checkpoint_destroy (&intact);
-    snprintf (path, size, "%s", newest? newest: "");
-    free (newest);
-    return 0;
+    snprintf (path, size, "%s", from);
+    if (!S_ISDIR (st.st_mode))
+        return za_onnx_named (path)? za_onnx_load_initializers (path): za_safetensors_load (path);
+    int64_t *steps = NULL;
+    int count = za_checkpoint_list (from, &steps);
+    za_safetensors_t *file = NULL;
+    for (int c = count - 1; c >= 0 && !file; c--) {
+        char *newest = za_checkpoint_path (from, steps [c]);
+        snprintf (path, size, "%s", newest? newest: "");
+        file = newest? za_safetensors_load (newest): NULL;
+        free (newest);
+    }
+    free (steps);
+    if (!file)
+        za_error ("--warm-start-from %s: the folder holds no %scheckpoint", from,
+                  count > 0? "intact ": "");
+    return file;
 }
 
 static int
@@ -171,9 +179,6 @@ s_parse_rename (const char *rename, const za_vars_t *vars, const regex_t *regex,
 int
 za_warm_start_load (const za_warm_start_t *ws, const za_vars_t *vars, float *values)
 {
-    char path [PATH_CHARS];
-    if (s_resolve (ws->from, path, sizeof path))
-        return -1;
     regex_t regex;
     char *anchored = malloc (strlen (ws->vars? ws->vars: ".*") + 8);
     if (!anchored)
@@ -192,8 +197,8 @@ za_warm_start_load (const za_warm_start_t *ws, const za_vars_t *vars, float *val
     }
     //  An ONNX model's initializers are its weights (torch.onnx.export's,
     //  tf2onnx's, zactor-ckpt export's).
-    za_safetensors_t *file = za_onnx_named (path)? za_onnx_load_initializers (path)
-                                                 : za_safetensors_load (path);
+    char path [PATH_CHARS];
+    za_safetensors_t *file = s_open (ws->from, path, sizeof path);
     int loaded = file? 0: -1;
     float *buffer = NULL;
     for (int v = 0; v < vars->count && loaded >= 0; v++) {
