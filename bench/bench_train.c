@@ -20,7 +20,10 @@
     ZA_BENCH_PRECISION=mixed_bfloat16 (any --precision text) computes so,
     ZA_BENCH_PROFILE=1 adds the timed steps' ms per step in each layer
     (`profile row=I name=N forward_ms=F backward_ms=F`, then the step, the
-    layers' sum and the time outside them; za_stack_profile_start).      */
+    layers' sum and the time outside them; za_stack_profile_start).
+    ZA_BENCH_BUSY=1, on a GPU, adds the share of the timed steps in which
+    the GPU computed or copied (CUPTI's records: gpu_busy=%), and the
+    kernels and copies a step launched (bench/gpu_busy.h).                 */
 #include "za/za_estimator.h"
 #include "za/za_idx.h"
 
@@ -28,6 +31,9 @@
 #ifdef ZA_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#endif
+#ifdef ZA_HAVE_CUPTI
+#include "gpu_busy.h"
 #endif
 #include <stdint.h>
 #include <stdio.h>
@@ -51,7 +57,11 @@ typedef struct {
     double wall_start;              //  the same, in Unix time (bench/gpu.sh
     double wall_end;                //  reads the GPU's samples in between)
     int profile;                    //  ZA_BENCH_PROFILE: per layer, from warmup on
-} s_timer_t;
+    int busy;                       //  ZA_BENCH_BUSY: the GPU's busy share, from warmup on
+    double before;                  //  the step's before_run (za_clock_mono)
+    double input;                   //  the timed steps' seconds from an after_run to the
+    double run;                     //  next before_run (the batch taken), and from there
+} s_timer_t;                        //  to its after_run (the step queued or run)
 
 static double
 s_wall (void)
@@ -67,6 +77,9 @@ static int
 s_before_run (void *arg, const za_run_context_t *ctx)
 {
     s_timer_t *timer = (s_timer_t *) arg;
+    timer->before = za_clock_mono ();
+    if (ctx->global_step >= timer->warmup)
+        timer->input += timer->before - timer->t_end;
     return ctx->global_step + 1 == timer->warmup;
 }
 
@@ -79,9 +92,18 @@ s_after_run (void *arg, const za_run_context_t *ctx)
         timer->wall_start = s_wall ();
         if (timer->profile)
             za_stack_profile_start ();
+#ifdef ZA_HAVE_CUPTI
+        if (timer->busy && s_busy_start ())
+            timer->busy = 0;
+#endif
     }
     timer->t_end = za_clock_mono ();
     timer->wall_end = s_wall ();
+    if (ctx->global_step > timer->warmup)
+        timer->run += timer->t_end - timer->before;
+#ifdef ZA_HAVE_CUPTI
+    s_busy_mark ();
+#endif
     return 0;
 }
 
@@ -190,7 +212,9 @@ s_speed (const char *model, const char *freeze, int cache, za_dataset_t *train, 
     za_estimator_t *estimator = za_estimator_new (za_stack_model_fn (), &spec, shape, &optim,
                                                   &config);
     const char *profile = getenv ("ZA_BENCH_PROFILE");
-    s_timer_t timer = {.warmup = warmup, .profile = profile && atoi (profile) > 0};
+    const char *busy = getenv ("ZA_BENCH_BUSY");
+    s_timer_t timer = {.warmup = warmup, .profile = profile && atoi (profile) > 0,
+                       .busy = busy && atoi (busy) > 0 && config.device.kind == ZA_DEVICE_CUDA};
     za_hook_t hook = {.arg = &timer, .before_run = s_before_run, .after_run = s_after_run};
     int rc = estimator? za_estimator_add_hook (estimator, &hook): -1;
     s_input_t input = {train, batch};
@@ -210,6 +234,19 @@ s_speed (const char *model, const char *freeze, int cache, za_dataset_t *train, 
                 timer.wall_start, timer.wall_end);
     if (rc == 0 && timer.profile)
         s_profile_print (steps, seconds);
+#ifdef ZA_HAVE_CUPTI
+    double share;
+    int64_t kernels, copies;
+    if (rc == 0 && timer.busy && s_busy_stop (&share, &kernels, &copies) == 0)
+        printf ("busy gpu_busy=%.1f kernels_per_step=%.1f copies_per_step=%.1f "
+                "host_input_ms=%.4f host_step_ms=%.4f\n", 100 * share,
+                (double) kernels / steps, (double) copies / steps, 1e3 * timer.input / steps,
+                1e3 * timer.run / steps);
+#else
+    if (timer.busy)
+        fprintf (stderr, "bench_train: ZA_BENCH_BUSY: built without CUPTI (a CUDA build"
+                         " with cupti.h)\n");
+#endif
     za_estimator_destroy (&estimator);
     char command [256];
     snprintf (command, sizeof command, "rm -rf '%s'", dir);

@@ -20,6 +20,10 @@
 #    8. VGG16 at 224x224x3, batch 64, whole and frozen base: zactor fp32
 #       (cuDNN in TF32, as it comes) against PyTorch's TF32, and zactor's
 #       mixed_bfloat16 against PyTorch's bf16 autocast (issue 48's figures)
+#    9. the GPU's busy share of a step by CUPTI's records (bench_train's
+#       ZA_BENCH_BUSY=1), the kernels and copies a step launches, and the
+#       host's milliseconds a step in each layer (ZA_BENCH_PROFILE=1), at
+#       batch 64, 256 and 1024, as it comes and with ZA_CUDA_GRAPHS=1
 #    7. the host's CPU in bf16 (an AMX Xeon on the lent machines so far):
 #       bench/step_breakdown.sh (by primitive and by layer; with AMX, again
 #       without it and with whole-batch products), bench_layers, and
@@ -28,7 +32,7 @@
 #  PyTorch runs twice: as it comes (cuDNN's convolutions in TF32) and with
 #  --no-tf32 (plain fp32, as zactor computes).
 #  Usage: bench/gpu.sh [BUILD_DIR] [LOG_DIR] [EPOCHS] [ROUNDS]
-#  ONLY="2 4" runs those checks alone (default: 1 to 6 and 8; ONLY="7" the CPU's).
+#  ONLY="2 4" runs those checks alone (default: 1 to 6, 8 and 9; ONLY="7" the CPU's).
 #  Check 1 runs cuda_layers three times: as it comes (cuDNN, TF32), in strict
 #  fp32 (NVIDIA_TF32_OVERRIDE=0) and with ZA_CUDNN=0 (im2col and cuBLAS).
 #  Fashion-MNIST is read from /usr/share/datasets/fashion-mnist.
@@ -42,7 +46,7 @@ rounds=${4:-2}
 mkdir -p "$logs"
 : >"$logs/speed.err"
 threads=$(( $(nproc) < 8? $(nproc): 8 ))
-only=${ONLY:-1 2 3 4 5 6 8}
+only=${ONLY:-1 2 3 4 5 6 8 9}
 want () { [[ " $only " == *" $1 "* ]]; }
 say () { echo "== $*"; }
 rate () { sed -nE 's/.*images_per_sec=([0-9.]+).*/\1/p' | tail -1; }
@@ -248,6 +252,20 @@ for tag in whole frozen; do
     echo "VGG16 224 $tag: TF32 zactor $(vmed z$tag), torch $(vmed t$tag): $(ratio "$(vmed z$tag)" "$(vmed t$tag)")x; bf16 zactor $(vmed zb$tag), torch $(vmed tb$tag): $(ratio "$(vmed zb$tag)" "$(vmed tb$tag)")x"
 done
 grep -h 'declines\|does not' "$logs/vgg_cudnn.err" "$logs/speed.err" | sort | uniq -c | head
+fi
+if want 9; then
+say "9. the GPU's busy share by CUPTI, the launches a step, the host's time a step"
+for b in 64 256 1024; do
+    steps=$(( b == 64? 3000: b == 256? 1500: 600 ))
+    for graphs in 0 1; do
+        echo "batch $b, ZA_CUDA_GRAPHS=$graphs:"
+        env ZA_BENCH_DEVICE=cuda ZA_BENCH_BUSY=1 ZA_CUDA_GRAPHS=$graphs timeout 120 \
+            "$build/bench_train" speed "$b" "$threads" "$steps" 20 2>>"$logs/speed.err"
+        env ZA_BENCH_DEVICE=cuda ZA_BENCH_PROFILE=1 ZA_CUDA_GRAPHS=$graphs timeout 120 \
+            "$build/bench_train" speed "$b" "$threads" "$steps" 20 2>>"$logs/speed.err" \
+            | grep -E 'profile (row|step)' | awk '{printf "  %s", $0} END {print ""}'
+    done
+done
 fi
 if want 7; then
 say "7. the host's CPU in bf16: where a step goes, each layer, against PyTorch"

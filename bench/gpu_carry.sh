@@ -9,7 +9,9 @@
 #      end ON`) into DIR (default .gpu/, which git ignores), and downloads the
 #      .deb files of the libraries they load that a machine with only the
 #      CUDA toolkit and PyTorch lacks, and Fashion-MNIST's (31 MB; the lent
-#      machines have had none; DATA=0 leaves it out).
+#      machines have had none; DATA=0 leaves it out), and the toolkit's
+#      CUPTI (4 MB: bench_train's ZA_BENCH_BUSY=1; the lent machines have
+#      no Nsight Systems).
 #      Then pass DIR in the device tool's `carry` (64 MiB in all).
 #
 #    there:  source bench/gpu_carry.sh unpack [DIR]
@@ -34,6 +36,11 @@ s_pack () {
     }
     mkdir -p "$dir/debs"
     for b in $BINARIES; do cp "$build/$b" "$dir/" || return 1; done
+    local cupti
+    for cupti in /usr/local/cuda/lib64/libcupti.so.13 \
+                 /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13; do
+        [ -f "$cupti" ] && { mkdir -p "$dir/cupti" && cp -L "$cupti" "$dir/cupti/"; break; }
+    done
     local data=(dataset-fashion-mnist)
     [ "${DATA:-1}" = 0 ] && data=()
     # shellcheck disable=SC2086
@@ -52,6 +59,7 @@ s_unpack () {
     for wheel in "$site"/nvidia/*/lib; do
         [ -d "$wheel" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$wheel"
     done
+    [ -d "$dir/cupti" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir/cupti"
     export ZA_CUDA_LIBRARY="$dir/libzactor_cuda.so"
     local data=/usr/share/datasets/fashion-mnist
     if [ ! -d "$data" ] && [ -d "$dir/root$data" ]; then
