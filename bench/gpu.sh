@@ -8,7 +8,8 @@
 #       over the timed steps alone (a run's start would dilute it); zactor
 #       again with ZA_FEED=0 (each step copies its batch: what feeding gains)
 #       and with ZA_CUDNN=0 (im2col and cuBLAS: what cuDNN gains or costs),
-#       and with ZA_CUDA_GRAPHS=1 (each step replayed as one CUDA graph), and
+#       and with ZA_CUDA_GRAPHS=0 (each step's calls launched one by one, not
+#       replayed as a CUDA graph), and
 #       with ZA_SYNC_STEPS=1 (each step waits for its end: what not waiting gains)
 #    3. two replicas on the GPU (--replicas-per-device 2) against one
 #    4. VGG16's base (64x64x3, batch 64), frozen and whole, against PyTorch
@@ -23,7 +24,7 @@
 #    9. the GPU's busy share of a step by CUPTI's records (bench_train's
 #       ZA_BENCH_BUSY=1), the kernels and copies a step launches, and the
 #       host's milliseconds a step in each layer (ZA_BENCH_PROFILE=1), at
-#       batch 64, 256 and 1024, as it comes and with ZA_CUDA_GRAPHS=1
+#       batch 64, 256 and 1024, as it comes (CUDA graphs) and with ZA_CUDA_GRAPHS=0
 #    7. the host's CPU in bf16 (an AMX Xeon on the lent machines so far):
 #       bench/step_breakdown.sh (by primitive and by layer; with AMX, again
 #       without it and with whole-batch products), bench_layers, and
@@ -122,11 +123,11 @@ for ((r = 0; r < rounds; r++)); do
                "$build/bench_train" speed "$b" "$threads" "$steps" 20 2>>"$logs/speed.err")
         echo "$line  (ZA_CUDNN=0)"
         c[$b]+="$(rate <<<"$line") "
-        #  The same with each step replayed as a CUDA graph (ZA_CUDA_GRAPHS=1).
-        line=$(busy "$logs/busy_graphs_$b.txt" env ZA_BENCH_DEVICE=cuda ZA_CUDA_GRAPHS=1 \
+        #  The same with each step's calls launched one by one (ZA_CUDA_GRAPHS=0).
+        line=$(busy "$logs/busy_graphs_$b.txt" env ZA_BENCH_DEVICE=cuda ZA_CUDA_GRAPHS=0 \
                timeout 120 "$build/bench_train" speed "$b" "$threads" "$steps" 20 2>>"$logs/speed.err")
         share=$(mean "$logs/busy_graphs_$b.txt" "$line")
-        echo "$line  busy=$share%  (ZA_CUDA_GRAPHS=1)"
+        echo "$line  busy=$share%  (ZA_CUDA_GRAPHS=0)"
         g[$b]+="$(rate <<<"$line") "; gu[$b]+="$share "
         #  The same with each step waiting for its end (ZA_SYNC_STEPS=1).
         line=$(busy "$logs/busy_sync_$b.txt" env ZA_BENCH_DEVICE=cuda ZA_SYNC_STEPS=1 \
@@ -151,7 +152,7 @@ for b in 64 256 1024; do
     cm=$(tr ' ' '\n' <<<"${c[$b]}" | grep . | median)
     gm=$(tr ' ' '\n' <<<"${g[$b]}" | grep . | median)
     wm=$(tr ' ' '\n' <<<"${w[$b]}" | grep . | median)
-    echo "batch $b: zactor $zm img/s, torch (tf32 convs) $tm, torch fp32 $fm; zactor/torch $(ratio "$zm" "$tm")x, zactor/torch-fp32 $(ratio "$zm" "$fm")x; busy ${u[$b]}%; fed/unfed $(ratio "$zm" "$nm")x; cuDNN/im2col $(ratio "$zm" "$cm")x; CUDA graphs $gm img/s ($(ratio "$gm" "$tm")x torch), busy ${gu[$b]}%; not waiting/waiting $(ratio "$zm" "$wm")x, busy waiting ${wu[$b]}%"
+    echo "batch $b: zactor $zm img/s, torch (tf32 convs) $tm, torch fp32 $fm; zactor/torch $(ratio "$zm" "$tm")x, zactor/torch-fp32 $(ratio "$zm" "$fm")x; busy ${u[$b]}%; fed/unfed $(ratio "$zm" "$nm")x; cuDNN/im2col $(ratio "$zm" "$cm")x; without CUDA graphs $gm img/s ($(ratio "$gm" "$tm")x torch), busy ${gu[$b]}%; not waiting/waiting $(ratio "$zm" "$wm")x, busy waiting ${wu[$b]}%"
 done
 fi
 
@@ -257,7 +258,7 @@ if want 9; then
 say "9. the GPU's busy share by CUPTI, the launches a step, the host's time a step"
 for b in 64 256 1024; do
     steps=$(( b == 64? 3000: b == 256? 1500: 600 ))
-    for graphs in 0 1; do
+    for graphs in 1 0; do
         echo "batch $b, ZA_CUDA_GRAPHS=$graphs:"
         env ZA_BENCH_DEVICE=cuda ZA_BENCH_BUSY=1 ZA_CUDA_GRAPHS=$graphs timeout 120 \
             "$build/bench_train" speed "$b" "$threads" "$steps" 20 2>>"$logs/speed.err"

@@ -11,7 +11,7 @@
 #     and without, against steps that wait), the CPU's reference training
 #     of check 5 beside them;
 #  5. the seed CNN's 5 epochs on the GPU against it, in mixed_bfloat16 and
-#     mixed_float16, and with ZA_CUDA_GRAPHS=1; 8. VGG16 at 224x224 against
+#     mixed_float16, and with ZA_CUDA_GRAPHS=0; 8. VGG16 at 224x224 against
 #  PyTorch; 2. the seed CNN's images/s and busy share; then a second round
 #  of 8 and 2 while the budget lasts, each started only with the seconds it
 #  needs left (150 each).
@@ -46,17 +46,17 @@ timeout 200 "$build/zactor-run" --model-dir /tmp/zactor-lease-cuda --epochs 5 --
     --device cuda --threads "$threads" >"$logs/accuracy_cuda.txt" 2>&1
 echo "rc=$?" >>"$logs/accuracy_cuda.txt"
 #  The same in bf16 and fp16 (cuDNN's half paths in a whole training), and
-#  with each step replayed as a CUDA graph (the same kernels in the same
-#  order: the same accuracy to the digit is expected).
-for p in mixed_bfloat16 mixed_float16 graphs; do
+#  with each step's calls launched one by one rather than replayed as a
+#  CUDA graph (the same kernels in the same order).
+for p in mixed_bfloat16 mixed_float16 nographs; do
     rm -rf "/tmp/zactor-lease-$p"
-    if [ $p = graphs ]; then set -- --precision fp32; g=1; else set -- --precision $p; g=0; fi
+    if [ $p = nographs ]; then set -- --precision fp32; g=0; else set -- --precision $p; g=1; fi
     ZA_CUDA_GRAPHS=$g timeout 200 "$build/zactor-run" --model-dir "/tmp/zactor-lease-$p" \
         --epochs 5 --seed 1 --device cuda --threads "$threads" "$@" >"$logs/accuracy_$p.txt" 2>&1
     echo "rc=$?" >>"$logs/accuracy_$p.txt"
 done
 wait $cpu
-for d in cpu cuda mixed_bfloat16 mixed_float16 graphs; do
+for d in cpu cuda mixed_bfloat16 mixed_float16 nographs; do
     echo "$d: $(grep -E 'test accuracy|trained to|rc=|rror|CUDA graphs' "$logs/accuracy_$d.txt" | tr '\n' ' ')"
 done
 save

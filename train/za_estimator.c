@@ -84,6 +84,7 @@ za_estimator_new (const za_model_fn_t *model_fn, const void *params, za_input_sh
                                                          input);
     replica.train = optim != NULL;
     replica.optim = optim;
+    replica.graphs = 1;
     if (!(self->replica = za_replica_new (&replica, config->seed)))
         za_estimator_destroy (&self);   //  (the replica said why)
     return self;

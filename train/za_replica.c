@@ -399,12 +399,14 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
         za_parallel_set_spin (self->pool, POOL_SPIN_S);
     if (s_blocks_new (self))
         goto fail;
+    //  A step replayed as a CUDA graph where the caller asks and it can be
+    //  (ZA_CUDA_GRAPHS=0: never; =1: every replica, the log says why not).
     const char *graphs = getenv ("ZA_CUDA_GRAPHS");
-    if (graphs && !strcmp (graphs, "1")) {
+    if (graphs && *graphs? !strcmp (graphs, "1"): config->graphs) {
         self->graphs_on = self->be->graph_begin && self->model_fn->replayable
                        && self->model_fn->replayable (self->states [0])
                        && self->loss_scale == 1.0f;
-        if (!self->graphs_on)
+        if (!self->graphs_on && graphs && !strcmp (graphs, "1"))
             za_info ("ZA_CUDA_GRAPHS=1: steps run without CUDA graphs (%s)",
                      !self->be->graph_begin? "this device records none"
                      : self->loss_scale != 1.0f? "mixed_float16 checks each step's gradients"

@@ -188,7 +188,7 @@ s_download_logits (za_replica_t *self, int t, za_spec_t *spec, int count)
     return 0;
 }
 
-//  Thread t's recorded step for these buffers and examples (ZA_CUDA_GRAPHS=1),
+//  Thread t's recorded step for these buffers and examples (a CUDA graph),
 //  or a place for one (the oldest made way where none was free); NULL where
 //  its step is not to be recorded (not in TRAIN, a listener waiting on
 //  layers, a loss scale, or a model_fn whose work differs between steps).

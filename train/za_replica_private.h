@@ -29,7 +29,7 @@
 //  buffer), and one for an epoch's short last batch.
 #define ZA_REPLICA_GRAPHS 8
 
-//  A thread's step on a device, recorded once and replayed (ZA_CUDA_GRAPHS=1):
+//  A thread's step on a device, recorded once and replayed (a CUDA graph):
 //  the buffers and examples it was recorded for, what the model_fn said.
 typedef struct {
     const float *features;
@@ -121,8 +121,8 @@ struct _za_replica_t {
     //  micro-batches, for the trace: start, forward's end, backward's end.
     double traced [ZA_REPLICA_TRACED_MAX][3];
     int traced_count;
-    //  ZA_CUDA_GRAPHS=1 on a back end that records (graph_begin), with a
-    //  replayable model_fn; 0 after a recording failed (said once).
+    //  Asked (config.graphs, ZA_CUDA_GRAPHS), on a back end that records
+    //  (graph_begin), a replayable model_fn; 0 after a recording failed (said once).
     int graphs_on;
     za_replica_graph_t graphs [ZA_REPLICA_MAX_THREADS][ZA_REPLICA_GRAPHS];
     int graph_next [ZA_REPLICA_MAX_THREADS];   //  the place that makes way next

@@ -51,6 +51,10 @@ typedef struct {
                                     //  0 means 1). `threads` is the CPU's alone
     const za_warm_start_t *warm_start;  //  NULL, or where a model dir with no
                                     //  checkpoint starts from (outlives the replica)
+    int graphs;                     //  1: a training step on a GPU is replayed as a
+                                    //  CUDA graph where it can be (the Estimator's;
+                                    //  measured there). ZA_CUDA_GRAPHS=0 turns it
+                                    //  off, =1 on for every replica
 } za_replica_config_t;
 
 typedef struct _za_replica_t za_replica_t;
@@ -118,8 +122,8 @@ float *za_replica_device_gradients (za_replica_t *self);
 //  CPU). 0, or -1 with an error.
 int za_replica_bind (za_replica_t *self);
 int64_t za_replica_fed (const za_replica_t *self);
-//  Steps of its threads replayed as recorded (ZA_CUDA_GRAPHS=1, a CUDA
-//  graph: docs/gpus.md); 0 elsewhere.
+//  Steps of its threads replayed as recorded (a CUDA graph: config.graphs,
+//  ZA_CUDA_GRAPHS, docs/gpus.md); 0 elsewhere.
 int64_t za_replica_replayed (const za_replica_t *self);
 
 //  Puts every slot back to its starting value.
