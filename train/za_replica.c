@@ -399,10 +399,12 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
         za_parallel_set_spin (self->pool, POOL_SPIN_S);
     if (s_blocks_new (self))
         goto fail;
-    //  A step replayed as a CUDA graph where the caller asks and it can be
-    //  (ZA_CUDA_GRAPHS=0: never; =1: every replica, the log says why not).
+    //  A step replayed as a CUDA graph where the caller asks and it can be,
+    //  in fp32 (measured on a GPU so far); ZA_CUDA_GRAPHS=0: never; =1: every
+    //  replica in any precision, the log saying why not where it cannot.
     const char *graphs = getenv ("ZA_CUDA_GRAPHS");
-    if (graphs && *graphs? !strcmp (graphs, "1"): config->graphs) {
+    if (graphs && *graphs? !strcmp (graphs, "1")
+                         : config->graphs && self->be->precision == ZA_PRECISION_FP32) {
         self->graphs_on = self->be->graph_begin && self->model_fn->replayable
                        && self->model_fn->replayable (self->states [0])
                        && self->loss_scale == 1.0f;

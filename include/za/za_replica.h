@@ -51,10 +51,11 @@ typedef struct {
                                     //  0 means 1). `threads` is the CPU's alone
     const za_warm_start_t *warm_start;  //  NULL, or where a model dir with no
                                     //  checkpoint starts from (outlives the replica)
-    int graphs;                     //  1: a training step on a GPU is replayed as a
-                                    //  CUDA graph where it can be (the Estimator's;
-                                    //  measured there). ZA_CUDA_GRAPHS=0 turns it
-                                    //  off, =1 on for every replica
+    int graphs;                     //  1: a training step on a GPU in fp32 is
+                                    //  replayed as a CUDA graph where it can be (the
+                                    //  Estimator's: measured there). ZA_CUDA_GRAPHS=0
+                                    //  turns it off, =1 on for every replica and
+                                    //  precision
 } za_replica_config_t;
 
 typedef struct _za_replica_t za_replica_t;
