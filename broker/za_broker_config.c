@@ -26,3 +26,11 @@ za_broker_backoff (const za_broker_config_t *config, int failures)
         delay *= 2;
     return delay < config->backoff_max_secs? delay: config->backoff_max_secs;
 }
+
+double
+za_broker_backoff_next (const za_broker_config_t *config, int *failures, double ran)
+{
+    if (ran > ZA_BROKER_STABLE_SECS)
+        *failures = 0;
+    return za_broker_backoff (config, (*failures)++);
+}

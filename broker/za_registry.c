@@ -17,7 +17,6 @@
 #include <sys/wait.h>
 
 #define REGISTER_GRACE_SECS 60.0        //  a started process has this long to register
-#define STABLE_SECS 30.0                //  running this long resets the backoff
 #define STOP_GRACE_SECS 5.0             //  SIGTERM, then SIGKILL after this
 #define STOP_POLL_MS 50
 #define CAUSE_MAX (4 * ZA_REGISTRY_TEXT_MAX)
@@ -187,10 +186,8 @@ s_fail (za_registry_t *self, za_entry_t *task, const s_happening_t *what)
         self->failed = 1;
         return 0;
     }
-    if (za_clock_mono () - task->since > STABLE_SECS)
-        task->failures = 0;
-    double delay = za_broker_backoff (config, task->failures);
-    task->failures++;
+    double delay = za_broker_backoff_next (config, &task->failures,
+                                           za_clock_mono () - task->since);
     task->restarts++;
     task->state = ZA_ENTRY_BACKOFF;
     task->restart_at = za_clock_mono () + delay;
@@ -642,6 +639,15 @@ za_registry_claim (za_registry_t *self, zframe_t *identity, const za_registratio
                   && !za_peer_expired (&task->peer, za_clock_mono ()));
     int itself = (task->identity && zframe_eq (task->identity, identity))
               || (*reg->token && *task->token && streq (reg->token, task->token));
+    //  A report (only a welcomed process sends one) on a task another process
+    //  runs now comes from a former one: declared lost (hung, stopped, cut
+    //  off) and replaced since. Told so, it exits rather than train beside it.
+    if (in_use && !itself && report) {
+        snprintf (code, ZA_REGISTRY_CODE_MAX, "replaced");
+        snprintf (why, size, "%s %d was declared lost and is run by pid %d on %s now", role,
+                  index, (int) task->pid, task->host);
+        return NULL;
+    }
     if (in_use && !itself) {
         snprintf (code, ZA_REGISTRY_CODE_MAX, "busy");
         snprintf (why, size, "%s %d is taken by pid %d on %s", role, index, (int) task->pid,

@@ -33,7 +33,8 @@
 #include "za_straggler.h"
 
 #define ZA_REGISTRY_TEXT_MAX 256
-#define ZA_REGISTRY_CODE_MAX 16         //  a refusal's code: "full", "busy", "done"
+#define ZA_REGISTRY_CODE_MAX 16         //  a refusal's code: "full", "busy", "done",
+                                        //  "replaced"
 #define ZA_REGISTRY_LOG_MAX 4096
 
 typedef enum {
@@ -85,8 +86,9 @@ za_registry_t *za_registry_new (const za_broker_config_t *config, za_events_t *e
 void za_registry_destroy (za_registry_t **self_p);
 
 //  The task a register or report names (index -1: the first free one), or
-//  NULL with the refusal's code ("full", "busy", "done") and reason. A task
-//  in use is taken only by itself: its connection, or its token.
+//  NULL with the refusal's code ("full", "busy", "done", "replaced": a report
+//  on a task another process runs now) and reason. A task in use is taken
+//  only by itself: its connection, or its token.
 za_entry_t *za_registry_claim (za_registry_t *self, zframe_t *identity,
                                const za_registration_t *reg, int report,
                                char code [ZA_REGISTRY_CODE_MAX], char *why, size_t size);

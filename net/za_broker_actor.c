@@ -5,12 +5,14 @@
     role never waits on it.                                                 */
 #include "za/za_broker_client.h"
 #include "za/za_preempt.h"
+#include "za/za_process.h"
 #include "za/za_trace.h"
 #include "za/za_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define POLL_MS 100
 //  The role loop quiet this many heartbeat periods (ivl x liveness) is hung:
@@ -226,6 +228,15 @@ s_on_reply (s_actor_t *self)
                          "declared lost (within %.0f s)", self->config->role,
                          self->config->broker, reply.error, self->config->timeout_secs);
             snprintf (self->busy, sizeof self->busy, "%s", reply.error);
+        }
+        else
+        if (self->welcomed && streq (reply.code, "replaced")) {
+            //  Another process runs our task: nothing of ours may reach the
+            //  job any more (a push, a checkpoint), so no orderly stop.
+            fprintf (stderr, "zactor: error: %s %d: the broker at %s says %s: this process "
+                     "was replaced, and exits (%d)\n", self->config->role, self->task.index,
+                     self->config->broker, reply.error, ZA_EXIT_REPLACED);
+            _exit (ZA_EXIT_REPLACED);
         }
         else
         if (!self->welcomed) {

@@ -396,7 +396,8 @@ s_reap (s_local_t *self, double now, int *rc)
                      self->cause, self->restarts);
             return 1;
         }
-        self->restart_at = now + za_broker_backoff (&self->backoff, self->failures++);
+        self->restart_at = now + za_broker_backoff_next (&self->backoff, &self->failures,
+                                                         now - self->broker_since);
     }
     return 0;
 }

@@ -5,6 +5,7 @@
 #include "za_test.h"
 
 #include "za/za_checkpoint.h"
+#include "za/za_process.h"
 #include "za/za_util.h"
 #include "za/za_wire.h"
 #include "../broker/za_supervisor.h"
@@ -137,11 +138,21 @@ Test (broker, a_cluster_forms_through_the_broker_alone)
 //  process started for its index (`restart`, as Kubernetes restarts a pod),
 //  the new one is refused "busy" while the old lives, registers again until
 //  the broker has declared the old one lost, and trains (it exited 1 at the
-//  first refusal). The step counts are more than any machine trains while
-//  the test waits for what it asks.
+//  first refusal). With `stop`, the old worker is stopped (SIGSTOP: hung)
+//  rather than killed, and continued once its successor trains: its next
+//  report is refused "replaced" and it exits with ZA_EXIT_REPLACED (it
+//  trained on beside its successor, the broker's refusal only logged). The
+//  step counts are more than any machine trains while the test waits for
+//  what it asks.
 static void
-s_killed_worker (const char *tag, int restart)
+s_killed_worker (const char *tag, int restart, int stop)
 {
+    //  (Stopped, the workers' tensors go as frames: through shared memory
+    //  the successor's push once went unanswered after the old worker came
+    //  back, in about twenty runs; not yet mended: docs/PROTOCOL.md,
+    //  "replaced".)
+    if (stop)
+        setenv ("ZA_SHM_DISABLE", "1", 1);
     char *broker = za_test_free_endpoint ();
     char *model_dir = za_test_path (tag);
     char job [2048], name [64];
@@ -185,8 +196,24 @@ s_killed_worker (const char *tag, int restart)
                    "%s: the successor was not refused: %s", tag, seen);
         free (seen);
     }
-    cr_assert_eq (kill (pids [2], SIGKILL), 0);
-    za_test_wait (pids [2], RUN_TIMEOUT_S);
+    if (stop) {
+        cr_assert_eq (kill (pids [2], SIGSTOP), 0);
+        seen = za_test_wait_for_text (logs [4], "worker 0 (shard", RUN_TIMEOUT_S);
+        cr_assert (seen && strstr (seen, "worker 0 (shard"), "%s: the successor did not "
+                   "train: %s", tag, seen);
+        free (seen);
+        cr_assert_eq (kill (pids [2], SIGCONT), 0);
+        int status = za_test_wait (pids [2], RUN_TIMEOUT_S);
+        char *log = (char *) za_test_read_file (logs [2], NULL);
+        cr_expect_eq (s_exit_code (status), ZA_EXIT_REPLACED, "%s: the old worker exited %d:"
+                      "\n%s", tag, s_exit_code (status), log);
+        cr_expect (strstr (log, "this process was replaced"), "%s", log);
+        free (log);
+    }
+    else {
+        cr_assert_eq (kill (pids [2], SIGKILL), 0);
+        za_test_wait (pids [2], RUN_TIMEOUT_S);
+    }
     for (int p = 0; p < 5; p++) {
         if (p == 2 || !pids [p])
             continue;
@@ -204,16 +231,51 @@ s_killed_worker (const char *tag, int restart)
     for (int p = 0; p < 5; p++)
         free (logs [p]);
     free (job_path), free (model_dir), free (broker);
+    unsetenv ("ZA_SHM_DISABLE");
 }
 
 Test (broker, a_lost_task_is_not_waited_for_after_the_final_checkpoint)
 {
-    s_killed_worker ("lost", 0);
+    s_killed_worker ("lost", 0, 0);
 }
 
 Test (broker, a_task_restarted_at_once_registers_when_the_old_is_lost)
 {
-    s_killed_worker ("again", 1);
+    s_killed_worker ("again", 1, 0);
+}
+
+Test (broker, a_hung_task_that_comes_back_after_its_successor_exits)
+{
+    s_killed_worker ("hung", 1, 1);
+}
+
+//  The restart backoff doubles over failures in a row, and a run longer
+//  than ZA_BROKER_STABLE_SECS ends the row: the broker's tasks and the
+//  launcher's broker (which counted its broker's failures for the whole
+//  job, so one crash a day waited the longest backoff) keep the same rule.
+Test (broker, a_long_run_ends_a_row_of_failures)
+{
+    za_broker_config_t config;
+    za_broker_config_init (&config);
+    int failures = 0;
+    double delay [4];
+    for (int i = 0; i < 4; i++)
+        delay [i] = za_broker_backoff_next (&config, &failures, 1.0);
+    cr_assert_float_eq (delay [0], config.backoff_secs, 1e-9);
+    cr_assert_float_eq (delay [3], 8 * config.backoff_secs, 1e-9);
+    cr_assert_eq (failures, 4);
+    //  (Criterion's float asserts read their arguments twice.)
+    double after_a_long_run = za_broker_backoff_next (&config, &failures,
+                                                      ZA_BROKER_STABLE_SECS + 1);
+    cr_assert_float_eq (after_a_long_run, config.backoff_secs, 1e-9);
+    cr_assert_eq (failures, 1);
+    double after_a_short_one = za_broker_backoff_next (&config, &failures,
+                                                       ZA_BROKER_STABLE_SECS);
+    cr_assert_float_eq (after_a_short_one, 2 * config.backoff_secs, 1e-9);
+    double longest = 0;
+    for (int i = 0; i < 20; i++)
+        longest = za_broker_backoff_next (&config, &failures, 0);
+    cr_assert_float_eq (longest, config.backoff_max_secs, 1e-9);
 }
 
 //  SIGTERM (a scheduler's preemption notice) to a ps that no chief has

@@ -14,6 +14,12 @@ extern "C" {
 //  a supervisor does not start it again, for it would meet the same files.
 #define ZA_EXIT_DATA 65
 
+//  The exit status of a role process the broker replaced: it went silent
+//  (hung, stopped, cut off), was declared lost, and another process runs its
+//  task now; told so at its next report, it leaves at once rather than train
+//  beside it (sysexits.h's EX_UNAVAILABLE).
+#define ZA_EXIT_REPLACED 69
+
 //  Starts exe with argv (argv [0] included, NULL-terminated), this process's
 //  environment with the NAME=VALUE strings of env (NULL-terminated, may be
 //  NULL) replacing or adding variables, stdin from /dev/null and stdout and

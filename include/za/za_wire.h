@@ -148,7 +148,8 @@ typedef struct {
     int64_t step;                       //  global step where meaningful; -1 when absent
     int32_t task;                       //  sender's worker index (chief = 0); -1 when absent
     int32_t ps;                         //  ps index (in ps replies); -1 when absent
-    //  ERROR: "not_ready", "bad_request", "done", "busy", "rewound"; PONG: "not_ready"
+    //  ERROR: "not_ready", "bad_request", "done", "busy", "replaced", "rewound";
+    //  PONG: "not_ready"
     //  from a ps without state for the pinger (PROTOCOL.md 7.5); "" otherwise
     char code [32];
     char error [256];                   //  ERROR: human message; "" otherwise
