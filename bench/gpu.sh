@@ -104,7 +104,7 @@ fi
 
 if want 2; then
 say "2. images/s, seed CNN, zactor against PyTorch, $rounds rounds"
-declare -A z t f u n c g gu w wu
+declare -A z t f u n c ng ngu w wu
 for ((r = 0; r < rounds; r++)); do
     for b in 64 256 1024; do
         steps=$(( b == 64? 3000: b == 256? 1500: 600 ))
@@ -124,11 +124,11 @@ for ((r = 0; r < rounds; r++)); do
         echo "$line  (ZA_CUDNN=0)"
         c[$b]+="$(rate <<<"$line") "
         #  The same with each step's calls launched one by one (ZA_CUDA_GRAPHS=0).
-        line=$(busy "$logs/busy_graphs_$b.txt" env ZA_BENCH_DEVICE=cuda ZA_CUDA_GRAPHS=0 \
+        line=$(busy "$logs/busy_nographs_$b.txt" env ZA_BENCH_DEVICE=cuda ZA_CUDA_GRAPHS=0 \
                timeout 120 "$build/bench_train" speed "$b" "$threads" "$steps" 20 2>>"$logs/speed.err")
-        share=$(mean "$logs/busy_graphs_$b.txt" "$line")
+        share=$(mean "$logs/busy_nographs_$b.txt" "$line")
         echo "$line  busy=$share%  (ZA_CUDA_GRAPHS=0)"
-        g[$b]+="$(rate <<<"$line") "; gu[$b]+="$share "
+        ng[$b]+="$(rate <<<"$line") "; ngu[$b]+="$share "
         #  The same with each step waiting for its end (ZA_SYNC_STEPS=1).
         line=$(busy "$logs/busy_sync_$b.txt" env ZA_BENCH_DEVICE=cuda ZA_SYNC_STEPS=1 \
                timeout 120 "$build/bench_train" speed "$b" "$threads" "$steps" 20 2>>"$logs/speed.err")
@@ -150,9 +150,9 @@ for b in 64 256 1024; do
     fm=$(tr ' ' '\n' <<<"${f[$b]}" | grep . | median)
     nm=$(tr ' ' '\n' <<<"${n[$b]}" | grep . | median)
     cm=$(tr ' ' '\n' <<<"${c[$b]}" | grep . | median)
-    gm=$(tr ' ' '\n' <<<"${g[$b]}" | grep . | median)
+    ngm=$(tr ' ' '\n' <<<"${ng[$b]}" | grep . | median)
     wm=$(tr ' ' '\n' <<<"${w[$b]}" | grep . | median)
-    echo "batch $b: zactor $zm img/s, torch (tf32 convs) $tm, torch fp32 $fm; zactor/torch $(ratio "$zm" "$tm")x, zactor/torch-fp32 $(ratio "$zm" "$fm")x; busy ${u[$b]}%; fed/unfed $(ratio "$zm" "$nm")x; cuDNN/im2col $(ratio "$zm" "$cm")x; without CUDA graphs $gm img/s ($(ratio "$gm" "$tm")x torch), busy ${gu[$b]}%; not waiting/waiting $(ratio "$zm" "$wm")x, busy waiting ${wu[$b]}%"
+    echo "batch $b: zactor $zm img/s, torch (tf32 convs) $tm, torch fp32 $fm; zactor/torch $(ratio "$zm" "$tm")x, zactor/torch-fp32 $(ratio "$zm" "$fm")x; busy ${u[$b]}%; fed/unfed $(ratio "$zm" "$nm")x; cuDNN/im2col $(ratio "$zm" "$cm")x; without CUDA graphs $ngm img/s ($(ratio "$ngm" "$tm")x torch), busy ${ngu[$b]}%; not waiting/waiting $(ratio "$zm" "$wm")x, busy waiting ${wu[$b]}%"
 done
 fi
 

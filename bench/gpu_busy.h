@@ -8,7 +8,9 @@
     s_busy_start () before the window (the GPU idle), s_busy_mark () at each
     point the window may end (the last one counts), s_busy_stop () after:
     the spans recorded are merged (overlaps counted once), cut to the
-    window, and divided by its length. 0, or -1 with a line on stderr. */
+    window, and divided by its length. 0, or -1 (a line on stderr where
+    CUPTI failed). The records are read as CUPTI 13's (Kernel10, Memcpy6,
+    Memset4: their start and end sit where the earlier versions' do).    */
 #ifndef ZA_BENCH_GPU_BUSY_H
 #define ZA_BENCH_GPU_BUSY_H
 
@@ -38,6 +40,7 @@ static struct {
     size_t count, capacity;
     uint64_t window_start, window_end;
     int on;
+    int lost;                           //  a span not kept (out of memory)
 } s_busy = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static const CUpti_ActivityKind s_busy_kinds [] = {
@@ -59,8 +62,10 @@ s_busy_add (int kind, uint64_t start, uint64_t end)
     if (s_busy.count == s_busy.capacity) {
         size_t capacity = s_busy.capacity? 2 * s_busy.capacity: 65536;
         s_span_t *spans = (s_span_t *) realloc (s_busy.spans, capacity * sizeof *spans);
-        if (!spans)
+        if (!spans) {
+            s_busy.lost = 1;
             return;
+        }
         s_busy.spans = spans, s_busy.capacity = capacity;
     }
     s_busy.spans [s_busy.count++] = (s_span_t) {start, end, kind};
@@ -119,6 +124,8 @@ s_busy_start (void)
         if (s_busy.enable (s_busy_kinds [k]) != CUPTI_SUCCESS) {
             fprintf (stderr, "bench_train: ZA_BENCH_BUSY: CUPTI records no kind %d\n",
                      (int) s_busy_kinds [k]);
+            while (k--)
+                s_busy.disable (s_busy_kinds [k]);
             return -1;
         }
     s_busy.now (&s_busy.window_start);
@@ -147,9 +154,9 @@ s_busy_stop (double *share, int64_t *kernels, int64_t *copies)
 {
     if (!s_busy.on)
         return -1;
-    s_busy.flush (CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     for (size_t k = 0; k < BUSY_KINDS; k++)
         s_busy.disable (s_busy_kinds [k]);
+    s_busy.flush (CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     s_busy.on = 0;
     pthread_mutex_lock (&s_busy.lock);
     qsort (s_busy.spans, s_busy.count, sizeof *s_busy.spans, s_busy_compare);
@@ -169,6 +176,10 @@ s_busy_stop (double *share, int64_t *kernels, int64_t *copies)
     free (s_busy.spans);
     s_busy.spans = NULL, s_busy.count = s_busy.capacity = 0;
     pthread_mutex_unlock (&s_busy.lock);
+    if (s_busy.lost) {
+        fprintf (stderr, "bench_train: ZA_BENCH_BUSY: out of memory for CUPTI's records\n");
+        return -1;
+    }
     return 0;
 }
 

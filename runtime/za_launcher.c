@@ -207,6 +207,7 @@ typedef struct {
     int group_count;
     int restarts, failures;
     double restart_at, broker_since;
+    double broker_started;              //  its spawn (broker_since: also its kill, hung)
     char cause [256];
     za_broker_config_t backoff;         //  the broker restarts as it restarts tasks
     za_broker_client_t *client;
@@ -253,7 +254,7 @@ s_spawn_broker (s_local_t *self)
         return -1;
     if (self->group_count < LOCAL_MAX_GROUPS)
         self->groups [self->group_count++] = self->broker;
-    self->broker_since = za_clock_mono ();
+    self->broker_since = self->broker_started = za_clock_mono ();
     za_peer_t *peer = za_broker_client_peer (self->client);
     za_peer_init (peer, peer->beat, self->broker_since);
     return 0;
@@ -397,7 +398,7 @@ s_reap (s_local_t *self, double now, int *rc)
             return 1;
         }
         self->restart_at = now + za_broker_backoff_next (&self->backoff, &self->failures,
-                                                         now - self->broker_since);
+                                                         now - self->broker_started);
     }
     return 0;
 }

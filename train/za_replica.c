@@ -403,12 +403,14 @@ za_replica_new (const za_replica_config_t *config, uint64_t seed)
     //  in fp32 (measured on a GPU so far); ZA_CUDA_GRAPHS=0: never; =1: every
     //  replica in any precision, the log saying why not where it cannot.
     const char *graphs = getenv ("ZA_CUDA_GRAPHS");
-    if (graphs && *graphs? !strcmp (graphs, "1")
-                         : config->graphs && self->be->precision == ZA_PRECISION_FP32) {
+    int forced = graphs && !strcmp (graphs, "1"), off = graphs && !strcmp (graphs, "0");
+    if (graphs && *graphs && !forced && !off)
+        za_info ("warning: ZA_CUDA_GRAPHS=%s is neither 0 nor 1: taken as unset", graphs);
+    if (forced || (!off && config->graphs && self->be->precision == ZA_PRECISION_FP32)) {
         self->graphs_on = self->be->graph_begin && self->model_fn->replayable
                        && self->model_fn->replayable (self->states [0])
                        && self->loss_scale == 1.0f;
-        if (!self->graphs_on && graphs && !strcmp (graphs, "1"))
+        if (!self->graphs_on && forced)
             za_info ("ZA_CUDA_GRAPHS=1: steps run without CUDA graphs (%s)",
                      !self->be->graph_begin? "this device records none"
                      : self->loss_scale != 1.0f? "mixed_float16 checks each step's gradients"

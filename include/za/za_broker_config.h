@@ -75,8 +75,9 @@ void za_broker_config_init (za_broker_config_t *config);
 //  How long to wait before restarting after `failures` failures in a row:
 //  backoff_secs, doubled each time, at most backoff_max_secs.
 double za_broker_backoff (const za_broker_config_t *config, int failures);
-//  A run longer than this ends a row of failures (Kubernetes' CrashLoopBackOff
-//  starts again after 10 minutes of running).
+//  A run longer than this ends a row of failures (as Kubernetes'
+//  CrashLoopBackOff starts again after a run of 10 minutes; 30 s here: a role
+//  that trained that long got past its start).
 #define ZA_BROKER_STABLE_SECS 30.0
 //  The backoff before restarting what failed after running `ran` seconds,
 //  *failures (the failures in a row before it) set to 0 first where it ran
