@@ -642,16 +642,11 @@ za_registry_claim (za_registry_t *self, zframe_t *identity, const za_registratio
     //  A report (only a welcomed process sends one) on a task another process
     //  runs now comes from a former one: declared lost (hung, stopped, cut
     //  off) and replaced since. Told so, it exits rather than train beside it.
-    if (in_use && !itself && report) {
-        snprintf (code, ZA_REGISTRY_CODE_MAX, "replaced");
-        snprintf (why, size, "%s %d was declared lost and is run by pid %d on %s now", role,
-                  index, (int) task->pid, task->host);
-        return NULL;
-    }
     if (in_use && !itself) {
-        snprintf (code, ZA_REGISTRY_CODE_MAX, "busy");
-        snprintf (why, size, "%s %d is taken by pid %d on %s", role, index, (int) task->pid,
-                  task->host);
+        snprintf (code, ZA_REGISTRY_CODE_MAX, report? "replaced": "busy");
+        snprintf (why, size, "%s %d %s by pid %d on %s%s", role, index,
+                  report? "was declared lost and is run": "is taken", (int) task->pid,
+                  task->host, report? " now": "");
         return NULL;
     }
     if (!report && task->state == ZA_ENTRY_DONE) {
